@@ -1,0 +1,203 @@
+//! The command line. `TrainArgs` is also the run's configuration: it is written
+//! verbatim into `manifest.json`, so every run can be repeated from its own folder.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::Serialize;
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ddpbench",
+    version,
+    about = "How well does data-parallel training scale on this machine, and where does the time go?",
+    long_about = "ddpbench trains a real network data-parallel, one MPI rank per CPU socket or GPU, \
+times every phase of every step on every rank, writes one CSV per rank, and reduces those \
+files into throughput and phase breakdowns per node type.\n\n\
+Typical use:\n  \
+mpirun -n 2 ddpbench train --epochs 1          # two ranks on CPU, Fashion-MNIST\n  \
+srun -N 2 --gpus-per-node 4 ddpbench train     # one rank per GPU on two nodes\n  \
+ddpbench reduce results/<run-id>               # summary table and summary.csv\n  \
+ddpbench topo --ranks 4                        # the binding 4 local ranks would get"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Train data-parallel (launch with mpirun or srun, one process per rank).
+    Train(TrainArgs),
+    /// Summarise the per-rank CSV files of a run folder per node type.
+    Reduce(ReduceArgs),
+    /// Print this machine's topology and the binding N local ranks would get.
+    Topo(TopoArgs),
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModelKind {
+    /// PyTorch examples/mnist CNN: 2 conv + 2 fc layers, 1,199,882 parameters.
+    MnistCnn,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DatasetKind {
+    /// Fashion-MNIST from Debian's dataset-fashion-mnist (or any IDX folder via --data-dir).
+    FashionMnist,
+    /// MNIST-format IDX files in --data-dir (gzipped or raw).
+    Mnist,
+    /// Random data of the model's input shape: no I/O, for benchmarks.
+    Synthetic,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OptimizerKind {
+    Sgd,
+    Adam,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BindPolicy {
+    /// Spread local ranks over packages, give each a disjoint set of cores.
+    Auto,
+    /// One core per local rank.
+    Core,
+    /// One whole package (socket) per local rank.
+    Socket,
+    /// Leave binding to the launcher or the OS.
+    None,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceChoice {
+    /// CUDA if libtorch sees a GPU, else CPU.
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+#[derive(Args, Debug, Clone, Serialize)]
+pub struct TrainArgs {
+    /// Network to train.
+    #[arg(long, value_enum, default_value_t = ModelKind::MnistCnn)]
+    pub model: ModelKind,
+
+    /// Data set; fashion-mnist reads /usr/share/datasets/fashion-mnist unless --data-dir is given.
+    #[arg(long, value_enum, default_value_t = DatasetKind::FashionMnist)]
+    pub dataset: DatasetKind,
+
+    /// Folder holding the data set's files (for MNIST formats: train-images-idx3-ubyte[.gz] etc.).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+
+    /// Training samples of --dataset synthetic (the test split gets a sixth of it).
+    #[arg(long, default_value_t = 60_000)]
+    pub synthetic_samples: usize,
+
+    /// Passes over the training split.
+    #[arg(long, default_value_t = 1)]
+    pub epochs: usize,
+
+    /// Stop after this many steps in total (per rank), whatever --epochs says.
+    #[arg(long)]
+    pub max_steps: Option<usize>,
+
+    /// Samples per step on each rank (the global batch is this times the number of ranks).
+    #[arg(long, default_value_t = 64)]
+    pub batch_size: usize,
+
+    /// Learning rate.
+    #[arg(long, default_value_t = 0.01)]
+    pub lr: f64,
+
+    /// Optimizer, stepped by every rank on the averaged gradients.
+    #[arg(long, value_enum, default_value_t = OptimizerKind::Sgd)]
+    pub optimizer: OptimizerKind,
+
+    /// SGD momentum.
+    #[arg(long, default_value_t = 0.9)]
+    pub momentum: f64,
+
+    /// Seed of parameter initialisation, shuffling and dropout.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// Ask libtorch for deterministic algorithms (slower on GPU; repeatable results).
+    #[arg(long)]
+    pub deterministic: bool,
+
+    /// Disable dropout layers, so that 1-rank and N-rank runs see bit-comparable updates.
+    #[arg(long)]
+    pub no_dropout: bool,
+
+    /// Intra-op threads per rank (default: the number of cores the rank is bound to).
+    #[arg(long)]
+    pub threads: Option<usize>,
+
+    /// How each rank is pinned to cores with hwloc.
+    #[arg(long, value_enum, default_value_t = BindPolicy::Auto)]
+    pub bind: BindPolicy,
+
+    /// Where to train.
+    #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
+    pub device: DeviceChoice,
+
+    /// Gradient bucket size in MiB for the all-reduce (PyTorch DDP's bucket_cap_mb).
+    #[arg(long, default_value_t = 25.0)]
+    pub bucket_mb: f64,
+
+    /// Node type label for this rank, overriding the one detected from the hardware.
+    #[arg(long)]
+    pub node_type: Option<String>,
+
+    /// Output folder (default: results/<run-id>/). Must not already hold a run.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+
+    /// Steps at the start flagged as warm-up in the CSV (kept, but excluded by `reduce`).
+    #[arg(long, default_value_t = 5)]
+    pub warmup_steps: usize,
+
+    /// Iterations of the raw MPI_Allreduce probe run before training (0 to skip).
+    #[arg(long, default_value_t = 10)]
+    pub probe_iters: usize,
+
+    /// Log progress on rank 0 every N steps (0: only per epoch).
+    #[arg(long, default_value_t = 100)]
+    pub log_every: usize,
+
+    /// Validate on the first N test samples after each epoch (default: all; 0 skips validation).
+    #[arg(long)]
+    pub val_samples: Option<usize>,
+
+    /// Write the final parameters to model.safetensors in the run folder (rank 0).
+    #[arg(long)]
+    pub save_model: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ReduceArgs {
+    /// Run folder(s) written by `ddpbench train` (holding manifest.json and rank-*.csv).
+    #[arg(required = true)]
+    pub runs: Vec<PathBuf>,
+
+    /// Write summary.csv here instead of inside each run folder.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TopoArgs {
+    /// Number of local ranks to show a binding for.
+    #[arg(long, default_value_t = 1)]
+    pub ranks: usize,
+
+    /// Binding policy to show.
+    #[arg(long, value_enum, default_value_t = BindPolicy::Auto)]
+    pub bind: BindPolicy,
+}

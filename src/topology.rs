@@ -1,0 +1,435 @@
+//! Where a rank runs: the MPI world (rank, size, local rank, host), the node's
+//! hardware and its node type, and the hwloc core binding each rank gets.
+//!
+//! The binding plan is a pure function of a core list ([`plan_binding`]) so it is
+//! tested without hardware; hwloc only supplies the core list and applies the
+//! plan. hwloc2 2.2.0 predates hwloc 2.x for NUMA and I/O objects (see
+//! toolchain notes), so only Package/Core/PU objects are asked of it; NUMA nodes
+//! are counted from sysfs.
+
+use crate::cli::{BindPolicy, TopoArgs};
+use anyhow::{Context, Result};
+use hwloc2::{CpuBindFlags, CpuSet, ObjectType, Topology};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use serde::Serialize;
+use std::collections::BTreeSet;
+
+/// One physical core: the package it sits in and its hardware threads (OS indexes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CoreSlot {
+    pub package: usize,
+    pub pus: Vec<u32>,
+}
+
+/// What a rank was (or would be) bound to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Binding {
+    pub policy: BindPolicy,
+    /// Indexes into the node's core list; empty for `none`.
+    pub cores: Vec<usize>,
+    /// OS indexes of the hardware threads in the binding.
+    pub pus: Vec<u32>,
+    /// Packages the binding touches.
+    pub packages: Vec<usize>,
+    /// True when more local ranks than cores forced ranks to share cores.
+    pub shared: bool,
+    /// Intra-op threads this binding supports: its core count (or cores / local ranks for `none`).
+    pub threads: usize,
+}
+
+/// Splits `items` into `parts` contiguous runs whose lengths differ by at most one.
+fn split_even(items: &[usize], parts: usize, index: usize) -> Vec<usize> {
+    let base = items.len() / parts;
+    let extra = items.len() % parts;
+    let start = index * base + index.min(extra);
+    let len = base + usize::from(index < extra);
+    items[start..start + len].to_vec()
+}
+
+/// The cores local rank `local_rank` of `local_size` gets under `policy`.
+///
+/// `auto` first spreads ranks over packages (rank r goes to package r·P/n) and then
+/// splits that package's cores evenly and disjointly among the ranks placed on it;
+/// with fewer ranks than packages a rank takes several whole packages. When ranks
+/// outnumber cores they share cores round-robin and `shared` is set.
+pub fn plan_binding(
+    cores: &[CoreSlot],
+    policy: BindPolicy,
+    local_rank: usize,
+    local_size: usize,
+) -> Binding {
+    assert!(local_size > 0 && local_rank < local_size);
+    let packages: Vec<usize> = cores
+        .iter()
+        .map(|c| c.package)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let cores_of = |pkgs: &[usize]| -> Vec<usize> {
+        (0..cores.len())
+            .filter(|&i| pkgs.contains(&cores[i].package))
+            .collect()
+    };
+    let (chosen, shared) = match policy {
+        BindPolicy::None => (Vec::new(), false),
+        _ if cores.is_empty() => (Vec::new(), false),
+        BindPolicy::Core => (
+            vec![local_rank % cores.len()],
+            local_size > cores.len(),
+        ),
+        BindPolicy::Socket => (
+            cores_of(&[packages[local_rank % packages.len()]]),
+            local_size > packages.len(),
+        ),
+        BindPolicy::Auto => {
+            let p = packages.len();
+            if local_size <= p {
+                let first = local_rank * p / local_size;
+                let last = (local_rank + 1) * p / local_size;
+                (cores_of(&packages[first..last]), false)
+            } else {
+                let pkg_slot = local_rank * p / local_size;
+                let peers: Vec<usize> = (0..local_size)
+                    .filter(|&r| r * p / local_size == pkg_slot)
+                    .collect();
+                let pkg_cores = cores_of(&[packages[pkg_slot]]);
+                let my_index = peers.iter().position(|&r| r == local_rank).unwrap();
+                if peers.len() <= pkg_cores.len() {
+                    (split_even(&pkg_cores, peers.len(), my_index), false)
+                } else {
+                    (vec![pkg_cores[my_index % pkg_cores.len()]], true)
+                }
+            }
+        }
+    };
+    let pus = chosen.iter().flat_map(|&i| cores[i].pus.clone()).collect();
+    let pkgs = chosen
+        .iter()
+        .map(|&i| cores[i].package)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let threads = if chosen.is_empty() {
+        (cores.len() / local_size).max(1)
+    } else {
+        chosen.len()
+    };
+    Binding {
+        policy,
+        cores: chosen,
+        pus,
+        packages: pkgs,
+        shared,
+        threads,
+    }
+}
+
+/// The node's cores in hwloc's logical order, each with its package and PUs.
+pub fn discover_cores(topo: &Topology) -> Vec<CoreSlot> {
+    let packages = topo.objects_with_type(&ObjectType::Package).unwrap_or_default();
+    let package_sets: Vec<Vec<u32>> = packages
+        .iter()
+        .map(|p| p.cpuset().map(|s| s.into_iter().collect()).unwrap_or_default())
+        .collect();
+    let cores = topo.objects_with_type(&ObjectType::Core).unwrap_or_default();
+    let mut slots: Vec<CoreSlot> = cores
+        .iter()
+        .map(|c| {
+            let pus: Vec<u32> = c.cpuset().map(|s| s.into_iter().collect()).unwrap_or_default();
+            let package = pus
+                .first()
+                .and_then(|pu| package_sets.iter().position(|s| s.contains(pu)))
+                .unwrap_or(0);
+            CoreSlot { package, pus }
+        })
+        .filter(|c| !c.pus.is_empty())
+        .collect();
+    if slots.is_empty() {
+        // Some containers hide cores; fall back to one slot per PU.
+        let pus = topo.objects_with_type(&ObjectType::PU).unwrap_or_default();
+        slots = pus
+            .iter()
+            .map(|p| CoreSlot { package: 0, pus: vec![p.os_index()] })
+            .collect();
+    }
+    slots
+}
+
+/// Binds the calling process to `binding.pus`. Returns a description of the outcome.
+pub fn apply_binding(topo: &mut Topology, binding: &Binding) -> Result<()> {
+    if binding.pus.is_empty() {
+        return Ok(());
+    }
+    let set: CpuSet = binding.pus.iter().copied().collect();
+    topo.set_cpubind(set, CpuBindFlags::CPUBIND_PROCESS)
+        .map_err(|e| anyhow::anyhow!("hwloc could not bind to PUs {:?}: {e:?}", binding.pus))
+}
+
+/// Hardware facts of one node, from /proc, /sys and hwloc.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeInfo {
+    pub cpu_model: String,
+    pub packages: usize,
+    pub cores: usize,
+    pub pus: usize,
+    pub numa_nodes: usize,
+    pub memory_bytes: u64,
+    /// GPU model names, one entry per GPU the node has.
+    pub gpus: Vec<String>,
+}
+
+impl NodeInfo {
+    pub fn detect(cores: &[CoreSlot]) -> NodeInfo {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':'])))
+            .unwrap_or("unknown CPU")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let memory_bytes = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or(0)
+            * 1024;
+        let numa_nodes = std::fs::read_dir("/sys/devices/system/node")
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter(|e| {
+                        let n = e.file_name();
+                        let n = n.to_string_lossy();
+                        n.starts_with("node") && n[4..].parse::<u32>().is_ok()
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+            .max(1);
+        NodeInfo {
+            cpu_model,
+            packages: cores.iter().map(|c| c.package).collect::<BTreeSet<_>>().len(),
+            cores: cores.len(),
+            pus: cores.iter().map(|c| c.pus.len()).sum(),
+            numa_nodes,
+            memory_bytes,
+            gpus: detect_gpus(),
+        }
+    }
+
+    /// A short label that is equal for nodes of equal hardware, e.g.
+    /// `Intel Xeon Gold 6248 48c 376GiB 4xTesla V100-SXM2-32GB`.
+    pub fn node_type(&self) -> String {
+        let mut s = format!(
+            "{} {}c {}GiB",
+            self.cpu_model,
+            self.cores,
+            (self.memory_bytes as f64 / (1u64 << 30) as f64).round() as u64
+        );
+        if let Some(first) = self.gpus.first() {
+            let same = self.gpus.iter().all(|g| g == first);
+            if same {
+                s.push_str(&format!(" {}x{}", self.gpus.len(), first));
+            } else {
+                s.push_str(&format!(" {}", self.gpus.join("+")));
+            }
+        }
+        s
+    }
+}
+
+/// GPU models from the NVIDIA driver's procfs (present without CUDA in the process).
+fn detect_gpus() -> Vec<String> {
+    let mut gpus: Vec<(String, String)> = std::fs::read_dir("/proc/driver/nvidia/gpus")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let text = std::fs::read_to_string(e.path().join("information")).ok()?;
+                    let model = text.lines().find_map(|l| l.strip_prefix("Model:"))?;
+                    Some((e.file_name().to_string_lossy().into_owned(), model.trim().to_string()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    gpus.sort();
+    gpus.into_iter().map(|(_, m)| m).collect()
+}
+
+/// The MPI world as a rank sees it.
+pub struct World {
+    pub universe: mpi::environment::Universe,
+    pub world: SimpleCommunicator,
+    pub rank: usize,
+    pub size: usize,
+    pub local_rank: usize,
+    pub local_size: usize,
+    pub host: String,
+    /// Number of distinct nodes (shared-memory domains) in the job.
+    pub nodes: usize,
+}
+
+impl World {
+    pub fn init() -> Result<World> {
+        let universe = mpi::initialize().context(
+            "MPI could not be initialised (already initialised?). Launch with mpirun or srun",
+        )?;
+        let world = universe.world();
+        let local = world.split_shared(0);
+        let host = mpi::environment::processor_name().unwrap_or_else(|_| "unknown".into());
+        let is_leader = u32::from(local.rank() == 0);
+        let mut nodes = 0u32;
+        mpi::collective::CommunicatorCollectives::all_reduce_into(
+            &world,
+            &is_leader,
+            &mut nodes,
+            mpi::collective::SystemOperation::sum(),
+        );
+        Ok(World {
+            rank: world.rank() as usize,
+            size: world.size() as usize,
+            local_rank: local.rank() as usize,
+            local_size: local.size() as usize,
+            host,
+            nodes: nodes as usize,
+            world,
+            universe,
+        })
+    }
+}
+
+/// Launcher variables worth keeping with a run (Open MPI, Slurm, CUDA).
+pub fn launcher_env() -> Vec<(String, String)> {
+    let mut vars: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| {
+            k.starts_with("OMPI_COMM_WORLD_")
+                || k.starts_with("SLURM_")
+                || k == "CUDA_VISIBLE_DEVICES"
+                || k == "PMIX_RANK"
+                || k == "OMP_NUM_THREADS"
+        })
+        .collect();
+    vars.sort();
+    vars
+}
+
+/// `ddpbench topo`: the node, its cores, and the binding each local rank would get.
+pub fn main(args: TopoArgs) -> Result<()> {
+    anyhow::ensure!(args.ranks > 0, "--ranks must be at least 1");
+    let topo = Topology::new().context("hwloc could not read this machine's topology")?;
+    let cores = discover_cores(&topo);
+    let info = NodeInfo::detect(&cores);
+    println!("node type : {}", info.node_type());
+    println!("cpu       : {}", info.cpu_model);
+    println!(
+        "layout    : {} package(s), {} NUMA node(s), {} core(s), {} hardware thread(s)",
+        info.packages, info.numa_nodes, info.cores, info.pus
+    );
+    println!("memory    : {:.1} GiB", info.memory_bytes as f64 / (1u64 << 30) as f64);
+    if info.gpus.is_empty() {
+        println!("gpus      : none seen by the NVIDIA driver");
+    } else {
+        for (i, g) in info.gpus.iter().enumerate() {
+            println!("gpu {i:<5} : {g}");
+        }
+    }
+    println!("\nbinding for {} local rank(s), policy {:?}:", args.ranks, args.bind);
+    println!("{:>10}  {:>8}  {:>7}  {:<24}  note", "local_rank", "packages", "threads", "pus");
+    for r in 0..args.ranks {
+        let b = plan_binding(&cores, args.bind, r, args.ranks);
+        let pus = if b.pus.is_empty() { "(unbound)".to_string() } else { compact_list(&b.pus) };
+        let pk = if b.packages.is_empty() { "-".into() } else { compact_list(&b.packages.iter().map(|&p| p as u32).collect::<Vec<_>>()) };
+        let gpu = if info.gpus.is_empty() { String::new() } else { format!("gpu {}", r % info.gpus.len()) };
+        let note = if b.shared { "shares cores (more ranks than cores)".to_string() } else { gpu };
+        println!("{r:>10}  {pk:>8}  {:>7}  {pus:<24}  {note}", b.threads);
+    }
+    Ok(())
+}
+
+/// `[0,1,2,3,8]` -> `0-3,8`.
+pub fn compact_list(ids: &[u32]) -> String {
+    let mut sorted = ids.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let mut j = i;
+        while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j { sorted[i].to_string() } else { format!("{}-{}", sorted[i], sorted[j]) });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `packages` × `per_package` cores with 2 hardware threads each (Linux numbering).
+    fn machine(packages: usize, per_package: usize) -> Vec<CoreSlot> {
+        let n = (packages * per_package) as u32;
+        (0..packages * per_package)
+            .map(|i| CoreSlot { package: i / per_package, pus: vec![i as u32, i as u32 + n] })
+            .collect()
+    }
+
+    fn all(cores: &[CoreSlot], policy: BindPolicy, n: usize) -> Vec<Binding> {
+        (0..n).map(|r| plan_binding(cores, policy, r, n)).collect()
+    }
+
+    #[test]
+    fn auto_spreads_over_packages_with_disjoint_cores() {
+        let m = machine(2, 24);
+        let b = all(&m, BindPolicy::Auto, 4);
+        assert_eq!(b.iter().map(|b| b.packages.clone()).collect::<Vec<_>>(), vec![vec![0], vec![0], vec![1], vec![1]]);
+        assert!(b.iter().all(|b| b.threads == 12 && !b.shared));
+        let mut seen = BTreeSet::new();
+        for x in &b {
+            for c in &x.cores {
+                assert!(seen.insert(*c), "core {c} given twice");
+            }
+        }
+        assert_eq!(seen.len(), 48);
+        // Two ranks on a two-socket node: one socket each.
+        let b = all(&m, BindPolicy::Auto, 2);
+        assert_eq!(b[0].packages, vec![0]);
+        assert_eq!(b[1].packages, vec![1]);
+        // One rank takes the whole node.
+        assert_eq!(plan_binding(&m, BindPolicy::Auto, 0, 1).threads, 48);
+    }
+
+    #[test]
+    fn auto_uneven_split_and_oversubscription() {
+        let m = machine(1, 5);
+        let b = all(&m, BindPolicy::Auto, 2);
+        assert_eq!(b[0].cores, vec![0, 1, 2]);
+        assert_eq!(b[1].cores, vec![3, 4]);
+        let m = machine(1, 2);
+        let b = all(&m, BindPolicy::Auto, 3);
+        assert!(b.iter().all(|b| b.shared && b.threads == 1));
+        assert_eq!(b[2].cores, vec![0]);
+    }
+
+    #[test]
+    fn core_socket_none_policies() {
+        let m = machine(2, 4);
+        let b = all(&m, BindPolicy::Core, 3);
+        assert_eq!(b.iter().map(|b| b.cores.clone()).collect::<Vec<_>>(), vec![vec![0], vec![1], vec![2]]);
+        assert_eq!(b[1].pus, vec![1, 9]);
+        let b = all(&m, BindPolicy::Socket, 3);
+        assert_eq!(b[2].packages, vec![0]);
+        assert!(b[2].shared);
+        let b = plan_binding(&m, BindPolicy::None, 1, 2);
+        assert!(b.pus.is_empty());
+        assert_eq!(b.threads, 4);
+    }
+
+    #[test]
+    fn compact_lists() {
+        assert_eq!(compact_list(&[3, 0, 1, 2, 8, 10, 11]), "0-3,8,10-11");
+        assert_eq!(compact_list(&[]), "");
+    }
+}

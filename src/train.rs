@@ -1,0 +1,572 @@
+//! `ddpbench train`: the timed data-parallel loop, one process per rank.
+//!
+//! Each step reads top to bottom like the sentence it measures:
+//! load batch → forward → backward → all-reduce → optimizer step, each phase timed
+//! the same way (device-synchronised on GPU), the rest counted as `other_s` so the
+//! phases add up to `step_s`.
+//!
+//! Errors during set-up are agreed across ranks ([`agree`]) so every rank exits
+//! non-zero with the same message; an error on one rank during training takes the
+//! job down with MPI_Abort so no rank waits forever in a collective.
+
+use crate::cli::{DeviceChoice, OptimizerKind, TrainArgs};
+use crate::comm::{self, BucketPlan, GradientReducer, MpiStaged};
+use crate::data::{self, Dataset};
+use crate::model;
+use crate::record::{self, CsvLog, EpochRow, Manifest, RankInfo, StepRow};
+use crate::topology::{self, World};
+use anyhow::{anyhow, bail, Context, Result};
+use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
+use mpi::topology::Communicator;
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime};
+use tch::nn::{self, ModuleT, OptimizerConfig};
+use tch::{Device, Kind, Tensor};
+use tracing::{info, warn};
+
+/// An error every rank knows about (agreed through MPI), reported once by rank 0.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct AgreedError {
+    /// The lowest rank that hit it.
+    pub rank: usize,
+    pub message: String,
+}
+
+/// Checks arguments that need no MPI, so bad input fails before any rendezvous.
+pub fn validate(args: &TrainArgs) -> Result<()> {
+    let fail = |flag: &str, why: &str| Err(anyhow!("{flag}: {why}"));
+    if args.batch_size == 0 {
+        return fail("--batch-size 0", "must be at least 1 sample per rank");
+    }
+    if args.epochs == 0 {
+        return fail("--epochs 0", "must be at least 1 (use --max-steps to stop earlier)");
+    }
+    if args.max_steps == Some(0) {
+        return fail("--max-steps 0", "must be at least 1");
+    }
+    if args.threads == Some(0) {
+        return fail("--threads 0", "must be at least 1 (leave it out to follow the core binding)");
+    }
+    if !(args.bucket_mb > 0.0 && args.bucket_mb.is_finite()) {
+        return fail(&format!("--bucket-mb {}", args.bucket_mb), "must be a positive number of MiB");
+    }
+    if !(args.lr > 0.0 && args.lr.is_finite()) {
+        return fail(&format!("--lr {}", args.lr), "must be positive");
+    }
+    if args.synthetic_samples == 0 {
+        return fail("--synthetic-samples 0", "must be at least 1");
+    }
+    Ok(())
+}
+
+/// Entry point of `ddpbench train`.
+pub fn main(args: TrainArgs) -> Result<()> {
+    validate(&args)?;
+    let world = World::init()?;
+    init_logging(world.rank);
+    install_abort_on_panic();
+    let _span = tracing::info_span!("rank", r = world.rank).entered();
+    match run(&world, &args) {
+        Ok(()) => Ok(()),
+        Err(err) => match err.downcast_ref::<AgreedError>() {
+            Some(agreed) => {
+                let rank = world.rank;
+                let origin = agreed.rank;
+                drop(world); // MPI_Finalize: every rank reached this point.
+                if rank == 0 {
+                    Err(err.context(format!("rank {origin} reported")))
+                } else {
+                    std::process::exit(1)
+                }
+            }
+            None => {
+                eprintln!("Error on rank {} ({}): {err:#}. Aborting the job.", world.rank, world.host);
+                world.world.abort(1)
+            }
+        },
+    }
+}
+
+fn init_logging(rank: usize) {
+    use tracing_subscriber::EnvFilter;
+    let default = if rank == 0 { "info" } else { "warn" };
+    let filter = EnvFilter::try_from_env("DDPBENCH_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// A panic on one rank must not leave the others blocked in a collective.
+fn install_abort_on_panic() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        // SAFETY: MPI is initialised (the hook is installed after World::init).
+        unsafe {
+            mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 2);
+        }
+    }));
+}
+
+/// Turns a per-rank result into one every rank agrees on: if any rank failed,
+/// all ranks return the lowest failing rank's message as an [`AgreedError`].
+pub fn agree<T>(w: &World, result: Result<T>) -> Result<T> {
+    let mine: i32 = if result.is_err() { w.rank as i32 } else { i32::MAX };
+    let mut first = 0i32;
+    w.world.all_reduce_into(&mine, &mut first, SystemOperation::min());
+    if first == i32::MAX {
+        return result;
+    }
+    let mut text = match &result {
+        Err(e) if w.rank as i32 == first => format!("{e:#}").into_bytes(),
+        _ => Vec::new(),
+    };
+    let root = w.world.process_at_rank(first);
+    let mut len = text.len() as u64;
+    root.broadcast_into(&mut len);
+    text.resize(len as usize, 0);
+    root.broadcast_into(&mut text[..]);
+    Err(AgreedError { rank: first as usize, message: String::from_utf8_lossy(&text).into_owned() }.into())
+}
+
+/// Rank 0's string, on every rank.
+fn broadcast_string(w: &World, s: &str) -> String {
+    let root = w.world.process_at_rank(0);
+    let mut bytes = if w.rank == 0 { s.as_bytes().to_vec() } else { Vec::new() };
+    let mut len = bytes.len() as u64;
+    root.broadcast_into(&mut len);
+    bytes.resize(len as usize, 0);
+    root.broadcast_into(&mut bytes[..]);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Every rank's string, on rank 0 (None elsewhere).
+fn gather_strings(w: &World, s: &str) -> Option<Vec<String>> {
+    let mut width = 0u64;
+    w.world.all_reduce_into(&(s.len() as u64), &mut width, SystemOperation::max());
+    let mut mine = s.as_bytes().to_vec();
+    mine.resize(width as usize, 0);
+    let root = w.world.process_at_rank(0);
+    if w.rank == 0 {
+        let mut all = vec![0u8; width as usize * w.size];
+        root.gather_into_root(&mine[..], &mut all[..]);
+        Some(
+            all.chunks(width.max(1) as usize)
+                .take(w.size)
+                .map(|c| String::from_utf8_lossy(c).trim_end_matches('\0').to_string())
+                .collect(),
+        )
+    } else {
+        root.gather_into(&mine[..]);
+        None
+    }
+}
+
+/// Rank 0 picks and prepares the run folder; every rank learns its path.
+fn prepare_out_dir(w: &World, args: &TrainArgs, started: SystemTime) -> Result<(PathBuf, String)> {
+    let prepared: Result<PathBuf> = if w.rank == 0 {
+        (|| {
+            let dir = match &args.out {
+                Some(d) => d.clone(),
+                None => {
+                    let id = format!(
+                        "{}-{}-n{}-{}",
+                        serde_json::to_value(args.model)?.as_str().unwrap_or("model"),
+                        serde_json::to_value(args.dataset)?.as_str().unwrap_or("data"),
+                        w.size,
+                        record::compact_utc(started)
+                    );
+                    PathBuf::from("results").join(id)
+                }
+            };
+            if dir.join("manifest.json").exists() {
+                bail!(
+                    "{} already holds a run (manifest.json). Choose another --out or move that run away",
+                    dir.display()
+                );
+            }
+            std::fs::create_dir_all(&dir).with_context(|| {
+                format!("cannot create output folder {} (check permissions or choose another --out)", dir.display())
+            })?;
+            let probe = dir.join(".write-test");
+            std::fs::write(&probe, b"ok").with_context(|| {
+                format!("output folder {} is not writable (choose another --out)", dir.display())
+            })?;
+            let _ = std::fs::remove_file(probe);
+            Ok(dir)
+        })()
+    } else {
+        Ok(PathBuf::new())
+    };
+    let dir = agree(w, prepared)?;
+    let dir = PathBuf::from(broadcast_string(w, &dir.to_string_lossy()));
+    let run_id = dir.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    Ok((dir, run_id))
+}
+
+fn resolve_device(choice: DeviceChoice, local_rank: usize) -> Result<Device> {
+    let gpus = tch::Cuda::device_count();
+    match choice {
+        DeviceChoice::Cpu => Ok(Device::Cpu),
+        DeviceChoice::Auto if gpus == 0 => Ok(Device::Cpu),
+        DeviceChoice::Cuda if gpus == 0 => bail!(
+            "--device cuda: libtorch sees no GPU (CUDA_VISIBLE_DEVICES={:?}). Use --device cpu or check the node's driver",
+            std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_default()
+        ),
+        _ => Ok(Device::Cuda(local_rank % gpus as usize)),
+    }
+}
+
+fn sync(device: Device) {
+    if let Device::Cuda(i) = device {
+        tch::Cuda::synchronize(i as i64);
+    }
+}
+
+/// Copies rank 0's parameters to every rank (as DDP does at construction).
+fn broadcast_parameters(w: &World, params: &[(String, Tensor)]) {
+    let root = w.world.process_at_rank(0);
+    for (_, p) in params {
+        let n = p.numel();
+        let mut buf = vec![0f32; n];
+        if w.rank == 0 {
+            p.to_device(Device::Cpu).to_kind(Kind::Float).copy_data(&mut buf, n);
+        }
+        root.broadcast_into(&mut buf[..]);
+        let src = Tensor::from_slice(&buf).view(p.size().as_slice()).to_device(p.device());
+        tch::no_grad(|| {
+            let mut p = p.shallow_clone();
+            p.copy_(&src);
+        });
+    }
+}
+
+/// (L2 norm, plain sum) of all parameters, in f64.
+fn param_checksum(params: &[(String, Tensor)]) -> [f64; 2] {
+    tch::no_grad(|| {
+        let mut sq = 0.0;
+        let mut sum = 0.0;
+        for (_, p) in params {
+            let d = p.to_kind(Kind::Double);
+            sq += d.square().sum(Kind::Double).double_value(&[]);
+            sum += d.sum(Kind::Double).double_value(&[]);
+        }
+        [sq.sqrt(), sum]
+    })
+}
+
+/// Every rank must hold the same parameters; a difference names the ranks.
+fn check_in_sync(w: &World, params: &[(String, Tensor)], epoch: usize) -> Result<f64> {
+    let mine = param_checksum(params);
+    let mut all = vec![0f64; 2 * w.size];
+    w.world.all_gather_into(&mine[..], &mut all[..]);
+    let reference = [all[0], all[1]];
+    let diverged: Vec<String> = all
+        .chunks(2)
+        .enumerate()
+        .filter(|(_, c)| {
+            (0..2).any(|k| (c[k] - reference[k]).abs() > 1e-9 * reference[k].abs().max(1.0))
+        })
+        .map(|(r, c)| format!("rank {r} (l2 {:.12}, sum {:.12})", c[0], c[1]))
+        .collect();
+    if !diverged.is_empty() {
+        return Err(AgreedError {
+            rank: w.rank,
+            message: format!(
+                "parameters diverged after epoch {epoch}: rank 0 has l2 {:.12}, sum {:.12}; {}. \
+                 Gradients were not averaged identically on every rank",
+                reference[0],
+                reference[1],
+                diverged.join("; ")
+            ),
+        }
+        .into());
+    }
+    Ok(reference[0])
+}
+
+/// Loss and accuracy on the test split, each rank taking every size-th sample.
+fn validate_epoch(w: &World, net: &dyn ModuleT, data: &Dataset, device: Device, limit: Option<usize>) -> (f64, f64, usize) {
+    let n = data.test.len().min(limit.unwrap_or(usize::MAX));
+    let mine: Vec<i64> = (w.rank..n).step_by(w.size).map(|i| i as i64).collect();
+    let (mut loss_sum, mut correct) = (0.0f64, 0.0f64);
+    tch::no_grad(|| {
+        for chunk in mine.chunks(1000) {
+            let (x, y) = data.test.batch(&Tensor::from_slice(chunk), device);
+            let out = net.forward_t(&x, false);
+            loss_sum += out.nll_loss(&y).double_value(&[]) * chunk.len() as f64;
+            correct += out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64).int64_value(&[]) as f64;
+        }
+    });
+    let mine = [loss_sum, correct, mine.len() as f64];
+    let mut total = [0f64; 3];
+    w.world.all_reduce_into(&mine[..], &mut total[..], SystemOperation::sum());
+    if total[2] == 0.0 {
+        return (f64::NAN, f64::NAN, 0);
+    }
+    (total[0] / total[2], total[1] / total[2], total[2] as usize)
+}
+
+fn run(w: &World, args: &TrainArgs) -> Result<()> {
+    let started = SystemTime::now();
+    let started_at = Instant::now();
+    let (out_dir, run_id) = prepare_out_dir(w, args, started)?;
+
+    // Placement: bind this rank to its cores, then size libtorch's thread pool to them.
+    let mut hw = hwloc2::Topology::new().ok_or_else(|| anyhow!("hwloc could not read the topology"));
+    let cores = hw.as_ref().map(topology::discover_cores).unwrap_or_default();
+    let binding = topology::plan_binding(&cores, args.bind, w.local_rank, w.local_size);
+    if let Ok(hw) = hw.as_mut() {
+        if let Err(e) = topology::apply_binding(hw, &binding) {
+            warn!("{e:#}; running unbound");
+        }
+    }
+    if binding.shared {
+        warn!("{} local ranks share {} cores: timings will include contention", w.local_size, cores.len());
+    }
+    let threads = args.threads.unwrap_or(binding.threads);
+    tch::set_num_threads(threads as i32);
+    let node = topology::NodeInfo::detect(&cores);
+    let node_type = args.node_type.clone().unwrap_or_else(|| node.node_type());
+    let device = agree(w, resolve_device(args.device, w.local_rank))?;
+    if let Device::Cuda(_) = device {
+        tch::Cuda::cudnn_set_benchmark(!args.deterministic);
+    }
+
+    // Data and model. The same seed on every rank, then rank 0's parameters win.
+    let spec = model::spec(args.model);
+    let dataset = agree(w, data::load(args, spec.input_shape, spec.classes))?;
+    tch::manual_seed(args.seed as i64);
+    let vs = nn::VarStore::new(device);
+    let net = model::build(args.model, &vs.root(), !args.no_dropout);
+    let params = model::ordered_parameters(&vs);
+    broadcast_parameters(w, &params);
+    // Dropout masks differ per rank, as in a PyTorch job where each process draws its own.
+    tch::manual_seed(args.seed as i64 + 1 + w.rank as i64);
+    let mut opt = agree(
+        w,
+        match args.optimizer {
+            OptimizerKind::Sgd => nn::Sgd { momentum: args.momentum, ..Default::default() }.build(&vs, args.lr),
+            OptimizerKind::Adam => nn::Adam::default().build(&vs, args.lr),
+        }
+        .map_err(anyhow::Error::from),
+    )?;
+
+    let numels: Vec<usize> = params.iter().map(|(_, t)| t.numel()).collect();
+    let plan = BucketPlan::new(&numels, 4, (args.bucket_mb * (1 << 20) as f64) as usize);
+    let probe = (args.probe_iters > 0 && w.size > 1)
+        .then(|| comm::probe_allreduce(&w.world, w.size, &plan, args.probe_iters));
+    let buckets = plan.buckets.len();
+    let mut reducer = MpiStaged::new(&w.world, w.size, plan);
+
+    let per_rank = data::shard_indices(dataset.train.len(), w.size, w.rank, args.seed, 0, true).len();
+    let steps_per_epoch = data::steps_per_epoch(per_rank, args.batch_size);
+    let total_steps = (steps_per_epoch * args.epochs).min(args.max_steps.unwrap_or(usize::MAX));
+    let epochs = total_steps.div_ceil(steps_per_epoch);
+
+    // The manifest: written now (status "running") and again at the end.
+    let info = RankInfo {
+        rank: w.rank,
+        local_rank: w.local_rank,
+        host: w.host.clone(),
+        node_type: node_type.clone(),
+        device: format!("{device:?}"),
+        binding: format!(
+            "{}: {}",
+            serde_json::to_value(args.bind)?.as_str().unwrap_or(""),
+            if binding.pus.is_empty() { "unbound".into() } else { topology::compact_list(&binding.pus) }
+        ),
+        threads: tch::get_num_threads() as usize,
+        cpu_model: node.cpu_model.clone(),
+        gpus: node.gpus.clone(),
+        launcher_env: topology::launcher_env(),
+    };
+    let infos = gather_strings(w, &serde_json::to_string(&info)?);
+    let mut manifest = Manifest {
+        run_id: run_id.clone(),
+        status: "running".into(),
+        error: None,
+        ddpbench_version: env!("CARGO_PKG_VERSION").into(),
+        libtorch_version: libtorch_version(),
+        mpi_library: mpi::environment::library_version().unwrap_or_default().trim().to_string(),
+        command_line: std::env::args().collect(),
+        config: serde_json::to_value(args)?,
+        model: serde_json::to_value(args.model)?.as_str().unwrap_or("").into(),
+        dataset: dataset.name.clone(),
+        dataset_source: dataset.source.clone(),
+        parameters: numels.iter().sum(),
+        gradient_bytes: (numels.iter().sum::<usize>() * 4) as u64,
+        comm_backend: reducer.backend().into(),
+        buckets,
+        world_size: w.size,
+        nodes: w.nodes,
+        batch_size_per_rank: args.batch_size,
+        global_batch_size: args.batch_size * w.size,
+        steps_per_epoch,
+        start_utc: record::rfc3339_utc(started),
+        end_utc: None,
+        wall_s: None,
+        final_param_l2: None,
+        final_val_accuracy: None,
+        allreduce_probe: probe,
+        ranks: infos
+            .unwrap_or_default()
+            .iter()
+            .map(|s| serde_json::from_str(s))
+            .collect::<Result<_, _>>()?,
+    };
+    let wrote = if w.rank == 0 { manifest.write(&out_dir) } else { Ok(()) };
+    agree(w, wrote)?;
+    let mut steps_log = agree(w, CsvLog::<StepRow>::create(&out_dir.join(record::rank_file_name(w.rank))))?;
+    let mut epochs_log = if w.rank == 0 { Some(agree(w, CsvLog::<EpochRow>::create(&out_dir.join("epochs.csv")))?) } else { agree(w, Ok(()))?; None };
+
+    info!(
+        "run {run_id}: {} ranks on {} node(s), {:?}, {} params in {} bucket(s), batch {}×{}, {} steps/epoch, {} epoch(s) → {}",
+        w.size, w.nodes, device, manifest.parameters, buckets, args.batch_size, w.size, steps_per_epoch, epochs, out_dir.display()
+    );
+    if let Some(p) = &manifest.allreduce_probe {
+        info!("raw MPI_Allreduce of {} B: median {:.3} ms, busbw {:.2} GB/s", p.bytes, p.median_s * 1e3, p.busbw_bytes_per_s / 1e9);
+    }
+
+    // A common time origin: ranks leave the barrier together (to within its exit skew).
+    w.world.barrier();
+    let origin = Instant::now();
+    let fault = fault_injection(w.rank);
+    let mut global_step = 0usize;
+    let mut last_l2 = 0.0;
+    let mut last_acc = None;
+    for epoch in 0..epochs {
+        let indices = data::shard_indices(dataset.train.len(), w.size, w.rank, args.seed, epoch, true);
+        let epoch_start = Instant::now();
+        let (mut loss_sum, mut steps_done) = (0.0f64, 0usize);
+        for (step, chunk) in indices.chunks(args.batch_size).enumerate() {
+            if global_step >= total_steps {
+                break;
+            }
+            if fault == Some(global_step) {
+                bail!("fault injected by DDPBENCH_FAULT at step {global_step}");
+            }
+            let wall = SystemTime::now();
+            let t0 = Instant::now();
+            let (x, y) = dataset.train.batch(&Tensor::from_slice(chunk), device);
+            sync(device);
+            let t1 = Instant::now();
+            let loss = net.forward_t(&x, true).nll_loss(&y);
+            sync(device);
+            let t2 = Instant::now();
+            loss.backward();
+            sync(device);
+            let t3 = Instant::now();
+            let grads: Vec<Tensor> = params.iter().map(|(_, p)| p.grad()).collect();
+            let bytes = reducer.reduce_mean(&grads)?;
+            sync(device);
+            let t4 = Instant::now();
+            opt.step();
+            opt.zero_grad();
+            sync(device);
+            let t5 = Instant::now();
+            let loss_value = loss.double_value(&[]);
+            let t6 = Instant::now();
+            let s = |a: Instant, b: Instant| (b - a).as_secs_f64();
+            let (data_s, forward_s, backward_s, comm_s, optimizer_s) = (s(t0, t1), s(t1, t2), s(t2, t3), s(t3, t4), s(t4, t5));
+            let step_s = s(t0, t6);
+            steps_log.write(&StepRow {
+                rank: w.rank,
+                node_type: node_type.clone(),
+                epoch,
+                step,
+                global_step,
+                warmup: u8::from(global_step < args.warmup_steps),
+                time_utc: record::rfc3339_utc(wall),
+                elapsed_s: s(origin, t0),
+                samples: chunk.len(),
+                data_s,
+                forward_s,
+                backward_s,
+                comm_s,
+                optimizer_s,
+                other_s: step_s - (data_s + forward_s + backward_s + comm_s + optimizer_s),
+                step_s,
+                comm_start_s: s(origin, t3),
+                loss: loss_value,
+                bytes,
+            })?;
+            if !loss_value.is_finite() {
+                bail!("loss became {loss_value} at epoch {epoch} step {step}: lower --lr");
+            }
+            loss_sum += loss_value;
+            steps_done += 1;
+            global_step += 1;
+            if w.rank == 0 && args.log_every > 0 && global_step % args.log_every == 0 {
+                info!("epoch {epoch} step {step}/{steps_per_epoch} loss {loss_value:.4} step {:.1} ms", step_s * 1e3);
+            }
+        }
+        steps_log.flush()?;
+        let epoch_s_local = epoch_start.elapsed().as_secs_f64();
+        let mut epoch_s = 0.0;
+        w.world.all_reduce_into(&epoch_s_local, &mut epoch_s, SystemOperation::max());
+        let mut train = [0f64; 2];
+        w.world.all_reduce_into(&[loss_sum, steps_done as f64][..], &mut train[..], SystemOperation::sum());
+        last_l2 = check_in_sync(w, &params, epoch)?;
+        let val_start = Instant::now();
+        let (val_loss, val_acc, val_n) = validate_epoch(w, net.as_ref(), &dataset, device, args.val_samples);
+        last_acc = val_acc.is_finite().then_some(val_acc);
+        if let Some(log) = epochs_log.as_mut() {
+            log.write(&EpochRow {
+                epoch,
+                time_utc: record::rfc3339_utc(SystemTime::now()),
+                steps: steps_done,
+                epoch_s,
+                train_loss: train[0] / train[1].max(1.0),
+                val_loss,
+                val_accuracy: val_acc,
+                val_samples: val_n,
+                val_s: val_start.elapsed().as_secs_f64(),
+                param_l2: last_l2,
+            })?;
+            log.flush()?;
+            info!(
+                "epoch {epoch}: {steps_done} steps in {epoch_s:.2} s, train loss {:.4}, val loss {val_loss:.4}, val accuracy {:.2} %",
+                train[0] / train[1].max(1.0),
+                val_acc * 100.0
+            );
+        }
+    }
+
+    if w.rank == 0 {
+        if args.save_model {
+            vs.save(out_dir.join("model.safetensors")).context("cannot save model.safetensors")?;
+        }
+        manifest.status = "completed".into();
+        manifest.end_utc = Some(record::rfc3339_utc(SystemTime::now()));
+        manifest.wall_s = Some(started_at.elapsed().as_secs_f64());
+        manifest.final_param_l2 = Some(last_l2);
+        manifest.final_val_accuracy = last_acc;
+        manifest.write(&out_dir)?;
+        info!("done: {} (reduce with: ddpbench reduce {})", out_dir.display(), out_dir.display());
+    }
+    w.world.barrier();
+    Ok(())
+}
+
+/// `DDPBENCH_FAULT=RANK:STEP` makes rank RANK fail at global step STEP: the tests
+/// use it to prove a failing rank takes the job down instead of hanging it.
+fn fault_injection(rank: usize) -> Option<usize> {
+    let spec = std::env::var("DDPBENCH_FAULT").ok()?;
+    let (r, s) = spec.split_once(':')?;
+    (r.parse::<usize>().ok()? == rank).then(|| s.parse().ok()).flatten()
+}
+
+/// Version of the libtorch this binary runs on, from the library's build file.
+fn libtorch_version() -> String {
+    option_env!("DDPBENCH_LIBTORCH_LIB")
+        .map(Path::new)
+        .and_then(|lib| lib.parent())
+        .and_then(|root| std::fs::read_to_string(root.join("version.py")).ok())
+        .and_then(|v| v.lines().find_map(|l| l.strip_prefix("__version__ = ").map(|s| s.trim_matches(['\'', '"']).to_string())))
+        .unwrap_or_else(|| "unknown".into())
+}

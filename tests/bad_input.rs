@@ -1,0 +1,105 @@
+//! Bad input never hangs: each case exits non-zero on every rank, with a message
+//! that says what is wrong, within a time bound.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Every rank printed `rank-exit <r> <non-zero>`, and the message appeared.
+fn assert_fails_everywhere(job: &Job, message: &str) {
+    assert!(!job.timed_out, "hung: killed after {:?}\n{}", job.elapsed, job.all());
+    assert!(job.elapsed < LIMIT);
+    let all = job.all();
+    assert!(all.contains(message), "expected {message:?} in:\n{all}");
+    for r in 0..2 {
+        let line = all
+            .lines()
+            .find(|l| l.starts_with(&format!("rank-exit {r} ")))
+            .unwrap_or_else(|| panic!("rank {r} reported no exit status:\n{all}"));
+        let code: i32 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert_ne!(code, 0, "rank {r} exited 0:\n{all}");
+    }
+}
+
+fn fails(args: &[&str], message: &str) {
+    let job = train_reporting_exits(2, args, &[], LIMIT);
+    assert_fails_everywhere(&job, message);
+}
+
+fn write_idx(path: &std::path::Path, magic: u32, dims: &[u32], payload: usize) {
+    let mut bytes = magic.to_be_bytes().to_vec();
+    for d in dims {
+        bytes.extend_from_slice(&d.to_be_bytes());
+    }
+    bytes.resize(bytes.len() + payload, 0);
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// An MNIST-format folder of `n` blank images; `corrupt` edits one file.
+fn idx_dir(n: u32, corrupt: impl Fn(&std::path::Path)) -> tempfile::TempDir {
+    let d = tmp();
+    for prefix in ["train", "t10k"] {
+        write_idx(&d.path().join(format!("{prefix}-images-idx3-ubyte")), 0x803, &[n, 28, 28], (n * 784) as usize);
+        write_idx(&d.path().join(format!("{prefix}-labels-idx1-ubyte")), 0x801, &[n], n as usize);
+    }
+    corrupt(d.path());
+    d
+}
+
+#[test]
+fn unknown_model_and_dataset() {
+    fails(&["--model", "resnet999"], "invalid value 'resnet999' for '--model");
+    fails(&["--dataset", "imagenet22k"], "invalid value 'imagenet22k' for '--dataset");
+}
+
+#[test]
+fn batch_size_zero() {
+    fails(&["--batch-size", "0"], "--batch-size 0: must be at least 1");
+}
+
+#[test]
+fn missing_data() {
+    fails(&["--dataset", "mnist", "--data-dir", "/nonexistent/mnist"], "/nonexistent/mnist: not found");
+    let d = idx_dir(10, |p| std::fs::remove_file(p.join("t10k-labels-idx1-ubyte")).unwrap());
+    fails(&["--dataset", "mnist", "--data-dir", &path_str(d.path())], "t10k-labels-idx1-ubyte[.gz]: not found");
+}
+
+#[test]
+fn corrupt_data_files() {
+    let d = idx_dir(10, |p| write_idx(&p.join("train-images-idx3-ubyte"), 0x1234, &[10, 28, 28], 7840));
+    fails(&["--dataset", "mnist", "--data-dir", &path_str(d.path())], "not an IDX file (magic 0x00001234");
+    let d = idx_dir(10, |p| write_idx(&p.join("train-images-idx3-ubyte"), 0x803, &[10, 28, 28], 100));
+    fails(&["--dataset", "mnist", "--data-dir", &path_str(d.path())], "truncated: header says 7840 bytes of data, the file holds 100");
+    let d = idx_dir(10, |p| std::fs::write(p.join("train-labels-idx1-ubyte"), [0x1f, 0x8b, 8, 0, 1, 2]).unwrap());
+    fails(&["--dataset", "mnist", "--data-dir", &path_str(d.path())], "gzip data is corrupt or truncated");
+}
+
+#[test]
+fn output_folder_unwritable_or_taken() {
+    fails(&["--out", "/proc/ddpbench-cannot-be-here", "--max-steps", "1"], "cannot create output folder /proc/ddpbench-cannot-be-here");
+    let d = tmp();
+    std::fs::write(d.path().join("manifest.json"), "{}").unwrap();
+    fails(&["--out", &path_str(d.path()), "--max-steps", "1"], "already holds a run (manifest.json)");
+}
+
+#[test]
+fn a_failing_rank_takes_the_job_down() {
+    let d = tmp();
+    let out = d.path().join("run");
+    let job = train_reporting_exits(
+        2,
+        &["--max-steps", "50", "--val-samples", "0", "--out", &path_str(&out)],
+        &[("DDPBENCH_FAULT", "1:3")],
+        LIMIT,
+    );
+    assert!(!job.timed_out, "hung after a rank failed:\n{}", job.all());
+    let all = job.all();
+    assert!(all.contains("Error on rank 1") && all.contains("fault injected by DDPBENCH_FAULT at step 3"), "{all}");
+    assert!(!all.contains("rank-exit 0 0") && !all.contains("rank-exit 1 0"), "no rank may succeed:\n{all}");
+    // Rows of the steps completed before the failure are kept on the other rank... at
+    // least the header and the rank file exist, and the manifest says it did not complete.
+    let m = json(&out.join("manifest.json"));
+    assert_eq!(m["status"], "running");
+}

@@ -1,0 +1,125 @@
+//! Helpers for tests that launch real `mpirun` jobs of the built binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_ddpbench");
+
+/// Result of a launched job.
+pub struct Job {
+    pub status: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+    pub timed_out: bool,
+}
+
+impl Job {
+    pub fn all(&self) -> String {
+        format!("{}\n{}", self.stdout, self.stderr)
+    }
+    pub fn ok(&self) -> bool {
+        self.status == Some(0)
+    }
+    pub fn assert_ok(&self) {
+        assert!(self.ok(), "job failed ({:?}) after {:?}:\n{}", self.status, self.elapsed, self.all());
+    }
+}
+
+/// Runs `cmd`, killing it (and its process group) after `limit`.
+pub fn run_with_limit(mut cmd: Command, limit: Duration) -> Job {
+    use std::os::unix::process::CommandExt;
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+    let start = Instant::now();
+    let mut child = cmd.spawn().expect("spawn");
+    let pid = child.id() as i32;
+    let mut timed_out = false;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if start.elapsed() > limit {
+            timed_out = true;
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out: Output = child.wait_with_output().unwrap();
+    Job {
+        status: if timed_out { None } else { out.status.code() },
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        elapsed: start.elapsed(),
+        timed_out,
+    }
+}
+
+/// `mpirun -n ranks <program...>` with the settings a 2-core CI machine needs.
+pub fn mpirun_cmd(ranks: usize) -> Command {
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["-n", &ranks.to_string(), "--bind-to", "none", "--oversubscribe"])
+        .args(["--mca", "btl", "self,vader,tcp"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1");
+    cmd
+}
+
+/// `mpirun -n ranks ddpbench train <args>`.
+pub fn train(ranks: usize, args: &[&str], limit: Duration) -> Job {
+    let mut cmd = mpirun_cmd(ranks);
+    cmd.arg(BIN).arg("train").args(args);
+    run_with_limit(cmd, limit)
+}
+
+/// Runs each rank under a shell that prints `rank-exit <rank> <code>`, so a test
+/// can see every rank's own exit status.
+pub fn train_reporting_exits(ranks: usize, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Job {
+    let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+    // -x exports must come before the program.
+    let mut fixed = mpirun_cmd(ranks);
+    for (k, v) in env {
+        fixed.env(k, v).args(["-x", k]);
+    }
+    fixed.args(["sh", "-c", &format!("'{BIN}' train {}; echo \"rank-exit $OMPI_COMM_WORLD_RANK $?\"", quoted.join(" "))]);
+    run_with_limit(fixed, limit)
+}
+
+/// `ddpbench <args>` without MPI.
+pub fn ddpbench(args: &[&str]) -> Job {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args);
+    run_with_limit(cmd, Duration::from_secs(120))
+}
+
+pub fn read_csv(path: &Path) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut r = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let headers = r.headers().unwrap().iter().map(String::from).collect();
+    let rows = r.records().map(|rec| rec.unwrap().iter().map(String::from).collect()).collect();
+    (headers, rows)
+}
+
+/// Column `name` of `rows` parsed as f64.
+pub fn col(headers: &[String], rows: &[Vec<String>], name: &str) -> Vec<f64> {
+    let i = headers.iter().position(|h| h == name).unwrap_or_else(|| panic!("no column {name} in {headers:?}"));
+    rows.iter().map(|r| r[i].parse::<f64>().unwrap_or_else(|_| panic!("{name}={:?} is not a number", r[i]))).collect()
+}
+
+pub fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+pub fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+pub fn path_str(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+pub fn join(p: &Path, s: &str) -> PathBuf {
+    p.join(s)
+}

@@ -1,0 +1,140 @@
+//! Real `mpirun -n 2` training runs on CPU: files complete, numbers consistent,
+//! 2 ranks equivalent to 1 rank with twice the batch.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(300);
+
+#[test]
+fn two_ranks_write_complete_consistent_files() {
+    let dir = tmp();
+    let out = dir.path().join("run");
+    let job = train(2, &["--max-steps", "30", "--val-samples", "500", "--out", &path_str(&out)], LIMIT);
+    job.assert_ok();
+
+    let m = json(&out.join("manifest.json"));
+    assert_eq!(m["status"], "completed");
+    assert_eq!(m["world_size"], 2);
+    assert_eq!(m["parameters"], 1_199_882);
+    assert_eq!(m["gradient_bytes"], 4 * 1_199_882);
+    assert_eq!(m["global_batch_size"], 128);
+    assert_eq!(m["libtorch_version"].as_str().unwrap().split('+').next().unwrap(), "2.11.0");
+    let ranks = m["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 2);
+    for (r, info) in ranks.iter().enumerate() {
+        assert_eq!(info["rank"], r);
+        assert!(!info["host"].as_str().unwrap().is_empty());
+        assert!(info["binding"].as_str().unwrap().starts_with("auto: "), "{info}");
+        assert_eq!(info["device"], "Cpu");
+    }
+    // On 2 cores, auto binding gives each rank its own core, and libtorch one thread.
+    if std::thread::available_parallelism().unwrap().get() == 2 {
+        let b0 = ranks[0]["binding"].as_str().unwrap();
+        let b1 = ranks[1]["binding"].as_str().unwrap();
+        assert_ne!(b0, b1, "ranks must get disjoint cores");
+        assert_eq!(ranks[0]["threads"], 1);
+    }
+    let probe = &m["allreduce_probe"];
+    assert_eq!(probe["bytes"], 4 * 1_199_882);
+    assert!(probe["busbw_bytes_per_s"].as_f64().unwrap() > 0.0);
+
+    let mut checksum_rows = Vec::new();
+    for r in 0..2 {
+        let (h, rows) = read_csv(&out.join(format!("rank-{r:05}.csv")));
+        assert_eq!(rows.len(), 30, "rank {r}: one row per step");
+        assert!(col(&h, &rows, "rank").iter().all(|&x| x == r as f64));
+        assert_eq!(col(&h, &rows, "global_step"), (0..30).map(f64::from).collect::<Vec<_>>());
+        let warm = col(&h, &rows, "warmup");
+        assert_eq!(warm.iter().filter(|&&w| w == 1.0).count(), 5);
+        assert!(warm[..5].iter().all(|&w| w == 1.0));
+        assert!(col(&h, &rows, "samples").iter().all(|&s| s == 64.0));
+        assert!(col(&h, &rows, "bytes").iter().all(|&b| b == 4.0 * 1_199_882.0));
+        let step = col(&h, &rows, "step_s");
+        let phases: Vec<Vec<f64>> = ["data_s", "forward_s", "backward_s", "comm_s", "optimizer_s", "other_s"]
+            .iter()
+            .map(|p| col(&h, &rows, p))
+            .collect();
+        for i in 0..rows.len() {
+            let sum: f64 = phases.iter().map(|p| p[i]).sum();
+            assert!((sum - step[i]).abs() <= 0.02 * step[i], "rank {r} step {i}: phases {sum} vs step {}", step[i]);
+            assert!(phases.iter().all(|p| p[i] >= -1e-6), "negative phase at step {i}");
+            assert!(phases[1][i] > 0.0 && phases[2][i] > 0.0 && phases[3][i] > 0.0);
+        }
+        let elapsed = col(&h, &rows, "elapsed_s");
+        assert!(elapsed.windows(2).all(|w| w[1] > w[0]), "elapsed_s increases");
+        let loss = col(&h, &rows, "loss");
+        assert!(loss.iter().all(|l| l.is_finite()));
+        // Training works: the last steps' loss is well below the first steps'.
+        let first: f64 = loss[..5].iter().sum::<f64>() / 5.0;
+        let last: f64 = loss[25..].iter().sum::<f64>() / 5.0;
+        assert!(last < 0.8 * first, "loss {first} -> {last}");
+        // Timestamps are RFC 3339 UTC.
+        let ti = h.iter().position(|c| c == "time_utc").unwrap();
+        assert!(rows.iter().all(|row| row[ti].ends_with('Z') && row[ti].as_bytes()[10] == b'T'));
+        checksum_rows.push(rows.len());
+    }
+    let (h, epochs) = read_csv(&out.join("epochs.csv"));
+    assert_eq!(epochs.len(), 1);
+    let l2 = col(&h, &epochs, "param_l2")[0];
+    assert!((l2 - m["final_param_l2"].as_f64().unwrap()).abs() < 1e-8 * l2);
+    assert_eq!(col(&h, &epochs, "val_samples")[0], 500.0);
+    let acc = col(&h, &epochs, "val_accuracy")[0];
+    assert!(acc > 0.3, "30 steps lift accuracy well above chance (10 %): {acc}");
+
+    // The reducer reads it back: one node type, two ranks, warm-up excluded.
+    let red = ddpbench(&["reduce", &path_str(&out)]);
+    red.assert_ok();
+    let (h, rows) = read_csv(&out.join("summary.csv"));
+    assert_eq!(rows.len(), 1);
+    assert_eq!(col(&h, &rows, "ranks")[0], 2.0);
+    assert_eq!(col(&h, &rows, "steps")[0], 50.0);
+    let shares: f64 = ["data_share", "forward_share", "backward_share", "comm_share", "optimizer_share", "other_share"]
+        .iter()
+        .map(|c| col(&h, &rows, c)[0])
+        .sum();
+    // Medians of parts need not add to the median of the whole, but stay close.
+    assert!((shares - 1.0).abs() < 0.25, "shares add to {shares}");
+    assert!(col(&h, &rows, "samples_per_s")[0] > 0.0);
+}
+
+fn final_params(dir: &std::path::Path) -> Vec<(String, tch::Tensor)> {
+    let mut p = tch::Tensor::read_safetensors(dir.join("model.safetensors")).unwrap();
+    p.sort_by(|a, b| a.0.cmp(&b.0));
+    p
+}
+
+fn relative_difference(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let mut diff = 0.0;
+    let mut norm = 0.0;
+    for ((na, ta), (nb, tb)) in a.iter().zip(b) {
+        assert_eq!(na, nb);
+        diff += (ta - tb).square().sum(tch::Kind::Double).double_value(&[]);
+        norm += ta.square().sum(tch::Kind::Double).double_value(&[]);
+    }
+    (diff / norm).sqrt()
+}
+
+#[test]
+fn two_ranks_of_batch_32_equal_one_rank_of_batch_64() {
+    let dir = tmp();
+    let common = ["--max-steps", "20", "--deterministic", "--no-dropout", "--optimizer", "sgd", "--lr", "0.01", "--val-samples", "0", "--save-model", "--probe-iters", "0"];
+    let run = |ranks: usize, batch: &str, seed: &str, name: &str| {
+        let out = dir.path().join(name);
+        let mut args: Vec<&str> = common.to_vec();
+        let o = path_str(&out);
+        args.extend(["--batch-size", batch, "--seed", seed, "--out", &o]);
+        train(ranks, &args, LIMIT).assert_ok();
+        final_params(&out)
+    };
+    let one = run(1, "64", "3", "one");
+    let two = run(2, "32", "3", "two");
+    let d = relative_difference(&one, &two);
+    assert!(d < 1e-5, "1×64 and 2×32 differ by {d:e} (relative L2)");
+    // The comparison can fail: another seed (other init, other shuffle) is far away.
+    let other = run(2, "32", "4", "other");
+    let d_other = relative_difference(&one, &other);
+    assert!(d_other > 1e-2, "a different seed should differ: {d_other:e}");
+}
