@@ -53,29 +53,92 @@ impl BucketPlan {
     }
 }
 
-/// Averages gradients across all ranks in place.
+/// Sums gradients across all ranks in place (the loss is pre-divided by the world
+/// size before backward, so the sum is the mean, as Horovod's predivide does).
 pub trait GradientReducer {
     /// Short name recorded in the manifest, e.g. `mpi-cpu-staged`.
     fn backend(&self) -> &'static str;
-    /// Replaces every gradient by its mean over all ranks. Returns the bytes all-reduced.
-    fn reduce_mean(&mut self, grads: &[Tensor]) -> Result<u64>;
+    /// Replaces every gradient of `params` (fixed order) by its sum over all ranks.
+    /// Returns the bytes all-reduced.
+    fn reduce(&mut self, params: &[Tensor]) -> Result<u64>;
+    /// Zeroes the gradients for the next step without freeing them.
+    fn zero_grads(&mut self, params: &[Tensor]);
 }
 
-/// MPI_Allreduce over host-memory buckets.
+/// Gradients living in flat bucket buffers, as PyTorch DDP's
+/// `gradient_as_bucket_view`: each parameter's `.grad` is a view into one of two
+/// buffer sets. The all-reduce reads the current set and writes the other, then
+/// the views are re-pointed, so on CPU no byte is copied besides MPI's own.
+struct FlatGrads {
+    /// Two sets of per-bucket buffers on the gradients' device.
+    sets: [Vec<Tensor>; 2],
+    current: usize,
+    /// (bucket, element offset) of each parameter.
+    slot: Vec<(usize, i64)>,
+}
+
+impl FlatGrads {
+    /// Moves the (defined) gradients of `params` into set 0 and makes them views of it.
+    fn attach(plan: &BucketPlan, params: &[Tensor]) -> FlatGrads {
+        let device = params[0].device();
+        let alloc = |n: usize| Tensor::zeros([n as i64], (Kind::Float, device));
+        let sets = [plan.numels.iter().map(|&n| alloc(n)).collect(), plan.numels.iter().map(|&n| alloc(n)).collect()];
+        let mut slot = vec![(0, 0); params.len()];
+        for (b, members) in plan.buckets.iter().enumerate() {
+            let mut offset = 0i64;
+            for &p in members {
+                slot[p] = (b, offset);
+                offset += params[p].numel() as i64;
+            }
+        }
+        let mut flat = FlatGrads { sets, current: 0, slot };
+        for (p, param) in params.iter().enumerate() {
+            let (b, off) = flat.slot[p];
+            let n = param.numel() as i64;
+            flat.sets[0][b].narrow(0, off, n).copy_(&param.grad().view([-1]));
+        }
+        flat.point_grads_at(0, params);
+        flat
+    }
+
+    fn point_grads_at(&mut self, set: usize, params: &[Tensor]) {
+        for (p, param) in params.iter().enumerate() {
+            let (b, off) = self.slot[p];
+            let size = param.size();
+            let stride = contiguous_strides(&size);
+            let mut grad = param.grad();
+            let _ = grad.set_source_tensor_storage_offset_(&self.sets[set][b], off, size.as_slice(), stride.as_slice());
+        }
+        self.current = set;
+    }
+}
+
+fn contiguous_strides(size: &[i64]) -> Vec<i64> {
+    let mut strides = vec![1i64; size.len()];
+    for i in (0..size.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * size[i + 1];
+    }
+    strides
+}
+
+/// MPI_Allreduce over host memory: the design card's CPU-staged fallback. On CPU
+/// the gradient buckets are all-reduced where they lie; on a GPU each bucket is
+/// copied to host buffers, all-reduced and copied back.
 pub struct MpiStaged<'a> {
     comm: &'a SimpleCommunicator,
     plan: BucketPlan,
-    world_size: usize,
-    send: Vec<Tensor>,
-    recv: Vec<Tensor>,
+    flat: Option<FlatGrads>,
+    /// Host staging buffers (send, recv) per bucket, used when gradients are on a GPU.
+    staging: Vec<(Tensor, Tensor)>,
 }
 
 impl<'a> MpiStaged<'a> {
-    pub fn new(comm: &'a SimpleCommunicator, world_size: usize, plan: BucketPlan) -> MpiStaged<'a> {
-        let alloc = |n: usize| Tensor::zeros([n as i64], (Kind::Float, Device::Cpu));
-        let send = plan.numels.iter().map(|&n| alloc(n)).collect();
-        let recv = plan.numels.iter().map(|&n| alloc(n)).collect();
-        MpiStaged { comm, plan, world_size, send, recv }
+    pub fn new(comm: &'a SimpleCommunicator, plan: BucketPlan) -> MpiStaged<'a> {
+        MpiStaged { comm, plan, flat: None, staging: Vec::new() }
+    }
+
+    pub fn plan(&self) -> &BucketPlan {
+        &self.plan
     }
 }
 
@@ -92,28 +155,52 @@ impl GradientReducer for MpiStaged<'_> {
         "mpi-cpu-staged"
     }
 
-    fn reduce_mean(&mut self, grads: &[Tensor]) -> Result<u64> {
-        let scale = 1.0 / self.world_size as f64;
-        for (b, params) in self.plan.buckets.iter().enumerate() {
-            let mut offset = 0i64;
-            for &p in params {
-                let n = grads[p].numel() as i64;
-                self.send[b].narrow(0, offset, n).copy_(&grads[p].view([-1]));
-                offset += n;
-            }
-            // SAFETY: send/recv are contiguous CPU f32 tensors owned by self.
-            let (send, recv) = unsafe { (f32_slice_mut(&mut self.send[b]), f32_slice_mut(&mut self.recv[b])) };
-            self.comm.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum());
-            let _ = self.recv[b].g_mul_scalar_(scale);
-            let mut offset = 0i64;
-            for &p in params {
-                let n = grads[p].numel() as i64;
-                let mut g = grads[p].view([-1]);
-                g.copy_(&self.recv[b].narrow(0, offset, n));
-                offset += n;
+    fn reduce(&mut self, params: &[Tensor]) -> Result<u64> {
+        if self.flat.is_none() {
+            self.flat = Some(FlatGrads::attach(&self.plan, params));
+        }
+        let flat = self.flat.as_mut().expect("attached above");
+        let (src, dst) = (flat.current, 1 - flat.current);
+        let on_cpu = flat.sets[0][0].device() == Device::Cpu;
+        for b in 0..self.plan.buckets.len() {
+            if on_cpu {
+                let [a, c] = &mut flat.sets;
+                let (from, to) = if src == 0 { (&mut a[b], &mut c[b]) } else { (&mut c[b], &mut a[b]) };
+                // SAFETY: both are contiguous CPU f32 buffers owned by `flat`.
+                let (send, recv) = unsafe { (f32_slice_mut(from), f32_slice_mut(to)) };
+                self.comm.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum());
+            } else {
+                if self.staging.len() <= b {
+                    let n = self.plan.numels[b] as i64;
+                    let host = || Tensor::zeros([n], (Kind::Float, Device::Cpu)).pin_memory(flat.sets[0][0].device());
+                    self.staging.push((host(), host()));
+                }
+                let (hs, hr) = &mut self.staging[b];
+                hs.copy_(&flat.sets[src][b]);
+                // SAFETY: pinned contiguous CPU f32 buffers owned by self.
+                let (send, recv) = unsafe { (f32_slice_mut(hs), f32_slice_mut(hr)) };
+                self.comm.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum());
+                flat.sets[dst][b].copy_(hr);
             }
         }
+        flat.point_grads_at(dst, params);
         Ok((self.plan.total_numel() * 4) as u64)
+    }
+
+    fn zero_grads(&mut self, params: &[Tensor]) {
+        match self.flat.as_mut() {
+            Some(flat) => {
+                for t in flat.sets[flat.current].iter_mut() {
+                    let _ = t.zero_();
+                }
+            }
+            None => {
+                for p in params {
+                    let mut p = p.shallow_clone();
+                    p.zero_grad();
+                }
+            }
+        }
     }
 }
 

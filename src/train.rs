@@ -361,7 +361,10 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
     let probe = (args.probe_iters > 0 && w.size > 1)
         .then(|| comm::probe_allreduce(&w.world, w.size, &plan, args.probe_iters));
     let buckets = plan.buckets.len();
-    let mut reducer = MpiStaged::new(&w.world, w.size, plan);
+    let mut reducer = MpiStaged::new(&w.world, plan);
+    let param_tensors: Vec<Tensor> = params.iter().map(|(_, t)| t.shallow_clone()).collect();
+    // Gradients are summed by the all-reduce: pre-divide the loss so the sum is the mean.
+    let loss_scale = 1.0 / w.size as f64;
 
     let per_rank = data::shard_indices(dataset.train.len(), w.size, w.rank, args.seed, 0, true).len();
     let steps_per_epoch = data::steps_per_epoch(per_rank, args.batch_size);
@@ -458,15 +461,18 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
             let loss = net.forward_t(&x, true).nll_loss(&y);
             sync(device);
             let t2 = Instant::now();
-            loss.backward();
+            if w.size > 1 {
+                (&loss * loss_scale).backward();
+            } else {
+                loss.backward();
+            }
             sync(device);
             let t3 = Instant::now();
-            let grads: Vec<Tensor> = params.iter().map(|(_, p)| p.grad()).collect();
-            let bytes = reducer.reduce_mean(&grads)?;
+            let bytes = reducer.reduce(&param_tensors)?;
             sync(device);
             let t4 = Instant::now();
             opt.step();
-            opt.zero_grad();
+            reducer.zero_grads(&param_tensors);
             sync(device);
             let t5 = Instant::now();
             let loss_value = loss.double_value(&[]);
