@@ -4,7 +4,7 @@
 #   job-scripts/local-mpirun.sh [RANKS] [extra ddpbench train flags...]
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-source "$here/job-scripts/setup.sh"
+source "$here/job-scripts/setup.sh" || exit 1
 ranks=${1:-2}; shift || true
 run=$here/results/local-n$ranks-$(date -u +%Y%m%dT%H%M%SZ)
 # --bind-to none: ddpbench pins each rank itself with hwloc (and records it).

@@ -3,6 +3,6 @@
 # integration tests that launch real `mpirun -n 2` jobs on CPU.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-source "$here/job-scripts/setup.sh"
+source "$here/job-scripts/setup.sh" || exit 1
 cd "$here"
 cargo test --release -- --test-threads=1 "$@"

@@ -182,13 +182,23 @@ pub struct TrainArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct ReduceArgs {
-    /// Run folder(s) written by `ddpbench train` (holding manifest.json and rank-*.csv).
+    /// Run folders written by `ddpbench train`, or folders holding such run folders.
     #[arg(required = true)]
     pub runs: Vec<PathBuf>,
 
-    /// Write summary.csv here instead of inside each run folder.
+    /// The run speedups are measured against (default: the 1-rank run of the same
+    /// model and data set, else the run with the fewest ranks).
+    #[arg(long)]
+    pub baseline: Option<PathBuf>,
+
+    /// Where to write summary.csv, scaling.csv, ranks.csv, report.md and plots
+    /// (default: the run folder for one run, else the folder given or the runs' common parent).
     #[arg(long)]
     pub out: Option<PathBuf>,
+
+    /// Skip the SVG/PNG plots.
+    #[arg(long)]
+    pub no_plots: bool,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -14,14 +14,16 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Writes an f64 as a plain decimal (never `1e-6`), up to 9 decimals, trailing
-/// zeros trimmed, so every spreadsheet reads it as a number.
+/// zeros trimmed, so every spreadsheet reads it as a number; NaN and infinities
+/// (undefined figures, e.g. a speedup interval of the baseline itself) as empty cells.
 pub fn plain_decimal<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format_plain(*v))
 }
 
 pub fn format_plain(v: f64) -> String {
+    // A missing or undefined value is an empty cell: spreadsheets read "NaN" as text.
     if !v.is_finite() {
-        return if v.is_nan() { "NaN".into() } else if v > 0.0 { "inf".into() } else { "-inf".into() };
+        return String::new();
     }
     let mut t = format!("{v:.9}");
     if t.contains('.') {
@@ -274,6 +276,7 @@ mod plain_tests {
         assert_eq!(format_plain(2.0), "2");
         assert_eq!(format_plain(1.5e12), "1500000000000");
         assert_eq!(format_plain(-1e-12), "0");
-        assert_eq!(format_plain(f64::NAN), "NaN");
+        assert_eq!(format_plain(f64::NAN), "");
+        assert_eq!(format_plain(f64::INFINITY), "");
     }
 }

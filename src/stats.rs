@@ -41,3 +41,277 @@ mod tests {
         assert!((quantile(&v, 0.95) - 9.55).abs() < 1e-12);
     }
 }
+
+/// Quantiles of a stream in bounded memory: exact while it holds at most
+/// [`Sketch::EXACT_CAP`] values, then a log-spaced histogram (500 bins per decade
+/// from 1e-9 to 1e5, i.e. within ±0.25 % of the true value). Negative and zero
+/// values fall into the lowest bin.
+#[derive(Debug, Clone, Default)]
+pub struct Sketch {
+    exact: Vec<f64>,
+    bins: Vec<u32>,
+    count: u64,
+    sum: f64,
+    max: f64,
+    min: f64,
+}
+
+const BINS_PER_DECADE: f64 = 500.0;
+const LOG_MIN: f64 = -9.0;
+const DECADES: f64 = 14.0;
+
+impl Sketch {
+    pub const EXACT_CAP: usize = 4096;
+
+    pub fn new() -> Sketch {
+        Sketch { max: f64::NEG_INFINITY, min: f64::INFINITY, ..Default::default() }
+    }
+
+    fn bin_of(v: f64) -> usize {
+        let n = (BINS_PER_DECADE * DECADES) as usize;
+        if !(v > 0.0) {
+            return 0;
+        }
+        (((v.log10() - LOG_MIN) * BINS_PER_DECADE).floor().max(0.0) as usize).min(n - 1)
+    }
+
+    fn bin_center(i: usize) -> f64 {
+        10f64.powf(LOG_MIN + (i as f64 + 0.5) / BINS_PER_DECADE)
+    }
+
+    fn spill(&mut self) {
+        self.bins = vec![0; (BINS_PER_DECADE * DECADES) as usize];
+        for v in std::mem::take(&mut self.exact) {
+            self.bins[Self::bin_of(v)] += 1;
+        }
+    }
+
+    pub fn push(&mut self, v: f64) {
+        self.count += 1;
+        self.sum += v;
+        self.max = self.max.max(v);
+        self.min = self.min.min(v);
+        if self.bins.is_empty() {
+            self.exact.push(v);
+            if self.exact.len() > Self::EXACT_CAP {
+                self.spill();
+            }
+        } else {
+            self.bins[Self::bin_of(v)] += 1;
+        }
+    }
+
+    pub fn merge(&mut self, other: &Sketch) {
+        if other.count == 0 {
+            return;
+        }
+        self.count += other.count;
+        self.sum += other.sum;
+        self.max = self.max.max(other.max);
+        self.min = self.min.min(other.min);
+        if self.bins.is_empty() && other.bins.is_empty() && self.exact.len() + other.exact.len() <= Self::EXACT_CAP {
+            self.exact.extend_from_slice(&other.exact);
+            return;
+        }
+        if self.bins.is_empty() {
+            self.spill();
+        }
+        for &v in &other.exact {
+            self.bins[Self::bin_of(v)] += 1;
+        }
+        for (i, &c) in other.bins.iter().enumerate() {
+            self.bins[i] += c;
+        }
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+    pub fn sum(&self) -> f64 {
+        self.sum
+    }
+    pub fn mean(&self) -> f64 {
+        if self.count == 0 { f64::NAN } else { self.sum / self.count as f64 }
+    }
+    pub fn max(&self) -> f64 {
+        if self.count == 0 { f64::NAN } else { self.max }
+    }
+    pub fn min(&self) -> f64 {
+        if self.count == 0 { f64::NAN } else { self.min }
+    }
+    /// True while quantiles are exact.
+    pub fn is_exact(&self) -> bool {
+        self.bins.is_empty()
+    }
+
+    pub fn quantile(&self, q: f64) -> f64 {
+        if self.count == 0 {
+            return f64::NAN;
+        }
+        if self.bins.is_empty() {
+            return quantile(&self.exact, q);
+        }
+        // Same rank convention as `quantile_sorted`, read off the histogram.
+        let target = q.clamp(0.0, 1.0) * (self.count - 1) as f64;
+        let mut seen = 0u64;
+        for (i, &c) in self.bins.iter().enumerate() {
+            if c > 0 && (seen + c as u64) as f64 > target {
+                return Self::bin_center(i).clamp(self.min, self.max);
+            }
+            seen += c as u64;
+        }
+        self.max
+    }
+
+    pub fn median(&self) -> f64 {
+        self.quantile(0.5)
+    }
+}
+
+/// A uniform sample of at most `cap` values of a stream (Vitter's algorithm R),
+/// with a fixed seed so reports are reproducible.
+#[derive(Debug, Clone)]
+pub struct Reservoir {
+    pub values: Vec<f64>,
+    pub seen: u64,
+    cap: usize,
+    rng: Rng,
+}
+
+impl Reservoir {
+    pub fn new(cap: usize) -> Reservoir {
+        Reservoir { values: Vec::new(), seen: 0, cap, rng: Rng(0x5eed_0f_ddb) }
+    }
+    pub fn push(&mut self, v: f64) {
+        self.seen += 1;
+        if self.values.len() < self.cap {
+            self.values.push(v);
+        } else {
+            let j = self.rng.below(self.seen);
+            if (j as usize) < self.cap {
+                self.values[j as usize] = v;
+            }
+        }
+    }
+}
+
+/// SplitMix64: small, seedable, good enough for resampling.
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
+/// Bootstrap replicates of the mean of a stream of `n` values from a uniform sample
+/// of it: each replicate is the mean of a resample (with replacement) of `sample`,
+/// its deviation from the sample mean shrunk by sqrt(m/n) when the sample (m values)
+/// is smaller than the stream, so the spread is that of a mean of n values.
+pub fn bootstrap_means(sample: &[f64], n: u64, replicates: usize, seed: u64) -> Vec<f64> {
+    if sample.is_empty() {
+        return Vec::new();
+    }
+    let m = sample.len();
+    let centre = sample.iter().sum::<f64>() / m as f64;
+    let shrink = ((m as f64) / (n.max(m as u64) as f64)).sqrt();
+    let mut rng = Rng(seed);
+    (0..replicates)
+        .map(|_| {
+            let s: f64 = (0..m).map(|_| sample[rng.below(m as u64) as usize]).sum();
+            centre + (s / m as f64 - centre) * shrink
+        })
+        .collect()
+}
+
+/// Karp–Flatt experimentally determined serial fraction for speedup `s` on `p` ranks:
+/// e = (1/s − 1/p) / (1 − 1/p). NaN for p ≤ 1.
+pub fn karp_flatt(speedup: f64, p: f64) -> f64 {
+    if p <= 1.0 || speedup <= 0.0 {
+        return f64::NAN;
+    }
+    (1.0 / speedup - 1.0 / p) / (1.0 - 1.0 / p)
+}
+
+/// Amdahl's law: speedup on `p` ranks with serial fraction `f`.
+pub fn amdahl(f: f64, p: f64) -> f64 {
+    1.0 / (f + (1.0 - f) / p)
+}
+
+/// Least-squares serial fraction f in [0, 1] of Amdahl's law through the points
+/// (p, speedup), by golden-section search (the error is unimodal in f). NaN without points.
+pub fn amdahl_fit(points: &[(f64, f64)]) -> f64 {
+    if points.is_empty() {
+        return f64::NAN;
+    }
+    let err = |f: f64| points.iter().map(|&(p, s)| (amdahl(f, p) - s).powi(2)).sum::<f64>();
+    let (mut a, mut b) = (0.0f64, 1.0f64);
+    let g = (5f64.sqrt() - 1.0) / 2.0;
+    for _ in 0..200 {
+        let c = b - g * (b - a);
+        let d = a + g * (b - a);
+        if err(c) <= err(d) { b = d } else { a = c }
+    }
+    (a + b) / 2.0
+}
+
+#[cfg(test)]
+mod sketch_tests {
+    use super::*;
+
+    #[test]
+    fn sketch_is_exact_when_small_and_close_when_large() {
+        let mut s = Sketch::new();
+        for v in [3.0, 1.0, 2.0] {
+            s.push(v);
+        }
+        assert_eq!((s.median(), s.max(), s.mean()), (2.0, 3.0, 2.0));
+        let mut big = Sketch::new();
+        for i in 1..=100_000 {
+            big.push(i as f64 * 1e-5); // 0.00001 .. 1.0
+        }
+        assert!(!big.is_exact());
+        assert!((big.median() - 0.5).abs() / 0.5 < 0.003, "{}", big.median());
+        assert!((big.quantile(0.95) - 0.95).abs() / 0.95 < 0.003);
+        assert_eq!(big.max(), 1.0);
+        let mut merged = Sketch::new();
+        merged.merge(&s);
+        merged.merge(&big);
+        assert_eq!(merged.count(), 100_003);
+    }
+
+    #[test]
+    fn scaling_laws_match_hand_values() {
+        // Speedup 1.6 on 2 ranks: e = (0.625 - 0.5) / 0.5 = 0.25.
+        assert!((karp_flatt(1.6, 2.0) - 0.25).abs() < 1e-12);
+        // Linear speedup: serial fraction 0.
+        assert!(karp_flatt(4.0, 4.0).abs() < 1e-12);
+        assert!(karp_flatt(1.0, 1.0).is_nan());
+        // f = 0.1 on 4 ranks: 1 / (0.1 + 0.225) = 3.0769...
+        assert!((amdahl(0.1, 4.0) - 1.0 / 0.325).abs() < 1e-12);
+        // Points generated from f = 0.2 are fitted back to 0.2.
+        let pts: Vec<(f64, f64)> = [1.0, 2.0, 4.0, 8.0].iter().map(|&p| (p, amdahl(0.2, p))).collect();
+        assert!((amdahl_fit(&pts) - 0.2).abs() < 1e-6);
+    }
+
+    #[test]
+    fn bootstrap_centres_on_the_mean_and_shrinks_for_long_streams() {
+        let sample: Vec<f64> = (0..100).map(|i| (i % 10) as f64).collect();
+        let reps = bootstrap_means(&sample, 100, 2000, 1);
+        let mean = reps.iter().sum::<f64>() / reps.len() as f64;
+        assert!((mean - 4.5).abs() < 0.05, "{mean}");
+        let spread = quantile(&reps, 0.975) - quantile(&reps, 0.025);
+        // SE of the mean = 2.87/sqrt(100) = 0.287: the 95 % interval is about 1.1 wide.
+        assert!(spread > 0.9 && spread < 1.35, "{spread}");
+        let reps = bootstrap_means(&sample, 10_000, 2000, 1);
+        let narrow = quantile(&reps, 0.975) - quantile(&reps, 0.025);
+        assert!((narrow / spread - 0.1).abs() < 0.02, "{narrow}");
+    }
+}

@@ -1,0 +1,152 @@
+//! `ddpbench reduce`: from per-rank CSV files to per-node-type summaries, scaling
+//! across runs, an efficiency waterfall, a report and plots.
+//!
+//! Runs with holes (missing rank files, truncated rows, unfinished jobs) are
+//! reported as incomplete with what is missing and left out of every figure:
+//! nothing is averaged over a hole. The reducer fails only when no run is usable.
+
+pub mod analysis;
+pub mod read;
+mod report;
+
+pub use read::{read_run, RunStats, PHASES};
+
+use crate::cli::ReduceArgs;
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Run folders named by `paths`: a run folder itself, or the run folders inside.
+pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut runs = Vec::new();
+    for p in paths {
+        if p.join("manifest.json").is_file() {
+            runs.push(p.clone());
+            continue;
+        }
+        if !p.is_dir() {
+            bail!("{}: no such folder", p.display());
+        }
+        let mut inner: Vec<PathBuf> = std::fs::read_dir(p)
+            .with_context(|| format!("cannot list {}", p.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|d| d.join("manifest.json").is_file())
+            .collect();
+        if inner.is_empty() {
+            bail!("{}: neither a run folder (no manifest.json) nor a folder of runs", p.display());
+        }
+        inner.sort();
+        runs.append(&mut inner);
+    }
+    runs.dedup();
+    Ok(runs)
+}
+
+fn default_out(args: &ReduceArgs, runs: &[PathBuf]) -> PathBuf {
+    if let Some(o) = &args.out {
+        return o.clone();
+    }
+    if args.runs.len() == 1 {
+        return args.runs[0].clone();
+    }
+    let mut common: PathBuf = runs[0].parent().map(Path::to_path_buf).unwrap_or_default();
+    while !runs.iter().all(|r| r.starts_with(&common)) {
+        if !common.pop() {
+            break;
+        }
+    }
+    if common.as_os_str().is_empty() { PathBuf::from(".") } else { common }
+}
+
+pub fn write_csv<R: Serialize>(path: &Path, rows: &[R]) -> Result<()> {
+    let mut w = csv::Writer::from_path(path).with_context(|| format!("cannot write {}", path.display()))?;
+    for r in rows {
+        w.serialize(r)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// The baseline of each workload (model, dataset): `--baseline` where it belongs,
+/// else the 1-rank run (earliest), else the run with the fewest ranks.
+fn choose_baselines<'a>(runs: &[&'a RunStats], explicit: Option<&Path>) -> Result<BTreeMap<(String, String), usize>> {
+    let mut groups: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
+    for (i, r) in runs.iter().enumerate() {
+        groups.entry((r.manifest.model.clone(), r.manifest.dataset.clone())).or_default().push(i);
+    }
+    let explicit = match explicit {
+        Some(p) => {
+            let canon = p.canonicalize().with_context(|| format!("--baseline {}: no such folder", p.display()))?;
+            let found = runs.iter().position(|r| r.dir.canonicalize().map(|d| d == canon).unwrap_or(false));
+            Some(found.with_context(|| format!("--baseline {} is not among the complete runs being reduced", p.display()))?)
+        }
+        None => None,
+    };
+    Ok(groups
+        .into_iter()
+        .map(|(key, members)| {
+            let base = explicit.filter(|e| members.contains(e)).unwrap_or_else(|| {
+                *members
+                    .iter()
+                    .min_by(|&&a, &&b| {
+                        let (ra, rb) = (&runs[a].manifest, &runs[b].manifest);
+                        ra.world_size.cmp(&rb.world_size).then(ra.start_utc.cmp(&rb.start_utc))
+                    })
+                    .unwrap()
+            });
+            (key, base)
+        })
+        .collect())
+}
+
+/// Entry point of `ddpbench reduce`.
+pub fn main(args: ReduceArgs) -> Result<()> {
+    let dirs = discover(&args.runs)?;
+    let out = default_out(&args, &dirs);
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+
+    let mut all = Vec::new();
+    for d in &dirs {
+        match read_run(d) {
+            Ok(r) => all.push(r),
+            Err(e) => eprintln!("skipped {}: {e}", d.display()),
+        }
+    }
+    for r in all.iter().filter(|r| !r.complete()) {
+        eprintln!("incomplete run {} (left out of every figure):", r.dir.display());
+        for p in &r.problems {
+            eprintln!("  - {p}");
+        }
+    }
+    let complete: Vec<&RunStats> = all.iter().filter(|r| r.complete()).collect();
+    if complete.is_empty() {
+        bail!("no usable run among {} folder(s): see the problems listed above", dirs.len());
+    }
+
+    let summaries: Vec<analysis::TypeSummary> = complete.iter().flat_map(|r| analysis::type_summaries(r)).collect();
+    let ranks: Vec<analysis::RankSummary> = complete.iter().flat_map(|r| analysis::rank_summaries(r)).collect();
+    let baselines = choose_baselines(&complete, args.baseline.as_deref())?;
+    let mut scaling = Vec::new();
+    for ((model, dataset), base) in &baselines {
+        let members: Vec<&RunStats> = complete.iter().copied().filter(|r| &r.manifest.model == model && &r.manifest.dataset == dataset).collect();
+        let base_pos = members.iter().position(|r| std::ptr::eq(*r, complete[*base])).unwrap();
+        scaling.extend(analysis::scaling(&members, base_pos));
+    }
+    write_csv(&out.join("summary.csv"), &summaries)?;
+    write_csv(&out.join("scaling.csv"), &scaling)?;
+    write_csv(&out.join("ranks.csv"), &ranks)?;
+    let incomplete: Vec<&RunStats> = all.iter().filter(|r| !r.complete()).collect();
+    let md = report::markdown(&complete, &incomplete, &summaries, &scaling, !args.no_plots);
+    std::fs::write(out.join("report.md"), &md).with_context(|| format!("cannot write {}", out.join("report.md").display()))?;
+    if !args.no_plots {
+        report::plots(&out, &complete, &scaling)?;
+    }
+    report::print_tables(&summaries, &scaling);
+    println!(
+        "\nwrote {}/{{summary.csv, scaling.csv, ranks.csv, report.md{}}}",
+        out.display(),
+        if args.no_plots { "" } else { ", *.svg, *.png" }
+    );
+    Ok(())
+}
