@@ -254,6 +254,12 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
             break;
         }
         if ended > 0 {
+            // Count what the longer files still hold, so the message gives real totals.
+            for rr in readers.iter_mut() {
+                while let Ok(true) = rr.reader.read_byte_record(&mut rr.record) {
+                    rr.rows += 1;
+                }
+            }
             let counts: Vec<String> = readers.iter().map(|r| format!("rank {}: {}", r.rank, r.rows)).collect();
             problems.push(format!("rank files hold different numbers of steps ({})", counts.join(", ")));
             break;

@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# Two "nodes" on one machine: network namespaces node1 and node2 joined by a veth pair
+# (a private /24 that exists only inside the two namespaces). Open MPI's mpirun runs
+# inside node1 and starts its daemon on node2 through a plm_rsh_agent script instead of
+# ssh (see /work/shared/cluster-emulation.md). `ddpbench train` runs with one rank per
+# node twice: on the bare veth, then with the veth shaped to 1 Gbit/s by tc tbf (both
+# directions). Checks that both runs complete across two hosts, that traffic really
+# crossed the veth, and that the shaped link shows in the all-reduce probe's bus
+# bandwidth and in the ranks' comm_s.
+#
+#   tests/cluster/netns.sh                     # as root; ~30 s
+#   DDPBENCH_TEST_KEEP=/tmp/keep tests/cluster/netns.sh   # also keep the run folders there
+#
+# Prints the two busbw figures and median comm_s values, then `N passed, M failed`;
+# exit status is non-zero when any check failed. Namespaces are removed on exit,
+# failure or Ctrl-C.
+set -uo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+tlog() { printf '[netns-test] %s\n' "$*" >&2; }
+pass=0; fail=0
+die() { tlog "FATAL: $*"; echo "$pass passed, $((fail + 1)) failed"; exit 2; }
+
+[ "$(id -u)" = 0 ] || die "must run as root (ip netns, tc)"
+for c in ip tc unshare flock python3; do command -v "$c" >/dev/null || die "$c not found"; done
+
+NS1=node1; NS2=node2
+NET=10.213.77          # the /24, inside the namespaces only
+RATE="rate 1gbit burst 128kb latency 20ms"
+STEPS=12; WARMUP=2
+TRAIN_FLAGS=(--dataset synthetic --synthetic-samples 4096 --batch-size 16 --max-steps "$STEPS"
+             --warmup-steps "$WARMUP" --val-samples 64 --bind none --threads 1 --probe-iters 10)
+RUN_TIMEOUT=100        # seconds for one mpirun
+
+# One run at a time: the namespace names are fixed.
+exec 9>/tmp/ddpbench-netns-test.lock
+flock -n 9 || die "another tests/cluster/netns.sh is running"
+
+# Install and build first in a child shell (a build error must stop the test: sourced under
+# `||`, setup.sh's own `set -e` would be off and a stale binary would be tested), then
+# source it for LIBTORCH, LD_LIBRARY_PATH, OMPI_ALLOW_RUN_AS_ROOT*, DDPBENCH_BIN.
+bash -c 'source "$1/job-scripts/setup.sh"' _ "$REPO" || die "job-scripts/setup.sh failed (install or build)"
+# shellcheck source=/dev/null
+source "$REPO/job-scripts/setup.sh"
+set +e   # setup.sh turns on -e; this script counts failures instead
+[ -x "${DDPBENCH_BIN:-}" ] || die "no ddpbench binary"
+command -v mpirun >/dev/null || die "mpirun not found"
+
+child=   # pid of a running `timeout mpirun`
+T=$(mktemp -d /tmp/ddpbench-netns.XXXXXX) || die "mktemp failed"
+
+del_ns() {  # kill what still runs in the namespaces (by pid), then delete them (and the veth)
+  local ns p
+  for ns in "$NS1" "$NS2"; do
+    ip netns list | grep -qw "^$ns" || continue
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -TERM "$p" 2>/dev/null; done
+  done
+  sleep 0.3
+  for ns in "$NS1" "$NS2"; do
+    ip netns list | grep -qw "^$ns" || continue
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+    ip netns del "$ns" 2>/dev/null
+  done
+}
+teardown() {
+  local rc=$?
+  trap - EXIT INT TERM
+  tlog "tearing down"
+  [ -n "${child:-}" ] && kill -TERM "$child" 2>/dev/null   # a running `timeout mpirun`
+  del_ns
+  if [ -n "${DDPBENCH_TEST_KEEP:-}" ]; then
+    mkdir -p "$DDPBENCH_TEST_KEEP" && cp -r "$T"/. "$DDPBENCH_TEST_KEEP"/ 2>/dev/null
+  fi
+  rm -rf "$T"
+  exit "$rc"
+}
+trap teardown EXIT
+trap 'tlog "interrupted"; echo "$pass passed, $((fail + 1)) failed"; exit 130' INT TERM
+
+check() {  # check "description" command...
+  local what=$1; shift
+  if "$@" >/dev/null; then pass=$((pass + 1)); tlog "PASS $what"
+  else fail=$((fail + 1)); tlog "FAIL $what"; fi
+}
+# py 'python code' args...: the code sees its args as sys.argv[1:] and helpers m(dir) (the
+# manifest), rows(dir) (rank CSVs), comm_median(dir); an exception is one line on stderr.
+PY_PRELUDE='
+import csv, glob, json, os, statistics, sys
+def m(d): return json.load(open(os.path.join(d, "manifest.json")))
+def rows(d): return [list(csv.DictReader(open(f))) for f in sorted(glob.glob(os.path.join(d, "rank-*.csv")))]
+def comm_median(d):
+    rs = [r for f in rows(d) for r in f]
+    timed = [float(r["comm_s"]) for r in rs if r["warmup"] == "0"] or [float(r["comm_s"]) for r in rs]
+    return statistics.median(timed)
+code = sys.argv[1]; sys.argv = sys.argv[1:]
+try:
+    exec(code)
+except Exception as e:
+    sys.exit(f"  {e.__class__.__name__}: {e}")
+'
+py() { python3 -c "$PY_PRELUDE" "$@"; }
+tx_bytes() {  # tx_bytes NS DEV: bytes sent by the device
+  ip -n "$1" -s -j link show dev "$2" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["stats64"]["tx"]["bytes"])'
+}
+
+# ---------------------------------------------------------------- nodes
+del_ns   # leftovers of an interrupted run (same fixed names)
+ip netns add "$NS1" && ip netns add "$NS2" || die "ip netns add failed"
+ip link add veth-n1 netns "$NS1" type veth peer name veth-n2 netns "$NS2" || die "veth failed"
+ip -n "$NS1" addr add "$NET.1/24" dev veth-n1
+ip -n "$NS2" addr add "$NET.2/24" dev veth-n2
+for ns in "$NS1" "$NS2"; do ip -n "$ns" link set lo up; done
+ip -n "$NS1" link set veth-n1 up && ip -n "$NS2" link set veth-n2 up || die "link up failed"
+# Both ends up, and a TCP connection node1 -> node2 goes through (no ping on minimal systems).
+timeout 10 bash -c "until ip -n $NS1 link show veth-n1 | grep -q LOWER_UP && ip -n $NS2 link show veth-n2 | grep -q LOWER_UP; do sleep 0.05; done" \
+  || die "veth did not come up"
+timeout 10 ip netns exec "$NS2" python3 -c '
+import socket; s = socket.socket(); s.bind(("'"$NET.2"'", 47000)); s.listen(1); s.accept()' &
+probe=$!
+timeout 10 ip netns exec "$NS1" python3 -c '
+import socket, time
+for _ in range(100):
+    try: socket.create_connection(("'"$NET.2"'", 47000), timeout=1); break
+    except OSError: time.sleep(0.05)
+else: raise SystemExit(1)' || die "node1 cannot reach node2 over the veth"
+wait "$probe"
+
+# ssh stand-in for Open MPI: `agent HOST CMD...` runs CMD on "node" HOST (its namespace,
+# its own host name), as ssh would run it through a remote shell.
+AGENT=$T/ns-agent.sh
+cat >"$AGENT" <<'EOF'
+#!/bin/sh
+host=$1; shift
+exec ip netns exec "$host" unshare --uts sh -c "hostname $host; $*"
+EOF
+chmod +x "$AGENT"
+printf '%s slots=1\n%s slots=1\n' "$NS1" "$NS2" >"$T/hostfile"
+
+run_train() {  # run_train NAME: 2 ranks, one per node; sets RC
+  local out=$T/$1
+  # mpirun itself runs on node1 (the root namespace has no route to the /24).
+  timeout "$RUN_TIMEOUT" "$AGENT" "$NS1" \
+    "exec mpirun -n 2 --hostfile '$T/hostfile' --bind-to none \
+       --mca plm_rsh_agent '$AGENT' \
+       --mca btl_tcp_if_include $NET.0/24 --mca oob_tcp_if_include $NET.0/24 \
+       -x LD_LIBRARY_PATH -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
+       '$DDPBENCH_BIN' train ${TRAIN_FLAGS[*]} --out '$out'" >"$T/$1.log" 2>&1 &
+  child=$!   # waited for in the background, so that a signal to this script is handled at once
+  wait "$child"; RC=$?
+  child=
+  tlog "$1: mpirun exit $RC"
+  ((RC == 0)) || tail -20 "$T/$1.log" >&2
+}
+check_run() {  # check_run NAME
+  local d=$T/$1
+  check "$1: mpirun exit code 0" test "$RC" = 0
+  check "$1: manifest status completed, world_size 2" py 'x = m(sys.argv[1]); sys.exit(not (x["status"] == "completed" and x["world_size"] == 2))' "$d"
+  check "$1: manifest nodes == 2" py 'sys.exit(m(sys.argv[1])["nodes"] != 2)' "$d"
+  check "$1: ranks' hosts differ (node1, node2)" py 'sys.exit(sorted(r["host"] for r in m(sys.argv[1])["ranks"]) != ["node1", "node2"])' "$d"
+  check "$1: 2 rank CSVs with $STEPS rows each" py "r = rows(sys.argv[1]); sys.exit(not (len(r) == 2 and all(len(f) == $STEPS for f in r)))" "$d"
+}
+
+# ---------------------------------------------------------------- runs
+t0=$SECONDS
+tx0=$(tx_bytes "$NS1" veth-n1)
+run_train unshaped
+tx1=$(tx_bytes "$NS1" veth-n1)
+check_run unshaped
+grad=$(py 'print(m(sys.argv[1])["gradient_bytes"])' "$T/unshaped" 2>/dev/null || echo 0)
+# Every step all-reduces `grad` bytes; with 2 ranks each side sends at least half of it.
+check "unshaped: traffic crossed the veth (node1 sent $((tx1 - tx0)) B)" \
+  test "$((tx1 - tx0))" -ge "$((STEPS * grad / 2))" -a "$grad" -gt 0
+tlog "unshaped took $((SECONDS - t0)) s"
+
+t0=$SECONDS
+for pair in "$NS1 veth-n1" "$NS2 veth-n2"; do
+  set -- $pair
+  # shellcheck disable=SC2086
+  ip netns exec "$1" tc qdisc add dev "$2" root tbf $RATE || die "tc on $2 failed"
+done
+run_train shaped
+check_run shaped
+sent=$(ip netns exec "$NS1" tc -s -j qdisc show dev veth-n1 | python3 -c 'import json,sys; print([q for q in json.load(sys.stdin) if q["kind"]=="tbf"][0]["bytes"])')
+check "shaped: traffic went through the tbf qdisc (node1 sent $sent B)" \
+  test "${sent:-0}" -ge "$((STEPS * grad / 2))" -a "$grad" -gt 0
+tlog "shaped took $((SECONDS - t0)) s"
+
+# ---------------------------------------------------------------- compare
+read -r bw_u bw_s cm_u cm_s < <(py '
+u, s = sys.argv[1], sys.argv[2]
+print(m(u)["allreduce_probe"]["busbw_bytes_per_s"], m(s)["allreduce_probe"]["busbw_bytes_per_s"],
+      comm_median(u), comm_median(s))' "$T/unshaped" "$T/shaped" 2>/dev/null)
+py '
+bw_u, bw_s, cm_u, cm_s = map(float, sys.argv[1:5])
+print(f"allreduce_probe busbw ({sys.argv[5]} B): unshaped {bw_u/1e6:.1f} MB/s, shaped (tbf 1gbit) {bw_s/1e6:.1f} MB/s, ratio {bw_s/bw_u:.3f}")
+print(f"median comm_s (non-warm-up steps, both ranks): unshaped {cm_u*1e3:.2f} ms, shaped {cm_s*1e3:.2f} ms, ratio {cm_s/cm_u:.1f}")
+' "${bw_u:-nan}" "${bw_s:-nan}" "${cm_u:-nan}" "${cm_s:-nan}" "$grad"
+check "shaped busbw < 0.5 × unshaped busbw" py 'sys.exit(not float(sys.argv[2]) < 0.5 * float(sys.argv[1]))' "${bw_u:-nan}" "${bw_s:-nan}"
+check "shaped median comm_s > unshaped median comm_s" py 'sys.exit(not float(sys.argv[2]) > float(sys.argv[1]))' "${cm_u:-nan}" "${cm_s:-nan}"
+
+echo "$pass passed, $fail failed"
+((fail == 0))
