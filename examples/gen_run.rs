@@ -1,0 +1,71 @@
+//! Writes a synthetic run folder (manifest + rank files) for benchmarking the reducer:
+//!   cargo run --release --example gen_run -- DIR RANKS STEPS
+//! Step times vary per rank and step (deterministic), and two node types alternate.
+use ddpbench::record::{CsvLog, Manifest, RankInfo, StepRow};
+use std::path::PathBuf;
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    anyhow::ensure!(args.len() == 4, "usage: gen_run DIR RANKS STEPS");
+    let dir = PathBuf::from(&args[1]);
+    let ranks: usize = args[2].parse()?;
+    let steps: usize = args[3].parse()?;
+    std::fs::create_dir_all(&dir)?;
+    let types = ["V100 node", "A40 node"];
+    let manifest = Manifest {
+        run_id: dir.file_name().unwrap().to_string_lossy().into(),
+        status: "completed".into(),
+        error: None,
+        ddpbench_version: env!("CARGO_PKG_VERSION").into(),
+        libtorch_version: "2.11.0".into(),
+        mpi_library: "generated".into(),
+        command_line: args.clone(),
+        config: serde_json::Value::Null,
+        model: "mnist-cnn".into(),
+        dataset: "synthetic".into(),
+        dataset_source: String::new(),
+        parameters: 1_199_882,
+        gradient_bytes: 4_799_528,
+        comm_backend: "mpi-cpu-staged".into(),
+        buckets: 1,
+        world_size: ranks,
+        nodes: ranks.div_ceil(4),
+        batch_size_per_rank: 64,
+        global_batch_size: 64 * ranks,
+        steps_per_epoch: steps,
+        start_utc: "2026-01-01T00:00:00.000000Z".into(),
+        end_utc: None,
+        wall_s: Some(1.0),
+        final_param_l2: Some(1.0),
+        final_val_accuracy: None,
+        allreduce_probe: None,
+        ranks: (0..ranks)
+            .map(|r| RankInfo {
+                rank: r, local_rank: r % 4, host: format!("gn{:02}", r / 4), node_type: types[(r / 4) % 2].into(),
+                device: "Cuda(0)".into(), binding: "auto".into(), threads: 8, cpu_model: "x".into(), gpus: vec![], launcher_env: vec![],
+            })
+            .collect(),
+    };
+    manifest.write(&dir)?;
+    let mut seed = 0x1234_5678_u64;
+    for r in 0..ranks {
+        let mut log = CsvLog::<StepRow>::create(&dir.join(ddpbench::record::rank_file_name(r)))?;
+        let node_type = types[(r / 4) % 2].to_string();
+        let slow = if (r / 4) % 2 == 1 { 1.3 } else { 1.0 };
+        for k in 0..steps {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let jitter = 1.0 + ((seed >> 33) as f64 / (1u64 << 31) as f64) * 0.2;
+            let (data, fwd, bwd, comm, opt) = (0.001 * jitter, 0.01 * slow * jitter, 0.02 * slow * jitter, 0.004 * jitter, 0.002);
+            let step = data + fwd + bwd + comm + opt + 0.0001;
+            let t = k as f64 * 0.05;
+            log.write(&StepRow {
+                rank: r, node_type: node_type.clone(), epoch: 0, step: k, global_step: k, warmup: u8::from(k < 5),
+                time_utc: "2026-01-01T00:00:00.000000Z".into(), elapsed_s: t, samples: 64,
+                data_s: data, forward_s: fwd, backward_s: bwd, comm_s: comm, optimizer_s: opt, other_s: 0.0001,
+                step_s: step, comm_start_s: t + data + fwd + bwd, loss: 1.0, bytes: 4_799_528,
+            })?;
+        }
+        log.flush()?;
+    }
+    Ok(())
+}
