@@ -32,6 +32,18 @@ pub enum Command {
     Reduce(ReduceArgs),
     /// Print this machine's topology and the binding N local ranks would get.
     Topo(TopoArgs),
+    /// List the models with their parameter counts and gradient bytes.
+    Models(ModelsArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ModelsArgs {
+    /// Sequence length assumed for transformer models.
+    #[arg(long, default_value_t = 128)]
+    pub seq_len: usize,
+    /// Vocabulary size assumed for transformer models.
+    #[arg(long, default_value_t = 20_000)]
+    pub vocab_size: usize,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -39,6 +51,16 @@ pub enum Command {
 pub enum ModelKind {
     /// PyTorch examples/mnist CNN: 2 conv + 2 fc layers, 1,199,882 parameters.
     MnistCnn,
+    /// torchvision ResNet-18, 224×224 inputs, 1000 classes.
+    Resnet18,
+    /// torchvision ResNet-50, 224×224 inputs, 1000 classes (25,557,032 parameters).
+    Resnet50,
+    /// ResNet-18 for CIFAR-10: 3×3 stem, no max-pool, 32×32 inputs, 10 classes.
+    Resnet18Cifar,
+    /// Transformer encoder classifier: d_model 128, 2 layers, 4 heads, feed-forward 512.
+    TransformerSmall,
+    /// Transformer encoder classifier: d_model 256, 4 layers, 8 heads, feed-forward 1024.
+    TransformerMedium,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -48,6 +70,10 @@ pub enum DatasetKind {
     FashionMnist,
     /// MNIST-format IDX files in --data-dir (gzipped or raw).
     Mnist,
+    /// CIFAR-10 binary batches in --data-dir (data_batch_1..5.bin, test_batch.bin); random crop + flip.
+    Cifar10,
+    /// AG News CSV in --data-dir (train.csv, test.csv: class,title,description); for transformers.
+    Agnews,
     /// Random data of the model's input shape: no I/O, for benchmarks.
     Synthetic,
 }
@@ -98,6 +124,14 @@ pub struct TrainArgs {
     /// Training samples of --dataset synthetic (the test split gets a sixth of it).
     #[arg(long, default_value_t = 60_000)]
     pub synthetic_samples: usize,
+
+    /// Tokens per sample for transformer models (padded or truncated).
+    #[arg(long, default_value_t = 128)]
+    pub seq_len: usize,
+
+    /// Vocabulary size for transformer models (the most frequent training words, plus padding and unknown).
+    #[arg(long, default_value_t = 20_000)]
+    pub vocab_size: usize,
 
     /// Passes over the training split.
     #[arg(long, default_value_t = 1)]

@@ -7,7 +7,9 @@
 //! with a PyTorch DDP run.
 
 use crate::cli::{DatasetKind, TrainArgs};
+use crate::model::{Input, ModelSpec, PAD_TOKEN, UNK_TOKEN};
 use anyhow::{bail, Result};
+use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use tch::{Device, Kind, Tensor};
@@ -28,10 +30,20 @@ pub enum DataError {
     Invalid { path: PathBuf, what: String },
 }
 
-/// One split of a data set, on the CPU: inputs as f32, labels as i64.
+/// Random augmentation applied to training batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Augment {
+    None,
+    /// Zero-pad by `pad`, crop back to the original size at a random offset, flip
+    /// horizontally with probability 1/2 (torchvision's RandomCrop + RandomHorizontalFlip).
+    CropFlip { pad: i64 },
+}
+
+/// One split of a data set, on the CPU: inputs (f32 images or i64 tokens), labels as i64.
 pub struct Split {
     pub inputs: Tensor,
     pub labels: Tensor,
+    pub augment: Augment,
 }
 
 impl Split {
@@ -41,14 +53,32 @@ impl Split {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Rows `indices` of the split, moved to `device`.
+    /// Rows `indices` of the split (augmented when the split asks for it), moved to `device`.
     pub fn batch(&self, indices: &Tensor, device: Device) -> (Tensor, Tensor) {
-        let x = self.inputs.index_select(0, indices);
+        let x = augment(&self.inputs.index_select(0, indices), self.augment);
         let y = self.labels.index_select(0, indices);
         if device == Device::Cpu {
             (x, y)
         } else {
             (x.to_device(device), y.to_device(device))
+        }
+    }
+}
+
+/// Applies `how` to a batch of images [N, C, H, W], drawing from libtorch's RNG.
+pub fn augment(x: &Tensor, how: Augment) -> Tensor {
+    match how {
+        Augment::None => x.shallow_clone(),
+        Augment::CropFlip { pad } => {
+            let (n, _, h, w) = x.size4().expect("images are N×C×H×W");
+            let padded = x.constant_pad_nd([pad, pad, pad, pad]);
+            let offsets: Vec<i64> = Vec::<i64>::try_from(Tensor::randint(2 * pad + 1, [n, 2], (Kind::Int64, Device::Cpu)).view([-1])).unwrap();
+            let crops: Vec<Tensor> = (0..n as usize)
+                .map(|i| padded.get(i as i64).narrow(1, offsets[2 * i], h).narrow(2, offsets[2 * i + 1], w))
+                .collect();
+            let cropped = Tensor::stack(&crops, 0);
+            let flip = Tensor::rand([n, 1, 1, 1], (Kind::Float, Device::Cpu)).lt(0.5);
+            cropped.flip([3]).where_self(&flip, &cropped)
         }
     }
 }
@@ -141,16 +171,35 @@ fn load_idx_split(dir: &Path, prefix: &str, mean: f64, std: f64, hint: &str) -> 
     if max_label > 9 {
         return Err(DataError::Invalid { path: lbl_path, what: format!("label {max_label} is out of range 0..9") }.into());
     }
-    Ok(Split { inputs, labels })
+    Ok(Split { inputs, labels, augment: Augment::None })
 }
 
-/// Loads the data set the arguments ask for, for a model with `input_shape` (C, H, W).
-pub fn load(args: &TrainArgs, input_shape: [i64; 3], classes: i64) -> Result<Dataset> {
+/// Loads the data set the arguments ask for, shaped for a model of `spec`.
+pub fn load(args: &TrainArgs, spec: &ModelSpec) -> Result<Dataset> {
+    let needs = |what: &str| -> Result<()> {
+        bail!("--dataset {} holds {what}; --model {} wants {:?}. See `ddpbench models`", dataset_name(args.dataset), serde_json::to_value(args.model)?.as_str().unwrap_or(""), spec.input)
+    };
     match args.dataset {
-        DatasetKind::Synthetic => Ok(synthetic(args.synthetic_samples, input_shape, classes, args.seed)),
+        DatasetKind::Synthetic => Ok(synthetic(args.synthetic_samples, spec, args.seed)),
+        DatasetKind::Cifar10 => {
+            if spec.input != Input::Image([3, 32, 32]) {
+                needs("3×32×32 images")?;
+            }
+            let Some(dir) = &args.data_dir else {
+                bail!("--dataset cifar10 needs --data-dir DIR holding data_batch_1.bin … data_batch_5.bin and test_batch.bin (the CIFAR-10 binary version)");
+            };
+            load_cifar10(dir)
+        }
+        DatasetKind::Agnews => {
+            let Input::Tokens { seq_len, vocab } = spec.input else { return needs("text").map(|_| unreachable!()) };
+            let Some(dir) = &args.data_dir else {
+                bail!("--dataset agnews needs --data-dir DIR holding train.csv and test.csv (class,title,description)");
+            };
+            load_agnews(dir, seq_len as usize, vocab as usize)
+        }
         DatasetKind::FashionMnist | DatasetKind::Mnist => {
-            if input_shape != [1, 28, 28] {
-                bail!("--dataset {:?} holds 1×28×28 images; the model wants {:?}", args.dataset, input_shape);
+            if spec.input != Input::Image([1, 28, 28]) {
+                needs("1×28×28 images")?;
             }
             let (dir, hint, mean, std) = match (args.dataset, &args.data_dir) {
                 (DatasetKind::FashionMnist, None) => (
@@ -160,45 +209,144 @@ pub fn load(args: &TrainArgs, input_shape: [i64; 3], classes: i64) -> Result<Dat
                     0.3530,
                 ),
                 (DatasetKind::Mnist, None) => bail!("--dataset mnist needs --data-dir DIR with the MNIST IDX files"),
-                (DatasetKind::Synthetic, _) => unreachable!("handled above"),
                 (kind, Some(d)) => (
                     d.clone(),
                     "Check --data-dir: it must hold train-/t10k-images-idx3-ubyte and -labels-idx1-ubyte, gzipped or not".to_string(),
                     if kind == DatasetKind::Mnist { 0.1307 } else { 0.2860 },
                     if kind == DatasetKind::Mnist { 0.3081 } else { 0.3530 },
                 ),
+                _ => unreachable!("handled above"),
             };
             if !dir.is_dir() {
                 return Err(DataError::Missing { path: dir, hint }.into());
             }
             let train = load_idx_split(&dir, "train", mean, std, &hint)?;
             let test = load_idx_split(&dir, "t10k", mean, std, &hint)?;
-            Ok(Dataset {
-                name: format!("{:?}", args.dataset).to_lowercase(),
-                source: dir.display().to_string(),
-                train,
-                test,
-                classes: 10,
-            })
+            Ok(Dataset { name: dataset_name(args.dataset), source: dir.display().to_string(), train, test, classes: 10 })
         }
     }
 }
 
-/// Random inputs of the model's shape and random labels, seeded.
-pub fn synthetic(samples: usize, shape: [i64; 3], classes: i64, seed: u64) -> Dataset {
+fn dataset_name(kind: DatasetKind) -> String {
+    serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+}
+
+/// CIFAR-10 binary version: records of 1 label byte + 3072 pixel bytes (R, G, B planes of 32×32).
+pub fn load_cifar10(dir: &Path) -> Result<Dataset> {
+    const RECORD: usize = 1 + 3 * 32 * 32;
+    let hint = "Point --data-dir at the extracted cifar-10-batches-bin folder";
+    let read = |names: &[String]| -> Result<Split> {
+        let mut pixels = Vec::new();
+        let mut labels = Vec::new();
+        for name in names {
+            let path = dir.join(name);
+            if !path.is_file() {
+                return Err(DataError::Missing { path, hint: hint.into() }.into());
+            }
+            let bytes = std::fs::read(&path).map_err(|e| DataError::Invalid { path: path.clone(), what: format!("cannot read: {e}") })?;
+            if bytes.is_empty() || bytes.len() % RECORD != 0 {
+                return Err(DataError::Invalid {
+                    path,
+                    what: format!("{} bytes is not a whole number of {RECORD}-byte CIFAR-10 records (truncated?)", bytes.len()),
+                }
+                .into());
+            }
+            for (i, rec) in bytes.chunks(RECORD).enumerate() {
+                if rec[0] > 9 {
+                    return Err(DataError::Invalid { path, what: format!("record {i} has label {} (expected 0..9): not CIFAR-10 binary data", rec[0]) }.into());
+                }
+                labels.push(rec[0] as i64);
+                pixels.extend_from_slice(&rec[1..]);
+            }
+        }
+        let n = labels.len() as i64;
+        let mean = Tensor::from_slice(&[0.4914f32, 0.4822, 0.4465]).view([1, 3, 1, 1]);
+        let std = Tensor::from_slice(&[0.2470f32, 0.2435, 0.2616]).view([1, 3, 1, 1]);
+        let inputs = (Tensor::from_slice(&pixels).view([n, 3, 32, 32]).to_kind(Kind::Float) / 255.0 - mean) / std;
+        Ok(Split { inputs, labels: Tensor::from_slice(&labels), augment: Augment::None })
+    };
+    let mut train = read(&(1..=5).map(|i| format!("data_batch_{i}.bin")).collect::<Vec<_>>())?;
+    train.augment = Augment::CropFlip { pad: 4 };
+    let test = read(&["test_batch.bin".to_string()])?;
+    Ok(Dataset { name: "cifar10".into(), source: dir.display().to_string(), train, test, classes: 10 })
+}
+
+/// Lower-cased alphanumeric words.
+pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(|w| w.to_lowercase())
+}
+
+/// Reads an AG News CSV (class 1..4, title, description; no header).
+fn read_agnews(path: &Path) -> Result<Vec<(i64, String)>> {
+    let hint = "AG News comes as train.csv and test.csv with rows \"class\",\"title\",\"description\"";
+    if !path.is_file() {
+        return Err(DataError::Missing { path: path.into(), hint: hint.into() }.into());
+    }
+    let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(false).from_path(path)?;
+    let mut rows = Vec::new();
+    for (i, rec) in reader.records().enumerate() {
+        let rec = rec.map_err(|e| DataError::Invalid { path: path.into(), what: format!("row {}: {e}", i + 1) })?;
+        let class: i64 = rec.get(0).and_then(|c| c.trim().parse().ok()).filter(|c| (1..=4).contains(c)).ok_or_else(|| {
+            DataError::Invalid { path: path.into(), what: format!("row {}: class {:?} is not 1..4. {hint}", i + 1, rec.get(0).unwrap_or("")) }
+        })?;
+        if rec.len() < 3 {
+            return Err(DataError::Invalid { path: path.into(), what: format!("row {}: expected class,title,description", i + 1) }.into());
+        }
+        rows.push((class - 1, format!("{} {}", &rec[1], &rec[2])));
+    }
+    if rows.is_empty() {
+        return Err(DataError::Invalid { path: path.into(), what: "holds no rows".into() }.into());
+    }
+    Ok(rows)
+}
+
+/// Word-level vocabulary of the `size - 2` most frequent training words (ties by
+/// word), after padding (0) and unknown (1).
+pub fn build_vocab<'a>(texts: impl Iterator<Item = &'a str>, size: usize) -> HashMap<String, i64> {
+    let mut counts: HashMap<String, u64> = HashMap::new();
+    for t in texts {
+        for w in words(t) {
+            *counts.entry(w).or_default() += 1;
+        }
+    }
+    let mut ranked: Vec<(String, u64)> = counts.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    ranked.into_iter().take(size.saturating_sub(2)).enumerate().map(|(i, (w, _))| (w, i as i64 + 2)).collect()
+}
+
+/// Token ids of `text`, truncated or padded to `seq_len`.
+pub fn encode(text: &str, vocab: &HashMap<String, i64>, seq_len: usize) -> Vec<i64> {
+    let mut ids: Vec<i64> = words(text).take(seq_len).map(|w| *vocab.get(&w).unwrap_or(&UNK_TOKEN)).collect();
+    ids.resize(seq_len, PAD_TOKEN);
+    ids
+}
+
+pub fn load_agnews(dir: &Path, seq_len: usize, vocab_size: usize) -> Result<Dataset> {
+    let train_rows = read_agnews(&dir.join("train.csv"))?;
+    let test_rows = read_agnews(&dir.join("test.csv"))?;
+    let vocab = build_vocab(train_rows.iter().map(|(_, t)| t.as_str()), vocab_size);
+    let split = |rows: &[(i64, String)]| -> Split {
+        let ids: Vec<i64> = rows.iter().flat_map(|(_, t)| encode(t, &vocab, seq_len)).collect();
+        let labels: Vec<i64> = rows.iter().map(|(c, _)| *c).collect();
+        Split { inputs: Tensor::from_slice(&ids).view([rows.len() as i64, seq_len as i64]), labels: Tensor::from_slice(&labels), augment: Augment::None }
+    };
+    Ok(Dataset { name: "agnews".into(), source: dir.display().to_string(), train: split(&train_rows), test: split(&test_rows), classes: 4 })
+}
+
+/// Random inputs of the model's shape (images, or token ids) and random labels, seeded.
+pub fn synthetic(samples: usize, spec: &ModelSpec, seed: u64) -> Dataset {
     tch::manual_seed(seed as i64 ^ 0x5eed);
+    let classes = spec.classes;
     let make = |n: i64| Split {
-        inputs: Tensor::randn([n, shape[0], shape[1], shape[2]], (Kind::Float, Device::Cpu)),
+        inputs: match spec.input {
+            Input::Image([c, h, w]) => Tensor::randn([n, c, h, w], (Kind::Float, Device::Cpu)),
+            Input::Tokens { seq_len, vocab } => Tensor::randint_low(2, vocab.max(3), [n, seq_len], (Kind::Int64, Device::Cpu)),
+        },
         labels: Tensor::randint(classes, [n], (Kind::Int64, Device::Cpu)),
+        augment: Augment::None,
     };
     let n = samples.max(1) as i64;
-    Dataset {
-        name: "synthetic".into(),
-        source: String::new(),
-        train: make(n),
-        test: make((n / 6).max(1)),
-        classes,
-    }
+    Dataset { name: "synthetic".into(), source: String::new(), train: make(n), test: make((n / 6).max(1)), classes }
 }
 
 /// A rank's indices for one epoch, as `DistributedSampler(shuffle, drop_last=False)`:
@@ -313,5 +461,71 @@ mod tests {
         write_idx(&p, 0x803, &[2, 2, 2], &[1, 2, 3], false);
         let e = read_idx(&p, 0x803).unwrap_err().to_string();
         assert!(e.contains("truncated") && e.contains("8 bytes") && e.contains("holds 3"), "{e}");
+    }
+
+    fn cifar_dir(records_per_file: usize) -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        let names: Vec<String> = (1..=5).map(|i| format!("data_batch_{i}.bin")).chain(["test_batch.bin".to_string()]).collect();
+        for (f, name) in names.iter().enumerate() {
+            let mut bytes = Vec::new();
+            for r in 0..records_per_file {
+                bytes.push(((f + r) % 10) as u8);
+                // Red plane 255, green 0, blue 128: checks the plane order.
+                bytes.extend(std::iter::repeat(255u8).take(1024));
+                bytes.extend(std::iter::repeat(0u8).take(1024));
+                bytes.extend(std::iter::repeat(128u8).take(1024));
+            }
+            std::fs::write(d.path().join(name), bytes).unwrap();
+        }
+        d
+    }
+
+    #[test]
+    fn cifar10_reads_the_binary_format_and_augments() {
+        let d = cifar_dir(3);
+        let ds = load_cifar10(d.path()).unwrap();
+        assert_eq!((ds.train.len(), ds.test.len(), ds.classes), (15, 3, 10));
+        assert_eq!(ds.train.inputs.size(), [15, 3, 32, 32]);
+        assert_eq!(Vec::<i64>::try_from(&ds.test.labels).unwrap(), vec![5, 6, 7]);
+        // Normalised per channel: red (1 - 0.4914)/0.2470, green -0.4822/0.2435.
+        let px = |c: i64| ds.test.inputs.get(0).get(c).get(5).get(5).double_value(&[]);
+        assert!((px(0) - (1.0 - 0.4914) / 0.2470).abs() < 1e-4);
+        assert!((px(1) - (-0.4822 / 0.2435)).abs() < 1e-4);
+        assert_eq!(ds.train.augment, Augment::CropFlip { pad: 4 });
+        tch::manual_seed(3);
+        let (x, _) = ds.train.batch(&Tensor::from_slice(&[0i64, 1, 2, 3, 4, 5, 6, 7]), Device::Cpu);
+        assert_eq!(x.size(), [8, 3, 32, 32]);
+        // Crops shifted by up to 4 pixels bring zero padding into some images' borders.
+        let original = ds.train.inputs.narrow(0, 0, 8);
+        assert!((x - original).abs().sum(Kind::Float).double_value(&[]) > 0.0, "augmentation changes pixels");
+        // A truncated file is named.
+        let f = d.path().join("data_batch_3.bin");
+        let bytes = std::fs::read(&f).unwrap();
+        std::fs::write(&f, &bytes[..bytes.len() - 10]).unwrap();
+        let e = load_cifar10(d.path()).err().unwrap().to_string();
+        assert!(e.contains("data_batch_3.bin") && e.contains("not a whole number of 3073-byte"), "{e}");
+    }
+
+    #[test]
+    fn agnews_builds_a_vocabulary_and_encodes() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("train.csv"),
+            "\"3\",\"Wall St. Bears\",\"Short-sellers, Wall Street's dwindling band\"\n\"1\",\"Bears win\",\"The bears, the bears!\"\n",
+        )
+        .unwrap();
+        std::fs::write(d.path().join("test.csv"), "\"4\",\"Unseen words\",\"bears\"\n").unwrap();
+        let ds = load_agnews(d.path(), 6, 5).unwrap();
+        assert_eq!((ds.train.len(), ds.test.len(), ds.classes), (2, 1, 4));
+        assert_eq!(Vec::<i64>::try_from(&ds.train.labels).unwrap(), vec![2, 0]);
+        // Counts: bears 4, the 2, wall 2, ... vocab of 5 keeps pad, unk and the top 3:
+        // bears=2, the=3, wall=4 (ties broken alphabetically: "the" before "wall").
+        let row = |i: i64| Vec::<i64>::try_from(ds.train.inputs.get(i)).unwrap();
+        assert_eq!(row(1), vec![2, 1, 3, 2, 3, 2]);
+        assert_eq!(row(0), vec![4, 1, 2, 1, 1, 4], "truncated to 6 tokens");
+        assert_eq!(Vec::<i64>::try_from(ds.test.inputs.get(0)).unwrap(), vec![1, 1, 2, 0, 0, 0], "padded");
+        std::fs::write(d.path().join("test.csv"), "\"9\",\"x\",\"y\"\n").unwrap();
+        let e = load_agnews(d.path(), 6, 5).err().unwrap().to_string();
+        assert!(e.contains("test.csv") && e.contains("class \"9\" is not 1..4"), "{e}");
     }
 }

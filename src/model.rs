@@ -1,10 +1,16 @@
-//! The networks. Each model is a small struct implementing `nn::ModuleT`; its
-//! parameters are listed in one fixed order ([`ordered_parameters`]) because
+//! The networks. Each model implements `nn::ModuleT` and returns log-probabilities;
+//! its parameters are listed in one fixed order ([`ordered_parameters`]) because
 //! `VarStore::variables()` is a HashMap whose order differs between processes.
+//!
+//! - `mnist-cnn`: PyTorch examples/mnist (seed 000).
+//! - `resnet18`, `resnet50`: torchvision's definitions (tch's port), 1000 classes (seeds 001, 003).
+//! - `resnet18-cifar`: 3×3 stem, stride 1, no max-pool, 10 classes (seed 002).
+//! - `transformer-small`/`-medium`: token embedding + sinusoidal positions, post-norm
+//!   encoder layers, mean-pool, 4-class head (seed 004).
 
 use crate::cli::ModelKind;
 use tch::nn::{self, ModuleT};
-use tch::Tensor;
+use tch::{Kind, Tensor};
 
 /// PyTorch examples/mnist `Net`: conv 1→32 3×3, conv 32→64 3×3, max-pool 2,
 /// dropout 0.25, fc 9216→128, dropout 0.5, fc 128→10, log-softmax.
@@ -47,23 +53,235 @@ impl ModuleT for MnistCnn {
     }
 }
 
+fn conv_bn(p: &nn::Path, c_in: i64, c_out: i64, k: i64, stride: i64, padding: i64) -> (nn::Conv2D, nn::BatchNorm) {
+    let cfg = nn::ConvConfig { stride, padding, bias: false, ..Default::default() };
+    (nn::conv2d(p / "conv", c_in, c_out, k, cfg), nn::batch_norm2d(p / "bn", c_out, Default::default()))
+}
+
+/// ResNet-18 for 32×32 inputs (CIFAR): 3×3 stem at stride 1, no max-pool.
+fn resnet18_cifar(p: &nn::Path, classes: i64) -> nn::FuncT<'static> {
+    let (stem, stem_bn) = conv_bn(&(p / "stem"), 3, 64, 3, 1, 1);
+    let mut blocks: Vec<nn::FuncT<'static>> = Vec::new();
+    let mut c_in = 64;
+    for (layer, (c_out, stride)) in [(64, 1), (128, 2), (256, 2), (512, 2)].into_iter().enumerate() {
+        for block in 0..2 {
+            let q = p / format!("layer{}", layer + 1) / block.to_string();
+            let s = if block == 0 { stride } else { 1 };
+            let (c1, b1) = conv_bn(&(&q / "1"), c_in, c_out, 3, s, 1);
+            let (c2, b2) = conv_bn(&(&q / "2"), c_out, c_out, 3, 1, 1);
+            let short = (s != 1 || c_in != c_out).then(|| conv_bn(&(&q / "shortcut"), c_in, c_out, 1, s, 0));
+            blocks.push(nn::func_t(move |xs, train| {
+                let ys = xs.apply(&c1).apply_t(&b1, train).relu().apply(&c2).apply_t(&b2, train);
+                let skip = match &short {
+                    Some((c, b)) => xs.apply(c).apply_t(b, train),
+                    None => xs.shallow_clone(),
+                };
+                (ys + skip).relu()
+            }));
+            c_in = c_out;
+        }
+    }
+    let fc = nn::linear(p / "fc", 512, classes, Default::default());
+    nn::func_t(move |xs, train| {
+        let mut h = xs.apply(&stem).apply_t(&stem_bn, train).relu();
+        for b in &blocks {
+            h = h.apply_t(b, train);
+        }
+        h.adaptive_avg_pool2d([1, 1]).flat_view().apply(&fc)
+    })
+}
+
+/// Transformer encoder classifier: embedding + sinusoidal positions, `layers`
+/// post-norm encoder layers (multi-head self-attention and a ReLU feed-forward,
+/// each followed by dropout, a residual connection and LayerNorm, as PyTorch's
+/// `nn.TransformerEncoderLayer`), mean over positions, linear head.
+pub struct TransformerClassifier {
+    embed: nn::Embedding,
+    positions: Tensor,
+    layers: Vec<EncoderLayer>,
+    head: nn::Linear,
+    d_model: i64,
+    dropout: f64,
+}
+
+struct EncoderLayer {
+    qkv: nn::Linear,
+    out: nn::Linear,
+    ff1: nn::Linear,
+    ff2: nn::Linear,
+    norm1: nn::LayerNorm,
+    norm2: nn::LayerNorm,
+    heads: i64,
+}
+
+/// Shape of a transformer model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransformerShape {
+    pub d_model: i64,
+    pub layers: i64,
+    pub heads: i64,
+    pub feed_forward: i64,
+}
+
+pub const TRANSFORMER_SMALL: TransformerShape = TransformerShape { d_model: 128, layers: 2, heads: 4, feed_forward: 512 };
+pub const TRANSFORMER_MEDIUM: TransformerShape = TransformerShape { d_model: 256, layers: 4, heads: 8, feed_forward: 1024 };
+
+impl TransformerClassifier {
+    pub fn new(p: &nn::Path, shape: TransformerShape, vocab: i64, seq_len: i64, classes: i64, dropout: f64) -> TransformerClassifier {
+        let d = shape.d_model;
+        let pos = Tensor::arange(seq_len, (Kind::Float, p.device())).unsqueeze(1);
+        let div = (Tensor::arange_start_step(0, d, 2, (Kind::Float, p.device())) * (-(10000f64.ln()) / d as f64)).exp();
+        let angles = pos * div.unsqueeze(0);
+        let positions = Tensor::stack(&[angles.sin(), angles.cos()], 2).view([seq_len, d]);
+        let layers = (0..shape.layers)
+            .map(|i| {
+                let q = p / format!("layer{i}");
+                EncoderLayer {
+                    qkv: nn::linear(&q / "qkv", d, 3 * d, Default::default()),
+                    out: nn::linear(&q / "out", d, d, Default::default()),
+                    ff1: nn::linear(&q / "ff1", d, shape.feed_forward, Default::default()),
+                    ff2: nn::linear(&q / "ff2", shape.feed_forward, d, Default::default()),
+                    norm1: nn::layer_norm(&q / "norm1", vec![d], Default::default()),
+                    norm2: nn::layer_norm(&q / "norm2", vec![d], Default::default()),
+                    heads: shape.heads,
+                }
+            })
+            .collect();
+        TransformerClassifier {
+            embed: nn::embedding(p / "embed", vocab, d, Default::default()),
+            positions,
+            layers,
+            head: nn::linear(p / "head", d, classes, Default::default()),
+            d_model: d,
+            dropout,
+        }
+    }
+}
+
+impl EncoderLayer {
+    fn forward(&self, x: &Tensor, pad: &Tensor, dropout: f64, train: bool) -> Tensor {
+        let (b, t, d) = x.size3().unwrap();
+        let hd = d / self.heads;
+        let qkv = x.apply(&self.qkv).view([b, t, 3, self.heads, hd]).permute([2, 0, 3, 1, 4]);
+        let (q, k, v) = (qkv.get(0), qkv.get(1), qkv.get(2));
+        let scores = q.matmul(&k.transpose(-2, -1)) / (hd as f64).sqrt();
+        // Padding positions are never attended to.
+        let scores = scores.masked_fill(&pad.view([b, 1, 1, t]), f64::NEG_INFINITY);
+        let attn = scores.softmax(-1, Kind::Float).dropout(dropout, train);
+        let ctx = attn.matmul(&v).transpose(1, 2).contiguous().view([b, t, d]).apply(&self.out);
+        let x = (x + ctx.dropout(dropout, train)).apply(&self.norm1);
+        let ff = x.apply(&self.ff1).relu().dropout(dropout, train).apply(&self.ff2);
+        (&x + ff.dropout(dropout, train)).apply(&self.norm2)
+    }
+}
+
+impl std::fmt::Debug for TransformerClassifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TransformerClassifier(d_model={}, layers={})", self.d_model, self.layers.len())
+    }
+}
+
+impl ModuleT for TransformerClassifier {
+    fn forward_t(&self, tokens: &Tensor, train: bool) -> Tensor {
+        let t = tokens.size()[1];
+        let pad = tokens.eq(PAD_TOKEN);
+        let mut x = tokens.apply(&self.embed) * (self.d_model as f64).sqrt() + self.positions.narrow(0, 0, t).unsqueeze(0);
+        x = x.dropout(self.dropout, train);
+        for layer in &self.layers {
+            x = layer.forward(&x, &pad, self.dropout, train);
+        }
+        // Mean over the non-padding positions.
+        let keep = pad.logical_not().unsqueeze(-1).to_kind(Kind::Float);
+        let pooled = (x * &keep).sum_dim_intlist([1i64].as_slice(), false, Kind::Float) / keep.sum_dim_intlist([1i64].as_slice(), false, Kind::Float).clamp_min(1.0);
+        pooled.apply(&self.head).log_softmax(-1, Kind::Float)
+    }
+}
+
+/// Token id of padding (0) and of words outside the vocabulary (1).
+pub const PAD_TOKEN: i64 = 0;
+pub const UNK_TOKEN: i64 = 1;
+
+/// What a model takes as input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input {
+    /// Images, channels × height × width, f32.
+    Image([i64; 3]),
+    /// Token ids (i64), padded or truncated to `seq_len`, ids below `vocab`.
+    Tokens { seq_len: i64, vocab: i64 },
+}
+
 /// Static facts of a model.
+#[derive(Debug, Clone, Copy)]
 pub struct ModelSpec {
-    pub input_shape: [i64; 3],
+    pub input: Input,
     pub classes: i64,
 }
 
-pub fn spec(kind: ModelKind) -> ModelSpec {
-    match kind {
-        ModelKind::MnistCnn => ModelSpec { input_shape: [1, 28, 28], classes: 10 },
+/// Sizes a model depends on (sequence length and vocabulary for transformers).
+#[derive(Debug, Clone, Copy)]
+pub struct ModelOptions {
+    pub seq_len: i64,
+    pub vocab: i64,
+    pub dropout: bool,
+}
+
+impl Default for ModelOptions {
+    fn default() -> Self {
+        ModelOptions { seq_len: 128, vocab: 20_000, dropout: true }
     }
 }
 
-/// Builds `kind` under `p`. The network returns log-probabilities.
-pub fn build(kind: ModelKind, p: &nn::Path, dropout: bool) -> Box<dyn ModuleT> {
+pub fn spec(kind: ModelKind, o: &ModelOptions) -> ModelSpec {
     match kind {
-        ModelKind::MnistCnn => Box::new(MnistCnn::new(p, dropout)),
+        ModelKind::MnistCnn => ModelSpec { input: Input::Image([1, 28, 28]), classes: 10 },
+        ModelKind::Resnet18 | ModelKind::Resnet50 => ModelSpec { input: Input::Image([3, 224, 224]), classes: 1000 },
+        ModelKind::Resnet18Cifar => ModelSpec { input: Input::Image([3, 32, 32]), classes: 10 },
+        ModelKind::TransformerSmall | ModelKind::TransformerMedium => {
+            ModelSpec { input: Input::Tokens { seq_len: o.seq_len, vocab: o.vocab }, classes: 4 }
+        }
     }
+}
+
+/// Builds `kind` under `p`. Every network returns log-probabilities.
+pub fn build(kind: ModelKind, p: &nn::Path, o: &ModelOptions) -> Box<dyn ModuleT> {
+    let classes = spec(kind, o).classes;
+    let log_probs = |m: Box<dyn ModuleT>| -> Box<dyn ModuleT> {
+        Box::new(nn::func_t(move |xs, train| m.forward_t(xs, train).log_softmax(-1, Kind::Float)))
+    };
+    let p_drop = if o.dropout { 0.1 } else { 0.0 };
+    match kind {
+        ModelKind::MnistCnn => Box::new(MnistCnn::new(p, o.dropout)),
+        ModelKind::Resnet18 => log_probs(Box::new(tch::vision::resnet::resnet18(p, classes))),
+        ModelKind::Resnet50 => log_probs(Box::new(tch::vision::resnet::resnet50(p, classes))),
+        ModelKind::Resnet18Cifar => log_probs(Box::new(resnet18_cifar(p, classes))),
+        ModelKind::TransformerSmall => Box::new(TransformerClassifier::new(p, TRANSFORMER_SMALL, o.vocab, o.seq_len, classes, p_drop)),
+        ModelKind::TransformerMedium => Box::new(TransformerClassifier::new(p, TRANSFORMER_MEDIUM, o.vocab, o.seq_len, classes, p_drop)),
+    }
+}
+
+/// `ddpbench models`: every model with its parameter count and gradient bytes.
+pub fn list(o: &ModelOptions) {
+    use clap::ValueEnum;
+    println!("{:<20} {:>14} {:>16}  {:<18} {}", "model", "parameters", "gradient bytes", "input", "classes");
+    for kind in ModelKind::value_variants() {
+        let vs = nn::VarStore::new(tch::Device::Cpu);
+        let _net = build(*kind, &vs.root(), o);
+        let n: i64 = ordered_parameters(&vs).iter().map(|(_, t)| t.numel() as i64).sum();
+        let s = spec(*kind, o);
+        let input = match s.input {
+            Input::Image([c, h, w]) => format!("{c}×{h}×{w} image"),
+            Input::Tokens { seq_len, vocab } => format!("{seq_len} tokens of {vocab}"),
+        };
+        let name = kind.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
+        println!("{:<20} {:>14} {:>16}  {:<18} {}", name, n, 4 * n, input, s.classes);
+    }
+}
+
+/// Non-trainable variables (BatchNorm running statistics) sorted by name.
+pub fn ordered_buffers(vs: &nn::VarStore) -> Vec<(String, Tensor)> {
+    let mut vars: Vec<(String, Tensor)> = vs.variables().into_iter().filter(|(_, t)| !t.requires_grad()).collect();
+    vars.sort_by(|a, b| a.0.cmp(&b.0));
+    vars
 }
 
 /// Trainable parameters sorted by name: the one order all ranks agree on.
@@ -84,7 +302,7 @@ mod tests {
     #[test]
     fn mnist_cnn_matches_pytorch_parameter_count_and_shapes() {
         let vs = nn::VarStore::new(tch::Device::Cpu);
-        let net = build(ModelKind::MnistCnn, &vs.root(), true);
+        let net = build(ModelKind::MnistCnn, &vs.root(), &ModelOptions::default());
         let params = ordered_parameters(&vs);
         let count: i64 = params.iter().map(|(_, t)| t.numel() as i64).sum();
         assert_eq!(count, 1_199_882);
@@ -92,5 +310,46 @@ mod tests {
         assert_eq!(names, ["conv1.bias", "conv1.weight", "conv2.bias", "conv2.weight", "fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"]);
         let out = net.forward_t(&Tensor::zeros([3, 1, 28, 28], (tch::Kind::Float, tch::Device::Cpu)), false);
         assert_eq!(out.size(), [3, 10]);
+    }
+
+    fn count(kind: ModelKind, o: &ModelOptions) -> (i64, Box<dyn ModuleT>) {
+        let vs = nn::VarStore::new(tch::Device::Cpu);
+        let net = build(kind, &vs.root(), o);
+        (ordered_parameters(&vs).iter().map(|(_, t)| t.numel() as i64).sum(), net)
+    }
+
+    #[test]
+    fn resnets_match_torchvision_parameter_counts() {
+        let o = ModelOptions::default();
+        // torchvision: resnet18 11,689,512; resnet50 25,557,032 (1000 classes).
+        assert_eq!(count(ModelKind::Resnet18, &o).0, 11_689_512);
+        assert_eq!(count(ModelKind::Resnet50, &o).0, 25_557_032);
+        // CIFAR ResNet-18 (kuangliu/pytorch-cifar): 11,173,962.
+        let (n, net) = count(ModelKind::Resnet18Cifar, &o);
+        assert_eq!(n, 11_173_962);
+        let out = net.forward_t(&Tensor::zeros([2, 3, 32, 32], (Kind::Float, tch::Device::Cpu)), false);
+        assert_eq!(out.size(), [2, 10]);
+    }
+
+    #[test]
+    fn transformers_have_the_seed_shapes() {
+        let o = ModelOptions { seq_len: 16, vocab: 1000, dropout: false };
+        // Per layer: qkv d·3d+3d, out d²+d, ff 2·d·f+f+d, two LayerNorms 4d.
+        let per_layer = |d: i64, f: i64| 3 * d * d + 3 * d + d * d + d + 2 * d * f + f + d + 4 * d;
+        let small = 1000 * 128 + 2 * per_layer(128, 512) + 128 * 4 + 4;
+        let medium = 1000 * 256 + 4 * per_layer(256, 1024) + 256 * 4 + 4;
+        let (n, net) = count(ModelKind::TransformerSmall, &o);
+        assert_eq!(n, small);
+        assert_eq!(count(ModelKind::TransformerMedium, &o).0, medium);
+        let tokens = Tensor::from_slice(&[5i64, 6, 7, 0, 0, 0, 9, 9, 9, 9, 9, 9]).view([2, 6]);
+        let out = net.forward_t(&tokens, false);
+        assert_eq!(out.size(), [2, 4]);
+        // Log-probabilities: each row sums to 1 after exp; padding does not change a row's result.
+        let probs = out.exp().sum_dim_intlist([1i64].as_slice(), false, Kind::Float);
+        assert!((probs - 1.0).abs().max().double_value(&[]) < 1e-5);
+        let longer = Tensor::from_slice(&[5i64, 6, 7, 0, 0, 0, 0, 0]).view([1, 8]);
+        let a = net.forward_t(&tokens.narrow(0, 0, 1).narrow(1, 0, 3), false);
+        let b = net.forward_t(&longer.narrow(1, 0, 3), false);
+        assert!((a - b).abs().max().double_value(&[]) < 1e-6);
     }
 }

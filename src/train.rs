@@ -54,6 +54,12 @@ pub fn validate(args: &TrainArgs) -> Result<()> {
     if !(args.lr > 0.0 && args.lr.is_finite()) {
         return fail(&format!("--lr {}", args.lr), "must be positive");
     }
+    if args.seq_len == 0 {
+        return fail("--seq-len 0", "must be at least 1 token");
+    }
+    if args.vocab_size < 3 {
+        return fail(&format!("--vocab-size {}", args.vocab_size), "must be at least 3 (padding, unknown and one word)");
+    }
     if args.synthetic_samples == 0 {
         return fail("--synthetic-samples 0", "must be at least 1");
     }
@@ -377,11 +383,12 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
     }
 
     // Data and model. The same seed on every rank, then rank 0's parameters win.
-    let spec = model::spec(args.model);
-    let dataset = agree(w, data::load(args, spec.input_shape, spec.classes))?;
+    let options = model::ModelOptions { seq_len: args.seq_len as i64, vocab: args.vocab_size as i64, dropout: !args.no_dropout };
+    let spec = model::spec(args.model, &options);
+    let dataset = agree(w, data::load(args, &spec))?;
     tch::manual_seed(args.seed as i64);
     let vs = nn::VarStore::new(device);
-    let net = model::build(args.model, &vs.root(), !args.no_dropout);
+    let net = model::build(args.model, &vs.root(), &options);
     let params = model::ordered_parameters(&vs);
     broadcast_parameters(w, &params);
     // Dropout masks differ per rank, as in a PyTorch job where each process draws its own.
@@ -557,6 +564,8 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
         let mut train = [0f64; 2];
         w.world.all_reduce_into(&[loss_sum, steps_done as f64][..], &mut train[..], SystemOperation::sum());
         last_l2 = check_in_sync(w, &params, epoch)?;
+        // As DDP's broadcast_buffers: every rank validates with rank 0's BatchNorm statistics.
+        broadcast_parameters(w, &model::ordered_buffers(&vs));
         let val_start = Instant::now();
         let (val_loss, val_acc, val_n) = validate_epoch(w, net.as_ref(), &dataset, device, args.val_samples);
         last_acc = val_acc.is_finite().then_some(val_acc);

@@ -1,0 +1,53 @@
+//! Every model trains for a few steps on 2 ranks with synthetic data of its shape.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+fn short_run(model: &str, batch: &str) {
+    let d = tmp();
+    let out = path_str(&d.path().join("run"));
+    let job = train(
+        2,
+        &["--model", model, "--dataset", "synthetic", "--synthetic-samples", "24", "--batch-size", batch, "--max-steps", "2",
+          "--warmup-steps", "0", "--val-samples", "4", "--seq-len", "32", "--vocab-size", "500", "--probe-iters", "1", "--out", &out],
+        Duration::from_secs(300),
+    );
+    job.assert_ok();
+    let m = json(&d.path().join("run/manifest.json"));
+    assert_eq!(m["status"], "completed", "{model}");
+    for r in 0..2 {
+        let (h, rows) = read_csv(&d.path().join(format!("run/rank-{r:05}.csv")));
+        assert_eq!(rows.len(), 2, "{model}");
+        assert!(col(&h, &rows, "loss").iter().all(|l| l.is_finite()));
+        assert!(col(&h, &rows, "bytes").iter().all(|&b| b == m["gradient_bytes"].as_f64().unwrap()));
+    }
+}
+
+#[test]
+fn resnet18_cifar_trains() {
+    short_run("resnet18-cifar", "4");
+}
+
+#[test]
+fn resnet18_trains() {
+    short_run("resnet18", "2");
+}
+
+#[test]
+fn resnet50_trains() {
+    short_run("resnet50", "2");
+}
+
+#[test]
+fn transformers_train() {
+    short_run("transformer-small", "4");
+    short_run("transformer-medium", "4");
+}
+
+#[test]
+fn a_model_and_data_set_of_different_shapes_are_refused() {
+    let job = train_reporting_exits(2, &["--model", "resnet18-cifar", "--dataset", "fashion-mnist"], &[], Duration::from_secs(60));
+    assert!(job.all().contains("--dataset fashion-mnist holds 1×28×28 images; --model resnet18-cifar wants"), "{}", job.all());
+    assert!(!job.all().contains("rank-exit 0 0") && !job.all().contains("rank-exit 1 0"));
+}
