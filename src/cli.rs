@@ -81,8 +81,20 @@ pub enum DatasetKind {
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum OptimizerKind {
+    /// SGD with --momentum and --weight-decay.
     Sgd,
     Adam,
+    /// LARS (You et al. 2017): SGD with momentum and a per-layer trust ratio, for large batches.
+    Lars,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LrScaling {
+    /// Use --lr as given.
+    None,
+    /// Multiply --lr by ranks × --grad-accum (Goyal et al. 2017), relative to one rank's batch.
+    Linear,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -153,9 +165,30 @@ pub struct TrainArgs {
     #[arg(long, value_enum, default_value_t = OptimizerKind::Sgd)]
     pub optimizer: OptimizerKind,
 
-    /// SGD momentum.
+    /// SGD/LARS momentum.
     #[arg(long, default_value_t = 0.9)]
     pub momentum: f64,
+
+    /// L2 weight decay (SGD, LARS).
+    #[arg(long, default_value_t = 0.0)]
+    pub weight_decay: f64,
+
+    /// How the learning rate follows the global batch.
+    #[arg(long, value_enum, default_value_t = LrScaling::None)]
+    pub lr_scaling: LrScaling,
+
+    /// Raise the learning rate linearly from 0 over this many epochs (fractions allowed).
+    #[arg(long, default_value_t = 0.0)]
+    pub warmup_epochs: f64,
+
+    /// Micro-batches accumulated per optimizer step; gradients are all-reduced once per step.
+    #[arg(long, default_value_t = 1)]
+    pub grad_accum: usize,
+
+    /// Threads preparing batches ahead of the step (0: prepare each batch inline). The queue
+    /// holds two batches per worker; data_s is the time a step waited for its batch.
+    #[arg(long, default_value_t = 0)]
+    pub workers: usize,
 
     /// Seed of parameter initialisation, shuffling and dropout.
     #[arg(long, default_value_t = 1)]

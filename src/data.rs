@@ -349,6 +349,63 @@ pub fn synthetic(samples: usize, spec: &ModelSpec, seed: u64) -> Dataset {
     Dataset { name: "synthetic".into(), source: String::new(), train: make(n), test: make((n / 6).max(1)), classes }
 }
 
+/// Batches of one epoch, in order: prepared inline, or ahead of time by worker
+/// threads (worker w prepares batches w, w+N, …) each behind a queue of two, so at
+/// most 2N batches wait in memory.
+pub struct Loader {
+    source: Option<(Split, std::vec::IntoIter<Vec<i64>>)>,
+    queues: Vec<std::sync::mpsc::Receiver<(Tensor, Tensor)>>,
+    next: usize,
+    remaining: usize,
+}
+
+impl Split {
+    /// A handle on the same data, for another thread.
+    pub fn share(&self) -> Split {
+        Split { inputs: self.inputs.shallow_clone(), labels: self.labels.shallow_clone(), augment: self.augment }
+    }
+}
+
+impl Loader {
+    pub fn new(split: &Split, batches: Vec<Vec<i64>>, workers: usize) -> Loader {
+        let remaining = batches.len();
+        if workers == 0 {
+            return Loader { source: Some((split.share(), batches.into_iter())), queues: Vec::new(), next: 0, remaining };
+        }
+        let queues = (0..workers)
+            .map(|w| {
+                let (tx, rx) = std::sync::mpsc::sync_channel(2);
+                let mine: Vec<Vec<i64>> = batches.iter().skip(w).step_by(workers).cloned().collect();
+                let data = split.share();
+                std::thread::spawn(move || {
+                    for idx in mine {
+                        // A closed queue means the epoch ended early: stop quietly.
+                        if tx.send(data.batch(&Tensor::from_slice(&idx), Device::Cpu)).is_err() {
+                            return;
+                        }
+                    }
+                });
+                rx
+            })
+            .collect();
+        Loader { source: None, queues, next: 0, remaining }
+    }
+
+    /// The next batch on the CPU, or None at the end of the epoch.
+    pub fn next_batch(&mut self) -> Option<(Tensor, Tensor)> {
+        if self.remaining == 0 {
+            return None;
+        }
+        self.remaining -= 1;
+        let batch = match &mut self.source {
+            Some((split, it)) => it.next().map(|idx| split.batch(&Tensor::from_slice(&idx), Device::Cpu)),
+            None => self.queues[self.next % self.queues.len()].recv().ok(),
+        };
+        self.next += 1;
+        batch
+    }
+}
+
 /// A rank's indices for one epoch, as `DistributedSampler(shuffle, drop_last=False)`:
 /// a permutation seeded by `seed + epoch` (the same on every rank), padded by
 /// wrapping to a multiple of `world`, then every `world`-th index from `rank`.

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod comm;
 pub mod data;
 pub mod model;
+pub mod optim;
 pub mod plot;
 pub mod record;
 pub mod reduce;

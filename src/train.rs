@@ -9,7 +9,8 @@
 //! non-zero with the same message; an error on one rank during training takes the
 //! job down with MPI_Abort so no rank waits forever in a collective.
 
-use crate::cli::{DeviceChoice, OptimizerKind, TrainArgs};
+use crate::cli::{DeviceChoice, LrScaling, TrainArgs};
+use crate::optim::{self, Optimizer};
 use crate::comm::{self, BucketPlan, GradientReducer, MpiStaged};
 use crate::data::{self, Dataset};
 use crate::model;
@@ -20,7 +21,7 @@ use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
 use mpi::topology::Communicator;
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
-use tch::nn::{self, ModuleT, OptimizerConfig};
+use tch::nn::{self, ModuleT};
 use tch::{Device, Kind, Tensor};
 use tracing::{info, warn};
 
@@ -53,6 +54,12 @@ pub fn validate(args: &TrainArgs) -> Result<()> {
     }
     if !(args.lr > 0.0 && args.lr.is_finite()) {
         return fail(&format!("--lr {}", args.lr), "must be positive");
+    }
+    if args.grad_accum == 0 {
+        return fail("--grad-accum 0", "must be at least 1 micro-batch per step");
+    }
+    if !(args.warmup_epochs >= 0.0 && args.warmup_epochs.is_finite()) {
+        return fail(&format!("--warmup-epochs {}", args.warmup_epochs), "must be 0 or more");
     }
     if args.seq_len == 0 {
         return fail("--seq-len 0", "must be at least 1 token");
@@ -393,14 +400,12 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
     broadcast_parameters(w, &params);
     // Dropout masks differ per rank, as in a PyTorch job where each process draws its own.
     tch::manual_seed(args.seed as i64 + 1 + w.rank as i64);
-    let mut opt = agree(
-        w,
-        match args.optimizer {
-            OptimizerKind::Sgd => nn::Sgd { momentum: args.momentum, ..Default::default() }.build(&vs, args.lr),
-            OptimizerKind::Adam => nn::Adam::default().build(&vs, args.lr),
-        }
-        .map_err(anyhow::Error::from),
-    )?;
+    let param_list: Vec<Tensor> = params.iter().map(|(_, t)| t.shallow_clone()).collect();
+    let mut opt = agree(w, Optimizer::new(args.optimizer, &vs, &param_list, args.lr, args.momentum, args.weight_decay))?;
+    let lr_scale = match args.lr_scaling {
+        LrScaling::None => 1.0,
+        LrScaling::Linear => (w.size * args.grad_accum) as f64,
+    };
 
     let numels: Vec<usize> = params.iter().map(|(_, t)| t.numel()).collect();
     let plan = BucketPlan::new(&numels, 4, (args.bucket_mb * (1 << 20) as f64) as usize);
@@ -410,10 +415,12 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
     let mut reducer = MpiStaged::new(&w.world, plan);
     let param_tensors: Vec<Tensor> = params.iter().map(|(_, t)| t.shallow_clone()).collect();
     // Gradients are summed by the all-reduce: pre-divide the loss so the sum is the mean.
-    let loss_scale = 1.0 / w.size as f64;
+    let loss_scale = 1.0 / (w.size * args.grad_accum) as f64;
 
     let per_rank = data::shard_indices(dataset.train.len(), w.size, w.rank, args.seed, 0, true).len();
-    let steps_per_epoch = data::steps_per_epoch(per_rank, args.batch_size);
+    let samples_per_step = args.batch_size * args.grad_accum;
+    let steps_per_epoch = data::steps_per_epoch(per_rank, samples_per_step);
+    let warmup_lr_steps = (args.warmup_epochs * steps_per_epoch as f64).round() as usize;
     let total_steps = (steps_per_epoch * args.epochs).min(args.max_steps.unwrap_or(usize::MAX));
     let epochs = total_steps.div_ceil(steps_per_epoch);
 
@@ -454,7 +461,7 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
         world_size: w.size,
         nodes: w.nodes,
         batch_size_per_rank: args.batch_size,
-        global_batch_size: args.batch_size * w.size,
+        global_batch_size: samples_per_step * w.size,
         steps_per_epoch,
         start_utc: record::rfc3339_utc(started),
         end_utc: None,
@@ -492,27 +499,45 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
         let indices = data::shard_indices(dataset.train.len(), w.size, w.rank, args.seed, epoch, true);
         let epoch_start = Instant::now();
         let (mut loss_sum, mut steps_done) = (0.0f64, 0usize);
-        for (step, chunk) in indices.chunks(args.batch_size).enumerate() {
-            if global_step >= total_steps {
-                break;
-            }
+        let micro: Vec<Vec<i64>> = indices.chunks(args.batch_size).map(<[i64]>::to_vec).collect();
+        let steps_this_epoch = micro.len().div_ceil(args.grad_accum).min(total_steps - global_step);
+        let mut loader = data::Loader::new(&dataset.train, micro.into_iter().take(steps_this_epoch * args.grad_accum).collect(), args.workers);
+        for step in 0..steps_this_epoch {
             if fault == Some(global_step) {
                 bail!("fault injected by DDPBENCH_FAULT at step {global_step}");
             }
+            opt.set_lr(optim::learning_rate(args.lr, lr_scale, global_step, warmup_lr_steps));
             let wall = SystemTime::now();
             let t0 = Instant::now();
-            let (x, y) = dataset.train.batch(&Tensor::from_slice(chunk), device);
-            sync(device);
-            let t1 = Instant::now();
-            let loss = net.forward_t(&x, true).nll_loss(&y);
-            sync(device);
-            let t2 = Instant::now();
-            if w.size > 1 {
-                (&loss * loss_scale).backward();
-            } else {
-                loss.backward();
+            let (mut data_s, mut forward_s, mut backward_s) = (0.0, 0.0, 0.0);
+            let s = |a: Instant, b: Instant| (b - a).as_secs_f64();
+            let mut samples = 0usize;
+            let mut step_loss = Tensor::zeros([], (Kind::Float, device));
+            let mut micro_steps = 0usize;
+            // Micro-batches: gradients accumulate in the flat buckets; one all-reduce per step.
+            while micro_steps < args.grad_accum {
+                let ta = Instant::now();
+                let Some((x, y)) = loader.next_batch() else { break };
+                let (x, y) = if device == Device::Cpu { (x, y) } else { (x.to_device(device), y.to_device(device)) };
+                sync(device);
+                let tb = Instant::now();
+                let loss = net.forward_t(&x, true).nll_loss(&y);
+                sync(device);
+                let tc = Instant::now();
+                if w.size * args.grad_accum > 1 {
+                    (&loss * loss_scale).backward();
+                } else {
+                    loss.backward();
+                }
+                sync(device);
+                let td = Instant::now();
+                data_s += s(ta, tb);
+                forward_s += s(tb, tc);
+                backward_s += s(tc, td);
+                samples += y.size()[0] as usize;
+                step_loss += loss.detach();
+                micro_steps += 1;
             }
-            sync(device);
             let t3 = Instant::now();
             let bytes = reducer.reduce(&param_tensors)?;
             sync(device);
@@ -521,10 +546,10 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
             reducer.zero_grads(&param_tensors);
             sync(device);
             let t5 = Instant::now();
+            let loss = step_loss / micro_steps.max(1) as f64;
             let loss_value = loss.double_value(&[]);
             let t6 = Instant::now();
-            let s = |a: Instant, b: Instant| (b - a).as_secs_f64();
-            let (data_s, forward_s, backward_s, comm_s, optimizer_s) = (s(t0, t1), s(t1, t2), s(t2, t3), s(t3, t4), s(t4, t5));
+            let (comm_s, optimizer_s) = (s(t3, t4), s(t4, t5));
             let step_s = s(t0, t6);
             steps_log.write(&StepRow {
                 rank: w.rank,
@@ -535,7 +560,7 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
                 warmup: u8::from(global_step < args.warmup_steps),
                 time_utc: record::rfc3339_utc(wall),
                 elapsed_s: s(origin, t0),
-                samples: chunk.len(),
+                samples,
                 data_s,
                 forward_s,
                 backward_s,

@@ -138,3 +138,46 @@ fn two_ranks_of_batch_32_equal_one_rank_of_batch_64() {
     let d_other = relative_difference(&one, &other);
     assert!(d_other > 1e-2, "a different seed should differ: {d_other:e}");
 }
+
+#[test]
+fn accumulation_and_worker_threads_preserve_the_arithmetic() {
+    let dir = tmp();
+    let common = ["--max-steps", "12", "--deterministic", "--no-dropout", "--lr", "0.01", "--val-samples", "0", "--save-model", "--probe-iters", "0", "--seed", "5"];
+    let run = |ranks: usize, extra: &[&str], name: &str| {
+        let out = path_str(&dir.path().join(name));
+        let mut args: Vec<&str> = common.to_vec();
+        args.extend_from_slice(extra);
+        args.extend(["--out", &out]);
+        train(ranks, &args, LIMIT).assert_ok();
+        let m = json(&dir.path().join(name).join("manifest.json"));
+        assert_eq!(m["global_batch_size"], 64, "{name}");
+        final_params(&dir.path().join(name))
+    };
+    let plain = run(1, &["--batch-size", "64"], "plain");
+    let accumulated = run(1, &["--batch-size", "32", "--grad-accum", "2", "--workers", "2"], "accumulated");
+    let both = run(2, &["--batch-size", "16", "--grad-accum", "2", "--workers", "1"], "both");
+    let d1 = relative_difference(&plain, &accumulated);
+    let d2 = relative_difference(&plain, &both);
+    assert!(d1 < 1e-5 && d2 < 1e-5, "accumulated {d1:e}, 2 ranks × accumulated {d2:e}");
+    let (h, rows) = read_csv(&dir.path().join("both/rank-00001.csv"));
+    assert!(col(&h, &rows, "samples").iter().all(|&s| s == 32.0), "a row is one optimizer step of 2 micro-batches");
+}
+
+#[test]
+fn large_batch_options_train_and_are_recorded() {
+    let dir = tmp();
+    let out = dir.path().join("lars");
+    let job = train(
+        2,
+        &["--optimizer", "lars", "--lr", "0.5", "--lr-scaling", "linear", "--warmup-epochs", "0.05", "--weight-decay", "0.0001",
+          "--max-steps", "40", "--val-samples", "1000", "--out", &path_str(&out)],
+        LIMIT,
+    );
+    job.assert_ok();
+    let m = json(&out.join("manifest.json"));
+    assert_eq!(m["config"]["optimizer"], "lars");
+    assert_eq!(m["config"]["lr_scaling"], "linear");
+    assert_eq!(m["config"]["warmup_epochs"], 0.05);
+    let (h, rows) = read_csv(&out.join("epochs.csv"));
+    assert!(col(&h, &rows, "val_accuracy")[0] > 0.5, "LARS trains: {:?}", col(&h, &rows, "val_accuracy"));
+}
