@@ -72,6 +72,8 @@ pub enum DatasetKind {
     Mnist,
     /// CIFAR-10 binary batches in --data-dir (data_batch_1..5.bin, test_batch.bin); random crop + flip.
     Cifar10,
+    /// ImageNet-style folder in --data-dir (train/<class>/*.JPEG, val/<class>/*.JPEG), decoded per batch.
+    Imagenet,
     /// AG News CSV in --data-dir (train.csv, test.csv: class,title,description); for transformers.
     Agnews,
     /// Random data of the model's input shape: no I/O, for benchmarks.

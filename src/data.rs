@@ -37,13 +37,20 @@ pub enum Augment {
     /// Zero-pad by `pad`, crop back to the original size at a random offset, flip
     /// horizontally with probability 1/2 (torchvision's RandomCrop + RandomHorizontalFlip).
     CropFlip { pad: i64 },
+    /// Image files: RandomResizedCrop(224, scale 0.08–1, ratio 3/4–4/3) + horizontal flip.
+    ImageNetTrain,
+    /// Image files: resize the shorter side to 256, centre crop 224.
+    ImageNetEval,
 }
 
-/// One split of a data set, on the CPU: inputs (f32 images or i64 tokens), labels as i64.
+/// One split of a data set, on the CPU: inputs (f32 images or i64 tokens) held in
+/// memory, or image files decoded per batch; labels as i64.
 pub struct Split {
     pub inputs: Tensor,
     pub labels: Tensor,
     pub augment: Augment,
+    /// For file-backed splits (ImageNet folders), the image of each sample.
+    pub files: Option<std::sync::Arc<Vec<PathBuf>>>,
 }
 
 impl Split {
@@ -54,21 +61,20 @@ impl Split {
         self.len() == 0
     }
     /// Rows `indices` of the split (augmented when the split asks for it), moved to `device`.
-    pub fn batch(&self, indices: &Tensor, device: Device) -> (Tensor, Tensor) {
-        let x = augment(&self.inputs.index_select(0, indices), self.augment);
+    pub fn batch(&self, indices: &Tensor, device: Device) -> Result<(Tensor, Tensor)> {
+        let x = match &self.files {
+            Some(files) => decode_images(files, indices, self.augment)?,
+            None => augment(&self.inputs.index_select(0, indices), self.augment),
+        };
         let y = self.labels.index_select(0, indices);
-        if device == Device::Cpu {
-            (x, y)
-        } else {
-            (x.to_device(device), y.to_device(device))
-        }
+        Ok(if device == Device::Cpu { (x, y) } else { (x.to_device(device), y.to_device(device)) })
     }
 }
 
 /// Applies `how` to a batch of images [N, C, H, W], drawing from libtorch's RNG.
 pub fn augment(x: &Tensor, how: Augment) -> Tensor {
     match how {
-        Augment::None => x.shallow_clone(),
+        Augment::None | Augment::ImageNetTrain | Augment::ImageNetEval => x.shallow_clone(),
         Augment::CropFlip { pad } => {
             let (n, _, h, w) = x.size4().expect("images are N×C×H×W");
             let padded = x.constant_pad_nd([pad, pad, pad, pad]);
@@ -81,6 +87,109 @@ pub fn augment(x: &Tensor, how: Augment) -> Tensor {
             cropped.flip([3]).where_self(&flip, &cropped)
         }
     }
+}
+
+/// ImageNet's per-channel mean and standard deviation.
+const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
+const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
+
+/// Decodes, crops and normalises the images `indices` of `files` into [N, 3, 224, 224].
+fn decode_images(files: &[PathBuf], indices: &Tensor, how: Augment) -> Result<Tensor> {
+    let idx = Vec::<i64>::try_from(indices)?;
+    // One seed per batch from libtorch's (seeded) generator, then a cheap generator per image.
+    let seed = Tensor::randint(i64::MAX, [1], (Kind::Int64, Device::Cpu)).int64_value(&[0]) as u64;
+    let mut rng = SplitMix64(seed);
+    let images: Vec<Tensor> = idx
+        .iter()
+        .map(|&i| {
+            let path = &files[i as usize];
+            let img = tch::vision::image::load(path)
+                .map_err(|e| DataError::Invalid { path: path.clone(), what: format!("cannot decode image ({e}); remove or replace the file") })?;
+            let img = match img.size()[0] {
+                1 => img.expand([3, -1, -1], false).contiguous(),
+                3 => img,
+                _ => img.narrow(0, 0, 3).contiguous(),
+            };
+            let (h, w) = (img.size()[1], img.size()[2]);
+            let out = if how == Augment::ImageNetTrain {
+                let (top, left, ch, cw) = random_resized_crop(h, w, &mut rng);
+                let crop = img.narrow(1, top, ch).narrow(2, left, cw).contiguous();
+                let r = tch::vision::image::resize(&crop, 224, 224)?;
+                if rng.next() & 1 == 1 { r.flip([2]) } else { r }
+            } else {
+                let (nh, nw) = if h < w { (256, (256 * w + h / 2) / h) } else { ((256 * h + w / 2) / w, 256) };
+                let r = tch::vision::image::resize(&img, nw, nh)?;
+                r.narrow(1, (nh - 224) / 2, 224).narrow(2, (nw - 224) / 2, 224)
+            };
+            Ok(out)
+        })
+        .collect::<Result<_>>()?;
+    let mean = Tensor::from_slice(&IMAGENET_MEAN).view([1, 3, 1, 1]);
+    let std = Tensor::from_slice(&IMAGENET_STD).view([1, 3, 1, 1]);
+    Ok((Tensor::stack(&images, 0).to_kind(Kind::Float) / 255.0 - mean) / std)
+}
+
+/// torchvision's RandomResizedCrop box (top, left, height, width) for an h×w image.
+pub fn random_resized_crop(h: i64, w: i64, rng: &mut SplitMix64) -> (i64, i64, i64, i64) {
+    let area = (h * w) as f64;
+    let uniform = |rng: &mut SplitMix64| (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+    for _ in 0..10 {
+        let target = area * (0.08 + 0.92 * uniform(rng));
+        let log_ratio = (3f64 / 4.0).ln() + ((4f64 / 3.0).ln() - (3f64 / 4.0).ln()) * uniform(rng);
+        let ratio = log_ratio.exp();
+        let cw = (target * ratio).sqrt().round() as i64;
+        let ch = (target / ratio).sqrt().round() as i64;
+        if cw > 0 && ch > 0 && cw <= w && ch <= h {
+            let top = (rng.next() % (h - ch + 1) as u64) as i64;
+            let left = (rng.next() % (w - cw + 1) as u64) as i64;
+            return (top, left, ch, cw);
+        }
+    }
+    (0, 0, h, w)
+}
+
+/// An ImageNet-style folder: `train/<class>/*.JPEG` and `val/<class>/*.JPEG`; classes
+/// are the sorted names of train's sub-folders. Images stay on disk and are decoded
+/// per batch (on `--workers` threads).
+pub fn load_image_folder(dir: &Path) -> Result<Dataset> {
+    let hint = "--data-dir must hold train/<class>/*.JPEG and val/<class>/*.JPEG (ImageNet layout)";
+    let train_dir = dir.join("train");
+    if !train_dir.is_dir() {
+        return Err(DataError::Missing { path: train_dir, hint: hint.into() }.into());
+    }
+    let mut classes: Vec<String> = std::fs::read_dir(&train_dir)?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    classes.sort();
+    if classes.is_empty() {
+        return Err(DataError::Invalid { path: train_dir, what: format!("has no class folders. {hint}") }.into());
+    }
+    let list = |split: &str, augment: Augment| -> Result<Split> {
+        let mut files = Vec::new();
+        let mut labels = Vec::new();
+        for (c, class) in classes.iter().enumerate() {
+            let folder = dir.join(split).join(class);
+            if !folder.is_dir() {
+                continue;
+            }
+            let mut imgs: Vec<PathBuf> = std::fs::read_dir(&folder)?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| ["jpeg", "jpg", "png"].contains(&x.to_string_lossy().to_lowercase().as_str())))
+                .collect();
+            imgs.sort();
+            labels.extend(std::iter::repeat(c as i64).take(imgs.len()));
+            files.extend(imgs);
+        }
+        if files.is_empty() {
+            return Err(DataError::Invalid { path: dir.join(split), what: format!("holds no .JPEG/.jpg/.png images. {hint}") }.into());
+        }
+        Ok(Split { inputs: Tensor::zeros([0], (Kind::Float, Device::Cpu)), labels: Tensor::from_slice(&labels), augment, files: Some(std::sync::Arc::new(files)) })
+    };
+    let train = list("train", Augment::ImageNetTrain)?;
+    let test = list("val", Augment::ImageNetEval)?;
+    Ok(Dataset { name: "imagenet".into(), source: dir.display().to_string(), train, test, classes: classes.len() as i64 })
 }
 
 pub struct Dataset {
@@ -171,7 +280,7 @@ fn load_idx_split(dir: &Path, prefix: &str, mean: f64, std: f64, hint: &str) -> 
     if max_label > 9 {
         return Err(DataError::Invalid { path: lbl_path, what: format!("label {max_label} is out of range 0..9") }.into());
     }
-    Ok(Split { inputs, labels, augment: Augment::None })
+    Ok(Split { inputs, labels, augment: Augment::None, files: None })
 }
 
 /// Loads the data set the arguments ask for, shaped for a model of `spec`.
@@ -189,6 +298,16 @@ pub fn load(args: &TrainArgs, spec: &ModelSpec) -> Result<Dataset> {
                 bail!("--dataset cifar10 needs --data-dir DIR holding data_batch_1.bin … data_batch_5.bin and test_batch.bin (the CIFAR-10 binary version)");
             };
             load_cifar10(dir)
+        }
+        DatasetKind::Imagenet => {
+            let Input::Image([3, h, w]) = spec.input else { return needs("RGB images").map(|_| unreachable!()) };
+            if (h, w) != (224, 224) {
+                needs("224×224 crops")?;
+            }
+            let Some(dir) = &args.data_dir else {
+                bail!("--dataset imagenet needs --data-dir DIR holding train/<class>/*.JPEG and val/<class>/*.JPEG");
+            };
+            load_image_folder(dir)
         }
         DatasetKind::Agnews => {
             let Input::Tokens { seq_len, vocab } = spec.input else { return needs("text").map(|_| unreachable!()) };
@@ -263,7 +382,7 @@ pub fn load_cifar10(dir: &Path) -> Result<Dataset> {
         let mean = Tensor::from_slice(&[0.4914f32, 0.4822, 0.4465]).view([1, 3, 1, 1]);
         let std = Tensor::from_slice(&[0.2470f32, 0.2435, 0.2616]).view([1, 3, 1, 1]);
         let inputs = (Tensor::from_slice(&pixels).view([n, 3, 32, 32]).to_kind(Kind::Float) / 255.0 - mean) / std;
-        Ok(Split { inputs, labels: Tensor::from_slice(&labels), augment: Augment::None })
+        Ok(Split { inputs, labels: Tensor::from_slice(&labels), augment: Augment::None, files: None })
     };
     let mut train = read(&(1..=5).map(|i| format!("data_batch_{i}.bin")).collect::<Vec<_>>())?;
     train.augment = Augment::CropFlip { pad: 4 };
@@ -328,7 +447,7 @@ pub fn load_agnews(dir: &Path, seq_len: usize, vocab_size: usize) -> Result<Data
     let split = |rows: &[(i64, String)]| -> Split {
         let ids: Vec<i64> = rows.iter().flat_map(|(_, t)| encode(t, &vocab, seq_len)).collect();
         let labels: Vec<i64> = rows.iter().map(|(c, _)| *c).collect();
-        Split { inputs: Tensor::from_slice(&ids).view([rows.len() as i64, seq_len as i64]), labels: Tensor::from_slice(&labels), augment: Augment::None }
+        Split { inputs: Tensor::from_slice(&ids).view([rows.len() as i64, seq_len as i64]), labels: Tensor::from_slice(&labels), augment: Augment::None, files: None }
     };
     Ok(Dataset { name: "agnews".into(), source: dir.display().to_string(), train: split(&train_rows), test: split(&test_rows), classes: 4 })
 }
@@ -344,6 +463,7 @@ pub fn synthetic(samples: usize, spec: &ModelSpec, seed: u64) -> Dataset {
         },
         labels: Tensor::randint(classes, [n], (Kind::Int64, Device::Cpu)),
         augment: Augment::None,
+        files: None,
     };
     let n = samples.max(1) as i64;
     Dataset { name: "synthetic".into(), source: String::new(), train: make(n), test: make((n / 6).max(1)), classes }
@@ -354,7 +474,7 @@ pub fn synthetic(samples: usize, spec: &ModelSpec, seed: u64) -> Dataset {
 /// most 2N batches wait in memory.
 pub struct Loader {
     source: Option<(Split, std::vec::IntoIter<Vec<i64>>)>,
-    queues: Vec<std::sync::mpsc::Receiver<(Tensor, Tensor)>>,
+    queues: Vec<std::sync::mpsc::Receiver<Result<(Tensor, Tensor)>>>,
     next: usize,
     remaining: usize,
 }
@@ -362,7 +482,7 @@ pub struct Loader {
 impl Split {
     /// A handle on the same data, for another thread.
     pub fn share(&self) -> Split {
-        Split { inputs: self.inputs.shallow_clone(), labels: self.labels.shallow_clone(), augment: self.augment }
+        Split { inputs: self.inputs.shallow_clone(), labels: self.labels.shallow_clone(), augment: self.augment, files: self.files.clone() }
     }
 }
 
@@ -392,7 +512,7 @@ impl Loader {
     }
 
     /// The next batch on the CPU, or None at the end of the epoch.
-    pub fn next_batch(&mut self) -> Option<(Tensor, Tensor)> {
+    pub fn next_batch(&mut self) -> Option<Result<(Tensor, Tensor)>> {
         if self.remaining == 0 {
             return None;
         }
@@ -434,9 +554,9 @@ pub fn steps_per_epoch(per_rank: usize, batch: usize) -> usize {
 }
 
 /// Small, fast, seedable generator: identical permutations on every rank and platform.
-struct SplitMix64(u64);
+pub struct SplitMix64(pub u64);
 impl SplitMix64 {
-    fn next(&mut self) -> u64 {
+    pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -550,7 +670,7 @@ mod tests {
         assert!((px(1) - (-0.4822 / 0.2435)).abs() < 1e-4);
         assert_eq!(ds.train.augment, Augment::CropFlip { pad: 4 });
         tch::manual_seed(3);
-        let (x, _) = ds.train.batch(&Tensor::from_slice(&[0i64, 1, 2, 3, 4, 5, 6, 7]), Device::Cpu);
+        let (x, _) = ds.train.batch(&Tensor::from_slice(&[0i64, 1, 2, 3, 4, 5, 6, 7]), Device::Cpu).unwrap();
         assert_eq!(x.size(), [8, 3, 32, 32]);
         // Crops shifted by up to 4 pixels bring zero padding into some images' borders.
         let original = ds.train.inputs.narrow(0, 0, 8);
@@ -584,5 +704,62 @@ mod tests {
         std::fs::write(d.path().join("test.csv"), "\"9\",\"x\",\"y\"\n").unwrap();
         let e = load_agnews(d.path(), 6, 5).err().unwrap().to_string();
         assert!(e.contains("test.csv") && e.contains("class \"9\" is not 1..4"), "{e}");
+    }
+
+    /// An ImageNet-style folder of real JPEGs: 2 classes, images of several sizes.
+    fn image_folder() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        for (split, per_class) in [("train", 3), ("val", 2)] {
+            for class in ["n01440764", "n02102040"] {
+                let folder = d.path().join(split).join(class);
+                std::fs::create_dir_all(&folder).unwrap();
+                for i in 0..per_class {
+                    let (h, w) = [(300, 400), (256, 256), (500, 260)][i];
+                    let img = Tensor::randint(256, [3, h, w], (Kind::Uint8, Device::Cpu));
+                    tch::vision::image::save(&img, folder.join(format!("img{i}.jpg"))).unwrap();
+                    std::fs::rename(folder.join(format!("img{i}.jpg")), folder.join(format!("img{i}.JPEG"))).unwrap();
+                }
+            }
+        }
+        // A grayscale image is widened to 3 channels.
+        let gray = Tensor::randint(256, [1, 240, 320], (Kind::Uint8, Device::Cpu));
+        tch::vision::image::save(&gray, d.path().join("val/n02102040/gray.png")).unwrap();
+        d
+    }
+
+    #[test]
+    fn image_folder_decodes_crops_and_labels() {
+        let d = image_folder();
+        let ds = load_image_folder(d.path()).unwrap();
+        assert_eq!((ds.train.len(), ds.test.len(), ds.classes), (6, 5, 2));
+        assert_eq!(Vec::<i64>::try_from(&ds.train.labels).unwrap(), vec![0, 0, 0, 1, 1, 1]);
+        let all = Tensor::from_slice(&[0i64, 1, 2, 3, 4]);
+        let (x, y) = ds.test.batch(&all, Device::Cpu).unwrap();
+        assert_eq!(x.size(), [5, 3, 224, 224]);
+        assert_eq!(Vec::<i64>::try_from(&y).unwrap(), vec![0, 0, 1, 1, 1]);
+        // Validation is deterministic; training crops are random.
+        let (x2, _) = ds.test.batch(&all, Device::Cpu).unwrap();
+        assert!(x.equal(&x2));
+        let (t1, _) = ds.train.batch(&all, Device::Cpu).unwrap();
+        let (t2, _) = ds.train.batch(&all, Device::Cpu).unwrap();
+        assert_eq!(t1.size(), [5, 3, 224, 224]);
+        assert!(!t1.equal(&t2));
+        // Normalised with ImageNet statistics: values of uniform noise stay within about ±2.7.
+        assert!(x.abs().max().double_value(&[]) < 2.7);
+        // A corrupt file is named.
+        std::fs::write(d.path().join("val/n01440764/img0.JPEG"), b"not a jpeg").unwrap();
+        let e = ds.test.batch(&all, Device::Cpu).err().unwrap().to_string();
+        assert!(e.contains("img0.JPEG") && e.contains("cannot decode image"), "{e}");
+    }
+
+    #[test]
+    fn random_resized_crop_stays_inside_the_image() {
+        let mut rng = SplitMix64(9);
+        for _ in 0..1000 {
+            let (t, l, h, w) = random_resized_crop(300, 500, &mut rng);
+            assert!(t >= 0 && l >= 0 && h > 0 && w > 0 && t + h <= 300 && l + w <= 500);
+            let frac = (h * w) as f64 / 150_000.0;
+            assert!(frac > 0.07 && frac <= 1.0 + 1e-9);
+        }
     }
 }

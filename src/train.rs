@@ -342,25 +342,26 @@ fn check_in_sync(w: &World, params: &[(String, Tensor)], epoch: usize) -> Result
 }
 
 /// Loss and accuracy on the test split, each rank taking every size-th sample.
-fn validate_epoch(w: &World, net: &dyn ModuleT, data: &Dataset, device: Device, limit: Option<usize>) -> (f64, f64, usize) {
+fn validate_epoch(w: &World, net: &dyn ModuleT, data: &Dataset, device: Device, limit: Option<usize>) -> Result<(f64, f64, usize)> {
     let n = data.test.len().min(limit.unwrap_or(usize::MAX));
     let mine: Vec<i64> = (w.rank..n).step_by(w.size).map(|i| i as i64).collect();
     let (mut loss_sum, mut correct) = (0.0f64, 0.0f64);
-    tch::no_grad(|| {
-        for chunk in mine.chunks(1000) {
-            let (x, y) = data.test.batch(&Tensor::from_slice(chunk), device);
+    tch::no_grad(|| -> Result<()> {
+        for chunk in mine.chunks(if data.test.files.is_some() { 64 } else { 1000 }) {
+            let (x, y) = data.test.batch(&Tensor::from_slice(chunk), device)?;
             let out = net.forward_t(&x, false);
             loss_sum += out.nll_loss(&y).double_value(&[]) * chunk.len() as f64;
             correct += out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64).int64_value(&[]) as f64;
         }
-    });
+        Ok(())
+    })?;
     let mine = [loss_sum, correct, mine.len() as f64];
     let mut total = [0f64; 3];
     w.world.all_reduce_into(&mine[..], &mut total[..], SystemOperation::sum());
     if total[2] == 0.0 {
-        return (f64::NAN, f64::NAN, 0);
+        return Ok((f64::NAN, f64::NAN, 0));
     }
-    (total[0] / total[2], total[1] / total[2], total[2] as usize)
+    Ok((total[0] / total[2], total[1] / total[2], total[2] as usize))
 }
 
 fn run(w: &World, args: &TrainArgs) -> Result<()> {
@@ -517,7 +518,8 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
             // Micro-batches: gradients accumulate in the flat buckets; one all-reduce per step.
             while micro_steps < args.grad_accum {
                 let ta = Instant::now();
-                let Some((x, y)) = loader.next_batch() else { break };
+                let Some(batch) = loader.next_batch() else { break };
+                let (x, y) = batch?;
                 let (x, y) = if device == Device::Cpu { (x, y) } else { (x.to_device(device), y.to_device(device)) };
                 sync(device);
                 let tb = Instant::now();
@@ -592,7 +594,7 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
         // As DDP's broadcast_buffers: every rank validates with rank 0's BatchNorm statistics.
         broadcast_parameters(w, &model::ordered_buffers(&vs));
         let val_start = Instant::now();
-        let (val_loss, val_acc, val_n) = validate_epoch(w, net.as_ref(), &dataset, device, args.val_samples);
+        let (val_loss, val_acc, val_n) = validate_epoch(w, net.as_ref(), &dataset, device, args.val_samples)?;
         last_acc = val_acc.is_finite().then_some(val_acc);
         if let Some(log) = epochs_log.as_mut() {
             log.write(&EpochRow {

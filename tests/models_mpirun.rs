@@ -51,3 +51,30 @@ fn a_model_and_data_set_of_different_shapes_are_refused() {
     assert!(job.all().contains("--dataset fashion-mnist holds 1×28×28 images; --model resnet18-cifar wants"), "{}", job.all());
     assert!(!job.all().contains("rank-exit 0 0") && !job.all().contains("rank-exit 1 0"));
 }
+
+#[test]
+fn resnet18_trains_on_an_image_folder_with_worker_threads() {
+    use tch::{Device, Kind, Tensor};
+    let d = tmp();
+    for (split, n) in [("train", 4), ("val", 2)] {
+        for class in ["cat", "dog"] {
+            let folder = d.path().join(split).join(class);
+            std::fs::create_dir_all(&folder).unwrap();
+            for i in 0..n {
+                let img = Tensor::randint(256, [3, 240, 300], (Kind::Uint8, Device::Cpu));
+                tch::vision::image::save(&img, folder.join(format!("{i}.jpg"))).unwrap();
+            }
+        }
+    }
+    let out = path_str(&d.path().join("run"));
+    let job = train(
+        2,
+        &["--model", "resnet18", "--dataset", "imagenet", "--data-dir", &path_str(d.path()), "--batch-size", "2", "--workers", "2",
+          "--epochs", "1", "--warmup-steps", "0", "--probe-iters", "1", "--out", &out],
+        Duration::from_secs(300),
+    );
+    job.assert_ok();
+    let (h, rows) = read_csv(&d.path().join("run/epochs.csv"));
+    assert_eq!(col(&h, &rows, "steps")[0], 2.0, "8 images / (2 ranks × batch 2)");
+    assert_eq!(col(&h, &rows, "val_samples")[0], 4.0);
+}
