@@ -8,7 +8,7 @@
 # crossed the veth, and that the shaped link shows in the all-reduce probe's bus
 # bandwidth and in the ranks' comm_s.
 #
-#   tests/cluster/netns.sh                     # as root; ~30 s
+#   tests/cluster/netns.sh                     # as root; ~20-40 s
 #   DDPBENCH_TEST_KEEP=/tmp/keep tests/cluster/netns.sh   # also keep the run folders there
 #
 # Prints the two busbw figures and median comm_s values, then `N passed, M failed`;
@@ -36,13 +36,10 @@ RUN_TIMEOUT=100        # seconds for one mpirun
 exec 9>/tmp/ddpbench-netns-test.lock
 flock -n 9 || die "another tests/cluster/netns.sh is running"
 
-# Install and build first in a child shell (a build error must stop the test: sourced under
-# `||`, setup.sh's own `set -e` would be off and a stale binary would be tested), then
-# source it for LIBTORCH, LD_LIBRARY_PATH, OMPI_ALLOW_RUN_AS_ROOT*, DDPBENCH_BIN.
-bash -c 'source "$1/job-scripts/setup.sh"' _ "$REPO" || die "job-scripts/setup.sh failed (install or build)"
+# Installs what is missing, builds, exports LIBTORCH, LD_LIBRARY_PATH,
+# OMPI_ALLOW_RUN_AS_ROOT*, DDPBENCH_BIN; returns non-zero if anything (the build) fails.
 # shellcheck source=/dev/null
-source "$REPO/job-scripts/setup.sh"
-set +e   # setup.sh turns on -e; this script counts failures instead
+source "$REPO/job-scripts/setup.sh" || die "job-scripts/setup.sh failed (install or build)"
 [ -x "${DDPBENCH_BIN:-}" ] || die "no ddpbench binary"
 command -v mpirun >/dev/null || die "mpirun not found"
 
@@ -136,23 +133,23 @@ EOF
 chmod +x "$AGENT"
 printf '%s slots=1\n%s slots=1\n' "$NS1" "$NS2" >"$T/hostfile"
 
-run_train() {  # run_train NAME: 2 ranks, one per node; sets RC
-  local out=$T/$1
+run_train() {  # run_train NAME: 2 ranks, one per node, into $D/NAME; sets RC
+  local out=$D/$1
   # mpirun itself runs on node1 (the root namespace has no route to the /24).
   timeout "$RUN_TIMEOUT" "$AGENT" "$NS1" \
     "exec mpirun -n 2 --hostfile '$T/hostfile' --bind-to none \
        --mca plm_rsh_agent '$AGENT' \
        --mca btl_tcp_if_include $NET.0/24 --mca oob_tcp_if_include $NET.0/24 \
        -x LD_LIBRARY_PATH -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
-       '$DDPBENCH_BIN' train ${TRAIN_FLAGS[*]} --out '$out'" >"$T/$1.log" 2>&1 &
+       '$DDPBENCH_BIN' train ${TRAIN_FLAGS[*]} --out '$out'" >"$D/$1.log" 2>&1 9>&- &
   child=$!   # waited for in the background, so that a signal to this script is handled at once
   wait "$child"; RC=$?
   child=
   tlog "$1: mpirun exit $RC"
-  ((RC == 0)) || tail -20 "$T/$1.log" >&2
+  ((RC == 0)) || tail -20 "$D/$1.log" >&2
 }
-check_run() {  # check_run NAME
-  local d=$T/$1
+check_run() {  # check_run NAME (run folder $D/NAME)
+  local d=$D/$1
   check "$1: mpirun exit code 0" test "$RC" = 0
   check "$1: manifest status completed, world_size 2" py 'x = m(sys.argv[1]); sys.exit(not (x["status"] == "completed" and x["world_size"] == 2))' "$d"
   check "$1: manifest nodes == 2" py 'sys.exit(m(sys.argv[1])["nodes"] != 2)' "$d"
@@ -160,43 +157,70 @@ check_run() {  # check_run NAME
   check "$1: 2 rank CSVs with $STEPS rows each" py "r = rows(sys.argv[1]); sys.exit(not (len(r) == 2 and all(len(f) == $STEPS for f in r)))" "$d"
 }
 
+shape() {  # shape add|del: tbf on both ends of the veth (a symmetric 1 Gbit/s link)
+  local pair
+  for pair in "$NS1 veth-n1" "$NS2 veth-n2"; do
+    set -- $pair
+    if [ "$MODE" = add ]; then
+      # shellcheck disable=SC2086
+      ip netns exec "$1" tc qdisc add dev "$2" root tbf $RATE || die "tc on $2 failed"
+    else
+      ip netns exec "$1" tc qdisc del dev "$2" root 2>/dev/null
+    fi
+  done
+}
+figures() {  # figures: sets bw_u bw_s cm_u cm_s from $D/unshaped and $D/shaped ("nan" if missing)
+  read -r bw_u bw_s cm_u cm_s < <(py '
+def get(f, d):
+    try: return f(d)
+    except Exception: return float("nan")
+u, s = sys.argv[1], sys.argv[2]
+bw = lambda d: m(d)["allreduce_probe"]["busbw_bytes_per_s"]
+print(get(bw, u), get(bw, s), get(comm_median, u), get(comm_median, s))' "$D/unshaped" "$D/shaped")
+}
+compare_ok() { py 'b_u, b_s, c_u, c_s = map(float, sys.argv[1:5]); sys.exit(not (b_s < 0.5 * b_u and c_s > c_u))' "$bw_u" "$bw_s" "$cm_u" "$cm_s"; }
+
 # ---------------------------------------------------------------- runs
-t0=$SECONDS
-tx0=$(tx_bytes "$NS1" veth-n1)
-run_train unshaped
-tx1=$(tx_bytes "$NS1" veth-n1)
-check_run unshaped
-grad=$(py 'print(m(sys.argv[1])["gradient_bytes"])' "$T/unshaped" 2>/dev/null || echo 0)
+# This 2-core machine is noisy (and may be shared): a slow unshaped run can make the
+# comparison fail by chance. Up to ATTEMPTS pairs of runs; the checks are made on the
+# last pair, and a pair in which a run fails is not retried.
+ATTEMPTS=3
+for attempt in $(seq "$ATTEMPTS"); do
+  D=$T/attempt-$attempt; mkdir -p "$D"
+  MODE=del shape
+  t0=$SECONDS
+  tx0=$(tx_bytes "$NS1" veth-n1)
+  run_train unshaped; RC_U=$RC
+  tx1=$(tx_bytes "$NS1" veth-n1)
+  tlog "unshaped took $((SECONDS - t0)) s"
+  MODE=add shape
+  t0=$SECONDS
+  run_train shaped; RC_S=$RC
+  tlog "shaped took $((SECONDS - t0)) s"
+  sent=$(ip netns exec "$NS1" tc -s -j qdisc show dev veth-n1 | python3 -c 'import json,sys; print([q for q in json.load(sys.stdin) if q["kind"]=="tbf"][0]["bytes"])')
+  figures
+  ((RC_U == 0 && RC_S == 0)) || break
+  compare_ok && break
+  ((attempt < ATTEMPTS)) && tlog "attempt $attempt: shaped vs unshaped not clearly apart (busbw $bw_u vs $bw_s B/s), running the pair again"
+done
+
+# ---------------------------------------------------------------- checks
+RC=$RC_U; check_run unshaped
+grad=$(py 'print(m(sys.argv[1])["gradient_bytes"])' "$D/unshaped" 2>/dev/null || echo 0)
 # Every step all-reduces `grad` bytes; with 2 ranks each side sends at least half of it.
 check "unshaped: traffic crossed the veth (node1 sent $((tx1 - tx0)) B)" \
   test "$((tx1 - tx0))" -ge "$((STEPS * grad / 2))" -a "$grad" -gt 0
-tlog "unshaped took $((SECONDS - t0)) s"
-
-t0=$SECONDS
-for pair in "$NS1 veth-n1" "$NS2 veth-n2"; do
-  set -- $pair
-  # shellcheck disable=SC2086
-  ip netns exec "$1" tc qdisc add dev "$2" root tbf $RATE || die "tc on $2 failed"
-done
-run_train shaped
-check_run shaped
-sent=$(ip netns exec "$NS1" tc -s -j qdisc show dev veth-n1 | python3 -c 'import json,sys; print([q for q in json.load(sys.stdin) if q["kind"]=="tbf"][0]["bytes"])')
-check "shaped: traffic went through the tbf qdisc (node1 sent $sent B)" \
+RC=$RC_S; check_run shaped
+check "shaped: traffic went through the tbf qdisc (node1 sent ${sent:-?} B)" \
   test "${sent:-0}" -ge "$((STEPS * grad / 2))" -a "$grad" -gt 0
-tlog "shaped took $((SECONDS - t0)) s"
 
-# ---------------------------------------------------------------- compare
-read -r bw_u bw_s cm_u cm_s < <(py '
-u, s = sys.argv[1], sys.argv[2]
-print(m(u)["allreduce_probe"]["busbw_bytes_per_s"], m(s)["allreduce_probe"]["busbw_bytes_per_s"],
-      comm_median(u), comm_median(s))' "$T/unshaped" "$T/shaped" 2>/dev/null)
 py '
 bw_u, bw_s, cm_u, cm_s = map(float, sys.argv[1:5])
-print(f"allreduce_probe busbw ({sys.argv[5]} B): unshaped {bw_u/1e6:.1f} MB/s, shaped (tbf 1gbit) {bw_s/1e6:.1f} MB/s, ratio {bw_s/bw_u:.3f}")
+print(f"allreduce_probe busbw ({sys.argv[5]} B, attempt {sys.argv[6]}): unshaped {bw_u/1e6:.1f} MB/s, shaped (tbf 1gbit) {bw_s/1e6:.1f} MB/s, ratio {bw_s/bw_u:.3f}")
 print(f"median comm_s (non-warm-up steps, both ranks): unshaped {cm_u*1e3:.2f} ms, shaped {cm_s*1e3:.2f} ms, ratio {cm_s/cm_u:.1f}")
-' "${bw_u:-nan}" "${bw_s:-nan}" "${cm_u:-nan}" "${cm_s:-nan}" "$grad"
-check "shaped busbw < 0.5 × unshaped busbw" py 'sys.exit(not float(sys.argv[2]) < 0.5 * float(sys.argv[1]))' "${bw_u:-nan}" "${bw_s:-nan}"
-check "shaped median comm_s > unshaped median comm_s" py 'sys.exit(not float(sys.argv[2]) > float(sys.argv[1]))' "${cm_u:-nan}" "${cm_s:-nan}"
+' "$bw_u" "$bw_s" "$cm_u" "$cm_s" "$grad" "$attempt"
+check "shaped busbw < 0.5 × unshaped busbw" py 'sys.exit(not float(sys.argv[2]) < 0.5 * float(sys.argv[1]))' "$bw_u" "$bw_s"
+check "shaped median comm_s > unshaped median comm_s" py 'sys.exit(not float(sys.argv[2]) > float(sys.argv[1]))' "$cm_u" "$cm_s"
 
 echo "$pass passed, $fail failed"
 ((fail == 0))

@@ -26,7 +26,9 @@ die() { tlog "FATAL: $*"; echo "$pass passed, $((fail + 1)) failed"; exit 2; }
 STEPS=6
 TRAIN_FLAGS=(--dataset synthetic --synthetic-samples 2048 --batch-size 16 --max-steps "$STEPS"
              --val-samples 64 --bind none --threads 1 --probe-iters 3)
-JOB_TIMEOUT=150   # seconds for one `sbatch --wait`
+# Seconds for one `sbatch --wait`. A job runs ~10 s here, but sbatch --wait polls at growing
+# intervals, so it may return ~30 s after the job ended.
+JOB_TIMEOUT=150
 
 # ---------------------------------------------------------------- 1. packages, build
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
@@ -38,13 +40,10 @@ if ((${#need[@]})); then
   DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq "${need[@]}" >/dev/null \
     || die "apt-get install ${need[*]} failed"
 fi
-# Install and build first in a child shell (a build error must stop the test: sourced under
-# `||`, setup.sh's own `set -e` would be off and a stale binary would be tested), then
-# source it for LIBTORCH, LD_LIBRARY_PATH, OMPI_ALLOW_RUN_AS_ROOT*, DDPBENCH_BIN.
-bash -c 'source "$1/job-scripts/setup.sh"' _ "$REPO" || die "job-scripts/setup.sh failed (install or build)"
+# Installs what is missing, builds, exports LIBTORCH, LD_LIBRARY_PATH,
+# OMPI_ALLOW_RUN_AS_ROOT*, DDPBENCH_BIN; returns non-zero if anything (the build) fails.
 # shellcheck source=/dev/null
-source "$REPO/job-scripts/setup.sh"
-set +e   # setup.sh turns on -e; this script counts failures instead
+source "$REPO/job-scripts/setup.sh" || die "job-scripts/setup.sh failed (install or build)"
 [ -x "${DDPBENCH_BIN:-}" ] || die "no ddpbench binary"
 
 # ---------------------------------------------------------------- 2. teardown (trap)
@@ -100,7 +99,8 @@ check() {  # check "description" command...
   else fail=$((fail + 1)); tlog "FAIL $what"; fi
 }
 both_in() { grep -q -- "$2" "$1" && grep -q -- "$3" "$1"; }
-# py_check DIR 'python expression over m (manifest) and csv (list of rank row lists)'
+# py_check RUN_DIR 'python expression' over d (the run folder), m (manifest.json), files
+# (rank-*.csv paths), rows (each rank's rows as dicts), env (each rank's launcher_env)
 py_check() {
   local dir=$1 expr=$2
   python3 - "$dir" "$expr" <<'EOF'
@@ -108,12 +108,12 @@ import csv, glob, json, os, sys
 d, expr = sys.argv[1], sys.argv[2]
 try:
     m = json.load(open(os.path.join(d, "manifest.json")))
-except (OSError, ValueError) as e:
-    sys.exit(f"  {d}/manifest.json: {e.__class__.__name__}: {e}")
-files = sorted(glob.glob(os.path.join(d, "rank-*.csv")))
-rows = [list(csv.DictReader(open(f))) for f in files]
-env = [dict(r["launcher_env"]) for r in m["ranks"]]
-ok = eval(expr)
+    files = sorted(glob.glob(os.path.join(d, "rank-*.csv")))
+    rows = [list(csv.DictReader(open(f))) for f in files]
+    env = [dict(r["launcher_env"]) for r in m["ranks"]]
+    ok = eval(expr)
+except Exception as e:
+    sys.exit(f"  {e.__class__.__name__}: {e}")
 if not ok:
     print("  not true:", expr, file=sys.stderr)
 sys.exit(0 if ok else 1)
@@ -249,9 +249,11 @@ check "2n4g: launcher_env has CUDA_VISIBLE_DEVICES on every rank" py_check "$run
   'all(e.get("CUDA_VISIBLE_DEVICES", "") != "" for e in env)'
 check "2n4g: every rank fell back to device Cpu" py_check "$run" 'all(r["device"] == "Cpu" for r in m["ranks"])'
 check "2n4g: $outf exists" test -s "$outf"
+# The reduce table (a row or heading naming the run, not a log line) and its "wrote ..." line.
 check "2n4g: $outf holds the reduce summary" \
-  both_in "$outf" "on 8 rank(s), 2 node(s)" "wrote .*summary.csv"
-check "2n4g: summary.csv written" test -s "$run/summary.csv"
+  both_in "$outf" "^\(run \)\?ddpbench-2n4g-$JOBID[: ]" "^wrote .*summary\.csv"
+check "2n4g: summary.csv counts 8 ranks" py_check "$run" \
+  'sum(int(r["ranks"]) for r in csv.DictReader(open(os.path.join(d, "summary.csv")))) == 8'
 tlog "2n4g took $((SECONDS - t0)) s"
 
 # 5b. One rank on one GPU.
@@ -267,7 +269,7 @@ check "1gpu: launcher_env has SLURM_PROCID=0 and one CUDA_VISIBLE_DEVICES entry"
   'env[0].get("SLURM_PROCID") == "0" and len(env[0].get("CUDA_VISIBLE_DEVICES", "").split(",")) == 1 and env[0]["CUDA_VISIBLE_DEVICES"] != ""'
 check "1gpu: device Cpu" py_check "$run" 'm["ranks"][0]["device"] == "Cpu"'
 check "1gpu: $outf holds the reduce summary" \
-  both_in "$outf" "on 1 rank(s), 1 node(s)" "wrote .*summary.csv"
+  both_in "$outf" "^\(run \)\?ddpbench-1gpu-$JOBID[: ]" "^wrote .*summary\.csv"
 tlog "1gpu took $((SECONDS - t0)) s"
 
 cd / || true
