@@ -379,7 +379,7 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
         }
     }
     if binding.shared {
-        warn!("{} local ranks share {} cores: timings will include contention", w.local_size, cores.len());
+        warn!("{} local ranks share {} cores: timings will include contention{}", w.local_size, cores.len(), if binding.pus.is_empty() { " (ranks left unbound)" } else { "" });
     }
     let threads = args.threads.unwrap_or(binding.threads);
     tch::set_num_threads(threads as i32);
