@@ -34,6 +34,33 @@ pub enum Command {
     Topo(TopoArgs),
     /// List the models with their parameter counts and gradient bytes.
     Models(ModelsArgs),
+    /// Build seed 000's bigMNIST: augmented, replicated MNIST in checksummed shards (resumable).
+    GenBigmnist(GenBigMnistArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct GenBigMnistArgs {
+    /// MNIST-format folder to start from (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz]).
+    #[arg(long)]
+    pub from: PathBuf,
+    /// Augmented versions of each training image.
+    #[arg(long, default_value_t = 6)]
+    pub augment: usize,
+    /// Copies of the augmented set (200 gives seed 000's 72,000,000 samples, ~52 GiB).
+    #[arg(long, default_value_t = 200)]
+    pub copies: usize,
+    /// Output folder (shards, index.json). Run the same command again to resume.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Samples per shard file (785 bytes each).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub shard_samples: u64,
+    /// Seed of the augmentation: the same seed gives the same bytes.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Shards written at once (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -72,6 +99,8 @@ pub enum DatasetKind {
     Mnist,
     /// CIFAR-10 binary batches in --data-dir (data_batch_1..5.bin, test_batch.bin); random crop + flip.
     Cifar10,
+    /// bigMNIST written by `ddpbench gen-bigmnist` in --data-dir, streamed with read-ahead.
+    Bigmnist,
     /// ImageNet-style folder in --data-dir (train/<class>/*.JPEG, val/<class>/*.JPEG), decoded per batch.
     Imagenet,
     /// AG News CSV in --data-dir (train.csv, test.csv: class,title,description); for transformers.

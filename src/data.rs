@@ -189,10 +189,19 @@ pub fn load_image_folder(dir: &Path) -> Result<Dataset> {
     };
     let train = list("train", Augment::ImageNetTrain)?;
     let test = list("val", Augment::ImageNetEval)?;
-    Ok(Dataset { name: "imagenet".into(), source: dir.display().to_string(), train, test, classes: classes.len() as i64 })
+    Ok(Dataset { stream: None, name: "imagenet".into(), source: dir.display().to_string(), train, test, classes: classes.len() as i64 })
+}
+
+/// A streamed training set (bigMNIST): never held in memory.
+#[derive(Clone)]
+pub struct StreamSource {
+    pub dir: PathBuf,
+    pub index: crate::bigmnist::Index,
 }
 
 pub struct Dataset {
+    /// Set for streamed data sets; `train` is then empty.
+    pub stream: Option<StreamSource>,
     /// Name as recorded in the manifest.
     pub name: String,
     /// Where it was read from (empty for synthetic data).
@@ -299,6 +308,24 @@ pub fn load(args: &TrainArgs, spec: &ModelSpec) -> Result<Dataset> {
             };
             load_cifar10(dir)
         }
+        DatasetKind::Bigmnist => {
+            if spec.input != Input::Image([1, 28, 28]) {
+                needs("1×28×28 images")?;
+            }
+            let Some(dir) = &args.data_dir else {
+                bail!("--dataset bigmnist needs --data-dir DIR written by `ddpbench gen-bigmnist`");
+            };
+            let index = crate::bigmnist::open(dir)?;
+            // Validation: the source's test split, normalised like the training stream.
+            let source = PathBuf::from(&index.source);
+            let test = if idx_file(&source, "t10k-images-idx3-ubyte", "").is_ok() {
+                load_idx_split(&source, "t10k", index.mean, index.std, "")?
+            } else {
+                Split { inputs: Tensor::zeros([0, 1, 28, 28], (Kind::Float, Device::Cpu)), labels: Tensor::zeros([0], (Kind::Int64, Device::Cpu)), augment: Augment::None, files: None }
+            };
+            let train = Split { inputs: Tensor::zeros([0, 1, 28, 28], (Kind::Float, Device::Cpu)), labels: Tensor::zeros([0], (Kind::Int64, Device::Cpu)), augment: Augment::None, files: None };
+            Ok(Dataset { stream: Some(StreamSource { dir: dir.clone(), index }), name: "bigmnist".into(), source: dir.display().to_string(), train, test, classes: 10 })
+        }
         DatasetKind::Imagenet => {
             let Input::Image([3, h, w]) = spec.input else { return needs("RGB images").map(|_| unreachable!()) };
             if (h, w) != (224, 224) {
@@ -341,7 +368,7 @@ pub fn load(args: &TrainArgs, spec: &ModelSpec) -> Result<Dataset> {
             }
             let train = load_idx_split(&dir, "train", mean, std, &hint)?;
             let test = load_idx_split(&dir, "t10k", mean, std, &hint)?;
-            Ok(Dataset { name: dataset_name(args.dataset), source: dir.display().to_string(), train, test, classes: 10 })
+            Ok(Dataset { stream: None, name: dataset_name(args.dataset), source: dir.display().to_string(), train, test, classes: 10 })
         }
     }
 }
@@ -387,7 +414,7 @@ pub fn load_cifar10(dir: &Path) -> Result<Dataset> {
     let mut train = read(&(1..=5).map(|i| format!("data_batch_{i}.bin")).collect::<Vec<_>>())?;
     train.augment = Augment::CropFlip { pad: 4 };
     let test = read(&["test_batch.bin".to_string()])?;
-    Ok(Dataset { name: "cifar10".into(), source: dir.display().to_string(), train, test, classes: 10 })
+    Ok(Dataset { stream: None, name: "cifar10".into(), source: dir.display().to_string(), train, test, classes: 10 })
 }
 
 /// Lower-cased alphanumeric words.
@@ -449,7 +476,7 @@ pub fn load_agnews(dir: &Path, seq_len: usize, vocab_size: usize) -> Result<Data
         let labels: Vec<i64> = rows.iter().map(|(c, _)| *c).collect();
         Split { inputs: Tensor::from_slice(&ids).view([rows.len() as i64, seq_len as i64]), labels: Tensor::from_slice(&labels), augment: Augment::None, files: None }
     };
-    Ok(Dataset { name: "agnews".into(), source: dir.display().to_string(), train: split(&train_rows), test: split(&test_rows), classes: 4 })
+    Ok(Dataset { stream: None, name: "agnews".into(), source: dir.display().to_string(), train: split(&train_rows), test: split(&test_rows), classes: 4 })
 }
 
 /// Random inputs of the model's shape (images, or token ids) and random labels, seeded.
@@ -466,13 +493,14 @@ pub fn synthetic(samples: usize, spec: &ModelSpec, seed: u64) -> Dataset {
         files: None,
     };
     let n = samples.max(1) as i64;
-    Dataset { name: "synthetic".into(), source: String::new(), train: make(n), test: make((n / 6).max(1)), classes }
+    Dataset { stream: None, name: "synthetic".into(), source: String::new(), train: make(n), test: make((n / 6).max(1)), classes }
 }
 
 /// Batches of one epoch, in order: prepared inline, or ahead of time by worker
 /// threads (worker w prepares batches w, w+N, …) each behind a queue of two, so at
 /// most 2N batches wait in memory.
 pub struct Loader {
+    stream: Option<(crate::bigmnist::BlockStream, usize, f64, f64)>,
     source: Option<(Split, std::vec::IntoIter<Vec<i64>>)>,
     queues: Vec<std::sync::mpsc::Receiver<Result<(Tensor, Tensor)>>>,
     next: usize,
@@ -490,7 +518,7 @@ impl Loader {
     pub fn new(split: &Split, batches: Vec<Vec<i64>>, workers: usize) -> Loader {
         let remaining = batches.len();
         if workers == 0 {
-            return Loader { source: Some((split.share(), batches.into_iter())), queues: Vec::new(), next: 0, remaining };
+            return Loader { stream: None, source: Some((split.share(), batches.into_iter())), queues: Vec::new(), next: 0, remaining };
         }
         let queues = (0..workers)
             .map(|w| {
@@ -508,7 +536,15 @@ impl Loader {
                 rx
             })
             .collect();
-        Loader { source: None, queues, next: 0, remaining }
+        Loader { stream: None, source: None, queues, next: 0, remaining }
+    }
+
+    /// `batches` batches of `batch` records streamed from rank `rank`'s range of `src`,
+    /// read ahead by a reader thread (`readahead` blocks of 4096 records).
+    pub fn stream(src: &StreamSource, rank: usize, size: usize, batch: usize, batches: usize, readahead: usize) -> Loader {
+        let (start, end) = crate::bigmnist::rank_range(&src.index, rank, size);
+        let reader = crate::bigmnist::BlockStream::new(&src.dir, &src.index, start, end, readahead);
+        Loader { stream: Some((reader, batch, src.index.mean, src.index.std)), source: None, queues: Vec::new(), next: 0, remaining: batches }
     }
 
     /// The next batch on the CPU, or None at the end of the epoch.
@@ -517,9 +553,13 @@ impl Loader {
             return None;
         }
         self.remaining -= 1;
-        let batch = match &mut self.source {
-            Some((split, it)) => it.next().map(|idx| split.batch(&Tensor::from_slice(&idx), Device::Cpu)),
-            None => self.queues[self.next % self.queues.len()].recv().ok(),
+        let batch = if let Some((reader, n, mean, std)) = &mut self.stream {
+            Some(reader.take(*n).map(|records| crate::bigmnist::records_to_batch(&records, *mean, *std)))
+        } else {
+            match &mut self.source {
+                Some((split, it)) => it.next().map(|idx| split.batch(&Tensor::from_slice(&idx), Device::Cpu)),
+                None => self.queues[self.next % self.queues.len()].recv().ok(),
+            }
         };
         self.next += 1;
         batch

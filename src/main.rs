@@ -7,6 +7,7 @@ fn run() -> anyhow::Result<()> {
         Command::Train(args) => ddpbench::train::main(args),
         Command::Reduce(args) => ddpbench::reduce::main(args),
         Command::Topo(args) => ddpbench::topology::main(args),
+        Command::GenBigmnist(args) => ddpbench::bigmnist::generate(args),
         Command::Models(args) => {
             ddpbench::model::list(&ddpbench::model::ModelOptions { seq_len: args.seq_len as i64, vocab: args.vocab_size as i64, dropout: true });
             Ok(())

@@ -418,9 +418,18 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
     // Gradients are summed by the all-reduce: pre-divide the loss so the sum is the mean.
     let loss_scale = 1.0 / (w.size * args.grad_accum) as f64;
 
-    let per_rank = data::shard_indices(dataset.train.len(), w.size, w.rank, args.seed, 0, true).len();
     let samples_per_step = args.batch_size * args.grad_accum;
-    let steps_per_epoch = data::steps_per_epoch(per_rank, samples_per_step);
+    let steps_per_epoch = match &dataset.stream {
+        // Streams yield full batches only (equal ranges on every rank).
+        Some(src) => {
+            let (a, b) = crate::bigmnist::rank_range(&src.index, w.rank, w.size);
+            ((b - a) as usize / args.batch_size / args.grad_accum).max(1)
+        }
+        None => {
+            let per_rank = data::shard_indices(dataset.train.len(), w.size, w.rank, args.seed, 0, true).len();
+            data::steps_per_epoch(per_rank, samples_per_step)
+        }
+    };
     let warmup_lr_steps = (args.warmup_epochs * steps_per_epoch as f64).round() as usize;
     let total_steps = (steps_per_epoch * args.epochs).min(args.max_steps.unwrap_or(usize::MAX));
     let epochs = total_steps.div_ceil(steps_per_epoch);
@@ -497,12 +506,17 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
     let mut last_l2 = 0.0;
     let mut last_acc = None;
     for epoch in 0..epochs {
-        let indices = data::shard_indices(dataset.train.len(), w.size, w.rank, args.seed, epoch, true);
         let epoch_start = Instant::now();
         let (mut loss_sum, mut steps_done) = (0.0f64, 0usize);
-        let micro: Vec<Vec<i64>> = indices.chunks(args.batch_size).map(<[i64]>::to_vec).collect();
-        let steps_this_epoch = micro.len().div_ceil(args.grad_accum).min(total_steps - global_step);
-        let mut loader = data::Loader::new(&dataset.train, micro.into_iter().take(steps_this_epoch * args.grad_accum).collect(), args.workers);
+        let steps_this_epoch = steps_per_epoch.min(total_steps - global_step);
+        let mut loader = match &dataset.stream {
+            Some(src) => data::Loader::stream(src, w.rank, w.size, args.batch_size, steps_this_epoch * args.grad_accum, 2 * args.workers.max(2)),
+            None => {
+                let indices = data::shard_indices(dataset.train.len(), w.size, w.rank, args.seed, epoch, true);
+                let micro: Vec<Vec<i64>> = indices.chunks(args.batch_size).map(<[i64]>::to_vec).collect();
+                data::Loader::new(&dataset.train, micro.into_iter().take(steps_this_epoch * args.grad_accum).collect(), args.workers)
+            }
+        };
         for step in 0..steps_this_epoch {
             if fault == Some(global_step) {
                 bail!("fault injected by DDPBENCH_FAULT at step {global_step}");
