@@ -11,7 +11,7 @@ threads=$(( $(nproc) / ranks )); ((threads >= 1)) || threads=1
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 torchrun=$(dirname "$DDPBENCH_PYTHON")/torchrun
 for i in $(seq 1 "$repeats"); do
-  mpirun -n "$ranks" --bind-to none --oversubscribe "$DDPBENCH_BIN" train --max-steps "$steps" \
+  mpirun -n "$ranks" --bind-to none --oversubscribe "$DDPBENCH_BIN" train --optimizer sgd --lr 0.01 --max-steps "$steps" \
     --batch-size "$batch" --threads "$threads" --val-samples 0 --warmup-steps 10 --out "$work/ddpbench-$i" 2>/dev/null
   OMP_NUM_THREADS=$threads "$torchrun" --standalone --nproc_per_node "$ranks" \
     "$here/benchmarks/pytorch_ddp_mnist.py" --max-steps "$steps" --batch-size "$batch" \
@@ -31,4 +31,12 @@ print("run  ddpbench_step_ms  pytorch_ddp_step_ms  ratio")
 for i, (a, b) in enumerate(zip(ours, theirs), 1):
     print(f"{i:>3}  {a*1e3:16.2f}  {b*1e3:19.2f}  {a/b:5.3f}")
 print(f"median of runs: ddpbench {st.median(ours)*1e3:.2f} ms, PyTorch DDP {st.median(theirs)*1e3:.2f} ms, ratio {st.median(ours)/st.median(theirs):.3f}")
+PY
+# The all-reduce inside training against a raw MPI_Allreduce of the same buckets in the same run.
+"$DDPBENCH_BIN" reduce "$work"/ddpbench-* --no-plots --out "$work/reduced" > /dev/null
+"$DDPBENCH_PYTHON" - "$work/reduced/summary.csv" <<'PY'
+import csv, sys
+print("run          busbw_train_GB/s  busbw_probe_GB/s  train/probe")
+for r in csv.DictReader(open(sys.argv[1])):
+    print(f"{r['run_id']:<12} {float(r['busbw_bytes_per_s'])/1e9:16.2f}  {float(r['probe_busbw_bytes_per_s'])/1e9:16.2f}  {float(r['busbw_vs_probe']):11.2f}")
 PY

@@ -41,8 +41,16 @@ fn main() -> anyhow::Result<()> {
         allreduce_probe: None,
         ranks: (0..ranks)
             .map(|r| RankInfo {
-                rank: r, local_rank: r % 4, host: format!("gn{:02}", r / 4), node_type: types[(r / 4) % 2].into(),
-                device: "Cuda(0)".into(), binding: "auto".into(), threads: 8, cpu_model: "x".into(), gpus: vec![], launcher_env: vec![],
+                rank: r,
+                local_rank: r % 4,
+                host: format!("gn{:02}", r / 4),
+                node_type: types[(r / 4) % 2].into(),
+                device: "Cuda(0)".into(),
+                binding: "auto".into(),
+                threads: 8,
+                cpu_model: "x".into(),
+                gpus: vec![],
+                launcher_env: vec![],
             })
             .collect(),
     };
@@ -59,10 +67,25 @@ fn main() -> anyhow::Result<()> {
             let step = data + fwd + bwd + comm + opt + 0.0001;
             let t = k as f64 * 0.05;
             log.write(&StepRow {
-                rank: r, node_type: node_type.clone(), epoch: 0, step: k, global_step: k, warmup: u8::from(k < 5),
-                time_utc: "2026-01-01T00:00:00.000000Z".into(), elapsed_s: t, samples: 64,
-                data_s: data, forward_s: fwd, backward_s: bwd, comm_s: comm, optimizer_s: opt, other_s: 0.0001,
-                step_s: step, comm_start_s: t + data + fwd + bwd, loss: 1.0, bytes: 4_799_528,
+                rank: r,
+                node_type: node_type.clone(),
+                epoch: 0,
+                step: k,
+                global_step: k,
+                warmup: u8::from(k < 5),
+                time_utc: "2026-01-01T00:00:00.000000Z".into(),
+                elapsed_s: t,
+                samples: 64,
+                data_s: data,
+                forward_s: fwd,
+                backward_s: bwd,
+                comm_s: comm,
+                optimizer_s: opt,
+                other_s: 0.0001,
+                step_s: step,
+                comm_start_s: t + data + fwd + bwd,
+                loss: 1.0,
+                bytes: 4_799_528,
             })?;
         }
         log.flush()?;

@@ -1,8 +1,21 @@
 #!/usr/bin/env bash
-# Sets up (same as the quick start) and runs the whole test suite: unit tests and
-# integration tests that launch real `mpirun -n 2` jobs on CPU.
+# Sets up (same as the quick start) and runs the whole test suite:
+#  1. cargo tests: unit tests and integration tests that launch real `mpirun -n 2`
+#     jobs on CPU (training, equivalence, bad input, reducer, models, bigMNIST);
+#  2. the cluster emulation (as root only): the sbatch scripts on a private Slurm with
+#     2 fake nodes × 4 fake GPUs, and 2 ranks in network namespaces over a shaped link.
+# Set DDPBENCH_CLUSTER_TESTS=0 to skip part 2.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$here/job-scripts/setup.sh" || exit 1
 cd "$here"
+# One test at a time: each launches MPI jobs that want the machine's cores.
 cargo test --release -- --test-threads=1 "$@"
+if [ "${DDPBENCH_CLUSTER_TESTS:-1}" = 0 ]; then
+  echo "cluster emulation tests skipped (DDPBENCH_CLUSTER_TESTS=0)"
+elif [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null 2>&1; then
+  echo "cluster emulation tests skipped: they need root and iproute2 (Slurm daemons, network namespaces)"
+else
+  tests/cluster/slurm.sh
+  tests/cluster/netns.sh
+fi

@@ -80,9 +80,10 @@ pub fn augment_batch(x: &Tensor) -> Tensor {
     let kv = g.view([1, 1, 2 * radius + 1, 1]).repeat([2, 1, 1, 1]);
     let kh = g.view([1, 1, 1, 2 * radius + 1]).repeat([2, 1, 1, 1]);
     let noise = Tensor::rand([b, 2, 28, 28], opts) * 2.0 - 1.0;
-    let field = noise
-        .conv2d(&kv, None::<Tensor>, [1, 1], [radius, 0], [1, 1], 2)
-        .conv2d(&kh, None::<Tensor>, [1, 1], [0, radius], [1, 1], 2);
+    let field =
+        noise
+            .conv2d(&kv, None::<Tensor>, [1, 1], [radius, 0], [1, 1], 2)
+            .conv2d(&kh, None::<Tensor>, [1, 1], [0, radius], [1, 1], 2);
     let field = field * (34.0 * 2.0 / 28.0);
     let grid = grid + field.permute([0, 2, 3, 1]);
     Tensor::grid_sampler(x, &grid, 0, 0, false)
@@ -116,7 +117,10 @@ fn shard_name(k: usize) -> String {
 fn write_shard(dir: &Path, k: usize, first: u64, samples: u64, unique: &[u8], written: &AtomicU64) -> Result<ShardInfo> {
     let n_unique = (unique.len() / RECORD_BYTES) as u64;
     let tmp = dir.join(format!("{}.tmp", shard_name(k)));
-    let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?);
+    let mut f = std::io::BufWriter::with_capacity(
+        1 << 20,
+        std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?,
+    );
     let mut crcs = Vec::new();
     let mut g = first;
     while g < first + samples {
@@ -134,24 +138,42 @@ fn write_shard(dir: &Path, k: usize, first: u64, samples: u64, unique: &[u8], wr
     }
     f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     std::fs::rename(&tmp, dir.join(shard_name(k)))?;
-    let info = ShardInfo { file: shard_name(k), first, samples, block_crc32: crcs };
+    let info = ShardInfo {
+        file: shard_name(k),
+        first,
+        samples,
+        block_crc32: crcs,
+    };
     std::fs::write(dir.join(format!("{}.done", shard_name(k))), serde_json::to_string(&info)?)?;
     Ok(info)
 }
 
 /// `ddpbench gen-bigmnist`.
 pub fn generate(args: GenBigMnistArgs) -> Result<()> {
-    anyhow::ensure!(args.augment > 0 && args.copies > 0 && args.shard_samples > 0, "--augment, --copies and --shard-samples must be at least 1");
+    anyhow::ensure!(
+        args.augment > 0 && args.copies > 0 && args.shard_samples > 0,
+        "--augment, --copies and --shard-samples must be at least 1"
+    );
     let find = |stem: &str| -> Result<PathBuf> {
         [args.from.join(stem), args.from.join(format!("{stem}.gz"))]
             .into_iter()
             .find(|p| p.is_file())
-            .ok_or_else(|| DataError::Missing { path: args.from.join(format!("{stem}[.gz]")), hint: "--from must be an MNIST-format folder".into() }.into())
+            .ok_or_else(|| {
+                DataError::Missing {
+                    path: args.from.join(format!("{stem}[.gz]")),
+                    hint: "--from must be an MNIST-format folder".into(),
+                }
+                .into()
+            })
     };
     let (dims, images) = read_idx(&find("train-images-idx3-ubyte")?, 0x803)?;
     let (_, labels) = read_idx(&find("train-labels-idx1-ubyte")?, 0x801)?;
     if dims[1..] != [28, 28] || dims[0] != labels.len() {
-        bail!("{}: expected N×28×28 images with N labels, found {dims:?} and {} labels", args.from.display(), labels.len());
+        bail!(
+            "{}: expected N×28×28 images with N labels, found {dims:?} and {} labels",
+            args.from.display(),
+            labels.len()
+        );
     }
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     let index_path = args.out.join("index.json");
@@ -164,12 +186,20 @@ pub fn generate(args: GenBigMnistArgs) -> Result<()> {
             eprintln!("{} is already complete ({} samples)", args.out.display(), idx.samples);
             return Ok(());
         }
-        bail!("{} holds a different bigMNIST ({} samples, seed {}): choose another --out", args.out.display(), idx.samples, idx.seed);
+        bail!(
+            "{} holds a different bigMNIST ({} samples, seed {}): choose another --out",
+            args.out.display(),
+            idx.samples,
+            idx.seed
+        );
     }
     let t0 = std::time::Instant::now();
     let unique = Arc::new(augmented_records(&images, &labels, args.augment, args.seed));
     let aug_s = t0.elapsed().as_secs_f64();
-    let px: Vec<f64> = unique.chunks(RECORD_BYTES).flat_map(|r| r[1..].iter().map(|&p| p as f64 / 255.0)).collect();
+    let px: Vec<f64> = unique
+        .chunks(RECORD_BYTES)
+        .flat_map(|r| r[1..].iter().map(|&p| p as f64 / 255.0))
+        .collect();
     let mean = px.iter().sum::<f64>() / px.len() as f64;
     let std = (px.iter().map(|p| (p - mean).powi(2)).sum::<f64>() / px.len() as f64).sqrt();
     drop(px);
@@ -177,7 +207,8 @@ pub fn generate(args: GenBigMnistArgs) -> Result<()> {
     // Shards already complete (an earlier, interrupted run) are kept.
     let mut done: Vec<Option<ShardInfo>> = (0..n_shards)
         .map(|k| {
-            let info: ShardInfo = serde_json::from_str(&std::fs::read_to_string(args.out.join(format!("{}.done", shard_name(k)))).ok()?).ok()?;
+            let info: ShardInfo =
+                serde_json::from_str(&std::fs::read_to_string(args.out.join(format!("{}.done", shard_name(k)))).ok()?).ok()?;
             let len = std::fs::metadata(args.out.join(&info.file)).ok()?.len();
             (len == info.samples * RECORD_BYTES as u64).then_some(info)
         })
@@ -187,17 +218,30 @@ pub fn generate(args: GenBigMnistArgs) -> Result<()> {
         eprintln!("resuming: {resumed} of {n_shards} shards already complete");
     }
     let todo: Vec<usize> = (0..n_shards).filter(|&k| done[k].is_none()).collect();
-    let todo_samples: u64 = todo.iter().map(|&k| (total - k as u64 * args.shard_samples).min(args.shard_samples)).sum();
+    let todo_samples: u64 = todo
+        .iter()
+        .map(|&k| (total - k as u64 * args.shard_samples).min(args.shard_samples))
+        .sum();
     let fault_after: Option<usize> = std::env::var("DDPBENCH_GEN_FAULT_AFTER_SHARDS").ok().and_then(|v| v.parse().ok());
     let next = Arc::new(AtomicUsize::new(0));
     let finished = Arc::new(AtomicUsize::new(0));
     let written = Arc::new(AtomicU64::new(0));
-    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)).max(1);
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+        .max(1);
     let t1 = std::time::Instant::now();
     let results: Vec<Result<Vec<ShardInfo>>> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads.min(todo.len().max(1)))
             .map(|_| {
-                let (todo, unique, next, finished, written, out) = (&todo, unique.clone(), next.clone(), finished.clone(), written.clone(), args.out.clone());
+                let (todo, unique, next, finished, written, out) = (
+                    &todo,
+                    unique.clone(),
+                    next.clone(),
+                    finished.clone(),
+                    written.clone(),
+                    args.out.clone(),
+                );
                 scope.spawn(move || -> Result<Vec<ShardInfo>> {
                     let mut mine = Vec::new();
                     loop {
@@ -225,7 +269,16 @@ pub fn generate(args: GenBigMnistArgs) -> Result<()> {
             let eta = (todo_samples - w.min(todo_samples)) as f64 / rate.max(1.0);
             if tty {
                 let filled = (frac * 30.0) as usize;
-                eprint!("\r[{}{}] {:5.1} %  {}/{} shards  {:.2} M samples/s  ETA {:.0} s ", "#".repeat(filled), " ".repeat(30 - filled.min(30)), frac * 100.0, finished.load(Ordering::Relaxed) + resumed, n_shards, rate / 1e6, eta);
+                eprint!(
+                    "\r[{}{}] {:5.1} %  {}/{} shards  {:.2} M samples/s  ETA {:.0} s ",
+                    "#".repeat(filled),
+                    " ".repeat(30 - filled.min(30)),
+                    frac * 100.0,
+                    finished.load(Ordering::Relaxed) + resumed,
+                    n_shards,
+                    rate / 1e6,
+                    eta
+                );
             } else if (frac * 10.0) as usize > last_decile {
                 last_decile = (frac * 10.0) as usize;
                 eprintln!("{:.0} % written ({:.2} M samples/s, ETA {:.0} s)", frac * 100.0, rate / 1e6, eta);
@@ -281,14 +334,25 @@ pub fn open(dir: &Path) -> Result<Index> {
     let path = dir.join("index.json");
     let text = std::fs::read_to_string(&path).map_err(|_| DataError::Missing {
         path: path.clone(),
-        hint: "generate it with `ddpbench gen-bigmnist --from MNIST_DIR --out DIR` (an interrupted generation resumes when run again)".into(),
+        hint: "generate it with `ddpbench gen-bigmnist --from MNIST_DIR --out DIR` (an interrupted generation resumes when run again)"
+            .into(),
     })?;
     let index: Index = serde_json::from_str(&text).with_context(|| format!("{} is not a bigMNIST index", path.display()))?;
     for s in &index.shards {
         let p = dir.join(&s.file);
-        let len = std::fs::metadata(&p).map_err(|_| DataError::Missing { path: p.clone(), hint: "the set is incomplete: re-run gen-bigmnist to resume".into() })?.len();
+        let len = std::fs::metadata(&p)
+            .map_err(|_| DataError::Missing {
+                path: p.clone(),
+                hint: "the set is incomplete: re-run gen-bigmnist to resume".into(),
+            })?
+            .len();
         if len != s.samples * RECORD_BYTES as u64 {
-            return Err(DataError::Truncated { path: p, expected: (s.samples * RECORD_BYTES as u64) as usize, found: len as usize }.into());
+            return Err(DataError::Truncated {
+                path: p,
+                expected: (s.samples * RECORD_BYTES as u64) as usize,
+                found: len as usize,
+            }
+            .into());
         }
     }
     Ok(index)
@@ -326,7 +390,9 @@ impl BlockStream {
                     }
                 };
                 let first_block = (start.saturating_sub(shard.first) / BLOCK_RECORDS as u64) as usize;
-                if f.seek(SeekFrom::Start(first_block as u64 * (BLOCK_RECORDS * RECORD_BYTES) as u64)).is_err() {
+                if f.seek(SeekFrom::Start(first_block as u64 * (BLOCK_RECORDS * RECORD_BYTES) as u64))
+                    .is_err()
+                {
                     send(Err(anyhow::anyhow!("{}: cannot seek", path.display())));
                     return;
                 }
@@ -338,7 +404,10 @@ impl BlockStream {
                     let n = (shard.first + shard.samples - block_first).min(BLOCK_RECORDS as u64) as usize;
                     let mut buf = vec![0u8; n * RECORD_BYTES];
                     if let Err(e) = f.read_exact(&mut buf) {
-                        send(Err(anyhow::anyhow!("{}: block {b} unreadable ({e}); re-run gen-bigmnist", path.display())));
+                        send(Err(anyhow::anyhow!(
+                            "{}: block {b} unreadable ({e}); re-run gen-bigmnist",
+                            path.display()
+                        )));
                         return;
                     }
                     let mut crc = flate2::Crc::new();
@@ -360,7 +429,11 @@ impl BlockStream {
                 }
             }
         });
-        BlockStream { rx, buffer: Vec::new(), pos: 0 }
+        BlockStream {
+            rx,
+            buffer: Vec::new(),
+            pos: 0,
+        }
     }
 
     /// Up to `n` records (fewer only at the end of the range).

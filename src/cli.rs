@@ -188,12 +188,12 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 64)]
     pub batch_size: usize,
 
-    /// Learning rate.
-    #[arg(long, default_value_t = 0.01)]
-    pub lr: f64,
+    /// Learning rate (default: 0.001 for adam, 0.01 for sgd, 0.1 for lars).
+    #[arg(long)]
+    pub lr: Option<f64>,
 
     /// Optimizer, stepped by every rank on the averaged gradients.
-    #[arg(long, value_enum, default_value_t = OptimizerKind::Sgd)]
+    #[arg(long, value_enum, default_value_t = OptimizerKind::Adam)]
     pub optimizer: OptimizerKind,
 
     /// SGD/LARS momentum.
@@ -276,6 +276,17 @@ pub struct TrainArgs {
     /// Write the final parameters to model.safetensors in the run folder (rank 0).
     #[arg(long)]
     pub save_model: bool,
+}
+
+impl TrainArgs {
+    /// The learning rate asked for, or the optimizer's default.
+    pub fn learning_rate(&self) -> f64 {
+        self.lr.unwrap_or(match self.optimizer {
+            OptimizerKind::Adam => 0.001,
+            OptimizerKind::Sgd => 0.01,
+            OptimizerKind::Lars => 0.1,
+        })
+    }
 }
 
 #[derive(Args, Debug, Clone)]

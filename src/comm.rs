@@ -82,7 +82,10 @@ impl FlatGrads {
     fn attach(plan: &BucketPlan, params: &[Tensor]) -> FlatGrads {
         let device = params[0].device();
         let alloc = |n: usize| Tensor::zeros([n as i64], (Kind::Float, device));
-        let sets = [plan.numels.iter().map(|&n| alloc(n)).collect(), plan.numels.iter().map(|&n| alloc(n)).collect()];
+        let sets = [
+            plan.numels.iter().map(|&n| alloc(n)).collect(),
+            plan.numels.iter().map(|&n| alloc(n)).collect(),
+        ];
         let mut slot = vec![(0, 0); params.len()];
         for (b, members) in plan.buckets.iter().enumerate() {
             let mut offset = 0i64;
@@ -134,7 +137,12 @@ pub struct MpiStaged<'a> {
 
 impl<'a> MpiStaged<'a> {
     pub fn new(comm: &'a SimpleCommunicator, plan: BucketPlan) -> MpiStaged<'a> {
-        MpiStaged { comm, plan, flat: None, staging: Vec::new() }
+        MpiStaged {
+            comm,
+            plan,
+            flat: None,
+            staging: Vec::new(),
+        }
     }
 
     pub fn plan(&self) -> &BucketPlan {

@@ -8,6 +8,7 @@
 
 use crate::cli::{DatasetKind, TrainArgs};
 use crate::model::{Input, ModelSpec, PAD_TOKEN, UNK_TOKEN};
+use crate::stats::Rng;
 use anyhow::{bail, Result};
 use std::collections::HashMap;
 use std::io::Read;
@@ -36,7 +37,9 @@ pub enum Augment {
     None,
     /// Zero-pad by `pad`, crop back to the original size at a random offset, flip
     /// horizontally with probability 1/2 (torchvision's RandomCrop + RandomHorizontalFlip).
-    CropFlip { pad: i64 },
+    CropFlip {
+        pad: i64,
+    },
     /// Image files: RandomResizedCrop(224, scale 0.08–1, ratio 3/4–4/3) + horizontal flip.
     ImageNetTrain,
     /// Image files: resize the shorter side to 256, centre crop 224.
@@ -67,7 +70,11 @@ impl Split {
             None => augment(&self.inputs.index_select(0, indices), self.augment),
         };
         let y = self.labels.index_select(0, indices);
-        Ok(if device == Device::Cpu { (x, y) } else { (x.to_device(device), y.to_device(device)) })
+        Ok(if device == Device::Cpu {
+            (x, y)
+        } else {
+            (x.to_device(device), y.to_device(device))
+        })
     }
 }
 
@@ -78,7 +85,8 @@ pub fn augment(x: &Tensor, how: Augment) -> Tensor {
         Augment::CropFlip { pad } => {
             let (n, _, h, w) = x.size4().expect("images are N×C×H×W");
             let padded = x.constant_pad_nd([pad, pad, pad, pad]);
-            let offsets: Vec<i64> = Vec::<i64>::try_from(Tensor::randint(2 * pad + 1, [n, 2], (Kind::Int64, Device::Cpu)).view([-1])).unwrap();
+            let offsets: Vec<i64> =
+                Vec::<i64>::try_from(Tensor::randint(2 * pad + 1, [n, 2], (Kind::Int64, Device::Cpu)).view([-1])).unwrap();
             let crops: Vec<Tensor> = (0..n as usize)
                 .map(|i| padded.get(i as i64).narrow(1, offsets[2 * i], h).narrow(2, offsets[2 * i + 1], w))
                 .collect();
@@ -98,13 +106,15 @@ fn decode_images(files: &[PathBuf], indices: &Tensor, how: Augment) -> Result<Te
     let idx = Vec::<i64>::try_from(indices)?;
     // One seed per batch from libtorch's (seeded) generator, then a cheap generator per image.
     let seed = Tensor::randint(i64::MAX, [1], (Kind::Int64, Device::Cpu)).int64_value(&[0]) as u64;
-    let mut rng = SplitMix64(seed);
+    let mut rng = Rng(seed);
     let images: Vec<Tensor> = idx
         .iter()
         .map(|&i| {
             let path = &files[i as usize];
-            let img = tch::vision::image::load(path)
-                .map_err(|e| DataError::Invalid { path: path.clone(), what: format!("cannot decode image ({e}); remove or replace the file") })?;
+            let img = tch::vision::image::load(path).map_err(|e| DataError::Invalid {
+                path: path.clone(),
+                what: format!("cannot decode image ({e}); remove or replace the file"),
+            })?;
             let img = match img.size()[0] {
                 1 => img.expand([3, -1, -1], false).contiguous(),
                 3 => img,
@@ -115,9 +125,17 @@ fn decode_images(files: &[PathBuf], indices: &Tensor, how: Augment) -> Result<Te
                 let (top, left, ch, cw) = random_resized_crop(h, w, &mut rng);
                 let crop = img.narrow(1, top, ch).narrow(2, left, cw).contiguous();
                 let r = tch::vision::image::resize(&crop, 224, 224)?;
-                if rng.next() & 1 == 1 { r.flip([2]) } else { r }
+                if rng.next_u64() & 1 == 1 {
+                    r.flip([2])
+                } else {
+                    r
+                }
             } else {
-                let (nh, nw) = if h < w { (256, (256 * w + h / 2) / h) } else { ((256 * h + w / 2) / w, 256) };
+                let (nh, nw) = if h < w {
+                    (256, (256 * w + h / 2) / h)
+                } else {
+                    ((256 * h + w / 2) / w, 256)
+                };
                 let r = tch::vision::image::resize(&img, nw, nh)?;
                 r.narrow(1, (nh - 224) / 2, 224).narrow(2, (nw - 224) / 2, 224)
             };
@@ -130,9 +148,9 @@ fn decode_images(files: &[PathBuf], indices: &Tensor, how: Augment) -> Result<Te
 }
 
 /// torchvision's RandomResizedCrop box (top, left, height, width) for an h×w image.
-pub fn random_resized_crop(h: i64, w: i64, rng: &mut SplitMix64) -> (i64, i64, i64, i64) {
+pub fn random_resized_crop(h: i64, w: i64, rng: &mut Rng) -> (i64, i64, i64, i64) {
     let area = (h * w) as f64;
-    let uniform = |rng: &mut SplitMix64| (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+    let uniform = |rng: &mut Rng| (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
     for _ in 0..10 {
         let target = area * (0.08 + 0.92 * uniform(rng));
         let log_ratio = (3f64 / 4.0).ln() + ((4f64 / 3.0).ln() - (3f64 / 4.0).ln()) * uniform(rng);
@@ -140,8 +158,8 @@ pub fn random_resized_crop(h: i64, w: i64, rng: &mut SplitMix64) -> (i64, i64, i
         let cw = (target * ratio).sqrt().round() as i64;
         let ch = (target / ratio).sqrt().round() as i64;
         if cw > 0 && ch > 0 && cw <= w && ch <= h {
-            let top = (rng.next() % (h - ch + 1) as u64) as i64;
-            let left = (rng.next() % (w - cw + 1) as u64) as i64;
+            let top = rng.below((h - ch + 1) as u64) as i64;
+            let left = rng.below((w - cw + 1) as u64) as i64;
             return (top, left, ch, cw);
         }
     }
@@ -155,7 +173,11 @@ pub fn load_image_folder(dir: &Path) -> Result<Dataset> {
     let hint = "--data-dir must hold train/<class>/*.JPEG and val/<class>/*.JPEG (ImageNet layout)";
     let train_dir = dir.join("train");
     if !train_dir.is_dir() {
-        return Err(DataError::Missing { path: train_dir, hint: hint.into() }.into());
+        return Err(DataError::Missing {
+            path: train_dir,
+            hint: hint.into(),
+        }
+        .into());
     }
     let mut classes: Vec<String> = std::fs::read_dir(&train_dir)?
         .filter_map(|e| e.ok())
@@ -164,7 +186,11 @@ pub fn load_image_folder(dir: &Path) -> Result<Dataset> {
         .collect();
     classes.sort();
     if classes.is_empty() {
-        return Err(DataError::Invalid { path: train_dir, what: format!("has no class folders. {hint}") }.into());
+        return Err(DataError::Invalid {
+            path: train_dir,
+            what: format!("has no class folders. {hint}"),
+        }
+        .into());
     }
     let list = |split: &str, augment: Augment| -> Result<Split> {
         let mut files = Vec::new();
@@ -176,20 +202,39 @@ pub fn load_image_folder(dir: &Path) -> Result<Dataset> {
             }
             let mut imgs: Vec<PathBuf> = std::fs::read_dir(&folder)?
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| ["jpeg", "jpg", "png"].contains(&x.to_string_lossy().to_lowercase().as_str())))
+                .filter(|p| {
+                    p.extension()
+                        .is_some_and(|x| ["jpeg", "jpg", "png"].contains(&x.to_string_lossy().to_lowercase().as_str()))
+                })
                 .collect();
             imgs.sort();
             labels.extend(std::iter::repeat(c as i64).take(imgs.len()));
             files.extend(imgs);
         }
         if files.is_empty() {
-            return Err(DataError::Invalid { path: dir.join(split), what: format!("holds no .JPEG/.jpg/.png images. {hint}") }.into());
+            return Err(DataError::Invalid {
+                path: dir.join(split),
+                what: format!("holds no .JPEG/.jpg/.png images. {hint}"),
+            }
+            .into());
         }
-        Ok(Split { inputs: Tensor::zeros([0], (Kind::Float, Device::Cpu)), labels: Tensor::from_slice(&labels), augment, files: Some(std::sync::Arc::new(files)) })
+        Ok(Split {
+            inputs: Tensor::zeros([0], (Kind::Float, Device::Cpu)),
+            labels: Tensor::from_slice(&labels),
+            augment,
+            files: Some(std::sync::Arc::new(files)),
+        })
     };
     let train = list("train", Augment::ImageNetTrain)?;
     let test = list("val", Augment::ImageNetEval)?;
-    Ok(Dataset { stream: None, name: "imagenet".into(), source: dir.display().to_string(), train, test, classes: classes.len() as i64 })
+    Ok(Dataset {
+        stream: None,
+        name: "imagenet".into(),
+        source: dir.display().to_string(),
+        train,
+        test,
+        classes: classes.len() as i64,
+    })
 }
 
 /// A streamed training set (bigMNIST): never held in memory.
@@ -221,27 +266,39 @@ pub fn read_idx(path: &Path, expected_magic: u32) -> Result<(Vec<usize>, Vec<u8>
     })?;
     let bytes = if raw.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::with_capacity(raw.len() * 4);
-        flate2::read::GzDecoder::new(&raw[..]).read_to_end(&mut out).map_err(|e| {
-            DataError::Invalid {
+        flate2::read::GzDecoder::new(&raw[..])
+            .read_to_end(&mut out)
+            .map_err(|e| DataError::Invalid {
                 path: path.into(),
                 what: format!("gzip data is corrupt or truncated ({e}). Re-download or re-install the data set"),
-            }
-        })?;
+            })?;
         out
     } else {
         raw
     };
     if bytes.len() < 4 {
-        return Err(DataError::Truncated { path: path.into(), expected: 4, found: bytes.len() });
+        return Err(DataError::Truncated {
+            path: path.into(),
+            expected: 4,
+            found: bytes.len(),
+        });
     }
     let magic = u32::from_be_bytes(bytes[0..4].try_into().unwrap());
     if magic != expected_magic {
-        return Err(DataError::BadMagic { path: path.into(), found: magic, expected: expected_magic });
+        return Err(DataError::BadMagic {
+            path: path.into(),
+            found: magic,
+            expected: expected_magic,
+        });
     }
     let ndims = (magic & 0xff) as usize;
     let header = 4 + 4 * ndims;
     if bytes.len() < header {
-        return Err(DataError::Truncated { path: path.into(), expected: header, found: bytes.len() });
+        return Err(DataError::Truncated {
+            path: path.into(),
+            expected: header,
+            found: bytes.len(),
+        });
     }
     let dims: Vec<usize> = (0..ndims)
         .map(|i| u32::from_be_bytes(bytes[4 + 4 * i..8 + 4 * i].try_into().unwrap()) as usize)
@@ -249,7 +306,11 @@ pub fn read_idx(path: &Path, expected_magic: u32) -> Result<(Vec<usize>, Vec<u8>
     let expected = dims.iter().product::<usize>();
     let found = bytes.len() - header;
     if found < expected {
-        return Err(DataError::Truncated { path: path.into(), expected, found });
+        return Err(DataError::Truncated {
+            path: path.into(),
+            expected,
+            found,
+        });
     }
     Ok((dims, bytes[header..header + expected].to_vec()))
 }
@@ -261,7 +322,10 @@ fn idx_file(dir: &Path, stem: &str, hint: &str) -> Result<PathBuf, DataError> {
             return Ok(candidate);
         }
     }
-    Err(DataError::Missing { path: dir.join(format!("{stem}[.gz]")), hint: hint.into() })
+    Err(DataError::Missing {
+        path: dir.join(format!("{stem}[.gz]")),
+        hint: hint.into(),
+    })
 }
 
 /// Reads one MNIST-format split and normalises pixels with `mean`/`std`.
@@ -287,15 +351,29 @@ fn load_idx_split(dir: &Path, prefix: &str, mean: f64, std: f64, hint: &str) -> 
     let labels = Tensor::from_slice(&labels).to_kind(Kind::Int64);
     let max_label = labels.max().int64_value(&[]);
     if max_label > 9 {
-        return Err(DataError::Invalid { path: lbl_path, what: format!("label {max_label} is out of range 0..9") }.into());
+        return Err(DataError::Invalid {
+            path: lbl_path,
+            what: format!("label {max_label} is out of range 0..9"),
+        }
+        .into());
     }
-    Ok(Split { inputs, labels, augment: Augment::None, files: None })
+    Ok(Split {
+        inputs,
+        labels,
+        augment: Augment::None,
+        files: None,
+    })
 }
 
 /// Loads the data set the arguments ask for, shaped for a model of `spec`.
 pub fn load(args: &TrainArgs, spec: &ModelSpec) -> Result<Dataset> {
     let needs = |what: &str| -> Result<()> {
-        bail!("--dataset {} holds {what}; --model {} wants {:?}. See `ddpbench models`", dataset_name(args.dataset), serde_json::to_value(args.model)?.as_str().unwrap_or(""), spec.input)
+        bail!(
+            "--dataset {} holds {what}; --model {} wants {:?}. See `ddpbench models`",
+            dataset_name(args.dataset),
+            serde_json::to_value(args.model)?.as_str().unwrap_or(""),
+            spec.input
+        )
     };
     match args.dataset {
         DatasetKind::Synthetic => Ok(synthetic(args.synthetic_samples, spec, args.seed)),
@@ -321,13 +399,32 @@ pub fn load(args: &TrainArgs, spec: &ModelSpec) -> Result<Dataset> {
             let test = if idx_file(&source, "t10k-images-idx3-ubyte", "").is_ok() {
                 load_idx_split(&source, "t10k", index.mean, index.std, "")?
             } else {
-                Split { inputs: Tensor::zeros([0, 1, 28, 28], (Kind::Float, Device::Cpu)), labels: Tensor::zeros([0], (Kind::Int64, Device::Cpu)), augment: Augment::None, files: None }
+                Split {
+                    inputs: Tensor::zeros([0, 1, 28, 28], (Kind::Float, Device::Cpu)),
+                    labels: Tensor::zeros([0], (Kind::Int64, Device::Cpu)),
+                    augment: Augment::None,
+                    files: None,
+                }
             };
-            let train = Split { inputs: Tensor::zeros([0, 1, 28, 28], (Kind::Float, Device::Cpu)), labels: Tensor::zeros([0], (Kind::Int64, Device::Cpu)), augment: Augment::None, files: None };
-            Ok(Dataset { stream: Some(StreamSource { dir: dir.clone(), index }), name: "bigmnist".into(), source: dir.display().to_string(), train, test, classes: 10 })
+            let train = Split {
+                inputs: Tensor::zeros([0, 1, 28, 28], (Kind::Float, Device::Cpu)),
+                labels: Tensor::zeros([0], (Kind::Int64, Device::Cpu)),
+                augment: Augment::None,
+                files: None,
+            };
+            Ok(Dataset {
+                stream: Some(StreamSource { dir: dir.clone(), index }),
+                name: "bigmnist".into(),
+                source: dir.display().to_string(),
+                train,
+                test,
+                classes: 10,
+            })
         }
         DatasetKind::Imagenet => {
-            let Input::Image([3, h, w]) = spec.input else { return needs("RGB images").map(|_| unreachable!()) };
+            let Input::Image([3, h, w]) = spec.input else {
+                return needs("RGB images").map(|_| unreachable!());
+            };
             if (h, w) != (224, 224) {
                 needs("224×224 crops")?;
             }
@@ -337,7 +434,9 @@ pub fn load(args: &TrainArgs, spec: &ModelSpec) -> Result<Dataset> {
             load_image_folder(dir)
         }
         DatasetKind::Agnews => {
-            let Input::Tokens { seq_len, vocab } = spec.input else { return needs("text").map(|_| unreachable!()) };
+            let Input::Tokens { seq_len, vocab } = spec.input else {
+                return needs("text").map(|_| unreachable!());
+            };
             let Some(dir) = &args.data_dir else {
                 bail!("--dataset agnews needs --data-dir DIR holding train.csv and test.csv (class,title,description)");
             };
@@ -368,13 +467,23 @@ pub fn load(args: &TrainArgs, spec: &ModelSpec) -> Result<Dataset> {
             }
             let train = load_idx_split(&dir, "train", mean, std, &hint)?;
             let test = load_idx_split(&dir, "t10k", mean, std, &hint)?;
-            Ok(Dataset { stream: None, name: dataset_name(args.dataset), source: dir.display().to_string(), train, test, classes: 10 })
+            Ok(Dataset {
+                stream: None,
+                name: dataset_name(args.dataset),
+                source: dir.display().to_string(),
+                train,
+                test,
+                classes: 10,
+            })
         }
     }
 }
 
 fn dataset_name(kind: DatasetKind) -> String {
-    serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+    serde_json::to_value(kind)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
 }
 
 /// CIFAR-10 binary version: records of 1 label byte + 3072 pixel bytes (R, G, B planes of 32×32).
@@ -389,17 +498,27 @@ pub fn load_cifar10(dir: &Path) -> Result<Dataset> {
             if !path.is_file() {
                 return Err(DataError::Missing { path, hint: hint.into() }.into());
             }
-            let bytes = std::fs::read(&path).map_err(|e| DataError::Invalid { path: path.clone(), what: format!("cannot read: {e}") })?;
+            let bytes = std::fs::read(&path).map_err(|e| DataError::Invalid {
+                path: path.clone(),
+                what: format!("cannot read: {e}"),
+            })?;
             if bytes.is_empty() || bytes.len() % RECORD != 0 {
                 return Err(DataError::Invalid {
                     path,
-                    what: format!("{} bytes is not a whole number of {RECORD}-byte CIFAR-10 records (truncated?)", bytes.len()),
+                    what: format!(
+                        "{} bytes is not a whole number of {RECORD}-byte CIFAR-10 records (truncated?)",
+                        bytes.len()
+                    ),
                 }
                 .into());
             }
             for (i, rec) in bytes.chunks(RECORD).enumerate() {
                 if rec[0] > 9 {
-                    return Err(DataError::Invalid { path, what: format!("record {i} has label {} (expected 0..9): not CIFAR-10 binary data", rec[0]) }.into());
+                    return Err(DataError::Invalid {
+                        path,
+                        what: format!("record {i} has label {} (expected 0..9): not CIFAR-10 binary data", rec[0]),
+                    }
+                    .into());
                 }
                 labels.push(rec[0] as i64);
                 pixels.extend_from_slice(&rec[1..]);
@@ -409,39 +528,73 @@ pub fn load_cifar10(dir: &Path) -> Result<Dataset> {
         let mean = Tensor::from_slice(&[0.4914f32, 0.4822, 0.4465]).view([1, 3, 1, 1]);
         let std = Tensor::from_slice(&[0.2470f32, 0.2435, 0.2616]).view([1, 3, 1, 1]);
         let inputs = (Tensor::from_slice(&pixels).view([n, 3, 32, 32]).to_kind(Kind::Float) / 255.0 - mean) / std;
-        Ok(Split { inputs, labels: Tensor::from_slice(&labels), augment: Augment::None, files: None })
+        Ok(Split {
+            inputs,
+            labels: Tensor::from_slice(&labels),
+            augment: Augment::None,
+            files: None,
+        })
     };
     let mut train = read(&(1..=5).map(|i| format!("data_batch_{i}.bin")).collect::<Vec<_>>())?;
     train.augment = Augment::CropFlip { pad: 4 };
     let test = read(&["test_batch.bin".to_string()])?;
-    Ok(Dataset { stream: None, name: "cifar10".into(), source: dir.display().to_string(), train, test, classes: 10 })
+    Ok(Dataset {
+        stream: None,
+        name: "cifar10".into(),
+        source: dir.display().to_string(),
+        train,
+        test,
+        classes: 10,
+    })
 }
 
 /// Lower-cased alphanumeric words.
 pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(|w| w.to_lowercase())
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.to_lowercase())
 }
 
 /// Reads an AG News CSV (class 1..4, title, description; no header).
 fn read_agnews(path: &Path) -> Result<Vec<(i64, String)>> {
     let hint = "AG News comes as train.csv and test.csv with rows \"class\",\"title\",\"description\"";
     if !path.is_file() {
-        return Err(DataError::Missing { path: path.into(), hint: hint.into() }.into());
+        return Err(DataError::Missing {
+            path: path.into(),
+            hint: hint.into(),
+        }
+        .into());
     }
     let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(false).from_path(path)?;
     let mut rows = Vec::new();
     for (i, rec) in reader.records().enumerate() {
-        let rec = rec.map_err(|e| DataError::Invalid { path: path.into(), what: format!("row {}: {e}", i + 1) })?;
-        let class: i64 = rec.get(0).and_then(|c| c.trim().parse().ok()).filter(|c| (1..=4).contains(c)).ok_or_else(|| {
-            DataError::Invalid { path: path.into(), what: format!("row {}: class {:?} is not 1..4. {hint}", i + 1, rec.get(0).unwrap_or("")) }
+        let rec = rec.map_err(|e| DataError::Invalid {
+            path: path.into(),
+            what: format!("row {}: {e}", i + 1),
         })?;
+        let class: i64 = rec
+            .get(0)
+            .and_then(|c| c.trim().parse().ok())
+            .filter(|c| (1..=4).contains(c))
+            .ok_or_else(|| DataError::Invalid {
+                path: path.into(),
+                what: format!("row {}: class {:?} is not 1..4. {hint}", i + 1, rec.get(0).unwrap_or("")),
+            })?;
         if rec.len() < 3 {
-            return Err(DataError::Invalid { path: path.into(), what: format!("row {}: expected class,title,description", i + 1) }.into());
+            return Err(DataError::Invalid {
+                path: path.into(),
+                what: format!("row {}: expected class,title,description", i + 1),
+            }
+            .into());
         }
         rows.push((class - 1, format!("{} {}", &rec[1], &rec[2])));
     }
     if rows.is_empty() {
-        return Err(DataError::Invalid { path: path.into(), what: "holds no rows".into() }.into());
+        return Err(DataError::Invalid {
+            path: path.into(),
+            what: "holds no rows".into(),
+        }
+        .into());
     }
     Ok(rows)
 }
@@ -457,7 +610,12 @@ pub fn build_vocab<'a>(texts: impl Iterator<Item = &'a str>, size: usize) -> Has
     }
     let mut ranked: Vec<(String, u64)> = counts.into_iter().collect();
     ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    ranked.into_iter().take(size.saturating_sub(2)).enumerate().map(|(i, (w, _))| (w, i as i64 + 2)).collect()
+    ranked
+        .into_iter()
+        .take(size.saturating_sub(2))
+        .enumerate()
+        .map(|(i, (w, _))| (w, i as i64 + 2))
+        .collect()
 }
 
 /// Token ids of `text`, truncated or padded to `seq_len`.
@@ -474,9 +632,21 @@ pub fn load_agnews(dir: &Path, seq_len: usize, vocab_size: usize) -> Result<Data
     let split = |rows: &[(i64, String)]| -> Split {
         let ids: Vec<i64> = rows.iter().flat_map(|(_, t)| encode(t, &vocab, seq_len)).collect();
         let labels: Vec<i64> = rows.iter().map(|(c, _)| *c).collect();
-        Split { inputs: Tensor::from_slice(&ids).view([rows.len() as i64, seq_len as i64]), labels: Tensor::from_slice(&labels), augment: Augment::None, files: None }
+        Split {
+            inputs: Tensor::from_slice(&ids).view([rows.len() as i64, seq_len as i64]),
+            labels: Tensor::from_slice(&labels),
+            augment: Augment::None,
+            files: None,
+        }
     };
-    Ok(Dataset { stream: None, name: "agnews".into(), source: dir.display().to_string(), train: split(&train_rows), test: split(&test_rows), classes: 4 })
+    Ok(Dataset {
+        stream: None,
+        name: "agnews".into(),
+        source: dir.display().to_string(),
+        train: split(&train_rows),
+        test: split(&test_rows),
+        classes: 4,
+    })
 }
 
 /// Random inputs of the model's shape (images, or token ids) and random labels, seeded.
@@ -493,7 +663,14 @@ pub fn synthetic(samples: usize, spec: &ModelSpec, seed: u64) -> Dataset {
         files: None,
     };
     let n = samples.max(1) as i64;
-    Dataset { stream: None, name: "synthetic".into(), source: String::new(), train: make(n), test: make((n / 6).max(1)), classes }
+    Dataset {
+        stream: None,
+        name: "synthetic".into(),
+        source: String::new(),
+        train: make(n),
+        test: make((n / 6).max(1)),
+        classes,
+    }
 }
 
 /// Batches of one epoch, in order: prepared inline, or ahead of time by worker
@@ -510,7 +687,12 @@ pub struct Loader {
 impl Split {
     /// A handle on the same data, for another thread.
     pub fn share(&self) -> Split {
-        Split { inputs: self.inputs.shallow_clone(), labels: self.labels.shallow_clone(), augment: self.augment, files: self.files.clone() }
+        Split {
+            inputs: self.inputs.shallow_clone(),
+            labels: self.labels.shallow_clone(),
+            augment: self.augment,
+            files: self.files.clone(),
+        }
     }
 }
 
@@ -518,7 +700,13 @@ impl Loader {
     pub fn new(split: &Split, batches: Vec<Vec<i64>>, workers: usize) -> Loader {
         let remaining = batches.len();
         if workers == 0 {
-            return Loader { stream: None, source: Some((split.share(), batches.into_iter())), queues: Vec::new(), next: 0, remaining };
+            return Loader {
+                stream: None,
+                source: Some((split.share(), batches.into_iter())),
+                queues: Vec::new(),
+                next: 0,
+                remaining,
+            };
         }
         let queues = (0..workers)
             .map(|w| {
@@ -536,7 +724,13 @@ impl Loader {
                 rx
             })
             .collect();
-        Loader { stream: None, source: None, queues, next: 0, remaining }
+        Loader {
+            stream: None,
+            source: None,
+            queues,
+            next: 0,
+            remaining,
+        }
     }
 
     /// `batches` batches of `batch` records streamed from rank `rank`'s range of `src`,
@@ -544,7 +738,13 @@ impl Loader {
     pub fn stream(src: &StreamSource, rank: usize, size: usize, batch: usize, batches: usize, readahead: usize) -> Loader {
         let (start, end) = crate::bigmnist::rank_range(&src.index, rank, size);
         let reader = crate::bigmnist::BlockStream::new(&src.dir, &src.index, start, end, readahead);
-        Loader { stream: Some((reader, batch, src.index.mean, src.index.std)), source: None, queues: Vec::new(), next: 0, remaining: batches }
+        Loader {
+            stream: Some((reader, batch, src.index.mean, src.index.std)),
+            source: None,
+            queues: Vec::new(),
+            next: 0,
+            remaining: batches,
+        }
     }
 
     /// The next batch on the CPU, or None at the end of the epoch.
@@ -554,7 +754,11 @@ impl Loader {
         }
         self.remaining -= 1;
         let batch = if let Some((reader, n, mean, std)) = &mut self.stream {
-            Some(reader.take(*n).map(|records| crate::bigmnist::records_to_batch(&records, *mean, *std)))
+            Some(
+                reader
+                    .take(*n)
+                    .map(|records| crate::bigmnist::records_to_batch(&records, *mean, *std)),
+            )
         } else {
             match &mut self.source {
                 Some((split, it)) => it.next().map(|idx| split.batch(&Tensor::from_slice(&idx), Device::Cpu)),
@@ -574,9 +778,9 @@ pub fn shard_indices(n: usize, world: usize, rank: usize, seed: u64, epoch: usiz
     assert!(world > 0 && rank < world && n > 0);
     let perm: Vec<i64> = if shuffle {
         let mut order: Vec<i64> = (0..n as i64).collect();
-        let mut rng = SplitMix64(seed.wrapping_add(epoch as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xddb);
+        let mut rng = Rng(seed.wrapping_add(epoch as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xddb);
         for i in (1..n).rev() {
-            let j = (rng.next() % (i as u64 + 1)) as usize;
+            let j = rng.below(i as u64 + 1) as usize;
             order.swap(i, j);
         }
         order
@@ -591,18 +795,6 @@ pub fn shard_indices(n: usize, world: usize, rank: usize, seed: u64, epoch: usiz
 /// Steps per epoch for `per_rank` samples at `batch` per step (the last batch may be short).
 pub fn steps_per_epoch(per_rank: usize, batch: usize) -> usize {
     per_rank.div_ceil(batch)
-}
-
-/// Small, fast, seedable generator: identical permutations on every rank and platform.
-pub struct SplitMix64(pub u64);
-impl SplitMix64 {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
 }
 
 #[cfg(test)]
@@ -682,7 +874,10 @@ mod tests {
 
     fn cifar_dir(records_per_file: usize) -> tempfile::TempDir {
         let d = tempfile::tempdir().unwrap();
-        let names: Vec<String> = (1..=5).map(|i| format!("data_batch_{i}.bin")).chain(["test_batch.bin".to_string()]).collect();
+        let names: Vec<String> = (1..=5)
+            .map(|i| format!("data_batch_{i}.bin"))
+            .chain(["test_batch.bin".to_string()])
+            .collect();
         for (f, name) in names.iter().enumerate() {
             let mut bytes = Vec::new();
             for r in 0..records_per_file {
@@ -710,17 +905,26 @@ mod tests {
         assert!((px(1) - (-0.4822 / 0.2435)).abs() < 1e-4);
         assert_eq!(ds.train.augment, Augment::CropFlip { pad: 4 });
         tch::manual_seed(3);
-        let (x, _) = ds.train.batch(&Tensor::from_slice(&[0i64, 1, 2, 3, 4, 5, 6, 7]), Device::Cpu).unwrap();
+        let (x, _) = ds
+            .train
+            .batch(&Tensor::from_slice(&[0i64, 1, 2, 3, 4, 5, 6, 7]), Device::Cpu)
+            .unwrap();
         assert_eq!(x.size(), [8, 3, 32, 32]);
         // Crops shifted by up to 4 pixels bring zero padding into some images' borders.
         let original = ds.train.inputs.narrow(0, 0, 8);
-        assert!((x - original).abs().sum(Kind::Float).double_value(&[]) > 0.0, "augmentation changes pixels");
+        assert!(
+            (x - original).abs().sum(Kind::Float).double_value(&[]) > 0.0,
+            "augmentation changes pixels"
+        );
         // A truncated file is named.
         let f = d.path().join("data_batch_3.bin");
         let bytes = std::fs::read(&f).unwrap();
         std::fs::write(&f, &bytes[..bytes.len() - 10]).unwrap();
         let e = load_cifar10(d.path()).err().unwrap().to_string();
-        assert!(e.contains("data_batch_3.bin") && e.contains("not a whole number of 3073-byte"), "{e}");
+        assert!(
+            e.contains("data_batch_3.bin") && e.contains("not a whole number of 3073-byte"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -740,7 +944,11 @@ mod tests {
         let row = |i: i64| Vec::<i64>::try_from(ds.train.inputs.get(i)).unwrap();
         assert_eq!(row(1), vec![2, 1, 3, 2, 3, 2]);
         assert_eq!(row(0), vec![4, 1, 2, 1, 1, 4], "truncated to 6 tokens");
-        assert_eq!(Vec::<i64>::try_from(ds.test.inputs.get(0)).unwrap(), vec![1, 1, 2, 0, 0, 0], "padded");
+        assert_eq!(
+            Vec::<i64>::try_from(ds.test.inputs.get(0)).unwrap(),
+            vec![1, 1, 2, 0, 0, 0],
+            "padded"
+        );
         std::fs::write(d.path().join("test.csv"), "\"9\",\"x\",\"y\"\n").unwrap();
         let e = load_agnews(d.path(), 6, 5).err().unwrap().to_string();
         assert!(e.contains("test.csv") && e.contains("class \"9\" is not 1..4"), "{e}");
@@ -794,7 +1002,7 @@ mod tests {
 
     #[test]
     fn random_resized_crop_stays_inside_the_image() {
-        let mut rng = SplitMix64(9);
+        let mut rng = Rng(9);
         for _ in 0..1000 {
             let (t, l, h, w) = random_resized_crop(300, 500, &mut rng);
             assert!(t >= 0 && l >= 0 && h > 0 && w > 0 && t + h <= 300 && l + w <= 500);

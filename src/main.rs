@@ -9,7 +9,11 @@ fn run() -> anyhow::Result<()> {
         Command::Topo(args) => ddpbench::topology::main(args),
         Command::GenBigmnist(args) => ddpbench::bigmnist::generate(args),
         Command::Models(args) => {
-            ddpbench::model::list(&ddpbench::model::ModelOptions { seq_len: args.seq_len as i64, vocab: args.vocab_size as i64, dropout: true });
+            ddpbench::model::list(&ddpbench::model::ModelOptions {
+                seq_len: args.seq_len as i64,
+                vocab: args.vocab_size as i64,
+                dropout: true,
+            });
             Ok(())
         }
     }

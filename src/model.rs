@@ -54,8 +54,16 @@ impl ModuleT for MnistCnn {
 }
 
 fn conv_bn(p: &nn::Path, c_in: i64, c_out: i64, k: i64, stride: i64, padding: i64) -> (nn::Conv2D, nn::BatchNorm) {
-    let cfg = nn::ConvConfig { stride, padding, bias: false, ..Default::default() };
-    (nn::conv2d(p / "conv", c_in, c_out, k, cfg), nn::batch_norm2d(p / "bn", c_out, Default::default()))
+    let cfg = nn::ConvConfig {
+        stride,
+        padding,
+        bias: false,
+        ..Default::default()
+    };
+    (
+        nn::conv2d(p / "conv", c_in, c_out, k, cfg),
+        nn::batch_norm2d(p / "bn", c_out, Default::default()),
+    )
 }
 
 /// ResNet-18 for 32×32 inputs (CIFAR): 3×3 stem at stride 1, no max-pool.
@@ -123,8 +131,18 @@ pub struct TransformerShape {
     pub feed_forward: i64,
 }
 
-pub const TRANSFORMER_SMALL: TransformerShape = TransformerShape { d_model: 128, layers: 2, heads: 4, feed_forward: 512 };
-pub const TRANSFORMER_MEDIUM: TransformerShape = TransformerShape { d_model: 256, layers: 4, heads: 8, feed_forward: 1024 };
+pub const TRANSFORMER_SMALL: TransformerShape = TransformerShape {
+    d_model: 128,
+    layers: 2,
+    heads: 4,
+    feed_forward: 512,
+};
+pub const TRANSFORMER_MEDIUM: TransformerShape = TransformerShape {
+    d_model: 256,
+    layers: 4,
+    heads: 8,
+    feed_forward: 1024,
+};
 
 impl TransformerClassifier {
     pub fn new(p: &nn::Path, shape: TransformerShape, vocab: i64, seq_len: i64, classes: i64, dropout: f64) -> TransformerClassifier {
@@ -192,7 +210,8 @@ impl ModuleT for TransformerClassifier {
         }
         // Mean over the non-padding positions.
         let keep = pad.logical_not().unsqueeze(-1).to_kind(Kind::Float);
-        let pooled = (x * &keep).sum_dim_intlist([1i64].as_slice(), false, Kind::Float) / keep.sum_dim_intlist([1i64].as_slice(), false, Kind::Float).clamp_min(1.0);
+        let pooled = (x * &keep).sum_dim_intlist([1i64].as_slice(), false, Kind::Float)
+            / keep.sum_dim_intlist([1i64].as_slice(), false, Kind::Float).clamp_min(1.0);
         pooled.apply(&self.head).log_softmax(-1, Kind::Float)
     }
 }
@@ -227,18 +246,35 @@ pub struct ModelOptions {
 
 impl Default for ModelOptions {
     fn default() -> Self {
-        ModelOptions { seq_len: 128, vocab: 20_000, dropout: true }
+        ModelOptions {
+            seq_len: 128,
+            vocab: 20_000,
+            dropout: true,
+        }
     }
 }
 
 pub fn spec(kind: ModelKind, o: &ModelOptions) -> ModelSpec {
     match kind {
-        ModelKind::MnistCnn => ModelSpec { input: Input::Image([1, 28, 28]), classes: 10 },
-        ModelKind::Resnet18 | ModelKind::Resnet50 => ModelSpec { input: Input::Image([3, 224, 224]), classes: 1000 },
-        ModelKind::Resnet18Cifar => ModelSpec { input: Input::Image([3, 32, 32]), classes: 10 },
-        ModelKind::TransformerSmall | ModelKind::TransformerMedium => {
-            ModelSpec { input: Input::Tokens { seq_len: o.seq_len, vocab: o.vocab }, classes: 4 }
-        }
+        ModelKind::MnistCnn => ModelSpec {
+            input: Input::Image([1, 28, 28]),
+            classes: 10,
+        },
+        ModelKind::Resnet18 | ModelKind::Resnet50 => ModelSpec {
+            input: Input::Image([3, 224, 224]),
+            classes: 1000,
+        },
+        ModelKind::Resnet18Cifar => ModelSpec {
+            input: Input::Image([3, 32, 32]),
+            classes: 10,
+        },
+        ModelKind::TransformerSmall | ModelKind::TransformerMedium => ModelSpec {
+            input: Input::Tokens {
+                seq_len: o.seq_len,
+                vocab: o.vocab,
+            },
+            classes: 4,
+        },
     }
 }
 
@@ -254,15 +290,32 @@ pub fn build(kind: ModelKind, p: &nn::Path, o: &ModelOptions) -> Box<dyn ModuleT
         ModelKind::Resnet18 => log_probs(Box::new(tch::vision::resnet::resnet18(p, classes))),
         ModelKind::Resnet50 => log_probs(Box::new(tch::vision::resnet::resnet50(p, classes))),
         ModelKind::Resnet18Cifar => log_probs(Box::new(resnet18_cifar(p, classes))),
-        ModelKind::TransformerSmall => Box::new(TransformerClassifier::new(p, TRANSFORMER_SMALL, o.vocab, o.seq_len, classes, p_drop)),
-        ModelKind::TransformerMedium => Box::new(TransformerClassifier::new(p, TRANSFORMER_MEDIUM, o.vocab, o.seq_len, classes, p_drop)),
+        ModelKind::TransformerSmall => Box::new(TransformerClassifier::new(
+            p,
+            TRANSFORMER_SMALL,
+            o.vocab,
+            o.seq_len,
+            classes,
+            p_drop,
+        )),
+        ModelKind::TransformerMedium => Box::new(TransformerClassifier::new(
+            p,
+            TRANSFORMER_MEDIUM,
+            o.vocab,
+            o.seq_len,
+            classes,
+            p_drop,
+        )),
     }
 }
 
 /// `ddpbench models`: every model with its parameter count and gradient bytes.
 pub fn list(o: &ModelOptions) {
     use clap::ValueEnum;
-    println!("{:<20} {:>14} {:>16}  {:<18} {}", "model", "parameters", "gradient bytes", "input", "classes");
+    println!(
+        "{:<20} {:>14} {:>16}  {:<18} {}",
+        "model", "parameters", "gradient bytes", "input", "classes"
+    );
     for kind in ModelKind::value_variants() {
         let vs = nn::VarStore::new(tch::Device::Cpu);
         let _net = build(*kind, &vs.root(), o);
@@ -286,11 +339,7 @@ pub fn ordered_buffers(vs: &nn::VarStore) -> Vec<(String, Tensor)> {
 
 /// Trainable parameters sorted by name: the one order all ranks agree on.
 pub fn ordered_parameters(vs: &nn::VarStore) -> Vec<(String, Tensor)> {
-    let mut vars: Vec<(String, Tensor)> = vs
-        .variables()
-        .into_iter()
-        .filter(|(_, t)| t.requires_grad())
-        .collect();
+    let mut vars: Vec<(String, Tensor)> = vs.variables().into_iter().filter(|(_, t)| t.requires_grad()).collect();
     vars.sort_by(|a, b| a.0.cmp(&b.0));
     vars
 }
@@ -307,7 +356,19 @@ mod tests {
         let count: i64 = params.iter().map(|(_, t)| t.numel() as i64).sum();
         assert_eq!(count, 1_199_882);
         let names: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["conv1.bias", "conv1.weight", "conv2.bias", "conv2.weight", "fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"]);
+        assert_eq!(
+            names,
+            [
+                "conv1.bias",
+                "conv1.weight",
+                "conv2.bias",
+                "conv2.weight",
+                "fc1.bias",
+                "fc1.weight",
+                "fc2.bias",
+                "fc2.weight"
+            ]
+        );
         let out = net.forward_t(&Tensor::zeros([3, 1, 28, 28], (tch::Kind::Float, tch::Device::Cpu)), false);
         assert_eq!(out.size(), [3, 10]);
     }
@@ -333,7 +394,11 @@ mod tests {
 
     #[test]
     fn transformers_have_the_seed_shapes() {
-        let o = ModelOptions { seq_len: 16, vocab: 1000, dropout: false };
+        let o = ModelOptions {
+            seq_len: 16,
+            vocab: 1000,
+            dropout: false,
+        };
         // Per layer: qkv d·3d+3d, out d²+d, ff 2·d·f+f+d, two LayerNorms 4d.
         let per_layer = |d: i64, f: i64| 3 * d * d + 3 * d + d * d + d + 2 * d * f + f + d + 4 * d;
         let small = 1000 * 128 + 2 * per_layer(128, 512) + 128 * 4 + 4;

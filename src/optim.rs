@@ -39,7 +39,11 @@ impl Lars {
         }
         let wn = w.norm().double_value(&[]);
         let gn = g.norm().double_value(&[]);
-        if wn > 0.0 && gn > 0.0 { self.trust * wn / (gn + self.weight_decay * wn) } else { 1.0 }
+        if wn > 0.0 && gn > 0.0 {
+            self.trust * wn / (gn + self.weight_decay * wn)
+        } else {
+            1.0
+        }
     }
 
     pub fn step(&mut self) {
@@ -51,7 +55,11 @@ impl Lars {
                     continue;
                 }
                 let local = self.trust_ratio(w, &g);
-                let update = if self.weight_decay > 0.0 { &g + w * self.weight_decay } else { g.shallow_clone() };
+                let update = if self.weight_decay > 0.0 {
+                    &g + w * self.weight_decay
+                } else {
+                    g.shallow_clone()
+                };
                 let v = &mut self.velocity[i];
                 let _ = v.g_mul_scalar_(self.momentum).g_add_(&(update * (self.lr * local)));
                 let mut w = w.shallow_clone();
@@ -70,8 +78,21 @@ pub enum Optimizer {
 impl Optimizer {
     pub fn new(kind: OptimizerKind, vs: &nn::VarStore, params: &[Tensor], lr: f64, momentum: f64, weight_decay: f64) -> Result<Optimizer> {
         Ok(match kind {
-            OptimizerKind::Sgd => Optimizer::Torch(nn::Sgd { momentum, wd: weight_decay, ..Default::default() }.build(vs, lr)?),
-            OptimizerKind::Adam => Optimizer::Torch(nn::Adam { wd: weight_decay, ..Default::default() }.build(vs, lr)?),
+            OptimizerKind::Sgd => Optimizer::Torch(
+                nn::Sgd {
+                    momentum,
+                    wd: weight_decay,
+                    ..Default::default()
+                }
+                .build(vs, lr)?,
+            ),
+            OptimizerKind::Adam => Optimizer::Torch(
+                nn::Adam {
+                    wd: weight_decay,
+                    ..Default::default()
+                }
+                .build(vs, lr)?,
+            ),
             OptimizerKind::Lars => Optimizer::Lars(Lars::new(params, lr, momentum, weight_decay)),
         })
     }

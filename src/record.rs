@@ -29,7 +29,11 @@ pub fn format_plain(v: f64) -> String {
     if t.contains('.') {
         t = t.trim_end_matches('0').trim_end_matches('.').to_string();
     }
-    if t == "-0" { "0".into() } else { t }
+    if t == "-0" {
+        "0".into()
+    } else {
+        t
+    }
 }
 
 /// One training step on one rank.
@@ -118,7 +122,9 @@ impl<R: Serialize> CsvLog<R> {
         })
     }
     pub fn write(&mut self, row: &R) -> Result<()> {
-        self.writer.serialize(row).with_context(|| format!("cannot write to {}", self.path.display()))
+        self.writer
+            .serialize(row)
+            .with_context(|| format!("cannot write to {}", self.path.display()))
     }
     pub fn flush(&mut self) -> Result<()> {
         self.writer.flush().with_context(|| format!("cannot flush {}", self.path.display()))
@@ -245,10 +251,25 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(rank_file_name(3));
         let row = StepRow {
-            rank: 3, node_type: "Xeon, 48c".into(), epoch: 0, step: 1, global_step: 1, warmup: 1,
-            time_utc: "2026-01-01T00:00:00.000000Z".into(), elapsed_s: 0.5, samples: 64,
-            data_s: 0.001, forward_s: 0.01, backward_s: 0.02, comm_s: 0.003, optimizer_s: 0.004,
-            other_s: 0.0005, step_s: 0.0385, comm_start_s: 0.53, loss: 2.3, bytes: 4_799_528,
+            rank: 3,
+            node_type: "Xeon, 48c".into(),
+            epoch: 0,
+            step: 1,
+            global_step: 1,
+            warmup: 1,
+            time_utc: "2026-01-01T00:00:00.000000Z".into(),
+            elapsed_s: 0.5,
+            samples: 64,
+            data_s: 0.001,
+            forward_s: 0.01,
+            backward_s: 0.02,
+            comm_s: 0.003,
+            optimizer_s: 0.004,
+            other_s: 0.0005,
+            step_s: 0.0385,
+            comm_start_s: 0.53,
+            loss: 2.3,
+            bytes: 4_799_528,
         };
         let mut log = CsvLog::create(&path).unwrap();
         log.write(&row).unwrap();

@@ -66,7 +66,11 @@ impl Sketch {
     pub const EXACT_CAP: usize = 4096;
 
     pub fn new() -> Sketch {
-        Sketch { max: f64::NEG_INFINITY, min: f64::INFINITY, ..Default::default() }
+        Sketch {
+            max: f64::NEG_INFINITY,
+            min: f64::INFINITY,
+            ..Default::default()
+        }
     }
 
     fn bin_of(v: f64) -> usize {
@@ -138,13 +142,25 @@ impl Sketch {
         self.sum
     }
     pub fn mean(&self) -> f64 {
-        if self.count == 0 { f64::NAN } else { self.sum / self.count as f64 }
+        if self.count == 0 {
+            f64::NAN
+        } else {
+            self.sum / self.count as f64
+        }
     }
     pub fn max(&self) -> f64 {
-        if self.count == 0 { f64::NAN } else { self.max }
+        if self.count == 0 {
+            f64::NAN
+        } else {
+            self.max
+        }
     }
     pub fn min(&self) -> f64 {
-        if self.count == 0 { f64::NAN } else { self.min }
+        if self.count == 0 {
+            f64::NAN
+        } else {
+            self.min
+        }
     }
     /// True while quantiles are exact.
     pub fn is_exact(&self) -> bool {
@@ -187,7 +203,12 @@ pub struct Reservoir {
 
 impl Reservoir {
     pub fn new(cap: usize) -> Reservoir {
-        Reservoir { values: Vec::new(), seen: 0, cap, rng: Rng(0x5eed_0f_ddb) }
+        Reservoir {
+            values: Vec::new(),
+            seen: 0,
+            cap,
+            rng: Rng(0x5eed_0f_ddb),
+        }
     }
     pub fn push(&mut self, v: f64) {
         self.seen += 1;
@@ -264,7 +285,11 @@ pub fn amdahl_fit(points: &[(f64, f64)]) -> f64 {
     for _ in 0..200 {
         let c = b - g * (b - a);
         let d = a + g * (b - a);
-        if err(c) <= err(d) { b = d } else { a = c }
+        if err(c) <= err(d) {
+            b = d
+        } else {
+            a = c
+        }
     }
     (a + b) / 2.0
 }

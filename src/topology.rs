@@ -53,35 +53,15 @@ fn split_even(items: &[usize], parts: usize, index: usize) -> Vec<usize> {
 /// with fewer ranks than packages a rank takes several whole packages. When ranks
 /// outnumber cores, `auto` leaves them unbound (pinned busy-polling ranks sharing a
 /// core can starve each other) and sets `shared`; `core` and `socket` share round-robin.
-pub fn plan_binding(
-    cores: &[CoreSlot],
-    policy: BindPolicy,
-    local_rank: usize,
-    local_size: usize,
-) -> Binding {
+pub fn plan_binding(cores: &[CoreSlot], policy: BindPolicy, local_rank: usize, local_size: usize) -> Binding {
     assert!(local_size > 0 && local_rank < local_size);
-    let packages: Vec<usize> = cores
-        .iter()
-        .map(|c| c.package)
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let cores_of = |pkgs: &[usize]| -> Vec<usize> {
-        (0..cores.len())
-            .filter(|&i| pkgs.contains(&cores[i].package))
-            .collect()
-    };
+    let packages: Vec<usize> = cores.iter().map(|c| c.package).collect::<BTreeSet<_>>().into_iter().collect();
+    let cores_of = |pkgs: &[usize]| -> Vec<usize> { (0..cores.len()).filter(|&i| pkgs.contains(&cores[i].package)).collect() };
     let (chosen, shared) = match policy {
         BindPolicy::None => (Vec::new(), false),
         _ if cores.is_empty() => (Vec::new(), false),
-        BindPolicy::Core => (
-            vec![local_rank % cores.len()],
-            local_size > cores.len(),
-        ),
-        BindPolicy::Socket => (
-            cores_of(&[packages[local_rank % packages.len()]]),
-            local_size > packages.len(),
-        ),
+        BindPolicy::Core => (vec![local_rank % cores.len()], local_size > cores.len()),
+        BindPolicy::Socket => (cores_of(&[packages[local_rank % packages.len()]]), local_size > packages.len()),
         BindPolicy::Auto => {
             let p = packages.len();
             if local_size <= p {
@@ -90,9 +70,7 @@ pub fn plan_binding(
                 (cores_of(&packages[first..last]), false)
             } else {
                 let pkg_slot = local_rank * p / local_size;
-                let peers: Vec<usize> = (0..local_size)
-                    .filter(|&r| r * p / local_size == pkg_slot)
-                    .collect();
+                let peers: Vec<usize> = (0..local_size).filter(|&r| r * p / local_size == pkg_slot).collect();
                 let pkg_cores = cores_of(&[packages[pkg_slot]]);
                 let my_index = peers.iter().position(|&r| r == local_rank).unwrap();
                 if peers.len() <= pkg_cores.len() {
@@ -152,7 +130,10 @@ pub fn discover_cores(topo: &Topology) -> Vec<CoreSlot> {
         let pus = topo.objects_with_type(&ObjectType::PU).unwrap_or_default();
         slots = pus
             .iter()
-            .map(|p| CoreSlot { package: 0, pus: vec![p.os_index()] })
+            .map(|p| CoreSlot {
+                package: 0,
+                pus: vec![p.os_index()],
+            })
             .collect();
     }
     slots
@@ -274,20 +255,13 @@ pub struct World {
 
 impl World {
     pub fn init() -> Result<World> {
-        let universe = mpi::initialize().context(
-            "MPI could not be initialised (already initialised?). Launch with mpirun or srun",
-        )?;
+        let universe = mpi::initialize().context("MPI could not be initialised (already initialised?). Launch with mpirun or srun")?;
         let world = universe.world();
         let local = world.split_shared(0);
         let host = mpi::environment::processor_name().unwrap_or_else(|_| "unknown".into());
         let is_leader = u32::from(local.rank() == 0);
         let mut nodes = 0u32;
-        mpi::collective::CommunicatorCollectives::all_reduce_into(
-            &world,
-            &is_leader,
-            &mut nodes,
-            mpi::collective::SystemOperation::sum(),
-        );
+        mpi::collective::CommunicatorCollectives::all_reduce_into(&world, &is_leader, &mut nodes, mpi::collective::SystemOperation::sum());
         Ok(World {
             rank: world.rank() as usize,
             size: world.size() as usize,
@@ -340,10 +314,26 @@ pub fn main(args: TopoArgs) -> Result<()> {
     println!("{:>10}  {:>8}  {:>7}  {:<24}  note", "local_rank", "packages", "threads", "pus");
     for r in 0..args.ranks {
         let b = plan_binding(&cores, args.bind, r, args.ranks);
-        let pus = if b.pus.is_empty() { "(unbound)".to_string() } else { compact_list(&b.pus) };
-        let pk = if b.packages.is_empty() { "-".into() } else { compact_list(&b.packages.iter().map(|&p| p as u32).collect::<Vec<_>>()) };
-        let gpu = if info.gpus.is_empty() { String::new() } else { format!("gpu {}", r % info.gpus.len()) };
-        let note = if b.shared { "shares cores (more ranks than cores)".to_string() } else { gpu };
+        let pus = if b.pus.is_empty() {
+            "(unbound)".to_string()
+        } else {
+            compact_list(&b.pus)
+        };
+        let pk = if b.packages.is_empty() {
+            "-".into()
+        } else {
+            compact_list(&b.packages.iter().map(|&p| p as u32).collect::<Vec<_>>())
+        };
+        let gpu = if info.gpus.is_empty() {
+            String::new()
+        } else {
+            format!("gpu {}", r % info.gpus.len())
+        };
+        let note = if b.shared {
+            "shares cores (more ranks than cores)".to_string()
+        } else {
+            gpu
+        };
         println!("{r:>10}  {pk:>8}  {:>7}  {pus:<24}  {note}", b.threads);
     }
     Ok(())
@@ -361,7 +351,11 @@ pub fn compact_list(ids: &[u32]) -> String {
         while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
             j += 1;
         }
-        out.push(if i == j { sorted[i].to_string() } else { format!("{}-{}", sorted[i], sorted[j]) });
+        out.push(if i == j {
+            sorted[i].to_string()
+        } else {
+            format!("{}-{}", sorted[i], sorted[j])
+        });
         i = j + 1;
     }
     out.join(",")
@@ -375,7 +369,10 @@ mod tests {
     fn machine(packages: usize, per_package: usize) -> Vec<CoreSlot> {
         let n = (packages * per_package) as u32;
         (0..packages * per_package)
-            .map(|i| CoreSlot { package: i / per_package, pus: vec![i as u32, i as u32 + n] })
+            .map(|i| CoreSlot {
+                package: i / per_package,
+                pus: vec![i as u32, i as u32 + n],
+            })
             .collect()
     }
 
@@ -387,7 +384,10 @@ mod tests {
     fn auto_spreads_over_packages_with_disjoint_cores() {
         let m = machine(2, 24);
         let b = all(&m, BindPolicy::Auto, 4);
-        assert_eq!(b.iter().map(|b| b.packages.clone()).collect::<Vec<_>>(), vec![vec![0], vec![0], vec![1], vec![1]]);
+        assert_eq!(
+            b.iter().map(|b| b.packages.clone()).collect::<Vec<_>>(),
+            vec![vec![0], vec![0], vec![1], vec![1]]
+        );
         assert!(b.iter().all(|b| b.threads == 12 && !b.shared));
         let mut seen = BTreeSet::new();
         for x in &b {
@@ -412,14 +412,20 @@ mod tests {
         assert_eq!(b[1].cores, vec![3, 4]);
         let m = machine(1, 2);
         let b = all(&m, BindPolicy::Auto, 3);
-        assert!(b.iter().all(|b| b.shared && b.threads == 1 && b.pus.is_empty()), "oversubscribed auto leaves ranks unbound");
+        assert!(
+            b.iter().all(|b| b.shared && b.threads == 1 && b.pus.is_empty()),
+            "oversubscribed auto leaves ranks unbound"
+        );
     }
 
     #[test]
     fn core_socket_none_policies() {
         let m = machine(2, 4);
         let b = all(&m, BindPolicy::Core, 3);
-        assert_eq!(b.iter().map(|b| b.cores.clone()).collect::<Vec<_>>(), vec![vec![0], vec![1], vec![2]]);
+        assert_eq!(
+            b.iter().map(|b| b.cores.clone()).collect::<Vec<_>>(),
+            vec![vec![0], vec![1], vec![2]]
+        );
         assert_eq!(b[1].pus, vec![1, 9]);
         let b = all(&m, BindPolicy::Socket, 3);
         assert_eq!(b[2].packages, vec![0]);

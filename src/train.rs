@@ -10,10 +10,10 @@
 //! job down with MPI_Abort so no rank waits forever in a collective.
 
 use crate::cli::{DeviceChoice, LrScaling, TrainArgs};
-use crate::optim::{self, Optimizer};
 use crate::comm::{self, BucketPlan, GradientReducer, MpiStaged};
 use crate::data::{self, Dataset};
 use crate::model;
+use crate::optim::{self, Optimizer};
 use crate::record::{self, CsvLog, EpochRow, Manifest, RankInfo, StepRow};
 use crate::topology::{self, World};
 use anyhow::{anyhow, bail, Context, Result};
@@ -52,8 +52,10 @@ pub fn validate(args: &TrainArgs) -> Result<()> {
     if !(args.bucket_mb > 0.0 && args.bucket_mb.is_finite()) {
         return fail(&format!("--bucket-mb {}", args.bucket_mb), "must be a positive number of MiB");
     }
-    if !(args.lr > 0.0 && args.lr.is_finite()) {
-        return fail(&format!("--lr {}", args.lr), "must be positive");
+    if let Some(lr) = args.lr {
+        if !(lr > 0.0 && lr.is_finite()) {
+            return fail(&format!("--lr {lr}"), "must be positive");
+        }
     }
     if args.grad_accum == 0 {
         return fail("--grad-accum 0", "must be at least 1 micro-batch per step");
@@ -65,7 +67,10 @@ pub fn validate(args: &TrainArgs) -> Result<()> {
         return fail("--seq-len 0", "must be at least 1 token");
     }
     if args.vocab_size < 3 {
-        return fail(&format!("--vocab-size {}", args.vocab_size), "must be at least 3 (padding, unknown and one word)");
+        return fail(
+            &format!("--vocab-size {}", args.vocab_size),
+            "must be at least 3 (padding, unknown and one word)",
+        );
     }
     if args.synthetic_samples == 0 {
         return fail("--synthetic-samples 0", "must be at least 1");
@@ -143,7 +148,11 @@ pub fn agree<T>(w: &World, result: Result<T>) -> Result<T> {
     root.broadcast_into(&mut len);
     text.resize(len as usize, 0);
     root.broadcast_into(&mut text[..]);
-    Err(AgreedError { rank: first as usize, message: String::from_utf8_lossy(&text).into_owned() }.into())
+    Err(AgreedError {
+        rank: first as usize,
+        message: String::from_utf8_lossy(&text).into_owned(),
+    }
+    .into())
 }
 
 /// Rank 0's string, on every rank.
@@ -203,12 +212,14 @@ fn prepare_out_dir(w: &World, args: &TrainArgs, started: SystemTime) -> Result<(
                 );
             }
             std::fs::create_dir_all(&dir).with_context(|| {
-                format!("cannot create output folder {} (check permissions or choose another --out)", dir.display())
+                format!(
+                    "cannot create output folder {} (check permissions or choose another --out)",
+                    dir.display()
+                )
             })?;
             let probe = dir.join(".write-test");
-            std::fs::write(&probe, b"ok").with_context(|| {
-                format!("output folder {} is not writable (choose another --out)", dir.display())
-            })?;
+            std::fs::write(&probe, b"ok")
+                .with_context(|| format!("output folder {} is not writable (choose another --out)", dir.display()))?;
             let _ = std::fs::remove_file(probe);
             Ok(dir)
         })()
@@ -243,7 +254,10 @@ pub fn load_cuda_backend() -> Result<()> {
         let err = unsafe { std::ffi::CStr::from_ptr(libc::dlerror()) };
         errors.push(format!("{lib}: {}", err.to_string_lossy()));
     }
-    bail!("libtorch's CUDA backend could not be loaded ({}). Is this a CUDA build of libtorch?", errors.join("; "))
+    bail!(
+        "libtorch's CUDA backend could not be loaded ({}). Is this a CUDA build of libtorch?",
+        errors.join("; ")
+    )
 }
 
 fn resolve_device(choice: DeviceChoice, local_rank: usize) -> Result<Device> {
@@ -320,9 +334,7 @@ fn check_in_sync(w: &World, params: &[(String, Tensor)], epoch: usize) -> Result
     let diverged: Vec<String> = all
         .chunks(2)
         .enumerate()
-        .filter(|(_, c)| {
-            (0..2).any(|k| (c[k] - reference[k]).abs() > 1e-9 * reference[k].abs().max(1.0))
-        })
+        .filter(|(_, c)| (0..2).any(|k| (c[k] - reference[k]).abs() > 1e-9 * reference[k].abs().max(1.0)))
         .map(|(r, c)| format!("rank {r} (l2 {:.12}, sum {:.12})", c[0], c[1]))
         .collect();
     if !diverged.is_empty() {
@@ -379,7 +391,12 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
         }
     }
     if binding.shared {
-        warn!("{} local ranks share {} cores: timings will include contention{}", w.local_size, cores.len(), if binding.pus.is_empty() { " (ranks left unbound)" } else { "" });
+        warn!(
+            "{} local ranks share {} cores: timings will include contention{}",
+            w.local_size,
+            cores.len(),
+            if binding.pus.is_empty() { " (ranks left unbound)" } else { "" }
+        );
     }
     let threads = args.threads.unwrap_or(binding.threads);
     tch::set_num_threads(threads as i32);
@@ -391,7 +408,11 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
     }
 
     // Data and model. The same seed on every rank, then rank 0's parameters win.
-    let options = model::ModelOptions { seq_len: args.seq_len as i64, vocab: args.vocab_size as i64, dropout: !args.no_dropout };
+    let options = model::ModelOptions {
+        seq_len: args.seq_len as i64,
+        vocab: args.vocab_size as i64,
+        dropout: !args.no_dropout,
+    };
     let spec = model::spec(args.model, &options);
     let dataset = agree(w, data::load(args, &spec))?;
     tch::manual_seed(args.seed as i64);
@@ -402,7 +423,17 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
     // Dropout masks differ per rank, as in a PyTorch job where each process draws its own.
     tch::manual_seed(args.seed as i64 + 1 + w.rank as i64);
     let param_list: Vec<Tensor> = params.iter().map(|(_, t)| t.shallow_clone()).collect();
-    let mut opt = agree(w, Optimizer::new(args.optimizer, &vs, &param_list, args.lr, args.momentum, args.weight_decay))?;
+    let mut opt = agree(
+        w,
+        Optimizer::new(
+            args.optimizer,
+            &vs,
+            &param_list,
+            args.learning_rate(),
+            args.momentum,
+            args.weight_decay,
+        ),
+    )?;
     let lr_scale = match args.lr_scaling {
         LrScaling::None => 1.0,
         LrScaling::Linear => (w.size * args.grad_accum) as f64,
@@ -410,8 +441,7 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
 
     let numels: Vec<usize> = params.iter().map(|(_, t)| t.numel()).collect();
     let plan = BucketPlan::new(&numels, 4, (args.bucket_mb * (1 << 20) as f64) as usize);
-    let probe = (args.probe_iters > 0 && w.size > 1)
-        .then(|| comm::probe_allreduce(&w.world, w.size, &plan, args.probe_iters));
+    let probe = (args.probe_iters > 0 && w.size > 1).then(|| comm::probe_allreduce(&w.world, w.size, &plan, args.probe_iters));
     let buckets = plan.buckets.len();
     let mut reducer = MpiStaged::new(&w.world, plan);
     let param_tensors: Vec<Tensor> = params.iter().map(|(_, t)| t.shallow_clone()).collect();
@@ -444,7 +474,11 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
         binding: format!(
             "{}: {}",
             serde_json::to_value(args.bind)?.as_str().unwrap_or(""),
-            if binding.pus.is_empty() { "unbound".into() } else { topology::compact_list(&binding.pus) }
+            if binding.pus.is_empty() {
+                "unbound".into()
+            } else {
+                topology::compact_list(&binding.pus)
+            }
         ),
         threads: tch::get_num_threads() as usize,
         cpu_model: node.cpu_model.clone(),
@@ -460,7 +494,11 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
         libtorch_version: libtorch_version(),
         mpi_library: mpi::environment::library_version().unwrap_or_default().trim().to_string(),
         command_line: std::env::args().collect(),
-        config: serde_json::to_value(args)?,
+        config: {
+            let mut c = serde_json::to_value(args)?;
+            c["lr"] = serde_json::json!(args.learning_rate());
+            c
+        },
         model: serde_json::to_value(args.model)?.as_str().unwrap_or("").into(),
         dataset: dataset.name.clone(),
         dataset_source: dataset.source.clone(),
@@ -488,14 +526,33 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
     let wrote = if w.rank == 0 { manifest.write(&out_dir) } else { Ok(()) };
     agree(w, wrote)?;
     let mut steps_log = agree(w, CsvLog::<StepRow>::create(&out_dir.join(record::rank_file_name(w.rank))))?;
-    let mut epochs_log = if w.rank == 0 { Some(agree(w, CsvLog::<EpochRow>::create(&out_dir.join("epochs.csv")))?) } else { agree(w, Ok(()))?; None };
+    let mut epochs_log = if w.rank == 0 {
+        Some(agree(w, CsvLog::<EpochRow>::create(&out_dir.join("epochs.csv")))?)
+    } else {
+        agree(w, Ok(()))?;
+        None
+    };
 
     info!(
         "run {run_id}: {} ranks on {} node(s), {:?}, {} params in {} bucket(s), batch {}×{}, {} steps/epoch, {} epoch(s) → {}",
-        w.size, w.nodes, device, manifest.parameters, buckets, args.batch_size, w.size, steps_per_epoch, epochs, out_dir.display()
+        w.size,
+        w.nodes,
+        device,
+        manifest.parameters,
+        buckets,
+        args.batch_size,
+        w.size,
+        steps_per_epoch,
+        epochs,
+        out_dir.display()
     );
     if let Some(p) = &manifest.allreduce_probe {
-        info!("raw MPI_Allreduce of {} B: median {:.3} ms, busbw {:.2} GB/s", p.bytes, p.median_s * 1e3, p.busbw_bytes_per_s / 1e9);
+        info!(
+            "raw MPI_Allreduce of {} B: median {:.3} ms, busbw {:.2} GB/s",
+            p.bytes,
+            p.median_s * 1e3,
+            p.busbw_bytes_per_s / 1e9
+        );
     }
 
     // A common time origin: ranks leave the barrier together (to within its exit skew).
@@ -510,18 +567,29 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
         let (mut loss_sum, mut steps_done) = (0.0f64, 0usize);
         let steps_this_epoch = steps_per_epoch.min(total_steps - global_step);
         let mut loader = match &dataset.stream {
-            Some(src) => data::Loader::stream(src, w.rank, w.size, args.batch_size, steps_this_epoch * args.grad_accum, 2 * args.workers.max(2)),
+            Some(src) => data::Loader::stream(
+                src,
+                w.rank,
+                w.size,
+                args.batch_size,
+                steps_this_epoch * args.grad_accum,
+                2 * args.workers.max(2),
+            ),
             None => {
                 let indices = data::shard_indices(dataset.train.len(), w.size, w.rank, args.seed, epoch, true);
                 let micro: Vec<Vec<i64>> = indices.chunks(args.batch_size).map(<[i64]>::to_vec).collect();
-                data::Loader::new(&dataset.train, micro.into_iter().take(steps_this_epoch * args.grad_accum).collect(), args.workers)
+                data::Loader::new(
+                    &dataset.train,
+                    micro.into_iter().take(steps_this_epoch * args.grad_accum).collect(),
+                    args.workers,
+                )
             }
         };
         for step in 0..steps_this_epoch {
             if fault == Some(global_step) {
                 bail!("fault injected by DDPBENCH_FAULT at step {global_step}");
             }
-            opt.set_lr(optim::learning_rate(args.lr, lr_scale, global_step, warmup_lr_steps));
+            opt.set_lr(optim::learning_rate(args.learning_rate(), lr_scale, global_step, warmup_lr_steps));
             let wall = SystemTime::now();
             let t0 = Instant::now();
             let (mut data_s, mut forward_s, mut backward_s) = (0.0, 0.0, 0.0);
@@ -534,7 +602,11 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
                 let ta = Instant::now();
                 let Some(batch) = loader.next_batch() else { break };
                 let (x, y) = batch?;
-                let (x, y) = if device == Device::Cpu { (x, y) } else { (x.to_device(device), y.to_device(device)) };
+                let (x, y) = if device == Device::Cpu {
+                    (x, y)
+                } else {
+                    (x.to_device(device), y.to_device(device))
+                };
                 sync(device);
                 let tb = Instant::now();
                 let loss = net.forward_t(&x, true).nll_loss(&y);
@@ -595,7 +667,10 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
             steps_done += 1;
             global_step += 1;
             if w.rank == 0 && args.log_every > 0 && global_step % args.log_every == 0 {
-                info!("epoch {epoch} step {step}/{steps_per_epoch} loss {loss_value:.4} step {:.1} ms", step_s * 1e3);
+                info!(
+                    "epoch {epoch} step {step}/{steps_per_epoch} loss {loss_value:.4} step {:.1} ms",
+                    step_s * 1e3
+                );
             }
         }
         steps_log.flush()?;
@@ -603,7 +678,8 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
         let mut epoch_s = 0.0;
         w.world.all_reduce_into(&epoch_s_local, &mut epoch_s, SystemOperation::max());
         let mut train = [0f64; 2];
-        w.world.all_reduce_into(&[loss_sum, steps_done as f64][..], &mut train[..], SystemOperation::sum());
+        w.world
+            .all_reduce_into(&[loss_sum, steps_done as f64][..], &mut train[..], SystemOperation::sum());
         last_l2 = check_in_sync(w, &params, epoch)?;
         // As DDP's broadcast_buffers: every rank validates with rank 0's BatchNorm statistics.
         broadcast_parameters(w, &model::ordered_buffers(&vs));
@@ -634,7 +710,8 @@ fn run(w: &World, args: &TrainArgs) -> Result<()> {
 
     if w.rank == 0 {
         if args.save_model {
-            vs.save(out_dir.join("model.safetensors")).context("cannot save model.safetensors")?;
+            vs.save(out_dir.join("model.safetensors"))
+                .context("cannot save model.safetensors")?;
         }
         manifest.status = "completed".into();
         manifest.end_utc = Some(record::rfc3339_utc(SystemTime::now()));
@@ -662,6 +739,9 @@ fn libtorch_version() -> String {
         .map(Path::new)
         .and_then(|lib| lib.parent())
         .and_then(|root| std::fs::read_to_string(root.join("version.py")).ok())
-        .and_then(|v| v.lines().find_map(|l| l.strip_prefix("__version__ = ").map(|s| s.trim_matches(['\'', '"']).to_string())))
+        .and_then(|v| {
+            v.lines()
+                .find_map(|l| l.strip_prefix("__version__ = ").map(|s| s.trim_matches(['\'', '"']).to_string()))
+        })
         .unwrap_or_else(|| "unknown".into())
 }

@@ -41,7 +41,12 @@ fn write_idx(path: &std::path::Path, magic: u32, dims: &[u32], payload: usize) {
 fn idx_dir(n: u32, corrupt: impl Fn(&std::path::Path)) -> tempfile::TempDir {
     let d = tmp();
     for prefix in ["train", "t10k"] {
-        write_idx(&d.path().join(format!("{prefix}-images-idx3-ubyte")), 0x803, &[n, 28, 28], (n * 784) as usize);
+        write_idx(
+            &d.path().join(format!("{prefix}-images-idx3-ubyte")),
+            0x803,
+            &[n, 28, 28],
+            (n * 784) as usize,
+        );
         write_idx(&d.path().join(format!("{prefix}-labels-idx1-ubyte")), 0x801, &[n], n as usize);
     }
     corrupt(d.path());
@@ -61,27 +66,50 @@ fn batch_size_zero() {
 
 #[test]
 fn missing_data() {
-    fails(&["--dataset", "mnist", "--data-dir", "/nonexistent/mnist"], "/nonexistent/mnist: not found");
+    fails(
+        &["--dataset", "mnist", "--data-dir", "/nonexistent/mnist"],
+        "/nonexistent/mnist: not found",
+    );
     let d = idx_dir(10, |p| std::fs::remove_file(p.join("t10k-labels-idx1-ubyte")).unwrap());
-    fails(&["--dataset", "mnist", "--data-dir", &path_str(d.path())], "t10k-labels-idx1-ubyte[.gz]: not found");
+    fails(
+        &["--dataset", "mnist", "--data-dir", &path_str(d.path())],
+        "t10k-labels-idx1-ubyte[.gz]: not found",
+    );
 }
 
 #[test]
 fn corrupt_data_files() {
     let d = idx_dir(10, |p| write_idx(&p.join("train-images-idx3-ubyte"), 0x1234, &[10, 28, 28], 7840));
-    fails(&["--dataset", "mnist", "--data-dir", &path_str(d.path())], "not an IDX file (magic 0x00001234");
+    fails(
+        &["--dataset", "mnist", "--data-dir", &path_str(d.path())],
+        "not an IDX file (magic 0x00001234",
+    );
     let d = idx_dir(10, |p| write_idx(&p.join("train-images-idx3-ubyte"), 0x803, &[10, 28, 28], 100));
-    fails(&["--dataset", "mnist", "--data-dir", &path_str(d.path())], "truncated: header says 7840 bytes of data, the file holds 100");
-    let d = idx_dir(10, |p| std::fs::write(p.join("train-labels-idx1-ubyte"), [0x1f, 0x8b, 8, 0, 1, 2]).unwrap());
-    fails(&["--dataset", "mnist", "--data-dir", &path_str(d.path())], "gzip data is corrupt or truncated");
+    fails(
+        &["--dataset", "mnist", "--data-dir", &path_str(d.path())],
+        "truncated: header says 7840 bytes of data, the file holds 100",
+    );
+    let d = idx_dir(10, |p| {
+        std::fs::write(p.join("train-labels-idx1-ubyte"), [0x1f, 0x8b, 8, 0, 1, 2]).unwrap()
+    });
+    fails(
+        &["--dataset", "mnist", "--data-dir", &path_str(d.path())],
+        "gzip data is corrupt or truncated",
+    );
 }
 
 #[test]
 fn output_folder_unwritable_or_taken() {
-    fails(&["--out", "/proc/ddpbench-cannot-be-here", "--max-steps", "1"], "cannot create output folder /proc/ddpbench-cannot-be-here");
+    fails(
+        &["--out", "/proc/ddpbench-cannot-be-here", "--max-steps", "1"],
+        "cannot create output folder /proc/ddpbench-cannot-be-here",
+    );
     let d = tmp();
     std::fs::write(d.path().join("manifest.json"), "{}").unwrap();
-    fails(&["--out", &path_str(d.path()), "--max-steps", "1"], "already holds a run (manifest.json)");
+    fails(
+        &["--out", &path_str(d.path()), "--max-steps", "1"],
+        "already holds a run (manifest.json)",
+    );
 }
 
 #[test]
@@ -96,8 +124,14 @@ fn a_failing_rank_takes_the_job_down() {
     );
     assert!(!job.timed_out, "hung after a rank failed:\n{}", job.all());
     let all = job.all();
-    assert!(all.contains("Error on rank 1") && all.contains("fault injected by DDPBENCH_FAULT at step 3"), "{all}");
-    assert!(!all.contains("rank-exit 0 0") && !all.contains("rank-exit 1 0"), "no rank may succeed:\n{all}");
+    assert!(
+        all.contains("Error on rank 1") && all.contains("fault injected by DDPBENCH_FAULT at step 3"),
+        "{all}"
+    );
+    assert!(
+        !all.contains("rank-exit 0 0") && !all.contains("rank-exit 1 0"),
+        "no rank may succeed:\n{all}"
+    );
     // Rows of the steps completed before the failure are kept on the other rank... at
     // least the header and the rank file exist, and the manifest says it did not complete.
     let m = json(&out.join("manifest.json"));

@@ -23,7 +23,11 @@ fn source() -> tempfile::TempDir {
             let (r0, c0) = (4 + i % 12, 4 + (i / 12) % 12);
             for r in 0..28 {
                 for c in 0..28 {
-                    img.push(if (r0..r0 + 10).contains(&r) && (c0..c0 + 10).contains(&c) { 255 } else { 0 });
+                    img.push(if (r0..r0 + 10).contains(&r) && (c0..c0 + 10).contains(&c) {
+                        255
+                    } else {
+                        0
+                    });
                 }
             }
             lbl.push((i % 10) as u8);
@@ -36,7 +40,23 @@ fn source() -> tempfile::TempDir {
 
 fn generate(src: &Path, out: &Path, seed: &str, env: &[(&str, &str)]) -> Job {
     let mut cmd = std::process::Command::new(BIN);
-    cmd.args(["gen-bigmnist", "--from", &path_str(src), "--augment", "3", "--copies", "4", "--shard-samples", "1000", "--threads", "1", "--seed", seed, "--out", &path_str(out)]);
+    cmd.args([
+        "gen-bigmnist",
+        "--from",
+        &path_str(src),
+        "--augment",
+        "3",
+        "--copies",
+        "4",
+        "--shard-samples",
+        "1000",
+        "--threads",
+        "1",
+        "--seed",
+        seed,
+        "--out",
+        &path_str(out),
+    ]);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -44,7 +64,12 @@ fn generate(src: &Path, out: &Path, seed: &str, env: &[(&str, &str)]) -> Job {
 }
 
 fn crcs(dir: &Path) -> Vec<serde_json::Value> {
-    json(&dir.join("index.json"))["shards"].as_array().unwrap().iter().map(|s| s["block_crc32"].clone()).collect()
+    json(&dir.join("index.json"))["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["block_crc32"].clone())
+        .collect()
 }
 
 fn record(dir: &Path, g: usize) -> Vec<u8> {
@@ -100,11 +125,21 @@ fn interrupted_generation_resumes_to_the_same_bytes() {
     let part = d.path().join("part");
     let stopped = generate(src.path(), &part, "3", &[("DDPBENCH_GEN_FAULT_AFTER_SHARDS", "1")]);
     assert_ne!(stopped.status, Some(0));
-    assert!(stopped.stderr.contains("interrupted with 2 of 3 shards unwritten: run the same command again to resume"), "{}", stopped.stderr);
+    assert!(
+        stopped
+            .stderr
+            .contains("interrupted with 2 of 3 shards unwritten: run the same command again to resume"),
+        "{}",
+        stopped.stderr
+    );
     assert!(!part.join("index.json").exists());
     let resumed = generate(src.path(), &part, "3", &[]);
     resumed.assert_ok();
-    assert!(resumed.stderr.contains("resuming: 1 of 3 shards already complete"), "{}", resumed.stderr);
+    assert!(
+        resumed.stderr.contains("resuming: 1 of 3 shards already complete"),
+        "{}",
+        resumed.stderr
+    );
     assert_eq!(crcs(&whole), crcs(&part));
 }
 
@@ -115,7 +150,22 @@ fn two_ranks_stream_it_and_a_corrupt_shard_is_named() {
     let set = d.path().join("set");
     generate(src.path(), &set, "1", &[]).assert_ok();
     let out = d.path().join("run");
-    let job = train(2, &["--dataset", "bigmnist", "--data-dir", &path_str(&set), "--batch-size", "32", "--epochs", "1", "--out", &path_str(&out)], Duration::from_secs(300));
+    let job = train(
+        2,
+        &[
+            "--dataset",
+            "bigmnist",
+            "--data-dir",
+            &path_str(&set),
+            "--batch-size",
+            "32",
+            "--epochs",
+            "1",
+            "--out",
+            &path_str(&out),
+        ],
+        Duration::from_secs(300),
+    );
     job.assert_ok();
     // 2400 samples, 1200 per rank, 37 full batches of 32.
     for r in 0..2 {
@@ -130,7 +180,23 @@ fn two_ranks_stream_it_and_a_corrupt_shard_is_named() {
     let mut bytes = std::fs::read(&f).unwrap();
     bytes[785 * 5 + 100] ^= 0xff;
     std::fs::write(&f, bytes).unwrap();
-    let job = train_reporting_exits(2, &["--dataset", "bigmnist", "--data-dir", &path_str(&set), "--batch-size", "32", "--epochs", "1", "--out", &path_str(&d.path().join("run2"))], &[], Duration::from_secs(120));
+    let job = train_reporting_exits(
+        2,
+        &[
+            "--dataset",
+            "bigmnist",
+            "--data-dir",
+            &path_str(&set),
+            "--batch-size",
+            "32",
+            "--epochs",
+            "1",
+            "--out",
+            &path_str(&d.path().join("run2")),
+        ],
+        &[],
+        Duration::from_secs(120),
+    );
     assert!(!job.timed_out);
     assert!(job.all().contains("shard-00001.bin: block 0 is corrupt"), "{}", job.all());
     assert!(!job.all().contains("rank-exit 0 0") && !job.all().contains("rank-exit 1 0"));

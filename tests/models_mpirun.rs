@@ -9,8 +9,30 @@ fn short_run(model: &str, batch: &str) {
     let out = path_str(&d.path().join("run"));
     let job = train(
         2,
-        &["--model", model, "--dataset", "synthetic", "--synthetic-samples", "24", "--batch-size", batch, "--max-steps", "2",
-          "--warmup-steps", "0", "--val-samples", "4", "--seq-len", "32", "--vocab-size", "500", "--probe-iters", "1", "--out", &out],
+        &[
+            "--model",
+            model,
+            "--dataset",
+            "synthetic",
+            "--synthetic-samples",
+            "24",
+            "--batch-size",
+            batch,
+            "--max-steps",
+            "2",
+            "--warmup-steps",
+            "0",
+            "--val-samples",
+            "4",
+            "--seq-len",
+            "32",
+            "--vocab-size",
+            "500",
+            "--probe-iters",
+            "1",
+            "--out",
+            &out,
+        ],
         Duration::from_secs(300),
     );
     job.assert_ok();
@@ -47,8 +69,18 @@ fn transformers_train() {
 
 #[test]
 fn a_model_and_data_set_of_different_shapes_are_refused() {
-    let job = train_reporting_exits(2, &["--model", "resnet18-cifar", "--dataset", "fashion-mnist"], &[], Duration::from_secs(60));
-    assert!(job.all().contains("--dataset fashion-mnist holds 1×28×28 images; --model resnet18-cifar wants"), "{}", job.all());
+    let job = train_reporting_exits(
+        2,
+        &["--model", "resnet18-cifar", "--dataset", "fashion-mnist"],
+        &[],
+        Duration::from_secs(60),
+    );
+    assert!(
+        job.all()
+            .contains("--dataset fashion-mnist holds 1×28×28 images; --model resnet18-cifar wants"),
+        "{}",
+        job.all()
+    );
     assert!(!job.all().contains("rank-exit 0 0") && !job.all().contains("rank-exit 1 0"));
 }
 
@@ -69,8 +101,26 @@ fn resnet18_trains_on_an_image_folder_with_worker_threads() {
     let out = path_str(&d.path().join("run"));
     let job = train(
         2,
-        &["--model", "resnet18", "--dataset", "imagenet", "--data-dir", &path_str(d.path()), "--batch-size", "2", "--workers", "2",
-          "--epochs", "1", "--warmup-steps", "0", "--probe-iters", "1", "--out", &out],
+        &[
+            "--model",
+            "resnet18",
+            "--dataset",
+            "imagenet",
+            "--data-dir",
+            &path_str(d.path()),
+            "--batch-size",
+            "2",
+            "--workers",
+            "2",
+            "--epochs",
+            "1",
+            "--warmup-steps",
+            "0",
+            "--probe-iters",
+            "1",
+            "--out",
+            &out,
+        ],
         Duration::from_secs(300),
     );
     job.assert_ok();

@@ -176,7 +176,10 @@ fn strong_scaling_is_detected_and_the_waterfall_uses_the_batch_ratio() {
     assert_eq!(rows[1].scaling_mode, "strong");
     // Baseline 20 samples/s; the 2-rank run 13.33/s: speedup 2/3 (negative scaling).
     assert!(close(rows[1].speedup, (20.0 / 1.5) / 20.0));
-    let sum = rows[1].loss_comm_samples_per_s + rows[1].loss_data_samples_per_s + rows[1].loss_straggler_samples_per_s + rows[1].loss_other_samples_per_s;
+    let sum = rows[1].loss_comm_samples_per_s
+        + rows[1].loss_data_samples_per_s
+        + rows[1].loss_straggler_samples_per_s
+        + rows[1].loss_other_samples_per_s;
     assert!(close(sum, rows[1].ideal_samples_per_s - rows[1].samples_per_s));
 }
 
@@ -214,7 +217,10 @@ fn cli_writes_spreadsheet_ready_files_report_and_plots() {
             for cell in line.split(',') {
                 let looks_numeric = cell.starts_with(|c: char| c.is_ascii_digit() || c == '-') && !cell.contains('T');
                 if looks_numeric {
-                    assert!(cell.parse::<f64>().is_ok() && !cell.contains('e') && !cell.contains('E'), "{name}: {cell:?}");
+                    assert!(
+                        cell.parse::<f64>().is_ok() && !cell.contains('e') && !cell.contains('E'),
+                        "{name}: {cell:?}"
+                    );
                 }
                 assert!(cell != "NaN" && cell != "inf", "{name}: {cell:?}");
             }
@@ -223,7 +229,14 @@ fn cli_writes_spreadsheet_ready_files_report_and_plots() {
     let ti = h.iter().position(|c| c == "start_utc").unwrap();
     assert!(rows.iter().all(|r| r[ti].ends_with('Z')));
     let report = std::fs::read_to_string(d.path().join("report.md")).unwrap();
-    for needle in ["## Speedup and efficiency: m on synthetic", "## Compute vs communication", "## All-reduce bandwidth", "## Where the efficiency goes", "type \"B\"", "gates"] {
+    for needle in [
+        "## Speedup and efficiency: m on synthetic",
+        "## Compute vs communication",
+        "## All-reduce bandwidth",
+        "## Where the efficiency goes",
+        "type \"B\"",
+        "gates",
+    ] {
         assert!(report.contains(needle), "report lacks {needle:?}");
     }
     for plot in ["speedup", "efficiency", "phases", "bandwidth", "step_time_per_rank-two"] {
@@ -277,7 +290,11 @@ fn partial_runs_are_reported_and_left_out() {
     let job = reduce(&[&path_str(d.path())]);
     job.assert_ok();
     for (name, problem) in expect {
-        assert!(job.stderr.contains(&format!("incomplete run {}", path_str(&d.path().join(name)))), "{}", job.stderr);
+        assert!(
+            job.stderr.contains(&format!("incomplete run {}", path_str(&d.path().join(name)))),
+            "{}",
+            job.stderr
+        );
         assert!(job.stderr.contains(problem));
     }
     // Only the complete run is in the figures; the report lists the others.

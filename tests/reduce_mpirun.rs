@@ -6,7 +6,18 @@ use common::*;
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(300);
-const ARGS: [&str; 10] = ["--dataset", "synthetic", "--synthetic-samples", "4096", "--max-steps", "25", "--val-samples", "0", "--batch-size", "32"];
+const ARGS: [&str; 10] = [
+    "--dataset",
+    "synthetic",
+    "--synthetic-samples",
+    "4096",
+    "--max-steps",
+    "25",
+    "--val-samples",
+    "0",
+    "--batch-size",
+    "32",
+];
 
 #[test]
 fn scaling_across_real_runs_with_two_node_types() {
@@ -24,12 +35,18 @@ fn scaling_across_real_runs_with_two_node_types() {
     let o3 = out("hetero");
     let mut cmd = mpirun_cmd(1);
     cmd.args([BIN, "train"]).args(ARGS).args(["--out", &o3, "--node-type", "fast-node"]);
-    cmd.args([":", "-n", "1", BIN, "train"]).args(ARGS).args(["--out", &o3, "--node-type", "slow-node"]);
+    cmd.args([":", "-n", "1", BIN, "train"])
+        .args(ARGS)
+        .args(["--out", &o3, "--node-type", "slow-node"]);
     run_with_limit(cmd, LIMIT).assert_ok();
 
     let job = ddpbench(&["reduce", &path_str(d.path())]);
     job.assert_ok();
-    assert!(job.stdout.contains("fast-node") && job.stdout.contains("slow-node"), "{}", job.stdout);
+    assert!(
+        job.stdout.contains("fast-node") && job.stdout.contains("slow-node"),
+        "{}",
+        job.stdout
+    );
 
     let (h, rows) = read_csv(&d.path().join("scaling.csv"));
     assert_eq!(rows.len(), 3);
@@ -49,10 +66,15 @@ fn scaling_across_real_runs_with_two_node_types() {
             let lo = field(&rows[i], "speedup_ci_low").parse::<f64>().unwrap();
             let hi = field(&rows[i], "speedup_ci_high").parse::<f64>().unwrap();
             assert!(lo <= speedup[i] * 1.0001 && speedup[i] <= hi * 1.0001, "{lo} {} {hi}", speedup[i]);
-            let losses: f64 = ["loss_comm_samples_per_s", "loss_data_samples_per_s", "loss_straggler_samples_per_s", "loss_other_samples_per_s"]
-                .iter()
-                .map(|c| field(&rows[i], c).parse::<f64>().unwrap())
-                .sum();
+            let losses: f64 = [
+                "loss_comm_samples_per_s",
+                "loss_data_samples_per_s",
+                "loss_straggler_samples_per_s",
+                "loss_other_samples_per_s",
+            ]
+            .iter()
+            .map(|c| field(&rows[i], c).parse::<f64>().unwrap())
+            .sum();
             let gap = col(&h, &rows, "ideal_samples_per_s")[i] - col(&h, &rows, "samples_per_s")[i];
             assert!((losses - gap).abs() <= 1e-6 * gap.abs().max(1.0), "waterfall {losses} vs {gap}");
         }

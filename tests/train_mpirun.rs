@@ -58,7 +58,11 @@ fn two_ranks_write_complete_consistent_files() {
             .collect();
         for i in 0..rows.len() {
             let sum: f64 = phases.iter().map(|p| p[i]).sum();
-            assert!((sum - step[i]).abs() <= 0.02 * step[i], "rank {r} step {i}: phases {sum} vs step {}", step[i]);
+            assert!(
+                (sum - step[i]).abs() <= 0.02 * step[i],
+                "rank {r} step {i}: phases {sum} vs step {}",
+                step[i]
+            );
             assert!(phases.iter().all(|p| p[i] >= -1e-6), "negative phase at step {i}");
             assert!(phases[1][i] > 0.0 && phases[2][i] > 0.0 && phases[3][i] > 0.0);
         }
@@ -90,10 +94,17 @@ fn two_ranks_write_complete_consistent_files() {
     assert_eq!(rows.len(), 1);
     assert_eq!(col(&h, &rows, "ranks")[0], 2.0);
     assert_eq!(col(&h, &rows, "steps")[0], 50.0);
-    let shares: f64 = ["data_share", "forward_share", "backward_share", "comm_share", "optimizer_share", "other_share"]
-        .iter()
-        .map(|c| col(&h, &rows, c)[0])
-        .sum();
+    let shares: f64 = [
+        "data_share",
+        "forward_share",
+        "backward_share",
+        "comm_share",
+        "optimizer_share",
+        "other_share",
+    ]
+    .iter()
+    .map(|c| col(&h, &rows, c)[0])
+    .sum();
     // Medians of parts need not add to the median of the whole, but stay close.
     assert!((shares - 1.0).abs() < 0.25, "shares add to {shares}");
     assert!(col(&h, &rows, "samples_per_s")[0] > 0.0);
@@ -120,7 +131,21 @@ fn relative_difference(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)])
 #[test]
 fn two_ranks_of_batch_32_equal_one_rank_of_batch_64() {
     let dir = tmp();
-    let common = ["--max-steps", "20", "--deterministic", "--no-dropout", "--optimizer", "sgd", "--lr", "0.01", "--val-samples", "0", "--save-model", "--probe-iters", "0"];
+    let common = [
+        "--max-steps",
+        "20",
+        "--deterministic",
+        "--no-dropout",
+        "--optimizer",
+        "sgd",
+        "--lr",
+        "0.01",
+        "--val-samples",
+        "0",
+        "--save-model",
+        "--probe-iters",
+        "0",
+    ];
     let run = |ranks: usize, batch: &str, seed: &str, name: &str| {
         let out = dir.path().join(name);
         let mut args: Vec<&str> = common.to_vec();
@@ -142,7 +167,23 @@ fn two_ranks_of_batch_32_equal_one_rank_of_batch_64() {
 #[test]
 fn accumulation_and_worker_threads_preserve_the_arithmetic() {
     let dir = tmp();
-    let common = ["--max-steps", "12", "--deterministic", "--no-dropout", "--lr", "0.01", "--val-samples", "0", "--save-model", "--probe-iters", "0", "--seed", "5"];
+    let common = [
+        "--max-steps",
+        "12",
+        "--deterministic",
+        "--no-dropout",
+        "--optimizer",
+        "sgd",
+        "--lr",
+        "0.01",
+        "--val-samples",
+        "0",
+        "--save-model",
+        "--probe-iters",
+        "0",
+        "--seed",
+        "5",
+    ];
     let run = |ranks: usize, extra: &[&str], name: &str| {
         let out = path_str(&dir.path().join(name));
         let mut args: Vec<&str> = common.to_vec();
@@ -160,7 +201,10 @@ fn accumulation_and_worker_threads_preserve_the_arithmetic() {
     let d2 = relative_difference(&plain, &both);
     assert!(d1 < 1e-5 && d2 < 1e-5, "accumulated {d1:e}, 2 ranks × accumulated {d2:e}");
     let (h, rows) = read_csv(&dir.path().join("both/rank-00001.csv"));
-    assert!(col(&h, &rows, "samples").iter().all(|&s| s == 32.0), "a row is one optimizer step of 2 micro-batches");
+    assert!(
+        col(&h, &rows, "samples").iter().all(|&s| s == 32.0),
+        "a row is one optimizer step of 2 micro-batches"
+    );
 }
 
 #[test]
@@ -169,8 +213,24 @@ fn large_batch_options_train_and_are_recorded() {
     let out = dir.path().join("lars");
     let job = train(
         2,
-        &["--optimizer", "lars", "--lr", "0.5", "--lr-scaling", "linear", "--warmup-epochs", "0.05", "--weight-decay", "0.0001",
-          "--max-steps", "40", "--val-samples", "1000", "--out", &path_str(&out)],
+        &[
+            "--optimizer",
+            "lars",
+            "--lr",
+            "0.5",
+            "--lr-scaling",
+            "linear",
+            "--warmup-epochs",
+            "0.05",
+            "--weight-decay",
+            "0.0001",
+            "--max-steps",
+            "40",
+            "--val-samples",
+            "1000",
+            "--out",
+            &path_str(&out),
+        ],
         LIMIT,
     );
     job.assert_ok();
@@ -179,5 +239,9 @@ fn large_batch_options_train_and_are_recorded() {
     assert_eq!(m["config"]["lr_scaling"], "linear");
     assert_eq!(m["config"]["warmup_epochs"], 0.05);
     let (h, rows) = read_csv(&out.join("epochs.csv"));
-    assert!(col(&h, &rows, "val_accuracy")[0] > 0.5, "LARS trains: {:?}", col(&h, &rows, "val_accuracy"));
+    assert!(
+        col(&h, &rows, "val_accuracy")[0] > 0.5,
+        "LARS trains: {:?}",
+        col(&h, &rows, "val_accuracy")
+    );
 }

@@ -92,7 +92,11 @@ pub struct TypeSummary {
 pub fn gating_type(run: &RunStats) -> Option<String> {
     run.types
         .iter()
-        .max_by(|a, b| a.last_arrivals.cmp(&b.last_arrivals).then(a.step.median().total_cmp(&b.step.median())))
+        .max_by(|a, b| {
+            a.last_arrivals
+                .cmp(&b.last_arrivals)
+                .then(a.step.median().total_cmp(&b.step.median()))
+        })
         .map(|t| t.node_type.clone())
 }
 
@@ -145,7 +149,11 @@ pub fn type_summaries(run: &RunStats) -> Vec<TypeSummary> {
                 optimizer_share: share(med[4]),
                 other_s_median: med[5],
                 other_share: share(med[5]),
-                compute_comm_ratio: if mean[COMM] > 0.0 { (mean[1] + mean[2]) / mean[COMM] } else { f64::NAN },
+                compute_comm_ratio: if mean[COMM] > 0.0 {
+                    (mean[1] + mean[2]) / mean[COMM]
+                } else {
+                    f64::NAN
+                },
                 exposed_comm_s_mean: t.transfer.mean(),
                 wait_s_mean: t.wait.mean(),
                 transfer_s_median: transfer,

@@ -56,7 +56,11 @@ fn default_out(args: &ReduceArgs, runs: &[PathBuf]) -> PathBuf {
             break;
         }
     }
-    if common.as_os_str().is_empty() { PathBuf::from(".") } else { common }
+    if common.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        common
+    }
 }
 
 pub fn write_csv<R: Serialize>(path: &Path, rows: &[R]) -> Result<()> {
@@ -73,11 +77,16 @@ pub fn write_csv<R: Serialize>(path: &Path, rows: &[R]) -> Result<()> {
 fn choose_baselines<'a>(runs: &[&'a RunStats], explicit: Option<&Path>) -> Result<BTreeMap<(String, String), usize>> {
     let mut groups: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
     for (i, r) in runs.iter().enumerate() {
-        groups.entry((r.manifest.model.clone(), r.manifest.dataset.clone())).or_default().push(i);
+        groups
+            .entry((r.manifest.model.clone(), r.manifest.dataset.clone()))
+            .or_default()
+            .push(i);
     }
     let explicit = match explicit {
         Some(p) => {
-            let canon = p.canonicalize().with_context(|| format!("--baseline {}: no such folder", p.display()))?;
+            let canon = p
+                .canonicalize()
+                .with_context(|| format!("--baseline {}: no such folder", p.display()))?;
             let found = runs.iter().position(|r| r.dir.canonicalize().map(|d| d == canon).unwrap_or(false));
             Some(found.with_context(|| format!("--baseline {} is not among the complete runs being reduced", p.display()))?)
         }
@@ -129,7 +138,11 @@ pub fn main(args: ReduceArgs) -> Result<()> {
     let baselines = choose_baselines(&complete, args.baseline.as_deref())?;
     let mut scaling = Vec::new();
     for ((model, dataset), base) in &baselines {
-        let members: Vec<&RunStats> = complete.iter().copied().filter(|r| &r.manifest.model == model && &r.manifest.dataset == dataset).collect();
+        let members: Vec<&RunStats> = complete
+            .iter()
+            .copied()
+            .filter(|r| &r.manifest.model == model && &r.manifest.dataset == dataset)
+            .collect();
         let base_pos = members.iter().position(|r| std::ptr::eq(*r, complete[*base])).unwrap();
         scaling.extend(analysis::scaling(&members, base_pos));
     }

@@ -86,14 +86,26 @@ struct Columns {
 
 impl Columns {
     fn find(headers: &csv::ByteRecord) -> Result<Columns, String> {
-        let pos = |name: &str| headers.iter().position(|h| h == name.as_bytes()).ok_or_else(|| format!("no column {name}"));
+        let pos = |name: &str| {
+            headers
+                .iter()
+                .position(|h| h == name.as_bytes())
+                .ok_or_else(|| format!("no column {name}"))
+        };
         Ok(Columns {
             rank: pos("rank")?,
             node_type: pos("node_type")?,
             global_step: pos("global_step")?,
             warmup: pos("warmup")?,
             samples: pos("samples")?,
-            phases: [pos("data_s")?, pos("forward_s")?, pos("backward_s")?, pos("comm_s")?, pos("optimizer_s")?, pos("other_s")?],
+            phases: [
+                pos("data_s")?,
+                pos("forward_s")?,
+                pos("backward_s")?,
+                pos("comm_s")?,
+                pos("optimizer_s")?,
+                pos("other_s")?,
+            ],
             step_s: pos("step_s")?,
             comm_start_s: pos("comm_start_s")?,
             bytes: pos("bytes")?,
@@ -176,8 +188,18 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
             problems.push(format!("{}: last row is truncated (the rank stopped mid-write)", path.display()));
         }
         match csv::Reader::from_path(&path) {
-            Ok(mut reader) => match reader.byte_headers().map_err(|e| e.to_string()).and_then(|h| Columns::find(&h.clone())) {
-                Ok(cols) => readers.push(RankReader { rank: r, reader, cols, record: csv::ByteRecord::new(), rows: 0 }),
+            Ok(mut reader) => match reader
+                .byte_headers()
+                .map_err(|e| e.to_string())
+                .and_then(|h| Columns::find(&h.clone()))
+            {
+                Ok(cols) => readers.push(RankReader {
+                    rank: r,
+                    reader,
+                    cols,
+                    record: csv::ByteRecord::new(),
+                    rows: 0,
+                }),
                 Err(e) => problems.push(format!("{}: not a ddpbench rank file ({e})", path.display())),
             },
             Err(e) => problems.push(format!("{}: unreadable ({e})", path.display())),
@@ -266,7 +288,10 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
         }
         let g = rows[0].global_step;
         if let Some(bad) = rows.iter().position(|r| r.global_step != g) {
-            problems.push(format!("step mismatch: rank {} is at global_step {} where rank {} is at {g}", readers[bad].rank, rows[bad].global_step, readers[0].rank));
+            problems.push(format!(
+                "step mismatch: rank {} is at global_step {} where rank {} is at {g}",
+                readers[bad].rank, rows[bad].global_step, readers[0].rank
+            ));
             break;
         }
         if rows[0].warmup {
@@ -274,10 +299,13 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
             continue;
         }
         // The all-reduce completes only when the last rank has entered it.
-        let (last, last_entry) = rows
-            .iter()
-            .enumerate()
-            .fold((0, f64::NEG_INFINITY), |acc, (i, r)| if r.comm_start_s > acc.1 { (i, r.comm_start_s) } else { acc });
+        let (last, last_entry) = rows.iter().enumerate().fold((0, f64::NEG_INFINITY), |acc, (i, r)| {
+            if r.comm_start_s > acc.1 {
+                (i, r.comm_start_s)
+            } else {
+                acc
+            }
+        });
         let mut step_mean = 0.0;
         for (i, row) in rows.iter().enumerate() {
             let wait = (last_entry - row.comm_start_s).max(0.0);
@@ -312,7 +340,9 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
         problems.push("no rank file could be read".into());
     }
     if steps == 0 && problems.is_empty() {
-        problems.push(format!("no steps after the {warmup_steps} warm-up step(s): run longer or lower --warmup-steps"));
+        problems.push(format!(
+            "no steps after the {warmup_steps} warm-up step(s): run longer or lower --warmup-steps"
+        ));
     }
     Ok(RunStats {
         dir: dir.to_path_buf(),

@@ -24,7 +24,13 @@ impl Job {
         self.status == Some(0)
     }
     pub fn assert_ok(&self) {
-        assert!(self.ok(), "job failed ({:?}) after {:?}:\n{}", self.status, self.elapsed, self.all());
+        assert!(
+            self.ok(),
+            "job failed ({:?}) after {:?}:\n{}",
+            self.status,
+            self.elapsed,
+            self.all()
+        );
     }
 }
 
@@ -84,7 +90,11 @@ pub fn train_reporting_exits(ranks: usize, args: &[&str], env: &[(&str, &str)], 
     for (k, v) in env {
         fixed.env(k, v).args(["-x", k]);
     }
-    fixed.args(["sh", "-c", &format!("'{BIN}' train {}; echo \"rank-exit $OMPI_COMM_WORLD_RANK $?\"", quoted.join(" "))]);
+    fixed.args([
+        "sh",
+        "-c",
+        &format!("'{BIN}' train {}; echo \"rank-exit $OMPI_COMM_WORLD_RANK $?\"", quoted.join(" ")),
+    ]);
     run_with_limit(fixed, limit)
 }
 
@@ -104,8 +114,13 @@ pub fn read_csv(path: &Path) -> (Vec<String>, Vec<Vec<String>>) {
 
 /// Column `name` of `rows` parsed as f64.
 pub fn col(headers: &[String], rows: &[Vec<String>], name: &str) -> Vec<f64> {
-    let i = headers.iter().position(|h| h == name).unwrap_or_else(|| panic!("no column {name} in {headers:?}"));
-    rows.iter().map(|r| r[i].parse::<f64>().unwrap_or_else(|_| panic!("{name}={:?} is not a number", r[i]))).collect()
+    let i = headers
+        .iter()
+        .position(|h| h == name)
+        .unwrap_or_else(|| panic!("no column {name} in {headers:?}"));
+    rows.iter()
+        .map(|r| r[i].parse::<f64>().unwrap_or_else(|_| panic!("{name}={:?} is not a number", r[i])))
+        .collect()
 }
 
 pub fn json(path: &Path) -> serde_json::Value {
