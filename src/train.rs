@@ -378,8 +378,18 @@ fn validate_epoch(w: &World, net: &dyn ModuleT, data: &Dataset, device: Device, 
 
 fn run(w: &World, args: &TrainArgs) -> Result<()> {
     let started = SystemTime::now();
-    let started_at = Instant::now();
     let (out_dir, run_id) = prepare_out_dir(w, args, started)?;
+    let result = run_in(w, args, started, &out_dir, &run_id);
+    if result.is_err() && w.rank == 0 && !out_dir.join("manifest.json").exists() {
+        // Set-up failed before the run began: leave no empty run folder behind.
+        let _ = std::fs::remove_dir(&out_dir);
+    }
+    result
+}
+
+fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_id: &str) -> Result<()> {
+    let started_at = Instant::now();
+    let (out_dir, run_id) = (out_dir.to_path_buf(), run_id.to_string());
 
     // Placement: bind this rank to its cores, then size libtorch's thread pool to them.
     let mut hw = hwloc2::Topology::new().ok_or_else(|| anyhow!("hwloc could not read the topology"));

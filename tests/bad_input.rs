@@ -23,9 +23,16 @@ fn assert_fails_everywhere(job: &Job, message: &str) {
     }
 }
 
+/// Runs in a fresh working folder, so the default results/<run-id>/ would land there.
 fn fails(args: &[&str], message: &str) {
-    let job = train_reporting_exits(2, args, &[], LIMIT);
+    let cwd = tmp();
+    let job = train_reporting_exits_in(cwd.path(), 2, args, &[], LIMIT);
     assert_fails_everywhere(&job, message);
+    let results = cwd.path().join("results");
+    let left: Vec<_> = std::fs::read_dir(&results)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "a failed set-up left run folders behind: {left:?}");
 }
 
 fn write_idx(path: &std::path::Path, magic: u32, dims: &[u32], payload: usize) {

@@ -84,6 +84,11 @@ pub fn train(ranks: usize, args: &[&str], limit: Duration) -> Job {
 /// Runs each rank under a shell that prints `rank-exit <rank> <code>`, so a test
 /// can see every rank's own exit status.
 pub fn train_reporting_exits(ranks: usize, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Job {
+    train_reporting_exits_in(&std::env::temp_dir(), ranks, args, env, limit)
+}
+
+/// As [`train_reporting_exits`], with the job's working folder `cwd`.
+pub fn train_reporting_exits_in(cwd: &Path, ranks: usize, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Job {
     let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
     // -x exports must come before the program.
     let mut fixed = mpirun_cmd(ranks);
@@ -95,6 +100,7 @@ pub fn train_reporting_exits(ranks: usize, args: &[&str], env: &[(&str, &str)], 
         "-c",
         &format!("'{BIN}' train {}; echo \"rank-exit $OMPI_COMM_WORLD_RANK $?\"", quoted.join(" ")),
     ]);
+    fixed.current_dir(cwd);
     run_with_limit(fixed, limit)
 }
 
