@@ -39,6 +39,7 @@ fn main() -> anyhow::Result<()> {
         final_param_l2: Some(1.0),
         final_val_accuracy: None,
         allreduce_probe: None,
+        allreduce_probe_warm: None,
         ranks: (0..ranks)
             .map(|r| RankInfo {
                 rank: r,

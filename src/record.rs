@@ -181,8 +181,13 @@ pub struct Manifest {
     pub wall_s: Option<f64>,
     pub final_param_l2: Option<f64>,
     pub final_val_accuracy: Option<f64>,
-    /// Raw MPI_Allreduce of the gradient buckets timed before training.
+    /// Raw MPI_Allreduce of the gradient buckets timed before training, caches flushed
+    /// between iterations (gradients come from memory after backward): what the
+    /// all-reduce inside training is compared with.
     pub allreduce_probe: Option<crate::comm::AllreduceProbe>,
+    /// The same probe with warm caches: the best case, for comparison.
+    #[serde(default)]
+    pub allreduce_probe_warm: Option<crate::comm::AllreduceProbe>,
     pub ranks: Vec<RankInfo>,
 }
 

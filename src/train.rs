@@ -451,7 +451,9 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
 
     let numels: Vec<usize> = params.iter().map(|(_, t)| t.numel()).collect();
     let plan = BucketPlan::new(&numels, 4, (args.bucket_mb * (1 << 20) as f64) as usize);
-    let probe = (args.probe_iters > 0 && w.size > 1).then(|| comm::probe_allreduce(&w.world, w.size, &plan, args.probe_iters));
+    let probe = (args.probe_iters > 0 && w.size > 1)
+        .then(|| comm::probe_allreduce(&w.world, w.size, &plan, args.probe_iters, comm::CACHE_FLUSH_BYTES));
+    let probe_warm = (args.probe_iters > 0 && w.size > 1).then(|| comm::probe_allreduce(&w.world, w.size, &plan, args.probe_iters, 0));
     let buckets = plan.buckets.len();
     let mut reducer = MpiStaged::new(&w.world, plan);
     let param_tensors: Vec<Tensor> = params.iter().map(|(_, t)| t.shallow_clone()).collect();
@@ -527,6 +529,7 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
         final_param_l2: None,
         final_val_accuracy: None,
         allreduce_probe: probe,
+        allreduce_probe_warm: probe_warm,
         ranks: infos
             .unwrap_or_default()
             .iter()
@@ -558,10 +561,15 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
     );
     if let Some(p) = &manifest.allreduce_probe {
         info!(
-            "raw MPI_Allreduce of {} B: median {:.3} ms, busbw {:.2} GB/s",
+            "raw MPI_Allreduce of {} B: median {:.3} ms, busbw {:.2} GB/s with caches flushed ({:.2} GB/s warm)",
             p.bytes,
             p.median_s * 1e3,
-            p.busbw_bytes_per_s / 1e9
+            p.busbw_bytes_per_s / 1e9,
+            manifest
+                .allreduce_probe_warm
+                .as_ref()
+                .map(|w| w.busbw_bytes_per_s / 1e9)
+                .unwrap_or(f64::NAN)
         );
     }
 

@@ -39,6 +39,7 @@ fn manifest(id: &str, model: &str, ranks: &[RankSpec], batch: usize, status: &st
         final_param_l2: Some(1.0),
         final_val_accuracy: None,
         allreduce_probe: None,
+        allreduce_probe_warm: None,
         ranks: ranks
             .iter()
             .enumerate()

@@ -39,6 +39,12 @@ fn two_ranks_write_complete_consistent_files() {
     let probe = &m["allreduce_probe"];
     assert_eq!(probe["bytes"], 4 * 1_199_882);
     assert!(probe["busbw_bytes_per_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(
+        probe["cold_cache"], true,
+        "the compared probe flushes caches, as gradients come from memory"
+    );
+    assert_eq!(m["allreduce_probe_warm"]["cold_cache"], false);
+    assert!(m["allreduce_probe_warm"]["busbw_bytes_per_s"].as_f64().unwrap() > 0.0);
 
     let mut checksum_rows = Vec::new();
     for r in 0..2 {

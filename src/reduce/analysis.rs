@@ -75,9 +75,13 @@ pub struct TypeSummary {
     pub busbw_bytes_per_s: f64,
     #[serde(serialize_with = "plain_decimal")]
     pub algbw_bytes_per_s: f64,
-    /// Bus bandwidth of the raw MPI_Allreduce probe of the same buckets in the same run.
+    /// Bus bandwidth of the raw MPI_Allreduce probe of the same buckets in the same run,
+    /// caches flushed between iterations (gradients come from memory after backward).
     #[serde(serialize_with = "plain_decimal")]
     pub probe_busbw_bytes_per_s: f64,
+    /// The same probe with warm caches (the best case).
+    #[serde(serialize_with = "plain_decimal")]
+    pub probe_warm_busbw_bytes_per_s: f64,
     #[serde(serialize_with = "plain_decimal")]
     pub busbw_vs_probe: f64,
     /// Share of steps in which a rank of this type was the last to enter the all-reduce.
@@ -105,6 +109,7 @@ pub fn type_summaries(run: &RunStats) -> Vec<TypeSummary> {
     let gating = gating_type(run);
     let epoch_s = stats::median(&run.epochs.iter().map(|e| e.epoch_s).collect::<Vec<_>>());
     let probe = m.allreduce_probe.as_ref().map(|p| p.busbw_bytes_per_s).unwrap_or(f64::NAN);
+    let probe_warm = m.allreduce_probe_warm.as_ref().map(|p| p.busbw_bytes_per_s).unwrap_or(f64::NAN);
     let n = m.world_size;
     run.types
         .iter()
@@ -160,6 +165,7 @@ pub fn type_summaries(run: &RunStats) -> Vec<TypeSummary> {
                 busbw_bytes_per_s: busbw,
                 algbw_bytes_per_s: if n > 1 && transfer > 0.0 { bytes / transfer } else { f64::NAN },
                 probe_busbw_bytes_per_s: probe,
+                probe_warm_busbw_bytes_per_s: probe_warm,
                 busbw_vs_probe: busbw / probe,
                 last_arrival_share: t.last_arrivals as f64 / run.steps.max(1) as f64,
                 gating: u8::from(n > 1 && gating.as_deref() == Some(t.node_type.as_str())),

@@ -251,7 +251,7 @@ pub fn markdown(
     }
 
     // Bandwidth.
-    let _ = writeln!(md, "\n## All-reduce bandwidth\n\nBus bandwidth as nccl-tests define it: 2(n−1)/n · bytes / time, with time the all-reduce after the last rank entered it. The probe is a raw MPI_Allreduce of the same buckets timed in the same run.\n\n| run | node type | ranks | bytes/step | transfer ms | busbw GB/s | algbw GB/s | probe busbw GB/s | training / probe |\n|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(md, "\n## All-reduce bandwidth\n\nBus bandwidth as nccl-tests define it: 2(n−1)/n · bytes / time, with time the all-reduce after the last rank entered it. The probe is a raw MPI_Allreduce of the same buckets timed in the same run with caches flushed between iterations, since gradients come from memory after backward; the warm-cache probe is the best case.\n\n| run | node type | ranks | bytes/step | transfer ms | busbw GB/s | algbw GB/s | probe busbw GB/s | warm probe GB/s | training / probe |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for s in summaries.iter().filter(|s| s.busbw_bytes_per_s.is_finite()) {
         let bytes = runs
             .iter()
@@ -260,7 +260,7 @@ pub fn markdown(
             .unwrap_or(0);
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             s.run_id,
             s.node_type,
             s.ranks,
@@ -269,6 +269,7 @@ pub fn markdown(
             gbs(s.busbw_bytes_per_s),
             gbs(s.algbw_bytes_per_s),
             gbs(s.probe_busbw_bytes_per_s),
+            gbs(s.probe_warm_busbw_bytes_per_s),
             if s.busbw_vs_probe.is_finite() {
                 format!("{:.2}", s.busbw_vs_probe)
             } else {
