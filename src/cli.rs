@@ -28,7 +28,7 @@ pub struct Cli {
 pub enum Command {
     /// Train data-parallel (launch with mpirun or srun, one process per rank).
     Train(TrainArgs),
-    /// Summarise the per-rank CSV files of a run folder per node type.
+    /// Summarise runs per node type, and scaling across runs (speedup, efficiency, waterfall, report, plots).
     Reduce(ReduceArgs),
     /// Print this machine's topology and the binding N local ranks would get.
     Topo(TopoArgs),
