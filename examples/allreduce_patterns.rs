@@ -1,88 +1,73 @@
-//! Which conditions slow a 4.8 MB MPI_Allreduce down?  mpirun -n 2 allreduce_patterns
+//! Which conditions slow a 4.8 MB MPI_Allreduce down (BENCHMARKS.md, issue 2)?
+//!   mpirun -n 2 --bind-to core target/release/examples/allreduce_patterns
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
-use mpi::topology::Communicator;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use std::cell::RefCell;
+
+/// Median ms over iterations 10..60 of `op`. Each iteration runs `prepare`, a barrier,
+/// then `late` (both untimed: a rank busy in `late` enters `op` after the others).
+fn median_ms(w: &SimpleCommunicator, prepare: &dyn Fn(usize), late: &dyn Fn(), op: &dyn Fn(usize)) -> f64 {
+    let mut t = Vec::new();
+    for i in 0..60 {
+        prepare(i);
+        w.barrier();
+        late();
+        let t0 = mpi::time();
+        op(i);
+        if i >= 10 {
+            t.push(mpi::time() - t0);
+        }
+    }
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2] * 1e3
+}
 
 fn main() {
     let universe = mpi::initialize().unwrap();
     let w = universe.world();
-    let n = 1_199_882usize;
-    let mut a = vec![1.0f32; n];
-    let mut b = vec![0.0f32; n];
-    let mut r = vec![0.0f32; n];
-    let time = |f: &mut dyn FnMut(usize)| -> f64 {
-        let mut t = Vec::new();
-        for i in 0..60 {
-            w.barrier();
-            let t0 = mpi::time();
-            f(i);
-            let dt = mpi::time() - t0;
-            if i >= 10 {
-                t.push(dt)
-            }
-        }
-        t.sort_by(f64::total_cmp);
-        t[t.len() / 2] * 1e3
-    };
-    let fixed = time(&mut |_| w.all_reduce_into(&a[..], &mut r[..], SystemOperation::sum()));
-    let alternating = time(&mut |i| {
-        if i % 2 == 0 {
-            w.all_reduce_into(&a[..], &mut b[..], SystemOperation::sum())
-        } else {
-            w.all_reduce_into(&b[..], &mut a[..], SystemOperation::sum())
-        }
-    });
-    let mut fresh = 0.0;
-    {
-        let mut ts = Vec::new();
-        for i in 0..60 {
-            for (k, v) in a.iter_mut().enumerate() {
-                *v = (k + i) as f32 * 1e-6;
-            }
-            w.barrier();
-            let t0 = mpi::time();
-            w.all_reduce_into(&a[..], &mut r[..], SystemOperation::sum());
-            if i >= 10 {
-                ts.push(mpi::time() - t0)
-            }
-        }
-        ts.sort_by(f64::total_cmp);
-        fresh += ts[ts.len() / 2] * 1e3;
-    }
-    // Skewed entry: rank 1 arrives 20 ms late (busy), rank 0 waits inside the all-reduce;
-    // time measured on rank 1 (the last to enter), as the reducer's transfer time.
-    let mut ts = Vec::new();
-    for i in 0..40 {
-        w.barrier();
-        if w.rank() == 1 {
+    let n = 1_199_882usize; // the MNIST CNN's gradient, 4.8 MB
+    let a = RefCell::new(vec![1.0f32; n]);
+    let b = RefCell::new(vec![0.0f32; n]);
+    let r = RefCell::new(vec![0.0f32; n]);
+    let junk = RefCell::new(vec![0u8; 64 << 20]);
+    let sum = SystemOperation::sum();
+    let reduce = |from: &RefCell<Vec<f32>>, to: &RefCell<Vec<f32>>| w.all_reduce_into(&from.borrow()[..], &mut to.borrow_mut()[..], sum);
+    let none = |_: usize| {};
+    let on_time = || {};
+
+    let fixed = median_ms(&w, &none, &on_time, &|_| reduce(&a, &r));
+    // Two buffer sets in turn, as training's double-buffered gradients.
+    let alternating = median_ms(&w, &none, &on_time, &|i| if i % 2 == 0 { reduce(&a, &b) } else { reduce(&b, &a) });
+    // Send buffer freshly written, as gradients after backward.
+    let fresh = median_ms(
+        &w,
+        &|i| a.borrow_mut().iter_mut().enumerate().for_each(|(k, v)| *v = (k + i) as f32 * 1e-6),
+        &on_time,
+        &|_| reduce(&a, &r),
+    );
+    // Rank 1 arrives 20 ms late (busy); the median on it, the last to enter, is the transfer.
+    let rank = w.rank();
+    let delay = || {
+        if rank == 1 {
             let t = mpi::time();
             while mpi::time() - t < 0.02 {}
         }
-        let t0 = mpi::time();
-        w.all_reduce_into(&a[..], &mut r[..], SystemOperation::sum());
-        if i >= 5 {
-            ts.push(mpi::time() - t0)
-        }
-    }
-    ts.sort_by(f64::total_cmp);
-    let skewed = ts[ts.len() / 2] * 1e3;
-    // Cold caches: stream 64 MB through the cache before each all-reduce, as backward does.
-    let mut junk = vec![0u8; 64 << 20];
-    let mut ts = Vec::new();
-    for i in 0..40 {
-        for (k, v) in junk.iter_mut().enumerate().step_by(64) {
-            *v = (k + i) as u8;
-        }
-        w.barrier();
-        let t0 = mpi::time();
-        w.all_reduce_into(&a[..], &mut r[..], SystemOperation::sum());
-        if i >= 5 {
-            ts.push(mpi::time() - t0)
-        }
-    }
-    ts.sort_by(f64::total_cmp);
-    let cold = ts[ts.len() / 2] * 1e3;
-    if w.rank() == 1 {
+    };
+    let skewed = median_ms(&w, &none, &delay, &|_| reduce(&a, &r));
+    // 64 MB streamed through the caches first, as backward's activations do.
+    let cold = median_ms(
+        &w,
+        &|i| {
+            junk.borrow_mut()
+                .iter_mut()
+                .step_by(64)
+                .enumerate()
+                .for_each(|(k, v)| *v = (k + i) as u8)
+        },
+        &on_time,
+        &|_| reduce(&a, &r),
+    );
+    if rank == 1 {
         println!("median ms: fixed {fixed:.3}  alternating {alternating:.3}  fresh-send {fresh:.3}  skewed(last rank) {skewed:.3}  cold-cache {cold:.3}");
     }
-    let _ = b[0];
 }

@@ -144,10 +144,6 @@ impl<'a> MpiStaged<'a> {
             staging: Vec::new(),
         }
     }
-
-    pub fn plan(&self) -> &BucketPlan {
-        &self.plan
-    }
 }
 
 /// A contiguous f32 CPU tensor's storage as a slice.

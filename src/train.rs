@@ -293,8 +293,9 @@ fn sync(device: Device) {
     }
 }
 
-/// Copies rank 0's parameters to every rank (as DDP does at construction).
-fn broadcast_parameters(w: &World, params: &[(String, Tensor)]) {
+/// Copies rank 0's values of `vars` to every rank: parameters at the start (as DDP does at
+/// construction), BatchNorm statistics before validation.
+fn broadcast_from_rank0(w: &World, params: &[(String, Tensor)]) {
     let root = w.world.process_at_rank(0);
     for (_, p) in params {
         let n = p.numel();
@@ -429,16 +430,16 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
     let vs = nn::VarStore::new(device);
     let net = model::build(args.model, &vs.root(), &options);
     let params = model::ordered_parameters(&vs);
-    broadcast_parameters(w, &params);
+    broadcast_from_rank0(w, &params);
     // Dropout masks differ per rank, as in a PyTorch job where each process draws its own.
     tch::manual_seed(args.seed as i64 + 1 + w.rank as i64);
-    let param_list: Vec<Tensor> = params.iter().map(|(_, t)| t.shallow_clone()).collect();
+    let param_tensors: Vec<Tensor> = params.iter().map(|(_, t)| t.shallow_clone()).collect();
     let mut opt = agree(
         w,
         Optimizer::new(
             args.optimizer,
             &vs,
-            &param_list,
+            &param_tensors,
             args.learning_rate(),
             args.momentum,
             args.weight_decay,
@@ -451,12 +452,11 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
 
     let numels: Vec<usize> = params.iter().map(|(_, t)| t.numel()).collect();
     let plan = BucketPlan::new(&numels, 4, (args.bucket_mb * (1 << 20) as f64) as usize);
-    let probe = (args.probe_iters > 0 && w.size > 1)
-        .then(|| comm::probe_allreduce(&w.world, w.size, &plan, args.probe_iters, comm::CACHE_FLUSH_BYTES));
-    let probe_warm = (args.probe_iters > 0 && w.size > 1).then(|| comm::probe_allreduce(&w.world, w.size, &plan, args.probe_iters, 0));
+    let probing = args.probe_iters > 0 && w.size > 1;
+    let probe = probing.then(|| comm::probe_allreduce(&w.world, w.size, &plan, args.probe_iters, comm::CACHE_FLUSH_BYTES));
+    let probe_warm = probing.then(|| comm::probe_allreduce(&w.world, w.size, &plan, args.probe_iters, 0));
     let buckets = plan.buckets.len();
     let mut reducer = MpiStaged::new(&w.world, plan);
-    let param_tensors: Vec<Tensor> = params.iter().map(|(_, t)| t.shallow_clone()).collect();
     // Gradients are summed by the all-reduce: pre-divide the loss so the sum is the mean.
     let loss_scale = 1.0 / (w.size * args.grad_accum) as f64;
 
@@ -613,7 +613,7 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
             let (mut data_s, mut forward_s, mut backward_s) = (0.0, 0.0, 0.0);
             let s = |a: Instant, b: Instant| (b - a).as_secs_f64();
             let mut samples = 0usize;
-            let mut step_loss = Tensor::zeros([], (Kind::Float, device));
+            let mut step_loss: Option<Tensor> = None;
             let mut micro_steps = 0usize;
             // Micro-batches: gradients accumulate in the flat buckets; one all-reduce per step.
             while micro_steps < args.grad_accum {
@@ -641,7 +641,10 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
                 forward_s += s(tb, tc);
                 backward_s += s(tc, td);
                 samples += y.size()[0] as usize;
-                step_loss += loss.detach();
+                step_loss = Some(match step_loss {
+                    None => loss.detach(),
+                    Some(sum) => sum + loss.detach(),
+                });
                 micro_steps += 1;
             }
             let t3 = Instant::now();
@@ -652,8 +655,8 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
             reducer.zero_grads(&param_tensors);
             sync(device);
             let t5 = Instant::now();
-            let loss = step_loss / micro_steps.max(1) as f64;
-            let loss_value = loss.double_value(&[]);
+            let loss_sum_step = step_loss.map(|l| l.double_value(&[])).unwrap_or(f64::NAN);
+            let loss_value = loss_sum_step / micro_steps.max(1) as f64;
             let t6 = Instant::now();
             let (comm_s, optimizer_s) = (s(t3, t4), s(t4, t5));
             let step_s = s(t0, t6);
@@ -700,7 +703,7 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
             .all_reduce_into(&[loss_sum, steps_done as f64][..], &mut train[..], SystemOperation::sum());
         last_l2 = check_in_sync(w, &params, epoch)?;
         // As DDP's broadcast_buffers: every rank validates with rank 0's BatchNorm statistics.
-        broadcast_parameters(w, &model::ordered_buffers(&vs));
+        broadcast_from_rank0(w, &model::ordered_buffers(&vs));
         let val_start = Instant::now();
         let (val_loss, val_acc, val_n) = validate_epoch(w, net.as_ref(), &dataset, device, args.val_samples)?;
         last_acc = val_acc.is_finite().then_some(val_acc);

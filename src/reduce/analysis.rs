@@ -92,7 +92,7 @@ pub struct TypeSummary {
 }
 
 /// The node type whose ranks were last into the all-reduce most often (ties: the
-/// slower median step). None for one-type runs... no: for one type, that type.
+/// slower median step). A run of one node type returns that type; None without types.
 pub fn gating_type(run: &RunStats) -> Option<String> {
     run.types
         .iter()

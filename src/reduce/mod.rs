@@ -9,7 +9,7 @@ pub mod analysis;
 pub mod read;
 mod report;
 
-pub use read::{read_run, RunStats, PHASES};
+pub use read::{read_run, RunStats};
 
 use crate::cli::ReduceArgs;
 use anyhow::{bail, Context, Result};
@@ -64,12 +64,11 @@ fn default_out(args: &ReduceArgs, runs: &[PathBuf]) -> PathBuf {
 }
 
 pub fn write_csv<R: Serialize>(path: &Path, rows: &[R]) -> Result<()> {
-    let mut w = csv::Writer::from_path(path).with_context(|| format!("cannot write {}", path.display()))?;
+    let mut log = crate::record::CsvLog::create(path)?;
     for r in rows {
-        w.serialize(r)?;
+        log.write(r)?;
     }
-    w.flush()?;
-    Ok(())
+    log.flush()
 }
 
 /// The baseline of each workload (model, dataset): `--baseline` where it belongs,

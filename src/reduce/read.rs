@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-/// Phases of a step, in CSV column order; they add up to `step_s`.
-pub const PHASES: [&str; 6] = ["data", "forward", "backward", "comm", "optimizer", "other"];
+/// Index of `comm_s` among a step's phases, kept in CSV column order
+/// (data, forward, backward, comm, optimizer, other: they add up to `step_s`).
 pub const COMM: usize = 3;
 
 /// One rank's figures over its non-warm-up steps.
