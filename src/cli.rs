@@ -150,6 +150,56 @@ pub enum DeviceChoice {
     Cuda,
 }
 
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AllreduceChoice {
+    /// NCCL when training on CUDA and libnccl loads, otherwise the CPU-staged MPI path (said once in the log).
+    Auto,
+    /// NCCL on device: rank 0 makes the unique id, MPI broadcasts it; buckets are reduced on a dedicated CUDA stream.
+    Nccl,
+    /// MPI_Allreduce over host memory; device gradients are staged through pinned host buffers.
+    Mpi,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AmpMode {
+    /// Full fp32.
+    Off,
+    /// Autocast to float16 with dynamic loss scaling (as torch.amp.GradScaler).
+    Fp16,
+    /// Autocast to bfloat16; no loss scaling needed.
+    Bf16,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GradDtype {
+    /// Gradients travel as float32.
+    Fp32,
+    /// Gradients are cast to float16 for the all-reduce: half the bytes on the wire.
+    Fp16,
+    /// Gradients are cast to bfloat16 for the all-reduce: half the bytes, fp32's range.
+    Bf16,
+}
+
+impl GradDtype {
+    /// Bytes per gradient element on the wire.
+    pub fn bytes(self) -> usize {
+        match self {
+            GradDtype::Fp32 => 4,
+            GradDtype::Fp16 | GradDtype::Bf16 => 2,
+        }
+    }
+}
+
 #[derive(Args, Debug, Clone, Serialize)]
 pub struct TrainArgs {
     /// Network to train.
@@ -248,6 +298,28 @@ pub struct TrainArgs {
     /// Gradient bucket size in MiB for the all-reduce (PyTorch DDP's bucket_cap_mb).
     #[arg(long, default_value_t = 25.0)]
     pub bucket_mb: f64,
+
+    /// Gradient all-reduce backend.
+    #[arg(long, value_enum, default_value_t = AllreduceChoice::Auto)]
+    pub allreduce: AllreduceChoice,
+
+    /// All-reduce each bucket while backward is still running (as PyTorch DDP). Backward runs
+    /// stage by stage and a bucket leaves as soon as its last gradient is final; the CSV's
+    /// comm_exposed_s is the part of comm_s not hidden behind backward.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub overlap: OnOff,
+
+    /// Automatic mixed precision for forward and backward (parameters and optimizer stay fp32).
+    #[arg(long, value_enum, default_value_t = AmpMode::Off)]
+    pub amp: AmpMode,
+
+    /// Data type of gradients on the wire (compression; `bytes` in the CSV counts what was sent).
+    #[arg(long, value_enum, default_value_t = GradDtype::Fp32)]
+    pub grad_dtype: GradDtype,
+
+    /// GPU telemetry (NVML) sampling period in ms, written to rank-NNNNN.gpu.csv (0: off).
+    #[arg(long, default_value_t = 200)]
+    pub telemetry_ms: u64,
 
     /// Node type label for this rank, overriding the one detected from the hardware.
     #[arg(long)]

@@ -10,6 +10,7 @@
 pub mod bigmnist;
 pub mod cli;
 pub mod comm;
+pub mod cuda;
 pub mod data;
 pub mod model;
 pub mod optim;
