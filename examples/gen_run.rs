@@ -27,6 +27,7 @@ fn main() -> anyhow::Result<()> {
         parameters: 1_199_882,
         gradient_bytes: 4_799_528,
         comm_backend: "mpi-cpu-staged".into(),
+        comm: Default::default(),
         buckets: 1,
         world_size: ranks,
         nodes: ranks.div_ceil(4),
@@ -81,12 +82,17 @@ fn main() -> anyhow::Result<()> {
                 forward_s: fwd,
                 backward_s: bwd,
                 comm_s: comm,
+                comm_exposed_s: comm,
+                copy_d2h_s: 0.0,
+                copy_h2d_s: 0.0,
                 optimizer_s: opt,
                 other_s: 0.0001,
                 step_s: step,
                 comm_start_s: t + data + fwd + bwd,
                 loss: 1.0,
                 bytes: 4_799_528,
+                loss_scale: None,
+                step_skipped: 0,
             })?;
         }
         log.flush()?;

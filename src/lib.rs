@@ -7,6 +7,7 @@
 //! run manifest), [`reduce`] (aggregation of run folders), [`stats`] (medians and
 //! percentiles), [`cli`] (the command line, which is also the recorded configuration).
 
+pub mod amp;
 pub mod bigmnist;
 pub mod cli;
 pub mod comm;

@@ -9,8 +9,47 @@
 //!   encoder layers, mean-pool, 4-class head (seed 004).
 
 use crate::cli::ModelKind;
-use tch::nn::{self, ModuleT};
+use tch::nn;
 use tch::{Kind, Tensor};
+
+/// A network whose forward pass is cut into stages, so that backward can run stage by
+/// stage and gradient buckets can leave while earlier stages are still in backward
+/// (`--overlap on`). Every network returns log-probabilities.
+pub trait Net: std::fmt::Debug {
+    /// The forward pass; at each stage boundary the activation goes through `cut`, and
+    /// what `cut` returns carries on. Stages are coarse (a block or layer each).
+    fn forward_cut(&self, xs: &Tensor, train: bool, cut: &mut dyn FnMut(Tensor) -> Tensor) -> Tensor;
+
+    /// The forward pass without cuts.
+    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+        self.forward_cut(xs, train, &mut |t| t)
+    }
+}
+
+/// A network given as a list of stages applied in turn.
+pub struct Stages {
+    name: &'static str,
+    stages: Vec<nn::FuncT<'static>>,
+}
+
+impl std::fmt::Debug for Stages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}({} stages)", self.name, self.stages.len())
+    }
+}
+
+impl Net for Stages {
+    fn forward_cut(&self, xs: &Tensor, train: bool, cut: &mut dyn FnMut(Tensor) -> Tensor) -> Tensor {
+        let mut h = xs.shallow_clone();
+        for (i, stage) in self.stages.iter().enumerate() {
+            if i > 0 {
+                h = cut(h);
+            }
+            h = h.apply_t(stage, train);
+        }
+        h
+    }
+}
 
 /// PyTorch examples/mnist `Net`: conv 1→32 3×3, conv 32→64 3×3, max-pool 2,
 /// dropout 0.25, fc 9216→128, dropout 0.5, fc 128→10, log-softmax.
@@ -35,21 +74,18 @@ impl MnistCnn {
     }
 }
 
-impl ModuleT for MnistCnn {
-    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+impl Net for MnistCnn {
+    fn forward_cut(&self, xs: &Tensor, train: bool, cut: &mut dyn FnMut(Tensor) -> Tensor) -> Tensor {
         let drop = train && self.dropout;
-        xs.apply(&self.conv1)
-            .relu()
+        let h = xs.apply(&self.conv1).relu();
+        let h = cut(h)
             .apply(&self.conv2)
             .relu()
             .max_pool2d_default(2)
             .dropout(0.25, drop)
-            .flatten(1, -1)
-            .apply(&self.fc1)
-            .relu()
-            .dropout(0.5, drop)
-            .apply(&self.fc2)
-            .log_softmax(-1, tch::Kind::Float)
+            .flatten(1, -1);
+        let h = cut(h).apply(&self.fc1).relu().dropout(0.5, drop);
+        cut(h).apply(&self.fc2).log_softmax(-1, tch::Kind::Float)
     }
 }
 
@@ -67,7 +103,7 @@ fn conv_bn(p: &nn::Path, c_in: i64, c_out: i64, k: i64, stride: i64, padding: i6
 }
 
 /// ResNet-18 for 32×32 inputs (CIFAR): 3×3 stem at stride 1, no max-pool.
-fn resnet18_cifar(p: &nn::Path, classes: i64) -> nn::FuncT<'static> {
+fn resnet18_cifar(p: &nn::Path, classes: i64) -> Stages {
     let (stem, stem_bn) = conv_bn(&(p / "stem"), 3, 64, 3, 1, 1);
     let mut blocks: Vec<nn::FuncT<'static>> = Vec::new();
     let mut c_in = 64;
@@ -90,13 +126,90 @@ fn resnet18_cifar(p: &nn::Path, classes: i64) -> nn::FuncT<'static> {
         }
     }
     let fc = nn::linear(p / "fc", 512, classes, Default::default());
-    nn::func_t(move |xs, train| {
-        let mut h = xs.apply(&stem).apply_t(&stem_bn, train).relu();
-        for b in &blocks {
-            h = h.apply_t(b, train);
+    let mut stages = vec![nn::func_t(move |xs, train| xs.apply(&stem).apply_t(&stem_bn, train).relu())];
+    stages.extend(blocks);
+    stages.push(nn::func_t(move |xs, _| {
+        xs.adaptive_avg_pool2d([1, 1]).flat_view().apply(&fc).log_softmax(-1, Kind::Float)
+    }));
+    Stages {
+        name: "resnet18-cifar",
+        stages,
+    }
+}
+
+/// torchvision's ResNet (as tch's port, with the same variable names, so checkpoints
+/// interchange): a stage for the stem, one per residual block, one for the head.
+fn resnet_torchvision(p: &nn::Path, classes: i64, bottleneck: bool, counts: [i64; 4]) -> Stages {
+    let conv = |p: nn::Path, c_in: i64, c_out: i64, k: i64, padding: i64, stride: i64| {
+        let cfg = nn::ConvConfig {
+            stride,
+            padding,
+            bias: false,
+            ..Default::default()
+        };
+        nn::conv2d(p, c_in, c_out, k, cfg)
+    };
+    let bn = |p: nn::Path, c: i64| nn::batch_norm2d(p, c, Default::default());
+    let conv1 = conv(p / "conv1", 3, 64, 7, 3, 2);
+    let bn1 = bn(p / "bn1", 64);
+    let mut stages = vec![nn::func_t(move |xs, train| {
+        xs.apply(&conv1)
+            .apply_t(&bn1, train)
+            .relu()
+            .max_pool2d([3, 3], [2, 2], [1, 1], [1, 1], false)
+    })];
+    let expansion = if bottleneck { 4 } else { 1 };
+    let mut c_in = 64;
+    for (layer, (width, stride)) in [(64, 1), (128, 2), (256, 2), (512, 2)].into_iter().enumerate() {
+        for block in 0..counts[layer] {
+            let q = p / format!("layer{}", layer + 1) / block.to_string();
+            let s = if block == 0 { stride } else { 1 };
+            let c_out = width * expansion;
+            let down = (s != 1 || c_in != c_out).then(|| {
+                (
+                    conv(&q / "downsample" / "0", c_in, c_out, 1, 0, s),
+                    bn(&q / "downsample" / "1", c_out),
+                )
+            });
+            let skip = move |xs: &Tensor, train: bool| match &down {
+                Some((c, b)) => xs.apply(c).apply_t(b, train),
+                None => xs.shallow_clone(),
+            };
+            if bottleneck {
+                let (c1, b1) = (conv(&q / "conv1", c_in, width, 1, 0, 1), bn(&q / "bn1", width));
+                let (c2, b2) = (conv(&q / "conv2", width, width, 3, 1, s), bn(&q / "bn2", width));
+                let (c3, b3) = (conv(&q / "conv3", width, c_out, 1, 0, 1), bn(&q / "bn3", c_out));
+                stages.push(nn::func_t(move |xs, train| {
+                    let ys = xs
+                        .apply(&c1)
+                        .apply_t(&b1, train)
+                        .relu()
+                        .apply(&c2)
+                        .apply_t(&b2, train)
+                        .relu()
+                        .apply(&c3)
+                        .apply_t(&b3, train);
+                    (skip(xs, train) + ys).relu()
+                }));
+            } else {
+                let (c1, b1) = (conv(&q / "conv1", c_in, width, 3, 1, s), bn(&q / "bn1", width));
+                let (c2, b2) = (conv(&q / "conv2", width, width, 3, 1, 1), bn(&q / "bn2", width));
+                stages.push(nn::func_t(move |xs, train| {
+                    let ys = xs.apply(&c1).apply_t(&b1, train).relu().apply(&c2).apply_t(&b2, train);
+                    (skip(xs, train) + ys).relu()
+                }));
+            }
+            c_in = c_out;
         }
-        h.adaptive_avg_pool2d([1, 1]).flat_view().apply(&fc)
-    })
+    }
+    let fc = nn::linear(p / "fc", 512 * expansion, classes, Default::default());
+    stages.push(nn::func_t(move |xs, _| {
+        xs.adaptive_avg_pool2d([1, 1]).flat_view().apply(&fc).log_softmax(-1, Kind::Float)
+    }));
+    Stages {
+        name: if bottleneck { "resnet-bottleneck" } else { "resnet-basic" },
+        stages,
+    }
 }
 
 /// Transformer encoder classifier: embedding + sinusoidal positions, `layers`
@@ -199,15 +312,16 @@ impl std::fmt::Debug for TransformerClassifier {
     }
 }
 
-impl ModuleT for TransformerClassifier {
-    fn forward_t(&self, tokens: &Tensor, train: bool) -> Tensor {
+impl Net for TransformerClassifier {
+    fn forward_cut(&self, tokens: &Tensor, train: bool, cut: &mut dyn FnMut(Tensor) -> Tensor) -> Tensor {
         let t = tokens.size()[1];
         let pad = tokens.eq(PAD_TOKEN);
         let mut x = tokens.apply(&self.embed) * (self.d_model as f64).sqrt() + self.positions.narrow(0, 0, t).unsqueeze(0);
         x = x.dropout(self.dropout, train);
         for layer in &self.layers {
-            x = layer.forward(&x, &pad, self.dropout, train);
+            x = layer.forward(&cut(x), &pad, self.dropout, train);
         }
+        let x = cut(x);
         // Mean over the non-padding positions.
         let keep = pad.logical_not().unsqueeze(-1).to_kind(Kind::Float);
         let pooled = (x * &keep).sum_dim_intlist([1i64].as_slice(), false, Kind::Float)
@@ -279,17 +393,14 @@ pub fn spec(kind: ModelKind, o: &ModelOptions) -> ModelSpec {
 }
 
 /// Builds `kind` under `p`. Every network returns log-probabilities.
-pub fn build(kind: ModelKind, p: &nn::Path, o: &ModelOptions) -> Box<dyn ModuleT> {
+pub fn build(kind: ModelKind, p: &nn::Path, o: &ModelOptions) -> Box<dyn Net> {
     let classes = spec(kind, o).classes;
-    let log_probs = |m: Box<dyn ModuleT>| -> Box<dyn ModuleT> {
-        Box::new(nn::func_t(move |xs, train| m.forward_t(xs, train).log_softmax(-1, Kind::Float)))
-    };
     let p_drop = if o.dropout { 0.1 } else { 0.0 };
     match kind {
         ModelKind::MnistCnn => Box::new(MnistCnn::new(p, o.dropout)),
-        ModelKind::Resnet18 => log_probs(Box::new(tch::vision::resnet::resnet18(p, classes))),
-        ModelKind::Resnet50 => log_probs(Box::new(tch::vision::resnet::resnet50(p, classes))),
-        ModelKind::Resnet18Cifar => log_probs(Box::new(resnet18_cifar(p, classes))),
+        ModelKind::Resnet18 => Box::new(resnet_torchvision(p, classes, false, [2, 2, 2, 2])),
+        ModelKind::Resnet50 => Box::new(resnet_torchvision(p, classes, true, [3, 4, 6, 3])),
+        ModelKind::Resnet18Cifar => Box::new(resnet18_cifar(p, classes)),
         ModelKind::TransformerSmall => Box::new(TransformerClassifier::new(
             p,
             TRANSFORMER_SMALL,
@@ -373,7 +484,7 @@ mod tests {
         assert_eq!(out.size(), [3, 10]);
     }
 
-    fn count(kind: ModelKind, o: &ModelOptions) -> (i64, Box<dyn ModuleT>) {
+    fn count(kind: ModelKind, o: &ModelOptions) -> (i64, Box<dyn Net>) {
         let vs = nn::VarStore::new(tch::Device::Cpu);
         let net = build(kind, &vs.root(), o);
         (ordered_parameters(&vs).iter().map(|(_, t)| t.numel() as i64).sum(), net)
@@ -390,6 +501,52 @@ mod tests {
         assert_eq!(n, 11_173_962);
         let out = net.forward_t(&Tensor::zeros([2, 3, 32, 32], (Kind::Float, tch::Device::Cpu)), false);
         assert_eq!(out.size(), [2, 10]);
+    }
+
+    #[test]
+    fn resnets_keep_tchs_torchvision_variable_names_and_shapes() {
+        for kind in [ModelKind::Resnet18, ModelKind::Resnet50] {
+            let ours = nn::VarStore::new(tch::Device::Cpu);
+            let _net = build(kind, &ours.root(), &ModelOptions::default());
+            let theirs = nn::VarStore::new(tch::Device::Cpu);
+            if kind == ModelKind::Resnet18 {
+                let _ = tch::vision::resnet::resnet18(&theirs.root(), 1000);
+            } else {
+                let _ = tch::vision::resnet::resnet50(&theirs.root(), 1000);
+            }
+            let shapes = |vs: &nn::VarStore| -> Vec<(String, Vec<i64>)> {
+                let mut v: Vec<_> = vs.variables().into_iter().map(|(n, t)| (n, t.size())).collect();
+                v.sort();
+                v
+            };
+            assert_eq!(shapes(&ours), shapes(&theirs), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn every_model_has_stages_and_cuts_do_not_change_the_result() {
+        let o = ModelOptions {
+            seq_len: 8,
+            vocab: 50,
+            dropout: false,
+        };
+        for kind in [ModelKind::MnistCnn, ModelKind::Resnet18Cifar, ModelKind::TransformerSmall] {
+            tch::manual_seed(3);
+            let vs = nn::VarStore::new(tch::Device::Cpu);
+            let net = build(kind, &vs.root(), &o);
+            let x = match spec(kind, &o).input {
+                Input::Image([c, h, w]) => Tensor::randn([2, c, h, w], (Kind::Float, tch::Device::Cpu)),
+                Input::Tokens { seq_len, vocab } => Tensor::randint(vocab, [2, seq_len], (Kind::Int64, tch::Device::Cpu)),
+            };
+            let mut cuts = 0;
+            let cut_out = net.forward_cut(&x, false, &mut |t| {
+                cuts += 1;
+                t.detach().set_requires_grad(true)
+            });
+            let plain = net.forward_t(&x, false);
+            assert!(cuts >= 3, "{kind:?}: {cuts} cuts");
+            assert_eq!(f64::try_from((cut_out - plain).abs().max()).unwrap(), 0.0, "{kind:?}");
+        }
     }
 
     #[test]

@@ -20,6 +20,11 @@ pub fn plain_decimal<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Er
     s.serialize_str(&format_plain(*v))
 }
 
+/// As [`plain_decimal`], with None as an empty cell.
+pub fn plain_decimal_opt<S: serde::Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&v.map(format_plain).unwrap_or_default())
+}
+
 pub fn format_plain(v: f64) -> String {
     // A missing or undefined value is an empty cell: spreadsheets read "NaN" as text.
     if !v.is_finite() {
@@ -62,9 +67,20 @@ pub struct StepRow {
     pub forward_s: f64,
     #[serde(serialize_with = "plain_decimal")]
     pub backward_s: f64,
-    /// Gradient all-reduce, including staging copies.
+    /// Gradient all-reduce work: the sum over buckets of each bucket's all-reduce,
+    /// staging copies included, whether or not it was hidden behind backward.
     #[serde(serialize_with = "plain_decimal")]
     pub comm_s: f64,
+    /// The part of the step spent waiting for communication after backward: what
+    /// overlap did not hide. This (not comm_s) is the phase that adds up to step_s.
+    #[serde(serialize_with = "plain_decimal")]
+    pub comm_exposed_s: f64,
+    /// Device→host copies of the CPU-staged all-reduce (inside comm_s; 0 on CPU and with NCCL).
+    #[serde(serialize_with = "plain_decimal")]
+    pub copy_d2h_s: f64,
+    /// Host→device copies of the CPU-staged all-reduce (inside comm_s).
+    #[serde(serialize_with = "plain_decimal")]
+    pub copy_h2d_s: f64,
     #[serde(serialize_with = "plain_decimal")]
     pub optimizer_s: f64,
     /// Everything else in the step (loss read-back, bookkeeping): step_s minus the phases.
@@ -78,8 +94,13 @@ pub struct StepRow {
     pub comm_start_s: f64,
     #[serde(serialize_with = "plain_decimal")]
     pub loss: f64,
-    /// Gradient bytes all-reduced in the step.
+    /// Gradient bytes this rank put into the all-reduce (at --grad-dtype).
     pub bytes: u64,
+    /// fp16 AMP's loss scale during the step (empty without --amp fp16).
+    #[serde(serialize_with = "plain_decimal_opt")]
+    pub loss_scale: Option<f64>,
+    /// 1 when fp16 AMP found inf/NaN gradients and skipped the optimizer step.
+    pub step_skipped: u8,
 }
 
 /// End of one epoch (written by rank 0; all figures are over all ranks).
@@ -135,6 +156,25 @@ pub fn rank_file_name(rank: usize) -> String {
     format!("rank-{rank:05}.csv")
 }
 
+/// The communication set-up a run actually used (which may differ from what was asked).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CommInfo {
+    /// Buckets all-reduced while backward ran.
+    pub overlap: bool,
+    /// Stages backward ran in (1 without overlap).
+    pub backward_stages: usize,
+    /// Gradient dtype on the wire.
+    pub grad_dtype: String,
+    /// Autocast dtype, or "off".
+    pub amp: String,
+    /// NCCL's version, when NCCL was used.
+    pub nccl_version: Option<String>,
+    /// MPI's thread support level as granted (overlap on MPI needs serialized or multiple).
+    pub mpi_threading: String,
+    /// Why the backend or overlap differs from what was asked, if it does.
+    pub note: Option<String>,
+}
+
 /// Where and on what one rank ran.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RankInfo {
@@ -170,6 +210,10 @@ pub struct Manifest {
     pub parameters: usize,
     pub gradient_bytes: u64,
     pub comm_backend: String,
+    /// How communication ran: overlap with backward, wire dtype, AMP, and why (e.g. the
+    /// fallback from NCCL to MPI).
+    #[serde(default)]
+    pub comm: CommInfo,
     pub buckets: usize,
     pub world_size: usize,
     pub nodes: usize,
@@ -269,12 +313,17 @@ mod tests {
             forward_s: 0.01,
             backward_s: 0.02,
             comm_s: 0.003,
+            comm_exposed_s: 0.003,
+            copy_d2h_s: 0.0,
+            copy_h2d_s: 0.0,
             optimizer_s: 0.004,
             other_s: 0.0005,
             step_s: 0.0385,
             comm_start_s: 0.53,
             loss: 2.3,
             bytes: 4_799_528,
+            loss_scale: None,
+            step_skipped: 0,
         };
         let mut log = CsvLog::create(&path).unwrap();
         log.write(&row).unwrap();
@@ -282,10 +331,10 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(path.ends_with("rank-00003.csv"));
         let header = text.lines().next().unwrap();
-        assert_eq!(header, "rank,node_type,epoch,step,global_step,warmup,time_utc,elapsed_s,samples,data_s,forward_s,backward_s,comm_s,optimizer_s,other_s,step_s,comm_start_s,loss,bytes");
+        assert_eq!(header, "rank,node_type,epoch,step,global_step,warmup,time_utc,elapsed_s,samples,data_s,forward_s,backward_s,comm_s,comm_exposed_s,copy_d2h_s,copy_h2d_s,optimizer_s,other_s,step_s,comm_start_s,loss,bytes,loss_scale,step_skipped");
         // A comma inside a field is quoted (RFC 4180); numbers are plain decimals.
         assert!(text.lines().nth(1).unwrap().starts_with("3,\"Xeon, 48c\",0,1,1,1,"));
-        assert!(text.contains(",4799528\n"));
+        assert!(text.contains(",4799528,,0\n"), "no loss scale is an empty cell: {text}");
         let back: StepRow = csv::Reader::from_path(&path).unwrap().deserialize().next().unwrap().unwrap();
         assert_eq!(back, row);
     }

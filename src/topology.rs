@@ -251,11 +251,16 @@ pub struct World {
     pub host: String,
     /// Number of distinct nodes (shared-memory domains) in the job.
     pub nodes: usize,
+    /// MPI's thread support as granted.
+    pub threading: mpi::Threading,
 }
 
 impl World {
     pub fn init() -> Result<World> {
-        let universe = mpi::initialize().context("MPI could not be initialised (already initialised?). Launch with mpirun or srun")?;
+        // Serialized: the all-reduce thread of --overlap makes MPI calls while the main
+        // thread makes none.
+        let (universe, threading) = mpi::initialize_with_threading(mpi::Threading::Serialized)
+            .context("MPI could not be initialised (already initialised?). Launch with mpirun or srun")?;
         let world = universe.world();
         let local = world.split_shared(0);
         let host = mpi::environment::processor_name().unwrap_or_else(|_| "unknown".into());
@@ -269,6 +274,7 @@ impl World {
             local_size: local.size() as usize,
             host,
             nodes: nodes as usize,
+            threading,
             world,
             universe,
         })

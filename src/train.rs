@@ -9,19 +9,20 @@
 //! non-zero with the same message; an error on one rank during training takes the
 //! job down with MPI_Abort so no rank waits forever in a collective.
 
-use crate::cli::{DeviceChoice, LrScaling, TrainArgs};
-use crate::comm::{self, BucketPlan, GradientReducer, MpiStaged};
+use crate::amp::{Autocast, LossScaler};
+use crate::cli::{AllreduceChoice, AmpMode, DeviceChoice, LrScaling, OnOff, TrainArgs};
+use crate::comm::{self, mpi::MpiStaged, nccl::NcclReducer, BucketPlan, GradientReducer};
 use crate::data::{self, Dataset};
 use crate::model;
 use crate::optim::{self, Optimizer};
-use crate::record::{self, CsvLog, EpochRow, Manifest, RankInfo, StepRow};
+use crate::record::{self, CommInfo, CsvLog, EpochRow, Manifest, RankInfo, StepRow};
 use crate::topology::{self, World};
 use anyhow::{anyhow, bail, Context, Result};
 use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
 use mpi::topology::Communicator;
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
-use tch::nn::{self, ModuleT};
+use tch::nn;
 use tch::{Device, Kind, Tensor};
 use tracing::{info, warn};
 
@@ -287,9 +288,15 @@ fn resolve_device(choice: DeviceChoice, local_rank: usize) -> Result<Device> {
     }
 }
 
-fn sync(device: Device) {
+/// Waits for the device work queued so far by libtorch, so a phase's wall time covers
+/// its kernels. On CUDA this synchronises libtorch's stream only, not NCCL's (so an
+/// overlapped all-reduce keeps running); that costs the CPU/GPU pipelining across
+/// phase boundaries, a few kernel launches' worth per phase.
+pub fn sync(device: Device) {
     if let Device::Cuda(i) = device {
-        tch::Cuda::synchronize(i as i64);
+        if crate::cuda::sync_torch_stream().is_err() {
+            tch::Cuda::synchronize(i as i64);
+        }
     }
 }
 
@@ -355,7 +362,7 @@ fn check_in_sync(w: &World, params: &[(String, Tensor)], epoch: usize) -> Result
 }
 
 /// Loss and accuracy on the test split, each rank taking every size-th sample.
-fn validate_epoch(w: &World, net: &dyn ModuleT, data: &Dataset, device: Device, limit: Option<usize>) -> Result<(f64, f64, usize)> {
+fn validate_epoch(w: &World, net: &dyn model::Net, data: &Dataset, device: Device, limit: Option<usize>) -> Result<(f64, f64, usize)> {
     let n = data.test.len().min(limit.unwrap_or(usize::MAX));
     let mine: Vec<i64> = (w.rank..n).step_by(w.size).map(|i| i as i64).collect();
     let (mut loss_sum, mut correct) = (0.0f64, 0.0f64);
@@ -450,13 +457,49 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
         LrScaling::Linear => (w.size * args.grad_accum) as f64,
     };
 
+    // Communication: backend, overlap, buckets in the order backward makes them ready.
+    let (use_nccl, mut note) = choose_backend(w, args, device)?;
+    let threading_ok = matches!(w.threading, mpi::Threading::Serialized | mpi::Threading::Multiple);
+    let overlap = args.overlap == OnOff::On && (use_nccl || threading_ok);
+    if args.overlap == OnOff::On && !overlap {
+        note = Some(format!(
+            "overlap off: MPI granted thread level {:?}, and the all-reduce thread needs serialized or multiple",
+            w.threading
+        ));
+    }
+    let (stage_of, stages) = discover_stages(net.as_ref(), &spec, device, &param_tensors);
     let numels: Vec<usize> = params.iter().map(|(_, t)| t.numel()).collect();
-    let plan = BucketPlan::new(&numels, 4, (args.bucket_mb * (1 << 20) as f64) as usize);
+    let mut order: Vec<usize> = (0..numels.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(stage_of[i]), std::cmp::Reverse(i)));
+    let plan = BucketPlan::in_order(&numels, &order, 4, (args.bucket_mb * (1 << 20) as f64) as usize);
+    // launch_after[k]: the buckets whose last gradient is made by stage k's backward.
+    let mut launch_after: Vec<Vec<usize>> = vec![Vec::new(); stages];
+    for (b, members) in plan.buckets.iter().enumerate() {
+        launch_after[members.iter().map(|&p| stage_of[p]).min().unwrap_or(0)].push(b);
+    }
     let probing = args.probe_iters > 0 && w.size > 1;
     let probe = probing.then(|| comm::probe_allreduce(&w.world, w.size, &plan, args.probe_iters, comm::CACHE_FLUSH_BYTES));
     let probe_warm = probing.then(|| comm::probe_allreduce(&w.world, w.size, &plan, args.probe_iters, 0));
     let buckets = plan.buckets.len();
-    let mut reducer = MpiStaged::new(&w.world, plan);
+    let mut reducer: Box<dyn GradientReducer> = match device {
+        Device::Cuda(index) if use_nccl => {
+            let mine = if w.rank == 0 {
+                crate::cuda::nccl().and_then(|n| n.unique_id())
+            } else {
+                Ok(crate::cuda::NcclUniqueId { internal: [0; 128] })
+            };
+            let mut id = agree(w, mine)?;
+            w.world.process_at_rank(0).broadcast_into(&mut id.internal[..]);
+            Box::new(agree(w, NcclReducer::join(w.rank, w.size, id, index, plan, args.grad_dtype))?)
+        }
+        _ => Box::new(agree(w, MpiStaged::new(&w.world, plan, args.grad_dtype, overlap))?),
+    };
+    // The discovery pass left every gradient defined: they become views of the buckets.
+    agree(w, reducer.attach(&param_tensors))?;
+    reducer.zero_grads();
+    let autocast = agree(w, Autocast::new(args.amp, device))?;
+    let mut scaler = (args.amp == AmpMode::Fp16).then(LossScaler::default);
+    let overflow_at = if w.rank == 0 { fault_step("DDPBENCH_AMP_OVERFLOW") } else { None };
     // Gradients are summed by the all-reduce: pre-divide the loss so the sum is the mean.
     let loss_scale = 1.0 / (w.size * args.grad_accum) as f64;
 
@@ -517,6 +560,15 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
         parameters: numels.iter().sum(),
         gradient_bytes: (numels.iter().sum::<usize>() * 4) as u64,
         comm_backend: reducer.backend().into(),
+        comm: CommInfo {
+            overlap,
+            backward_stages: if overlap { stages } else { 1 },
+            grad_dtype: serde_json::to_value(args.grad_dtype)?.as_str().unwrap_or("").into(),
+            amp: serde_json::to_value(args.amp)?.as_str().unwrap_or("").into(),
+            nccl_version: use_nccl.then(|| crate::cuda::nccl().map(|n| n.version()).unwrap_or_default()),
+            mpi_threading: format!("{:?}", w.threading).to_lowercase(),
+            note: note.clone(),
+        },
         buckets,
         world_size: w.size,
         nodes: w.nodes,
@@ -546,6 +598,20 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
         None
     };
 
+    if let Some(n) = &note {
+        info!("{n}");
+    }
+    info!(
+        "all-reduce: {}, overlap {}, gradients as {:?} on the wire, amp {:?}",
+        reducer.backend(),
+        if overlap {
+            format!("on ({stages} backward stages)")
+        } else {
+            "off".into()
+        },
+        args.grad_dtype,
+        args.amp
+    );
     info!(
         "run {run_id}: {} ranks on {} node(s), {:?}, {} params in {} bucket(s), batch {}×{}, {} steps/epoch, {} epoch(s) → {}",
         w.size,
@@ -615,6 +681,13 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
             let mut samples = 0usize;
             let mut step_loss: Option<Tensor> = None;
             let mut micro_steps = 0usize;
+            let mut first_launch: Option<Instant> = None;
+            if overflow_at == Some(global_step) {
+                // Test hook: an fp16 overflow on rank 0 (backward accumulates onto it), which
+                // the all-reduce spreads to every rank.
+                let _ = param_tensors[0].grad().fill_(f64::INFINITY);
+            }
+            let amp_scale = scaler.as_ref().map_or(1.0, |sc| sc.scale);
             // Micro-batches: gradients accumulate in the flat buckets; one all-reduce per step.
             while micro_steps < args.grad_accum {
                 let ta = Instant::now();
@@ -627,13 +700,44 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
                 };
                 sync(device);
                 let tb = Instant::now();
-                let loss = net.forward_t(&x, true).nll_loss(&y);
+                // Only the last micro-batch's backward hands buckets to the all-reduce.
+                let staged = overlap && micro_steps + 1 == args.grad_accum;
+                let mut cuts: Vec<(Tensor, Tensor)> = Vec::new();
+                let mut forward = || {
+                    if staged {
+                        net.forward_cut(&x, true, &mut |h| {
+                            let leaf = h.detach().set_requires_grad(true);
+                            cuts.push((h, leaf.shallow_clone()));
+                            leaf
+                        })
+                    } else {
+                        net.forward_t(&x, true)
+                    }
+                };
+                let out = match &autocast {
+                    Some(ac) => ac.run(forward),
+                    None => forward(),
+                };
+                let loss = out.nll_loss(&y);
                 sync(device);
                 let tc = Instant::now();
-                if w.size * args.grad_accum > 1 {
-                    (&loss * loss_scale).backward();
+                let factor = loss_scale * amp_scale;
+                if factor != 1.0 {
+                    (&loss * factor).backward();
                 } else {
                     loss.backward();
+                }
+                if staged {
+                    // Stage by stage from the last: after each, hand over the buckets it completed.
+                    for k in (0..=cuts.len()).rev() {
+                        if k < cuts.len() {
+                            backward_through_cut(&cuts[k]);
+                        }
+                        for &b in &launch_after[k] {
+                            first_launch.get_or_insert_with(Instant::now);
+                            reducer.launch(b)?;
+                        }
+                    }
                 }
                 sync(device);
                 let td = Instant::now();
@@ -648,17 +752,33 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
                 micro_steps += 1;
             }
             let t3 = Instant::now();
-            let bytes = reducer.reduce(&param_tensors)?;
+            let comm = reducer.finish(&param_tensors)?;
             sync(device);
             let t4 = Instant::now();
-            opt.step();
-            reducer.zero_grads(&param_tensors);
+            let step_taken = match scaler.as_mut() {
+                None => true,
+                Some(sc) => {
+                    let found_inf = tch::no_grad(|| reducer.reduced().iter().any(|b| b.isfinite().all().int64_value(&[]) == 0));
+                    if !found_inf {
+                        tch::no_grad(|| {
+                            for b in reducer.reduced() {
+                                let _ = b.shallow_clone().g_mul_scalar_(1.0 / sc.scale);
+                            }
+                        });
+                    }
+                    sc.update(found_inf)
+                }
+            };
+            if step_taken {
+                opt.step();
+            }
+            reducer.zero_grads();
             sync(device);
             let t5 = Instant::now();
             let loss_sum_step = step_loss.map(|l| l.double_value(&[])).unwrap_or(f64::NAN);
             let loss_value = loss_sum_step / micro_steps.max(1) as f64;
             let t6 = Instant::now();
-            let (comm_s, optimizer_s) = (s(t3, t4), s(t4, t5));
+            let (comm_exposed_s, optimizer_s) = (s(t3, t4), s(t4, t5));
             let step_s = s(t0, t6);
             steps_log.write(&StepRow {
                 rank: w.rank,
@@ -673,13 +793,18 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
                 data_s,
                 forward_s,
                 backward_s,
-                comm_s,
+                comm_s: comm.comm_s,
+                comm_exposed_s,
+                copy_d2h_s: comm.copy_d2h_s,
+                copy_h2d_s: comm.copy_h2d_s,
                 optimizer_s,
-                other_s: step_s - (data_s + forward_s + backward_s + comm_s + optimizer_s),
+                other_s: step_s - (data_s + forward_s + backward_s + comm_exposed_s + optimizer_s),
                 step_s,
-                comm_start_s: s(origin, t3),
+                comm_start_s: s(origin, first_launch.unwrap_or(t3)),
                 loss: loss_value,
-                bytes,
+                bytes: comm.bytes,
+                loss_scale: Some(amp_scale).filter(|_| scaler.is_some()),
+                step_skipped: u8::from(!step_taken),
             })?;
             if !loss_value.is_finite() {
                 bail!("loss became {loss_value} at epoch {epoch} step {step}: lower --lr");
@@ -744,6 +869,88 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
     }
     w.world.barrier();
     Ok(())
+}
+
+/// `VAR=STEP`: the global step at which a test hook fires.
+fn fault_step(var: &str) -> Option<usize> {
+    std::env::var(var).ok()?.parse().ok()
+}
+
+/// Backward through one stage: the gradient that arrived at the next stage's input
+/// (a leaf cut from the graph) is sent into this stage's output. d(sum(out·g))/d(out)
+/// is g exactly, so the gradients are those of one whole backward, bit for bit.
+fn backward_through_cut((out, leaf): &(Tensor, Tensor)) {
+    let g = leaf.grad();
+    if g.defined() && out.requires_grad() {
+        (out * g).sum(Kind::Float).backward();
+    }
+}
+
+/// Runs one forward and a staged backward on a dummy batch in eval mode (BatchNorm
+/// statistics and dropout untouched) and returns, per parameter, the stage whose
+/// backward made its gradient (the loss's stage is the last), and the stage count.
+/// Buckets are filled in that order, as PyTorch DDP rebuilds its buckets after the
+/// first iteration. Leaves every gradient defined.
+fn discover_stages(net: &dyn model::Net, spec: &model::ModelSpec, device: Device, params: &[Tensor]) -> (Vec<usize>, usize) {
+    let x = match spec.input {
+        model::Input::Image([c, h, w]) => Tensor::zeros([2, c, h, w], (Kind::Float, device)),
+        model::Input::Tokens { seq_len, .. } => Tensor::full([2, seq_len], model::UNK_TOKEN, (Kind::Int64, device)),
+    };
+    let y = Tensor::zeros([2], (Kind::Int64, device));
+    let mut cuts: Vec<(Tensor, Tensor)> = Vec::new();
+    let out = net.forward_cut(&x, false, &mut |h| {
+        let leaf = h.detach().set_requires_grad(true);
+        cuts.push((h, leaf.shallow_clone()));
+        leaf
+    });
+    let mut stage = vec![usize::MAX; params.len()];
+    let mut mark = |k: usize| {
+        for (i, p) in params.iter().enumerate() {
+            if stage[i] == usize::MAX && p.grad().defined() {
+                stage[i] = k;
+            }
+        }
+    };
+    out.nll_loss(&y).backward();
+    mark(cuts.len());
+    for k in (0..cuts.len()).rev() {
+        backward_through_cut(&cuts[k]);
+        mark(k);
+    }
+    // A parameter no stage reached is reduced last (FlatGrads::attach then names it).
+    let stages = cuts.len() + 1;
+    (stage.into_iter().map(|s| if s == usize::MAX { 0 } else { s }).collect(), stages)
+}
+
+/// Which all-reduce the run uses, the same on every rank, and a note when `auto` fell
+/// back from NCCL.
+fn choose_backend(w: &World, args: &TrainArgs, device: Device) -> Result<(bool, Option<String>)> {
+    let local: Result<()> = match device {
+        Device::Cuda(i) => comm::nccl::prepare(i).map(|_| ()),
+        _ => Err(anyhow!("this rank trains on CPU and NCCL needs CUDA")),
+    };
+    match args.allreduce {
+        AllreduceChoice::Mpi => Ok((false, None)),
+        AllreduceChoice::Nccl => {
+            let checked = local.map_err(|e| anyhow!("--allreduce nccl cannot work: {e:#}. Use --allreduce mpi (CPU-staged) or auto"));
+            agree(w, checked)?;
+            Ok((true, None))
+        }
+        AllreduceChoice::Auto => {
+            let mine = i32::from(local.is_ok());
+            let mut all = 0i32;
+            w.world.all_reduce_into(&mine, &mut all, SystemOperation::min());
+            if all == 1 {
+                return Ok((true, None));
+            }
+            let why = match (&local, device) {
+                (_, Device::Cpu) => "training on CPU".to_string(),
+                (Err(e), _) => format!("NCCL cannot work on rank {} ({e:#})", w.rank),
+                (Ok(()), _) => "NCCL cannot work on another rank".to_string(),
+            };
+            Ok((false, Some(format!("all-reduce: CPU-staged MPI ({why}; --allreduce auto)"))))
+        }
+    }
 }
 
 /// `DDPBENCH_FAULT=RANK:STEP` makes rank RANK fail at global step STEP: the tests

@@ -27,6 +27,7 @@ fn manifest(id: &str, model: &str, ranks: &[RankSpec], batch: usize, status: &st
         parameters: 100,
         gradient_bytes: 400,
         comm_backend: "mpi-cpu-staged".into(),
+        comm: Default::default(),
         buckets: 1,
         world_size: ranks.len(),
         nodes: ranks.len(),
@@ -83,12 +84,17 @@ fn write_run(dir: &Path, id: &str, model: &str, ranks: &[RankSpec], batch: usize
                 forward_s: ph[1],
                 backward_s: ph[2],
                 comm_s: ph[3],
+                comm_exposed_s: ph[3],
+                copy_d2h_s: 0.0,
+                copy_h2d_s: 0.0,
                 optimizer_s: ph[4],
                 other_s: ph[5],
                 step_s,
                 comm_start_s: start + ph[0] + ph[1] + ph[2],
                 loss: 1.0,
                 bytes: 400,
+                loss_scale: None,
+                step_skipped: 0,
             })
             .unwrap();
         }

@@ -58,7 +58,7 @@ fn two_ranks_write_complete_consistent_files() {
         assert!(col(&h, &rows, "samples").iter().all(|&s| s == 64.0));
         assert!(col(&h, &rows, "bytes").iter().all(|&b| b == 4.0 * 1_199_882.0));
         let step = col(&h, &rows, "step_s");
-        let phases: Vec<Vec<f64>> = ["data_s", "forward_s", "backward_s", "comm_s", "optimizer_s", "other_s"]
+        let phases: Vec<Vec<f64>> = ["data_s", "forward_s", "backward_s", "comm_exposed_s", "optimizer_s", "other_s"]
             .iter()
             .map(|p| col(&h, &rows, p))
             .collect();

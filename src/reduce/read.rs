@@ -9,8 +9,10 @@ use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-/// Index of `comm_s` among a step's phases, kept in CSV column order
-/// (data, forward, backward, comm, optimizer, other: they add up to `step_s`).
+/// Index of the communication phase among a step's phases (data, forward, backward,
+/// comm, optimizer, other: they add up to `step_s`). The phase is `comm_exposed_s`, the
+/// part of the all-reduce not hidden behind backward; files written before overlap
+/// existed have only `comm_s`, which was all exposed.
 pub const COMM: usize = 3;
 
 /// One rank's figures over its non-warm-up steps.
@@ -37,7 +39,8 @@ pub struct TypeStats {
     pub ranks: Vec<usize>,
     pub step: Sketch,
     pub phase: [Sketch; 6],
-    /// comm_s minus the wait for the last rank: the time the transfer itself took.
+    /// comm_s (all of the all-reduce work) minus the wait for the last rank: the time
+    /// the transfer itself took.
     pub transfer: Sketch,
     pub wait: Sketch,
     pub last_arrivals: u64,
@@ -82,6 +85,8 @@ struct Columns {
     step_s: usize,
     comm_start_s: usize,
     bytes: usize,
+    /// `comm_s`, the whole all-reduce, when the phase column is `comm_exposed_s`.
+    comm_total: Option<usize>,
 }
 
 impl Columns {
@@ -102,13 +107,14 @@ impl Columns {
                 pos("data_s")?,
                 pos("forward_s")?,
                 pos("backward_s")?,
-                pos("comm_s")?,
+                pos("comm_exposed_s").or_else(|_| pos("comm_s"))?,
                 pos("optimizer_s")?,
                 pos("other_s")?,
             ],
             step_s: pos("step_s")?,
             comm_start_s: pos("comm_start_s")?,
             bytes: pos("bytes")?,
+            comm_total: pos("comm_exposed_s").ok().and(pos("comm_s").ok()),
         })
     }
 }
@@ -123,6 +129,7 @@ struct Row {
     step_s: f64,
     comm_start_s: f64,
     bytes: u64,
+    comm_total_s: f64,
 }
 
 fn field<T: std::str::FromStr>(rec: &csv::ByteRecord, i: usize) -> Option<T> {
@@ -142,6 +149,10 @@ fn parse_row(rec: &csv::ByteRecord, c: &Columns) -> Option<Row> {
         step_s: field(rec, c.step_s)?,
         comm_start_s: field(rec, c.comm_start_s)?,
         bytes: field(rec, c.bytes)?,
+        comm_total_s: match c.comm_total {
+            Some(i) => field(rec, i)?,
+            None => phases[COMM],
+        },
     })
 }
 
@@ -308,8 +319,10 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
         });
         let mut step_mean = 0.0;
         for (i, row) in rows.iter().enumerate() {
-            let wait = (last_entry - row.comm_start_s).max(0.0);
-            let transfer = (row.phases[COMM] - wait).max(0.0);
+            // A rank cannot be held up by a late peer for longer than it waited for
+            // communication at all (with overlap, early waiting hides behind backward).
+            let wait = (last_entry - row.comm_start_s).clamp(0.0, row.phases[COMM]);
+            let transfer = (row.comm_total_s - wait).max(0.0);
             let rs = &mut ranks[i];
             rs.steps += 1;
             rs.samples += row.samples;

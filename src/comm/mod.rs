@@ -1,16 +1,21 @@
-//! Gradient all-reduce. Gradients are copied, in one fixed parameter order, into
-//! flat buckets of at most `--bucket-mb` (as PyTorch DDP's `bucket_cap_mb`), each
-//! bucket is all-reduced and averaged, and the result is copied back.
+//! Gradient all-reduce. Gradients live in flat buckets of at most `--bucket-mb` (as
+//! PyTorch DDP's `bucket_cap_mb`, filled in the order backward makes them ready); each
+//! bucket is all-reduced as soon as its gradients are final (`--overlap on`) or all
+//! after backward (`--overlap off`), and the gradients are re-pointed at the result.
 //!
-//! The backend sits behind [`GradientReducer`]. [`MpiStaged`] is the design card's
-//! CPU-staged fallback: buckets live in host memory and MPI_Allreduce sums them,
-//! whatever device the gradients are on. An NCCL backend plugs in beside it.
+//! The backend sits behind [`GradientReducer`]: [`mpi::MpiStaged`] is the design card's
+//! CPU-staged fallback (MPI_Allreduce over host memory, device gradients staged through
+//! pinned buffers), [`nccl::NcclReducer`] all-reduces on the device.
 
-use anyhow::Result;
-use mpi::collective::{CommunicatorCollectives, SystemOperation};
-use mpi::topology::SimpleCommunicator;
+pub mod mpi;
+pub mod nccl;
+
+use crate::cli::GradDtype;
+use ::mpi::collective::{CommunicatorCollectives, SystemOperation};
+use ::mpi::topology::SimpleCommunicator;
+use anyhow::{bail, Result};
 use serde::Serialize;
-use tch::{Device, Kind, Tensor};
+use tch::{Kind, Tensor};
 
 /// Parameters grouped into all-reduce buckets.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -23,15 +28,22 @@ pub struct BucketPlan {
 
 impl BucketPlan {
     /// Fills buckets from the last parameter to the first (the order in which
-    /// backward produces gradients, as PyTorch DDP does), closing a bucket when the
-    /// next parameter would push it over `cap_bytes`. A parameter larger than the
-    /// cap gets a bucket of its own.
+    /// backward produces gradients of a sequential network), closing a bucket when
+    /// the next parameter would push it over `cap_bytes`. A parameter larger than
+    /// the cap gets a bucket of its own.
     pub fn new(numels: &[usize], elem_bytes: usize, cap_bytes: usize) -> BucketPlan {
+        let order: Vec<usize> = (0..numels.len()).rev().collect();
+        BucketPlan::in_order(numels, &order, elem_bytes, cap_bytes)
+    }
+
+    /// Fills buckets with parameters in `order` (the order their gradients become
+    /// final, as PyTorch DDP rebuilds its buckets after the first iteration).
+    pub fn in_order(numels: &[usize], order: &[usize], elem_bytes: usize, cap_bytes: usize) -> BucketPlan {
         let mut buckets: Vec<Vec<usize>> = Vec::new();
         let mut sizes: Vec<usize> = Vec::new();
         let mut current: Vec<usize> = Vec::new();
         let mut current_numel = 0usize;
-        for i in (0..numels.len()).rev() {
+        for &i in order {
             let bytes = (current_numel + numels[i]) * elem_bytes;
             if !current.is_empty() && bytes > cap_bytes {
                 buckets.push(std::mem::take(&mut current));
@@ -53,40 +65,62 @@ impl BucketPlan {
     }
 }
 
-/// Sums gradients across all ranks in place (the loss is pre-divided by the world
-/// size before backward, so the sum is the mean, as Horovod's predivide does).
+/// What one step's all-reduce cost on this rank.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CommStats {
+    /// Bytes this rank put into the all-reduce (at the wire dtype).
+    pub bytes: u64,
+    /// Sum over buckets of each bucket's all-reduce, staging copies included: the
+    /// communication work, whether or not it was hidden behind backward.
+    pub comm_s: f64,
+    /// Device→host copies of the CPU-staged path, inside `comm_s` (0 on CPU and NCCL).
+    pub copy_d2h_s: f64,
+    /// Host→device copies of the CPU-staged path, inside `comm_s`.
+    pub copy_h2d_s: f64,
+}
+
+/// Sums gradients across all ranks (the loss is pre-divided by the world size before
+/// backward, so the sum is the mean, as Horovod's predivide does).
 pub trait GradientReducer {
     /// Short name recorded in the manifest, e.g. `mpi-cpu-staged`.
     fn backend(&self) -> &'static str;
-    /// Replaces every gradient of `params` (fixed order) by its sum over all ranks.
-    /// Returns the bytes all-reduced.
-    fn reduce(&mut self, params: &[Tensor]) -> Result<u64>;
+    /// Moves the (defined) gradients of `params` into flat buckets and makes them views
+    /// of those; from then on backward accumulates straight into the buckets.
+    fn attach(&mut self, params: &[Tensor]) -> Result<()>;
+    /// Bucket `b`'s gradients are final: start its all-reduce (it may run on while
+    /// the caller goes on with backward).
+    fn launch(&mut self, b: usize) -> Result<()>;
+    /// Launches the buckets not yet launched, waits for all, and re-points the
+    /// gradients of `params` at the reduced values.
+    fn finish(&mut self, params: &[Tensor]) -> Result<CommStats>;
+    /// The flat buffers holding the reduced gradients after [`GradientReducer::finish`].
+    fn reduced(&self) -> &[Tensor];
     /// Zeroes the gradients for the next step without freeing them.
-    fn zero_grads(&mut self, params: &[Tensor]);
+    fn zero_grads(&mut self);
 }
 
 /// Gradients living in flat bucket buffers, as PyTorch DDP's
 /// `gradient_as_bucket_view`: each parameter's `.grad` is a view into one of two
 /// buffer sets. The all-reduce reads the current set and writes the other, then
 /// the views are re-pointed, so on CPU no byte is copied besides MPI's own.
-struct FlatGrads {
+pub(crate) struct FlatGrads {
     /// Two sets of per-bucket buffers on the gradients' device.
-    sets: [Vec<Tensor>; 2],
-    current: usize,
+    pub sets: [Vec<Tensor>; 2],
+    pub current: usize,
     /// (bucket, element offset) of each parameter.
     slot: Vec<(usize, i64)>,
 }
 
 impl FlatGrads {
     /// Moves the (defined) gradients of `params` into set 0 and makes them views of it.
-    fn attach(plan: &BucketPlan, params: &[Tensor]) -> FlatGrads {
+    pub fn attach(plan: &BucketPlan, params: &[Tensor]) -> Result<FlatGrads> {
         let device = params[0].device();
         let alloc = |n: usize| Tensor::zeros([n as i64], (Kind::Float, device));
         let sets = [
             plan.numels.iter().map(|&n| alloc(n)).collect(),
             plan.numels.iter().map(|&n| alloc(n)).collect(),
         ];
-        let mut slot = vec![(0, 0); params.len()];
+        let mut slot = vec![(usize::MAX, 0); params.len()];
         for (b, members) in plan.buckets.iter().enumerate() {
             let mut offset = 0i64;
             for &p in members {
@@ -94,17 +128,26 @@ impl FlatGrads {
                 offset += params[p].numel() as i64;
             }
         }
+        if let Some(p) = slot.iter().position(|s| s.0 == usize::MAX) {
+            bail!("parameter {p} is in no gradient bucket (internal error in the bucket plan)");
+        }
         let mut flat = FlatGrads { sets, current: 0, slot };
         for (p, param) in params.iter().enumerate() {
+            let grad = param.grad();
+            if !grad.defined() {
+                bail!(
+                    "parameter {p} ({:?}) got no gradient in the first backward pass: every parameter must take part in the loss",
+                    param.size()
+                );
+            }
             let (b, off) = flat.slot[p];
-            let n = param.numel() as i64;
-            flat.sets[0][b].narrow(0, off, n).copy_(&param.grad().view([-1]));
+            flat.sets[0][b].narrow(0, off, param.numel() as i64).copy_(&grad.view([-1]));
         }
         flat.point_grads_at(0, params);
-        flat
+        Ok(flat)
     }
 
-    fn point_grads_at(&mut self, set: usize, params: &[Tensor]) {
+    pub fn point_grads_at(&mut self, set: usize, params: &[Tensor]) {
         for (p, param) in params.iter().enumerate() {
             let (b, off) = self.slot[p];
             let size = param.size();
@@ -113,6 +156,12 @@ impl FlatGrads {
             let _ = grad.set_source_tensor_storage_offset_(&self.sets[set][b], off, size.as_slice(), stride.as_slice());
         }
         self.current = set;
+    }
+
+    pub fn zero(&mut self) {
+        for t in self.sets[self.current].iter_mut() {
+            let _ = t.zero_();
+        }
     }
 }
 
@@ -124,87 +173,12 @@ fn contiguous_strides(size: &[i64]) -> Vec<i64> {
     strides
 }
 
-/// MPI_Allreduce over host memory: the design card's CPU-staged fallback. On CPU
-/// the gradient buckets are all-reduced where they lie; on a GPU each bucket is
-/// copied to host buffers, all-reduced and copied back.
-pub struct MpiStaged<'a> {
-    comm: &'a SimpleCommunicator,
-    plan: BucketPlan,
-    flat: Option<FlatGrads>,
-    /// Host staging buffers (send, recv) per bucket, used when gradients are on a GPU.
-    staging: Vec<(Tensor, Tensor)>,
-}
-
-impl<'a> MpiStaged<'a> {
-    pub fn new(comm: &'a SimpleCommunicator, plan: BucketPlan) -> MpiStaged<'a> {
-        MpiStaged {
-            comm,
-            plan,
-            flat: None,
-            staging: Vec::new(),
-        }
-    }
-}
-
-/// A contiguous f32 CPU tensor's storage as a slice.
-///
-/// SAFETY: the caller guarantees `t` is a contiguous CPU Float tensor that outlives
-/// the slice and is not resized meanwhile.
-unsafe fn f32_slice_mut(t: &mut Tensor) -> &mut [f32] {
-    std::slice::from_raw_parts_mut(t.data_ptr() as *mut f32, t.numel())
-}
-
-impl GradientReducer for MpiStaged<'_> {
-    fn backend(&self) -> &'static str {
-        "mpi-cpu-staged"
-    }
-
-    fn reduce(&mut self, params: &[Tensor]) -> Result<u64> {
-        if self.flat.is_none() {
-            self.flat = Some(FlatGrads::attach(&self.plan, params));
-        }
-        let flat = self.flat.as_mut().expect("attached above");
-        let (src, dst) = (flat.current, 1 - flat.current);
-        let on_cpu = flat.sets[0][0].device() == Device::Cpu;
-        for b in 0..self.plan.buckets.len() {
-            if on_cpu {
-                let [a, c] = &mut flat.sets;
-                let (from, to) = if src == 0 { (&mut a[b], &mut c[b]) } else { (&mut c[b], &mut a[b]) };
-                // SAFETY: both are contiguous CPU f32 buffers owned by `flat`.
-                let (send, recv) = unsafe { (f32_slice_mut(from), f32_slice_mut(to)) };
-                self.comm.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum());
-            } else {
-                if self.staging.len() <= b {
-                    let n = self.plan.numels[b] as i64;
-                    let host = || Tensor::zeros([n], (Kind::Float, Device::Cpu)).pin_memory(flat.sets[0][0].device());
-                    self.staging.push((host(), host()));
-                }
-                let (hs, hr) = &mut self.staging[b];
-                hs.copy_(&flat.sets[src][b]);
-                // SAFETY: pinned contiguous CPU f32 buffers owned by self.
-                let (send, recv) = unsafe { (f32_slice_mut(hs), f32_slice_mut(hr)) };
-                self.comm.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum());
-                flat.sets[dst][b].copy_(hr);
-            }
-        }
-        flat.point_grads_at(dst, params);
-        Ok((self.plan.total_numel() * 4) as u64)
-    }
-
-    fn zero_grads(&mut self, params: &[Tensor]) {
-        match self.flat.as_mut() {
-            Some(flat) => {
-                for t in flat.sets[flat.current].iter_mut() {
-                    let _ = t.zero_();
-                }
-            }
-            None => {
-                for p in params {
-                    let mut p = p.shallow_clone();
-                    p.zero_grad();
-                }
-            }
-        }
+/// libtorch's dtype for gradients on the wire.
+pub fn wire_kind(dtype: GradDtype) -> Kind {
+    match dtype {
+        GradDtype::Fp32 => Kind::Float,
+        GradDtype::Fp16 => Kind::Half,
+        GradDtype::Bf16 => Kind::BFloat16,
     }
 }
 
@@ -257,11 +231,11 @@ pub fn probe_allreduce(
             *v = (k + it) as u8;
         }
         comm.barrier();
-        let t0 = mpi::time();
+        let t0 = ::mpi::time();
         for (s, r) in send.iter().zip(recv.iter_mut()) {
             comm.all_reduce_into(&s[..], &mut r[..], SystemOperation::sum());
         }
-        let local = mpi::time() - t0;
+        let local = ::mpi::time() - t0;
         let mut slowest = 0.0f64;
         comm.all_reduce_into(&local, &mut slowest, SystemOperation::max());
         if it > 0 {
@@ -298,6 +272,14 @@ mod tests {
         assert_eq!(plan, BucketPlan::new(&[1, 2, 3], 4, 1 << 20));
         // A zero cap degenerates to one parameter per bucket.
         assert_eq!(BucketPlan::new(&[1, 2], 4, 0).buckets.len(), 2);
+    }
+
+    #[test]
+    fn buckets_follow_the_order_gradients_become_ready() {
+        // Parameters 0 and 3 become ready first (a head registered early by name, say).
+        let plan = BucketPlan::in_order(&[4, 4, 4, 4], &[3, 0, 2, 1], 4, 32);
+        assert_eq!(plan.buckets, vec![vec![3, 0], vec![2, 1]]);
+        assert_eq!(plan.numels, vec![8, 8]);
     }
 
     #[test]

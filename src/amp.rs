@@ -1,0 +1,162 @@
+//! Automatic mixed precision: libtorch's autocast around forward, and for fp16 a
+//! dynamic loss scale (torch.amp.GradScaler's rule).
+//!
+//! tch's `autocast` only switches CUDA's autocast and always to fp16, so ddpbench calls
+//! libtorch's own `at::autocast::set_autocast_enabled/_dtype(DeviceType, ...)` for the
+//! training device (CPU autocast included, which is how `--amp` is tested on CPU).
+//! They are C++ functions of libtorch_cpu.so taking two one-byte enums
+//! (`c10::DeviceType`, `c10::ScalarType`) and a bool, which the x86-64 and AArch64 C
+//! ABIs pass exactly as C integers; they are looked up by their mangled names.
+
+use crate::cli::AmpMode;
+use anyhow::{bail, Result};
+use std::ffi::{c_void, CString};
+use tch::Device;
+
+type SetEnabled = unsafe extern "C" fn(i8, bool);
+type SetDtype = unsafe extern "C" fn(i8, i8);
+type ClearCache = unsafe extern "C" fn();
+
+/// `c10::DeviceType` values.
+const DEVICE_CPU: i8 = 0;
+const DEVICE_CUDA: i8 = 1;
+/// `c10::ScalarType` values.
+const SCALAR_HALF: i8 = 5;
+const SCALAR_BFLOAT16: i8 = 15;
+
+fn lookup(mangled: &str) -> Result<*mut c_void> {
+    let name = CString::new(mangled)?;
+    // SAFETY: dlsym over the symbols already loaded into the process.
+    let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    if f.is_null() {
+        bail!("libtorch has no {mangled}: --amp needs libtorch 2.4 or newer");
+    }
+    Ok(f)
+}
+
+/// Autocast for one device and dtype, switched on around each forward pass.
+pub struct Autocast {
+    set_enabled: SetEnabled,
+    clear_cache: ClearCache,
+    device_type: i8,
+}
+
+impl Autocast {
+    /// None for `--amp off`.
+    pub fn new(mode: AmpMode, device: Device) -> Result<Option<Autocast>> {
+        let dtype = match mode {
+            AmpMode::Off => return Ok(None),
+            AmpMode::Fp16 => SCALAR_HALF,
+            AmpMode::Bf16 => SCALAR_BFLOAT16,
+        };
+        let device_type = match device {
+            Device::Cpu => DEVICE_CPU,
+            Device::Cuda(_) => DEVICE_CUDA,
+            other => bail!("--amp: autocast is not supported on {other:?}"),
+        };
+        // SAFETY: the mangled names are those of the prototypes above (libtorch 2.x).
+        unsafe {
+            let set_enabled: SetEnabled = std::mem::transmute(lookup("_ZN2at8autocast20set_autocast_enabledEN3c1010DeviceTypeEb")?);
+            let set_dtype: SetDtype =
+                std::mem::transmute(lookup("_ZN2at8autocast18set_autocast_dtypeEN3c1010DeviceTypeENS1_10ScalarTypeE")?);
+            let clear_cache: ClearCache = std::mem::transmute(lookup("_ZN2at8autocast11clear_cacheEv")?);
+            set_dtype(device_type, dtype);
+            Ok(Some(Autocast {
+                set_enabled,
+                clear_cache,
+                device_type,
+            }))
+        }
+    }
+
+    /// Runs `f` (the forward pass) under autocast. The cast-weight cache is cleared on
+    /// the way out, as PyTorch does when leaving `torch.autocast`, so the next step
+    /// casts the updated weights.
+    pub fn run<T>(&self, f: impl FnOnce() -> T) -> T {
+        // SAFETY: plain setters of libtorch's thread-local autocast state.
+        unsafe { (self.set_enabled)(self.device_type, true) };
+        let out = f();
+        unsafe {
+            (self.set_enabled)(self.device_type, false);
+            (self.clear_cache)();
+        }
+        out
+    }
+}
+
+/// torch.amp.GradScaler's dynamic loss scale: start at 2^16, halve on inf/NaN
+/// gradients (and skip that step), double after 2000 clean steps in a row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LossScaler {
+    pub scale: f64,
+    clean_steps: u32,
+    growth_interval: u32,
+}
+
+impl Default for LossScaler {
+    fn default() -> Self {
+        LossScaler {
+            scale: 65536.0,
+            clean_steps: 0,
+            growth_interval: 2000,
+        }
+    }
+}
+
+impl LossScaler {
+    /// Records whether this step's gradients were finite; returns true when the
+    /// optimizer may step.
+    pub fn update(&mut self, found_inf: bool) -> bool {
+        if found_inf {
+            self.scale *= 0.5;
+            self.clean_steps = 0;
+            return false;
+        }
+        self.clean_steps += 1;
+        if self.clean_steps == self.growth_interval {
+            self.scale *= 2.0;
+            self.clean_steps = 0;
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tch::{Kind, Tensor};
+
+    #[test]
+    fn loss_scale_halves_on_overflow_and_doubles_after_2000_clean_steps() {
+        let mut s = LossScaler::default();
+        assert!(!s.update(true));
+        assert_eq!(s.scale, 32768.0);
+        for _ in 0..1999 {
+            assert!(s.update(false));
+        }
+        assert_eq!(s.scale, 32768.0);
+        assert!(s.update(false));
+        assert_eq!(s.scale, 65536.0);
+        // An overflow resets the clean-step count.
+        for _ in 0..1000 {
+            s.update(false);
+        }
+        s.update(true);
+        for _ in 0..1999 {
+            s.update(false);
+        }
+        assert_eq!(s.scale, 32768.0);
+    }
+
+    #[test]
+    fn cpu_autocast_runs_matmuls_in_the_chosen_dtype_and_switches_off_after() {
+        let a = Tensor::ones([4, 4], (Kind::Float, Device::Cpu));
+        let ac = Autocast::new(AmpMode::Bf16, Device::Cpu).unwrap().unwrap();
+        let inside = ac.run(|| a.matmul(&a));
+        assert_eq!(inside.kind(), Kind::BFloat16);
+        assert_eq!(a.matmul(&a).kind(), Kind::Float, "autocast must be off outside run()");
+        let ac = Autocast::new(AmpMode::Fp16, Device::Cpu).unwrap().unwrap();
+        assert_eq!(ac.run(|| a.matmul(&a)).kind(), Kind::Half);
+        assert!(Autocast::new(AmpMode::Off, Device::Cpu).unwrap().is_none());
+    }
+}

@@ -1,0 +1,163 @@
+//! The communication options on CPU with real `mpirun -n 2`: overlap of the all-reduce
+//! with backward, gradient compression, fp16 loss scaling, and backend selection.
+//! (NCCL itself needs a GPU; here its absence must be handled.)
+
+mod common;
+use common::*;
+use std::path::Path;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(240);
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// A short deterministic 2-rank run into `out`; returns the manifest.
+fn run(out: &Path, extra: &[&str]) -> (serde_json::Value, Job) {
+    let mut args = vec![
+        "--max-steps",
+        "25",
+        "--val-samples",
+        "200",
+        "--no-dropout",
+        "--bucket-mb",
+        "1",
+        "--out",
+    ];
+    let o = path_str(out);
+    args.push(&o);
+    args.extend_from_slice(extra);
+    let job = train(2, &args, LIMIT);
+    job.assert_ok();
+    (json(&out.join("manifest.json")), job)
+}
+
+/// Median over ranks and post-warm-up steps of a column.
+fn col_median(out: &Path, name: &str) -> f64 {
+    let mut all = Vec::new();
+    for r in 0..2 {
+        let (h, rows) = read_csv(&out.join(format!("rank-{r:05}.csv")));
+        all.extend(col(&h, &rows, name).into_iter().skip(5));
+    }
+    median(all)
+}
+
+#[test]
+fn overlap_gives_the_same_model_and_hides_communication() {
+    let d = tmp();
+    let (on, job) = run(&d.path().join("on"), &["--overlap", "on"]);
+    let (off, _) = run(&d.path().join("off"), &["--overlap", "off"]);
+    assert_eq!(on["comm"]["overlap"], true);
+    assert_eq!(on["comm"]["backward_stages"], 4, "mnist-cnn backward runs in 4 stages");
+    assert_eq!(on["comm"]["mpi_threading"], "serialized");
+    assert_eq!(off["comm"]["overlap"], false);
+    assert!(on["buckets"].as_u64().unwrap() >= 3, "1 MiB buckets split the 4.8 MB of gradients");
+    // Staged backward sends d(out·g)/d(out) = g into each stage: the same gradients
+    // bit for bit, so the same parameters after 25 steps.
+    let (a, b) = (on["final_param_l2"].as_f64().unwrap(), off["final_param_l2"].as_f64().unwrap());
+    assert!((a - b).abs() <= 1e-12 * a, "overlap changed the model: {a} vs {b}");
+    // All buckets left during backward: what the step waits for afterwards shrinks.
+    let (exposed_on, exposed_off) = (
+        col_median(&d.path().join("on"), "comm_exposed_s"),
+        col_median(&d.path().join("off"), "comm_exposed_s"),
+    );
+    assert!(col_median(&d.path().join("on"), "comm_s") > 0.0);
+    assert!(
+        exposed_on < 0.5 * exposed_off,
+        "exposed communication should shrink with overlap: {exposed_on} vs {exposed_off}"
+    );
+    // Without overlap all of the all-reduce is exposed.
+    let comm_off = col_median(&d.path().join("off"), "comm_s");
+    assert!(comm_off <= exposed_off * 1.05, "{comm_off} vs {exposed_off}");
+    assert!(job.all().contains("overlap on (4 backward stages)"), "{}", job.all());
+    // The reducer takes the exposed part as the comm phase and reports it.
+    ddpbench(&["reduce", "--no-plots", &path_str(&d.path().join("on"))]).assert_ok();
+    let (h, rows) = read_csv(&d.path().join("on").join("summary.csv"));
+    let share = col(&h, &rows, "comm_share")[0];
+    assert!(share < 0.05, "exposed comm share with overlap: {share}");
+}
+
+#[test]
+fn compressed_gradients_halve_the_bytes_and_stay_close() {
+    let d = tmp();
+    let (fp32, _) = run(&d.path().join("fp32"), &["--overlap", "off"]);
+    for dtype in ["bf16", "fp16"] {
+        let out = d.path().join(dtype);
+        let (m, _) = run(&out, &["--grad-dtype", dtype]);
+        assert_eq!(m["comm"]["grad_dtype"], dtype);
+        let (h, rows) = read_csv(&out.join("rank-00001.csv"));
+        assert!(
+            col(&h, &rows, "bytes").iter().all(|&b| b == 2.0 * 1_199_882.0),
+            "{dtype}: half of fp32's bytes"
+        );
+        let (a, b) = (m["final_param_l2"].as_f64().unwrap(), fp32["final_param_l2"].as_f64().unwrap());
+        let rel = (a - b).abs() / b;
+        // Rounded gradients change the model a little, not a lot.
+        assert!(rel > 0.0 && rel < 1e-3, "{dtype}: l2 {a} vs fp32 {b} ({rel})");
+    }
+}
+
+#[test]
+fn fp16_loss_scaling_skips_an_overflowing_step_on_every_rank() {
+    let d = tmp();
+    let out = d.path().join("amp");
+    let job = train_reporting_exits(
+        2,
+        &[
+            "--max-steps",
+            "8",
+            "--batch-size",
+            "16",
+            "--val-samples",
+            "0",
+            "--amp",
+            "fp16",
+            "--out",
+            &path_str(&out),
+        ],
+        &[("DDPBENCH_AMP_OVERFLOW", "5")],
+        LIMIT,
+    );
+    assert!(
+        job.all().contains("rank-exit 0 0") && job.all().contains("rank-exit 1 0"),
+        "{}",
+        job.all()
+    );
+    let m = json(&out.join("manifest.json"));
+    assert_eq!(m["comm"]["amp"], "fp16");
+    for r in 0..2 {
+        let (h, rows) = read_csv(&out.join(format!("rank-{r:05}.csv")));
+        let scale = col(&h, &rows, "loss_scale");
+        let skipped = col(&h, &rows, "step_skipped");
+        assert_eq!(skipped[5], 1.0, "rank {r}: the poisoned step is skipped: {skipped:?}");
+        assert_eq!(scale[6], scale[5] / 2.0, "rank {r}: and the scale halves: {scale:?}");
+        assert!(scale[0] == 65536.0 && scale.iter().all(|s| s.is_finite()));
+        assert!(col(&h, &rows, "loss").iter().all(|l| l.is_finite()));
+    }
+}
+
+#[test]
+fn nccl_without_a_gpu_is_a_clear_error_and_auto_falls_back_once() {
+    let d = tmp();
+    let job = train_reporting_exits_in(
+        d.path(),
+        2,
+        &["--allreduce", "nccl", "--device", "cpu", "--max-steps", "3"],
+        &[],
+        Duration::from_secs(60),
+    );
+    assert!(!job.timed_out, "{}", job.all());
+    let all = job.all();
+    assert!(
+        all.contains("--allreduce nccl cannot work") && all.contains("--allreduce mpi"),
+        "{all}"
+    );
+    assert!(!all.contains("rank-exit 0 0") && !all.contains("rank-exit 1 0"), "{all}");
+
+    let (m, job) = run(&d.path().join("auto"), &["--allreduce", "auto"]);
+    assert_eq!(m["comm_backend"], "mpi-cpu-staged");
+    let said = job.all().matches("all-reduce: CPU-staged MPI (training on CPU").count();
+    assert_eq!(said, 1, "the fallback is said once:\n{}", job.all());
+}
