@@ -19,12 +19,20 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
 
 type CuResult = c_int;
-pub type CuStream = *mut c_void;
 type CuEvent = *mut c_void;
 type CuContext = *mut c_void;
 
-/// The legacy default stream (`CU_STREAM_LEGACY`), where libtorch runs its kernels.
-pub const LEGACY_STREAM: CuStream = 0x1 as CuStream;
+/// A CUDA stream handle (`CUstream`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct Stream(*mut c_void);
+// SAFETY: CUDA handles may be used from any thread once created.
+unsafe impl Send for Stream {}
+
+/// The legacy default stream (`CU_STREAM_LEGACY`, the handle value 1), where libtorch
+/// runs its kernels.
+#[allow(clippy::manual_dangling_ptr)] // a documented handle value, never dereferenced
+pub const LEGACY_STREAM: Stream = Stream(0x1 as *mut c_void);
 const CU_STREAM_NON_BLOCKING: c_uint = 1;
 const CU_EVENT_DEFAULT: c_uint = 0;
 const CU_EVENT_DISABLE_TIMING: c_uint = 2;
@@ -37,11 +45,11 @@ pub struct Driver {
     device_get_pci_bus_id: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> CuResult,
     primary_ctx_retain: unsafe extern "C" fn(*mut CuContext, c_int) -> CuResult,
     ctx_set_current: unsafe extern "C" fn(CuContext) -> CuResult,
-    stream_create: unsafe extern "C" fn(*mut CuStream, c_uint) -> CuResult,
-    stream_synchronize: unsafe extern "C" fn(CuStream) -> CuResult,
-    stream_wait_event: unsafe extern "C" fn(CuStream, CuEvent, c_uint) -> CuResult,
+    stream_create: unsafe extern "C" fn(*mut Stream, c_uint) -> CuResult,
+    stream_synchronize: unsafe extern "C" fn(Stream) -> CuResult,
+    stream_wait_event: unsafe extern "C" fn(Stream, CuEvent, c_uint) -> CuResult,
     event_create: unsafe extern "C" fn(*mut CuEvent, c_uint) -> CuResult,
-    event_record: unsafe extern "C" fn(CuEvent, CuStream) -> CuResult,
+    event_record: unsafe extern "C" fn(CuEvent, Stream) -> CuResult,
     event_synchronize: unsafe extern "C" fn(CuEvent) -> CuResult,
     event_elapsed_time: unsafe extern "C" fn(*mut f32, CuEvent, CuEvent) -> CuResult,
     get_error_string: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
@@ -147,15 +155,15 @@ impl Driver {
     }
 
     /// A stream that does not synchronise implicitly with the legacy default stream.
-    pub fn non_blocking_stream(&self) -> Result<CuStream> {
-        let mut s: CuStream = std::ptr::null_mut();
+    pub fn non_blocking_stream(&self) -> Result<Stream> {
+        let mut s = Stream(std::ptr::null_mut());
         // SAFETY: out-pointer to a local; a context is current (use_device).
         unsafe { self.check((self.stream_create)(&mut s, CU_STREAM_NON_BLOCKING), "cuStreamCreate")? };
         Ok(s)
     }
 
     /// Waits for the work queued so far on `stream` (and only that stream).
-    pub fn synchronize(&self, stream: CuStream) -> Result<()> {
+    pub fn synchronize(&self, stream: Stream) -> Result<()> {
         // SAFETY: a valid stream handle.
         unsafe { self.check((self.stream_synchronize)(stream), "cuStreamSynchronize") }
     }
@@ -168,13 +176,13 @@ impl Driver {
         Ok(Event(e))
     }
 
-    pub fn record(&self, event: &Event, stream: CuStream) -> Result<()> {
+    pub fn record(&self, event: &Event, stream: Stream) -> Result<()> {
         // SAFETY: valid event and stream handles.
         unsafe { self.check((self.event_record)(event.0, stream), "cuEventRecord") }
     }
 
     /// Makes `stream` wait (on the device, not the host) for `event`.
-    pub fn wait(&self, stream: CuStream, event: &Event) -> Result<()> {
+    pub fn wait(&self, stream: Stream, event: &Event) -> Result<()> {
         // SAFETY: valid handles.
         unsafe { self.check((self.stream_wait_event)(stream, event.0, 0), "cuStreamWaitEvent") }
     }
@@ -215,7 +223,10 @@ pub fn sync_torch_stream() -> Result<()> {
     d.synchronize(LEGACY_STREAM)
 }
 
-pub type NcclComm = *mut c_void;
+/// An NCCL communicator handle (`ncclComm_t`).
+#[derive(Debug, Clone, Copy)]
+#[repr(transparent)]
+pub struct NcclComm(*mut c_void);
 type NcclResult = c_int;
 
 /// NCCL data types (nccl.h `ncclDataType_t`).
@@ -244,7 +255,7 @@ pub struct Nccl {
     get_version: unsafe extern "C" fn(*mut c_int) -> NcclResult,
     get_unique_id: unsafe extern "C" fn(*mut NcclUniqueId) -> NcclResult,
     comm_init_rank: unsafe extern "C" fn(*mut NcclComm, c_int, NcclUniqueId, c_int) -> NcclResult,
-    all_reduce: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, NcclComm, CuStream) -> NcclResult,
+    all_reduce: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, NcclComm, Stream) -> NcclResult,
     comm_destroy: unsafe extern "C" fn(NcclComm) -> NcclResult,
     get_error_string: unsafe extern "C" fn(NcclResult) -> *const c_char,
 }
@@ -318,7 +329,7 @@ impl Nccl {
 
     /// Joins the communicator of `ranks` ranks named by `id` (a collective: every rank calls it).
     pub fn init_rank(&self, ranks: usize, id: NcclUniqueId, rank: usize) -> Result<NcclComm> {
-        let mut comm: NcclComm = std::ptr::null_mut();
+        let mut comm = NcclComm(std::ptr::null_mut());
         // SAFETY: out-pointer to a local; the device is current on this thread.
         unsafe {
             self.check(
@@ -331,7 +342,8 @@ impl Nccl {
 
     /// Queues a sum all-reduce of `count` elements on `stream`.
     ///
-    /// SAFETY: `send` and `recv` must be device pointers to `count` elements of `dtype`
+    /// # Safety
+    /// `send` and `recv` must be device pointers to `count` elements of `dtype`
     /// that stay allocated until the stream has run the operation.
     pub unsafe fn all_reduce_sum(
         &self,
@@ -340,7 +352,7 @@ impl Nccl {
         count: usize,
         dtype: NcclDtype,
         comm: NcclComm,
-        stream: CuStream,
+        stream: Stream,
     ) -> Result<()> {
         self.check(
             (self.all_reduce)(send, recv, count, dtype as c_int, NCCL_SUM, comm, stream),
@@ -413,7 +425,7 @@ mod tests {
         }
         // Joining a communicator needs a device: an error with NCCL's words, not a crash.
         let joined = nccl.unique_id().and_then(|id| nccl.init_rank(1, id, 0));
-        let err = joined.err().expect("no GPU here");
+        let err = joined.expect_err("no GPU here");
         assert!(format!("{err}").contains("NCCL error"), "{err}");
     }
 }

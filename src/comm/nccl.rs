@@ -11,7 +11,7 @@
 
 use super::{wire_kind, BucketPlan, CommStats, FlatGrads, GradientReducer};
 use crate::cli::GradDtype;
-use crate::cuda::{self, CuStream, Driver, Event, Nccl, NcclComm, NcclDtype, NcclUniqueId, LEGACY_STREAM};
+use crate::cuda::{self, Driver, Event, Nccl, NcclComm, NcclDtype, NcclUniqueId, Stream, LEGACY_STREAM};
 use anyhow::{anyhow, Result};
 use tch::Tensor;
 
@@ -19,7 +19,7 @@ pub struct NcclReducer {
     nccl: &'static Nccl,
     cuda: &'static Driver,
     comm: NcclComm,
-    stream: CuStream,
+    stream: Stream,
     plan: BucketPlan,
     dtype: GradDtype,
     flat: Option<FlatGrads>,
