@@ -5,7 +5,12 @@
 //! tested without hardware; hwloc only supplies the core list and applies the
 //! plan. hwloc2 2.2.0 predates hwloc 2.x for NUMA and I/O objects (see
 //! toolchain notes), so only Package/Core/PU objects are asked of it; NUMA nodes
-//! are counted from sysfs.
+//! are counted from sysfs, and a GPU's locality comes from the audited FFI of
+//! [`pci`] ([`pci_locality`]).
+
+mod pci;
+
+pub use pci::{parse_pci_bus_id, pci_locality, GpuPlace, PciBusId};
 
 use crate::cli::{BindPolicy, TopoArgs};
 use anyhow::{Context, Result};
