@@ -1,12 +1,12 @@
 //! Where a rank runs: the MPI world (rank, size, local rank, host), the node's
 //! hardware and its node type, and the hwloc core binding each rank gets.
 //!
-//! The binding plan is a pure function of a core list ([`plan_binding`]) so it is
-//! tested without hardware; hwloc only supplies the core list and applies the
-//! plan. hwloc2 2.2.0 predates hwloc 2.x for NUMA and I/O objects (see
-//! toolchain notes), so only Package/Core/PU objects are asked of it; NUMA nodes
-//! are counted from sysfs, and a GPU's locality comes from the audited FFI of
-//! [`pci`] ([`pci_locality`]).
+//! The binding plans are pure functions of a core list ([`plan_binding`], and
+//! [`plan_gpu_binding`] for the cores nearest a GPU) so they are tested without
+//! hardware; hwloc only supplies the core list and applies the plan. hwloc2 2.2.0
+//! predates hwloc 2.x for NUMA and I/O objects (see toolchain notes), so only
+//! Package/Core/PU objects are asked of it; NUMA nodes are counted from sysfs, and
+//! a GPU's locality comes from the audited FFI of [`pci`] ([`pci_locality`]).
 
 mod pci;
 
@@ -40,6 +40,9 @@ pub struct Binding {
     pub shared: bool,
     /// Intra-op threads this binding supports: its core count (or cores / local ranks for `none`).
     pub threads: usize,
+    /// Set when a GPU-near plan ([`plan_gpu_binding`]) could not use the GPU's cores and
+    /// fell back to [`plan_binding`]: why. Always `None` from [`plan_binding`].
+    pub fallback: Option<String>,
 }
 
 /// Splits `items` into `parts` contiguous runs whose lengths differ by at most one.
@@ -107,7 +110,91 @@ pub fn plan_binding(cores: &[CoreSlot], policy: BindPolicy, local_rank: usize, l
         packages: pkgs,
         shared,
         threads,
+        fallback: None,
     }
+}
+
+/// The cores a rank gets near its GPU: ranks whose GPUs share one locality (the same
+/// `near_pus`, e.g. two GPUs behind one socket, or two ranks on one GPU) split those
+/// cores evenly and disjointly; this rank is number `local_rank_among_sharers` of `sharers`.
+///
+/// A core is near when all its PUs are in `near_pus` ([`GpuPlace::pus`]). When no core is
+/// near, or there are fewer near cores than sharers, it falls back to
+/// `plan_binding(cores, Auto, local_rank, local_size)` and says why in [`Binding::fallback`].
+pub fn plan_gpu_binding(
+    cores: &[CoreSlot],
+    near_pus: &[u32],
+    local_rank_among_sharers: usize,
+    sharers: usize,
+    local_rank: usize,
+    local_size: usize,
+) -> Binding {
+    assert!(sharers > 0 && local_rank_among_sharers < sharers);
+    let near: Vec<usize> = (0..cores.len())
+        .filter(|&i| !cores[i].pus.is_empty() && cores[i].pus.iter().all(|p| near_pus.contains(p)))
+        .collect();
+    let why = if near.is_empty() {
+        Some(format!(
+            "no core of this node lies within the GPU's near PUs ({})",
+            if near_pus.is_empty() {
+                "none".to_string()
+            } else {
+                compact_list(near_pus)
+            }
+        ))
+    } else if near.len() < sharers {
+        Some(format!(
+            "{sharers} ranks share the GPU-near cores but there are only {}",
+            near.len()
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        return Binding {
+            fallback: Some(why),
+            ..plan_binding(cores, BindPolicy::Auto, local_rank, local_size)
+        };
+    }
+    let chosen = split_even(&near, sharers, local_rank_among_sharers);
+    Binding {
+        policy: BindPolicy::Auto,
+        pus: chosen.iter().flat_map(|&i| cores[i].pus.clone()).collect(),
+        packages: chosen
+            .iter()
+            .map(|&i| cores[i].package)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect(),
+        shared: false,
+        threads: chosen.len(),
+        cores: chosen,
+        fallback: None,
+    }
+}
+
+/// GPU-near bindings for all `local_size` local ranks of a node: local rank `r` takes
+/// GPU `r % gpus` (`gpu_near_pus[g]` is GPU g's [`GpuPlace::pus`]), and ranks whose GPUs
+/// have the same near set share its cores ([`plan_gpu_binding`]). With no GPU, every
+/// rank gets [`plan_binding`]'s `auto` plan with a `fallback` saying so.
+pub fn plan_gpu_bindings(cores: &[CoreSlot], gpu_near_pus: &[Vec<u32>], local_size: usize) -> Vec<Binding> {
+    if gpu_near_pus.is_empty() {
+        return (0..local_size)
+            .map(|r| Binding {
+                fallback: Some("no GPU on this node".into()),
+                ..plan_binding(cores, BindPolicy::Auto, r, local_size)
+            })
+            .collect();
+    }
+    let locality = |r: usize| -> BTreeSet<u32> { gpu_near_pus[r % gpu_near_pus.len()].iter().copied().collect() };
+    (0..local_size)
+        .map(|r| {
+            let mine = locality(r);
+            let sharers: Vec<usize> = (0..local_size).filter(|&q| locality(q) == mine).collect();
+            let index = sharers.iter().position(|&q| q == r).expect("a rank shares with itself");
+            plan_gpu_binding(cores, &gpu_near_pus[r % gpu_near_pus.len()], index, sharers.len(), r, local_size)
+        })
+        .collect()
 }
 
 /// The node's cores in hwloc's logical order, each with its package and PUs.
@@ -438,6 +525,76 @@ mod tests {
         let b = plan_binding(&m, BindPolicy::None, 1, 2);
         assert!(b.pus.is_empty());
         assert_eq!(b.threads, 4);
+    }
+
+    #[test]
+    fn gpu_near_binding_splits_the_near_cores() {
+        // Two packages of 8 cores; GPUs 0,1 behind package 0, GPUs 2,3 behind package 1.
+        let m = machine(2, 8);
+        let near0: Vec<u32> = (0..8).chain(16..24).collect();
+        let near1: Vec<u32> = (8..16).chain(24..32).collect();
+        let gpus = vec![near0.clone(), near0.clone(), near1.clone(), near1.clone()];
+        let b = plan_gpu_bindings(&m, &gpus, 4);
+        assert_eq!(
+            b.iter().map(|b| b.cores.clone()).collect::<Vec<_>>(),
+            vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9, 10, 11], vec![12, 13, 14, 15]]
+        );
+        assert_eq!(b[2].packages, vec![1]);
+        assert_eq!(b[2].pus, vec![8, 24, 9, 25, 10, 26, 11, 27]);
+        assert!(b
+            .iter()
+            .all(|b| b.fallback.is_none() && !b.shared && b.threads == 4 && b.policy == BindPolicy::Auto));
+        // Eight ranks on four GPUs: four ranks share each package's cores, disjointly.
+        let b = plan_gpu_bindings(&m, &gpus, 8);
+        let mut seen = BTreeSet::new();
+        for (r, x) in b.iter().enumerate() {
+            assert_eq!(x.threads, 2);
+            assert_eq!(
+                x.packages,
+                vec![usize::from(r % 4 >= 2)],
+                "rank {r} on GPU {} sits by its GPU",
+                r % 4
+            );
+            for c in &x.cores {
+                assert!(seen.insert(*c), "core {c} given twice");
+            }
+        }
+        assert_eq!(seen.len(), 16);
+        // A GPU whose locality is the whole node (one-socket machine): plain even split.
+        let m1 = machine(1, 5);
+        let all_pus: Vec<u32> = (0..10).collect();
+        let b = plan_gpu_binding(&m1, &all_pus, 1, 2, 1, 2);
+        assert_eq!(b.cores, vec![3, 4]);
+        assert!(b.fallback.is_none());
+    }
+
+    #[test]
+    fn gpu_near_binding_falls_back_and_says_why() {
+        let m = machine(2, 2);
+        // No locality known (hwloc could not place the GPU).
+        let b = plan_gpu_binding(&m, &[], 0, 1, 1, 2);
+        let plain = plan_binding(&m, BindPolicy::Auto, 1, 2);
+        assert_eq!((b.cores.clone(), b.pus.clone()), (plain.cores, plain.pus));
+        assert!(b.fallback.as_deref().unwrap().contains("no core"), "{:?}", b.fallback);
+        // Near PUs that cover no whole core (only one hardware thread of core 0).
+        let b = plan_gpu_binding(&m, &[0], 0, 1, 0, 1);
+        assert!(b.fallback.is_some());
+        assert_eq!(b.threads, 4, "the node-wide plan for one rank takes every core");
+        // Three ranks share package 0's two cores: too few, node-wide plan.
+        let near0 = vec![0, 1, 4, 5];
+        let b = plan_gpu_bindings(&m, &[near0], 3);
+        assert!(b.iter().all(|b| b.fallback.as_deref().unwrap().contains("only 2")), "{b:?}");
+        assert_eq!(
+            b[2],
+            Binding {
+                fallback: b[2].fallback.clone(),
+                ..plan_binding(&m, BindPolicy::Auto, 2, 3)
+            }
+        );
+        // No GPU at all.
+        let b = plan_gpu_bindings(&m, &[], 2);
+        assert_eq!(b[1].fallback.as_deref(), Some("no GPU on this node"));
+        assert_eq!(b[1].cores, plan_binding(&m, BindPolicy::Auto, 1, 2).cores);
     }
 
     #[test]
