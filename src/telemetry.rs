@@ -6,7 +6,7 @@
 //! [`gpu_inventory`] falls back to the driver's procfs or an empty list, and
 //! [`GpuSampler::start`] returns an error saying telemetry is off. The sampler
 //! reads through the small [`GpuSource`] trait, so its thread and CSV writing are
-//! tested with a fake source. Every `unsafe` NVML call lives in [`nvml`].
+//! tested with a fake source. Every `unsafe` NVML call lives in the private `nvml` module.
 
 use crate::record::{format_plain, rfc3339_utc, CsvLog};
 use crate::topology::parse_pci_bus_id;

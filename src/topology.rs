@@ -6,13 +6,14 @@
 //! hardware; hwloc only supplies the core list and applies the plan. hwloc2 2.2.0
 //! predates hwloc 2.x for NUMA and I/O objects (see toolchain notes), so only
 //! Package/Core/PU objects are asked of it; NUMA nodes are counted from sysfs, and
-//! a GPU's locality comes from the audited FFI of [`pci`] ([`pci_locality`]).
+//! a GPU's locality comes from the audited hwloc FFI in `topology/pci.rs` ([`pci_locality`]).
 
 mod pci;
 
 pub use pci::{parse_pci_bus_id, pci_locality, GpuPlace, PciBusId};
 
 use crate::cli::{BindPolicy, TopoArgs};
+use crate::telemetry::{gpu_inventory, GpuInfo, NVML_LIBRARY};
 use anyhow::{Context, Result};
 use hwloc2::{CpuBindFlags, CpuSet, ObjectType, Topology};
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -250,11 +251,14 @@ pub struct NodeInfo {
     pub pus: usize,
     pub numa_nodes: usize,
     pub memory_bytes: u64,
-    /// GPU model names, one entry per GPU the node has.
+    /// GPU labels ([`gpu_label`], e.g. `A40-48GB`), one entry per GPU the node has.
     pub gpus: Vec<String>,
+    /// The GPUs themselves ([`gpu_inventory`]): index, bus id, name, memory.
+    pub gpu_devices: Vec<GpuInfo>,
 }
 
 impl NodeInfo {
+    /// Reads /proc, /sys and the GPU inventory (NVML when it loads, else the driver's procfs).
     pub fn detect(cores: &[CoreSlot]) -> NodeInfo {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu_model = cpuinfo
@@ -283,6 +287,7 @@ impl NodeInfo {
             })
             .unwrap_or(0)
             .max(1);
+        let gpu_devices = gpu_inventory();
         NodeInfo {
             cpu_model,
             packages: cores.iter().map(|c| c.package).collect::<BTreeSet<_>>().len(),
@@ -290,12 +295,13 @@ impl NodeInfo {
             pus: cores.iter().map(|c| c.pus.len()).sum(),
             numa_nodes,
             memory_bytes,
-            gpus: detect_gpus(),
+            gpus: gpu_devices.iter().map(|g| gpu_label(&g.name, g.memory_bytes)).collect(),
+            gpu_devices,
         }
     }
 
     /// A short label that is equal for nodes of equal hardware, e.g.
-    /// `Intel Xeon Gold 6248 48c 376GiB 4xTesla V100-SXM2-32GB`.
+    /// `AMD EPYC 7B13 64c 503GiB 4xA40-48GB` (mixed GPUs joined by `+`).
     pub fn node_type(&self) -> String {
         let mut s = format!(
             "{} {}c {}GiB",
@@ -315,21 +321,27 @@ impl NodeInfo {
     }
 }
 
-/// GPU models from the NVIDIA driver's procfs (present without CUDA in the process).
-fn detect_gpus() -> Vec<String> {
-    let mut gpus: Vec<(String, String)> = std::fs::read_dir("/proc/driver/nvidia/gpus")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .filter_map(|e| {
-                    let text = std::fs::read_to_string(e.path().join("information")).ok()?;
-                    let model = text.lines().find_map(|l| l.strip_prefix("Model:"))?;
-                    Some((e.file_name().to_string_lossy().into_owned(), model.trim().to_string()))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    gpus.sort();
-    gpus.into_iter().map(|(_, m)| m).collect()
+/// A GPU model as a node-type word: `NVIDIA `/`Tesla ` prefixes stripped, spaces as
+/// `-`, and `-{N}GB` (N = memory in decimal GB, rounded) appended unless the name
+/// already carries a size: `NVIDIA A40` with 48,305,799,168 bytes -> `A40-48GB`,
+/// `Tesla V100-SXM2-32GB` -> `V100-SXM2-32GB`, `NVIDIA H100 80GB HBM3` -> `H100-80GB-HBM3`.
+pub fn gpu_label(name: &str, memory_bytes: Option<u64>) -> String {
+    let mut rest = name.trim();
+    while let Some(r) = ["NVIDIA ", "Tesla "].iter().find_map(|p| rest.strip_prefix(p)) {
+        rest = r.trim_start();
+    }
+    let mut label = rest.split_whitespace().collect::<Vec<_>>().join("-");
+    if label.is_empty() {
+        label = "GPU".into();
+    }
+    let has_size = label.split('-').any(|w| {
+        w.strip_suffix("GB")
+            .is_some_and(|d| !d.is_empty() && d.chars().all(|c| c.is_ascii_digit()))
+    });
+    if let (false, Some(bytes)) = (has_size, memory_bytes) {
+        label.push_str(&format!("-{}GB", (bytes as f64 / 1e9).round() as u64));
+    }
+    label
 }
 
 /// The MPI world as a rank sees it.
@@ -395,40 +407,93 @@ pub fn main(args: TopoArgs) -> Result<()> {
         info.packages, info.numa_nodes, info.cores, info.pus
     );
     println!("memory    : {:.1} GiB", info.memory_bytes as f64 / (1u64 << 30) as f64);
-    if info.gpus.is_empty() {
-        println!("gpus      : none seen by the NVIDIA driver");
+    print!("{}", placement_report(&cores, &info.gpu_devices, &info.gpus, args.ranks, args.bind));
+    Ok(())
+}
+
+/// The GPU map (per GPU: index, bus id, label, packages, NUMA nodes, nearest PUs) and
+/// the binding table of `ranks` local ranks (with `auto` and GPUs: each rank near GPU
+/// `local_rank % gpus`), as `ddpbench topo` prints them. `labels[i]` labels `gpus[i]`.
+fn placement_report(cores: &[CoreSlot], gpus: &[GpuInfo], labels: &[String], ranks: usize, bind: BindPolicy) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let list = |ids: &[usize]| {
+        if ids.is_empty() {
+            "-".to_string()
+        } else {
+            compact_list(&ids.iter().map(|&i| i as u32).collect::<Vec<_>>())
+        }
+    };
+    // Each GPU's nearest PUs; empty when hwloc cannot place it (the plan then falls back).
+    let mut gpu_near: Vec<Vec<u32>> = Vec::new();
+    if gpus.is_empty() {
+        let _ = writeln!(out, "gpus      : none seen (through {NVML_LIBRARY} or /proc/driver/nvidia/gpus)");
     } else {
-        for (i, g) in info.gpus.iter().enumerate() {
-            println!("gpu {i:<5} : {g}");
+        let _ = writeln!(out, "\ngpus and where they attach:");
+        let _ = writeln!(
+            out,
+            "{:>3}  {:<12}  {:<22}  {:>8}  {:>5}  nearest pus",
+            "gpu", "bus_id", "label", "packages", "numa"
+        );
+        for (g, label) in gpus.iter().zip(labels) {
+            let place = parse_pci_bus_id(&g.bus_id).and_then(|id| pci_locality(&id));
+            let (pk, numa, pus) = match &place {
+                Ok(p) => (list(&p.packages), list(&p.numa_nodes), compact_list(&p.pus)),
+                Err(e) => ("-".into(), "-".into(), format!("unknown: {e:#}")),
+            };
+            let _ = writeln!(out, "{:>3}  {:<12}  {label:<22}  {pk:>8}  {numa:>5}  {pus}", g.index, g.bus_id);
+            gpu_near.push(place.map(|p| p.pus).unwrap_or_default());
         }
     }
-    println!("\nbinding for {} local rank(s), policy {:?}:", args.ranks, args.bind);
-    println!("{:>10}  {:>8}  {:>7}  {:<24}  note", "local_rank", "packages", "threads", "pus");
-    for r in 0..args.ranks {
-        let b = plan_binding(&cores, args.bind, r, args.ranks);
+    let near_gpu = !gpu_near.is_empty() && bind == BindPolicy::Auto;
+    let _ = writeln!(
+        out,
+        "\nbinding for {} local rank(s), policy {:?}{}:",
+        ranks,
+        bind,
+        if near_gpu {
+            ", cores nearest each rank's GPU (local_rank % gpus)"
+        } else {
+            ""
+        }
+    );
+    let bindings: Vec<Binding> = if near_gpu {
+        plan_gpu_bindings(cores, &gpu_near, ranks)
+    } else {
+        (0..ranks).map(|r| plan_binding(cores, bind, r, ranks)).collect()
+    };
+    let _ = writeln!(
+        out,
+        "{:>10}  {:>3}  {:>8}  {:>7}  {:<24}  note",
+        "local_rank", "gpu", "packages", "threads", "pus"
+    );
+    for (r, b) in bindings.iter().enumerate() {
         let pus = if b.pus.is_empty() {
             "(unbound)".to_string()
         } else {
             compact_list(&b.pus)
         };
-        let pk = if b.packages.is_empty() {
-            "-".into()
+        let gpu = if gpu_near.is_empty() {
+            "-".to_string()
         } else {
-            compact_list(&b.packages.iter().map(|&p| p as u32).collect::<Vec<_>>())
+            (r % gpu_near.len()).to_string()
         };
-        let gpu = if info.gpus.is_empty() {
-            String::new()
-        } else {
-            format!("gpu {}", r % info.gpus.len())
-        };
-        let note = if b.shared {
-            "shares cores (more ranks than cores)".to_string()
-        } else {
-            gpu
-        };
-        println!("{r:>10}  {pk:>8}  {:>7}  {pus:<24}  {note}", b.threads);
+        let mut notes: Vec<String> = Vec::new();
+        if b.shared {
+            notes.push("shares cores (more ranks than cores)".into());
+        }
+        if let Some(why) = &b.fallback {
+            notes.push(format!("node-wide plan: {why}"));
+        }
+        let _ = writeln!(
+            out,
+            "{r:>10}  {gpu:>3}  {:>8}  {:>7}  {pus:<24}  {}",
+            list(&b.packages),
+            b.threads,
+            notes.join("; ")
+        );
     }
-    Ok(())
+    out
 }
 
 /// `[0,1,2,3,8]` -> `0-3,8`.
@@ -595,6 +660,84 @@ mod tests {
         let b = plan_gpu_bindings(&m, &[], 2);
         assert_eq!(b[1].fallback.as_deref(), Some("no GPU on this node"));
         assert_eq!(b[1].cores, plan_binding(&m, BindPolicy::Auto, 1, 2).cores);
+    }
+
+    #[test]
+    fn gpu_labels() {
+        assert_eq!(gpu_label("NVIDIA A40", Some(48_305_799_168)), "A40-48GB");
+        assert_eq!(gpu_label("Tesla V100-SXM2-32GB", Some(34_089_730_048)), "V100-SXM2-32GB");
+        assert_eq!(gpu_label("NVIDIA H100 80GB HBM3", Some(85_520_809_984)), "H100-80GB-HBM3");
+        assert_eq!(gpu_label("NVIDIA A100-SXM4-80GB", None), "A100-SXM4-80GB");
+        assert_eq!(gpu_label("NVIDIA Tesla T4", Some(15_843_721_216)), "T4-16GB");
+        assert_eq!(gpu_label("NVIDIA RTX A6000", Some(51_527_024_640)), "RTX-A6000-52GB");
+        assert_eq!(gpu_label("NVIDIA A40", None), "A40");
+        assert_eq!(gpu_label("", Some(8_000_000_000)), "GPU-8GB");
+        // "GB" alone or inside a word is not a size.
+        assert_eq!(gpu_label("NVIDIA GB200", Some(191_000_000_000)), "GB200-191GB");
+    }
+
+    #[test]
+    fn node_type_with_gpus() {
+        let mut n = NodeInfo {
+            cpu_model: "AMD EPYC 7B13".into(),
+            packages: 2,
+            cores: 64,
+            pus: 128,
+            numa_nodes: 2,
+            memory_bytes: 503 << 30,
+            gpus: vec!["A40-48GB".into(); 4],
+            gpu_devices: Vec::new(),
+        };
+        assert_eq!(n.node_type(), "AMD EPYC 7B13 64c 503GiB 4xA40-48GB");
+        n.gpus = vec!["A40-48GB".into(), "A100-SXM4-80GB".into()];
+        assert_eq!(n.node_type(), "AMD EPYC 7B13 64c 503GiB A40-48GB+A100-SXM4-80GB");
+        n.gpus.clear();
+        assert_eq!(n.node_type(), "AMD EPYC 7B13 64c 503GiB");
+    }
+
+    #[test]
+    fn placement_report_maps_gpus_to_cores() {
+        // Stand-in GPUs at this machine's first two real PCI addresses, and one that is absent.
+        let mut real: Vec<String> = std::fs::read_dir("/sys/bus/pci/devices")
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        real.sort();
+        if real.len() < 2 {
+            eprintln!("skipped: fewer than 2 PCI devices");
+            return;
+        }
+        let topo = Topology::new().unwrap();
+        let cores = discover_cores(&topo);
+        let gpu = |index: usize, bus_id: &str| GpuInfo {
+            index,
+            bus_id: bus_id.into(),
+            name: "NVIDIA A40".into(),
+            memory_bytes: Some(48_305_799_168),
+        };
+        let gpus = vec![gpu(0, &real[0]), gpu(1, &real[1])];
+        let labels = vec!["A40-48GB".to_string(); 2];
+        let text = placement_report(&cores, &gpus, &labels, 2, BindPolicy::Auto);
+        eprintln!("{text}");
+        let near0 = pci_locality(&parse_pci_bus_id(&real[0]).unwrap()).unwrap();
+        assert!(text.contains(&format!("{}  A40-48GB", real[0])), "{text}");
+        assert!(text.contains(&compact_list(&near0.pus)), "{text}");
+        assert!(text.contains("cores nearest each rank's GPU"), "{text}");
+        let rows: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("local_rank")).skip(1).collect();
+        assert_eq!(rows.len(), 2, "{text}");
+        assert!(rows[1].split_whitespace().nth(1) == Some("1"), "rank 1 takes GPU 1: {text}");
+        // An unknown GPU is reported, and its ranks fall back to the node-wide plan.
+        let text = placement_report(&cores, &[gpu(0, "0000:ff:1f.7")], &labels[..1], 1, BindPolicy::Auto);
+        eprintln!("{text}");
+        assert!(text.contains("unknown: PCI device 0000:ff:1f.7 not found"), "{text}");
+        assert!(text.contains("node-wide plan: no core"), "{text}");
+        // No GPU: one line saying so, and the plain table.
+        let text = placement_report(&cores, &[], &[], 2, BindPolicy::Auto);
+        assert!(text.starts_with("gpus      : none seen"), "{text}");
+        assert!(!text.contains("node-wide plan"), "{text}");
     }
 
     #[test]
