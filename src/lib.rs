@@ -1,7 +1,8 @@
 //! ddpbench: how well does data-parallel training scale on this machine, and where
 //! does the time go?
 //!
-//! One module per concept: [`topology`] (MPI world, hwloc binding, node type),
+//! One module per concept: [`topology`] (MPI world, hwloc binding, GPU locality, node type),
+//! [`telemetry`] (GPU inventory and NVML sampling),
 //! [`comm`] (gradient all-reduce backends), [`data`] (data sets and sharding),
 //! [`model`] (networks), [`train`] (the timed loop), [`record`] (CSV rows and the
 //! run manifest), [`reduce`] (aggregation of run folders), [`stats`] (medians and
@@ -19,6 +20,7 @@ pub mod plot;
 pub mod record;
 pub mod reduce;
 pub mod stats;
+pub mod telemetry;
 pub mod topology;
 pub mod train;
 

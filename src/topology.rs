@@ -1,13 +1,19 @@
 //! Where a rank runs: the MPI world (rank, size, local rank, host), the node's
 //! hardware and its node type, and the hwloc core binding each rank gets.
 //!
-//! The binding plan is a pure function of a core list ([`plan_binding`]) so it is
-//! tested without hardware; hwloc only supplies the core list and applies the
-//! plan. hwloc2 2.2.0 predates hwloc 2.x for NUMA and I/O objects (see
-//! toolchain notes), so only Package/Core/PU objects are asked of it; NUMA nodes
-//! are counted from sysfs.
+//! The binding plans are pure functions of a core list ([`plan_binding`], and
+//! [`plan_gpu_binding`] for the cores nearest a GPU) so they are tested without
+//! hardware; hwloc only supplies the core list and applies the plan. hwloc2 2.2.0
+//! predates hwloc 2.x for NUMA and I/O objects (see toolchain notes), so only
+//! Package/Core/PU objects are asked of it; NUMA nodes are counted from sysfs, and
+//! a GPU's locality comes from the audited hwloc FFI in `topology/pci.rs` ([`pci_locality`]).
+
+mod pci;
+
+pub use pci::{parse_pci_bus_id, pci_locality, GpuPlace, PciBusId};
 
 use crate::cli::{BindPolicy, TopoArgs};
+use crate::telemetry::{gpu_inventory, GpuInfo, NVML_LIBRARY};
 use anyhow::{Context, Result};
 use hwloc2::{CpuBindFlags, CpuSet, ObjectType, Topology};
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -35,6 +41,9 @@ pub struct Binding {
     pub shared: bool,
     /// Intra-op threads this binding supports: its core count (or cores / local ranks for `none`).
     pub threads: usize,
+    /// Set when a GPU-near plan ([`plan_gpu_binding`]) could not use the GPU's cores and
+    /// fell back to [`plan_binding`]: why. Always `None` from [`plan_binding`].
+    pub fallback: Option<String>,
 }
 
 /// Splits `items` into `parts` contiguous runs whose lengths differ by at most one.
@@ -102,7 +111,91 @@ pub fn plan_binding(cores: &[CoreSlot], policy: BindPolicy, local_rank: usize, l
         packages: pkgs,
         shared,
         threads,
+        fallback: None,
     }
+}
+
+/// The cores a rank gets near its GPU: ranks whose GPUs share one locality (the same
+/// `near_pus`, e.g. two GPUs behind one socket, or two ranks on one GPU) split those
+/// cores evenly and disjointly; this rank is number `local_rank_among_sharers` of `sharers`.
+///
+/// A core is near when all its PUs are in `near_pus` ([`GpuPlace::pus`]). When no core is
+/// near, or there are fewer near cores than sharers, it falls back to
+/// `plan_binding(cores, Auto, local_rank, local_size)` and says why in [`Binding::fallback`].
+pub fn plan_gpu_binding(
+    cores: &[CoreSlot],
+    near_pus: &[u32],
+    local_rank_among_sharers: usize,
+    sharers: usize,
+    local_rank: usize,
+    local_size: usize,
+) -> Binding {
+    assert!(sharers > 0 && local_rank_among_sharers < sharers);
+    let near: Vec<usize> = (0..cores.len())
+        .filter(|&i| !cores[i].pus.is_empty() && cores[i].pus.iter().all(|p| near_pus.contains(p)))
+        .collect();
+    let why = if near.is_empty() {
+        Some(format!(
+            "no core of this node lies within the GPU's near PUs ({})",
+            if near_pus.is_empty() {
+                "none".to_string()
+            } else {
+                compact_list(near_pus)
+            }
+        ))
+    } else if near.len() < sharers {
+        Some(format!(
+            "{sharers} ranks share the GPU-near cores but there are only {}",
+            near.len()
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        return Binding {
+            fallback: Some(why),
+            ..plan_binding(cores, BindPolicy::Auto, local_rank, local_size)
+        };
+    }
+    let chosen = split_even(&near, sharers, local_rank_among_sharers);
+    Binding {
+        policy: BindPolicy::Auto,
+        pus: chosen.iter().flat_map(|&i| cores[i].pus.clone()).collect(),
+        packages: chosen
+            .iter()
+            .map(|&i| cores[i].package)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect(),
+        shared: false,
+        threads: chosen.len(),
+        cores: chosen,
+        fallback: None,
+    }
+}
+
+/// GPU-near bindings for all `local_size` local ranks of a node: local rank `r` takes
+/// GPU `r % gpus` (`gpu_near_pus[g]` is GPU g's [`GpuPlace::pus`]), and ranks whose GPUs
+/// have the same near set share its cores ([`plan_gpu_binding`]). With no GPU, every
+/// rank gets [`plan_binding`]'s `auto` plan with a `fallback` saying so.
+pub fn plan_gpu_bindings(cores: &[CoreSlot], gpu_near_pus: &[Vec<u32>], local_size: usize) -> Vec<Binding> {
+    if gpu_near_pus.is_empty() {
+        return (0..local_size)
+            .map(|r| Binding {
+                fallback: Some("no GPU on this node".into()),
+                ..plan_binding(cores, BindPolicy::Auto, r, local_size)
+            })
+            .collect();
+    }
+    let locality = |r: usize| -> BTreeSet<u32> { gpu_near_pus[r % gpu_near_pus.len()].iter().copied().collect() };
+    (0..local_size)
+        .map(|r| {
+            let mine = locality(r);
+            let sharers: Vec<usize> = (0..local_size).filter(|&q| locality(q) == mine).collect();
+            let index = sharers.iter().position(|&q| q == r).expect("a rank shares with itself");
+            plan_gpu_binding(cores, &gpu_near_pus[r % gpu_near_pus.len()], index, sharers.len(), r, local_size)
+        })
+        .collect()
 }
 
 /// The node's cores in hwloc's logical order, each with its package and PUs.
@@ -158,11 +251,14 @@ pub struct NodeInfo {
     pub pus: usize,
     pub numa_nodes: usize,
     pub memory_bytes: u64,
-    /// GPU model names, one entry per GPU the node has.
+    /// GPU labels ([`gpu_label`], e.g. `A40-48GB`), one entry per GPU the node has.
     pub gpus: Vec<String>,
+    /// The GPUs themselves ([`gpu_inventory`]): index, bus id, name, memory.
+    pub gpu_devices: Vec<GpuInfo>,
 }
 
 impl NodeInfo {
+    /// Reads /proc, /sys and the GPU inventory (NVML when it loads, else the driver's procfs).
     pub fn detect(cores: &[CoreSlot]) -> NodeInfo {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu_model = cpuinfo
@@ -191,6 +287,7 @@ impl NodeInfo {
             })
             .unwrap_or(0)
             .max(1);
+        let gpu_devices = gpu_inventory();
         NodeInfo {
             cpu_model,
             packages: cores.iter().map(|c| c.package).collect::<BTreeSet<_>>().len(),
@@ -198,12 +295,13 @@ impl NodeInfo {
             pus: cores.iter().map(|c| c.pus.len()).sum(),
             numa_nodes,
             memory_bytes,
-            gpus: detect_gpus(),
+            gpus: gpu_devices.iter().map(|g| gpu_label(&g.name, g.memory_bytes)).collect(),
+            gpu_devices,
         }
     }
 
     /// A short label that is equal for nodes of equal hardware, e.g.
-    /// `Intel Xeon Gold 6248 48c 376GiB 4xTesla V100-SXM2-32GB`.
+    /// `AMD EPYC 7B13 64c 503GiB 4xA40-48GB` (mixed GPUs joined by `+`).
     pub fn node_type(&self) -> String {
         let mut s = format!(
             "{} {}c {}GiB",
@@ -223,21 +321,27 @@ impl NodeInfo {
     }
 }
 
-/// GPU models from the NVIDIA driver's procfs (present without CUDA in the process).
-fn detect_gpus() -> Vec<String> {
-    let mut gpus: Vec<(String, String)> = std::fs::read_dir("/proc/driver/nvidia/gpus")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .filter_map(|e| {
-                    let text = std::fs::read_to_string(e.path().join("information")).ok()?;
-                    let model = text.lines().find_map(|l| l.strip_prefix("Model:"))?;
-                    Some((e.file_name().to_string_lossy().into_owned(), model.trim().to_string()))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    gpus.sort();
-    gpus.into_iter().map(|(_, m)| m).collect()
+/// A GPU model as a node-type word: `NVIDIA `/`Tesla ` prefixes stripped, spaces as
+/// `-`, and `-{N}GB` (N = memory in decimal GB, rounded) appended unless the name
+/// already carries a size: `NVIDIA A40` with 48,305,799,168 bytes -> `A40-48GB`,
+/// `Tesla V100-SXM2-32GB` -> `V100-SXM2-32GB`, `NVIDIA H100 80GB HBM3` -> `H100-80GB-HBM3`.
+pub fn gpu_label(name: &str, memory_bytes: Option<u64>) -> String {
+    let mut rest = name.trim();
+    while let Some(r) = ["NVIDIA ", "Tesla "].iter().find_map(|p| rest.strip_prefix(p)) {
+        rest = r.trim_start();
+    }
+    let mut label = rest.split_whitespace().collect::<Vec<_>>().join("-");
+    if label.is_empty() {
+        label = "GPU".into();
+    }
+    let has_size = label.split('-').any(|w| {
+        w.strip_suffix("GB")
+            .is_some_and(|d| !d.is_empty() && d.chars().all(|c| c.is_ascii_digit()))
+    });
+    if let (false, Some(bytes)) = (has_size, memory_bytes) {
+        label.push_str(&format!("-{}GB", (bytes as f64 / 1e9).round() as u64));
+    }
+    label
 }
 
 /// The MPI world as a rank sees it.
@@ -309,40 +413,93 @@ pub fn main(args: TopoArgs) -> Result<()> {
         info.packages, info.numa_nodes, info.cores, info.pus
     );
     println!("memory    : {:.1} GiB", info.memory_bytes as f64 / (1u64 << 30) as f64);
-    if info.gpus.is_empty() {
-        println!("gpus      : none seen by the NVIDIA driver");
+    print!("{}", placement_report(&cores, &info.gpu_devices, &info.gpus, args.ranks, args.bind));
+    Ok(())
+}
+
+/// The GPU map (per GPU: index, bus id, label, packages, NUMA nodes, nearest PUs) and
+/// the binding table of `ranks` local ranks (with `auto` and GPUs: each rank near GPU
+/// `local_rank % gpus`), as `ddpbench topo` prints them. `labels[i]` labels `gpus[i]`.
+fn placement_report(cores: &[CoreSlot], gpus: &[GpuInfo], labels: &[String], ranks: usize, bind: BindPolicy) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let list = |ids: &[usize]| {
+        if ids.is_empty() {
+            "-".to_string()
+        } else {
+            compact_list(&ids.iter().map(|&i| i as u32).collect::<Vec<_>>())
+        }
+    };
+    // Each GPU's nearest PUs; empty when hwloc cannot place it (the plan then falls back).
+    let mut gpu_near: Vec<Vec<u32>> = Vec::new();
+    if gpus.is_empty() {
+        let _ = writeln!(out, "gpus      : none seen (through {NVML_LIBRARY} or /proc/driver/nvidia/gpus)");
     } else {
-        for (i, g) in info.gpus.iter().enumerate() {
-            println!("gpu {i:<5} : {g}");
+        let _ = writeln!(out, "\ngpus and where they attach:");
+        let _ = writeln!(
+            out,
+            "{:>3}  {:<12}  {:<22}  {:>8}  {:>5}  nearest pus",
+            "gpu", "bus_id", "label", "packages", "numa"
+        );
+        for (g, label) in gpus.iter().zip(labels) {
+            let place = parse_pci_bus_id(&g.bus_id).and_then(|id| pci_locality(&id));
+            let (pk, numa, pus) = match &place {
+                Ok(p) => (list(&p.packages), list(&p.numa_nodes), compact_list(&p.pus)),
+                Err(e) => ("-".into(), "-".into(), format!("unknown: {e:#}")),
+            };
+            let _ = writeln!(out, "{:>3}  {:<12}  {label:<22}  {pk:>8}  {numa:>5}  {pus}", g.index, g.bus_id);
+            gpu_near.push(place.map(|p| p.pus).unwrap_or_default());
         }
     }
-    println!("\nbinding for {} local rank(s), policy {:?}:", args.ranks, args.bind);
-    println!("{:>10}  {:>8}  {:>7}  {:<24}  note", "local_rank", "packages", "threads", "pus");
-    for r in 0..args.ranks {
-        let b = plan_binding(&cores, args.bind, r, args.ranks);
+    let near_gpu = !gpu_near.is_empty() && bind == BindPolicy::Auto;
+    let _ = writeln!(
+        out,
+        "\nbinding for {} local rank(s), policy {:?}{}:",
+        ranks,
+        bind,
+        if near_gpu {
+            ", cores nearest each rank's GPU (local_rank % gpus)"
+        } else {
+            ""
+        }
+    );
+    let bindings: Vec<Binding> = if near_gpu {
+        plan_gpu_bindings(cores, &gpu_near, ranks)
+    } else {
+        (0..ranks).map(|r| plan_binding(cores, bind, r, ranks)).collect()
+    };
+    let _ = writeln!(
+        out,
+        "{:>10}  {:>3}  {:>8}  {:>7}  {:<24}  note",
+        "local_rank", "gpu", "packages", "threads", "pus"
+    );
+    for (r, b) in bindings.iter().enumerate() {
         let pus = if b.pus.is_empty() {
             "(unbound)".to_string()
         } else {
             compact_list(&b.pus)
         };
-        let pk = if b.packages.is_empty() {
-            "-".into()
+        let gpu = if gpu_near.is_empty() {
+            "-".to_string()
         } else {
-            compact_list(&b.packages.iter().map(|&p| p as u32).collect::<Vec<_>>())
+            (r % gpu_near.len()).to_string()
         };
-        let gpu = if info.gpus.is_empty() {
-            String::new()
-        } else {
-            format!("gpu {}", r % info.gpus.len())
-        };
-        let note = if b.shared {
-            "shares cores (more ranks than cores)".to_string()
-        } else {
-            gpu
-        };
-        println!("{r:>10}  {pk:>8}  {:>7}  {pus:<24}  {note}", b.threads);
+        let mut notes: Vec<String> = Vec::new();
+        if b.shared {
+            notes.push("shares cores (more ranks than cores)".into());
+        }
+        if let Some(why) = &b.fallback {
+            notes.push(format!("node-wide plan: {why}"));
+        }
+        let _ = writeln!(
+            out,
+            "{r:>10}  {gpu:>3}  {:>8}  {:>7}  {pus:<24}  {}",
+            list(&b.packages),
+            b.threads,
+            notes.join("; ")
+        );
     }
-    Ok(())
+    out
 }
 
 /// `[0,1,2,3,8]` -> `0-3,8`.
@@ -439,6 +596,154 @@ mod tests {
         let b = plan_binding(&m, BindPolicy::None, 1, 2);
         assert!(b.pus.is_empty());
         assert_eq!(b.threads, 4);
+    }
+
+    #[test]
+    fn gpu_near_binding_splits_the_near_cores() {
+        // Two packages of 8 cores; GPUs 0,1 behind package 0, GPUs 2,3 behind package 1.
+        let m = machine(2, 8);
+        let near0: Vec<u32> = (0..8).chain(16..24).collect();
+        let near1: Vec<u32> = (8..16).chain(24..32).collect();
+        let gpus = vec![near0.clone(), near0.clone(), near1.clone(), near1.clone()];
+        let b = plan_gpu_bindings(&m, &gpus, 4);
+        assert_eq!(
+            b.iter().map(|b| b.cores.clone()).collect::<Vec<_>>(),
+            vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9, 10, 11], vec![12, 13, 14, 15]]
+        );
+        assert_eq!(b[2].packages, vec![1]);
+        assert_eq!(b[2].pus, vec![8, 24, 9, 25, 10, 26, 11, 27]);
+        assert!(b
+            .iter()
+            .all(|b| b.fallback.is_none() && !b.shared && b.threads == 4 && b.policy == BindPolicy::Auto));
+        // Eight ranks on four GPUs: four ranks share each package's cores, disjointly.
+        let b = plan_gpu_bindings(&m, &gpus, 8);
+        let mut seen = BTreeSet::new();
+        for (r, x) in b.iter().enumerate() {
+            assert_eq!(x.threads, 2);
+            assert_eq!(
+                x.packages,
+                vec![usize::from(r % 4 >= 2)],
+                "rank {r} on GPU {} sits by its GPU",
+                r % 4
+            );
+            for c in &x.cores {
+                assert!(seen.insert(*c), "core {c} given twice");
+            }
+        }
+        assert_eq!(seen.len(), 16);
+        // A GPU whose locality is the whole node (one-socket machine): plain even split.
+        let m1 = machine(1, 5);
+        let all_pus: Vec<u32> = (0..10).collect();
+        let b = plan_gpu_binding(&m1, &all_pus, 1, 2, 1, 2);
+        assert_eq!(b.cores, vec![3, 4]);
+        assert!(b.fallback.is_none());
+    }
+
+    #[test]
+    fn gpu_near_binding_falls_back_and_says_why() {
+        let m = machine(2, 2);
+        // No locality known (hwloc could not place the GPU).
+        let b = plan_gpu_binding(&m, &[], 0, 1, 1, 2);
+        let plain = plan_binding(&m, BindPolicy::Auto, 1, 2);
+        assert_eq!((b.cores.clone(), b.pus.clone()), (plain.cores, plain.pus));
+        assert!(b.fallback.as_deref().unwrap().contains("no core"), "{:?}", b.fallback);
+        // Near PUs that cover no whole core (only one hardware thread of core 0).
+        let b = plan_gpu_binding(&m, &[0], 0, 1, 0, 1);
+        assert!(b.fallback.is_some());
+        assert_eq!(b.threads, 4, "the node-wide plan for one rank takes every core");
+        // Three ranks share package 0's two cores: too few, node-wide plan.
+        let near0 = vec![0, 1, 4, 5];
+        let b = plan_gpu_bindings(&m, &[near0], 3);
+        assert!(b.iter().all(|b| b.fallback.as_deref().unwrap().contains("only 2")), "{b:?}");
+        assert_eq!(
+            b[2],
+            Binding {
+                fallback: b[2].fallback.clone(),
+                ..plan_binding(&m, BindPolicy::Auto, 2, 3)
+            }
+        );
+        // No GPU at all.
+        let b = plan_gpu_bindings(&m, &[], 2);
+        assert_eq!(b[1].fallback.as_deref(), Some("no GPU on this node"));
+        assert_eq!(b[1].cores, plan_binding(&m, BindPolicy::Auto, 1, 2).cores);
+    }
+
+    #[test]
+    fn gpu_labels() {
+        assert_eq!(gpu_label("NVIDIA A40", Some(48_305_799_168)), "A40-48GB");
+        assert_eq!(gpu_label("Tesla V100-SXM2-32GB", Some(34_089_730_048)), "V100-SXM2-32GB");
+        assert_eq!(gpu_label("NVIDIA H100 80GB HBM3", Some(85_520_809_984)), "H100-80GB-HBM3");
+        assert_eq!(gpu_label("NVIDIA A100-SXM4-80GB", None), "A100-SXM4-80GB");
+        assert_eq!(gpu_label("NVIDIA Tesla T4", Some(15_843_721_216)), "T4-16GB");
+        assert_eq!(gpu_label("NVIDIA RTX A6000", Some(51_527_024_640)), "RTX-A6000-52GB");
+        assert_eq!(gpu_label("NVIDIA A40", None), "A40");
+        assert_eq!(gpu_label("", Some(8_000_000_000)), "GPU-8GB");
+        // "GB" alone or inside a word is not a size.
+        assert_eq!(gpu_label("NVIDIA GB200", Some(191_000_000_000)), "GB200-191GB");
+    }
+
+    #[test]
+    fn node_type_with_gpus() {
+        let mut n = NodeInfo {
+            cpu_model: "AMD EPYC 7B13".into(),
+            packages: 2,
+            cores: 64,
+            pus: 128,
+            numa_nodes: 2,
+            memory_bytes: 503 << 30,
+            gpus: vec!["A40-48GB".into(); 4],
+            gpu_devices: Vec::new(),
+        };
+        assert_eq!(n.node_type(), "AMD EPYC 7B13 64c 503GiB 4xA40-48GB");
+        n.gpus = vec!["A40-48GB".into(), "A100-SXM4-80GB".into()];
+        assert_eq!(n.node_type(), "AMD EPYC 7B13 64c 503GiB A40-48GB+A100-SXM4-80GB");
+        n.gpus.clear();
+        assert_eq!(n.node_type(), "AMD EPYC 7B13 64c 503GiB");
+    }
+
+    #[test]
+    fn placement_report_maps_gpus_to_cores() {
+        // Stand-in GPUs at this machine's first two real PCI addresses, and one that is absent.
+        let mut real: Vec<String> = std::fs::read_dir("/sys/bus/pci/devices")
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        real.sort();
+        if real.len() < 2 {
+            eprintln!("skipped: fewer than 2 PCI devices");
+            return;
+        }
+        let topo = Topology::new().unwrap();
+        let cores = discover_cores(&topo);
+        let gpu = |index: usize, bus_id: &str| GpuInfo {
+            index,
+            bus_id: bus_id.into(),
+            name: "NVIDIA A40".into(),
+            memory_bytes: Some(48_305_799_168),
+        };
+        let gpus = vec![gpu(0, &real[0]), gpu(1, &real[1])];
+        let labels = vec!["A40-48GB".to_string(); 2];
+        let text = placement_report(&cores, &gpus, &labels, 2, BindPolicy::Auto);
+        eprintln!("{text}");
+        let near0 = pci_locality(&parse_pci_bus_id(&real[0]).unwrap()).unwrap();
+        assert!(text.contains(&format!("{}  A40-48GB", real[0])), "{text}");
+        assert!(text.contains(&compact_list(&near0.pus)), "{text}");
+        assert!(text.contains("cores nearest each rank's GPU"), "{text}");
+        let rows: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("local_rank")).skip(1).collect();
+        assert_eq!(rows.len(), 2, "{text}");
+        assert!(rows[1].split_whitespace().nth(1) == Some("1"), "rank 1 takes GPU 1: {text}");
+        // An unknown GPU is reported, and its ranks fall back to the node-wide plan.
+        let text = placement_report(&cores, &[gpu(0, "0000:ff:1f.7")], &labels[..1], 1, BindPolicy::Auto);
+        eprintln!("{text}");
+        assert!(text.contains("unknown: PCI device 0000:ff:1f.7 not found"), "{text}");
+        assert!(text.contains("node-wide plan: no core"), "{text}");
+        // No GPU: one line saying so, and the plain table.
+        let text = placement_report(&cores, &[], &[], 2, BindPolicy::Auto);
+        assert!(text.starts_with("gpus      : none seen"), "{text}");
+        assert!(!text.contains("node-wide plan"), "{text}");
     }
 
     #[test]
