@@ -52,6 +52,8 @@ fn main() -> anyhow::Result<()> {
                 threads: 8,
                 cpu_model: "x".into(),
                 gpus: vec![],
+                gpu_bus_id: None,
+                binding_note: None,
                 launcher_env: vec![],
             })
             .collect(),

@@ -188,6 +188,12 @@ pub struct RankInfo {
     pub threads: usize,
     pub cpu_model: String,
     pub gpus: Vec<String>,
+    /// PCI bus id of this rank's GPU (from CUDA, so CUDA_VISIBLE_DEVICES is honoured).
+    #[serde(default)]
+    pub gpu_bus_id: Option<String>,
+    /// Why the rank is not bound to the cores nearest its GPU, when it is not.
+    #[serde(default)]
+    pub binding_note: Option<String>,
     /// Launcher variables (OMPI_COMM_WORLD_*, SLURM_*, CUDA_VISIBLE_DEVICES).
     pub launcher_env: Vec<(String, String)>,
 }

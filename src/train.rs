@@ -399,10 +399,26 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
     let started_at = Instant::now();
     let (out_dir, run_id) = (out_dir.to_path_buf(), run_id.to_string());
 
-    // Placement: bind this rank to its cores, then size libtorch's thread pool to them.
+    // Placement: the device first (its GPU decides the cores), then bind this rank to its
+    // cores, then size libtorch's thread pool to them.
+    let device = agree(w, resolve_device(args.device, w.local_rank))?;
     let mut hw = hwloc2::Topology::new().ok_or_else(|| anyhow!("hwloc could not read the topology"));
     let cores = hw.as_ref().map(topology::discover_cores).unwrap_or_default();
-    let binding = topology::plan_binding(&cores, args.bind, w.local_rank, w.local_size);
+    let (gpu_bus_id, gpu_near) = match device {
+        Device::Cuda(i) => gpu_places(i),
+        _ => (None, Err(anyhow!("training on CPU"))),
+    };
+    let binding = match (&gpu_near, args.bind) {
+        (Ok(near), crate::cli::BindPolicy::Auto) => topology::plan_gpu_bindings(&cores, near, w.local_size).swap_remove(w.local_rank),
+        _ => topology::plan_binding(&cores, args.bind, w.local_rank, w.local_size),
+    };
+    let binding_note = match (&device, &gpu_near) {
+        (Device::Cuda(_), Err(e)) => Some(format!("not bound by GPU locality: {e:#}")),
+        _ => binding.fallback.clone(),
+    };
+    if let Some(n) = binding_note.as_ref().filter(|_| w.local_rank == 0 && device != Device::Cpu) {
+        warn!("{n}");
+    }
     if let Ok(hw) = hw.as_mut() {
         if let Err(e) = topology::apply_binding(hw, &binding) {
             warn!("{e:#}; running unbound");
@@ -420,7 +436,6 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
     tch::set_num_threads(threads as i32);
     let node = topology::NodeInfo::detect(&cores);
     let node_type = args.node_type.clone().unwrap_or_else(|| node.node_type());
-    let device = agree(w, resolve_device(args.device, w.local_rank))?;
     if let Device::Cuda(_) = device {
         tch::Cuda::cudnn_set_benchmark(!args.deterministic);
     }
@@ -538,6 +553,8 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
         threads: tch::get_num_threads() as usize,
         cpu_model: node.cpu_model.clone(),
         gpus: node.gpus.clone(),
+        gpu_bus_id: gpu_bus_id.clone(),
+        binding_note: binding_note.clone(),
         launcher_env: topology::launcher_env(),
     };
     let infos = gather_strings(w, &serde_json::to_string(&info)?);
@@ -642,6 +659,23 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
     // A common time origin: ranks leave the barrier together (to within its exit skew).
     w.world.barrier();
     let origin = Instant::now();
+    let telemetry = match (&gpu_bus_id, args.telemetry_ms) {
+        (Some(bus), ms) if ms > 0 => {
+            let path = out_dir.join(record::rank_file_name(w.rank).replace(".csv", ".gpu.csv"));
+            match crate::telemetry::NvmlGpu::open(bus)
+                .and_then(|gpu| crate::telemetry::GpuSampler::start_with(gpu, w.rank, &path, std::time::Duration::from_millis(ms), origin))
+            {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    if w.local_rank == 0 {
+                        warn!("GPU telemetry off: {e:#}");
+                    }
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
     let fault = fault_injection(w.rank);
     let mut global_step = 0usize;
     let mut last_l2 = 0.0;
@@ -854,6 +888,18 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
         }
     }
 
+    if let Some(t) = telemetry {
+        match t.stop() {
+            Ok(sum) => info!(
+                "GPU telemetry: {} samples, mean utilisation {} %, peak memory {} MiB, mean power {} W",
+                sum.samples,
+                sum.mean_gpu_util_pct.map_or("?".into(), |v| format!("{v:.0}")),
+                sum.max_mem_used_bytes.map_or("?".into(), |v| (v >> 20).to_string()),
+                sum.mean_power_w.map_or("?".into(), |v| format!("{v:.0}"))
+            ),
+            Err(e) => warn!("GPU telemetry: {e:#}"),
+        }
+    }
     if w.rank == 0 {
         if args.save_model {
             vs.save(out_dir.join("model.safetensors"))
@@ -920,6 +966,26 @@ fn discover_stages(net: &dyn model::Net, spec: &model::ModelSpec, device: Device
     // A parameter no stage reached is reduced last (FlatGrads::attach then names it).
     let stages = cuts.len() + 1;
     (stage.into_iter().map(|s| if s == usize::MAX { 0 } else { s }).collect(), stages)
+}
+
+/// This rank's GPU's PCI bus id, and the hardware threads nearest each visible GPU in
+/// CUDA's numbering (rank r takes GPU r % visible), from hwloc.
+fn gpu_places(ordinal: usize) -> (Option<String>, Result<Vec<Vec<u32>>>) {
+    let driver = match crate::cuda::driver() {
+        Ok(d) => d,
+        Err(e) => return (None, Err(e)),
+    };
+    let mine = driver.pci_bus_id(ordinal).ok();
+    let near = (|| {
+        let count = tch::Cuda::device_count().max(0) as usize;
+        (0..count)
+            .map(|g| {
+                let bus = topology::parse_pci_bus_id(&driver.pci_bus_id(g)?)?;
+                Ok(topology::pci_locality(&bus)?.pus)
+            })
+            .collect::<Result<Vec<_>>>()
+    })();
+    (mine.map(|b| b.to_lowercase()), near)
 }
 
 /// Which all-reduce the run uses, the same on every rank, and a note when `auto` fell

@@ -54,6 +54,8 @@ fn manifest(id: &str, model: &str, ranks: &[RankSpec], batch: usize, status: &st
                 threads: 1,
                 cpu_model: "x".into(),
                 gpus: vec![],
+                gpu_bus_id: None,
+                binding_note: None,
                 launcher_env: vec![],
             })
             .collect(),
@@ -317,4 +319,64 @@ fn partial_runs_are_reported_and_left_out() {
     let job = reduce(&["/nonexistent/runs"]);
     assert_ne!(job.status, Some(0));
     assert!(job.stderr.contains("/nonexistent/runs: no such folder"));
+}
+
+/// Rewrites every rank file of `dir` with `hidden_s` of all-reduce work hidden behind
+/// backward: comm_s grows, comm_exposed_s (the phase) stays.
+fn hide_comm(dir: &Path, hidden_s: f64) {
+    for f in std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()) {
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        if !(name.starts_with("rank-") && name.ends_with(".csv")) {
+            continue;
+        }
+        let mut r = csv::Reader::from_path(&f).unwrap();
+        let h = r.headers().unwrap().clone();
+        let (c, e) = (
+            h.iter().position(|x| x == "comm_s").unwrap(),
+            h.iter().position(|x| x == "comm_exposed_s").unwrap(),
+        );
+        let rows: Vec<csv::StringRecord> = r.records().map(|x| x.unwrap()).collect();
+        let mut w = csv::Writer::from_path(&f).unwrap();
+        w.write_record(&h).unwrap();
+        for row in rows {
+            let mut v: Vec<String> = row.iter().map(String::from).collect();
+            v[c] = (v[e].parse::<f64>().unwrap() + hidden_s).to_string();
+            w.write_record(&v).unwrap();
+        }
+    }
+}
+
+#[test]
+fn overlapped_communication_and_gpu_telemetry() {
+    let d = tmp();
+    let dir = d.path().join("two");
+    write_run(&dir, "two", "m", &TWO, 10, 4);
+    hide_comm(&dir, 0.2);
+    std::fs::write(
+        dir.join("rank-00000.gpu.csv"),
+        "rank,time_utc,elapsed_s,gpu_util_pct,mem_util_pct,mem_used_bytes,sm_clock_mhz,power_w,temperature_c\n\
+         0,2026-01-01T00:00:00Z,0.1,50,,1000,1410,100,60\n\
+         0,2026-01-01T00:00:01Z,1.1,70,,3000,1410,,61\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("rank-00001.gpu.csv"),
+        "rank,time_utc,elapsed_s,gpu_util_pct,mem_util_pct,mem_used_bytes,sm_clock_mhz,power_w,temperature_c\n\
+         1,2026-01-01T00:00:00Z,0.1,90,,,,,\n",
+    )
+    .unwrap();
+    let run = read_run(&dir).unwrap();
+    assert!(run.complete(), "{:?}", run.problems);
+    let s = type_summaries(&run);
+    let (a, b) = (&s[0], &s[1]);
+    // The phase is the exposed part; all of the work is comm_total.
+    assert!(close(a.comm_s_median, 0.4) && close(a.comm_total_s_median, 0.6));
+    // R uses all of the work: (0.3 + 0.5) / 0.6.
+    assert!(close(a.compute_comm_ratio, 0.8 / 0.6));
+    // A waited 0.3 s of its 0.4 s exposed for B; the transfer is the work minus that wait.
+    assert!(close(a.wait_s_mean, 0.3) && close(a.exposed_comm_s_mean, 0.1));
+    assert!(close(a.transfer_s_median, 0.3) && close(b.transfer_s_median, 0.3));
+    // Telemetry: means over the samples that have a value, peak memory.
+    assert!(close(a.gpu_util_pct_mean, 60.0) && close(a.gpu_mem_used_max_bytes, 3000.0) && close(a.gpu_power_w_mean, 100.0));
+    assert!(close(b.gpu_util_pct_mean, 90.0) && b.gpu_mem_used_max_bytes.is_nan() && b.gpu_power_w_mean.is_nan());
 }

@@ -109,6 +109,8 @@ pub(crate) struct FlatGrads {
     pub current: usize,
     /// (bucket, element offset) of each parameter.
     slot: Vec<(usize, i64)>,
+    /// Buckets handed to the all-reduce in this step.
+    launched: Vec<bool>,
 }
 
 impl FlatGrads {
@@ -131,7 +133,12 @@ impl FlatGrads {
         if let Some(p) = slot.iter().position(|s| s.0 == usize::MAX) {
             bail!("parameter {p} is in no gradient bucket (internal error in the bucket plan)");
         }
-        let mut flat = FlatGrads { sets, current: 0, slot };
+        let mut flat = FlatGrads {
+            sets,
+            current: 0,
+            slot,
+            launched: vec![false; plan.buckets.len()],
+        };
         for (p, param) in params.iter().enumerate() {
             let grad = param.grad();
             if !grad.defined() {
@@ -156,6 +163,29 @@ impl FlatGrads {
             let _ = grad.set_source_tensor_storage_offset_(&self.sets[set][b], off, size.as_slice(), stride.as_slice());
         }
         self.current = set;
+    }
+
+    /// Bucket `b`'s (gradients, destination of the reduced values), the first time it is
+    /// asked for in a step; None when it was already launched.
+    pub fn claim(&mut self, b: usize) -> Option<(Tensor, Tensor)> {
+        if std::mem::replace(&mut self.launched[b], true) {
+            return None;
+        }
+        Some((
+            self.sets[self.current][b].shallow_clone(),
+            self.sets[1 - self.current][b].shallow_clone(),
+        ))
+    }
+
+    /// Every bucket is reduced: the gradients of `params` become views of the results.
+    pub fn complete(&mut self, params: &[Tensor]) {
+        self.point_grads_at(1 - self.current, params);
+        self.launched.iter_mut().for_each(|l| *l = false);
+    }
+
+    /// The buffers holding the current (after `complete`, the reduced) gradients.
+    pub fn current_set(&self) -> &[Tensor] {
+        &self.sets[self.current]
     }
 
     pub fn zero(&mut self) {

@@ -188,7 +188,6 @@ pub struct MpiStaged {
     flat: Option<FlatGrads>,
     /// Host buffers per bucket (None for in-place CPU fp32).
     host: Vec<Option<(Tensor, Tensor)>>,
-    launched: Vec<bool>,
     worker: Option<Worker>,
     pending: usize,
     step: CommStats,
@@ -203,14 +202,12 @@ impl MpiStaged {
         if dtype != GradDtype::Fp32 {
             half_ops();
         }
-        let buckets = plan.buckets.len();
         Ok(MpiStaged {
             plan,
             dtype,
             dup,
             flat: None,
             host: Vec::new(),
-            launched: vec![false; buckets],
             worker,
             pending: 0,
             step: CommStats::default(),
@@ -257,19 +254,15 @@ impl GradientReducer for MpiStaged {
     }
 
     fn launch(&mut self, b: usize) -> Result<()> {
-        if self.launched[b] {
-            return Ok(());
-        }
-        let flat = self.flat.as_ref().ok_or_else(|| anyhow!("gradient buckets used before attach"))?;
-        let (src, dst) = (flat.current, 1 - flat.current);
+        let flat = self.flat.as_mut().ok_or_else(|| anyhow!("gradient buckets used before attach"))?;
+        let Some((src, dst)) = flat.claim(b) else { return Ok(()) };
         let mut job = Job {
             bucket: b,
-            src: flat.sets[src][b].shallow_clone(),
-            dst: flat.sets[dst][b].shallow_clone(),
+            src,
+            dst,
             host: self.host[b].as_ref().map(|(s, r)| (s.shallow_clone(), r.shallow_clone())),
             dtype: self.dtype,
         };
-        self.launched[b] = true;
         match &self.worker {
             Some(w) => {
                 w.jobs
@@ -298,18 +291,14 @@ impl GradientReducer for MpiStaged {
             let times = result.map_err(|e| anyhow!("all-reduce of bucket {bucket}: {e}"))?;
             self.account(times);
         }
-        let flat = self.flat.as_mut().expect("attached");
-        let dst = 1 - flat.current;
-        flat.point_grads_at(dst, params);
-        self.launched.iter_mut().for_each(|l| *l = false);
+        self.flat.as_mut().expect("attached").complete(params);
         let mut stats = std::mem::take(&mut self.step);
         stats.bytes = (self.plan.total_numel() * self.dtype.bytes()) as u64;
         Ok(stats)
     }
 
     fn reduced(&self) -> &[Tensor] {
-        let flat = self.flat.as_ref().expect("attached");
-        &flat.sets[flat.current]
+        self.flat.as_ref().expect("attached").current_set()
     }
 
     fn zero_grads(&mut self) {

@@ -29,7 +29,6 @@ pub struct NcclReducer {
     start: Vec<Event>,
     end: Vec<Event>,
     done: Event,
-    launched: Vec<bool>,
 }
 
 /// Loads the CUDA driver and NCCL and makes `device_index` current: the part of joining
@@ -66,7 +65,6 @@ impl NcclReducer {
             start: events(true)?,
             end: events(true)?,
             done: cuda.event(false)?,
-            launched: vec![false; n],
             plan,
             dtype,
             flat: None,
@@ -105,17 +103,14 @@ impl GradientReducer for NcclReducer {
     }
 
     fn launch(&mut self, b: usize) -> Result<()> {
-        if self.launched[b] {
-            return Ok(());
-        }
-        let flat = self.flat.as_ref().ok_or_else(|| anyhow!("gradient buckets used before attach"))?;
-        let (src, dst) = (&flat.sets[flat.current][b], &flat.sets[1 - flat.current][b]);
+        let flat = self.flat.as_mut().ok_or_else(|| anyhow!("gradient buckets used before attach"))?;
+        let Some((src, dst)) = flat.claim(b) else { return Ok(()) };
         let (send, recv) = if self.wire.is_empty() {
-            (src.shallow_clone(), dst.shallow_clone())
+            (src, dst)
         } else {
             let (s, r) = &self.wire[b];
             let mut s = s.shallow_clone();
-            s.copy_(src); // the cast runs on libtorch's stream, before the ready event
+            s.copy_(&src); // the cast runs on libtorch's stream, before the ready event
             (s, r.shallow_clone())
         };
         self.cuda.record(&self.ready[b], LEGACY_STREAM)?;
@@ -134,7 +129,6 @@ impl GradientReducer for NcclReducer {
             )?;
         }
         self.cuda.record(&self.end[b], self.stream)?;
-        self.launched[b] = true;
         Ok(())
     }
 
@@ -154,8 +148,7 @@ impl GradientReducer for NcclReducer {
         for (b, (_, recv)) in self.wire.iter().enumerate() {
             flat.sets[dst][b].copy_(recv);
         }
-        flat.point_grads_at(dst, params);
-        self.launched.iter_mut().for_each(|l| *l = false);
+        flat.complete(params);
         Ok(CommStats {
             bytes: (self.plan.total_numel() * self.dtype.bytes()) as u64,
             comm_s,
@@ -165,8 +158,7 @@ impl GradientReducer for NcclReducer {
     }
 
     fn reduced(&self) -> &[Tensor] {
-        let flat = self.flat.as_ref().expect("attached");
-        &flat.sets[flat.current]
+        self.flat.as_ref().expect("attached").current_set()
     }
 
     fn zero_grads(&mut self) {

@@ -46,6 +46,7 @@ pub struct TypeSummary {
     pub backward_s_median: f64,
     #[serde(serialize_with = "plain_decimal")]
     pub backward_share: f64,
+    /// The communication phase: waiting for the all-reduce after backward (comm_exposed_s).
     #[serde(serialize_with = "plain_decimal")]
     pub comm_s_median: f64,
     #[serde(serialize_with = "plain_decimal")]
@@ -58,7 +59,10 @@ pub struct TypeSummary {
     pub other_s_median: f64,
     #[serde(serialize_with = "plain_decimal")]
     pub other_share: f64,
-    /// R = (forward + backward) / comm, from mean times.
+    /// All of the all-reduce work per step (comm_s), hidden behind backward or not.
+    #[serde(serialize_with = "plain_decimal")]
+    pub comm_total_s_median: f64,
+    /// R = (forward + backward) / all-reduce work, from mean times.
     #[serde(serialize_with = "plain_decimal")]
     pub compute_comm_ratio: f64,
     /// Communication not hidden behind compute (all of it while nothing overlaps), mean per step,
@@ -89,6 +93,14 @@ pub struct TypeSummary {
     pub last_arrival_share: f64,
     /// 1 for the node type that gates the job (its ranks arrive last most often).
     pub gating: u8,
+    /// Mean GPU utilisation over the telemetry samples of this type's ranks (empty without).
+    #[serde(serialize_with = "plain_decimal")]
+    pub gpu_util_pct_mean: f64,
+    /// Peak GPU memory used by a rank of this type.
+    #[serde(serialize_with = "plain_decimal")]
+    pub gpu_mem_used_max_bytes: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub gpu_power_w_mean: f64,
 }
 
 /// The node type whose ranks were last into the all-reduce most often (ties: the
@@ -154,12 +166,13 @@ pub fn type_summaries(run: &RunStats) -> Vec<TypeSummary> {
                 optimizer_share: share(med[4]),
                 other_s_median: med[5],
                 other_share: share(med[5]),
-                compute_comm_ratio: if mean[COMM] > 0.0 {
-                    (mean[1] + mean[2]) / mean[COMM]
+                comm_total_s_median: t.comm_total.median(),
+                compute_comm_ratio: if t.comm_total.mean() > 0.0 {
+                    (mean[1] + mean[2]) / t.comm_total.mean()
                 } else {
                     f64::NAN
                 },
-                exposed_comm_s_mean: t.transfer.mean(),
+                exposed_comm_s_mean: (mean[COMM] - t.wait.mean()).max(0.0),
                 wait_s_mean: t.wait.mean(),
                 transfer_s_median: transfer,
                 busbw_bytes_per_s: busbw,
@@ -169,6 +182,9 @@ pub fn type_summaries(run: &RunStats) -> Vec<TypeSummary> {
                 busbw_vs_probe: busbw / probe,
                 last_arrival_share: t.last_arrivals as f64 / run.steps.max(1) as f64,
                 gating: u8::from(n > 1 && gating.as_deref() == Some(t.node_type.as_str())),
+                gpu_util_pct_mean: t.gpu.util_pct_mean(),
+                gpu_mem_used_max_bytes: t.gpu.mem_used_max_bytes.map_or(f64::NAN, |b| b as f64),
+                gpu_power_w_mean: t.gpu.power_w_mean(),
             }
         })
         .collect()

@@ -43,7 +43,61 @@ pub struct TypeStats {
     /// the transfer itself took.
     pub transfer: Sketch,
     pub wait: Sketch,
+    /// comm_s: all of the all-reduce work, hidden behind backward or not.
+    pub comm_total: Sketch,
     pub last_arrivals: u64,
+    /// GPU telemetry of the type's ranks (`rank-NNNNN.gpu.csv`), when there is any.
+    pub gpu: GpuTelemetry,
+}
+
+/// Sums over the samples of `rank-NNNNN.gpu.csv` files (empty cells skipped).
+#[derive(Debug, Clone, Default)]
+pub struct GpuTelemetry {
+    pub util_pct_sum: f64,
+    pub util_samples: u64,
+    pub mem_used_max_bytes: Option<u64>,
+    pub power_w_sum: f64,
+    pub power_samples: u64,
+}
+
+impl GpuTelemetry {
+    /// Adds one rank's telemetry file; a missing file adds nothing.
+    pub fn add_file(&mut self, path: &Path) {
+        let Ok(mut r) = csv::Reader::from_path(path) else { return };
+        let Ok(h) = r.headers().cloned() else { return };
+        let pos = |n: &str| h.iter().position(|c| c == n);
+        let (util, mem, power) = (pos("gpu_util_pct"), pos("mem_used_bytes"), pos("power_w"));
+        for rec in r.records().flatten() {
+            let get = |i: Option<usize>| i.and_then(|i| rec.get(i)).and_then(|v| v.parse::<f64>().ok());
+            if let Some(u) = get(util) {
+                self.util_pct_sum += u;
+                self.util_samples += 1;
+            }
+            if let Some(m) = get(mem) {
+                self.mem_used_max_bytes = Some(self.mem_used_max_bytes.unwrap_or(0).max(m as u64));
+            }
+            if let Some(p) = get(power) {
+                self.power_w_sum += p;
+                self.power_samples += 1;
+            }
+        }
+    }
+
+    pub fn util_pct_mean(&self) -> f64 {
+        if self.util_samples == 0 {
+            f64::NAN
+        } else {
+            self.util_pct_sum / self.util_samples as f64
+        }
+    }
+
+    pub fn power_w_mean(&self) -> f64 {
+        if self.power_samples == 0 {
+            f64::NAN
+        } else {
+            self.power_w_sum / self.power_samples as f64
+        }
+    }
 }
 
 /// Everything the analysis needs of one run.
@@ -260,7 +314,9 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
                                         phase: std::array::from_fn(|_| Sketch::new()),
                                         transfer: Sketch::new(),
                                         wait: Sketch::new(),
+                                        comm_total: Sketch::new(),
                                         last_arrivals: 0,
+                                        gpu: GpuTelemetry::default(),
                                     });
                                     types.len() - 1
                                 });
@@ -338,6 +394,7 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
             }
             ts.transfer.push(transfer);
             ts.wait.push(wait);
+            ts.comm_total.push(row.comm_total_s);
             samples += row.samples;
             step_mean += row.step_s;
         }
@@ -348,6 +405,11 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
         job_step_sample.push(step_mean);
         bytes_per_step = rows[0].bytes;
         steps += 1;
+    }
+    for (i, rr) in readers.iter().enumerate() {
+        if let Some(ts) = types.get_mut(type_index[i]) {
+            ts.gpu.add_file(&dir.join(format!("rank-{:05}.gpu.csv", rr.rank)));
+        }
     }
     if readers.is_empty() && manifest.world_size > 0 && problems.is_empty() {
         problems.push("no rank file could be read".into());

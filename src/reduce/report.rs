@@ -212,7 +212,7 @@ pub fn markdown(
     }
 
     // Compute vs communication per epoch.
-    let _ = writeln!(md, "\n## Compute vs communication\n\nSeconds per epoch (per-step means × steps per epoch), all ranks averaged. R = (forward + backward) / comm.\n\n| run | ranks | batch/rank | compute s/epoch | comm s/epoch | of which waiting s/epoch | R |\n|---|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(md, "\n## Compute vs communication\n\nSeconds per epoch (per-step means × steps per epoch), all ranks averaged. The all-reduce work is every bucket's all-reduce; with `--overlap on` part of it runs behind backward (hidden) and only the rest holds the step up. R = (forward + backward) / all-reduce work.\n\n| run | ranks | batch/rank | compute s/epoch | all-reduce s/epoch | hidden s/epoch | exposed s/epoch | of which waiting s/epoch | R |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut low_r = Vec::new();
     for r in runs {
         let b = StepBreakdown::of(r);
@@ -220,18 +220,25 @@ pub fn markdown(
         let n = r.ranks.iter().map(|x| x.steps).sum::<u64>().max(1) as f64;
         let fb: f64 = r.ranks.iter().map(|x| x.phase_sum[1] + x.phase_sum[2]).sum::<f64>() / n;
         let comm = b.transfer_s + b.wait_s;
-        let ratio = if comm > 0.0 { fb / comm } else { f64::NAN };
+        let (work_sum, work_n) = r
+            .types
+            .iter()
+            .fold((0.0, 0u64), |a, t| (a.0 + t.comm_total.sum(), a.1 + t.comm_total.count()));
+        let work = if work_n > 0 { work_sum / work_n as f64 } else { comm };
+        let ratio = if work > 0.0 { fb / work } else { f64::NAN };
         if ratio < 3.0 && r.manifest.world_size > 1 {
             low_r.push(format!("{} (R = {:.2})", r.manifest.run_id, ratio));
         }
         let rs = if ratio.is_finite() { format!("{ratio:.2}") } else { "–".into() };
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {} |",
+            "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
             r.manifest.run_id,
             r.manifest.world_size,
             r.manifest.batch_size_per_rank,
             fb * spe,
+            work * spe,
+            (work - comm).max(0.0) * spe,
             comm * spe,
             b.wait_s * spe,
             rs
