@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The communication options against each other on 2 CPU ranks (shared memory):
-# --overlap on/off and --grad-dtype fp32/bf16, alternated REPEATS times so machine
+# --overlap on/off and --grad-dtype fp32/bf16 with 1 MiB buckets (so that some leave
+# while backward still runs), alternated REPEATS times so machine
 # noise hits all alike. Prints per configuration the medians over runs of each run's
 # median (over steps 10.. and both ranks) of step_s, backward_s, comm_s, comm_exposed_s.
 #   benchmarks/comm_options.sh [STEPS=150] [REPEATS=3] [MODEL=mnist-cnn] [BATCH=64]
@@ -15,7 +16,7 @@ for i in $(seq 1 "$repeats"); do
     name=${c%%:*}; flags=${c#*:}
     # shellcheck disable=SC2086
     mpirun -n 2 --bind-to none --oversubscribe "$DDPBENCH_BIN" train --model "$model" --dataset synthetic \
-      --batch-size "$batch" --optimizer sgd --max-steps "$steps" --warmup-steps 10 --val-samples 0 \
+      --batch-size "$batch" --optimizer sgd --max-steps "$steps" --warmup-steps 10 --val-samples 0 --bucket-mb 1 \
       $flags --out "$work/$name-$i" 2>/dev/null
   done
 done

@@ -475,7 +475,7 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
     // Communication: backend, overlap, buckets in the order backward makes them ready.
     let (use_nccl, mut note) = choose_backend(w, args, device)?;
     let threading_ok = matches!(w.threading, mpi::Threading::Serialized | mpi::Threading::Multiple);
-    let overlap = args.overlap == OnOff::On && (use_nccl || threading_ok);
+    let mut overlap = args.overlap == OnOff::On && (use_nccl || threading_ok);
     if args.overlap == OnOff::On && !overlap {
         note = Some(format!(
             "overlap off: MPI granted thread level {:?}, and the all-reduce thread needs serialized or multiple",
@@ -491,6 +491,18 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
     let mut launch_after: Vec<Vec<usize>> = vec![Vec::new(); stages];
     for (b, members) in plan.buckets.iter().enumerate() {
         launch_after[members.iter().map(|&p| stage_of[p]).min().unwrap_or(0)].push(b);
+    }
+    // Backward is cut only where a bucket becomes ready: every other cut would cost an
+    // extra pass over an activation and hide nothing. Buckets ready only when backward
+    // ends (stage 0) cannot overlap anything and go in `finish`.
+    let cut_at: Vec<usize> = (1..stages).filter(|&k| !launch_after[k].is_empty()).collect();
+    if overlap && cut_at.is_empty() {
+        overlap = false;
+        note = Some(format!(
+            "overlap off: all {:.1} MB of gradients fit one {} MiB bucket, ready only when backward ends; lower --bucket-mb to overlap",
+            (numels.iter().sum::<usize>() * 4) as f64 / 1e6,
+            args.bucket_mb
+        ));
     }
     let probing = args.probe_iters > 0 && w.size > 1;
     let probe = probing.then(|| comm::probe_allreduce(&w.world, w.size, &plan, args.probe_iters, comm::CACHE_FLUSH_BYTES));
@@ -579,7 +591,7 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
         comm_backend: reducer.backend().into(),
         comm: CommInfo {
             overlap,
-            backward_stages: if overlap { stages } else { 1 },
+            backward_stages: if overlap { cut_at.len() + 1 } else { 1 },
             grad_dtype: serde_json::to_value(args.grad_dtype)?.as_str().unwrap_or("").into(),
             amp: serde_json::to_value(args.amp)?.as_str().unwrap_or("").into(),
             nccl_version: use_nccl.then(|| crate::cuda::nccl().map(|n| n.version()).unwrap_or_default()),
@@ -622,7 +634,7 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
         "all-reduce: {}, overlap {}, gradients as {:?} on the wire, amp {:?}",
         reducer.backend(),
         if overlap {
-            format!("on ({stages} backward stages)")
+            format!("on ({} backward stages)", cut_at.len() + 1)
         } else {
             "off".into()
         },
@@ -737,9 +749,14 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
                 // Only the last micro-batch's backward hands buckets to the all-reduce.
                 let staged = overlap && micro_steps + 1 == args.grad_accum;
                 let mut cuts: Vec<(Tensor, Tensor)> = Vec::new();
+                let mut boundary = 0usize;
                 let mut forward = || {
                     if staged {
                         net.forward_cut(&x, true, &mut |h| {
+                            boundary += 1;
+                            if !cut_at.contains(&boundary) {
+                                return h;
+                            }
                             let leaf = h.detach().set_requires_grad(true);
                             cuts.push((h, leaf.shallow_clone()));
                             leaf
@@ -762,15 +779,15 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
                     loss.backward();
                 }
                 if staged {
-                    // Stage by stage from the last: after each, hand over the buckets it completed.
-                    for k in (0..=cuts.len()).rev() {
-                        if k < cuts.len() {
-                            backward_through_cut(&cuts[k]);
-                        }
-                        for &b in &launch_after[k] {
+                    // Segment by segment from the last: the buckets a segment completed
+                    // leave before the backward of the segment below it starts.
+                    for j in (0..cuts.len()).rev() {
+                        let upper = cut_at.get(j + 1).copied().unwrap_or(stages);
+                        for &b in launch_after[cut_at[j]..upper].iter().flatten() {
                             first_launch.get_or_insert_with(Instant::now);
                             reducer.launch(b)?;
                         }
+                        backward_through_cut(&cuts[j]);
                     }
                 }
                 sync(device);

@@ -30,7 +30,8 @@ NS1=node1; NS2=node2
 NET=10.213.77          # the /24, inside the namespaces only
 RATE="rate 1gbit burst 128kb latency 20ms"
 STEPS=12; WARMUP=2
-TRAIN_FLAGS=(--dataset synthetic --synthetic-samples 4096 --batch-size 16 --max-steps "$STEPS"
+# 1 MiB buckets, so that overlap has buckets to send while backward still runs.
+TRAIN_FLAGS=(--dataset synthetic --synthetic-samples 4096 --batch-size 16 --max-steps "$STEPS" --bucket-mb 1
              --warmup-steps "$WARMUP" --val-samples 64 --bind none --threads 1 --probe-iters 10)
 RUN_TIMEOUT=100        # seconds for one mpirun
 
@@ -238,11 +239,13 @@ for name, d in (("overlap on", s), ("overlap off", n), ("overlap off, bf16", b))
     c, e, t, by = med(d, "comm_s"), med(d, "comm_exposed_s"), med(d, "step_s"), rows(d)[0][0]["bytes"]
     print(f"shaped, {name}: median comm_s {c*1e3:.2f} ms, comm_exposed_s {e*1e3:.2f} ms, step_s {t*1e3:.2f} ms, bytes {by}")
 ' "$D/shaped" "$D/shaped-no-overlap" "$D/shaped-bf16"
-# Whether overlap pays here is measured, not asserted: both "nodes" share this machine's
-# 2 cores, so the all-reduce thread competes with backward for a core (BENCHMARKS.md).
-# What must hold: overlap ran in stages, and without it all of the all-reduce is exposed.
-check "shaped, overlap on: manifest says overlap with 4 backward stages" py '
-c = m(sys.argv[1])["comm"]; sys.exit(not (c["overlap"] is True and c["backward_stages"] == 4))' "$D/shaped"
+# Overlap sends fc1's 4.7 MB bucket while the convolutions' backward runs: less of the
+# all-reduce is exposed (about 0.55-0.65x here, BENCHMARKS.md); without it all is exposed.
+check "shaped, overlap on: manifest says overlap with 3 backward stages" py '
+c = m(sys.argv[1])["comm"]; sys.exit(not (c["overlap"] is True and c["backward_stages"] == 3))' "$D/shaped"
+check "shaped: overlap on exposes < 0.8 x the communication overlap off exposes" py '
+med = lambda d, c: statistics.median(float(r[c]) for f in rows(d) for r in f if r["warmup"] == "0")
+sys.exit(not med(sys.argv[1], "comm_exposed_s") < 0.8 * med(sys.argv[2], "comm_exposed_s"))' "$D/shaped" "$D/shaped-no-overlap"
 check "shaped, overlap off: comm_exposed_s covers comm_s" py '
 med = lambda d, c: statistics.median(float(r[c]) for f in rows(d) for r in f if r["warmup"] == "0")
 sys.exit(not med(sys.argv[1], "comm_exposed_s") >= 0.95 * med(sys.argv[1], "comm_s"))' "$D/shaped-no-overlap"
