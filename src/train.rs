@@ -498,11 +498,15 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
     let cut_at: Vec<usize> = (1..stages).filter(|&k| !launch_after[k].is_empty()).collect();
     if overlap && cut_at.is_empty() {
         overlap = false;
-        note = Some(format!(
-            "overlap off: all {:.1} MB of gradients fit one {} MiB bucket, ready only when backward ends; lower --bucket-mb to overlap",
-            (numels.iter().sum::<usize>() * 4) as f64 / 1e6,
-            args.bucket_mb
-        ));
+        note = Some(if plan.buckets.len() == 1 {
+            format!(
+                "overlap off: all {:.1} MB of gradients fit one {} MiB bucket, ready only when backward ends; lower --bucket-mb to overlap",
+                (numels.iter().sum::<usize>() * 4) as f64 / 1e6,
+                args.bucket_mb
+            )
+        } else {
+            "overlap off: every gradient bucket is ready only when backward ends (the first stage holds them all)".into()
+        });
     }
     let probing = args.probe_iters > 0 && w.size > 1;
     let probe = probing.then(|| comm::probe_allreduce(&w.world, w.size, &plan, args.probe_iters, comm::CACHE_FLUSH_BYTES));

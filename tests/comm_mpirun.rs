@@ -79,7 +79,16 @@ fn overlap_gives_the_same_model_and_hides_communication() {
     let single = d.path().join("single");
     let job = train(
         2,
-        &["--max-steps", "3", "--val-samples", "0", "--probe-iters", "0", "--out", &path_str(&single)],
+        &[
+            "--max-steps",
+            "3",
+            "--val-samples",
+            "0",
+            "--probe-iters",
+            "0",
+            "--out",
+            &path_str(&single),
+        ],
         LIMIT,
     );
     job.assert_ok();
