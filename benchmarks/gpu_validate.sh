@@ -67,7 +67,7 @@ device() {
         "$bin" topo --ranks 2
     } >"$out/topo.txt" 2>&1
     # Device<->host copy bandwidth of pinned buffers of one bucket's size (25 MiB).
-    python3 - >"$out/copy_bw.json" <<'PY'
+    python3 - >"$out/copy_bw.json" 2>"$out/copy_bw.log" <<'PY' || echo '{}' >"$out/copy_bw.json"
 import json, time, torch
 n = 25 * 2**20 // 4
 d = torch.ones(n, device="cuda"); h = torch.empty(n, pin_memory=True)
@@ -107,12 +107,18 @@ def med(run, col):
         v += [float(r[col]) for r in rows if r[col] != ""]
     return statistics.median(v) if v else float("nan")
 for run in sorted(os.listdir(f"{out}/runs")):
+    if not os.path.exists(f"{out}/runs/{run}/manifest.json"):
+        print(f"{run:24} no manifest (failed at set-up; see {run}.log)")
+        continue
     m = json.load(open(f"{out}/runs/{run}/manifest.json"))
     print(f"{run:24} {m['comm_backend']:15} step {med(run,'step_s')*1e3:8.2f} ms  comm {med(run,'comm_s')*1e3:7.3f} ms  "
           f"exposed {med(run,'comm_exposed_s')*1e3:7.3f} ms  d2h {med(run,'copy_d2h_s')*1e3:6.3f}  h2d {med(run,'copy_h2d_s')*1e3:6.3f} ms  "
           f"bytes {m['gradient_bytes']}  {m['ranks'][0]['node_type']}")
 cb = json.load(open(f"{out}/copy_bw.json"))
-print(f"pinned copy bandwidth: d2h {cb['d2h_bytes_per_s']/1e9:.2f} GB/s, h2d {cb['h2d_bytes_per_s']/1e9:.2f} GB/s")
+if cb:
+    print(f"pinned copy bandwidth: d2h {cb['d2h_bytes_per_s']/1e9:.2f} GB/s, h2d {cb['h2d_bytes_per_s']/1e9:.2f} GB/s")
+else:
+    print("pinned copy bandwidth: not measured (see copy_bw.log)")
 for amp in ("fp16", "fp32"):
     try:
         p = json.loads(open(f"{out}/pytorch_r50_{amp}.json").read())
