@@ -100,6 +100,8 @@ fn overlap_gives_the_same_model_and_hides_communication() {
     let (h, rows) = read_csv(&d.path().join("on").join("summary.csv"));
     let share = col(&h, &rows, "comm_share")[0];
     assert!(share < 0.05, "exposed comm share with overlap: {share}");
+    let report = std::fs::read_to_string(d.path().join("on").join("report.md")).unwrap();
+    assert!(report.contains("| mpi-cpu-staged, overlap (3 segments) |"), "{report}");
 }
 
 #[test]

@@ -64,16 +64,21 @@ pub fn markdown(
         incomplete.len()
     );
 
-    let _ = writeln!(md, "## Runs\n\n| run | model | data | ranks | nodes | batch/rank | global batch | steps | step ms (median) | samples/s |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(md, "## Runs\n\n| run | model | data | ranks | nodes | batch/rank | global batch | steps | step ms (median) | samples/s | all-reduce |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
     for r in scaling {
         let med = summaries
             .iter()
             .filter(|s| s.run_id == r.run_id)
             .map(|s| s.step_s_median)
             .fold(f64::NAN, f64::max);
+        let comm = runs
+            .iter()
+            .find(|x| x.manifest.run_id == r.run_id)
+            .map(|x| comm_setup(&x.manifest))
+            .unwrap_or_default();
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {} |",
             r.run_id,
             r.model,
             r.dataset,
@@ -83,7 +88,8 @@ pub fn markdown(
             r.global_batch,
             r.steps,
             ms(med),
-            r.samples_per_s
+            r.samples_per_s,
+            comm
         );
     }
 
@@ -583,4 +589,19 @@ pub fn print_tables(summaries: &[TypeSummary], scaling: &[ScalingRow]) {
             );
         }
     }
+}
+
+/// How a run communicated, in a few words: backend, overlap, wire dtype, AMP.
+fn comm_setup(m: &crate::record::Manifest) -> String {
+    let mut parts = vec![m.comm_backend.clone()];
+    if m.comm.overlap {
+        parts.push(format!("overlap ({} segments)", m.comm.backward_stages));
+    }
+    if !m.comm.grad_dtype.is_empty() && m.comm.grad_dtype != "fp32" {
+        parts.push(format!("{} gradients", m.comm.grad_dtype));
+    }
+    if !m.comm.amp.is_empty() && m.comm.amp != "off" {
+        parts.push(format!("amp {}", m.comm.amp));
+    }
+    parts.join(", ")
 }
