@@ -2,8 +2,10 @@
 //!
 //! Each step reads top to bottom like the sentence it measures:
 //! load batch → forward → backward → all-reduce → optimizer step, each phase timed
-//! the same way (device-synchronised on GPU), the rest counted as `other_s` so the
-//! phases add up to `step_s`.
+//! the same way (libtorch's stream synchronised on GPU), the rest counted as `other_s`
+//! so the phases add up to `step_s`. With `--overlap on`, backward runs in segments and
+//! hands each finished bucket to the all-reduce as it goes; the all-reduce phase is
+//! then only what is left to wait for (`comm_exposed_s`), and `comm_s` is all of it.
 //!
 //! Errors during set-up are agreed across ranks ([`agree`]) so every rank exits
 //! non-zero with the same message; an error on one rank during training takes the
