@@ -304,8 +304,9 @@ pub struct TrainArgs {
     pub allreduce: AllreduceChoice,
 
     /// All-reduce each bucket while backward is still running (as PyTorch DDP). Backward runs
-    /// stage by stage and a bucket leaves as soon as its last gradient is final; the CSV's
-    /// comm_exposed_s is the part of comm_s not hidden behind backward.
+    /// in segments cut where a bucket's last gradient is made, and the bucket leaves at once;
+    /// the CSV's comm_exposed_s is the part of comm_s not hidden behind backward. Needs more
+    /// than one bucket: when all gradients fit one, the run says so (lower --bucket-mb).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub overlap: OnOff,
 
