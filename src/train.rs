@@ -523,7 +523,9 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
             };
             let mut id = agree(w, mine)?;
             w.world.process_at_rank(0).broadcast_into(&mut id.internal[..]);
-            Box::new(agree(w, NcclReducer::join(w.rank, w.size, id, index, plan, args.grad_dtype))?)
+            // Not agreed: a rank whose ncclCommInitRank fails leaves the others waiting in it,
+            // so its error aborts the job (MPI_Abort) rather than meeting them in a collective.
+            Box::new(NcclReducer::join(w.rank, w.size, id, index, plan, args.grad_dtype)?)
         }
         _ => Box::new(agree(w, MpiStaged::new(&w.world, plan, args.grad_dtype, overlap))?),
     };
