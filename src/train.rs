@@ -1001,15 +1001,12 @@ fn gpu_places(ordinal: usize) -> (Option<String>, Result<Vec<Vec<u32>>>) {
         Err(e) => return (None, Err(e)),
     };
     let mine = driver.pci_bus_id(ordinal).ok();
-    let near = (|| {
-        let count = tch::Cuda::device_count().max(0) as usize;
-        (0..count)
-            .map(|g| {
-                let bus = topology::parse_pci_bus_id(&driver.pci_bus_id(g)?)?;
-                Ok(topology::pci_locality(&bus)?.pus)
-            })
-            .collect::<Result<Vec<_>>>()
-    })();
+    let near = (0..tch::Cuda::device_count().max(0) as usize)
+        .map(|g| {
+            let bus = topology::parse_pci_bus_id(&driver.pci_bus_id(g)?)?;
+            Ok(topology::pci_locality(&bus)?.pus)
+        })
+        .collect::<Result<Vec<_>>>();
     (mine.map(|b| b.to_lowercase()), near)
 }
 
