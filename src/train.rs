@@ -475,11 +475,13 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
     };
 
     // Communication: backend, overlap, buckets in the order backward makes them ready.
-    let (use_nccl, mut note) = choose_backend(w, args, device)?;
+    let (use_nccl, backend_note) = choose_backend(w, args, device)?;
+    // What differs from what was asked, and why: logged once and kept in the manifest.
+    let mut notes: Vec<String> = backend_note.into_iter().collect();
     let threading_ok = matches!(w.threading, mpi::Threading::Serialized | mpi::Threading::Multiple);
     let mut overlap = args.overlap == OnOff::On && (use_nccl || threading_ok);
     if args.overlap == OnOff::On && !overlap {
-        note = Some(format!(
+        notes.push(format!(
             "overlap off: MPI granted thread level {:?}, and the all-reduce thread needs serialized or multiple",
             w.threading
         ));
@@ -500,7 +502,7 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
     let cut_at: Vec<usize> = (1..stages).filter(|&k| !launch_after[k].is_empty()).collect();
     if overlap && cut_at.is_empty() {
         overlap = false;
-        note = Some(if plan.buckets.len() == 1 {
+        notes.push(if plan.buckets.len() == 1 {
             format!(
                 "overlap off: all {:.1} MB of gradients fit one {} MiB bucket, ready only when backward ends; lower --bucket-mb to overlap",
                 (numels.iter().sum::<usize>() * 4) as f64 / 1e6,
@@ -604,7 +606,7 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
             amp: serde_json::to_value(args.amp)?.as_str().unwrap_or("").into(),
             nccl_version: use_nccl.then(|| crate::cuda::nccl().map(|n| n.version()).unwrap_or_default()),
             mpi_threading: format!("{:?}", w.threading).to_lowercase(),
-            note: note.clone(),
+            note: (!notes.is_empty()).then(|| notes.join("; ")),
         },
         buckets,
         world_size: w.size,
@@ -635,7 +637,7 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
         None
     };
 
-    if let Some(n) = &note {
+    for n in &notes {
         info!("{n}");
     }
     info!(
