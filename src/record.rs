@@ -156,6 +156,11 @@ pub fn rank_file_name(rank: usize) -> String {
     format!("rank-{rank:05}.csv")
 }
 
+/// The companion file of GPU telemetry samples of rank `rank`.
+pub fn gpu_file_name(rank: usize) -> String {
+    format!("rank-{rank:05}.gpu.csv")
+}
+
 /// The communication set-up a run actually used (which may differ from what was asked).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct CommInfo {

@@ -294,7 +294,7 @@ fn resolve_device(choice: DeviceChoice, local_rank: usize) -> Result<Device> {
 /// its kernels. On CUDA this synchronises libtorch's stream only, not NCCL's (so an
 /// overlapped all-reduce keeps running); that costs the CPU/GPU pipelining across
 /// phase boundaries, a few kernel launches' worth per phase.
-pub fn sync(device: Device) {
+fn sync(device: Device) {
     if let Device::Cuda(i) = device {
         if crate::cuda::sync_torch_stream().is_err() {
             tch::Cuda::synchronize(i as i64);
@@ -683,7 +683,7 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
     let origin = Instant::now();
     let telemetry = match (&gpu_bus_id, args.telemetry_ms) {
         (Some(bus), ms) if ms > 0 => {
-            let path = out_dir.join(record::rank_file_name(w.rank).replace(".csv", ".gpu.csv"));
+            let path = out_dir.join(record::gpu_file_name(w.rank));
             match crate::telemetry::NvmlGpu::open(bus)
                 .and_then(|gpu| crate::telemetry::GpuSampler::start_with(gpu, w.rank, &path, std::time::Duration::from_millis(ms), origin))
             {
@@ -764,12 +764,11 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
                     if staged {
                         net.forward_cut(&x, true, &mut |h| {
                             boundary += 1;
-                            if !cut_at.contains(&boundary) {
-                                return h;
+                            if cut_at.contains(&boundary) {
+                                cut(h, &mut cuts)
+                            } else {
+                                h
                             }
-                            let leaf = h.detach().set_requires_grad(true);
-                            cuts.push((h, leaf.shallow_clone()));
-                            leaf
                         })
                     } else {
                         net.forward_t(&x, true)
@@ -819,7 +818,15 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
             let step_taken = match scaler.as_mut() {
                 None => true,
                 Some(sc) => {
-                    let found_inf = tch::no_grad(|| reducer.reduced().iter().any(|b| b.isfinite().all().int64_value(&[]) == 0));
+                    // One device read for all buckets, not one per bucket.
+                    let found_inf = tch::no_grad(|| {
+                        let finite = reducer
+                            .reduced()
+                            .iter()
+                            .map(|b| b.isfinite().all())
+                            .reduce(|a, b| a.logical_and(&b));
+                        finite.is_some_and(|f| f.int64_value(&[]) == 0)
+                    });
                     if !found_inf {
                         tch::no_grad(|| {
                             for b in reducer.reduced() {
@@ -949,6 +956,14 @@ fn fault_step(var: &str) -> Option<usize> {
     std::env::var(var).ok()?.parse().ok()
 }
 
+/// Cuts the graph at activation `h`: the next stage starts from a leaf copy of it, and
+/// (h, leaf) is kept so backward can be carried across the cut ([`backward_through_cut`]).
+fn cut(h: Tensor, cuts: &mut Vec<(Tensor, Tensor)>) -> Tensor {
+    let leaf = h.detach().set_requires_grad(true);
+    cuts.push((h, leaf.shallow_clone()));
+    leaf
+}
+
 /// Backward through one stage: the gradient that arrived at the next stage's input
 /// (a leaf cut from the graph) is sent into this stage's output. d(sum(out·g))/d(out)
 /// is g exactly, so the gradients are those of one whole backward, bit for bit.
@@ -971,11 +986,7 @@ fn discover_stages(net: &dyn model::Net, spec: &model::ModelSpec, device: Device
     };
     let y = Tensor::zeros([2], (Kind::Int64, device));
     let mut cuts: Vec<(Tensor, Tensor)> = Vec::new();
-    let out = net.forward_cut(&x, false, &mut |h| {
-        let leaf = h.detach().set_requires_grad(true);
-        cuts.push((h, leaf.shallow_clone()));
-        leaf
-    });
+    let out = net.forward_cut(&x, false, &mut |h| cut(h, &mut cuts));
     let mut stage = vec![usize::MAX; params.len()];
     let mut mark = |k: usize| {
         for (i, p) in params.iter().enumerate() {

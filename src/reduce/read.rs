@@ -408,7 +408,7 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
     }
     for (i, rr) in readers.iter().enumerate() {
         if let Some(ts) = types.get_mut(type_index[i]) {
-            ts.gpu.add_file(&dir.join(format!("rank-{:05}.gpu.csv", rr.rank)));
+            ts.gpu.add_file(&dir.join(crate::record::gpu_file_name(rr.rank)));
         }
     }
     if readers.is_empty() && manifest.world_size > 0 && problems.is_empty() {
