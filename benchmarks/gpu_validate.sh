@@ -112,7 +112,7 @@ for run in sorted(os.listdir(f"{out}/runs")):
         continue
     m = json.load(open(f"{out}/runs/{run}/manifest.json"))
     print(f"{run:24} {m['comm_backend']:15} step {med(run,'step_s')*1e3:8.2f} ms  comm {med(run,'comm_s')*1e3:7.3f} ms  "
-          f"exposed {med(run,'comm_exposed_s')*1e3:7.3f} ms  d2h {med(run,'copy_d2h_s')*1e3:6.3f}  h2d {med(run,'copy_h2d_s')*1e3:6.3f} ms  "
+          f"exposed {med(run,'comm_exposed_s')*1e3:7.3f} ms  d2h {med(run,'comm_stage_d2h_s')*1e3:6.3f}  h2d {med(run,'comm_stage_h2d_s')*1e3:6.3f} ms  "
           f"bytes {m['gradient_bytes']}  {m['ranks'][0]['node_type']}")
 cb = json.load(open(f"{out}/copy_bw.json"))
 if cb:
@@ -129,7 +129,7 @@ for amp in ("fp16", "fp32"):
 r = "mnist-1-nccl-fp32"
 print(f"NCCL single-rank: exposed comm / step = {med(r,'comm_exposed_s')/med(r,'step_s')*100:.2f} %")
 r = "r50-2-mpi-fp16"
-staged = (med(r, "copy_d2h_s"), med(r, "copy_h2d_s"))
+staged = (med(r, "comm_stage_d2h_s"), med(r, "comm_stage_h2d_s"))
 try:
     b = json.load(open(f"{out}/runs/{r}/manifest.json"))["gradient_bytes"]
     print(f"staged copies for {b} B: d2h {b/staged[0]/1e9:.2f} GB/s, h2d {b/staged[1]/1e9:.2f} GB/s "

@@ -13,6 +13,7 @@ fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir)?;
     let types = ["V100 node", "A40 node"];
     let manifest = Manifest {
+        schema_version: ddpbench::record::SCHEMA_VERSION,
         run_id: dir.file_name().unwrap().to_string_lossy().into(),
         status: "completed".into(),
         error: None,
@@ -81,12 +82,13 @@ fn main() -> anyhow::Result<()> {
                 elapsed_s: t,
                 samples: 64,
                 data_s: data,
+                batch_copy_s: 0.0,
                 forward_s: fwd,
                 backward_s: bwd,
                 comm_s: comm,
                 comm_exposed_s: comm,
-                copy_d2h_s: 0.0,
-                copy_h2d_s: 0.0,
+                comm_stage_d2h_s: 0.0,
+                comm_stage_h2d_s: 0.0,
                 optimizer_s: opt,
                 other_s: 0.0001,
                 step_s: step,

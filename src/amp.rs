@@ -8,10 +8,23 @@
 //! (`c10::DeviceType`, `c10::ScalarType`) and a bool, which the x86-64 and AArch64 C
 //! ABIs pass exactly as C integers; they are looked up by their mangled names.
 
-use crate::cli::AmpMode;
 use anyhow::{bail, Result};
 use std::ffi::{c_void, CString};
 use tch::Device;
+
+use clap::ValueEnum;
+use serde::Serialize;
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AmpMode {
+    /// Full fp32.
+    Off,
+    /// Autocast to float16 with dynamic loss scaling (as torch.amp.GradScaler).
+    Fp16,
+    /// Autocast to bfloat16; no loss scaling needed.
+    Bf16,
+}
 
 type SetEnabled = unsafe extern "C" fn(i8, bool);
 type SetDtype = unsafe extern "C" fn(i8, i8);

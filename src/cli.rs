@@ -1,7 +1,14 @@
 //! The command line. `TrainArgs` is also the run's configuration: it is written
 //! verbatim into `manifest.json`, so every run can be repeated from its own folder.
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use crate::amp::AmpMode;
+use crate::comm::{AllreduceChoice, GradDtype, OverlapMode};
+use crate::data::DatasetKind;
+use crate::device::DeviceChoice;
+use crate::model::ModelKind;
+use crate::optim::{LrScaling, OptimizerKind};
+use crate::topology::BindPolicy;
+use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -71,133 +78,6 @@ pub struct ModelsArgs {
     /// Vocabulary size assumed for transformer models.
     #[arg(long, default_value_t = 20_000)]
     pub vocab_size: usize,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ModelKind {
-    /// PyTorch examples/mnist CNN: 2 conv + 2 fc layers, 1,199,882 parameters.
-    MnistCnn,
-    /// torchvision ResNet-18, 224×224 inputs, 1000 classes.
-    Resnet18,
-    /// torchvision ResNet-50, 224×224 inputs, 1000 classes (25,557,032 parameters).
-    Resnet50,
-    /// ResNet-18 for CIFAR-10: 3×3 stem, no max-pool, 32×32 inputs, 10 classes.
-    Resnet18Cifar,
-    /// Transformer encoder classifier: d_model 128, 2 layers, 4 heads, feed-forward 512.
-    TransformerSmall,
-    /// Transformer encoder classifier: d_model 256, 4 layers, 8 heads, feed-forward 1024.
-    TransformerMedium,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DatasetKind {
-    /// Fashion-MNIST from Debian's dataset-fashion-mnist (or any IDX folder via --data-dir).
-    FashionMnist,
-    /// MNIST-format IDX files in --data-dir (gzipped or raw).
-    Mnist,
-    /// CIFAR-10 binary batches in --data-dir (data_batch_1..5.bin, test_batch.bin); random crop + flip.
-    Cifar10,
-    /// bigMNIST written by `ddpbench gen-bigmnist` in --data-dir, streamed with read-ahead.
-    Bigmnist,
-    /// ImageNet-style folder in --data-dir (train/<class>/*.JPEG, val/<class>/*.JPEG), decoded per batch.
-    Imagenet,
-    /// AG News CSV in --data-dir (train.csv, test.csv: class,title,description); for transformers.
-    Agnews,
-    /// Random data of the model's input shape: no I/O, for benchmarks.
-    Synthetic,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum OptimizerKind {
-    /// SGD with --momentum and --weight-decay.
-    Sgd,
-    Adam,
-    /// LARS (You et al. 2017): SGD with momentum and a per-layer trust ratio, for large batches.
-    Lars,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LrScaling {
-    /// Use --lr as given.
-    None,
-    /// Multiply --lr by ranks × --grad-accum (Goyal et al. 2017), relative to one rank's batch.
-    Linear,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum BindPolicy {
-    /// Spread local ranks over packages, give each a disjoint set of cores.
-    Auto,
-    /// One core per local rank.
-    Core,
-    /// One whole package (socket) per local rank.
-    Socket,
-    /// Leave binding to the launcher or the OS.
-    None,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DeviceChoice {
-    /// CUDA if libtorch sees a GPU, else CPU.
-    Auto,
-    Cpu,
-    Cuda,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AllreduceChoice {
-    /// NCCL when training on CUDA and libnccl loads, otherwise the CPU-staged MPI path (said once in the log).
-    Auto,
-    /// NCCL on device: rank 0 makes the unique id, MPI broadcasts it; buckets are reduced on a dedicated CUDA stream.
-    Nccl,
-    /// MPI_Allreduce over host memory; device gradients are staged through pinned host buffers.
-    Mpi,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum OnOff {
-    On,
-    Off,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AmpMode {
-    /// Full fp32.
-    Off,
-    /// Autocast to float16 with dynamic loss scaling (as torch.amp.GradScaler).
-    Fp16,
-    /// Autocast to bfloat16; no loss scaling needed.
-    Bf16,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum GradDtype {
-    /// Gradients travel as float32.
-    Fp32,
-    /// Gradients are cast to float16 for the all-reduce: half the bytes on the wire.
-    Fp16,
-    /// Gradients are cast to bfloat16 for the all-reduce: half the bytes, fp32's range.
-    Bf16,
-}
-
-impl GradDtype {
-    /// Bytes per gradient element on the wire.
-    pub fn bytes(self) -> usize {
-        match self {
-            GradDtype::Fp32 => 4,
-            GradDtype::Fp16 | GradDtype::Bf16 => 2,
-        }
-    }
 }
 
 #[derive(Args, Debug, Clone, Serialize)]
@@ -307,8 +187,8 @@ pub struct TrainArgs {
     /// in segments cut where a bucket's last gradient is made, and the bucket leaves at once;
     /// the CSV's comm_exposed_s is the part of comm_s not hidden behind backward. Needs more
     /// than one bucket: when all gradients fit one, the run says so (lower --bucket-mb).
-    #[arg(long, value_enum, default_value_t = OnOff::On)]
-    pub overlap: OnOff,
+    #[arg(long, value_enum, default_value_t = OverlapMode::On)]
+    pub overlap: OverlapMode,
 
     /// Automatic mixed precision for forward and backward (parameters and optimizer stay fp32).
     #[arg(long, value_enum, default_value_t = AmpMode::Off)]

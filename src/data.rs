@@ -6,7 +6,7 @@
 //! rank r takes every size-th index from r), so a run is comparable step for step
 //! with a PyTorch DDP run.
 
-use crate::cli::{DatasetKind, TrainArgs};
+use crate::cli::TrainArgs;
 use crate::model::{Input, ModelSpec, PAD_TOKEN, UNK_TOKEN};
 use crate::stats::Rng;
 use anyhow::{bail, Result};
@@ -14,6 +14,28 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use tch::{Device, Kind, Tensor};
+
+use clap::ValueEnum;
+use serde::Serialize;
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DatasetKind {
+    /// Fashion-MNIST from Debian's dataset-fashion-mnist (or any IDX folder via --data-dir).
+    FashionMnist,
+    /// MNIST-format IDX files in --data-dir (gzipped or raw).
+    Mnist,
+    /// CIFAR-10 binary batches in --data-dir (data_batch_1..5.bin, test_batch.bin); random crop + flip.
+    Cifar10,
+    /// bigMNIST written by `ddpbench gen-bigmnist` in --data-dir, streamed with read-ahead.
+    Bigmnist,
+    /// ImageNet-style folder in --data-dir (train/<class>/*.JPEG, val/<class>/*.JPEG), decoded per batch.
+    Imagenet,
+    /// AG News CSV in --data-dir (train.csv, test.csv: class,title,description); for transformers.
+    Agnews,
+    /// Random data of the model's input shape: no I/O, for benchmarks.
+    Synthetic,
+}
 
 /// Where Debian's `dataset-fashion-mnist` installs its files.
 pub const FASHION_MNIST_DIR: &str = "/usr/share/datasets/fashion-mnist";

@@ -14,6 +14,7 @@ pub mod cli;
 pub mod comm;
 pub mod cuda;
 pub mod data;
+pub mod device;
 pub mod model;
 pub mod optim;
 pub mod plot;

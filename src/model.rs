@@ -8,9 +8,27 @@
 //! - `transformer-small`/`-medium`: token embedding + sinusoidal positions, post-norm
 //!   encoder layers, mean-pool, 4-class head (seed 004).
 
-use crate::cli::ModelKind;
+use clap::ValueEnum;
+use serde::Serialize;
 use tch::nn;
 use tch::{Kind, Tensor};
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModelKind {
+    /// PyTorch examples/mnist CNN: 2 conv + 2 fc layers, 1,199,882 parameters.
+    MnistCnn,
+    /// torchvision ResNet-18, 224×224 inputs, 1000 classes.
+    Resnet18,
+    /// torchvision ResNet-50, 224×224 inputs, 1000 classes (25,557,032 parameters).
+    Resnet50,
+    /// ResNet-18 for CIFAR-10: 3×3 stem, no max-pool, 32×32 inputs, 10 classes.
+    Resnet18Cifar,
+    /// Transformer encoder classifier: d_model 128, 2 layers, 4 heads, feed-forward 512.
+    TransformerSmall,
+    /// Transformer encoder classifier: d_model 256, 4 layers, 8 heads, feed-forward 1024.
+    TransformerMedium,
+}
 
 /// A network whose forward pass is cut into stages, so that backward can run stage by
 /// stage and gradient buckets can leave while earlier stages are still in backward
@@ -422,7 +440,6 @@ pub fn build(kind: ModelKind, p: &nn::Path, o: &ModelOptions) -> Box<dyn Net> {
 
 /// `ddpbench models`: every model with its parameter count and gradient bytes.
 pub fn list(o: &ModelOptions) {
-    use clap::ValueEnum;
     println!(
         "{:<20} {:>14} {:>16}  {:<18} {}",
         "model", "parameters", "gradient bytes", "input", "classes"

@@ -1,9 +1,30 @@
 //! Optimizers: libtorch's SGD and Adam, and LARS written here (libtorch has none).
 
-use crate::cli::OptimizerKind;
 use anyhow::Result;
 use tch::nn::{self, OptimizerConfig};
 use tch::Tensor;
+
+use clap::ValueEnum;
+use serde::Serialize;
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OptimizerKind {
+    /// SGD with --momentum and --weight-decay.
+    Sgd,
+    Adam,
+    /// LARS (You et al. 2017): SGD with momentum and a per-layer trust ratio, for large batches.
+    Lars,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LrScaling {
+    /// Use --lr as given.
+    None,
+    /// Multiply --lr by ranks × --grad-accum (Goyal et al. 2017), relative to one rank's batch.
+    Linear,
+}
 
 /// LARS (You, Gitman, Ginsburg 2017): for each weight tensor, a local learning rate
 /// `trust · ‖w‖ / (‖g‖ + wd · ‖w‖)` scales the update, so that layers with small

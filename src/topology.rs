@@ -12,13 +12,28 @@ mod pci;
 
 pub use pci::{parse_pci_bus_id, pci_locality, GpuPlace, PciBusId};
 
-use crate::cli::{BindPolicy, TopoArgs};
+use crate::cli::TopoArgs;
 use crate::telemetry::{gpu_inventory, GpuInfo, NVML_LIBRARY};
 use anyhow::{Context, Result};
 use hwloc2::{CpuBindFlags, CpuSet, ObjectType, Topology};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use serde::Serialize;
 use std::collections::BTreeSet;
+
+use clap::ValueEnum;
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BindPolicy {
+    /// Spread local ranks over packages, give each a disjoint set of cores.
+    Auto,
+    /// One core per local rank.
+    Core,
+    /// One whole package (socket) per local rank.
+    Socket,
+    /// Leave binding to the launcher or the OS.
+    None,
+}
 
 /// One physical core: the package it sits in and its hardware threads (OS indexes).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -11,11 +11,15 @@
 //! non-zero with the same message; an error on one rank during training takes the
 //! job down with MPI_Abort so no rank waits forever in a collective.
 
+use crate::amp::AmpMode;
 use crate::amp::{Autocast, LossScaler};
-use crate::cli::{AllreduceChoice, AmpMode, DeviceChoice, LrScaling, OnOff, TrainArgs};
+use crate::cli::TrainArgs;
 use crate::comm::{self, mpi::MpiStaged, nccl::NcclReducer, BucketPlan, GradientReducer};
+use crate::comm::{AllreduceChoice, OverlapMode};
 use crate::data::{self, Dataset};
+use crate::device::DeviceChoice;
 use crate::model;
+use crate::optim::LrScaling;
 use crate::optim::{self, Optimizer};
 use crate::record::{self, CommInfo, CsvLog, EpochRow, Manifest, RankInfo, StepRow};
 use crate::topology::{self, World};
@@ -411,7 +415,7 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
         _ => (None, Err(anyhow!("training on CPU"))),
     };
     let binding = match (&gpu_near, args.bind) {
-        (Ok(near), crate::cli::BindPolicy::Auto) => topology::plan_gpu_bindings(&cores, near, w.local_size).swap_remove(w.local_rank),
+        (Ok(near), topology::BindPolicy::Auto) => topology::plan_gpu_bindings(&cores, near, w.local_size).swap_remove(w.local_rank),
         _ => topology::plan_binding(&cores, args.bind, w.local_rank, w.local_size),
     };
     let binding_note = match (&device, &gpu_near) {
@@ -479,8 +483,8 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
     // What differs from what was asked, and why: logged once and kept in the manifest.
     let mut notes: Vec<String> = backend_note.into_iter().collect();
     let threading_ok = matches!(w.threading, mpi::Threading::Serialized | mpi::Threading::Multiple);
-    let mut overlap = args.overlap == OnOff::On && (use_nccl || threading_ok);
-    if args.overlap == OnOff::On && !overlap {
+    let mut overlap = args.overlap == OverlapMode::On && (use_nccl || threading_ok);
+    if args.overlap == OverlapMode::On && !overlap {
         notes.push(format!(
             "overlap off: MPI granted thread level {:?}, and the all-reduce thread needs serialized or multiple",
             w.threading
@@ -581,6 +585,7 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
     };
     let infos = gather_strings(w, &serde_json::to_string(&info)?);
     let mut manifest = Manifest {
+        schema_version: record::SCHEMA_VERSION,
         run_id: run_id.clone(),
         status: "running".into(),
         error: None,
@@ -732,7 +737,7 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
             opt.set_lr(optim::learning_rate(args.learning_rate(), lr_scale, global_step, warmup_lr_steps));
             let wall = SystemTime::now();
             let t0 = Instant::now();
-            let (mut data_s, mut forward_s, mut backward_s) = (0.0, 0.0, 0.0);
+            let (mut data_s, mut batch_copy_s, mut forward_s, mut backward_s) = (0.0, 0.0, 0.0, 0.0);
             let s = |a: Instant, b: Instant| (b - a).as_secs_f64();
             let mut samples = 0usize;
             let mut step_loss: Option<Tensor> = None;
@@ -749,6 +754,7 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
                 let ta = Instant::now();
                 let Some(batch) = loader.next_batch() else { break };
                 let (x, y) = batch?;
+                let tcopy = Instant::now();
                 let (x, y) = if device == Device::Cpu {
                     (x, y)
                 } else {
@@ -801,7 +807,8 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
                 }
                 sync(device);
                 let td = Instant::now();
-                data_s += s(ta, tb);
+                data_s += s(ta, tcopy);
+                batch_copy_s += s(tcopy, tb);
                 forward_s += s(tb, tc);
                 backward_s += s(tc, td);
                 samples += y.size()[0] as usize;
@@ -859,14 +866,15 @@ fn run_in(w: &World, args: &TrainArgs, started: SystemTime, out_dir: &Path, run_
                 elapsed_s: s(origin, t0),
                 samples,
                 data_s,
+                batch_copy_s,
                 forward_s,
                 backward_s,
                 comm_s: comm.comm_s,
                 comm_exposed_s,
-                copy_d2h_s: comm.copy_d2h_s,
-                copy_h2d_s: comm.copy_h2d_s,
+                comm_stage_d2h_s: comm.stage_d2h_s,
+                comm_stage_h2d_s: comm.stage_h2d_s,
                 optimizer_s,
-                other_s: step_s - (data_s + forward_s + backward_s + comm_exposed_s + optimizer_s),
+                other_s: step_s - (data_s + batch_copy_s + forward_s + backward_s + comm_exposed_s + optimizer_s),
                 step_s,
                 comm_start_s: s(origin, first_launch.unwrap_or(t3)),
                 loss: loss_value,

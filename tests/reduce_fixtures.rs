@@ -13,6 +13,7 @@ type RankSpec<'a> = (&'a str, [f64; 6]);
 
 fn manifest(id: &str, model: &str, ranks: &[RankSpec], batch: usize, status: &str) -> Manifest {
     Manifest {
+        schema_version: ddpbench::record::SCHEMA_VERSION,
         run_id: id.into(),
         status: status.into(),
         error: None,
@@ -83,12 +84,13 @@ fn write_run(dir: &Path, id: &str, model: &str, ranks: &[RankSpec], batch: usize
                 elapsed_s: start,
                 samples: batch,
                 data_s: ph[0],
+                batch_copy_s: 0.0,
                 forward_s: ph[1],
                 backward_s: ph[2],
                 comm_s: ph[3],
                 comm_exposed_s: ph[3],
-                copy_d2h_s: 0.0,
-                copy_h2d_s: 0.0,
+                comm_stage_d2h_s: 0.0,
+                comm_stage_h2d_s: 0.0,
                 optimizer_s: ph[4],
                 other_s: ph[5],
                 step_s,

@@ -10,12 +10,53 @@
 pub mod mpi;
 pub mod nccl;
 
-use crate::cli::GradDtype;
+pub use crate::record::AllreduceProbe;
 use ::mpi::collective::{CommunicatorCollectives, SystemOperation};
 use ::mpi::topology::SimpleCommunicator;
 use anyhow::{bail, Result};
 use serde::Serialize;
 use tch::{Kind, Tensor};
+
+use clap::ValueEnum;
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AllreduceChoice {
+    /// NCCL when training on CUDA and libnccl loads, otherwise the CPU-staged MPI path (said once in the log).
+    Auto,
+    /// NCCL on device: rank 0 makes the unique id, MPI broadcasts it; buckets are reduced on a dedicated CUDA stream.
+    Nccl,
+    /// MPI_Allreduce over host memory; device gradients are staged through pinned host buffers.
+    Mpi,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OverlapMode {
+    On,
+    Off,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GradDtype {
+    /// Gradients travel as float32.
+    Fp32,
+    /// Gradients are cast to float16 for the all-reduce: half the bytes on the wire.
+    Fp16,
+    /// Gradients are cast to bfloat16 for the all-reduce: half the bytes, fp32's range.
+    Bf16,
+}
+
+impl GradDtype {
+    /// Bytes per gradient element on the wire.
+    pub fn bytes(self) -> usize {
+        match self {
+            GradDtype::Fp32 => 4,
+            GradDtype::Fp16 | GradDtype::Bf16 => 2,
+        }
+    }
+}
 
 /// Parameters grouped into all-reduce buckets.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -74,9 +115,9 @@ pub struct CommStats {
     /// communication work, whether or not it was hidden behind backward.
     pub comm_s: f64,
     /// Device→host copies of the CPU-staged path, inside `comm_s` (0 on CPU and NCCL).
-    pub copy_d2h_s: f64,
+    pub stage_d2h_s: f64,
     /// Host→device copies of the CPU-staged path, inside `comm_s`.
-    pub copy_h2d_s: f64,
+    pub stage_h2d_s: f64,
 }
 
 /// Sums gradients across all ranks (the loss is pre-divided by the world size before
@@ -219,21 +260,6 @@ pub fn allreduce_busbw(bytes: f64, ranks: usize, seconds: f64) -> f64 {
         return 0.0;
     }
     2.0 * (ranks as f64 - 1.0) / ranks as f64 * bytes / seconds
-}
-
-/// A raw MPI_Allreduce of the same buckets, timed in the same run as training.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct AllreduceProbe {
-    pub bytes: u64,
-    pub iters: usize,
-    /// Median over iterations of the slowest rank's time for all buckets.
-    pub median_s: f64,
-    pub min_s: f64,
-    pub busbw_bytes_per_s: f64,
-    pub algbw_bytes_per_s: f64,
-    /// True when caches were flushed before each iteration (see [`probe_allreduce`]).
-    #[serde(default)]
-    pub cold_cache: bool,
 }
 
 /// Bytes written between cold-cache probe iterations: larger than the last-level

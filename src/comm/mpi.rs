@@ -10,8 +10,8 @@
 //! be initialised with at least MPI_THREAD_SERIALIZED: while the thread works the main
 //! thread makes no MPI call (it is in backward), so calls never run concurrently.
 
+use super::GradDtype;
 use super::{wire_kind, BucketPlan, CommStats, FlatGrads, GradientReducer};
-use crate::cli::GradDtype;
 use anyhow::{anyhow, bail, Result};
 use mpi::ffi;
 use mpi::raw::AsRaw;
@@ -216,8 +216,8 @@ impl MpiStaged {
 
     fn account(&mut self, times: BucketTimes) {
         self.step.comm_s += times.0;
-        self.step.copy_d2h_s += times.1;
-        self.step.copy_h2d_s += times.2;
+        self.step.stage_d2h_s += times.1;
+        self.step.stage_h2d_s += times.2;
     }
 }
 

@@ -9,8 +9,8 @@
 //! for NCCL's last event, so the optimizer reads reduced gradients. Each bucket's
 //! all-reduce is timed with a pair of events on NCCL's stream.
 
+use super::GradDtype;
 use super::{wire_kind, BucketPlan, CommStats, FlatGrads, GradientReducer};
-use crate::cli::GradDtype;
 use crate::cuda::{self, Driver, Event, Nccl, NcclComm, NcclDtype, NcclUniqueId, Stream, LEGACY_STREAM};
 use anyhow::{anyhow, Result};
 use tch::Tensor;
@@ -152,8 +152,8 @@ impl GradientReducer for NcclReducer {
         Ok(CommStats {
             bytes: (self.plan.total_numel() * self.dtype.bytes()) as u64,
             comm_s,
-            copy_d2h_s: 0.0,
-            copy_h2d_s: 0.0,
+            stage_d2h_s: 0.0,
+            stage_h2d_s: 0.0,
         })
     }
 

@@ -141,6 +141,8 @@ struct Columns {
     bytes: usize,
     /// `comm_s`, the whole all-reduce, when the phase column is `comm_exposed_s`.
     comm_total: Option<usize>,
+    /// `batch_copy_s` (schema 2), counted with `data_s` here.
+    batch_copy: Option<usize>,
 }
 
 impl Columns {
@@ -169,6 +171,7 @@ impl Columns {
             comm_start_s: pos("comm_start_s")?,
             bytes: pos("bytes")?,
             comm_total: pos("comm_exposed_s").ok().and(pos("comm_s").ok()),
+            batch_copy: pos("batch_copy_s").ok(),
         })
     }
 }
@@ -194,6 +197,9 @@ fn parse_row(rec: &csv::ByteRecord, c: &Columns) -> Option<Row> {
     let mut phases = [0.0; 6];
     for (k, &i) in c.phases.iter().enumerate() {
         phases[k] = field(rec, i)?;
+    }
+    if let Some(i) = c.batch_copy {
+        phases[0] += field::<f64>(rec, i)?;
     }
     Some(Row {
         global_step: field(rec, c.global_step)?,

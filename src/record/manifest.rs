@@ -1,0 +1,134 @@
+//! `manifest.json`: everything needed to interpret, compare and repeat a run.
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Version of the files a run folder holds (`manifest.json`, `rank-NNNNN.csv`, and
+/// `summary.csv` written from them). 1: before `batch_copy_s` (the batch copy was inside
+/// `data_s`) and with `copy_d2h_s`/`copy_h2d_s`; 2: the phase glossary of results/README.md.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// Manifests written before `schema_version` existed are version 1.
+fn schema_v1() -> u32 {
+    1
+}
+
+/// A raw MPI_Allreduce of the same buckets, timed in the same run as training.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AllreduceProbe {
+    pub bytes: u64,
+    pub iters: usize,
+    /// Median over iterations of the slowest rank's time for all buckets.
+    pub median_s: f64,
+    pub min_s: f64,
+    pub busbw_bytes_per_s: f64,
+    pub algbw_bytes_per_s: f64,
+    /// True when caches were flushed before each iteration.
+    #[serde(default)]
+    pub cold_cache: bool,
+}
+
+/// The communication set-up a run actually used (which may differ from what was asked).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CommInfo {
+    /// Buckets all-reduced while backward ran.
+    pub overlap: bool,
+    /// Stages backward ran in (1 without overlap).
+    pub backward_stages: usize,
+    /// Gradient dtype on the wire.
+    pub grad_dtype: String,
+    /// Autocast dtype, or "off".
+    pub amp: String,
+    /// NCCL's version, when NCCL was used.
+    pub nccl_version: Option<String>,
+    /// MPI's thread support level as granted (overlap on MPI needs serialized or multiple).
+    pub mpi_threading: String,
+    /// Why the backend or overlap differs from what was asked, if it does.
+    pub note: Option<String>,
+}
+
+/// Where and on what one rank ran.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RankInfo {
+    pub rank: usize,
+    pub local_rank: usize,
+    pub host: String,
+    pub node_type: String,
+    pub device: String,
+    /// Core binding policy and the hardware threads bound (e.g. "auto: 0-11").
+    pub binding: String,
+    pub threads: usize,
+    pub cpu_model: String,
+    pub gpus: Vec<String>,
+    /// PCI bus id of this rank's GPU (from CUDA, so CUDA_VISIBLE_DEVICES is honoured).
+    #[serde(default)]
+    pub gpu_bus_id: Option<String>,
+    /// Why the rank is not bound to the cores nearest its GPU, when it is not.
+    #[serde(default)]
+    pub binding_note: Option<String>,
+    /// Launcher variables (OMPI_COMM_WORLD_*, SLURM_*, CUDA_VISIBLE_DEVICES).
+    pub launcher_env: Vec<(String, String)>,
+}
+
+/// `manifest.json`: everything needed to interpret, compare and repeat a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    /// [`SCHEMA_VERSION`] of the writer.
+    #[serde(default = "schema_v1")]
+    pub schema_version: u32,
+    pub run_id: String,
+    /// "running", "completed" or "failed".
+    pub status: String,
+    pub error: Option<String>,
+    pub ddpbench_version: String,
+    pub libtorch_version: String,
+    pub mpi_library: String,
+    pub command_line: Vec<String>,
+    pub config: serde_json::Value,
+    pub model: String,
+    pub dataset: String,
+    pub dataset_source: String,
+    pub parameters: usize,
+    pub gradient_bytes: u64,
+    pub comm_backend: String,
+    /// How communication ran: overlap with backward, wire dtype, AMP, and why (e.g. the
+    /// fallback from NCCL to MPI).
+    #[serde(default)]
+    pub comm: CommInfo,
+    pub buckets: usize,
+    pub world_size: usize,
+    pub nodes: usize,
+    pub batch_size_per_rank: usize,
+    pub global_batch_size: usize,
+    pub steps_per_epoch: usize,
+    pub start_utc: String,
+    pub end_utc: Option<String>,
+    pub wall_s: Option<f64>,
+    pub final_param_l2: Option<f64>,
+    pub final_val_accuracy: Option<f64>,
+    /// Raw MPI_Allreduce of the gradient buckets timed before training, caches flushed
+    /// between iterations (gradients come from memory after backward): what the
+    /// all-reduce inside training is compared with.
+    pub allreduce_probe: Option<AllreduceProbe>,
+    /// The same probe with warm caches: the best case, for comparison.
+    #[serde(default)]
+    pub allreduce_probe_warm: Option<AllreduceProbe>,
+    pub ranks: Vec<RankInfo>,
+}
+
+impl Manifest {
+    /// Writes atomically (temp file + rename) so a reader never sees half a manifest.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let path = dir.join("manifest.json");
+        let tmp = dir.join(".manifest.json.tmp");
+        let text = serde_json::to_string_pretty(self)?;
+        std::fs::write(&tmp, text + "\n").with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))
+    }
+    pub fn read(dir: &Path) -> Result<Manifest> {
+        let path = dir.join("manifest.json");
+        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("{} is not a ddpbench manifest", path.display()))
+    }
+}

@@ -1,0 +1,143 @@
+//! What a run leaves behind: one long-form CSV per rank (`rank-00000.csv`, one row
+//! per step), `epochs.csv` (validation per epoch, rank 0), and `manifest.json`
+//! (configuration, versions, every rank's placement, outcome).
+//!
+//! CSV conventions: RFC 4180, snake_case headers with units, plain decimals with a
+//! dot, RFC 3339 UTC timestamps beside numeric seconds, so spreadsheets import
+//! every number as a number.
+
+mod manifest;
+mod rows;
+
+pub use manifest::{AllreduceProbe, CommInfo, Manifest, RankInfo, SCHEMA_VERSION};
+pub use rows::{EpochRow, Phase, PhaseTimes, StepRow};
+
+use anyhow::{Context, Result};
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Writes an f64 as a plain decimal (never `1e-6`), up to 9 decimals, trailing
+/// zeros trimmed, so every spreadsheet reads it as a number; NaN and infinities
+/// (undefined figures, e.g. a speedup interval of the baseline itself) as empty cells.
+pub fn plain_decimal<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format_plain(*v))
+}
+
+/// As [`plain_decimal`], with None as an empty cell.
+pub fn plain_decimal_opt<S: serde::Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&v.map(format_plain).unwrap_or_default())
+}
+
+pub fn format_plain(v: f64) -> String {
+    // A missing or undefined value is an empty cell: spreadsheets read "NaN" as text.
+    if !v.is_finite() {
+        return String::new();
+    }
+    let mut t = format!("{v:.9}");
+    if t.contains('.') {
+        t = t.trim_end_matches('0').trim_end_matches('.').to_string();
+    }
+    if t == "-0" {
+        "0".into()
+    } else {
+        t
+    }
+}
+
+/// Appends rows to a CSV file, flushing on demand so a crash keeps completed rows.
+pub struct CsvLog<R: serde::Serialize> {
+    writer: csv::Writer<BufWriter<File>>,
+    path: PathBuf,
+    _row: std::marker::PhantomData<R>,
+}
+
+impl<R: serde::Serialize> CsvLog<R> {
+    pub fn create(path: &Path) -> Result<CsvLog<R>> {
+        let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        Ok(CsvLog {
+            writer: csv::Writer::from_writer(BufWriter::with_capacity(1 << 16, file)),
+            path: path.to_path_buf(),
+            _row: std::marker::PhantomData,
+        })
+    }
+    pub fn write(&mut self, row: &R) -> Result<()> {
+        self.writer
+            .serialize(row)
+            .with_context(|| format!("cannot write to {}", self.path.display()))
+    }
+    pub fn flush(&mut self) -> Result<()> {
+        self.writer.flush().with_context(|| format!("cannot flush {}", self.path.display()))
+    }
+}
+
+pub fn rank_file_name(rank: usize) -> String {
+    format!("rank-{rank:05}.csv")
+}
+
+/// The companion file of GPU telemetry samples of rank `rank`.
+pub fn gpu_file_name(rank: usize) -> String {
+    format!("rank-{rank:05}.gpu.csv")
+}
+
+/// RFC 3339 UTC with microseconds, e.g. `2026-11-22T08:15:02.123456Z`.
+pub fn rfc3339_utc(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_micros()
+    )
+}
+
+/// Compact UTC stamp for run ids, e.g. `20261122T081502Z`.
+pub fn compact_utc(t: SystemTime) -> String {
+    let s = rfc3339_utc(t);
+    format!("{}{}{}T{}{}{}Z", &s[0..4], &s[5..7], &s[8..10], &s[11..13], &s[14..16], &s[17..19])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        assert_eq!(rfc3339_utc(UNIX_EPOCH), "1970-01-01T00:00:00.000000Z");
+        // 2024-02-29T12:34:56.5Z (a leap day).
+        let t = UNIX_EPOCH + Duration::from_millis(1_709_210_096_500);
+        assert_eq!(rfc3339_utc(t), "2024-02-29T12:34:56.500000Z");
+        assert_eq!(compact_utc(t), "20240229T123456Z");
+    }
+}
+
+#[cfg(test)]
+mod plain_tests {
+    use super::format_plain;
+
+    #[test]
+    fn plain_decimals_never_use_exponents() {
+        assert_eq!(format_plain(8.786999999982337e-6), "0.000008787");
+        assert_eq!(format_plain(0.1874), "0.1874");
+        assert_eq!(format_plain(2.0), "2");
+        assert_eq!(format_plain(1.5e12), "1500000000000");
+        assert_eq!(format_plain(-1e-12), "0");
+        assert_eq!(format_plain(f64::NAN), "");
+        assert_eq!(format_plain(f64::INFINITY), "");
+    }
+}

@@ -1,0 +1,281 @@
+//! The rows of `rank-NNNNN.csv` (one per step) and `epochs.csv` (one per epoch), and
+//! [`Phase`], the parts of a step that add up to `step_s`.
+
+use super::{plain_decimal, plain_decimal_opt};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A part of a training step. The phases of one step add up to its `step_s`; each is a
+/// column of `rank-NNNNN.csv` named by [`Phase::column`] (also its `Display`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Phase {
+    /// Waiting for the next batch (prepared inline, or taken from the workers' queue).
+    Data,
+    /// Copying the batch to the training device (0 on CPU).
+    BatchCopy,
+    /// The network's forward pass and the loss.
+    Forward,
+    /// The backward pass, handing finished gradient buckets to the all-reduce (`--overlap on`).
+    Backward,
+    /// Waiting for the gradient all-reduce after backward: the part overlap did not hide,
+    /// including the time spent waiting for a late rank to enter it.
+    CommExposed,
+    /// Unscaling (fp16 AMP), the optimizer step and zeroing the gradients.
+    Optimizer,
+    /// The rest of the step (loss read-back, bookkeeping): `step_s` minus the other phases.
+    Other,
+}
+
+impl Phase {
+    pub const COUNT: usize = 7;
+    /// Every phase, in the order a step runs through them.
+    pub const ALL: [Phase; Phase::COUNT] = [
+        Phase::Data,
+        Phase::BatchCopy,
+        Phase::Forward,
+        Phase::Backward,
+        Phase::CommExposed,
+        Phase::Optimizer,
+        Phase::Other,
+    ];
+
+    /// The phase's column in `rank-NNNNN.csv`.
+    pub fn column(self) -> &'static str {
+        match self {
+            Phase::Data => "data_s",
+            Phase::BatchCopy => "batch_copy_s",
+            Phase::Forward => "forward_s",
+            Phase::Backward => "backward_s",
+            Phase::CommExposed => "comm_exposed_s",
+            Phase::Optimizer => "optimizer_s",
+            Phase::Other => "other_s",
+        }
+    }
+
+    /// Position in [`Phase::ALL`], for arrays indexed by phase.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// True for the phases that are the network's own computation (forward, backward).
+    pub fn is_compute(self) -> bool {
+        matches!(self, Phase::Forward | Phase::Backward)
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.column())
+    }
+}
+
+/// Seconds per phase of one step, indexed by [`Phase::index`].
+pub type PhaseTimes = [f64; Phase::COUNT];
+
+/// One training step on one rank.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StepRow {
+    pub rank: usize,
+    pub node_type: String,
+    pub epoch: usize,
+    /// Step within the epoch, from 0.
+    pub step: usize,
+    /// Step since the start of the run, from 0.
+    pub global_step: usize,
+    /// 1 for the first `--warmup-steps` steps (kept in the file, excluded by `reduce`).
+    pub warmup: u8,
+    /// Wall-clock time of the step's start.
+    pub time_utc: String,
+    /// Seconds from the run's common start (ranks leave a barrier together) to the step's start.
+    #[serde(serialize_with = "plain_decimal")]
+    pub elapsed_s: f64,
+    /// Samples this rank processed in the step.
+    pub samples: usize,
+    /// [`Phase::Data`].
+    #[serde(serialize_with = "plain_decimal")]
+    pub data_s: f64,
+    /// [`Phase::BatchCopy`].
+    #[serde(serialize_with = "plain_decimal")]
+    pub batch_copy_s: f64,
+    /// [`Phase::Forward`].
+    #[serde(serialize_with = "plain_decimal")]
+    pub forward_s: f64,
+    /// [`Phase::Backward`].
+    #[serde(serialize_with = "plain_decimal")]
+    pub backward_s: f64,
+    /// [`Phase::CommExposed`].
+    #[serde(serialize_with = "plain_decimal")]
+    pub comm_exposed_s: f64,
+    /// [`Phase::Optimizer`].
+    #[serde(serialize_with = "plain_decimal")]
+    pub optimizer_s: f64,
+    /// [`Phase::Other`].
+    #[serde(serialize_with = "plain_decimal")]
+    pub other_s: f64,
+    /// Wall time of the whole step: the sum of the phases.
+    #[serde(serialize_with = "plain_decimal")]
+    pub step_s: f64,
+    /// All-reduce work: the sum over buckets of each bucket's all-reduce, staging
+    /// copies included, whether or not it was hidden behind backward. Not a phase.
+    #[serde(serialize_with = "plain_decimal")]
+    pub comm_s: f64,
+    /// Device→host copies of the CPU-staged all-reduce (inside comm_s; 0 on CPU and with NCCL).
+    #[serde(serialize_with = "plain_decimal")]
+    pub comm_stage_d2h_s: f64,
+    /// Host→device copies of the CPU-staged all-reduce (inside comm_s).
+    #[serde(serialize_with = "plain_decimal")]
+    pub comm_stage_h2d_s: f64,
+    /// Seconds from the run's common start to this rank's entry into the all-reduce
+    /// (the first bucket handed over).
+    #[serde(serialize_with = "plain_decimal")]
+    pub comm_start_s: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub loss: f64,
+    /// Gradient bytes this rank put into the all-reduce (at --grad-dtype).
+    pub bytes: u64,
+    /// fp16 AMP's loss scale during the step (empty without --amp fp16).
+    #[serde(serialize_with = "plain_decimal_opt")]
+    pub loss_scale: Option<f64>,
+    /// 1 when fp16 AMP found inf/NaN gradients and skipped the optimizer step.
+    pub step_skipped: u8,
+}
+
+impl StepRow {
+    /// The seconds of `phase` in this step.
+    pub fn phase(&self, phase: Phase) -> f64 {
+        match phase {
+            Phase::Data => self.data_s,
+            Phase::BatchCopy => self.batch_copy_s,
+            Phase::Forward => self.forward_s,
+            Phase::Backward => self.backward_s,
+            Phase::CommExposed => self.comm_exposed_s,
+            Phase::Optimizer => self.optimizer_s,
+            Phase::Other => self.other_s,
+        }
+    }
+
+    /// Sets every phase column from `times`.
+    pub fn set_phases(&mut self, times: &PhaseTimes) {
+        for p in Phase::ALL {
+            let v = times[p.index()];
+            match p {
+                Phase::Data => self.data_s = v,
+                Phase::BatchCopy => self.batch_copy_s = v,
+                Phase::Forward => self.forward_s = v,
+                Phase::Backward => self.backward_s = v,
+                Phase::CommExposed => self.comm_exposed_s = v,
+                Phase::Optimizer => self.optimizer_s = v,
+                Phase::Other => self.other_s = v,
+            }
+        }
+    }
+}
+
+/// End of one epoch (written by rank 0; all figures are over all ranks).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EpochRow {
+    pub epoch: usize,
+    pub time_utc: String,
+    pub steps: usize,
+    /// Slowest rank's wall time for the epoch's training steps.
+    #[serde(serialize_with = "plain_decimal")]
+    pub epoch_s: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub train_loss: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub val_loss: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub val_accuracy: f64,
+    pub val_samples: usize,
+    #[serde(serialize_with = "plain_decimal")]
+    pub val_s: f64,
+    /// L2 norm of all parameters (identical on every rank, checked).
+    #[serde(serialize_with = "plain_decimal")]
+    pub param_l2: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{rank_file_name, CsvLog};
+
+    #[test]
+    fn phases_are_named_by_their_columns_and_index_in_order() {
+        let names: Vec<String> = Phase::ALL.iter().map(|p| p.to_string()).collect();
+        assert_eq!(
+            names,
+            [
+                "data_s",
+                "batch_copy_s",
+                "forward_s",
+                "backward_s",
+                "comm_exposed_s",
+                "optimizer_s",
+                "other_s"
+            ]
+        );
+        for (i, p) in Phase::ALL.iter().enumerate() {
+            assert_eq!(p.index(), i);
+        }
+    }
+
+    fn row() -> StepRow {
+        StepRow {
+            rank: 3,
+            node_type: "Xeon, 48c".into(),
+            epoch: 0,
+            step: 1,
+            global_step: 1,
+            warmup: 1,
+            time_utc: "2026-01-01T00:00:00.000000Z".into(),
+            elapsed_s: 0.5,
+            samples: 64,
+            data_s: 0.001,
+            batch_copy_s: 0.0,
+            forward_s: 0.01,
+            backward_s: 0.02,
+            comm_exposed_s: 0.003,
+            optimizer_s: 0.004,
+            other_s: 0.0005,
+            step_s: 0.0385,
+            comm_s: 0.003,
+            comm_stage_d2h_s: 0.0,
+            comm_stage_h2d_s: 0.0,
+            comm_start_s: 0.53,
+            loss: 2.3,
+            bytes: 4_799_528,
+            loss_scale: None,
+            step_skipped: 0,
+        }
+    }
+
+    #[test]
+    fn phase_accessors_match_the_columns() {
+        let mut r = row();
+        let times: PhaseTimes = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0];
+        r.set_phases(&times);
+        for p in Phase::ALL {
+            assert_eq!(r.phase(p), times[p.index()]);
+        }
+        assert_eq!((r.data_s, r.comm_exposed_s, r.other_s), (1.0, 5.0, 7.0));
+    }
+
+    #[test]
+    fn step_rows_round_trip_with_unit_headers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(rank_file_name(3));
+        let row = row();
+        let mut log = CsvLog::create(&path).unwrap();
+        log.write(&row).unwrap();
+        log.flush().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(path.ends_with("rank-00003.csv"));
+        let header = text.lines().next().unwrap();
+        assert_eq!(header, "rank,node_type,epoch,step,global_step,warmup,time_utc,elapsed_s,samples,data_s,batch_copy_s,forward_s,backward_s,comm_exposed_s,optimizer_s,other_s,step_s,comm_s,comm_stage_d2h_s,comm_stage_h2d_s,comm_start_s,loss,bytes,loss_scale,step_skipped");
+        // A comma inside a field is quoted (RFC 4180); numbers are plain decimals.
+        assert!(text.lines().nth(1).unwrap().starts_with("3,\"Xeon, 48c\",0,1,1,1,"));
+        assert!(text.contains(",4799528,,0\n"), "no loss scale is an empty cell: {text}");
+        let back: StepRow = csv::Reader::from_path(&path).unwrap().deserialize().next().unwrap().unwrap();
+        assert_eq!(back, row);
+    }
+}
