@@ -6,9 +6,9 @@
 //! rank r takes every size-th index from r), so a run is comparable step for step
 //! with a PyTorch DDP run.
 
-use crate::cli::TrainArgs;
 use crate::model::{Input, ModelSpec, PAD_TOKEN, UNK_TOKEN};
 use crate::stats::Rng;
+use crate::train::TrainConfig;
 use anyhow::{bail, Result};
 use std::collections::HashMap;
 use std::io::Read;
@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 use tch::{Device, Kind, Tensor};
 
 use clap::ValueEnum;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DatasetKind {
     /// Fashion-MNIST from Debian's dataset-fashion-mnist (or any IDX folder via --data-dir).
@@ -388,7 +388,8 @@ fn load_idx_split(dir: &Path, prefix: &str, mean: f64, std: f64, hint: &str) -> 
 }
 
 /// Loads the data set the arguments ask for, shaped for a model of `spec`.
-pub fn load(args: &TrainArgs, spec: &ModelSpec) -> Result<Dataset> {
+pub fn load(cfg: &TrainConfig, spec: &ModelSpec) -> Result<Dataset> {
+    let args = &cfg.workload;
     let needs = |what: &str| -> Result<()> {
         bail!(
             "--dataset {} holds {what}; --model {} wants {:?}. See `ddpbench models`",
@@ -398,7 +399,7 @@ pub fn load(args: &TrainArgs, spec: &ModelSpec) -> Result<Dataset> {
         )
     };
     match args.dataset {
-        DatasetKind::Synthetic => Ok(synthetic(args.synthetic_samples, spec, args.seed)),
+        DatasetKind::Synthetic => Ok(synthetic(args.synthetic_samples, spec, cfg.schedule.seed)),
         DatasetKind::Cifar10 => {
             if spec.input != Input::Image([3, 32, 32]) {
                 needs("3×32×32 images")?;

@@ -9,11 +9,11 @@
 //!   encoder layers, mean-pool, 4-class head (seed 004).
 
 use clap::ValueEnum;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tch::nn;
 use tch::{Kind, Tensor};
 
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ModelKind {
     /// PyTorch examples/mnist CNN: 2 conv + 2 fc layers, 1,199,882 parameters.

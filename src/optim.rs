@@ -1,13 +1,14 @@
 //! Optimizers: libtorch's SGD and Adam, and LARS written here (libtorch has none).
 
+use crate::amp::LossScaler;
 use anyhow::Result;
 use tch::nn::{self, OptimizerConfig};
 use tch::Tensor;
 
 use clap::ValueEnum;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum OptimizerKind {
     /// SGD with --momentum and --weight-decay.
@@ -17,7 +18,7 @@ pub enum OptimizerKind {
     Lars,
 }
 
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LrScaling {
     /// Use --lr as given.
@@ -128,6 +129,35 @@ impl Optimizer {
             Optimizer::Torch(o) => o.step(),
             Optimizer::Lars(l) => l.step(),
         }
+    }
+
+    /// The optimizer step on the all-reduced gradients held in `reduced` (the flat
+    /// buckets the parameters' gradients are views of). With fp16 AMP's `scaler`, the
+    /// gradients are first checked for inf/NaN (one device read for all buckets): then
+    /// the step is skipped and the scale lowered; otherwise they are unscaled and the
+    /// step taken. Returns whether the optimizer stepped.
+    pub fn step_unscaled(&mut self, reduced: &[Tensor], scaler: Option<&mut LossScaler>) -> bool {
+        let stepped = match scaler {
+            None => true,
+            Some(sc) => {
+                let found_inf = tch::no_grad(|| {
+                    let finite = reduced.iter().map(|b| b.isfinite().all()).reduce(|a, b| a.logical_and(&b));
+                    finite.is_some_and(|f| f.int64_value(&[]) == 0)
+                });
+                if !found_inf {
+                    tch::no_grad(|| {
+                        for b in reduced {
+                            let _ = b.shallow_clone().g_mul_scalar_(1.0 / sc.scale);
+                        }
+                    });
+                }
+                sc.update(found_inf)
+            }
+        };
+        if stepped {
+            self.step();
+        }
+        stepped
     }
 }
 

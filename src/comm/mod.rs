@@ -9,17 +9,19 @@
 
 pub mod mpi;
 pub mod nccl;
+pub mod none;
+pub mod overlap;
 
 pub use crate::record::AllreduceProbe;
 use ::mpi::collective::{CommunicatorCollectives, SystemOperation};
 use ::mpi::topology::SimpleCommunicator;
 use anyhow::{bail, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
 use clap::ValueEnum;
 
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AllreduceChoice {
     /// NCCL when training on CUDA and libnccl loads, otherwise the CPU-staged MPI path (said once in the log).
@@ -28,16 +30,19 @@ pub enum AllreduceChoice {
     Nccl,
     /// MPI_Allreduce over host memory; device gradients are staged through pinned host buffers.
     Mpi,
+    /// No all-reduce: every rank keeps its own gradients. Measures the step without
+    /// communication; such runs are marked in the manifest and never a scaling baseline.
+    None,
 }
 
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum OverlapMode {
     On,
     Off,
 }
 
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum GradDtype {
     /// Gradients travel as float32.
@@ -216,6 +221,11 @@ impl FlatGrads {
             self.sets[self.current][b].shallow_clone(),
             self.sets[1 - self.current][b].shallow_clone(),
         ))
+    }
+
+    /// The step is over without any reduction: the gradients stay where they are.
+    pub fn keep(&mut self) {
+        self.launched.iter_mut().for_each(|l| *l = false);
     }
 
     /// Every bucket is reduced: the gradients of `params` become views of the results.

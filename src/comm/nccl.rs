@@ -11,7 +11,7 @@
 
 use super::GradDtype;
 use super::{wire_kind, BucketPlan, CommStats, FlatGrads, GradientReducer};
-use crate::cuda::{self, Driver, Event, Nccl, NcclComm, NcclDtype, NcclUniqueId, Stream, LEGACY_STREAM};
+use crate::device::cuda::{self, Driver, Event, Nccl, NcclComm, NcclDtype, NcclUniqueId, Stream, LEGACY_STREAM};
 use anyhow::{anyhow, Result};
 use tch::Tensor;
 

@@ -1,0 +1,54 @@
+//! `--allreduce none`: gradients live in the same flat buckets as with a real
+//! all-reduce, but nothing leaves the rank. The step then costs what it costs without
+//! communication, the reference for the trainer's own overhead.
+
+use super::{BucketPlan, CommStats, FlatGrads, GradientReducer};
+use anyhow::{anyhow, Result};
+use tch::Tensor;
+
+/// Keeps every rank's gradients to itself.
+pub struct NoReduce {
+    plan: BucketPlan,
+    flat: Option<FlatGrads>,
+}
+
+impl NoReduce {
+    pub fn new(plan: BucketPlan) -> NoReduce {
+        NoReduce { plan, flat: None }
+    }
+}
+
+impl GradientReducer for NoReduce {
+    fn backend(&self) -> &'static str {
+        "none"
+    }
+
+    fn attach(&mut self, params: &[Tensor]) -> Result<()> {
+        self.flat = Some(FlatGrads::attach(&self.plan, params)?);
+        Ok(())
+    }
+
+    fn launch(&mut self, b: usize) -> Result<()> {
+        let flat = self.flat.as_mut().ok_or_else(|| anyhow!("gradient buckets used before attach"))?;
+        flat.claim(b);
+        Ok(())
+    }
+
+    fn finish(&mut self, _params: &[Tensor]) -> Result<CommStats> {
+        self.flat
+            .as_mut()
+            .ok_or_else(|| anyhow!("gradient buckets used before attach"))?
+            .keep();
+        Ok(CommStats::default())
+    }
+
+    fn reduced(&self) -> &[Tensor] {
+        self.flat.as_ref().expect("attached").current_set()
+    }
+
+    fn zero_grads(&mut self) {
+        if let Some(flat) = self.flat.as_mut() {
+            flat.zero();
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! The gradient all-reduce a run uses: the backend (the same on every rank), the
+//! buckets in the order backward makes them ready, whether backward overlaps the
+//! all-reduce, and the raw all-reduce probe of the same buckets.
+
+use super::config::TrainConfig;
+use crate::comm::nccl::{self, NcclReducer};
+use crate::comm::none::NoReduce;
+use crate::comm::overlap::{self, LaunchPlan};
+use crate::comm::{self, mpi::MpiStaged, AllreduceChoice, BucketPlan, GradientReducer, OverlapMode};
+use crate::device::cuda;
+use crate::model::{ModelSpec, Net};
+use crate::record::{AllreduceProbe, CommInfo};
+use crate::world::{agree, Group};
+use anyhow::{anyhow, Result};
+use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
+use mpi::topology::Communicator;
+use tch::{Device, Tensor};
+
+/// The all-reduce side of a run, ready for its first step.
+pub struct Communication {
+    pub backend: Backend,
+    pub reducer: Box<dyn GradientReducer>,
+    /// Where backward is cut and buckets leave; None without overlap.
+    pub launch: Option<LaunchPlan>,
+    /// What ran, for the manifest.
+    pub info: CommInfo,
+    pub buckets: usize,
+    /// What differs from what was asked, and why.
+    pub notes: Vec<String>,
+    pub probe: Option<AllreduceProbe>,
+    pub probe_warm: Option<AllreduceProbe>,
+}
+
+impl Communication {
+    /// Chooses the backend, plans buckets from one discovery pass (which leaves every
+    /// gradient defined), probes the interconnect and attaches the gradients to the
+    /// buckets.
+    pub fn setup(
+        g: &Group,
+        cfg: &TrainConfig,
+        device: Device,
+        net: &dyn Net,
+        spec: &ModelSpec,
+        params: &[Tensor],
+    ) -> Result<Communication> {
+        let (backend, backend_note) = choose_backend(g, cfg, device)?;
+        let mut notes: Vec<String> = backend_note.into_iter().collect();
+        let use_nccl = backend == Backend::Nccl;
+        let mut overlap = cfg.comm.overlap == OverlapMode::On && (use_nccl || g.threads_may_call_mpi());
+        if backend == Backend::None {
+            overlap = false;
+            notes.push("no all-reduce (--allreduce none): every rank trains on its own gradients; the run measures the step without communication and is not a scaling run".into());
+        } else if cfg.comm.overlap == OverlapMode::On && !overlap {
+            notes.push(format!(
+                "overlap off: MPI granted thread level {:?}, and the all-reduce thread needs serialized or multiple",
+                g.threading
+            ));
+        }
+        let (stage_of, stages) = overlap::discover_stages(net, spec, device, params);
+        let numels: Vec<usize> = params.iter().map(Tensor::numel).collect();
+        let cap_bytes = (cfg.comm.bucket_mb * (1 << 20) as f64) as usize;
+        let plan = BucketPlan::in_order(&numels, &overlap::ready_order(&stage_of), 4, cap_bytes);
+        let launch = LaunchPlan::new(&stage_of, stages, &plan);
+        if overlap && !launch.can_overlap() {
+            overlap = false;
+            notes.push(launch.why_not(&plan, cfg.comm.bucket_mb));
+        }
+        let probing = cfg.comm.probe_iters > 0 && g.size > 1 && backend != Backend::None;
+        let probe = |flush| comm::probe_allreduce(&g.comm, g.size, &plan, cfg.comm.probe_iters, flush);
+        let (probe, probe_warm) = if probing {
+            (Some(probe(comm::CACHE_FLUSH_BYTES)), Some(probe(0)))
+        } else {
+            (None, None)
+        };
+        let buckets = plan.buckets.len();
+        let mut reducer = make_reducer(g, cfg, device, backend, overlap, plan)?;
+        agree(g, reducer.attach(params))?;
+        reducer.zero_grads();
+        let info = CommInfo {
+            overlap,
+            backward_stages: if overlap { launch.segments() } else { 1 },
+            grad_dtype: serde_json::to_value(cfg.comm.grad_dtype)?.as_str().unwrap_or("").into(),
+            amp: serde_json::to_value(cfg.optim.amp)?.as_str().unwrap_or("").into(),
+            nccl_version: use_nccl.then(|| cuda::nccl().map(|n| n.version()).unwrap_or_default()),
+            mpi_threading: format!("{:?}", g.threading).to_lowercase(),
+            note: (!notes.is_empty()).then(|| notes.join("; ")),
+        };
+        Ok(Communication {
+            backend,
+            reducer,
+            launch: overlap.then_some(launch),
+            info,
+            buckets,
+            notes,
+            probe,
+            probe_warm,
+        })
+    }
+}
+
+fn make_reducer(
+    g: &Group,
+    cfg: &TrainConfig,
+    device: Device,
+    backend: Backend,
+    overlap: bool,
+    plan: BucketPlan,
+) -> Result<Box<dyn GradientReducer>> {
+    match (backend, device) {
+        (Backend::None, _) => Ok(Box::new(NoReduce::new(plan))),
+        (Backend::Nccl, Device::Cuda(index)) => {
+            let mine = if g.rank == 0 {
+                cuda::nccl().and_then(|n| n.unique_id())
+            } else {
+                Ok(cuda::NcclUniqueId { internal: [0; 128] })
+            };
+            let mut id = agree(g, mine)?;
+            g.comm.process_at_rank(0).broadcast_into(&mut id.internal[..]);
+            // Not agreed: a rank whose ncclCommInitRank fails leaves the others waiting in it,
+            // so its error aborts the job (MPI_Abort) rather than meeting them in a collective.
+            Ok(Box::new(NcclReducer::join(g.rank, g.size, id, index, plan, cfg.comm.grad_dtype)?))
+        }
+        _ => Ok(Box::new(agree(g, MpiStaged::new(&g.comm, plan, cfg.comm.grad_dtype, overlap))?)),
+    }
+}
+
+/// The all-reduce backend a run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Nccl,
+    Mpi,
+    /// No all-reduce at all (`--allreduce none`).
+    None,
+}
+
+/// Which all-reduce the run uses, the same on every rank, and a note when `auto` fell
+/// back from NCCL.
+fn choose_backend(g: &Group, cfg: &TrainConfig, device: Device) -> Result<(Backend, Option<String>)> {
+    let local: Result<()> = match device {
+        Device::Cuda(i) => nccl::prepare(i).map(|_| ()),
+        _ => Err(anyhow!("this rank trains on CPU and NCCL needs CUDA")),
+    };
+    match cfg.comm.allreduce {
+        AllreduceChoice::None => Ok((Backend::None, None)),
+        AllreduceChoice::Mpi => Ok((Backend::Mpi, None)),
+        AllreduceChoice::Nccl => {
+            let checked = local.map_err(|e| anyhow!("--allreduce nccl cannot work: {e:#}. Use --allreduce mpi (CPU-staged) or auto"));
+            agree(g, checked)?;
+            Ok((Backend::Nccl, None))
+        }
+        AllreduceChoice::Auto => {
+            let mine = i32::from(local.is_ok());
+            let mut all = 0i32;
+            g.comm.all_reduce_into(&mine, &mut all, SystemOperation::min());
+            if all == 1 {
+                return Ok((Backend::Nccl, None));
+            }
+            let why = match (&local, device) {
+                (_, Device::Cpu) => "training on CPU".to_string(),
+                (Err(e), _) => format!("NCCL cannot work on rank {} ({e:#})", g.rank),
+                (Ok(()), _) => "NCCL cannot work on another rank".to_string(),
+            };
+            Ok((Backend::Mpi, Some(format!("all-reduce: CPU-staged MPI ({why}; --allreduce auto)"))))
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! The training configuration: what `ddpbench train` was asked to do. The command
+//! line is parsed straight into it (each section is a group of `--help`), it is
+//! validated once before MPI starts ([`TrainConfig::validate`]), and it is written
+//! verbatim (flat, one key per flag) into `manifest.json`, so every run can be
+//! repeated from its own folder. The trainer reads only this struct, never clap.
+
+use crate::amp::AmpMode;
+use crate::comm::{AllreduceChoice, GradDtype, OverlapMode};
+use crate::data::DatasetKind;
+use crate::device::DeviceChoice;
+use crate::model::ModelKind;
+use crate::optim::{LrScaling, OptimizerKind};
+use crate::topology::BindPolicy;
+use anyhow::{anyhow, Result};
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Everything a training run is configured by.
+#[derive(Args, Debug, Clone, Serialize, Deserialize)]
+pub struct TrainConfig {
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub workload: WorkloadConfig,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub schedule: ScheduleConfig,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub optim: OptimConfig,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub placement: PlacementConfig,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub comm: CommConfig,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub output: OutputConfig,
+}
+
+/// What is trained, on what.
+#[derive(Args, Debug, Clone, Serialize, Deserialize)]
+#[command(next_help_heading = "Workload")]
+pub struct WorkloadConfig {
+    /// Network to train.
+    #[arg(long, value_enum, default_value_t = ModelKind::MnistCnn)]
+    pub model: ModelKind,
+
+    /// Data set; fashion-mnist reads /usr/share/datasets/fashion-mnist unless --data-dir is given.
+    #[arg(long, value_enum, default_value_t = DatasetKind::FashionMnist)]
+    pub dataset: DatasetKind,
+
+    /// Folder holding the data set's files (for MNIST formats: train-images-idx3-ubyte[.gz] etc.).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+
+    /// Training samples of --dataset synthetic (the test split gets a sixth of it).
+    #[arg(long, default_value_t = 60_000)]
+    pub synthetic_samples: usize,
+
+    /// Tokens per sample for transformer models (padded or truncated).
+    #[arg(long, default_value_t = 128)]
+    pub seq_len: usize,
+
+    /// Vocabulary size for transformer models (the most frequent training words, plus padding and unknown).
+    #[arg(long, default_value_t = 20_000)]
+    pub vocab_size: usize,
+
+    /// Disable dropout layers, so that 1-rank and N-rank runs see bit-comparable updates.
+    #[arg(long)]
+    pub no_dropout: bool,
+}
+
+/// How long, in what batches.
+#[derive(Args, Debug, Clone, Serialize, Deserialize)]
+#[command(next_help_heading = "Schedule")]
+pub struct ScheduleConfig {
+    /// Passes over the training split.
+    #[arg(long, default_value_t = 1)]
+    pub epochs: usize,
+
+    /// Stop after this many steps in total (per rank), whatever --epochs says.
+    #[arg(long)]
+    pub max_steps: Option<usize>,
+
+    /// Samples per step on each rank (the global batch is this times the number of ranks).
+    #[arg(long, default_value_t = 64)]
+    pub batch_size: usize,
+
+    /// Micro-batches accumulated per optimizer step; gradients are all-reduced once per step.
+    #[arg(long, default_value_t = 1)]
+    pub grad_accum: usize,
+
+    /// Steps at the start flagged as warm-up in the CSV (kept, but excluded by `reduce`).
+    #[arg(long, default_value_t = 5)]
+    pub warmup_steps: usize,
+
+    /// Validate on the first N test samples after each epoch (default: all; 0 skips validation).
+    #[arg(long)]
+    pub val_samples: Option<usize>,
+
+    /// Seed of parameter initialisation, shuffling and dropout.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// Ask libtorch for deterministic algorithms (slower on GPU; repeatable results).
+    #[arg(long)]
+    pub deterministic: bool,
+}
+
+/// How the parameters are updated.
+#[derive(Args, Debug, Clone, Serialize, Deserialize)]
+#[command(next_help_heading = "Optimizer")]
+pub struct OptimConfig {
+    /// Optimizer, stepped by every rank on the averaged gradients.
+    #[arg(long, value_enum, default_value_t = OptimizerKind::Adam)]
+    pub optimizer: OptimizerKind,
+
+    /// Learning rate (default: 0.001 for adam, 0.01 for sgd, 0.1 for lars).
+    #[arg(long)]
+    pub lr: Option<f64>,
+
+    /// SGD/LARS momentum.
+    #[arg(long, default_value_t = 0.9)]
+    pub momentum: f64,
+
+    /// L2 weight decay (SGD, LARS).
+    #[arg(long, default_value_t = 0.0)]
+    pub weight_decay: f64,
+
+    /// How the learning rate follows the global batch.
+    #[arg(long, value_enum, default_value_t = LrScaling::None)]
+    pub lr_scaling: LrScaling,
+
+    /// Raise the learning rate linearly from 0 over this many epochs (fractions allowed).
+    #[arg(long, default_value_t = 0.0)]
+    pub warmup_epochs: f64,
+
+    /// Automatic mixed precision for forward and backward (parameters and optimizer stay fp32).
+    #[arg(long, value_enum, default_value_t = AmpMode::Off)]
+    pub amp: AmpMode,
+}
+
+/// Where each rank runs.
+#[derive(Args, Debug, Clone, Serialize, Deserialize)]
+#[command(next_help_heading = "Placement")]
+pub struct PlacementConfig {
+    /// Where to train.
+    #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
+    pub device: DeviceChoice,
+
+    /// How each rank is pinned to cores with hwloc.
+    #[arg(long, value_enum, default_value_t = BindPolicy::Auto)]
+    pub bind: BindPolicy,
+
+    /// Intra-op threads per rank (default: the number of cores the rank is bound to).
+    #[arg(long)]
+    pub threads: Option<usize>,
+
+    /// Threads preparing batches ahead of the step (0: prepare each batch inline). The queue
+    /// holds two batches per worker; data_s is the time a step waited for its batch.
+    #[arg(long, default_value_t = 0)]
+    pub workers: usize,
+
+    /// Node type label for this rank, overriding the one detected from the hardware.
+    #[arg(long)]
+    pub node_type: Option<String>,
+}
+
+/// How gradients are averaged across ranks.
+#[derive(Args, Debug, Clone, Serialize, Deserialize)]
+#[command(next_help_heading = "Communication")]
+pub struct CommConfig {
+    /// Gradient all-reduce backend.
+    #[arg(long, value_enum, default_value_t = AllreduceChoice::Auto)]
+    pub allreduce: AllreduceChoice,
+
+    /// All-reduce each bucket while backward is still running (as PyTorch DDP). Backward runs
+    /// in segments cut where a bucket's last gradient is made, and the bucket leaves at once;
+    /// the CSV's comm_exposed_s is the part of comm_s not hidden behind backward. Needs more
+    /// than one bucket: when all gradients fit one, the run says so (lower --bucket-mb).
+    #[arg(long, value_enum, default_value_t = OverlapMode::On)]
+    pub overlap: OverlapMode,
+
+    /// Gradient bucket size in MiB for the all-reduce (PyTorch DDP's bucket_cap_mb).
+    #[arg(long, default_value_t = 25.0)]
+    pub bucket_mb: f64,
+
+    /// Data type of gradients on the wire (compression; `bytes` in the CSV counts what was sent).
+    #[arg(long, value_enum, default_value_t = GradDtype::Fp32)]
+    pub grad_dtype: GradDtype,
+
+    /// Iterations of the raw MPI_Allreduce probe run before training (0 to skip).
+    #[arg(long, default_value_t = 10)]
+    pub probe_iters: usize,
+}
+
+/// What is written where.
+#[derive(Args, Debug, Clone, Serialize, Deserialize)]
+#[command(next_help_heading = "Output")]
+pub struct OutputConfig {
+    /// Output folder (default: results/<run-id>/). Must not already hold a run.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+
+    /// Log progress on rank 0 every N steps (0: only per epoch).
+    #[arg(long, default_value_t = 100)]
+    pub log_every: usize,
+
+    /// GPU telemetry (NVML) sampling period in ms, written to rank-NNNNN.gpu.csv (0: off).
+    #[arg(long, default_value_t = 200)]
+    pub telemetry_ms: u64,
+
+    /// Write the final parameters to model.safetensors in the run folder (rank 0).
+    #[arg(long)]
+    pub save_model: bool,
+}
+
+impl TrainConfig {
+    /// The learning rate asked for, or the optimizer's default.
+    pub fn learning_rate(&self) -> f64 {
+        self.optim.lr.unwrap_or(match self.optim.optimizer {
+            OptimizerKind::Adam => 0.001,
+            OptimizerKind::Sgd => 0.01,
+            OptimizerKind::Lars => 0.1,
+        })
+    }
+
+    /// Samples one rank processes per optimizer step.
+    pub fn samples_per_step(&self) -> usize {
+        self.schedule.batch_size * self.schedule.grad_accum
+    }
+
+    /// Checks what needs no MPI, so bad input fails before any rendezvous.
+    pub fn validate(&self) -> Result<()> {
+        let fail = |flag: String, why: &str| Err(anyhow!("{flag}: {why}"));
+        let (w, s, o, c) = (&self.workload, &self.schedule, &self.optim, &self.comm);
+        if s.batch_size == 0 {
+            return fail("--batch-size 0".into(), "must be at least 1 sample per rank");
+        }
+        if s.epochs == 0 {
+            return fail("--epochs 0".into(), "must be at least 1 (use --max-steps to stop earlier)");
+        }
+        if s.max_steps == Some(0) {
+            return fail("--max-steps 0".into(), "must be at least 1");
+        }
+        if self.placement.threads == Some(0) {
+            return fail("--threads 0".into(), "must be at least 1 (leave it out to follow the core binding)");
+        }
+        if !(c.bucket_mb > 0.0 && c.bucket_mb.is_finite()) {
+            return fail(format!("--bucket-mb {}", c.bucket_mb), "must be a positive number of MiB");
+        }
+        if let Some(lr) = o.lr {
+            if !(lr > 0.0 && lr.is_finite()) {
+                return fail(format!("--lr {lr}"), "must be positive");
+            }
+        }
+        if s.grad_accum == 0 {
+            return fail("--grad-accum 0".into(), "must be at least 1 micro-batch per step");
+        }
+        if !(o.warmup_epochs >= 0.0 && o.warmup_epochs.is_finite()) {
+            return fail(format!("--warmup-epochs {}", o.warmup_epochs), "must be 0 or more");
+        }
+        if w.seq_len == 0 {
+            return fail("--seq-len 0".into(), "must be at least 1 token");
+        }
+        if w.vocab_size < 3 {
+            return fail(
+                format!("--vocab-size {}", w.vocab_size),
+                "must be at least 3 (padding, unknown and one word)",
+            );
+        }
+        if w.synthetic_samples == 0 {
+            return fail("--synthetic-samples 0".into(), "must be at least 1");
+        }
+        Ok(())
+    }
+}

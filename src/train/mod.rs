@@ -1,0 +1,98 @@
+//! `ddpbench train`: the timed data-parallel loop, one process per rank.
+//!
+//! [`TrainConfig`] is what was asked (validated before MPI starts); a [`Trainer`] runs
+//! it on the ranks of a [`Group`]: `setup` (placement, data, model, optimizer,
+//! all-reduce, manifest), `run` (epochs of steps, each timed phase by phase through
+//! one [`timer::PhaseTimer`]: next batch → copy to device → forward → backward →
+//! wait for the all-reduce → optimizer), `finish` (the manifest's outcome).
+//!
+//! Errors during set-up are agreed across ranks ([`crate::world::agree`]) so every rank
+//! exits non-zero with the same message; an error on one rank during training takes
+//! the job down with MPI_Abort so no rank waits forever in a collective.
+
+mod communication;
+pub mod config;
+mod faults;
+mod manifest;
+mod params;
+mod placement;
+mod run_folder;
+mod step;
+pub mod timer;
+mod trainer;
+mod validation;
+
+pub use config::TrainConfig;
+pub use run_folder::RunFolder;
+pub use trainer::Trainer;
+
+use crate::world::{AgreedError, Group, World};
+use anyhow::Result;
+use std::time::SystemTime;
+
+/// Entry point of `ddpbench train`.
+pub fn main(cfg: TrainConfig) -> Result<()> {
+    cfg.validate()?;
+    let world = World::init()?;
+    let g = &world.group;
+    init_logging(g.rank);
+    install_abort_on_panic();
+    let _span = tracing::info_span!("rank", r = g.rank).entered();
+    match train(g, &cfg) {
+        Ok(()) => Ok(()),
+        Err(err) => match err.downcast_ref::<AgreedError>() {
+            Some(agreed) => {
+                let (rank, origin) = (g.rank, agreed.rank);
+                drop(world); // MPI_Finalize: every rank reached this point.
+                if rank == 0 {
+                    Err(err.context(format!("rank {origin} reported")))
+                } else {
+                    std::process::exit(1)
+                }
+            }
+            None => {
+                eprintln!("Error on rank {} ({}): {err:#}. Aborting the job.", g.rank, g.host);
+                mpi::topology::Communicator::abort(&g.comm, 1)
+            }
+        },
+    }
+}
+
+/// One run on the ranks of `g`, in its own run folder.
+pub fn train(g: &Group, cfg: &TrainConfig) -> Result<()> {
+    let started = SystemTime::now();
+    let folder = RunFolder::prepare(g, cfg, started)?;
+    let mut trainer = match Trainer::setup(g, cfg, folder.clone(), started) {
+        Ok(t) => t,
+        Err(e) => {
+            folder.remove_if_unused(g);
+            return Err(e);
+        }
+    };
+    trainer.run()?;
+    trainer.finish()
+}
+
+fn init_logging(rank: usize) {
+    use tracing_subscriber::EnvFilter;
+    let default = if rank == 0 { "info" } else { "warn" };
+    let filter = EnvFilter::try_from_env("DDPBENCH_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// A panic on one rank must not leave the others blocked in a collective.
+fn install_abort_on_panic() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        // SAFETY: MPI is initialised (the hook is installed after World::init).
+        unsafe {
+            mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 2);
+        }
+    }));
+}

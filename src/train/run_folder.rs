@@ -1,0 +1,77 @@
+//! The run folder: chosen and checked by rank 0, known to every rank.
+
+use super::config::TrainConfig;
+use crate::record;
+use crate::world::{agree, broadcast_string, Group};
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// Where a run writes, and its id (the folder's name).
+#[derive(Debug, Clone)]
+pub struct RunFolder {
+    pub dir: PathBuf,
+    pub run_id: String,
+}
+
+impl RunFolder {
+    /// Rank 0 picks the folder (`--out`, else `results/<model>-<data>-n<ranks>-<time>`),
+    /// refuses one that already holds a run, creates it and checks it is writable; every
+    /// rank learns the path, or the same error.
+    pub fn prepare(g: &Group, cfg: &TrainConfig, started: SystemTime) -> Result<RunFolder> {
+        let prepared = if g.rank == 0 {
+            create(cfg, g.size, started)
+        } else {
+            Ok(PathBuf::new())
+        };
+        let dir = agree(g, prepared)?;
+        let dir = PathBuf::from(broadcast_string(g, &dir.to_string_lossy()));
+        let run_id = dir.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        Ok(RunFolder { dir, run_id })
+    }
+
+    /// After a set-up failure before the run began (no manifest yet), rank 0 removes
+    /// the folder if it is empty, so no empty run folder is left behind.
+    pub fn remove_if_unused(&self, g: &Group) {
+        if g.rank == 0 && !self.dir.join("manifest.json").exists() {
+            let _ = std::fs::remove_dir(&self.dir);
+        }
+    }
+
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.join(file)
+    }
+}
+
+fn create(cfg: &TrainConfig, ranks: usize, started: SystemTime) -> Result<PathBuf> {
+    let dir = match &cfg.output.out {
+        Some(d) => d.clone(),
+        None => {
+            let name = |v: serde_json::Value| v.as_str().unwrap_or("x").to_string();
+            let id = format!(
+                "{}-{}-n{}-{}",
+                name(serde_json::to_value(cfg.workload.model)?),
+                name(serde_json::to_value(cfg.workload.dataset)?),
+                ranks,
+                record::compact_utc(started)
+            );
+            Path::new("results").join(id)
+        }
+    };
+    if dir.join("manifest.json").exists() {
+        bail!(
+            "{} already holds a run (manifest.json). Choose another --out or move that run away",
+            dir.display()
+        );
+    }
+    std::fs::create_dir_all(&dir).with_context(|| {
+        format!(
+            "cannot create output folder {} (check permissions or choose another --out)",
+            dir.display()
+        )
+    })?;
+    let probe = dir.join(".write-test");
+    std::fs::write(&probe, b"ok").with_context(|| format!("output folder {} is not writable (choose another --out)", dir.display()))?;
+    let _ = std::fs::remove_file(probe);
+    Ok(dir)
+}

@@ -1,0 +1,433 @@
+//! [`Trainer`]: one training run on the ranks of a [`Group`], from set-up to the
+//! final manifest. `setup` places the rank, loads the data, builds the model, the
+//! optimizer and the all-reduce, and writes the manifest (status "running");
+//! `run` trains epoch by epoch (each step in `step.rs`); `finish` writes the outcome.
+
+use super::communication::{Backend, Communication};
+use super::config::TrainConfig;
+use super::faults::FaultHooks;
+use super::params::{broadcast_from_rank0, check_in_sync};
+use super::placement::Placement;
+use super::run_folder::RunFolder;
+use super::timer::PhaseTimer;
+use crate::amp::{AmpMode, Autocast, LossScaler};
+use crate::data::{self, Dataset, Loader};
+use crate::model::{self, ModelOptions, ModelSpec, Net};
+use crate::optim::{self, LrScaling, Optimizer};
+use crate::record::{self, CsvLog, EpochRow, Manifest, StepRow};
+use crate::telemetry::GpuSampler;
+use crate::world::{agree, gather_strings, Group};
+use anyhow::{Context, Result};
+use mpi::collective::{CommunicatorCollectives, SystemOperation};
+use std::time::{Duration, Instant, SystemTime};
+use tch::{nn, Tensor};
+use tracing::{info, warn};
+
+/// The network, its parameters in one fixed order, and the store that owns them.
+pub(super) struct ModelState {
+    pub vs: nn::VarStore,
+    pub net: Box<dyn Net>,
+    pub spec: ModelSpec,
+    pub params: Vec<(String, Tensor)>,
+    pub param_tensors: Vec<Tensor>,
+}
+
+/// How long the run is, in steps.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Schedule {
+    pub steps_per_epoch: usize,
+    pub total_steps: usize,
+    pub epochs: usize,
+    /// Steps of linear learning-rate warm-up.
+    pub warmup_lr_steps: usize,
+    /// Factor on the learning rate (`--lr-scaling`).
+    pub lr_scale: f64,
+}
+
+/// One training run on the ranks of a group.
+pub struct Trainer<'g> {
+    pub(super) g: &'g Group,
+    pub(super) cfg: TrainConfig,
+    pub(super) folder: RunFolder,
+    pub(super) started: Instant,
+    pub(super) place: Placement,
+    pub(super) dataset: Dataset,
+    pub(super) model: ModelState,
+    pub(super) opt: Optimizer,
+    pub(super) scaler: Option<LossScaler>,
+    pub(super) autocast: Option<Autocast>,
+    pub(super) comm: Communication,
+    /// Gradients are summed by the all-reduce: the loss is pre-divided so the sum is the mean.
+    pub(super) loss_factor: f64,
+    pub(super) schedule: Schedule,
+    pub(super) manifest: Manifest,
+    pub(super) steps_log: CsvLog<StepRow>,
+    pub(super) epochs_log: Option<CsvLog<EpochRow>>,
+    pub(super) faults: FaultHooks,
+    pub(super) timer: PhaseTimer,
+    /// The common time origin of all ranks (they leave a barrier together).
+    pub(super) origin: Instant,
+    pub(super) global_step: usize,
+    pub(super) last_l2: f64,
+    pub(super) last_accuracy: Option<f64>,
+}
+
+impl<'g> Trainer<'g> {
+    /// Everything before the first step. Errors are agreed across the group, so every
+    /// rank returns the same one.
+    pub fn setup(g: &'g Group, cfg: &TrainConfig, folder: RunFolder, started: SystemTime) -> Result<Trainer<'g>> {
+        let started_at = Instant::now();
+        let place = Placement::establish(g, cfg)?;
+        let options = ModelOptions {
+            seq_len: cfg.workload.seq_len as i64,
+            vocab: cfg.workload.vocab_size as i64,
+            dropout: !cfg.workload.no_dropout,
+        };
+        let spec = model::spec(cfg.workload.model, &options);
+        let dataset = agree(g, data::load(cfg, &spec))?;
+        let model = build_model(g, cfg, &place, &options, spec);
+        let opt = agree(
+            g,
+            Optimizer::new(
+                cfg.optim.optimizer,
+                &model.vs,
+                &model.param_tensors,
+                cfg.learning_rate(),
+                cfg.optim.momentum,
+                cfg.optim.weight_decay,
+            ),
+        )?;
+        let comm = Communication::setup(g, cfg, place.device, model.net.as_ref(), &model.spec, &model.param_tensors)?;
+        let autocast = agree(g, Autocast::new(cfg.optim.amp, place.device))?;
+        let schedule = schedule(g, cfg, &dataset);
+        let manifest = super::manifest::initial(g, cfg, &folder, started, &place, &dataset, &model, &comm, &schedule)?;
+        let wrote = if g.rank == 0 { manifest.write(&folder.dir) } else { Ok(()) };
+        agree(g, wrote)?;
+        let steps_log = agree(g, CsvLog::create(&folder.path(&record::rank_file_name(g.rank))))?;
+        let epochs_log = agree(g, (g.rank == 0).then(|| CsvLog::create(&folder.path("epochs.csv"))).transpose())?;
+        let trainer = Trainer {
+            g,
+            loss_factor: 1.0 / (ranks_summed(g, &comm) * cfg.schedule.grad_accum) as f64,
+            scaler: (cfg.optim.amp == AmpMode::Fp16).then(LossScaler::default),
+            faults: FaultHooks::from_env(g.rank),
+            timer: PhaseTimer::new(place.device),
+            cfg: cfg.clone(),
+            folder,
+            started: started_at,
+            place,
+            dataset,
+            model,
+            opt,
+            autocast,
+            comm,
+            schedule,
+            manifest,
+            steps_log,
+            epochs_log,
+            origin: started_at,
+            global_step: 0,
+            last_l2: 0.0,
+            last_accuracy: None,
+        };
+        trainer.log_setup();
+        Ok(trainer)
+    }
+
+    /// Trains every epoch: the ranks leave a barrier together (the common time origin
+    /// of every `elapsed_s`), GPU telemetry starts, then epoch after epoch.
+    pub fn run(&mut self) -> Result<()> {
+        self.g.comm.barrier();
+        self.origin = Instant::now();
+        let telemetry = self.start_telemetry();
+        for epoch in 0..self.schedule.epochs {
+            self.run_epoch(epoch)?;
+        }
+        if let Some(t) = telemetry {
+            log_telemetry(t);
+        }
+        Ok(())
+    }
+
+    /// After the last epoch: the final parameters (`--save-model`) and the manifest's
+    /// outcome, then a barrier so no rank leaves before rank 0 wrote them.
+    pub fn finish(mut self) -> Result<()> {
+        if self.g.rank == 0 {
+            if self.cfg.output.save_model {
+                self.model
+                    .vs
+                    .save(self.folder.path("model.safetensors"))
+                    .context("cannot save model.safetensors")?;
+            }
+            let m = &mut self.manifest;
+            m.status = "completed".into();
+            m.end_utc = Some(record::rfc3339_utc(SystemTime::now()));
+            m.wall_s = Some(self.started.elapsed().as_secs_f64());
+            m.final_param_l2 = Some(self.last_l2);
+            m.final_val_accuracy = self.last_accuracy;
+            m.write(&self.folder.dir)?;
+            info!(
+                "done: {} (reduce with: ddpbench reduce {})",
+                self.folder.dir.display(),
+                self.folder.dir.display()
+            );
+        }
+        self.g.comm.barrier();
+        Ok(())
+    }
+
+    /// One epoch: its steps, then the cross-rank parameter check and validation.
+    fn run_epoch(&mut self, epoch: usize) -> Result<()> {
+        let epoch_start = Instant::now();
+        let steps = self.schedule.steps_per_epoch.min(self.schedule.total_steps - self.global_step);
+        let mut loader = self.epoch_loader(epoch, steps);
+        let mut loss_sum = 0.0;
+        for step in 0..steps {
+            let row = self.step(&mut loader, epoch, step)?;
+            self.steps_log.write(&row)?;
+            if !row.loss.is_finite() {
+                anyhow::bail!("loss became {} at epoch {epoch} step {step}: lower --lr", row.loss);
+            }
+            loss_sum += row.loss;
+            self.global_step += 1;
+            self.log_progress(epoch, step, &row);
+        }
+        self.steps_log.flush()?;
+        self.end_epoch(epoch, steps, loss_sum, epoch_start)
+    }
+
+    /// This epoch's batches on this rank: its shard of a shuffled index list, or its
+    /// range of a streamed data set.
+    fn epoch_loader(&self, epoch: usize, steps: usize) -> Loader {
+        let (g, s) = (self.g, &self.cfg.schedule);
+        match &self.dataset.stream {
+            Some(src) => Loader::stream(
+                src,
+                g.rank,
+                g.size,
+                s.batch_size,
+                steps * s.grad_accum,
+                2 * self.cfg.placement.workers.max(2),
+            ),
+            None => {
+                let indices = data::shard_indices(self.dataset.train.len(), g.size, g.rank, s.seed, epoch, true);
+                let micro: Vec<Vec<i64>> = indices.chunks(s.batch_size).map(<[i64]>::to_vec).collect();
+                Loader::new(
+                    &self.dataset.train,
+                    micro.into_iter().take(steps * s.grad_accum).collect(),
+                    self.cfg.placement.workers,
+                )
+            }
+        }
+    }
+
+    /// The epoch's end: the slowest rank's epoch time, the mean training loss, the
+    /// parameter check across ranks, and validation with rank 0's BatchNorm statistics
+    /// (as DDP's broadcast_buffers).
+    fn end_epoch(&mut self, epoch: usize, steps: usize, loss_sum: f64, epoch_start: Instant) -> Result<()> {
+        let g = self.g;
+        let mut epoch_s = 0.0;
+        g.comm
+            .all_reduce_into(&epoch_start.elapsed().as_secs_f64(), &mut epoch_s, SystemOperation::max());
+        let mut train = [0f64; 2];
+        g.comm
+            .all_reduce_into(&[loss_sum, steps as f64][..], &mut train[..], SystemOperation::sum());
+        self.last_l2 = if self.comm.backend == Backend::None {
+            // Without an all-reduce every rank's model is its own.
+            super::params::param_l2(&self.model.params)
+        } else {
+            check_in_sync(g, &self.model.params, epoch)?
+        };
+        broadcast_from_rank0(g, &model::ordered_buffers(&self.model.vs));
+        let val_start = Instant::now();
+        let (val_loss, val_acc, val_n) = super::validation::evaluate(
+            g,
+            self.model.net.as_ref(),
+            &self.dataset,
+            self.place.device,
+            self.cfg.schedule.val_samples,
+        )?;
+        self.last_accuracy = val_acc.is_finite().then_some(val_acc);
+        let row = EpochRow {
+            epoch,
+            time_utc: record::rfc3339_utc(SystemTime::now()),
+            steps,
+            epoch_s,
+            train_loss: train[0] / train[1].max(1.0),
+            val_loss,
+            val_accuracy: val_acc,
+            val_samples: val_n,
+            val_s: val_start.elapsed().as_secs_f64(),
+            param_l2: self.last_l2,
+        };
+        if let Some(log) = self.epochs_log.as_mut() {
+            log.write(&row)?;
+            log.flush()?;
+            info!(
+                "epoch {epoch}: {steps} steps in {epoch_s:.2} s, train loss {:.4}, val loss {val_loss:.4}, val accuracy {:.2} %",
+                row.train_loss,
+                val_acc * 100.0
+            );
+        }
+        Ok(())
+    }
+
+    fn log_progress(&self, epoch: usize, step: usize, row: &StepRow) {
+        let every = self.cfg.output.log_every;
+        if self.g.rank == 0 && every > 0 && self.global_step % every == 0 {
+            info!(
+                "epoch {epoch} step {step}/{} loss {:.4} step {:.1} ms",
+                self.schedule.steps_per_epoch,
+                row.loss,
+                row.step_s * 1e3
+            );
+        }
+    }
+
+    /// NVML sampling of this rank's GPU into `rank-NNNNN.gpu.csv`, when there is one.
+    fn start_telemetry(&self) -> Option<GpuSampler> {
+        let bus = self.place.gpu_bus_id.as_ref()?;
+        let ms = self.cfg.output.telemetry_ms;
+        if ms == 0 {
+            return None;
+        }
+        let path = self.folder.path(&record::gpu_file_name(self.g.rank));
+        let started = crate::telemetry::NvmlGpu::open(bus)
+            .and_then(|gpu| GpuSampler::start_with(gpu, self.g.rank, &path, Duration::from_millis(ms), self.origin));
+        match started {
+            Ok(s) => Some(s),
+            Err(e) => {
+                if self.g.local_rank == 0 {
+                    warn!("GPU telemetry off: {e:#}");
+                }
+                None
+            }
+        }
+    }
+
+    fn log_setup(&self) {
+        let (g, m) = (self.g, &self.manifest);
+        for n in &self.comm.notes {
+            info!("{n}");
+        }
+        info!(
+            "all-reduce: {}, overlap {}, gradients as {:?} on the wire, amp {:?}",
+            m.comm_backend,
+            if m.comm.overlap {
+                format!("on ({} backward stages)", m.comm.backward_stages)
+            } else {
+                "off".into()
+            },
+            self.cfg.comm.grad_dtype,
+            self.cfg.optim.amp
+        );
+        info!(
+            "run {}: {} ranks on {} node(s), {:?}, {} params in {} bucket(s), batch {}×{}, {} steps/epoch, {} epoch(s) → {}",
+            m.run_id,
+            g.size,
+            g.nodes,
+            self.place.device,
+            m.parameters,
+            m.buckets,
+            self.cfg.schedule.batch_size,
+            g.size,
+            self.schedule.steps_per_epoch,
+            self.schedule.epochs,
+            self.folder.dir.display()
+        );
+        if let Some(p) = &m.allreduce_probe {
+            info!(
+                "raw MPI_Allreduce of {} B: median {:.3} ms, busbw {:.2} GB/s with caches flushed ({:.2} GB/s warm)",
+                p.bytes,
+                p.median_s * 1e3,
+                p.busbw_bytes_per_s / 1e9,
+                m.allreduce_probe_warm.as_ref().map_or(f64::NAN, |w| w.busbw_bytes_per_s / 1e9)
+            );
+        }
+    }
+}
+
+/// The model with the same seed on every rank, then rank 0's parameters win; dropout
+/// masks then differ per rank, as in a PyTorch job where each process draws its own.
+fn build_model(g: &Group, cfg: &TrainConfig, place: &Placement, options: &ModelOptions, spec: ModelSpec) -> ModelState {
+    let seed = cfg.schedule.seed as i64;
+    tch::manual_seed(seed);
+    let vs = nn::VarStore::new(place.device);
+    let net = model::build(cfg.workload.model, &vs.root(), options);
+    let params = model::ordered_parameters(&vs);
+    broadcast_from_rank0(g, &params);
+    tch::manual_seed(seed + 1 + g.rank as i64);
+    let param_tensors = params.iter().map(|(_, t)| t.shallow_clone()).collect();
+    ModelState {
+        vs,
+        net,
+        spec,
+        params,
+        param_tensors,
+    }
+}
+
+/// Steps per epoch (the same on every rank), the total, and the learning-rate schedule.
+fn schedule(g: &Group, cfg: &TrainConfig, dataset: &Dataset) -> Schedule {
+    let s = &cfg.schedule;
+    let steps_per_epoch = match &dataset.stream {
+        // Streams yield full batches only (equal ranges on every rank).
+        Some(src) => {
+            let (a, b) = crate::bigmnist::rank_range(&src.index, g.rank, g.size);
+            ((b - a) as usize / s.batch_size / s.grad_accum).max(1)
+        }
+        None => {
+            let per_rank = data::shard_indices(dataset.train.len(), g.size, g.rank, s.seed, 0, true).len();
+            data::steps_per_epoch(per_rank, cfg.samples_per_step())
+        }
+    };
+    let total_steps = (steps_per_epoch * s.epochs).min(s.max_steps.unwrap_or(usize::MAX));
+    Schedule {
+        steps_per_epoch,
+        total_steps,
+        epochs: total_steps.div_ceil(steps_per_epoch),
+        warmup_lr_steps: (cfg.optim.warmup_epochs * steps_per_epoch as f64).round() as usize,
+        lr_scale: match cfg.optim.lr_scaling {
+            LrScaling::None => 1.0,
+            LrScaling::Linear => (g.size * s.grad_accum) as f64,
+        },
+    }
+}
+
+impl Schedule {
+    /// The learning rate of global step `step`.
+    pub fn lr(&self, base: f64, step: usize) -> f64 {
+        optim::learning_rate(base, self.lr_scale, step, self.warmup_lr_steps)
+    }
+}
+
+fn log_telemetry(t: GpuSampler) {
+    match t.stop() {
+        Ok(sum) => info!(
+            "GPU telemetry: {} samples, mean utilisation {} %, peak memory {} MiB, mean power {} W",
+            sum.samples,
+            sum.mean_gpu_util_pct.map_or("?".into(), |v| format!("{v:.0}")),
+            sum.max_mem_used_bytes.map_or("?".into(), |v| (v >> 20).to_string()),
+            sum.mean_power_w.map_or("?".into(), |v| format!("{v:.0}"))
+        ),
+        Err(e) => warn!("GPU telemetry: {e:#}"),
+    }
+}
+
+/// How many ranks' gradients the all-reduce sums: the loss is divided by it so the sum
+/// is the mean.
+fn ranks_summed(g: &Group, comm: &Communication) -> usize {
+    match comm.backend {
+        Backend::None => 1,
+        _ => g.size,
+    }
+}
+
+/// Every rank's placement, gathered on rank 0 (empty elsewhere).
+pub(super) fn gathered_rank_infos(g: &Group, place: &Placement, cfg: &TrainConfig) -> Result<Vec<record::RankInfo>> {
+    let mine = serde_json::to_string(&place.rank_info(g, cfg.placement.bind)?)?;
+    Ok(gather_strings(g, &mine)
+        .unwrap_or_default()
+        .iter()
+        .map(|s| serde_json::from_str(s))
+        .collect::<Result<_, _>>()?)
+}
