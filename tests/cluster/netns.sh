@@ -2,18 +2,17 @@
 # Two "nodes" on one machine: network namespaces node1 and node2 joined by a veth pair
 # (a private /24 that exists only inside the two namespaces). Open MPI's mpirun runs
 # inside node1 and starts its daemon on node2 through a plm_rsh_agent script instead of
-# ssh (see /work/shared/cluster-emulation.md). `ddpbench train` runs with one rank per
-# node twice: on the bare veth, then with the veth shaped to 1 Gbit/s by tc tbf (both
-# directions). Checks that both runs complete across two hosts, that traffic really
-# crossed the veth, and that the shaped link shows in the all-reduce probe's bus
-# bandwidth and in the ranks' comm_s. On the shaped link two more runs, --overlap off
-# and --overlap off --grad-dtype bf16, show exposed vs hidden communication and the
-# halved wire bytes.
+# ssh. `ddpbench train` runs with one rank per node: on the bare veth, then with the
+# veth shaped to 1 Gbit/s by tc tbf (both directions), and on the shaped link with
+# --overlap off and with --overlap off --grad-dtype bf16. Checks that the runs complete
+# across two hosts, that traffic really crossed the veth and the shaping qdisc, the
+# order of each step's clocks with and without overlap, and the halved wire bytes.
+# The timings themselves (busbw, exposed communication) are printed, not asserted.
 #
 #   tests/cluster/netns.sh                     # as root; ~20-40 s
 #   DDPBENCH_TEST_KEEP=/tmp/keep tests/cluster/netns.sh   # also keep the run folders there
 #
-# Prints the two busbw figures and median comm_s values, then `N passed, M failed`;
+# Prints the busbw and median comm figures, then `N passed, M failed`;
 # exit status is non-zero when any check failed. Namespaces are removed on exit,
 # failure or Ctrl-C.
 set -uo pipefail
@@ -83,15 +82,11 @@ check() {  # check "description" command...
   else fail=$((fail + 1)); tlog "FAIL $what"; fi
 }
 # py 'python code' args...: the code sees its args as sys.argv[1:] and helpers m(dir) (the
-# manifest), rows(dir) (rank CSVs), comm_median(dir); an exception is one line on stderr.
+# manifest), rows(dir) (rank CSVs); an exception is one line on stderr.
 PY_PRELUDE='
 import csv, glob, json, os, statistics, sys
 def m(d): return json.load(open(os.path.join(d, "manifest.json")))
 def rows(d): return [list(csv.DictReader(open(f))) for f in sorted(glob.glob(os.path.join(d, "rank-*.csv")))]
-def comm_median(d):
-    rs = [r for f in rows(d) for r in f]
-    timed = [float(r["comm_s"]) for r in rs if r["warmup"] == "0"] or [float(r["comm_s"]) for r in rs]
-    return statistics.median(timed)
 code = sys.argv[1]; sys.argv = sys.argv[1:]
 try:
     exec(code)
@@ -173,42 +168,19 @@ shape() {  # shape add|del: tbf on both ends of the veth (a symmetric 1 Gbit/s l
     fi
   done
 }
-figures() {  # figures: sets bw_u bw_s cm_u cm_s from $D/unshaped and $D/shaped ("nan" if missing)
-  read -r bw_u bw_s cm_u cm_s < <(py '
-def get(f, d):
-    try: return f(d)
-    except Exception: return float("nan")
-u, s = sys.argv[1], sys.argv[2]
-bw = lambda d: m(d)["allreduce_probe"]["busbw_bytes_per_s"]
-print(get(bw, u), get(bw, s), get(comm_median, u), get(comm_median, s))' "$D/unshaped" "$D/shaped")
-}
-compare_ok() { py 'b_u, b_s, c_u, c_s = map(float, sys.argv[1:5]); sys.exit(not (b_s < 0.5 * b_u and c_s > c_u))' "$bw_u" "$bw_s" "$cm_u" "$cm_s"; }
-
 # ---------------------------------------------------------------- runs
-# This 2-core machine is noisy (and may be shared): a slow unshaped run can make the
-# comparison fail by chance. Up to ATTEMPTS pairs of runs; the checks are made on the
-# last pair, and a pair in which a run fails is not retried.
-ATTEMPTS=3
-for attempt in $(seq "$ATTEMPTS"); do
-  D=$T/attempt-$attempt; mkdir -p "$D"
-  MODE=del shape
-  t0=$SECONDS
-  tx0=$(tx_bytes "$NS1" veth-n1)
-  run_train unshaped; RC_U=$RC
-  tx1=$(tx_bytes "$NS1" veth-n1)
-  tlog "unshaped took $((SECONDS - t0)) s"
-  MODE=add shape
-  t0=$SECONDS
-  run_train shaped; RC_S=$RC
-  tlog "shaped took $((SECONDS - t0)) s"
-  sent=$(ip netns exec "$NS1" tc -s -j qdisc show dev veth-n1 | python3 -c 'import json,sys; print([q for q in json.load(sys.stdin) if q["kind"]=="tbf"][0]["bytes"])')
-  figures
-  ((RC_U == 0 && RC_S == 0)) || break
-  compare_ok && break
-  ((attempt < ATTEMPTS)) && tlog "attempt $attempt: shaped vs unshaped not clearly apart (busbw $bw_u vs $bw_s B/s), running the pair again"
-done
-
-# On the shaped link, where communication matters: overlap off, and bf16 gradients.
+# One run per configuration. How much the link, overlap and bf16 change the timings is
+# printed (and recorded in BENCHMARKS.md), never asserted: on this noisy 2-core machine
+# a bound on two timings fails by chance. The checks are on structure: exit codes,
+# hosts, row counts, bytes through the qdisc, and the order of the CSV's own clocks.
+D=$T/runs; mkdir -p "$D"
+MODE=del shape
+tx0=$(tx_bytes "$NS1" veth-n1)
+run_train unshaped; RC_U=$RC
+tx1=$(tx_bytes "$NS1" veth-n1)
+MODE=add shape
+run_train shaped; RC_S=$RC
+sent=$(ip netns exec "$NS1" tc -s -j qdisc show dev veth-n1 | python3 -c 'import json,sys; print([q for q in json.load(sys.stdin) if q["kind"]=="tbf"][0]["bytes"])')
 run_train shaped-no-overlap --overlap off; RC_N=$RC
 run_train shaped-bf16 --overlap off --grad-dtype bf16; RC_B=$RC
 
@@ -221,38 +193,35 @@ check "unshaped: traffic crossed the veth (node1 sent $((tx1 - tx0)) B)" \
 RC=$RC_S; check_run shaped
 check "shaped: traffic went through the tbf qdisc (node1 sent ${sent:-?} B)" \
   test "${sent:-0}" -ge "$((STEPS * grad / 2))" -a "$grad" -gt 0
-
-py '
-bw_u, bw_s, cm_u, cm_s = map(float, sys.argv[1:5])
-print(f"allreduce_probe busbw ({sys.argv[5]} B, attempt {sys.argv[6]}): unshaped {bw_u/1e6:.1f} MB/s, shaped (tbf 1gbit) {bw_s/1e6:.1f} MB/s, ratio {bw_s/bw_u:.3f}")
-print(f"median comm_s (non-warm-up steps, both ranks): unshaped {cm_u*1e3:.2f} ms, shaped {cm_s*1e3:.2f} ms, ratio {cm_s/cm_u:.1f}")
-' "$bw_u" "$bw_s" "$cm_u" "$cm_s" "$grad" "$attempt"
-check "shaped busbw < 0.5 × unshaped busbw" py 'sys.exit(not float(sys.argv[2]) < 0.5 * float(sys.argv[1]))' "$bw_u" "$bw_s"
-check "shaped median comm_s > unshaped median comm_s" py 'sys.exit(not float(sys.argv[2]) > float(sys.argv[1]))' "$cm_u" "$cm_s"
-
 RC=$RC_N; check_run shaped-no-overlap
 RC=$RC_B; check_run shaped-bf16
+
+# Figures for BENCHMARKS.md (printed, not asserted).
 py '
 med = lambda d, c: statistics.median(float(r[c]) for f in rows(d) for r in f if r["warmup"] == "0")
-s, n, b = sys.argv[1:4]
-for name, d in (("overlap on", s), ("overlap off", n), ("overlap off, bf16", b)):
+u, s, n, b = sys.argv[1:5]
+bw = lambda d: m(d)["allreduce_probe"]["busbw_bytes_per_s"]
+print(f"allreduce_probe busbw: unshaped {bw(u)/1e6:.1f} MB/s, shaped (tbf 1gbit) {bw(s)/1e6:.1f} MB/s")
+for name, d in (("unshaped, overlap on", u), ("shaped, overlap on", s), ("shaped, overlap off", n), ("shaped, overlap off, bf16", b)):
     c, e, t, by = med(d, "comm_s"), med(d, "comm_exposed_s"), med(d, "step_s"), rows(d)[0][0]["bytes"]
-    print(f"shaped, {name}: median comm_s {c*1e3:.2f} ms, comm_exposed_s {e*1e3:.2f} ms, step_s {t*1e3:.2f} ms, bytes {by}")
-' "$D/shaped" "$D/shaped-no-overlap" "$D/shaped-bf16"
-# Overlap sends fc1's 4.7 MB bucket while the convolutions' backward runs: less of the
-# all-reduce is exposed (about 0.55-0.65x here, BENCHMARKS.md); without it all is exposed.
+    print(f"{name}: median comm_s {c*1e3:.2f} ms, comm_exposed_s {e*1e3:.2f} ms, step_s {t*1e3:.2f} ms, bytes {by}")
+' "$D/unshaped" "$D/shaped" "$D/shaped-no-overlap" "$D/shaped-bf16"
+
+# Overlap sends buckets while the convolutions' backward runs: the first bucket is handed
+# over before backward ends in every step; without overlap only after it, and all of the
+# all-reduce work then lies inside the exposed wait.
 check "shaped, overlap on: manifest says overlap with 3 backward stages" py '
 c = m(sys.argv[1])["comm"]; sys.exit(not (c["overlap"] is True and c["backward_stages"] == 3))' "$D/shaped"
-check "shaped: overlap on exposes < 0.8 x the communication overlap off exposes" py '
-med = lambda d, c: statistics.median(float(r[c]) for f in rows(d) for r in f if r["warmup"] == "0")
-sys.exit(not med(sys.argv[1], "comm_exposed_s") < 0.8 * med(sys.argv[2], "comm_exposed_s"))' "$D/shaped" "$D/shaped-no-overlap"
-check "shaped, overlap off: comm_exposed_s covers comm_s" py '
-med = lambda d, c: statistics.median(float(r[c]) for f in rows(d) for r in f if r["warmup"] == "0")
-sys.exit(not med(sys.argv[1], "comm_exposed_s") >= 0.95 * med(sys.argv[1], "comm_s"))' "$D/shaped-no-overlap"
-check "shaped, bf16: half the bytes and a shorter median comm_s than fp32's (both overlap off)" py '
-med = lambda d, c: statistics.median(float(r[c]) for f in rows(d) for r in f if r["warmup"] == "0")
+backward_end='float(r["elapsed_s"]) + sum(float(r[c]) for c in ("data_s", "batch_copy_s", "forward_s", "backward_s"))'
+check "shaped, overlap on: every step's first bucket leaves before backward ends" py "
+sys.exit(not all(float(r['comm_start_s']) < $backward_end for f in rows(sys.argv[1]) for r in f))" "$D/shaped"
+check "shaped, overlap off: every step's all-reduce starts when backward has ended" py "
+sys.exit(not all(float(r['comm_start_s']) >= $backward_end - 1e-6 for f in rows(sys.argv[1]) for r in f))" "$D/shaped-no-overlap"
+check "shaped, overlap off: every step's comm_s lies inside its comm_exposed_s" py '
+sys.exit(not all(float(r["comm_s"]) <= float(r["comm_exposed_s"]) + 1e-6 for f in rows(sys.argv[1]) for r in f))' "$D/shaped-no-overlap"
+check "shaped, bf16: exactly half the bytes of fp32 (both overlap off)" py '
 b, f = sys.argv[1:3]
-sys.exit(not (2 * int(rows(b)[0][0]["bytes"]) == int(rows(f)[0][0]["bytes"]) and med(b, "comm_s") < med(f, "comm_s")))' "$D/shaped-bf16" "$D/shaped-no-overlap"
+sys.exit(not 2 * int(rows(b)[0][0]["bytes"]) == int(rows(f)[0][0]["bytes"]))' "$D/shaped-bf16" "$D/shaped-no-overlap"
 
 echo "$pass passed, $fail failed"
 ((fail == 0))
