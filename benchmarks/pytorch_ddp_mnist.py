@@ -59,6 +59,7 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--bucket-mb", type=float, default=25.0)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--no-ddp", action="store_true", help="no DDP wrapper: each process trains alone (the floor under DDP)")
     p.add_argument("--out", required=True)
     a = p.parse_args()
 
@@ -79,7 +80,7 @@ def main():
         y = torch.from_numpy(read_idx(name("train-labels-idx1-ubyte")).astype(np.int64))
 
     model = Net().to(device)
-    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=a.bucket_mb)
+    ddp = model if a.no_ddp else nn.parallel.DistributedDataParallel(model, bucket_cap_mb=a.bucket_mb)
     opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=0.9)
     sampler = torch.utils.data.distributed.DistributedSampler(range(len(y)), num_replicas=world, rank=rank, shuffle=True, seed=a.seed)
 

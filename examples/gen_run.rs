@@ -42,6 +42,7 @@ fn main() -> anyhow::Result<()> {
         final_val_accuracy: None,
         allreduce_probe: None,
         allreduce_probe_warm: None,
+        host_malloc: None,
         ranks: (0..ranks)
             .map(|r| RankInfo {
                 rank: r,

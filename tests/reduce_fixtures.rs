@@ -42,6 +42,7 @@ fn manifest(id: &str, model: &str, ranks: &[RankSpec], batch: usize, status: &st
         final_val_accuracy: None,
         allreduce_probe: None,
         allreduce_probe_warm: None,
+        host_malloc: None,
         ranks: ranks
             .iter()
             .enumerate()

@@ -115,6 +115,9 @@ pub struct Manifest {
     #[serde(default)]
     pub allreduce_probe_warm: Option<AllreduceProbe>,
     pub ranks: Vec<RankInfo>,
+    /// How the host allocator ran (`--malloc`, or the environment's MALLOC_* settings).
+    #[serde(default)]
+    pub host_malloc: Option<String>,
 }
 
 impl Manifest {

@@ -11,6 +11,7 @@ use crate::device::DeviceChoice;
 use crate::model::ModelKind;
 use crate::optim::{LrScaling, OptimizerKind};
 use crate::topology::BindPolicy;
+use crate::train::host_memory::MallocMode;
 use anyhow::{anyhow, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
@@ -166,6 +167,11 @@ pub struct PlacementConfig {
     /// Node type label for this rank, overriding the one detected from the hardware.
     #[arg(long)]
     pub node_type: Option<String>,
+
+    /// Host memory a step frees: kept for reuse (tuned), or given back to the kernel and
+    /// paged in again next step (glibc's default). MALLOC_* environment variables win.
+    #[arg(long, value_enum, default_value_t = MallocMode::Tuned)]
+    pub malloc: MallocMode,
 }
 
 /// How gradients are averaged across ranks.

@@ -60,6 +60,7 @@ pub fn initial(
         allreduce_probe: comm.probe.clone(),
         allreduce_probe_warm: comm.probe_warm.clone(),
         ranks: gathered_rank_infos(g, place, cfg)?,
+        host_malloc: None,
     })
 }
 

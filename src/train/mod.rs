@@ -13,6 +13,7 @@
 mod communication;
 pub mod config;
 mod faults;
+pub mod host_memory;
 mod manifest;
 mod params;
 mod placement;
@@ -33,12 +34,14 @@ use std::time::SystemTime;
 /// Entry point of `ddpbench train`.
 pub fn main(cfg: TrainConfig) -> Result<()> {
     cfg.validate()?;
+    let malloc = host_memory::apply(cfg.placement.malloc);
     let world = World::init()?;
     let g = &world.group;
     init_logging(g.rank);
     install_abort_on_panic();
     let _span = tracing::info_span!("rank", r = g.rank).entered();
-    match train(g, &cfg) {
+    tracing::debug!("{malloc}");
+    match train(g, &cfg, &malloc) {
         Ok(()) => Ok(()),
         Err(err) => match err.downcast_ref::<AgreedError>() {
             Some(agreed) => {
@@ -59,10 +62,11 @@ pub fn main(cfg: TrainConfig) -> Result<()> {
 }
 
 /// One run on the ranks of `g`, in its own run folder.
-pub fn train(g: &Group, cfg: &TrainConfig) -> Result<()> {
+/// `malloc` says how the host allocator was set up ([`host_memory::apply`]).
+pub fn train(g: &Group, cfg: &TrainConfig, malloc: &str) -> Result<()> {
     let started = SystemTime::now();
     let folder = RunFolder::prepare(g, cfg, started)?;
-    let mut trainer = match Trainer::setup(g, cfg, folder.clone(), started) {
+    let mut trainer = match Trainer::setup(g, cfg, folder.clone(), started, malloc) {
         Ok(t) => t,
         Err(e) => {
             folder.remove_if_unused(g);

@@ -75,7 +75,7 @@ pub struct Trainer<'g> {
 impl<'g> Trainer<'g> {
     /// Everything before the first step. Errors are agreed across the group, so every
     /// rank returns the same one.
-    pub fn setup(g: &'g Group, cfg: &TrainConfig, folder: RunFolder, started: SystemTime) -> Result<Trainer<'g>> {
+    pub fn setup(g: &'g Group, cfg: &TrainConfig, folder: RunFolder, started: SystemTime, malloc: &str) -> Result<Trainer<'g>> {
         let started_at = Instant::now();
         let place = Placement::establish(g, cfg)?;
         let options = ModelOptions {
@@ -100,7 +100,8 @@ impl<'g> Trainer<'g> {
         let comm = Communication::setup(g, cfg, place.device, model.net.as_ref(), &model.spec, &model.param_tensors)?;
         let autocast = agree(g, Autocast::new(cfg.optim.amp, place.device))?;
         let schedule = schedule(g, cfg, &dataset);
-        let manifest = super::manifest::initial(g, cfg, &folder, started, &place, &dataset, &model, &comm, &schedule)?;
+        let mut manifest = super::manifest::initial(g, cfg, &folder, started, &place, &dataset, &model, &comm, &schedule)?;
+        manifest.host_malloc = Some(malloc.to_string());
         let wrote = if g.rank == 0 { manifest.write(&folder.dir) } else { Ok(()) };
         agree(g, wrote)?;
         let steps_log = agree(g, CsvLog::create(&folder.path(&record::rank_file_name(g.rank))))?;
