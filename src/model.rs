@@ -2,11 +2,11 @@
 //! its parameters are listed in one fixed order ([`ordered_parameters`]) because
 //! `VarStore::variables()` is a HashMap whose order differs between processes.
 //!
-//! - `mnist-cnn`: PyTorch examples/mnist (seed 000).
-//! - `resnet18`, `resnet50`: torchvision's definitions (tch's port), 1000 classes (seeds 001, 003).
-//! - `resnet18-cifar`: 3×3 stem, stride 1, no max-pool, 10 classes (seed 002).
+//! - `mnist-cnn`: PyTorch examples/mnist's CNN.
+//! - `resnet18`, `resnet50`: torchvision's definitions (tch's port), 1000 classes.
+//! - `resnet18-cifar`: 3×3 stem, stride 1, no max-pool, 10 classes.
 //! - `transformer-small`/`-medium`: token embedding + sinusoidal positions, post-norm
-//!   encoder layers, mean-pool, 4-class head (seed 004).
+//!   encoder layers, mean-pool, 4-class head.
 
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};

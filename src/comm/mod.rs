@@ -3,9 +3,11 @@
 //! bucket is all-reduced as soon as its gradients are final (`--overlap on`) or all
 //! after backward (`--overlap off`), and the gradients are re-pointed at the result.
 //!
-//! The backend sits behind [`GradientReducer`]: [`mpi::MpiStaged`] is the design card's
-//! CPU-staged fallback (MPI_Allreduce over host memory, device gradients staged through
-//! pinned buffers), [`nccl::NcclReducer`] all-reduces on the device.
+//! The backend sits behind [`GradientReducer`]: [`mpi::MpiStaged`] is the CPU-staged
+//! fallback (MPI_Allreduce over host memory, device gradients staged through pinned
+//! buffers), [`nccl::NcclReducer`] all-reduces on the device, and [`none::NoReduce`]
+//! keeps each rank's gradients (the step without communication). [`overlap`] cuts
+//! backward so buckets leave while it runs.
 
 pub mod mpi;
 pub mod nccl;

@@ -1,4 +1,4 @@
-//! The design card's CPU-staged fallback: MPI_Allreduce over host memory.
+//! The CPU-staged fallback all-reduce: MPI_Allreduce over host memory.
 //!
 //! On CPU with fp32 gradients the buckets are all-reduced where they lie (no copy
 //! besides MPI's own). Otherwise each bucket goes through host buffers of the wire

@@ -1,6 +1,7 @@
 //! PCI bus ids and the cores nearest a PCI device (a GPU), from libhwloc.
 //!
-//! The hwloc2 crate cannot see I/O objects (toolchain pitfall 6), so this module
+//! The hwloc2 crate cannot see I/O objects (it has no I/O type filter and no PCI
+//! attributes, and asking it for PCI or OS devices panics), so this module
 //! loads a topology of its own through a handful of FFI calls into the same
 //! libhwloc (2.x): I/O objects kept, the PCI level walked by depth, then up the
 //! `parent` links to the first ancestor with a cpuset, which is where hwloc
