@@ -56,6 +56,7 @@ fn main() -> anyhow::Result<()> {
                 gpus: vec![],
                 gpu_bus_id: None,
                 binding_note: None,
+                comm_thread: None,
                 launcher_env: vec![],
             })
             .collect(),
@@ -93,7 +94,9 @@ fn main() -> anyhow::Result<()> {
                 optimizer_s: opt,
                 other_s: 0.0001,
                 step_s: step,
+                comm_hidden_s: 0.0,
                 comm_start_s: t + data + fwd + bwd,
+                comm_last_start_s: t + data + fwd + bwd,
                 loss: 1.0,
                 bytes: 4_799_528,
                 loss_scale: None,

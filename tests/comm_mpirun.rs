@@ -47,9 +47,12 @@ fn col_median(out: &Path, name: &str) -> f64 {
 #[test]
 fn overlap_gives_the_same_model_and_sends_buckets_during_backward() {
     let d = tmp();
-    let (on, job) = run(&d.path().join("on"), &["--overlap", "on"]);
+    // Two ranks on two cores: each rank's one core is backward's, so overlap is forced
+    // (it tests the mechanism; the manifest says the thread shared the core).
+    let (on, job) = run(&d.path().join("on"), &["--overlap", "force"]);
     let (off, _) = run(&d.path().join("off"), &["--overlap", "off"]);
     assert_eq!(on["comm"]["overlap"], true);
+    assert_eq!(on["comm"]["overlap_shares_core"], true, "{}", on["comm"]);
     // 1 MiB buckets: {fc2}, {fc1.weight}, {fc1.bias, conv2, conv1}. Backward is cut where
     // the first two become ready (after fc2's and fc1's stages); the last leaves at the end.
     assert_eq!(on["comm"]["backward_stages"], 3, "{}", on["comm"]);
@@ -75,6 +78,27 @@ fn overlap_gives_the_same_model_and_sends_buckets_during_backward() {
         v
     };
     let on_gap = launch_vs_backward_end(&d.path().join("on"));
+    // Hidden time is all-reduce work before backward's end: by the clocks it lies inside
+    // the window from the first bucket's launch to that end; without overlap there is none.
+    for (dir, overlapped) in [("on", true), ("off", false)] {
+        for r in 0..2 {
+            let (h, rows) = read_csv(&d.path().join(dir).join(format!("rank-{r:05}.csv")));
+            let c = |n: &str| col(&h, &rows, n);
+            let (hidden, start, elapsed) = (c("comm_hidden_s"), c("comm_start_s"), c("elapsed_s"));
+            let (data, copy, fwd, bwd) = (c("data_s"), c("batch_copy_s"), c("forward_s"), c("backward_s"));
+            for i in 0..rows.len() {
+                let window = elapsed[i] + data[i] + copy[i] + fwd[i] + bwd[i] - start[i];
+                assert!(
+                    hidden[i] >= 0.0 && hidden[i] <= window.max(0.0) + 1e-6,
+                    "{dir} rank {r} step {i}: hidden {} outside the backward window {window}",
+                    hidden[i]
+                );
+                if !overlapped {
+                    assert_eq!(hidden[i], 0.0, "no overlap, nothing hidden");
+                }
+            }
+        }
+    }
     assert!(
         on_gap.iter().all(|&g| g < -1e-3),
         "overlap: buckets must leave before backward ends: {on_gap:?}"
@@ -94,6 +118,11 @@ fn overlap_gives_the_same_model_and_sends_buckets_during_backward() {
         }
     }
     assert!(job.all().contains("overlap on (3 backward stages)"), "{}", job.all());
+    assert!(
+        job.all().contains("overlap forced onto the cores backward computes on"),
+        "{}",
+        job.all()
+    );
     // One bucket (the default 25 MiB holds all 4.8 MB) is ready only when backward
     // ends: there is nothing to overlap, and the run says so instead of pretending.
     let single = d.path().join("single");
@@ -106,6 +135,8 @@ fn overlap_gives_the_same_model_and_sends_buckets_during_backward() {
             "0",
             "--probe-iters",
             "0",
+            "--overlap",
+            "force",
             "--out",
             &path_str(&single),
         ],
@@ -122,6 +153,47 @@ fn overlap_gives_the_same_model_and_sends_buckets_during_backward() {
     assert!((0.0..1.0).contains(&share), "exposed comm share with overlap: {share}");
     let report = std::fs::read_to_string(d.path().join("on").join("report.md")).unwrap();
     assert!(report.contains("| mpi-cpu-staged, overlap (3 segments) |"), "{report}");
+}
+
+#[test]
+fn overlap_on_a_shared_core_is_off_and_a_spare_core_gets_the_thread() {
+    let d = tmp();
+    // Two ranks on two cores: no core to spare, so overlap stays off and says why.
+    let (shared, _) = run(&d.path().join("shared"), &["--overlap", "on"]);
+    assert_eq!(shared["comm"]["overlap"], false);
+    let note = shared["comm"]["note"].as_str().unwrap_or_default();
+    assert!(note.contains("would share") && note.contains("--overlap force"), "{note}");
+    assert!(
+        shared["ranks"][0]["comm_thread"].as_str().unwrap().starts_with("shares 1 core(s)"),
+        "{}",
+        shared["ranks"][0]
+    );
+    // One rank with both cores and one compute thread: the thread gets the other core.
+    let own = d.path().join("own");
+    let job = train(
+        1,
+        &[
+            "--max-steps",
+            "8",
+            "--val-samples",
+            "0",
+            "--bucket-mb",
+            "1",
+            "--threads",
+            "1",
+            "--out",
+            &path_str(&own),
+        ],
+        LIMIT,
+    );
+    job.assert_ok();
+    let m = json(&own.join("manifest.json"));
+    assert_eq!(m["comm"]["overlap"], true, "{}", m["comm"]);
+    assert_eq!(m["comm"]["overlap_shares_core"], false);
+    let rank = &m["ranks"][0];
+    assert_eq!(rank["threads"], 1);
+    assert_eq!(rank["binding"], "auto: 0", "backward keeps the first core: {rank}");
+    assert_eq!(rank["comm_thread"], "own core (PUs 1)", "{rank}");
 }
 
 #[test]

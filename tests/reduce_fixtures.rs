@@ -58,6 +58,7 @@ fn manifest(id: &str, model: &str, ranks: &[RankSpec], batch: usize, status: &st
                 gpus: vec![],
                 gpu_bus_id: None,
                 binding_note: None,
+                comm_thread: None,
                 launcher_env: vec![],
             })
             .collect(),
@@ -95,7 +96,9 @@ fn write_run(dir: &Path, id: &str, model: &str, ranks: &[RankSpec], batch: usize
                 optimizer_s: ph[4],
                 other_s: ph[5],
                 step_s,
+                comm_hidden_s: 0.0,
                 comm_start_s: start + ph[0] + ph[1] + ph[2],
+                comm_last_start_s: start + ph[0] + ph[1] + ph[2],
                 loss: 1.0,
                 bytes: 400,
                 loss_scale: None,

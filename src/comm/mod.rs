@@ -19,6 +19,7 @@ use ::mpi::collective::{CommunicatorCollectives, SystemOperation};
 use ::mpi::topology::SimpleCommunicator;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
+use std::time::Instant;
 use tch::{Kind, Tensor};
 
 use clap::ValueEnum;
@@ -40,8 +41,13 @@ pub enum AllreduceChoice {
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum OverlapMode {
+    /// Overlap where the all-reduce can run beside backward: NCCL's stream, or an MPI
+    /// thread on a core backward does not compute on.
     On,
     Off,
+    /// Overlap even where the MPI thread shares backward's cores: tests the mechanism; the
+    /// manifest says so and none of the all-reduce counts as hidden.
+    Force,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,10 +127,26 @@ pub struct CommStats {
     /// Sum over buckets of each bucket's all-reduce, staging copies included: the
     /// communication work, whether or not it was hidden behind backward.
     pub comm_s: f64,
+    /// The part of `comm_s` that ran before backward ended (by the clocks: each bucket's
+    /// all-reduce interval cut at backward's end). 0 without overlap.
+    pub hidden_s: f64,
     /// Device→host copies of the CPU-staged path, inside `comm_s` (0 on CPU and NCCL).
     pub stage_d2h_s: f64,
     /// Host→device copies of the CPU-staged path, inside `comm_s`.
     pub stage_h2d_s: f64,
+    /// When this rank handed its first bucket to the all-reduce (host clock).
+    pub first_launch: Option<Instant>,
+    /// When it handed over its last bucket: from then on it only waits.
+    pub last_launch: Option<Instant>,
+}
+
+/// Seconds of `[start, end]` before `cut`.
+pub fn seconds_before(start: Instant, end: Instant, cut: Instant) -> f64 {
+    if cut <= start {
+        0.0
+    } else {
+        (end.min(cut) - start).as_secs_f64()
+    }
 }
 
 /// Sums gradients across all ranks (the loss is pre-divided by the world size before
@@ -139,8 +161,9 @@ pub trait GradientReducer {
     /// the caller goes on with backward).
     fn launch(&mut self, b: usize) -> Result<()>;
     /// Launches the buckets not yet launched, waits for all, and re-points the
-    /// gradients of `params` at the reduced values.
-    fn finish(&mut self, params: &[Tensor]) -> Result<CommStats>;
+    /// gradients of `params` at the reduced values. `backward_end` is when this step's
+    /// backward ended: all-reduce work before it was hidden.
+    fn finish(&mut self, params: &[Tensor], backward_end: Instant) -> Result<CommStats>;
     /// The flat buffers holding the reduced gradients after [`GradientReducer::finish`].
     fn reduced(&self) -> &[Tensor];
     /// Zeroes the gradients for the next step without freeing them.
@@ -159,6 +182,9 @@ pub(crate) struct FlatGrads {
     slot: Vec<(usize, i64)>,
     /// Buckets handed to the all-reduce in this step.
     launched: Vec<bool>,
+    /// When the first and the last bucket were claimed in this step.
+    first_claim: Option<Instant>,
+    last_claim: Option<Instant>,
 }
 
 impl FlatGrads {
@@ -186,6 +212,8 @@ impl FlatGrads {
             current: 0,
             slot,
             launched: vec![false; plan.buckets.len()],
+            first_claim: None,
+            last_claim: None,
         };
         for (p, param) in params.iter().enumerate() {
             let grad = param.grad();
@@ -219,6 +247,9 @@ impl FlatGrads {
         if std::mem::replace(&mut self.launched[b], true) {
             return None;
         }
+        let now = Instant::now();
+        self.first_claim.get_or_insert(now);
+        self.last_claim = Some(now);
         Some((
             self.sets[self.current][b].shallow_clone(),
             self.sets[1 - self.current][b].shallow_clone(),
@@ -228,12 +259,19 @@ impl FlatGrads {
     /// The step is over without any reduction: the gradients stay where they are.
     pub fn keep(&mut self) {
         self.launched.iter_mut().for_each(|l| *l = false);
+        self.first_claim = None;
+        self.last_claim = None;
+    }
+
+    /// When the step's first and last bucket were claimed.
+    pub fn claim_times(&self) -> (Option<Instant>, Option<Instant>) {
+        (self.first_claim, self.last_claim)
     }
 
     /// Every bucket is reduced: the gradients of `params` become views of the results.
     pub fn complete(&mut self, params: &[Tensor]) {
         self.point_grads_at(1 - self.current, params);
-        self.launched.iter_mut().for_each(|l| *l = false);
+        self.keep();
     }
 
     /// The buffers holding the current (after `complete`, the reduced) gradients.

@@ -11,7 +11,7 @@
 //! thread makes no MPI call (it is in backward), so calls never run concurrently.
 
 use super::GradDtype;
-use super::{wire_kind, BucketPlan, CommStats, FlatGrads, GradientReducer};
+use super::{seconds_before, wire_kind, BucketPlan, CommStats, FlatGrads, GradientReducer};
 use anyhow::{anyhow, bail, Result};
 use mpi::ffi;
 use mpi::raw::AsRaw;
@@ -107,8 +107,14 @@ struct Job {
     dtype: GradDtype,
 }
 
-/// Seconds one bucket took: (all of it, device→host copy, host→device copy).
-type BucketTimes = (f64, f64, f64);
+/// When one bucket's all-reduce ran, and its staging copies' seconds.
+#[derive(Debug, Clone, Copy)]
+struct BucketTimes {
+    start: Instant,
+    end: Instant,
+    d2h_s: f64,
+    h2d_s: f64,
+}
 
 fn run_job(comm: RawComm, job: &mut Job) -> Result<BucketTimes> {
     let t0 = Instant::now();
@@ -136,7 +142,12 @@ fn run_job(comm: RawComm, job: &mut Job) -> Result<BucketTimes> {
             }
         }
     }
-    Ok((t0.elapsed().as_secs_f64(), d2h_s, h2d_s))
+    Ok(BucketTimes {
+        start: t0,
+        end: Instant::now(),
+        d2h_s,
+        h2d_s,
+    })
 }
 
 /// The communication thread of `--overlap on`.
@@ -147,12 +158,16 @@ struct Worker {
 }
 
 impl Worker {
-    fn start(comm: RawComm) -> Worker {
+    /// Starts the thread, pinned to `pus` when given (a core backward does not use).
+    fn start(comm: RawComm, pus: Option<Vec<u32>>) -> Worker {
         let (jobs, rx) = channel::<Job>();
         let (tx, done) = channel();
         let handle = std::thread::Builder::new()
             .name("ddpbench-allreduce".into())
             .spawn(move || {
+                if let Some(pus) = pus {
+                    pin_this_thread(&pus);
+                }
                 for mut job in rx {
                     let result = run_job(comm, &mut job).map_err(|e| format!("{e:#}"));
                     if tx.send((job.bucket, result)).is_err() {
@@ -178,6 +193,20 @@ impl Drop for Worker {
     }
 }
 
+/// Binds the calling thread (only it) to the hardware threads `pus`; on failure the
+/// thread runs where the OS puts it.
+fn pin_this_thread(pus: &[u32]) {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET writes within it for indexes below
+    // CPU_SETSIZE; sched_setaffinity(0, ..) affects the calling thread only.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &p in pus.iter().filter(|&&p| (p as usize) < libc::CPU_SETSIZE as usize) {
+            libc::CPU_SET(p as usize, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
 /// MPI_Allreduce over host memory, inline or on a communication thread.
 pub struct MpiStaged {
     plan: BucketPlan,
@@ -190,15 +219,17 @@ pub struct MpiStaged {
     host: Vec<Option<(Tensor, Tensor)>>,
     worker: Option<Worker>,
     pending: usize,
-    step: CommStats,
+    /// This step's buckets' times, in the order they finished.
+    times: Vec<BucketTimes>,
 }
 
 impl MpiStaged {
-    /// `overlap` runs the all-reduces on a thread, which needs MPI_THREAD_SERIALIZED or
-    /// better (`threading_ok`); without it the caller must not ask for overlap.
-    pub fn new(world: &SimpleCommunicator, plan: BucketPlan, dtype: GradDtype, overlap: bool) -> Result<MpiStaged> {
+    /// `overlap` runs the all-reduces on a thread (pinned to `overlap`'s PUs when there
+    /// are any), which needs MPI_THREAD_SERIALIZED or better; without it the caller must
+    /// not ask for overlap.
+    pub fn new(world: &SimpleCommunicator, plan: BucketPlan, dtype: GradDtype, overlap: Option<Vec<u32>>) -> Result<MpiStaged> {
         let dup = world.duplicate();
-        let worker = overlap.then(|| Worker::start(RawComm(dup.as_raw())));
+        let worker = overlap.map(|pus| Worker::start(RawComm(dup.as_raw()), (!pus.is_empty()).then_some(pus)));
         if dtype != GradDtype::Fp32 {
             half_ops();
         }
@@ -210,14 +241,8 @@ impl MpiStaged {
             host: Vec::new(),
             worker,
             pending: 0,
-            step: CommStats::default(),
+            times: Vec::new(),
         })
-    }
-
-    fn account(&mut self, times: BucketTimes) {
-        self.step.comm_s += times.0;
-        self.step.stage_d2h_s += times.1;
-        self.step.stage_h2d_s += times.2;
     }
 }
 
@@ -274,13 +299,13 @@ impl GradientReducer for MpiStaged {
             }
             None => {
                 let times = run_job(RawComm(self.dup.as_raw()), &mut job)?;
-                self.account(times);
+                self.times.push(times);
             }
         }
         Ok(())
     }
 
-    fn finish(&mut self, params: &[Tensor]) -> Result<CommStats> {
+    fn finish(&mut self, params: &[Tensor], backward_end: Instant) -> Result<CommStats> {
         for b in 0..self.plan.buckets.len() {
             self.launch(b)?;
         }
@@ -289,12 +314,21 @@ impl GradientReducer for MpiStaged {
             let (bucket, result) = w.done.recv().map_err(|_| anyhow!("the all-reduce thread died"))?;
             self.pending -= 1;
             let times = result.map_err(|e| anyhow!("all-reduce of bucket {bucket}: {e}"))?;
-            self.account(times);
+            self.times.push(times);
         }
-        self.flat.as_mut().expect("attached").complete(params);
-        let mut stats = std::mem::take(&mut self.step);
-        stats.bytes = (self.plan.total_numel() * self.dtype.bytes()) as u64;
-        Ok(stats)
+        let flat = self.flat.as_mut().expect("attached");
+        let (first_launch, last_launch) = flat.claim_times();
+        flat.complete(params);
+        let times = std::mem::take(&mut self.times);
+        Ok(CommStats {
+            bytes: (self.plan.total_numel() * self.dtype.bytes()) as u64,
+            comm_s: times.iter().map(|t| (t.end - t.start).as_secs_f64()).sum(),
+            hidden_s: times.iter().map(|t| seconds_before(t.start, t.end, backward_end)).sum(),
+            stage_d2h_s: times.iter().map(|t| t.d2h_s).sum(),
+            stage_h2d_s: times.iter().map(|t| t.h2d_s).sum(),
+            first_launch,
+            last_launch,
+        })
     }
 
     fn reduced(&self) -> &[Tensor] {

@@ -13,6 +13,7 @@ use super::GradDtype;
 use super::{wire_kind, BucketPlan, CommStats, FlatGrads, GradientReducer};
 use crate::device::cuda::{self, Driver, Event, Nccl, NcclComm, NcclDtype, NcclUniqueId, Stream, LEGACY_STREAM};
 use anyhow::{anyhow, Result};
+use std::time::Instant;
 use tch::Tensor;
 
 pub struct NcclReducer {
@@ -28,6 +29,8 @@ pub struct NcclReducer {
     ready: Vec<Event>,
     start: Vec<Event>,
     end: Vec<Event>,
+    /// Recorded on libtorch's stream when `finish` is called: backward's end on the device.
+    backward_end: Event,
     done: Event,
 }
 
@@ -64,6 +67,7 @@ impl NcclReducer {
             ready: events(false)?,
             start: events(true)?,
             end: events(true)?,
+            backward_end: cuda.event(true)?,
             done: cuda.event(false)?,
             plan,
             dtype,
@@ -132,18 +136,24 @@ impl GradientReducer for NcclReducer {
         Ok(())
     }
 
-    fn finish(&mut self, params: &[Tensor]) -> Result<CommStats> {
+    fn finish(&mut self, params: &[Tensor], _backward_end: Instant) -> Result<CommStats> {
+        self.cuda.record(&self.backward_end, LEGACY_STREAM)?;
         for b in 0..self.plan.buckets.len() {
             self.launch(b)?;
         }
         self.cuda.record(&self.done, self.stream)?;
         self.cuda.wait(LEGACY_STREAM, &self.done)?;
         self.cuda.event_synchronize(&self.done)?;
-        let mut comm_s = 0.0;
+        let (mut comm_s, mut hidden_s) = (0.0, 0.0);
         for b in 0..self.plan.buckets.len() {
-            comm_s += self.cuda.elapsed_s(&self.start[b], &self.end[b])?;
+            let work = self.cuda.elapsed_s(&self.start[b], &self.end[b])?;
+            // Device time from the bucket's start to backward's end, cut to the bucket's work.
+            let before = self.cuda.elapsed_s(&self.start[b], &self.backward_end)?;
+            comm_s += work;
+            hidden_s += before.clamp(0.0, work);
         }
         let flat = self.flat.as_mut().expect("attached");
+        let (first_launch, last_launch) = flat.claim_times();
         let dst = 1 - flat.current;
         for (b, (_, recv)) in self.wire.iter().enumerate() {
             flat.sets[dst][b].copy_(recv);
@@ -152,8 +162,11 @@ impl GradientReducer for NcclReducer {
         Ok(CommStats {
             bytes: (self.plan.total_numel() * self.dtype.bytes()) as u64,
             comm_s,
+            hidden_s,
             stage_d2h_s: 0.0,
             stage_h2d_s: 0.0,
+            first_launch,
+            last_launch,
         })
     }
 

@@ -4,6 +4,7 @@
 
 use super::{BucketPlan, CommStats, FlatGrads, GradientReducer};
 use anyhow::{anyhow, Result};
+use std::time::Instant;
 use tch::Tensor;
 
 /// Keeps every rank's gradients to itself.
@@ -34,12 +35,18 @@ impl GradientReducer for NoReduce {
         Ok(())
     }
 
-    fn finish(&mut self, _params: &[Tensor]) -> Result<CommStats> {
-        self.flat
-            .as_mut()
-            .ok_or_else(|| anyhow!("gradient buckets used before attach"))?
-            .keep();
-        Ok(CommStats::default())
+    fn finish(&mut self, _params: &[Tensor], _backward_end: Instant) -> Result<CommStats> {
+        let flat = self.flat.as_mut().ok_or_else(|| anyhow!("gradient buckets used before attach"))?;
+        for b in 0..self.plan.buckets.len() {
+            flat.claim(b);
+        }
+        let (first_launch, last_launch) = flat.claim_times();
+        flat.keep();
+        Ok(CommStats {
+            first_launch,
+            last_launch,
+            ..CommStats::default()
+        })
     }
 
     fn reduced(&self) -> &[Tensor] {

@@ -16,7 +16,6 @@
 use super::{BucketPlan, GradientReducer};
 use crate::model::{self, Net};
 use anyhow::Result;
-use std::time::Instant;
 use tch::{Device, Kind, Tensor};
 
 /// An activation cut out of the graph: (the stage's output, the next stage's leaf input).
@@ -155,20 +154,17 @@ impl<'p> StagedPass<'p> {
     }
 
     /// Backward from `loss`, segment by segment from the last: the buckets a segment
-    /// completed leave before the backward of the segment below it starts. Returns when
-    /// the first bucket was handed over (None when every bucket waits for `finish`).
-    pub fn backward(self, loss: &Tensor, reducer: &mut dyn GradientReducer) -> Result<Option<Instant>> {
+    /// completed leave before the backward of the segment below it starts.
+    pub fn backward(self, loss: &Tensor, reducer: &mut dyn GradientReducer) -> Result<()> {
         loss.backward();
-        let mut first_launch = None;
         for j in (0..self.cuts.len()).rev() {
             let upper = self.plan.cut_at.get(j + 1).copied().unwrap_or(self.plan.stages);
             for &b in self.plan.launch_after[self.plan.cut_at[j]..upper].iter().flatten() {
-                first_launch.get_or_insert_with(Instant::now);
                 reducer.launch(b)?;
             }
             backward_through_cut(&self.cuts[j]);
         }
-        Ok(first_launch)
+        Ok(())
     }
 }
 

@@ -46,6 +46,10 @@ pub struct CommInfo {
     pub mpi_threading: String,
     /// Why the backend or overlap differs from what was asked, if it does.
     pub note: Option<String>,
+    /// True when overlap was forced onto a core backward also computes on: the
+    /// all-reduce then time-slices with backward and nothing of it is really hidden.
+    #[serde(default)]
+    pub overlap_shares_core: bool,
 }
 
 /// Where and on what one rank ran.
@@ -67,6 +71,10 @@ pub struct RankInfo {
     /// Why the rank is not bound to the cores nearest its GPU, when it is not.
     #[serde(default)]
     pub binding_note: Option<String>,
+    /// Where an overlapped MPI all-reduce's thread runs: its own core, unpinned with a
+    /// core to spare, or sharing backward's cores.
+    #[serde(default)]
+    pub comm_thread: Option<String>,
     /// Launcher variables (OMPI_COMM_WORLD_*, SLURM_*, CUDA_VISIBLE_DEVICES).
     pub launcher_env: Vec<(String, String)>,
 }

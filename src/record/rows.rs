@@ -125,10 +125,19 @@ pub struct StepRow {
     /// Host→device copies of the CPU-staged all-reduce (inside comm_s).
     #[serde(serialize_with = "plain_decimal")]
     pub comm_stage_h2d_s: f64,
+    /// The part of comm_s that ran before backward ended, by the clocks (0 without
+    /// overlap). With the manifest's `comm.overlap_shares_core` it shared backward's
+    /// cores and hid nothing.
+    #[serde(serialize_with = "plain_decimal")]
+    pub comm_hidden_s: f64,
     /// Seconds from the run's common start to this rank's entry into the all-reduce
-    /// (the first bucket handed over).
+    /// (its first bucket handed over).
     #[serde(serialize_with = "plain_decimal")]
     pub comm_start_s: f64,
+    /// Seconds from the run's common start to this rank's entry into its last bucket's
+    /// all-reduce (when its backward ended): from then on it only waits.
+    #[serde(serialize_with = "plain_decimal")]
+    pub comm_last_start_s: f64,
     #[serde(serialize_with = "plain_decimal")]
     pub loss: f64,
     /// Gradient bytes this rank put into the all-reduce (at --grad-dtype).
@@ -241,7 +250,9 @@ mod tests {
             comm_s: 0.003,
             comm_stage_d2h_s: 0.0,
             comm_stage_h2d_s: 0.0,
+            comm_hidden_s: 0.0,
             comm_start_s: 0.53,
+            comm_last_start_s: 0.53,
             loss: 2.3,
             bytes: 4_799_528,
             loss_scale: None,
@@ -271,7 +282,7 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(path.ends_with("rank-00003.csv"));
         let header = text.lines().next().unwrap();
-        assert_eq!(header, "rank,node_type,epoch,step,global_step,warmup,time_utc,elapsed_s,samples,data_s,batch_copy_s,forward_s,backward_s,comm_exposed_s,optimizer_s,other_s,step_s,comm_s,comm_stage_d2h_s,comm_stage_h2d_s,comm_start_s,loss,bytes,loss_scale,step_skipped");
+        assert_eq!(header, "rank,node_type,epoch,step,global_step,warmup,time_utc,elapsed_s,samples,data_s,batch_copy_s,forward_s,backward_s,comm_exposed_s,optimizer_s,other_s,step_s,comm_s,comm_stage_d2h_s,comm_stage_h2d_s,comm_hidden_s,comm_start_s,comm_last_start_s,loss,bytes,loss_scale,step_skipped");
         // A comma inside a field is quoted (RFC 4180); numbers are plain decimals.
         assert!(text.lines().nth(1).unwrap().starts_with("3,\"Xeon, 48c\",0,1,1,1,"));
         assert!(text.contains(",4799528,,0\n"), "no loss scale is an empty cell: {text}");

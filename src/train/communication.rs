@@ -3,6 +3,7 @@
 //! all-reduce, and the raw all-reduce probe of the same buckets.
 
 use super::config::TrainConfig;
+use super::placement::{CommCore, Placement};
 use crate::comm::nccl::{self, NcclReducer};
 use crate::comm::none::NoReduce;
 use crate::comm::overlap::{self, LaunchPlan};
@@ -38,24 +39,16 @@ impl Communication {
     pub fn setup(
         g: &Group,
         cfg: &TrainConfig,
-        device: Device,
+        place: &Placement,
         net: &dyn Net,
         spec: &ModelSpec,
         params: &[Tensor],
     ) -> Result<Communication> {
+        let device = place.device;
         let (backend, backend_note) = choose_backend(g, cfg, device)?;
         let mut notes: Vec<String> = backend_note.into_iter().collect();
         let use_nccl = backend == Backend::Nccl;
-        let mut overlap = cfg.comm.overlap == OverlapMode::On && (use_nccl || g.threads_may_call_mpi());
-        if backend == Backend::None {
-            overlap = false;
-            notes.push("no all-reduce (--allreduce none): every rank trains on its own gradients; the run measures the step without communication and is not a scaling run".into());
-        } else if cfg.comm.overlap == OverlapMode::On && !overlap {
-            notes.push(format!(
-                "overlap off: MPI granted thread level {:?}, and the all-reduce thread needs serialized or multiple",
-                g.threading
-            ));
-        }
+        let (mut overlap, shares_core) = overlap_wanted(g, cfg, backend, place, &mut notes);
         let (stage_of, stages) = overlap::discover_stages(net, spec, device, params);
         let numels: Vec<usize> = params.iter().map(Tensor::numel).collect();
         let cap_bytes = (cfg.comm.bucket_mb * (1 << 20) as f64) as usize;
@@ -73,7 +66,18 @@ impl Communication {
             (None, None)
         };
         let buckets = plan.buckets.len();
-        let mut reducer = make_reducer(g, cfg, device, backend, overlap, plan)?;
+        // Every rank must agree, since a rank without overlap cuts nothing.
+        let mut all = 0i32;
+        g.comm.all_reduce_into(&i32::from(overlap), &mut all, SystemOperation::min());
+        if overlap && all == 0 {
+            notes.push("overlap off: another rank cannot overlap".into());
+        }
+        overlap = all == 1;
+        let thread_pus = match &place.comm_core {
+            CommCore::Own(pus) => pus.clone(),
+            _ => Vec::new(),
+        };
+        let mut reducer = make_reducer(g, cfg, device, backend, overlap.then_some(thread_pus), plan)?;
         agree(g, reducer.attach(params))?;
         reducer.zero_grads();
         let info = CommInfo {
@@ -84,6 +88,7 @@ impl Communication {
             nccl_version: use_nccl.then(|| cuda::nccl().map(|n| n.version()).unwrap_or_default()),
             mpi_threading: format!("{:?}", g.threading).to_lowercase(),
             note: (!notes.is_empty()).then(|| notes.join("; ")),
+            overlap_shares_core: overlap && shares_core,
         };
         Ok(Communication {
             backend,
@@ -98,12 +103,53 @@ impl Communication {
     }
 }
 
+/// Whether backward may overlap the all-reduce on this rank, and whether the
+/// all-reduce thread would share backward's cores (`--overlap force` only).
+fn overlap_wanted(g: &Group, cfg: &TrainConfig, backend: Backend, place: &Placement, notes: &mut Vec<String>) -> (bool, bool) {
+    let mode = cfg.comm.overlap;
+    if mode == OverlapMode::Off {
+        return (false, false);
+    }
+    if backend == Backend::None {
+        notes.push("no all-reduce (--allreduce none): every rank trains on its own gradients; the run measures the step without communication and is not a scaling run".into());
+        return (false, false);
+    }
+    if backend == Backend::Nccl {
+        return (true, false);
+    }
+    if !g.threads_may_call_mpi() {
+        notes.push(format!(
+            "overlap off: MPI granted thread level {:?}, and the all-reduce thread needs serialized or multiple",
+            g.threading
+        ));
+        return (false, false);
+    }
+    match (&place.comm_core, mode) {
+        (CommCore::Shared { cores, threads }, OverlapMode::On) => {
+            notes.push(format!(
+                "overlap off: the all-reduce thread would share this rank's {cores} core(s) with its {threads} compute thread(s) and hide nothing; \
+                 leave a core free (--threads {}) or test the mechanism with --overlap force",
+                threads.saturating_sub(1).max(1)
+            ));
+            (false, false)
+        }
+        (CommCore::Shared { .. }, _) => {
+            notes.push(
+                "overlap forced onto the cores backward computes on: the all-reduce time-slices with backward, so none of it is hidden"
+                    .into(),
+            );
+            (true, true)
+        }
+        _ => (true, false),
+    }
+}
+
 fn make_reducer(
     g: &Group,
     cfg: &TrainConfig,
     device: Device,
     backend: Backend,
-    overlap: bool,
+    overlap: Option<Vec<u32>>,
     plan: BucketPlan,
 ) -> Result<Box<dyn GradientReducer>> {
     match (backend, device) {

@@ -22,6 +22,30 @@ pub struct Placement {
     pub gpu_bus_id: Option<String>,
     /// libtorch's intra-op threads.
     pub threads: usize,
+    /// Where an all-reduce thread (`--overlap` on the MPI path) would run.
+    pub comm_core: CommCore,
+}
+
+/// Where the communication thread of an overlapped MPI all-reduce runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommCore {
+    /// Pinned to these PUs, a core of the binding that backward's threads do not use.
+    Own(Vec<u32>),
+    /// Unpinned, with a core to spare: the rank is unbound and runs fewer threads than
+    /// its share of the node's cores, or it trains on a GPU and the CPU mostly waits.
+    Free,
+    /// Only on the cores backward's threads use: it would time-slice with backward.
+    Shared { cores: usize, threads: usize },
+}
+
+impl CommCore {
+    pub fn describe(&self) -> String {
+        match self {
+            CommCore::Own(pus) => format!("own core (PUs {})", topology::compact_list(pus)),
+            CommCore::Free => "unpinned, a core to spare".into(),
+            CommCore::Shared { cores, threads } => format!("shares {cores} core(s) with {threads} compute thread(s)"),
+        }
+    }
 }
 
 impl Placement {
@@ -47,11 +71,6 @@ impl Placement {
         if let Some(n) = binding_note.as_ref().filter(|_| g.local_rank == 0 && device != Device::Cpu) {
             warn!("{n}");
         }
-        if let Ok(hw) = hw.as_mut() {
-            if let Err(e) = topology::apply_binding(hw, &binding) {
-                warn!("{e:#}; running unbound");
-            }
-        }
         if binding.shared {
             warn!(
                 "{} local ranks share {} cores: timings will include contention{}",
@@ -60,7 +79,14 @@ impl Placement {
                 if binding.pus.is_empty() { " (ranks left unbound)" } else { "" }
             );
         }
-        tch::set_num_threads(pc.threads.unwrap_or(binding.threads) as i32);
+        let threads = pc.threads.unwrap_or(binding.threads);
+        let (binding, comm_core) = split_off_comm_core(binding, threads, cores.len() / g.local_size.max(1), device);
+        if let Ok(hw) = hw.as_mut() {
+            if let Err(e) = topology::apply_binding(hw, &binding) {
+                warn!("{e:#}; running unbound");
+            }
+        }
+        tch::set_num_threads(threads as i32);
         if let Device::Cuda(_) = device {
             tch::Cuda::cudnn_set_benchmark(!cfg.schedule.deterministic);
         }
@@ -74,6 +100,7 @@ impl Placement {
             node_type,
             gpu_bus_id,
             threads: tch::get_num_threads() as usize,
+            comm_core,
         })
     }
 
@@ -96,9 +123,45 @@ impl Placement {
             gpus: self.node.gpus.clone(),
             gpu_bus_id: self.gpu_bus_id.clone(),
             binding_note: self.binding_note.clone(),
+            comm_thread: Some(self.comm_core.describe()),
             launcher_env: launcher_env(),
         })
     }
+}
+
+/// Where an all-reduce thread can run. On CPU, when the rank is bound to more cores than
+/// it runs compute threads on, the process keeps the first `threads` cores and the thread
+/// gets the rest; an unbound rank has a core to spare when `threads` is below its share
+/// of the node (`share_cores`); a GPU rank's CPU mostly waits for the device.
+fn split_off_comm_core(binding: Binding, threads: usize, share_cores: usize, device: Device) -> (Binding, CommCore) {
+    if device != Device::Cpu {
+        return (binding, CommCore::Free);
+    }
+    if binding.pus.is_empty() {
+        let core = if threads < share_cores {
+            CommCore::Free
+        } else {
+            CommCore::Shared {
+                cores: share_cores.max(1),
+                threads,
+            }
+        };
+        return (binding, core);
+    }
+    let cores = binding.cores.len();
+    if threads >= cores {
+        return (binding, CommCore::Shared { cores, threads });
+    }
+    // PUs of the binding's cores, in order, grouped per core.
+    let per_core = binding.pus.len() / cores.max(1);
+    let (compute, spare) = binding.pus.split_at(threads * per_core);
+    let core = CommCore::Own(spare.to_vec());
+    let compute = Binding {
+        pus: compute.to_vec(),
+        cores: binding.cores[..threads].to_vec(),
+        ..binding
+    };
+    (compute, core)
 }
 
 /// This rank's GPU's PCI bus id, and the hardware threads nearest each visible GPU in

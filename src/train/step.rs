@@ -18,9 +18,8 @@ struct MicroBatches {
     /// Sum of the micro-batches' losses, on the device (read back once per step).
     loss_sum: Option<Tensor>,
     count: usize,
-    /// When this rank entered the all-reduce: the first bucket handed over during
-    /// backward, else the end of the last backward.
-    comm_start: Option<Instant>,
+    /// When the last backward ended.
+    backward_end: Option<Instant>,
 }
 
 impl Trainer<'_> {
@@ -39,7 +38,8 @@ impl Trainer<'_> {
 
         self.timer.start_step();
         let micro = self.micro_batches(loader, amp_scale)?;
-        let comm = self.comm.reducer.finish(&self.model.param_tensors)?;
+        let backward_end = micro.backward_end.unwrap_or_else(Instant::now);
+        let comm = self.comm.reducer.finish(&self.model.param_tensors, backward_end)?;
         self.timer.end(Phase::CommExposed);
         let stepped = self.opt.step_unscaled(self.comm.reducer.reduced(), self.scaler.as_mut());
         self.comm.reducer.zero_grads();
@@ -62,7 +62,9 @@ impl Trainer<'_> {
             comm_s: comm.comm_s,
             comm_stage_d2h_s: comm.stage_d2h_s,
             comm_stage_h2d_s: comm.stage_h2d_s,
-            comm_start_s: micro.comm_start.map_or(f64::NAN, since_origin),
+            comm_start_s: comm.first_launch.map_or(f64::NAN, since_origin),
+            comm_last_start_s: comm.last_launch.map_or(f64::NAN, since_origin),
+            comm_hidden_s: comm.hidden_s,
             loss,
             bytes: comm.bytes,
             loss_scale: self.scaler.as_ref().map(|_| amp_scale),
@@ -84,7 +86,7 @@ impl Trainer<'_> {
     /// hands buckets to the all-reduce.
     fn micro_batches(&mut self, loader: &mut Loader, amp_scale: f64) -> Result<MicroBatches> {
         let mut micro = MicroBatches::default();
-        let (mut first_launch, mut backward_end) = (None, None);
+
         while micro.count < self.cfg.schedule.grad_accum {
             let Some(batch) = loader.next_batch() else { break };
             let (x, y) = batch?;
@@ -97,10 +99,10 @@ impl Trainer<'_> {
             self.timer.end(Phase::Forward);
             let scaled = scale(&loss, self.loss_factor * amp_scale);
             match staged {
-                Some(pass) => first_launch = pass.backward(&scaled, self.comm.reducer.as_mut())?,
+                Some(pass) => pass.backward(&scaled, self.comm.reducer.as_mut())?,
                 None => scaled.backward(),
             }
-            backward_end = Some(self.timer.end(Phase::Backward));
+            micro.backward_end = Some(self.timer.end(Phase::Backward));
             micro.samples += y.size()[0] as usize;
             micro.loss_sum = Some(match micro.loss_sum.take() {
                 None => loss.detach(),
@@ -108,7 +110,6 @@ impl Trainer<'_> {
             });
             micro.count += 1;
         }
-        micro.comm_start = first_launch.or(backward_end).or_else(|| Some(Instant::now()));
         Ok(micro)
     }
 

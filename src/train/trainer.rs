@@ -97,7 +97,7 @@ impl<'g> Trainer<'g> {
                 cfg.optim.weight_decay,
             ),
         )?;
-        let comm = Communication::setup(g, cfg, place.device, model.net.as_ref(), &model.spec, &model.param_tensors)?;
+        let comm = Communication::setup(g, cfg, &place, model.net.as_ref(), &model.spec, &model.param_tensors)?;
         let autocast = agree(g, Autocast::new(cfg.optim.amp, place.device))?;
         let schedule = schedule(g, cfg, &dataset);
         let mut manifest = super::manifest::initial(g, cfg, &folder, started, &place, &dataset, &model, &comm, &schedule)?;
