@@ -43,6 +43,7 @@ fn main() -> anyhow::Result<()> {
         allreduce_probe: None,
         allreduce_probe_warm: None,
         host_malloc: None,
+        clock: None,
         ranks: (0..ranks)
             .map(|r| RankInfo {
                 rank: r,

@@ -43,6 +43,7 @@ fn manifest(id: &str, model: &str, ranks: &[RankSpec], batch: usize, status: &st
         allreduce_probe: None,
         allreduce_probe_warm: None,
         host_malloc: None,
+        clock: None,
         ranks: ranks
             .iter()
             .enumerate()

@@ -45,6 +45,14 @@ fn two_ranks_write_complete_consistent_files() {
     );
     assert_eq!(m["allreduce_probe_warm"]["cold_cache"], false);
     assert!(m["allreduce_probe_warm"]["busbw_bytes_per_s"].as_f64().unwrap() > 0.0);
+    // Clock offsets to rank 0: at the start and after the one epoch, for both ranks.
+    let (ch, crows) = read_csv(&out.join("clock.csv"));
+    assert_eq!(col(&ch, &crows, "sync"), vec![0.0, 0.0, 1.0, 1.0]);
+    assert_eq!(col(&ch, &crows, "rank"), vec![0.0, 1.0, 0.0, 1.0]);
+    assert!(col(&ch, &crows, "error_s").iter().all(|&e| e >= 0.0));
+    assert_eq!(col(&ch, &crows, "offset_s")[0], 0.0, "rank 0 is the reference");
+    assert_eq!(m["clock"]["syncs"], 2);
+    assert_eq!(m["schema_version"], 2);
 
     let mut checksum_rows = Vec::new();
     for r in 0..2 {

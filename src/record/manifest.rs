@@ -126,6 +126,22 @@ pub struct Manifest {
     /// How the host allocator ran (`--malloc`, or the environment's MALLOC_* settings).
     #[serde(default)]
     pub host_malloc: Option<String>,
+    /// How well the ranks' clocks agree (`clock.csv` holds every estimate).
+    #[serde(default)]
+    pub clock: Option<ClockSummary>,
+}
+
+/// The clock offsets to rank 0 estimated during a run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ClockSummary {
+    /// Estimates made (at the start and after every epoch).
+    pub syncs: usize,
+    /// The largest error bound of any estimate (half the shortest round trip).
+    pub max_error_s: f64,
+    /// The largest offset of any rank to rank 0.
+    pub max_abs_offset_s: f64,
+    /// The largest change of one rank's offset between its first and last estimate.
+    pub max_drift_s: f64,
 }
 
 impl Manifest {

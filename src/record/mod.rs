@@ -9,7 +9,7 @@
 mod manifest;
 mod rows;
 
-pub use manifest::{AllreduceProbe, CommInfo, Manifest, RankInfo, SCHEMA_VERSION};
+pub use manifest::{AllreduceProbe, ClockSummary, CommInfo, Manifest, RankInfo, SCHEMA_VERSION};
 pub use rows::{EpochRow, Phase, PhaseTimes, StepRow};
 
 use anyhow::{Context, Result};

@@ -61,6 +61,7 @@ pub fn initial(
         allreduce_probe_warm: comm.probe_warm.clone(),
         ranks: gathered_rank_infos(g, place, cfg)?,
         host_malloc: None,
+        clock: None,
     })
 }
 

@@ -10,6 +10,7 @@
 //! exits non-zero with the same message; an error on one rank during training takes
 //! the job down with MPI_Abort so no rank waits forever in a collective.
 
+mod clock;
 mod communication;
 pub mod config;
 mod faults;

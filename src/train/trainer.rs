@@ -3,6 +3,7 @@
 //! optimizer and the all-reduce, and writes the manifest (status "running");
 //! `run` trains epoch by epoch (each step in `step.rs`); `finish` writes the outcome.
 
+use super::clock::{self, ClockLog};
 use super::communication::{Backend, Communication};
 use super::config::TrainConfig;
 use super::faults::FaultHooks;
@@ -14,7 +15,7 @@ use crate::amp::{AmpMode, Autocast, LossScaler};
 use crate::data::{self, Dataset, Loader};
 use crate::model::{self, ModelOptions, ModelSpec, Net};
 use crate::optim::{self, LrScaling, Optimizer};
-use crate::record::{self, CsvLog, EpochRow, Manifest, StepRow};
+use crate::record::{self, ClockSummary, CsvLog, EpochRow, Manifest, StepRow};
 use crate::telemetry::GpuSampler;
 use crate::world::{agree, gather_strings, Group};
 use anyhow::{Context, Result};
@@ -68,6 +69,11 @@ pub struct Trainer<'g> {
     /// The common time origin of all ranks (they leave a barrier together).
     pub(super) origin: Instant,
     pub(super) global_step: usize,
+    /// Rank 0's `clock.csv` and what the estimates add up to.
+    pub(super) clock_log: Option<ClockLog>,
+    pub(super) clock: ClockSummary,
+    /// Each rank's first offset estimate (rank 0), for the drift.
+    pub(super) first_offsets: Vec<f64>,
     pub(super) last_l2: f64,
     pub(super) last_accuracy: Option<f64>,
 }
@@ -127,6 +133,9 @@ impl<'g> Trainer<'g> {
             epochs_log,
             origin: started_at,
             global_step: 0,
+            clock_log: None,
+            clock: ClockSummary::default(),
+            first_offsets: Vec::new(),
             last_l2: 0.0,
             last_accuracy: None,
         };
@@ -139,6 +148,10 @@ impl<'g> Trainer<'g> {
     pub fn run(&mut self) -> Result<()> {
         self.g.comm.barrier();
         self.origin = Instant::now();
+        if self.g.rank == 0 {
+            self.clock_log = Some(ClockLog::create(&self.folder.path("clock.csv"))?);
+        }
+        self.sync_clocks(0)?;
         let telemetry = self.start_telemetry();
         for epoch in 0..self.schedule.epochs {
             self.run_epoch(epoch)?;
@@ -165,6 +178,7 @@ impl<'g> Trainer<'g> {
             m.wall_s = Some(self.started.elapsed().as_secs_f64());
             m.final_param_l2 = Some(self.last_l2);
             m.final_val_accuracy = self.last_accuracy;
+            m.clock = Some(self.clock.clone());
             m.write(&self.folder.dir)?;
             info!(
                 "done: {} (reduce with: ddpbench reduce {})",
@@ -248,6 +262,7 @@ impl<'g> Trainer<'g> {
             self.cfg.schedule.val_samples,
         )?;
         self.last_accuracy = val_acc.is_finite().then_some(val_acc);
+        self.sync_clocks(epoch + 1)?;
         let row = EpochRow {
             epoch,
             time_utc: record::rfc3339_utc(SystemTime::now()),
@@ -268,6 +283,24 @@ impl<'g> Trainer<'g> {
                 row.train_loss,
                 val_acc * 100.0
             );
+        }
+        Ok(())
+    }
+
+    /// Estimates every rank's clock offset to rank 0; rank 0 writes them to clock.csv.
+    fn sync_clocks(&mut self, sync: usize) -> Result<()> {
+        let rows = clock::estimate(self.g, self.origin, sync);
+        let Some(log) = self.clock_log.as_mut() else { return Ok(()) };
+        log.write(&rows)?;
+        if self.first_offsets.is_empty() {
+            self.first_offsets = rows.iter().map(|r| r.offset_s).collect();
+        }
+        let c = &mut self.clock;
+        c.syncs += 1;
+        for (r, first) in rows.iter().zip(&self.first_offsets) {
+            c.max_error_s = c.max_error_s.max(r.error_s);
+            c.max_abs_offset_s = c.max_abs_offset_s.max(r.offset_s.abs());
+            c.max_drift_s = c.max_drift_s.max((r.offset_s - first).abs());
         }
         Ok(())
     }
