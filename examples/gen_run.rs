@@ -75,6 +75,7 @@ fn main() -> anyhow::Result<()> {
             let step = data + fwd + bwd + comm + opt + 0.0001;
             let t = k as f64 * 0.05;
             log.write(&StepRow {
+                run_id: String::new(),
                 rank: r,
                 node_type: node_type.clone(),
                 epoch: 0,

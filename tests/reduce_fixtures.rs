@@ -77,6 +77,7 @@ fn write_run(dir: &Path, id: &str, model: &str, ranks: &[RankSpec], batch: usize
         for k in 0..=steps {
             let start = 10.0 * k as f64;
             log.write(&StepRow {
+                run_id: String::new(),
                 rank: r,
                 node_type: t.to_string(),
                 epoch: 0,

@@ -86,7 +86,7 @@ pub struct Manifest {
     #[serde(default = "schema_v1")]
     pub schema_version: u32,
     pub run_id: String,
-    /// "running", "completed" or "failed".
+    /// "running", "completed", "failed" or "interrupted" ([`super::RunStatus`]).
     pub status: String,
     pub error: Option<String>,
     pub ddpbench_version: String,
@@ -145,13 +145,9 @@ pub struct ClockSummary {
 }
 
 impl Manifest {
-    /// Writes atomically (temp file + rename) so a reader never sees half a manifest.
+    /// Writes atomically (temp file, fsync, rename) so a reader never sees half a manifest.
     pub fn write(&self, dir: &Path) -> Result<()> {
-        let path = dir.join("manifest.json");
-        let tmp = dir.join(".manifest.json.tmp");
-        let text = serde_json::to_string_pretty(self)?;
-        std::fs::write(&tmp, text + "\n").with_context(|| format!("cannot write {}", tmp.display()))?;
-        std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))
+        super::write_atomic(&dir.join("manifest.json"), &(serde_json::to_string_pretty(self)? + "\n"))
     }
     pub fn read(dir: &Path) -> Result<Manifest> {
         let path = dir.join("manifest.json");

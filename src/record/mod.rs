@@ -6,15 +6,18 @@
 //! dot, RFC 3339 UTC timestamps beside numeric seconds, so spreadsheets import
 //! every number as a number.
 
+mod end;
 mod manifest;
 mod rows;
+
+pub use end::{end_file_name, write_atomic, EndRecord, RunStatus};
 
 pub use manifest::{AllreduceProbe, ClockSummary, CommInfo, Manifest, RankInfo, SCHEMA_VERSION};
 pub use rows::{EpochRow, Phase, PhaseTimes, StepRow};
 
 use anyhow::{Context, Result};
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -46,10 +49,16 @@ pub fn format_plain(v: f64) -> String {
     }
 }
 
-/// Appends rows to a CSV file, flushing on demand so a crash keeps completed rows.
+/// Appends rows to a CSV file. Each row is handed to the kernel as it is written (one
+/// `write` of the whole row), so a process killed at any moment leaves every row it
+/// wrote complete on disk, and no torn row; [`CsvLog::sync`] also forces them to the
+/// device (`fsync`), for the points where a run must survive the node itself.
 pub struct CsvLog<R: serde::Serialize> {
-    writer: csv::Writer<BufWriter<File>>,
+    file: File,
     path: PathBuf,
+    header_written: bool,
+    /// One row's bytes, reused.
+    buf: Vec<u8>,
     _row: std::marker::PhantomData<R>,
 }
 
@@ -57,18 +66,42 @@ impl<R: serde::Serialize> CsvLog<R> {
     pub fn create(path: &Path) -> Result<CsvLog<R>> {
         let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
         Ok(CsvLog {
-            writer: csv::Writer::from_writer(BufWriter::with_capacity(1 << 16, file)),
+            file,
             path: path.to_path_buf(),
+            header_written: false,
+            buf: Vec::with_capacity(1 << 10),
             _row: std::marker::PhantomData,
         })
     }
+
+    /// Writes `row` (after the header, for the first one) with one `write` call.
     pub fn write(&mut self, row: &R) -> Result<()> {
-        self.writer
-            .serialize(row)
-            .with_context(|| format!("cannot write to {}", self.path.display()))
+        self.buf.clear();
+        {
+            let mut w = csv::WriterBuilder::new()
+                .has_headers(!self.header_written)
+                .from_writer(&mut self.buf);
+            w.serialize(row)
+                .with_context(|| format!("cannot format a row for {}", self.path.display()))?;
+            w.flush()?;
+        }
+        self.file
+            .write_all(&self.buf)
+            .with_context(|| format!("cannot write to {} (is the file system full or gone?)", self.path.display()))?;
+        self.header_written = true;
+        Ok(())
     }
+
+    /// Rows are handed to the kernel as they are written: nothing is held back.
     pub fn flush(&mut self) -> Result<()> {
-        self.writer.flush().with_context(|| format!("cannot flush {}", self.path.display()))
+        Ok(())
+    }
+
+    /// Forces the rows written so far onto the storage device (`fsync`).
+    pub fn sync(&mut self) -> Result<()> {
+        self.file
+            .sync_data()
+            .with_context(|| format!("cannot sync {} to disk (is the file system full or gone?)", self.path.display()))
     }
 }
 

@@ -75,6 +75,8 @@ pub type PhaseTimes = [f64; Phase::COUNT];
 /// One training step on one rank.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct StepRow {
+    /// The run this row belongs to (the manifest's `run_id`).
+    pub run_id: String,
     pub rank: usize,
     pub node_type: String,
     pub epoch: usize,
@@ -230,6 +232,7 @@ mod tests {
 
     fn row() -> StepRow {
         StepRow {
+            run_id: "r1".into(),
             rank: 3,
             node_type: "Xeon, 48c".into(),
             epoch: 0,
@@ -282,9 +285,9 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(path.ends_with("rank-00003.csv"));
         let header = text.lines().next().unwrap();
-        assert_eq!(header, "rank,node_type,epoch,step,global_step,warmup,time_utc,elapsed_s,samples,data_s,batch_copy_s,forward_s,backward_s,comm_exposed_s,optimizer_s,other_s,step_s,comm_s,comm_stage_d2h_s,comm_stage_h2d_s,comm_hidden_s,comm_start_s,comm_last_start_s,loss,bytes,loss_scale,step_skipped");
+        assert_eq!(header, "run_id,rank,node_type,epoch,step,global_step,warmup,time_utc,elapsed_s,samples,data_s,batch_copy_s,forward_s,backward_s,comm_exposed_s,optimizer_s,other_s,step_s,comm_s,comm_stage_d2h_s,comm_stage_h2d_s,comm_hidden_s,comm_start_s,comm_last_start_s,loss,bytes,loss_scale,step_skipped");
         // A comma inside a field is quoted (RFC 4180); numbers are plain decimals.
-        assert!(text.lines().nth(1).unwrap().starts_with("3,\"Xeon, 48c\",0,1,1,1,"));
+        assert!(text.lines().nth(1).unwrap().starts_with("r1,3,\"Xeon, 48c\",0,1,1,1,"));
         assert!(text.contains(",4799528,,0\n"), "no loss scale is an empty cell: {text}");
         let back: StepRow = csv::Reader::from_path(&path).unwrap().deserialize().next().unwrap().unwrap();
         assert_eq!(back, row);

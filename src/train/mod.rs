@@ -19,6 +19,7 @@ mod manifest;
 mod params;
 mod placement;
 mod run_folder;
+pub mod signals;
 mod step;
 pub mod timer;
 mod trainer;
@@ -40,6 +41,7 @@ pub fn main(cfg: TrainConfig) -> Result<()> {
     let g = &world.group;
     init_logging(g.rank);
     install_abort_on_panic();
+    signals::install();
     let _span = tracing::info_span!("rank", r = g.rank).entered();
     tracing::debug!("{malloc}");
     match train(g, &cfg, &malloc) {
@@ -70,12 +72,17 @@ pub fn train(g: &Group, cfg: &TrainConfig, malloc: &str) -> Result<()> {
     let mut trainer = match Trainer::setup(g, cfg, folder.clone(), started, malloc) {
         Ok(t) => t,
         Err(e) => {
-            folder.remove_if_unused(g);
+            folder.abandon(g, &e);
             return Err(e);
         }
     };
-    trainer.run()?;
-    trainer.finish()
+    match trainer.run() {
+        Ok(stopped) => trainer.finish(stopped),
+        Err(e) => {
+            trainer.record_failure(&e, e.downcast_ref::<AgreedError>().is_some());
+            Err(e)
+        }
+    }
 }
 
 fn init_logging(rank: usize) {

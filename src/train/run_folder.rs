@@ -30,11 +30,22 @@ impl RunFolder {
         Ok(RunFolder { dir, run_id })
     }
 
-    /// After a set-up failure before the run began (no manifest yet), rank 0 removes
-    /// the folder if it is empty, so no empty run folder is left behind.
-    pub fn remove_if_unused(&self, g: &Group) {
-        if g.rank == 0 && !self.dir.join("manifest.json").exists() {
-            let _ = std::fs::remove_dir(&self.dir);
+    /// After a set-up failure: before the manifest was written, rank 0 removes the
+    /// folder if it is empty (no empty run folder is left behind); after it, rank 0
+    /// marks the run failed with the error.
+    pub fn abandon(&self, g: &Group, err: &anyhow::Error) {
+        if g.rank != 0 {
+            return;
+        }
+        match record::Manifest::read(&self.dir) {
+            Ok(mut m) => {
+                m.status = record::RunStatus::Failed.as_str().into();
+                m.error = Some(format!("set-up failed: {err:#}"));
+                let _ = m.write(&self.dir);
+            }
+            Err(_) => {
+                let _ = std::fs::remove_dir(&self.dir);
+            }
         }
     }
 

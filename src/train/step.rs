@@ -49,6 +49,7 @@ impl Trainer<'_> {
 
         let since_origin = |t: Instant| (t - self.origin).as_secs_f64();
         let mut row = StepRow {
+            run_id: self.folder.run_id.clone(),
             rank: self.g.rank,
             node_type: self.place.node_type.clone(),
             epoch,

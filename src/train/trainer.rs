@@ -10,12 +10,13 @@ use super::faults::FaultHooks;
 use super::params::{broadcast_from_rank0, check_in_sync};
 use super::placement::Placement;
 use super::run_folder::RunFolder;
+use super::signals;
 use super::timer::PhaseTimer;
 use crate::amp::{AmpMode, Autocast, LossScaler};
 use crate::data::{self, Dataset, Loader};
 use crate::model::{self, ModelOptions, ModelSpec, Net};
 use crate::optim::{self, LrScaling, Optimizer};
-use crate::record::{self, ClockSummary, CsvLog, EpochRow, Manifest, StepRow};
+use crate::record::{self, ClockSummary, CsvLog, EndRecord, EpochRow, Manifest, RunStatus, StepRow};
 use crate::telemetry::GpuSampler;
 use crate::world::{agree, gather_strings, Group};
 use anyhow::{Context, Result};
@@ -144,8 +145,9 @@ impl<'g> Trainer<'g> {
     }
 
     /// Trains every epoch: the ranks leave a barrier together (the common time origin
-    /// of every `elapsed_s`), GPU telemetry starts, then epoch after epoch.
-    pub fn run(&mut self) -> Result<()> {
+    /// of every `elapsed_s`), GPU telemetry starts, then epoch after epoch. Returns the
+    /// stop signal when one ended the run early ([`signals`]).
+    pub fn run(&mut self) -> Result<Option<i32>> {
         self.g.comm.barrier();
         self.origin = Instant::now();
         if self.g.rank == 0 {
@@ -153,45 +155,102 @@ impl<'g> Trainer<'g> {
         }
         self.sync_clocks(0)?;
         let telemetry = self.start_telemetry();
+        let mut stopped = None;
         for epoch in 0..self.schedule.epochs {
-            self.run_epoch(epoch)?;
+            stopped = self.run_epoch(epoch)?;
+            if stopped.is_some() {
+                break;
+            }
         }
         if let Some(t) = telemetry {
             log_telemetry(t);
         }
-        Ok(())
+        Ok(stopped)
     }
 
-    /// After the last epoch: the final parameters (`--save-model`) and the manifest's
-    /// outcome, then a barrier so no rank leaves before rank 0 wrote them.
-    pub fn finish(mut self) -> Result<()> {
+    /// After the last epoch, or a stop signal: each rank's end record, the final
+    /// parameters (`--save-model`) and the manifest's outcome, then a barrier so no rank
+    /// leaves before rank 0 wrote them.
+    pub fn finish(mut self, stopped: Option<i32>) -> Result<()> {
+        let (status, error) = match stopped {
+            None => (RunStatus::Completed, None),
+            Some(sig) => (
+                RunStatus::Interrupted,
+                Some(format!("{} after step {}", signals::name(sig), self.global_step)),
+            ),
+        };
+        self.steps_log.sync()?;
+        self.end_record(status, error.clone()).write(&self.folder.dir)?;
         if self.g.rank == 0 {
-            if self.cfg.output.save_model {
+            if self.cfg.output.save_model && stopped.is_none() {
                 self.model
                     .vs
                     .save(self.folder.path("model.safetensors"))
                     .context("cannot save model.safetensors")?;
             }
             let m = &mut self.manifest;
-            m.status = "completed".into();
+            m.status = status.as_str().into();
+            m.error = error.clone();
             m.end_utc = Some(record::rfc3339_utc(SystemTime::now()));
             m.wall_s = Some(self.started.elapsed().as_secs_f64());
             m.final_param_l2 = Some(self.last_l2);
             m.final_val_accuracy = self.last_accuracy;
             m.clock = Some(self.clock.clone());
             m.write(&self.folder.dir)?;
-            info!(
-                "done: {} (reduce with: ddpbench reduce {})",
-                self.folder.dir.display(),
-                self.folder.dir.display()
-            );
+            match &error {
+                None => info!(
+                    "done: {} (reduce with: ddpbench reduce {})",
+                    self.folder.dir.display(),
+                    self.folder.dir.display()
+                ),
+                Some(e) => warn!("interrupted by {e}: every row so far is in {}", self.folder.dir.display()),
+            }
         }
         self.g.comm.barrier();
         Ok(())
     }
 
+    /// Records that the run failed with `err` on this rank: its end record, and the
+    /// manifest's status and error (written by rank 0 when every rank knows the error,
+    /// by this rank when only it does, since its peers are about to be aborted).
+    pub fn record_failure(&mut self, err: &anyhow::Error, agreed: bool) {
+        let text = format!("rank {} ({}) at step {}: {err:#}", self.g.rank, self.g.host, self.global_step);
+        let _ = self.steps_log.sync();
+        let _ = self.end_record(RunStatus::Failed, Some(text.clone())).write(&self.folder.dir);
+        if self.g.rank == 0 || !agreed {
+            let m = &mut self.manifest;
+            m.status = RunStatus::Failed.as_str().into();
+            m.error = Some(text);
+            m.end_utc = Some(record::rfc3339_utc(SystemTime::now()));
+            m.wall_s = Some(self.started.elapsed().as_secs_f64());
+            let _ = m.write(&self.folder.dir);
+        }
+    }
+
+    fn end_record(&self, status: RunStatus, error: Option<String>) -> EndRecord {
+        EndRecord {
+            run_id: self.folder.run_id.clone(),
+            rank: self.g.rank,
+            host: self.g.host.clone(),
+            status,
+            error,
+            steps: self.global_step,
+            time_utc: record::rfc3339_utc(SystemTime::now()),
+        }
+    }
+
+    /// Whether any rank received a stop signal: one small all-reduce between steps, so
+    /// every rank stops after the same step.
+    fn stop_signal(&self) -> Option<i32> {
+        let mine = signals::received().unwrap_or(0);
+        let mut any = 0i32;
+        self.g.comm.all_reduce_into(&mine, &mut any, SystemOperation::max());
+        (any != 0).then_some(any)
+    }
+
     /// One epoch: its steps, then the cross-rank parameter check and validation.
-    fn run_epoch(&mut self, epoch: usize) -> Result<()> {
+    /// Returns the stop signal when one came (the epoch then ends after that step).
+    fn run_epoch(&mut self, epoch: usize) -> Result<Option<i32>> {
         let epoch_start = Instant::now();
         let steps = self.schedule.steps_per_epoch.min(self.schedule.total_steps - self.global_step);
         let mut loader = self.epoch_loader(epoch, steps);
@@ -205,9 +264,13 @@ impl<'g> Trainer<'g> {
             loss_sum += row.loss;
             self.global_step += 1;
             self.log_progress(epoch, step, &row);
+            if let Some(sig) = self.stop_signal() {
+                return Ok(Some(sig));
+            }
         }
-        self.steps_log.flush()?;
-        self.end_epoch(epoch, steps, loss_sum, epoch_start)
+        self.steps_log.sync()?;
+        self.end_epoch(epoch, steps, loss_sum, epoch_start)?;
+        Ok(None)
     }
 
     /// This epoch's batches on this rank: its shard of a shuffled index list, or its
@@ -277,7 +340,7 @@ impl<'g> Trainer<'g> {
         };
         if let Some(log) = self.epochs_log.as_mut() {
             log.write(&row)?;
-            log.flush()?;
+            log.sync()?;
             info!(
                 "epoch {epoch}: {steps} steps in {epoch_s:.2} s, train loss {:.4}, val loss {val_loss:.4}, val accuracy {:.2} %",
                 row.train_loss,

@@ -1,0 +1,129 @@
+//! Faults during training, for real: a rank killed with SIGKILL, the job sent SIGTERM.
+//! Rows are on disk as each step ends, a stop signal ends the run as `interrupted`
+//! after the same step on every rank, and each rank records how its part ended.
+
+mod common;
+use common::*;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// Starts `mpirun -n 2 ddpbench train ...` in its own process group, output to `log`.
+fn spawn(out: &Path, log: &Path, extra: &[&str]) -> Child {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = mpirun_cmd(2);
+    cmd.arg(BIN)
+        .arg("train")
+        .args(["--max-steps", "2000", "--val-samples", "100", "--out", &path_str(out)])
+        .args(extra)
+        .stdout(Stdio::from(std::fs::File::create(log).unwrap()))
+        .stderr(Stdio::from(std::fs::File::create(log.with_extension("err")).unwrap()))
+        .process_group(0);
+    cmd.spawn().expect("mpirun")
+}
+
+/// Rows in a rank file (header excluded), once it has at least `n`.
+fn wait_for_rows(file: &Path, n: usize) -> usize {
+    let start = Instant::now();
+    loop {
+        let rows = std::fs::read_to_string(file)
+            .map(|t| t.lines().count().saturating_sub(1))
+            .unwrap_or(0);
+        if rows >= n {
+            return rows;
+        }
+        assert!(start.elapsed() < LIMIT, "{} never reached {n} rows", file.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn wait(child: &mut Child) -> Option<i32> {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        if start.elapsed() > LIMIT {
+            // SAFETY: kills the job's process group, which this test started.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            panic!("the job did not end");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Every line of a rank file is a whole row (no torn row), and global_step counts up.
+fn assert_whole_rows(file: &Path) -> usize {
+    let text = std::fs::read_to_string(file).unwrap();
+    assert!(text.ends_with('\n'), "{}: torn last row", file.display());
+    let (h, rows) = read_csv(file);
+    assert!(rows.iter().all(|r| r.len() == h.len()));
+    let steps = col(&h, &rows, "global_step");
+    assert_eq!(steps, (0..rows.len()).map(|i| i as f64).collect::<Vec<_>>());
+    rows.len()
+}
+
+#[test]
+fn a_killed_rank_leaves_every_completed_row_on_disk() {
+    let d = tmp();
+    let out = d.path().join("run");
+    let mut job = spawn(&out, &d.path().join("log"), &[]);
+    wait_for_rows(&out.join("rank-00001.csv"), 20);
+    // The rank processes are the job's ddpbench children; kill rank 1's outright.
+    let pids = String::from_utf8(
+        Command::new("pgrep")
+            .args(["-f", &format!("train .*{}", path_str(&out))])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let rank1 = pids
+        .lines()
+        .filter_map(|p| p.trim().parse::<i32>().ok())
+        .find(|&p| {
+            std::fs::read(format!("/proc/{p}/environ"))
+                .map(|e| e.split(|&b| b == 0).any(|v| v == b"OMPI_COMM_WORLD_RANK=1"))
+                .unwrap_or(false)
+        })
+        .expect("rank 1's process");
+    let killed_at = Instant::now();
+    let rows_before = wait_for_rows(&out.join("rank-00001.csv"), 0);
+    // SAFETY: a process of the job this test started.
+    unsafe { libc::kill(rank1, libc::SIGKILL) };
+    let code = wait(&mut job);
+    assert_ne!(code, Some(0), "a killed rank fails the job");
+    assert!(killed_at.elapsed() < Duration::from_secs(60), "the job ended promptly");
+    // Both files hold whole rows only, and the killed rank kept every row it wrote
+    // before the kill (each row is written when its step ends).
+    let rows0 = assert_whole_rows(&out.join("rank-00000.csv"));
+    let rows1 = assert_whole_rows(&out.join("rank-00001.csv"));
+    assert!(rows1 >= rows_before, "rank 1 had {rows_before} rows before the kill, {rows1} after");
+    assert!(rows0 + 1 >= rows1 && rows1 + 1 >= rows0, "{rows0} vs {rows1}");
+    assert!(!out.join("rank-00001.end.json").exists(), "a killed rank records nothing");
+}
+
+#[test]
+fn sigterm_interrupts_after_the_same_step_and_keeps_every_row() {
+    let d = tmp();
+    let out = d.path().join("run");
+    let mut job = spawn(&out, &d.path().join("log"), &[]);
+    wait_for_rows(&out.join("rank-00000.csv"), 10);
+    // SAFETY: the mpirun this test started; it passes SIGTERM on to the ranks.
+    unsafe { libc::kill(job.id() as i32, libc::SIGTERM) };
+    wait(&mut job);
+    let m = json(&out.join("manifest.json"));
+    assert_eq!(m["status"], "interrupted", "{m}");
+    assert!(m["error"].as_str().unwrap().starts_with("SIGTERM after step "), "{}", m["error"]);
+    let rows0 = assert_whole_rows(&out.join("rank-00000.csv"));
+    let rows1 = assert_whole_rows(&out.join("rank-00001.csv"));
+    assert_eq!(rows0, rows1, "both ranks stop after the same step");
+    for r in 0..2 {
+        let end = json(&out.join(format!("rank-{r:05}.end.json")));
+        assert_eq!(end["status"], "interrupted");
+        assert_eq!(end["steps"], rows0);
+        assert_eq!(end["run_id"], "run");
+    }
+}
