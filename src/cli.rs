@@ -33,6 +33,8 @@ pub enum Command {
     Reduce(ReduceArgs),
     /// Print this machine's topology and the binding N local ranks would get.
     Topo(TopoArgs),
+    /// Say which rank hung a run and in which collective, from the flight records the watchdog left.
+    Diagnose(DiagnoseArgs),
     /// List the models with their parameter counts and gradient bytes.
     Models(ModelsArgs),
     /// Build seed 000's bigMNIST: augmented, replicated MNIST in checksummed shards (resumable).
@@ -62,6 +64,12 @@ pub struct GenBigMnistArgs {
     /// Shards written at once (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DiagnoseArgs {
+    /// Run folder holding rank-NNNNN.flight.json files.
+    pub run: PathBuf,
 }
 
 #[derive(Args, Debug, Clone)]

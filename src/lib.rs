@@ -17,6 +17,8 @@ pub mod cli;
 pub mod comm;
 pub mod data;
 pub mod device;
+pub mod diagnose;
+pub mod flight;
 pub mod model;
 pub mod optim;
 pub mod plot;

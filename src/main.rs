@@ -6,6 +6,7 @@ fn run() -> anyhow::Result<()> {
     match cli.command {
         Command::Train(args) => ddpbench::train::main(args),
         Command::Reduce(args) => ddpbench::reduce::main(args),
+        Command::Diagnose(args) => ddpbench::diagnose::main(&args.run),
         Command::Topo(args) => ddpbench::topology::main(args),
         Command::GenBigmnist(args) => ddpbench::bigmnist::generate(args),
         Command::Models(args) => {

@@ -46,7 +46,9 @@ impl Group {
         let host = mpi::environment::processor_name().unwrap_or_else(|_| "unknown".into());
         let is_leader = u32::from(local.rank() == 0);
         let mut nodes = 0u32;
+        let f = crate::flight::enter("all-reduce", "node count");
         comm.all_reduce_into(&is_leader, &mut nodes, SystemOperation::sum());
+        drop(f);
         Group {
             rank: comm.rank() as usize,
             size: comm.size() as usize,
@@ -77,6 +79,7 @@ pub struct AgreedError {
 /// Turns a per-rank result into one every rank agrees on: if any rank failed,
 /// all ranks return the lowest failing rank's message as an [`AgreedError`].
 pub fn agree<T>(g: &Group, result: Result<T>) -> Result<T> {
+    let _f = crate::flight::enter("all-reduce", "set-up check");
     let mine: i32 = if result.is_err() { g.rank as i32 } else { i32::MAX };
     let mut first = 0i32;
     g.comm.all_reduce_into(&mine, &mut first, SystemOperation::min());
@@ -101,6 +104,7 @@ pub fn agree<T>(g: &Group, result: Result<T>) -> Result<T> {
 
 /// Rank 0's string, on every rank.
 pub fn broadcast_string(g: &Group, s: &str) -> String {
+    let _f = crate::flight::enter("broadcast", "text");
     let root = g.comm.process_at_rank(0);
     let mut bytes = if g.rank == 0 { s.as_bytes().to_vec() } else { Vec::new() };
     let mut len = bytes.len() as u64;
@@ -112,6 +116,7 @@ pub fn broadcast_string(g: &Group, s: &str) -> String {
 
 /// Every rank's string, on rank 0 (None elsewhere).
 pub fn gather_strings(g: &Group, s: &str) -> Option<Vec<String>> {
+    let _f = crate::flight::enter("gather", "text");
     let mut width = 0u64;
     g.comm.all_reduce_into(&(s.len() as u64), &mut width, SystemOperation::max());
     let mut mine = s.as_bytes().to_vec();

@@ -65,6 +65,26 @@ fn assert_whole_rows(file: &Path) -> usize {
     rows.len()
 }
 
+/// The pid of rank `rank` of the job writing to `out`.
+fn rank_pid(out: &Path, rank: usize) -> i32 {
+    let pids = Command::new("pgrep")
+        .args(["-f", &format!("train .*{}", path_str(out))])
+        .output()
+        .unwrap()
+        .stdout;
+    let want = format!("OMPI_COMM_WORLD_RANK={rank}");
+    String::from_utf8(pids)
+        .unwrap()
+        .lines()
+        .filter_map(|p| p.trim().parse::<i32>().ok())
+        .find(|&p| {
+            std::fs::read(format!("/proc/{p}/environ"))
+                .map(|e| e.split(|&b| b == 0).any(|v| v == want.as_bytes()))
+                .unwrap_or(false)
+        })
+        .expect("the rank's process")
+}
+
 #[test]
 fn a_killed_rank_leaves_every_completed_row_on_disk() {
     let d = tmp();
@@ -72,23 +92,7 @@ fn a_killed_rank_leaves_every_completed_row_on_disk() {
     let mut job = spawn(&out, &d.path().join("log"), &[]);
     wait_for_rows(&out.join("rank-00001.csv"), 20);
     // The rank processes are the job's ddpbench children; kill rank 1's outright.
-    let pids = String::from_utf8(
-        Command::new("pgrep")
-            .args(["-f", &format!("train .*{}", path_str(&out))])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
-    let rank1 = pids
-        .lines()
-        .filter_map(|p| p.trim().parse::<i32>().ok())
-        .find(|&p| {
-            std::fs::read(format!("/proc/{p}/environ"))
-                .map(|e| e.split(|&b| b == 0).any(|v| v == b"OMPI_COMM_WORLD_RANK=1"))
-                .unwrap_or(false)
-        })
-        .expect("rank 1's process");
+    let rank1 = rank_pid(&out, 1);
     let killed_at = Instant::now();
     let rows_before = wait_for_rows(&out.join("rank-00001.csv"), 0);
     // SAFETY: a process of the job this test started.
@@ -126,4 +130,53 @@ fn sigterm_interrupts_after_the_same_step_and_keeps_every_row() {
         assert_eq!(end["steps"], rows0);
         assert_eq!(end["run_id"], "run");
     }
+}
+
+#[test]
+fn a_stopped_rank_is_named_by_the_watchdog_and_the_job_ends() {
+    let d = tmp();
+    let out = d.path().join("run");
+    let log = d.path().join("log");
+    let mut job = spawn(&out, &log, &["--watchdog-s", "5"]);
+    wait_for_rows(&out.join("rank-00001.csv"), 10);
+    let rank1 = rank_pid(&out, 1);
+    let stopped_at = Instant::now();
+    // SAFETY: a process of the job this test started; it is killed below in any case.
+    unsafe { libc::kill(rank1, libc::SIGSTOP) };
+    let code = wait(&mut job);
+    let took = stopped_at.elapsed();
+    // SAFETY: as above (it may already be gone).
+    unsafe { libc::kill(rank1, libc::SIGKILL) };
+    assert_ne!(code, Some(0));
+    assert!(took < Duration::from_secs(30), "the job ended {took:?} after the stop");
+    let err = std::fs::read_to_string(log.with_extension("err")).unwrap();
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("watchdog: "))
+        .unwrap_or_else(|| panic!("no watchdog message:\n{err}"));
+    assert!(
+        line.starts_with("watchdog: rank 1 on ") && line.contains("has not entered all-reduce #"),
+        "{line}"
+    );
+    assert_eq!(err.matches("watchdog: ").count(), 1, "printed once:\n{err}");
+    assert!(out.join("rank-00000.flight.json").is_file());
+    let m = json(&out.join("manifest.json"));
+    assert_eq!(m["status"], "failed");
+    assert!(m["error"].as_str().unwrap().contains("rank 1 on "), "{}", m["error"]);
+    // diagnose reads the flight records and says the same.
+    let diag = ddpbench(&["diagnose", &path_str(&out)]);
+    diag.assert_ok();
+    let first = diag.stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("rank 1 on ") && first.contains("has not entered all-reduce #"),
+        "{}",
+        diag.stdout
+    );
+    let named = |s: &str| {
+        s.split("has not entered ")
+            .nth(1)
+            .and_then(|r| r.split(';').next())
+            .map(String::from)
+    };
+    assert_eq!(named(first), named(line), "the same collective:\n{line}\n{first}");
 }

@@ -328,6 +328,7 @@ pub fn probe_allreduce(
     iters: usize,
     flush_bytes: usize,
 ) -> AllreduceProbe {
+    let _f = crate::flight::enter("all-reduce", "probe");
     let send: Vec<Vec<f32>> = plan.numels.iter().map(|&n| vec![1.0f32; n]).collect();
     let mut recv: Vec<Vec<f32>> = plan.numels.iter().map(|&n| vec![0.0f32; n]).collect();
     let mut flush = vec![0u8; flush_bytes];

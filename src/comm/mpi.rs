@@ -98,6 +98,8 @@ unsafe fn allreduce_sum(comm: RawComm, send: *const c_void, recv: *mut c_void, c
 /// One bucket's all-reduce, as the main or the communication thread runs it.
 struct Job {
     bucket: usize,
+    /// The flight recorder's number of this all-reduce.
+    seq: u64,
     /// The bucket's gradients (flat, f32, on the training device).
     src: Tensor,
     /// Where the reduced gradients go (the other buffer set).
@@ -117,6 +119,8 @@ struct BucketTimes {
 }
 
 fn run_job(comm: RawComm, job: &mut Job) -> Result<BucketTimes> {
+    let flight = crate::flight::recorder();
+    flight.start(job.seq);
     let t0 = Instant::now();
     let on_device = job.src.device() != Device::Cpu;
     let numel = job.src.numel();
@@ -142,6 +146,7 @@ fn run_job(comm: RawComm, job: &mut Job) -> Result<BucketTimes> {
             }
         }
     }
+    flight.complete(job.seq);
     Ok(BucketTimes {
         start: t0,
         end: Instant::now(),
@@ -283,6 +288,7 @@ impl GradientReducer for MpiStaged {
         let Some((src, dst)) = flat.claim(b) else { return Ok(()) };
         let mut job = Job {
             bucket: b,
+            seq: crate::flight::recorder().schedule("all-reduce", &format!("bucket {b}")),
             src,
             dst,
             host: self.host[b].as_ref().map(|(s, r)| (s.shallow_clone(), r.shallow_clone())),

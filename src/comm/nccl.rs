@@ -32,6 +32,9 @@ pub struct NcclReducer {
     /// Recorded on libtorch's stream when `finish` is called: backward's end on the device.
     backward_end: Event,
     done: Event,
+    /// The flight recorder's numbers of this step's bucket all-reduces (entered when
+    /// enqueued on the host, completed when the step's NCCL work is done).
+    seqs: Vec<u64>,
 }
 
 /// Loads the CUDA driver and NCCL and makes `device_index` current: the part of joining
@@ -69,6 +72,7 @@ impl NcclReducer {
             end: events(true)?,
             backward_end: cuda.event(true)?,
             done: cuda.event(false)?,
+            seqs: Vec::new(),
             plan,
             dtype,
             flat: None,
@@ -109,6 +113,10 @@ impl GradientReducer for NcclReducer {
     fn launch(&mut self, b: usize) -> Result<()> {
         let flat = self.flat.as_mut().ok_or_else(|| anyhow!("gradient buckets used before attach"))?;
         let Some((src, dst)) = flat.claim(b) else { return Ok(()) };
+        let flight = crate::flight::recorder();
+        let seq = flight.schedule("all-reduce", &format!("bucket {b}"));
+        flight.start(seq);
+        self.seqs.push(seq);
         let (send, recv) = if self.wire.is_empty() {
             (src, dst)
         } else {
@@ -144,6 +152,9 @@ impl GradientReducer for NcclReducer {
         self.cuda.record(&self.done, self.stream)?;
         self.cuda.wait(LEGACY_STREAM, &self.done)?;
         self.cuda.event_synchronize(&self.done)?;
+        for seq in self.seqs.drain(..) {
+            crate::flight::recorder().complete(seq);
+        }
         let (mut comm_s, mut hidden_s) = (0.0, 0.0);
         for b in 0..self.plan.buckets.len() {
             let work = self.cuda.elapsed_s(&self.start[b], &self.end[b])?;

@@ -40,6 +40,7 @@ pub struct ClockRow {
 /// Estimates every rank's offset to rank 0 (a collective over `g`); rank 0 gets the
 /// rows, the others an empty list.
 pub fn estimate(g: &Group, origin: Instant, sync: usize) -> Vec<ClockRow> {
+    let _f = crate::flight::enter("point-to-point", "clock offsets");
     let now = || origin.elapsed().as_secs_f64();
     if g.rank == 0 {
         let mut rows = vec![ClockRow {

@@ -68,7 +68,9 @@ impl Communication {
         let buckets = plan.buckets.len();
         // Every rank must agree, since a rank without overlap cuts nothing.
         let mut all = 0i32;
+        let f = crate::flight::enter("all-reduce", "overlap choice");
         g.comm.all_reduce_into(&i32::from(overlap), &mut all, SystemOperation::min());
+        drop(f);
         if overlap && all == 0 {
             notes.push("overlap off: another rank cannot overlap".into());
         }
@@ -161,7 +163,9 @@ fn make_reducer(
                 Ok(cuda::NcclUniqueId { internal: [0; 128] })
             };
             let mut id = agree(g, mine)?;
+            let f = crate::flight::enter("broadcast", "NCCL unique id");
             g.comm.process_at_rank(0).broadcast_into(&mut id.internal[..]);
+            drop(f);
             // Not agreed: a rank whose ncclCommInitRank fails leaves the others waiting in it,
             // so its error aborts the job (MPI_Abort) rather than meeting them in a collective.
             Ok(Box::new(NcclReducer::join(g.rank, g.size, id, index, plan, cfg.comm.grad_dtype)?))
@@ -197,6 +201,7 @@ fn choose_backend(g: &Group, cfg: &TrainConfig, device: Device) -> Result<(Backe
         AllreduceChoice::Auto => {
             let mine = i32::from(local.is_ok());
             let mut all = 0i32;
+            let _f = crate::flight::enter("all-reduce", "backend choice");
             g.comm.all_reduce_into(&mine, &mut all, SystemOperation::min());
             if all == 1 {
                 return Ok((Backend::Nccl, None));

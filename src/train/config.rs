@@ -204,7 +204,7 @@ pub struct CommConfig {
 
 /// What is written where.
 #[derive(Args, Debug, Clone, Serialize, Deserialize)]
-#[command(next_help_heading = "Output")]
+#[command(next_help_heading = "Output and monitoring")]
 pub struct OutputConfig {
     /// Output folder (default: results/<run-id>/). Must not already hold a run.
     #[arg(long)]
@@ -221,6 +221,13 @@ pub struct OutputConfig {
     /// Write the final parameters to model.safetensors in the run folder (rank 0).
     #[arg(long)]
     pub save_model: bool,
+
+    /// Seconds a collective may take before the job is declared hung: the ranks write
+    /// rank-NNNNN.flight.json, one message names the ranks that never entered it, and the
+    /// job is aborted. Default: 1800 s during set-up, 600 s in the warm-up steps, then
+    /// 50 × the median step (at least 60 s).
+    #[arg(long)]
+    pub watchdog_s: Option<f64>,
 }
 
 impl TrainConfig {
@@ -276,6 +283,11 @@ impl TrainConfig {
                 format!("--vocab-size {}", w.vocab_size),
                 "must be at least 3 (padding, unknown and one word)",
             );
+        }
+        if let Some(w) = self.output.watchdog_s {
+            if !(w > 0.0 && w.is_finite()) {
+                return fail(format!("--watchdog-s {w}"), "must be a positive number of seconds");
+            }
         }
         if w.synthetic_samples == 0 {
             return fail("--synthetic-samples 0".into(), "must be at least 1");

@@ -24,6 +24,7 @@ mod step;
 pub mod timer;
 mod trainer;
 mod validation;
+pub mod watchdog;
 
 pub use config::TrainConfig;
 pub use run_folder::RunFolder;
@@ -32,6 +33,7 @@ pub use trainer::Trainer;
 use crate::world::{AgreedError, Group, World};
 use anyhow::Result;
 use std::time::SystemTime;
+use watchdog::Watchdog;
 
 /// Entry point of `ddpbench train`.
 pub fn main(cfg: TrainConfig) -> Result<()> {
@@ -44,11 +46,13 @@ pub fn main(cfg: TrainConfig) -> Result<()> {
     signals::install();
     let _span = tracing::info_span!("rank", r = g.rank).entered();
     tracing::debug!("{malloc}");
-    match train(g, &cfg, &malloc) {
+    let watchdog = Watchdog::start(g, cfg.output.watchdog_s.unwrap_or(watchdog::SETUP_LIMIT_S));
+    match train(g, &cfg, &malloc, &watchdog) {
         Ok(()) => Ok(()),
         Err(err) => match err.downcast_ref::<AgreedError>() {
             Some(agreed) => {
                 let (rank, origin) = (g.rank, agreed.rank);
+                drop(watchdog);
                 drop(world); // MPI_Finalize: every rank reached this point.
                 if rank == 0 {
                     Err(err.context(format!("rank {origin} reported")))
@@ -57,6 +61,7 @@ pub fn main(cfg: TrainConfig) -> Result<()> {
                 }
             }
             None => {
+                drop(watchdog);
                 eprintln!("Error on rank {} ({}): {err:#}. Aborting the job.", g.rank, g.host);
                 mpi::topology::Communicator::abort(&g.comm, 1)
             }
@@ -65,11 +70,16 @@ pub fn main(cfg: TrainConfig) -> Result<()> {
 }
 
 /// One run on the ranks of `g`, in its own run folder.
-/// `malloc` says how the host allocator was set up ([`host_memory::apply`]).
-pub fn train(g: &Group, cfg: &TrainConfig, malloc: &str) -> Result<()> {
+/// `malloc` says how the host allocator was set up ([`host_memory::apply`]); `watchdog`
+/// watches the collectives (its limits are set as training goes).
+pub fn train(g: &Group, cfg: &TrainConfig, malloc: &str, watchdog: &Watchdog) -> Result<()> {
     let started = SystemTime::now();
     let folder = RunFolder::prepare(g, cfg, started)?;
-    let mut trainer = match Trainer::setup(g, cfg, folder.clone(), started, malloc) {
+    watchdog.set_run(watchdog::RunFiles {
+        dir: folder.dir.clone(),
+        run_id: folder.run_id.clone(),
+    });
+    let mut trainer = match Trainer::setup(g, cfg, folder.clone(), started, malloc, watchdog) {
         Ok(t) => t,
         Err(e) => {
             folder.abandon(g, &e);

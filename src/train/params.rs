@@ -10,6 +10,7 @@ use tch::{Device, Kind, Tensor};
 /// Copies rank 0's values of `vars` to every rank: parameters at the start (as DDP does at
 /// construction), BatchNorm statistics before validation.
 pub fn broadcast_from_rank0(g: &Group, vars: &[(String, Tensor)]) {
+    let _f = crate::flight::enter("broadcast", "rank 0's values");
     let root = g.comm.process_at_rank(0);
     for (_, p) in vars {
         let n = p.numel();
@@ -50,7 +51,9 @@ pub fn param_l2(params: &[(String, Tensor)]) -> f64 {
 pub fn check_in_sync(g: &Group, params: &[(String, Tensor)], epoch: usize) -> Result<f64> {
     let mine = param_checksum(params);
     let mut all = vec![0f64; 2 * g.size];
+    let f = crate::flight::enter("all-gather", "parameter checksum");
     g.comm.all_gather_into(&mine[..], &mut all[..]);
+    drop(f);
     let reference = [all[0], all[1]];
     let diverged: Vec<String> = all
         .chunks(2)

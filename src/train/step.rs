@@ -26,6 +26,7 @@ impl Trainer<'_> {
     /// Runs global step `self.global_step` and returns its row.
     pub(super) fn step(&mut self, loader: &mut Loader, epoch: usize, step: usize) -> Result<StepRow> {
         let at = self.global_step;
+        crate::flight::recorder().set_position(Some(epoch), Some(step));
         if self.faults.fail_at_step == Some(at) {
             anyhow::bail!("fault injected by DDPBENCH_FAULT at step {at}");
         }

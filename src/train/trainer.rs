@@ -12,6 +12,7 @@ use super::placement::Placement;
 use super::run_folder::RunFolder;
 use super::signals;
 use super::timer::PhaseTimer;
+use super::watchdog::{self, Watchdog};
 use crate::amp::{AmpMode, Autocast, LossScaler};
 use crate::data::{self, Dataset, Loader};
 use crate::model::{self, ModelOptions, ModelSpec, Net};
@@ -77,12 +78,24 @@ pub struct Trainer<'g> {
     pub(super) first_offsets: Vec<f64>,
     pub(super) last_l2: f64,
     pub(super) last_accuracy: Option<f64>,
+    pub(super) watchdog: &'g Watchdog,
+    /// Step times after warm-up, until the watchdog's limit is set from their median.
+    pub(super) early_steps: Vec<f64>,
+    /// The watchdog's limit for steps (None until warm-up is over, when not fixed).
+    pub(super) step_limit_s: Option<f64>,
 }
 
 impl<'g> Trainer<'g> {
     /// Everything before the first step. Errors are agreed across the group, so every
     /// rank returns the same one.
-    pub fn setup(g: &'g Group, cfg: &TrainConfig, folder: RunFolder, started: SystemTime, malloc: &str) -> Result<Trainer<'g>> {
+    pub fn setup(
+        g: &'g Group,
+        cfg: &TrainConfig,
+        folder: RunFolder,
+        started: SystemTime,
+        malloc: &str,
+        watchdog: &'g Watchdog,
+    ) -> Result<Trainer<'g>> {
         let started_at = Instant::now();
         let place = Placement::establish(g, cfg)?;
         let options = ModelOptions {
@@ -139,6 +152,9 @@ impl<'g> Trainer<'g> {
             first_offsets: Vec::new(),
             last_l2: 0.0,
             last_accuracy: None,
+            watchdog,
+            early_steps: Vec::new(),
+            step_limit_s: cfg.output.watchdog_s,
         };
         trainer.log_setup();
         Ok(trainer)
@@ -148,7 +164,9 @@ impl<'g> Trainer<'g> {
     /// of every `elapsed_s`), GPU telemetry starts, then epoch after epoch. Returns the
     /// stop signal when one ended the run early ([`signals`]).
     pub fn run(&mut self) -> Result<Option<i32>> {
+        let f = crate::flight::enter("barrier", "start of training");
         self.g.comm.barrier();
+        drop(f);
         self.origin = Instant::now();
         if self.g.rank == 0 {
             self.clock_log = Some(ClockLog::create(&self.folder.path("clock.csv"))?);
@@ -206,6 +224,7 @@ impl<'g> Trainer<'g> {
                 Some(e) => warn!("interrupted by {e}: every row so far is in {}", self.folder.dir.display()),
             }
         }
+        let _f = crate::flight::enter("barrier", "end of the run");
         self.g.comm.barrier();
         Ok(())
     }
@@ -244,6 +263,7 @@ impl<'g> Trainer<'g> {
     fn stop_signal(&self) -> Option<i32> {
         let mine = signals::received().unwrap_or(0);
         let mut any = 0i32;
+        let _f = crate::flight::enter("all-reduce", "stop check");
         self.g.comm.all_reduce_into(&mine, &mut any, SystemOperation::max());
         (any != 0).then_some(any)
     }
@@ -252,6 +272,7 @@ impl<'g> Trainer<'g> {
     /// Returns the stop signal when one came (the epoch then ends after that step).
     fn run_epoch(&mut self, epoch: usize) -> Result<Option<i32>> {
         let epoch_start = Instant::now();
+        self.watchdog.set_limit(self.step_limit_s.unwrap_or(watchdog::WARMUP_LIMIT_S));
         let steps = self.schedule.steps_per_epoch.min(self.schedule.total_steps - self.global_step);
         let mut loader = self.epoch_loader(epoch, steps);
         let mut loss_sum = 0.0;
@@ -263,14 +284,34 @@ impl<'g> Trainer<'g> {
             }
             loss_sum += row.loss;
             self.global_step += 1;
+            self.watchdog.set_steps(self.global_step);
+            self.adjust_watchdog(row.warmup == 1, row.step_s);
             self.log_progress(epoch, step, &row);
             if let Some(sig) = self.stop_signal() {
                 return Ok(Some(sig));
             }
         }
         self.steps_log.sync()?;
+        // Epoch end (checks, validation): set-up's limit, since ranks may differ there.
+        self.watchdog
+            .set_limit(self.cfg.output.watchdog_s.unwrap_or(watchdog::SETUP_LIMIT_S));
         self.end_epoch(epoch, steps, loss_sum, epoch_start)?;
         Ok(None)
+    }
+
+    /// After warm-up, the watchdog's limit becomes 50 median steps (at least 60 s), from
+    /// the first 20 steps after warm-up; a limit given with --watchdog-s stays.
+    fn adjust_watchdog(&mut self, warmup: bool, step_s: f64) {
+        if warmup || self.step_limit_s.is_some() {
+            return;
+        }
+        self.early_steps.push(step_s);
+        if self.early_steps.len() == 20 {
+            let median = crate::stats::median(&self.early_steps);
+            let limit = (watchdog::STEPS_LIMIT * median).max(watchdog::MIN_LIMIT_S);
+            self.step_limit_s = Some(limit);
+            self.watchdog.set_limit(limit);
+        }
     }
 
     /// This epoch's batches on this rank: its shard of a shuffled index list, or its
@@ -303,12 +344,15 @@ impl<'g> Trainer<'g> {
     /// (as DDP's broadcast_buffers).
     fn end_epoch(&mut self, epoch: usize, steps: usize, loss_sum: f64, epoch_start: Instant) -> Result<()> {
         let g = self.g;
+        crate::flight::recorder().set_position(Some(epoch), None);
+        let f = crate::flight::enter("all-reduce", "epoch time and loss");
         let mut epoch_s = 0.0;
         g.comm
             .all_reduce_into(&epoch_start.elapsed().as_secs_f64(), &mut epoch_s, SystemOperation::max());
         let mut train = [0f64; 2];
         g.comm
             .all_reduce_into(&[loss_sum, steps as f64][..], &mut train[..], SystemOperation::sum());
+        drop(f);
         self.last_l2 = if self.comm.backend == Backend::None {
             // Without an all-reduce every rank's model is its own.
             super::params::param_l2(&self.model.params)

@@ -24,6 +24,7 @@ pub fn evaluate(g: &Group, net: &dyn Net, data: &Dataset, device: Device, limit:
     })?;
     let mine = [loss_sum, correct, mine.len() as f64];
     let mut total = [0f64; 3];
+    let _f = crate::flight::enter("all-reduce", "validation");
     g.comm.all_reduce_into(&mine[..], &mut total[..], SystemOperation::sum());
     if total[2] == 0.0 {
         return Ok((f64::NAN, f64::NAN, 0));

@@ -1,0 +1,441 @@
+//! The flight recorder: every collective a rank enters (bucket all-reduces, broadcasts,
+//! barriers, checksums, the probe, clock estimates) gets a sequence number, the same on
+//! every rank since all ranks make the same calls in the same order, and a state
+//! (scheduled, started, completed) with its times, in a small ring buffer. When a
+//! collective does not complete, the ranks that can still act dump it to
+//! `rank-NNNNN.flight.json`, and [`diagnose`] names the ranks that never entered it:
+//! the rank that hangs a job, and where.
+
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+/// Collectives kept per rank.
+const RING: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum State {
+    /// Handed over (a bucket queued for the all-reduce thread or stream), not yet entered.
+    Scheduled,
+    /// Entered: the rank is inside the collective, waiting for its peers or moving data.
+    Started,
+    Completed,
+}
+
+/// One collective on one rank.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Record {
+    pub seq: u64,
+    /// e.g. `all-reduce`, `broadcast`, `barrier`.
+    pub kind: String,
+    /// e.g. `bucket 2`, `parameters`, `stop check`.
+    pub detail: String,
+    pub epoch: Option<usize>,
+    pub step: Option<usize>,
+    pub state: State,
+    /// Seconds since the process's recorder started.
+    pub scheduled_s: f64,
+    pub started_s: Option<f64>,
+    pub completed_s: Option<f64>,
+}
+
+impl Record {
+    /// `all-reduce #4812 (bucket 2, epoch 3 step 120)`.
+    pub fn describe(&self) -> String {
+        let mut what = vec![self.detail.clone()].into_iter().filter(|d| !d.is_empty()).collect::<Vec<_>>();
+        match (self.epoch, self.step) {
+            (Some(e), Some(s)) => what.push(format!("epoch {e} step {s}")),
+            (Some(e), None) => what.push(format!("epoch {e}")),
+            _ => what.push("set-up".into()),
+        }
+        format!("{} #{} ({})", self.kind, self.seq, what.join(", "))
+    }
+}
+
+struct Inner {
+    next_seq: u64,
+    ring: VecDeque<Record>,
+    epoch: Option<usize>,
+    step: Option<usize>,
+}
+
+/// The process's recorder ([`recorder`]).
+pub struct Recorder {
+    origin: Instant,
+    inner: Mutex<Inner>,
+}
+
+/// The process-wide recorder.
+pub fn recorder() -> &'static Recorder {
+    static R: OnceLock<Recorder> = OnceLock::new();
+    R.get_or_init(|| Recorder {
+        origin: Instant::now(),
+        inner: Mutex::new(Inner {
+            next_seq: 0,
+            ring: VecDeque::with_capacity(RING),
+            epoch: None,
+            step: None,
+        }),
+    })
+}
+
+/// A started collective; completed when dropped.
+pub struct Entered(u64);
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        recorder().complete(self.0);
+    }
+}
+
+/// Records entry into a blocking collective made now; it completes when the guard drops.
+pub fn enter(kind: &str, detail: &str) -> Entered {
+    let r = recorder();
+    let seq = r.schedule(kind, detail);
+    r.start(seq);
+    Entered(seq)
+}
+
+impl Recorder {
+    fn now(&self) -> f64 {
+        self.origin.elapsed().as_secs_f64()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Where training is: later records carry this epoch and step.
+    pub fn set_position(&self, epoch: Option<usize>, step: Option<usize>) {
+        let mut i = self.lock();
+        i.epoch = epoch;
+        i.step = step;
+    }
+
+    /// A collective handed over (not entered yet); returns its sequence number.
+    pub fn schedule(&self, kind: &str, detail: &str) -> u64 {
+        let now = self.now();
+        let mut i = self.lock();
+        let seq = i.next_seq;
+        i.next_seq += 1;
+        if i.ring.len() == RING {
+            i.ring.pop_front();
+        }
+        let (epoch, step) = (i.epoch, i.step);
+        i.ring.push_back(Record {
+            seq,
+            kind: kind.into(),
+            detail: detail.into(),
+            epoch,
+            step,
+            state: State::Scheduled,
+            scheduled_s: now,
+            started_s: None,
+            completed_s: None,
+        });
+        seq
+    }
+
+    pub fn start(&self, seq: u64) {
+        let now = self.now();
+        if let Some(r) = self.lock().ring.iter_mut().rev().find(|r| r.seq == seq) {
+            r.state = State::Started;
+            r.started_s = Some(now);
+        }
+    }
+
+    pub fn complete(&self, seq: u64) {
+        let now = self.now();
+        if let Some(r) = self.lock().ring.iter_mut().rev().find(|r| r.seq == seq) {
+            r.state = State::Completed;
+            r.completed_s = Some(now);
+            r.started_s.get_or_insert(now);
+        }
+    }
+
+    /// The collective this rank is held in: its oldest one not completed, with the
+    /// seconds since it was started (or scheduled). None when nothing is pending.
+    pub fn pending(&self) -> Option<(Record, f64)> {
+        let now = self.now();
+        let i = self.lock();
+        let r = i.ring.iter().find(|r| r.state != State::Completed)?;
+        let since = r.started_s.unwrap_or(r.scheduled_s);
+        Some((r.clone(), now - since))
+    }
+
+    /// The last completed sequence number (None before the first collective).
+    pub fn last_completed(&self) -> Option<u64> {
+        let i = self.lock();
+        i.ring.iter().rev().find(|r| r.state == State::Completed).map(|r| r.seq)
+    }
+
+    pub fn snapshot(&self) -> Vec<Record> {
+        self.lock().ring.iter().cloned().collect()
+    }
+}
+
+/// What one rank knows about where it is, as its watchdog reports it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RankStatus {
+    pub rank: usize,
+    pub host: String,
+    /// The collective it is held in, if any, and for how long.
+    pub pending: Option<Record>,
+    pub waited_s: f64,
+    /// The last collective it completed.
+    pub last_completed: Option<u64>,
+    /// Seconds since this status was reported, when the rank has gone silent (0 while
+    /// it reports on time).
+    #[serde(default)]
+    pub silent_s: f64,
+}
+
+impl RankStatus {
+    /// This process's status.
+    pub fn here(rank: usize, host: &str) -> RankStatus {
+        let r = recorder();
+        let (pending, waited_s) = match r.pending() {
+            Some((rec, w)) => (Some(rec), w),
+            None => (None, 0.0),
+        };
+        RankStatus {
+            rank,
+            host: host.into(),
+            pending,
+            waited_s,
+            last_completed: r.last_completed(),
+            silent_s: 0.0,
+        }
+    }
+
+    /// True when this rank has entered collective `seq` (or gone past it).
+    fn entered(&self, seq: u64) -> bool {
+        let started = self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.seq > seq || (p.seq == seq && p.state >= State::Started));
+        started || self.last_completed.is_some_and(|c| c >= seq)
+    }
+}
+
+/// The analysis of a hang: the collective the waiting ranks are held in, and the ranks
+/// that never entered it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Diagnosis {
+    pub collective: Record,
+    /// Ranks that never entered it: (rank, host, seconds silent).
+    pub missing: Vec<(usize, String, f64)>,
+    /// Ranks that entered it and then went silent (stopped inside it).
+    pub stuck_inside: Vec<(usize, String, f64)>,
+    /// Ranks whose status is unknown (no report).
+    pub silent: Vec<usize>,
+    pub waiting: Vec<usize>,
+    pub waited_s: f64,
+}
+
+impl Diagnosis {
+    /// `rank 1 on node2 has not entered all-reduce #4812 (bucket 2, epoch 3 step 120); ranks 0, 2-7 waited 312 s`.
+    pub fn message(&self) -> String {
+        let name = |(r, h, silent): &(usize, String, f64)| {
+            if *silent > 0.0 {
+                format!("rank {r} on {h} (silent for {silent:.0} s)")
+            } else {
+                format!("rank {r} on {h}")
+            }
+        };
+        let who: Vec<String> = self
+            .missing
+            .iter()
+            .map(name)
+            .chain(self.silent.iter().map(|r| format!("rank {r} (no report)")))
+            .collect();
+        let mut text = if who.is_empty() {
+            format!("every rank entered {}", self.collective.describe())
+        } else {
+            let verb = if who.len() == 1 { "has" } else { "have" };
+            format!("{} {verb} not entered {}", who.join(", "), self.collective.describe())
+        };
+        if !self.stuck_inside.is_empty() {
+            let stuck: Vec<String> = self.stuck_inside.iter().map(name).collect();
+            text.push_str(&format!("; {} stopped inside it", stuck.join(", ")));
+        }
+        format!("{text}; {} waited {:.0} s", rank_list(&self.waiting), self.waited_s)
+    }
+}
+
+/// `ranks 0, 2-7` / `rank 3`.
+fn rank_list(ranks: &[usize]) -> String {
+    let ids: Vec<u32> = ranks.iter().map(|&r| r as u32).collect();
+    let list = crate::topology::compact_list(&ids).replace(',', ", ");
+    if ranks.len() == 1 {
+        format!("rank {list}")
+    } else {
+        format!("ranks {list}")
+    }
+}
+
+/// Which collective the job is held in (the lowest-numbered one a rank has started and
+/// not completed) and which of `size` ranks have not entered it. `statuses` holds what
+/// is known (a rank without one is silent). None when no rank waits in a collective.
+pub fn diagnose(statuses: &[RankStatus], size: usize) -> Option<Diagnosis> {
+    let held = statuses
+        .iter()
+        .filter_map(|s| s.pending.as_ref().filter(|p| p.state == State::Started).map(|p| (p.clone(), s)))
+        .min_by_key(|(p, _)| p.seq)?;
+    let seq = held.0.seq;
+    let known: Vec<usize> = statuses.iter().map(|s| s.rank).collect();
+    let named = |s: &RankStatus| (s.rank, s.host.clone(), s.silent_s);
+    let mut missing: Vec<(usize, String, f64)> = statuses.iter().filter(|s| !s.entered(seq)).map(named).collect();
+    missing.sort_by_key(|m| m.0);
+    let mut stuck_inside: Vec<(usize, String, f64)> = statuses
+        .iter()
+        .filter(|s| s.entered(seq) && s.silent_s > 0.0 && !s.last_completed.is_some_and(|c| c >= seq))
+        .map(named)
+        .collect();
+    stuck_inside.sort_by_key(|m| m.0);
+    let silent: Vec<usize> = (0..size).filter(|r| !known.contains(r)).collect();
+    let waiting: Vec<usize> = statuses
+        .iter()
+        .filter(|s| s.silent_s == 0.0 && s.pending.as_ref().is_some_and(|p| p.seq == seq && p.state == State::Started))
+        .map(|s| s.rank)
+        .collect();
+    let waited_s = statuses
+        .iter()
+        .filter(|s| waiting.contains(&s.rank))
+        .map(|s| s.waited_s)
+        .fold(0.0, f64::max);
+    Some(Diagnosis {
+        collective: held.0,
+        missing,
+        stuck_inside,
+        silent,
+        waiting,
+        waited_s,
+    })
+}
+
+/// `rank-NNNNN.flight.json`: a rank's recorder when its watchdog fired.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FlightDump {
+    pub status: RankStatus,
+    /// What the watchdog concluded, as it printed it.
+    pub message: String,
+    pub time_utc: String,
+    pub records: Vec<Record>,
+}
+
+pub fn flight_file_name(rank: usize) -> String {
+    format!("rank-{rank:05}.flight.json")
+}
+
+impl FlightDump {
+    /// This process's dump.
+    pub fn here(rank: usize, host: &str, message: &str) -> FlightDump {
+        FlightDump {
+            status: RankStatus::here(rank, host),
+            message: message.into(),
+            time_utc: crate::record::rfc3339_utc(std::time::SystemTime::now()),
+            records: recorder().snapshot(),
+        }
+    }
+
+    pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
+        crate::record::write_atomic(&dir.join(flight_file_name(self.status.rank)), &serde_json::to_string_pretty(self)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(seq: u64, state: State) -> Record {
+        Record {
+            seq,
+            kind: "all-reduce".into(),
+            detail: "bucket 2".into(),
+            epoch: Some(3),
+            step: Some(120),
+            state,
+            scheduled_s: 0.0,
+            started_s: None,
+            completed_s: None,
+        }
+    }
+
+    fn status(rank: usize, pending: Option<Record>, waited_s: f64, last: Option<u64>) -> RankStatus {
+        RankStatus {
+            rank,
+            host: format!("node{}", rank / 4 + 1),
+            pending,
+            waited_s,
+            last_completed: last,
+            silent_s: 0.0,
+        }
+    }
+
+    #[test]
+    fn names_the_rank_that_never_entered() {
+        // 8 ranks; rank 5 stopped after completing #4811; the others wait in #4812.
+        let mut s: Vec<RankStatus> = (0..8)
+            .filter(|&r| r != 5)
+            .map(|r| status(r, Some(rec(4812, State::Started)), 300.0 + r as f64, Some(4811)))
+            .collect();
+        s.push(status(5, None, 0.0, Some(4811)));
+        let d = diagnose(&s, 8).unwrap();
+        assert_eq!(d.missing, vec![(5, "node2".to_string(), 0.0)]);
+        assert!(d.silent.is_empty());
+        assert_eq!(d.waited_s, 307.0);
+        assert_eq!(
+            d.message(),
+            "rank 5 on node2 has not entered all-reduce #4812 (bucket 2, epoch 3 step 120); ranks 0-4, 6-7 waited 307 s"
+        );
+    }
+
+    #[test]
+    fn a_rank_with_a_scheduled_bucket_has_not_entered_and_a_silent_one_is_named() {
+        let s = vec![
+            status(0, Some(rec(10, State::Started)), 12.0, Some(9)),
+            status(1, Some(rec(10, State::Scheduled)), 12.0, Some(9)),
+        ];
+        let d = diagnose(&s, 3).unwrap();
+        assert_eq!(d.missing, vec![(1, "node1".to_string(), 0.0)]);
+        assert_eq!(d.silent, vec![2]);
+        assert!(d
+            .message()
+            .starts_with("rank 1 on node1, rank 2 (no report) have not entered all-reduce #10"));
+        // A rank that went silent inside the collective is named as such.
+        let mut stuck = status(1, Some(rec(10, State::Started)), 3.0, Some(9));
+        stuck.silent_s = 40.0;
+        let d = diagnose(&[status(0, Some(rec(10, State::Started)), 50.0, Some(9)), stuck], 2).unwrap();
+        assert!(d.missing.is_empty());
+        assert_eq!(
+            d.message(),
+            "every rank entered all-reduce #10 (bucket 2, epoch 3 step 120); rank 1 on node1 (silent for 40 s) stopped inside it; rank 0 waited 50 s"
+        );
+        // Nobody waits: nothing to diagnose.
+        assert_eq!(diagnose(&[status(0, None, 0.0, Some(9))], 1), None);
+    }
+
+    #[test]
+    fn the_recorder_numbers_collectives_and_finds_the_pending_one() {
+        let r = recorder();
+        r.set_position(Some(1), Some(7));
+        let a = r.schedule("all-reduce", "bucket 0");
+        let b = r.schedule("all-reduce", "bucket 1");
+        assert_eq!(b, a + 1);
+        r.start(a);
+        r.complete(a);
+        r.start(b);
+        let (p, _) = r.pending().unwrap();
+        assert_eq!((p.seq, p.state, p.step), (b, State::Started, Some(7)));
+        {
+            let _g = enter("barrier", "");
+        }
+        r.complete(b);
+        assert!(r.pending().is_none());
+        assert_eq!(r.last_completed(), Some(b + 1));
+    }
+}
