@@ -139,8 +139,17 @@ fn a_failing_rank_takes_the_job_down() {
         !all.contains("rank-exit 0 0") && !all.contains("rank-exit 1 0"),
         "no rank may succeed:\n{all}"
     );
-    // Rows of the steps completed before the failure are kept on the other rank... at
-    // least the header and the rank file exist, and the manifest says it did not complete.
+    // The failing rank records the failure before it aborts the job: the manifest and
+    // its end record say failed, where and why; the 3 steps before it are on disk.
     let m = json(&out.join("manifest.json"));
-    assert_eq!(m["status"], "running");
+    assert_eq!(m["status"], "failed");
+    let error = m["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("rank 1 (") && error.contains("at step 3: fault injected"),
+        "{error}"
+    );
+    let end = json(&out.join("rank-00001.end.json"));
+    assert_eq!((end["status"].as_str(), end["steps"].as_u64()), (Some("failed"), Some(3)));
+    let (_, rows) = read_csv(&out.join("rank-00001.csv"));
+    assert_eq!(rows.len(), 3);
 }
