@@ -1,7 +1,7 @@
 //! Streams a bigMNIST set as one rank of `ranks` would (one reader thread, block
 //! read-ahead, CRC checks, batches normalised into tensors) and reports samples/s and
 //! peak memory:  cargo run --release --example stream_read -- DIR [BATCH=64]
-use ddpbench::bigmnist::{open, rank_range, records_to_batch, BlockStream};
+use ddpbench::data::bigmnist::{open, rank_range, records_to_batch, BlockStream};
 use std::path::PathBuf;
 
 fn main() -> anyhow::Result<()> {

@@ -37,7 +37,7 @@ pub enum Command {
     Diagnose(DiagnoseArgs),
     /// List the models with their parameter counts and gradient bytes.
     Models(ModelsArgs),
-    /// Build seed 000's bigMNIST: augmented, replicated MNIST in checksummed shards (resumable).
+    /// Build bigMNIST: MNIST augmented and replicated into checksummed shards (resumable).
     GenBigmnist(GenBigMnistArgs),
 }
 
@@ -49,7 +49,7 @@ pub struct GenBigMnistArgs {
     /// Augmented versions of each training image.
     #[arg(long, default_value_t = 6)]
     pub augment: usize,
-    /// Copies of the augmented set (200 gives seed 000's 72,000,000 samples, ~52 GiB).
+    /// Copies of the augmented set (with --augment 6, 200 copies give 72,000,000 samples, ~52 GiB).
     #[arg(long, default_value_t = 200)]
     pub copies: usize,
     /// Output folder (shards, index.json). Run the same command again to resume.

@@ -12,7 +12,6 @@
 //! tables, report and plots), [`stats`] and [`plot`], and [`cli`] (the command line).
 
 pub mod amp;
-pub mod bigmnist;
 pub mod cli;
 pub mod comm;
 pub mod data;

@@ -8,7 +8,7 @@ fn run() -> anyhow::Result<()> {
         Command::Reduce(args) => ddpbench::reduce::main(args),
         Command::Diagnose(args) => ddpbench::diagnose::main(&args.run),
         Command::Topo(args) => ddpbench::topology::main(args),
-        Command::GenBigmnist(args) => ddpbench::bigmnist::generate(args),
+        Command::GenBigmnist(args) => ddpbench::data::bigmnist::generate(args),
         Command::Models(args) => {
             ddpbench::model::list(&ddpbench::model::ModelOptions {
                 seq_len: args.seq_len as i64,

@@ -113,7 +113,7 @@ fn generation_counts_augments_replicates_and_is_deterministic() {
     // Asking again for a complete set does nothing.
     let again = generate(src.path(), &a, "7", &[]);
     again.assert_ok();
-    assert!(again.stderr.contains("already complete"));
+    assert!(again.stderr.contains("is complete and intact"));
 }
 
 #[test]
@@ -136,7 +136,7 @@ fn interrupted_generation_resumes_to_the_same_bytes() {
     let resumed = generate(src.path(), &part, "3", &[]);
     resumed.assert_ok();
     assert!(
-        resumed.stderr.contains("resuming: 1 of 3 shards already complete"),
+        resumed.stderr.contains("resuming: 1 of 3 shards already complete and intact"),
         "{}",
         resumed.stderr
     );
@@ -199,5 +199,40 @@ fn two_ranks_stream_it_and_a_corrupt_shard_is_named() {
     );
     assert!(!job.timed_out);
     assert!(job.all().contains("shard-00001.bin: block 0 is corrupt"), "{}", job.all());
+    assert!(
+        job.all().contains("Run the same `ddpbench gen-bigmnist` command again"),
+        "{}",
+        job.all()
+    );
     assert!(!job.all().contains("rank-exit 0 0") && !job.all().contains("rank-exit 1 0"));
+    // The way the message names repairs it: the same command finds the damaged shard,
+    // rewrites it, and training reads the set again.
+    let repaired = generate(src.path(), &set, "1", &[]);
+    repaired.assert_ok();
+    assert!(
+        repaired.stderr.contains("shard-00001.bin is damaged: rewriting it"),
+        "{}",
+        repaired.stderr
+    );
+    let job = train(
+        2,
+        &[
+            "--dataset",
+            "bigmnist",
+            "--data-dir",
+            &path_str(&set),
+            "--batch-size",
+            "32",
+            "--max-steps",
+            "3",
+            "--out",
+            &path_str(&d.path().join("run3")),
+        ],
+        Duration::from_secs(120),
+    );
+    job.assert_ok();
+    // Run once more on an intact set: it checks and says so.
+    let again = generate(src.path(), &set, "1", &[]);
+    again.assert_ok();
+    assert!(again.stderr.contains("is complete and intact"), "{}", again.stderr);
 }

@@ -513,7 +513,7 @@ fn schedule(g: &Group, cfg: &TrainConfig, dataset: &Dataset) -> Schedule {
     let steps_per_epoch = match &dataset.stream {
         // Streams yield full batches only (equal ranges on every rank).
         Some(src) => {
-            let (a, b) = crate::bigmnist::rank_range(&src.index, g.rank, g.size);
+            let (a, b) = data::bigmnist::rank_range(&src.index, g.rank, g.size);
             ((b - a) as usize / s.batch_size / s.grad_accum).max(1)
         }
         None => {

@@ -1,0 +1,87 @@
+//! The batches of one epoch on one rank: prepared inline, on worker threads, or
+//! streamed from bigMNIST's shards.
+
+use super::{bigmnist, Split, StreamSource};
+use anyhow::Result;
+use tch::{Device, Tensor};
+
+/// Batches of one epoch, in order: prepared inline, or ahead of time by worker
+/// threads (worker w prepares batches w, w+N, …) each behind a queue of two, so at
+/// most 2N batches wait in memory.
+pub struct Loader {
+    stream: Option<(bigmnist::BlockStream, usize, f64, f64)>,
+    source: Option<(Split, std::vec::IntoIter<Vec<i64>>)>,
+    queues: Vec<std::sync::mpsc::Receiver<Result<(Tensor, Tensor)>>>,
+    next: usize,
+    remaining: usize,
+}
+
+impl Loader {
+    pub fn new(split: &Split, batches: Vec<Vec<i64>>, workers: usize) -> Loader {
+        let remaining = batches.len();
+        if workers == 0 {
+            return Loader {
+                stream: None,
+                source: Some((split.share(), batches.into_iter())),
+                queues: Vec::new(),
+                next: 0,
+                remaining,
+            };
+        }
+        let queues = (0..workers)
+            .map(|w| {
+                let (tx, rx) = std::sync::mpsc::sync_channel(2);
+                let mine: Vec<Vec<i64>> = batches.iter().skip(w).step_by(workers).cloned().collect();
+                let data = split.share();
+                std::thread::spawn(move || {
+                    for idx in mine {
+                        // A closed queue means the epoch ended early: stop quietly.
+                        if tx.send(data.batch(&Tensor::from_slice(&idx), Device::Cpu)).is_err() {
+                            return;
+                        }
+                    }
+                });
+                rx
+            })
+            .collect();
+        Loader {
+            stream: None,
+            source: None,
+            queues,
+            next: 0,
+            remaining,
+        }
+    }
+
+    /// `batches` batches of `batch` records streamed from rank `rank`'s range of `src`,
+    /// read ahead by a reader thread (`readahead` blocks of 4096 records).
+    pub fn stream(src: &StreamSource, rank: usize, size: usize, batch: usize, batches: usize, readahead: usize) -> Loader {
+        let (start, end) = bigmnist::rank_range(&src.index, rank, size);
+        let reader = bigmnist::BlockStream::new(&src.dir, &src.index, start, end, readahead);
+        Loader {
+            stream: Some((reader, batch, src.index.mean, src.index.std)),
+            source: None,
+            queues: Vec::new(),
+            next: 0,
+            remaining: batches,
+        }
+    }
+
+    /// The next batch on the CPU, or None at the end of the epoch.
+    pub fn next_batch(&mut self) -> Option<Result<(Tensor, Tensor)>> {
+        if self.remaining == 0 {
+            return None;
+        }
+        self.remaining -= 1;
+        let batch = if let Some((reader, n, mean, std)) = &mut self.stream {
+            Some(reader.take(*n).map(|records| bigmnist::records_to_batch(&records, *mean, *std)))
+        } else {
+            match &mut self.source {
+                Some((split, it)) => it.next().map(|idx| split.batch(&Tensor::from_slice(&idx), Device::Cpu)),
+                None => self.queues[self.next % self.queues.len()].recv().ok(),
+            }
+        };
+        self.next += 1;
+        batch
+    }
+}

@@ -1,0 +1,89 @@
+//! MNIST-format data sets (MNIST, Fashion-MNIST): IDX files read whole into one
+//! tensor per split, normalised with the data set's pixel mean and deviation.
+
+use super::idx::{read_idx, DataError};
+use super::{dataset_name, Augment, Dataset, DatasetKind, Split};
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+use tch::{Kind, Tensor};
+
+/// Where Debian's `dataset-fashion-mnist` installs its files.
+pub const FASHION_MNIST_DIR: &str = "/usr/share/datasets/fashion-mnist";
+
+/// `dir/stem` or `dir/stem.gz`, whichever exists.
+pub(crate) fn idx_file(dir: &Path, stem: &str, hint: &str) -> Result<PathBuf, DataError> {
+    for candidate in [dir.join(stem), dir.join(format!("{stem}.gz"))] {
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    Err(DataError::Missing {
+        path: dir.join(format!("{stem}[.gz]")),
+        hint: hint.into(),
+    })
+}
+
+/// Reads one MNIST-format split and normalises pixels with `mean`/`std`.
+pub(crate) fn load_idx_split(dir: &Path, prefix: &str, mean: f64, std: f64, hint: &str) -> Result<Split> {
+    let img_path = idx_file(dir, &format!("{prefix}-images-idx3-ubyte"), hint)?;
+    let lbl_path = idx_file(dir, &format!("{prefix}-labels-idx1-ubyte"), hint)?;
+    let (dims, pixels) = read_idx(&img_path, 0x803)?;
+    let (ldims, labels) = read_idx(&lbl_path, 0x801)?;
+    if dims.len() != 3 || ldims[0] != dims[0] {
+        return Err(DataError::Invalid {
+            path: img_path,
+            what: format!("has shape {dims:?} but {} holds {} labels", lbl_path.display(), ldims[0]),
+        }
+        .into());
+    }
+    let n = dims[0] as i64;
+    let inputs = Tensor::from_slice(&pixels)
+        .view([n, 1, dims[1] as i64, dims[2] as i64])
+        .to_kind(Kind::Float)
+        .divide_scalar(255.0)
+        .g_sub_scalar(mean)
+        .divide_scalar(std);
+    let labels = Tensor::from_slice(&labels).to_kind(Kind::Int64);
+    let max_label = labels.max().int64_value(&[]);
+    if max_label > 9 {
+        return Err(DataError::Invalid {
+            path: lbl_path,
+            what: format!("label {max_label} is out of range 0..9"),
+        }
+        .into());
+    }
+    Ok(Split::memory(inputs, labels, Augment::None))
+}
+
+/// MNIST or Fashion-MNIST from `data_dir` (Fashion-MNIST: Debian's package by default).
+pub fn load(kind: DatasetKind, data_dir: Option<&Path>) -> Result<Dataset> {
+    let (dir, hint, mean, std) = match (kind, data_dir) {
+        (DatasetKind::FashionMnist, None) => (
+            PathBuf::from(FASHION_MNIST_DIR),
+            "Install Debian's dataset-fashion-mnist (apt-get install dataset-fashion-mnist) or pass --data-dir".to_string(),
+            0.2860,
+            0.3530,
+        ),
+        (DatasetKind::Mnist, None) => anyhow::bail!("--dataset mnist needs --data-dir DIR with the MNIST IDX files"),
+        (_, None) => anyhow::bail!("--dataset {} is not an MNIST-format data set", dataset_name(kind)),
+        (kind, Some(d)) => (
+            d.to_path_buf(),
+            "Check --data-dir: it must hold train-/t10k-images-idx3-ubyte and -labels-idx1-ubyte, gzipped or not".to_string(),
+            if kind == DatasetKind::Mnist { 0.1307 } else { 0.2860 },
+            if kind == DatasetKind::Mnist { 0.3081 } else { 0.3530 },
+        ),
+    };
+    if !dir.is_dir() {
+        return Err(DataError::Missing { path: dir, hint }.into());
+    }
+    let train = load_idx_split(&dir, "train", mean, std, &hint)?;
+    let test = load_idx_split(&dir, "t10k", mean, std, &hint)?;
+    Ok(Dataset {
+        stream: None,
+        name: dataset_name(kind),
+        source: dir.display().to_string(),
+        train,
+        test,
+        classes: 10,
+    })
+}

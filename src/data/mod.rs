@@ -1,0 +1,328 @@
+//! Data sets, by format, and how each rank gets its share of them.
+//!
+//! A split is held in memory as one tensor (MNIST IDX, CIFAR-10, AG News), read as
+//! image files decoded per batch (ImageNet folders), or drawn from a seeded pool
+//! (synthetic data); bigMNIST is streamed from its shards. A batch is an
+//! `index_select` of the rank's shard. Sharding follows PyTorch's `DistributedSampler`
+//! (shuffle, pad to a multiple of the world size, rank r takes every size-th index
+//! from r), so a run is comparable step for step with a PyTorch DDP run.
+//!
+//! Formats: [`idx`] (the IDX reader at the bottom, and the errors data files can have),
+//! [`mnist`], [`cifar`], [`imagenet`], [`agnews`], [`synthetic`], [`bigmnist`] (its
+//! reader, and apart from it the generator); [`loader`] prepares an epoch's batches.
+
+pub mod agnews;
+pub mod bigmnist;
+pub mod cifar;
+pub mod idx;
+pub mod imagenet;
+pub mod loader;
+pub mod mnist;
+pub mod synthetic;
+
+pub use idx::{read_idx, DataError};
+pub use loader::Loader;
+pub use mnist::FASHION_MNIST_DIR;
+
+use crate::model::{Input, ModelSpec};
+use crate::stats::Rng;
+use crate::train::TrainConfig;
+use anyhow::Result;
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::Arc;
+use tch::{Device, Kind, Tensor};
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DatasetKind {
+    /// Fashion-MNIST from Debian's dataset-fashion-mnist (or any IDX folder via --data-dir).
+    FashionMnist,
+    /// MNIST-format IDX files in --data-dir (gzipped or raw).
+    Mnist,
+    /// CIFAR-10 binary batches in --data-dir (data_batch_1..5.bin, test_batch.bin); random crop + flip.
+    Cifar10,
+    /// bigMNIST written by `ddpbench gen-bigmnist` in --data-dir, streamed with read-ahead.
+    Bigmnist,
+    /// ImageNet-style folder in --data-dir (train/<class>/*.JPEG, val/<class>/*.JPEG), decoded per batch.
+    Imagenet,
+    /// AG News CSV in --data-dir (train.csv, test.csv: class,title,description); for transformers.
+    Agnews,
+    /// Random data of the model's input shape: no I/O, for benchmarks.
+    Synthetic,
+}
+
+/// Random augmentation applied to training batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Augment {
+    None,
+    /// Zero-pad by `pad`, crop back to the original size at a random offset, flip
+    /// horizontally with probability 1/2 (torchvision's RandomCrop + RandomHorizontalFlip).
+    CropFlip {
+        pad: i64,
+    },
+    /// Image files: RandomResizedCrop(224, scale 0.08–1, ratio 3/4–4/3) + horizontal flip.
+    ImageNetTrain,
+    /// Image files: resize the shorter side to 256, centre crop 224.
+    ImageNetEval,
+}
+
+/// One split of a data set, on the CPU: inputs (f32 images or i64 tokens) held in
+/// memory, or image files decoded per batch; labels as i64.
+pub struct Split {
+    pub inputs: Tensor,
+    pub labels: Tensor,
+    pub augment: Augment,
+    /// For file-backed splits (ImageNet folders), the image of each sample.
+    pub files: Option<Arc<Vec<PathBuf>>>,
+    /// Samples in the split: the rows of `labels`, or more when those rows are a pool
+    /// that sample i takes as row i mod rows (synthetic data).
+    len: usize,
+}
+
+impl Split {
+    /// Samples held in memory: `inputs` [N, ...] and `labels` [N].
+    pub fn memory(inputs: Tensor, labels: Tensor, augment: Augment) -> Split {
+        let len = labels.size()[0] as usize;
+        Split {
+            inputs,
+            labels,
+            augment,
+            files: None,
+            len,
+        }
+    }
+
+    /// Image files decoded per batch, with their labels.
+    pub fn files(files: Vec<PathBuf>, labels: Tensor, augment: Augment) -> Split {
+        Split {
+            inputs: Tensor::zeros([0], (Kind::Float, Device::Cpu)),
+            len: files.len(),
+            labels,
+            augment,
+            files: Some(Arc::new(files)),
+        }
+    }
+
+    /// `len` samples drawn from a pool of rows: sample i is row i mod rows.
+    pub fn pooled(inputs: Tensor, labels: Tensor, len: usize) -> Split {
+        Split {
+            inputs,
+            labels,
+            augment: Augment::None,
+            files: None,
+            len,
+        }
+    }
+
+    /// No samples of images shaped `[c, h, w]`.
+    pub fn empty(shape: [i64; 3]) -> Split {
+        Split::memory(
+            Tensor::zeros([0, shape[0], shape[1], shape[2]], (Kind::Float, Device::Cpu)),
+            Tensor::zeros([0], (Kind::Int64, Device::Cpu)),
+            Augment::None,
+        )
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Rows `indices` of the split (augmented when the split asks for it), moved to `device`.
+    pub fn batch(&self, indices: &Tensor, device: Device) -> Result<(Tensor, Tensor)> {
+        let rows = self.labels.size()[0];
+        let indices = if (rows as usize) < self.len {
+            indices.remainder(rows)
+        } else {
+            indices.shallow_clone()
+        };
+        let x = match &self.files {
+            Some(files) => imagenet::decode_images(files, &indices, self.augment)?,
+            None => augment(&self.inputs.index_select(0, &indices), self.augment),
+        };
+        let y = self.labels.index_select(0, &indices);
+        Ok(if device == Device::Cpu {
+            (x, y)
+        } else {
+            (x.to_device(device), y.to_device(device))
+        })
+    }
+
+    /// A handle on the same data, for another thread.
+    pub fn share(&self) -> Split {
+        Split {
+            inputs: self.inputs.shallow_clone(),
+            labels: self.labels.shallow_clone(),
+            augment: self.augment,
+            files: self.files.clone(),
+            len: self.len,
+        }
+    }
+}
+
+/// Applies `how` to a batch of images [N, C, H, W], drawing from libtorch's RNG.
+pub fn augment(x: &Tensor, how: Augment) -> Tensor {
+    match how {
+        Augment::None | Augment::ImageNetTrain | Augment::ImageNetEval => x.shallow_clone(),
+        Augment::CropFlip { pad } => {
+            let (n, _, h, w) = x.size4().expect("images are N×C×H×W");
+            let padded = x.constant_pad_nd([pad, pad, pad, pad]);
+            let offsets: Vec<i64> =
+                Vec::<i64>::try_from(Tensor::randint(2 * pad + 1, [n, 2], (Kind::Int64, Device::Cpu)).view([-1])).unwrap();
+            let crops: Vec<Tensor> = (0..n as usize)
+                .map(|i| padded.get(i as i64).narrow(1, offsets[2 * i], h).narrow(2, offsets[2 * i + 1], w))
+                .collect();
+            let cropped = Tensor::stack(&crops, 0);
+            let flip = Tensor::rand([n, 1, 1, 1], (Kind::Float, Device::Cpu)).lt(0.5);
+            cropped.flip([3]).where_self(&flip, &cropped)
+        }
+    }
+}
+
+/// A streamed training set (bigMNIST): never held in memory.
+#[derive(Clone)]
+pub struct StreamSource {
+    pub dir: PathBuf,
+    pub index: bigmnist::Index,
+}
+
+pub struct Dataset {
+    /// Set for streamed data sets; `train` is then empty.
+    pub stream: Option<StreamSource>,
+    /// Name as recorded in the manifest.
+    pub name: String,
+    /// Where it was read from (empty for synthetic data).
+    pub source: String,
+    pub train: Split,
+    pub test: Split,
+    pub classes: i64,
+}
+
+/// Loads the data set the configuration asks for, shaped for a model of `spec`.
+pub fn load(cfg: &TrainConfig, spec: &ModelSpec) -> Result<Dataset> {
+    let w = &cfg.workload;
+    let dir = w.data_dir.as_deref();
+    let wants = |shape: &str| -> anyhow::Error {
+        anyhow::anyhow!(
+            "--dataset {} holds {shape}; --model {} wants {:?}. See `ddpbench models`",
+            dataset_name(w.dataset),
+            serde_json::to_value(w.model)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default(),
+            spec.input
+        )
+    };
+    let need_dir = |what: &str| -> Result<&std::path::Path> {
+        dir.ok_or_else(|| anyhow::anyhow!("--dataset {} needs --data-dir DIR holding {what}", dataset_name(w.dataset)))
+    };
+    match w.dataset {
+        DatasetKind::Synthetic => Ok(synthetic::load(w.synthetic_samples, spec, cfg.schedule.seed)),
+        DatasetKind::Cifar10 if spec.input != Input::Image([3, 32, 32]) => Err(wants("3×32×32 images")),
+        DatasetKind::Cifar10 => cifar::load_cifar10(need_dir(
+            "data_batch_1.bin … data_batch_5.bin and test_batch.bin (the CIFAR-10 binary version)",
+        )?),
+        DatasetKind::Bigmnist if spec.input != Input::Image([1, 28, 28]) => Err(wants("1×28×28 images")),
+        DatasetKind::Bigmnist => bigmnist::load(need_dir("a set written by `ddpbench gen-bigmnist`")?),
+        DatasetKind::Imagenet if spec.input != Input::Image([3, 224, 224]) => Err(wants("224×224 RGB crops")),
+        DatasetKind::Imagenet => imagenet::load_image_folder(need_dir("train/<class>/*.JPEG and val/<class>/*.JPEG")?),
+        DatasetKind::Agnews => {
+            let Input::Tokens { seq_len, vocab } = spec.input else {
+                return Err(wants("text"));
+            };
+            agnews::load_agnews(
+                need_dir("train.csv and test.csv (class,title,description)")?,
+                seq_len as usize,
+                vocab as usize,
+            )
+        }
+        DatasetKind::FashionMnist | DatasetKind::Mnist if spec.input != Input::Image([1, 28, 28]) => Err(wants("1×28×28 images")),
+        DatasetKind::FashionMnist | DatasetKind::Mnist => mnist::load(w.dataset, dir),
+    }
+}
+
+/// The data set's name as recorded in the manifest (`fashion-mnist`, ...).
+pub fn dataset_name(kind: DatasetKind) -> String {
+    serde_json::to_value(kind)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
+}
+
+/// A rank's indices for one epoch, as `DistributedSampler(shuffle, drop_last=False)`:
+/// a permutation seeded by `seed + epoch` (the same on every rank), padded by
+/// wrapping to a multiple of `world`, then every `world`-th index from `rank`.
+/// Every rank gets `ceil(n / world)` indices.
+pub fn shard_indices(n: usize, world: usize, rank: usize, seed: u64, epoch: usize, shuffle: bool) -> Vec<i64> {
+    assert!(world > 0 && rank < world && n > 0);
+    let perm: Vec<i64> = if shuffle {
+        let mut order: Vec<i64> = (0..n as i64).collect();
+        let mut rng = Rng(seed.wrapping_add(epoch as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xddb);
+        for i in (1..n).rev() {
+            let j = rng.below(i as u64 + 1) as usize;
+            order.swap(i, j);
+        }
+        order
+    } else {
+        (0..n as i64).collect()
+    };
+    let per_rank = n.div_ceil(world);
+    let total = per_rank * world;
+    (0..per_rank).map(|k| perm[(rank + k * world) % total % n]).collect()
+}
+
+/// Steps per epoch for `per_rank` samples at `batch` per step (the last batch may be short).
+pub fn steps_per_epoch(per_rank: usize, batch: usize) -> usize {
+    per_rank.div_ceil(batch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn shards_are_disjoint_covering_and_equal_length() {
+        for (n, world) in [(10, 3), (60_000, 2), (7, 7), (5, 8), (1000, 4)] {
+            let shards: Vec<Vec<i64>> = (0..world).map(|r| shard_indices(n, world, r, 42, 3, true)).collect();
+            let len = n.div_ceil(world);
+            assert!(shards.iter().all(|s| s.len() == len), "n={n} world={world}");
+            let all: BTreeSet<i64> = shards.iter().flatten().copied().collect();
+            assert_eq!(all.len(), n, "every sample covered");
+            // Only padding repeats samples: total - n duplicates at most.
+            let total: usize = shards.iter().map(|s| s.len()).sum();
+            assert_eq!(total - n, len * world - n);
+            if len * world == n {
+                let mut flat: Vec<i64> = shards.concat();
+                flat.sort();
+                flat.dedup();
+                assert_eq!(flat.len(), n, "no duplicates without padding");
+            }
+        }
+    }
+
+    #[test]
+    fn shards_follow_seed_and_epoch_and_match_single_rank_batches() {
+        assert_eq!(shard_indices(100, 2, 0, 1, 0, true), shard_indices(100, 2, 0, 1, 0, true));
+        assert_ne!(shard_indices(100, 2, 0, 1, 0, true), shard_indices(100, 2, 0, 1, 1, true));
+        assert_ne!(shard_indices(100, 2, 0, 1, 0, true), shard_indices(100, 2, 0, 2, 0, true));
+        // Step k of 2 ranks × batch b covers the same samples as step k of 1 rank × batch 2b.
+        let one = shard_indices(64 * 10, 1, 0, 7, 0, true);
+        let r0 = shard_indices(64 * 10, 2, 0, 7, 0, true);
+        let r1 = shard_indices(64 * 10, 2, 1, 7, 0, true);
+        for k in 0..10 {
+            let mut a: Vec<i64> = one[64 * k..64 * (k + 1)].to_vec();
+            let mut b: Vec<i64> = [&r0[32 * k..32 * (k + 1)], &r1[32 * k..32 * (k + 1)]].concat();
+            a.sort();
+            b.sort();
+            assert_eq!(a, b, "step {k}");
+        }
+        assert_eq!(shard_indices(5, 2, 1, 0, 0, false), vec![1, 3, 0]);
+        assert_eq!(steps_per_epoch(30_000, 64), 469);
+    }
+}
