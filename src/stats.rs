@@ -259,41 +259,6 @@ pub fn bootstrap_means(sample: &[f64], n: u64, replicates: usize, seed: u64) -> 
         .collect()
 }
 
-/// Karp–Flatt experimentally determined serial fraction for speedup `s` on `p` ranks:
-/// e = (1/s − 1/p) / (1 − 1/p). NaN for p ≤ 1.
-pub fn karp_flatt(speedup: f64, p: f64) -> f64 {
-    if p <= 1.0 || speedup <= 0.0 {
-        return f64::NAN;
-    }
-    (1.0 / speedup - 1.0 / p) / (1.0 - 1.0 / p)
-}
-
-/// Amdahl's law: speedup on `p` ranks with serial fraction `f`.
-pub fn amdahl(f: f64, p: f64) -> f64 {
-    1.0 / (f + (1.0 - f) / p)
-}
-
-/// Least-squares serial fraction f in [0, 1] of Amdahl's law through the points
-/// (p, speedup), by golden-section search (the error is unimodal in f). NaN without points.
-pub fn amdahl_fit(points: &[(f64, f64)]) -> f64 {
-    if points.is_empty() {
-        return f64::NAN;
-    }
-    let err = |f: f64| points.iter().map(|&(p, s)| (amdahl(f, p) - s).powi(2)).sum::<f64>();
-    let (mut a, mut b) = (0.0f64, 1.0f64);
-    let g = (5f64.sqrt() - 1.0) / 2.0;
-    for _ in 0..200 {
-        let c = b - g * (b - a);
-        let d = a + g * (b - a);
-        if err(c) <= err(d) {
-            b = d
-        } else {
-            a = c
-        }
-    }
-    (a + b) / 2.0
-}
-
 #[cfg(test)]
 mod sketch_tests {
     use super::*;
@@ -318,20 +283,6 @@ mod sketch_tests {
         merged.merge(&s);
         merged.merge(&big);
         assert_eq!(merged.count(), 100_003);
-    }
-
-    #[test]
-    fn scaling_laws_match_hand_values() {
-        // Speedup 1.6 on 2 ranks: e = (0.625 - 0.5) / 0.5 = 0.25.
-        assert!((karp_flatt(1.6, 2.0) - 0.25).abs() < 1e-12);
-        // Linear speedup: serial fraction 0.
-        assert!(karp_flatt(4.0, 4.0).abs() < 1e-12);
-        assert!(karp_flatt(1.0, 1.0).is_nan());
-        // f = 0.1 on 4 ranks: 1 / (0.1 + 0.225) = 3.0769...
-        assert!((amdahl(0.1, 4.0) - 1.0 / 0.325).abs() < 1e-12);
-        // Points generated from f = 0.2 are fitted back to 0.2.
-        let pts: Vec<(f64, f64)> = [1.0, 2.0, 4.0, 8.0].iter().map(|&p| (p, amdahl(0.2, p))).collect();
-        assert!((amdahl_fit(&pts) - 0.2).abs() < 1e-6);
     }
 
     #[test]

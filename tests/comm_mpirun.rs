@@ -149,7 +149,7 @@ fn overlap_gives_the_same_model_and_sends_buckets_during_backward() {
     // The reducer takes the exposed part as the comm phase and reports it.
     ddpbench(&["reduce", "--no-plots", &path_str(&d.path().join("on"))]).assert_ok();
     let (h, rows) = read_csv(&d.path().join("on").join("summary.csv"));
-    let share = col(&h, &rows, "comm_share")[0];
+    let share = col(&h, &rows, "comm_exposed_share")[0];
     assert!((0.0..1.0).contains(&share), "exposed comm share with overlap: {share}");
     let report = std::fs::read_to_string(d.path().join("on").join("report.md")).unwrap();
     assert!(report.contains("| mpi-cpu-staged, overlap (3 segments) |"), "{report}");

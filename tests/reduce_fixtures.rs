@@ -138,19 +138,19 @@ fn every_figure_matches_hand_values() {
     assert!(close(a.step_s_median, 1.5) && close(a.step_s_p95, 1.5) && close(a.step_s_max, 1.5));
     // Rank 0 alone: 10 samples per 1.5 s.
     assert!(close(a.samples_per_s, 10.0 / 1.5));
-    assert!(close(a.comm_s_median, 0.4) && close(a.comm_share, 0.4 / 1.5));
+    assert!(close(a.comm_exposed_s_median, 0.4) && close(a.comm_exposed_share, 0.4 / 1.5));
     // R = (0.3 + 0.5) / 0.4 = 2 for A; (0.5 + 0.6) / 0.1 = 11 for B.
     assert!(close(a.compute_comm_ratio, 2.0) && close(b.compute_comm_ratio, 11.0));
     // A waits 0.3 s for B; the transfer takes 0.1 s: busbw = 2·(2−1)/2 · 400 B / 0.1 s.
-    assert!(close(a.wait_s_mean, 0.3) && close(b.wait_s_mean, 0.0));
-    assert!(close(a.transfer_s_median, 0.1) && close(b.transfer_s_median, 0.1));
-    assert!(close(a.exposed_comm_s_mean, 0.1));
+    assert!(close(a.comm_wait_s_mean, 0.3) && close(b.comm_wait_s_mean, 0.0));
+    assert!(close(a.comm_transfer_s_median, 0.1) && close(b.comm_transfer_s_median, 0.1));
+    assert!(close(a.comm_exposed_transfer_s_mean, 0.1));
     assert!(close(a.busbw_bytes_per_s, 4000.0) && close(a.algbw_bytes_per_s, 4000.0));
     // B is last into every all-reduce: it gates the job.
     assert!(close(b.last_arrival_share, 1.0) && close(a.last_arrival_share, 0.0));
     assert_eq!((a.gating, b.gating), (0, 1));
     let ranks = rank_summaries(&two);
-    assert!(close(ranks[0].wait_s_mean, 0.3) && close(ranks[1].last_arrival_share, 1.0));
+    assert!(close(ranks[0].comm_wait_s_mean, 0.3) && close(ranks[1].last_arrival_share, 1.0));
 
     let rows = scaling(&[&base, &two], 0);
     let (r0, r1) = (&rows[0], &rows[1]);
@@ -378,13 +378,58 @@ fn overlapped_communication_and_gpu_telemetry() {
     let s = type_summaries(&run);
     let (a, b) = (&s[0], &s[1]);
     // The phase is the exposed part; all of the work is comm_total.
-    assert!(close(a.comm_s_median, 0.4) && close(a.comm_total_s_median, 0.6));
+    assert!(close(a.comm_exposed_s_median, 0.4) && close(a.comm_s_median, 0.6));
     // R uses all of the work: (0.3 + 0.5) / 0.6.
     assert!(close(a.compute_comm_ratio, 0.8 / 0.6));
     // A waited 0.3 s of its 0.4 s exposed for B; the transfer is the work minus that wait.
-    assert!(close(a.wait_s_mean, 0.3) && close(a.exposed_comm_s_mean, 0.1));
-    assert!(close(a.transfer_s_median, 0.3) && close(b.transfer_s_median, 0.3));
+    assert!(close(a.comm_wait_s_mean, 0.3) && close(a.comm_exposed_transfer_s_mean, 0.1));
+    assert!(close(a.comm_transfer_s_median, 0.3) && close(b.comm_transfer_s_median, 0.3));
     // Telemetry: means over the samples that have a value, peak memory.
     assert!(close(a.gpu_util_pct_mean, 60.0) && close(a.gpu_mem_used_max_bytes, 3000.0) && close(a.gpu_power_w_mean, 100.0));
     assert!(close(b.gpu_util_pct_mean, 90.0) && b.gpu_mem_used_max_bytes.is_nan() && b.gpu_power_w_mean.is_nan());
+}
+
+/// A run folder as schema 1 wrote it (no schema_version; copy_d2h_s/copy_h2d_s; no
+/// batch_copy_s, the copy being inside data_s) reduces with the same definitions.
+#[test]
+fn schema_1_run_folders_still_reduce() {
+    let d = tmp();
+    let dir = d.path().join("v1");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(
+        dir.join("manifest.json"),
+        r#"{"run_id":"v1","status":"completed","error":null,"ddpbench_version":"0.1.0","libtorch_version":"2.11.0",
+        "mpi_library":"Open MPI v4.1.4","command_line":["ddpbench","train"],"config":{},"model":"mnist-cnn",
+        "dataset":"fashion-mnist","dataset_source":"/usr/share/datasets/fashion-mnist","parameters":1199882,
+        "gradient_bytes":4799528,"comm_backend":"mpi-cpu-staged","buckets":1,"world_size":1,"nodes":1,
+        "batch_size_per_rank":64,"global_batch_size":64,"steps_per_epoch":938,"start_utc":"2026-11-01T00:00:00.000000Z",
+        "end_utc":"2026-11-01T00:01:00.000000Z","wall_s":60.0,"final_param_l2":1.0,"final_val_accuracy":0.5,
+        "allreduce_probe":null,"ranks":[{"rank":0,"local_rank":0,"host":"a","node_type":"T","device":"Cpu",
+        "binding":"auto: 0","threads":1,"cpu_model":"x","gpus":[],"launcher_env":[]}]}"#,
+    )
+    .unwrap();
+    let header = "rank,node_type,epoch,step,global_step,warmup,time_utc,elapsed_s,samples,data_s,forward_s,backward_s,comm_s,comm_exposed_s,copy_d2h_s,copy_h2d_s,optimizer_s,other_s,step_s,comm_start_s,loss,bytes,loss_scale,step_skipped";
+    let row = |step: usize, warm: u8, data: f64, fwd: f64| {
+        let step_s = data + fwd + 0.2 + 0.05 + 0.01 + 0.04;
+        format!("0,T,0,{step},{step},{warm},2026-11-01T00:00:0{step}.000000Z,{step},64,{data},{fwd},0.2,0.05,0.05,0,0,0.01,0.04,{step_s},{step},2.3,4799528,,0")
+    };
+    let text = [
+        header.to_string(),
+        row(0, 1, 9.0, 9.0),
+        row(1, 0, 0.1, 0.3),
+        row(2, 0, 0.3, 0.5),
+        row(3, 0, 0.2, 0.4),
+    ]
+    .join("\n")
+        + "\n";
+    std::fs::write(dir.join("rank-00000.csv"), text).unwrap();
+    let run = read_run(&dir).unwrap();
+    assert!(run.complete(), "{:?}", run.problems);
+    assert_eq!((run.steps, run.warmup_steps), (3, 1));
+    let s = &type_summaries(&run)[0];
+    assert!(close(s.data_s_median, 0.2) && close(s.forward_s_median, 0.4));
+    assert_eq!(s.batch_copy_s_median, 0.0, "schema 1 has no batch copy column: it is 0");
+    assert!(close(s.comm_exposed_s_median, 0.05) && close(s.comm_s_median, 0.05));
+    assert!(close(s.step_s_median, 0.2 + 0.4 + 0.3));
+    assert_eq!(s.schema_version, 2, "summary.csv is written in the reducer's schema");
 }

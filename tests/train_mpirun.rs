@@ -66,10 +66,18 @@ fn two_ranks_write_complete_consistent_files() {
         assert!(col(&h, &rows, "samples").iter().all(|&s| s == 64.0));
         assert!(col(&h, &rows, "bytes").iter().all(|&b| b == 4.0 * 1_199_882.0));
         let step = col(&h, &rows, "step_s");
-        let phases: Vec<Vec<f64>> = ["data_s", "forward_s", "backward_s", "comm_exposed_s", "optimizer_s", "other_s"]
-            .iter()
-            .map(|p| col(&h, &rows, p))
-            .collect();
+        let phases: Vec<Vec<f64>> = [
+            "data_s",
+            "batch_copy_s",
+            "forward_s",
+            "backward_s",
+            "comm_exposed_s",
+            "optimizer_s",
+            "other_s",
+        ]
+        .iter()
+        .map(|p| col(&h, &rows, p))
+        .collect();
         for i in 0..rows.len() {
             let sum: f64 = phases.iter().map(|p| p[i]).sum();
             assert!(
@@ -112,7 +120,7 @@ fn two_ranks_write_complete_consistent_files() {
         "data_share",
         "forward_share",
         "backward_share",
-        "comm_share",
+        "comm_exposed_share",
         "optimizer_share",
         "other_share",
     ]

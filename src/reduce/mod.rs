@@ -6,10 +6,11 @@
 //! nothing is averaged over a hole. The reducer fails only when no run is usable.
 
 pub mod analysis;
+pub mod metrics;
 pub mod read;
 mod report;
 
-pub use read::{read_run, RunStats};
+pub use analysis::{read_run, RunStats};
 
 use crate::cli::ReduceArgs;
 use anyhow::{bail, Context, Result};
@@ -152,7 +153,7 @@ pub fn main(args: ReduceArgs) -> Result<()> {
     let md = report::markdown(&complete, &incomplete, &summaries, &scaling, !args.no_plots);
     std::fs::write(out.join("report.md"), &md).with_context(|| format!("cannot write {}", out.join("report.md").display()))?;
     if !args.no_plots {
-        report::plots(&out, &complete, &scaling)?;
+        report::plots(&out, &complete, &summaries, &scaling)?;
     }
     report::print_tables(&summaries, &scaling);
     println!(

@@ -1,53 +1,260 @@
-//! Reading a run folder: the manifest, `epochs.csv` and every rank file, streamed
-//! in lock-step (one step of every rank at a time) so that memory is bounded by
-//! the number of ranks, not rows, and each step's straggler wait can be computed
-//! from the ranks' entry times into the all-reduce.
+//! Reading a run folder: the manifest, `epochs.csv`, the GPU telemetry files and every
+//! rank file. The rank files are streamed in lock-step (one step of every rank at a
+//! time), so memory is bounded by the number of ranks, not rows. The reader only
+//! parses: each step's rows of all ranks go to a visitor, and what they add up to is
+//! computed in [`super::analysis`].
+//!
+//! Files of schema 1 (before `batch_copy_s`, with `copy_d2h_s`/`copy_h2d_s`, and from
+//! before overlap with `comm_s` as the exposed phase) read as well as schema 2.
 
-use crate::record::{EpochRow, Manifest};
-use crate::stats::{Reservoir, Sketch};
+use crate::record::{EpochRow, Manifest, Phase, PhaseTimes};
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-/// Index of the communication phase among a step's phases (data, forward, backward,
-/// comm, optimizer, other: they add up to `step_s`). The phase is `comm_exposed_s`, the
-/// part of the all-reduce not hidden behind backward; files written before overlap
-/// existed have only `comm_s`, which was all exposed.
-pub const COMM: usize = 3;
-
-/// One rank's figures over its non-warm-up steps.
-#[derive(Debug, Clone)]
-pub struct RankStats {
-    pub rank: usize,
-    pub node_type: String,
-    pub host: String,
-    pub steps: u64,
+/// One parsed rank-file row: the fields the analysis uses.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Row {
+    pub global_step: u64,
+    pub warmup: bool,
     pub samples: u64,
-    pub step: Sketch,
-    /// Sum over steps of each phase, seconds.
-    pub phase_sum: [f64; 6],
-    /// Sum over steps of the time this rank waited in the all-reduce for the last rank to enter.
-    pub wait_sum: f64,
-    /// Steps in which this rank was the last to enter the all-reduce.
-    pub last_arrivals: u64,
+    /// Seconds per phase ([`Phase::index`]); they add up to `step_s`.
+    pub phases: PhaseTimes,
+    pub step_s: f64,
+    /// All-reduce work (`comm_s`), hidden or not.
+    pub comm_s: f64,
+    /// When the rank entered the all-reduce, on its own clock.
+    pub comm_start_s: f64,
+    pub bytes: u64,
 }
 
-/// Figures of all ranks of one node type.
-#[derive(Debug, Clone)]
-pub struct TypeStats {
-    pub node_type: String,
-    pub ranks: Vec<usize>,
-    pub step: Sketch,
-    pub phase: [Sketch; 6],
-    /// comm_s (all of the all-reduce work) minus the wait for the last rank: the time
-    /// the transfer itself took.
-    pub transfer: Sketch,
-    pub wait: Sketch,
-    /// comm_s: all of the all-reduce work, hidden behind backward or not.
-    pub comm_total: Sketch,
-    pub last_arrivals: u64,
-    /// GPU telemetry of the type's ranks (`rank-NNNNN.gpu.csv`), when there is any.
-    pub gpu: GpuTelemetry,
+/// Column positions in a rank file.
+struct Columns {
+    rank: usize,
+    node_type: usize,
+    global_step: usize,
+    warmup: usize,
+    samples: usize,
+    /// Each phase's column; None for a phase the file's schema lacks (it is 0 there).
+    phases: [Option<usize>; Phase::COUNT],
+    step_s: usize,
+    comm_start_s: usize,
+    bytes: usize,
+    /// `comm_s`, the whole all-reduce, when the exposed phase has its own column.
+    comm_s: Option<usize>,
+}
+
+impl Columns {
+    fn find(headers: &csv::ByteRecord) -> Result<Columns, String> {
+        let opt = |name: &str| headers.iter().position(|h| h == name.as_bytes());
+        let pos = |name: &str| opt(name).ok_or_else(|| format!("no column {name}"));
+        let mut phases = [None; Phase::COUNT];
+        for p in Phase::ALL {
+            phases[p.index()] = match p {
+                // Schema 1 had no batch copy column: the copy is inside data_s.
+                Phase::BatchCopy => opt(p.column()),
+                // Before overlap existed, comm_s was the (all exposed) communication phase.
+                Phase::CommExposed => Some(pos(p.column()).or_else(|_| pos("comm_s"))?),
+                _ => Some(pos(p.column())?),
+            };
+        }
+        Ok(Columns {
+            rank: pos("rank")?,
+            node_type: pos("node_type")?,
+            global_step: pos("global_step")?,
+            warmup: pos("warmup")?,
+            samples: pos("samples")?,
+            phases,
+            step_s: pos("step_s")?,
+            comm_start_s: pos("comm_start_s")?,
+            bytes: pos("bytes")?,
+            comm_s: opt("comm_exposed_s").and(opt("comm_s")),
+        })
+    }
+}
+
+fn field<T: std::str::FromStr>(rec: &csv::ByteRecord, i: usize) -> Option<T> {
+    std::str::from_utf8(rec.get(i)?).ok()?.parse().ok()
+}
+
+fn parse_row(rec: &csv::ByteRecord, c: &Columns) -> Option<Row> {
+    let mut phases = [0.0; Phase::COUNT];
+    for (k, col) in c.phases.iter().enumerate() {
+        if let Some(i) = col {
+            phases[k] = field(rec, *i)?;
+        }
+    }
+    Some(Row {
+        global_step: field(rec, c.global_step)?,
+        warmup: field::<u8>(rec, c.warmup)? != 0,
+        samples: field(rec, c.samples)?,
+        step_s: field(rec, c.step_s)?,
+        comm_start_s: field(rec, c.comm_start_s)?,
+        bytes: field(rec, c.bytes)?,
+        comm_s: match c.comm_s {
+            Some(i) => field(rec, i)?,
+            None => phases[Phase::CommExposed.index()],
+        },
+        phases,
+    })
+}
+
+/// True when the file's last byte is a newline (a crash mid-write leaves a partial row).
+fn ends_with_newline(path: &Path) -> bool {
+    let Ok(mut f) = std::fs::File::open(path) else { return false };
+    if f.seek(SeekFrom::End(-1)).is_err() {
+        return false;
+    }
+    let mut b = [0u8; 1];
+    f.read_exact(&mut b).is_ok() && b[0] == b'\n'
+}
+
+struct RankReader {
+    rank: usize,
+    reader: csv::Reader<std::fs::File>,
+    cols: Columns,
+    record: csv::ByteRecord,
+    rows: u64,
+}
+
+/// A run folder opened for reading.
+pub struct RunFiles {
+    pub dir: PathBuf,
+    pub manifest: Manifest,
+    pub epochs: Vec<EpochRow>,
+    /// Host of each rank, from the manifest.
+    pub hosts: BTreeMap<usize, String>,
+    /// Why the run cannot be used (empty while it can).
+    pub problems: Vec<String>,
+    readers: Vec<RankReader>,
+}
+
+/// Opens a run folder. Err only when the folder is not a run at all (no readable
+/// manifest); holes (missing or unreadable rank files, an unfinished job) are problems.
+pub fn open(dir: &Path) -> Result<RunFiles, String> {
+    let manifest = Manifest::read(dir).map_err(|e| format!("{e:#}"))?;
+    let mut problems = Vec::new();
+    if manifest.status != "completed" {
+        problems.push(format!("status is {:?}: the job did not finish", manifest.status));
+    }
+    let epochs: Vec<EpochRow> = match csv::Reader::from_path(dir.join("epochs.csv")) {
+        Ok(mut r) => r.deserialize().filter_map(Result::ok).collect(),
+        Err(_) => Vec::new(),
+    };
+    let hosts = manifest.ranks.iter().map(|r| (r.rank, r.host.clone())).collect();
+    let mut readers = Vec::new();
+    for r in 0..manifest.world_size {
+        let path = dir.join(crate::record::rank_file_name(r));
+        if !path.is_file() {
+            problems.push(format!("{} is missing", path.display()));
+            continue;
+        }
+        if !ends_with_newline(&path) {
+            problems.push(format!("{}: last row is truncated (the rank stopped mid-write)", path.display()));
+        }
+        let opened = csv::Reader::from_path(&path)
+            .map_err(|e| format!("unreadable ({e})"))
+            .and_then(|mut reader| {
+                let headers = reader.byte_headers().map_err(|e| e.to_string())?.clone();
+                Ok((
+                    reader,
+                    Columns::find(&headers).map_err(|e| format!("not a ddpbench rank file ({e})"))?,
+                ))
+            });
+        match opened {
+            Ok((reader, cols)) => readers.push(RankReader {
+                rank: r,
+                reader,
+                cols,
+                record: csv::ByteRecord::new(),
+                rows: 0,
+            }),
+            Err(e) => problems.push(format!("{}: {e}", path.display())),
+        }
+    }
+    if readers.is_empty() && manifest.world_size > 0 && problems.is_empty() {
+        problems.push("no rank file could be read".into());
+    }
+    Ok(RunFiles {
+        dir: dir.to_path_buf(),
+        manifest,
+        epochs,
+        hosts,
+        problems,
+        readers,
+    })
+}
+
+impl RunFiles {
+    /// The ranks whose files are being read, in rank order.
+    pub fn ranks(&self) -> Vec<usize> {
+        self.readers.iter().map(|r| r.rank).collect()
+    }
+
+    /// Streams the steps: `visit(rows, node_types)` gets one row per readable rank (in
+    /// [`RunFiles::ranks`] order) for every step all of them hold, and each rank's node
+    /// type (from its first row). Stops at the first hole (a malformed row, files of
+    /// different lengths, ranks at different steps) and records it in `problems`.
+    pub fn for_each_step(&mut self, mut visit: impl FnMut(&[Row], &[String])) {
+        let n = self.readers.len();
+        let mut rows: Vec<Row> = vec![Row::default(); n];
+        let mut node_types: Vec<String> = vec![String::new(); n];
+        loop {
+            match self.read_step(&mut rows, &mut node_types) {
+                Ok(true) => visit(&rows, &node_types),
+                Ok(false) => break,
+                Err(problem) => {
+                    self.problems.push(problem);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Reads the next row of every rank: Ok(false) when all files ended together.
+    fn read_step(&mut self, rows: &mut [Row], node_types: &mut [String]) -> Result<bool, String> {
+        let mut ended = 0;
+        for (i, rr) in self.readers.iter_mut().enumerate() {
+            match rr.reader.read_byte_record(&mut rr.record) {
+                Ok(true) => {
+                    rr.rows += 1;
+                    let row = parse_row(&rr.record, &rr.cols)
+                        .ok_or_else(|| format!("rank {} row {}: malformed (truncated or edited)", rr.rank, rr.rows))?;
+                    if rr.rows == 1 {
+                        node_types[i] = String::from_utf8_lossy(rr.record.get(rr.cols.node_type).unwrap_or_default()).into_owned();
+                        let file_rank: Option<usize> = field(&rr.record, rr.cols.rank);
+                        if file_rank != Some(rr.rank) {
+                            return Err(format!("rank file {} holds rows of rank {file_rank:?}", rr.rank));
+                        }
+                    }
+                    rows[i] = row;
+                }
+                Ok(false) => ended += 1,
+                Err(e) => return Err(format!("rank {} row {}: {e}", rr.rank, rr.rows + 1)),
+            }
+        }
+        if ended == self.readers.len() {
+            return Ok(false);
+        }
+        if ended > 0 {
+            // Count what the longer files still hold, so the message gives real totals.
+            for rr in self.readers.iter_mut() {
+                while let Ok(true) = rr.reader.read_byte_record(&mut rr.record) {
+                    rr.rows += 1;
+                }
+            }
+            let counts: Vec<String> = self.readers.iter().map(|r| format!("rank {}: {}", r.rank, r.rows)).collect();
+            return Err(format!("rank files hold different numbers of steps ({})", counts.join(", ")));
+        }
+        let g = rows[0].global_step;
+        if let Some(bad) = rows.iter().position(|r| r.global_step != g) {
+            return Err(format!(
+                "step mismatch: rank {} is at global_step {} where rank {} is at {g}",
+                self.readers[bad].rank, rows[bad].global_step, self.readers[0].rank
+            ));
+        }
+        Ok(true)
+    }
 }
 
 /// Sums over the samples of `rank-NNNNN.gpu.csv` files (empty cells skipped).
@@ -98,345 +305,4 @@ impl GpuTelemetry {
             self.power_w_sum / self.power_samples as f64
         }
     }
-}
-
-/// Everything the analysis needs of one run.
-#[derive(Debug, Clone)]
-pub struct RunStats {
-    pub dir: PathBuf,
-    pub manifest: Manifest,
-    pub ranks: Vec<RankStats>,
-    pub types: Vec<TypeStats>,
-    /// Per step, the mean over ranks of step_s: a uniform sample (for the bootstrap) and its sketch.
-    pub job_step: Sketch,
-    pub job_step_sample: Reservoir,
-    /// Non-warm-up steps per rank.
-    pub steps: u64,
-    /// Samples of all ranks over the counted steps.
-    pub samples: u64,
-    /// Gradient bytes all-reduced per step.
-    pub bytes_per_step: u64,
-    pub warmup_steps: u64,
-    pub epochs: Vec<EpochRow>,
-    /// Why the run cannot be used (empty when it is complete).
-    pub problems: Vec<String>,
-}
-
-impl RunStats {
-    pub fn complete(&self) -> bool {
-        self.problems.is_empty()
-    }
-}
-
-/// Column positions in a rank file.
-struct Columns {
-    rank: usize,
-    node_type: usize,
-    global_step: usize,
-    warmup: usize,
-    samples: usize,
-    phases: [usize; 6],
-    step_s: usize,
-    comm_start_s: usize,
-    bytes: usize,
-    /// `comm_s`, the whole all-reduce, when the phase column is `comm_exposed_s`.
-    comm_total: Option<usize>,
-    /// `batch_copy_s` (schema 2), counted with `data_s` here.
-    batch_copy: Option<usize>,
-}
-
-impl Columns {
-    fn find(headers: &csv::ByteRecord) -> Result<Columns, String> {
-        let pos = |name: &str| {
-            headers
-                .iter()
-                .position(|h| h == name.as_bytes())
-                .ok_or_else(|| format!("no column {name}"))
-        };
-        Ok(Columns {
-            rank: pos("rank")?,
-            node_type: pos("node_type")?,
-            global_step: pos("global_step")?,
-            warmup: pos("warmup")?,
-            samples: pos("samples")?,
-            phases: [
-                pos("data_s")?,
-                pos("forward_s")?,
-                pos("backward_s")?,
-                pos("comm_exposed_s").or_else(|_| pos("comm_s"))?,
-                pos("optimizer_s")?,
-                pos("other_s")?,
-            ],
-            step_s: pos("step_s")?,
-            comm_start_s: pos("comm_start_s")?,
-            bytes: pos("bytes")?,
-            comm_total: pos("comm_exposed_s").ok().and(pos("comm_s").ok()),
-            batch_copy: pos("batch_copy_s").ok(),
-        })
-    }
-}
-
-/// One parsed row: only the fields the reducer uses.
-#[derive(Default, Clone)]
-struct Row {
-    global_step: u64,
-    warmup: bool,
-    samples: u64,
-    phases: [f64; 6],
-    step_s: f64,
-    comm_start_s: f64,
-    bytes: u64,
-    comm_total_s: f64,
-}
-
-fn field<T: std::str::FromStr>(rec: &csv::ByteRecord, i: usize) -> Option<T> {
-    std::str::from_utf8(rec.get(i)?).ok()?.parse().ok()
-}
-
-fn parse_row(rec: &csv::ByteRecord, c: &Columns) -> Option<Row> {
-    let mut phases = [0.0; 6];
-    for (k, &i) in c.phases.iter().enumerate() {
-        phases[k] = field(rec, i)?;
-    }
-    if let Some(i) = c.batch_copy {
-        phases[0] += field::<f64>(rec, i)?;
-    }
-    Some(Row {
-        global_step: field(rec, c.global_step)?,
-        warmup: field::<u8>(rec, c.warmup)? != 0,
-        samples: field(rec, c.samples)?,
-        phases,
-        step_s: field(rec, c.step_s)?,
-        comm_start_s: field(rec, c.comm_start_s)?,
-        bytes: field(rec, c.bytes)?,
-        comm_total_s: match c.comm_total {
-            Some(i) => field(rec, i)?,
-            None => phases[COMM],
-        },
-    })
-}
-
-/// True when the file's last byte is a newline (a crash mid-write leaves a partial row).
-fn ends_with_newline(path: &Path) -> bool {
-    let Ok(mut f) = std::fs::File::open(path) else { return false };
-    if f.seek(SeekFrom::End(-1)).is_err() {
-        return false;
-    }
-    let mut b = [0u8; 1];
-    f.read_exact(&mut b).is_ok() && b[0] == b'\n'
-}
-
-struct RankReader {
-    rank: usize,
-    reader: csv::Reader<std::fs::File>,
-    cols: Columns,
-    record: csv::ByteRecord,
-    rows: u64,
-}
-
-/// Reads a run folder. Returns Err only when the folder is not a run at all (no
-/// readable manifest); a run with holes comes back with `problems` filled in.
-pub fn read_run(dir: &Path) -> Result<RunStats, String> {
-    let manifest = Manifest::read(dir).map_err(|e| format!("{e:#}"))?;
-    let mut problems = Vec::new();
-    if manifest.status != "completed" {
-        problems.push(format!("status is {:?}: the job did not finish", manifest.status));
-    }
-    let epochs: Vec<EpochRow> = match csv::Reader::from_path(dir.join("epochs.csv")) {
-        Ok(mut r) => r.deserialize().filter_map(Result::ok).collect(),
-        Err(_) => Vec::new(),
-    };
-    let host_of: BTreeMap<usize, String> = manifest.ranks.iter().map(|r| (r.rank, r.host.clone())).collect();
-
-    let mut readers = Vec::new();
-    for r in 0..manifest.world_size {
-        let path = dir.join(crate::record::rank_file_name(r));
-        if !path.is_file() {
-            problems.push(format!("{} is missing", path.display()));
-            continue;
-        }
-        if !ends_with_newline(&path) {
-            problems.push(format!("{}: last row is truncated (the rank stopped mid-write)", path.display()));
-        }
-        match csv::Reader::from_path(&path) {
-            Ok(mut reader) => match reader
-                .byte_headers()
-                .map_err(|e| e.to_string())
-                .and_then(|h| Columns::find(&h.clone()))
-            {
-                Ok(cols) => readers.push(RankReader {
-                    rank: r,
-                    reader,
-                    cols,
-                    record: csv::ByteRecord::new(),
-                    rows: 0,
-                }),
-                Err(e) => problems.push(format!("{}: not a ddpbench rank file ({e})", path.display())),
-            },
-            Err(e) => problems.push(format!("{}: unreadable ({e})", path.display())),
-        }
-    }
-
-    let mut ranks: Vec<RankStats> = readers
-        .iter()
-        .map(|rr| RankStats {
-            rank: rr.rank,
-            node_type: String::new(),
-            host: host_of.get(&rr.rank).cloned().unwrap_or_default(),
-            steps: 0,
-            samples: 0,
-            step: Sketch::new(),
-            phase_sum: [0.0; 6],
-            wait_sum: 0.0,
-            last_arrivals: 0,
-        })
-        .collect();
-    let mut type_index: Vec<usize> = vec![0; readers.len()];
-    let mut types: Vec<TypeStats> = Vec::new();
-    let mut job_step = Sketch::new();
-    let mut job_step_sample = Reservoir::new(Sketch::EXACT_CAP);
-    let (mut steps, mut samples, mut bytes_per_step, mut warmup_steps) = (0u64, 0u64, 0u64, 0u64);
-    let mut rows: Vec<Row> = vec![Row::default(); readers.len()];
-
-    'steps: loop {
-        let mut ended = 0;
-        for (i, rr) in readers.iter_mut().enumerate() {
-            match rr.reader.read_byte_record(&mut rr.record) {
-                Ok(true) => {
-                    rr.rows += 1;
-                    match parse_row(&rr.record, &rr.cols) {
-                        Some(row) => {
-                            if rr.rows == 1 {
-                                let nt = String::from_utf8_lossy(rr.record.get(rr.cols.node_type).unwrap_or_default()).into_owned();
-                                let file_rank: Option<usize> = field(&rr.record, rr.cols.rank);
-                                if file_rank != Some(rr.rank) {
-                                    problems.push(format!("rank file {} holds rows of rank {file_rank:?}", rr.rank));
-                                }
-                                let t = types.iter().position(|t| t.node_type == nt).unwrap_or_else(|| {
-                                    types.push(TypeStats {
-                                        node_type: nt.clone(),
-                                        ranks: Vec::new(),
-                                        step: Sketch::new(),
-                                        phase: std::array::from_fn(|_| Sketch::new()),
-                                        transfer: Sketch::new(),
-                                        wait: Sketch::new(),
-                                        comm_total: Sketch::new(),
-                                        last_arrivals: 0,
-                                        gpu: GpuTelemetry::default(),
-                                    });
-                                    types.len() - 1
-                                });
-                                types[t].ranks.push(rr.rank);
-                                type_index[i] = t;
-                                ranks[i].node_type = nt;
-                            }
-                            rows[i] = row;
-                        }
-                        None => {
-                            problems.push(format!("rank {} row {}: malformed (truncated or edited)", rr.rank, rr.rows + 1));
-                            break 'steps;
-                        }
-                    }
-                }
-                Ok(false) => ended += 1,
-                Err(e) => {
-                    problems.push(format!("rank {} row {}: {e}", rr.rank, rr.rows + 1));
-                    break 'steps;
-                }
-            }
-        }
-        if ended == readers.len() {
-            break;
-        }
-        if ended > 0 {
-            // Count what the longer files still hold, so the message gives real totals.
-            for rr in readers.iter_mut() {
-                while let Ok(true) = rr.reader.read_byte_record(&mut rr.record) {
-                    rr.rows += 1;
-                }
-            }
-            let counts: Vec<String> = readers.iter().map(|r| format!("rank {}: {}", r.rank, r.rows)).collect();
-            problems.push(format!("rank files hold different numbers of steps ({})", counts.join(", ")));
-            break;
-        }
-        let g = rows[0].global_step;
-        if let Some(bad) = rows.iter().position(|r| r.global_step != g) {
-            problems.push(format!(
-                "step mismatch: rank {} is at global_step {} where rank {} is at {g}",
-                readers[bad].rank, rows[bad].global_step, readers[0].rank
-            ));
-            break;
-        }
-        if rows[0].warmup {
-            warmup_steps += 1;
-            continue;
-        }
-        // The all-reduce completes only when the last rank has entered it.
-        let (last, last_entry) = rows.iter().enumerate().fold((0, f64::NEG_INFINITY), |acc, (i, r)| {
-            if r.comm_start_s > acc.1 {
-                (i, r.comm_start_s)
-            } else {
-                acc
-            }
-        });
-        let mut step_mean = 0.0;
-        for (i, row) in rows.iter().enumerate() {
-            // A rank cannot be held up by a late peer for longer than it waited for
-            // communication at all (with overlap, early waiting hides behind backward).
-            let wait = (last_entry - row.comm_start_s).clamp(0.0, row.phases[COMM]);
-            let transfer = (row.comm_total_s - wait).max(0.0);
-            let rs = &mut ranks[i];
-            rs.steps += 1;
-            rs.samples += row.samples;
-            rs.step.push(row.step_s);
-            for k in 0..6 {
-                rs.phase_sum[k] += row.phases[k];
-            }
-            rs.wait_sum += wait;
-            let ts = &mut types[type_index[i]];
-            ts.step.push(row.step_s);
-            for k in 0..6 {
-                ts.phase[k].push(row.phases[k]);
-            }
-            ts.transfer.push(transfer);
-            ts.wait.push(wait);
-            ts.comm_total.push(row.comm_total_s);
-            samples += row.samples;
-            step_mean += row.step_s;
-        }
-        ranks[last].last_arrivals += 1;
-        types[type_index[last]].last_arrivals += 1;
-        step_mean /= rows.len() as f64;
-        job_step.push(step_mean);
-        job_step_sample.push(step_mean);
-        bytes_per_step = rows[0].bytes;
-        steps += 1;
-    }
-    for (i, rr) in readers.iter().enumerate() {
-        if let Some(ts) = types.get_mut(type_index[i]) {
-            ts.gpu.add_file(&dir.join(crate::record::gpu_file_name(rr.rank)));
-        }
-    }
-    if readers.is_empty() && manifest.world_size > 0 && problems.is_empty() {
-        problems.push("no rank file could be read".into());
-    }
-    if steps == 0 && problems.is_empty() {
-        problems.push(format!(
-            "no steps after the {warmup_steps} warm-up step(s): run longer or lower --warmup-steps"
-        ));
-    }
-    Ok(RunStats {
-        dir: dir.to_path_buf(),
-        manifest,
-        ranks,
-        types,
-        job_step,
-        job_step_sample,
-        steps,
-        samples,
-        bytes_per_step,
-        warmup_steps,
-        epochs,
-        problems,
-    })
 }

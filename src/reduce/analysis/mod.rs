@@ -1,0 +1,219 @@
+//! What a run's rows add up to: per rank and per node type, the phase times, the
+//! straggler wait and transfer time of every step (from the ranks' entry times into the
+//! all-reduce), and the job's step times ([`RunStats`]); then the summaries per node
+//! type and rank ([`summary`]) and the scaling across runs ([`scaling`]).
+
+pub mod scaling;
+pub mod summary;
+
+pub use scaling::{scaling, ScalingRow, StepBreakdown};
+pub use summary::{gating_type, rank_summaries, type_summaries, RankSummary, TypeSummary};
+
+use super::metrics;
+use super::read::{self, GpuTelemetry, Row};
+use crate::record::{EpochRow, Manifest, Phase, PhaseTimes};
+use crate::stats::{Reservoir, Sketch};
+use std::path::{Path, PathBuf};
+
+/// One rank's figures over its non-warm-up steps.
+#[derive(Debug, Clone)]
+pub struct RankStats {
+    pub rank: usize,
+    pub node_type: String,
+    pub host: String,
+    pub steps: u64,
+    pub samples: u64,
+    pub step: Sketch,
+    /// Sum over steps of each phase, seconds.
+    pub phase_sum: PhaseTimes,
+    /// Sum over steps of the time this rank waited in the all-reduce for the last rank to enter.
+    pub wait_sum: f64,
+    /// Steps in which this rank was the last to enter the all-reduce.
+    pub last_arrivals: u64,
+}
+
+/// Figures of all ranks of one node type.
+#[derive(Debug, Clone)]
+pub struct TypeStats {
+    pub node_type: String,
+    pub ranks: Vec<usize>,
+    pub step: Sketch,
+    pub phase: [Sketch; Phase::COUNT],
+    /// The transfer time of each rank-step ([`metrics::transfer_time`]).
+    pub transfer: Sketch,
+    /// The straggler wait of each rank-step ([`metrics::straggler_wait`]).
+    pub wait: Sketch,
+    /// comm_s: all of the all-reduce work, hidden behind backward or not.
+    pub comm: Sketch,
+    pub last_arrivals: u64,
+    /// GPU telemetry of the type's ranks (`rank-NNNNN.gpu.csv`), when there is any.
+    pub gpu: GpuTelemetry,
+}
+
+impl TypeStats {
+    fn new(node_type: &str) -> TypeStats {
+        TypeStats {
+            node_type: node_type.into(),
+            ranks: Vec::new(),
+            step: Sketch::new(),
+            phase: std::array::from_fn(|_| Sketch::new()),
+            transfer: Sketch::new(),
+            wait: Sketch::new(),
+            comm: Sketch::new(),
+            last_arrivals: 0,
+            gpu: GpuTelemetry::default(),
+        }
+    }
+}
+
+/// Everything the summaries need of one run.
+#[derive(Debug, Clone)]
+pub struct RunStats {
+    pub dir: PathBuf,
+    pub manifest: Manifest,
+    pub ranks: Vec<RankStats>,
+    pub types: Vec<TypeStats>,
+    /// Per step, the mean over ranks of step_s: a uniform sample (for the bootstrap) and its sketch.
+    pub job_step: Sketch,
+    pub job_step_sample: Reservoir,
+    /// Non-warm-up steps per rank.
+    pub steps: u64,
+    /// Samples of all ranks over the counted steps.
+    pub samples: u64,
+    /// Gradient bytes all-reduced per step.
+    pub bytes_per_step: u64,
+    pub warmup_steps: u64,
+    pub epochs: Vec<EpochRow>,
+    /// Why the run cannot be used (empty when it is complete).
+    pub problems: Vec<String>,
+}
+
+impl RunStats {
+    pub fn complete(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// Mean over rank-steps of phase `p`, seconds.
+    pub fn phase_mean(&self, p: Phase) -> f64 {
+        let n = self.ranks.iter().map(|r| r.steps).sum::<u64>().max(1) as f64;
+        self.ranks.iter().map(|r| r.phase_sum[p.index()]).sum::<f64>() / n
+    }
+}
+
+/// Reads a run folder and adds up its rows. Err only when the folder is not a run at
+/// all; a run with holes comes back with `problems` filled in.
+pub fn read_run(dir: &Path) -> Result<RunStats, String> {
+    let mut files = read::open(dir)?;
+    let ranks = files.ranks();
+    let mut run = RunStats {
+        dir: dir.to_path_buf(),
+        ranks: ranks
+            .iter()
+            .map(|&r| RankStats {
+                rank: r,
+                node_type: String::new(),
+                host: files.hosts.get(&r).cloned().unwrap_or_default(),
+                steps: 0,
+                samples: 0,
+                step: Sketch::new(),
+                phase_sum: [0.0; Phase::COUNT],
+                wait_sum: 0.0,
+                last_arrivals: 0,
+            })
+            .collect(),
+        types: Vec::new(),
+        job_step: Sketch::new(),
+        job_step_sample: Reservoir::new(Sketch::EXACT_CAP),
+        steps: 0,
+        samples: 0,
+        bytes_per_step: 0,
+        warmup_steps: 0,
+        epochs: std::mem::take(&mut files.epochs),
+        problems: Vec::new(),
+        manifest: files.manifest.clone(),
+    };
+    let mut type_of: Vec<usize> = Vec::new();
+    files.for_each_step(|rows, node_types| {
+        if type_of.is_empty() {
+            type_of = run.assign_types(node_types);
+        }
+        run.add_step(rows, &type_of);
+    });
+    for (i, &r) in ranks.iter().enumerate() {
+        if let Some(t) = type_of.get(i).and_then(|&t| run.types.get_mut(t)) {
+            t.gpu.add_file(&dir.join(crate::record::gpu_file_name(r)));
+        }
+    }
+    run.problems = files.problems;
+    if run.steps == 0 && run.problems.is_empty() {
+        run.problems.push(format!(
+            "no steps after the {} warm-up step(s): run longer or lower --warmup-steps",
+            run.warmup_steps
+        ));
+    }
+    Ok(run)
+}
+
+impl RunStats {
+    /// Groups the ranks by node type; returns each rank's type index.
+    fn assign_types(&mut self, node_types: &[String]) -> Vec<usize> {
+        node_types
+            .iter()
+            .enumerate()
+            .map(|(i, nt)| {
+                let t = self.types.iter().position(|t| &t.node_type == nt).unwrap_or_else(|| {
+                    self.types.push(TypeStats::new(nt));
+                    self.types.len() - 1
+                });
+                self.types[t].ranks.push(self.ranks[i].rank);
+                self.ranks[i].node_type = nt.clone();
+                t
+            })
+            .collect()
+    }
+
+    /// One step of every rank: the all-reduce completes only when the last rank has
+    /// entered it, so each rank's wait is measured from its own entry to the last one.
+    fn add_step(&mut self, rows: &[Row], type_of: &[usize]) {
+        if rows[0].warmup {
+            self.warmup_steps += 1;
+            return;
+        }
+        let (last, last_entry) = rows.iter().enumerate().fold((0, f64::NEG_INFINITY), |acc, (i, r)| {
+            if r.comm_start_s > acc.1 {
+                (i, r.comm_start_s)
+            } else {
+                acc
+            }
+        });
+        let mut step_mean = 0.0;
+        for (i, row) in rows.iter().enumerate() {
+            let wait = metrics::straggler_wait(last_entry, row.comm_start_s, row.phases[Phase::CommExposed.index()]);
+            let rs = &mut self.ranks[i];
+            rs.steps += 1;
+            rs.samples += row.samples;
+            rs.step.push(row.step_s);
+            for (sum, v) in rs.phase_sum.iter_mut().zip(row.phases) {
+                *sum += v;
+            }
+            rs.wait_sum += wait;
+            let ts = &mut self.types[type_of[i]];
+            ts.step.push(row.step_s);
+            for (sketch, v) in ts.phase.iter_mut().zip(row.phases) {
+                sketch.push(v);
+            }
+            ts.transfer.push(metrics::transfer_time(row.comm_s, wait));
+            ts.wait.push(wait);
+            ts.comm.push(row.comm_s);
+            self.samples += row.samples;
+            step_mean += row.step_s;
+        }
+        self.ranks[last].last_arrivals += 1;
+        self.types[type_of[last]].last_arrivals += 1;
+        step_mean /= rows.len() as f64;
+        self.job_step.push(step_mean);
+        self.job_step_sample.push(step_mean);
+        self.bytes_per_step = rows[0].bytes;
+        self.steps += 1;
+    }
+}

@@ -1,0 +1,236 @@
+//! `summary.csv` (one row per run and node type) and `ranks.csv` (one row per rank).
+
+use super::{RunStats, TypeStats};
+use crate::record::{plain_decimal, Phase, SCHEMA_VERSION};
+use crate::reduce::metrics;
+use crate::stats;
+use serde::Serialize;
+use std::collections::BTreeSet;
+
+/// One row of summary.csv: one node type of one run. A rank-CSV column `x_s` appears
+/// as `x_s_median` (median over the type's rank-steps) and, for a phase, `x_share`
+/// (that median over the median step).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TypeSummary {
+    pub run_id: String,
+    /// The schema of this file (`record::SCHEMA_VERSION` of the reducer).
+    pub schema_version: u32,
+    pub model: String,
+    pub dataset: String,
+    pub node_type: String,
+    pub ranks: usize,
+    pub nodes: usize,
+    pub batch_per_rank: usize,
+    pub global_batch: usize,
+    /// Steps counted over all ranks of this type (warm-up excluded).
+    pub steps: u64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub step_s_median: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub step_s_p95: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub step_s_max: f64,
+    /// Samples per second of all ranks of this type together.
+    #[serde(serialize_with = "plain_decimal")]
+    pub samples_per_s: f64,
+    /// Median of the run's epoch times (epochs.csv), empty when none finished.
+    #[serde(serialize_with = "plain_decimal")]
+    pub epoch_s_median: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub data_s_median: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub data_share: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub batch_copy_s_median: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub batch_copy_share: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub forward_s_median: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub forward_share: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub backward_s_median: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub backward_share: f64,
+    /// The communication phase: waiting for the all-reduce after backward.
+    #[serde(serialize_with = "plain_decimal")]
+    pub comm_exposed_s_median: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub comm_exposed_share: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub optimizer_s_median: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub optimizer_share: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub other_s_median: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub other_share: f64,
+    /// All of the all-reduce work per step (comm_s), hidden behind backward or not.
+    #[serde(serialize_with = "plain_decimal")]
+    pub comm_s_median: f64,
+    /// The straggler wait inside the all-reduce ([`metrics::straggler_wait`]).
+    #[serde(serialize_with = "plain_decimal")]
+    pub comm_wait_s_median: f64,
+    /// The all-reduce work without that wait ([`metrics::transfer_time`]).
+    #[serde(serialize_with = "plain_decimal")]
+    pub comm_transfer_s_median: f64,
+    /// R ([`metrics::compute_comm_ratio`]) from mean forward, backward and comm_s.
+    #[serde(serialize_with = "plain_decimal")]
+    pub compute_comm_ratio: f64,
+    /// Mean comm_exposed_s minus mean comm_wait_s: the exposed all-reduce without the wait.
+    #[serde(serialize_with = "plain_decimal")]
+    pub comm_exposed_transfer_s_mean: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub comm_wait_s_mean: f64,
+    /// From the median transfer time ([`metrics::busbw`]).
+    #[serde(serialize_with = "plain_decimal")]
+    pub busbw_bytes_per_s: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub algbw_bytes_per_s: f64,
+    /// Bus bandwidth of the raw MPI_Allreduce probe of the same buckets in the same run,
+    /// caches flushed between iterations (gradients come from memory after backward).
+    #[serde(serialize_with = "plain_decimal")]
+    pub probe_busbw_bytes_per_s: f64,
+    /// The same probe with warm caches (the best case).
+    #[serde(serialize_with = "plain_decimal")]
+    pub probe_warm_busbw_bytes_per_s: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub busbw_vs_probe: f64,
+    /// Share of steps in which a rank of this type was the last to enter the all-reduce.
+    #[serde(serialize_with = "plain_decimal")]
+    pub last_arrival_share: f64,
+    /// 1 for the node type that gates the job (its ranks arrive last most often).
+    pub gating: u8,
+    /// Mean GPU utilisation over the telemetry samples of this type's ranks (empty without).
+    #[serde(serialize_with = "plain_decimal")]
+    pub gpu_util_pct_mean: f64,
+    /// Peak GPU memory used by a rank of this type.
+    #[serde(serialize_with = "plain_decimal")]
+    pub gpu_mem_used_max_bytes: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub gpu_power_w_mean: f64,
+}
+
+/// The node type whose ranks were last into the all-reduce most often (ties: the
+/// slower median step). A run of one node type returns that type; None without types.
+pub fn gating_type(run: &RunStats) -> Option<String> {
+    run.types
+        .iter()
+        .max_by(|a, b| {
+            a.last_arrivals
+                .cmp(&b.last_arrivals)
+                .then(a.step.median().total_cmp(&b.step.median()))
+        })
+        .map(|t| t.node_type.clone())
+}
+
+pub fn type_summaries(run: &RunStats) -> Vec<TypeSummary> {
+    let gating = gating_type(run);
+    run.types.iter().map(|t| type_summary(run, t, gating.as_deref())).collect()
+}
+
+fn type_summary(run: &RunStats, t: &TypeStats, gating: Option<&str>) -> TypeSummary {
+    let m = &run.manifest;
+    let n = m.world_size;
+    let med = |p: Phase| t.phase[p.index()].median();
+    let mean = |p: Phase| t.phase[p.index()].mean();
+    let step_median = t.step.median();
+    let share = |p: Phase| if step_median > 0.0 { med(p) / step_median } else { f64::NAN };
+    let ranks: Vec<_> = run.ranks.iter().filter(|r| r.node_type == t.node_type).collect();
+    let samples_per_s: f64 = ranks
+        .iter()
+        .map(|r| if r.step.sum() > 0.0 { r.samples as f64 / r.step.sum() } else { 0.0 })
+        .sum();
+    let nodes = ranks.iter().map(|r| r.host.as_str()).collect::<BTreeSet<_>>().len();
+    let transfer = t.transfer.median();
+    let bytes = run.bytes_per_step as f64;
+    let multi = |v: f64| if n > 1 { v } else { f64::NAN };
+    let busbw = multi(metrics::busbw(bytes, n, transfer));
+    let probe = m.allreduce_probe.as_ref().map_or(f64::NAN, |p| p.busbw_bytes_per_s);
+    TypeSummary {
+        run_id: m.run_id.clone(),
+        schema_version: SCHEMA_VERSION,
+        model: m.model.clone(),
+        dataset: m.dataset.clone(),
+        node_type: t.node_type.clone(),
+        ranks: t.ranks.len(),
+        nodes,
+        batch_per_rank: m.batch_size_per_rank,
+        global_batch: m.global_batch_size,
+        steps: t.step.count(),
+        step_s_median: step_median,
+        step_s_p95: t.step.quantile(0.95),
+        step_s_max: t.step.max(),
+        samples_per_s,
+        epoch_s_median: stats::median(&run.epochs.iter().map(|e| e.epoch_s).collect::<Vec<_>>()),
+        data_s_median: med(Phase::Data),
+        data_share: share(Phase::Data),
+        batch_copy_s_median: med(Phase::BatchCopy),
+        batch_copy_share: share(Phase::BatchCopy),
+        forward_s_median: med(Phase::Forward),
+        forward_share: share(Phase::Forward),
+        backward_s_median: med(Phase::Backward),
+        backward_share: share(Phase::Backward),
+        comm_exposed_s_median: med(Phase::CommExposed),
+        comm_exposed_share: share(Phase::CommExposed),
+        optimizer_s_median: med(Phase::Optimizer),
+        optimizer_share: share(Phase::Optimizer),
+        other_s_median: med(Phase::Other),
+        other_share: share(Phase::Other),
+        comm_s_median: t.comm.median(),
+        comm_wait_s_median: t.wait.median(),
+        comm_transfer_s_median: transfer,
+        compute_comm_ratio: metrics::compute_comm_ratio(mean(Phase::Forward), mean(Phase::Backward), t.comm.mean()),
+        comm_exposed_transfer_s_mean: (mean(Phase::CommExposed) - t.wait.mean()).max(0.0),
+        comm_wait_s_mean: t.wait.mean(),
+        busbw_bytes_per_s: busbw,
+        algbw_bytes_per_s: multi(if transfer > 0.0 {
+            metrics::algbw(bytes, transfer)
+        } else {
+            f64::NAN
+        }),
+        probe_busbw_bytes_per_s: probe,
+        probe_warm_busbw_bytes_per_s: m.allreduce_probe_warm.as_ref().map_or(f64::NAN, |p| p.busbw_bytes_per_s),
+        busbw_vs_probe: busbw / probe,
+        last_arrival_share: t.last_arrivals as f64 / run.steps.max(1) as f64,
+        gating: u8::from(n > 1 && gating == Some(t.node_type.as_str())),
+        gpu_util_pct_mean: t.gpu.util_pct_mean(),
+        gpu_mem_used_max_bytes: t.gpu.mem_used_max_bytes.map_or(f64::NAN, |b| b as f64),
+        gpu_power_w_mean: t.gpu.power_w_mean(),
+    }
+}
+
+/// One row of ranks.csv.
+#[derive(Debug, Clone, Serialize)]
+pub struct RankSummary {
+    pub run_id: String,
+    pub rank: usize,
+    pub node_type: String,
+    pub host: String,
+    pub steps: u64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub step_s_median: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub step_s_p95: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub comm_wait_s_mean: f64,
+    #[serde(serialize_with = "plain_decimal")]
+    pub last_arrival_share: f64,
+}
+
+pub fn rank_summaries(run: &RunStats) -> Vec<RankSummary> {
+    run.ranks
+        .iter()
+        .map(|r| RankSummary {
+            run_id: run.manifest.run_id.clone(),
+            rank: r.rank,
+            node_type: r.node_type.clone(),
+            host: r.host.clone(),
+            steps: r.steps,
+            step_s_median: r.step.median(),
+            step_s_p95: r.step.quantile(0.95),
+            comm_wait_s_mean: r.wait_sum / r.steps.max(1) as f64,
+            last_arrival_share: r.last_arrivals as f64 / run.steps.max(1) as f64,
+        })
+        .collect()
+}

@@ -1,0 +1,155 @@
+//! Every derived figure `reduce` prints, each defined once, as a pure function of the
+//! numbers it is computed from. Tables, CSV files and plots all call these.
+
+/// Algorithm bandwidth, bytes/s: `bytes / seconds` (0 when no time was measured).
+pub fn algbw(bytes: f64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        bytes / seconds
+    } else {
+        0.0
+    }
+}
+
+/// Bus bandwidth of an all-reduce of `bytes` over `ranks` ranks, as nccl-tests defines
+/// it: `algbw · 2(ranks − 1)/ranks`, the bytes each link carries in a ring; 0 for one rank.
+pub fn busbw(bytes: f64, ranks: usize, seconds: f64) -> f64 {
+    if ranks <= 1 {
+        return 0.0;
+    }
+    algbw(bytes, seconds) * 2.0 * (ranks as f64 - 1.0) / ranks as f64
+}
+
+/// The straggler wait of a rank in one step: `last_entry − own_entry` (the all-reduce
+/// cannot complete before the last rank has entered it), never negative and at most
+/// `exposed_s`, the time the rank waited for communication at all after backward.
+pub fn straggler_wait(last_entry_s: f64, own_entry_s: f64, exposed_s: f64) -> f64 {
+    (last_entry_s - own_entry_s).clamp(0.0, exposed_s.max(0.0))
+}
+
+/// The transfer time of a rank's all-reduce in one step: its all-reduce work minus the
+/// straggler wait inside it, `max(comm_s − wait_s, 0)`.
+pub fn transfer_time(comm_s: f64, wait_s: f64) -> f64 {
+    (comm_s - wait_s).max(0.0)
+}
+
+/// Throughput of a run: `samples per step / mean step time` (samples/s).
+pub fn throughput(samples_per_step: f64, mean_step_s: f64) -> f64 {
+    if mean_step_s > 0.0 {
+        samples_per_step / mean_step_s
+    } else {
+        f64::NAN
+    }
+}
+
+/// Speedup: `throughput / baseline throughput`.
+pub fn speedup(throughput: f64, base_throughput: f64) -> f64 {
+    throughput / base_throughput
+}
+
+/// Parallel efficiency: `speedup / (ranks / baseline ranks)`.
+pub fn efficiency(speedup: f64, rank_ratio: f64) -> f64 {
+    speedup / rank_ratio
+}
+
+/// Compute/communication ratio R: `(forward + backward) / all-reduce work`, from mean
+/// times per step; NaN without communication.
+pub fn compute_comm_ratio(forward_s: f64, backward_s: f64, comm_s: f64) -> f64 {
+    if comm_s > 0.0 {
+        (forward_s + backward_s) / comm_s
+    } else {
+        f64::NAN
+    }
+}
+
+/// Karp–Flatt experimentally determined serial fraction for speedup `s` on `p` times
+/// the baseline's ranks: `e = (1/s − 1/p) / (1 − 1/p)`. NaN for p ≤ 1.
+pub fn karp_flatt(speedup: f64, p: f64) -> f64 {
+    if p <= 1.0 || speedup <= 0.0 {
+        return f64::NAN;
+    }
+    (1.0 / speedup - 1.0 / p) / (1.0 - 1.0 / p)
+}
+
+/// Amdahl's law: the speedup on `p` times the ranks with serial fraction `f`,
+/// `1 / (f + (1 − f)/p)`.
+pub fn amdahl(f: f64, p: f64) -> f64 {
+    1.0 / (f + (1.0 - f) / p)
+}
+
+/// The least-squares serial fraction f in [0, 1] of Amdahl's law through the points
+/// (p, speedup), by golden-section search (the error is unimodal in f); NaN without points.
+pub fn amdahl_fit(points: &[(f64, f64)]) -> f64 {
+    if points.is_empty() {
+        return f64::NAN;
+    }
+    let err = |f: f64| points.iter().map(|&(p, s)| (amdahl(f, p) - s).powi(2)).sum::<f64>();
+    let (mut a, mut b) = (0.0f64, 1.0f64);
+    let g = (5f64.sqrt() - 1.0) / 2.0;
+    for _ in 0..200 {
+        let c = b - g * (b - a);
+        let d = a + g * (b - a);
+        if err(c) <= err(d) {
+            b = d
+        } else {
+            a = c
+        }
+    }
+    (a + b) / 2.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-12 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn bandwidths_follow_nccl_tests() {
+        // 1 GB in 0.5 s: algbw 2 GB/s; 4 ranks: factor 2·3/4 = 1.5, busbw 3 GB/s.
+        assert_eq!(algbw(1e9, 0.5), 2e9);
+        assert_eq!(busbw(1e9, 4, 0.5), 3e9);
+        // 2 ranks: factor 1.
+        assert_eq!(busbw(1e9, 2, 1.0), 1e9);
+        assert_eq!(busbw(1e9, 1, 0.5), 0.0);
+        assert_eq!(algbw(1e9, 0.0), 0.0);
+    }
+
+    #[test]
+    fn waits_and_transfers() {
+        // The last rank entered at 10.3 s, this one at 10.0 s, and it waited 0.4 s after backward.
+        assert!(close(straggler_wait(10.3, 10.0, 0.4), 0.3));
+        // The last rank itself waits for nobody.
+        assert_eq!(straggler_wait(10.3, 10.3, 0.4), 0.0);
+        // A wait never exceeds what the rank waited at all.
+        assert_eq!(straggler_wait(10.3, 10.0, 0.1), 0.1);
+        assert!(close(transfer_time(0.5, 0.3), 0.2));
+        assert_eq!(transfer_time(0.2, 0.3), 0.0);
+    }
+
+    #[test]
+    fn scaling_figures_by_hand() {
+        // 20 samples/step at 1.5 s: 13.33 samples/s; baseline 10 samples/s.
+        let t = throughput(20.0, 1.5);
+        assert!(close(t, 40.0 / 3.0));
+        let s = speedup(t, 10.0);
+        assert!(close(s, 4.0 / 3.0));
+        assert!(close(efficiency(s, 2.0), 2.0 / 3.0));
+        // Karp–Flatt at s = 4/3, p = 2: (3/4 − 1/2) / (1/2) = 1/2.
+        assert!(close(karp_flatt(s, 2.0), 0.5));
+        assert!(karp_flatt(1.0, 1.0).is_nan());
+        // R = (0.3 + 0.5) / 0.4 = 2.
+        assert!(close(compute_comm_ratio(0.3, 0.5, 0.4), 2.0));
+        assert!(compute_comm_ratio(0.3, 0.5, 0.0).is_nan());
+    }
+
+    #[test]
+    fn amdahl_and_its_fit() {
+        // f = 0.1, p = 4: 1 / (0.1 + 0.9/4) = 1/0.325.
+        assert!(close(amdahl(0.1, 4.0), 1.0 / 0.325));
+        let pts: Vec<(f64, f64)> = [2.0, 4.0, 8.0].iter().map(|&p| (p, amdahl(0.2, p))).collect();
+        assert!((amdahl_fit(&pts) - 0.2).abs() < 1e-6);
+        assert!(amdahl_fit(&[]).is_nan());
+    }
+}
