@@ -259,6 +259,24 @@ pub fn bootstrap_means(sample: &[f64], n: u64, replicates: usize, seed: u64) -> 
         .collect()
 }
 
+/// The mean of a block-bootstrap resample of `series`: as many blocks of `block`
+/// consecutive values as fit the series, each starting at a random position, so the
+/// dependence between neighbouring steps is kept within a block.
+pub fn block_resample_mean(series: &[f64], block: usize, rng: &mut Rng) -> f64 {
+    if series.is_empty() {
+        return f64::NAN;
+    }
+    let block = block.clamp(1, series.len());
+    let starts = (series.len() - block + 1) as u64;
+    let blocks = series.len().div_ceil(block);
+    let mut sum = 0.0;
+    for _ in 0..blocks {
+        let s = rng.below(starts) as usize;
+        sum += series[s..s + block].iter().sum::<f64>();
+    }
+    sum / (blocks * block) as f64
+}
+
 #[cfg(test)]
 mod sketch_tests {
     use super::*;
@@ -283,6 +301,18 @@ mod sketch_tests {
         merged.merge(&s);
         merged.merge(&big);
         assert_eq!(merged.count(), 100_003);
+    }
+
+    #[test]
+    fn block_resamples_keep_the_mean_and_blocks() {
+        let series: Vec<f64> = (0..1000).map(|i| (i / 100) as f64).collect();
+        let mut rng = Rng(3);
+        let means: Vec<f64> = (0..500).map(|_| block_resample_mean(&series, 10, &mut rng)).collect();
+        let m = means.iter().sum::<f64>() / means.len() as f64;
+        assert!((m - 4.5).abs() < 0.2, "{m}");
+        // A block as long as the series is the series itself.
+        assert_eq!(block_resample_mean(&series, 1000, &mut rng), 4.5);
+        assert!(block_resample_mean(&[], 3, &mut rng).is_nan());
     }
 
     #[test]

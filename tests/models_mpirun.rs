@@ -56,6 +56,38 @@ fn resnet18_trains() {
     short_run("resnet18", "2");
 }
 
+/// The default synthetic set (60,000 images of 3×224×224, 36 GB if materialised) is
+/// drawn from a bounded pool: two ranks train on one machine.
+#[test]
+fn resnet18_on_the_default_synthetic_set_fits_in_memory() {
+    let d = tmp();
+    let out = path_str(&d.path().join("run"));
+    let job = train(
+        2,
+        &[
+            "--model",
+            "resnet18",
+            "--dataset",
+            "synthetic",
+            "--batch-size",
+            "2",
+            "--max-steps",
+            "3",
+            "--val-samples",
+            "2",
+            "--probe-iters",
+            "1",
+            "--out",
+            &out,
+        ],
+        Duration::from_secs(300),
+    );
+    job.assert_ok();
+    let m = json(&d.path().join("run/manifest.json"));
+    assert_eq!(m["status"], "completed");
+    assert_eq!(m["steps_per_epoch"], 15_000, "60,000 samples / 2 ranks / batch 2");
+}
+
 #[test]
 fn resnet50_trains() {
     short_run("resnet50", "2");

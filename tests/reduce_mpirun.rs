@@ -6,7 +6,9 @@ use common::*;
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(300);
-const ARGS: [&str; 10] = [
+// One intra-op thread everywhere: the 1-rank runs are then comparable with the 2-rank
+// runs, whose ranks each have one core of this 2-core machine.
+const ARGS: [&str; 12] = [
     "--dataset",
     "synthetic",
     "--synthetic-samples",
@@ -17,6 +19,8 @@ const ARGS: [&str; 10] = [
     "0",
     "--batch-size",
     "32",
+    "--threads",
+    "1",
 ];
 
 #[test]
@@ -39,6 +43,13 @@ fn scaling_across_real_runs_with_two_node_types() {
         .args(ARGS)
         .args(["--out", &o3, "--node-type", "slow-node"]);
     run_with_limit(cmd, LIMIT).assert_ok();
+    // 1-rank references of each node type of that job.
+    for t in ["fast-node", "slow-node"] {
+        let o = out(t);
+        let mut a: Vec<&str> = ARGS.to_vec();
+        a.extend(["--out", &o, "--node-type", t]);
+        train(1, &a, LIMIT).assert_ok();
+    }
 
     let job = ddpbench(&["reduce", &path_str(d.path())]);
     job.assert_ok();
@@ -49,40 +60,55 @@ fn scaling_across_real_runs_with_two_node_types() {
     );
 
     let (h, rows) = read_csv(&d.path().join("scaling.csv"));
-    assert_eq!(rows.len(), 3);
+    assert_eq!(rows.len(), 5, "3 baselines, and each 2-rank run in weak scaling");
     let field = |row: &Vec<String>, c: &str| row[h.iter().position(|x| x == c).unwrap()].clone();
-    for row in &rows {
-        assert_eq!(field(row, "baseline_run_id"), "n1", "the 1-rank run is the default baseline");
-        let expected_mode = if field(row, "run_id") == "n1" { "baseline" } else { "weak" };
-        assert_eq!(field(row, "scaling_mode"), expected_mode);
-        assert_eq!(field(row, "steps"), "20", "25 steps minus 5 warm-up");
+    let row = |id: &str| {
+        rows.iter()
+            .find(|r| field(r, "run_ids") == id)
+            .unwrap_or_else(|| panic!("no row {id}"))
+    };
+    for id in ["n1", "fast-node", "slow-node"] {
+        assert_eq!(field(row(id), "scaling_mode"), "baseline");
     }
-    let speedup = col(&h, &rows, "speedup");
-    let eff = col(&h, &rows, "efficiency");
-    let ranks = col(&h, &rows, "ranks");
-    for i in 0..3 {
-        assert!(speedup[i] > 0.0 && (eff[i] - speedup[i] / ranks[i]).abs() < 1e-6);
-        if ranks[i] == 2.0 {
-            let lo = field(&rows[i], "speedup_ci_low").parse::<f64>().unwrap();
-            let hi = field(&rows[i], "speedup_ci_high").parse::<f64>().unwrap();
-            assert!(lo <= speedup[i] * 1.0001 && speedup[i] <= hi * 1.0001, "{lo} {} {hi}", speedup[i]);
-            let losses: f64 = [
-                "loss_comm_samples_per_s",
-                "loss_data_samples_per_s",
-                "loss_straggler_samples_per_s",
-                "loss_other_samples_per_s",
-            ]
-            .iter()
-            .map(|c| field(&rows[i], c).parse::<f64>().unwrap())
-            .sum();
-            let gap = col(&h, &rows, "ideal_samples_per_s")[i] - col(&h, &rows, "samples_per_s")[i];
-            assert!((losses - gap).abs() <= 1e-6 * gap.abs().max(1.0), "waterfall {losses} vs {gap}");
-        }
-    }
-    let hetero = rows.iter().find(|r| field(r, "run_id") == "hetero").unwrap();
-    assert_eq!(field(hetero, "node_types"), "2");
+    assert_eq!(
+        (field(row("n2"), "scaling_mode"), field(row("n2"), "baseline_run_ids")),
+        ("weak".into(), "n1".into())
+    );
+    // A job on two node types is compared with a 1-rank run of each.
+    let hetero = row("hetero");
+    assert_eq!(field(hetero, "scaling_mode"), "weak");
+    assert_eq!(field(hetero, "baseline_run_ids"), "fast-node slow-node");
+    assert_eq!(field(hetero, "node_types"), "fast-node ×1 + slow-node ×1");
     let gate = field(hetero, "gating_node_type");
     assert!(gate == "fast-node" || gate == "slow-node");
+    for r in &rows {
+        assert_eq!(field(r, "steps"), "20", "25 steps minus 5 warm-up");
+        let [speedup, eff, ranks] = [field(r, "speedup"), field(r, "efficiency"), field(r, "ranks")].map(|v| v.parse::<f64>().unwrap());
+        assert!(speedup > 0.0 && (eff - speedup / ranks).abs() < 1e-6);
+        if ranks == 2.0 {
+            let (lo, hi) = (
+                field(r, "speedup_low").parse::<f64>().unwrap(),
+                field(r, "speedup_high").parse::<f64>().unwrap(),
+            );
+            assert!(lo <= hi && lo > 0.0, "{lo} {hi}");
+            assert!(
+                field(r, "interval_method").contains("within runs"),
+                "single runs: within-run noise only"
+            );
+        }
+    }
+    let n2 = row("n2");
+    let losses: f64 = [
+        "loss_comm_samples_per_s",
+        "loss_data_samples_per_s",
+        "loss_straggler_samples_per_s",
+        "loss_other_samples_per_s",
+    ]
+    .iter()
+    .map(|c| field(n2, c).parse::<f64>().unwrap())
+    .sum();
+    let gap = field(n2, "ideal_samples_per_s").parse::<f64>().unwrap() - field(n2, "samples_per_s").parse::<f64>().unwrap();
+    assert!((losses - gap).abs() <= 1e-6 * gap.abs().max(1.0), "waterfall {losses} vs {gap}");
 
     let (h, rows) = read_csv(&d.path().join("summary.csv"));
     let of_run: Vec<&Vec<String>> = rows.iter().filter(|r| r[0] == "hetero").collect();

@@ -115,7 +115,7 @@ fn two_ranks_write_complete_consistent_files() {
     let (h, rows) = read_csv(&out.join("summary.csv"));
     assert_eq!(rows.len(), 1);
     assert_eq!(col(&h, &rows, "ranks")[0], 2.0);
-    assert_eq!(col(&h, &rows, "steps")[0], 50.0);
+    assert_eq!(col(&h, &rows, "rank_steps")[0], 50.0);
     let shares: f64 = [
         "data_share",
         "forward_share",

@@ -312,11 +312,15 @@ pub fn allreduce_busbw(bytes: f64, ranks: usize, seconds: f64) -> f64 {
 /// cache of most CPUs, as the activations a backward pass streams through it.
 pub const CACHE_FLUSH_BYTES: usize = 64 << 20;
 
-/// Times `iters` all-reduces of buffers shaped like `plan` (after one untimed round),
-/// ranks aligned by a barrier. With `flush_bytes` > 0, each iteration first writes that
-/// many bytes elsewhere, so the buffers come from memory rather than cache, as
-/// gradients do right after backward (on a 32 MiB-L3 EPYC: 1.9 ms cold vs 1.0 ms warm
-/// for 4.8 MB on shared memory).
+/// The probe stops after this long (and at least [`PROBE_MIN_ITERS`] iterations).
+pub const PROBE_BUDGET_S: f64 = 5.0;
+pub const PROBE_MIN_ITERS: usize = 10;
+
+/// Times up to `iters` all-reduces of buffers shaped like `plan` (after one untimed
+/// round, within [`PROBE_BUDGET_S`]), ranks aligned by a barrier. With `flush_bytes` > 0,
+/// each iteration first writes that many bytes elsewhere, so the buffers come from
+/// memory rather than cache, as gradients do right after backward (on a 32 MiB-L3 EPYC:
+/// 1.9 ms cold vs 1.0 ms warm for 4.8 MB on shared memory).
 pub fn probe_allreduce(
     comm: &SimpleCommunicator,
     world_size: usize,
@@ -329,6 +333,7 @@ pub fn probe_allreduce(
     let mut recv: Vec<Vec<f32>> = plan.numels.iter().map(|&n| vec![0.0f32; n]).collect();
     let mut flush = vec![0u8; flush_bytes];
     let mut times = Vec::with_capacity(iters);
+    let start = ::mpi::time();
     for it in 0..=iters {
         for (k, v) in flush.iter_mut().enumerate().step_by(64) {
             *v = (k + it) as u8;
@@ -338,23 +343,29 @@ pub fn probe_allreduce(
         for (s, r) in send.iter().zip(recv.iter_mut()) {
             comm.all_reduce_into(&s[..], &mut r[..], SystemOperation::sum());
         }
-        let local = ::mpi::time() - t0;
-        let mut slowest = 0.0f64;
-        comm.all_reduce_into(&local, &mut slowest, SystemOperation::max());
+        // The slowest rank's time, and whether every rank agrees the budget is spent.
+        let local = [::mpi::time() - t0, ::mpi::time() - start];
+        let mut slowest = [0.0f64; 2];
+        comm.all_reduce_into(&local[..], &mut slowest[..], SystemOperation::max());
         if it > 0 {
-            times.push(slowest);
+            times.push(slowest[0]);
+        }
+        if times.len() >= PROBE_MIN_ITERS && slowest[1] > PROBE_BUDGET_S {
+            break;
         }
     }
     let bytes = (plan.total_numel() * 4) as u64;
     let median_s = crate::stats::median(&times);
     AllreduceProbe {
         bytes,
-        iters,
+        iters: times.len(),
         median_s,
         min_s: times.iter().copied().fold(f64::INFINITY, f64::min),
         busbw_bytes_per_s: allreduce_busbw(bytes as f64, world_size, median_s),
         algbw_bytes_per_s: if median_s > 0.0 { bytes as f64 / median_s } else { 0.0 },
         cold_cache: flush_bytes > 0,
+        p10_s: Some(crate::stats::quantile(&times, 0.1)),
+        p90_s: Some(crate::stats::quantile(&times, 0.9)),
     }
 }
 

@@ -27,6 +27,11 @@ pub struct AllreduceProbe {
     /// True when caches were flushed before each iteration.
     #[serde(default)]
     pub cold_cache: bool,
+    /// 10th and 90th percentile of the iterations: the probe's spread.
+    #[serde(default)]
+    pub p10_s: Option<f64>,
+    #[serde(default)]
+    pub p90_s: Option<f64>,
 }
 
 /// The communication set-up a run actually used (which may differ from what was asked).

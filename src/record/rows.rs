@@ -182,6 +182,11 @@ impl StepRow {
     }
 }
 
+/// Reads an empty cell (an undefined figure, as [`super::plain_decimal`] writes NaN) as NaN.
+fn nan_if_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
 /// End of one epoch (written by rank 0; all figures are over all ranks).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct EpochRow {
@@ -191,11 +196,12 @@ pub struct EpochRow {
     /// Slowest rank's wall time for the epoch's training steps.
     #[serde(serialize_with = "plain_decimal")]
     pub epoch_s: f64,
-    #[serde(serialize_with = "plain_decimal")]
+    #[serde(serialize_with = "plain_decimal", deserialize_with = "nan_if_empty")]
     pub train_loss: f64,
-    #[serde(serialize_with = "plain_decimal")]
+    /// Empty (NaN) without validation (`--val-samples 0`).
+    #[serde(serialize_with = "plain_decimal", deserialize_with = "nan_if_empty")]
     pub val_loss: f64,
-    #[serde(serialize_with = "plain_decimal")]
+    #[serde(serialize_with = "plain_decimal", deserialize_with = "nan_if_empty")]
     pub val_accuracy: f64,
     pub val_samples: usize,
     #[serde(serialize_with = "plain_decimal")]
@@ -291,5 +297,18 @@ mod tests {
         assert!(text.contains(",4799528,,0\n"), "no loss scale is an empty cell: {text}");
         let back: StepRow = csv::Reader::from_path(&path).unwrap().deserialize().next().unwrap().unwrap();
         assert_eq!(back, row);
+    }
+}
+
+#[cfg(test)]
+mod epoch_tests {
+    use super::*;
+
+    #[test]
+    fn an_epoch_without_validation_reads_back() {
+        let text = "epoch,time_utc,steps,epoch_s,train_loss,val_loss,val_accuracy,val_samples,val_s,param_l2\n0,2026-01-01T00:00:00.000000Z,10,1.5,2.3,,,0,0,12.5\n";
+        let row: EpochRow = csv::Reader::from_reader(text.as_bytes()).deserialize().next().unwrap().unwrap();
+        assert_eq!((row.steps, row.epoch_s), (10, 1.5));
+        assert!(row.val_loss.is_nan() && row.val_accuracy.is_nan());
     }
 }

@@ -19,11 +19,11 @@ pub fn busbw(bytes: f64, ranks: usize, seconds: f64) -> f64 {
     algbw(bytes, seconds) * 2.0 * (ranks as f64 - 1.0) / ranks as f64
 }
 
-/// The straggler wait of a rank in one step: `last_entry − own_entry` (the all-reduce
-/// cannot complete before the last rank has entered it), never negative and at most
-/// `exposed_s`, the time the rank waited for communication at all after backward.
-pub fn straggler_wait(last_entry_s: f64, own_entry_s: f64, exposed_s: f64) -> f64 {
-    (last_entry_s - own_entry_s).clamp(0.0, exposed_s.max(0.0))
+/// The straggler wait of a rank in one step: `last_entry − own_entry`, where an entry is
+/// when a rank handed its last bucket to the all-reduce (on rank 0's clock): the
+/// all-reduce cannot complete before the last rank has entered it. Never negative.
+pub fn straggler_wait(last_entry_s: f64, own_entry_s: f64) -> f64 {
+    (last_entry_s - own_entry_s).max(0.0)
 }
 
 /// The transfer time of a rank's all-reduce in one step: its all-reduce work minus the
@@ -68,6 +68,15 @@ pub fn karp_flatt(speedup: f64, p: f64) -> f64 {
         return f64::NAN;
     }
     (1.0 / speedup - 1.0 / p) / (1.0 - 1.0 / p)
+}
+
+/// Gustafson's serial fraction of a weak-scaling point: from the scaled speedup
+/// `S = n − s·(n − 1)` on `n` times the ranks, `s = (n − S) / (n − 1)`. NaN for n ≤ 1.
+pub fn gustafson_serial_fraction(speedup: f64, n: f64) -> f64 {
+    if n <= 1.0 {
+        return f64::NAN;
+    }
+    (n - speedup) / (n - 1.0)
 }
 
 /// Amdahl's law: the speedup on `p` times the ranks with serial fraction `f`,
@@ -118,12 +127,10 @@ mod tests {
 
     #[test]
     fn waits_and_transfers() {
-        // The last rank entered at 10.3 s, this one at 10.0 s, and it waited 0.4 s after backward.
-        assert!(close(straggler_wait(10.3, 10.0, 0.4), 0.3));
+        // The last rank entered at 10.3 s, this one at 10.0 s.
+        assert!(close(straggler_wait(10.3, 10.0), 0.3));
         // The last rank itself waits for nobody.
-        assert_eq!(straggler_wait(10.3, 10.3, 0.4), 0.0);
-        // A wait never exceeds what the rank waited at all.
-        assert_eq!(straggler_wait(10.3, 10.0, 0.1), 0.1);
+        assert_eq!(straggler_wait(10.3, 10.3), 0.0);
         assert!(close(transfer_time(0.5, 0.3), 0.2));
         assert_eq!(transfer_time(0.2, 0.3), 0.0);
     }
@@ -139,6 +146,9 @@ mod tests {
         // Karp–Flatt at s = 4/3, p = 2: (3/4 − 1/2) / (1/2) = 1/2.
         assert!(close(karp_flatt(s, 2.0), 0.5));
         assert!(karp_flatt(1.0, 1.0).is_nan());
+        // Weak scaling: scaled speedup 3.4 on 4 ranks: s = (4 − 3.4) / 3 = 0.2.
+        assert!(close(gustafson_serial_fraction(3.4, 4.0), 0.2));
+        assert!(gustafson_serial_fraction(1.0, 1.0).is_nan());
         // R = (0.3 + 0.5) / 0.4 = 2.
         assert!(close(compute_comm_ratio(0.3, 0.5, 0.4), 2.0));
         assert!(compute_comm_ratio(0.3, 0.5, 0.0).is_nan());

@@ -15,7 +15,6 @@ pub use analysis::{read_run, RunStats};
 use crate::cli::ReduceArgs;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Run folders named by `paths`: a run folder itself, or the run folders inside.
@@ -72,41 +71,16 @@ pub fn write_csv<R: Serialize>(path: &Path, rows: &[R]) -> Result<()> {
     log.flush()
 }
 
-/// The baseline of each workload (model, dataset): `--baseline` where it belongs,
-/// else the 1-rank run (earliest), else the run with the fewest ranks.
-fn choose_baselines<'a>(runs: &[&'a RunStats], explicit: Option<&Path>) -> Result<BTreeMap<(String, String), usize>> {
-    let mut groups: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
-    for (i, r) in runs.iter().enumerate() {
-        groups
-            .entry((r.manifest.model.clone(), r.manifest.dataset.clone()))
-            .or_default()
-            .push(i);
-    }
-    let explicit = match explicit {
-        Some(p) => {
-            let canon = p
-                .canonicalize()
-                .with_context(|| format!("--baseline {}: no such folder", p.display()))?;
-            let found = runs.iter().position(|r| r.dir.canonicalize().map(|d| d == canon).unwrap_or(false));
-            Some(found.with_context(|| format!("--baseline {} is not among the complete runs being reduced", p.display()))?)
-        }
-        None => None,
-    };
-    Ok(groups
-        .into_iter()
-        .map(|(key, members)| {
-            let base = explicit.filter(|e| members.contains(e)).unwrap_or_else(|| {
-                *members
-                    .iter()
-                    .min_by(|&&a, &&b| {
-                        let (ra, rb) = (&runs[a].manifest, &runs[b].manifest);
-                        ra.world_size.cmp(&rb.world_size).then(ra.start_utc.cmp(&rb.start_utc))
-                    })
-                    .unwrap()
-            });
-            (key, base)
-        })
-        .collect())
+/// The run `--baseline` names, among the complete runs.
+fn explicit_baseline<'a>(runs: &[&'a RunStats], path: Option<&Path>) -> Result<Option<&'a RunStats>> {
+    let Some(p) = path else { return Ok(None) };
+    let canon = p
+        .canonicalize()
+        .with_context(|| format!("--baseline {}: no such folder", p.display()))?;
+    let found = runs.iter().find(|r| r.dir.canonicalize().map(|d| d == canon).unwrap_or(false));
+    Ok(Some(*found.with_context(|| {
+        format!("--baseline {} is not among the complete runs being reduced", p.display())
+    })?))
 }
 
 /// Entry point of `ddpbench reduce`.
@@ -135,17 +109,7 @@ pub fn main(args: ReduceArgs) -> Result<()> {
 
     let summaries: Vec<analysis::TypeSummary> = complete.iter().flat_map(|r| analysis::type_summaries(r)).collect();
     let ranks: Vec<analysis::RankSummary> = complete.iter().flat_map(|r| analysis::rank_summaries(r)).collect();
-    let baselines = choose_baselines(&complete, args.baseline.as_deref())?;
-    let mut scaling = Vec::new();
-    for ((model, dataset), base) in &baselines {
-        let members: Vec<&RunStats> = complete
-            .iter()
-            .copied()
-            .filter(|r| &r.manifest.model == model && &r.manifest.dataset == dataset)
-            .collect();
-        let base_pos = members.iter().position(|r| std::ptr::eq(*r, complete[*base])).unwrap();
-        scaling.extend(analysis::scaling(&members, base_pos));
-    }
+    let scaling = analysis::scaling(&complete, explicit_baseline(&complete, args.baseline.as_deref())?);
     write_csv(&out.join("summary.csv"), &summaries)?;
     write_csv(&out.join("scaling.csv"), &scaling)?;
     write_csv(&out.join("ranks.csv"), &ranks)?;

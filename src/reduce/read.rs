@@ -7,7 +7,7 @@
 //! Files of schema 1 (before `batch_copy_s`, with `copy_d2h_s`/`copy_h2d_s`, and from
 //! before overlap with `comm_s` as the exposed phase) read as well as schema 2.
 
-use crate::record::{EpochRow, Manifest, Phase, PhaseTimes};
+use crate::record::{EndRecord, EpochRow, Manifest, Phase, PhaseTimes, RunStatus};
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -25,6 +25,10 @@ pub struct Row {
     pub comm_s: f64,
     /// When the rank entered the all-reduce, on its own clock.
     pub comm_start_s: f64,
+    /// When it entered its last bucket's all-reduce (schema 1: `comm_start_s`).
+    pub comm_last_start_s: f64,
+    /// All-reduce work done before backward ended (0 in schema 1).
+    pub comm_hidden_s: f64,
     pub bytes: u64,
 }
 
@@ -39,6 +43,9 @@ struct Columns {
     phases: [Option<usize>; Phase::COUNT],
     step_s: usize,
     comm_start_s: usize,
+    comm_last_start_s: Option<usize>,
+    comm_hidden_s: Option<usize>,
+    run_id: Option<usize>,
     bytes: usize,
     /// `comm_s`, the whole all-reduce, when the exposed phase has its own column.
     comm_s: Option<usize>,
@@ -67,6 +74,9 @@ impl Columns {
             phases,
             step_s: pos("step_s")?,
             comm_start_s: pos("comm_start_s")?,
+            comm_last_start_s: opt("comm_last_start_s"),
+            comm_hidden_s: opt("comm_hidden_s"),
+            run_id: opt("run_id"),
             bytes: pos("bytes")?,
             comm_s: opt("comm_exposed_s").and(opt("comm_s")),
         })
@@ -77,22 +87,44 @@ fn field<T: std::str::FromStr>(rec: &csv::ByteRecord, i: usize) -> Option<T> {
     std::str::from_utf8(rec.get(i)?).ok()?.parse().ok()
 }
 
-fn parse_row(rec: &csv::ByteRecord, c: &Columns) -> Option<Row> {
+/// Parses a row; Err says which field is unreadable or impossible (a time that is not
+/// a finite number of seconds ≥ 0).
+fn parse_row(rec: &csv::ByteRecord, c: &Columns, headers: &csv::ByteRecord) -> Result<Row, String> {
+    let name = |i: usize| String::from_utf8_lossy(headers.get(i).unwrap_or_default()).into_owned();
+    let get = |i: usize| -> Result<f64, String> { field::<f64>(rec, i).ok_or_else(|| format!("{} is not a number", name(i))) };
+    let seconds = |i: usize| -> Result<f64, String> {
+        let v = get(i)?;
+        if v.is_finite() && v >= 0.0 {
+            Ok(v)
+        } else {
+            Err(format!("{} is {v}: a time must be a finite number of seconds, 0 or more", name(i)))
+        }
+    };
+    let whole = |i: usize| -> Result<u64, String> { field::<u64>(rec, i).ok_or_else(|| format!("{} is not a whole number", name(i))) };
     let mut phases = [0.0; Phase::COUNT];
     for (k, col) in c.phases.iter().enumerate() {
         if let Some(i) = col {
-            phases[k] = field(rec, *i)?;
+            phases[k] = seconds(*i)?;
         }
     }
-    Some(Row {
-        global_step: field(rec, c.global_step)?,
-        warmup: field::<u8>(rec, c.warmup)? != 0,
-        samples: field(rec, c.samples)?,
-        step_s: field(rec, c.step_s)?,
-        comm_start_s: field(rec, c.comm_start_s)?,
-        bytes: field(rec, c.bytes)?,
+    let comm_start_s = get(c.comm_start_s)?;
+    Ok(Row {
+        global_step: whole(c.global_step)?,
+        warmup: whole(c.warmup)? != 0,
+        samples: whole(c.samples)?,
+        step_s: seconds(c.step_s)?,
+        comm_start_s,
+        comm_last_start_s: match c.comm_last_start_s {
+            Some(i) => get(i)?,
+            None => comm_start_s,
+        },
+        comm_hidden_s: match c.comm_hidden_s {
+            Some(i) => seconds(i)?,
+            None => 0.0,
+        },
+        bytes: whole(c.bytes)?,
         comm_s: match c.comm_s {
-            Some(i) => field(rec, i)?,
+            Some(i) => seconds(i)?,
             None => phases[Phase::CommExposed.index()],
         },
         phases,
@@ -112,6 +144,7 @@ fn ends_with_newline(path: &Path) -> bool {
 struct RankReader {
     rank: usize,
     reader: csv::Reader<std::fs::File>,
+    headers: csv::ByteRecord,
     cols: Columns,
     record: csv::ByteRecord,
     rows: u64,
@@ -126,53 +159,58 @@ pub struct RunFiles {
     pub hosts: BTreeMap<usize, String>,
     /// Why the run cannot be used (empty while it can).
     pub problems: Vec<String>,
+    /// The ranks' clock offsets to rank 0 (`clock.csv`), for comparing their times.
+    pub clock: ClockOffsets,
     readers: Vec<RankReader>,
 }
 
+/// More ranks than any run folder ddpbench writes can hold: a manifest saying more is damaged.
+const MAX_RANKS: usize = 1 << 22;
+
 /// Opens a run folder. Err only when the folder is not a run at all (no readable
-/// manifest); holes (missing or unreadable rank files, an unfinished job) are problems.
+/// manifest); holes (missing, empty or unreadable rank files, a job that did not
+/// finish) are problems. Time and memory are bounded by the files present.
 pub fn open(dir: &Path) -> Result<RunFiles, String> {
     let manifest = Manifest::read(dir).map_err(|e| format!("{e:#}"))?;
+    if manifest.world_size == 0 || manifest.world_size > MAX_RANKS {
+        return Err(format!(
+            "{}: world_size {} is not a plausible number of ranks: the manifest is damaged",
+            dir.display(),
+            manifest.world_size
+        ));
+    }
     let mut problems = Vec::new();
     if manifest.status != "completed" {
-        problems.push(format!("status is {:?}: the job did not finish", manifest.status));
+        problems.push(outcome(dir, &manifest));
     }
     let epochs: Vec<EpochRow> = match csv::Reader::from_path(dir.join("epochs.csv")) {
         Ok(mut r) => r.deserialize().filter_map(Result::ok).collect(),
         Err(_) => Vec::new(),
     };
     let hosts = manifest.ranks.iter().map(|r| (r.rank, r.host.clone())).collect();
+    let present = rank_files_present(dir, manifest.world_size);
+    let missing = manifest.world_size - present.len();
+    if missing > 0 {
+        let first: Vec<String> = (0..manifest.world_size)
+            .filter(|r| !present.contains(r))
+            .take(5)
+            .map(crate::record::rank_file_name)
+            .collect();
+        problems.push(format!(
+            "{missing} of {} rank files are missing ({}{})",
+            manifest.world_size,
+            first.join(", "),
+            if missing > 5 { ", ..." } else { "" }
+        ));
+    }
     let mut readers = Vec::new();
-    for r in 0..manifest.world_size {
-        let path = dir.join(crate::record::rank_file_name(r));
-        if !path.is_file() {
-            problems.push(format!("{} is missing", path.display()));
-            continue;
-        }
-        if !ends_with_newline(&path) {
-            problems.push(format!("{}: last row is truncated (the rank stopped mid-write)", path.display()));
-        }
-        let opened = csv::Reader::from_path(&path)
-            .map_err(|e| format!("unreadable ({e})"))
-            .and_then(|mut reader| {
-                let headers = reader.byte_headers().map_err(|e| e.to_string())?.clone();
-                Ok((
-                    reader,
-                    Columns::find(&headers).map_err(|e| format!("not a ddpbench rank file ({e})"))?,
-                ))
-            });
-        match opened {
-            Ok((reader, cols)) => readers.push(RankReader {
-                rank: r,
-                reader,
-                cols,
-                record: csv::ByteRecord::new(),
-                rows: 0,
-            }),
-            Err(e) => problems.push(format!("{}: {e}", path.display())),
+    for r in present {
+        match open_rank(dir, r) {
+            Ok(rr) => readers.push(rr),
+            Err(e) => problems.push(e),
         }
     }
-    if readers.is_empty() && manifest.world_size > 0 && problems.is_empty() {
+    if readers.is_empty() && problems.is_empty() {
         problems.push("no rank file could be read".into());
     }
     Ok(RunFiles {
@@ -181,8 +219,96 @@ pub fn open(dir: &Path) -> Result<RunFiles, String> {
         epochs,
         hosts,
         problems,
+        clock: ClockOffsets::read(dir),
         readers,
     })
+}
+
+/// The ranks below `world_size` whose `rank-NNNNN.csv` is in `dir`, from one listing.
+fn rank_files_present(dir: &Path, world_size: usize) -> Vec<usize> {
+    let mut ranks: Vec<usize> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let r: usize = name.strip_prefix("rank-")?.strip_suffix(".csv")?.parse().ok()?;
+                    (r < world_size && name == crate::record::rank_file_name(r)).then_some(r)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    ranks.sort_unstable();
+    ranks
+}
+
+/// Opens rank `r`'s file and finds its columns; Err says what is wrong with it.
+fn open_rank(dir: &Path, r: usize) -> Result<RankReader, String> {
+    let path = dir.join(crate::record::rank_file_name(r));
+    if std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) == 0 {
+        return Err(format!(
+            "{} is empty: rank {r} wrote nothing (it died before its first row?)",
+            path.display()
+        ));
+    }
+    if !ends_with_newline(&path) {
+        return Err(format!("{}: last row is truncated (the rank stopped mid-write)", path.display()));
+    }
+    let mut reader = csv::Reader::from_path(&path).map_err(|e| format!("{}: unreadable ({e})", path.display()))?;
+    let headers = reader.byte_headers().map_err(|e| format!("{}: {e}", path.display()))?.clone();
+    let cols = Columns::find(&headers).map_err(|e| format!("{}: not a ddpbench rank file ({e})", path.display()))?;
+    Ok(RankReader {
+        rank: r,
+        reader,
+        headers,
+        cols,
+        record: csv::ByteRecord::new(),
+        rows: 0,
+    })
+}
+
+/// Why a run did not complete, from its manifest and the ranks' end records: what
+/// failed or stopped it, or, when no record says (rank 0 died first, the job was
+/// killed), that it ended without one.
+fn outcome(dir: &Path, m: &Manifest) -> String {
+    if m.status != "running" {
+        return match &m.error {
+            Some(e) => format!("status is {}: {e}", m.status),
+            None => format!("status is {:?}: the job did not finish", m.status),
+        };
+    }
+    let ends: Vec<EndRecord> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let r: usize = name.strip_prefix("rank-")?.strip_suffix(".end.json")?.parse().ok()?;
+                    EndRecord::read(dir, r).ok().filter(|end| end.run_id == m.run_id)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let first = |s: RunStatus| ends.iter().find(|e| e.status == s);
+    if let Some(e) = first(RunStatus::Failed) {
+        return format!(
+            "failed (from rank {}'s end record): {}",
+            e.rank,
+            e.error.clone().unwrap_or_default()
+        );
+    }
+    if let Some(e) = first(RunStatus::Interrupted) {
+        return format!(
+            "interrupted (from rank {}'s end record): {}",
+            e.rank,
+            e.error.clone().unwrap_or_default()
+        );
+    }
+    format!(
+        "the job ended without finishing and {} of {} ranks recorded an end: killed (SIGKILL, out of memory, node lost) while running",
+        ends.len(),
+        m.world_size
+    )
 }
 
 impl RunFiles {
@@ -218,13 +344,23 @@ impl RunFiles {
             match rr.reader.read_byte_record(&mut rr.record) {
                 Ok(true) => {
                     rr.rows += 1;
-                    let row = parse_row(&rr.record, &rr.cols)
-                        .ok_or_else(|| format!("rank {} row {}: malformed (truncated or edited)", rr.rank, rr.rows))?;
+                    let row = parse_row(&rr.record, &rr.cols, &rr.headers)
+                        .map_err(|e| format!("rank {} row {}: {e} (the file was edited or damaged)", rr.rank, rr.rows))?;
                     if rr.rows == 1 {
                         node_types[i] = String::from_utf8_lossy(rr.record.get(rr.cols.node_type).unwrap_or_default()).into_owned();
                         let file_rank: Option<usize> = field(&rr.record, rr.cols.rank);
                         if file_rank != Some(rr.rank) {
                             return Err(format!("rank file {} holds rows of rank {file_rank:?}", rr.rank));
+                        }
+                        if let Some(c) = rr.cols.run_id {
+                            let id = String::from_utf8_lossy(rr.record.get(c).unwrap_or_default()).into_owned();
+                            if id != self.manifest.run_id {
+                                return Err(format!(
+                                    "{} belongs to run {id:?}, not to this folder's run {:?}: a file from another run",
+                                    crate::record::rank_file_name(rr.rank),
+                                    self.manifest.run_id
+                                ));
+                            }
                         }
                     }
                     rows[i] = row;
@@ -304,5 +440,67 @@ impl GpuTelemetry {
         } else {
             self.power_w_sum / self.power_samples as f64
         }
+    }
+}
+
+/// Each rank's clock offset to rank 0 over the run, from `clock.csv` (none for runs
+/// written before it existed: offsets are then taken as 0).
+#[derive(Debug, Clone, Default)]
+pub struct ClockOffsets {
+    /// Per rank, (rank 0's clock, offset) at each estimate, in time order.
+    by_rank: BTreeMap<usize, Vec<(f64, f64)>>,
+}
+
+impl ClockOffsets {
+    pub fn read(dir: &Path) -> ClockOffsets {
+        let mut by_rank: BTreeMap<usize, Vec<(f64, f64)>> = BTreeMap::new();
+        if let Ok(mut r) = csv::Reader::from_path(dir.join("clock.csv")) {
+            for row in r.deserialize::<crate::train::clock::ClockRow>().flatten() {
+                if row.offset_s.is_finite() && row.rank0_elapsed_s.is_finite() {
+                    by_rank.entry(row.rank).or_default().push((row.rank0_elapsed_s, row.offset_s));
+                }
+            }
+        }
+        for v in by_rank.values_mut() {
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        ClockOffsets { by_rank }
+    }
+
+    /// Rank `rank`'s time `t` on rank 0's clock: `t` plus the offset interpolated
+    /// linearly between the estimates around it (held constant beyond them).
+    pub fn correct(&self, rank: usize, t: f64) -> f64 {
+        let Some(points) = self.by_rank.get(&rank).filter(|p| !p.is_empty()) else {
+            return t;
+        };
+        let i = points.partition_point(|p| p.0 <= t);
+        let offset = match i {
+            0 => points[0].1,
+            i if i == points.len() => points[i - 1].1,
+            i => {
+                let ((t0, o0), (t1, o1)) = (points[i - 1], points[i]);
+                if t1 > t0 {
+                    o0 + (o1 - o0) * (t - t0) / (t1 - t0)
+                } else {
+                    o1
+                }
+            }
+        };
+        t + offset
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_offsets_interpolate_between_estimates() {
+        let mut c = ClockOffsets::default();
+        c.by_rank.insert(1, vec![(0.0, 0.001), (10.0, 0.003)]);
+        assert!((c.correct(1, 5.0) - (5.0 + 0.002)).abs() < 1e-12);
+        assert!((c.correct(1, 20.0) - 20.003).abs() < 1e-12, "held beyond the last estimate");
+        assert!((c.correct(1, -1.0) - (-0.999)).abs() < 1e-12);
+        assert_eq!(c.correct(0, 7.0), 7.0, "no estimates: no correction");
     }
 }

@@ -12,7 +12,7 @@ pub use summary::{gating_type, rank_summaries, type_summaries, RankSummary, Type
 use super::metrics;
 use super::read::{self, GpuTelemetry, Row};
 use crate::record::{EpochRow, Manifest, Phase, PhaseTimes};
-use crate::stats::{Reservoir, Sketch};
+use crate::stats::Sketch;
 use std::path::{Path, PathBuf};
 
 /// One rank's figures over its non-warm-up steps.
@@ -30,7 +30,24 @@ pub struct RankStats {
     pub wait_sum: f64,
     /// Steps in which this rank was the last to enter the all-reduce.
     pub last_arrivals: u64,
+    /// The longest steps (global step, seconds), longest first, at most [`LONGEST_KEPT`].
+    pub longest: Vec<(u64, f64)>,
 }
+
+/// Longest steps kept per rank, to name stalls.
+pub const LONGEST_KEPT: usize = 16;
+
+/// A step that took over [`STALL_FACTOR`] times its rank's median.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stall {
+    pub rank: usize,
+    pub global_step: u64,
+    pub step_s: f64,
+    pub median_s: f64,
+}
+
+/// A step this many times its rank's median step is a stall, named on its own.
+pub const STALL_FACTOR: f64 = 10.0;
 
 /// Figures of all ranks of one node type.
 #[derive(Debug, Clone)]
@@ -45,7 +62,11 @@ pub struct TypeStats {
     pub wait: Sketch,
     /// comm_s: all of the all-reduce work, hidden behind backward or not.
     pub comm: Sketch,
+    /// comm_hidden_s: all-reduce work before backward's end (0 where it shared backward's cores).
+    pub hidden: Sketch,
     pub last_arrivals: u64,
+    /// Seconds the other ranks waited in steps where a rank of this type entered last.
+    pub caused_wait_s: f64,
     /// GPU telemetry of the type's ranks (`rank-NNNNN.gpu.csv`), when there is any.
     pub gpu: GpuTelemetry,
 }
@@ -60,7 +81,9 @@ impl TypeStats {
             transfer: Sketch::new(),
             wait: Sketch::new(),
             comm: Sketch::new(),
+            hidden: Sketch::new(),
             last_arrivals: 0,
+            caused_wait_s: 0.0,
             gpu: GpuTelemetry::default(),
         }
     }
@@ -73,9 +96,10 @@ pub struct RunStats {
     pub manifest: Manifest,
     pub ranks: Vec<RankStats>,
     pub types: Vec<TypeStats>,
-    /// Per step, the mean over ranks of step_s: a uniform sample (for the bootstrap) and its sketch.
+    /// Per step, the mean over ranks of step_s: its sketch, and the series in step
+    /// order (for the block bootstrap of a single run).
     pub job_step: Sketch,
-    pub job_step_sample: Reservoir,
+    pub job_step_series: Vec<f64>,
     /// Non-warm-up steps per rank.
     pub steps: u64,
     /// Samples of all ranks over the counted steps.
@@ -91,6 +115,44 @@ pub struct RunStats {
 impl RunStats {
     pub fn complete(&self) -> bool {
         self.problems.is_empty()
+    }
+
+    /// Steps of any rank that took over [`STALL_FACTOR`] times that rank's median.
+    pub fn stalls(&self) -> Vec<Stall> {
+        let mut out: Vec<Stall> = self
+            .ranks
+            .iter()
+            .flat_map(|r| {
+                let median_s = r.step.median();
+                r.longest
+                    .iter()
+                    .filter(move |l| l.1 > STALL_FACTOR * median_s)
+                    .map(move |&(g, s)| Stall {
+                        rank: r.rank,
+                        global_step: g,
+                        step_s: s,
+                        median_s,
+                    })
+            })
+            .collect();
+        out.sort_by(|a, b| b.step_s.total_cmp(&a.step_s));
+        out
+    }
+
+    /// The epoch time: the median of the full epochs measured (epochs.csv), or, when no
+    /// epoch ran whole, steps per epoch × the mean step time, marked projected (true).
+    pub fn epoch_s(&self) -> (f64, bool) {
+        let full: Vec<f64> = self
+            .epochs
+            .iter()
+            .filter(|e| e.steps == self.manifest.steps_per_epoch)
+            .map(|e| e.epoch_s)
+            .collect();
+        if full.is_empty() {
+            (self.job_step.mean() * self.manifest.steps_per_epoch as f64, true)
+        } else {
+            (crate::stats::median(&full), false)
+        }
     }
 
     /// Mean over rank-steps of phase `p`, seconds.
@@ -119,11 +181,12 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
                 phase_sum: [0.0; Phase::COUNT],
                 wait_sum: 0.0,
                 last_arrivals: 0,
+                longest: Vec::new(),
             })
             .collect(),
         types: Vec::new(),
         job_step: Sketch::new(),
-        job_step_sample: Reservoir::new(Sketch::EXACT_CAP),
+        job_step_series: Vec::new(),
         steps: 0,
         samples: 0,
         bytes_per_step: 0,
@@ -133,11 +196,19 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
         manifest: files.manifest.clone(),
     };
     let mut type_of: Vec<usize> = Vec::new();
+    let clock = files.clock.clone();
+    let communicates = run.manifest.comm_backend != "none";
+    let shares_core = run.manifest.comm.overlap_shares_core;
     files.for_each_step(|rows, node_types| {
         if type_of.is_empty() {
             type_of = run.assign_types(node_types);
         }
-        run.add_step(rows, &type_of);
+        let entries: Vec<f64> = rows
+            .iter()
+            .zip(&ranks)
+            .map(|(row, &r)| clock.correct(r, row.comm_last_start_s))
+            .collect();
+        run.add_step(rows, &entries, &type_of, communicates, shares_core);
     });
     for (i, &r) in ranks.iter().enumerate() {
         if let Some(t) = type_of.get(i).and_then(|&t| run.types.get_mut(t)) {
@@ -172,23 +243,28 @@ impl RunStats {
             .collect()
     }
 
-    /// One step of every rank: the all-reduce completes only when the last rank has
-    /// entered it, so each rank's wait is measured from its own entry to the last one.
-    fn add_step(&mut self, rows: &[Row], type_of: &[usize]) {
+    /// One step of every rank. The all-reduce completes only when the last rank has
+    /// entered its last bucket, so each rank's wait runs from its own entry (`entries`,
+    /// on rank 0's clock) to the last one; a run without all-reduce waits for nobody.
+    fn add_step(&mut self, rows: &[Row], entries: &[f64], type_of: &[usize], communicates: bool, shares_core: bool) {
         if rows[0].warmup {
             self.warmup_steps += 1;
             return;
         }
-        let (last, last_entry) = rows.iter().enumerate().fold((0, f64::NEG_INFINITY), |acc, (i, r)| {
-            if r.comm_start_s > acc.1 {
-                (i, r.comm_start_s)
-            } else {
-                acc
-            }
-        });
+        let (last, last_entry) = entries
+            .iter()
+            .enumerate()
+            .fold((0, f64::NEG_INFINITY), |acc, (i, &e)| if e > acc.1 { (i, e) } else { acc });
         let mut step_mean = 0.0;
+        let mut waited = 0.0;
         for (i, row) in rows.iter().enumerate() {
-            let wait = metrics::straggler_wait(last_entry, row.comm_start_s, row.phases[Phase::CommExposed.index()]);
+            let wait = if communicates {
+                metrics::straggler_wait(last_entry, entries[i])
+            } else {
+                0.0
+            };
+            waited += wait;
+            keep_longest(&mut self.ranks[i].longest, row.global_step, row.step_s);
             let rs = &mut self.ranks[i];
             rs.steps += 1;
             rs.samples += row.samples;
@@ -205,15 +281,27 @@ impl RunStats {
             ts.transfer.push(metrics::transfer_time(row.comm_s, wait));
             ts.wait.push(wait);
             ts.comm.push(row.comm_s);
+            ts.hidden.push(if shares_core { 0.0 } else { row.comm_hidden_s });
             self.samples += row.samples;
             step_mean += row.step_s;
         }
         self.ranks[last].last_arrivals += 1;
         self.types[type_of[last]].last_arrivals += 1;
+        self.types[type_of[last]].caused_wait_s += waited;
         step_mean /= rows.len() as f64;
         self.job_step.push(step_mean);
-        self.job_step_sample.push(step_mean);
+        self.job_step_series.push(step_mean);
         self.bytes_per_step = rows[0].bytes;
         self.steps += 1;
     }
+}
+
+/// Keeps the [`LONGEST_KEPT`] longest steps in `kept`, longest first.
+fn keep_longest(kept: &mut Vec<(u64, f64)>, step: u64, seconds: f64) {
+    if kept.len() == LONGEST_KEPT && kept.last().is_some_and(|l| l.1 >= seconds) {
+        return;
+    }
+    let at = kept.partition_point(|k| k.1 >= seconds);
+    kept.insert(at, (step, seconds));
+    kept.truncate(LONGEST_KEPT);
 }

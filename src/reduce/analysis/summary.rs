@@ -3,13 +3,12 @@
 use super::{RunStats, TypeStats};
 use crate::record::{plain_decimal, Phase, SCHEMA_VERSION};
 use crate::reduce::metrics;
-use crate::stats;
 use serde::Serialize;
 use std::collections::BTreeSet;
 
 /// One row of summary.csv: one node type of one run. A rank-CSV column `x_s` appears
 /// as `x_s_median` (median over the type's rank-steps) and, for a phase, `x_share`
-/// (that median over the median step).
+/// (its mean over the mean step, so the shares add up to 1).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct TypeSummary {
     pub run_id: String,
@@ -22,8 +21,8 @@ pub struct TypeSummary {
     pub nodes: usize,
     pub batch_per_rank: usize,
     pub global_batch: usize,
-    /// Steps counted over all ranks of this type (warm-up excluded).
-    pub steps: u64,
+    /// Rank-steps counted over all ranks of this type (warm-up excluded).
+    pub rank_steps: u64,
     #[serde(serialize_with = "plain_decimal")]
     pub step_s_median: f64,
     #[serde(serialize_with = "plain_decimal")]
@@ -33,9 +32,11 @@ pub struct TypeSummary {
     /// Samples per second of all ranks of this type together.
     #[serde(serialize_with = "plain_decimal")]
     pub samples_per_s: f64,
-    /// Median of the run's epoch times (epochs.csv), empty when none finished.
+    /// Epoch time: the median of the full epochs measured (epochs.csv), or, when none
+    /// ran whole, steps per epoch × mean step (then `epoch_s_projected` is 1).
     #[serde(serialize_with = "plain_decimal")]
-    pub epoch_s_median: f64,
+    pub epoch_s: f64,
+    pub epoch_s_projected: u8,
     #[serde(serialize_with = "plain_decimal")]
     pub data_s_median: f64,
     #[serde(serialize_with = "plain_decimal")]
@@ -74,9 +75,14 @@ pub struct TypeSummary {
     /// The all-reduce work without that wait ([`metrics::transfer_time`]).
     #[serde(serialize_with = "plain_decimal")]
     pub comm_transfer_s_median: f64,
-    /// R ([`metrics::compute_comm_ratio`]) from mean forward, backward and comm_s.
+    /// R ([`metrics::compute_comm_ratio`]) from mean forward, backward and transfer
+    /// time: the wait for a late rank is not communication.
     #[serde(serialize_with = "plain_decimal")]
     pub compute_comm_ratio: f64,
+    /// Mean comm_hidden_s: all-reduce work done while backward ran (0 where the
+    /// all-reduce thread shared backward's cores).
+    #[serde(serialize_with = "plain_decimal")]
+    pub comm_hidden_s_mean: f64,
     /// Mean comm_exposed_s minus mean comm_wait_s: the exposed all-reduce without the wait.
     #[serde(serialize_with = "plain_decimal")]
     pub comm_exposed_transfer_s_mean: f64,
@@ -99,7 +105,11 @@ pub struct TypeSummary {
     /// Share of steps in which a rank of this type was the last to enter the all-reduce.
     #[serde(serialize_with = "plain_decimal")]
     pub last_arrival_share: f64,
-    /// 1 for the node type that gates the job (its ranks arrive last most often).
+    /// Seconds per step the other ranks waited because a rank of this type entered last.
+    #[serde(serialize_with = "plain_decimal")]
+    pub caused_wait_s_mean: f64,
+    /// 1 for the node type that gates the job: of two or more types, the one whose late
+    /// arrivals cost the others the most waiting.
     pub gating: u8,
     /// Mean GPU utilisation over the telemetry samples of this type's ranks (empty without).
     #[serde(serialize_with = "plain_decimal")]
@@ -111,14 +121,17 @@ pub struct TypeSummary {
     pub gpu_power_w_mean: f64,
 }
 
-/// The node type whose ranks were last into the all-reduce most often (ties: the
-/// slower median step). A run of one node type returns that type; None without types.
+/// Of two or more node types, the one whose late arrivals made the others wait longest
+/// in all (ties: the slower median step); None with fewer than two types.
 pub fn gating_type(run: &RunStats) -> Option<String> {
+    if run.types.len() < 2 {
+        return None;
+    }
     run.types
         .iter()
         .max_by(|a, b| {
-            a.last_arrivals
-                .cmp(&b.last_arrivals)
+            a.caused_wait_s
+                .total_cmp(&b.caused_wait_s)
                 .then(a.step.median().total_cmp(&b.step.median()))
         })
         .map(|t| t.node_type.clone())
@@ -135,7 +148,8 @@ fn type_summary(run: &RunStats, t: &TypeStats, gating: Option<&str>) -> TypeSumm
     let med = |p: Phase| t.phase[p.index()].median();
     let mean = |p: Phase| t.phase[p.index()].mean();
     let step_median = t.step.median();
-    let share = |p: Phase| if step_median > 0.0 { med(p) / step_median } else { f64::NAN };
+    let step_mean = t.step.mean();
+    let share = |p: Phase| if step_mean > 0.0 { mean(p) / step_mean } else { f64::NAN };
     let ranks: Vec<_> = run.ranks.iter().filter(|r| r.node_type == t.node_type).collect();
     let samples_per_s: f64 = ranks
         .iter()
@@ -157,12 +171,13 @@ fn type_summary(run: &RunStats, t: &TypeStats, gating: Option<&str>) -> TypeSumm
         nodes,
         batch_per_rank: m.batch_size_per_rank,
         global_batch: m.global_batch_size,
-        steps: t.step.count(),
+        rank_steps: t.step.count(),
         step_s_median: step_median,
         step_s_p95: t.step.quantile(0.95),
         step_s_max: t.step.max(),
         samples_per_s,
-        epoch_s_median: stats::median(&run.epochs.iter().map(|e| e.epoch_s).collect::<Vec<_>>()),
+        epoch_s: run.epoch_s().0,
+        epoch_s_projected: u8::from(run.epoch_s().1),
         data_s_median: med(Phase::Data),
         data_share: share(Phase::Data),
         batch_copy_s_median: med(Phase::BatchCopy),
@@ -180,7 +195,8 @@ fn type_summary(run: &RunStats, t: &TypeStats, gating: Option<&str>) -> TypeSumm
         comm_s_median: t.comm.median(),
         comm_wait_s_median: t.wait.median(),
         comm_transfer_s_median: transfer,
-        compute_comm_ratio: metrics::compute_comm_ratio(mean(Phase::Forward), mean(Phase::Backward), t.comm.mean()),
+        compute_comm_ratio: metrics::compute_comm_ratio(mean(Phase::Forward), mean(Phase::Backward), t.transfer.mean()),
+        comm_hidden_s_mean: t.hidden.mean(),
         comm_exposed_transfer_s_mean: (mean(Phase::CommExposed) - t.wait.mean()).max(0.0),
         comm_wait_s_mean: t.wait.mean(),
         busbw_bytes_per_s: busbw,
@@ -193,7 +209,8 @@ fn type_summary(run: &RunStats, t: &TypeStats, gating: Option<&str>) -> TypeSumm
         probe_warm_busbw_bytes_per_s: m.allreduce_probe_warm.as_ref().map_or(f64::NAN, |p| p.busbw_bytes_per_s),
         busbw_vs_probe: busbw / probe,
         last_arrival_share: t.last_arrivals as f64 / run.steps.max(1) as f64,
-        gating: u8::from(n > 1 && gating == Some(t.node_type.as_str())),
+        caused_wait_s_mean: t.caused_wait_s / run.steps.max(1) as f64,
+        gating: u8::from(gating == Some(t.node_type.as_str())),
         gpu_util_pct_mean: t.gpu.util_pct_mean(),
         gpu_mem_used_max_bytes: t.gpu.mem_used_max_bytes.map_or(f64::NAN, |b| b as f64),
         gpu_power_w_mean: t.gpu.power_w_mean(),

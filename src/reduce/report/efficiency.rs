@@ -1,72 +1,71 @@
-//! Epoch times against the baseline, and where the efficiency goes (the waterfall).
+//! Epoch times, and where the efficiency goes (the waterfall).
 
-use super::{epoch_time, pct};
+use super::pct;
 use crate::reduce::analysis::{RunStats, ScalingRow};
 use std::fmt::Write;
 
-/// Epoch time per run (measured, or projected for partial epochs), with speedup and efficiency.
-pub fn epoch_times(md: &mut String, runs: &[&RunStats], scaling: &[ScalingRow]) {
-    // 1-rank vs N-rank epoch time.
+/// Epoch time per run: measured over full epochs, or projected for runs stopped before
+/// one ended (one definition, as summary.csv's `epoch_s`).
+pub fn epoch_times(md: &mut String, runs: &[&RunStats]) {
     let _ = writeln!(
         md,
-        "\n## Epoch time: baseline vs N ranks\n\n| run | ranks | epoch s | speedup | efficiency |\n|---|---:|---:|---:|---:|"
+        "\n## Epoch time\n\n| run | ranks | batch/rank | epoch s | |\n|---|---:|---:|---:|---|"
     );
-    for r in scaling {
-        if let Some(run) = runs.iter().find(|x| x.manifest.run_id == r.run_id) {
-            let (t, measured) = epoch_time(run);
-            let _ = writeln!(
-                md,
-                "| {} | {} | {:.2}{} | {:.2} | {} |",
-                r.run_id,
-                r.ranks,
-                t,
-                if measured { "" } else { " (projected)" },
-                r.speedup,
-                pct(r.efficiency)
-            );
-        }
+    for r in runs {
+        let (t, projected) = r.epoch_s();
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {:.2} | {} |",
+            r.manifest.run_id,
+            r.manifest.world_size,
+            r.manifest.batch_size_per_rank,
+            t,
+            if projected { "projected" } else { "measured" }
+        );
     }
-    let _ = writeln!(md, "\nEpoch times marked projected are steps per epoch × the mean step time, for runs stopped before a full epoch. Speedup and efficiency come from throughput, which equals the ratio of epoch times for the same data set.");
+    let _ = writeln!(md, "\nA measured epoch time is the median of full epochs (the slowest rank's time); a projected one is steps per epoch × the mean step time, for runs stopped before a full epoch. Speedups come from throughput, which gives the ratio of epoch times for the same data set.");
 }
 
-/// From ideal to measured throughput, cause by cause.
+/// From ideal to measured throughput, cause by cause, for each compared point.
 pub fn waterfall(md: &mut String, scaling: &[ScalingRow]) {
-    // Waterfall.
-    let multi: Vec<&ScalingRow> = scaling.iter().filter(|r| r.scaling_mode != "baseline").collect();
-    if !multi.is_empty() {
-        let _ = writeln!(md, "\n## Where the efficiency goes\n\nFrom ideal throughput (baseline × rank ratio) to measured: each cause's share of the extra time per step over the ideal step time. The losses add up to ideal − measured; a negative loss is a gain.\n\n| run | ideal samples/s | − comm | − data loading | − stragglers | − other | = measured |\n|---|---:|---:|---:|---:|---:|---:|");
-        for r in &multi {
+    let multi: Vec<&ScalingRow> = scaling.iter().filter(|r| r.loss_comm_samples_per_s.is_finite()).collect();
+    if multi.is_empty() {
+        return;
+    }
+    let _ = writeln!(md, "\n## Where the efficiency goes\n\nFrom ideal throughput (the reference × the rank count) to measured: each cause's share of the extra time per step over the ideal step time. The losses add up to ideal − measured; a negative loss is a gain.\n\n| point | mode | ideal samples/s | − comm | − data loading | − stragglers | − other | = measured |\n|---|---|---:|---:|---:|---:|---:|---:|");
+    for r in &multi {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            r.run_ids,
+            r.scaling_mode,
+            r.ideal_samples_per_s,
+            r.loss_comm_samples_per_s,
+            r.loss_data_samples_per_s,
+            r.loss_straggler_samples_per_s,
+            r.loss_other_samples_per_s,
+            r.samples_per_s
+        );
+    }
+    for r in &multi {
+        let causes = [
+            ("communication", r.loss_comm_samples_per_s),
+            ("data loading", r.loss_data_samples_per_s),
+            ("waiting for stragglers", r.loss_straggler_samples_per_s),
+            ("other (compute slower than alone, contention)", r.loss_other_samples_per_s),
+        ];
+        let (name, v) = causes.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or(("", 0.0));
+        let lost = r.ideal_samples_per_s - r.samples_per_s;
+        if lost > 0.0 && v > 0.0 {
             let _ = writeln!(
                 md,
-                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
-                r.run_id,
-                r.ideal_samples_per_s,
-                r.loss_comm_samples_per_s,
-                r.loss_data_samples_per_s,
-                r.loss_straggler_samples_per_s,
-                r.loss_other_samples_per_s,
-                r.samples_per_s
+                "\n`{}` ({}) loses {:.1} samples/s ({} of ideal); the largest cause is {name} ({:.1} samples/s).",
+                r.run_ids,
+                r.scaling_mode,
+                lost,
+                pct(lost / r.ideal_samples_per_s),
+                v
             );
-        }
-        for r in &multi {
-            let causes = [
-                ("communication", r.loss_comm_samples_per_s),
-                ("data loading", r.loss_data_samples_per_s),
-                ("waiting for stragglers", r.loss_straggler_samples_per_s),
-                ("other (compute slower than alone, contention)", r.loss_other_samples_per_s),
-            ];
-            let (name, v) = causes.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
-            let lost = r.ideal_samples_per_s - r.samples_per_s;
-            if lost > 0.0 && v > 0.0 {
-                let _ = writeln!(
-                    md,
-                    "\n`{}` loses {:.1} samples/s ({} of ideal); the largest cause is {name} ({:.1} samples/s).",
-                    r.run_id,
-                    lost,
-                    pct(lost / r.ideal_samples_per_s),
-                    v
-                );
-            }
         }
     }
 }

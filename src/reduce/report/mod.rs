@@ -38,21 +38,6 @@ pub(crate) fn pct(x: f64) -> String {
     }
 }
 
-/// Epoch time: measured (epochs.csv) when a full epoch ran, else projected from the step time.
-pub(crate) fn epoch_time(r: &RunStats) -> (f64, bool) {
-    let full: Vec<f64> = r
-        .epochs
-        .iter()
-        .filter(|e| e.steps == r.manifest.steps_per_epoch)
-        .map(|e| e.epoch_s)
-        .collect();
-    if !full.is_empty() {
-        (crate::stats::median(&full), true)
-    } else {
-        (r.job_step.mean() * r.manifest.steps_per_epoch as f64, false)
-    }
-}
-
 /// report.md for the complete runs, their summaries and scaling rows, naming the
 /// incomplete runs left out.
 pub fn markdown(
@@ -70,13 +55,14 @@ pub fn markdown(
         runs.len(),
         incomplete.len()
     );
-    speedup::runs_table(&mut md, runs, summaries, scaling);
+    speedup::runs_table(&mut md, runs, summaries);
     speedup::per_workload(&mut md, scaling);
     communication::compute_vs_comm(&mut md, runs);
     communication::bandwidth(&mut md, runs, summaries);
-    efficiency::epoch_times(&mut md, runs, scaling);
+    efficiency::epoch_times(&mut md, runs);
     efficiency::waterfall(&mut md, scaling);
     nodes::node_types(&mut md, runs, summaries);
+    nodes::stalls(&mut md, runs);
     nodes::incomplete(&mut md, incomplete);
     if with_plots {
         let _ = writeln!(md, "\n## Plots\n\n![speedup](speedup.svg) ![efficiency](efficiency.svg) ![phases](phases.svg) ![bandwidth](bandwidth.svg)\n\nStep time per rank: `step_time_per_rank-<run>.svg`.");

@@ -19,12 +19,23 @@ pub fn plots(out: &Path, runs: &[&RunStats], summaries: &[TypeSummary], scaling:
 
 /// Speedup and efficiency against ranks, one series per workload and batch per rank.
 fn scaling_plots(raster: &plot::Rasteriser, out: &Path, scaling: &[ScalingRow]) -> Result<()> {
+    // One series per workload, mode and batch; the baseline (speedup 1) starts each.
     let mut series: BTreeMap<String, Vec<&ScalingRow>> = BTreeMap::new();
-    for r in scaling {
-        series.entry(format!("{} b{}", r.model, r.batch_per_rank)).or_default().push(r);
+    for r in scaling.iter().filter(|r| r.speedup.is_finite()) {
+        let modes: &[&str] = if r.scaling_mode == "baseline" { &["weak", "strong"] } else { &[""] };
+        for m in modes {
+            let mode = if m.is_empty() { r.scaling_mode.as_str() } else { m };
+            let batch = if mode == "strong" {
+                format!("global {}", r.global_batch)
+            } else {
+                format!("b{}", r.batch_per_rank)
+            };
+            series.entry(format!("{} {mode} {batch}", r.model)).or_default().push(r);
+        }
     }
+    series.retain(|_, rows| rows.len() > 1);
     let max_ranks = scaling.iter().map(|r| r.ranks).max().unwrap_or(1) as f64;
-    let min_ranks = scaling.iter().map(|r| r.ranks).min().unwrap_or(1) as f64;
+    let min_ranks = 1.0;
     let mk = |f: &dyn Fn(&ScalingRow) -> f64| -> Vec<Series> {
         series
             .iter()

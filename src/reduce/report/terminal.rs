@@ -16,7 +16,7 @@ pub fn print_tables(summaries: &[TypeSummary], scaling: &[ScalingRow]) {
             run,
             nt,
             s.ranks,
-            s.steps,
+            s.rank_steps,
             ms(s.step_s_median),
             ms(s.step_s_p95),
             s.samples_per_s,
@@ -28,22 +28,24 @@ pub fn print_tables(summaries: &[TypeSummary], scaling: &[ScalingRow]) {
     }
     if scaling.iter().any(|r| r.scaling_mode != "baseline") {
         println!(
-            "\n{:<34} {:>5} {:>10} {:>8} {:>17} {:>10}",
-            "run", "ranks", "mode", "speedup", "95% interval", "efficiency"
+            "\n{:<34} {:>5} {:>8} {:>7} {:>8} {:>17} {:>10}",
+            "point", "ranks", "mode", "repeats", "speedup", "interval", "efficiency"
         );
         for r in scaling {
-            let run: String = r.run_id.chars().take(34).collect();
-            let ci = if r.speedup_ci_low.is_finite() {
-                format!("{:.3}-{:.3}", r.speedup_ci_low, r.speedup_ci_high)
+            let run: String = r.run_ids.chars().take(34).collect();
+            let num = |v: f64| if v.is_finite() { format!("{v:.3}") } else { "-".into() };
+            let ci = if r.speedup_low.is_finite() {
+                format!("{:.3}-{:.3}", r.speedup_low, r.speedup_high)
             } else {
                 "-".into()
             };
             println!(
-                "{:<34} {:>5} {:>10} {:>8.3} {:>17} {:>10}",
+                "{:<34} {:>5} {:>8} {:>7} {:>8} {:>17} {:>10}",
                 run,
                 r.ranks,
                 r.scaling_mode,
-                r.speedup,
+                r.repeats,
+                num(r.speedup),
                 ci,
                 pct(r.efficiency)
             );
