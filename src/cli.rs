@@ -28,6 +28,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Train data-parallel (launch with mpirun or srun, one process per rank).
+    #[command(allow_negative_numbers = true)]
     Train(TrainConfig),
     /// Summarise runs per node type, and scaling across runs (speedup, efficiency, waterfall, report, plots).
     Reduce(ReduceArgs),

@@ -2,7 +2,12 @@ use clap::Parser;
 use ddpbench::cli::{Cli, Command};
 
 fn run() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Under a launcher every rank parses the same line: rank 0 says what is wrong.
+        Err(e) if e.use_stderr() && ddpbench::world::launcher_rank().is_some_and(|r| r != 0) => std::process::exit(e.exit_code()),
+        Err(e) => e.exit(),
+    };
     match cli.command {
         Command::Train(args) => ddpbench::train::main(args),
         Command::Reduce(args) => ddpbench::reduce::main(args),
@@ -21,6 +26,11 @@ fn run() -> anyhow::Result<()> {
 }
 
 fn main() {
+    // A panic outside training (where the trainer's hook also aborts the MPI job) is one
+    // line for the user, not a trace.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("Error: {}. This is a ddpbench bug: please report it", ddpbench::panic_message(info));
+    }));
     if let Err(err) = run() {
         eprintln!("Error: {err:#}");
         std::process::exit(1);

@@ -137,6 +137,14 @@ pub fn gather_strings(g: &Group, s: &str) -> Option<Vec<String>> {
     }
 }
 
+/// This process's rank as the launcher set it (Open MPI, PMIx, Slurm, MPICH), before MPI
+/// starts; None outside a launcher.
+pub fn launcher_rank() -> Option<usize> {
+    ["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "PMI_RANK"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.parse().ok())
+}
+
 /// Launcher variables worth keeping with a run (Open MPI, Slurm, CUDA).
 pub fn launcher_env() -> Vec<(String, String)> {
     let mut vars: Vec<(String, String)> = std::env::vars()

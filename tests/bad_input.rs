@@ -13,6 +13,11 @@ fn assert_fails_everywhere(job: &Job, message: &str) {
     assert!(job.elapsed < LIMIT);
     let all = job.all();
     assert!(all.contains(message), "expected {message:?} in:\n{all}");
+    assert_eq!(all.matches(message).count(), 1, "printed once, not once per rank:\n{all}");
+    assert!(
+        !all.contains("panicked") && !all.contains("RUST_BACKTRACE"),
+        "a panic reached the user:\n{all}"
+    );
     for r in 0..2 {
         let line = all
             .lines()
@@ -68,7 +73,35 @@ fn unknown_model_and_dataset() {
 
 #[test]
 fn batch_size_zero() {
-    fails(&["--batch-size", "0"], "--batch-size 0: must be at least 1");
+    fails(&["--batch-size", "0"], "--batch-size 0: must be 1 to 1048576 samples per rank");
+}
+
+/// Impossible or absurd values are refused before anything runs, each with the flag and
+/// its limit: overflowing counts, NaN, more threads than the node has, negative rates.
+#[test]
+fn impossible_values_are_refused_with_their_limits() {
+    for (args, message) in [
+        (
+            &["--batch-size", "9223372036854775808", "--grad-accum", "2"][..],
+            "--batch-size 9223372036854775808: must be 1 to 1048576",
+        ),
+        (
+            &["--epochs", "9223372036854775808", "--batch-size", "15000"][..],
+            "--epochs 9223372036854775808: must be 1 to 1000000",
+        ),
+        (&["--threads", "4294967296"][..], "--threads 4294967296: must be 1 to"),
+        (&["--threads", "1000"][..], "--threads 1000: must be 1 to"),
+        (&["--workers", "100000"][..], "--workers 100000: must be 0 to"),
+        (&["--momentum", "nan"][..], "--momentum NaN: must be a momentum from 0 to 1"),
+        (&["--lr", "-0.01"][..], "--lr -0.01: must be a learning rate above 0"),
+        (&["--bucket-mb", "inf"][..], "--bucket-mb inf: must be MiB above 0"),
+        (
+            &["--node-type", "a|b"][..],
+            "--node-type \"a|b\": must be printable text without '|'",
+        ),
+    ] {
+        fails(args, message);
+    }
 }
 
 #[test]
@@ -103,6 +136,43 @@ fn corrupt_data_files() {
         &["--dataset", "mnist", "--data-dir", &path_str(d.path())],
         "gzip data is corrupt or truncated",
     );
+}
+
+/// IDX files whose header lies or whose images are not MNIST's are named, not a
+/// libtorch shape error at the first forward pass.
+#[test]
+fn idx_headers_that_cannot_be_mnist() {
+    let d = idx_dir(0, |_| {});
+    fails(
+        &["--dataset", "mnist", "--data-dir", &path_str(d.path())],
+        "holds no images (its header says 0)",
+    );
+    let d = idx_dir(10, |p| write_idx(&p.join("train-images-idx3-ubyte"), 0x803, &[10, 32, 32], 10240));
+    fails(
+        &["--dataset", "mnist", "--data-dir", &path_str(d.path())],
+        "holds 32×32 images; MNIST-format data sets have 28×28",
+    );
+    let d = idx_dir(10, |p| {
+        write_idx(&p.join("train-images-idx3-ubyte"), 0x803, &[u32::MAX, u32::MAX, u32::MAX], 16)
+    });
+    fails(
+        &["--dataset", "mnist", "--data-dir", &path_str(d.path())],
+        "describe more bytes than any file holds",
+    );
+}
+
+/// A folder the user made for the run stays when set-up fails; only one ddpbench
+/// created goes.
+#[test]
+fn a_users_own_out_folder_survives_a_failed_set_up() {
+    let d = tmp();
+    let mine = d.path().join("mine");
+    std::fs::create_dir(&mine).unwrap();
+    fails(
+        &["--dataset", "mnist", "--data-dir", "/nonexistent/mnist", "--out", &path_str(&mine)],
+        "/nonexistent/mnist: not found",
+    );
+    assert!(mine.is_dir(), "the user's folder was removed");
 }
 
 #[test]

@@ -180,3 +180,43 @@ fn a_stopped_rank_is_named_by_the_watchdog_and_the_job_ends() {
     };
     assert_eq!(named(first), named(line), "the same collective:\n{line}\n{first}");
 }
+
+/// A full file system is an error at once, not after an epoch of training into nowhere.
+/// Needs root (a 24 KiB tmpfs); elsewhere the test says so and passes.
+#[test]
+fn a_full_disk_stops_the_run_at_once_with_a_clear_error() {
+    let d = tmp();
+    let mnt = d.path().join("tiny");
+    std::fs::create_dir(&mnt).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=24k", "tmpfs", &path_str(&mnt)])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    }
+    let out = mnt.join("run");
+    let started = Instant::now();
+    let job = train(2, &["--max-steps", "2000", "--val-samples", "0", "--out", &path_str(&out)], LIMIT);
+    let took = started.elapsed();
+    // An aborted rank can linger for a moment: retry, then detach it lazily.
+    let unmounted = (0..20).any(|_| {
+        let ok = Command::new("umount")
+            .arg(&mnt)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        ok
+    });
+    if !unmounted {
+        let _ = Command::new("umount").arg("-l").arg(&mnt).status();
+    }
+    assert_ne!(job.status, Some(0), "{}", job.all());
+    assert!(job.all().contains("is the file system full or gone?"), "{}", job.all());
+    assert!(!job.all().contains("panicked"), "{}", job.all());
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+}

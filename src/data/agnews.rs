@@ -33,6 +33,14 @@ fn read_agnews(path: &Path) -> Result<Vec<(i64, String)>> {
             path: path.into(),
             what: format!("row {}: {e}", i + 1),
         })?;
+        // Kaggle's copy starts with a header row (Class Index,Title,Description).
+        if i == 0
+            && rec
+                .get(0)
+                .is_some_and(|c| c.trim().parse::<i64>().is_err() && c.to_lowercase().contains("class"))
+        {
+            continue;
+        }
         let class: i64 = rec
             .get(0)
             .and_then(|c| c.trim().parse().ok())
@@ -121,7 +129,12 @@ mod tests {
             "\"3\",\"Wall St. Bears\",\"Short-sellers, Wall Street's dwindling band\"\n\"1\",\"Bears win\",\"The bears, the bears!\"\n",
         )
         .unwrap();
-        std::fs::write(d.path().join("test.csv"), "\"4\",\"Unseen words\",\"bears\"\n").unwrap();
+        // Kaggle's copy has a header row, skipped.
+        std::fs::write(
+            d.path().join("test.csv"),
+            "Class Index,Title,Description\n\"4\",\"Unseen words\",\"bears\"\n",
+        )
+        .unwrap();
         let ds = load_agnews(d.path(), 6, 5).unwrap();
         assert_eq!((ds.train.len(), ds.test.len(), ds.classes), (2, 1, 4));
         assert_eq!(Vec::<i64>::try_from(&ds.train.labels).unwrap(), vec![2, 0]);

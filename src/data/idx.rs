@@ -28,6 +28,7 @@ pub fn read_idx(path: &Path, expected_magic: u32) -> Result<(Vec<usize>, Vec<u8>
     let bytes = if raw.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::with_capacity(raw.len() * 4);
         flate2::read::GzDecoder::new(&raw[..])
+            .take(1 << 34)
             .read_to_end(&mut out)
             .map_err(|e| DataError::Invalid {
                 path: path.into(),
@@ -64,8 +65,13 @@ pub fn read_idx(path: &Path, expected_magic: u32) -> Result<(Vec<usize>, Vec<u8>
     let dims: Vec<usize> = (0..ndims)
         .map(|i| u32::from_be_bytes(bytes[4 + 4 * i..8 + 4 * i].try_into().unwrap()) as usize)
         .collect();
-    let expected = dims.iter().product::<usize>();
     let found = bytes.len() - header;
+    let Some(expected) = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)) else {
+        return Err(DataError::Invalid {
+            path: path.into(),
+            what: format!("header dimensions {dims:?} describe more bytes than any file holds: the header is damaged"),
+        });
+    };
     if found < expected {
         return Err(DataError::Truncated {
             path: path.into(),

@@ -29,10 +29,24 @@ pub(crate) fn load_idx_split(dir: &Path, prefix: &str, mean: f64, std: f64, hint
     let lbl_path = idx_file(dir, &format!("{prefix}-labels-idx1-ubyte"), hint)?;
     let (dims, pixels) = read_idx(&img_path, 0x803)?;
     let (ldims, labels) = read_idx(&lbl_path, 0x801)?;
-    if dims.len() != 3 || ldims[0] != dims[0] {
+    if dims.len() != 3 || ldims.first() != dims.first() {
         return Err(DataError::Invalid {
             path: img_path,
-            what: format!("has shape {dims:?} but {} holds {} labels", lbl_path.display(), ldims[0]),
+            what: format!("has shape {dims:?} but {} holds {:?} labels", lbl_path.display(), ldims.first()),
+        }
+        .into());
+    }
+    if dims[1..] != [28, 28] {
+        return Err(DataError::Invalid {
+            path: img_path,
+            what: format!("holds {}×{} images; MNIST-format data sets have 28×28 images", dims[1], dims[2]),
+        }
+        .into());
+    }
+    if dims[0] == 0 {
+        return Err(DataError::Invalid {
+            path: img_path,
+            what: "holds no images (its header says 0)".into(),
         }
         .into());
     }

@@ -197,8 +197,9 @@ pub struct CommConfig {
     #[arg(long, value_enum, default_value_t = GradDtype::Fp32)]
     pub grad_dtype: GradDtype,
 
-    /// Iterations of the raw MPI_Allreduce probe run before training (0 to skip).
-    #[arg(long, default_value_t = 10)]
+    /// Iterations of the raw MPI_Allreduce probe run before training, cold and warm cache
+    /// (each stops after 5 s once it has 10; 0 skips it). Its median and spread go to the manifest.
+    #[arg(long, default_value_t = 50)]
     pub probe_iters: usize,
 }
 
@@ -245,53 +246,109 @@ impl TrainConfig {
         self.schedule.batch_size * self.schedule.grad_accum
     }
 
-    /// Checks what needs no MPI, so bad input fails before any rendezvous.
+    /// Checks what needs no MPI, so bad input fails before any rendezvous: every number
+    /// within what a run can use, every real number finite, the node type printable.
     pub fn validate(&self) -> Result<()> {
-        let fail = |flag: String, why: &str| Err(anyhow!("{flag}: {why}"));
-        let (w, s, o, c) = (&self.workload, &self.schedule, &self.optim, &self.comm);
-        if s.batch_size == 0 {
-            return fail("--batch-size 0".into(), "must be at least 1 sample per rank");
-        }
-        if s.epochs == 0 {
-            return fail("--epochs 0".into(), "must be at least 1 (use --max-steps to stop earlier)");
-        }
-        if s.max_steps == Some(0) {
-            return fail("--max-steps 0".into(), "must be at least 1");
-        }
-        if self.placement.threads == Some(0) {
-            return fail("--threads 0".into(), "must be at least 1 (leave it out to follow the core binding)");
-        }
-        if !(c.bucket_mb > 0.0 && c.bucket_mb.is_finite()) {
-            return fail(format!("--bucket-mb {}", c.bucket_mb), "must be a positive number of MiB");
-        }
-        if let Some(lr) = o.lr {
-            if !(lr > 0.0 && lr.is_finite()) {
-                return fail(format!("--lr {lr}"), "must be positive");
+        let (w, s, o, p, c, out) = (
+            &self.workload,
+            &self.schedule,
+            &self.optim,
+            &self.placement,
+            &self.comm,
+            &self.output,
+        );
+        let hw = online_cpus();
+        let whole: [(&str, Option<u64>, u64, u64, &str); 13] = [
+            ("--batch-size", Some(s.batch_size as u64), 1, 1 << 20, "samples per rank and step"),
+            (
+                "--epochs",
+                Some(s.epochs as u64),
+                1,
+                1_000_000,
+                "passes (use --max-steps to stop earlier)",
+            ),
+            ("--max-steps", s.max_steps.map(|v| v as u64), 1, 1_000_000_000_000, "steps"),
+            ("--grad-accum", Some(s.grad_accum as u64), 1, 4096, "micro-batches per step"),
+            ("--warmup-steps", Some(s.warmup_steps as u64), 0, 1_000_000_000_000, "steps"),
+            (
+                "--threads",
+                p.threads.map(|v| v as u64),
+                1,
+                hw as u64,
+                "threads per rank (this node's hardware threads; leave it out to follow the core binding)",
+            ),
+            (
+                "--workers",
+                Some(p.workers as u64),
+                0,
+                256.min(4 * hw as u64).max(8),
+                "batch-preparing threads per rank",
+            ),
+            ("--seq-len", Some(w.seq_len as u64), 1, 1 << 16, "tokens"),
+            (
+                "--vocab-size",
+                Some(w.vocab_size as u64),
+                3,
+                10_000_000,
+                "words (padding, unknown and at least one word)",
+            ),
+            (
+                "--synthetic-samples",
+                Some(w.synthetic_samples as u64),
+                1,
+                1_000_000_000_000,
+                "samples",
+            ),
+            ("--probe-iters", Some(c.probe_iters as u64), 0, 1_000_000, "iterations"),
+            ("--telemetry-ms", Some(out.telemetry_ms), 0, 3_600_000, "milliseconds"),
+            ("--val-samples", s.val_samples.map(|v| v as u64), 0, 1_000_000_000_000, "samples"),
+        ];
+        for (flag, value, lo, hi, what) in whole {
+            if let Some(v) = value.filter(|v| !(lo..=hi).contains(v)) {
+                return Err(anyhow!("{flag} {v}: must be {lo} to {hi} {what}"));
             }
         }
-        if s.grad_accum == 0 {
-            return fail("--grad-accum 0".into(), "must be at least 1 micro-batch per step");
-        }
-        if !(o.warmup_epochs >= 0.0 && o.warmup_epochs.is_finite()) {
-            return fail(format!("--warmup-epochs {}", o.warmup_epochs), "must be 0 or more");
-        }
-        if w.seq_len == 0 {
-            return fail("--seq-len 0".into(), "must be at least 1 token");
-        }
-        if w.vocab_size < 3 {
-            return fail(
-                format!("--vocab-size {}", w.vocab_size),
-                "must be at least 3 (padding, unknown and one word)",
-            );
-        }
-        if let Some(w) = self.output.watchdog_s {
-            if !(w > 0.0 && w.is_finite()) {
-                return fail(format!("--watchdog-s {w}"), "must be a positive number of seconds");
+        let real: [(&str, Option<f64>, f64, f64, bool, &str); 6] = [
+            ("--lr", o.lr, 0.0, 1e6, false, "a learning rate above 0"),
+            ("--momentum", Some(o.momentum), 0.0, 1.0, true, "a momentum from 0 to 1"),
+            (
+                "--weight-decay",
+                Some(o.weight_decay),
+                0.0,
+                1e6,
+                true,
+                "a weight decay of 0 or more",
+            ),
+            ("--warmup-epochs", Some(o.warmup_epochs), 0.0, 1e6, true, "epochs, 0 or more"),
+            ("--bucket-mb", Some(c.bucket_mb), 0.0, 65536.0, false, "MiB above 0"),
+            ("--watchdog-s", out.watchdog_s, 0.0, 1e7, false, "seconds above 0"),
+        ];
+        for (flag, value, lo, hi, lo_inclusive, what) in real {
+            if let Some(v) = value {
+                let above = if lo_inclusive { v >= lo } else { v > lo };
+                if !(v.is_finite() && above && v <= hi) {
+                    return Err(anyhow!("{flag} {v}: must be {what} (at most {hi})"));
+                }
             }
         }
-        if w.synthetic_samples == 0 {
-            return fail("--synthetic-samples 0".into(), "must be at least 1");
+        if let Some(t) = &p.node_type {
+            if t.trim().is_empty() || t.chars().any(|ch| ch.is_control() || ch == '|') {
+                return Err(anyhow!(
+                    "--node-type {t:?}: must be printable text without '|' (it names table rows)"
+                ));
+            }
         }
         Ok(())
+    }
+}
+
+/// Hardware threads online on this node (not only those this process may run on).
+fn online_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n > 0 {
+        n as usize
+    } else {
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     }
 }

@@ -10,7 +10,7 @@
 //! exits non-zero with the same message; an error on one rank during training takes
 //! the job down with MPI_Abort so no rank waits forever in a collective.
 
-mod clock;
+pub mod clock;
 mod communication;
 pub mod config;
 mod faults;
@@ -37,12 +37,18 @@ use watchdog::Watchdog;
 
 /// Entry point of `ddpbench train`.
 pub fn main(cfg: TrainConfig) -> Result<()> {
-    cfg.validate()?;
+    if let Err(e) = cfg.validate() {
+        // Every rank finds the same error before MPI starts: rank 0 says it.
+        if crate::world::launcher_rank().unwrap_or(0) == 0 {
+            return Err(e);
+        }
+        std::process::exit(1);
+    }
     let malloc = host_memory::apply(cfg.placement.malloc);
     let world = World::init()?;
     let g = &world.group;
     init_logging(g.rank);
-    install_abort_on_panic();
+    install_abort_on_panic(g.rank, &g.host);
     signals::install();
     let _span = tracing::info_span!("rank", r = g.rank).entered();
     tracing::debug!("{malloc}");
@@ -107,11 +113,13 @@ fn init_logging(rank: usize) {
         .try_init();
 }
 
-/// A panic on one rank must not leave the others blocked in a collective.
-fn install_abort_on_panic() {
-    let default = std::panic::take_hook();
+/// A panic on one rank (libtorch reports most of its errors, out of memory among them,
+/// as one) must not leave the others blocked in a collective: the rank says what went
+/// wrong in one line and aborts the job.
+fn install_abort_on_panic(rank: usize, host: &str) {
+    let host = host.to_string();
     std::panic::set_hook(Box::new(move |info| {
-        default(info);
+        eprintln!("Error on rank {rank} ({host}): {}. Aborting the job.", crate::panic_message(info));
         // SAFETY: MPI is initialised (the hook is installed after World::init).
         unsafe {
             mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 2);

@@ -12,6 +12,8 @@ use std::time::SystemTime;
 pub struct RunFolder {
     pub dir: PathBuf,
     pub run_id: String,
+    /// True (on rank 0) when ddpbench created the folder, rather than the user.
+    created: bool,
 }
 
 impl RunFolder {
@@ -22,17 +24,17 @@ impl RunFolder {
         let prepared = if g.rank == 0 {
             create(cfg, g.size, started)
         } else {
-            Ok(PathBuf::new())
+            Ok((PathBuf::new(), false))
         };
-        let dir = agree(g, prepared)?;
+        let (dir, created) = agree(g, prepared)?;
         let dir = PathBuf::from(broadcast_string(g, &dir.to_string_lossy()));
         let run_id = dir.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        Ok(RunFolder { dir, run_id })
+        Ok(RunFolder { dir, run_id, created })
     }
 
     /// After a set-up failure: before the manifest was written, rank 0 removes the
-    /// folder if it is empty (no empty run folder is left behind); after it, rank 0
-    /// marks the run failed with the error.
+    /// folder if it created it and it is empty (no empty run folder is left behind, and
+    /// a folder the user made stays); after it, rank 0 marks the run failed.
     pub fn abandon(&self, g: &Group, err: &anyhow::Error) {
         if g.rank != 0 {
             return;
@@ -43,9 +45,10 @@ impl RunFolder {
                 m.error = Some(format!("set-up failed: {err:#}"));
                 let _ = m.write(&self.dir);
             }
-            Err(_) => {
+            Err(_) if self.created => {
                 let _ = std::fs::remove_dir(&self.dir);
             }
+            Err(_) => {}
         }
     }
 
@@ -54,7 +57,8 @@ impl RunFolder {
     }
 }
 
-fn create(cfg: &TrainConfig, ranks: usize, started: SystemTime) -> Result<PathBuf> {
+/// The folder and whether it had to be created.
+fn create(cfg: &TrainConfig, ranks: usize, started: SystemTime) -> Result<(PathBuf, bool)> {
     let dir = match &cfg.output.out {
         Some(d) => d.clone(),
         None => {
@@ -69,6 +73,7 @@ fn create(cfg: &TrainConfig, ranks: usize, started: SystemTime) -> Result<PathBu
             Path::new("results").join(id)
         }
     };
+    let existed = dir.is_dir();
     if dir.join("manifest.json").exists() {
         bail!(
             "{} already holds a run (manifest.json). Choose another --out or move that run away",
@@ -84,5 +89,5 @@ fn create(cfg: &TrainConfig, ranks: usize, started: SystemTime) -> Result<PathBu
     let probe = dir.join(".write-test");
     std::fs::write(&probe, b"ok").with_context(|| format!("output folder {} is not writable (choose another --out)", dir.display()))?;
     let _ = std::fs::remove_file(probe);
-    Ok(dir)
+    Ok((dir, !existed))
 }
