@@ -107,6 +107,15 @@ fn a_killed_rank_leaves_every_completed_row_on_disk() {
     assert!(rows1 >= rows_before, "rank 1 had {rows_before} rows before the kill, {rows1} after");
     assert!(rows0 + 1 >= rows1 && rows1 + 1 >= rows0, "{rows0} vs {rows1}");
     assert!(!out.join("rank-00001.end.json").exists(), "a killed rank records nothing");
+    // reduce says the run died and why it cannot be used, without a panic.
+    let job = ddpbench(&["reduce", "--no-plots", &path_str(&out)]);
+    assert_ne!(job.status, Some(0), "{}", job.all());
+    assert!(
+        job.stderr.contains("incomplete run") && job.stderr.contains("killed"),
+        "{}",
+        job.stderr
+    );
+    assert!(!job.all().contains("panicked"));
 }
 
 #[test]
