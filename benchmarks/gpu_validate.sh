@@ -14,10 +14,15 @@
 # PyTorch 2.11.0+cu130, found through python3.
 #
 # Runs (synthetic data, so nothing else needs carrying), then `ddpbench reduce`:
-#   mnist-cnn  1 rank  NCCL           fp32, bf16      (NCCL single-rank overhead)
-#   mnist-cnn  2 ranks CPU-staged MPI fp32, overlap on and off (two ranks share the GPU)
-#   resnet50   1 rank  NCCL           fp32, fp16 AMP  (vs PyTorch eager, same batch)
-#   resnet50   2 ranks CPU-staged MPI fp16 AMP        (staged bandwidth vs copy bandwidth)
+#   mnist-cnn, resnet50  1 rank NCCL and 2 ranks CPU-staged MPI (sharing the GPU), each at
+#                        fp32, fp16 AMP and bf16 AMP: they train and their losses fall
+#   equivalence          2 x 32 (MPI-staged) against 1 x 64 (NCCL), --deterministic
+#                        --no-dropout, fp32: final parameters within 1e-4 relative
+#   overlap              1 rank NCCL, overlap on vs off: same parameters, exposed comm
+#   phase-sync           resnet50 fp16 AMP with --phase-sync on vs off: the timers' cost
+#   PyTorch eager        benchmarks/pytorch_resnet_amp.py, same batch and AMP
+#   copy bandwidth       pinned d2h/h2d against the staged all-reduce's copies
+#   telemetry, topo      rank-NNNNN.gpu.csv values, the GPU's nearest cores
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
@@ -57,9 +62,11 @@ device() {
     export LD_LIBRARY_PATH="$PWD/.gpu/lib:$torch_lib:${LD_LIBRARY_PATH:-}"
     export OPAL_PREFIX="$PWD/.gpu/ompi" PATH="$PWD/.gpu/ompi/bin:$PATH"
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    export DDPBENCH_NCCL_LIB="$torch_lib/../../nvidia/nccl/lib/libnccl.so.2"
+    # The wheel ships libnccl.so.2; the loader (cudarc) opens libnccl.so.
+    mkdir -p .gpu/nccl && ln -sfn "$torch_lib/../../nvidia/nccl/lib/libnccl.so.2" .gpu/nccl/libnccl.so
+    export LD_LIBRARY_PATH="$PWD/.gpu/nccl:$LD_LIBRARY_PATH"
     local bin="$PWD/.gpu/ddpbench"
-    local mpi=(mpirun --bind-to none --oversubscribe --mca btl self,vader,tcp -x LD_LIBRARY_PATH -x DDPBENCH_NCCL_LIB)
+    local mpi=(mpirun --bind-to none --oversubscribe --mca btl self,vader,tcp -x LD_LIBRARY_PATH)
     local runs="$out/runs"
     mkdir -p "$runs"
     {
@@ -85,17 +92,22 @@ PY
             --val-samples 0 --out "$runs/$name" "$@" >"$out/$name.log" 2>&1 ||
             echo "FAILED: $name (see $name.log)" | tee -a "$out/failures.txt"
     }
-    train mnist-1-nccl-fp32 1 --model mnist-cnn --allreduce nccl --max-steps 400
-    train mnist-1-nccl-bf16 1 --model mnist-cnn --allreduce nccl --amp bf16 --max-steps 400
-    train mnist-1-mpi-fp32 1 --model mnist-cnn --allreduce mpi --max-steps 400
-    train mnist-2-mpi-overlap 2 --model mnist-cnn --allreduce mpi --overlap on --max-steps 300
-    train mnist-2-mpi-nooverlap 2 --model mnist-cnn --allreduce mpi --overlap off --max-steps 300
-    # 4096 synthetic images (2.4 GB of host memory per rank), not the default 60,000 (36 GB).
-    train r50-1-nccl-fp32 1 --model resnet50 --allreduce nccl --batch-size 64 --max-steps 60 --synthetic-samples 4096
-    train r50-1-nccl-fp16 1 --model resnet50 --allreduce nccl --amp fp16 --batch-size 64 --max-steps 60 --synthetic-samples 4096
-    train r50-2-mpi-fp16 2 --model resnet50 --allreduce mpi --amp fp16 --batch-size 64 --max-steps 40 --synthetic-samples 4096
+    for amp in off fp16 bf16; do
+        train "mnist-1-nccl-$amp" 1 --model mnist-cnn --allreduce nccl --amp "$amp" --max-steps 400
+        train "mnist-2-mpi-$amp" 2 --model mnist-cnn --allreduce mpi --amp "$amp" --max-steps 300
+        # 4096 synthetic images (2.4 GB of host memory per rank), not the default 60,000 (36 GB).
+        train "r50-1-nccl-$amp" 1 --model resnet50 --allreduce nccl --amp "$amp" --batch-size 64 --max-steps 60 --synthetic-samples 4096
+        train "r50-2-mpi-$amp" 2 --model resnet50 --allreduce mpi --amp "$amp" --batch-size 64 --max-steps 40 --synthetic-samples 4096
+    done
+    local eq=(--model mnist-cnn --deterministic --no-dropout --max-steps 50 --seed 7)
+    train eq-1x64-nccl 1 "${eq[@]}" --allreduce nccl --batch-size 64
+    train eq-2x32-mpi 2 "${eq[@]}" --allreduce mpi --batch-size 32
+    train ov-on-nccl 1 "${eq[@]}" --allreduce nccl --batch-size 64 --model resnet18 --bucket-mb 5 --overlap on
+    train ov-off-nccl 1 "${eq[@]}" --allreduce nccl --batch-size 64 --model resnet18 --bucket-mb 5 --overlap off
+    train sync-on-r50 1 --model resnet50 --allreduce nccl --amp fp16 --batch-size 64 --max-steps 60 --synthetic-samples 4096 --phase-sync on
+    train sync-off-r50 1 --model resnet50 --allreduce nccl --amp fp16 --batch-size 64 --max-steps 60 --synthetic-samples 4096 --phase-sync off
     python3 benchmarks/pytorch_resnet_amp.py --model resnet50 --batch-size 64 --amp fp16 --steps 50 >"$out/pytorch_r50_fp16.json" 2>"$out/pytorch_r50_fp16.log" || true
-    python3 benchmarks/pytorch_resnet_amp.py --model resnet50 --batch-size 64 --amp off --steps 50 >"$out/pytorch_r50_fp32.json" 2>"$out/pytorch_r50_fp32.log" || true
+    python3 benchmarks/pytorch_resnet_amp.py --model resnet50 --batch-size 64 --amp off --steps 50 >"$out/pytorch_r50_off.json" 2>"$out/pytorch_r50_off.log" || true
     "$bin" reduce --no-plots --out "$out/reduce" "$runs" >"$out/reduce.txt" 2>&1 || true
     python3 - "$out" <<'PY' | tee "$out/summary.txt"
 import csv, glob, json, os, statistics, sys
@@ -119,14 +131,48 @@ if cb:
     print(f"pinned copy bandwidth: d2h {cb['d2h_bytes_per_s']/1e9:.2f} GB/s, h2d {cb['h2d_bytes_per_s']/1e9:.2f} GB/s")
 else:
     print("pinned copy bandwidth: not measured (see copy_bw.log)")
-for amp in ("fp16", "fp32"):
+def loss_falls(run):
+    v = []
+    for f in sorted(glob.glob(f"{out}/runs/{run}/rank-*[0-9].csv"))[:1]:
+        v = [float(r["loss"]) for r in csv.DictReader(open(f)) if r["loss"] not in ("", "nan")]
+    if len(v) < 20:
+        return "too few rows"
+    a, b = statistics.mean(v[:10]), statistics.mean(v[-10:])
+    return f"loss {a:.3f} -> {b:.3f} ({'falls' if b < a else 'DOES NOT FALL'})"
+for run in sorted(os.listdir(f"{out}/runs")):
+    print(f"{run:24} {loss_falls(run)}")
+def l2(run):
+    try:
+        return json.load(open(f"{out}/runs/{run}/manifest.json"))["final_param_l2"]
+    except Exception:
+        return float("nan")
+a, b = l2("eq-1x64-nccl"), l2("eq-2x32-mpi")
+print(f"equivalence 1x64 vs 2x32: final_param_l2 {a!r} vs {b!r}, relative {abs(a-b)/abs(a) if a else float('nan'):.2e} (need <= 1e-4)")
+a, b = l2("ov-on-nccl"), l2("ov-off-nccl")
+print(f"overlap on vs off (NCCL): final_param_l2 {a!r} vs {b!r}; exposed comm {med('ov-on-nccl','comm_exposed_s')*1e3:.3f} vs {med('ov-off-nccl','comm_exposed_s')*1e3:.3f} ms")
+on, off = med("sync-on-r50", "step_s"), med("sync-off-r50", "step_s")
+print(f"phase-sync cost (resnet50 fp16): step {on*1e3:.2f} ms with boundary syncs vs {off*1e3:.2f} ms without = {on/off:.3f}x")
+for f in sorted(glob.glob(f"{out}/runs/r50-1-nccl-fp16/rank-*.gpu.csv"))[:1]:
+    rows = list(csv.DictReader(open(f)))
+    util = [float(r["gpu_util_pct"]) for r in rows if r["gpu_util_pct"]]
+    clk = [float(r["sm_clock_mhz"]) for r in rows if r["sm_clock_mhz"]]
+    pw = [float(r["power_w"]) for r in rows if r["power_w"]]
+    print(f"telemetry: {len(rows)} rows, util median {statistics.median(util) if util else 'n/a'} %, "
+          f"SM clock median {statistics.median(clk) if clk else 'n/a'} MHz, power median {statistics.median(pw) if pw else 'n/a'} W")
+try:
+    r0 = json.load(open(f"{out}/runs/r50-1-nccl-fp16/manifest.json"))["ranks"][0]
+    print(f"manifest: CUDA driver {r0.get('cuda_driver_version')}, NVIDIA driver {r0.get('gpu_driver_version')}, "
+          f"clocks start {r0.get('gpu_clocks_start')}, end {r0.get('gpu_clocks_end')}")
+except Exception as e:
+    print(f"manifest GPU fields: {e}")
+for amp in ("fp16", "off"):
     try:
         p = json.loads(open(f"{out}/pytorch_r50_{amp}.json").read())
         ours = med(f"r50-1-nccl-{amp}", "step_s")
         print(f"resnet50 {amp}: ddpbench {ours*1e3:.2f} ms vs PyTorch eager {p['median_step_s']*1e3:.2f} ms = {ours/p['median_step_s']:.3f}x")
     except Exception as e:
         print(f"resnet50 {amp}: no comparison ({e})")
-r = "mnist-1-nccl-fp32"
+r = "mnist-1-nccl-off"
 print(f"NCCL single-rank: exposed comm / step = {med(r,'comm_exposed_s')/med(r,'step_s')*100:.2f} %")
 r = "r50-2-mpi-fp16"
 staged = (med(r, "comm_stage_d2h_s"), med(r, "comm_stage_h2d_s"))

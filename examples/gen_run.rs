@@ -59,6 +59,7 @@ fn main() -> anyhow::Result<()> {
                 binding_note: None,
                 comm_thread: None,
                 launcher_env: vec![],
+                ..Default::default()
             })
             .collect(),
     };

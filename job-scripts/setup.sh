@@ -53,6 +53,18 @@ ddpbench_setup() {
     *) export LD_LIBRARY_PATH=$LIBTORCH/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ;;
   esac
 
+  # NCCL: the torch wheel ships nvidia/nccl/lib/libnccl.so.2, but the loader ddpbench uses
+  # (cudarc) opens libnccl.so; link one under $DDPBENCH_HOME/lib and put it on the path.
+  local nccl2
+  nccl2=$(cd "$LIBTORCH/../nvidia/nccl/lib" 2>/dev/null && pwd)/libnccl.so.2
+  if [ -f "$nccl2" ]; then
+    mkdir -p "$DDPBENCH_HOME/lib" && ln -sfn "$nccl2" "$DDPBENCH_HOME/lib/libnccl.so"
+    case ":${LD_LIBRARY_PATH:-}:" in
+      *":$DDPBENCH_HOME/lib:"*) ;;
+      *) export LD_LIBRARY_PATH=$DDPBENCH_HOME/lib:$LD_LIBRARY_PATH ;;
+    esac
+  fi
+
   # 3. Open MPI as root (containers, CI) needs explicit consent.
   if [ "$(id -u)" = 0 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -24,27 +24,22 @@ pub trait GpuSource: Send + 'static {
 /// One GPU opened through NVML by its PCI bus id.
 pub struct NvmlGpu {
     nvml: nvml::Nvml,
-    device: nvml::Device,
+    bus_id: String,
 }
-
-// SAFETY: NVML is thread-safe (documented: calls may be made concurrently from any
-// thread), and `device` stays valid until nvmlShutdown, which runs only when the
-// `nvml` owned by this same value drops.
-unsafe impl Send for NvmlGpu {}
 
 impl NvmlGpu {
     /// Loads NVML and opens the GPU at `bus_id` (any form [`parse_pci_bus_id`] accepts).
     pub fn open(bus_id: &str) -> Result<NvmlGpu> {
-        let id = parse_pci_bus_id(bus_id)?;
+        let id = parse_pci_bus_id(bus_id)?.to_string();
         let nvml = nvml::Nvml::load()?;
-        let device = nvml.device_by_bus_id(&id.to_string())?;
-        Ok(NvmlGpu { nvml, device })
+        nvml.clocks(&id)?; // fails now, with the bus id, when NVML has no such GPU
+        Ok(NvmlGpu { nvml, bus_id: id })
     }
 }
 
 impl GpuSource for NvmlGpu {
     fn read(&mut self) -> GpuReading {
-        self.nvml.read(self.device)
+        self.nvml.read(&self.bus_id)
     }
 }
 

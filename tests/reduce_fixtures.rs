@@ -87,6 +87,7 @@ fn manifest(f: &Fixture, status: &str) -> Manifest {
                 binding_note: None,
                 comm_thread: None,
                 launcher_env: vec![],
+                ..Default::default()
             })
             .collect(),
     }

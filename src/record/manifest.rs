@@ -58,7 +58,7 @@ pub struct CommInfo {
 }
 
 /// Where and on what one rank ran.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RankInfo {
     pub rank: usize,
     pub local_rank: usize,
@@ -82,6 +82,21 @@ pub struct RankInfo {
     pub comm_thread: Option<String>,
     /// Launcher variables (OMPI_COMM_WORLD_*, SLURM_*, CUDA_VISIBLE_DEVICES).
     pub launcher_env: Vec<(String, String)>,
+    /// Every `NCCL_*` variable this rank saw (they change NCCL's algorithms and transports).
+    #[serde(default)]
+    pub nccl_env: Vec<(String, String)>,
+    /// The CUDA version the driver supports (from the driver), on a GPU rank.
+    #[serde(default)]
+    pub cuda_driver_version: Option<String>,
+    /// The NVIDIA driver's version (from NVML), on a GPU rank.
+    #[serde(default)]
+    pub gpu_driver_version: Option<String>,
+    /// This rank's GPU clocks and throttle reasons before the first step.
+    #[serde(default)]
+    pub gpu_clocks_start: Option<crate::device::nvml::GpuClocks>,
+    /// The same after the last step (a GPU that heated up and throttled shows here).
+    #[serde(default)]
+    pub gpu_clocks_end: Option<crate::device::nvml::GpuClocks>,
 }
 
 /// `manifest.json`: everything needed to interpret, compare and repeat a run.

@@ -172,6 +172,30 @@ pub struct PlacementConfig {
     /// paged in again next step (glibc's default). MALLOC_* environment variables win.
     #[arg(long, value_enum, default_value_t = MallocMode::Tuned)]
     pub malloc: MallocMode,
+
+    /// Bind as if this many ranks shared each node (at least the ranks really there). A
+    /// study sets it to the most ranks any of its points puts on one node, so a 1-rank
+    /// point gets one rank's share of the cores, the same as every rank of a bigger point.
+    #[arg(long)]
+    #[serde(default)]
+    pub node_slots: Option<usize>,
+
+    /// On a GPU, wait for the device at every phase boundary so each phase's time covers
+    /// its kernels (on). `off` measures what those waits cost: no boundary waits, one at
+    /// the end of the step, and the whole step is recorded as other_s (phases unattributed).
+    /// On CPU the two are the same.
+    #[arg(long, value_enum, default_value_t = PhaseSync::On)]
+    #[serde(default)]
+    pub phase_sync: PhaseSync,
+}
+
+/// Whether phase boundaries wait for the device ([`PlacementConfig::phase_sync`]).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PhaseSync {
+    #[default]
+    On,
+    Off,
 }
 
 /// How gradients are averaged across ranks.
@@ -258,7 +282,8 @@ impl TrainConfig {
             &self.output,
         );
         let hw = online_cpus();
-        let whole: [(&str, Option<u64>, u64, u64, &str); 13] = [
+        let whole: [(&str, Option<u64>, u64, u64, &str); 14] = [
+            ("--node-slots", p.node_slots.map(|v| v as u64), 1, 4096, "ranks per node"),
             ("--batch-size", Some(s.batch_size as u64), 1, 1 << 20, "samples per rank and step"),
             (
                 "--epochs",

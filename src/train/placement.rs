@@ -2,6 +2,7 @@
 //! is bound to, then the size of libtorch's thread pool; and the node type it reports.
 
 use super::config::{PlacementConfig, TrainConfig};
+use crate::device::nvml::{GpuClocks, Nvml};
 use crate::device::{self, cuda};
 use crate::record::RankInfo;
 use crate::topology::{self, BindPolicy, Binding, NodeInfo};
@@ -56,13 +57,16 @@ impl Placement {
         let device = agree(g, device::resolve_device(pc.device, g.local_rank))?;
         let mut hw = hwloc2::Topology::new().ok_or_else(|| anyhow!("hwloc could not read the topology"));
         let cores = hw.as_ref().map(topology::discover_cores).unwrap_or_default();
+        // Ranks the node's cores are shared among: this group's, or more when a study keeps
+        // every point's share of the node equal (`--node-slots`).
+        let slots = pc.node_slots.unwrap_or(g.local_size).max(g.local_size);
         let (gpu_bus_id, gpu_near) = match device {
             Device::Cuda(i) => gpu_places(i),
             _ => (None, Err(anyhow!("training on CPU"))),
         };
         let binding = match (&gpu_near, pc.bind) {
-            (Ok(near), BindPolicy::Auto) => topology::plan_gpu_bindings(&cores, near, g.local_size).swap_remove(g.local_rank),
-            _ => topology::plan_binding(&cores, pc.bind, g.local_rank, g.local_size),
+            (Ok(near), BindPolicy::Auto) => topology::plan_gpu_bindings(&cores, near, slots).swap_remove(g.local_rank),
+            _ => topology::plan_binding(&cores, pc.bind, g.local_rank, slots),
         };
         let binding_note = match (&device, &gpu_near) {
             (Device::Cuda(_), Err(e)) => Some(format!("not bound by GPU locality: {e:#}")),
@@ -80,7 +84,7 @@ impl Placement {
             );
         }
         let threads = pc.threads.unwrap_or(binding.threads);
-        let (binding, comm_core) = split_off_comm_core(binding, threads, cores.len() / g.local_size.max(1), device);
+        let (binding, comm_core) = split_off_comm_core(binding, threads, cores.len() / slots.max(1), device);
         if let Ok(hw) = hw.as_mut() {
             if let Err(e) = topology::apply_binding(hw, &binding) {
                 warn!("{e:#}; running unbound");
@@ -125,7 +129,22 @@ impl Placement {
             binding_note: self.binding_note.clone(),
             comm_thread: Some(self.comm_core.describe()),
             launcher_env: launcher_env(),
+            nccl_env: crate::device::cuda::nccl_env(),
+            cuda_driver_version: match self.device {
+                Device::Cuda(_) => crate::device::cuda::driver().ok().map(|d| d.version()),
+                _ => None,
+            },
+            gpu_driver_version: self.gpu_bus_id.as_ref().and_then(|_| Nvml::load().ok()?.driver_version()),
+            gpu_clocks_start: self.gpu_clocks(),
+            gpu_clocks_end: None,
         })
+    }
+
+    /// This rank's GPU clocks and throttle reasons now, when it has a GPU NVML can read.
+    pub fn gpu_clocks(&self) -> Option<GpuClocks> {
+        let bus = self.gpu_bus_id.as_ref()?;
+        let id = topology::parse_pci_bus_id(bus).ok()?.to_string();
+        Nvml::load().ok()?.clocks(&id).ok()
     }
 }
 

@@ -20,6 +20,9 @@ enum Wait {
     Nothing,
     /// CUDA: synchronise libtorch's stream.
     TorchStream(Device),
+    /// CUDA with `--phase-sync off`: no waits at boundaries, one at the step's end, and
+    /// the step is recorded whole as [`Phase::Other`].
+    StepEndOnly(Device),
 }
 
 /// Times the phases of one step at a time.
@@ -40,14 +43,14 @@ pub struct StepTimes {
 }
 
 impl PhaseTimer {
-    /// The timer for tensors on `device`.
-    pub fn new(device: Device) -> PhaseTimer {
+    /// The timer for tensors on `device`; `phase_sync` false: see [`Wait::StepEndOnly`].
+    pub fn new(device: Device, phase_sync: bool) -> PhaseTimer {
         let now = Instant::now();
         PhaseTimer {
-            wait: if device == Device::Cpu {
-                Wait::Nothing
-            } else {
-                Wait::TorchStream(device)
+            wait: match (device, phase_sync) {
+                (Device::Cpu, _) => Wait::Nothing,
+                (_, true) => Wait::TorchStream(device),
+                (_, false) => Wait::StepEndOnly(device),
             },
             step_start: now,
             last: now,
@@ -69,6 +72,9 @@ impl PhaseTimer {
             device::sync(d);
         }
         let now = Instant::now();
+        if let Wait::StepEndOnly(_) = self.wait {
+            return now;
+        }
         self.times[phase.index()] += (now - self.last).as_secs_f64();
         self.last = now;
         now
@@ -77,6 +83,9 @@ impl PhaseTimer {
     /// Ends the step: the time since the last boundary is [`Phase::Other`], and the step's
     /// wall time is the sum of its phases.
     pub fn finish_step(&mut self) -> StepTimes {
+        if let Wait::StepEndOnly(d) = self.wait {
+            device::sync(d);
+        }
         let now = Instant::now();
         self.times[Phase::Other.index()] += (now - self.last).as_secs_f64();
         self.last = now;
@@ -95,7 +104,7 @@ mod tests {
 
     #[test]
     fn phases_are_contiguous_accumulate_and_add_up_to_the_step() {
-        let mut t = PhaseTimer::new(Device::Cpu);
+        let mut t = PhaseTimer::new(Device::Cpu, true);
         t.start_step();
         for _ in 0..2 {
             std::thread::sleep(Duration::from_millis(2));
@@ -116,5 +125,32 @@ mod tests {
         let s2 = t.finish_step();
         assert_eq!(s2.phases[Phase::Data.index()], 0.0);
         assert!(s2.start > s.start);
+    }
+}
+
+#[cfg(test)]
+mod unsynced_tests {
+    use super::*;
+
+    #[test]
+    fn without_phase_sync_the_whole_step_is_other() {
+        // device::sync does nothing for Device::Cpu, so this checks the bookkeeping of
+        // the unsynced mode on a machine without a GPU.
+        let mut t = PhaseTimer {
+            wait: Wait::Nothing,
+            step_start: Instant::now(),
+            last: Instant::now(),
+            times: [0.0; Phase::COUNT],
+        };
+        t.wait = Wait::StepEndOnly(Device::Cpu);
+        t.start_step();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        t.end(Phase::Forward);
+        t.end(Phase::Backward);
+        let s = t.finish_step();
+        assert_eq!(s.phases[Phase::Forward.index()], 0.0);
+        assert_eq!(s.phases[Phase::Backward.index()], 0.0);
+        assert_eq!(s.phases[Phase::Other.index()], s.step_s);
+        assert!(s.step_s >= 0.002);
     }
 }

@@ -5,7 +5,7 @@
 
 use super::clock::{self, ClockLog};
 use super::communication::{Backend, Communication};
-use super::config::TrainConfig;
+use super::config::{PhaseSync, TrainConfig};
 use super::faults::FaultHooks;
 use super::params::{broadcast_from_rank0, check_in_sync};
 use super::placement::Placement;
@@ -131,7 +131,7 @@ impl<'g> Trainer<'g> {
             loss_factor: 1.0 / (ranks_summed(g, &comm) * cfg.schedule.grad_accum) as f64,
             scaler: (cfg.optim.amp == AmpMode::Fp16).then(LossScaler::default),
             faults: FaultHooks::from_env(g.rank),
-            timer: PhaseTimer::new(place.device),
+            timer: PhaseTimer::new(place.device, cfg.placement.phase_sync == PhaseSync::On),
             cfg: cfg.clone(),
             folder,
             started: started_at,
@@ -199,7 +199,14 @@ impl<'g> Trainer<'g> {
         };
         self.steps_log.sync()?;
         self.end_record(status, error.clone()).write(&self.folder.dir)?;
+        // Every rank's GPU clocks after the last step (a collective: every rank sends
+        // "null" or its reading).
+        let mine = serde_json::to_string(&self.place.gpu_clocks())?;
+        let ends = gather_strings(&self.g, &mine);
         if self.g.rank == 0 {
+            for (info, text) in self.manifest.ranks.iter_mut().zip(ends.unwrap_or_default()) {
+                info.gpu_clocks_end = serde_json::from_str(&text).ok().flatten();
+            }
             if self.cfg.output.save_model && stopped.is_none() {
                 self.model
                     .vs

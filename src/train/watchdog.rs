@@ -337,6 +337,9 @@ fn watch(s: Arc<Shared>, mut link: Link) {
         if !signal_recorded {
             signal_recorded = record_signal_while_held(&s, &own);
         }
+        if let Some(e) = crate::device::cuda::async_error() {
+            give_up(&s, &mut link, Verdict::Own(format!("rank {} on {}: {e}", s.rank, s.host)));
+        }
         let verdict = match &mut link {
             Link::Root(root) => judge_as_root(&s, root, own).map(Verdict::Own),
             Link::Member(m) => judge_as_member(&s, m, own),
@@ -443,6 +446,8 @@ fn give_up(s: &Shared, link: &mut Link, verdict: Verdict) -> ! {
     }
     // Let the other ranks write their records before the job is torn down.
     std::thread::sleep(Duration::from_millis(1500));
+    // A rank blocked inside NCCL returns only once its communicators are aborted.
+    crate::device::cuda::abort_all();
     // SAFETY: MPI is initialised (the watchdog starts after it); MPI_Abort ends every
     // rank of the job, which is what a hung collective needs.
     unsafe {

@@ -57,6 +57,8 @@ impl ComparisonKey {
             ("vocab_size", get("vocab_size")),
             ("malloc", get("malloc")),
             ("deterministic", get("deterministic")),
+            // Only `off` changes a step (no waits at phase boundaries); older runs lack the field.
+            ("phase_sync", if get("phase_sync") == "off" { "off".into() } else { String::new() }),
         ]
         .iter()
         .filter(|(_, v)| !v.is_empty())
