@@ -20,9 +20,15 @@
 #                        --no-dropout, fp32: final parameters within 1e-4 relative
 #   overlap              1 rank NCCL, overlap on vs off: same parameters, exposed comm
 #   phase-sync           resnet50 fp16 AMP with --phase-sync on vs off: the timers' cost
-#   PyTorch eager        benchmarks/pytorch_resnet_amp.py, same batch and AMP
-#   copy bandwidth       pinned d2h/h2d against the staged all-reduce's copies
-#   telemetry, topo      rank-NNNNN.gpu.csv values, the GPU's nearest cores
+#   PyTorch eager        benchmarks/pytorch_resnet_amp.py, same batch, AMP and pooled data
+#                        (phase-sync, eager and fp32: three interleaved repeats each)
+#   copy bandwidth       pinned d2h/h2d against the staged all-reduce's copies (overlap
+#                        off: with overlap on, the copies wait behind backward's kernels)
+#   telemetry, topo      rank-NNNNN.gpu.csv values during the timed steps, nearest cores
+#
+# GV_ONLY=<extended regex> runs only the runs whose names match (e.g. '^(sync-|pytorch-)').
+# One full pass takes about 11 minutes on an H100: run it as two device calls,
+# GV_ONLY='^(mnist|r50-[12]-|eq-)' and GV_ONLY='^(ov-|sync-|pytorch-|r50-off|r50-2-mpi-fp16-ovoff)'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
@@ -32,7 +38,10 @@ prepare() {
     source job-scripts/setup.sh
     cargo build --release
     rm -rf .gpu && mkdir -p .gpu/lib .gpu/ompi/bin
-    grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >>.git/info/exclude
+    local exclude
+    exclude=$(git rev-parse --git-path info/exclude)
+    mkdir -p "$(dirname "$exclude")"
+    grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo '/.gpu/' >>"$exclude"
     strip -o .gpu/ddpbench target/release/ddpbench
     # Open MPI relocated under OPAL_PREFIX=.gpu/ompi, in Debian's layout.
     local mpilib=/usr/lib/x86_64-linux-gnu/openmpi
@@ -56,8 +65,17 @@ prepare() {
 
 device() {
     [ -x .gpu/ddpbench ] || { echo "no .gpu/ddpbench: run 'benchmarks/gpu_validate.sh prepare' here first" >&2; exit 2; }
-    out=${OUT:-results/gpu-validate-$(date -u +%Y%m%dT%H%M%SZ)}
+    # With the device tool, $OUT returns only a few files, two folders deep: work in a
+    # scratch folder and pack it into $OUT/gv.tgz after every run, so a command stopped
+    # at its time limit still returns what finished.
+    local out
+    if [ -n "${OUT:-}" ]; then out=$(mktemp -d)/gv; else out=results/gpu-validate-$(date -u +%Y%m%dT%H%M%SZ); fi
     mkdir -p "$out"
+    pack() {
+        [ -n "${OUT:-}" ] || return 0
+        tar czf "$OUT/gv.tgz" -C "$(dirname "$out")" gv
+        cp "$out"/summary.txt "$out"/reduce.txt "$out"/failures.txt "$OUT"/ 2>/dev/null || true
+    }
     torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
     export LD_LIBRARY_PATH="$PWD/.gpu/lib:$torch_lib:${LD_LIBRARY_PATH:-}"
     export OPAL_PREFIX="$PWD/.gpu/ompi" PATH="$PWD/.gpu/ompi/bin:$PATH"
@@ -85,29 +103,50 @@ def bw(f):
     torch.cuda.synchronize(); return 20 * 4 * n / (time.perf_counter() - t)
 print(json.dumps({"bytes": 4 * n, "d2h_bytes_per_s": bw(lambda: h.copy_(d)), "h2d_bytes_per_s": bw(lambda: d.copy_(h))}))
 PY
+    # GV_ONLY=<extended regex> runs only the runs (and peers) whose names match.
+    want() { [[ -z "${GV_ONLY:-}" || "$1" =~ ${GV_ONLY} ]]; }
     train() { # name ranks args...
         local name=$1 ranks=$2
         shift 2
-        "${mpi[@]}" -n "$ranks" "$bin" train --dataset synthetic --device cuda --optimizer sgd \
+        want "$name" || return 0
+        echo "[$(date -u +%T)] $name" >&2
+        timeout -k 10 150 "${mpi[@]}" -n "$ranks" "$bin" train --dataset synthetic --device cuda --optimizer sgd \
             --val-samples 0 --out "$runs/$name" "$@" >"$out/$name.log" 2>&1 ||
             echo "FAILED: $name (see $name.log)" | tee -a "$out/failures.txt"
+        pack
     }
+    peer() { # name args...
+        local name=$1
+        shift
+        want "$name" || return 0
+        echo "[$(date -u +%T)] $name" >&2
+        timeout -k 10 150 python3 benchmarks/pytorch_resnet_amp.py "$@" >"$out/$name.json" 2>"$out/$name.log" ||
+            echo "FAILED: $name (see $name.log)" | tee -a "$out/failures.txt"
+        pack
+    }
+    local r50=(--model resnet50 --batch-size 64 --synthetic-samples 4096)
     for amp in off fp16 bf16; do
         train "mnist-1-nccl-$amp" 1 --model mnist-cnn --allreduce nccl --amp "$amp" --max-steps 400
         train "mnist-2-mpi-$amp" 2 --model mnist-cnn --allreduce mpi --amp "$amp" --max-steps 300
-        # 4096 synthetic images (2.4 GB of host memory per rank), not the default 60,000 (36 GB).
-        train "r50-1-nccl-$amp" 1 --model resnet50 --allreduce nccl --amp "$amp" --batch-size 64 --max-steps 60 --synthetic-samples 4096
-        train "r50-2-mpi-$amp" 2 --model resnet50 --allreduce mpi --amp "$amp" --batch-size 64 --max-steps 40 --synthetic-samples 4096
+        train "r50-1-nccl-$amp" 1 "${r50[@]}" --allreduce nccl --amp "$amp" --max-steps 60
+        train "r50-2-mpi-$amp" 2 "${r50[@]}" --allreduce mpi --amp "$amp" --max-steps 40
     done
-    local eq=(--model mnist-cnn --deterministic --no-dropout --max-steps 50 --seed 7)
-    train eq-1x64-nccl 1 "${eq[@]}" --allreduce nccl --batch-size 64
-    train eq-2x32-mpi 2 "${eq[@]}" --allreduce mpi --batch-size 32
-    train ov-on-nccl 1 "${eq[@]}" --allreduce nccl --batch-size 64 --model resnet18 --bucket-mb 5 --overlap on
-    train ov-off-nccl 1 "${eq[@]}" --allreduce nccl --batch-size 64 --model resnet18 --bucket-mb 5 --overlap off
-    train sync-on-r50 1 --model resnet50 --allreduce nccl --amp fp16 --batch-size 64 --max-steps 60 --synthetic-samples 4096 --phase-sync on
-    train sync-off-r50 1 --model resnet50 --allreduce nccl --amp fp16 --batch-size 64 --max-steps 60 --synthetic-samples 4096 --phase-sync off
-    python3 benchmarks/pytorch_resnet_amp.py --model resnet50 --batch-size 64 --amp fp16 --steps 50 >"$out/pytorch_r50_fp16.json" 2>"$out/pytorch_r50_fp16.log" || true
-    python3 benchmarks/pytorch_resnet_amp.py --model resnet50 --batch-size 64 --amp off --steps 50 >"$out/pytorch_r50_off.json" 2>"$out/pytorch_r50_off.log" || true
+    # With --overlap off the staged copies run after backward, so their times are copy
+    # times, not waits behind backward's kernels on the same stream.
+    train r50-2-mpi-fp16-ovoff 2 "${r50[@]}" --allreduce mpi --amp fp16 --max-steps 40 --overlap off
+    local eq=(--deterministic --no-dropout --max-steps 50 --seed 7)
+    train eq-1x64-nccl 1 --model mnist-cnn "${eq[@]}" --allreduce nccl --batch-size 64
+    train eq-2x32-mpi 2 --model mnist-cnn "${eq[@]}" --allreduce mpi --batch-size 32
+    train ov-on-nccl 1 --model resnet18 "${eq[@]}" --allreduce nccl --batch-size 64 --bucket-mb 5 --overlap on
+    train ov-off-nccl 1 --model resnet18 "${eq[@]}" --allreduce nccl --batch-size 64 --bucket-mb 5 --overlap off
+    # Timing comparisons: three interleaved repeats of 150 steps each.
+    for rep in 1 2 3; do
+        train "sync-on-r50-rep$rep" 1 "${r50[@]}" --allreduce nccl --amp fp16 --max-steps 150 --phase-sync on
+        train "sync-off-r50-rep$rep" 1 "${r50[@]}" --allreduce nccl --amp fp16 --max-steps 150 --phase-sync off
+        peer "pytorch-r50-fp16-rep$rep" --model resnet50 --batch-size 64 --amp fp16 --steps 140 --samples 4096
+        peer "pytorch-r50-off-rep$rep" --model resnet50 --batch-size 64 --amp off --steps 140 --samples 4096
+        train "r50-off-rep$rep" 1 "${r50[@]}" --allreduce nccl --amp off --max-steps 150
+    done
     "$bin" reduce --no-plots --out "$out/reduce" "$runs" >"$out/reduce.txt" 2>&1 || true
     python3 - "$out" <<'PY' | tee "$out/summary.txt"
 import csv, glob, json, os, statistics, sys
@@ -150,39 +189,57 @@ a, b = l2("eq-1x64-nccl"), l2("eq-2x32-mpi")
 print(f"equivalence 1x64 vs 2x32: final_param_l2 {a!r} vs {b!r}, relative {abs(a-b)/abs(a) if a else float('nan'):.2e} (need <= 1e-4)")
 a, b = l2("ov-on-nccl"), l2("ov-off-nccl")
 print(f"overlap on vs off (NCCL): final_param_l2 {a!r} vs {b!r}; exposed comm {med('ov-on-nccl','comm_exposed_s')*1e3:.3f} vs {med('ov-off-nccl','comm_exposed_s')*1e3:.3f} ms")
-on, off = med("sync-on-r50", "step_s"), med("sync-off-r50", "step_s")
-print(f"phase-sync cost (resnet50 fp16): step {on*1e3:.2f} ms with boundary syncs vs {off*1e3:.2f} ms without = {on/off:.3f}x")
-for f in sorted(glob.glob(f"{out}/runs/r50-1-nccl-fp16/rank-*.gpu.csv"))[:1]:
-    rows = list(csv.DictReader(open(f)))
-    util = [float(r["gpu_util_pct"]) for r in rows if r["gpu_util_pct"]]
-    clk = [float(r["sm_clock_mhz"]) for r in rows if r["sm_clock_mhz"]]
-    pw = [float(r["power_w"]) for r in rows if r["power_w"]]
-    print(f"telemetry: {len(rows)} rows, util median {statistics.median(util) if util else 'n/a'} %, "
-          f"SM clock median {statistics.median(clk) if clk else 'n/a'} MHz, power median {statistics.median(pw) if pw else 'n/a'} W")
+def rep_meds(prefix, col="step_s"):
+    return [med(r, col) for r in sorted(os.listdir(f"{out}/runs")) if r.startswith(prefix + "-rep")]
+def spread(v):
+    v = [x for x in v if x == x]
+    if not v:
+        return "no runs", float("nan")
+    m = statistics.median(v)
+    return f"{m*1e3:.2f} ms (repeats {', '.join(f'{x*1e3:.2f}' for x in v)})", m
+son, mon = spread(rep_meds("sync-on-r50"))
+soff, moff = spread(rep_meds("sync-off-r50"))
+print(f"phase-sync (resnet50 fp16, 1 rank NCCL, median of per-repeat medians): on {son}; off {soff}; on/off = {mon/moff:.3f}")
+for amp, ours in (("fp16", "sync-on-r50"), ("off", "r50-off")):
+    peers = []
+    for f in sorted(glob.glob(f"{out}/pytorch-r50-{amp}-rep*.json")):
+        try:
+            peers.append(json.loads(open(f).read())["median_step_s"])
+        except Exception:
+            pass
+    so, mo = spread(rep_meds(ours))
+    sp, mp = spread(peers)
+    print(f"resnet50 {amp} batch 64: ddpbench {so}; PyTorch eager {sp}; ratio {mo/mp:.3f}")
+# Telemetry during the timed steps: samples after the first (warm-up) step ended.
+for f in sorted(glob.glob(f"{out}/runs/sync-on-r50-rep1/rank-*.gpu.csv"))[:1]:
+    steps = list(csv.DictReader(open(f.replace(".gpu.csv", ".csv"))))
+    t0 = float(steps[1]["elapsed_s"]) if len(steps) > 1 else 0.0
+    t1 = float(steps[-1]["elapsed_s"])
+    rows = [r for r in csv.DictReader(open(f)) if t0 <= float(r["elapsed_s"]) <= t1]
+    def m(c):
+        v = [float(r[c]) for r in rows if r[c]]
+        return f"{statistics.median(v):.0f}" if v else "n/a"
+    print(f"telemetry during steps 1..{len(steps)-1} ({t0:.1f}-{t1:.1f} s): {len(rows)} samples, "
+          f"util median {m('gpu_util_pct')} %, SM clock median {m('sm_clock_mhz')} MHz, power median {m('power_w')} W")
 try:
-    r0 = json.load(open(f"{out}/runs/r50-1-nccl-fp16/manifest.json"))["ranks"][0]
+    r0 = json.load(open(f"{out}/runs/sync-on-r50-rep1/manifest.json"))["ranks"][0]
     print(f"manifest: CUDA driver {r0.get('cuda_driver_version')}, NVIDIA driver {r0.get('gpu_driver_version')}, "
           f"clocks start {r0.get('gpu_clocks_start')}, end {r0.get('gpu_clocks_end')}")
 except Exception as e:
     print(f"manifest GPU fields: {e}")
-for amp in ("fp16", "off"):
-    try:
-        p = json.loads(open(f"{out}/pytorch_r50_{amp}.json").read())
-        ours = med(f"r50-1-nccl-{amp}", "step_s")
-        print(f"resnet50 {amp}: ddpbench {ours*1e3:.2f} ms vs PyTorch eager {p['median_step_s']*1e3:.2f} ms = {ours/p['median_step_s']:.3f}x")
-    except Exception as e:
-        print(f"resnet50 {amp}: no comparison ({e})")
 r = "mnist-1-nccl-off"
 print(f"NCCL single-rank: exposed comm / step = {med(r,'comm_exposed_s')/med(r,'step_s')*100:.2f} %")
-r = "r50-2-mpi-fp16"
-staged = (med(r, "comm_stage_d2h_s"), med(r, "comm_stage_h2d_s"))
-try:
-    b = json.load(open(f"{out}/runs/{r}/manifest.json"))["gradient_bytes"]
-    print(f"staged copies for {b} B: d2h {b/staged[0]/1e9:.2f} GB/s, h2d {b/staged[1]/1e9:.2f} GB/s "
-          f"({b/staged[0]/cb['d2h_bytes_per_s']*100:.0f} % / {b/staged[1]/cb['h2d_bytes_per_s']*100:.0f} % of the pinned copy bandwidth)")
-except Exception as e:
-    print(f"staged copies: no figure ({e})")
+for r in ("r50-2-mpi-fp16-ovoff", "r50-2-mpi-fp16"):
+    staged = (med(r, "comm_stage_d2h_s"), med(r, "comm_stage_h2d_s"))
+    try:
+        m = json.load(open(f"{out}/runs/{r}/manifest.json"))
+        b = m["gradient_bytes"]
+        print(f"{r}: staged copies of {b} B: d2h {b/staged[0]/1e9:.2f} GB/s, h2d {b/staged[1]/1e9:.2f} GB/s "
+              f"({b/staged[0]/cb['d2h_bytes_per_s']*100:.0f} % / {b/staged[1]/cb['h2d_bytes_per_s']*100:.0f} % of the pinned copy bandwidth)")
+    except Exception as e:
+        print(f"{r}: no staged-copy figure ({e})")
 PY
+    pack
 }
 
 case "$mode" in

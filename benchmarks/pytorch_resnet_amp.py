@@ -1,8 +1,10 @@
 """PyTorch eager reference for ddpbench's GPU step time (issue 5's goal: ddpbench's
 ResNet-50 AMP step <= 1.0x this). One process, one GPU, no DDP: the same network
-(torchvision), batch, optimizer (SGD, momentum 0.9), synthetic data made on the CPU
-and copied each step (as ddpbench --dataset synthetic), fp16 autocast with GradScaler
-or bf16 autocast or fp32. Prints one JSON line: median and p95 step seconds.
+(torchvision), batch, optimizer (SGD, momentum 0.9), and ddpbench's synthetic data: a
+pool of random-normal images held on the CPU (at most 256 MiB, as ddpbench's pool), each
+step gathering a shuffled batch from it and copying it to the GPU inside the timed step;
+fp16 autocast with GradScaler or bf16 autocast or fp32. Prints one JSON line: median, p95,
+min and max step seconds, and the intra-op threads.
 
     python3 benchmarks/pytorch_resnet_amp.py --model resnet50 --batch-size 64 --amp fp16 --steps 60
 """
@@ -24,35 +26,70 @@ def main():
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--samples", type=int, default=4096, help="as ddpbench --synthetic-samples")
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: PyTorch's default)")
+    p.add_argument("--foreach", default="default", choices=["default", "on", "off"],
+                   help="SGD's multi-tensor kernels (default: PyTorch's choice, on for CUDA)")
+    p.add_argument("--phases", action="store_true",
+                   help="synchronise the GPU at each phase's end and report phase medians, as ddpbench --phase-sync on")
     a = p.parse_args()
 
     torch.backends.cudnn.benchmark = True
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    rows = min(a.samples, (256 << 20) // (3 * 224 * 224 * 4))
+    pool = torch.randn(rows, 3, 224, 224)
+    labels = torch.randint(0, 1000, (rows,))
+    order = torch.randperm(a.samples)
     dev = torch.device("cuda")
     net = getattr(torchvision.models, a.model)(num_classes=1000).to(dev)
-    opt = torch.optim.SGD(net.parameters(), lr=a.lr, momentum=0.9)
+    foreach = {"default": None, "on": True, "off": False}[a.foreach]
+    opt = torch.optim.SGD(net.parameters(), lr=a.lr, momentum=0.9, foreach=foreach)
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(a.amp)
     scaler = torch.amp.GradScaler("cuda", enabled=a.amp == "fp16")
     times = []
+    names = ["data_s", "batch_copy_s", "forward_s", "backward_s", "optimizer_s"]
+    phases = {n: [] for n in names}
     for step in range(a.steps + a.warmup):
-        t0 = time.perf_counter()
-        x = torch.randn(a.batch_size, 3, 224, 224).to(dev)
-        y = torch.randint(0, 1000, (a.batch_size,)).to(dev)
+        marks = [time.perf_counter()]
+
+        def mark():
+            if a.phases:
+                torch.cuda.synchronize()
+                marks.append(time.perf_counter())
+
+        first = (step * a.batch_size) % max(a.samples - a.batch_size + 1, 1)
+        idx = order[first:first + a.batch_size] % rows
+        xc, yc = pool.index_select(0, idx), labels.index_select(0, idx)
+        mark()
+        x, y = xc.to(dev), yc.to(dev)
+        mark()
         with torch.autocast("cuda", dtype=dtype or torch.float16, enabled=dtype is not None):
             loss = F.nll_loss(F.log_softmax(net(x), dim=-1), y)
+        mark()
         scaler.scale(loss).backward()
+        mark()
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=False)
         loss.item()
         torch.cuda.synchronize()
+        marks.append(time.perf_counter())
         if step >= a.warmup:
-            times.append(time.perf_counter() - t0)
+            times.append(marks[-1] - marks[0])
+            if a.phases:
+                for n, t0, t1 in zip(names, marks, marks[1:]):
+                    phases[n].append(t1 - t0)
     times.sort()
     print(json.dumps({
         "peer": "pytorch-eager", "model": a.model, "batch_size": a.batch_size, "amp": a.amp,
         "torch": torch.__version__, "device": torch.cuda.get_device_name(0),
         "median_step_s": statistics.median(times), "p95_step_s": times[int(0.95 * (len(times) - 1))],
-        "steps": len(times),
+        "min_step_s": times[0], "max_step_s": times[-1], "steps": len(times),
+        "threads": torch.get_num_threads(), "samples": a.samples, "pool_rows": rows,
+        "foreach": a.foreach,
+        "phase_medians_s": {n: statistics.median(v) for n, v in phases.items()} if a.phases else None,
     }))
 
 

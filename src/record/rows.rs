@@ -121,10 +121,13 @@ pub struct StepRow {
     /// copies included, whether or not it was hidden behind backward. Not a phase.
     #[serde(serialize_with = "plain_decimal")]
     pub comm_s: f64,
-    /// Device→host copies of the CPU-staged all-reduce (inside comm_s; 0 on CPU and with NCCL).
+    /// Device→host copies of the CPU-staged all-reduce (inside comm_s; 0 on CPU and with
+    /// NCCL). The copies run on the device's default stream, so with overlap on they
+    /// include waiting for the backward kernels queued ahead of them.
     #[serde(serialize_with = "plain_decimal")]
     pub comm_stage_d2h_s: f64,
-    /// Host→device copies of the CPU-staged all-reduce (inside comm_s).
+    /// Host→device copies of the CPU-staged all-reduce (inside comm_s); with overlap on,
+    /// waits behind queued backward kernels included, as for comm_stage_d2h_s.
     #[serde(serialize_with = "plain_decimal")]
     pub comm_stage_h2d_s: f64,
     /// The part of comm_s that ran before backward ended, by the clocks (0 without

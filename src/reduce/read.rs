@@ -30,6 +30,9 @@ pub struct Row {
     /// All-reduce work done before backward ended (0 in schema 1).
     pub comm_hidden_s: f64,
     pub bytes: u64,
+    /// When the step started, seconds from the run's common origin (NaN where the
+    /// file has no `elapsed_s`).
+    pub elapsed_s: f64,
 }
 
 /// Column positions in a rank file.
@@ -45,6 +48,7 @@ struct Columns {
     comm_start_s: usize,
     comm_last_start_s: Option<usize>,
     comm_hidden_s: Option<usize>,
+    elapsed_s: Option<usize>,
     run_id: Option<usize>,
     bytes: usize,
     /// `comm_s`, the whole all-reduce, when the exposed phase has its own column.
@@ -76,6 +80,7 @@ impl Columns {
             comm_start_s: pos("comm_start_s")?,
             comm_last_start_s: opt("comm_last_start_s"),
             comm_hidden_s: opt("comm_hidden_s"),
+            elapsed_s: opt("elapsed_s"),
             run_id: opt("run_id"),
             bytes: pos("bytes")?,
             comm_s: opt("comm_exposed_s").and(opt("comm_s")),
@@ -123,6 +128,10 @@ fn parse_row(rec: &csv::ByteRecord, c: &Columns, headers: &csv::ByteRecord) -> R
             None => 0.0,
         },
         bytes: whole(c.bytes)?,
+        elapsed_s: match c.elapsed_s {
+            Some(i) => seconds(i)?,
+            None => f64::NAN,
+        },
         comm_s: match c.comm_s {
             Some(i) => seconds(i)?,
             None => phases[Phase::CommExposed.index()],
@@ -393,7 +402,9 @@ impl RunFiles {
     }
 }
 
-/// Sums over the samples of `rank-NNNNN.gpu.csv` files (empty cells skipped).
+/// Sums over the samples of `rank-NNNNN.gpu.csv` files (empty cells skipped):
+/// utilisation and power over the samples taken while the timed steps ran, peak memory
+/// over all of them.
 #[derive(Debug, Clone, Default)]
 pub struct GpuTelemetry {
     pub util_pct_sum: f64,
@@ -404,20 +415,29 @@ pub struct GpuTelemetry {
 }
 
 impl GpuTelemetry {
-    /// Adds one rank's telemetry file; a missing file adds nothing.
-    pub fn add_file(&mut self, path: &Path) {
+    /// Adds one rank's telemetry file; a missing file adds nothing. `window` is the
+    /// rank's timed steps, (first start, last end) in `elapsed_s` seconds: utilisation
+    /// and power samples outside it (set-up, warm-up, validation after the last step)
+    /// are left out; None takes every sample.
+    pub fn add_file(&mut self, path: &Path, window: Option<(f64, f64)>) {
         let Ok(mut r) = csv::Reader::from_path(path) else { return };
         let Ok(h) = r.headers().cloned() else { return };
         let pos = |n: &str| h.iter().position(|c| c == n);
         let (util, mem, power) = (pos("gpu_util_pct"), pos("mem_used_bytes"), pos("power_w"));
+        let elapsed = pos("elapsed_s");
         for rec in r.records().flatten() {
             let get = |i: Option<usize>| i.and_then(|i| rec.get(i)).and_then(|v| v.parse::<f64>().ok());
+            if let Some(m) = get(mem) {
+                self.mem_used_max_bytes = Some(self.mem_used_max_bytes.unwrap_or(0).max(m as u64));
+            }
+            if let (Some((from, to)), Some(t)) = (window, get(elapsed)) {
+                if t < from || t > to {
+                    continue;
+                }
+            }
             if let Some(u) = get(util) {
                 self.util_pct_sum += u;
                 self.util_samples += 1;
-            }
-            if let Some(m) = get(mem) {
-                self.mem_used_max_bytes = Some(self.mem_used_max_bytes.unwrap_or(0).max(m as u64));
             }
             if let Some(p) = get(power) {
                 self.power_w_sum += p;

@@ -199,7 +199,15 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
     let clock = files.clock.clone();
     let communicates = run.manifest.comm_backend != "none";
     let shares_core = run.manifest.comm.overlap_shares_core;
+    // Per rank, the span of its timed steps in elapsed_s: GPU telemetry is averaged there.
+    let mut timed: Vec<Option<(f64, f64)>> = vec![None; ranks.len()];
     files.for_each_step(|rows, node_types| {
+        for (span, row) in timed.iter_mut().zip(rows) {
+            if !row.warmup && row.elapsed_s.is_finite() {
+                let (from, to) = span.unwrap_or((row.elapsed_s, row.elapsed_s));
+                *span = Some((from.min(row.elapsed_s), to.max(row.elapsed_s + row.step_s)));
+            }
+        }
         if type_of.is_empty() {
             type_of = run.assign_types(node_types);
         }
@@ -212,7 +220,7 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
     });
     for (i, &r) in ranks.iter().enumerate() {
         if let Some(t) = type_of.get(i).and_then(|&t| run.types.get_mut(t)) {
-            t.gpu.add_file(&dir.join(crate::record::gpu_file_name(r)));
+            t.gpu.add_file(&dir.join(crate::record::gpu_file_name(r)), timed[i]);
         }
     }
     run.problems = files.problems;

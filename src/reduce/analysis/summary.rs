@@ -111,12 +111,14 @@ pub struct TypeSummary {
     /// 1 for the node type that gates the job: of two or more types, the one whose late
     /// arrivals cost the others the most waiting.
     pub gating: u8,
-    /// Mean GPU utilisation over the telemetry samples of this type's ranks (empty without).
+    /// Mean GPU utilisation over the telemetry samples of this type's ranks taken while
+    /// their timed (not warm-up) steps ran (empty without telemetry).
     #[serde(serialize_with = "plain_decimal")]
     pub gpu_util_pct_mean: f64,
     /// Peak GPU memory used by a rank of this type.
     #[serde(serialize_with = "plain_decimal")]
     pub gpu_mem_used_max_bytes: f64,
+    /// Mean GPU power over the same samples as `gpu_util_pct_mean`.
     #[serde(serialize_with = "plain_decimal")]
     pub gpu_power_w_mean: f64,
 }
