@@ -60,6 +60,8 @@ struct Inner {
     ring: VecDeque<Record>,
     epoch: Option<usize>,
     step: Option<usize>,
+    /// True while this rank sits out a part of the job (a study point it is not in).
+    idle: bool,
 }
 
 /// The process's recorder ([`recorder`]).
@@ -78,6 +80,7 @@ pub fn recorder() -> &'static Recorder {
             ring: VecDeque::with_capacity(RING),
             epoch: None,
             step: None,
+            idle: false,
         }),
     })
 }
@@ -113,6 +116,21 @@ impl Recorder {
         let mut i = self.lock();
         i.epoch = epoch;
         i.step = step;
+    }
+
+    /// Starts a part of the job that all ranks begin together (a study point): its
+    /// collectives are numbered from `base` on every rank, so members' numbers agree
+    /// whatever each rank did before; `idle` marks a rank that takes no part in it, which
+    /// a hang diagnosis then leaves out.
+    pub fn begin_part(&self, base: u64, idle: bool) {
+        let mut i = self.lock();
+        i.next_seq = i.next_seq.max(base);
+        i.idle = idle;
+    }
+
+    /// Whether this rank sits out the current part ([`Recorder::begin_part`]).
+    pub fn idle(&self) -> bool {
+        self.lock().idle
     }
 
     /// A collective handed over (not entered yet); returns its sequence number.
@@ -191,6 +209,9 @@ pub struct RankStatus {
     /// it reports on time).
     #[serde(default)]
     pub silent_s: f64,
+    /// True while the rank sits out the current part of the job (a study point).
+    #[serde(default)]
+    pub idle: bool,
 }
 
 impl RankStatus {
@@ -208,6 +229,7 @@ impl RankStatus {
             waited_s,
             last_completed: r.last_completed(),
             silent_s: 0.0,
+            idle: r.idle(),
         }
     }
 
@@ -280,7 +302,10 @@ fn rank_list(ranks: &[usize]) -> String {
 /// Which collective the job is held in (the lowest-numbered one a rank has started and
 /// not completed) and which of `size` ranks have not entered it. `statuses` holds what
 /// is known (a rank without one is silent). None when no rank waits in a collective.
-pub fn diagnose(statuses: &[RankStatus], size: usize) -> Option<Diagnosis> {
+pub fn diagnose(all: &[RankStatus], size: usize) -> Option<Diagnosis> {
+    // Ranks sitting out the current part are no party to its collectives.
+    let statuses: Vec<RankStatus> = all.iter().filter(|s| !s.idle).cloned().collect();
+    let statuses = &statuses[..];
     let held = statuses
         .iter()
         .filter_map(|s| s.pending.as_ref().filter(|p| p.state == State::Started).map(|p| (p.clone(), s)))
@@ -296,7 +321,8 @@ pub fn diagnose(statuses: &[RankStatus], size: usize) -> Option<Diagnosis> {
         .map(named)
         .collect();
     stuck_inside.sort_by_key(|m| m.0);
-    let silent: Vec<usize> = (0..size).filter(|r| !known.contains(r)).collect();
+    let idle: Vec<usize> = all.iter().filter(|s| s.idle).map(|s| s.rank).collect();
+    let silent: Vec<usize> = (0..size).filter(|r| !known.contains(r) && !idle.contains(r)).collect();
     let waiting: Vec<usize> = statuses
         .iter()
         .filter(|s| s.silent_s == 0.0 && s.pending.as_ref().is_some_and(|p| p.seq == seq && p.state == State::Started))
@@ -373,7 +399,22 @@ mod tests {
             waited_s,
             last_completed: last,
             silent_s: 0.0,
+            idle: false,
         }
+    }
+
+    #[test]
+    fn ranks_sitting_out_a_study_point_are_never_blamed() {
+        // Ranks 0 and 1 run a point and rank 1 never enters collective 7; ranks 2 and 3
+        // sit the point out (their numbers lag): only rank 1 is named.
+        let held = |seq| Some(rec(seq, State::Started));
+        let mut idle2 = status(2, None, 0.0, Some(3));
+        idle2.idle = true;
+        let mut idle3 = status(3, None, 0.0, None);
+        idle3.idle = true;
+        let d = diagnose(&[status(0, held(7), 90.0, Some(6)), status(1, None, 0.0, Some(6)), idle2, idle3], 4).unwrap();
+        assert_eq!(d.missing.iter().map(|m| m.0).collect::<Vec<_>>(), vec![1]);
+        assert!(d.silent.is_empty(), "{:?}", d.silent);
     }
 
     #[test]

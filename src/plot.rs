@@ -207,14 +207,18 @@ pub fn stacked_bars(title: &str, y_label: &str, categories: &[String], stacks: &
         let mut base = 0.0;
         for (k, (_, v)) in stacks.iter().enumerate() {
             let h = v[c].max(0.0);
-            let _ = writeln!(
-                svg,
-                "<rect x=\"{x:.2}\" y=\"{:.2}\" width=\"{:.2}\" height=\"{:.2}\" fill=\"{}\"/>",
-                sy(base + h),
-                slot * 0.7,
-                sy(base) - sy(base + h),
-                PALETTE[k % PALETTE.len()]
-            );
+            let height = sy(base) - sy(base + h);
+            // A segment thinner than the printed precision would be a zero-height rect,
+            // which SVG renderers reject with a warning.
+            if height >= 0.005 {
+                let _ = writeln!(
+                    svg,
+                    "<rect x=\"{x:.2}\" y=\"{:.2}\" width=\"{:.2}\" height=\"{height:.2}\" fill=\"{}\"/>",
+                    sy(base + h),
+                    slot * 0.7,
+                    PALETTE[k % PALETTE.len()]
+                );
+            }
             base += h;
         }
         let short: String = name.chars().take(18).collect();
@@ -357,9 +361,17 @@ mod tests {
             "phases",
             "s",
             &["a".into(), "b".into()],
-            &[("x".into(), vec![1.0, 2.0]), ("y".into(), vec![0.5, 0.0])],
+            &[
+                ("x".into(), vec![1.0, 2.0]),
+                ("y".into(), vec![0.5, 0.0]),
+                ("z".into(), vec![1e-9, 0.0]),
+            ],
         );
         r.write(&bars, &dir.path().join("bars")).unwrap();
+        // Three bars of 1 and one segment of 0 (and one too thin to draw) give no
+        // zero-height rect, which renderers reject.
+        assert_eq!(bars.matches("<rect").count(), 1 + 3, "{bars}");
+        assert!(!bars.contains("height=\"0.00\""));
         let boxes = box_plot("steps", "s", &["0".into()], &[[1.0, 2.0, 3.0, 4.0, 5.0]], &[0], &["t".into()]);
         resvg::usvg::Tree::from_str(&boxes, &resvg::usvg::Options::default()).unwrap();
     }

@@ -74,6 +74,23 @@ impl<R: serde::Serialize> CsvLog<R> {
         })
     }
 
+    /// Appends to `path`, creating it (with a header) when it is absent or empty.
+    pub fn append_or_create(path: &Path) -> Result<CsvLog<R>> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        let header_written = file.metadata().map(|m| m.len() > 0).unwrap_or(false);
+        Ok(CsvLog {
+            file,
+            path: path.to_path_buf(),
+            header_written,
+            buf: Vec::with_capacity(1 << 10),
+            _row: std::marker::PhantomData,
+        })
+    }
+
     /// Writes `row` (after the header, for the first one) with one `write` call.
     pub fn write(&mut self, row: &R) -> Result<()> {
         self.buf.clear();
