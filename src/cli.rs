@@ -30,6 +30,10 @@ pub enum Command {
     /// Train data-parallel (launch with mpirun or srun, one process per rank).
     #[command(allow_negative_numbers = true)]
     Train(TrainConfig),
+    /// Run a whole scaling study in one job: a rank ladder × batch sizes × models, repeated,
+    /// each point on its own ranks, one report (launch with the most ranks any point uses).
+    #[command(allow_negative_numbers = true)]
+    Study(crate::study::StudyArgs),
     /// Summarise runs per node type, and scaling across runs (speedup, efficiency, waterfall, report, plots).
     Reduce(ReduceArgs),
     /// Print this machine's topology and the binding N local ranks would get.

@@ -7,7 +7,8 @@
 //! [`telemetry`] (NVML sampling), [`comm`] (gradient buckets, all-reduce backends,
 //! overlap with backward), [`data`] (data sets by format, sharding, loading),
 //! [`model`] (networks), [`optim`] and [`amp`] (optimizers, mixed precision),
-//! [`train`] (the configuration and the timed loop), [`record`] (the files a run
+//! [`train`] (the configuration and the timed loop), [`study`] (a whole scaling study
+//! on sub-communicators of one job), [`record`] (the files a run
 //! writes: CSV rows, the phase glossary, the manifest), [`reduce`] (from run folders to
 //! tables, report and plots), [`stats`] and [`plot`], and [`cli`] (the command line).
 
@@ -24,6 +25,7 @@ pub mod plot;
 pub mod record;
 pub mod reduce;
 pub mod stats;
+pub mod study;
 pub mod telemetry;
 pub mod topology;
 pub mod train;

@@ -101,7 +101,7 @@ pub fn train(g: &Group, cfg: &TrainConfig, malloc: &str, watchdog: &Watchdog) ->
     }
 }
 
-fn init_logging(rank: usize) {
+pub(crate) fn init_logging(rank: usize) {
     use tracing_subscriber::EnvFilter;
     let default = if rank == 0 { "info" } else { "warn" };
     let filter = EnvFilter::try_from_env("DDPBENCH_LOG").unwrap_or_else(|_| EnvFilter::new(default));
@@ -116,7 +116,7 @@ fn init_logging(rank: usize) {
 /// A panic on one rank (libtorch reports most of its errors, out of memory among them,
 /// as one) must not leave the others blocked in a collective: the rank says what went
 /// wrong in one line and aborts the job.
-fn install_abort_on_panic(rank: usize, host: &str) {
+pub(crate) fn install_abort_on_panic(rank: usize, host: &str) {
     let host = host.to_string();
     std::panic::set_hook(Box::new(move |info| {
         eprintln!("Error on rank {rank} ({host}): {}. Aborting the job.", crate::panic_message(info));

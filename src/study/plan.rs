@@ -1,0 +1,721 @@
+//! A study resolved into points, without MPI: the study file's keys, the rank ladder,
+//! which world ranks run each point, and the `train` command line of each point. Pure
+//! functions, so the planning is tested on its own.
+
+use anyhow::{anyhow, bail, ensure, Context, Result};
+use clap::{Parser, ValueEnum};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use crate::train::TrainConfig;
+
+/// How a point's ranks are laid over the nodes.
+#[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlacementPolicy {
+    /// k ranks fill ⌈k / ranks-per-node⌉ nodes: intra-node links first.
+    #[default]
+    Pack,
+    /// One rank per node first, then a second on each, ...: inter-node links first.
+    Spread,
+}
+
+/// Which batch is held fixed as ranks are added.
+#[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scaling {
+    /// The per-rank batch stays: the global batch grows with the ranks.
+    #[default]
+    Weak,
+    /// The global batch of the 1-rank point stays: each rank's batch shrinks.
+    Strong,
+    Both,
+}
+
+/// Keys of a study file that are not `train` options.
+pub const STUDY_KEYS: [&str; 10] = [
+    "name",
+    "models",
+    "datasets",
+    "batch_sizes",
+    "scaling",
+    "ranks",
+    "placement",
+    "repeat",
+    "threads_per_rank",
+    "description",
+];
+
+/// A study as written (file, then command-line overrides), before it is laid out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StudySpec {
+    pub name: String,
+    pub models: Vec<String>,
+    pub datasets: Vec<String>,
+    pub batch_sizes: Vec<usize>,
+    pub scaling: Scaling,
+    pub ranks: Option<Vec<usize>>,
+    pub placement: PlacementPolicy,
+    pub repeat: usize,
+    pub threads_per_rank: Option<usize>,
+    /// `train` options: one value each, or a list (a grid axis), in file order.
+    pub train: Vec<(String, Vec<toml::Value>)>,
+}
+
+fn as_list(v: &toml::Value) -> Vec<toml::Value> {
+    match v {
+        toml::Value::Array(a) => a.clone(),
+        other => vec![other.clone()],
+    }
+}
+
+fn strings(key: &str, v: &toml::Value) -> Result<Vec<String>> {
+    as_list(v)
+        .iter()
+        .map(|x| {
+            x.as_str()
+                .map(str::to_string)
+                .ok_or_else(|| anyhow!("study key `{key}`: {x} is not a string"))
+        })
+        .collect()
+}
+
+fn counts(key: &str, v: &toml::Value) -> Result<Vec<usize>> {
+    as_list(v)
+        .iter()
+        .map(|x| match x.as_integer() {
+            Some(n) if n >= 1 => Ok(n as usize),
+            _ => Err(anyhow!("study key `{key}`: {x} is not a whole number of at least 1")),
+        })
+        .collect()
+}
+
+fn one_enum<T: ValueEnum>(key: &str, v: &toml::Value) -> Result<T> {
+    let s = v.as_str().ok_or_else(|| anyhow!("study key `{key}`: {v} is not a string"))?;
+    T::from_str(s, true).map_err(|_| {
+        let names: Vec<String> = T::value_variants()
+            .iter()
+            .filter_map(|x| x.to_possible_value().map(|p| p.get_name().to_string()))
+            .collect();
+        anyhow!("study key `{key}`: `{s}` is not one of {}", names.join(", "))
+    })
+}
+
+/// The `train` option a study key names (`max_steps` and `max-steps` are `--max-steps`).
+pub fn option_name(key: &str) -> String {
+    key.replace('_', "-")
+}
+
+impl StudySpec {
+    /// Reads a study from TOML text. Every key is a study key ([`STUDY_KEYS`], with
+    /// `model`, `dataset` and `batch_size` accepted for the grid keys) or a `train`
+    /// option by its long name; a list makes the option a grid axis. Unknown keys are
+    /// refused later, when the points' command lines are parsed ([`plan`]).
+    pub fn from_toml(text: &str, default_name: &str) -> Result<StudySpec> {
+        let table: toml::Table = toml::from_str(text).context("the study file is not valid TOML")?;
+        let mut s = StudySpec {
+            name: default_name.to_string(),
+            models: vec!["mnist-cnn".into()],
+            datasets: vec!["fashion-mnist".into()],
+            batch_sizes: vec![64],
+            scaling: Scaling::Weak,
+            ranks: None,
+            placement: PlacementPolicy::Pack,
+            repeat: 1,
+            threads_per_rank: None,
+            train: Vec::new(),
+        };
+        for (key, v) in &table {
+            s.set(key, v)?;
+        }
+        Ok(s)
+    }
+
+    /// Sets one key (from the file or the command line; a later one wins).
+    pub fn set(&mut self, key: &str, v: &toml::Value) -> Result<()> {
+        match key.replace('-', "_").as_str() {
+            "name" => self.name = strings(key, v)?.join("-"),
+            "description" => {}
+            "models" | "model" => self.models = strings(key, v)?,
+            "datasets" | "dataset" => self.datasets = strings(key, v)?,
+            "batch_sizes" | "batch_size" => self.batch_sizes = counts(key, v)?,
+            "scaling" => self.scaling = one_enum(key, v)?,
+            "placement" => self.placement = one_enum(key, v)?,
+            "ranks" => self.ranks = Some(counts(key, v)?),
+            "repeat" => self.repeat = *counts(key, v)?.first().ok_or_else(|| anyhow!("study key `repeat` is empty"))?,
+            "threads_per_rank" | "threads" => {
+                self.threads_per_rank = Some(*counts(key, v)?.first().ok_or_else(|| anyhow!("study key `{key}` is empty"))?)
+            }
+            "out" => bail!("study key `out`: the study's points are written under the study folder (--out of `ddpbench study`)"),
+            "node_slots" => bail!("study key `node_slots` is set by the study itself"),
+            _ => {
+                ensure!(!as_list(v).is_empty(), "study key `{key}` is an empty list");
+                let name = option_name(key);
+                self.train.retain(|(k, _)| *k != name);
+                self.train.push((name, as_list(v)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies `train`-style flags from the command line (`--max-steps 20 --deterministic`)
+    /// as study keys.
+    pub fn apply_flags(&mut self, flags: &[String]) -> Result<()> {
+        let mut i = 0;
+        while i < flags.len() {
+            let f = &flags[i];
+            let key = f
+                .strip_prefix("--")
+                .ok_or_else(|| anyhow!("`{f}`: options after `--` are train options such as --max-steps 20"))?;
+            let (key, value) = match key.split_once('=') {
+                Some((k, v)) => (k.to_string(), Some(v.to_string())),
+                None => match flags.get(i + 1).filter(|n| !n.starts_with("--")) {
+                    Some(v) => {
+                        i += 1;
+                        (key.to_string(), Some(v.clone()))
+                    }
+                    None => (key.to_string(), None),
+                },
+            };
+            let v = match value {
+                None => toml::Value::Boolean(true),
+                Some(v) => parse_scalar(&v),
+            };
+            self.set(&key, &v)?;
+            i += 1;
+        }
+        Ok(())
+    }
+
+    /// The resolved study as TOML (`study.toml` of the study folder): every key explicit.
+    pub fn to_toml(&self, ladder: &[usize], threads_per_rank: usize) -> String {
+        let mut t = toml::Table::new();
+        let list = |v: Vec<toml::Value>| toml::Value::Array(v);
+        t.insert("name".into(), self.name.clone().into());
+        t.insert("models".into(), list(self.models.iter().map(|m| m.clone().into()).collect()));
+        t.insert("datasets".into(), list(self.datasets.iter().map(|m| m.clone().into()).collect()));
+        t.insert(
+            "batch_sizes".into(),
+            list(self.batch_sizes.iter().map(|&b| (b as i64).into()).collect()),
+        );
+        t.insert("scaling".into(), enum_name(self.scaling).into());
+        t.insert("ranks".into(), list(ladder.iter().map(|&r| (r as i64).into()).collect()));
+        t.insert("placement".into(), enum_name(self.placement).into());
+        t.insert("repeat".into(), (self.repeat as i64).into());
+        t.insert("threads_per_rank".into(), (threads_per_rank as i64).into());
+        for (k, v) in &self.train {
+            let v = if v.len() == 1 { v[0].clone() } else { list(v.clone()) };
+            t.insert(k.replace('-', "_"), v);
+        }
+        toml::to_string(&t).unwrap_or_default()
+    }
+}
+
+fn enum_name<T: ValueEnum>(v: T) -> String {
+    v.to_possible_value().map(|p| p.get_name().to_string()).unwrap_or_default()
+}
+
+/// A command-line value as the TOML value it reads as (number, boolean, else string).
+fn parse_scalar(s: &str) -> toml::Value {
+    if let Ok(i) = s.parse::<i64>() {
+        return i.into();
+    }
+    if let Ok(f) = s.parse::<f64>() {
+        return f.into();
+    }
+    match s {
+        "true" => true.into(),
+        "false" => false.into(),
+        _ => s.to_string().into(),
+    }
+}
+
+/// The nodes of the job as the world sees them: each node's world ranks, in rank order;
+/// nodes in the order of their lowest rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub nodes: Vec<Vec<usize>>,
+    pub hosts: Vec<String>,
+}
+
+impl Layout {
+    /// From every world rank's host name.
+    pub fn from_hosts(hosts: &[String]) -> Layout {
+        let mut names: Vec<String> = Vec::new();
+        let mut nodes: Vec<Vec<usize>> = Vec::new();
+        for (rank, h) in hosts.iter().enumerate() {
+            match names.iter().position(|n| n == h) {
+                Some(i) => nodes[i].push(rank),
+                None => {
+                    names.push(h.clone());
+                    nodes.push(vec![rank]);
+                }
+            }
+        }
+        Layout { nodes, hosts: names }
+    }
+
+    pub fn world_size(&self) -> usize {
+        self.nodes.iter().map(Vec::len).sum()
+    }
+
+    /// Ranks on the smallest node: what a full node holds in the ladder.
+    pub fn ranks_per_node(&self) -> usize {
+        self.nodes.iter().map(Vec::len).min().unwrap_or(1)
+    }
+
+    /// The default ladder: 1, then doubling within the first node until it is full, then
+    /// doubling the number of full nodes: 1, 2, 4 | 8, 16 on 4-rank nodes.
+    pub fn default_ladder(&self) -> Vec<usize> {
+        let per = self.ranks_per_node().max(1);
+        let mut ladder = Vec::new();
+        let mut k = 1;
+        while k < per {
+            ladder.push(k);
+            k *= 2;
+        }
+        ladder.push(per);
+        let mut nodes = 2;
+        while nodes < self.nodes.len() {
+            ladder.push(nodes * per);
+            nodes *= 2;
+        }
+        if self.nodes.len() > 1 {
+            ladder.push(self.nodes.len() * per);
+        }
+        ladder.dedup();
+        ladder
+    }
+
+    /// The world ranks of a `k`-rank point.
+    pub fn ranks_for(&self, k: usize, placement: PlacementPolicy) -> Result<Vec<usize>> {
+        let per = self.ranks_per_node().max(1);
+        ensure!(
+            k >= 1 && k <= self.world_size(),
+            "a {k}-rank point needs {k} ranks, and the job has {} (launch the study with the most ranks any point uses)",
+            self.world_size()
+        );
+        let mut out = Vec::with_capacity(k);
+        match placement {
+            PlacementPolicy::Pack => {
+                ensure!(
+                    k <= per * self.nodes.len(),
+                    "a {k}-rank point does not fit {} nodes of {per} ranks",
+                    self.nodes.len()
+                );
+                for node in &self.nodes {
+                    out.extend(node.iter().take(per.min(k - out.len())));
+                    if out.len() == k {
+                        break;
+                    }
+                }
+            }
+            PlacementPolicy::Spread => {
+                let mut round = 0;
+                while out.len() < k {
+                    for node in &self.nodes {
+                        if let Some(&r) = node.get(round) {
+                            if out.len() < k {
+                                out.push(r);
+                            }
+                        }
+                    }
+                    round += 1;
+                }
+                out.sort_unstable();
+            }
+        }
+        Ok(out)
+    }
+
+    /// The most ranks `members` put on one node.
+    pub fn most_on_a_node(&self, members: &[usize]) -> usize {
+        self.nodes
+            .iter()
+            .map(|n| n.iter().filter(|r| members.contains(r)).count())
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// One point of a study: one configuration at one rank count.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Point {
+    /// Folder-safe, unique in the study, stable across runs of the same study.
+    pub id: String,
+    /// The workload and settings, without the rank count (points of one curve share it).
+    pub workload: String,
+    pub ranks: usize,
+    pub world_ranks: Vec<usize>,
+    pub batch_per_rank: usize,
+    pub global_batch: usize,
+    /// `weak`, `strong`, or `weak+strong` for a point both curves share.
+    pub scaling: String,
+    /// The `train` options of the point (without --out, which the runner adds).
+    pub args: Vec<String>,
+}
+
+/// A point left out, and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Skipped {
+    pub workload: String,
+    pub ranks: usize,
+    pub why: String,
+}
+
+/// A study laid out: its points in order (repeats not expanded), the skipped ones, and
+/// what every point shares.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub points: Vec<Point>,
+    pub skipped: Vec<Skipped>,
+    pub ladder: Vec<usize>,
+    pub threads_per_rank: usize,
+    pub node_slots: usize,
+}
+
+/// Parses a `train` command line the way `ddpbench train` does.
+#[derive(Parser, Debug)]
+#[command(name = "ddpbench train", no_binary_name = true)]
+struct TrainLine {
+    #[command(flatten)]
+    cfg: TrainConfig,
+}
+
+/// Parses and validates one point's `train` options; an unknown option is named as the
+/// study key it came from.
+pub fn parse_train(args: &[String]) -> Result<TrainConfig> {
+    let line = TrainLine::try_parse_from(args).map_err(|e| {
+        let text = e.render().to_string();
+        let first = text.lines().next().unwrap_or("").trim_start_matches("error: ").to_string();
+        match e.kind() {
+            clap::error::ErrorKind::UnknownArgument => {
+                let key = e
+                    .get(clap::error::ContextKind::InvalidArg)
+                    .map(|v| v.to_string().trim_start_matches("--").replace('-', "_"))
+                    .unwrap_or_default();
+                anyhow!(
+                    "unknown study key `{key}`: neither a study key ({}) nor a `ddpbench train` option",
+                    STUDY_KEYS.join(", ")
+                )
+            }
+            _ => anyhow!("{first}"),
+        }
+    })?;
+    line.cfg.validate()?;
+    Ok(line.cfg)
+}
+
+/// Every combination of the grid axes, in file order (the last axis varies fastest).
+fn combinations(axes: &[(String, Vec<toml::Value>)]) -> Vec<Vec<(String, toml::Value)>> {
+    let mut out: Vec<Vec<(String, toml::Value)>> = vec![Vec::new()];
+    for (k, values) in axes {
+        out = out
+            .into_iter()
+            .flat_map(|prefix| {
+                values.iter().map(move |v| {
+                    let mut p = prefix.clone();
+                    p.push((k.clone(), v.clone()));
+                    p
+                })
+            })
+            .collect();
+    }
+    out
+}
+
+fn value_text(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The `train` arguments of one setting (booleans are flags: true present, false absent).
+fn setting_args(setting: &[(String, toml::Value)]) -> Vec<String> {
+    let mut args = Vec::new();
+    for (k, v) in setting {
+        match v {
+            toml::Value::Boolean(true) => args.push(format!("--{k}")),
+            toml::Value::Boolean(false) => {}
+            other => {
+                args.push(format!("--{k}"));
+                args.push(value_text(other));
+            }
+        }
+    }
+    args
+}
+
+/// A file- and shell-safe form of a value for point ids.
+fn slug(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '-' })
+        .collect::<String>()
+        .trim_matches('-')
+        .to_string()
+}
+
+/// Lays a study over a job: the ladder, each point's ranks, batch and `train` options.
+/// `cores_per_node`: the fewest cores of any node, for the default threads per rank.
+pub fn plan(spec: &StudySpec, layout: &Layout, cores_per_node: usize) -> Result<Plan> {
+    let ladder = match &spec.ranks {
+        Some(r) => {
+            let mut r = r.clone();
+            r.sort_unstable();
+            r.dedup();
+            r
+        }
+        None => layout.default_ladder(),
+    };
+    ensure!(!ladder.is_empty(), "the study has no rank counts");
+    let mut members = Vec::new();
+    for &k in &ladder {
+        members.push((k, layout.ranks_for(k, spec.placement)?));
+    }
+    let node_slots = members.iter().map(|(_, m)| layout.most_on_a_node(m)).max().unwrap_or(1).max(1);
+    let user_threads = spec
+        .train
+        .iter()
+        .find(|(k, _)| k == "threads")
+        .and_then(|(_, v)| v.first()?.as_integer());
+    let threads_per_rank = match (spec.threads_per_rank, user_threads) {
+        (Some(t), _) => t,
+        (None, Some(t)) => t.max(1) as usize,
+        (None, None) => (cores_per_node / node_slots).max(1),
+    };
+    let axes: Vec<(String, Vec<toml::Value>)> = spec.train.iter().filter(|(k, _)| k != "threads").cloned().collect();
+    let varying: Vec<&str> = axes.iter().filter(|(_, v)| v.len() > 1).map(|(k, _)| k.as_str()).collect();
+    let modes: Vec<&str> = match spec.scaling {
+        Scaling::Weak => vec!["weak"],
+        Scaling::Strong => vec!["strong"],
+        Scaling::Both => vec!["weak", "strong"],
+    };
+    let mut points: Vec<Point> = Vec::new();
+    let mut skipped = Vec::new();
+    for model in &spec.models {
+        for dataset in &spec.datasets {
+            for setting in combinations(&axes) {
+                let label: Vec<String> = setting
+                    .iter()
+                    .filter(|(k, _)| varying.contains(&k.as_str()))
+                    .map(|(k, v)| format!("{k}-{}", slug(&value_text(v))))
+                    .collect();
+                for &batch in &spec.batch_sizes {
+                    for mode in &modes {
+                        let workload = [slug(model), slug(dataset), format!("b{batch}")]
+                            .into_iter()
+                            .chain(label.iter().cloned())
+                            .collect::<Vec<_>>()
+                            .join("-");
+                        for (k, world_ranks) in &members {
+                            let per_rank = if *mode == "strong" {
+                                if batch % k != 0 {
+                                    skipped.push(Skipped {
+                                        workload: format!("{workload} (strong)"),
+                                        ranks: *k,
+                                        why: format!("the global batch {batch} does not divide by {k} ranks"),
+                                    });
+                                    continue;
+                                }
+                                batch / k
+                            } else {
+                                batch
+                            };
+                            let mut args = vec![
+                                "--model".to_string(),
+                                model.clone(),
+                                "--dataset".into(),
+                                dataset.clone(),
+                                "--batch-size".into(),
+                                per_rank.to_string(),
+                                "--threads".into(),
+                                threads_per_rank.to_string(),
+                                "--node-slots".into(),
+                                node_slots.to_string(),
+                            ];
+                            args.extend(setting_args(&setting));
+                            // The same run serves both curves (the 1-rank point, mostly).
+                            if let Some(p) = points.iter_mut().find(|p| p.args == args && p.world_ranks == *world_ranks) {
+                                if !p.scaling.contains(mode) {
+                                    p.scaling = format!("{}+{mode}", p.scaling);
+                                }
+                                continue;
+                            }
+                            let spread = if spec.placement == PlacementPolicy::Spread { "-spread" } else { "" };
+                            let suffix = if *mode == "strong" {
+                                format!("-strong-b{per_rank}")
+                            } else {
+                                String::new()
+                            };
+                            points.push(Point {
+                                id: format!("{:03}-{workload}{suffix}-r{k}{spread}", points.len()),
+                                workload: workload.clone(),
+                                ranks: *k,
+                                world_ranks: world_ranks.clone(),
+                                batch_per_rank: per_rank,
+                                global_batch: per_rank * k,
+                                scaling: mode.to_string(),
+                                args,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    ensure!(!points.is_empty(), "the study has no point to run ({} skipped)", skipped.len());
+    for p in &points {
+        parse_train(&p.args).with_context(|| format!("point {}", p.id))?;
+    }
+    Ok(Plan {
+        points,
+        skipped,
+        ladder,
+        threads_per_rank,
+        node_slots,
+    })
+}
+
+/// The order points run in: repeat after repeat over all points (interleaved, so slow
+/// drift of the machine spreads over every point instead of landing on one).
+pub fn schedule(points: usize, repeat: usize) -> Vec<(usize, usize)> {
+    (0..repeat.max(1)).flat_map(|rep| (0..points).map(move |p| (p, rep))).collect()
+}
+
+/// FNV-1a of the resolved study: a changed study is refused when resuming.
+pub fn study_hash(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// Run names of a point's repeats: `<point id>-rep<N>`.
+pub fn run_name(point: &Point, rep: usize) -> String {
+    format!("{}-rep{rep}", point.id)
+}
+
+/// Points per workload, for the dry run's table.
+pub fn by_workload(points: &[Point]) -> BTreeMap<String, Vec<&Point>> {
+    let mut m: BTreeMap<String, Vec<&Point>> = BTreeMap::new();
+    for p in points {
+        m.entry(p.workload.clone()).or_default().push(p);
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hosts(nodes: usize, per: usize) -> Layout {
+        let h: Vec<String> = (0..nodes * per).map(|r| format!("n{}", r / per)).collect();
+        Layout::from_hosts(&h)
+    }
+
+    #[test]
+    fn the_default_ladder_fills_a_node_then_doubles_nodes() {
+        assert_eq!(hosts(2, 4).default_ladder(), vec![1, 2, 4, 8]);
+        assert_eq!(hosts(16, 4).default_ladder(), vec![1, 2, 4, 8, 16, 32, 64]);
+        assert_eq!(hosts(3, 4).default_ladder(), vec![1, 2, 4, 8, 12]);
+        assert_eq!(hosts(1, 2).default_ladder(), vec![1, 2]);
+        assert_eq!(hosts(1, 1).default_ladder(), vec![1]);
+        assert_eq!(hosts(1, 6).default_ladder(), vec![1, 2, 4, 6]);
+    }
+
+    #[test]
+    fn pack_fills_nodes_and_spread_crosses_them_first() {
+        let l = hosts(2, 4);
+        assert_eq!(l.ranks_for(4, PlacementPolicy::Pack).unwrap(), vec![0, 1, 2, 3]);
+        assert_eq!(l.ranks_for(6, PlacementPolicy::Pack).unwrap(), vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(l.ranks_for(2, PlacementPolicy::Spread).unwrap(), vec![0, 4]);
+        assert_eq!(l.ranks_for(4, PlacementPolicy::Spread).unwrap(), vec![0, 1, 4, 5]);
+        assert_eq!(l.most_on_a_node(&[0, 1, 4, 5]), 2);
+        let e = l.ranks_for(9, PlacementPolicy::Pack).unwrap_err().to_string();
+        assert!(e.contains("the job has 8"), "{e}");
+        // Ranks interleaved over hosts (round-robin mapping) are grouped by host.
+        let l = Layout::from_hosts(&["a".into(), "b".into(), "a".into(), "b".into()]);
+        assert_eq!(l.nodes, vec![vec![0, 2], vec![1, 3]]);
+        assert_eq!(l.ranks_for(2, PlacementPolicy::Pack).unwrap(), vec![0, 2]);
+    }
+
+    #[test]
+    fn a_grid_becomes_points_with_fixed_threads_and_shared_baselines() {
+        let spec = StudySpec::from_toml(
+            "name = \"t\"\nbatch_sizes = [32, 64]\nscaling = \"both\"\nmax_steps = 5\noverlap = [\"on\", \"off\"]\n",
+            "x",
+        )
+        .unwrap();
+        let p = plan(&spec, &hosts(1, 2), 2).unwrap();
+        assert_eq!(p.ladder, vec![1, 2]);
+        assert_eq!((p.threads_per_rank, p.node_slots), (1, 2));
+        // Per overlap: 1 × 32, 2 × 32 (weak of 32 and strong of 64: one run serves
+        // both), 2 × 16 (strong of 32), 1 × 64, 2 × 64 = 5 runs; × 2 overlaps.
+        assert_eq!(p.points.len(), 10, "{:#?}", p.points.iter().map(|p| &p.id).collect::<Vec<_>>());
+        let one = p.points.iter().find(|q| q.ranks == 1).unwrap();
+        assert_eq!(one.scaling, "weak+strong");
+        let shared = &p.points[1];
+        assert_eq!(
+            (shared.ranks, shared.batch_per_rank, shared.scaling.as_str()),
+            (2, 32, "weak+strong")
+        );
+        let strong = p.points.iter().find(|q| q.scaling == "strong").unwrap();
+        assert_eq!((strong.batch_per_rank, strong.global_batch), (16, 32));
+        assert!(p.points.iter().all(|q| q.args.windows(2).any(|w| w == ["--threads", "1"])));
+        let ids: std::collections::BTreeSet<_> = p.points.iter().map(|q| &q.id).collect();
+        assert_eq!(ids.len(), p.points.len(), "ids are unique");
+    }
+
+    #[test]
+    fn strong_scaling_skips_a_batch_that_does_not_divide() {
+        let spec = StudySpec::from_toml("batch_sizes = [30]\nscaling = \"strong\"\nranks = [1, 4]\n", "x").unwrap();
+        let p = plan(&spec, &hosts(1, 4), 4).unwrap();
+        assert_eq!(p.points.len(), 1);
+        assert_eq!(p.skipped.len(), 1);
+        assert!(p.skipped[0].why.contains("does not divide by 4"), "{:?}", p.skipped);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_named() {
+        let spec = StudySpec::from_toml("max_stepz = 5\n", "x").unwrap();
+        let e = plan(&spec, &hosts(1, 2), 2).unwrap_err();
+        assert!(format!("{e:#}").contains("unknown study key `max_stepz`"), "{e:#}");
+        let e = StudySpec::from_toml("placement = \"diagonal\"\n", "x").unwrap_err();
+        assert!(e.to_string().contains("not one of pack, spread"), "{e}");
+        let e = StudySpec::from_toml("out = \"x\"\n", "x").unwrap_err();
+        assert!(e.to_string().contains("study key `out`"), "{e}");
+        let spec = StudySpec::from_toml("lr = -1.0\n", "x").unwrap();
+        assert!(plan(&spec, &hosts(1, 2), 2).is_err());
+    }
+
+    #[test]
+    fn command_line_flags_override_the_file() {
+        let mut spec = StudySpec::from_toml("max_steps = 100\nrepeat = 3\n", "x").unwrap();
+        spec.apply_flags(&["--max-steps".into(), "7".into(), "--deterministic".into(), "--lr=-0.5".into()])
+            .unwrap();
+        assert_eq!(spec.train[0], ("max-steps".to_string(), vec![toml::Value::Integer(7)]));
+        assert!(spec
+            .train
+            .contains(&("deterministic".to_string(), vec![toml::Value::Boolean(true)])));
+        assert!(spec.train.contains(&("lr".to_string(), vec![toml::Value::Float(-0.5)])));
+        assert_eq!(spec.repeat, 3);
+    }
+
+    #[test]
+    fn repeats_are_interleaved() {
+        assert_eq!(schedule(2, 2), vec![(0, 0), (1, 0), (0, 1), (1, 1)]);
+    }
+
+    #[test]
+    fn the_resolved_study_reads_back_to_the_same_points() {
+        let spec = StudySpec::from_toml("batch_sizes = [16]\nmax_steps = 3\noverlap = [\"on\", \"off\"]\n", "rt").unwrap();
+        let p = plan(&spec, &hosts(1, 2), 2).unwrap();
+        let text = spec.to_toml(&p.ladder, p.threads_per_rank);
+        let again = plan(&StudySpec::from_toml(&text, "other").unwrap(), &hosts(1, 2), 2).unwrap();
+        assert_eq!(p.points, again.points);
+        assert_ne!(study_hash(&text), study_hash(&text.replace("3", "4")));
+    }
+}

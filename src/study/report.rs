@@ -1,0 +1,385 @@
+//! The study's own summary, made after `reduce` has written its report: one row per
+//! point (its repeats together) with throughput, speedup and efficiency against the
+//! point's reference, validation loss and accuracy, and R; one verdict sentence per
+//! workload; a speedup curve per workload with the ideal line. Every figure comes from
+//! the report's `scaling.csv` and `summary.csv` and the run folders' `epochs.csv`, so
+//! it says what `reduce` says.
+
+use super::plan::{self, Plan};
+use super::State;
+use crate::plot::{self, Rasteriser, Series};
+use crate::stats::median;
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// One row of `report/study.csv`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PointSummary {
+    pub point: String,
+    pub workload: String,
+    pub scaling: String,
+    pub ranks: usize,
+    pub batch_per_rank: usize,
+    pub global_batch: usize,
+    pub repeats_completed: usize,
+    pub repeats_planned: usize,
+    /// Median over the completed repeats.
+    pub samples_per_s: Option<f64>,
+    pub weak_speedup: Option<f64>,
+    pub weak_speedup_low: Option<f64>,
+    pub weak_speedup_high: Option<f64>,
+    pub weak_efficiency: Option<f64>,
+    pub strong_speedup: Option<f64>,
+    pub strong_speedup_low: Option<f64>,
+    pub strong_speedup_high: Option<f64>,
+    pub strong_efficiency: Option<f64>,
+    /// R = (forward + backward) / all-reduce transfer, median over repeats (lowest node type).
+    pub compute_comm_ratio: Option<f64>,
+    /// Last epoch's validation loss and accuracy, medians over repeats.
+    pub val_loss: Option<f64>,
+    pub val_accuracy: Option<f64>,
+    /// The first failed repeat's error.
+    pub error: Option<String>,
+}
+
+type CsvRow = BTreeMap<String, String>;
+
+fn read_csv(path: &Path) -> Vec<CsvRow> {
+    let Ok(mut r) = csv::Reader::from_path(path) else {
+        return Vec::new();
+    };
+    let Ok(h) = r.headers().cloned() else { return Vec::new() };
+    r.records()
+        .flatten()
+        .map(|rec| h.iter().zip(rec.iter()).map(|(k, v)| (k.to_string(), v.to_string())).collect())
+        .collect()
+}
+
+fn num(row: &CsvRow, key: &str) -> Option<f64> {
+    row.get(key).and_then(|v| v.parse::<f64>().ok()).filter(|v| v.is_finite())
+}
+
+fn med(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| median(v))
+}
+
+/// The last epoch's (val_loss, val_accuracy) of a run folder.
+fn validation(run: &Path) -> (Option<f64>, Option<f64>) {
+    let rows = read_csv(&run.join("epochs.csv"));
+    let Some(last) = rows.last() else { return (None, None) };
+    (num(last, "val_loss"), num(last, "val_accuracy"))
+}
+
+/// Summarises every point of `plan` from the study folder `out`.
+pub(super) fn summarise(out: &Path, plan: &Plan, repeat: usize, state: &State) -> Vec<PointSummary> {
+    let scaling = read_csv(&out.join("report").join("scaling.csv"));
+    let summary = read_csv(&out.join("report").join("summary.csv"));
+    plan.points
+        .iter()
+        .map(|p| {
+            let names: Vec<String> = (0..repeat).map(|r| plan::run_name(p, r)).collect();
+            let done: Vec<&String> = names
+                .iter()
+                .filter(|n| state.get(*n).is_some_and(|o| o.status == "completed"))
+                .collect();
+            let error = names
+                .iter()
+                .find_map(|n| state.get(n).filter(|o| o.status == "failed").and_then(|o| o.error.clone()));
+            // scaling.csv lists a group's runs space-separated in run_ids.
+            let rows_of = |mode: &str| {
+                scaling.iter().find(|row| {
+                    row.get("scaling_mode").map(String::as_str) == Some(mode)
+                        && row
+                            .get("run_ids")
+                            .is_some_and(|ids| done.iter().any(|n| ids.split(' ').any(|id| id == n.as_str())))
+                })
+            };
+            let any = ["baseline", "weak", "strong", "none"].iter().find_map(|m| rows_of(m));
+            let get = |mode: &str, key: &str| rows_of(mode).and_then(|r| num(r, key));
+            let r: Vec<f64> = done
+                .iter()
+                .filter_map(|n| {
+                    summary
+                        .iter()
+                        .filter(|row| row.get("run_id") == Some(*n))
+                        .filter_map(|row| num(row, "compute_comm_ratio"))
+                        .reduce(f64::min)
+                })
+                .collect();
+            let vals: Vec<(Option<f64>, Option<f64>)> = done.iter().map(|n| validation(&out.join("runs").join(n))).collect();
+            let losses: Vec<f64> = vals.iter().filter_map(|v| v.0).collect();
+            let accs: Vec<f64> = vals.iter().filter_map(|v| v.1).collect();
+            let baseline = p.ranks == 1 && rows_of("baseline").is_some();
+            PointSummary {
+                point: p.id.clone(),
+                workload: p.workload.clone(),
+                scaling: p.scaling.clone(),
+                ranks: p.ranks,
+                batch_per_rank: p.batch_per_rank,
+                global_batch: p.global_batch,
+                repeats_completed: done.len(),
+                repeats_planned: repeat,
+                samples_per_s: any.and_then(|r| num(r, "samples_per_s")),
+                weak_speedup: if baseline { Some(1.0) } else { get("weak", "speedup") },
+                weak_speedup_low: get("weak", "speedup_low"),
+                weak_speedup_high: get("weak", "speedup_high"),
+                weak_efficiency: if baseline { Some(1.0) } else { get("weak", "efficiency") },
+                strong_speedup: if baseline { Some(1.0) } else { get("strong", "speedup") },
+                strong_speedup_low: get("strong", "speedup_low"),
+                strong_speedup_high: get("strong", "speedup_high"),
+                strong_efficiency: if baseline { Some(1.0) } else { get("strong", "efficiency") },
+                compute_comm_ratio: med(&r),
+                val_loss: med(&losses),
+                val_accuracy: med(&accs),
+                error,
+            }
+        })
+        .collect()
+}
+
+/// One sentence on how a workload scales, from its points.
+pub fn verdict(workload: &str, points: &[&PointSummary]) -> String {
+    let failed = points.iter().filter(|p| p.repeats_completed == 0).count();
+    let tail = if failed > 0 {
+        format!(" ({failed} point(s) failed: see points.csv)")
+    } else {
+        String::new()
+    };
+    // The largest rank count with a speedup; weak before strong at equal counts.
+    let best = points
+        .iter()
+        .filter(|p| p.ranks > 1)
+        .flat_map(|p| {
+            [
+                p.weak_speedup.map(|s| (p, "weak", s, p.weak_efficiency)),
+                p.strong_speedup.map(|s| (p, "strong", s, p.strong_efficiency)),
+            ]
+        })
+        .flatten()
+        .max_by_key(|(p, mode, _, _)| (p.ranks, *mode == "weak"));
+    let Some((p, mode, s, e)) = best else {
+        let ran = points.iter().any(|p| p.ranks > 1 && p.repeats_completed > 0);
+        return if ran {
+            format!("{workload}: no speedup: its 1-rank reference did not complete{tail}.")
+        } else {
+            format!("{workload}: no point beyond 1 rank completed, so there is no speedup{tail}.")
+        };
+    };
+    let mut v = if s < 1.0 {
+        format!("{workload} scales negatively at {} ranks ({mode}): speedup {s:.2}", p.ranks)
+    } else {
+        format!(
+            "{workload} reaches speedup {s:.2} on {} ranks ({mode}, efficiency {:.0} %)",
+            p.ranks,
+            e.unwrap_or(f64::NAN) * 100.0
+        )
+    };
+    match p.compute_comm_ratio {
+        Some(r) if r < 1.0 => {
+            let _ = write!(
+                v,
+                "; R = {r:.2}: communication takes {:.1}× the compute, so it limits scaling",
+                1.0 / r
+            );
+        }
+        Some(r) if r < 3.0 => {
+            let _ = write!(v, "; R = {r:.2}: communication is a large share of the step");
+        }
+        Some(r) => {
+            let _ = write!(v, "; R = {r:.1}: compute dominates, communication is not the limit");
+        }
+        None => {}
+    }
+    // Accuracy against the global batch, when the points differ in it.
+    let with_acc: Vec<&&PointSummary> = points.iter().filter(|p| p.val_accuracy.is_some()).collect();
+    let lo = with_acc.iter().min_by_key(|p| p.global_batch);
+    let hi = with_acc.iter().max_by_key(|p| p.global_batch);
+    if let (Some(lo), Some(hi)) = (lo, hi) {
+        if hi.global_batch > lo.global_batch {
+            let _ = write!(
+                v,
+                "; validation accuracy {:.1} % at global batch {} vs {:.1} % at {}",
+                lo.val_accuracy.unwrap_or(f64::NAN) * 100.0,
+                lo.global_batch,
+                hi.val_accuracy.unwrap_or(f64::NAN) * 100.0,
+                hi.global_batch
+            );
+        }
+    }
+    v + &tail + "."
+}
+
+fn cell(v: Option<f64>, scale: f64, digits: usize) -> String {
+    v.map(|x| format!("{:.*}", digits, x * scale)).unwrap_or_default()
+}
+
+fn interval(low: Option<f64>, high: Option<f64>) -> String {
+    match (low, high) {
+        (Some(l), Some(h)) => format!(" ({l:.2}–{h:.2})"),
+        _ => String::new(),
+    }
+}
+
+/// Writes `report/study.csv`, `report/study.md` and a speedup curve per workload;
+/// returns the verdict sentences.
+pub(super) fn write(out: &Path, plan: &Plan, repeat: usize, state: &State, plots: bool) -> Result<Vec<String>> {
+    let report = out.join("report");
+    std::fs::create_dir_all(&report).with_context(|| format!("cannot create {}", report.display()))?;
+    let rows = summarise(out, plan, repeat, state);
+    let mut w = csv::Writer::from_path(report.join("study.csv")).context("cannot write study.csv")?;
+    for r in &rows {
+        w.serialize(r)?;
+    }
+    w.flush()?;
+    let mut by: BTreeMap<&str, Vec<&PointSummary>> = BTreeMap::new();
+    for r in &rows {
+        by.entry(r.workload.as_str()).or_default().push(r);
+    }
+    let verdicts: Vec<String> = by.iter().map(|(w, ps)| verdict(w, ps)).collect();
+    let mut md = String::from("# Study summary\n\n");
+    let _ = writeln!(
+        md,
+        "Each point's repeats together: throughput is the median over completed repeats, \
+         speedups are `reduce`'s (weak: against the 1-rank point of the same batch per rank; \
+         strong: against the 1-rank point of the same global batch; in brackets the interval \
+         over repeats), R = (forward + backward) / all-reduce transfer, and \
+         validation figures are the last epoch's, medians over repeats.\n"
+    );
+    for v in &verdicts {
+        let _ = writeln!(md, "- {v}");
+    }
+    for (workload, ps) in &by {
+        let _ = writeln!(md, "\n## {workload}\n");
+        md.push_str(
+            "| point | scaling | ranks | batch/rank | global batch | repeats | samples/s | weak speedup | weak eff. | strong speedup | strong eff. | R | val loss | val acc. | error |\n\
+             |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        );
+        for p in ps {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {}/{} | {} | {}{} | {} | {}{} | {} | {} | {} | {} | {} |",
+                p.point,
+                p.scaling,
+                p.ranks,
+                p.batch_per_rank,
+                p.global_batch,
+                p.repeats_completed,
+                p.repeats_planned,
+                cell(p.samples_per_s, 1.0, 1),
+                cell(p.weak_speedup, 1.0, 2),
+                interval(p.weak_speedup_low, p.weak_speedup_high),
+                cell(p.weak_efficiency, 100.0, 0),
+                cell(p.strong_speedup, 1.0, 2),
+                interval(p.strong_speedup_low, p.strong_speedup_high),
+                cell(p.strong_efficiency, 100.0, 0),
+                cell(p.compute_comm_ratio, 1.0, 2),
+                cell(p.val_loss, 1.0, 4),
+                cell(p.val_accuracy, 100.0, 1),
+                p.error.as_deref().unwrap_or("").replace('|', "/").replace('\n', " ")
+            );
+        }
+        if plots {
+            let _ = writeln!(md, "\n![speedup of {workload}]({}.png)", plot_stem(workload));
+        }
+    }
+    std::fs::write(report.join("study.md"), md).context("cannot write study.md")?;
+    if plots {
+        let r = Rasteriser::new();
+        for (workload, ps) in &by {
+            r.write(&speedup_chart(workload, ps), &report.join(plot_stem(workload)))?;
+        }
+    }
+    Ok(verdicts)
+}
+
+fn plot_stem(workload: &str) -> String {
+    format!("speedup-{}", workload.replace(['.', '/', ' '], "_"))
+}
+
+/// Speedup against ranks: a line per scaling mode, and the ideal line.
+fn speedup_chart(workload: &str, points: &[&PointSummary]) -> String {
+    let curve = |f: fn(&PointSummary) -> Option<f64>| -> Vec<(f64, f64)> {
+        let mut v: Vec<(f64, f64)> = points.iter().filter_map(|p| f(p).map(|s| (p.ranks as f64, s))).collect();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        v
+    };
+    let max_ranks = points.iter().map(|p| p.ranks).max().unwrap_or(1).max(2) as f64;
+    let mut series = Vec::new();
+    for (name, pts) in [("weak", curve(|p| p.weak_speedup)), ("strong", curve(|p| p.strong_speedup))] {
+        if pts.len() > 1 {
+            series.push(Series {
+                name: name.into(),
+                points: pts,
+                dashed: false,
+                markers_only: false,
+            });
+        }
+    }
+    series.push(Series {
+        name: "ideal".into(),
+        points: vec![(1.0, 1.0), (max_ranks, max_ranks)],
+        dashed: true,
+        markers_only: false,
+    });
+    plot::line_chart(&format!("Speedup: {workload}"), "ranks", "speedup", &series, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(ranks: usize, global: usize, weak: Option<f64>, r: Option<f64>, acc: Option<f64>) -> PointSummary {
+        PointSummary {
+            point: format!("p{ranks}"),
+            workload: "w".into(),
+            scaling: "weak".into(),
+            ranks,
+            batch_per_rank: global / ranks,
+            global_batch: global,
+            repeats_completed: 1,
+            repeats_planned: 1,
+            samples_per_s: Some(100.0),
+            weak_speedup: weak,
+            weak_speedup_low: None,
+            weak_speedup_high: None,
+            weak_efficiency: weak.map(|s| s / ranks as f64),
+            strong_speedup: None,
+            strong_speedup_low: None,
+            strong_speedup_high: None,
+            strong_efficiency: None,
+            compute_comm_ratio: r,
+            val_loss: None,
+            val_accuracy: acc,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn verdicts_name_the_largest_point_and_what_limits_it() {
+        let a = point(1, 32, Some(1.0), None, Some(0.8));
+        let b = point(2, 64, Some(1.8), Some(30.0), Some(0.78));
+        let c = point(4, 128, Some(0.6), Some(0.5), Some(0.7));
+        let v = verdict("t", &[&a, &b, &c]);
+        assert!(v.starts_with("t scales negatively at 4 ranks (weak): speedup 0.60"), "{v}");
+        assert!(v.contains("communication takes 2.0× the compute"), "{v}");
+        assert!(v.contains("80.0 % at global batch 32 vs 70.0 % at 128"), "{v}");
+        let v = verdict("t", &[&a, &b]);
+        assert!(
+            v.contains("speedup 1.80 on 2 ranks (weak, efficiency 90 %)") && v.contains("compute dominates"),
+            "{v}"
+        );
+        let mut lone = point(2, 64, None, Some(5.0), None);
+        lone.repeats_completed = 1;
+        assert!(verdict("t", &[&lone]).contains("1-rank reference did not complete"));
+        let mut failed = point(2, 64, None, None, None);
+        failed.repeats_completed = 0;
+        let v = verdict("t", &[&failed]);
+        assert!(
+            v.contains("no point beyond 1 rank completed") && v.contains("1 point(s) failed"),
+            "{v}"
+        );
+    }
+}

@@ -1,0 +1,265 @@
+//! `ddpbench study` under a real `mpirun -n 2`: every point runs on its own ranks and
+//! writes a complete run folder, idle ranks sleep, a failing point is skipped on every
+//! rank and named, a study resumes, a changed study is refused, and a point inside a
+//! study trains exactly as `train` does (2 × 32 == 1 × 64 across two points).
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(300);
+
+fn study_cmd(file: &Path, out: &Path, extra: &[&str]) -> Command {
+    let mut cmd = mpirun_cmd(2);
+    cmd.arg(BIN).arg("study").arg(file).arg("--out").arg(out).args(extra);
+    cmd
+}
+
+fn study(file: &Path, out: &Path, extra: &[&str]) -> Job {
+    run_with_limit(study_cmd(file, out, extra), LIMIT)
+}
+
+/// points.csv as maps from column to cell.
+fn points(out: &Path) -> Vec<std::collections::BTreeMap<String, String>> {
+    let (h, rows) = read_csv(&out.join("points.csv"));
+    rows.into_iter().map(|r| h.iter().cloned().zip(r).collect()).collect()
+}
+
+fn rank_files(run: &Path) -> usize {
+    std::fs::read_dir(run)
+        .unwrap()
+        .filter(|e| {
+            let n = e.as_ref().unwrap().file_name().to_string_lossy().into_owned();
+            n.starts_with("rank-") && n.ends_with(".csv") && !n.ends_with(".gpu.csv")
+        })
+        .count()
+}
+
+const GRID: &str = r#"
+name = "grid"
+models = ["mnist-cnn"]
+# cifar10 holds 3×32×32 images, which mnist-cnn cannot take: those points fail.
+datasets = ["fashion-mnist", "cifar10"]
+batch_sizes = [32, 64]
+scaling = "both"
+repeat = 2
+max_steps = 15
+val_samples = 256
+probe_iters = 0
+"#;
+
+#[test]
+fn a_study_runs_every_point_on_its_ranks_and_goes_on_past_a_failing_one() {
+    let d = tmp();
+    let file = d.path().join("grid.toml");
+    std::fs::write(&file, GRID).unwrap();
+    let out = d.path().join("study");
+    let job = study(&file, &out, &[]);
+    job.assert_ok();
+
+    // The resolved study is kept beside the runs.
+    assert!(out.join("study.toml").exists() && out.join("study.json").exists());
+    let rows = points(&out);
+    // Per data set: b32 at 1 and 2 ranks, b32's strong point (2 × 16), b64 at 1 and 2
+    // ranks (2 × 32 is b32's 2-rank point, shared), each twice.
+    assert_eq!(rows.len(), 2 * 5 * 2, "{rows:#?}");
+    for r in &rows {
+        let failed = r["run"].contains("cifar10");
+        assert_eq!(r["status"], if failed { "failed" } else { "completed" }, "{r:?}");
+        if failed {
+            // The error every rank agreed on, named in the table and on screen.
+            assert!(r["error"].contains("3×32×32"), "{r:?}");
+            assert!(job.stderr.contains(&format!("failed point {}", r["run"])), "{}", job.all());
+            continue;
+        }
+        let run = out.join("runs").join(&r["run"]);
+        let m = json(&run.join("manifest.json"));
+        assert_eq!(m["status"], "completed");
+        let ranks: usize = r["ranks"].parse().unwrap();
+        // The point really ran on its own rank count: world size and rank files.
+        assert_eq!(m["world_size"].as_u64().unwrap() as usize, ranks, "{r:?}");
+        assert_eq!(rank_files(&run), ranks);
+        assert_eq!(m["batch_size_per_rank"].as_u64().unwrap().to_string(), r["batch_per_rank"]);
+        // Threads per rank are the same at every point: the 2 cores over 2 ranks.
+        for rank in m["ranks"].as_array().unwrap() {
+            assert_eq!(rank["threads"], 1, "{r:?}");
+        }
+        let (h, steps) = read_csv(&run.join("rank-00000.csv"));
+        assert_eq!(steps.len(), 15);
+        assert!(col(&h, &steps, "step_s").iter().all(|s| *s > 0.0));
+        if ranks == 1 {
+            // The other rank sat out, sleeping: its CPU time per second of waiting.
+            let idle: f64 = r["idle_cpu_s_per_s"].parse().unwrap();
+            assert!(idle < 0.05, "idle rank used {idle} CPU-s/s: {r:?}");
+        }
+    }
+    // Repeats interleave: every point's first repeat before any second one.
+    let reps: Vec<&str> = rows.iter().map(|r| r["repeat"].as_str()).collect();
+    let first_second = reps.iter().position(|r| *r == "1").unwrap();
+    assert!(
+        reps[..first_second].iter().all(|r| *r == "0") && reps[first_second..].iter().all(|r| *r == "1"),
+        "{reps:?}"
+    );
+
+    // The report covers the study: the grid, per-point summary and verdicts.
+    let report = std::fs::read_to_string(out.join("report/report.md")).unwrap();
+    assert!(report.contains("weak speedup by batch per rank × ranks"), "{report}");
+    assert!(report.contains("strong speedup by batch per rank × ranks"), "{report}");
+    let (h, summary) = read_csv(&out.join("report/study.csv"));
+    let point = h.iter().position(|c| c == "point").unwrap();
+    let weak = h.iter().position(|c| c == "weak_speedup").unwrap();
+    let two = summary
+        .iter()
+        .find(|r| r[point].contains("fashion-mnist-b64-r2"))
+        .expect("b64 2-rank point in study.csv");
+    assert!(two[weak].parse::<f64>().unwrap() > 0.0, "{two:?}");
+    assert!(
+        job.stdout.contains("mnist-cnn-fashion-mnist-b64 reaches speedup")
+            || job.stdout.contains("mnist-cnn-fashion-mnist-b64 scales negatively"),
+        "{}",
+        job.stdout
+    );
+    assert!(
+        job.stdout.contains("mnist-cnn-cifar10-b32: no point beyond 1 rank completed"),
+        "{}",
+        job.stdout
+    );
+    assert!(out.join("report/speedup-mnist-cnn-fashion-mnist-b32.png").exists());
+
+    // Again: finished points are skipped, failed ones too unless --retry-failed; each
+    // launch adds a row per run saying what it did.
+    let again = study(&file, &out, &[]);
+    again.assert_ok();
+    let after = points(&out);
+    let launch2 = &after[rows.len()..];
+    assert_eq!(launch2.len(), rows.len());
+    assert!(launch2.iter().all(|r| r["status"].starts_with("skipped")), "{launch2:#?}");
+    let retry = study(&file, &out, &["--retry-failed"]);
+    retry.assert_ok();
+    let after = points(&out);
+    let launch3 = &after[2 * rows.len()..];
+    let ran: Vec<&str> = launch3
+        .iter()
+        .filter(|r| !r["status"].starts_with("skipped"))
+        .map(|r| r["run"].as_str())
+        .collect();
+    assert_eq!(ran.len(), 10, "the 10 failed runs ran again, and only they: {launch3:#?}");
+    assert!(ran.iter().all(|r| r.contains("cifar10")));
+
+    // A changed study into the same folder is refused, with what to do.
+    std::fs::write(&file, GRID.replace("max_steps = 15", "max_steps = 16")).unwrap();
+    let changed = study(&file, &out, &[]);
+    assert!(!changed.ok());
+    assert!(changed.all().contains("different study"), "{}", changed.all());
+}
+
+#[test]
+fn an_interrupted_study_resumes_where_it_stopped() {
+    let d = tmp();
+    let file = d.path().join("long.toml");
+    std::fs::write(
+        &file,
+        "name = \"long\"\nbatch_sizes = [32]\nranks = [1, 2]\nrepeat = 3\nmax_steps = 40\nval_samples = 0\nprobe_iters = 0\n",
+    )
+    .unwrap();
+    let out = d.path().join("study");
+    // Stop the whole job with SIGTERM once the first point is on disk.
+    use std::os::unix::process::CommandExt;
+    let mut cmd = study_cmd(&file, &out, &[]);
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0);
+    let mut child = cmd.spawn().unwrap();
+    let start = std::time::Instant::now();
+    while !std::fs::read_to_string(out.join("points.csv")).is_ok_and(|t| t.lines().count() >= 2) {
+        assert!(start.elapsed() < LIMIT, "no point finished");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    child.wait().unwrap();
+    let before = points(&out);
+    let finished: Vec<String> = before
+        .iter()
+        .filter(|r| r["status"] == "completed")
+        .map(|r| r["run"].clone())
+        .collect();
+    assert!(!finished.is_empty() && finished.len() < 6, "{before:?}");
+    let started: Vec<String> = finished
+        .iter()
+        .map(|r| json(&out.join("runs").join(r).join("manifest.json"))["start_utc"].to_string())
+        .collect();
+
+    let job = study(&file, &out, &[]);
+    job.assert_ok();
+    let after = points(&out);
+    let done: Vec<&String> = after.iter().filter(|r| r["status"] == "completed").map(|r| &r["run"]).collect();
+    // All six runs completed once; the ones finished before were not run again.
+    let mut unique = done.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!((done.len(), unique.len()), (6, 6), "{after:?}");
+    for (r, s) in finished.iter().zip(&started) {
+        assert_eq!(&json(&out.join("runs").join(r).join("manifest.json"))["start_utc"].to_string(), s);
+    }
+    for r in &done {
+        assert_eq!(json(&out.join("runs").join(r).join("manifest.json"))["status"], "completed");
+    }
+}
+
+#[test]
+fn two_points_of_a_study_train_as_one_rank_of_twice_the_batch() {
+    let d = tmp();
+    let file = d.path().join("eq.toml");
+    // Strong scaling from 1 × 64: the 2-rank point is 2 × 32.
+    std::fs::write(
+        &file,
+        "name = \"eq\"\nbatch_sizes = [64]\nranks = [1, 2]\nscaling = \"strong\"\nmax_steps = 20\n\
+         deterministic = true\nno_dropout = true\noptimizer = \"sgd\"\nlr = 0.01\nseed = 3\n\
+         val_samples = 0\nprobe_iters = 0\nsave_model = true\n",
+    )
+    .unwrap();
+    let out = d.path().join("study");
+    study(&file, &out, &[]).assert_ok();
+    let rows = points(&out);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let params = |run: &str| {
+        let mut p = tch::Tensor::read_safetensors(out.join("runs").join(run).join("model.safetensors")).unwrap();
+        p.sort_by(|a, b| a.0.cmp(&b.0));
+        p
+    };
+    let one = rows.iter().find(|r| r["ranks"] == "1").unwrap();
+    let two = rows.iter().find(|r| r["ranks"] == "2").unwrap();
+    assert_eq!((one["batch_per_rank"].as_str(), two["batch_per_rank"].as_str()), ("64", "32"));
+    let (a, b) = (params(&one["run"]), params(&two["run"]));
+    let (mut diff, mut norm) = (0.0, 0.0);
+    for ((na, ta), (nb, tb)) in a.iter().zip(&b) {
+        assert_eq!(na, nb);
+        diff += (ta - tb).square().sum(tch::Kind::Double).double_value(&[]);
+        norm += ta.square().sum(tch::Kind::Double).double_value(&[]);
+    }
+    let rel = (diff / norm).sqrt();
+    assert!(rel < 1e-5, "1×64 and 2×32 points differ by {rel:e} (relative L2)");
+}
+
+#[test]
+fn bad_study_files_are_refused_before_anything_runs() {
+    let d = tmp();
+    let cases = [
+        ("batchsizes = [32]\n", "unknown study key `batchsizes`"),
+        ("scaling = \"sideways\"\n", "sideways"),
+        ("batch_sizes = [0]\n", "batch_sizes"),
+        ("ranks = [1, 4]\n", "4"),
+        ("models = [\"resnet9000\"]\n", "resnet9000"),
+    ];
+    for (text, says) in cases {
+        let file = d.path().join("bad.toml");
+        std::fs::write(&file, text).unwrap();
+        let job = study(&file, &d.path().join("never"), &[]);
+        assert!(!job.ok(), "{text}: {}", job.all());
+        assert!(job.all().contains(says), "{text}: expected `{says}` in:\n{}", job.all());
+        assert!(!d.path().join("never").join("runs").exists(), "{text}");
+    }
+}
