@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up (same as the quick start) and runs the whole test suite:
 #  1. cargo tests: unit tests and integration tests that launch real `mpirun -n 2`
-#     jobs on CPU (training, equivalence, bad input, reducer, models, bigMNIST);
+#     jobs on CPU (training, equivalence, bad input, reducer, models, bigMNIST, studies);
 #  2. the cluster emulation (as root only): the sbatch scripts on a private Slurm with
 #     2 fake nodes × 4 fake GPUs, and 2 ranks in network namespaces over a shaped link.
 # Set DDPBENCH_CLUSTER_TESTS=0 to skip part 2.

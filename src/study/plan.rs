@@ -33,8 +33,9 @@ pub enum Scaling {
 }
 
 /// Keys of a study file that are not `train` options.
-pub const STUDY_KEYS: [&str; 10] = [
+pub const STUDY_KEYS: [&str; 11] = [
     "name",
+    "data_dirs",
     "models",
     "datasets",
     "batch_sizes",
@@ -58,6 +59,8 @@ pub struct StudySpec {
     pub placement: PlacementPolicy,
     pub repeat: usize,
     pub threads_per_rank: Option<usize>,
+    /// Per data set, its `--data-dir` (`[data_dirs]` table), for studies over several.
+    pub data_dirs: BTreeMap<String, String>,
     /// `train` options: one value each, or a list (a grid axis), in file order.
     pub train: Vec<(String, Vec<toml::Value>)>,
 }
@@ -123,6 +126,7 @@ impl StudySpec {
             placement: PlacementPolicy::Pack,
             repeat: 1,
             threads_per_rank: None,
+            data_dirs: BTreeMap::new(),
             train: Vec::new(),
         };
         for (key, v) in &table {
@@ -145,6 +149,17 @@ impl StudySpec {
             "repeat" => self.repeat = *counts(key, v)?.first().ok_or_else(|| anyhow!("study key `repeat` is empty"))?,
             "threads_per_rank" | "threads" => {
                 self.threads_per_rank = Some(*counts(key, v)?.first().ok_or_else(|| anyhow!("study key `{key}` is empty"))?)
+            }
+            "data_dirs" => {
+                let t = v
+                    .as_table()
+                    .ok_or_else(|| anyhow!("study key `data_dirs` is a table of data set = \"folder\""))?;
+                for (dataset, dir) in t {
+                    let dir = dir
+                        .as_str()
+                        .ok_or_else(|| anyhow!("study key `data_dirs.{dataset}`: {dir} is not a string"))?;
+                    self.data_dirs.insert(dataset.clone(), dir.to_string());
+                }
             }
             "out" => bail!("study key `out`: the study's points are written under the study folder (--out of `ddpbench study`)"),
             "node_slots" => bail!("study key `node_slots` is set by the study itself"),
@@ -202,6 +217,10 @@ impl StudySpec {
         t.insert("ranks".into(), list(ladder.iter().map(|&r| (r as i64).into()).collect()));
         t.insert("placement".into(), enum_name(self.placement).into());
         t.insert("repeat".into(), (self.repeat as i64).into());
+        if !self.data_dirs.is_empty() {
+            let dirs: toml::Table = self.data_dirs.iter().map(|(k, v)| (k.clone(), v.clone().into())).collect();
+            t.insert("data_dirs".into(), toml::Value::Table(dirs));
+        }
         t.insert("threads_per_rank".into(), (threads_per_rank as i64).into());
         for (k, v) in &self.train {
             let v = if v.len() == 1 { v[0].clone() } else { list(v.clone()) };
@@ -534,6 +553,9 @@ pub fn plan(spec: &StudySpec, layout: &Layout, cores_per_node: usize) -> Result<
                                 "--node-slots".into(),
                                 node_slots.to_string(),
                             ];
+                            if let Some(dir) = spec.data_dirs.get(dataset) {
+                                args.extend(["--data-dir".to_string(), dir.clone()]);
+                            }
                             args.extend(setting_args(&setting));
                             // The same run serves both curves (the 1-rank point, mostly).
                             if let Some(p) = points.iter_mut().find(|p| p.args == args && p.world_ranks == *world_ranks) {
@@ -676,6 +698,48 @@ mod tests {
         assert_eq!(p.points.len(), 1);
         assert_eq!(p.skipped.len(), 1);
         assert!(p.skipped[0].why.contains("does not divide by 4"), "{:?}", p.skipped);
+    }
+
+    #[test]
+    fn each_data_set_gets_its_own_data_dir() {
+        let text = "datasets = [\"mnist\", \"bigmnist\", \"synthetic\"]\nranks = [1]\n\n[data_dirs]\nmnist = \"/d/mnist\"\nbigmnist = \"/d/big\"\n";
+        let spec = StudySpec::from_toml(text, "x").unwrap();
+        let p = plan(&spec, &hosts(1, 2), 2).unwrap();
+        let dir_of = |i: usize| {
+            let a = &p.points[i].args;
+            a.iter().position(|x| x == "--data-dir").map(|j| a[j + 1].clone())
+        };
+        assert_eq!(p.points.len(), 3);
+        assert_eq!(
+            (dir_of(0), dir_of(1), dir_of(2)),
+            (Some("/d/mnist".into()), Some("/d/big".into()), None)
+        );
+        // The resolved study keeps the table and reads back the same.
+        let again = StudySpec::from_toml(&spec.to_toml(&p.ladder, p.threads_per_rank), "x").unwrap();
+        assert_eq!(again.data_dirs, spec.data_dirs);
+        assert!(StudySpec::from_toml("data_dirs = 3\n", "x")
+            .unwrap_err()
+            .to_string()
+            .contains("data_dirs"));
+    }
+
+    #[test]
+    fn every_shipped_study_file_plans() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("job-scripts/studies");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().and_then(|x| x.to_str()) != Some("toml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let spec = StudySpec::from_toml(&text, "x").unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+            // 16 nodes of 4 GPUs hold every shipped ladder.
+            let p = plan(&spec, &hosts(16, 4), 2).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+            assert!(!p.points.is_empty(), "{}", path.display());
+            n += 1;
+        }
+        assert!(n >= 7, "{n} study files");
     }
 
     #[test]

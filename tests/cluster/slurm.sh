@@ -216,17 +216,20 @@ tlog "cluster up: $(sinfo -h -N -o '%N:%T:%G' | tr '\n' ' ')(SLURM_CONF=$SLURM_C
 # ---------------------------------------------------------------- 5. jobs
 cd "$T/submit" || die "no submit dir"   # SLURM_SUBMIT_DIR: results/ and %x-%j.out land here
 
-submit() {  # submit SCRIPT -> sets JOBID, JOBRC
-  local out
+submit() {  # submit SCRIPT [ARGS...] -> sets JOBID, JOBRC; ARGS default to the train flags
+  local out script=$1
+  shift
+  local args=("$@")
+  ((${#args[@]})) || args=("${TRAIN_FLAGS[@]}")
   # In the background and waited for, so that a signal to this script is handled at once.
-  timeout "$JOB_TIMEOUT" sbatch --wait --parsable --export=ALL "$REPO/job-scripts/$1" "${TRAIN_FLAGS[@]}" \
+  timeout "$JOB_TIMEOUT" sbatch --wait --parsable --export=ALL "$REPO/job-scripts/$script" "${args[@]}" \
     >"$T/sbatch.out" 2>"$T/sbatch.err" &
   child=$!
   wait "$child"; JOBRC=$?
   child=
   out=$(head -1 "$T/sbatch.out")
   JOBID=${out%%;*}
-  tlog "$1: job ${JOBID:-?} exit $JOBRC"
+  tlog "$script: job ${JOBID:-?} exit $JOBRC"
   ((JOBRC == 0)) || { cat "$T/sbatch.err" >&2; cat "$T"/submit/*-"$JOBID".out >&2 2>/dev/null; }
 }
 
@@ -271,6 +274,32 @@ check "1gpu: device Cpu" py_check "$run" 'm["ranks"][0]["device"] == "Cpu"'
 check "1gpu: $outf holds the reduce summary" \
   both_in "$outf" "^\(run \)\?ddpbench-1gpu-$JOBID[: ]" "^wrote .*summary\.csv"
 tlog "1gpu took $((SECONDS - t0)) s"
+
+# 5c. A study over the ladder 1, 4, 8 in one allocation of 2 nodes × 4: each point on a
+# sub-communicator of the 8 ranks, packed onto as few nodes as it fits.
+t0=$SECONDS
+JOB_TIMEOUT=300
+submit study.sbatch "$REPO/job-scripts/studies/slurm-test.toml"
+st=results/study-slurm-test
+pt() { echo "$st/runs/$1-mnist-cnn-synthetic-b16-r$2-rep0"; }
+check "study: sbatch --wait exit code 0" test "$JOBRC" = 0
+check "study: points.csv has 3 completed points" python3 -c "
+import csv, sys
+rows = list(csv.DictReader(open('$st/points.csv')))
+sys.exit(0 if [r['status'] for r in rows] == ['completed'] * 3 else 1)"
+check "study: the 1-rank point ran on 1 rank" py_check "$(pt 000 1)" \
+  'm["world_size"] == 1 and len(files) == 1 and len(rows[0]) == 6'
+check "study: the 4-rank point's ranks sit on one node" py_check "$(pt 001 4)" \
+  'm["world_size"] == 4 and m["nodes"] == 1 and len({r["host"] for r in m["ranks"]}) == 1 and len(files) == 4'
+check "study: the 8-rank point's ranks sit on n1 ×4, n2 ×4" py_check "$(pt 002 8)" \
+  'm["world_size"] == 8 and sorted(r["host"] for r in m["ranks"]) == ["n1"]*4 + ["n2"]*4'
+check "study: threads per rank are 1 at every point" python3 -c "
+import glob, json, sys
+ms = [json.load(open(f)) for f in glob.glob('$st/runs/*/manifest.json')]
+sys.exit(0 if len(ms) == 3 and all(r['threads'] == 1 for m in ms for r in m['ranks']) else 1)"
+check "study: report/study.md and the speedup table" \
+  both_in "$st/report/study.md" "^| 002-mnist-cnn-synthetic-b16-r8 " "reaches speedup\\|scales negatively"
+tlog "study took $((SECONDS - t0)) s"
 
 cd / || true
 echo "$pass passed, $fail failed"
