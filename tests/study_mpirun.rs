@@ -57,6 +57,34 @@ fn a_study_runs_every_point_on_its_ranks_and_goes_on_past_a_failing_one() {
     let file = d.path().join("grid.toml");
     std::fs::write(&file, GRID).unwrap();
     let out = d.path().join("study");
+    // The dry run lists the points with their ranks and an estimate timed on rank 0,
+    // and writes nothing.
+    let dry = study(&file, &out, &["--dry-run"]);
+    dry.assert_ok();
+    assert!(
+        dry.stdout
+            .contains("study grid: 10 point(s) × 2 repeat(s) = 20 runs, ladder [1, 2]"),
+        "{}",
+        dry.stdout
+    );
+    assert!(
+        dry.stdout.contains("001-mnist-cnn-fashion-mnist-b32-r2") && dry.stdout.contains("2 ranks 0-1"),
+        "{}",
+        dry.stdout
+    );
+    assert!(
+        dry.stdout.contains("mnist-cnn-fashion-mnist-b64: ") && dry.stdout.contains("ms per step at batch 64 on 1 rank"),
+        "{}",
+        dry.stdout
+    );
+    assert!(dry.stdout.contains("mnist-cnn-cifar10-b32: not timed: "), "{}", dry.stdout);
+    assert!(
+        dry.stdout.contains("estimate: about ") && dry.stdout.contains("5 point(s) not estimated"),
+        "{}",
+        dry.stdout
+    );
+    assert!(!out.exists());
+
     let job = study(&file, &out, &[]);
     job.assert_ok();
 

@@ -10,6 +10,7 @@
 //! Running the same command again skips finished points, retries failed ones only with
 //! `--retry-failed`, and refuses a study whose resolved file changed.
 
+mod estimate;
 pub mod plan;
 mod report;
 
@@ -75,7 +76,8 @@ pub struct StudyArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
 
-    /// Print the points, their ranks and nodes, and stop.
+    /// Print the points, their ranks and nodes, time each workload for a few steps on
+    /// one rank, print an estimate of the study's time, and stop.
     #[arg(long)]
     pub dry_run: bool,
 
@@ -242,6 +244,14 @@ fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Re
     if args.dry_run {
         if g.rank == 0 {
             print_plan(spec, &plan, &layout, &out);
+            println!(
+                "\ntiming each workload on rank 0 ({} steps of its fewest-rank point, no validation) ...",
+                estimate::TIMED_STEPS
+            );
+        }
+        let timings = estimate::time_workloads(g, &plan, watchdog);
+        if g.rank == 0 {
+            print_estimate(&plan, spec.repeat, &timings);
         }
         return Ok(());
     }
@@ -582,7 +592,58 @@ fn print_plan(spec: &StudySpec, plan: &Plan, layout: &Layout, out: &Path) {
     for s in &plan.skipped {
         println!("skipped: {} at {} ranks: {}", s.workload, s.ranks, s.why);
     }
-    println!("(no time estimate: run one point with a few --max-steps to time a workload)");
+}
+
+/// The dry run's estimate per point and in all, from each workload's timing.
+fn print_estimate(plan: &Plan, repeat: usize, timings: &BTreeMap<String, Result<estimate::Timing, String>>) {
+    let mut total = 0.0;
+    let mut unknown = 0;
+    for (workload, points) in plan::by_workload(&plan.points) {
+        match timings.get(&workload) {
+            Some(Ok(t)) => {
+                println!(
+                    "{workload}: {:.1} ms per step at batch {} on 1 rank, {:.1} s set-up",
+                    t.step_s * 1e3,
+                    t.batch_per_rank,
+                    t.setup_s
+                );
+                for p in points {
+                    match estimate::point_seconds(p, t) {
+                        Some(s) => {
+                            println!("  {:<48} ~{s:.0} s per run", p.id);
+                            total += s * repeat as f64;
+                        }
+                        None => unknown += 1,
+                    }
+                }
+            }
+            Some(Err(e)) => {
+                println!("{workload}: not timed: {e}");
+                unknown += points.len();
+            }
+            None => unknown += points.len(),
+        }
+    }
+    println!(
+        "estimate: about {} for {} run(s){}; compute only (communication, waiting and validation come on top)",
+        human_seconds(total),
+        plan.points.len() * repeat,
+        if unknown > 0 {
+            format!(", {unknown} point(s) not estimated")
+        } else {
+            String::new()
+        }
+    );
+}
+
+fn human_seconds(s: f64) -> String {
+    if s < 120.0 {
+        format!("{s:.0} s")
+    } else if s < 7200.0 {
+        format!("{:.0} min", s / 60.0)
+    } else {
+        format!("{:.1} h", s / 3600.0)
+    }
 }
 
 /// The end of a study on rank 0: failures named, then the report over every point.

@@ -1,0 +1,199 @@
+//! The dry run's time estimate: each workload's 1-rank point trained for a few steps on
+//! rank 0 alone, scaled to every point's steps and batch. Compute only: communication,
+//! waiting for other ranks and validation are not in it, so it is a lower bound for
+//! points of several ranks.
+
+use super::plan::{self, Plan, Point};
+use super::{run_point, wait_without_spinning};
+use crate::record::Manifest;
+use crate::train::watchdog::Watchdog;
+use crate::world::Group;
+use mpi::topology::{Color, Communicator};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Steps the timing run trains; the first is a warm-up and is left out.
+pub const TIMED_STEPS: usize = 6;
+
+/// One workload's timing on one rank.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timing {
+    /// The point timed: its batch per rank and steps per epoch.
+    pub batch_per_rank: usize,
+    pub steps_per_epoch: usize,
+    /// Median seconds per step after the warm-up step.
+    pub step_s: f64,
+    /// Seconds of the run outside its steps (data, model, set-up, writing).
+    pub setup_s: f64,
+}
+
+/// Drops `flags` (and their values) from a `train` command line.
+fn without(args: &[String], flags: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        if flags.contains(&args[i].as_str()) {
+            let takes_value = args.get(i + 1).is_some_and(|v| !v.starts_with("--"));
+            i += if takes_value { 2 } else { 1 };
+            continue;
+        }
+        out.push(args[i].clone());
+        i += 1;
+    }
+    out
+}
+
+/// The timing run's command line: the point's, bounded and without extras.
+pub fn timing_args(point: &Point) -> Vec<String> {
+    let mut args = without(
+        &point.args,
+        &[
+            "--max-steps",
+            "--epochs",
+            "--warmup-steps",
+            "--val-samples",
+            "--probe-iters",
+            "--save-model",
+        ],
+    );
+    for (k, v) in [
+        ("--max-steps", TIMED_STEPS.to_string()),
+        ("--warmup-steps", "1".into()),
+        ("--val-samples", "0".into()),
+        ("--probe-iters", "0".into()),
+    ] {
+        args.extend([k.to_string(), v]);
+    }
+    args
+}
+
+/// Reads a timing run's folder.
+fn read_timing(dir: &Path, point: &Point) -> Result<Timing, String> {
+    let m = Manifest::read(dir).map_err(|e| format!("{e:#}"))?;
+    let mut r = csv::Reader::from_path(dir.join(crate::record::rank_file_name(0))).map_err(|e| e.to_string())?;
+    let h = r.headers().map_err(|e| e.to_string())?.clone();
+    let pos = |n: &str| h.iter().position(|c| c == n).ok_or_else(|| format!("no column {n}"));
+    let (step, warm) = (pos("step_s")?, pos("warmup")?);
+    let (mut all_s, mut timed) = (0.0, Vec::new());
+    for rec in r.records().flatten() {
+        let s: f64 = rec.get(step).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        all_s += s;
+        if rec.get(warm) == Some("0") {
+            timed.push(s);
+        }
+    }
+    if timed.is_empty() {
+        return Err("no timed steps".into());
+    }
+    Ok(Timing {
+        batch_per_rank: point.batch_per_rank,
+        steps_per_epoch: m.steps_per_epoch,
+        step_s: crate::stats::median(&timed),
+        setup_s: (m.wall_s.unwrap_or(all_s) - all_s).max(0.0),
+    })
+}
+
+/// Times each workload's first point (its fewest ranks) on rank 0 while the other ranks
+/// wait; every rank calls it. The result is rank 0's (empty elsewhere).
+pub fn time_workloads(g: &Group, plan: &Plan, watchdog: &Watchdog) -> BTreeMap<String, Result<Timing, String>> {
+    let mut out = BTreeMap::new();
+    let scratch = std::env::temp_dir().join(format!("ddpbench-estimate-{}", std::process::id()));
+    for (workload, points) in plan::by_workload(&plan.points) {
+        let Some(point) = points.iter().min_by_key(|p| p.ranks) else {
+            continue;
+        };
+        let color = if g.rank == 0 { Color::with_value(0) } else { Color::undefined() };
+        let sub = g.comm.split_by_color(color);
+        if let Some(comm) = sub {
+            let pg = Group::new(comm, g.threading);
+            let dir = scratch.join(&point.id);
+            let timing_point = Point {
+                args: timing_args(point),
+                ..(*point).clone()
+            };
+            let result = run_point(&pg, &timing_point, &dir, watchdog)
+                .map_err(|e| format!("{e:#}"))
+                .and_then(|()| read_timing(&dir, point));
+            out.insert(workload, result);
+        }
+        wait_without_spinning(g);
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    out
+}
+
+/// Seconds a point is expected to take, from its workload's timing: set-up plus its
+/// steps (epochs × steps per epoch, at most --max-steps) at the 1-rank step time scaled
+/// by the batch per rank.
+pub fn point_seconds(point: &Point, t: &Timing) -> Option<f64> {
+    let cfg = plan::parse_train(&point.args).ok()?;
+    let ref_global = (t.batch_per_rank * t.steps_per_epoch) as f64;
+    let per_epoch = (ref_global / point.global_batch.max(1) as f64).ceil() as usize;
+    let mut steps = cfg.schedule.epochs * per_epoch.max(1);
+    if let Some(max) = cfg.schedule.max_steps {
+        steps = steps.min(max);
+    }
+    let scale = point.batch_per_rank as f64 / t.batch_per_rank.max(1) as f64;
+    Some(t.setup_s + steps as f64 * t.step_s * scale)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(ranks: usize, per_rank: usize, args: &[&str]) -> Point {
+        Point {
+            id: "p".into(),
+            workload: "w".into(),
+            ranks,
+            world_ranks: (0..ranks).collect(),
+            batch_per_rank: per_rank,
+            global_batch: per_rank * ranks,
+            scaling: "weak".into(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn the_timing_run_replaces_the_points_length_and_extras() {
+        let p = point(
+            1,
+            64,
+            &[
+                "--model",
+                "mnist-cnn",
+                "--max-steps",
+                "500",
+                "--save-model",
+                "--lr",
+                "-0.5",
+                "--epochs",
+                "3",
+            ],
+        );
+        let a = timing_args(&p);
+        assert_eq!(a.iter().filter(|x| *x == "--max-steps").count(), 1);
+        assert!(!a.contains(&"--save-model".to_string()) && !a.contains(&"--epochs".to_string()));
+        assert!(a.windows(2).any(|w| w == ["--lr", "-0.5"]), "{a:?}");
+        assert!(a.windows(2).any(|w| w[0] == "--max-steps" && w[1] == TIMED_STEPS.to_string()));
+    }
+
+    #[test]
+    fn a_points_time_scales_with_its_steps_and_batch() {
+        let t = Timing {
+            batch_per_rank: 64,
+            steps_per_epoch: 100,
+            step_s: 0.1,
+            setup_s: 2.0,
+        };
+        // One epoch of 6400 samples: 1 × 64 takes 100 steps of 0.1 s.
+        let one = point(1, 64, &["--model", "mnist-cnn", "--batch-size", "64"]);
+        assert!((point_seconds(&one, &t).unwrap() - 12.0).abs() < 1e-9);
+        // 2 × 64: 50 steps, each as long as one rank's.
+        let two = point(2, 64, &["--model", "mnist-cnn", "--batch-size", "64"]);
+        assert!((point_seconds(&two, &t).unwrap() - 7.0).abs() < 1e-9);
+        // Strong, 2 × 32: 100 steps of half the work; --max-steps bounds it.
+        let strong = point(2, 32, &["--model", "mnist-cnn", "--batch-size", "32", "--max-steps", "10"]);
+        assert!((point_seconds(&strong, &t).unwrap() - 2.5).abs() < 1e-9);
+    }
+}
