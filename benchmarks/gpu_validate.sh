@@ -25,6 +25,7 @@
 #   copy bandwidth       pinned d2h/h2d against the staged all-reduce's copies (overlap
 #                        off: with overlap on, the copies wait behind backward's kernels)
 #   telemetry, topo      rank-NNNNN.gpu.csv values during the timed steps, nearest cores
+#   study-gpu            `ddpbench study` at 1 and 2 ranks on the GPU, repeated
 #
 # GV_ONLY=<extended regex> runs only the runs whose names match (e.g. '^(sync-|pytorch-)').
 # One full pass takes about 11 minutes on an H100: run it as two device calls,
@@ -147,6 +148,16 @@ PY
         peer "pytorch-r50-off-rep$rep" --model resnet50 --batch-size 64 --amp off --steps 140 --samples 4096
         train "r50-off-rep$rep" 1 "${r50[@]}" --allreduce nccl --amp off --max-steps 150
     done
+    # A study on the GPU: per-point communicators (NCCL at 1 rank, two ranks sharing the
+    # one GPU at 2), repeats, and the study's report.
+    if want study-gpu; then
+        echo "[$(date -u +%T)] study-gpu" >&2
+        timeout -k 10 400 "${mpi[@]}" -n 2 "$bin" study --name gpu --ranks 1,2 --models mnist-cnn,resnet18 \
+            --datasets synthetic --repeat 2 --out "$out/study-gpu" -- --device cuda --optimizer sgd \
+            --max-steps 30 --synthetic-samples 2048 --val-samples 256 >"$out/study-gpu.log" 2>&1 ||
+            echo "FAILED: study-gpu (see study-gpu.log)" | tee -a "$out/failures.txt"
+        pack
+    fi
     "$bin" reduce --no-plots --out "$out/reduce" "$runs" >"$out/reduce.txt" 2>&1 || true
     python3 - "$out" <<'PY' | tee "$out/summary.txt"
 import csv, glob, json, os, statistics, sys

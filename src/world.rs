@@ -119,6 +119,8 @@ pub fn gather_strings(g: &Group, s: &str) -> Option<Vec<String>> {
     let _f = crate::flight::enter("gather", "text");
     let mut width = 0u64;
     g.comm.all_reduce_into(&(s.len() as u64), &mut width, SystemOperation::max());
+    // MPI refuses a gather of zero bytes: every string empty still sends one.
+    let width = width.max(1);
     let mut mine = s.as_bytes().to_vec();
     mine.resize(width as usize, 0);
     let root = g.comm.process_at_rank(0);
@@ -126,7 +128,7 @@ pub fn gather_strings(g: &Group, s: &str) -> Option<Vec<String>> {
         let mut all = vec![0u8; width as usize * g.size];
         root.gather_into_root(&mine[..], &mut all[..]);
         Some(
-            all.chunks(width.max(1) as usize)
+            all.chunks(width as usize)
                 .take(g.size)
                 .map(|c| String::from_utf8_lossy(c).trim_end_matches('\0').to_string())
                 .collect(),

@@ -55,6 +55,10 @@ pub struct CommInfo {
     /// all-reduce then time-slices with backward and nothing of it is really hidden.
     #[serde(default)]
     pub overlap_shares_core: bool,
+    /// Bytes on the wire of each gradient bucket, in the order they are all-reduced
+    /// (empty in runs from before it was recorded).
+    #[serde(default)]
+    pub bucket_bytes: Vec<u64>,
 }
 
 /// Where and on what one rank ran.

@@ -45,7 +45,7 @@ impl Communication {
         params: &[Tensor],
     ) -> Result<Communication> {
         let device = place.device;
-        let (backend, backend_note) = choose_backend(g, cfg, device)?;
+        let (backend, backend_note) = choose_backend(g, cfg, device, place.gpu_bus_id.as_deref())?;
         let mut notes: Vec<String> = backend_note.into_iter().collect();
         let use_nccl = backend == Backend::Nccl;
         let (mut overlap, shares_core) = overlap_wanted(g, cfg, backend, place, &mut notes);
@@ -66,6 +66,7 @@ impl Communication {
             (None, None)
         };
         let buckets = plan.buckets.len();
+        let bucket_bytes: Vec<u64> = plan.numels.iter().map(|&n| (n * cfg.comm.grad_dtype.bytes()) as u64).collect();
         // Every rank must agree, since a rank without overlap cuts nothing.
         let mut all = 0i32;
         let f = crate::flight::enter("all-reduce", "overlap choice");
@@ -91,6 +92,7 @@ impl Communication {
             mpi_threading: format!("{:?}", g.threading).to_lowercase(),
             note: (!notes.is_empty()).then(|| notes.join("; ")),
             overlap_shares_core: overlap && shares_core,
+            bucket_bytes,
         };
         Ok(Communication {
             backend,
@@ -185,9 +187,11 @@ pub enum Backend {
 
 /// Which all-reduce the run uses, the same on every rank, and a note when `auto` fell
 /// back from NCCL.
-fn choose_backend(g: &Group, cfg: &TrainConfig, device: Device) -> Result<(Backend, Option<String>)> {
-    let local: Result<()> = match device {
-        Device::Cuda(i) => nccl::prepare(i).map(|_| ()),
+fn choose_backend(g: &Group, cfg: &TrainConfig, device: Device, bus_id: Option<&str>) -> Result<(Backend, Option<String>)> {
+    let shared = shared_gpu(g, device, bus_id);
+    let local: Result<()> = match (device, shared) {
+        (Device::Cuda(_), Some(why)) => Err(anyhow!("{why}")),
+        (Device::Cuda(i), None) => nccl::prepare(i).map(|_| ()),
         _ => Err(anyhow!("this rank trains on CPU and NCCL needs CUDA")),
     };
     match cfg.comm.allreduce {
@@ -214,4 +218,35 @@ fn choose_backend(g: &Group, cfg: &TrainConfig, device: Device) -> Result<(Backe
             Ok((Backend::Mpi, Some(format!("all-reduce: CPU-staged MPI ({why}; --allreduce auto)"))))
         }
     }
+}
+
+/// Which ranks of the group train on the same GPU as this one, said as a reason NCCL
+/// cannot work (it needs a GPU per rank); None when this rank's GPU is its own. Every
+/// rank of the group takes part. A GPU is its host and PCI bus id (the CUDA index
+/// where the bus id is unknown).
+pub fn shared_gpu(g: &Group, device: Device, bus_id: Option<&str>) -> Option<String> {
+    let mine = match device {
+        Device::Cuda(i) => format!("{} {}", g.host, bus_id.map(str::to_string).unwrap_or_else(|| format!("cuda:{i}"))),
+        _ => String::new(),
+    };
+    let all = crate::world::gather_strings(g, &mine);
+    let joined = crate::world::broadcast_string(g, &serde_json::to_string(&all.unwrap_or_default()).unwrap_or_default());
+    let all: Vec<String> = serde_json::from_str(&joined).unwrap_or_default();
+    if mine.is_empty() {
+        return None;
+    }
+    let same: Vec<String> = all
+        .iter()
+        .enumerate()
+        .filter(|(r, gpu)| **gpu == mine && *r != g.rank)
+        .map(|(r, _)| r.to_string())
+        .collect();
+    (!same.is_empty()).then(|| {
+        format!(
+            "rank {} shares its GPU ({mine}) with rank(s) {}, and NCCL needs one GPU per rank: \
+             give each rank its own GPU, or all-reduce CPU-staged (--allreduce mpi)",
+            g.rank,
+            same.join(", ")
+        )
+    })
 }
