@@ -26,6 +26,7 @@
 #                        off: with overlap on, the copies wait behind backward's kernels)
 #   telemetry, topo      rank-NNNNN.gpu.csv values during the timed steps, nearest cores
 #   study-gpu            `ddpbench study` at 1 and 2 ranks on the GPU, repeated
+#   allreduce-gpu-1/-2   `ddpbench allreduce --device cuda`: mpi, staged, nccl sweeps
 #
 # GV_ONLY=<extended regex> runs only the runs whose names match (e.g. '^(sync-|pytorch-)').
 # One full pass takes about 11 minutes on an H100: run it as two device calls,
@@ -148,16 +149,28 @@ PY
         peer "pytorch-r50-off-rep$rep" --model resnet50 --batch-size 64 --amp off --steps 140 --samples 4096
         train "r50-off-rep$rep" 1 "${r50[@]}" --allreduce nccl --amp off --max-steps 150
     done
-    # A study on the GPU: per-point communicators (NCCL at 1 rank, two ranks sharing the
-    # one GPU at 2), repeats, and the study's report.
+    # A study on the GPU: per-point communicators, repeats, and the study's report. Two
+    # ranks share the one GPU at 2, where NCCL cannot run: every point uses CPU-staged MPI
+    # so the ladder stays comparable.
     if want study-gpu; then
         echo "[$(date -u +%T)] study-gpu" >&2
         timeout -k 10 400 "${mpi[@]}" -n 2 "$bin" study --name gpu --ranks 1,2 --models mnist-cnn,resnet18 \
-            --datasets synthetic --repeat 2 --out "$out/study-gpu" -- --device cuda --optimizer sgd \
+            --datasets synthetic --repeat 2 --out "$out/study-gpu" -- --device cuda --optimizer sgd --allreduce mpi \
             --max-steps 30 --synthetic-samples 2048 --val-samples 256 >"$out/study-gpu.log" 2>&1 ||
             echo "FAILED: study-gpu (see study-gpu.log)" | tee -a "$out/failures.txt"
         pack
     fi
+    # The all-reduce sweep on device memory: at 1 rank every backend (NCCL's all-reduce
+    # over one rank is a copy); at 2 ranks on the one GPU, MPI and staged (NCCL refused).
+    for n in 1 2; do
+        if want "allreduce-gpu-$n"; then
+            echo "[$(date -u +%T)] allreduce-gpu-$n" >&2
+            timeout -k 10 300 "${mpi[@]}" -n "$n" "$bin" allreduce --device cuda --max-bytes 256M \
+                --out "$out/allreduce-gpu-$n" >"$out/allreduce-gpu-$n.log" 2>&1 ||
+                echo "FAILED: allreduce-gpu-$n (see allreduce-gpu-$n.log)" | tee -a "$out/failures.txt"
+            pack
+        fi
+    done
     "$bin" reduce --no-plots --out "$out/reduce" "$runs" >"$out/reduce.txt" 2>&1 || true
     python3 - "$out" <<'PY' | tee "$out/summary.txt"
 import csv, glob, json, os, statistics, sys

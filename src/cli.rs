@@ -34,6 +34,10 @@ pub enum Command {
     /// each point on its own ranks, one report (launch with the most ranks any point uses).
     #[command(allow_negative_numbers = true)]
     Study(crate::study::StudyArgs),
+    /// Sweep all-reduce sizes on each backend and level (like nccl-tests), check every sum,
+    /// and fit the latency–bandwidth model `reduce` projects with (launch with mpirun or srun).
+    #[command(allow_negative_numbers = true)]
+    Allreduce(crate::allreduce::AllreduceArgs),
     /// Summarise runs per node type, and scaling across runs (speedup, efficiency, waterfall, report, plots).
     Reduce(ReduceArgs),
     /// Print this machine's topology and the binding N local ranks would get.
@@ -106,6 +110,16 @@ pub struct ReduceArgs {
     /// Skip the SVG/PNG plots.
     #[arg(long)]
     pub no_plots: bool,
+
+    /// A folder written by `ddpbench allreduce` (or its allreduce_model.json): project each
+    /// workload to more ranks with its fitted interconnect model (projection.csv). Found
+    /// without this flag when such a folder is among the folders given.
+    #[arg(long)]
+    pub interconnect: Option<PathBuf>,
+
+    /// Project up to this many ranks (powers of two from 1).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    pub project_to: u64,
 }
 
 #[derive(Args, Debug, Clone)]

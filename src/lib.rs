@@ -5,13 +5,15 @@
 //! [`topology`] (the node's hardware, node type, hwloc binding, GPU locality),
 //! [`device`] (CPU or CUDA, and the GPU libraries opened at run time),
 //! [`telemetry`] (NVML sampling), [`comm`] (gradient buckets, all-reduce backends,
-//! overlap with backward), [`data`] (data sets by format, sharding, loading),
+//! overlap with backward), [`allreduce`] (the all-reduce sweep and the fitted
+//! interconnect model), [`data`] (data sets by format, sharding, loading),
 //! [`model`] (networks), [`optim`] and [`amp`] (optimizers, mixed precision),
 //! [`train`] (the configuration and the timed loop), [`study`] (a whole scaling study
 //! on sub-communicators of one job), [`record`] (the files a run
 //! writes: CSV rows, the phase glossary, the manifest), [`reduce`] (from run folders to
 //! tables, report and plots), [`stats`] and [`plot`], and [`cli`] (the command line).
 
+pub mod allreduce;
 pub mod amp;
 pub mod cli;
 pub mod comm;

@@ -11,6 +11,7 @@ fn run() -> anyhow::Result<()> {
     match cli.command {
         Command::Train(args) => ddpbench::train::main(args),
         Command::Study(args) => ddpbench::study::main(args),
+        Command::Allreduce(args) => ddpbench::allreduce::main(args),
         Command::Reduce(args) => ddpbench::reduce::main(args),
         Command::Diagnose(args) => ddpbench::diagnose::main(&args.run),
         Command::Topo(args) => ddpbench::topology::main(args),

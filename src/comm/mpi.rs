@@ -82,13 +82,52 @@ fn half_ops() -> &'static HalfOps {
 ///
 /// SAFETY: `send` and `recv` point to `count` elements of `dtype` each, not overlapping.
 unsafe fn allreduce_sum(comm: RawComm, send: *const c_void, recv: *mut c_void, count: usize, dtype: GradDtype) -> Result<()> {
-    let n = c_int::try_from(count).map_err(|_| anyhow!("bucket of {count} elements exceeds MPI's int count: lower --bucket-mb"))?;
+    allreduce_sum_raw(comm.0, Some(send), recv, count, dtype)
+}
+
+/// MPI_IN_PLACE, which mpi.h defines as a cast the bindings do not carry: `(void *) 1`
+/// in Open MPI, `(void *) -1` in MPICH and its derivatives (Intel MPI, MVAPICH, Cray MPICH).
+pub(crate) fn mpi_in_place() -> Option<*const c_void> {
+    static KIND: OnceLock<Option<usize>> = OnceLock::new();
+    let v = *KIND.get_or_init(|| {
+        let lib = mpi::environment::library_version().unwrap_or_default();
+        if lib.contains("Open MPI") {
+            Some(1)
+        } else if ["MPICH", "Intel(R) MPI", "MVAPICH"].iter().any(|k| lib.contains(k)) {
+            Some(usize::MAX)
+        } else {
+            None
+        }
+    });
+    v.map(|a| a as *const c_void)
+}
+
+/// MPI_Allreduce(sum) of `count` elements of `dtype` on `comm`; `send` None sums in
+/// place in `recv` (MPI_IN_PLACE).
+///
+/// SAFETY: `send` (when given) and `recv` point to `count` elements of `dtype` each,
+/// not overlapping; `comm` is a valid communicator this thread may use.
+pub(crate) unsafe fn allreduce_sum_raw(
+    comm: ffi::MPI_Comm,
+    send: Option<*const c_void>,
+    recv: *mut c_void,
+    count: usize,
+    dtype: GradDtype,
+) -> Result<()> {
+    let n = c_int::try_from(count)
+        .map_err(|_| anyhow!("all-reduce of {count} elements exceeds MPI's int count: use smaller buckets or messages"))?;
     let (datatype, op) = match dtype {
         GradDtype::Fp32 => (ffi::RSMPI_FLOAT, ffi::RSMPI_SUM),
         GradDtype::Fp16 => (ffi::RSMPI_UINT16_T, half_ops().f16),
         GradDtype::Bf16 => (ffi::RSMPI_UINT16_T, half_ops().bf16),
     };
-    let rc = ffi::MPI_Allreduce(send, recv, n, datatype, op, comm.0);
+    let send = match send {
+        Some(p) => p,
+        None => {
+            mpi_in_place().ok_or_else(|| anyhow!("this MPI library's MPI_IN_PLACE is not known to ddpbench (Open MPI and MPICH are)"))?
+        }
+    };
+    let rc = ffi::MPI_Allreduce(send, recv, n, datatype, op, comm);
     if rc != 0 {
         bail!("MPI_Allreduce of {count} elements failed with MPI error {rc}");
     }

@@ -17,12 +17,36 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
+/// A folder `ddpbench allreduce` wrote.
+fn is_sweep(p: &Path) -> bool {
+    p.join("allreduce_model.json").is_file()
+}
+
+/// The sweep folders among `paths` and their direct subfolders.
+pub fn discover_sweeps(paths: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for p in paths {
+        if is_sweep(p) {
+            out.push(p.clone());
+        } else if let Ok(rd) = std::fs::read_dir(p) {
+            let mut inner: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|d| is_sweep(d)).collect();
+            inner.sort();
+            out.append(&mut inner);
+        }
+    }
+    out
+}
+
 /// Run folders named by `paths`: a run folder itself, or the run folders inside.
+/// Sweep folders (`ddpbench allreduce`) are not runs and are passed over.
 pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut runs = Vec::new();
     for p in paths {
         if p.join("manifest.json").is_file() {
             runs.push(p.clone());
+            continue;
+        }
+        if is_sweep(p) {
             continue;
         }
         if !p.is_dir() {
@@ -120,10 +144,53 @@ pub fn main(args: ReduceArgs) -> Result<()> {
         report::plots(&out, &complete, &summaries, &scaling)?;
     }
     report::print_tables(&summaries, &scaling);
+    let projected = project(&args, &dirs, &complete, &out)?;
     println!(
-        "\nwrote {}/{{summary.csv, scaling.csv, ranks.csv, report.md{}}}",
+        "\nwrote {}/{{summary.csv, scaling.csv, ranks.csv, report.md{}{}}}",
         out.display(),
+        if projected { ", projection.csv" } else { "" },
         if args.no_plots { "" } else { ", *.svg, *.png" }
     );
     Ok(())
+}
+
+/// The projection to more ranks, when an interconnect model is given or found: writes
+/// projection.csv (and its plot), adds a section to report.md, prints the table.
+fn project(args: &ReduceArgs, dirs: &[PathBuf], complete: &[&RunStats], out: &Path) -> Result<bool> {
+    let sweep = match &args.interconnect {
+        Some(p) => p.clone(),
+        None => {
+            let mut found = discover_sweeps(&args.runs);
+            found.retain(|s| !dirs.contains(s));
+            match found.len() {
+                0 => return Ok(false),
+                1 => found.remove(0),
+                _ => bail!(
+                    "{} interconnect sweeps among the folders given ({}): name one with --interconnect",
+                    found.len(),
+                    found.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+                ),
+            }
+        }
+    };
+    let models = crate::allreduce::ModelFile::read(&sweep)?;
+    let (rows, notes) = analysis::projection::projections(complete, &models, args.project_to as usize);
+    for n in &notes {
+        eprintln!("projection: {n}");
+    }
+    if rows.is_empty() {
+        eprintln!("projection: no workload could be projected with {}", sweep.display());
+        return Ok(false);
+    }
+    write_csv(&out.join("projection.csv"), &rows)?;
+    let md = report::projection_markdown(&rows, &notes, complete, &models, &sweep);
+    let report_path = out.join("report.md");
+    let mut text = std::fs::read_to_string(&report_path).unwrap_or_default();
+    text.push_str(&md);
+    std::fs::write(&report_path, text).with_context(|| format!("cannot write {}", report_path.display()))?;
+    if !args.no_plots {
+        report::projection_plot(out, &rows)?;
+    }
+    report::print_projection(&rows);
+    Ok(true)
 }

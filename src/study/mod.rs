@@ -663,6 +663,13 @@ fn finish(out: &Path, state: &State, plan: &Plan, repeat: usize, stopped: bool) 
         baseline: None,
         out: Some(out.join("report")),
         no_plots: false,
+        // A sweep the user ran into the study's folder (`ddpbench allreduce --out <study>/allreduce`).
+        interconnect: out
+            .join("allreduce")
+            .join("allreduce_model.json")
+            .is_file()
+            .then(|| out.join("allreduce")),
+        project_to: 1024,
     };
     if let Err(e) = crate::reduce::main(args) {
         eprintln!("the study's report could not be made: {e:#}");

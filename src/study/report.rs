@@ -162,7 +162,14 @@ pub fn verdict(workload: &str, points: &[&PointSummary]) -> String {
         .max_by_key(|(p, mode, _, _)| (p.ranks, *mode == "weak"));
     let Some((p, mode, s, e)) = best else {
         let ran = points.iter().any(|p| p.ranks > 1 && p.repeats_completed > 0);
-        return if ran {
+        let single_ran = points.iter().any(|p| p.ranks == 1 && p.repeats_completed > 0);
+        return if ran && single_ran {
+            // Ran, but not comparable: e.g. NCCL at 1 rank and CPU-staged MPI where ranks share a GPU.
+            format!(
+                "{workload}: no speedup: its 1-rank point ran with a different configuration (see missing_reference \
+                 in report/scaling.csv; pass the same --allreduce to every point){tail}."
+            )
+        } else if ran {
             format!("{workload}: no speedup: its 1-rank reference did not complete{tail}.")
         } else {
             format!("{workload}: no point beyond 1 rank completed, so there is no speedup{tail}.")
@@ -374,6 +381,10 @@ mod tests {
         let mut lone = point(2, 64, None, Some(5.0), None);
         lone.repeats_completed = 1;
         assert!(verdict("t", &[&lone]).contains("1-rank reference did not complete"));
+        // A 1-rank point that ran but is not comparable is not called incomplete.
+        let mut single = point(1, 64, None, None, None);
+        single.repeats_completed = 1;
+        assert!(verdict("t", &[&single, &lone]).contains("ran with a different configuration"));
         let mut failed = point(2, 64, None, None, None);
         failed.repeats_completed = 0;
         let v = verdict("t", &[&failed]);

@@ -3,6 +3,7 @@
 //! all-reduce), and the job's step times ([`RunStats`]); then the summaries per node
 //! type and rank ([`summary`]) and the scaling across runs ([`scaling`]).
 
+pub mod projection;
 pub mod scaling;
 pub mod summary;
 
@@ -100,6 +101,9 @@ pub struct RunStats {
     /// order (for the block bootstrap of a single run).
     pub job_step: Sketch,
     pub job_step_series: Vec<f64>,
+    /// Each rank-step's own work: `step_s` minus the exposed all-reduce (what a rank
+    /// does before it can finish the step, the draws of the straggler projection).
+    pub local_work: Sketch,
     /// Non-warm-up steps per rank.
     pub steps: u64,
     /// Samples of all ranks over the counted steps.
@@ -187,6 +191,7 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
         types: Vec::new(),
         job_step: Sketch::new(),
         job_step_series: Vec::new(),
+        local_work: Sketch::new(),
         steps: 0,
         samples: 0,
         bytes_per_step: 0,
@@ -283,6 +288,7 @@ impl RunStats {
             rs.wait_sum += wait;
             let ts = &mut self.types[type_of[i]];
             ts.step.push(row.step_s);
+            self.local_work.push((row.step_s - row.phases[Phase::CommExposed.index()]).max(0.0));
             for (sketch, v) in ts.phase.iter_mut().zip(row.phases) {
                 sketch.push(v);
             }

@@ -5,10 +5,12 @@ mod communication;
 mod efficiency;
 mod nodes;
 mod plots;
+mod projection;
 mod speedup;
 mod terminal;
 
 pub use plots::plots;
+pub use projection::{print_projection, projection_markdown, projection_plot};
 pub use terminal::print_tables;
 
 use super::analysis::{RunStats, ScalingRow, TypeSummary};

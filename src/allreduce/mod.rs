@@ -1,0 +1,644 @@
+//! `ddpbench allreduce`: an nccl-tests-style sweep of all-reduce sizes on every backend
+//! the node supports, at every level of the allocation (within a node, across nodes with
+//! one rank per node, the whole world), each sum checked, and the α–β model fitted to
+//! each level ([`model`]), which `reduce` uses to project a workload to more nodes.
+
+pub mod model;
+pub mod sweep;
+
+use crate::comm::GradDtype;
+use crate::device::DeviceChoice;
+use crate::world::{agree, AgreedError, Group, World};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use model::{InterconnectModel, LevelFit};
+use mpi::collective::CommunicatorCollectives;
+use mpi::topology::{Color, Communicator, SimpleCommunicator};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use sweep::{SweepBackend, Timing, Transport};
+use tch::Device;
+
+#[derive(Args, Debug, Clone)]
+#[command(after_help = "Examples:\n  \
+mpirun -n 2 ddpbench allreduce --max-bytes 64M          # two ranks on this node, host memory\n  \
+srun -N 2 --ntasks-per-node 4 ddpbench allreduce        # intra-node, inter-node and the whole job\n  \
+ddpbench reduce --interconnect results/allreduce-<time> results/<runs>   # project to more nodes\n\n\
+Columns as nccl-tests prints them: time is the mean per all-reduce over the timed loop (averaged \
+over ranks), algbw = size / time, busbw = algbw × 2(n−1)/n, #wrong = elements whose sum differs \
+from the exact expected sum, over all ranks.")]
+pub struct AllreduceArgs {
+    /// Smallest message, bytes (K, M, G suffixes: powers of 1024).
+    #[arg(long, default_value = "8", value_parser = parse_bytes)]
+    pub min_bytes: u64,
+    /// Largest message, bytes.
+    #[arg(long, default_value = "1G", value_parser = parse_bytes)]
+    pub max_bytes: u64,
+    /// Each size is this many times the previous one.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..))]
+    pub factor: u64,
+    /// Timed iterations per size at most (fewer for large sizes, see --budget-s).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub iters: u64,
+    /// Untimed iterations before each size's timed loop.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub warmup_iters: u64,
+    /// Seconds one size's timed loop may take: the warm-up's time decides the iterations
+    /// (between 3 and --iters).
+    #[arg(long, default_value_t = 1.0)]
+    pub budget_s: f64,
+    /// Element type.
+    #[arg(long, value_enum, default_value_t = GradDtype::Fp32)]
+    pub dtype: GradDtype,
+    /// Backends to sweep, comma-separated (default: mpi, and staged and nccl when the
+    /// ranks train on GPUs).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub backends: Vec<SweepBackend>,
+    /// Levels to sweep, comma-separated (default: every level that differs from the
+    /// others on this allocation).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub levels: Vec<Level>,
+    /// Where the buffers of staged and nccl live.
+    #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
+    pub device: DeviceChoice,
+    /// Output folder (default: results/allreduce-<time>): allreduce.csv, allreduce.json,
+    /// allreduce_model.json.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Parses "4096", "64K", "16M", "1G" (powers of 1024).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M') => (&t[..t.len() - 1], 1 << 20),
+        Some('G') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size in bytes (e.g. 4096, 64K, 16M, 1G)"))?;
+    n.checked_mul(mult)
+        .filter(|&b| b > 0)
+        .ok_or_else(|| format!("'{s}': a size must be 1 byte or more and fit in 64 bits"))
+}
+
+/// The part of the allocation a sweep runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Level {
+    /// All ranks of the job.
+    World,
+    /// The ranks of each node among themselves (every node at once; rank 0's node reported).
+    IntraNode,
+    /// One rank per node.
+    InterNode,
+}
+
+impl Level {
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::World => "world",
+            Level::IntraNode => "intra-node",
+            Level::InterNode => "inter-node",
+        }
+    }
+}
+
+/// One row of `allreduce.csv`: one size, one placement, on one backend and level.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SweepRow {
+    pub level: String,
+    pub backend: String,
+    pub dtype: String,
+    /// "out-of-place" or "in-place".
+    pub placement: String,
+    /// Ranks in the all-reduce, the nodes they span, ranks per node.
+    pub ranks: usize,
+    pub nodes: usize,
+    pub ranks_per_node: usize,
+    pub bytes: u64,
+    pub count: u64,
+    pub iters: usize,
+    /// Mean per all-reduce over the timed loop, averaged over ranks.
+    pub time_us: f64,
+    /// The same on the slowest rank.
+    pub time_max_rank_us: f64,
+    /// Single iterations (each the slowest rank's): 10th, 50th, 90th percentile.
+    pub iter_p10_us: f64,
+    pub iter_median_us: f64,
+    pub iter_p90_us: f64,
+    /// bytes / time, GB/s (10⁹ bytes).
+    pub algbw_gb_s: f64,
+    /// algbw × 2(n−1)/n, GB/s.
+    pub busbw_gb_s: f64,
+    /// Elements that differed from the exact expected sum, over all ranks.
+    pub wrong: u64,
+    pub node_type: String,
+}
+
+/// `allreduce.json`: the sweep and what it ran on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SweepFile {
+    pub command_line: Vec<String>,
+    pub world_size: usize,
+    pub nodes: usize,
+    pub ranks_per_node: usize,
+    pub node_type: String,
+    pub device: String,
+    pub notes: Vec<String>,
+    pub rows: Vec<SweepRow>,
+}
+
+/// `allreduce_model.json`: one interconnect model per backend swept.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ModelFile {
+    pub formula: String,
+    pub models: Vec<BackendModel>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BackendModel {
+    pub backend: String,
+    #[serde(flatten)]
+    pub model: InterconnectModel,
+}
+
+impl ModelFile {
+    /// Reads `allreduce_model.json` from a file or a sweep folder.
+    pub fn read(path: &Path) -> Result<ModelFile> {
+        let file = if path.is_dir() {
+            path.join("allreduce_model.json")
+        } else {
+            path.to_path_buf()
+        };
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("cannot read {} (a folder written by `ddpbench allreduce` holds it)", file.display()))?;
+        serde_json::from_str(&text)
+            .with_context(|| format!("{} is not an allreduce_model.json written by `ddpbench allreduce`", file.display()))
+    }
+
+    /// The model for a run that all-reduced with `backend` on `device` ("cpu" or "cuda:N").
+    pub fn for_run(&self, comm_backend: &str, device: &str) -> Option<&BackendModel> {
+        let wanted = match comm_backend {
+            "nccl" => "nccl",
+            _ if device.starts_with("cuda") => "staged",
+            _ => "mpi",
+        };
+        self.models.iter().find(|m| m.backend == wanted)
+    }
+}
+
+/// The levels that differ on an allocation of `nodes` × `per_node` ranks.
+pub fn distinct_levels(nodes: usize, per_node: usize) -> Vec<Level> {
+    match (nodes > 1, per_node > 1) {
+        (false, _) => vec![Level::IntraNode],
+        (true, false) => vec![Level::InterNode],
+        (true, true) => vec![Level::IntraNode, Level::InterNode, Level::World],
+    }
+}
+
+/// Entry point of `ddpbench allreduce`.
+pub fn main(args: AllreduceArgs) -> Result<()> {
+    let world = World::init()?;
+    let g = &world.group;
+    match run(g, &args) {
+        Ok(()) => Ok(()),
+        Err(err) => match err.downcast_ref::<AgreedError>() {
+            // Every rank knows: rank 0 says it once, after MPI_Finalize.
+            Some(_) => {
+                let rank = g.rank;
+                drop(world);
+                if rank == 0 {
+                    Err(err)
+                } else {
+                    std::process::exit(1)
+                }
+            }
+            None => {
+                eprintln!("Error on rank {} ({}): {err:#}. Aborting the job.", g.rank, g.host);
+                g.comm.abort(1)
+            }
+        },
+    }
+}
+
+fn run(g: &Group, args: &AllreduceArgs) -> Result<()> {
+    if args.min_bytes > args.max_bytes {
+        bail!("--min-bytes {} is larger than --max-bytes {}", args.min_bytes, args.max_bytes);
+    }
+    if !(args.budget_s.is_finite() && args.budget_s > 0.0) {
+        bail!("--budget-s {} must be a positive number of seconds", args.budget_s);
+    }
+    let device = agree(g, crate::device::resolve_device(args.device, g.local_rank))?;
+    let cores = hwloc2::Topology::new()
+        .as_ref()
+        .map(crate::topology::discover_cores)
+        .unwrap_or_default();
+    let node_type = crate::topology::NodeInfo::detect(&cores).node_type();
+
+    // The allocation's shape: ranks per node, the same on every node for the levels to mean one thing.
+    let mut per_node_min = 0u64;
+    let mut per_node_max = 0u64;
+    {
+        use mpi::collective::{CommunicatorCollectives, SystemOperation};
+        g.comm
+            .all_reduce_into(&(g.local_size as u64), &mut per_node_min, SystemOperation::min());
+        g.comm
+            .all_reduce_into(&(g.local_size as u64), &mut per_node_max, SystemOperation::max());
+    }
+    let mut notes = Vec::new();
+    if per_node_min != per_node_max {
+        notes.push(format!(
+            "nodes hold {per_node_min} to {per_node_max} ranks: the intra-node level is rank 0's node, and the model assumes {} per node",
+            g.local_size
+        ));
+    }
+    let per_node = g.local_size;
+    let levels = if args.levels.is_empty() {
+        distinct_levels(g.nodes, per_node)
+    } else {
+        args.levels.clone()
+    };
+    let backends = if args.backends.is_empty() {
+        match device {
+            Device::Cuda(_) => vec![SweepBackend::Mpi, SweepBackend::Staged, SweepBackend::Nccl],
+            _ => vec![SweepBackend::Mpi],
+        }
+    } else {
+        args.backends.clone()
+    };
+    if device == Device::Cpu {
+        if let Some(b) = backends.iter().find(|b| **b != SweepBackend::Mpi) {
+            bail!(
+                "--backends {}: needs GPU buffers and this run is on CPU (--device cuda on a GPU node)",
+                b.name()
+            );
+        }
+    }
+    let sizes = sizes(args.min_bytes, args.max_bytes, args.factor);
+
+    // Rank 0's output folder.
+    let out = agree(
+        g,
+        if g.rank == 0 {
+            prepare_out(args.out.as_deref())
+        } else {
+            Ok(PathBuf::new())
+        },
+    )?;
+    let out = PathBuf::from(crate::world::broadcast_string(g, &out.to_string_lossy()));
+    let mut csv = if g.rank == 0 {
+        Some(crate::record::CsvLog::create(&out.join("allreduce.csv"))?)
+    } else {
+        None
+    };
+
+    // The communicators of each level (None where this rank sits a level out).
+    let intra = g.comm.split_shared(0);
+    let leaders = g.comm.split_by_color(if g.local_rank == 0 {
+        Color::with_value(0)
+    } else {
+        Color::undefined()
+    });
+    let timing = Timing {
+        warmup_iters: args.warmup_iters as usize,
+        iters: args.iters as usize,
+        budget_s: args.budget_s,
+        min_iters: 3,
+    };
+    let mut rows = Vec::new();
+    for &backend in &backends {
+        for &level in &levels {
+            let comm: Option<&SimpleCommunicator> = match level {
+                Level::World => Some(&g.comm),
+                Level::IntraNode => Some(&intra),
+                Level::InterNode => leaders.as_ref(),
+            };
+            let (nodes, rpn) = match level {
+                Level::World => (g.nodes, per_node),
+                Level::IntraNode => (1, per_node),
+                Level::InterNode => (g.nodes, 1),
+            };
+            let ranks = match level {
+                Level::World => g.size,
+                Level::IntraNode => per_node,
+                Level::InterNode => g.nodes,
+            };
+            // Whether this backend can run here, agreed by every rank.
+            let usable = agree(g, backend_usable(g, backend, device, comm));
+            if let Err(e) = usable {
+                if g.rank == 0 {
+                    let why = format!("{} at {} level skipped: {e:#}", backend.name(), level.name());
+                    eprintln!("{why}");
+                    notes.push(why);
+                }
+                continue;
+            }
+            if g.rank == 0 {
+                print_header(backend, level, ranks, nodes, args.dtype);
+            }
+            if let Some(comm) = comm {
+                let transport = make_transport(backend, comm, device)?;
+                for &bytes in &sizes {
+                    let mut pair = Vec::new();
+                    for in_place in [false, true] {
+                        let m = sweep::measure(&transport, bytes, args.dtype, in_place, timing)?;
+                        let row = to_row(level, backend, args.dtype, &m, ranks, nodes, rpn, &node_type);
+                        if let Some(log) = csv.as_mut() {
+                            log.write(&row)?;
+                            log.flush()?;
+                        }
+                        pair.push(row);
+                    }
+                    if g.rank == 0 {
+                        print_line(&pair);
+                    }
+                    rows.extend(pair);
+                }
+                if let Transport::Nccl { nccl, comm, .. } = transport {
+                    nccl.destroy(comm);
+                }
+            }
+            // Ranks that sat this level out wait here for the others.
+            let _f = crate::flight::enter("barrier", &format!("after the {} sweep", level.name()));
+            g.comm.barrier();
+        }
+    }
+    if g.rank != 0 {
+        return Ok(());
+    }
+    let file = SweepFile {
+        command_line: std::env::args().collect(),
+        world_size: g.size,
+        nodes: g.nodes,
+        ranks_per_node: per_node,
+        node_type: node_type.clone(),
+        device: format!("{device:?}"),
+        notes: notes.clone(),
+        rows: rows.clone(),
+    };
+    crate::record::write_atomic(&out.join("allreduce.json"), &(serde_json::to_string_pretty(&file)? + "\n"))?;
+    let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
+    let models = fit_models(&rows, g.nodes, per_node, &node_type);
+    let mf = ModelFile {
+        formula: model::FORMULA.into(),
+        models: models.iter().filter_map(|m| m.as_ref().ok().cloned()).collect(),
+    };
+    println!();
+    for m in &models {
+        match m {
+            Ok(bm) => print_model(bm, &rows),
+            Err(e) => println!("no model: {e:#}"),
+        }
+    }
+    crate::record::write_atomic(&out.join("allreduce_model.json"), &(serde_json::to_string_pretty(&mf)? + "\n"))?;
+    println!("\nwrote {}/{{allreduce.csv, allreduce.json, allreduce_model.json}}", out.display());
+    if wrong > 0 {
+        bail!("{wrong} element(s) of the all-reduce results were wrong (column wrong in allreduce.csv): the sums are not to be trusted");
+    }
+    Ok(())
+}
+
+/// Sizes from `min` to `max`, each `factor` times the previous.
+pub fn sizes(min: u64, max: u64, factor: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut s = min;
+    while s <= max {
+        out.push(s);
+        match s.checked_mul(factor) {
+            Some(n) => s = n,
+            None => break,
+        }
+    }
+    out
+}
+
+fn prepare_out(out: Option<&Path>) -> Result<PathBuf> {
+    let dir = match out {
+        Some(d) => d.to_path_buf(),
+        None => Path::new("results").join(format!("allreduce-{}", crate::record::compact_utc(std::time::SystemTime::now()))),
+    };
+    if dir.join("allreduce.csv").exists() {
+        bail!(
+            "{} already holds a sweep (allreduce.csv): choose another --out or move it away",
+            dir.display()
+        );
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create output folder {} (choose another --out)", dir.display()))?;
+    Ok(dir)
+}
+
+/// Whether `backend` can run on this rank: a GPU for staged and NCCL, and for NCCL a
+/// GPU of its own among the level's ranks.
+fn backend_usable(g: &Group, backend: SweepBackend, device: Device, comm: Option<&SimpleCommunicator>) -> Result<()> {
+    let gpu = match device {
+        Device::Cuda(i) => Some(i),
+        _ => None,
+    };
+    let shared = crate::train::shared_gpu(g, device, None);
+    match backend {
+        SweepBackend::Mpi => Ok(()),
+        SweepBackend::Staged if gpu.is_none() => bail!("staged needs a GPU (--device cuda)"),
+        SweepBackend::Staged => Ok(()),
+        SweepBackend::Nccl => match (gpu, shared, comm) {
+            (None, _, _) => bail!("nccl needs a GPU (--device cuda)"),
+            (Some(_), Some(why), Some(_)) => bail!("{why}"),
+            (Some(i), _, _) => crate::comm::nccl::prepare(i).map(|_| ()),
+        },
+    }
+}
+
+fn make_transport<'a>(backend: SweepBackend, comm: &'a SimpleCommunicator, device: Device) -> Result<Transport<'a>> {
+    Ok(match (backend, device) {
+        (SweepBackend::Mpi, _) => Transport::Mpi(comm),
+        (SweepBackend::Staged, d) => Transport::Staged(comm, d),
+        (SweepBackend::Nccl, Device::Cuda(i)) => {
+            let (nccl, cuda, nc, stream) = sweep::join_nccl(comm, i)?;
+            Transport::Nccl {
+                mpi: comm,
+                nccl,
+                cuda,
+                comm: nc,
+                stream,
+                device,
+            }
+        }
+        (SweepBackend::Nccl, _) => bail!("nccl needs a GPU"),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn to_row(
+    level: Level,
+    backend: SweepBackend,
+    dtype: GradDtype,
+    m: &sweep::Measured,
+    ranks: usize,
+    nodes: usize,
+    rpn: usize,
+    node_type: &str,
+) -> SweepRow {
+    let algbw = if m.time_s > 0.0 { m.bytes as f64 / m.time_s } else { 0.0 };
+    SweepRow {
+        level: level.name().into(),
+        backend: backend.name().into(),
+        dtype: dtype_name(dtype).into(),
+        placement: if m.in_place { "in-place" } else { "out-of-place" }.into(),
+        ranks,
+        nodes,
+        ranks_per_node: rpn,
+        bytes: m.bytes,
+        count: m.count,
+        iters: m.iters,
+        time_us: m.time_s * 1e6,
+        time_max_rank_us: m.time_max_rank_s * 1e6,
+        iter_p10_us: m.iter_p10_s * 1e6,
+        iter_median_us: m.iter_median_s * 1e6,
+        iter_p90_us: m.iter_p90_s * 1e6,
+        algbw_gb_s: algbw / 1e9,
+        busbw_gb_s: crate::reduce::metrics::busbw(m.bytes as f64, ranks, m.time_s) / 1e9,
+        wrong: m.wrong,
+        node_type: node_type.into(),
+    }
+}
+
+fn dtype_name(d: GradDtype) -> &'static str {
+    match d {
+        GradDtype::Fp32 => "float",
+        GradDtype::Fp16 => "half",
+        GradDtype::Bf16 => "bfloat16",
+    }
+}
+
+fn print_header(backend: SweepBackend, level: Level, ranks: usize, nodes: usize, dtype: GradDtype) {
+    println!(
+        "\n# all-reduce sum, {} ({} rank(s) on {} node(s)), backend {}, {}",
+        level.name(),
+        ranks,
+        nodes,
+        backend.name(),
+        dtype_name(dtype)
+    );
+    println!("#{:>39}  {:>29}  out-of-place  {:>29}  in-place", "", "", "");
+    println!(
+        "#{:>12} {:>12} {:>8}  {:>10} {:>8} {:>8} {:>6}  {:>10} {:>8} {:>8} {:>6}",
+        "size (B)", "count", "type", "time (us)", "algbw", "busbw", "#wrong", "time (us)", "algbw", "busbw", "#wrong"
+    );
+    println!(
+        "#{:>12} {:>12} {:>8}  {:>10} {:>8} {:>8} {:>6}  {:>10} {:>8} {:>8} {:>6}",
+        "", "(elements)", "", "", "(GB/s)", "(GB/s)", "", "", "(GB/s)", "(GB/s)", ""
+    );
+}
+
+fn print_line(pair: &[SweepRow]) {
+    let (o, i) = (&pair[0], &pair[1]);
+    println!(
+        " {:>12} {:>12} {:>8}  {:>10.2} {:>8.3} {:>8.3} {:>6}  {:>10.2} {:>8.3} {:>8.3} {:>6}",
+        o.bytes, o.count, o.dtype, o.time_us, o.algbw_gb_s, o.busbw_gb_s, o.wrong, i.time_us, i.algbw_gb_s, i.busbw_gb_s, i.wrong
+    );
+}
+
+/// One model per backend swept: the intra-node and inter-node fits of its out-of-place times.
+pub fn fit_models(rows: &[SweepRow], nodes: usize, per_node: usize, node_type: &str) -> Vec<Result<BackendModel>> {
+    let mut backends: Vec<&str> = rows.iter().map(|r| r.backend.as_str()).collect();
+    backends.dedup();
+    backends.sort_unstable();
+    backends.dedup();
+    backends
+        .into_iter()
+        .map(|b| {
+            let level_fit = |level: &str| -> Option<Result<LevelFit>> {
+                let pts: Vec<&SweepRow> = rows
+                    .iter()
+                    .filter(|r| r.backend == b && r.level == level && r.placement == "out-of-place")
+                    .collect();
+                let first = pts.first()?;
+                let points: Vec<(u64, f64)> = pts.iter().map(|r| (r.bytes, r.time_us * 1e-6)).collect();
+                Some(model::fit(level, b, &first.dtype, first.ranks, &points))
+            };
+            let intra = level_fit("intra-node").transpose().with_context(|| format!("backend {b}"))?;
+            let inter = level_fit("inter-node").transpose().with_context(|| format!("backend {b}"))?;
+            if intra.is_none() && inter.is_none() {
+                bail!("backend {b}: neither the intra-node nor the inter-node level was swept");
+            }
+            Ok(BackendModel {
+                backend: b.into(),
+                model: InterconnectModel {
+                    formula: model::FORMULA.into(),
+                    ranks_per_node: per_node,
+                    nodes,
+                    intra,
+                    inter,
+                    node_type: node_type.into(),
+                },
+            })
+        })
+        .collect()
+}
+
+fn print_model(bm: &BackendModel, rows: &[SweepRow]) {
+    for f in [&bm.model.intra, &bm.model.inter].into_iter().flatten() {
+        println!(
+            "{} {} model over {} ranks: alpha {:.2} us, bandwidth {:.3} GB/s (1/beta), |error| max {:.1} % rms {:.1} % over {}..{} B",
+            bm.backend,
+            f.level,
+            f.ranks,
+            f.alpha_s * 1e6,
+            f.bandwidth_bytes_per_s / 1e9,
+            f.max_abs_rel_error * 100.0,
+            f.rms_rel_error * 100.0,
+            f.min_bytes,
+            f.max_bytes
+        );
+    }
+    // The whole world measured against the two levels combined: the model's own check.
+    let world: Vec<&SweepRow> = rows
+        .iter()
+        .filter(|r| r.backend == bm.backend && r.level == "world" && r.placement == "out-of-place")
+        .collect();
+    let errors: Vec<f64> = world
+        .iter()
+        .filter_map(|r| {
+            let p = bm.model.time_s(r.nodes, r.ranks_per_node, r.bytes as f64).ok()?;
+            let measured = r.time_us * 1e-6;
+            Some((p.time_s - measured) / measured)
+        })
+        .collect();
+    if !errors.is_empty() {
+        let abs: Vec<f64> = errors.iter().map(|e| e.abs()).collect();
+        println!(
+            "{} world ({} ranks) against the hierarchical model: |error| median {:.1} %, max {:.1} % over {} sizes",
+            bm.backend,
+            world[0].ranks,
+            crate::stats::median(&abs) * 100.0,
+            abs.iter().copied().fold(0.0, f64::max) * 100.0,
+            abs.len()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_byte_suffixes() {
+        assert_eq!(sizes(8, 64, 2), vec![8, 16, 32, 64]);
+        assert_eq!(sizes(8, 100, 4), vec![8, 32]);
+        assert_eq!(sizes(u64::MAX / 2, u64::MAX, 4), vec![u64::MAX / 2]);
+        assert_eq!(parse_bytes("64K"), Ok(65536));
+        assert_eq!(parse_bytes("1G"), Ok(1 << 30));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert!(parse_bytes("0").is_err() && parse_bytes("12Q").is_err() && parse_bytes("99999999999G").is_err());
+    }
+
+    #[test]
+    fn only_levels_that_differ_are_swept_by_default() {
+        assert_eq!(distinct_levels(1, 2), vec![Level::IntraNode]);
+        assert_eq!(distinct_levels(1, 1), vec![Level::IntraNode]);
+        assert_eq!(distinct_levels(2, 1), vec![Level::InterNode]);
+        assert_eq!(distinct_levels(2, 4), vec![Level::IntraNode, Level::InterNode, Level::World]);
+    }
+}

@@ -1,0 +1,344 @@
+//! The interconnect model: Hockney's latency–bandwidth (α–β) model of an all-reduce,
+//! fitted per level (within a node, across nodes) to a sweep's timings, and combined
+//! into the hierarchical all-reduce of N = nodes × ranks-per-node ranks.
+//!
+//! Over n ranks, an all-reduce of S bytes takes
+//!
+//! - ring:  t = 2(n−1)·α + 2(n−1)/n · S·β
+//! - tree (recursive halving/doubling, Rabenseifner): t = 2⌈log₂ n⌉·α + 2(n−1)/n · S·β
+//!
+//! (the two agree at n = 2, where the sweep measures). A projection takes the faster of
+//! the two at each level and says which. The hierarchical all-reduce of N = m nodes × p
+//! ranks is a reduce-scatter within each node, all-reduces across the m nodes, and an
+//! all-gather within each node:
+//!
+//!   t(m, p, S) = t_intra(p, S) + t_inter(m, S)
+//!
+//! where t_intra is the intra-node level's all-reduce over p ranks (reduce-scatter plus
+//! all-gather move what one all-reduce moves), and t_inter is the inter-node level's over
+//! m nodes on the whole S: the p ranks of a node each all-reduce S/p at once through the
+//! node's link, which the inter-node level measured with one rank per node.
+
+use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
+
+/// A fitted α–β model of one level.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LevelFit {
+    /// "intra-node" or "inter-node".
+    pub level: String,
+    pub backend: String,
+    pub dtype: String,
+    /// Ranks the sweep ran on at this level.
+    pub ranks: usize,
+    /// Latency per message step, seconds.
+    pub alpha_s: f64,
+    /// Seconds per byte (1 / the link's bandwidth).
+    pub beta_s_per_byte: f64,
+    /// 1/β, bytes per second.
+    pub bandwidth_bytes_per_s: f64,
+    /// The sizes the fit saw: it is valid between them.
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    /// Per size: measured and modelled time, and the relative error (model − measured) / measured.
+    pub residuals: Vec<Residual>,
+    pub max_abs_rel_error: f64,
+    pub rms_rel_error: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Residual {
+    pub bytes: u64,
+    pub measured_s: f64,
+    pub model_s: f64,
+    pub rel_error: f64,
+}
+
+/// `allreduce_model.json`: the fits and how they were obtained.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct InterconnectModel {
+    /// The formulas, in words.
+    pub formula: String,
+    /// Ranks per node and nodes of the job the sweep ran in.
+    pub ranks_per_node: usize,
+    pub nodes: usize,
+    pub intra: Option<LevelFit>,
+    pub inter: Option<LevelFit>,
+    /// Node type of the job's ranks (the model describes this kind of node).
+    pub node_type: String,
+}
+
+pub const FORMULA: &str = "ring: t = 2(n-1)*alpha + 2(n-1)/n*S*beta; tree: t = 2*ceil(log2 n)*alpha + 2(n-1)/n*S*beta; \
+N = nodes x ranks_per_node: t = t_intra(ranks_per_node, S) + t_inter(nodes, S); fitted by least squares on relative error";
+
+/// Which all-reduce algorithm a time assumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Algorithm {
+    Ring,
+    Tree,
+}
+
+impl Algorithm {
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Ring => "ring",
+            Algorithm::Tree => "tree",
+        }
+    }
+}
+
+/// Ring all-reduce time of `bytes` over `n` ranks.
+pub fn ring_s(n: usize, bytes: f64, alpha_s: f64, beta: f64) -> f64 {
+    if n <= 1 {
+        return 0.0;
+    }
+    let n_f = n as f64;
+    2.0 * (n_f - 1.0) * alpha_s + 2.0 * (n_f - 1.0) / n_f * bytes * beta
+}
+
+/// Recursive halving/doubling all-reduce time of `bytes` over `n` ranks.
+pub fn tree_s(n: usize, bytes: f64, alpha_s: f64, beta: f64) -> f64 {
+    if n <= 1 {
+        return 0.0;
+    }
+    let n_f = n as f64;
+    let steps = (n as f64).log2().ceil();
+    2.0 * steps * alpha_s + 2.0 * (n_f - 1.0) / n_f * bytes * beta
+}
+
+impl LevelFit {
+    /// The faster algorithm's time over `n` ranks, and which it is.
+    pub fn time_s(&self, n: usize, bytes: f64) -> (f64, Algorithm) {
+        let ring = ring_s(n, bytes, self.alpha_s, self.beta_s_per_byte);
+        let tree = tree_s(n, bytes, self.alpha_s, self.beta_s_per_byte);
+        if tree < ring {
+            (tree, Algorithm::Tree)
+        } else {
+            (ring, Algorithm::Ring)
+        }
+    }
+}
+
+/// Fits α and β of a ring all-reduce over `ranks` ranks to `points` (bytes, seconds),
+/// minimising the sum of squared relative errors, so that small messages (where α
+/// shows) count as much as large ones (where β does). Both are kept ≥ 0.
+pub fn fit(level: &str, backend: &str, dtype: &str, ranks: usize, points: &[(u64, f64)]) -> Result<LevelFit> {
+    let mut sizes: Vec<u64> = points.iter().map(|p| p.0).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    if sizes.len() < 4 {
+        bail!(
+            "the {level} fit needs timings at 4 or more message sizes, and has {}: widen --min-bytes/--max-bytes or lower --factor",
+            sizes.len()
+        );
+    }
+    if ranks < 2 {
+        bail!("the {level} fit needs 2 or more ranks (an all-reduce over 1 rank moves nothing)");
+    }
+    if let Some(bad) = points.iter().find(|p| !(p.1.is_finite() && p.1 > 0.0)) {
+        bail!("the {level} fit got a time of {} s at {} B: times must be positive", bad.1, bad.0);
+    }
+    // t = a + b·S with a = 2(n−1)α and b = 2(n−1)/n·β; weighted rows [1, S]/t against 1.
+    // S is scaled to its largest value so the normal equations stay well conditioned.
+    let scale = *sizes.last().expect("4 sizes") as f64;
+    let (mut s11, mut s12, mut s22, mut r1, mut r2) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for &(bytes, t) in points {
+        let (x1, x2) = (1.0 / t, bytes as f64 / scale / t);
+        s11 += x1 * x1;
+        s12 += x1 * x2;
+        s22 += x2 * x2;
+        r1 += x1;
+        r2 += x2;
+    }
+    let det = s11 * s22 - s12 * s12;
+    let (mut a, mut b) = if det.abs() > 1e-300 {
+        ((r1 * s22 - r2 * s12) / det, (s11 * r2 - s12 * r1) / det)
+    } else {
+        (r1 / s11, 0.0)
+    };
+    if a < 0.0 {
+        a = 0.0;
+        b = r2 / s22;
+    }
+    if b < 0.0 {
+        b = 0.0;
+        a = r1 / s11;
+    }
+    let n = ranks as f64;
+    let alpha_s = a / (2.0 * (n - 1.0));
+    let beta = b / scale * n / (2.0 * (n - 1.0));
+    let residuals: Vec<Residual> = points
+        .iter()
+        .map(|&(bytes, t)| {
+            let model_s = ring_s(ranks, bytes as f64, alpha_s, beta);
+            Residual {
+                bytes,
+                measured_s: t,
+                model_s,
+                rel_error: (model_s - t) / t,
+            }
+        })
+        .collect();
+    let max_abs_rel_error = residuals.iter().map(|r| r.rel_error.abs()).fold(0.0, f64::max);
+    let rms_rel_error = (residuals.iter().map(|r| r.rel_error * r.rel_error).sum::<f64>() / residuals.len() as f64).sqrt();
+    Ok(LevelFit {
+        level: level.into(),
+        backend: backend.into(),
+        dtype: dtype.into(),
+        ranks,
+        alpha_s,
+        beta_s_per_byte: beta,
+        bandwidth_bytes_per_s: if beta > 0.0 { 1.0 / beta } else { f64::INFINITY },
+        min_bytes: sizes[0],
+        max_bytes: *sizes.last().expect("4 sizes"),
+        residuals,
+        max_abs_rel_error,
+        rms_rel_error,
+    })
+}
+
+/// One all-reduce of `bytes` over `nodes` × `ranks_per_node` ranks, as the model has it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Projected {
+    pub time_s: f64,
+    /// The relative error band of the fits used (their largest |relative error|).
+    pub rel_band: f64,
+    /// The algorithm of the inter-node level (or of the intra-node level on one node).
+    pub algorithm: Algorithm,
+}
+
+impl InterconnectModel {
+    /// The hierarchical all-reduce time; Err names the level the model lacks.
+    pub fn time_s(&self, nodes: usize, ranks_per_node: usize, bytes: f64) -> Result<Projected> {
+        let mut time_s = 0.0;
+        let mut rel_band: f64 = 0.0;
+        let mut algorithm = Algorithm::Ring;
+        if ranks_per_node > 1 {
+            let Some(intra) = &self.intra else {
+                bail!("the interconnect model has no intra-node fit: run `ddpbench allreduce` with 2 or more ranks per node");
+            };
+            let (t, alg) = intra.time_s(ranks_per_node, bytes);
+            time_s += t;
+            rel_band = rel_band.max(intra.max_abs_rel_error);
+            algorithm = alg;
+        }
+        if nodes > 1 {
+            let Some(inter) = &self.inter else {
+                bail!("the interconnect model has no inter-node fit: run `ddpbench allreduce` on 2 or more nodes");
+            };
+            let (t, alg) = inter.time_s(nodes, bytes);
+            time_s += t;
+            rel_band = rel_band.max(inter.max_abs_rel_error);
+            algorithm = alg;
+        }
+        Ok(Projected {
+            time_s,
+            rel_band,
+            algorithm,
+        })
+    }
+
+    pub fn read(path: &std::path::Path) -> Result<InterconnectModel> {
+        use anyhow::Context;
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        serde_json::from_str(&text)
+            .with_context(|| format!("{} is not an allreduce_model.json written by `ddpbench allreduce`", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Timings of a ring all-reduce over `n` ranks from known α, β, each multiplied by
+    /// (1 + noise·u) with u uniform in [−1, 1) from a seeded generator.
+    fn synthetic(n: usize, alpha: f64, beta: f64, noise: f64, seed: u64) -> Vec<(u64, f64)> {
+        let mut rng = crate::stats::Rng(seed);
+        let mut out = Vec::new();
+        let mut bytes = 8u64;
+        while bytes <= 1 << 30 {
+            let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+            out.push((bytes, ring_s(n, bytes as f64, alpha, beta) * (1.0 + noise * u)));
+            bytes *= 2;
+        }
+        out
+    }
+
+    #[test]
+    fn the_fit_recovers_alpha_and_beta_from_noisy_timings() {
+        for (n, alpha, bw, seed) in [(2, 5e-6, 10e9, 1), (4, 20e-6, 1.25e9, 2), (8, 1.5e-6, 100e9, 3)] {
+            let pts = synthetic(n, alpha, 1.0 / bw, 0.03, seed);
+            let f = fit("inter-node", "mpi", "fp32", n, &pts).unwrap();
+            assert!((f.alpha_s / alpha - 1.0).abs() < 0.05, "n={n}: alpha {} vs {alpha}", f.alpha_s);
+            assert!(
+                (f.bandwidth_bytes_per_s / bw - 1.0).abs() < 0.05,
+                "n={n}: bw {} vs {bw}",
+                f.bandwidth_bytes_per_s
+            );
+            assert!(f.max_abs_rel_error < 0.07 && f.rms_rel_error > 0.0);
+            assert_eq!((f.min_bytes, f.max_bytes), (8, 1 << 30));
+        }
+    }
+
+    #[test]
+    fn the_fit_is_exact_without_noise_and_refuses_too_few_sizes() {
+        let pts = synthetic(2, 3e-6, 1e-9, 0.0, 9);
+        let f = fit("intra-node", "mpi", "fp32", 2, &pts).unwrap();
+        assert!((f.alpha_s / 3e-6 - 1.0).abs() < 1e-9 && (f.beta_s_per_byte / 1e-9 - 1.0).abs() < 1e-9);
+        assert!(f.max_abs_rel_error < 1e-9);
+        let e = fit("intra-node", "mpi", "fp32", 2, &pts[..3]).unwrap_err().to_string();
+        assert!(e.contains("4 or more message sizes") && e.contains("has 3"), "{e}");
+        // Repeats of one size are one size.
+        let same = vec![(64u64, 1e-5); 6];
+        assert!(fit("intra-node", "mpi", "fp32", 2, &same).is_err());
+        assert!(fit("intra-node", "mpi", "fp32", 1, &pts)
+            .unwrap_err()
+            .to_string()
+            .contains("2 or more ranks"));
+    }
+
+    #[test]
+    fn hand_worked_times_of_ring_tree_and_hierarchy() {
+        // Ring over 4 ranks, 1 MB, α = 10 µs, β = 1 ns/B: 6·10 µs + 1.5·1 ms = 1.56 ms.
+        assert!((ring_s(4, 1e6, 10e-6, 1e-9) - 1.56e-3).abs() < 1e-12);
+        // Tree over 4 ranks: 2·2·10 µs + 1.5 ms = 1.54 ms.
+        assert!((tree_s(4, 1e6, 10e-6, 1e-9) - 1.54e-3).abs() < 1e-12);
+        assert_eq!(ring_s(1, 1e6, 1.0, 1.0), 0.0);
+        let level = |name: &str, alpha_s: f64, beta: f64, err: f64| LevelFit {
+            level: name.into(),
+            backend: "mpi".into(),
+            dtype: "fp32".into(),
+            ranks: 2,
+            alpha_s,
+            beta_s_per_byte: beta,
+            bandwidth_bytes_per_s: 1.0 / beta,
+            min_bytes: 8,
+            max_bytes: 1 << 30,
+            residuals: Vec::new(),
+            max_abs_rel_error: err,
+            rms_rel_error: err,
+        };
+        let m = InterconnectModel {
+            formula: FORMULA.into(),
+            ranks_per_node: 4,
+            nodes: 2,
+            intra: Some(level("intra-node", 1e-6, 0.1e-9, 0.02)),
+            inter: Some(level("inter-node", 10e-6, 1e-9, 0.05)),
+            node_type: "x".into(),
+        };
+        // 2 nodes × 4: intra over 4 (tree 2·2·1 µs + 1.5·0.1 ms = 0.154 ms, faster than
+        // ring's 0.156) + inter over 2 on the whole 1 MB (2·10 µs + 1 ms = 1.02 ms).
+        let p = m.time_s(2, 4, 1e6).unwrap();
+        assert!((p.time_s - (0.154e-3 + 1.02e-3)).abs() < 1e-12, "{}", p.time_s);
+        assert_eq!(p.rel_band, 0.05);
+        // 64 nodes, small message: the tree's 12 latency steps beat the ring's 126.
+        let p = m.time_s(64, 1, 1e3).unwrap();
+        assert_eq!(p.algorithm, Algorithm::Tree);
+        assert!((p.time_s - (12.0 * 10e-6 + 2.0 * 63.0 / 64.0 * 1e3 * 1e-9)).abs() < 1e-12);
+        // A level the model lacks is named.
+        let one_node = InterconnectModel { inter: None, ..m };
+        assert!(one_node.time_s(2, 4, 1e6).unwrap_err().to_string().contains("inter-node"));
+        assert_eq!(one_node.time_s(1, 1, 1e6).unwrap().time_s, 0.0);
+    }
+}

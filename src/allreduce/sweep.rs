@@ -1,0 +1,422 @@
+//! One all-reduce measurement: buffers of one size on one backend, summed out of place
+//! or in place, timed over a loop as nccl-tests and the OSU benchmarks do (barrier,
+//! warm-up, a timed loop, the mean per iteration), with every iteration's time kept
+//! for the spread, and the sum checked element by element on every rank.
+//!
+//! The values rank r puts in element i are `(r + i) mod m`, small whole numbers whose
+//! sums are exact in fp32, fp16 and bf16, so a correct all-reduce matches the expected
+//! sum bit for bit and `wrong` counts the elements that do not.
+
+use crate::comm::{wire_kind, GradDtype};
+use crate::device::cuda::{self, Driver, Event, Nccl, NcclComm, NcclDtype, Stream};
+use anyhow::{anyhow, Result};
+use mpi::collective::{CommunicatorCollectives, SystemOperation};
+use mpi::raw::AsRaw;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use serde::{Deserialize, Serialize};
+use tch::{Device, Kind, Tensor};
+
+/// How the buffers travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum SweepBackend {
+    /// MPI_Allreduce on host memory.
+    Mpi,
+    /// Device memory through pinned host buffers: copy to host, MPI_Allreduce, copy back
+    /// (what `train --allreduce mpi` does on a GPU).
+    Staged,
+    /// NCCL on device memory.
+    Nccl,
+}
+
+impl SweepBackend {
+    pub fn name(self) -> &'static str {
+        match self {
+            SweepBackend::Mpi => "mpi",
+            SweepBackend::Staged => "staged",
+            SweepBackend::Nccl => "nccl",
+        }
+    }
+}
+
+/// The transport a [`measure`] call runs on.
+pub enum Transport<'a> {
+    Mpi(&'a SimpleCommunicator),
+    Staged(&'a SimpleCommunicator, Device),
+    Nccl {
+        mpi: &'a SimpleCommunicator,
+        nccl: &'static Nccl,
+        cuda: &'static Driver,
+        comm: NcclComm,
+        stream: Stream,
+        device: Device,
+    },
+}
+
+impl Transport<'_> {
+    fn mpi(&self) -> &SimpleCommunicator {
+        match self {
+            Transport::Mpi(c) | Transport::Staged(c, _) => c,
+            Transport::Nccl { mpi, .. } => mpi,
+        }
+    }
+    fn device(&self) -> Device {
+        match self {
+            Transport::Mpi(_) => Device::Cpu,
+            Transport::Staged(_, d) => *d,
+            Transport::Nccl { device, .. } => *device,
+        }
+    }
+}
+
+/// How long and how often one size is timed.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// Untimed all-reduces before the timed loop.
+    pub warmup_iters: usize,
+    /// Timed iterations at most.
+    pub iters: usize,
+    /// Fewer iterations (but at least [`Timing::min_iters`]) when the warm-up says `iters`
+    /// would take longer than this.
+    pub budget_s: f64,
+    pub min_iters: usize,
+}
+
+/// One size's result, the same on every rank.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Measured {
+    pub bytes: u64,
+    pub count: u64,
+    pub in_place: bool,
+    pub iters: usize,
+    /// The timed loop's seconds per iteration, averaged over ranks (as nccl-tests and
+    /// the OSU benchmarks report).
+    pub time_s: f64,
+    /// The same on the slowest rank.
+    pub time_max_rank_s: f64,
+    /// Quantiles of the single iterations' times (each the slowest rank's).
+    pub iter_p10_s: f64,
+    pub iter_median_s: f64,
+    pub iter_p90_s: f64,
+    /// Elements that differed from the expected sum, over all ranks.
+    pub wrong: u64,
+}
+
+/// Values per element cycle, so that sums over `ranks` stay exact in `dtype`.
+fn value_cycle(ranks: usize, dtype: GradDtype) -> i64 {
+    // Largest whole number each type holds exactly with all smaller ones.
+    let exact: i64 = match dtype {
+        GradDtype::Fp32 => 1 << 24,
+        GradDtype::Fp16 => 2048,
+        GradDtype::Bf16 => 256,
+    };
+    (exact / ranks.max(1) as i64 + 1).clamp(1, 4)
+}
+
+/// Rank `rank`'s buffer of `count` elements: `(rank + i) mod m`.
+fn fill(count: usize, rank: usize, ranks: usize, dtype: GradDtype, device: Device) -> Tensor {
+    let m = value_cycle(ranks, dtype);
+    let t = (Tensor::arange(count as i64, (Kind::Int64, device)) + rank as i64).remainder(m);
+    if std::env::var("DDPBENCH_TEST_CORRUPT_RANK")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        == Some(rank)
+        && count > 0
+    {
+        // Test hook: this rank's first element is off by one, so every rank's sum is wrong there.
+        let _ = t.get(0).g_add_scalar_(1);
+    }
+    t.to_kind(wire_kind(dtype))
+}
+
+/// Elements of `result` that are not the sum over `ranks` of [`fill`]'s values.
+fn count_wrong(result: &Tensor, ranks: usize, dtype: GradDtype) -> u64 {
+    let m = value_cycle(ranks, dtype);
+    let per_residue: Vec<i64> = (0..m).map(|j| (0..ranks as i64).map(|r| (r + j) % m).sum()).collect();
+    let device = result.device();
+    let table = Tensor::from_slice(&per_residue).to_device(device);
+    let idx = Tensor::arange(result.numel() as i64, (Kind::Int64, device)).remainder(m);
+    let expected = table.index_select(0, &idx).to_kind(Kind::Double);
+    let got = result.to_kind(Kind::Double);
+    i64::try_from(got.ne_tensor(&expected).sum(Kind::Int64)).unwrap_or(i64::MAX) as u64
+}
+
+/// Times the all-reduce of `bytes` (rounded down to whole elements of `dtype`, at least
+/// one) on `t`, every rank of its communicator taking part, and checks the sum.
+pub fn measure(t: &Transport, bytes: u64, dtype: GradDtype, in_place: bool, timing: Timing) -> Result<Measured> {
+    let comm = t.mpi();
+    let (rank, ranks) = (comm.rank() as usize, comm.size() as usize);
+    let count = (bytes as usize / dtype.bytes()).max(1);
+    let device = t.device();
+    let src = fill(count, rank, ranks, dtype, device);
+    let dst = src.zeros_like();
+    let mut op = Op::new(t, &src, &dst, in_place)?;
+    let _f = crate::flight::enter(
+        "all-reduce",
+        &format!(
+            "sweep {} B {}",
+            count * dtype.bytes(),
+            if in_place { "in place" } else { "out of place" }
+        ),
+    );
+
+    // Warm-up, and how many timed iterations fit the budget (agreed: the slowest rank's estimate).
+    comm.barrier();
+    let t0 = mpi::time();
+    for _ in 0..timing.warmup_iters {
+        op.run()?;
+    }
+    op.wait()?;
+    let per_iter = (mpi::time() - t0) / timing.warmup_iters.max(1) as f64;
+    let mut slowest = 0.0f64;
+    comm.all_reduce_into(&per_iter, &mut slowest, SystemOperation::max());
+    let iters = if slowest > 0.0 && timing.warmup_iters > 0 {
+        ((timing.budget_s / slowest) as usize).clamp(timing.min_iters.max(1), timing.iters.max(1))
+    } else {
+        timing.iters.max(1)
+    };
+
+    // The timed loop: each iteration's end on the host clock (on a GPU, by events).
+    comm.barrier();
+    let mut ends = Vec::with_capacity(iters);
+    let start = mpi::time();
+    op.mark_start()?;
+    for _ in 0..iters {
+        op.run()?;
+        ends.push(op.mark_end()?);
+    }
+    op.wait()?;
+    let loop_s = op.loop_s(start)?;
+    let iter_s: Vec<f64> = op.iteration_times(start, &ends)?;
+
+    // Across ranks: the mean and the slowest loop, and each iteration's slowest rank.
+    let mut sum = 0.0f64;
+    let mut max = 0.0f64;
+    comm.all_reduce_into(&loop_s, &mut sum, SystemOperation::sum());
+    comm.all_reduce_into(&loop_s, &mut max, SystemOperation::max());
+    let mut iter_max = vec![0.0f64; iter_s.len()];
+    comm.all_reduce_into(&iter_s[..], &mut iter_max[..], SystemOperation::max());
+
+    // The check: fresh values, one all-reduce, every element compared.
+    let check_src = fill(count, rank, ranks, dtype, device);
+    let check_dst = check_src.zeros_like();
+    let mut check = Op::new(t, &check_src, &check_dst, in_place)?;
+    check.run()?;
+    check.wait()?;
+    let wrong_here = count_wrong(check.result(), ranks, dtype);
+    let mut wrong = 0u64;
+    comm.all_reduce_into(&wrong_here, &mut wrong, SystemOperation::sum());
+
+    Ok(Measured {
+        bytes: (count * dtype.bytes()) as u64,
+        count: count as u64,
+        in_place,
+        iters,
+        time_s: sum / ranks as f64 / iters as f64,
+        time_max_rank_s: max / iters as f64,
+        iter_p10_s: crate::stats::quantile(&iter_max, 0.1),
+        iter_median_s: crate::stats::median(&iter_max),
+        iter_p90_s: crate::stats::quantile(&iter_max, 0.9),
+        wrong,
+    })
+}
+
+/// One all-reduce on a transport, with its buffers.
+struct Op<'a> {
+    t: &'a Transport<'a>,
+    src: Tensor,
+    dst: Tensor,
+    in_place: bool,
+    /// Pinned host buffers (send, receive) of the staged path.
+    host: Option<(Tensor, Tensor)>,
+    /// NCCL: events marking the loop's start and each iteration's end.
+    events: Vec<Event>,
+    dtype: GradDtype,
+}
+
+impl<'a> Op<'a> {
+    fn new(t: &'a Transport<'a>, src: &Tensor, dst: &Tensor, in_place: bool) -> Result<Op<'a>> {
+        let dtype = match src.kind() {
+            Kind::Half => GradDtype::Fp16,
+            Kind::BFloat16 => GradDtype::Bf16,
+            _ => GradDtype::Fp32,
+        };
+        let host = match t {
+            Transport::Staged(_, device) if *device != Device::Cpu => {
+                let buf = || Tensor::zeros([src.numel() as i64], (src.kind(), Device::Cpu)).pin_memory(*device);
+                Some((buf(), buf()))
+            }
+            _ => None,
+        };
+        // The buffers were written on libtorch's stream; NCCL's stream does not wait for it.
+        crate::device::sync(t.device());
+        Ok(Op {
+            t,
+            src: src.shallow_clone(),
+            dst: dst.shallow_clone(),
+            in_place,
+            host,
+            events: Vec::new(),
+            dtype,
+        })
+    }
+
+    /// The buffer that holds the sum after [`Op::run`].
+    fn result(&self) -> &Tensor {
+        if self.in_place {
+            &self.src
+        } else {
+            &self.dst
+        }
+    }
+
+    fn run(&mut self) -> Result<()> {
+        let count = self.src.numel();
+        match self.t {
+            Transport::Mpi(comm) | Transport::Staged(comm, Device::Cpu) => {
+                let raw = comm.as_raw();
+                // SAFETY: src and dst are contiguous CPU tensors of `count` elements of the
+                // wire dtype, owned by this Op and not aliased.
+                unsafe {
+                    if self.in_place {
+                        crate::comm::mpi::allreduce_sum_raw(raw, None, self.src.data_ptr(), count, self.dtype)
+                    } else {
+                        crate::comm::mpi::allreduce_sum_raw(raw, Some(self.src.data_ptr()), self.dst.data_ptr(), count, self.dtype)
+                    }
+                }
+            }
+            Transport::Staged(comm, _) => {
+                let (send, recv) = self.host.as_mut().ok_or_else(|| anyhow!("staged buffers missing"))?;
+                send.copy_(&self.src); // returns once the device-to-host copy is done
+                let raw = comm.as_raw();
+                // SAFETY: pinned host tensors of `count` elements owned by this Op.
+                unsafe {
+                    if self.in_place {
+                        crate::comm::mpi::allreduce_sum_raw(raw, None, send.data_ptr(), count, self.dtype)?;
+                    } else {
+                        crate::comm::mpi::allreduce_sum_raw(raw, Some(send.data_ptr()), recv.data_ptr(), count, self.dtype)?;
+                    }
+                }
+                let back = if self.in_place { &*send } else { &*recv };
+                if self.in_place {
+                    self.src.copy_(back);
+                } else {
+                    self.dst.copy_(back);
+                }
+                Ok(())
+            }
+            Transport::Nccl { nccl, comm, stream, .. } => {
+                let recv = if self.in_place { self.src.data_ptr() } else { self.dst.data_ptr() };
+                // SAFETY: device tensors of `count` elements owned by this Op; in place,
+                // NCCL allows send == recv.
+                unsafe { nccl.all_reduce_sum(self.src.data_ptr(), recv, count, nccl_dtype(self.dtype), *comm, *stream) }
+            }
+        }
+    }
+
+    fn mark_start(&mut self) -> Result<()> {
+        if let Transport::Nccl { cuda, stream, .. } = self.t {
+            let e = cuda.event(true)?;
+            cuda.record(&e, *stream)?;
+            self.events = vec![e];
+        }
+        Ok(())
+    }
+
+    /// The iteration's end: the host clock, or (NCCL) an event recorded after it.
+    fn mark_end(&mut self) -> Result<f64> {
+        if let Transport::Nccl { cuda, stream, .. } = self.t {
+            let e = cuda.event(true)?;
+            cuda.record(&e, *stream)?;
+            self.events.push(e);
+        }
+        Ok(mpi::time())
+    }
+
+    fn wait(&mut self) -> Result<()> {
+        match self.t {
+            Transport::Nccl { cuda, stream, .. } => cuda.synchronize(*stream),
+            _ => Ok(()),
+        }
+    }
+
+    /// Seconds of the whole timed loop on this rank.
+    fn loop_s(&self, start: f64) -> Result<f64> {
+        match self.t {
+            Transport::Nccl { cuda, .. } => cuda.elapsed_s(&self.events[0], self.events.last().expect("start event")),
+            _ => Ok(mpi::time() - start),
+        }
+    }
+
+    fn iteration_times(&self, start: f64, ends: &[f64]) -> Result<Vec<f64>> {
+        match self.t {
+            Transport::Nccl { cuda, .. } => self.events.windows(2).map(|w| cuda.elapsed_s(&w[0], &w[1])).collect(),
+            _ => Ok(std::iter::once(start)
+                .chain(ends.iter().copied())
+                .collect::<Vec<_>>()
+                .windows(2)
+                .map(|w| w[1] - w[0])
+                .collect()),
+        }
+    }
+}
+
+fn nccl_dtype(d: GradDtype) -> NcclDtype {
+    match d {
+        GradDtype::Fp32 => NcclDtype::Float32,
+        GradDtype::Fp16 => NcclDtype::Float16,
+        GradDtype::Bf16 => NcclDtype::Bfloat16,
+    }
+}
+
+/// Joins an NCCL communicator over the members of `comm` on `device_index` (rank 0
+/// makes the id, MPI broadcasts it), every member taking part.
+pub fn join_nccl(comm: &SimpleCommunicator, device_index: usize) -> Result<(&'static Nccl, &'static Driver, NcclComm, Stream)> {
+    use mpi::collective::Root;
+    let (cuda, nccl) = crate::comm::nccl::prepare(device_index)?;
+    let mut id = if comm.rank() == 0 {
+        nccl.unique_id()?
+    } else {
+        cuda::NcclUniqueId { internal: [0; 128] }
+    };
+    comm.process_at_rank(0).broadcast_into(&mut id.internal[..]);
+    let nc = nccl.init_rank(comm.size() as usize, id, comm.rank() as usize)?;
+    let stream = cuda.non_blocking_stream()?;
+    Ok((nccl, cuda, nc, stream))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_stay_exact_in_every_dtype() {
+        assert_eq!(value_cycle(2, GradDtype::Fp32), 4);
+        assert_eq!(value_cycle(2, GradDtype::Bf16), 4);
+        // 3 × 128 > 256: bf16 with 128 ranks needs values 0..2.
+        assert_eq!(value_cycle(128, GradDtype::Bf16), 3);
+        assert_eq!(value_cycle(100_000, GradDtype::Fp16), 1);
+        for (ranks, dtype) in [(2, GradDtype::Fp16), (128, GradDtype::Bf16), (700, GradDtype::Fp16)] {
+            let m = value_cycle(ranks, dtype);
+            let max_sum = (m - 1) * ranks as i64;
+            let limit = if dtype == GradDtype::Fp16 { 2048 } else { 256 };
+            assert!(max_sum <= limit, "{ranks} ranks {dtype:?}: sums up to {max_sum}");
+        }
+    }
+
+    #[test]
+    fn the_check_counts_exactly_the_wrong_elements() {
+        // Two ranks' values summed by hand: element i holds (i%4) + ((1+i)%4).
+        let ranks = 2;
+        let a = fill(10, 0, ranks, GradDtype::Fp16, Device::Cpu);
+        let b = fill(10, 1, ranks, GradDtype::Fp16, Device::Cpu);
+        let sum = (&a + &b).to_kind(Kind::Half);
+        assert_eq!(count_wrong(&sum, ranks, GradDtype::Fp16), 0);
+        let _ = sum.get(3).g_add_scalar_(1);
+        let _ = sum.get(7).g_add_scalar_(-2);
+        assert_eq!(count_wrong(&sum, ranks, GradDtype::Fp16), 2);
+        // One rank's buffer alone is not the sum, except where the other rank's value is
+        // 0: (1 + i) mod 4 = 0 at i = 3 and 7.
+        assert_eq!(count_wrong(&a, ranks, GradDtype::Fp16), 8);
+    }
+}

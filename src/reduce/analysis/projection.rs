@@ -1,0 +1,401 @@
+//! `projection.csv`: a workload's step time at more ranks than were measured, from one
+//! measured run (its ranks' own work per step, its buckets, its backward time) and the
+//! interconnect model `ddpbench allreduce` fitted ([`crate::allreduce::model`]).
+//! Weak scaling: the per-rank batch stays the measured one.
+//!
+//! At N = nodes × ranks-per-node ranks the projected step is
+//!
+//!   step(N) = E[max of N draws of a rank's own work] + exposed all-reduce(N)
+//!
+//! - a rank's own work is `step_s − comm_exposed_s` of every measured rank-step; the
+//!   expected maximum of N draws from that distribution is the straggler cost, which
+//!   grows with N;
+//! - each bucket's all-reduce takes the model's time; without overlap all of it is
+//!   exposed; with overlap, bucket b becomes ready when backward has produced its share
+//!   of the gradient bytes (the last at backward's end), starts when it is ready and the
+//!   previous bucket is done, and what runs past backward's end is exposed.
+//!
+//! The band scales the all-reduce times by 1 ± the fit's largest relative error (doubled
+//! beyond 8 × the largest measured rank count: extrapolation). Assumed: homogeneous
+//! nodes, the ring (or tree where faster) all-reduce of the model, no congestion from
+//! other jobs, compute per rank independent of N.
+
+use super::scaling::ComparisonKey;
+use super::RunStats;
+use crate::allreduce::model::{Algorithm, InterconnectModel};
+use crate::allreduce::ModelFile;
+use crate::record::Phase;
+use crate::stats::Sketch;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Beyond this many times the largest measured rank count a projection is an extrapolation.
+pub const EXTRAPOLATION_FACTOR: usize = 8;
+
+/// One row of `projection.csv`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ProjectionRow {
+    /// model/dataset/batch per rank, and the run projected from.
+    pub workload: String,
+    pub from_run: String,
+    pub nodes: usize,
+    pub ranks_per_node: usize,
+    pub ranks: usize,
+    pub step_s: f64,
+    pub step_low_s: f64,
+    pub step_high_s: f64,
+    pub samples_per_s: f64,
+    /// Against the projection at 1 rank (the reference's own work, no all-reduce).
+    pub speedup: f64,
+    pub efficiency: f64,
+    /// E[max of N draws] of a rank's own work.
+    pub own_work_s: f64,
+    pub comm_s: f64,
+    pub comm_exposed_s: f64,
+    /// The all-reduce algorithm the inter-node (or, on one node, intra-node) level assumes.
+    pub algorithm: String,
+    pub extrapolated: bool,
+    /// A measured run at this shape (same workload): its mean step and the projection's error.
+    pub measured_step_s: Option<f64>,
+    pub error_pct: Option<f64>,
+}
+
+/// What a run's rows say about its workload, for projecting it.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    pub own_work: Sketch,
+    pub backward_s: f64,
+    /// Wire bytes of each bucket, in launch order.
+    pub bucket_bytes: Vec<u64>,
+    pub overlap: bool,
+    pub batch_per_rank: usize,
+}
+
+impl Workload {
+    pub fn of(run: &RunStats) -> Workload {
+        let m = &run.manifest;
+        let bucket_bytes = if m.comm.bucket_bytes.is_empty() {
+            // Older runs: the step's bytes split evenly over its buckets.
+            let n = m.buckets.max(1) as u64;
+            vec![run.bytes_per_step / n; n as usize]
+        } else {
+            m.comm.bucket_bytes.clone()
+        };
+        Workload {
+            own_work: run.local_work.clone(),
+            backward_s: run.phase_mean(Phase::Backward),
+            bucket_bytes,
+            overlap: m.comm.overlap && !m.comm.overlap_shares_core,
+            batch_per_rank: m.batch_size_per_rank,
+        }
+    }
+}
+
+/// E[max of n draws] from the distribution a sketch holds, by its quantile function:
+/// the integral of Q(u) d(uⁿ) on a grid of 2,000 cells.
+pub fn expected_max(s: &Sketch, n: usize) -> f64 {
+    if s.count() == 0 {
+        return f64::NAN;
+    }
+    if n <= 1 {
+        return s.mean();
+    }
+    const CELLS: usize = 2000;
+    let mut total = 0.0;
+    let mut prev = 0.0f64;
+    for k in 1..=CELLS {
+        let u = k as f64 / CELLS as f64;
+        let w = u.powi(n as i32);
+        total += s.quantile((k as f64 - 0.5) / CELLS as f64) * (w - prev);
+        prev = w;
+    }
+    total
+}
+
+/// Seconds of all-reduce past backward's end, given each bucket's all-reduce time.
+pub fn exposed_s(bucket_s: &[f64], bucket_bytes: &[u64], backward_s: f64, overlap: bool) -> f64 {
+    let total: f64 = bucket_s.iter().sum();
+    if !overlap || bucket_s.is_empty() {
+        return total;
+    }
+    let all_bytes: f64 = bucket_bytes.iter().map(|&b| b as f64).sum::<f64>().max(1.0);
+    let mut ready_bytes = 0.0;
+    let mut end = 0.0f64;
+    for (i, (&t, &b)) in bucket_s.iter().zip(bucket_bytes).enumerate() {
+        ready_bytes += b as f64;
+        let ready = if i + 1 == bucket_s.len() {
+            backward_s
+        } else {
+            backward_s * ready_bytes / all_bytes
+        };
+        end = end.max(ready) + t;
+    }
+    (end - backward_s).max(0.0)
+}
+
+/// The projected step at `nodes` × `per_node` ranks: (step, low, high, own work, comm,
+/// exposed, algorithm).
+struct Step {
+    step_s: f64,
+    low_s: f64,
+    high_s: f64,
+    own_s: f64,
+    comm_s: f64,
+    exposed_s: f64,
+    algorithm: Algorithm,
+}
+
+fn project(w: &Workload, model: &InterconnectModel, nodes: usize, per_node: usize, widen: f64) -> anyhow::Result<Step> {
+    let n = nodes * per_node;
+    let own_s = expected_max(&w.own_work, n);
+    let mut times = Vec::new();
+    let mut band = 0.0f64;
+    let mut algorithm = Algorithm::Ring;
+    for &b in &w.bucket_bytes {
+        let p = model.time_s(nodes, per_node, b as f64)?;
+        times.push(p.time_s);
+        band = band.max(p.rel_band * widen);
+        algorithm = p.algorithm;
+    }
+    let scaled = |f: f64| times.iter().map(|t| t * f).collect::<Vec<_>>();
+    let exposed = exposed_s(&times, &w.bucket_bytes, w.backward_s, w.overlap);
+    Ok(Step {
+        step_s: own_s + exposed,
+        low_s: own_s + exposed_s(&scaled((1.0 - band).max(0.0)), &w.bucket_bytes, w.backward_s, w.overlap),
+        high_s: own_s + exposed_s(&scaled(1.0 + band), &w.bucket_bytes, w.backward_s, w.overlap),
+        own_s,
+        comm_s: times.iter().sum(),
+        exposed_s: exposed,
+        algorithm,
+    })
+}
+
+/// The projections of every workload among `runs` that the model covers, to `project_to`
+/// ranks, with every measured point of the workload compared with its projection.
+/// Second: notes on workloads that could not be projected.
+pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) -> (Vec<ProjectionRow>, Vec<String>) {
+    let mut groups: BTreeMap<(ComparisonKey, usize), Vec<&RunStats>> = BTreeMap::new();
+    for r in runs.iter().filter(|r| r.manifest.comm_backend != "none") {
+        groups
+            .entry((ComparisonKey::of(&r.manifest), r.manifest.batch_size_per_rank))
+            .or_default()
+            .push(r);
+    }
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    for ((key, batch), group) in groups {
+        let label = format!("{}/{}/b{}", key.model, key.dataset, batch);
+        // The reference: one node, the most ranks on it (then the longest run).
+        let shape = |r: &RunStats| (r.manifest.nodes, r.manifest.world_size / r.manifest.nodes.max(1));
+        let Some(reference) = group
+            .iter()
+            .filter(|r| r.manifest.nodes == 1)
+            .max_by_key(|r| (r.manifest.world_size, r.steps))
+            .or_else(|| group.iter().min_by_key(|r| (r.manifest.nodes, std::cmp::Reverse(r.steps))))
+        else {
+            continue;
+        };
+        let device = reference
+            .manifest
+            .ranks
+            .first()
+            .map(|r| r.device.to_lowercase())
+            .unwrap_or_default();
+        let Some(bm) = models.for_run(&reference.manifest.comm_backend, &device) else {
+            notes.push(format!(
+                "{label}: no interconnect model for its all-reduce ({}): sweep that backend with `ddpbench allreduce`",
+                reference.manifest.comm_backend
+            ));
+            continue;
+        };
+        let model = &bm.model;
+        let w = Workload::of(reference);
+        let per_node = model.ranks_per_node.max(1);
+        let measured_max = group.iter().map(|r| r.manifest.world_size).max().unwrap_or(1);
+        let mut shapes: Vec<(usize, usize)> = Vec::new();
+        let mut n = 1;
+        while n <= project_to.max(1) {
+            shapes.push(if n < per_node { (1, n) } else { (n / per_node, per_node) });
+            n *= 2;
+        }
+        for r in &group {
+            shapes.push(shape(r));
+        }
+        shapes.sort_unstable_by_key(|&(m, p)| (m * p, m));
+        shapes.dedup();
+        let single = match project(&w, model, 1, 1, 1.0) {
+            Ok(s) => s.step_s,
+            Err(_) => continue,
+        };
+        for (nodes, p) in shapes {
+            let ranks = nodes * p;
+            let extrapolated = ranks > EXTRAPOLATION_FACTOR * measured_max;
+            let s = match project(&w, model, nodes, p, if extrapolated { 2.0 } else { 1.0 }) {
+                Ok(s) => s,
+                Err(e) => {
+                    let why = format!("{label} at {nodes} node(s) × {p}: {e:#}");
+                    if !notes.contains(&why) {
+                        notes.push(why);
+                    }
+                    continue;
+                }
+            };
+            let measured: Vec<&&RunStats> = group.iter().filter(|r| shape(r) == (nodes, p)).collect();
+            let measured_step_s =
+                (!measured.is_empty()).then(|| measured.iter().map(|r| r.job_step.mean()).sum::<f64>() / measured.len() as f64);
+            let samples_per_s = (ranks * w.batch_per_rank) as f64 / s.step_s;
+            let speedup = single / s.step_s * ranks as f64;
+            rows.push(ProjectionRow {
+                workload: label.clone(),
+                from_run: reference.manifest.run_id.clone(),
+                nodes,
+                ranks_per_node: p,
+                ranks,
+                step_s: s.step_s,
+                step_low_s: s.low_s,
+                step_high_s: s.high_s,
+                samples_per_s,
+                speedup,
+                efficiency: speedup / ranks as f64,
+                own_work_s: s.own_s,
+                comm_s: s.comm_s,
+                comm_exposed_s: s.exposed_s,
+                algorithm: s.algorithm.name().into(),
+                extrapolated,
+                measured_step_s,
+                error_pct: measured_step_s.map(|m| (s.step_s - m) / m * 100.0),
+            });
+        }
+    }
+    (rows, notes)
+}
+
+/// Straight answers for one workload at `nodes` × `per_node` ranks: the ratio R of own
+/// work to all-reduce the target efficiency needs with nothing hidden, and the projected
+/// efficiency with half the gradient bytes (fp16/bf16) and with one bucket.
+pub struct WhatIf {
+    pub efficiency: f64,
+    pub r_now: f64,
+    pub r_needed: f64,
+    /// Per-rank batch that reaches the target, own work taken as proportional to the batch.
+    pub batch_needed: f64,
+    pub efficiency_half_bytes: f64,
+    pub efficiency_one_bucket: f64,
+}
+
+pub fn what_if(w: &Workload, model: &InterconnectModel, nodes: usize, per_node: usize, target: f64) -> anyhow::Result<WhatIf> {
+    let single = project(w, model, 1, 1, 1.0)?.step_s;
+    let eff = |w: &Workload| -> anyhow::Result<f64> { Ok(single / project(w, model, nodes, per_node, 1.0)?.step_s) };
+    let s = project(w, model, nodes, per_node, 1.0)?;
+    let half = Workload {
+        bucket_bytes: w.bucket_bytes.iter().map(|b| b / 2).collect(),
+        ..w.clone()
+    };
+    let one = Workload {
+        bucket_bytes: vec![w.bucket_bytes.iter().sum()],
+        overlap: false,
+        ..w.clone()
+    };
+    // Efficiency with nothing hidden is own / (own + comm) = R / (R + 1).
+    let r_needed = target / (1.0 - target);
+    let own_needed = r_needed * s.comm_s;
+    Ok(WhatIf {
+        efficiency: single / s.step_s,
+        r_now: if s.comm_s > 0.0 { s.own_s / s.comm_s } else { f64::INFINITY },
+        r_needed,
+        batch_needed: w.batch_per_rank as f64 * own_needed / s.own_s.max(1e-12),
+        efficiency_half_bytes: eff(&half)?,
+        efficiency_one_bucket: eff(&one)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sketch(values: &[f64]) -> Sketch {
+        let mut s = Sketch::new();
+        for &v in values {
+            s.push(v);
+        }
+        s
+    }
+
+    #[test]
+    fn the_expected_maximum_grows_with_the_draws() {
+        // Two equally likely values 1 and 3 (500 draws of each): the max of n draws is 1
+        // only when all are 1.
+        let draws: Vec<f64> = (0..1000).map(|i| if i % 2 == 0 { 1.0 } else { 3.0 }).collect();
+        let s = sketch(&draws);
+        for n in [1usize, 2, 4] {
+            let want = 3.0 - 2.0 * 0.5f64.powi(n as i32);
+            assert!(
+                (expected_max(&s, n) - want).abs() < 1e-2,
+                "n={n}: {} vs {want}",
+                expected_max(&s, n)
+            );
+        }
+        // A constant straggles nowhere.
+        assert!((expected_max(&sketch(&[2.0; 10]), 1024) - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn exposure_without_overlap_full_overlap_and_the_ring_dominating() {
+        // No overlap: everything is exposed.
+        assert_eq!(exposed_s(&[1.0, 2.0], &[10, 10], 5.0, false), 3.0);
+        // Full overlap: bucket 0 (ready at 2.5) ends at 3.5; the last starts at backward's
+        // end (5) and takes 0.5: 0.5 exposed.
+        assert!((exposed_s(&[1.0, 0.5], &[10, 10], 5.0, true) - 0.5).abs() < 1e-12);
+        // The all-reduce dominates: bucket 0 ready at 2.5 ends at 12.5, the last ends at
+        // 22.5: 17.5 past backward.
+        assert!((exposed_s(&[10.0, 10.0], &[10, 10], 5.0, true) - 17.5).abs() < 1e-12);
+        // One bucket is ready only at backward's end: nothing hides.
+        assert_eq!(exposed_s(&[2.0], &[10], 5.0, true), 2.0);
+    }
+
+    #[test]
+    fn a_projection_by_hand() {
+        use crate::allreduce::model::{LevelFit, FORMULA};
+        let fit = |level: &str| LevelFit {
+            level: level.into(),
+            backend: "mpi".into(),
+            dtype: "float".into(),
+            ranks: 2,
+            alpha_s: 1e-5,
+            beta_s_per_byte: 1e-9,
+            bandwidth_bytes_per_s: 1e9,
+            min_bytes: 8,
+            max_bytes: 1 << 30,
+            residuals: Vec::new(),
+            max_abs_rel_error: 0.1,
+            rms_rel_error: 0.05,
+        };
+        let model = InterconnectModel {
+            formula: FORMULA.into(),
+            ranks_per_node: 1,
+            nodes: 2,
+            intra: None,
+            inter: Some(fit("inter-node")),
+            node_type: "t".into(),
+        };
+        let w = Workload {
+            own_work: sketch(&[0.1; 8]),
+            backward_s: 0.05,
+            bucket_bytes: vec![1_000_000],
+            overlap: false,
+            batch_per_rank: 32,
+        };
+        // 2 nodes: ring over 2 = 2·10 µs + 1 MB·1 ns = 1.02 ms, all exposed.
+        let s = project(&w, &model, 2, 1, 1.0).unwrap();
+        assert!((s.comm_s - 1.02e-3).abs() < 1e-12 && (s.step_s - 0.10102).abs() < 1e-9);
+        assert!((s.high_s - (0.1 + 1.02e-3 * 1.1)).abs() < 1e-9 && (s.low_s - (0.1 + 1.02e-3 * 0.9)).abs() < 1e-9);
+        // The projection lies between own work alone and own work plus the whole all-reduce.
+        assert!(s.step_s >= s.own_s && s.step_s <= s.own_s + s.comm_s + 1e-15);
+        let q = what_if(&w, &model, 2, 1, 0.8).unwrap();
+        assert!((q.r_needed - 4.0).abs() < 1e-12);
+        assert!((q.efficiency - 0.1 / 0.10102).abs() < 1e-9);
+        assert!(q.efficiency_half_bytes > q.efficiency);
+        // R = 0.1 / 1.02 ms ≈ 98: a batch of 32 × 4/98 would do.
+        assert!((q.batch_needed - 32.0 * 4.0 * 1.02e-3 / 0.1).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,211 @@
+//! The projection beyond the allocation: report.md's section, the terminal table and
+//! the plot (projected efficiency as a line with its band, measured points as marks).
+
+use super::{ms, pct};
+use crate::allreduce::ModelFile;
+use crate::plot::{self, Series};
+use crate::reduce::analysis::projection::{what_if, ProjectionRow, Workload, EXTRAPOLATION_FACTOR};
+use crate::reduce::analysis::RunStats;
+use anyhow::Result;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::Path;
+
+/// The efficiency the straight answers aim at.
+pub const TARGET_EFFICIENCY: f64 = 0.8;
+
+fn by_workload(rows: &[ProjectionRow]) -> BTreeMap<&str, Vec<&ProjectionRow>> {
+    let mut m: BTreeMap<&str, Vec<&ProjectionRow>> = BTreeMap::new();
+    for r in rows {
+        m.entry(r.workload.as_str()).or_default().push(r);
+    }
+    m
+}
+
+pub fn projection_markdown(rows: &[ProjectionRow], notes: &[String], runs: &[&RunStats], models: &ModelFile, sweep: &Path) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "\n## Projection beyond the allocation\n");
+    let _ = writeln!(
+        md,
+        "From the interconnect model in `{}` (fitted by `ddpbench allreduce`) and, per workload, one measured run: \
+step(N) = E[max over N ranks of a rank's own work] + the all-reduce past backward's end. Weak scaling (the measured \
+per-rank batch). Speedup and efficiency are against the projection at 1 rank. The band scales the all-reduce by the \
+fit's largest relative error, doubled beyond {}× the largest measured rank count (marked extrapolated). Assumed: \
+homogeneous nodes, the ring all-reduce (the tree where faster, as the algorithm column says), no congestion, a rank's \
+own work independent of N.\n",
+        sweep.display(),
+        EXTRAPOLATION_FACTOR
+    );
+    for bm in &models.models {
+        for f in [&bm.model.intra, &bm.model.inter].into_iter().flatten() {
+            let _ = writeln!(
+                md,
+                "- {} {}: α = {:.2} µs, 1/β = {:.3} GB/s over {} ranks, sizes {}–{} B, |relative error| max {:.1} %, rms {:.1} %",
+                bm.backend,
+                f.level,
+                f.alpha_s * 1e6,
+                f.bandwidth_bytes_per_s / 1e9,
+                f.ranks,
+                f.min_bytes,
+                f.max_bytes,
+                f.max_abs_rel_error * 100.0,
+                f.rms_rel_error * 100.0
+            );
+        }
+    }
+    for (workload, rs) in by_workload(rows) {
+        let _ = writeln!(md, "\n### {workload} (from run {})\n", rs[0].from_run);
+        let _ = writeln!(md, "| ranks | nodes × per node | step (ms) | band (ms) | samples/s | speedup | efficiency | exposed comm (ms) | algorithm | measured (ms) | error |");
+        let _ = writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|");
+        for r in &rs {
+            let _ = writeln!(
+                md,
+                "| {}{} | {} × {} | {} | {}–{} | {:.1} | {:.2} | {} | {} | {} | {} | {} |",
+                r.ranks,
+                if r.extrapolated { " (extrapolated)" } else { "" },
+                r.nodes,
+                r.ranks_per_node,
+                ms(r.step_s),
+                ms(r.step_low_s),
+                ms(r.step_high_s),
+                r.samples_per_s,
+                r.speedup,
+                pct(r.efficiency),
+                ms(r.comm_exposed_s),
+                r.algorithm,
+                r.measured_step_s.map(ms).unwrap_or_else(|| "–".into()),
+                r.error_pct.map(|e| format!("{e:+.1} %")).unwrap_or_else(|| "–".into())
+            );
+        }
+        let checked: Vec<&&ProjectionRow> = rs.iter().filter(|r| r.error_pct.is_some() && r.ranks > 1).collect();
+        if checked.is_empty() {
+            let _ = writeln!(
+                md,
+                "\nNo measured run of this workload at more than 1 rank to check the projection against."
+            );
+        } else {
+            let worst = checked.iter().map(|r| r.error_pct.unwrap_or(0.0).abs()).fold(0.0, f64::max);
+            let _ = writeln!(
+                md,
+                "\nChecked against {} measured shape(s): the largest error is {:.1} %.",
+                checked.len(),
+                worst
+            );
+        }
+        answers(&mut md, rs[0], runs, models);
+    }
+    for n in notes {
+        let _ = writeln!(md, "\n- not projected: {n}");
+    }
+    let _ = writeln!(md, "\n![projection](projection.svg)");
+    md
+}
+
+/// R needed, the batch that reaches the target, and what fp16/bf16 gradients or one
+/// bucket would change, at the largest projected shape.
+fn answers(md: &mut String, first: &ProjectionRow, runs: &[&RunStats], models: &ModelFile) {
+    let Some(run) = runs.iter().find(|r| r.manifest.run_id == first.from_run) else {
+        return;
+    };
+    let device = run.manifest.ranks.first().map(|r| r.device.to_lowercase()).unwrap_or_default();
+    let Some(bm) = models.for_run(&run.manifest.comm_backend, &device) else {
+        return;
+    };
+    let w = Workload::of(run);
+    let per_node = bm.model.ranks_per_node.max(1);
+    let shapes = [(1usize, per_node), (2, per_node), (16, per_node), (128, per_node)];
+    for (nodes, per_node) in shapes.into_iter().filter(|&(n, p)| n * p > 1) {
+        let Ok(q) = what_if(&w, &bm.model, nodes, per_node, TARGET_EFFICIENCY) else {
+            continue;
+        };
+        let _ = writeln!(
+            md,
+            "- At {} node(s) × {} ({} ranks): efficiency {}; R (own work / all-reduce) is {:.2}, and {:.0} % needs R ≥ {:.1} \
+with nothing hidden, i.e. a per-rank batch of about {:.0} (own work taken as proportional to the batch; measured at {}). \
+With fp16/bf16 gradients: {}; with one bucket: {}.",
+            nodes,
+            per_node,
+            nodes * per_node,
+            pct(q.efficiency),
+            q.r_now,
+            TARGET_EFFICIENCY * 100.0,
+            q.r_needed,
+            q.batch_needed.ceil(),
+            w.batch_per_rank,
+            pct(q.efficiency_half_bytes),
+            pct(q.efficiency_one_bucket)
+        );
+    }
+}
+
+pub fn print_projection(rows: &[ProjectionRow]) {
+    println!("\nProjection (weak scaling, interconnect model; see report.md):");
+    println!(
+        "{:<34} {:>6} {:>9} {:>11} {:>8} {:>10} {:>8} {:>10} {:>8}",
+        "workload", "ranks", "nodes×pn", "step ms", "speedup", "efficiency", "algo", "measured", "error"
+    );
+    for r in rows {
+        println!(
+            "{:<34} {:>6} {:>9} {:>11} {:>8.2} {:>10} {:>8} {:>10} {:>8}",
+            r.workload,
+            format!("{}{}", r.ranks, if r.extrapolated { "*" } else { "" }),
+            format!("{}×{}", r.nodes, r.ranks_per_node),
+            ms(r.step_s),
+            r.speedup,
+            pct(r.efficiency),
+            r.algorithm,
+            r.measured_step_s.map(ms).unwrap_or_else(|| "–".into()),
+            r.error_pct.map(|e| format!("{e:+.1}%")).unwrap_or_else(|| "–".into())
+        );
+    }
+    println!("(* extrapolated: beyond {EXTRAPOLATION_FACTOR}× the largest measured rank count)");
+}
+
+/// Efficiency against ranks (log scale): the projection as a line, its band dashed, the
+/// measured points as marks.
+pub fn projection_plot(out: &Path, rows: &[ProjectionRow]) -> Result<()> {
+    let mut series = Vec::new();
+    for (workload, rs) in by_workload(rows) {
+        let single = rs.iter().find(|r| r.ranks == 1).map(|r| r.step_s);
+        series.push(Series {
+            name: format!("{workload} projected"),
+            points: rs.iter().map(|r| (r.ranks as f64, r.efficiency)).collect(),
+            dashed: false,
+            markers_only: false,
+        });
+        // Weak scaling: efficiency = step at 1 rank / step at N.
+        let eff_at = |step: f64, _r: &ProjectionRow| single.map(|s| s / step).unwrap_or(f64::NAN);
+        series.push(Series {
+            name: format!("{workload} band"),
+            points: rs.iter().map(|r| (r.ranks as f64, eff_at(r.step_high_s, r))).collect(),
+            dashed: true,
+            markers_only: false,
+        });
+        series.push(Series {
+            name: String::new(),
+            points: rs.iter().map(|r| (r.ranks as f64, eff_at(r.step_low_s, r))).collect(),
+            dashed: true,
+            markers_only: false,
+        });
+        let measured: Vec<(f64, f64)> = rs
+            .iter()
+            .filter_map(|r| Some((r.ranks as f64, single? / r.measured_step_s?)))
+            .collect();
+        if !measured.is_empty() {
+            series.push(Series {
+                name: format!("{workload} measured"),
+                points: measured,
+                dashed: false,
+                markers_only: true,
+            });
+        }
+    }
+    let svg = plot::line_chart(
+        "Projected parallel efficiency (weak scaling; homogeneous nodes, ring/tree all-reduce, no congestion)",
+        "ranks",
+        "efficiency",
+        &series,
+        true,
+    );
+    plot::Rasteriser::new().write(&svg, &out.join("projection"))
+}

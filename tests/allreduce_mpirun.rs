@@ -1,0 +1,214 @@
+//! `ddpbench allreduce` under real `mpirun`: the sweep's columns, the checked sums (and
+//! a deliberately corrupted rank caught), the fitted model, bad arguments; and `reduce`
+//! projecting real training runs with the model.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(240);
+
+fn sweep(ranks: usize, args: &[&str], env: &[(&str, &str)]) -> Job {
+    let mut cmd = mpirun_cmd(ranks);
+    for (k, v) in env {
+        cmd.env(k, v).args(["-x", k]);
+    }
+    cmd.arg(BIN).arg("allreduce").args(args);
+    run_with_limit(cmd, LIMIT)
+}
+
+#[test]
+fn the_sweep_times_and_checks_every_size_and_fits_the_model() {
+    let d = tmp();
+    let out = path_str(&d.path().join("sw"));
+    // Three ranks, so busbw = algbw × 2(n−1)/n differs from algbw (4/3).
+    let job = sweep(
+        3,
+        &[
+            "--min-bytes",
+            "8",
+            "--max-bytes",
+            "128K",
+            "--factor",
+            "4",
+            "--iters",
+            "6",
+            "--warmup-iters",
+            "2",
+            "--out",
+            &out,
+        ],
+        &[],
+    );
+    job.assert_ok();
+    assert!(
+        job.stdout.contains("out-of-place") && job.stdout.contains("in-place") && job.stdout.contains("#wrong"),
+        "{}",
+        job.stdout
+    );
+    let (h, rows) = read_csv(&d.path().join("sw/allreduce.csv"));
+    // 8, 32, …, 128 KiB: 8 sizes, each out of place and in place.
+    let bytes = col(&h, &rows, "bytes");
+    let want: Vec<f64> = (0..8).flat_map(|k| [8.0 * 4f64.powi(k); 2]).collect();
+    assert_eq!(bytes, want);
+    let at = |name: &str| h.iter().position(|c| c == name).unwrap();
+    let placements: Vec<&str> = rows.iter().map(|r| r[at("placement")].as_str()).collect();
+    assert!(placements.chunks(2).all(|p| p == ["out-of-place", "in-place"]), "{placements:?}");
+    assert!(rows
+        .iter()
+        .all(|r| r[at("level")] == "intra-node" && r[at("backend")] == "mpi" && r[at("dtype")] == "float"));
+    let count = col(&h, &rows, "count");
+    let ranks = col(&h, &rows, "ranks");
+    let time_us = col(&h, &rows, "time_us");
+    let algbw = col(&h, &rows, "algbw_gb_s");
+    let busbw = col(&h, &rows, "busbw_gb_s");
+    let iters = col(&h, &rows, "iters");
+    let p10 = col(&h, &rows, "iter_p10_us");
+    let p90 = col(&h, &rows, "iter_p90_us");
+    for i in 0..rows.len() {
+        assert_eq!(count[i], bytes[i] / 4.0);
+        assert_eq!(ranks[i], 3.0);
+        assert!(time_us[i] > 0.0 && (3.0..=6.0).contains(&iters[i]), "row {i}");
+        let alg = bytes[i] / (time_us[i] * 1e-6) / 1e9;
+        assert!((algbw[i] / alg - 1.0).abs() < 1e-6, "row {i}: algbw {} vs {alg}", algbw[i]);
+        assert!(
+            (busbw[i] / (algbw[i] * 4.0 / 3.0) - 1.0).abs() < 1e-9,
+            "row {i}: busbw {} algbw {}",
+            busbw[i],
+            algbw[i]
+        );
+        assert!(p10[i] <= p90[i]);
+    }
+    assert!(col(&h, &rows, "wrong").iter().all(|&w| w == 0.0));
+    // The model: one intra-node fit over 3 ranks, valid over the sizes swept.
+    let m = json(&d.path().join("sw/allreduce_model.json"));
+    let model = &m["models"][0];
+    assert_eq!(model["backend"], "mpi");
+    let intra = &model["intra"];
+    assert_eq!(intra["ranks"], 3);
+    assert_eq!((intra["min_bytes"].as_u64(), intra["max_bytes"].as_u64()), (Some(8), Some(131072)));
+    assert!(intra["alpha_s"].as_f64().unwrap() >= 0.0 && intra["beta_s_per_byte"].as_f64().unwrap() >= 0.0);
+    assert_eq!(intra["residuals"].as_array().unwrap().len(), 8);
+    assert!(model["inter"].is_null());
+    assert!(job.stdout.contains("mpi intra-node model over 3 ranks"), "{}", job.stdout);
+    let j = json(&d.path().join("sw/allreduce.json"));
+    assert_eq!(j["rows"].as_array().unwrap().len(), rows.len());
+    // A second sweep into the same folder is refused rather than mixed in.
+    let again = sweep(2, &["--max-bytes", "64", "--out", &out], &[]);
+    assert!(!again.ok() && again.all().contains("already holds a sweep"), "{}", again.all());
+}
+
+#[test]
+fn a_corrupted_rank_makes_wrong_sums_that_are_counted_and_fail_the_job() {
+    let d = tmp();
+    let out = path_str(&d.path().join("bad"));
+    let job = sweep(
+        2,
+        &[
+            "--max-bytes",
+            "1K",
+            "--factor",
+            "8",
+            "--dtype",
+            "fp16",
+            "--iters",
+            "3",
+            "--out",
+            &out,
+        ],
+        &[("DDPBENCH_TEST_CORRUPT_RANK", "1")],
+    );
+    assert!(!job.ok(), "{}", job.all());
+    assert!(job.all().contains("were wrong"), "{}", job.all());
+    let (h, rows) = read_csv(&d.path().join("bad/allreduce.csv"));
+    // Element 0 of every sum is off, on both ranks: 2 wrong elements per measurement.
+    assert!(col(&h, &rows, "wrong").iter().all(|&w| w == 2.0), "{rows:?}");
+    // fp16: 2 bytes per element.
+    let (bytes, count) = (col(&h, &rows, "bytes"), col(&h, &rows, "count"));
+    assert!(bytes.iter().zip(&count).all(|(b, c)| *c == b / 2.0));
+}
+
+#[test]
+fn bad_sweep_arguments_are_refused_with_a_reason() {
+    for (args, says) in [
+        (vec!["--min-bytes", "1K", "--max-bytes", "8"], "larger than --max-bytes"),
+        (vec!["--backends", "nccl", "--device", "cpu"], "needs GPU buffers"),
+        (vec!["--min-bytes", "12Q"], "not a size in bytes"),
+        (vec!["--budget-s", "-1"], "positive number of seconds"),
+    ] {
+        let d = tmp();
+        let out = path_str(&d.path().join("x"));
+        let mut a = args.clone();
+        a.extend(["--out", &out]);
+        let job = sweep(2, &a, &[]);
+        assert!(!job.ok() && job.all().contains(says), "{args:?}: {}", job.all());
+        assert!(!job.timed_out);
+    }
+}
+
+#[test]
+fn reduce_projects_real_runs_with_the_fitted_model_and_checks_the_measured_point() {
+    let d = tmp();
+    let p = |n: &str| path_str(&d.path().join(n));
+    let args = [
+        "--dataset",
+        "synthetic",
+        "--synthetic-samples",
+        "2048",
+        "--max-steps",
+        "20",
+        "--val-samples",
+        "0",
+        "--batch-size",
+        "32",
+        "--threads",
+        "1",
+        "--bucket-mb",
+        "0.5",
+    ];
+    for (ranks, name) in [(1, "n1"), (2, "n2")] {
+        let o = p(name);
+        let mut a = args.to_vec();
+        a.extend(["--out", &o]);
+        train(ranks, &a, LIMIT).assert_ok();
+    }
+    let sw = p("sweep");
+    sweep(2, &["--max-bytes", "4M", "--iters", "5", "--budget-s", "0.3", "--out", &sw], &[]).assert_ok();
+    let job = ddpbench(&["reduce", "--no-plots", "--project-to", "64", &path_str(d.path())]);
+    job.assert_ok();
+    assert!(job.stdout.contains("Projection"), "{}", job.stdout);
+    let (h, rows) = read_csv(&d.path().join("projection.csv"));
+    let ranks = col(&h, &rows, "ranks");
+    // 1, 2, 4, …, 64 ranks on one node (the sweep saw one node of 2 ranks per node: no
+    // inter-node fit, so beyond one node there is nothing to project; one node holds 2).
+    assert!(ranks.starts_with(&[1.0, 2.0]), "{ranks:?}");
+    let at = |name: &str| h.iter().position(|c| c == name).unwrap();
+    let own = col(&h, &rows, "own_work_s");
+    let comm = col(&h, &rows, "comm_s");
+    let step = col(&h, &rows, "step_s");
+    let (lo, hi) = (col(&h, &rows, "step_low_s"), col(&h, &rows, "step_high_s"));
+    for i in 0..rows.len() {
+        // Between the rank's own work alone and own work plus the whole all-reduce.
+        assert!(step[i] >= own[i] - 1e-12 && step[i] <= own[i] + comm[i] + 1e-12, "row {i}");
+        assert!(lo[i] <= step[i] + 1e-12 && step[i] <= hi[i] + 1e-12, "row {i}");
+    }
+    // The 1-rank point has no all-reduce, and its efficiency is 1 by definition.
+    assert_eq!(comm[0], 0.0);
+    assert_eq!(col(&h, &rows, "efficiency")[0], 1.0);
+    // The measured 2-rank run is compared with its projection.
+    let two = rows
+        .iter()
+        .position(|r| r[at("ranks")] == "2" && !r[at("measured_step_s")].is_empty())
+        .unwrap();
+    let measured: f64 = rows[two][at("measured_step_s")].parse().unwrap();
+    let err: f64 = rows[two][at("error_pct")].parse().unwrap();
+    assert!((err - (step[two] - measured) / measured * 100.0).abs() < 1e-6);
+    let report = std::fs::read_to_string(d.path().join("report.md")).unwrap();
+    assert!(
+        report.contains("## Projection beyond the allocation") && report.contains("needs R ≥ 4.0"),
+        "{report}"
+    );
+    // The 2-rank run is the reference (one node, most ranks); the sweep's note says
+    // what is missing beyond one node.
+    assert!(job.all().contains("no inter-node fit"), "{}", job.all());
+}
