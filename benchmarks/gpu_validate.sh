@@ -27,6 +27,7 @@
 #   telemetry, topo      rank-NNNNN.gpu.csv values during the timed steps, nearest cores
 #   study-gpu            `ddpbench study` at 1 and 2 ranks on the GPU, repeated
 #   allreduce-gpu-1/-2   `ddpbench allreduce --device cuda`: mpi, staged, nccl sweeps
+#   shared-gpu, -auto    2 ranks on one GPU: --allreduce nccl refused, auto falls back
 #
 # GV_ONLY=<extended regex> runs only the runs whose names match (e.g. '^(sync-|pytorch-)').
 # One full pass takes about 11 minutes on an H100: run it as two device calls,
@@ -160,6 +161,19 @@ PY
             echo "FAILED: study-gpu (see study-gpu.log)" | tee -a "$out/failures.txt"
         pack
     fi
+    # Two ranks on the one GPU: NCCL cannot work there. --allreduce nccl must stop on every
+    # rank naming the ranks that share it; auto must fall back to CPU-staged MPI and train.
+    if want shared-gpu; then
+        echo "[$(date -u +%T)] shared-gpu" >&2
+        if timeout -k 10 120 "${mpi[@]}" -n 2 "$bin" train --dataset synthetic --device cuda --model mnist-cnn \
+            --allreduce nccl --max-steps 5 --val-samples 0 --out "$runs/shared-nccl" >"$out/shared-nccl.log" 2>&1; then
+            echo "FAILED: shared-gpu: --allreduce nccl on a shared GPU did not fail" | tee -a "$out/failures.txt"
+        elif ! grep -q "shares its GPU" "$out/shared-nccl.log"; then
+            echo "FAILED: shared-gpu: no 'shares its GPU' message (see shared-nccl.log)" | tee -a "$out/failures.txt"
+        fi
+        rm -rf "$runs/shared-nccl"
+    fi
+    train shared-auto 2 --model mnist-cnn --allreduce auto --max-steps 50
     # The all-reduce sweep on device memory: at 1 rank every backend (NCCL's all-reduce
     # over one rank is a copy); at 2 ranks on the one GPU, MPI and staged (NCCL refused).
     for n in 1 2; do

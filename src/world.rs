@@ -94,7 +94,9 @@ pub fn agree<T>(g: &Group, result: Result<T>) -> Result<T> {
     let mut len = text.len() as u64;
     root.broadcast_into(&mut len);
     text.resize(len as usize, 0);
-    root.broadcast_into(&mut text[..]);
+    if len > 0 {
+        root.broadcast_into(&mut text[..]);
+    }
     Err(AgreedError {
         rank: first as usize,
         message: String::from_utf8_lossy(&text).into_owned(),
@@ -110,7 +112,10 @@ pub fn broadcast_string(g: &Group, s: &str) -> String {
     let mut len = bytes.len() as u64;
     root.broadcast_into(&mut len);
     bytes.resize(len as usize, 0);
-    root.broadcast_into(&mut bytes[..]);
+    // MPI refuses a broadcast of zero bytes; every rank knows the length is 0.
+    if len > 0 {
+        root.broadcast_into(&mut bytes[..]);
+    }
     String::from_utf8_lossy(&bytes).into_owned()
 }
 

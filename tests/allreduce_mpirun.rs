@@ -172,6 +172,21 @@ fn reduce_projects_real_runs_with_the_fitted_model_and_checks_the_measured_point
         a.extend(["--out", &o]);
         train(ranks, &a, LIMIT).assert_ok();
     }
+    // Each bucket's hand-over as a fraction of backward, recorded for the projection: the
+    // 1-rank run overlaps (a spare core), so buckets leave during backward, in order, and
+    // the last one at its end.
+    let m1 = json(&d.path().join("n1/manifest.json"));
+    let ready: Vec<f64> = m1["comm"]["bucket_ready_fraction"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(ready.len(), m1["comm"]["bucket_bytes"].as_array().unwrap().len());
+    if m1["comm"]["overlap"] == true {
+        assert!(ready.windows(2).all(|w| w[0] <= w[1]) && ready[0] < 1.0, "{ready:?}");
+    }
+    assert_eq!(*ready.last().unwrap(), 1.0);
     let sw = p("sweep");
     sweep(2, &["--max-bytes", "4M", "--iters", "5", "--budget-s", "0.3", "--out", &sw], &[]).assert_ok();
     let job = ddpbench(&["reduce", "--no-plots", "--project-to", "64", &path_str(d.path())]);
@@ -211,4 +226,55 @@ fn reduce_projects_real_runs_with_the_fitted_model_and_checks_the_measured_point
     // The 2-rank run is the reference (one node, most ranks); the sweep's note says
     // what is missing beyond one node.
     assert!(job.all().contains("no inter-node fit"), "{}", job.all());
+}
+
+#[test]
+fn a_study_sweeps_first_and_its_report_projects_its_points() {
+    let d = tmp();
+    let out = d.path().join("study");
+    let mut cmd = mpirun_cmd(2);
+    cmd.arg(BIN).args([
+        "study",
+        "--name",
+        "proj",
+        "--ranks",
+        "1,2",
+        "--models",
+        "mnist-cnn",
+        "--datasets",
+        "synthetic",
+    ]);
+    cmd.args(["--repeat", "1", "--allreduce-sweep", "--out"]).arg(&out);
+    cmd.args([
+        "--",
+        "--max-steps",
+        "15",
+        "--synthetic-samples",
+        "1024",
+        "--val-samples",
+        "0",
+        "--bucket-mb",
+        "0.5",
+    ]);
+    let job = run_with_limit(cmd, LIMIT);
+    job.assert_ok();
+    // The sweep ran on the whole allocation before the points, and the report used it.
+    let m = json(&out.join("allreduce/allreduce_model.json"));
+    assert_eq!(m["models"][0]["intra"]["ranks"], 2);
+    let (h, rows) = read_csv(&out.join("report/projection.csv"));
+    let at = |name: &str| h.iter().position(|c| c == name).unwrap();
+    // The reference is the point with the most ranks on one node (2); the 1-rank point
+    // is a check of the projection, the 2-rank point the reference's own shape.
+    let two = rows.iter().find(|r| r[at("ranks")] == "2").expect("a 2-rank projection");
+    let one = rows.iter().find(|r| r[at("ranks")] == "1").expect("a 1-rank projection");
+    assert!(two[at("from_run")].contains("-r2-") && two[at("is_reference")] == "true", "{two:?}");
+    assert!(
+        !one[at("measured_step_s")].is_empty() && one[at("is_reference")] == "false",
+        "{one:?}"
+    );
+    let report = std::fs::read_to_string(out.join("report/report.md")).unwrap();
+    assert!(
+        report.contains("Checked against 1 measured shape(s) other than the reference's"),
+        "{report}"
+    );
 }

@@ -67,6 +67,26 @@ pub struct AllreduceArgs {
     pub out: Option<PathBuf>,
 }
 
+impl AllreduceArgs {
+    /// The sweep a study runs before its points: 8 B to 64 MiB by 2, a short budget per
+    /// size, every backend the ranks' device supports, into `out`.
+    pub fn for_study(out: PathBuf) -> AllreduceArgs {
+        AllreduceArgs {
+            min_bytes: 8,
+            max_bytes: 64 << 20,
+            factor: 2,
+            iters: 20,
+            warmup_iters: 5,
+            budget_s: 0.5,
+            dtype: GradDtype::Fp32,
+            backends: Vec::new(),
+            levels: Vec::new(),
+            device: DeviceChoice::Auto,
+            out: Some(out),
+        }
+    }
+}
+
 /// Parses "4096", "64K", "16M", "1G" (powers of 1024).
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -203,7 +223,7 @@ pub fn distinct_levels(nodes: usize, per_node: usize) -> Vec<Level> {
 pub fn main(args: AllreduceArgs) -> Result<()> {
     let world = World::init()?;
     let g = &world.group;
-    match run(g, &args) {
+    match run_on(g, &args) {
         Ok(()) => Ok(()),
         Err(err) => match err.downcast_ref::<AgreedError>() {
             // Every rank knows: rank 0 says it once, after MPI_Finalize.
@@ -224,7 +244,8 @@ pub fn main(args: AllreduceArgs) -> Result<()> {
     }
 }
 
-fn run(g: &Group, args: &AllreduceArgs) -> Result<()> {
+/// The sweep on `g` (every member calls it), its files under `args.out`.
+pub fn run_on(g: &Group, args: &AllreduceArgs) -> Result<()> {
     if args.min_bytes > args.max_bytes {
         bail!("--min-bytes {} is larger than --max-bytes {}", args.min_bytes, args.max_bytes);
     }
@@ -556,7 +577,15 @@ pub fn fit_models(rows: &[SweepRow], nodes: usize, per_node: usize, node_type: &
                     .collect();
                 let first = pts.first()?;
                 let points: Vec<(u64, f64)> = pts.iter().map(|r| (r.bytes, r.time_us * 1e-6)).collect();
-                Some(model::fit(level, b, &first.dtype, first.ranks, &points))
+                let fitted = model::fit(level, b, &first.dtype, first.ranks, &points).map(|mut f| {
+                    for (res, row) in f.residuals.iter_mut().zip(&pts) {
+                        if row.iter_median_us > 0.0 {
+                            res.rel_spread = (row.iter_p90_us - row.iter_p10_us) / 2.0 / row.iter_median_us;
+                        }
+                    }
+                    f
+                });
+                Some(fitted)
             };
             let intra = level_fit("intra-node").transpose().with_context(|| format!("backend {b}"))?;
             let inter = level_fit("inter-node").transpose().with_context(|| format!("backend {b}"))?;

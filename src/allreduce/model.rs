@@ -18,6 +18,11 @@
 //! all-gather move what one all-reduce moves), and t_inter is the inter-node level's over
 //! m nodes on the whole S: the p ranks of a node each all-reduce S/p at once through the
 //! node's link, which the inter-node level measured with one rank per node.
+//!
+//! A level's time at a size the sweep measured starts from that measurement and is
+//! scaled to n ranks by the model's ratio ([`LevelFit::time_s`]): an α–β line cannot
+//! follow a cache cliff or a token bucket's burst, the measurement can; the model
+//! carries it to rank counts that were not measured.
 
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
@@ -52,6 +57,9 @@ pub struct Residual {
     pub measured_s: f64,
     pub model_s: f64,
     pub rel_error: f64,
+    /// Half the spread of the single iterations, (p90 − p10) / 2, relative to their median.
+    #[serde(default)]
+    pub rel_spread: f64,
 }
 
 /// `allreduce_model.json`: the fits and how they were obtained.
@@ -108,8 +116,8 @@ pub fn tree_s(n: usize, bytes: f64, alpha_s: f64, beta: f64) -> f64 {
 }
 
 impl LevelFit {
-    /// The faster algorithm's time over `n` ranks, and which it is.
-    pub fn time_s(&self, n: usize, bytes: f64) -> (f64, Algorithm) {
+    /// The model's time over `n` ranks with the faster algorithm, and which it is.
+    pub fn model_s(&self, n: usize, bytes: f64) -> (f64, Algorithm) {
         let ring = ring_s(n, bytes, self.alpha_s, self.beta_s_per_byte);
         let tree = tree_s(n, bytes, self.alpha_s, self.beta_s_per_byte);
         if tree < ring {
@@ -117,6 +125,43 @@ impl LevelFit {
         } else {
             (ring, Algorithm::Ring)
         }
+    }
+
+    /// The time over `n` ranks used for projections, its relative band and algorithm.
+    /// Within the sizes the sweep measured, it starts from the measured time at `bytes`
+    /// (log-log interpolation between the neighbouring sizes) and scales it by the
+    /// model's ratio t(n) / t(ranks measured): exact where it was measured, the model's
+    /// shape beyond; the band is the measured iterations' spread there. Outside them, the
+    /// model alone, with its largest relative error as the band.
+    pub fn time_s(&self, n: usize, bytes: f64) -> (f64, f64, Algorithm) {
+        let (model, alg) = self.model_s(n, bytes);
+        match self.measured_at(bytes) {
+            Some((measured, spread)) => {
+                let at_fit = ring_s(self.ranks, bytes, self.alpha_s, self.beta_s_per_byte);
+                let scale = if at_fit > 0.0 { model / at_fit } else { 1.0 };
+                (measured * scale, spread, alg)
+            }
+            None => (model, self.max_abs_rel_error, alg),
+        }
+    }
+
+    /// The measured time and spread at `bytes`, interpolated; None outside the sizes measured.
+    fn measured_at(&self, bytes: f64) -> Option<(f64, f64)> {
+        let mut pts: Vec<&Residual> = self.residuals.iter().filter(|r| r.measured_s > 0.0 && r.bytes > 0).collect();
+        pts.sort_by_key(|r| r.bytes);
+        let first = pts.first()?;
+        let last = pts.last()?;
+        if bytes < first.bytes as f64 || bytes > last.bytes as f64 {
+            return None;
+        }
+        let hi = pts.iter().position(|r| r.bytes as f64 >= bytes)?;
+        let (b, a) = (pts[hi], pts[hi.saturating_sub(1)]);
+        if b.bytes == a.bytes || b.bytes as f64 == bytes {
+            return Some((b.measured_s, b.rel_spread));
+        }
+        let f = (bytes.ln() - (a.bytes as f64).ln()) / ((b.bytes as f64).ln() - (a.bytes as f64).ln());
+        let t = (a.measured_s.ln() + f * (b.measured_s.ln() - a.measured_s.ln())).exp();
+        Some((t, a.rel_spread.max(b.rel_spread)))
     }
 }
 
@@ -177,6 +222,7 @@ pub fn fit(level: &str, backend: &str, dtype: &str, ranks: usize, points: &[(u64
                 measured_s: t,
                 model_s,
                 rel_error: (model_s - t) / t,
+                rel_spread: 0.0,
             }
         })
         .collect();
@@ -202,7 +248,8 @@ pub fn fit(level: &str, backend: &str, dtype: &str, ranks: usize, points: &[(u64
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Projected {
     pub time_s: f64,
-    /// The relative error band of the fits used (their largest |relative error|).
+    /// The relative band of the levels used: the measured spread where the sweep measured
+    /// the size, else the fit's largest relative error.
     pub rel_band: f64,
     /// The algorithm of the inter-node level (or of the intra-node level on one node).
     pub algorithm: Algorithm,
@@ -218,18 +265,18 @@ impl InterconnectModel {
             let Some(intra) = &self.intra else {
                 bail!("the interconnect model has no intra-node fit: run `ddpbench allreduce` with 2 or more ranks per node");
             };
-            let (t, alg) = intra.time_s(ranks_per_node, bytes);
+            let (t, band, alg) = intra.time_s(ranks_per_node, bytes);
             time_s += t;
-            rel_band = rel_band.max(intra.max_abs_rel_error);
+            rel_band = rel_band.max(band);
             algorithm = alg;
         }
         if nodes > 1 {
             let Some(inter) = &self.inter else {
                 bail!("the interconnect model has no inter-node fit: run `ddpbench allreduce` on 2 or more nodes");
             };
-            let (t, alg) = inter.time_s(nodes, bytes);
+            let (t, band, alg) = inter.time_s(nodes, bytes);
             time_s += t;
-            rel_band = rel_band.max(inter.max_abs_rel_error);
+            rel_band = rel_band.max(band);
             algorithm = alg;
         }
         Ok(Projected {
@@ -296,6 +343,30 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("2 or more ranks"));
+    }
+
+    #[test]
+    fn measured_sizes_anchor_the_projection_and_the_model_scales_it() {
+        let pts = synthetic(2, 5e-6, 1e-9, 0.0, 4);
+        let mut f = fit("inter-node", "mpi", "fp32", 2, &pts).unwrap();
+        // The sweep measured 2× the model's time from 1 KiB to 4 KiB (a slow path).
+        for r in f.residuals.iter_mut().filter(|r| (1024..=4096).contains(&r.bytes)) {
+            r.measured_s *= 2.0;
+            r.rel_spread = 0.05;
+        }
+        let model = |n: usize, b: f64| ring_s(n, b, f.alpha_s, f.beta_s_per_byte);
+        // At a measured size and the measured ranks: the measurement, its spread as the band.
+        let (t, band, _) = f.time_s(2, 1024.0);
+        assert!((t / (2.0 * model(2, 1024.0)) - 1.0).abs() < 1e-9 && band == 0.05);
+        // Between two measured sizes: log-log interpolation.
+        let (t, _, _) = f.time_s(2, 1500.0);
+        assert!((t / (2.0 * model(2, 1500.0)) - 1.0).abs() < 0.05, "{t}");
+        // At 8 ranks the measurement scales with the model's ratio.
+        let (t8, _, _) = f.time_s(8, 1024.0);
+        assert!((t8 / (2.0 * f.model_s(8, 1024.0).0) - 1.0).abs() < 1e-9);
+        // Beyond the sizes measured: the model alone, with the fit's error as the band.
+        let (t, band, _) = f.time_s(2, 4e9);
+        assert_eq!((t, band), (model(2, 4e9), f.max_abs_rel_error));
     }
 
     #[test]

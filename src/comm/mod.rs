@@ -120,7 +120,7 @@ impl BucketPlan {
 }
 
 /// What one step's all-reduce cost on this rank.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct CommStats {
     /// Bytes this rank put into the all-reduce (at the wire dtype).
     pub bytes: u64,
@@ -138,6 +138,8 @@ pub struct CommStats {
     pub first_launch: Option<Instant>,
     /// When it handed over its last bucket: from then on it only waits.
     pub last_launch: Option<Instant>,
+    /// When it handed over each bucket (host clock), in bucket order.
+    pub launches: Vec<Option<Instant>>,
 }
 
 /// Seconds of `[start, end]` before `cut`.
@@ -185,6 +187,8 @@ pub(crate) struct FlatGrads {
     /// When the first and the last bucket were claimed in this step.
     first_claim: Option<Instant>,
     last_claim: Option<Instant>,
+    /// When each bucket was claimed in this step.
+    claimed_at: Vec<Option<Instant>>,
 }
 
 impl FlatGrads {
@@ -214,6 +218,7 @@ impl FlatGrads {
             launched: vec![false; plan.buckets.len()],
             first_claim: None,
             last_claim: None,
+            claimed_at: vec![None; plan.buckets.len()],
         };
         for (p, param) in params.iter().enumerate() {
             let grad = param.grad();
@@ -250,6 +255,7 @@ impl FlatGrads {
         let now = Instant::now();
         self.first_claim.get_or_insert(now);
         self.last_claim = Some(now);
+        self.claimed_at[b] = Some(now);
         Some((
             self.sets[self.current][b].shallow_clone(),
             self.sets[1 - self.current][b].shallow_clone(),
@@ -259,8 +265,14 @@ impl FlatGrads {
     /// The step is over without any reduction: the gradients stay where they are.
     pub fn keep(&mut self) {
         self.launched.iter_mut().for_each(|l| *l = false);
+        self.claimed_at.iter_mut().for_each(|c| *c = None);
         self.first_claim = None;
         self.last_claim = None;
+    }
+
+    /// When each bucket was claimed in this step (None: not yet).
+    pub fn claim_instants(&self) -> Vec<Option<Instant>> {
+        self.claimed_at.clone()
     }
 
     /// When the step's first and last bucket were claimed.

@@ -363,6 +363,7 @@ impl GradientReducer for MpiStaged {
         }
         let flat = self.flat.as_mut().expect("attached");
         let (first_launch, last_launch) = flat.claim_times();
+        let launches = flat.claim_instants();
         flat.complete(params);
         let times = std::mem::take(&mut self.times);
         Ok(CommStats {
@@ -373,6 +374,7 @@ impl GradientReducer for MpiStaged {
             stage_h2d_s: times.iter().map(|t| t.h2d_s).sum(),
             first_launch,
             last_launch,
+            launches,
         })
     }
 

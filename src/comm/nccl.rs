@@ -165,6 +165,7 @@ impl GradientReducer for NcclReducer {
         }
         let flat = self.flat.as_mut().expect("attached");
         let (first_launch, last_launch) = flat.claim_times();
+        let launches = flat.claim_instants();
         let dst = 1 - flat.current;
         for (b, (_, recv)) in self.wire.iter().enumerate() {
             flat.sets[dst][b].copy_(recv);
@@ -178,6 +179,7 @@ impl GradientReducer for NcclReducer {
             stage_h2d_s: 0.0,
             first_launch,
             last_launch,
+            launches,
         })
     }
 

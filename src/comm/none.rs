@@ -41,10 +41,12 @@ impl GradientReducer for NoReduce {
             flat.claim(b);
         }
         let (first_launch, last_launch) = flat.claim_times();
+        let launches = flat.claim_instants();
         flat.keep();
         Ok(CommStats {
             first_launch,
             last_launch,
+            launches,
             ..CommStats::default()
         })
     }

@@ -59,6 +59,10 @@ pub struct CommInfo {
     /// (empty in runs from before it was recorded).
     #[serde(default)]
     pub bucket_bytes: Vec<u64>,
+    /// Per bucket, the mean over the timed steps of the fraction of backward that had
+    /// run when rank 0 handed it to the all-reduce (host clock; 1: after backward).
+    #[serde(default)]
+    pub bucket_ready_fraction: Vec<f64>,
 }
 
 /// Where and on what one rank ran.

@@ -85,6 +85,13 @@ pub struct StudyArgs {
     #[arg(long)]
     pub retry_failed: bool,
 
+    /// Before the points, sweep the all-reduce on the whole allocation (`ddpbench
+    /// allreduce`, 8 B to 64 MiB, MPI and, on GPUs, NCCL and staged) into <study>/allreduce
+    /// (kept when a resumed study already has it), so that the report projects every
+    /// workload beyond the allocation and checks the projection against the points.
+    #[arg(long)]
+    pub allreduce_sweep: bool,
+
     /// `train` options for every point, after `--` (e.g. `-- --max-steps 50 --overlap off`).
     #[arg(last = true, allow_hyphen_values = true)]
     pub train: Vec<String>,
@@ -274,6 +281,17 @@ fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Re
         );
         for s in &plan.skipped {
             warn!("skipped: {} at {} ranks: {}", s.workload, s.ranks, s.why);
+        }
+    }
+    if args.allreduce_sweep {
+        let sweep_dir = out.join("allreduce");
+        let done = g.rank == 0 && sweep_dir.join("allreduce_model.json").is_file();
+        if broadcast_string(g, if done { "done" } else { "" }) != "done" {
+            if g.rank == 0 {
+                info!("sweeping the all-reduce on all {} ranks into {}", g.size, sweep_dir.display());
+                let _ = std::fs::remove_dir_all(&sweep_dir);
+            }
+            crate::allreduce::run_on(g, &crate::allreduce::AllreduceArgs::for_study(sweep_dir))?;
         }
     }
     let mut rows = if g.rank == 0 {

@@ -93,6 +93,7 @@ impl Communication {
             note: (!notes.is_empty()).then(|| notes.join("; ")),
             overlap_shares_core: overlap && shares_core,
             bucket_bytes,
+            bucket_ready_fraction: Vec::new(),
         };
         Ok(Communication {
             backend,

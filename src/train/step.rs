@@ -18,7 +18,8 @@ struct MicroBatches {
     /// Sum of the micro-batches' losses, on the device (read back once per step).
     loss_sum: Option<Tensor>,
     count: usize,
-    /// When the last backward ended.
+    /// When the last backward started and ended.
+    backward_start: Option<Instant>,
     backward_end: Option<Instant>,
 }
 
@@ -41,6 +42,9 @@ impl Trainer<'_> {
         let micro = self.micro_batches(loader, amp_scale)?;
         let backward_end = micro.backward_end.unwrap_or_else(Instant::now);
         let comm = self.comm.reducer.finish(&self.model.param_tensors, backward_end)?;
+        if at >= self.cfg.schedule.warmup_steps {
+            self.add_bucket_ready(&comm.launches, micro.backward_start, backward_end);
+        }
         self.timer.end(Phase::CommExposed);
         let stepped = self.opt.step_unscaled(self.comm.reducer.reduced(), self.scaler.as_mut());
         self.comm.reducer.zero_grads();
@@ -83,6 +87,23 @@ impl Trainer<'_> {
         Ok(row)
     }
 
+    /// Adds each bucket's hand-over, as the fraction of backward elapsed (0 to 1), to the
+    /// run's means.
+    fn add_bucket_ready(&mut self, launches: &[Option<Instant>], start: Option<Instant>, end: Instant) {
+        let Some(start) = start else { return };
+        let span = (end - start).as_secs_f64();
+        let (sums, steps) = &mut self.bucket_ready;
+        sums.resize(launches.len(), 0.0);
+        for (sum, launch) in sums.iter_mut().zip(launches) {
+            let f = match launch {
+                Some(t) if span > 0.0 && *t < end => (t.saturating_duration_since(start).as_secs_f64() / span).clamp(0.0, 1.0),
+                _ => 1.0,
+            };
+            *sum += f;
+        }
+        *steps += 1;
+    }
+
     /// The step's micro-batches, each: next batch → copy to device → forward → backward.
     /// Gradients accumulate in the flat buckets; only the last micro-batch's backward
     /// hands buckets to the all-reduce.
@@ -98,7 +119,7 @@ impl Trainer<'_> {
             let last = micro.count + 1 == self.cfg.schedule.grad_accum;
             let mut staged = self.comm.launch.as_ref().filter(|_| last).map(StagedPass::new);
             let loss = self.forward(&x, &y, staged.as_mut());
-            self.timer.end(Phase::Forward);
+            micro.backward_start = Some(self.timer.end(Phase::Forward));
             let scaled = scale(&loss, self.loss_factor * amp_scale);
             match staged {
                 Some(pass) => pass.backward(&scaled, self.comm.reducer.as_mut())?,

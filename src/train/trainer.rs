@@ -83,6 +83,9 @@ pub struct Trainer<'g> {
     pub(super) early_steps: Vec<f64>,
     /// The watchdog's limit for steps (None until warm-up is over, when not fixed).
     pub(super) step_limit_s: Option<f64>,
+    /// Per bucket, over the timed steps: the sum of the fractions of backward elapsed
+    /// when it was handed to the all-reduce, and how many steps were added.
+    pub(super) bucket_ready: (Vec<f64>, u64),
 }
 
 impl<'g> Trainer<'g> {
@@ -155,6 +158,7 @@ impl<'g> Trainer<'g> {
             watchdog,
             early_steps: Vec::new(),
             step_limit_s: cfg.output.watchdog_s,
+            bucket_ready: (Vec::new(), 0),
         };
         trainer.log_setup();
         Ok(trainer)
@@ -219,6 +223,10 @@ impl<'g> Trainer<'g> {
             m.end_utc = Some(record::rfc3339_utc(SystemTime::now()));
             m.wall_s = Some(self.started.elapsed().as_secs_f64());
             m.final_param_l2 = Some(self.last_l2);
+            let (sums, steps) = &self.bucket_ready;
+            if *steps > 0 {
+                m.comm.bucket_ready_fraction = sums.iter().map(|s| s / *steps as f64).collect();
+            }
             m.final_val_accuracy = self.last_accuracy;
             m.clock = Some(self.clock.clone());
             m.write(&self.folder.dir)?;

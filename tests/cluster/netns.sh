@@ -4,7 +4,9 @@
 # inside node1 and starts its daemon on node2 through a plm_rsh_agent script instead of
 # ssh. `ddpbench train` runs with one rank per node: on the bare veth, then with the
 # veth shaped to 1 Gbit/s by tc tbf (both directions), and on the shaped link with
-# --overlap off and with --overlap off --grad-dtype bf16. Checks that the runs complete
+# --overlap off and with --overlap off --grad-dtype bf16; then `ddpbench allreduce` on
+# the shaped and the bare link, a 1-rank run, and `reduce` projecting the 2-node runs from
+# it with each link's fitted model. Checks that the runs complete
 # across two hosts, that traffic really crossed the veth and the shaping qdisc, the
 # order of each step's clocks with and without overlap, and the halved wire bytes.
 # The timings themselves (busbw, exposed communication) are printed, not asserted.
@@ -184,6 +186,40 @@ sent=$(ip netns exec "$NS1" tc -s -j qdisc show dev veth-n1 | python3 -c 'import
 run_train shaped-no-overlap --overlap off; RC_N=$RC
 run_train shaped-bf16 --overlap off --grad-dtype bf16; RC_B=$RC
 
+# The interconnect model: `ddpbench allreduce` with one rank per node on the shaped and
+# the bare link, 1-rank runs on node1 as references (overlap on and off), and `reduce`
+# projecting the 2-node runs from them with each link's fitted model.
+run_sweep() {  # run_sweep NAME: one rank per node into $D/NAME; sets RC
+  timeout "$RUN_TIMEOUT" "$AGENT" "$NS1" \
+    "exec mpirun -n 2 --hostfile '$T/hostfile' --bind-to none --mca plm_rsh_agent '$AGENT' \
+       --mca btl_tcp_if_include $NET.0/24 --mca oob_tcp_if_include $NET.0/24 \
+       -x LD_LIBRARY_PATH -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
+       '$DDPBENCH_BIN' allreduce --min-bytes 1K --max-bytes 8M --iters 10 --budget-s 0.3 --out '$D/$1'" \
+    >"$D/$1.log" 2>&1 9>&- &
+  child=$!; wait "$child"; RC=$?; child=
+  tlog "$1: mpirun exit $RC"
+  ((RC == 0)) || tail -20 "$D/$1.log" >&2
+}
+run_one() {  # run_one NAME [FLAGS...]: 1 rank on node1; sets RC
+  local name=$1; shift
+  timeout "$RUN_TIMEOUT" "$AGENT" "$NS1" \
+    "exec mpirun -n 1 --bind-to none -x LD_LIBRARY_PATH '$DDPBENCH_BIN' train ${TRAIN_FLAGS[*]} $* --out '$D/$name'" \
+    >"$D/$name.log" 2>&1 9>&-
+  RC=$?
+  tlog "$name: mpirun exit $RC"
+}
+run_sweep sweep-shaped; RC_SS=$RC
+MODE=del shape
+run_sweep sweep-unshaped; RC_SU=$RC
+run_train unshaped-off --overlap off; RC_UO=$RC
+run_one one-node; RC_1=$RC
+run_one one-node-off --overlap off; RC_1O=$RC
+mkdir -p "$D/proj-shaped" "$D/proj-unshaped"
+"$DDPBENCH_BIN" reduce --no-plots --project-to 16 --interconnect "$D/sweep-shaped" --out "$D/proj-shaped" \
+  "$D/one-node" "$D/one-node-off" "$D/shaped" "$D/shaped-no-overlap" >"$D/proj-shaped.log" 2>&1; RC_PS=$?
+"$DDPBENCH_BIN" reduce --no-plots --project-to 16 --interconnect "$D/sweep-unshaped" --out "$D/proj-unshaped" \
+  "$D/one-node" "$D/one-node-off" "$D/unshaped" "$D/unshaped-off" >"$D/proj-unshaped.log" 2>&1; RC_PU=$?
+
 # ---------------------------------------------------------------- checks
 RC=$RC_U; check_run unshaped
 grad=$(py 'print(m(sys.argv[1])["gradient_bytes"])' "$D/unshaped" 2>/dev/null || echo 0)
@@ -222,6 +258,41 @@ sys.exit(not all(float(r["comm_s"]) <= float(r["comm_exposed_s"]) + 1e-6 for f i
 check "shaped, bf16: exactly half the bytes of fp32 (both overlap off)" py '
 b, f = sys.argv[1:3]
 sys.exit(not 2 * int(rows(b)[0][0]["bytes"]) == int(rows(f)[0][0]["bytes"]))' "$D/shaped-bf16" "$D/shaped-no-overlap"
+
+# The sweeps and the projections: structure checked, figures printed for BENCHMARKS.md.
+check "sweeps: exit 0 on the shaped and the bare link" test "$RC_SS$RC_SU" = 00
+check "sweep (shaped): inter-node level, 2 ranks on 2 nodes, no wrong sums" py '
+r = list(csv.DictReader(open(sys.argv[1] + "/allreduce.csv")))
+sys.exit(not (r and all(x["level"] == "inter-node" and x["ranks"] == "2" and x["nodes"] == "2" and x["wrong"] == "0" for x in r)))' "$D/sweep-shaped"
+check "sweep (shaped): an inter-node fit in allreduce_model.json" py '
+x = json.load(open(sys.argv[1] + "/allreduce_model.json"))["models"][0]; sys.exit(x["inter"] is None or x["inter"]["ranks"] != 2)' "$D/sweep-shaped"
+check "1-rank references and the bare-link run without overlap: exit 0" test "$RC_1$RC_1O$RC_UO" = 000
+check "reduce with each model: exit 0" test "$RC_PS$RC_PU" = 00
+PROJ='
+def proj(d, overlap):
+    r = [x for x in csv.DictReader(open(d + "/projection.csv"))
+         if x["ranks"] == "2" and x["nodes"] == "2" and ("overlap=" + overlap) in x["comparison"]]
+    return r[0]
+'
+check "projection: 2 nodes projected from 1 node and compared with the measured run, between own work and own work + all-reduce" py "$PROJ"'
+for d in sys.argv[1:]:
+    for o in ("on", "off"):
+        p = proj(d, o); s, w, c = float(p["step_s"]), float(p["own_work_s"]), float(p["comm_s"])
+        assert p["measured_step_s"] and p["is_reference"] == "false" and w - 1e-12 <= s <= w + c + 1e-12, p
+' "$D/proj-shaped" "$D/proj-unshaped"
+check "projection: the slower link projects the longer all-reduce and step" py "$PROJ"'
+a, b = proj(sys.argv[1], "off"), proj(sys.argv[2], "off")
+sys.exit(not (float(a["comm_s"]) > float(b["comm_s"]) and float(a["step_s"]) > float(b["step_s"])))' "$D/proj-shaped" "$D/proj-unshaped"
+py "$PROJ"'
+for name, sw, d in (("tbf 1gbit", sys.argv[1], sys.argv[2]), ("bare veth", sys.argv[3], sys.argv[4])):
+    f = json.load(open(sw + "/allreduce_model.json"))["models"][0]["inter"]
+    print("%s: alpha %.1f us, 1/beta %.1f MB/s, fit |err| max %.1f %%" % (name, f["alpha_s"] * 1e6, f["bandwidth_bytes_per_s"] / 1e6, f["max_abs_rel_error"] * 100))
+    for o in ("off", "on"):
+        p = proj(d, o)
+        print("  overlap %s, 2 nodes: projected step %.2f ms (own work %.2f, comm %.2f, exposed %.2f), measured %.2f ms, error %+.1f %%" % (
+            o, float(p["step_s"]) * 1e3, float(p["own_work_s"]) * 1e3, float(p["comm_s"]) * 1e3, float(p["comm_exposed_s"]) * 1e3,
+            float(p["measured_step_s"]) * 1e3, float(p["error_pct"])))
+' "$D/sweep-shaped" "$D/proj-shaped" "$D/sweep-unshaped" "$D/proj-unshaped"
 
 echo "$pass passed, $fail failed"
 ((fail == 0))

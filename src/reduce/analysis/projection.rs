@@ -10,13 +10,15 @@
 //! - a rank's own work is `step_s − comm_exposed_s` of every measured rank-step; the
 //!   expected maximum of N draws from that distribution is the straggler cost, which
 //!   grows with N;
-//! - each bucket's all-reduce takes the model's time; without overlap all of it is
+//! - each bucket's all-reduce takes the model's time (anchored to the sweep's measured
+//!   time where the sweep measured that size); without overlap all of it is
 //!   exposed; with overlap, bucket b becomes ready when backward has produced its share
 //!   of the gradient bytes (the last at backward's end), starts when it is ready and the
 //!   previous bucket is done, and what runs past backward's end is exposed.
 //!
-//! The band scales the all-reduce times by 1 ± the fit's largest relative error (doubled
-//! beyond 8 × the largest measured rank count: extrapolation). Assumed: homogeneous
+//! The band scales the all-reduce times by 1 ± the measured iterations' spread where
+//! the sweep measured the size, else the fit's largest relative error (doubled beyond
+//! 8 × the largest measured rank count: extrapolation). Assumed: homogeneous
 //! nodes, the ring (or tree where faster) all-reduce of the model, no congestion from
 //! other jobs, compute per rank independent of N.
 
@@ -37,6 +39,8 @@ pub const EXTRAPOLATION_FACTOR: usize = 8;
 pub struct ProjectionRow {
     /// model/dataset/batch per rank, and the run projected from.
     pub workload: String,
+    /// Everything else that must match for runs to be one workload (as in scaling.csv).
+    pub comparison: String,
     pub from_run: String,
     pub nodes: usize,
     pub ranks_per_node: usize,
@@ -58,6 +62,9 @@ pub struct ProjectionRow {
     /// A measured run at this shape (same workload): its mean step and the projection's error.
     pub measured_step_s: Option<f64>,
     pub error_pct: Option<f64>,
+    /// This shape is the reference's own: its error checks nothing but the model's
+    /// reading of the run itself.
+    pub is_reference: bool,
 }
 
 /// What a run's rows say about its workload, for projecting it.
@@ -67,6 +74,9 @@ pub struct Workload {
     pub backward_s: f64,
     /// Wire bytes of each bucket, in launch order.
     pub bucket_bytes: Vec<u64>,
+    /// When each bucket is ready, as a fraction of backward (recorded by the run; empty:
+    /// in proportion to the bytes backward has produced).
+    pub ready_fraction: Vec<f64>,
     pub overlap: bool,
     pub batch_per_rank: usize,
 }
@@ -81,7 +91,13 @@ impl Workload {
         } else {
             m.comm.bucket_bytes.clone()
         };
+        let ready_fraction = if m.comm.bucket_ready_fraction.len() == bucket_bytes.len() {
+            m.comm.bucket_ready_fraction.clone()
+        } else {
+            Vec::new()
+        };
         Workload {
+            ready_fraction,
             own_work: run.local_work.clone(),
             backward_s: run.phase_mean(Phase::Backward),
             bucket_bytes,
@@ -112,8 +128,10 @@ pub fn expected_max(s: &Sketch, n: usize) -> f64 {
     total
 }
 
-/// Seconds of all-reduce past backward's end, given each bucket's all-reduce time.
-pub fn exposed_s(bucket_s: &[f64], bucket_bytes: &[u64], backward_s: f64, overlap: bool) -> f64 {
+/// Seconds of all-reduce past backward's end, given each bucket's all-reduce time and
+/// when it is ready (`ready`: fractions of backward; empty: in proportion to the bytes
+/// produced). The last bucket is ready at backward's end.
+pub fn exposed_s(bucket_s: &[f64], bucket_bytes: &[u64], ready: &[f64], backward_s: f64, overlap: bool) -> f64 {
     let total: f64 = bucket_s.iter().sum();
     if !overlap || bucket_s.is_empty() {
         return total;
@@ -123,12 +141,12 @@ pub fn exposed_s(bucket_s: &[f64], bucket_bytes: &[u64], backward_s: f64, overla
     let mut end = 0.0f64;
     for (i, (&t, &b)) in bucket_s.iter().zip(bucket_bytes).enumerate() {
         ready_bytes += b as f64;
-        let ready = if i + 1 == bucket_s.len() {
-            backward_s
-        } else {
-            backward_s * ready_bytes / all_bytes
+        let fraction = match ready.get(i) {
+            _ if i + 1 == bucket_s.len() => 1.0,
+            Some(&f) => f.clamp(0.0, 1.0),
+            None => ready_bytes / all_bytes,
         };
-        end = end.max(ready) + t;
+        end = end.max(backward_s * fraction) + t;
     }
     (end - backward_s).max(0.0)
 }
@@ -158,11 +176,18 @@ fn project(w: &Workload, model: &InterconnectModel, nodes: usize, per_node: usiz
         algorithm = p.algorithm;
     }
     let scaled = |f: f64| times.iter().map(|t| t * f).collect::<Vec<_>>();
-    let exposed = exposed_s(&times, &w.bucket_bytes, w.backward_s, w.overlap);
+    let exposed = exposed_s(&times, &w.bucket_bytes, &w.ready_fraction, w.backward_s, w.overlap);
     Ok(Step {
         step_s: own_s + exposed,
-        low_s: own_s + exposed_s(&scaled((1.0 - band).max(0.0)), &w.bucket_bytes, w.backward_s, w.overlap),
-        high_s: own_s + exposed_s(&scaled(1.0 + band), &w.bucket_bytes, w.backward_s, w.overlap),
+        low_s: own_s
+            + exposed_s(
+                &scaled((1.0 - band).max(0.0)),
+                &w.bucket_bytes,
+                &w.ready_fraction,
+                w.backward_s,
+                w.overlap,
+            ),
+        high_s: own_s + exposed_s(&scaled(1.0 + band), &w.bucket_bytes, &w.ready_fraction, w.backward_s, w.overlap),
         own_s,
         comm_s: times.iter().sum(),
         exposed_s: exposed,
@@ -247,6 +272,7 @@ pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) ->
             let speedup = single / s.step_s * ranks as f64;
             rows.push(ProjectionRow {
                 workload: label.clone(),
+                comparison: format!("{} threads={} {}", key.device, key.threads, key.settings),
                 from_run: reference.manifest.run_id.clone(),
                 nodes,
                 ranks_per_node: p,
@@ -264,6 +290,7 @@ pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) ->
                 extrapolated,
                 measured_step_s,
                 error_pct: measured_step_s.map(|m| (s.step_s - m) / m * 100.0),
+                is_reference: (nodes, p) == shape(reference),
             });
         }
     }
@@ -342,15 +369,20 @@ mod tests {
     #[test]
     fn exposure_without_overlap_full_overlap_and_the_ring_dominating() {
         // No overlap: everything is exposed.
-        assert_eq!(exposed_s(&[1.0, 2.0], &[10, 10], 5.0, false), 3.0);
+        assert_eq!(exposed_s(&[1.0, 2.0], &[10, 10], &[], 5.0, false), 3.0);
         // Full overlap: bucket 0 (ready at 2.5) ends at 3.5; the last starts at backward's
         // end (5) and takes 0.5: 0.5 exposed.
-        assert!((exposed_s(&[1.0, 0.5], &[10, 10], 5.0, true) - 0.5).abs() < 1e-12);
+        assert!((exposed_s(&[1.0, 0.5], &[10, 10], &[], 5.0, true) - 0.5).abs() < 1e-12);
         // The all-reduce dominates: bucket 0 ready at 2.5 ends at 12.5, the last ends at
         // 22.5: 17.5 past backward.
-        assert!((exposed_s(&[10.0, 10.0], &[10, 10], 5.0, true) - 17.5).abs() < 1e-12);
+        assert!((exposed_s(&[10.0, 10.0], &[10, 10], &[], 5.0, true) - 17.5).abs() < 1e-12);
+        // Recorded readiness wins over the bytes: a big bucket ready at 10 % of backward
+        // (0.5) ends at 4.5, before backward's end; the last one then takes 0.5 past it.
+        assert!((exposed_s(&[4.0, 0.5], &[1000, 10], &[0.1, 0.9], 5.0, true) - 0.5).abs() < 1e-12);
+        // In proportion to the bytes it would be ready at 1000/1010 of backward.
+        assert!((exposed_s(&[4.0, 0.5], &[1000, 10], &[], 5.0, true) - (5.0 * 1000.0 / 1010.0 + 4.5 - 5.0)).abs() < 1e-9);
         // One bucket is ready only at backward's end: nothing hides.
-        assert_eq!(exposed_s(&[2.0], &[10], 5.0, true), 2.0);
+        assert_eq!(exposed_s(&[2.0], &[10], &[], 5.0, true), 2.0);
     }
 
     #[test]
@@ -382,6 +414,7 @@ mod tests {
             own_work: sketch(&[0.1; 8]),
             backward_s: 0.05,
             bucket_bytes: vec![1_000_000],
+            ready_fraction: Vec::new(),
             overlap: false,
             batch_per_rank: 32,
         };

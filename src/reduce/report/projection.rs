@@ -14,12 +14,20 @@ use std::path::Path;
 /// The efficiency the straight answers aim at.
 pub const TARGET_EFFICIENCY: f64 = 0.8;
 
-fn by_workload(rows: &[ProjectionRow]) -> BTreeMap<&str, Vec<&ProjectionRow>> {
+/// The rows of each projected workload (one per reference run), keyed by that run, with
+/// a name that tells apart workloads differing only in their configuration.
+fn by_workload(rows: &[ProjectionRow]) -> Vec<(String, Vec<&ProjectionRow>)> {
     let mut m: BTreeMap<&str, Vec<&ProjectionRow>> = BTreeMap::new();
     for r in rows {
-        m.entry(r.workload.as_str()).or_default().push(r);
+        m.entry(r.from_run.as_str()).or_default().push(r);
     }
-    m
+    let mut out: Vec<(String, Vec<&ProjectionRow>)> = m.into_values().map(|rs| (rs[0].workload.clone(), rs)).collect();
+    for i in 0..out.len() {
+        if out.iter().filter(|o| o.0 == out[i].0).count() > 1 {
+            out[i].0 = format!("{} ({})", out[i].0, out[i].1[0].from_run);
+        }
+    }
+    out
 }
 
 pub fn projection_markdown(rows: &[ProjectionRow], notes: &[String], runs: &[&RunStats], models: &ModelFile, sweep: &Path) -> String {
@@ -54,15 +62,16 @@ own work independent of N.\n",
         }
     }
     for (workload, rs) in by_workload(rows) {
-        let _ = writeln!(md, "\n### {workload} (from run {})\n", rs[0].from_run);
+        let _ = writeln!(md, "\n### {workload} (from run {})\n\n{}\n", rs[0].from_run, rs[0].comparison);
         let _ = writeln!(md, "| ranks | nodes × per node | step (ms) | band (ms) | samples/s | speedup | efficiency | exposed comm (ms) | algorithm | measured (ms) | error |");
         let _ = writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|");
         for r in &rs {
             let _ = writeln!(
                 md,
-                "| {}{} | {} × {} | {} | {}–{} | {:.1} | {:.2} | {} | {} | {} | {} | {} |",
+                "| {}{}{} | {} × {} | {} | {}–{} | {:.1} | {:.2} | {} | {} | {} | {} | {} |",
                 r.ranks,
                 if r.extrapolated { " (extrapolated)" } else { "" },
+                if r.is_reference { " (reference)" } else { "" },
                 r.nodes,
                 r.ranks_per_node,
                 ms(r.step_s),
@@ -77,17 +86,17 @@ own work independent of N.\n",
                 r.error_pct.map(|e| format!("{e:+.1} %")).unwrap_or_else(|| "–".into())
             );
         }
-        let checked: Vec<&&ProjectionRow> = rs.iter().filter(|r| r.error_pct.is_some() && r.ranks > 1).collect();
+        let checked: Vec<&&ProjectionRow> = rs.iter().filter(|r| r.error_pct.is_some() && !r.is_reference).collect();
         if checked.is_empty() {
             let _ = writeln!(
                 md,
-                "\nNo measured run of this workload at more than 1 rank to check the projection against."
+                "\nNo measured run of this workload at a shape other than the reference's to check the projection against."
             );
         } else {
             let worst = checked.iter().map(|r| r.error_pct.unwrap_or(0.0).abs()).fold(0.0, f64::max);
             let _ = writeln!(
                 md,
-                "\nChecked against {} measured shape(s): the largest error is {:.1} %.",
+                "\nChecked against {} measured shape(s) other than the reference's: the largest error is {:.1} %.",
                 checked.len(),
                 worst
             );
