@@ -218,9 +218,36 @@ fn reduce_projects_real_runs_with_the_fitted_model_and_checks_the_measured_point
     let measured: f64 = rows[two][at("measured_step_s")].parse().unwrap();
     let err: f64 = rows[two][at("error_pct")].parse().unwrap();
     assert!((err - (step[two] - measured) / measured * 100.0).abs() < 1e-6);
+    // Strong scaling of the reference's global batch (2 × 32): per-rank batch 64 / N;
+    // only 32 was measured on its 2 ranks, so the other batches are marked extrapolated,
+    // and at 2 ranks the strong and the weak projection are the same step.
+    let scaling: Vec<&str> = rows.iter().map(|r| r[at("scaling")].as_str()).collect();
+    // (The 1-rank run overlaps and the 2-rank run cannot, one core each: two workloads.)
+    let strong: Vec<&Vec<String>> = rows
+        .iter()
+        .filter(|r| r[at("scaling")] == "strong" && r[at("from_run")] == "n2")
+        .collect();
+    assert!(scaling.contains(&"weak") && !strong.is_empty(), "{scaling:?}");
+    for r in &strong {
+        let n: f64 = r[at("ranks")].parse().unwrap();
+        let b: f64 = r[at("batch_per_rank")].parse().unwrap();
+        let g: f64 = r[at("global_batch")].parse().unwrap();
+        assert_eq!((g, b), (64.0, 64.0 / n), "{r:?}");
+        assert_eq!(r[at("compute_extrapolated")] == "true", b != 32.0, "{r:?}");
+    }
+    let strong2 = strong.iter().find(|r| r[at("ranks")] == "2").unwrap();
+    let weak2 = rows
+        .iter()
+        .position(|r| r[at("ranks")] == "2" && r[at("scaling")] == "weak" && r[at("from_run")] == "n2")
+        .unwrap();
+    assert!((strong2[at("step_s")].parse::<f64>().unwrap() - step[weak2]).abs() < 1e-12);
     let report = std::fs::read_to_string(d.path().join("report.md")).unwrap();
     assert!(
         report.contains("## Projection beyond the allocation") && report.contains("needs R ≥ 4.0"),
+        "{report}"
+    );
+    assert!(
+        report.contains("strong G64") && report.contains("Strong scaling: the global batch 64"),
         "{report}"
     );
     // The 2-rank run is the reference (one node, most ranks); the sweep's note says

@@ -271,7 +271,7 @@ check "reduce with each model: exit 0" test "$RC_PS$RC_PU" = 00
 PROJ='
 def proj(d, overlap):
     r = [x for x in csv.DictReader(open(d + "/projection.csv"))
-         if x["ranks"] == "2" and x["nodes"] == "2" and ("overlap=" + overlap) in x["comparison"]]
+         if x["scaling"] == "weak" and x["ranks"] == "2" and x["nodes"] == "2" and ("overlap=" + overlap) in x["comparison"]]
     return r[0]
 '
 check "projection: 2 nodes projected from 1 node and compared with the measured run, between own work and own work + all-reduce" py "$PROJ"'

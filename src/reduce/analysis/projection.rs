@@ -1,7 +1,9 @@
 //! `projection.csv`: a workload's step time at more ranks than were measured, from one
 //! measured run (its ranks' own work per step, its buckets, its backward time) and the
 //! interconnect model `ddpbench allreduce` fitted ([`crate::allreduce::model`]).
-//! Weak scaling: the per-rank batch stays the measured one.
+//! Weak scaling keeps the measured per-rank batch; strong scaling splits the reference's
+//! global batch over N ranks, a rank's own work at each per-rank batch taken from the
+//! runs of the same configuration on the reference's ranks ([`own_at`]).
 //!
 //! At N = nodes × ranks-per-node ranks the projected step is
 //!
@@ -42,6 +44,10 @@ pub struct ProjectionRow {
     /// Everything else that must match for runs to be one workload (as in scaling.csv).
     pub comparison: String,
     pub from_run: String,
+    /// weak (the measured per-rank batch at every N) or strong (the global batch fixed).
+    pub scaling: String,
+    pub batch_per_rank: f64,
+    pub global_batch: f64,
     pub nodes: usize,
     pub ranks_per_node: usize,
     pub ranks: usize,
@@ -59,6 +65,9 @@ pub struct ProjectionRow {
     /// The all-reduce algorithm the inter-node (or, on one node, intra-node) level assumes.
     pub algorithm: String,
     pub extrapolated: bool,
+    /// Strong scaling: the per-rank batch lies outside the batches measured on the
+    /// reference's ranks, so its own work is the nearest one's scaled by the batch.
+    pub compute_extrapolated: bool,
     /// A measured run at this shape (same workload): its mean step and the projection's error.
     pub measured_step_s: Option<f64>,
     pub error_pct: Option<f64>,
@@ -79,6 +88,8 @@ pub struct Workload {
     pub ready_fraction: Vec<f64>,
     pub overlap: bool,
     pub batch_per_rank: usize,
+    /// Own work and backward scaled by this (strong scaling: another per-rank batch).
+    pub own_scale: f64,
 }
 
 impl Workload {
@@ -103,6 +114,7 @@ impl Workload {
             bucket_bytes,
             overlap: m.comm.overlap && !m.comm.overlap_shares_core,
             batch_per_rank: m.batch_size_per_rank,
+            own_scale: 1.0,
         }
     }
 }
@@ -165,7 +177,8 @@ struct Step {
 
 fn project(w: &Workload, model: &InterconnectModel, nodes: usize, per_node: usize, widen: f64) -> anyhow::Result<Step> {
     let n = nodes * per_node;
-    let own_s = expected_max(&w.own_work, n);
+    let own_s = expected_max(&w.own_work, n) * w.own_scale;
+    let backward_s = w.backward_s * w.own_scale;
     let mut times = Vec::new();
     let mut band = 0.0f64;
     let mut algorithm = Algorithm::Ring;
@@ -176,7 +189,7 @@ fn project(w: &Workload, model: &InterconnectModel, nodes: usize, per_node: usiz
         algorithm = p.algorithm;
     }
     let scaled = |f: f64| times.iter().map(|t| t * f).collect::<Vec<_>>();
-    let exposed = exposed_s(&times, &w.bucket_bytes, &w.ready_fraction, w.backward_s, w.overlap);
+    let exposed = exposed_s(&times, &w.bucket_bytes, &w.ready_fraction, backward_s, w.overlap);
     Ok(Step {
         step_s: own_s + exposed,
         low_s: own_s
@@ -184,10 +197,10 @@ fn project(w: &Workload, model: &InterconnectModel, nodes: usize, per_node: usiz
                 &scaled((1.0 - band).max(0.0)),
                 &w.bucket_bytes,
                 &w.ready_fraction,
-                w.backward_s,
+                backward_s,
                 w.overlap,
             ),
-        high_s: own_s + exposed_s(&scaled(1.0 + band), &w.bucket_bytes, &w.ready_fraction, w.backward_s, w.overlap),
+        high_s: own_s + exposed_s(&scaled(1.0 + band), &w.bucket_bytes, &w.ready_fraction, backward_s, w.overlap),
         own_s,
         comm_s: times.iter().sum(),
         exposed_s: exposed,
@@ -252,7 +265,7 @@ pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) ->
             Ok(s) => s.step_s,
             Err(_) => continue,
         };
-        for (nodes, p) in shapes {
+        for &(nodes, p) in &shapes {
             let ranks = nodes * p;
             let extrapolated = ranks > EXTRAPOLATION_FACTOR * measured_max;
             let s = match project(&w, model, nodes, p, if extrapolated { 2.0 } else { 1.0 }) {
@@ -274,6 +287,9 @@ pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) ->
                 workload: label.clone(),
                 comparison: format!("{} threads={} {}", key.device, key.threads, key.settings),
                 from_run: reference.manifest.run_id.clone(),
+                scaling: "weak".into(),
+                batch_per_rank: w.batch_per_rank as f64,
+                global_batch: (ranks * w.batch_per_rank) as f64,
                 nodes,
                 ranks_per_node: p,
                 ranks,
@@ -288,13 +304,129 @@ pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) ->
                 comm_exposed_s: s.exposed_s,
                 algorithm: s.algorithm.name().into(),
                 extrapolated,
+                compute_extrapolated: false,
                 measured_step_s,
                 error_pct: measured_step_s.map(|m| (s.step_s - m) / m * 100.0),
                 is_reference: (nodes, p) == shape(reference),
             });
         }
+        // Strong scaling of the reference's global batch over the same shapes.
+        let same_key: Vec<&RunStats> = runs.iter().copied().filter(|r| ComparisonKey::of(&r.manifest) == key).collect();
+        rows.extend(strong_rows(&label, &key, reference, &same_key, &w, model, &shapes, measured_max));
     }
     (rows, notes)
+}
+
+/// Mean own work per step at per-rank batch `b`, from (batch, own work) measured:
+/// linear between the two measured batches around `b`; outside them, the nearest one's
+/// scaled by the batch (true: extrapolated).
+pub fn own_at(measured: &[(f64, f64)], b: f64) -> (f64, bool) {
+    let mut pts = measured.to_vec();
+    pts.sort_by(|x, y| x.0.total_cmp(&y.0));
+    pts.dedup_by(|x, y| x.0 == y.0);
+    let (Some(&first), Some(&last)) = (pts.first(), pts.last()) else {
+        return (f64::NAN, true);
+    };
+    if b < first.0 {
+        return (first.1 * b / first.0, true);
+    }
+    if b > last.0 {
+        return (last.1 * b / last.0, true);
+    }
+    let hi = pts.iter().position(|p| p.0 >= b).unwrap_or(pts.len() - 1);
+    let (x1, y1) = pts[hi];
+    if x1 == b || hi == 0 {
+        return (y1, false);
+    }
+    let (x0, y0) = pts[hi - 1];
+    (y0 + (y1 - y0) * (b - x0) / (x1 - x0), false)
+}
+
+/// The strong-scaling rows of one workload: the reference's global batch G split over
+/// N ranks (per-rank batch G / N), the own work at that batch from the runs of the same
+/// configuration on the reference's ranks, the all-reduce unchanged (the same gradients).
+#[allow(clippy::too_many_arguments)]
+fn strong_rows(
+    label: &str,
+    key: &ComparisonKey,
+    reference: &RunStats,
+    same_key: &[&RunStats],
+    w: &Workload,
+    model: &InterconnectModel,
+    shapes: &[(usize, usize)],
+    measured_max: usize,
+) -> Vec<ProjectionRow> {
+    let rm = &reference.manifest;
+    let global = (rm.world_size * rm.batch_size_per_rank) as f64;
+    // Own work per step at each per-rank batch measured on the reference's shape.
+    let measured: Vec<(f64, f64)> = same_key
+        .iter()
+        .filter(|r| r.manifest.nodes == rm.nodes && r.manifest.world_size == rm.world_size && r.local_work.count() > 0)
+        .map(|r| (r.manifest.batch_size_per_rank as f64, r.local_work.mean()))
+        .collect();
+    let (own_ref, _) = own_at(&measured, rm.batch_size_per_rank as f64);
+    let at = |ranks: usize| -> Option<(Workload, bool)> {
+        let b = global / ranks as f64;
+        if b < 1.0 || own_ref.is_nan() || own_ref <= 0.0 {
+            return None;
+        }
+        let (own, extrapolated) = own_at(&measured, b);
+        Some((
+            Workload {
+                own_scale: own / own_ref,
+                ..w.clone()
+            },
+            extrapolated,
+        ))
+    };
+    let Some((w1, _)) = at(1) else { return Vec::new() };
+    let Ok(single) = project(&w1, model, 1, 1, 1.0) else {
+        return Vec::new();
+    };
+    let shape = |r: &RunStats| (r.manifest.nodes, r.manifest.world_size / r.manifest.nodes.max(1));
+    let mut rows = Vec::new();
+    for &(nodes, p) in shapes {
+        let ranks = nodes * p;
+        let Some((wn, compute_extrapolated)) = at(ranks) else { continue };
+        let extrapolated = ranks > EXTRAPOLATION_FACTOR * measured_max;
+        let Ok(s) = project(&wn, model, nodes, p, if extrapolated { 2.0 } else { 1.0 }) else {
+            continue;
+        };
+        let measured_runs: Vec<&&RunStats> = same_key
+            .iter()
+            .filter(|r| shape(r) == (nodes, p) && (r.manifest.world_size * r.manifest.batch_size_per_rank) as f64 == global)
+            .collect();
+        let measured_step_s =
+            (!measured_runs.is_empty()).then(|| measured_runs.iter().map(|r| r.job_step.mean()).sum::<f64>() / measured_runs.len() as f64);
+        let speedup = single.step_s / s.step_s;
+        rows.push(ProjectionRow {
+            workload: format!("{label} strong G{global}"),
+            comparison: format!("{} threads={} {}", key.device, key.threads, key.settings),
+            from_run: rm.run_id.clone(),
+            scaling: "strong".into(),
+            batch_per_rank: global / ranks as f64,
+            global_batch: global,
+            nodes,
+            ranks_per_node: p,
+            ranks,
+            step_s: s.step_s,
+            step_low_s: s.low_s,
+            step_high_s: s.high_s,
+            samples_per_s: global / s.step_s,
+            speedup,
+            efficiency: speedup / ranks as f64,
+            own_work_s: s.own_s,
+            comm_s: s.comm_s,
+            comm_exposed_s: s.exposed_s,
+            algorithm: s.algorithm.name().into(),
+            extrapolated,
+            compute_extrapolated,
+            measured_step_s,
+            error_pct: measured_step_s.map(|m| (s.step_s - m) / m * 100.0),
+            is_reference: (nodes, p) == shape(reference),
+        });
+    }
+    rows
 }
 
 /// Straight answers for one workload at `nodes` × `per_node` ranks: the ratio R of own
@@ -386,6 +518,21 @@ mod tests {
     }
 
     #[test]
+    fn own_work_between_and_beyond_the_measured_batches() {
+        let m = [(32.0, 0.10), (64.0, 0.16), (128.0, 0.30)];
+        assert_eq!(own_at(&m, 64.0), (0.16, false));
+        // Half way between 32 and 64: linear.
+        let (v, x) = own_at(&m, 48.0);
+        assert!((v - 0.13).abs() < 1e-12 && !x);
+        // Beyond: the nearest measured batch's, scaled by the batch, and said so.
+        let (v, x) = own_at(&m, 16.0);
+        assert!((v - 0.05).abs() < 1e-12 && x);
+        let (v, x) = own_at(&m, 256.0);
+        assert!((v - 0.60).abs() < 1e-12 && x);
+        assert!(own_at(&[], 8.0).0.is_nan());
+    }
+
+    #[test]
     fn a_projection_by_hand() {
         use crate::allreduce::model::{LevelFit, FORMULA};
         let fit = |level: &str| LevelFit {
@@ -417,6 +564,7 @@ mod tests {
             ready_fraction: Vec::new(),
             overlap: false,
             batch_per_rank: 32,
+            own_scale: 1.0,
         };
         // 2 nodes: ring over 2 = 2·10 µs + 1 MB·1 ns = 1.02 ms, all exposed.
         let s = project(&w, &model, 2, 1, 1.0).unwrap();

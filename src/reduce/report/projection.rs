@@ -21,7 +21,11 @@ fn by_workload(rows: &[ProjectionRow]) -> Vec<(String, Vec<&ProjectionRow>)> {
     for r in rows {
         m.entry(r.from_run.as_str()).or_default().push(r);
     }
-    let mut out: Vec<(String, Vec<&ProjectionRow>)> = m.into_values().map(|rs| (rs[0].workload.clone(), rs)).collect();
+    let mut split: BTreeMap<(String, String), Vec<&ProjectionRow>> = BTreeMap::new();
+    for r in m.into_values().flatten() {
+        split.entry((r.from_run.clone(), r.scaling.clone())).or_default().push(r);
+    }
+    let mut out: Vec<(String, Vec<&ProjectionRow>)> = split.into_values().map(|rs| (rs[0].workload.clone(), rs)).collect();
     for i in 0..out.len() {
         if out.iter().filter(|o| o.0 == out[i].0).count() > 1 {
             out[i].0 = format!("{} ({})", out[i].0, out[i].1[0].from_run);
@@ -36,9 +40,11 @@ pub fn projection_markdown(rows: &[ProjectionRow], notes: &[String], runs: &[&Ru
     let _ = writeln!(
         md,
         "From the interconnect model in `{}` (fitted by `ddpbench allreduce`) and, per workload, one measured run: \
-step(N) = E[max over N ranks of a rank's own work] + the all-reduce past backward's end. Weak scaling (the measured \
-per-rank batch). Speedup and efficiency are against the projection at 1 rank. The band scales the all-reduce by the \
-fit's largest relative error, doubled beyond {}× the largest measured rank count (marked extrapolated). Assumed: \
+step(N) = E[max over N ranks of a rank's own work] + the all-reduce past backward's end. Weak scaling keeps the \
+measured per-rank batch; strong scaling (\"strong G…\") splits the reference's global batch G over the ranks. Speedup \
+and efficiency are against the projection at 1 rank. The band scales the all-reduce by the sweep's spread at that size \
+(the fit's largest relative error outside the sizes swept), doubled beyond {}× the largest measured rank count (marked \
+extrapolated). Assumed: \
 homogeneous nodes, the ring all-reduce (the tree where faster, as the algorithm column says), no congestion, a rank's \
 own work independent of N.\n",
         sweep.display(),
@@ -63,17 +69,19 @@ own work independent of N.\n",
     }
     for (workload, rs) in by_workload(rows) {
         let _ = writeln!(md, "\n### {workload} (from run {})\n\n{}\n", rs[0].from_run, rs[0].comparison);
-        let _ = writeln!(md, "| ranks | nodes × per node | step (ms) | band (ms) | samples/s | speedup | efficiency | exposed comm (ms) | algorithm | measured (ms) | error |");
-        let _ = writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|");
+        let _ = writeln!(md, "| ranks | nodes × per node | batch per rank | step (ms) | band (ms) | samples/s | speedup | efficiency | exposed comm (ms) | algorithm | measured (ms) | error |");
+        let _ = writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|");
         for r in &rs {
             let _ = writeln!(
                 md,
-                "| {}{}{} | {} × {} | {} | {}–{} | {:.1} | {:.2} | {} | {} | {} | {} | {} |",
+                "| {}{}{} | {} × {} | {}{} | {} | {}–{} | {:.1} | {:.2} | {} | {} | {} | {} | {} |",
                 r.ranks,
                 if r.extrapolated { " (extrapolated)" } else { "" },
                 if r.is_reference { " (reference)" } else { "" },
                 r.nodes,
                 r.ranks_per_node,
+                r.batch_per_rank,
+                if r.compute_extrapolated { "*" } else { "" },
                 ms(r.step_s),
                 ms(r.step_low_s),
                 ms(r.step_high_s),
@@ -101,7 +109,17 @@ own work independent of N.\n",
                 worst
             );
         }
-        answers(&mut md, rs[0], runs, models);
+        if rs[0].scaling == "weak" {
+            answers(&mut md, rs[0], runs, models);
+        } else if rs.iter().any(|r| r.compute_extrapolated) {
+            let _ = writeln!(
+                md,
+                "\nStrong scaling: the global batch {} split over the ranks; at the per-rank batches marked *, outside those measured \
+                 on the reference's ranks, a rank's own work is the nearest measured batch's scaled by the batch (compute is not \
+                 linear in the batch on a GPU: run those batches to replace the guess).",
+                rs[0].global_batch
+            );
+        }
     }
     for n in notes {
         let _ = writeln!(md, "\n- not projected: {n}");
