@@ -25,7 +25,8 @@
 #   copy bandwidth       pinned d2h/h2d against the staged all-reduce's copies (overlap
 #                        off: with overlap on, the copies wait behind backward's kernels)
 #   telemetry, topo      rank-NNNNN.gpu.csv values during the timed steps, nearest cores
-#   study-gpu            `ddpbench study` at 1 and 2 ranks on the GPU, repeated
+#   study-gpu            `ddpbench study` at 1 and 2 ranks on the GPU, repeated, with the
+#                        all-reduce sweep first and the projection in its report
 #   allreduce-gpu-1/-2   `ddpbench allreduce --device cuda`: mpi, staged, nccl sweeps
 #   shared-gpu, -auto    2 ranks on one GPU: --allreduce nccl refused, auto falls back
 #
@@ -155,7 +156,7 @@ PY
     # so the ladder stays comparable.
     if want study-gpu; then
         echo "[$(date -u +%T)] study-gpu" >&2
-        timeout -k 10 400 "${mpi[@]}" -n 2 "$bin" study --name gpu --ranks 1,2 --models mnist-cnn,resnet18 \
+        timeout -k 10 400 "${mpi[@]}" -n 2 "$bin" study --name gpu --ranks 1,2 --models mnist-cnn,resnet18 --allreduce-sweep \
             --datasets synthetic --repeat 2 --out "$out/study-gpu" -- --device cuda --optimizer sgd --allreduce mpi \
             --max-steps 30 --synthetic-samples 2048 --val-samples 256 >"$out/study-gpu.log" 2>&1 ||
             echo "FAILED: study-gpu (see study-gpu.log)" | tee -a "$out/failures.txt"

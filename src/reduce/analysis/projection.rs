@@ -271,8 +271,10 @@ pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) ->
             let s = match project(&w, model, nodes, p, if extrapolated { 2.0 } else { 1.0 }) {
                 Ok(s) => s,
                 Err(e) => {
-                    let why = format!("{label} at {nodes} node(s) × {p}: {e:#}");
-                    if !notes.contains(&why) {
+                    // The same reason leaves out every larger shape: say it once.
+                    let why = format!("{label}: not projected from {nodes} node(s) × {p} on: {e:#}");
+                    let reason = format!("{e:#}");
+                    if !notes.iter().any(|n| n.starts_with(&format!("{label}: ")) && n.ends_with(&reason)) {
                         notes.push(why);
                     }
                     continue;

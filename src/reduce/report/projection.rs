@@ -166,7 +166,7 @@ With fp16/bf16 gradients: {}; with one bucket: {}.",
 }
 
 pub fn print_projection(rows: &[ProjectionRow]) {
-    println!("\nProjection (weak scaling, interconnect model; see report.md):");
+    println!("\nProjection (weak and strong scaling, interconnect model; see report.md):");
     println!(
         "{:<34} {:>6} {:>9} {:>11} {:>8} {:>10} {:>8} {:>10} {:>8}",
         "workload", "ranks", "nodes×pn", "step ms", "speedup", "efficiency", "algo", "measured", "error"
