@@ -144,6 +144,13 @@ pub fn gather_strings(g: &Group, s: &str) -> Option<Vec<String>> {
     }
 }
 
+/// Every rank's string, on every rank.
+pub fn all_strings(g: &Group, s: &str) -> Vec<String> {
+    let gathered = gather_strings(g, s).unwrap_or_default();
+    let joined = broadcast_string(g, &serde_json::to_string(&gathered).unwrap_or_default());
+    serde_json::from_str(&joined).unwrap_or_default()
+}
+
 /// This process's rank as the launcher set it (Open MPI, PMIx, Slurm, MPICH), before MPI
 /// starts; None outside a launcher.
 pub fn launcher_rank() -> Option<usize> {

@@ -9,10 +9,7 @@ use std::time::Duration;
 const LIMIT: Duration = Duration::from_secs(240);
 
 fn sweep(ranks: usize, args: &[&str], env: &[(&str, &str)]) -> Job {
-    let mut cmd = mpirun_cmd(ranks);
-    for (k, v) in env {
-        cmd.env(k, v).args(["-x", k]);
-    }
+    let mut cmd = mpirun_cmd_with_env(ranks, env);
     cmd.arg(BIN).arg("allreduce").args(args);
     run_with_limit(cmd, LIMIT)
 }

@@ -316,6 +316,13 @@ pub fn run_on(g: &Group, args: &AllreduceArgs) -> Result<()> {
         None
     };
 
+    // Whether ranks share a GPU (NCCL cannot then run), asked of all ranks once.
+    let bus_id = match device {
+        Device::Cuda(i) => crate::device::cuda::driver().and_then(|d| d.pci_bus_id(i)).ok(),
+        _ => None,
+    };
+    let shared = crate::train::shared_gpu(g, device, bus_id.as_deref());
+
     // The communicators of each level (None where this rank sits a level out).
     let intra = g.comm.split_shared(0);
     let leaders = g.comm.split_by_color(if g.local_rank == 0 {
@@ -348,7 +355,7 @@ pub fn run_on(g: &Group, args: &AllreduceArgs) -> Result<()> {
                 Level::InterNode => g.nodes,
             };
             // Whether this backend can run here, agreed by every rank.
-            let usable = agree(g, backend_usable(g, backend, device, comm));
+            let usable = agree(g, backend_usable(backend, device, shared.as_deref()));
             if let Err(e) = usable {
                 if g.rank == 0 {
                     let why = format!("{} at {} level skipped: {e:#}", backend.name(), level.name());
@@ -451,23 +458,13 @@ fn prepare_out(out: Option<&Path>) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// Whether `backend` can run on this rank: a GPU for staged and NCCL, and for NCCL a
-/// GPU of its own among the level's ranks.
-fn backend_usable(g: &Group, backend: SweepBackend, device: Device, comm: Option<&SimpleCommunicator>) -> Result<()> {
-    let gpu = match device {
-        Device::Cuda(i) => Some(i),
-        _ => None,
-    };
-    let shared = crate::train::shared_gpu(g, device, None);
-    match backend {
-        SweepBackend::Mpi => Ok(()),
-        SweepBackend::Staged if gpu.is_none() => bail!("staged needs a GPU (--device cuda)"),
-        SweepBackend::Staged => Ok(()),
-        SweepBackend::Nccl => match (gpu, shared, comm) {
-            (None, _, _) => bail!("nccl needs a GPU (--device cuda)"),
-            (Some(_), Some(why), Some(_)) => bail!("{why}"),
-            (Some(i), _, _) => crate::comm::nccl::prepare(i).map(|_| ()),
-        },
+/// Whether `backend` can run on this rank (CPU runs only reach here with `mpi`): NCCL
+/// needs a GPU of its own (`shared`: why it has none) and NCCL loaded.
+fn backend_usable(backend: SweepBackend, device: Device, shared: Option<&str>) -> Result<()> {
+    match (backend, device, shared) {
+        (SweepBackend::Nccl, _, Some(why)) => bail!("{why}"),
+        (SweepBackend::Nccl, Device::Cuda(i), None) => crate::comm::nccl::prepare(i).map(|_| ()),
+        _ => Ok(()),
     }
 }
 
@@ -564,7 +561,6 @@ fn print_line(pair: &[SweepRow]) {
 /// One model per backend swept: the intra-node and inter-node fits of its out-of-place times.
 pub fn fit_models(rows: &[SweepRow], nodes: usize, per_node: usize, node_type: &str) -> Vec<Result<BackendModel>> {
     let mut backends: Vec<&str> = rows.iter().map(|r| r.backend.as_str()).collect();
-    backends.dedup();
     backends.sort_unstable();
     backends.dedup();
     backends

@@ -258,23 +258,22 @@ pub struct Projected {
 impl InterconnectModel {
     /// The hierarchical all-reduce time; Err names the level the model lacks.
     pub fn time_s(&self, nodes: usize, ranks_per_node: usize, bytes: f64) -> Result<Projected> {
+        let levels = [
+            (
+                ranks_per_node,
+                &self.intra,
+                "intra-node fit: run `ddpbench allreduce` with 2 or more ranks per node",
+            ),
+            (nodes, &self.inter, "inter-node fit: run `ddpbench allreduce` on 2 or more nodes"),
+        ];
         let mut time_s = 0.0;
         let mut rel_band: f64 = 0.0;
         let mut algorithm = Algorithm::Ring;
-        if ranks_per_node > 1 {
-            let Some(intra) = &self.intra else {
-                bail!("the interconnect model has no intra-node fit: run `ddpbench allreduce` with 2 or more ranks per node");
+        for (n, fit, missing) in levels.into_iter().filter(|(n, _, _)| *n > 1) {
+            let Some(fit) = fit else {
+                bail!("the interconnect model has no {missing}");
             };
-            let (t, band, alg) = intra.time_s(ranks_per_node, bytes);
-            time_s += t;
-            rel_band = rel_band.max(band);
-            algorithm = alg;
-        }
-        if nodes > 1 {
-            let Some(inter) = &self.inter else {
-                bail!("the interconnect model has no inter-node fit: run `ddpbench allreduce` on 2 or more nodes");
-            };
-            let (t, band, alg) = inter.time_s(nodes, bytes);
+            let (t, band, alg) = fit.time_s(n, bytes);
             time_s += t;
             rel_band = rel_band.max(band);
             algorithm = alg;
@@ -284,13 +283,6 @@ impl InterconnectModel {
             rel_band,
             algorithm,
         })
-    }
-
-    pub fn read(path: &std::path::Path) -> Result<InterconnectModel> {
-        use anyhow::Context;
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-        serde_json::from_str(&text)
-            .with_context(|| format!("{} is not an allreduce_model.json written by `ddpbench allreduce`", path.display()))
     }
 }
 

@@ -138,13 +138,20 @@ pub fn main(args: ReduceArgs) -> Result<()> {
     write_csv(&out.join("scaling.csv"), &scaling)?;
     write_csv(&out.join("ranks.csv"), &ranks)?;
     let incomplete: Vec<&RunStats> = all.iter().filter(|r| !r.complete()).collect();
-    let md = report::markdown(&complete, &incomplete, &summaries, &scaling, !args.no_plots);
+    let mut md = report::markdown(&complete, &incomplete, &summaries, &scaling, !args.no_plots);
+    let projection = project(&args, &dirs, &complete, &out)?;
+    if let Some((_, section)) = &projection {
+        md.push_str(section);
+    }
     std::fs::write(out.join("report.md"), &md).with_context(|| format!("cannot write {}", out.join("report.md").display()))?;
     if !args.no_plots {
         report::plots(&out, &complete, &summaries, &scaling)?;
     }
     report::print_tables(&summaries, &scaling);
-    let projected = project(&args, &dirs, &complete, &out)?;
+    if let Some((rows, _)) = &projection {
+        report::print_projection(rows);
+    }
+    let projected = projection.is_some();
     println!(
         "\nwrote {}/{{summary.csv, scaling.csv, ranks.csv, report.md{}{}}}",
         out.display(),
@@ -155,15 +162,20 @@ pub fn main(args: ReduceArgs) -> Result<()> {
 }
 
 /// The projection to more ranks, when an interconnect model is given or found: writes
-/// projection.csv (and its plot), adds a section to report.md, prints the table.
-fn project(args: &ReduceArgs, dirs: &[PathBuf], complete: &[&RunStats], out: &Path) -> Result<bool> {
+/// projection.csv (and its plot); returns its rows and report.md's section.
+fn project(
+    args: &ReduceArgs,
+    dirs: &[PathBuf],
+    complete: &[&RunStats],
+    out: &Path,
+) -> Result<Option<(Vec<analysis::projection::ProjectionRow>, String)>> {
     let sweep = match &args.interconnect {
         Some(p) => p.clone(),
         None => {
             let mut found = discover_sweeps(&args.runs);
             found.retain(|s| !dirs.contains(s));
             match found.len() {
-                0 => return Ok(false),
+                0 => return Ok(None),
                 1 => found.remove(0),
                 _ => bail!(
                     "{} interconnect sweeps among the folders given ({}): name one with --interconnect",
@@ -180,17 +192,12 @@ fn project(args: &ReduceArgs, dirs: &[PathBuf], complete: &[&RunStats], out: &Pa
     }
     if rows.is_empty() {
         eprintln!("projection: no workload could be projected with {}", sweep.display());
-        return Ok(false);
+        return Ok(None);
     }
     write_csv(&out.join("projection.csv"), &rows)?;
     let md = report::projection_markdown(&rows, &notes, complete, &models, &sweep);
-    let report_path = out.join("report.md");
-    let mut text = std::fs::read_to_string(&report_path).unwrap_or_default();
-    text.push_str(&md);
-    std::fs::write(&report_path, text).with_context(|| format!("cannot write {}", report_path.display()))?;
     if !args.no_plots {
         report::projection_plot(out, &rows)?;
     }
-    report::print_projection(&rows);
-    Ok(true)
+    Ok(Some((rows, md)))
 }

@@ -17,7 +17,7 @@ mod report;
 use crate::cli::ReduceArgs;
 use crate::record::{self, CsvLog, Manifest};
 use crate::train::{self, signals, watchdog, watchdog::Watchdog};
-use crate::world::{agree, broadcast_string, gather_strings, AgreedError, Group, World};
+use crate::world::{agree, all_strings, broadcast_string, gather_strings, AgreedError, Group, World};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
@@ -234,12 +234,6 @@ fn layout(g: &Group) -> Result<(Layout, usize)> {
 }
 
 /// Every rank's string, on every rank.
-fn all_strings(g: &Group, s: &str) -> Vec<String> {
-    let gathered = gather_strings(g, s).unwrap_or_default();
-    let joined = broadcast_string(g, &serde_json::to_string(&gathered).unwrap_or_default());
-    serde_json::from_str(&joined).unwrap_or_default()
-}
-
 fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Result<()> {
     let (layout, cores) = layout(g)?;
     let plan = agree(g, plan::plan(spec, &layout, cores))?;

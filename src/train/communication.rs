@@ -230,9 +230,7 @@ pub fn shared_gpu(g: &Group, device: Device, bus_id: Option<&str>) -> Option<Str
         Device::Cuda(i) => format!("{} {}", g.host, bus_id.map(str::to_string).unwrap_or_else(|| format!("cuda:{i}"))),
         _ => String::new(),
     };
-    let all = crate::world::gather_strings(g, &mine);
-    let joined = crate::world::broadcast_string(g, &serde_json::to_string(&all.unwrap_or_default()).unwrap_or_default());
-    let all: Vec<String> = serde_json::from_str(&joined).unwrap_or_default();
+    let all = crate::world::all_strings(g, &mine);
     if mine.is_empty() {
         return None;
     }

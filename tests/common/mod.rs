@@ -74,6 +74,15 @@ pub fn mpirun_cmd(ranks: usize) -> Command {
     cmd
 }
 
+/// [`mpirun_cmd`] with `env` set here and exported to every rank (`-x`, before the program).
+pub fn mpirun_cmd_with_env(ranks: usize, env: &[(&str, &str)]) -> Command {
+    let mut cmd = mpirun_cmd(ranks);
+    for (k, v) in env {
+        cmd.env(k, v).args(["-x", k]);
+    }
+    cmd
+}
+
 /// `mpirun -n ranks ddpbench train <args>`.
 pub fn train(ranks: usize, args: &[&str], limit: Duration) -> Job {
     let mut cmd = mpirun_cmd(ranks);
@@ -90,11 +99,7 @@ pub fn train_reporting_exits(ranks: usize, args: &[&str], env: &[(&str, &str)], 
 /// As [`train_reporting_exits`], with the job's working folder `cwd`.
 pub fn train_reporting_exits_in(cwd: &Path, ranks: usize, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Job {
     let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
-    // -x exports must come before the program.
-    let mut fixed = mpirun_cmd(ranks);
-    for (k, v) in env {
-        fixed.env(k, v).args(["-x", k]);
-    }
+    let mut fixed = mpirun_cmd_with_env(ranks, env);
     fixed.args([
         "sh",
         "-c",

@@ -224,7 +224,6 @@ pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) ->
     for ((key, batch), group) in groups {
         let label = format!("{}/{}/b{}", key.model, key.dataset, batch);
         // The reference: one node, the most ranks on it (then the longest run).
-        let shape = |r: &RunStats| (r.manifest.nodes, r.manifest.world_size / r.manifest.nodes.max(1));
         let Some(reference) = group
             .iter()
             .filter(|r| r.manifest.nodes == 1)
@@ -257,7 +256,7 @@ pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) ->
             n *= 2;
         }
         for r in &group {
-            shapes.push(shape(r));
+            shapes.push(shape_of(r));
         }
         shapes.sort_unstable_by_key(|&(m, p)| (m * p, m));
         shapes.dedup();
@@ -265,6 +264,7 @@ pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) ->
             Ok(s) => s.step_s,
             Err(_) => continue,
         };
+        let single_samples_per_s = w.batch_per_rank as f64 / single;
         for &(nodes, p) in &shapes {
             let ranks = nodes * p;
             let extrapolated = ranks > EXTRAPOLATION_FACTOR * measured_max;
@@ -280,43 +280,81 @@ pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) ->
                     continue;
                 }
             };
-            let measured: Vec<&&RunStats> = group.iter().filter(|r| shape(r) == (nodes, p)).collect();
-            let measured_step_s =
-                (!measured.is_empty()).then(|| measured.iter().map(|r| r.job_step.mean()).sum::<f64>() / measured.len() as f64);
-            let samples_per_s = (ranks * w.batch_per_rank) as f64 / s.step_s;
-            let speedup = single / s.step_s * ranks as f64;
-            rows.push(ProjectionRow {
-                workload: label.clone(),
-                comparison: format!("{} threads={} {}", key.device, key.threads, key.settings),
-                from_run: reference.manifest.run_id.clone(),
-                scaling: "weak".into(),
-                batch_per_rank: w.batch_per_rank as f64,
-                global_batch: (ranks * w.batch_per_rank) as f64,
-                nodes,
-                ranks_per_node: p,
-                ranks,
-                step_s: s.step_s,
-                step_low_s: s.low_s,
-                step_high_s: s.high_s,
-                samples_per_s,
-                speedup,
-                efficiency: speedup / ranks as f64,
-                own_work_s: s.own_s,
-                comm_s: s.comm_s,
-                comm_exposed_s: s.exposed_s,
-                algorithm: s.algorithm.name().into(),
+            let measured: Vec<&RunStats> = group.iter().copied().filter(|r| shape_of(r) == (nodes, p)).collect();
+            let global = (ranks * w.batch_per_rank) as f64;
+            let spec = RowSpec {
+                label: label.clone(),
+                key: &key,
+                reference,
+                scaling: "weak",
+                global,
+                single_samples_per_s,
                 extrapolated,
                 compute_extrapolated: false,
-                measured_step_s,
-                error_pct: measured_step_s.map(|m| (s.step_s - m) / m * 100.0),
-                is_reference: (nodes, p) == shape(reference),
-            });
+            };
+            rows.push(spec.row(nodes, p, &s, &measured));
         }
         // Strong scaling of the reference's global batch over the same shapes.
         let same_key: Vec<&RunStats> = runs.iter().copied().filter(|r| ComparisonKey::of(&r.manifest) == key).collect();
         rows.extend(strong_rows(&label, &key, reference, &same_key, &w, model, &shapes, measured_max));
     }
     (rows, notes)
+}
+
+/// A run's shape: (nodes, ranks per node).
+fn shape_of(r: &RunStats) -> (usize, usize) {
+    (r.manifest.nodes, r.manifest.world_size / r.manifest.nodes.max(1))
+}
+
+/// What a projected shape's row shares with the other shapes of its workload and mode.
+struct RowSpec<'a> {
+    label: String,
+    key: &'a ComparisonKey,
+    reference: &'a RunStats,
+    scaling: &'static str,
+    /// Samples per step of all ranks.
+    global: f64,
+    /// The projection's throughput at 1 rank, which speedup is against.
+    single_samples_per_s: f64,
+    extrapolated: bool,
+    compute_extrapolated: bool,
+}
+
+impl RowSpec<'_> {
+    /// The row of `nodes` × `p` ranks projected as `s`, with the `measured` runs of that shape.
+    fn row(&self, nodes: usize, p: usize, s: &Step, measured: &[&RunStats]) -> ProjectionRow {
+        let ranks = nodes * p;
+        let measured_step_s =
+            (!measured.is_empty()).then(|| measured.iter().map(|r| r.job_step.mean()).sum::<f64>() / measured.len() as f64);
+        let samples_per_s = self.global / s.step_s;
+        let speedup = samples_per_s / self.single_samples_per_s;
+        ProjectionRow {
+            workload: self.label.clone(),
+            comparison: self.key.describe(),
+            from_run: self.reference.manifest.run_id.clone(),
+            scaling: self.scaling.into(),
+            batch_per_rank: self.global / ranks as f64,
+            global_batch: self.global,
+            nodes,
+            ranks_per_node: p,
+            ranks,
+            step_s: s.step_s,
+            step_low_s: s.low_s,
+            step_high_s: s.high_s,
+            samples_per_s,
+            speedup,
+            efficiency: speedup / ranks as f64,
+            own_work_s: s.own_s,
+            comm_s: s.comm_s,
+            comm_exposed_s: s.exposed_s,
+            algorithm: s.algorithm.name().into(),
+            extrapolated: self.extrapolated,
+            compute_extrapolated: self.compute_extrapolated,
+            measured_step_s,
+            error_pct: measured_step_s.map(|m| (s.step_s - m) / m * 100.0),
+            is_reference: (nodes, p) == shape_of(self.reference),
+        }
+    }
 }
 
 /// Mean own work per step at per-rank batch `b`, from (batch, own work) measured:
@@ -385,7 +423,6 @@ fn strong_rows(
     let Ok(single) = project(&w1, model, 1, 1, 1.0) else {
         return Vec::new();
     };
-    let shape = |r: &RunStats| (r.manifest.nodes, r.manifest.world_size / r.manifest.nodes.max(1));
     let mut rows = Vec::new();
     for &(nodes, p) in shapes {
         let ranks = nodes * p;
@@ -394,39 +431,22 @@ fn strong_rows(
         let Ok(s) = project(&wn, model, nodes, p, if extrapolated { 2.0 } else { 1.0 }) else {
             continue;
         };
-        let measured_runs: Vec<&&RunStats> = same_key
+        let measured: Vec<&RunStats> = same_key
             .iter()
-            .filter(|r| shape(r) == (nodes, p) && (r.manifest.world_size * r.manifest.batch_size_per_rank) as f64 == global)
+            .copied()
+            .filter(|r| shape_of(r) == (nodes, p) && (r.manifest.world_size * r.manifest.batch_size_per_rank) as f64 == global)
             .collect();
-        let measured_step_s =
-            (!measured_runs.is_empty()).then(|| measured_runs.iter().map(|r| r.job_step.mean()).sum::<f64>() / measured_runs.len() as f64);
-        let speedup = single.step_s / s.step_s;
-        rows.push(ProjectionRow {
-            workload: format!("{label} strong G{global}"),
-            comparison: format!("{} threads={} {}", key.device, key.threads, key.settings),
-            from_run: rm.run_id.clone(),
-            scaling: "strong".into(),
-            batch_per_rank: global / ranks as f64,
-            global_batch: global,
-            nodes,
-            ranks_per_node: p,
-            ranks,
-            step_s: s.step_s,
-            step_low_s: s.low_s,
-            step_high_s: s.high_s,
-            samples_per_s: global / s.step_s,
-            speedup,
-            efficiency: speedup / ranks as f64,
-            own_work_s: s.own_s,
-            comm_s: s.comm_s,
-            comm_exposed_s: s.exposed_s,
-            algorithm: s.algorithm.name().into(),
+        let spec = RowSpec {
+            label: format!("{label} strong G{global}"),
+            key,
+            reference,
+            scaling: "strong",
+            global,
+            single_samples_per_s: global / single.step_s,
             extrapolated,
             compute_extrapolated,
-            measured_step_s,
-            error_pct: measured_step_s.map(|m| (s.step_s - m) / m * 100.0),
-            is_reference: (nodes, p) == shape(reference),
-        });
+        };
+        rows.push(spec.row(nodes, p, &s, &measured));
     }
     rows
 }

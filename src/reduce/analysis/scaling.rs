@@ -28,6 +28,12 @@ pub struct ComparisonKey {
 }
 
 impl ComparisonKey {
+    /// The key in one line, as `scaling.csv` and `projection.csv` print it (model and
+    /// data set have columns of their own).
+    pub fn describe(&self) -> String {
+        format!("{} threads={} {}", self.device, self.threads, self.settings)
+    }
+
     pub fn of(m: &Manifest) -> ComparisonKey {
         let c = &m.config;
         let get = |k: &str| c.get(k).map(|v| v.to_string().trim_matches('"').to_string()).unwrap_or_default();
@@ -426,7 +432,7 @@ fn row(p: &Point, reference: Option<&Reference>, index: usize) -> ScalingRow {
         nodes: first.manifest.nodes,
         batch_per_rank: p.batch_per_rank,
         global_batch: p.global_batch,
-        comparison: format!("{} threads={} {}", p.key.device, p.key.threads, p.key.settings),
+        comparison: p.key.describe(),
         scaling_mode: "none".into(),
         baseline_run_ids: String::new(),
         baseline_repeats: 0,
