@@ -132,6 +132,8 @@ fn bad_sweep_arguments_are_refused_with_a_reason() {
         (vec!["--backends", "nccl", "--device", "cpu"], "needs GPU buffers"),
         (vec!["--min-bytes", "12Q"], "not a size in bytes"),
         (vec!["--budget-s", "-1"], "positive number of seconds"),
+        // More memory than any machine here has: refused before any buffer is made.
+        (vec!["--min-bytes", "100000G", "--max-bytes", "100000G"], "lower --max-bytes"),
     ] {
         let d = tmp();
         let out = path_str(&d.path().join("x"));
@@ -301,4 +303,14 @@ fn a_study_sweeps_first_and_its_report_projects_its_points() {
         report.contains("Checked against 1 measured shape(s) other than the reference's"),
         "{report}"
     );
+}
+
+#[test]
+fn fewer_iterations_than_the_minimum_are_taken_as_asked() {
+    let d = tmp();
+    let out = path_str(&d.path().join("one"));
+    sweep(2, &["--max-bytes", "64", "--iters", "1", "--out", &out], &[]).assert_ok();
+    let (h, rows) = read_csv(&d.path().join("one/allreduce.csv"));
+    assert!(col(&h, &rows, "iters").iter().all(|&i| i == 1.0), "{rows:?}");
+    assert!(col(&h, &rows, "wrong").iter().all(|&w| w == 0.0));
 }

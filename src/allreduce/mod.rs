@@ -223,6 +223,7 @@ pub fn distinct_levels(nodes: usize, per_node: usize) -> Vec<Level> {
 pub fn main(args: AllreduceArgs) -> Result<()> {
     let world = World::init()?;
     let g = &world.group;
+    crate::train::install_abort_on_panic(g.rank, &g.host);
     match run_on(g, &args) {
         Ok(()) => Ok(()),
         Err(err) => match err.downcast_ref::<AgreedError>() {
@@ -253,6 +254,9 @@ pub fn run_on(g: &Group, args: &AllreduceArgs) -> Result<()> {
         bail!("--budget-s {} must be a positive number of seconds", args.budget_s);
     }
     let device = agree(g, crate::device::resolve_device(args.device, g.local_rank))?;
+    if device == Device::Cpu {
+        agree(g, host_memory_fits(args.max_bytes, g.local_size))?;
+    }
     let cores = hwloc2::Topology::new()
         .as_ref()
         .map(crate::topology::discover_cores)
@@ -427,6 +431,27 @@ pub fn run_on(g: &Group, args: &AllreduceArgs) -> Result<()> {
         bail!("{wrong} element(s) of the all-reduce results were wrong (column wrong in allreduce.csv): the sums are not to be trusted");
     }
     Ok(())
+}
+
+/// Whether `local_ranks` ranks of this node can each hold a send and a receive buffer of
+/// `max_bytes` (the largest size) in the memory the kernel says is available.
+fn host_memory_fits(max_bytes: u64, local_ranks: usize) -> Result<()> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let available = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024);
+    let needed = (max_bytes as u128) * 2 * local_ranks as u128;
+    match available {
+        Some(a) if needed > a as u128 => bail!(
+            "--max-bytes {max_bytes}: {local_ranks} rank(s) on this node need {:.1} GiB for their buffers and {:.1} GiB is \
+             available: lower --max-bytes",
+            needed as f64 / (1u64 << 30) as f64,
+            a as f64 / (1u64 << 30) as f64
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Sizes from `min` to `max`, each `factor` times the previous.

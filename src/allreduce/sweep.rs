@@ -115,19 +115,33 @@ fn value_cycle(ranks: usize, dtype: GradDtype) -> i64 {
 
 /// Rank `rank`'s buffer of `count` elements: `(rank + i) mod m`.
 fn fill(count: usize, rank: usize, ranks: usize, dtype: GradDtype, device: Device) -> Tensor {
+    let t = Tensor::empty([count as i64], (wire_kind(dtype), device));
+    fill_into(&t, rank, ranks, dtype);
+    t
+}
+
+/// Writes rank `rank`'s values into `t`, [`CHECK_CHUNK`] elements at a time (so the
+/// temporaries stay small whatever the message size).
+fn fill_into(t: &Tensor, rank: usize, ranks: usize, dtype: GradDtype) {
     let m = value_cycle(ranks, dtype);
-    let t = (Tensor::arange(count as i64, (Kind::Int64, device)) + rank as i64).remainder(m);
-    if std::env::var("DDPBENCH_TEST_CORRUPT_RANK")
+    let n = t.numel() as i64;
+    for start in (0..n).step_by(CHECK_CHUNK as usize) {
+        let len = CHECK_CHUNK.min(n - start);
+        let values = Tensor::arange_start(start + rank as i64, start + rank as i64 + len, (Kind::Int64, t.device())).remainder(m);
+        t.narrow(0, start, len).copy_(&values);
+    }
+    let corrupt = std::env::var("DDPBENCH_TEST_CORRUPT_RANK")
         .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        == Some(rank)
-        && count > 0
-    {
+        .and_then(|v| v.parse::<usize>().ok());
+    if corrupt == Some(rank) && n > 0 {
         // Test hook: this rank's first element is off by one, so every rank's sum is wrong there.
         let _ = t.get(0).g_add_scalar_(1);
     }
-    t.to_kind(wire_kind(dtype))
 }
+
+/// Elements compared at once by [`count_wrong`]: its temporaries (24 bytes an element)
+/// stay near 100 MB whatever the message size.
+const CHECK_CHUNK: i64 = 1 << 22;
 
 /// Elements of `result` that are not the sum over `ranks` of [`fill`]'s values.
 fn count_wrong(result: &Tensor, ranks: usize, dtype: GradDtype) -> u64 {
@@ -135,10 +149,16 @@ fn count_wrong(result: &Tensor, ranks: usize, dtype: GradDtype) -> u64 {
     let per_residue: Vec<i64> = (0..m).map(|j| (0..ranks as i64).map(|r| (r + j) % m).sum()).collect();
     let device = result.device();
     let table = Tensor::from_slice(&per_residue).to_device(device);
-    let idx = Tensor::arange(result.numel() as i64, (Kind::Int64, device)).remainder(m);
-    let expected = table.index_select(0, &idx).to_kind(Kind::Double);
-    let got = result.to_kind(Kind::Double);
-    i64::try_from(got.ne_tensor(&expected).sum(Kind::Int64)).unwrap_or(i64::MAX) as u64
+    let n = result.numel() as i64;
+    let mut wrong = 0u64;
+    for start in (0..n).step_by(CHECK_CHUNK as usize) {
+        let len = CHECK_CHUNK.min(n - start);
+        let idx = Tensor::arange_start(start, start + len, (Kind::Int64, device)).remainder(m);
+        let expected = table.index_select(0, &idx).to_kind(Kind::Double);
+        let got = result.narrow(0, start, len).to_kind(Kind::Double);
+        wrong += i64::try_from(got.ne_tensor(&expected).sum(Kind::Int64)).unwrap_or(i64::MAX) as u64;
+    }
+    wrong
 }
 
 /// Times the all-reduce of `bytes` (rounded down to whole elements of `dtype`, at least
@@ -170,10 +190,11 @@ pub fn measure(t: &Transport, bytes: u64, dtype: GradDtype, in_place: bool, timi
     let per_iter = (mpi::time() - t0) / timing.warmup_iters.max(1) as f64;
     let mut slowest = 0.0f64;
     comm.all_reduce_into(&per_iter, &mut slowest, SystemOperation::max());
+    let most = timing.iters.max(1);
     let iters = if slowest > 0.0 && timing.warmup_iters > 0 {
-        ((timing.budget_s / slowest) as usize).clamp(timing.min_iters.max(1), timing.iters.max(1))
+        ((timing.budget_s / slowest) as usize).clamp(timing.min_iters.clamp(1, most), most)
     } else {
-        timing.iters.max(1)
+        most
     };
 
     // The timed loop: each iteration's end on the host clock (on a GPU, by events).
@@ -197,13 +218,13 @@ pub fn measure(t: &Transport, bytes: u64, dtype: GradDtype, in_place: bool, timi
     let mut iter_max = vec![0.0f64; iter_s.len()];
     comm.all_reduce_into(&iter_s[..], &mut iter_max[..], SystemOperation::max());
 
-    // The check: fresh values, one all-reduce, every element compared.
-    let check_src = fill(count, rank, ranks, dtype, device);
-    let check_dst = check_src.zeros_like();
-    let mut check = Op::new(t, &check_src, &check_dst, in_place)?;
-    check.run()?;
-    check.wait()?;
-    let wrong_here = count_wrong(check.result(), ranks, dtype);
+    // The check: fresh values in the same buffers, one all-reduce, every element compared.
+    fill_into(&src, rank, ranks, dtype);
+    let _ = dst.shallow_clone().zero_();
+    crate::device::sync(device);
+    op.run()?;
+    op.wait()?;
+    let wrong_here = count_wrong(op.result(), ranks, dtype);
     let mut wrong = 0u64;
     comm.all_reduce_into(&wrong_here, &mut wrong, SystemOperation::sum());
 
