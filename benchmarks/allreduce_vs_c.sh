@@ -4,18 +4,18 @@
 # alternated REPEATS times so drift hits both alike. Prints, per size >= 64 KiB, the
 # median of each and the ratio of ddpbench's busbw to C's (> 0.9 meets the goal), and the
 # spread (min-max of the per-repeat ratios).
-#   benchmarks/allreduce_vs_c.sh [ranks=2] [repeats=15] [max_bytes=64M] [factor=4]
+#   benchmarks/allreduce_vs_c.sh [ranks=2] [repeats=15] [max_bytes=64M] [factor=4] [iters=20]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck disable=SC1091
 source job-scripts/setup.sh >/dev/null
-ranks=${1:-2} repeats=${2:-15} max=${3:-67108864} factor=${4:-4}
+ranks=${1:-2} repeats=${2:-15} max=${3:-67108864} factor=${4:-4} iters=${5:-20}
 work=$(mktemp -d)
 mpicc -O2 -o "$work/allreduce_c" benchmarks/allreduce_c.c
 mpi=(mpirun -n "$ranks" --bind-to core --map-by core)
 for r in $(seq "$repeats"); do
-    "${mpi[@]}" "$work/allreduce_c" 65536 "$max" "$factor" 20 5 >"$work/c-$r.txt"
-    "${mpi[@]}" "$DDPBENCH_BIN" allreduce --min-bytes 64K --max-bytes "$max" --factor "$factor" --iters 20 --warmup-iters 5 \
+    "${mpi[@]}" "$work/allreduce_c" 65536 "$max" "$factor" "$iters" 5 >"$work/c-$r.txt"
+    "${mpi[@]}" "$DDPBENCH_BIN" allreduce --min-bytes 64K --max-bytes "$max" --factor "$factor" --iters "$iters" --warmup-iters 5 \
         --budget-s 1000 --out "$work/d-$r" >/dev/null
 done
 python3 - "$work" "$repeats" <<'PY'

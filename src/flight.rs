@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
@@ -62,6 +63,20 @@ struct Inner {
     step: Option<usize>,
     /// True while this rank sits out a part of the job (a study point it is not in).
     idle: bool,
+    /// The value of [`PROGRESS`] last seen, and when it was seen to change.
+    seen_progress: u64,
+    progress_s: f64,
+}
+
+/// Operations completed inside long entries (a sweep's timed loop): one relaxed
+/// increment per operation, read by the watchdog's thread.
+static PROGRESS: AtomicU64 = AtomicU64::new(0);
+
+/// Says that the rank's pending entry has moved on (one more operation of a loop
+/// recorded as one entry), so its wait counts from now.
+#[inline]
+pub fn progress() {
+    PROGRESS.fetch_add(1, Ordering::Relaxed);
 }
 
 /// The process's recorder ([`recorder`]).
@@ -81,6 +96,8 @@ pub fn recorder() -> &'static Recorder {
             epoch: None,
             step: None,
             idle: false,
+            seen_progress: 0,
+            progress_s: 0.0,
         }),
     })
 }
@@ -175,12 +192,18 @@ impl Recorder {
     }
 
     /// The collective this rank is held in: its oldest one not completed, with the
-    /// seconds since it was started (or scheduled). None when nothing is pending.
+    /// seconds since it was started (or scheduled, or last made [`progress`]). None
+    /// when nothing is pending.
     pub fn pending(&self) -> Option<(Record, f64)> {
         let now = self.now();
-        let i = self.lock();
+        let mut i = self.lock();
+        let p = PROGRESS.load(Ordering::Relaxed);
+        if p != i.seen_progress {
+            i.seen_progress = p;
+            i.progress_s = now;
+        }
         let r = i.ring.iter().find(|r| r.state != State::Completed)?;
-        let since = r.started_s.unwrap_or(r.scheduled_s);
+        let since = r.started_s.unwrap_or(r.scheduled_s).max(i.progress_s);
         Some((r.clone(), now - since))
     }
 

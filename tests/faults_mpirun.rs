@@ -67,8 +67,13 @@ fn assert_whole_rows(file: &Path) -> usize {
 
 /// The pid of rank `rank` of the job writing to `out`.
 fn rank_pid(out: &Path, rank: usize) -> i32 {
+    rank_pid_of("train", out, rank)
+}
+
+/// The pid of rank `rank` of the `ddpbench <command> ... <out>` job this test started.
+fn rank_pid_of(command: &str, out: &Path, rank: usize) -> i32 {
     let pids = Command::new("pgrep")
-        .args(["-f", &format!("train .*{}", path_str(out))])
+        .args(["-f", &format!("{command} .*{}", path_str(out))])
         .output()
         .unwrap()
         .stdout;
@@ -228,4 +233,56 @@ fn a_full_disk_stops_the_run_at_once_with_a_clear_error() {
     assert!(job.all().contains("is the file system full or gone?"), "{}", job.all());
     assert!(!job.all().contains("panicked"), "{}", job.all());
     assert!(took < Duration::from_secs(60), "took {took:?}");
+}
+
+/// `ddpbench allreduce` has the same watchdog: a rank stopped in the middle of a size's
+/// timed loop is named, its collective is the sweep's, and the job ends.
+#[test]
+fn a_stopped_rank_in_the_allreduce_sweep_is_named_and_the_job_ends() {
+    use std::os::unix::process::CommandExt;
+    let d = tmp();
+    let out = d.path().join("sweep");
+    let log = d.path().join("log");
+    // One size whose timed loop would last 60 s: the stop lands inside it.
+    let mut cmd = mpirun_cmd(2);
+    cmd.arg(BIN)
+        .args(["allreduce", "--min-bytes", "4K", "--max-bytes", "4K", "--iters", "1000000"])
+        .args(["--budget-s", "60", "--watchdog-s", "6", "--out", &path_str(&out)])
+        .stdout(Stdio::from(std::fs::File::create(&log).unwrap()))
+        .stderr(Stdio::from(std::fs::File::create(log.with_extension("err")).unwrap()))
+        .process_group(0);
+    let mut job = cmd.spawn().expect("mpirun");
+    // The header on rank 0's stdout means the sweep has begun.
+    let start = Instant::now();
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("#wrong") {
+        assert!(start.elapsed() < LIMIT, "the sweep never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let rank1 = rank_pid_of("allreduce", &out, 1);
+    let stopped_at = Instant::now();
+    // SAFETY: a process of the job this test started; it is killed below in any case.
+    unsafe { libc::kill(rank1, libc::SIGSTOP) };
+    let code = wait(&mut job);
+    let took = stopped_at.elapsed();
+    // SAFETY: as above (it may already be gone).
+    unsafe { libc::kill(rank1, libc::SIGKILL) };
+    assert_ne!(code, Some(0));
+    assert!(took < Duration::from_secs(30), "the job ended {took:?} after the stop");
+    let err = std::fs::read_to_string(log.with_extension("err")).unwrap();
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("watchdog: "))
+        .unwrap_or_else(|| panic!("no watchdog message:\n{err}"));
+    assert!(line.contains("rank 1 on ") && line.contains("sweep 4096 B"), "{line}");
+    assert_eq!(err.matches("watchdog: ").count(), 1, "printed once:\n{err}");
+    let flight = json(&out.join("rank-00000.flight.json"));
+    assert!(flight["message"].as_str().unwrap().contains("rank 1 on "), "{flight}");
+    let diag = ddpbench(&["diagnose", &path_str(&out)]);
+    diag.assert_ok();
+    assert!(
+        diag.stdout.contains("rank 1 on ") && diag.stdout.contains("sweep 4096 B"),
+        "{}",
+        diag.stdout
+    );
 }

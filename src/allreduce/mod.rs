@@ -8,6 +8,7 @@ pub mod sweep;
 
 use crate::comm::GradDtype;
 use crate::device::DeviceChoice;
+use crate::train::watchdog::{RunFiles, Watchdog};
 use crate::world::{agree, AgreedError, Group, World};
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -37,8 +38,10 @@ pub struct AllreduceArgs {
     /// Each size is this many times the previous one.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..))]
     pub factor: u64,
-    /// Timed iterations per size at most (fewer for large sizes, see --budget-s).
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    /// Timed iterations per size at most (fewer for large sizes, see --budget-s). Small
+    /// messages need many: at 20, a 64 KiB all-reduce's mean swings by ±50 % between
+    /// runs on a shared machine.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub iters: u64,
     /// Untimed iterations before each size's timed loop.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
@@ -61,6 +64,11 @@ pub struct AllreduceArgs {
     /// Where the buffers of staged and nccl live.
     #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
     pub device: DeviceChoice,
+    /// Seconds a rank may wait in one phase of one size (warm-up, timed loop, check)
+    /// before the job is declared hung: the watchdog names the ranks that never came,
+    /// writes rank-NNNNN.flight.json into the output folder and aborts the job.
+    #[arg(long, default_value_t = crate::train::watchdog::WARMUP_LIMIT_S)]
+    pub watchdog_s: f64,
     /// Output folder (default: results/allreduce-<time>): allreduce.csv, allreduce.json,
     /// allreduce_model.json.
     #[arg(long)]
@@ -75,13 +83,14 @@ impl AllreduceArgs {
             min_bytes: 8,
             max_bytes: 64 << 20,
             factor: 2,
-            iters: 20,
+            iters: 100,
             warmup_iters: 5,
             budget_s: 0.5,
             dtype: GradDtype::Fp32,
             backends: Vec::new(),
             levels: Vec::new(),
             device: DeviceChoice::Auto,
+            watchdog_s: crate::train::watchdog::WARMUP_LIMIT_S,
             out: Some(out),
         }
     }
@@ -210,6 +219,10 @@ impl ModelFile {
     }
 }
 
+/// Collective numbers of the sweep's parts: part p starts at p << PART_SHIFT (well below
+/// the numbers a study gives its points, 1 << 32 and up, so a study's parts stay aligned).
+const PART_SHIFT: u32 = 24;
+
 /// The levels that differ on an allocation of `nodes` × `per_node` ranks.
 pub fn distinct_levels(nodes: usize, per_node: usize) -> Vec<Level> {
     match (nodes > 1, per_node > 1) {
@@ -224,7 +237,8 @@ pub fn main(args: AllreduceArgs) -> Result<()> {
     let world = World::init()?;
     let g = &world.group;
     crate::train::install_abort_on_panic(g.rank, &g.host);
-    match run_on(g, &args) {
+    let watchdog = Watchdog::start(g, args.watchdog_s);
+    match run_on(g, &args, Some(&watchdog)) {
         Ok(()) => Ok(()),
         Err(err) => match err.downcast_ref::<AgreedError>() {
             // Every rank knows: rank 0 says it once, after MPI_Finalize.
@@ -245,13 +259,17 @@ pub fn main(args: AllreduceArgs) -> Result<()> {
     }
 }
 
-/// The sweep on `g` (every member calls it), its files under `args.out`.
-pub fn run_on(g: &Group, args: &AllreduceArgs) -> Result<()> {
+/// The sweep on `g` (every member calls it), its files under `args.out`; `watchdog`, when
+/// given, writes its flight records there.
+pub fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> Result<()> {
     if args.min_bytes > args.max_bytes {
         bail!("--min-bytes {} is larger than --max-bytes {}", args.min_bytes, args.max_bytes);
     }
     if !(args.budget_s.is_finite() && args.budget_s > 0.0) {
         bail!("--budget-s {} must be a positive number of seconds", args.budget_s);
+    }
+    if !(args.watchdog_s.is_finite() && args.watchdog_s > 0.0) {
+        bail!("--watchdog-s {} must be a positive number of seconds", args.watchdog_s);
     }
     let device = agree(g, crate::device::resolve_device(args.device, g.local_rank))?;
     if device == Device::Cpu {
@@ -314,6 +332,12 @@ pub fn run_on(g: &Group, args: &AllreduceArgs) -> Result<()> {
         },
     )?;
     let out = PathBuf::from(crate::world::broadcast_string(g, &out.to_string_lossy()));
+    if let Some(w) = watchdog {
+        w.set_run(RunFiles {
+            dir: out.clone(),
+            run_id: "allreduce".into(),
+        });
+    }
     let mut csv = if g.rank == 0 {
         Some(crate::record::CsvLog::create(&out.join("allreduce.csv"))?)
     } else {
@@ -341,8 +365,14 @@ pub fn run_on(g: &Group, args: &AllreduceArgs) -> Result<()> {
         min_iters: 3,
     };
     let mut rows = Vec::new();
+    let mut part = 0u64;
     for &backend in &backends {
         for &level in &levels {
+            // Each (backend, level) is a part of the job whose collectives are numbered alike
+            // on every rank, and in which ranks outside the level's communicator are idle,
+            // so the watchdog judges a hang among the ranks that take part.
+            part += 1;
+            let base = part << PART_SHIFT;
             let comm: Option<&SimpleCommunicator> = match level {
                 Level::World => Some(&g.comm),
                 Level::IntraNode => Some(&intra),
@@ -371,6 +401,7 @@ pub fn run_on(g: &Group, args: &AllreduceArgs) -> Result<()> {
             if g.rank == 0 {
                 print_header(backend, level, ranks, nodes, args.dtype);
             }
+            crate::flight::recorder().begin_part(base, comm.is_none());
             if let Some(comm) = comm {
                 let transport = make_transport(backend, comm, device)?;
                 for &bytes in &sizes {
@@ -394,8 +425,11 @@ pub fn run_on(g: &Group, args: &AllreduceArgs) -> Result<()> {
                 }
             }
             // Ranks that sat this level out wait here for the others.
-            let _f = crate::flight::enter("barrier", &format!("after the {} sweep", level.name()));
-            g.comm.barrier();
+            {
+                let _f = crate::flight::enter("barrier", &format!("after the {} sweep", level.name()));
+                g.comm.barrier();
+            }
+            crate::flight::recorder().begin_part(base + (1 << (PART_SHIFT - 1)), false);
         }
     }
     if g.rank != 0 {

@@ -171,20 +171,20 @@ pub fn measure(t: &Transport, bytes: u64, dtype: GradDtype, in_place: bool, timi
     let src = fill(count, rank, ranks, dtype, device);
     let dst = src.zeros_like();
     let mut op = Op::new(t, &src, &dst, in_place)?;
-    let _f = crate::flight::enter(
-        "all-reduce",
-        &format!(
-            "sweep {} B {}",
-            count * dtype.bytes(),
-            if in_place { "in place" } else { "out of place" }
-        ),
+    let what = format!(
+        "sweep {} B {}",
+        count * dtype.bytes(),
+        if in_place { "in place" } else { "out of place" }
     );
+    // One flight entry per phase, so the watchdog's limit bounds each phase, not the size.
+    let f = crate::flight::enter("all-reduce", &format!("{what}, warm-up"));
 
     // Warm-up, and how many timed iterations fit the budget (agreed: the slowest rank's estimate).
     comm.barrier();
     let t0 = mpi::time();
     for _ in 0..timing.warmup_iters {
         op.run()?;
+        crate::flight::progress();
     }
     op.wait()?;
     let per_iter = (mpi::time() - t0) / timing.warmup_iters.max(1) as f64;
@@ -197,7 +197,10 @@ pub fn measure(t: &Transport, bytes: u64, dtype: GradDtype, in_place: bool, timi
         most
     };
 
+    drop(f);
+
     // The timed loop: each iteration's end on the host clock (on a GPU, by events).
+    let f = crate::flight::enter("all-reduce", &format!("{what}, timed loop"));
     comm.barrier();
     let mut ends = Vec::with_capacity(iters);
     let start = mpi::time();
@@ -205,6 +208,7 @@ pub fn measure(t: &Transport, bytes: u64, dtype: GradDtype, in_place: bool, timi
     for _ in 0..iters {
         op.run()?;
         ends.push(op.mark_end()?);
+        crate::flight::progress();
     }
     op.wait()?;
     let loop_s = op.loop_s(start)?;
@@ -218,7 +222,10 @@ pub fn measure(t: &Transport, bytes: u64, dtype: GradDtype, in_place: bool, timi
     let mut iter_max = vec![0.0f64; iter_s.len()];
     comm.all_reduce_into(&iter_s[..], &mut iter_max[..], SystemOperation::max());
 
+    drop(f);
+
     // The check: fresh values in the same buffers, one all-reduce, every element compared.
+    let _f = crate::flight::enter("all-reduce", &format!("{what}, check"));
     fill_into(&src, rank, ranks, dtype);
     let _ = dst.shallow_clone().zero_();
     crate::device::sync(device);
@@ -240,6 +247,87 @@ pub fn measure(t: &Transport, bytes: u64, dtype: GradDtype, in_place: bool, timi
         iter_p90_s: crate::stats::quantile(&iter_max, 0.9),
         wrong,
     })
+}
+
+/// A set of buffers all-reduced back to back per iteration, as training sends its
+/// buckets: the same buffers, values and check as [`measure`].
+#[derive(Debug, Clone)]
+pub struct SetMeasured {
+    /// The slowest rank's time for the whole set, per timed iteration.
+    pub iter_s: Vec<f64>,
+    /// Elements whose sum was wrong, over all ranks and buffers.
+    pub wrong: u64,
+}
+
+/// Times all-reduces of buffers of `counts` elements each (one iteration all-reduces
+/// every buffer in turn), after one untimed iteration: up to `iters` iterations, and
+/// no more once `budget_s` has passed and `min_iters` are done. Each iteration first
+/// writes `flush_bytes` bytes elsewhere (so the buffers come from memory rather than
+/// cache, as gradients do after backward), then aligns the ranks by a barrier. Every
+/// rank of the transport's communicator takes part. The sums are checked at the end.
+pub fn measure_set(
+    t: &Transport,
+    counts: &[usize],
+    dtype: GradDtype,
+    iters: usize,
+    budget_s: f64,
+    min_iters: usize,
+    flush_bytes: usize,
+) -> Result<SetMeasured> {
+    let comm = t.mpi();
+    let (rank, ranks) = (comm.rank() as usize, comm.size() as usize);
+    let device = t.device();
+    let buffers: Vec<(Tensor, Tensor)> = counts
+        .iter()
+        .map(|&c| {
+            let src = fill(c.max(1), rank, ranks, dtype, device);
+            let dst = src.zeros_like();
+            (src, dst)
+        })
+        .collect();
+    let mut ops = buffers
+        .iter()
+        .map(|(src, dst)| Op::new(t, src, dst, false))
+        .collect::<Result<Vec<_>>>()?;
+    let mut flush = vec![0u8; flush_bytes];
+    let mut iter_s = Vec::with_capacity(iters);
+    let start = mpi::time();
+    for it in 0..=iters {
+        for (k, v) in flush.iter_mut().enumerate().step_by(64) {
+            *v = (k + it) as u8;
+        }
+        comm.barrier();
+        let t0 = mpi::time();
+        for op in ops.iter_mut() {
+            op.run()?;
+        }
+        for op in ops.iter_mut() {
+            op.wait()?;
+        }
+        crate::flight::progress();
+        // The slowest rank's time, and whether every rank agrees the budget is spent.
+        let local = [mpi::time() - t0, mpi::time() - start];
+        let mut slowest = [0.0f64; 2];
+        comm.all_reduce_into(&local[..], &mut slowest[..], SystemOperation::max());
+        if it > 0 {
+            iter_s.push(slowest[0]);
+        }
+        if iter_s.len() >= min_iters && slowest[1] > budget_s {
+            break;
+        }
+    }
+    let mut wrong_here = 0u64;
+    for op in ops.iter_mut() {
+        fill_into(&op.src, rank, ranks, dtype);
+        let _ = op.dst.shallow_clone().zero_();
+        crate::device::sync(device);
+        op.run()?;
+        op.wait()?;
+        wrong_here += count_wrong(op.result(), ranks, dtype);
+    }
+    let mut wrong = 0u64;
+    comm.all_reduce_into(&wrong_here, &mut wrong, SystemOperation::sum());
+    Ok(SetMeasured { iter_s, wrong })
 }
 
 /// One all-reduce on a transport, with its buffers.

@@ -15,7 +15,7 @@ pub mod none;
 pub mod overlap;
 
 pub use crate::record::AllreduceProbe;
-use ::mpi::collective::{CommunicatorCollectives, SystemOperation};
+
 use ::mpi::topology::SimpleCommunicator;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
@@ -329,46 +329,41 @@ pub const PROBE_BUDGET_S: f64 = 5.0;
 pub const PROBE_MIN_ITERS: usize = 10;
 
 /// Times up to `iters` all-reduces of buffers shaped like `plan` (after one untimed
-/// round, within [`PROBE_BUDGET_S`]), ranks aligned by a barrier. With `flush_bytes` > 0,
-/// each iteration first writes that many bytes elsewhere, so the buffers come from
-/// memory rather than cache, as gradients do right after backward (on a 32 MiB-L3 EPYC:
-/// 1.9 ms cold vs 1.0 ms warm for 4.8 MB on shared memory).
+/// round, within [`PROBE_BUDGET_S`]), ranks aligned by a barrier, with the sweep's own
+/// measurement ([`crate::allreduce::sweep::measure_set`]) on MPI and host memory. With
+/// `flush_bytes` > 0, each iteration first writes that many bytes elsewhere, so the
+/// buffers come from memory rather than cache, as gradients do right after backward
+/// (on a 32 MiB-L3 EPYC: 1.9 ms cold vs 1.0 ms warm for 4.8 MB on shared memory).
+/// Fails when the sums are wrong.
 pub fn probe_allreduce(
     comm: &SimpleCommunicator,
     world_size: usize,
     plan: &BucketPlan,
     iters: usize,
     flush_bytes: usize,
-) -> AllreduceProbe {
+) -> anyhow::Result<AllreduceProbe> {
+    use crate::allreduce::sweep::{measure_set, Transport};
     let _f = crate::flight::enter("all-reduce", "probe");
-    let send: Vec<Vec<f32>> = plan.numels.iter().map(|&n| vec![1.0f32; n]).collect();
-    let mut recv: Vec<Vec<f32>> = plan.numels.iter().map(|&n| vec![0.0f32; n]).collect();
-    let mut flush = vec![0u8; flush_bytes];
-    let mut times = Vec::with_capacity(iters);
-    let start = ::mpi::time();
-    for it in 0..=iters {
-        for (k, v) in flush.iter_mut().enumerate().step_by(64) {
-            *v = (k + it) as u8;
-        }
-        comm.barrier();
-        let t0 = ::mpi::time();
-        for (s, r) in send.iter().zip(recv.iter_mut()) {
-            comm.all_reduce_into(&s[..], &mut r[..], SystemOperation::sum());
-        }
-        // The slowest rank's time, and whether every rank agrees the budget is spent.
-        let local = [::mpi::time() - t0, ::mpi::time() - start];
-        let mut slowest = [0.0f64; 2];
-        comm.all_reduce_into(&local[..], &mut slowest[..], SystemOperation::max());
-        if it > 0 {
-            times.push(slowest[0]);
-        }
-        if times.len() >= PROBE_MIN_ITERS && slowest[1] > PROBE_BUDGET_S {
-            break;
-        }
+    let transport = Transport::Mpi(comm);
+    let m = measure_set(
+        &transport,
+        &plan.numels,
+        GradDtype::Fp32,
+        iters,
+        PROBE_BUDGET_S,
+        PROBE_MIN_ITERS,
+        flush_bytes,
+    )?;
+    if m.wrong > 0 {
+        anyhow::bail!(
+            "the all-reduce probe summed {} elements wrong over {world_size} ranks: MPI's all-reduce gives wrong results on this allocation (check the MPI installation and its network settings)",
+            m.wrong
+        );
     }
+    let times = m.iter_s;
     let bytes = (plan.total_numel() * 4) as u64;
     let median_s = crate::stats::median(&times);
-    AllreduceProbe {
+    Ok(AllreduceProbe {
         bytes,
         iters: times.len(),
         median_s,
@@ -378,7 +373,7 @@ pub fn probe_allreduce(
         cold_cache: flush_bytes > 0,
         p10_s: Some(crate::stats::quantile(&times, 0.1)),
         p90_s: Some(crate::stats::quantile(&times, 0.9)),
-    }
+    })
 }
 
 #[cfg(test)]

@@ -285,7 +285,7 @@ fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Re
                 info!("sweeping the all-reduce on all {} ranks into {}", g.size, sweep_dir.display());
                 let _ = std::fs::remove_dir_all(&sweep_dir);
             }
-            crate::allreduce::run_on(g, &crate::allreduce::AllreduceArgs::for_study(sweep_dir))?;
+            crate::allreduce::run_on(g, &crate::allreduce::AllreduceArgs::for_study(sweep_dir), None)?;
         }
     }
     let mut rows = if g.rank == 0 {

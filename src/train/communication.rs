@@ -61,7 +61,7 @@ impl Communication {
         let probing = cfg.comm.probe_iters > 0 && g.size > 1 && backend != Backend::None;
         let probe = |flush| comm::probe_allreduce(&g.comm, g.size, &plan, cfg.comm.probe_iters, flush);
         let (probe, probe_warm) = if probing {
-            (Some(probe(comm::CACHE_FLUSH_BYTES)), Some(probe(0)))
+            (Some(agree(g, probe(comm::CACHE_FLUSH_BYTES))?), Some(agree(g, probe(0))?))
         } else {
             (None, None)
         };
