@@ -16,8 +16,10 @@ pub mod bigmnist;
 pub mod cifar;
 pub mod idx;
 pub mod imagenet;
+pub mod jpeg;
 pub mod loader;
 pub mod mnist;
+pub mod resample;
 pub mod synthetic;
 
 pub use idx::{read_idx, DataError};
