@@ -20,7 +20,7 @@ ddpbench_setup() {
   if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicc >/dev/null 2>&1; then
     need+=(libopenmpi-dev openmpi-bin)
   fi
-  for p in libhwloc-dev pkg-config libclang-dev dataset-fashion-mnist fonts-dejavu-core python3-venv; do
+  for p in libhwloc-dev libjpeg-dev pkg-config libclang-dev dataset-fashion-mnist fonts-dejavu-core python3-venv; do
     have_pkg "$p" || need+=("$p")
   done
   if ((${#need[@]})); then

@@ -38,6 +38,9 @@ pub enum Command {
     /// and fit the latency–bandwidth model `reduce` projects with (launch with mpirun or srun).
     #[command(allow_negative_numbers = true)]
     Allreduce(crate::allreduce::AllreduceArgs),
+    /// Measure the input pipeline alone: image files read cold and warm, then decoded and
+    /// augmented by one worker and by N (no MPI needed): size --cpus-per-task and --workers.
+    Loader(crate::data::pipeline::LoaderArgs),
     /// Summarise runs per node type, and scaling across runs (speedup, efficiency, waterfall, report, plots).
     Reduce(ReduceArgs),
     /// Print this machine's topology and the binding N local ranks would get.

@@ -13,6 +13,7 @@ fn run() -> anyhow::Result<()> {
         Command::Study(args) => ddpbench::study::main(args),
         Command::Allreduce(args) => ddpbench::allreduce::main(args),
         Command::Reduce(args) => ddpbench::reduce::main(args),
+        Command::Loader(args) => ddpbench::data::pipeline::main(args),
         Command::Diagnose(args) => ddpbench::diagnose::main(&args.run),
         Command::Topo(args) => ddpbench::topology::main(args),
         Command::GenBigmnist(args) => ddpbench::data::bigmnist::generate(args),

@@ -117,7 +117,7 @@ fn a_model_and_data_set_of_different_shapes_are_refused() {
 }
 
 #[test]
-fn resnet18_trains_on_an_image_folder_with_worker_threads() {
+fn resnet18_trains_on_an_image_folder_with_default_worker_threads() {
     use tch::{Device, Kind, Tensor};
     let d = tmp();
     for (split, n) in [("train", 4), ("val", 2)] {
@@ -142,8 +142,6 @@ fn resnet18_trains_on_an_image_folder_with_worker_threads() {
             &path_str(d.path()),
             "--batch-size",
             "2",
-            "--workers",
-            "2",
             "--epochs",
             "1",
             "--warmup-steps",
@@ -159,4 +157,15 @@ fn resnet18_trains_on_an_image_folder_with_worker_threads() {
     let (h, rows) = read_csv(&d.path().join("run/epochs.csv"));
     assert_eq!(col(&h, &rows, "steps")[0], 2.0, "8 images / (2 ranks × batch 2)");
     assert_eq!(col(&h, &rows, "val_samples")[0], 4.0);
+    // Image folders get batch workers by default: each rank here is bound to one core
+    // and computes on one thread, so one worker, and a note that they share the core.
+    let m = json(&d.path().join("run/manifest.json"));
+    assert_eq!(m["config"]["workers"], 1, "{}", m["config"]);
+    for r in m["ranks"].as_array().unwrap() {
+        let note = r["workers_note"].as_str().unwrap_or_default();
+        assert!(
+            note.starts_with("1 batch worker(s) and 1 compute thread(s) share 1 core(s)"),
+            "{note}"
+        );
+    }
 }

@@ -244,7 +244,7 @@ pub fn load_image_folder(dir: &Path) -> Result<Dataset> {
                 })
                 .collect();
             imgs.sort();
-            labels.extend(std::iter::repeat(c as i64).take(imgs.len()));
+            labels.extend(std::iter::repeat_n(c as i64, imgs.len()));
             files.extend(imgs);
         }
         if files.is_empty() {

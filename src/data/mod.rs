@@ -19,6 +19,7 @@ pub mod imagenet;
 pub mod jpeg;
 pub mod loader;
 pub mod mnist;
+pub mod pipeline;
 pub mod resample;
 pub mod synthetic;
 

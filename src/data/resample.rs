@@ -44,8 +44,8 @@ impl Taps {
                 *wj = (1.0 - x.abs()).max(0.0);
                 total += *wj;
             }
-            for j in 0..n {
-                t.weights[k * ksize + j] = if total != 0.0 { (w[j] / total) as f32 } else { 0.0 };
+            for (tw, &wj) in t.weights[k * ksize..k * ksize + n].iter_mut().zip(&w) {
+                *tw = if total != 0.0 { (wj / total) as f32 } else { 0.0 };
             }
             t.start.push(lo);
             t.len.push(n);

@@ -88,6 +88,9 @@ pub struct RankInfo {
     /// core to spare, or sharing backward's cores.
     #[serde(default)]
     pub comm_thread: Option<String>,
+    /// When batch workers and compute threads together exceed the rank's cores: how.
+    #[serde(default)]
+    pub workers_note: Option<String>,
     /// Launcher variables (OMPI_COMM_WORLD_*, SLURM_*, CUDA_VISIBLE_DEVICES).
     pub launcher_env: Vec<(String, String)>,
     /// Every `NCCL_*` variable this rank saw (they change NCCL's algorithms and transports).

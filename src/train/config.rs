@@ -161,8 +161,11 @@ pub struct PlacementConfig {
 
     /// Threads preparing batches ahead of the step (0: prepare each batch inline). The queue
     /// holds two batches per worker; data_s is the time a step waited for its batch.
-    #[arg(long, default_value_t = 0)]
-    pub workers: usize,
+    /// Default: 0 for data sets held in memory; for image folders (JPEG decoding), the
+    /// cores of the rank's binding its compute does not use (on a GPU all but one), at
+    /// least 1. Workers run inside the rank's binding; the manifest records the number.
+    #[arg(long)]
+    pub workers: Option<usize>,
 
     /// Node type label for this rank, overriding the one detected from the hardware.
     #[arg(long)]
@@ -304,7 +307,7 @@ impl TrainConfig {
             ),
             (
                 "--workers",
-                Some(p.workers as u64),
+                p.workers.map(|v| v as u64),
                 0,
                 256.min(4 * hw as u64).max(8),
                 "batch-preparing threads per rank",

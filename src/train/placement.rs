@@ -25,6 +25,8 @@ pub struct Placement {
     pub threads: usize,
     /// Where an all-reduce thread (`--overlap` on the MPI path) would run.
     pub comm_core: CommCore,
+    /// Set when batch workers and compute threads together exceed the rank's cores.
+    pub workers_note: Option<String>,
 }
 
 /// Where the communication thread of an overlapped MPI all-reduce runs.
@@ -105,10 +107,33 @@ impl Placement {
             gpu_bus_id,
             threads: tch::get_num_threads() as usize,
             comm_core,
+            workers_note: None,
         })
     }
 
     /// This rank's entry in the manifest.
+    /// Batch-preparing threads: `asked`, or the default (`--workers`: 0 for data held in
+    /// memory; for image files, the binding's cores beyond the compute threads, on a GPU
+    /// all but one, at least 1); and a note when workers and compute threads together
+    /// exceed the cores the rank is bound to. Workers inherit the rank's binding.
+    pub fn workers_for(&self, asked: Option<usize>, image_files: bool) -> (usize, Option<String>) {
+        let cores = if self.binding.cores.is_empty() {
+            self.binding.threads
+        } else {
+            self.binding.cores.len()
+        }
+        .max(1);
+        let compute = if self.device == Device::Cpu { self.threads } else { 1 };
+        let workers = asked.unwrap_or(if image_files { cores.saturating_sub(compute).max(1) } else { 0 });
+        let note = (workers > 0 && workers + compute > cores).then(|| {
+            format!(
+                "{workers} batch worker(s) and {compute} compute thread(s) share {cores} core(s): preparing batches time-slices \
+                 with compute (lower --workers or --threads, or bind more cores per rank)"
+            )
+        });
+        (workers, note)
+    }
+
     pub fn rank_info(&self, g: &Group, bind: BindPolicy) -> Result<RankInfo> {
         let bound = if self.binding.pus.is_empty() {
             "unbound".into()
@@ -128,6 +153,7 @@ impl Placement {
             gpu_bus_id: self.gpu_bus_id.clone(),
             binding_note: self.binding_note.clone(),
             comm_thread: Some(self.comm_core.describe()),
+            workers_note: self.workers_note.clone(),
             launcher_env: launcher_env(),
             nccl_env: crate::device::cuda::nccl_env(),
             cuda_driver_version: match self.device {

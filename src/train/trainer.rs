@@ -100,7 +100,7 @@ impl<'g> Trainer<'g> {
         watchdog: &'g Watchdog,
     ) -> Result<Trainer<'g>> {
         let started_at = Instant::now();
-        let place = Placement::establish(g, cfg)?;
+        let mut place = Placement::establish(g, cfg)?;
         let options = ModelOptions {
             seq_len: cfg.workload.seq_len as i64,
             vocab: cfg.workload.vocab_size as i64,
@@ -108,6 +108,18 @@ impl<'g> Trainer<'g> {
         };
         let spec = model::spec(cfg.workload.model, &options);
         let dataset = agree(g, data::load(cfg, &spec))?;
+        // The workers, resolved for this data set and binding, are what the manifest records.
+        let resolved = {
+            let (workers, note) = place.workers_for(cfg.placement.workers, dataset.train.files.is_some());
+            if let Some(n) = note.as_ref().filter(|_| g.local_rank == 0) {
+                warn!("{n}");
+            }
+            place.workers_note = note;
+            let mut c = cfg.clone();
+            c.placement.workers = Some(workers);
+            c
+        };
+        let cfg = &resolved;
         let model = build_model(g, cfg, &place, &options, spec);
         let opt = agree(
             g,
@@ -340,7 +352,7 @@ impl<'g> Trainer<'g> {
                 g.size,
                 s.batch_size,
                 steps * s.grad_accum,
-                2 * self.cfg.placement.workers.max(2),
+                2 * self.cfg.placement.workers.unwrap_or(0).max(2),
             ),
             None => {
                 let indices = data::shard_indices(self.dataset.train.len(), g.size, g.rank, s.seed, epoch, true);
@@ -348,7 +360,7 @@ impl<'g> Trainer<'g> {
                 Loader::new(
                     &self.dataset.train,
                     micro.into_iter().take(steps * s.grad_accum).collect(),
-                    self.cfg.placement.workers,
+                    self.cfg.placement.workers.unwrap_or(0),
                 )
             }
         }

@@ -1,0 +1,89 @@
+//! `ddpbench loader` on an image folder the test writes: the rows it records (phases,
+//! worker counts, repeats, bytes read), a PNG named .JPEG decoded, a truncated file named.
+
+mod common;
+use common::*;
+use tch::{Device, Kind, Tensor};
+
+fn folder() -> tempfile::TempDir {
+    let d = tmp();
+    for (split, n) in [("train", 3), ("val", 1)] {
+        for class in ["a", "b"] {
+            let dir = d.path().join(split).join(class);
+            std::fs::create_dir_all(&dir).unwrap();
+            for i in 0..n {
+                let img = Tensor::randint(256, [3, 180 + 20 * i, 260], (Kind::Uint8, Device::Cpu));
+                tch::vision::image::save(&img, dir.join(format!("{i}.jpg"))).unwrap();
+            }
+        }
+    }
+    // A PNG under a JPEG name: decoded by content, not by name.
+    let png = Tensor::randint(256, [3, 100, 120], (Kind::Uint8, Device::Cpu));
+    tch::vision::image::save(&png, d.path().join("x.png")).unwrap();
+    std::fs::rename(d.path().join("x.png"), d.path().join("train/b/2.jpg")).unwrap();
+    d
+}
+
+#[test]
+fn the_loader_reads_and_prepares_every_image_and_records_each_measurement() {
+    let d = folder();
+    let csv = d.path().join("loader.csv");
+    let job = ddpbench(&[
+        "loader",
+        "--data-dir",
+        &path_str(d.path()),
+        "--workers",
+        "2",
+        "--repeats",
+        "2",
+        "--out",
+        &path_str(&csv),
+    ]);
+    job.assert_ok();
+    assert!(job.stdout.contains("scaling: 2 workers prepare"), "{}", job.stdout);
+    let (h, rows) = read_csv(&csv);
+    let at = |name: &str| h.iter().position(|x| x == name).unwrap();
+    let phases: Vec<(String, String)> = rows.iter().map(|r| (r[at("phase")].clone(), r[at("workers")].clone())).collect();
+    let count = |p: &str, w: &str| phases.iter().filter(|(a, b)| a == p && b == w).count();
+    assert_eq!((count("read-cold", "2"), count("read-warm", "2")), (2, 2), "{phases:?}");
+    assert_eq!((count("prepare", "1"), count("prepare", "2")), (2, 2), "{phases:?}");
+    assert_eq!(rows.len(), 8);
+    // Every train image, and exactly their bytes on disk.
+    let on_disk: u64 = ["a", "b"]
+        .iter()
+        .flat_map(|c| std::fs::read_dir(d.path().join("train").join(c)).unwrap())
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    for (images, bytes) in col(&h, &rows, "images").iter().zip(col(&h, &rows, "bytes")) {
+        assert_eq!((*images, bytes), (6.0, on_disk as f64));
+    }
+    for ((n, s), rate) in col(&h, &rows, "images")
+        .iter()
+        .zip(col(&h, &rows, "seconds"))
+        .zip(col(&h, &rows, "images_per_s"))
+    {
+        assert!(s > 0.0 && (n / s - rate).abs() <= 1e-6 * rate, "{n} / {s} vs {rate}");
+    }
+}
+
+#[test]
+fn a_truncated_image_is_named() {
+    let d = folder();
+    let bad = d.path().join("train/a/1.jpg");
+    let bytes = std::fs::read(&bad).unwrap();
+    // A tenth of the data: fewer rows than the smallest crop (8 % of the area) spans.
+    std::fs::write(&bad, &bytes[..bytes.len() / 10]).unwrap();
+    let job = ddpbench(&["loader", "--data-dir", &path_str(d.path()), "--workers", "1", "--repeats", "1"]);
+    assert!(!job.ok());
+    assert!(
+        job.stderr.contains("train/a/1.jpg") && job.stderr.contains("truncated"),
+        "{}",
+        job.stderr
+    );
+    let job = ddpbench(&["loader", "--data-dir", &path_str(d.path()), "--dataset", "cifar10"]);
+    assert!(
+        !job.ok() && job.stderr.contains("--dataset cifar10: the loader measures image folders"),
+        "{}",
+        job.stderr
+    );
+}
