@@ -153,21 +153,7 @@ fn a_stopped_rank_is_named_by_the_watchdog_and_the_job_ends() {
     let log = d.path().join("log");
     let mut job = spawn(&out, &log, &["--watchdog-s", "5"]);
     wait_for_rows(&out.join("rank-00001.csv"), 10);
-    let rank1 = rank_pid(&out, 1);
-    let stopped_at = Instant::now();
-    // SAFETY: a process of the job this test started; it is killed below in any case.
-    unsafe { libc::kill(rank1, libc::SIGSTOP) };
-    let code = wait(&mut job);
-    let took = stopped_at.elapsed();
-    // SAFETY: as above (it may already be gone).
-    unsafe { libc::kill(rank1, libc::SIGKILL) };
-    assert_ne!(code, Some(0));
-    assert!(took < Duration::from_secs(30), "the job ended {took:?} after the stop");
-    let err = std::fs::read_to_string(log.with_extension("err")).unwrap();
-    let line = err
-        .lines()
-        .find(|l| l.starts_with("watchdog: "))
-        .unwrap_or_else(|| panic!("no watchdog message:\n{err}"));
+    let (err, line) = stop_rank_and_read_watchdog(&mut job, rank_pid(&out, 1), &log);
     assert!(
         line.starts_with("watchdog: rank 1 on ") && line.contains("has not entered all-reduce #"),
         "{line}"
@@ -192,7 +178,7 @@ fn a_stopped_rank_is_named_by_the_watchdog_and_the_job_ends() {
             .and_then(|r| r.split(';').next())
             .map(String::from)
     };
-    assert_eq!(named(first), named(line), "the same collective:\n{line}\n{first}");
+    assert_eq!(named(first), named(&line), "the same collective:\n{line}\n{first}");
 }
 
 /// A full file system is an error at once, not after an epoch of training into nowhere.
@@ -259,21 +245,7 @@ fn a_stopped_rank_in_the_allreduce_sweep_is_named_and_the_job_ends() {
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_secs(2));
-    let rank1 = rank_pid_of("allreduce", &out, 1);
-    let stopped_at = Instant::now();
-    // SAFETY: a process of the job this test started; it is killed below in any case.
-    unsafe { libc::kill(rank1, libc::SIGSTOP) };
-    let code = wait(&mut job);
-    let took = stopped_at.elapsed();
-    // SAFETY: as above (it may already be gone).
-    unsafe { libc::kill(rank1, libc::SIGKILL) };
-    assert_ne!(code, Some(0));
-    assert!(took < Duration::from_secs(30), "the job ended {took:?} after the stop");
-    let err = std::fs::read_to_string(log.with_extension("err")).unwrap();
-    let line = err
-        .lines()
-        .find(|l| l.starts_with("watchdog: "))
-        .unwrap_or_else(|| panic!("no watchdog message:\n{err}"));
+    let (err, line) = stop_rank_and_read_watchdog(&mut job, rank_pid_of("allreduce", &out, 1), &log);
     assert!(line.contains("rank 1 on ") && line.contains("sweep 4096 B"), "{line}");
     assert_eq!(err.matches("watchdog: ").count(), 1, "printed once:\n{err}");
     let flight = json(&out.join("rank-00000.flight.json"));
@@ -285,4 +257,25 @@ fn a_stopped_rank_in_the_allreduce_sweep_is_named_and_the_job_ends() {
         "{}",
         diag.stdout
     );
+}
+
+/// SIGSTOPs `rank` (a process id), waits for the job to end, then checks that it ended
+/// with a failure within 30 s and returns its stderr and the watchdog's line in it.
+fn stop_rank_and_read_watchdog(job: &mut Child, rank: i32, log: &Path) -> (String, String) {
+    let stopped_at = Instant::now();
+    // SAFETY: a process of the job the test started; it is killed below in any case.
+    unsafe { libc::kill(rank, libc::SIGSTOP) };
+    let code = wait(job);
+    let took = stopped_at.elapsed();
+    // SAFETY: as above (it may already be gone).
+    unsafe { libc::kill(rank, libc::SIGKILL) };
+    assert_ne!(code, Some(0));
+    assert!(took < Duration::from_secs(30), "the job ended {took:?} after the stop");
+    let err = std::fs::read_to_string(log.with_extension("err")).unwrap();
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("watchdog: "))
+        .unwrap_or_else(|| panic!("no watchdog message:\n{err}"))
+        .to_string();
+    (err, line)
 }

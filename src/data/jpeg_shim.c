@@ -34,6 +34,15 @@ static void shim_emit_message(j_common_ptr c, int level) {
     }
 }
 
+/* Routes libjpeg's errors to the caller's setjmp and its warnings to shim_emit_message. */
+static struct jpeg_error_mgr *shim_errors(struct shim_error *err) {
+    struct jpeg_error_mgr *pub = jpeg_std_error(&err->pub);
+    pub->error_exit = shim_error_exit;
+    pub->emit_message = shim_emit_message;
+    err->truncated = 0;
+    return pub;
+}
+
 static void shim_message(j_common_ptr c, char *msg, size_t len) {
     char buffer[JMSG_LENGTH_MAX];
     (*c->err->format_message)(c, buffer);
@@ -45,10 +54,7 @@ int ddp_jpeg_header(const unsigned char *data, unsigned long len, int *width, in
                     int *color_space, char *msg, size_t msg_len) {
     struct jpeg_decompress_struct cinfo;
     struct shim_error err;
-    cinfo.err = jpeg_std_error(&err.pub);
-    err.pub.error_exit = shim_error_exit;
-    err.pub.emit_message = shim_emit_message;
-    err.truncated = 0;
+    cinfo.err = shim_errors(&err);
     if (setjmp(err.jump)) {
         shim_message((j_common_ptr)&cinfo, msg, msg_len);
         jpeg_destroy_decompress(&cinfo);
@@ -78,10 +84,7 @@ int ddp_jpeg_decode_region(const unsigned char *data, unsigned long len, int sca
     struct jpeg_decompress_struct cinfo;
     struct shim_error err;
     JSAMPARRAY row = NULL;
-    cinfo.err = jpeg_std_error(&err.pub);
-    err.pub.error_exit = shim_error_exit;
-    err.pub.emit_message = shim_emit_message;
-    err.truncated = 0;
+    cinfo.err = shim_errors(&err);
     if (setjmp(err.jump)) {
         shim_message((j_common_ptr)&cinfo, msg, msg_len);
         jpeg_destroy_decompress(&cinfo);
@@ -164,10 +167,7 @@ int ddp_jpeg_encode(const unsigned char *pixels, int width, int height, int comp
                     unsigned char **out, unsigned long *out_len, char *msg, size_t msg_len) {
     struct jpeg_compress_struct cinfo;
     struct shim_error err;
-    cinfo.err = jpeg_std_error(&err.pub);
-    err.pub.error_exit = shim_error_exit;
-    err.pub.emit_message = shim_emit_message;
-    err.truncated = 0;
+    cinfo.err = shim_errors(&err);
     *out = NULL;
     *out_len = 0;
     if (setjmp(err.jump)) {
