@@ -148,15 +148,20 @@ fn decode_other(bytes: &[u8]) -> Result<(usize, usize, Vec<u8>), String> {
     Ok((w, h, px))
 }
 
-/// Decodes, crops and normalises the images `indices` of `files` into [N, 3, 224, 224].
-pub(crate) fn decode_images(files: &[PathBuf], indices: &Tensor, how: Augment) -> Result<Tensor> {
+/// Decodes, crops and normalises the images `indices` of `files` into [N, 3, 224, 224],
+/// in page-locked memory for `pin` when that is a CUDA device.
+pub(crate) fn decode_images(files: &[PathBuf], indices: &Tensor, how: Augment, pin: Option<Device>) -> Result<Tensor> {
     let idx = Vec::<i64>::try_from(indices)?;
     // One seed per batch from libtorch's (seeded) generator, then a cheap generator per image.
     let seed = Tensor::randint(i64::MAX, [1], (Kind::Int64, Device::Cpu)).int64_value(&[0]) as u64;
     let mut rng = Rng(seed);
     let per = 3 * CROP * CROP;
-    let x = Tensor::empty([idx.len() as i64, 3, CROP as i64, CROP as i64], (Kind::Float, Device::Cpu));
-    // SAFETY: `x` is a fresh contiguous CPU float tensor of idx.len() × per elements,
+    let mut x = Tensor::empty([idx.len() as i64, 3, CROP as i64, CROP as i64], (Kind::Float, Device::Cpu));
+    if let Some(d) = pin.filter(|d| *d != Device::Cpu) {
+        // The pages of a fresh tensor are untouched, so this copy reads no image data.
+        x = x.pin_memory(d);
+    }
+    // SAFETY: `x` is a fresh contiguous host float tensor of idx.len() × per elements,
     // owned here and written only through this slice until it is returned.
     let all = unsafe { std::slice::from_raw_parts_mut(x.data_ptr() as *mut f32, idx.len() * per) };
     for (&i, out) in idx.iter().zip(all.chunks_mut(per)) {

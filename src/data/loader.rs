@@ -10,19 +10,24 @@ use tch::{Device, Tensor};
 /// most 2N batches wait in memory.
 pub struct Loader {
     stream: Option<(bigmnist::BlockStream, usize, f64, f64)>,
-    source: Option<(Split, std::vec::IntoIter<Vec<i64>>)>,
+    source: Option<(Split, std::vec::IntoIter<Vec<i64>>, Option<Device>)>,
     queues: Vec<std::sync::mpsc::Receiver<Result<(Tensor, Tensor)>>>,
     next: usize,
     remaining: usize,
 }
 
 impl Loader {
-    pub fn new(split: &Split, batches: Vec<Vec<i64>>, workers: usize) -> Loader {
+    /// With `pin` (the CUDA device the batches go to), batches are built in page-locked
+    /// memory so that copying them to the device does not wait for the host: by the
+    /// workers, or inline when they are decoded images.
+    pub fn new(split: &Split, batches: Vec<Vec<i64>>, workers: usize, pin: Option<Device>) -> Loader {
         let remaining = batches.len();
         if workers == 0 {
             return Loader {
                 stream: None,
-                source: Some((split.share(), batches.into_iter())),
+                // Inline, rows held in memory would be copied into page-locked memory on
+                // the step's critical path; images are decoded straight into it.
+                source: Some((split.share(), batches.into_iter(), pin.filter(|_| split.files.is_some()))),
                 queues: Vec::new(),
                 next: 0,
                 remaining,
@@ -36,7 +41,7 @@ impl Loader {
                 std::thread::spawn(move || {
                     for idx in mine {
                         // A closed queue means the epoch ended early: stop quietly.
-                        if tx.send(data.batch(&Tensor::from_slice(&idx), Device::Cpu)).is_err() {
+                        if tx.send(data.host_batch(&Tensor::from_slice(&idx), pin)).is_err() {
                             return;
                         }
                     }
@@ -67,7 +72,7 @@ impl Loader {
         }
     }
 
-    /// The next batch on the CPU, or None at the end of the epoch.
+    /// The next batch in host memory, or None at the end of the epoch.
     pub fn next_batch(&mut self) -> Option<Result<(Tensor, Tensor)>> {
         if self.remaining == 0 {
             return None;
@@ -77,7 +82,7 @@ impl Loader {
             Some(reader.take(*n).map(|records| bigmnist::records_to_batch(&records, *mean, *std)))
         } else {
             match &mut self.source {
-                Some((split, it)) => it.next().map(|idx| split.batch(&Tensor::from_slice(&idx), Device::Cpu)),
+                Some((split, it, pin)) => it.next().map(|idx| split.host_batch(&Tensor::from_slice(&idx), *pin)),
                 None => self.queues[self.next % self.queues.len()].recv().ok(),
             }
         };

@@ -138,22 +138,34 @@ impl Split {
 
     /// Rows `indices` of the split (augmented when the split asks for it), moved to `device`.
     pub fn batch(&self, indices: &Tensor, device: Device) -> Result<(Tensor, Tensor)> {
+        let (x, y) = self.host_batch(indices, None)?;
+        Ok(if device == Device::Cpu {
+            (x, y)
+        } else {
+            (x.to_device(device), y.to_device(device))
+        })
+    }
+
+    /// Rows `indices` of the split in host memory; with `pin` (a CUDA device), in page-locked
+    /// memory that device can copy from while the host goes on. Images are decoded straight
+    /// into that memory; in-memory rows are copied into it.
+    pub fn host_batch(&self, indices: &Tensor, pin: Option<Device>) -> Result<(Tensor, Tensor)> {
         let rows = self.labels.size()[0];
         let indices = if (rows as usize) < self.len {
             indices.remainder(rows)
         } else {
             indices.shallow_clone()
         };
-        let x = match &self.files {
-            Some(files) => imagenet::decode_images(files, &indices, self.augment)?,
-            None => augment(&self.inputs.index_select(0, &indices), self.augment),
+        let pinned = |t: Tensor| match pin {
+            Some(d) if d != Device::Cpu && t.device() == Device::Cpu => t.pin_memory(d),
+            _ => t,
         };
-        let y = self.labels.index_select(0, &indices);
-        Ok(if device == Device::Cpu {
-            (x, y)
-        } else {
-            (x.to_device(device), y.to_device(device))
-        })
+        let x = match &self.files {
+            Some(files) => imagenet::decode_images(files, &indices, self.augment, pin)?,
+            None => pinned(augment(&self.inputs.index_select(0, &indices), self.augment)),
+        };
+        let y = pinned(self.labels.index_select(0, &indices));
+        Ok((x, y))
     }
 
     /// A handle on the same data, for another thread.

@@ -152,12 +152,17 @@ impl Trainer<'_> {
     }
 }
 
-/// The batch on the training device (as it is on CPU).
+/// The batch on the training device (as it is on CPU). The copy is queued on the
+/// device's stream ahead of the forward pass: from page-locked memory the host does not
+/// wait for it, and from pageable memory libtorch stages it synchronously.
 fn to_device(x: Tensor, y: Tensor, device: Device) -> (Tensor, Tensor) {
     if device == Device::Cpu {
         (x, y)
     } else {
-        (x.to_device(device), y.to_device(device))
+        (
+            x.to_device_(device, x.kind(), true, false),
+            y.to_device_(device, y.kind(), true, false),
+        )
     }
 }
 
