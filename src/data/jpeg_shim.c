@@ -49,6 +49,13 @@ static void shim_message(j_common_ptr c, char *msg, size_t len) {
     snprintf(msg, len, "%s", buffer);
 }
 
+/* Opens `data` and reads its header; errors jump to the caller's setjmp. */
+static void shim_read_header(struct jpeg_decompress_struct *cinfo, const unsigned char *data, unsigned long len) {
+    jpeg_create_decompress(cinfo);
+    jpeg_mem_src(cinfo, data, len);
+    jpeg_read_header(cinfo, TRUE);
+}
+
 /* The header: width, height, components and libjpeg's colour space. 0 on success. */
 int ddp_jpeg_header(const unsigned char *data, unsigned long len, int *width, int *height, int *components,
                     int *color_space, char *msg, size_t msg_len) {
@@ -60,9 +67,7 @@ int ddp_jpeg_header(const unsigned char *data, unsigned long len, int *width, in
         jpeg_destroy_decompress(&cinfo);
         return 1;
     }
-    jpeg_create_decompress(&cinfo);
-    jpeg_mem_src(&cinfo, data, len);
-    jpeg_read_header(&cinfo, TRUE);
+    shim_read_header(&cinfo, data, len);
     *width = (int)cinfo.image_width;
     *height = (int)cinfo.image_height;
     *components = cinfo.num_components;
@@ -90,9 +95,7 @@ int ddp_jpeg_decode_region(const unsigned char *data, unsigned long len, int sca
         jpeg_destroy_decompress(&cinfo);
         return 1;
     }
-    jpeg_create_decompress(&cinfo);
-    jpeg_mem_src(&cinfo, data, len);
-    jpeg_read_header(&cinfo, TRUE);
+    shim_read_header(&cinfo, data, len);
     int cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
     /* Adobe's CMYK files store inverted values. */
     int inverted = cmyk && cinfo.saw_Adobe_marker;
