@@ -15,7 +15,6 @@ pub mod none;
 pub mod overlap;
 
 pub use crate::record::AllreduceProbe;
-
 use ::mpi::topology::SimpleCommunicator;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};

@@ -210,7 +210,7 @@ impl Worker {
             .name("ddpbench-allreduce".into())
             .spawn(move || {
                 if let Some(pus) = pus {
-                    pin_this_thread(&pus);
+                    crate::topology::pin_this_thread(&pus);
                 }
                 for mut job in rx {
                     let result = run_job(comm, &mut job).map_err(|e| format!("{e:#}"));
@@ -234,20 +234,6 @@ impl Drop for Worker {
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
-    }
-}
-
-/// Binds the calling thread (only it) to the hardware threads `pus`; on failure the
-/// thread runs where the OS puts it.
-fn pin_this_thread(pus: &[u32]) {
-    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET writes within it for indexes below
-    // CPU_SETSIZE; sched_setaffinity(0, ..) affects the calling thread only.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &p in pus.iter().filter(|&&p| (p as usize) < libc::CPU_SETSIZE as usize) {
-            libc::CPU_SET(p as usize, &mut set);
-        }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
 }
 

@@ -61,28 +61,6 @@ pub struct LoaderRow {
     pub mb_per_s: f64,
 }
 
-/// The CPUs this process may run on.
-fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
-        }
-        (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
-    }
-}
-
-/// Pins the calling thread to one CPU.
-fn pin_to(cpu: usize) {
-    // SAFETY: as above; the set names one CPU the process may use.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
-}
-
 /// Drops a file's pages from the page cache (clean pages no one has mapped).
 fn drop_cached(path: &Path) {
     use std::os::fd::AsRawFd;
@@ -126,7 +104,7 @@ fn read_all(files: &[PathBuf], workers: usize) -> Result<(Vec<Vec<u8>>, f64)> {
 /// Reads (from the page cache, warm) and prepares every image of `files` with `workers`
 /// threads, as `train --workers` does, worker w pinned to `cpus[w % cpus.len()]`;
 /// returns the seconds taken (the slowest worker).
-fn prepare_all(files: &[PathBuf], how: Augment, workers: usize, cpus: &[usize], seed: u64) -> Result<f64> {
+fn prepare_all(files: &[PathBuf], how: Augment, workers: usize, cpus: &[u32], seed: u64) -> Result<f64> {
     let start = Instant::now();
     let results: Vec<Result<()>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
@@ -134,7 +112,7 @@ fn prepare_all(files: &[PathBuf], how: Augment, workers: usize, cpus: &[usize], 
                 let cpu = cpus.get(w % cpus.len().max(1)).copied();
                 s.spawn(move || {
                     if let Some(c) = cpu {
-                        pin_to(c);
+                        crate::topology::pin_this_thread(&[c]);
                     }
                     let mut rng = Rng(seed ^ (w as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
                     let mut out = vec![0f32; 3 * CROP * CROP];
@@ -172,7 +150,7 @@ pub fn main(args: LoaderArgs) -> Result<()> {
     let all = split.files.as_ref().expect("an image folder's split lists its files");
     let n = args.images.min(all.len()).max(1);
     let files: Vec<PathBuf> = (0..n).map(|i| all[i * all.len() / n].clone()).collect();
-    let cpus = allowed_cpus();
+    let cpus = crate::topology::allowed_pus();
     let workers = args.workers.unwrap_or(cpus.len()).max(1);
     if workers > cpus.len() {
         eprintln!(
@@ -190,7 +168,7 @@ pub fn main(args: LoaderArgs) -> Result<()> {
         } else {
             "resize 256 + centre crop 224 + normalise"
         },
-        crate::topology::compact_list(&cpus.iter().map(|&c| c as u32).collect::<Vec<_>>())
+        crate::topology::compact_list(&cpus)
     );
     let mut rows = Vec::new();
     let mut bytes = 0;

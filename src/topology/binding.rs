@@ -204,6 +204,35 @@ pub fn apply_binding(topo: &mut Topology, binding: &Binding) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("hwloc could not bind to PUs {:?}: {e:?}", binding.pus))
 }
 
+/// Binds the calling thread (only it) to the hardware threads `pus`; on failure the
+/// thread runs where the OS puts it.
+pub fn pin_this_thread(pus: &[u32]) {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET writes within it for indexes below
+    // CPU_SETSIZE; sched_setaffinity(0, ..) affects the calling thread only.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &p in pus.iter().filter(|&&p| (p as usize) < libc::CPU_SETSIZE as usize) {
+            libc::CPU_SET(p as usize, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// The hardware threads the calling thread may run on (all the machine's when the
+/// affinity cannot be read).
+pub fn allowed_pus() -> Vec<u32> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return (0..std::thread::available_parallelism().map_or(1, |n| n.get()) as u32).collect();
+        }
+        (0..libc::CPU_SETSIZE as u32)
+            .filter(|&c| libc::CPU_ISSET(c as usize, &set))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -111,7 +111,6 @@ impl Placement {
         })
     }
 
-    /// This rank's entry in the manifest.
     /// Batch-preparing threads: `asked`, or the default (`--workers`: 0 for data held in
     /// memory; for image files, the binding's cores beyond the compute threads, on a GPU
     /// all but one, at least 1); and a note when workers and compute threads together
@@ -134,6 +133,7 @@ impl Placement {
         (workers, note)
     }
 
+    /// This rank's entry in the manifest.
     pub fn rank_info(&self, g: &Group, bind: BindPolicy) -> Result<RankInfo> {
         let bound = if self.binding.pus.is_empty() {
             "unbound".into()
