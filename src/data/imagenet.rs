@@ -2,7 +2,7 @@
 //! RandomResizedCrop + flip for training and resize 256 / centre crop 224 for validation.
 
 use super::idx::DataError;
-use super::jpeg::{self, JpegError};
+use super::jpeg;
 use super::resample::{resample_into, Normalize, Taps};
 use super::{Augment, Dataset, Split};
 use crate::stats::Rng;
@@ -118,10 +118,7 @@ pub fn prepare_image(bytes: &[u8], how: Augment, rng: &mut Rng, out: &mut [f32])
     let rows = Taps::new(hs, b[1], b[3], g.out_h, g.win_y, CROP);
     let ((x0, x1), (y0, y1)) = (cols.span(), rows.span());
     let region = match source {
-        Source::Jpeg(bytes) => jpeg::decode_region(bytes, d, x0, y0, x1 - x0, y1 - y0).map_err(|e| match e {
-            JpegError::Truncated(m) => format!("truncated JPEG: {m}"),
-            JpegError::Invalid(m) => format!("invalid JPEG: {m}"),
-        })?,
+        Source::Jpeg(bytes) => jpeg::decode_region(bytes, d, x0, y0, x1 - x0, y1 - y0).map_err(|e| e.to_string())?,
         Source::Pixels(px) => px
             .chunks(w * 3)
             .skip(y0)
@@ -149,7 +146,7 @@ fn decode_other(bytes: &[u8]) -> Result<(usize, usize, Vec<u8>), String> {
 }
 
 /// Decodes, crops and normalises the images `indices` of `files` into [N, 3, 224, 224],
-/// in page-locked memory for `pin` when that is a CUDA device.
+/// in page-locked memory for the CUDA device `pin` when given.
 pub(crate) fn decode_images(files: &[PathBuf], indices: &Tensor, how: Augment, pin: Option<Device>) -> Result<Tensor> {
     let idx = Vec::<i64>::try_from(indices)?;
     // One seed per batch from libtorch's (seeded) generator, then a cheap generator per image.
@@ -157,7 +154,7 @@ pub(crate) fn decode_images(files: &[PathBuf], indices: &Tensor, how: Augment, p
     let mut rng = Rng(seed);
     let per = 3 * CROP * CROP;
     let mut x = Tensor::empty([idx.len() as i64, 3, CROP as i64, CROP as i64], (Kind::Float, Device::Cpu));
-    if let Some(d) = pin.filter(|d| *d != Device::Cpu) {
+    if let Some(d) = pin {
         // The pages of a fresh tensor are untouched, so this copy reads no image data.
         x = x.pin_memory(d);
     }

@@ -12,7 +12,6 @@ extern "C" {
         width: *mut c_int,
         height: *mut c_int,
         components: *mut c_int,
-        color_space: *mut c_int,
         msg: *mut c_char,
         msg_len: usize,
     ) -> c_int;
@@ -72,7 +71,7 @@ fn message(buf: &[u8]) -> String {
 
 /// The image's size and components.
 pub fn header(bytes: &[u8]) -> Result<Header, JpegError> {
-    let (mut w, mut h, mut c, mut cs) = (0, 0, 0, 0);
+    let (mut w, mut h, mut c) = (0, 0, 0);
     let mut msg = [0u8; 256];
     // SAFETY: the shim reads `bytes` within its length and writes at most msg.len() bytes.
     let rc = unsafe {
@@ -82,7 +81,6 @@ pub fn header(bytes: &[u8]) -> Result<Header, JpegError> {
             &mut w,
             &mut h,
             &mut c,
-            &mut cs,
             msg.as_mut_ptr().cast(),
             msg.len(),
         )

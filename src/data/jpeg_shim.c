@@ -56,9 +56,9 @@ static void shim_read_header(struct jpeg_decompress_struct *cinfo, const unsigne
     jpeg_read_header(cinfo, TRUE);
 }
 
-/* The header: width, height, components and libjpeg's colour space. 0 on success. */
+/* The header: width, height and components. 0 on success. */
 int ddp_jpeg_header(const unsigned char *data, unsigned long len, int *width, int *height, int *components,
-                    int *color_space, char *msg, size_t msg_len) {
+                    char *msg, size_t msg_len) {
     struct jpeg_decompress_struct cinfo;
     struct shim_error err;
     cinfo.err = shim_errors(&err);
@@ -71,7 +71,6 @@ int ddp_jpeg_header(const unsigned char *data, unsigned long len, int *width, in
     *width = (int)cinfo.image_width;
     *height = (int)cinfo.image_height;
     *components = cinfo.num_components;
-    *color_space = (int)cinfo.jpeg_color_space;
     jpeg_destroy_decompress(&cinfo);
     return 0;
 }

@@ -17,11 +17,12 @@ pub struct Loader {
 }
 
 impl Loader {
-    /// With `pin` (the CUDA device the batches go to), batches are built in page-locked
-    /// memory so that copying them to the device does not wait for the host: by the
-    /// workers, or inline when they are decoded images.
-    pub fn new(split: &Split, batches: Vec<Vec<i64>>, workers: usize, pin: Option<Device>) -> Loader {
+    /// Batches bound for a GPU (`device`) are built in page-locked memory so that copying
+    /// them to the device does not wait for the host: by the workers, or inline when they
+    /// are decoded images.
+    pub fn new(split: &Split, batches: Vec<Vec<i64>>, workers: usize, device: Device) -> Loader {
         let remaining = batches.len();
+        let pin = (device != Device::Cpu).then_some(device);
         if workers == 0 {
             return Loader {
                 stream: None,

@@ -157,8 +157,8 @@ impl Split {
             indices.shallow_clone()
         };
         let pinned = |t: Tensor| match pin {
-            Some(d) if d != Device::Cpu && t.device() == Device::Cpu => t.pin_memory(d),
-            _ => t,
+            Some(d) => t.pin_memory(d),
+            None => t,
         };
         let x = match &self.files {
             Some(files) => imagenet::decode_images(files, &indices, self.augment, pin)?,

@@ -23,8 +23,7 @@ impl Taps {
     /// triangle((j + 0.5 − centre) / max(scale, 1)).
     pub fn new(in_size: usize, in0: f64, in1: f64, out_size: usize, from: usize, count: usize) -> Taps {
         let scale = (in1 - in0) / out_size as f64;
-        let filter_scale = scale.max(1.0);
-        let support = filter_scale;
+        let support = scale.max(1.0);
         let ksize = support.ceil() as usize * 2 + 1;
         let mut t = Taps {
             start: Vec::with_capacity(count),
@@ -40,7 +39,7 @@ impl Taps {
             let n = hi.saturating_sub(lo).min(ksize);
             let mut total = 0.0;
             for (j, wj) in w.iter_mut().enumerate().take(n) {
-                let x = ((j + lo) as f64 - centre + 0.5) / filter_scale;
+                let x = ((j + lo) as f64 - centre + 0.5) / support;
                 *wj = (1.0 - x.abs()).max(0.0);
                 total += *wj;
             }

@@ -361,7 +361,7 @@ impl<'g> Trainer<'g> {
                     &self.dataset.train,
                     micro.into_iter().take(steps * s.grad_accum).collect(),
                     self.cfg.placement.workers.unwrap_or(0),
-                    Some(self.place.device).filter(|d| *d != tch::Device::Cpu),
+                    self.place.device,
                 )
             }
         }
