@@ -80,6 +80,10 @@ fn a_truncated_image_is_named() {
         "{}",
         job.stderr
     );
+    for (flag, what) in [("--workers", "--workers 0: "), ("--images", "--images 0: ")] {
+        let job = ddpbench(&["loader", "--data-dir", &path_str(d.path()), flag, "0"]);
+        assert!(!job.ok() && job.stderr.contains(what), "{}", job.stderr);
+    }
     let job = ddpbench(&["loader", "--data-dir", &path_str(d.path()), "--dataset", "cifar10"]);
     assert!(
         !job.ok() && job.stderr.contains("--dataset cifar10: the loader measures image folders"),

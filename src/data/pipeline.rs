@@ -141,6 +141,12 @@ pub fn main(args: LoaderArgs) -> Result<()> {
             args.dataset
         );
     }
+    if args.workers == Some(0) {
+        bail!("--workers 0: the loader measures workers preparing images; give 1 or more (or leave it out for one per CPU)");
+    }
+    if args.images == 0 {
+        bail!("--images 0: give the number of images to measure (1 or more)");
+    }
     let ds = super::imagenet::load_image_folder(&args.data_dir)?;
     let (split, how) = if args.split == "val" {
         (&ds.test, Augment::ImageNetEval)
@@ -148,10 +154,10 @@ pub fn main(args: LoaderArgs) -> Result<()> {
         (&ds.train, Augment::ImageNetTrain)
     };
     let all = split.files.as_ref().expect("an image folder's split lists its files");
-    let n = args.images.min(all.len()).max(1);
+    let n = args.images.min(all.len());
     let files: Vec<PathBuf> = (0..n).map(|i| all[i * all.len() / n].clone()).collect();
     let cpus = crate::topology::allowed_pus();
-    let workers = args.workers.unwrap_or(cpus.len()).max(1);
+    let workers = args.workers.unwrap_or(cpus.len().max(1));
     if workers > cpus.len() {
         eprintln!(
             "note: {workers} workers on {} CPUs: workers time-slice, so the per-worker rate falls",
