@@ -307,7 +307,11 @@ impl Diagnosis {
             let stuck: Vec<String> = self.stuck_inside.iter().map(name).collect();
             text.push_str(&format!("; {} stopped inside it", stuck.join(", ")));
         }
-        format!("{text}; {} waited {:.0} s", rank_list(&self.waiting), self.waited_s)
+        if self.waiting.is_empty() {
+            text
+        } else {
+            format!("{text}; {} waited {:.0} s", rank_list(&self.waiting), self.waited_s)
+        }
     }
 }
 
@@ -329,11 +333,21 @@ pub fn diagnose(all: &[RankStatus], size: usize) -> Option<Diagnosis> {
     // Ranks sitting out the current part are no party to its collectives.
     let statuses: Vec<RankStatus> = all.iter().filter(|s| !s.idle).cloned().collect();
     let statuses = &statuses[..];
-    let held = statuses
+    let started: Vec<&Record> = statuses
         .iter()
-        .filter_map(|s| s.pending.as_ref().filter(|p| p.state == State::Started).map(|p| (p.clone(), s)))
-        .min_by_key(|(p, _)| p.seq)?;
-    let seq = held.0.seq;
+        .filter_map(|s| s.pending.as_ref().filter(|p| p.state == State::Started))
+        .collect();
+    // A rank stopped inside a collective another rank has already completed (rank 0 of a
+    // ring has every piece before rank 1 finishes) is not where the job is held: that is
+    // the next collective, the one the running ranks wait in and nobody has completed.
+    let completed_somewhere = |seq: u64| statuses.iter().any(|s| s.last_completed.is_some_and(|c| c >= seq));
+    let held = started
+        .iter()
+        .filter(|p| !completed_somewhere(p.seq))
+        .min_by_key(|p| p.seq)
+        .or_else(|| started.iter().min_by_key(|p| p.seq))
+        .map(|p| (*p).clone())?;
+    let seq = held.seq;
     let known: Vec<usize> = statuses.iter().map(|s| s.rank).collect();
     let named = |s: &RankStatus| (s.rank, s.host.clone(), s.silent_s);
     let mut missing: Vec<(usize, String, f64)> = statuses.iter().filter(|s| !s.entered(seq)).map(named).collect();
@@ -357,7 +371,7 @@ pub fn diagnose(all: &[RankStatus], size: usize) -> Option<Diagnosis> {
         .map(|s| s.waited_s)
         .fold(0.0, f64::max);
     Some(Diagnosis {
-        collective: held.0,
+        collective: held,
         missing,
         stuck_inside,
         silent,
@@ -478,6 +492,23 @@ mod tests {
         assert_eq!(
             d.message(),
             "every rank entered all-reduce #10 (bucket 2, epoch 3 step 120); rank 1 on node1 (silent for 40 s) stopped inside it; rank 0 waited 50 s"
+        );
+        // Rank 0 completed #10 (a ring's rank 0 can, before rank 1 is done) and waits in
+        // #11; rank 1 stopped inside #10: the job is held in #11, which rank 1 never entered.
+        let mut inside = status(1, Some(rec(10, State::Started)), 3.0, Some(9));
+        inside.silent_s = 6.0;
+        let d = diagnose(&[status(0, Some(rec(11, State::Started)), 7.0, Some(10)), inside.clone()], 2).unwrap();
+        assert_eq!(
+            d.message(),
+            "rank 1 on node1 (silent for 6 s) has not entered all-reduce #11 (bucket 2, epoch 3 step 120); rank 0 waited 7 s"
+        );
+        // With no rank waiting in it, the message names no waiters.
+        let mut alone = inside;
+        alone.rank = 0;
+        let d = diagnose(&[alone], 1).unwrap();
+        assert_eq!(
+            d.message(),
+            "every rank entered all-reduce #10 (bucket 2, epoch 3 step 120); rank 0 on node1 (silent for 6 s) stopped inside it"
         );
         // Nobody waits: nothing to diagnose.
         assert_eq!(diagnose(&[status(0, None, 0.0, Some(9))], 1), None);
