@@ -12,11 +12,16 @@ const LIMIT: Duration = Duration::from_secs(120);
 
 /// Starts `mpirun -n 2 ddpbench train ...` in its own process group, output to `log`.
 fn spawn(out: &Path, log: &Path, extra: &[&str]) -> Child {
+    spawn_steps(out, log, 2000, extra)
+}
+
+/// [`spawn`] for `steps` steps.
+fn spawn_steps(out: &Path, log: &Path, steps: usize, extra: &[&str]) -> Child {
     use std::os::unix::process::CommandExt;
     let mut cmd = mpirun_cmd(2);
     cmd.arg(BIN)
         .arg("train")
-        .args(["--max-steps", "2000", "--val-samples", "100", "--out", &path_str(out)])
+        .args(["--max-steps", &steps.to_string(), "--val-samples", "100", "--out", &path_str(out)])
         .args(extra)
         .stdout(Stdio::from(std::fs::File::create(log).unwrap()))
         .stderr(Stdio::from(std::fs::File::create(log.with_extension("err")).unwrap()))
@@ -278,4 +283,116 @@ fn stop_rank_and_read_watchdog(job: &mut Child, rank: i32, log: &Path) -> (Strin
         .unwrap_or_else(|| panic!("no watchdog message:\n{err}"))
         .to_string();
     (err, line)
+}
+
+/// Rank 0's watchdog address, from the line its log gives it (`the watchdog listens on
+/// 127.0.0.1:PORT for ...`).
+fn watchdog_address(err_log: &Path) -> std::net::SocketAddr {
+    let start = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(err_log).unwrap_or_default();
+        if let Some(rest) = text.split("the watchdog listens on ").nth(1) {
+            let addr = rest.split([' ', ',']).next().unwrap_or_default();
+            return addr.parse().unwrap_or_else(|_| panic!("not an address: {addr:?}"));
+        }
+        assert!(start.elapsed() < LIMIT, "rank 0 never said where its watchdog listens:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Open descriptors of a process.
+fn open_fds(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+/// Resident memory of a process, in bytes.
+fn rss_bytes(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024
+}
+
+/// One JSON line that the watchdog of earlier versions took as rank 1's report of a
+/// hang, sent from 127.0.0.1 to a healthy job: the job finishes as if nothing came, and
+/// rank 0 listens on loopback only (every rank is on its node).
+#[test]
+fn a_forged_report_from_127_0_0_1_cannot_end_a_healthy_job() {
+    use std::io::{Read, Write};
+    let d = tmp();
+    let out = d.path().join("run");
+    let log = d.path().join("log");
+    let mut job = spawn_steps(&out, &log, 150, &["--watchdog-s", "20"]);
+    let addr = watchdog_address(&log.with_extension("err"));
+    assert!(addr.ip().is_loopback(), "rank 0 listens on {addr}, not only where its peers are");
+    wait_for_rows(&out.join("rank-00001.csv"), 5);
+    let forged = r#"{"rank":1,"host":"vm","pending":{"seq":999999,"kind":"all-reduce","detail":"bucket 0","epoch":0,"step":3,"state":"started","scheduled_s":0.0,"started_s":0.0,"completed_s":null},"waited_s":1e9,"last_completed":1,"silent_s":0.0,"idle":false}"#;
+    for line in [
+        forged.to_string(),
+        // A hello with a made-up proof gets no further.
+        "ddpbench-watchdog 2 hello 1 00112233445566778899aabbccddeeff".to_string(),
+    ] {
+        let mut s = std::net::TcpStream::connect(addr).expect("the watchdog's port");
+        s.write_all(format!("{line}\n").as_bytes()).unwrap();
+        if line.contains("hello") {
+            let mut answer = [0u8; 512];
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let n = s.read(&mut answer).unwrap_or(0);
+            let answer = String::from_utf8_lossy(&answer[..n]).into_owned();
+            assert!(answer.contains(" challenge "), "{answer:?}");
+            s.write_all(format!("ddpbench-watchdog 2 auth {}\n", "ab".repeat(32)).as_bytes())
+                .unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    let code = wait(&mut job);
+    let err = std::fs::read_to_string(log.with_extension("err")).unwrap();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("watchdog: "), "{err}");
+    assert!(err.contains("the watchdog refused a connection"), "{err}");
+    assert_eq!(json(&out.join("manifest.json"))["status"], "completed");
+}
+
+/// Floods on the watchdog's port (16 MB of newlines, 32 MB without one, 2,000
+/// connect-and-close cycles) leave rank 0 with its memory and descriptors, and its
+/// watchdog still names a rank stopped afterwards.
+#[test]
+fn floods_on_the_watchdog_port_leave_it_bounded_and_working() {
+    use std::io::Write;
+    let d = tmp();
+    let out = d.path().join("run");
+    let log = d.path().join("log");
+    let mut job = spawn(&out, &log, &["--watchdog-s", "5"]);
+    let addr = watchdog_address(&log.with_extension("err"));
+    wait_for_rows(&out.join("rank-00001.csv"), 5);
+    let rank0 = rank_pid(&out, 0);
+    let (fds_before, rss_before) = (open_fds(rank0), rss_bytes(rank0));
+    let flood = |bytes: Vec<u8>| {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        // The watchdog closes the connection early: a failed write is what it should do.
+        let _ = s.write_all(&bytes);
+    };
+    flood(vec![b'\n'; 16 << 20]);
+    flood(vec![b'x'; 32 << 20]);
+    for _ in 0..2000 {
+        if let Ok(s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+            drop(s);
+        }
+    }
+    // Closed connections are released within a few of the watchdog's ticks.
+    let start = Instant::now();
+    while open_fds(rank0) > fds_before + 4 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (fds_after, rss_after) = (open_fds(rank0), rss_bytes(rank0));
+    assert!(fds_after <= fds_before + 4, "descriptors {fds_before} → {fds_after}");
+    assert!(
+        rss_after < rss_before + (16 << 20),
+        "rank 0 grew from {rss_before} to {rss_after} bytes"
+    );
+    let (err, line) = stop_rank_and_read_watchdog(&mut job, rank_pid(&out, 1), &log);
+    assert!(line.starts_with("watchdog: rank 1 on "), "{line}\n{err}");
 }

@@ -1,9 +1,11 @@
 //! The collective watchdog. Every rank runs a thread beside training that keeps working
 //! while the rank is blocked inside MPI (or waiting for NCCL): it reads the rank's
 //! flight recorder ([`crate::flight`]) and reports it once a second to rank 0's watchdog
-//! over a TCP connection of its own (rank 0 listens on an ephemeral port whose
-//! addresses MPI broadcasts at start-up; no shared file system is needed, and MPI stays
-//! at MPI_THREAD_SERIALIZED). Rank 0 thus knows where every rank is.
+//! over a TCP connection of its own ([`channel`]: rank 0 listens on an ephemeral port
+//! of the addresses its peers use, and MPI broadcasts those with a secret made for the
+//! job, which every connection must prove it holds; no shared file system is needed,
+//! and MPI stays at MPI_THREAD_SERIALIZED). Rank 0 thus knows where every rank is, and
+//! nothing outside the job can tell it otherwise.
 //!
 //! When a rank has waited in a collective longer than the limit, rank 0 names the ranks
 //! that never entered it (or went silent), tells every rank to write
@@ -16,16 +18,17 @@
 //! rank is held inside a collective (a peer died): it records the rank's end at once,
 //! since the job may be killed before the step could end.
 
+pub mod channel;
+
 use super::signals;
 use crate::flight::{self, FlightDump, RankStatus};
 use crate::record::{self, EndRecord, Manifest, RunStatus};
-use crate::world::{broadcast_string, Group};
-use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use crate::world::{broadcast_string, gather_strings, Group};
+use channel::{Hub, NetIdentity, Secret, Uplink};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// The default limit while setting up (loading a large data set can take long).
@@ -56,6 +59,8 @@ struct Shared {
     limit_bits: AtomicU64,
     stop: AtomicBool,
     run: Mutex<Option<RunFiles>>,
+    /// Where flight records go while no run is open (a study's folder between points).
+    flight_dir: Mutex<Option<PathBuf>>,
     /// Steps completed, for an end record written by the watchdog.
     steps: AtomicU64,
 }
@@ -69,16 +74,20 @@ impl Shared {
 /// A running watchdog; stops when dropped.
 pub struct Watchdog {
     shared: Arc<Shared>,
-    handle: Option<JoinHandle<()>>,
+    /// Closed by the watchdog's thread when it ends.
+    done: Option<mpsc::Receiver<()>>,
 }
 
+/// How long dropping a watchdog waits for its thread: the job's exit never waits on
+/// the channel longer than this.
+const STOP_WAIT: Duration = Duration::from_secs(1);
+
 impl Watchdog {
-    /// Starts the watchdog of every rank of `g` (a collective: rank 0's address is
-    /// broadcast), with a first limit of `limit_s` seconds in one collective.
+    /// Starts the watchdog of every rank of `g` (a collective: rank 0's addresses and
+    /// the job's secret are broadcast), with a first limit of `limit_s` seconds in one
+    /// collective.
     pub fn start(g: &Group, limit_s: f64) -> Watchdog {
-        let listener = if g.rank == 0 { listen() } else { None };
-        let address = listener.as_ref().map(|(_, a)| a.clone()).unwrap_or_default();
-        let address = broadcast_string(g, &address);
+        let (hub, view) = rendezvous(g);
         let shared = Arc::new(Shared {
             rank: g.rank,
             host: g.host.clone(),
@@ -86,26 +95,24 @@ impl Watchdog {
             limit_bits: AtomicU64::new(limit_s.to_bits()),
             stop: AtomicBool::new(false),
             run: Mutex::new(None),
+            flight_dir: Mutex::new(None),
             steps: AtomicU64::new(0),
         });
-        let link = match listener {
-            Some((l, _)) => Link::Root(Root::new(l)),
-            None => match connect(&address) {
-                Some(s) => Link::Member(Member::new(s)),
-                None => {
-                    tracing::warn!(
-                        "watchdog: cannot reach rank 0's watchdog at {address:?}; a hang is reported from this rank's own wait only"
-                    );
-                    Link::Alone
-                }
-            },
+        let link = match (hub, view) {
+            (Some(hub), _) => Link::Root(Root::new(hub, g.size)),
+            (None, Some((secret, addrs))) if g.rank != 0 => Link::Member(Member::connect(g.rank, secret, addrs)),
+            _ => Link::Alone,
         };
         let s = shared.clone();
-        let handle = std::thread::Builder::new()
-            .name("ddpbench-watchdog".into())
-            .spawn(move || watch(s, link))
-            .ok();
-        Watchdog { shared, handle }
+        let (tx, rx) = mpsc::channel::<()>();
+        let spawned = std::thread::Builder::new().name("ddpbench-watchdog".into()).spawn(move || {
+            let _done = tx;
+            watch(s, link)
+        });
+        Watchdog {
+            shared,
+            done: spawned.ok().map(|_| rx),
+        }
     }
 
     /// Seconds a collective may take before the job is declared hung.
@@ -122,6 +129,17 @@ impl Watchdog {
         *self.shared.run.lock().unwrap_or_else(|p| p.into_inner()) = Some(run);
     }
 
+    /// The run has ended and its records are written: a later verdict leaves them as
+    /// they are (a finished study point stays finished whatever hangs after it).
+    pub fn end_run(&self) {
+        *self.shared.run.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Where flight records go when no run is open.
+    pub fn set_flight_dir(&self, dir: PathBuf) {
+        *self.shared.flight_dir.lock().unwrap_or_else(|p| p.into_inner()) = Some(dir);
+    }
+
     /// Steps completed so far (for an end record the watchdog may have to write).
     pub fn set_steps(&self, steps: usize) {
         self.shared.steps.store(steps as u64, Ordering::Relaxed);
@@ -131,116 +149,51 @@ impl Watchdog {
 impl Drop for Watchdog {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
+        // The thread ends within a tick; whatever holds it, the job does not wait longer.
+        if let Some(done) = self.done.take() {
+            let _ = done.recv_timeout(STOP_WAIT);
         }
     }
 }
 
-/// Rank 0's listener on an ephemeral port, and `ip1,ip2,...;port` (loopback last).
-fn listen() -> Option<(TcpListener, String)> {
-    let l = TcpListener::bind(("0.0.0.0", 0)).ok()?;
-    l.set_nonblocking(true).ok()?;
-    let port = l.local_addr().ok()?.port();
-    let mut ips = interface_ipv4s();
-    ips.push("127.0.0.1".into());
-    Some((l, format!("{};{port}", ips.join(","))))
-}
-
-/// The node's IPv4 addresses other than loopback.
-fn interface_ipv4s() -> Vec<String> {
-    let mut out = Vec::new();
-    // SAFETY: getifaddrs fills a list that freeifaddrs releases; entries are read only
-    // while the list lives, and sockaddr is read as sockaddr_in only for AF_INET.
-    unsafe {
-        let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-        if libc::getifaddrs(&mut list) != 0 {
-            return out;
-        }
-        let mut p = list;
-        while !p.is_null() {
-            let a = (*p).ifa_addr;
-            if !a.is_null() && i32::from((*a).sa_family) == libc::AF_INET {
-                let sin = &*(a as *const libc::sockaddr_in);
-                let ip = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
-                if !ip.is_loopback() {
-                    out.push(ip.to_string());
-                }
+/// The secret and rank 0's listening addresses, agreed over MPI: rank 0 learns where
+/// every rank is, listens only where they can reach it, and broadcasts
+/// `secret;addr,addr`. Returns rank 0's hub, or this rank's view of the job.
+fn rendezvous(g: &Group) -> (Option<Hub>, Option<(Arc<Secret>, Vec<SocketAddr>)>) {
+    let me = NetIdentity::here(&g.host);
+    let identities = gather_strings(g, &serde_json::to_string(&me).unwrap_or_default());
+    let mut hub = None;
+    let mut said = String::new();
+    if let Some(all) = identities {
+        let peers: Vec<NetIdentity> = all.iter().skip(1).filter_map(|t| serde_json::from_str(t).ok()).collect();
+        match open_hub(g.size, &me, &peers) {
+            Ok((h, secret, addrs)) => {
+                let list: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+                tracing::info!(
+                    "the watchdog listens on {} for {} rank(s) (authenticated channel v{})",
+                    list.join(", "),
+                    g.size - 1,
+                    channel::VERSION
+                );
+                said = format!("{};{}", secret.to_hex(), list.join(","));
+                hub = Some(h);
             }
-            p = (*p).ifa_next;
+            Err(e) => tracing::warn!("the watchdog of rank 0 cannot listen ({e}); each rank judges a hang by its own wait"),
         }
-        libc::freeifaddrs(list);
     }
-    out
+    let said = broadcast_string(g, &said);
+    let view = said.split_once(';').and_then(|(secret, addrs)| {
+        let secret = Arc::new(Secret::from_hex(secret)?);
+        let addrs = addrs.split(',').filter_map(|a| a.parse().ok()).collect();
+        Some((secret, addrs))
+    });
+    (hub, view)
 }
 
-/// Connects to the first of rank 0's addresses that answers.
-fn connect(address: &str) -> Option<TcpStream> {
-    let (ips, port) = address.split_once(';')?;
-    for ip in ips.split(',') {
-        let Some(addr) = (ip, port.parse::<u16>().ok()?).to_socket_addrs().ok().and_then(|mut a| a.next()) else {
-            continue;
-        };
-        if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
-            let _ = s.set_nonblocking(true);
-            let _ = s.set_nodelay(true);
-            return Some(s);
-        }
-    }
-    None
-}
-
-/// Newline-framed messages on a non-blocking stream.
-struct Lines {
-    stream: TcpStream,
-    buf: Vec<u8>,
-    closed: bool,
-}
-
-impl Lines {
-    fn new(stream: TcpStream) -> Lines {
-        Lines {
-            stream,
-            buf: Vec::new(),
-            closed: false,
-        }
-    }
-
-    /// The complete lines received so far.
-    fn read(&mut self) -> Vec<String> {
-        let mut chunk = [0u8; 4096];
-        loop {
-            match self.stream.read(&mut chunk) {
-                Ok(0) => {
-                    self.closed = true;
-                    break;
-                }
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => {
-                    self.closed = true;
-                    break;
-                }
-            }
-        }
-        let mut lines = Vec::new();
-        while let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.buf.drain(..=i).collect();
-            lines.push(String::from_utf8_lossy(&line[..line.len() - 1]).into_owned());
-        }
-        lines
-    }
-
-    fn send(&mut self, line: &str) {
-        // Small messages on a socket with room: a short write is not retried (the next
-        // heartbeat follows within a second).
-        let mut msg = line.replace('\n', " ");
-        msg.push('\n');
-        if self.stream.write_all(msg.as_bytes()).is_err() {
-            self.closed = true;
-        }
-    }
+fn open_hub(size: usize, me: &NetIdentity, peers: &[NetIdentity]) -> std::io::Result<(Hub, Arc<Secret>, Vec<SocketAddr>)> {
+    let secret = Arc::new(Secret::generate()?);
+    let (hub, addrs) = Hub::bind(&channel::listen_addresses(me, peers), secret.clone(), size)?;
+    Ok((hub, secret, addrs))
 }
 
 enum Link {
@@ -251,40 +204,51 @@ enum Link {
 
 /// Rank 0's view: every rank's last report and when it came.
 struct Root {
-    listener: TcpListener,
-    peers: Vec<Lines>,
+    hub: Hub,
     reports: Vec<Option<(RankStatus, Instant)>>,
 }
 
+/// Refusals logged before the watchdog stops naming each one.
+const REFUSALS_LOGGED: u64 = 3;
+
 impl Root {
-    fn new(listener: TcpListener) -> Root {
+    fn new(hub: Hub, size: usize) -> Root {
         Root {
-            listener,
-            peers: Vec::new(),
-            reports: Vec::new(),
+            hub,
+            reports: vec![None; size],
         }
     }
 
-    fn poll(&mut self, size: usize) {
-        while let Ok((s, _)) = self.listener.accept() {
-            let _ = s.set_nonblocking(true);
-            let _ = s.set_nodelay(true);
-            self.peers.push(Lines::new(s));
+    fn poll(&mut self) {
+        let got = self.hub.poll();
+        let before = self.hub.refused - got.refused.len() as u64;
+        for (k, why) in got.refused.iter().enumerate() {
+            let n = before + k as u64 + 1;
+            if n <= REFUSALS_LOGGED {
+                let more = if n == REFUSALS_LOGGED {
+                    "; further refusals are not logged"
+                } else {
+                    ""
+                };
+                tracing::warn!("the watchdog refused a connection ({why}){more}");
+            }
         }
-        self.reports.resize(size, None);
-        for p in self.peers.iter_mut() {
-            let lines = p.read();
-            for line in &lines {
-                if let Ok(st) = serde_json::from_str::<RankStatus>(line) {
-                    let r = st.rank;
-                    if r < size {
-                        self.reports[r] = Some((st, Instant::now()));
+        let mut answered = Vec::new();
+        for (rank, body) in got.lines {
+            let Some(json) = body.strip_prefix("report ") else { continue };
+            // The report must be of the rank that authenticated, with times that can be.
+            match serde_json::from_str::<RankStatus>(json) {
+                Ok(st) if st.rank == rank && st.waited_s.is_finite() && st.waited_s >= 0.0 => {
+                    self.reports[rank] = Some((st, Instant::now()));
+                    if !answered.contains(&rank) {
+                        answered.push(rank);
                     }
                 }
+                _ => tracing::debug!("watchdog: ignored a malformed report on rank {rank}'s connection"),
             }
-            if !lines.is_empty() {
-                p.send("ack");
-            }
+        }
+        for rank in answered {
+            self.hub.send(rank, "ack");
         }
     }
 
@@ -306,26 +270,59 @@ impl Root {
     }
 
     fn abort_all(&mut self, message: &str) {
-        for p in self.peers.iter_mut() {
-            p.send(&format!("abort\t{message}"));
-        }
+        self.hub.send_all(&format!("abort\t{message}"));
     }
 }
 
-/// A rank's link to rank 0.
+/// A rank's link to rank 0 (None while broken; it is made again every few seconds).
 struct Member {
-    lines: Lines,
+    up: Option<Uplink>,
+    secret: Arc<Secret>,
+    addrs: Vec<SocketAddr>,
+    last_try: Instant,
     last_sent: Option<Instant>,
     last_ack: Instant,
 }
 
+/// How often a rank whose link broke tries to make it again.
+const RECONNECT: Duration = Duration::from_secs(5);
+
 impl Member {
-    fn new(stream: TcpStream) -> Member {
+    fn connect(rank: usize, secret: Arc<Secret>, addrs: Vec<SocketAddr>) -> Member {
+        let up = match Uplink::connect(&addrs, secret.clone(), rank) {
+            Ok(u) => Some(u),
+            Err(e) => {
+                tracing::warn!("watchdog: cannot reach rank 0's watchdog ({e}); a hang is reported from this rank's own wait until it can");
+                None
+            }
+        };
         Member {
-            lines: Lines::new(stream),
+            up,
+            secret,
+            addrs,
+            last_try: Instant::now(),
             last_sent: None,
             last_ack: Instant::now(),
         }
+    }
+
+    /// Sends this rank's status once a second and returns rank 0's lines.
+    fn exchange(&mut self, rank: usize, own: &RankStatus) -> Vec<String> {
+        if self.up.as_ref().is_some_and(|u| u.closed().is_some()) {
+            self.up = None;
+        }
+        if self.up.is_none() && self.last_try.elapsed() > RECONNECT {
+            self.last_try = Instant::now();
+            self.up = Uplink::connect(&self.addrs, self.secret.clone(), rank).ok();
+        }
+        let Some(up) = self.up.as_mut() else { return Vec::new() };
+        if self.last_sent.is_none_or(|t| t.elapsed() >= HEARTBEAT) {
+            if let Ok(json) = serde_json::to_string(own) {
+                up.send(&format!("report {json}"));
+            }
+            self.last_sent = Some(Instant::now());
+        }
+        up.receive()
     }
 }
 
@@ -353,10 +350,14 @@ fn watch(s: Arc<Shared>, mut link: Link) {
 
 /// Rank 0: collects the reports and decides when a collective has hung.
 fn judge_as_root(s: &Shared, root: &mut Root, own: RankStatus) -> Option<String> {
-    root.poll(s.size);
+    root.poll();
     let statuses = root.statuses(own);
+    // A rank sitting out a study point waits there by design: only the others hang.
     let hung = statuses.iter().any(|st| {
-        st.silent_s == 0.0 && st.pending.as_ref().is_some_and(|p| p.state == flight::State::Started) && st.waited_s > s.limit_s()
+        !st.idle
+            && st.silent_s == 0.0
+            && st.pending.as_ref().is_some_and(|p| p.state == flight::State::Started)
+            && st.waited_s > s.limit_s()
     });
     if !hung {
         return None;
@@ -373,13 +374,7 @@ enum Verdict {
 
 /// Other ranks: report to rank 0, obey its verdict, and act alone when it is silent.
 fn judge_as_member(s: &Shared, m: &mut Member, own: RankStatus) -> Option<Verdict> {
-    if m.last_sent.is_none_or(|t| t.elapsed() >= HEARTBEAT) {
-        if let Ok(line) = serde_json::to_string(&own) {
-            m.lines.send(&line);
-        }
-        m.last_sent = Some(Instant::now());
-    }
-    for line in m.lines.read() {
+    for line in m.exchange(s.rank, &own) {
         if line == "ack" {
             m.last_ack = Instant::now();
         } else if let Some(msg) = line.strip_prefix("abort\t") {
@@ -388,6 +383,9 @@ fn judge_as_member(s: &Shared, m: &mut Member, own: RankStatus) -> Option<Verdic
     }
     let silent = m.last_ack.elapsed();
     let (pending, waited) = (own.pending.as_ref()?, own.waited_s);
+    if own.idle {
+        return None;
+    }
     if silent > SILENT_AFTER && waited > s.limit_s() + SILENT_AFTER.as_secs_f64() {
         return Some(Verdict::Own(format!(
             "rank 0's watchdog has not answered for {:.0} s (rank 0 stopped or its node is gone); rank {} on {} waited {waited:.0} s in {}",
@@ -403,7 +401,7 @@ fn judge_as_member(s: &Shared, m: &mut Member, own: RankStatus) -> Option<Verdic
 /// Without a link to rank 0: only this rank's own wait counts.
 fn judge_alone(s: &Shared, own: &RankStatus) -> Option<String> {
     let pending = own.pending.as_ref()?;
-    (pending.state == flight::State::Started && own.waited_s > s.limit_s()).then(|| {
+    (!own.idle && pending.state == flight::State::Started && own.waited_s > s.limit_s()).then(|| {
         format!(
             "rank {} on {} waited {:.0} s in {}; which rank is missing is unknown (no link to rank 0's watchdog)",
             s.rank,
@@ -427,8 +425,17 @@ fn give_up(s: &Shared, link: &mut Link, verdict: Verdict) -> ! {
     if let Verdict::Own(m) = &verdict {
         eprintln!("watchdog: {m}. Aborting the job");
     }
+    let flight_dir = match &run {
+        Some(run) => Some(run.dir.clone()),
+        None => s.flight_dir.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+    };
+    if let Some(dir) = &flight_dir {
+        let _ = FlightDump::here(s.rank, &s.host, message).write(dir);
+        if s.rank == 0 {
+            eprintln!("flight records: ddpbench diagnose {}", dir.display());
+        }
+    }
     if let Some(run) = &run {
-        let _ = FlightDump::here(s.rank, &s.host, message).write(&run.dir);
         let end = EndRecord {
             run_id: run.run_id.clone(),
             rank: s.rank,
@@ -440,8 +447,7 @@ fn give_up(s: &Shared, link: &mut Link, verdict: Verdict) -> ! {
         };
         let _ = end.write(&run.dir);
         if s.rank == 0 {
-            mark_manifest(&run, RunStatus::Failed, &format!("watchdog: {message}"));
-            eprintln!("flight records: ddpbench diagnose {}", run.dir.display());
+            mark_manifest(run, RunStatus::Failed, &format!("watchdog: {message}"));
         }
     }
     // Let the other ranks write their records before the job is torn down.
