@@ -5,7 +5,7 @@
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use clap::{Parser, ValueEnum};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::train::TrainConfig;
 
@@ -109,6 +109,39 @@ pub fn option_name(key: &str) -> String {
     key.replace('_', "-")
 }
 
+/// Whether `name` is the long name of a `ddpbench train` option, exactly.
+fn is_train_option(name: &str) -> bool {
+    use clap::CommandFactory;
+    TrainLine::command().get_arguments().any(|a| a.get_long() == Some(name))
+}
+
+/// A study's name becomes a folder name under `results/`: letters, digits, `.`, `_` and
+/// `-` only, not starting with a dot.
+pub fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    ensure!(
+        ok,
+        "study name `{name}`: use letters, digits, `.`, `_` and `-` only (it names the folder results/study-<name>), at most 128 characters, not starting with a dot"
+    );
+    Ok(())
+}
+
+/// A file name made into a study name ([`check_name`]'s characters).
+pub fn name_from_file(stem: &str) -> String {
+    let s = slug(stem);
+    if s.is_empty() {
+        "study".into()
+    } else {
+        s.trim_start_matches('.').to_string()
+    }
+}
+
+/// The most points a study plans; more is refused with the count before any is built.
+pub const MAX_POINTS: usize = 10_000;
+
 impl StudySpec {
     /// Reads a study from TOML text. Every key is a study key ([`STUDY_KEYS`], with
     /// `model`, `dataset` and `batch_size` accepted for the grid keys) or a `train`
@@ -138,7 +171,11 @@ impl StudySpec {
     /// Sets one key (from the file or the command line; a later one wins).
     pub fn set(&mut self, key: &str, v: &toml::Value) -> Result<()> {
         match key.replace('-', "_").as_str() {
-            "name" => self.name = strings(key, v)?.join("-"),
+            "name" => {
+                let name = strings(key, v)?.join("-");
+                check_name(&name)?;
+                self.name = name;
+            }
             "description" => {}
             "models" | "model" => self.models = strings(key, v)?,
             "datasets" | "dataset" => self.datasets = strings(key, v)?,
@@ -164,8 +201,13 @@ impl StudySpec {
             "out" => bail!("study key `out`: the study's points are written under the study folder (--out of `ddpbench study`)"),
             "node_slots" => bail!("study key `node_slots` is set by the study itself"),
             _ => {
-                ensure!(!as_list(v).is_empty(), "study key `{key}` is an empty list");
                 let name = option_name(key);
+                ensure!(
+                    is_train_option(&name),
+                    "unknown study key `{key}`: neither a study key ({}) nor a `ddpbench train` option",
+                    STUDY_KEYS.join(", ")
+                );
+                ensure!(!as_list(v).is_empty(), "study key `{key}` is an empty list");
                 self.train.retain(|(k, _)| *k != name);
                 self.train.push((name, as_list(v)));
             }
@@ -457,10 +499,8 @@ fn setting_args(setting: &[(String, toml::Value)]) -> Vec<String> {
         match v {
             toml::Value::Boolean(true) => args.push(format!("--{k}")),
             toml::Value::Boolean(false) => {}
-            other => {
-                args.push(format!("--{k}"));
-                args.push(value_text(other));
-            }
+            // One argument, so that a value such as -5 is never read as a flag.
+            other => args.push(format!("--{k}={}", value_text(other))),
         }
     }
     args
@@ -473,6 +513,92 @@ fn slug(s: &str) -> String {
         .collect::<String>()
         .trim_matches('-')
         .to_string()
+}
+
+/// One cell of the grid: what a point trains, before its rank count.
+struct Setting<'a> {
+    model: &'a str,
+    dataset: &'a str,
+    setting: &'a [(String, toml::Value)],
+    batch: usize,
+    mode: &'a str,
+    workload: &'a str,
+}
+
+/// The points planned so far, indexed by (command line, world ranks) so that the run
+/// that serves two curves (the 1-rank point, mostly) is found in constant time.
+struct Grid<'a> {
+    spec: &'a StudySpec,
+    threads_per_rank: usize,
+    node_slots: usize,
+    points: Vec<Point>,
+    index: HashMap<(Vec<String>, Vec<usize>), usize>,
+    skipped: Vec<Skipped>,
+}
+
+impl Grid<'_> {
+    /// Adds the `k`-rank point of `at` on `world_ranks`, or marks an existing one as
+    /// serving `at.mode` too.
+    fn add(&mut self, at: &Setting, k: usize, world_ranks: &[usize]) {
+        let per_rank = if at.mode == "strong" {
+            if at.batch % k != 0 {
+                self.skipped.push(Skipped {
+                    workload: format!("{} (strong)", at.workload),
+                    ranks: k,
+                    why: format!("the global batch {} does not divide by {k} ranks", at.batch),
+                });
+                return;
+            }
+            at.batch / k
+        } else {
+            at.batch
+        };
+        let mut args = vec![
+            "--model".to_string(),
+            at.model.to_string(),
+            "--dataset".into(),
+            at.dataset.to_string(),
+            "--batch-size".into(),
+            per_rank.to_string(),
+            "--threads".into(),
+            self.threads_per_rank.to_string(),
+            "--node-slots".into(),
+            self.node_slots.to_string(),
+        ];
+        if let Some(dir) = self.spec.data_dirs.get(at.dataset) {
+            args.extend(["--data-dir".to_string(), dir.clone()]);
+        }
+        args.extend(setting_args(at.setting));
+        let key = (args, world_ranks.to_vec());
+        if let Some(&i) = self.index.get(&key) {
+            let p = &mut self.points[i];
+            if !p.scaling.split('+').any(|m| m == at.mode) {
+                p.scaling = format!("{}+{}", p.scaling, at.mode);
+            }
+            return;
+        }
+        let spread = if self.spec.placement == PlacementPolicy::Spread {
+            "-spread"
+        } else {
+            ""
+        };
+        let suffix = if at.mode == "strong" {
+            format!("-strong-b{per_rank}")
+        } else {
+            String::new()
+        };
+        self.index.insert(key.clone(), self.points.len());
+        self.points.push(Point {
+            id: format!("{:03}-{}{suffix}-r{k}{spread}", self.points.len(), at.workload),
+            workload: at.workload.to_string(),
+            ranks: k,
+            world_ranks: key.1,
+            batch_per_rank: per_rank,
+            global_batch: per_rank * k,
+            scaling: at.mode.to_string(),
+            args: key.0,
+        });
+    }
 }
 
 /// Lays a study over a job: the ladder, each point's ranks, batch and `train` options.
@@ -504,14 +630,38 @@ pub fn plan(spec: &StudySpec, layout: &Layout, cores_per_node: usize) -> Result<
         (None, None) => (cores_per_node / node_slots).max(1),
     };
     let axes: Vec<(String, Vec<toml::Value>)> = spec.train.iter().filter(|(k, _)| k != "threads").cloned().collect();
-    let varying: Vec<&str> = axes.iter().filter(|(_, v)| v.len() > 1).map(|(k, _)| k.as_str()).collect();
     let modes: Vec<&str> = match spec.scaling {
         Scaling::Weak => vec!["weak"],
         Scaling::Strong => vec!["strong"],
         Scaling::Both => vec!["weak", "strong"],
     };
-    let mut points: Vec<Point> = Vec::new();
-    let mut skipped = Vec::new();
+    let planned = [
+        spec.models.len(),
+        spec.datasets.len(),
+        spec.batch_sizes.len(),
+        modes.len(),
+        ladder.len(),
+    ]
+    .into_iter()
+    .chain(axes.iter().map(|(_, v)| v.len()))
+    .try_fold(1usize, |n, k| n.checked_mul(k));
+    match planned {
+        Some(n) if n <= MAX_POINTS => {}
+        n => bail!(
+            "the study would plan {} points (models × data sets × grid values × batch sizes × scaling × rank counts), \
+             more than {MAX_POINTS}: split it into several studies",
+            n.map(|n| n.to_string()).unwrap_or_else(|| "more than 2^64".into())
+        ),
+    }
+    let varying: Vec<&str> = axes.iter().filter(|(_, v)| v.len() > 1).map(|(k, _)| k.as_str()).collect();
+    let mut grid = Grid {
+        spec,
+        threads_per_rank,
+        node_slots,
+        points: Vec::new(),
+        index: HashMap::new(),
+        skipped: Vec::new(),
+    };
     for model in &spec.models {
         for dataset in &spec.datasets {
             for setting in combinations(&axes) {
@@ -521,74 +671,36 @@ pub fn plan(spec: &StudySpec, layout: &Layout, cores_per_node: usize) -> Result<
                     .map(|(k, v)| format!("{k}-{}", slug(&value_text(v))))
                     .collect();
                 for &batch in &spec.batch_sizes {
+                    let workload = [slug(model), slug(dataset), format!("b{batch}")]
+                        .into_iter()
+                        .chain(label.iter().cloned())
+                        .collect::<Vec<_>>()
+                        .join("-");
                     for mode in &modes {
-                        let workload = [slug(model), slug(dataset), format!("b{batch}")]
-                            .into_iter()
-                            .chain(label.iter().cloned())
-                            .collect::<Vec<_>>()
-                            .join("-");
                         for (k, world_ranks) in &members {
-                            let per_rank = if *mode == "strong" {
-                                if batch % k != 0 {
-                                    skipped.push(Skipped {
-                                        workload: format!("{workload} (strong)"),
-                                        ranks: *k,
-                                        why: format!("the global batch {batch} does not divide by {k} ranks"),
-                                    });
-                                    continue;
-                                }
-                                batch / k
-                            } else {
-                                batch
+                            let at = Setting {
+                                model,
+                                dataset,
+                                setting: &setting,
+                                batch,
+                                mode,
+                                workload: &workload,
                             };
-                            let mut args = vec![
-                                "--model".to_string(),
-                                model.clone(),
-                                "--dataset".into(),
-                                dataset.clone(),
-                                "--batch-size".into(),
-                                per_rank.to_string(),
-                                "--threads".into(),
-                                threads_per_rank.to_string(),
-                                "--node-slots".into(),
-                                node_slots.to_string(),
-                            ];
-                            if let Some(dir) = spec.data_dirs.get(dataset) {
-                                args.extend(["--data-dir".to_string(), dir.clone()]);
-                            }
-                            args.extend(setting_args(&setting));
-                            // The same run serves both curves (the 1-rank point, mostly).
-                            if let Some(p) = points.iter_mut().find(|p| p.args == args && p.world_ranks == *world_ranks) {
-                                if !p.scaling.contains(mode) {
-                                    p.scaling = format!("{}+{mode}", p.scaling);
-                                }
-                                continue;
-                            }
-                            let spread = if spec.placement == PlacementPolicy::Spread { "-spread" } else { "" };
-                            let suffix = if *mode == "strong" {
-                                format!("-strong-b{per_rank}")
-                            } else {
-                                String::new()
-                            };
-                            points.push(Point {
-                                id: format!("{:03}-{workload}{suffix}-r{k}{spread}", points.len()),
-                                workload: workload.clone(),
-                                ranks: *k,
-                                world_ranks: world_ranks.clone(),
-                                batch_per_rank: per_rank,
-                                global_batch: per_rank * k,
-                                scaling: mode.to_string(),
-                                args,
-                            });
+                            grid.add(&at, *k, world_ranks);
                         }
                     }
                 }
             }
         }
     }
+    let Grid { points, skipped, .. } = grid;
     ensure!(!points.is_empty(), "the study has no point to run ({} skipped)", skipped.len());
+    // Points that share a command line (the same setting at several rank counts) parse once.
+    let mut checked: HashSet<&Vec<String>> = HashSet::new();
     for p in &points {
-        parse_train(&p.args).with_context(|| format!("point {}", p.id))?;
+        if checked.insert(&p.args) {
+            parse_train(&p.args).with_context(|| format!("point {}", p.id))?;
+        }
     }
     Ok(Plan {
         points,
@@ -744,9 +856,24 @@ mod tests {
 
     #[test]
     fn unknown_keys_and_bad_values_are_named() {
-        let spec = StudySpec::from_toml("max_stepz = 5\n", "x").unwrap();
-        let e = plan(&spec, &hosts(1, 2), 2).unwrap_err();
+        let e = StudySpec::from_toml("max_stepz = 5\n", "x").unwrap_err();
         assert!(format!("{e:#}").contains("unknown study key `max_stepz`"), "{e:#}");
+        // Keys match an option exactly: one that smuggles a value in is unknown.
+        let e = StudySpec::from_toml("\"out=/elsewhere\" = true\n", "x").unwrap_err();
+        assert!(format!("{e:#}").contains("unknown study key `out=/elsewhere`"), "{e:#}");
+        // A negative value is a value, named with its option, not an unknown key `_5`.
+        let spec = StudySpec::from_toml("max_steps = -5\n", "x").unwrap();
+        let e = format!("{:#}", plan(&spec, &hosts(1, 2), 2).unwrap_err());
+        assert!(
+            e.contains("-5") && e.contains("--max-steps") && !e.contains("unknown study key"),
+            "{e}"
+        );
+        // The name becomes a folder: no separators, no escaping results/.
+        for bad in ["x/../../../escaped", "..", ".hidden", "a b"] {
+            let e = StudySpec::from_toml(&format!("name = \"{bad}\"\n"), "x").unwrap_err();
+            assert!(e.to_string().contains("study name"), "{bad}: {e}");
+        }
+        assert_eq!(name_from_file("my study"), "my-study");
         let e = StudySpec::from_toml("placement = \"diagonal\"\n", "x").unwrap_err();
         assert!(e.to_string().contains("not one of pack, spread"), "{e}");
         let e = StudySpec::from_toml("out = \"x\"\n", "x").unwrap_err();
@@ -781,5 +908,20 @@ mod tests {
         let again = plan(&StudySpec::from_toml(&text, "other").unwrap(), &hosts(1, 2), 2).unwrap();
         assert_eq!(p.points, again.points);
         assert_ne!(study_hash(&text), study_hash(&text.replace("3", "4")));
+    }
+
+    #[test]
+    fn a_huge_grid_is_refused_with_its_count_before_it_is_built() {
+        let lrs: Vec<String> = (1..=400).map(|i| format!("{}.0", i)).collect();
+        let seeds: Vec<String> = (1..=320).map(|i| i.to_string()).collect();
+        let text = format!("lr = [{}]\nseed = [{}]\n", lrs.join(", "), seeds.join(", "));
+        let spec = StudySpec::from_toml(&text, "x").unwrap();
+        let e = plan(&spec, &hosts(1, 2), 2).unwrap_err().to_string();
+        assert!(e.contains("256000 points") && e.contains("more than 10000"), "{e}");
+        // Below the cap, points that share a setting are found, not duplicated.
+        let spec = StudySpec::from_toml("seed = [1, 2, 3]\nscaling = \"both\"\n", "x").unwrap();
+        let p = plan(&spec, &hosts(1, 2), 2).unwrap();
+        assert_eq!(p.points.len(), 3 * 3, "{:?}", p.points.iter().map(|p| &p.id).collect::<Vec<_>>());
+        assert!(p.points.iter().filter(|q| q.ranks == 1).all(|q| q.scaling == "weak+strong"));
     }
 }
