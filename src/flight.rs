@@ -330,8 +330,10 @@ fn rank_list(ranks: &[usize]) -> String {
 /// not completed) and which of `size` ranks have not entered it. `statuses` holds what
 /// is known (a rank without one is silent). None when no rank waits in a collective.
 pub fn diagnose(all: &[RankStatus], size: usize) -> Option<Diagnosis> {
-    // Ranks sitting out the current part are no party to its collectives.
-    let statuses: Vec<RankStatus> = all.iter().filter(|s| !s.idle).cloned().collect();
+    // Ranks sitting out the current part are no party to its collectives, unless they
+    // went silent: a stopped rank's last report is stale (the part it sat out may have
+    // ended), and it will hold every collective of the job.
+    let statuses: Vec<RankStatus> = all.iter().filter(|s| !s.idle || s.silent_s > 0.0).cloned().collect();
     let statuses = &statuses[..];
     let started: Vec<&Record> = statuses
         .iter()
@@ -358,7 +360,7 @@ pub fn diagnose(all: &[RankStatus], size: usize) -> Option<Diagnosis> {
         .map(named)
         .collect();
     stuck_inside.sort_by_key(|m| m.0);
-    let idle: Vec<usize> = all.iter().filter(|s| s.idle).map(|s| s.rank).collect();
+    let idle: Vec<usize> = all.iter().filter(|s| s.idle && s.silent_s == 0.0).map(|s| s.rank).collect();
     let silent: Vec<usize> = (0..size).filter(|r| !known.contains(r) && !idle.contains(r)).collect();
     let waiting: Vec<usize> = statuses
         .iter()
@@ -452,6 +454,26 @@ mod tests {
         let d = diagnose(&[status(0, held(7), 90.0, Some(6)), status(1, None, 0.0, Some(6)), idle2, idle3], 4).unwrap();
         assert_eq!(d.missing.iter().map(|m| m.0).collect::<Vec<_>>(), vec![1]);
         assert!(d.silent.is_empty(), "{:?}", d.silent);
+    }
+
+    #[test]
+    fn a_rank_that_went_silent_while_sitting_out_a_point_is_named() {
+        // Rank 1 sat out a 1-rank point and was stopped; rank 0 finished the point and
+        // waits for it in the study's next collective (a higher part's number).
+        let mut stopped = status(1, Some(rec(5, State::Started)), 3.0, Some(4));
+        stopped.idle = true;
+        stopped.silent_s = 20.0;
+        let d = diagnose(
+            &[status(0, Some(rec(1 << 33, State::Started)), 21.0, Some((1 << 33) - 1)), stopped],
+            2,
+        )
+        .unwrap();
+        assert_eq!(d.missing, vec![(1, "node1".to_string(), 20.0)]);
+        assert!(
+            d.message().starts_with("rank 1 on node1 (silent for 20 s) has not entered"),
+            "{}",
+            d.message()
+        );
     }
 
     #[test]

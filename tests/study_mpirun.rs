@@ -291,3 +291,159 @@ fn bad_study_files_are_refused_before_anything_runs() {
         assert!(!d.path().join("never").join("runs").exists(), "{text}");
     }
 }
+
+/// Start times of every run folder of a study, by name.
+fn run_starts(out: &Path) -> std::collections::BTreeMap<String, String> {
+    std::fs::read_dir(out.join("runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let m = json(&e.path().join("manifest.json"));
+            (e.file_name().to_string_lossy().into_owned(), m["start_utc"].to_string())
+        })
+        .collect()
+}
+
+/// `state.json` cut in half, then deleted, then a run whose manifest still says
+/// `running` (its job died under it): the same command again never removes a finished
+/// run; the unfinished one is moved aside and run again.
+#[test]
+fn a_damaged_or_missing_state_never_deletes_a_finished_point() {
+    let d = tmp();
+    let file = d.path().join("keep.toml");
+    std::fs::write(
+        &file,
+        "name = \"keep\"\nbatch_sizes = [32]\nranks = [1, 2]\nmax_steps = 8\nval_samples = 0\nprobe_iters = 0\n",
+    )
+    .unwrap();
+    let out = d.path().join("study");
+    study(&file, &out, &[]).assert_ok();
+    let first = run_starts(&out);
+    assert_eq!(first.len(), 2, "{first:?}");
+    let state = std::fs::read_to_string(out.join("state.json")).unwrap();
+    std::fs::write(out.join("state.json"), &state[..state.len() / 2]).unwrap();
+    let job = study(&file, &out, &[]);
+    job.assert_ok();
+    assert!(
+        job.all().contains("was damaged") && job.all().contains("rebuilt from the run folders"),
+        "{}",
+        job.all()
+    );
+    assert_eq!(run_starts(&out), first, "a finished run was run again");
+    std::fs::remove_file(out.join("state.json")).unwrap();
+    let job = study(&file, &out, &[]);
+    job.assert_ok();
+    assert!(job.all().contains("was missing"), "{}", job.all());
+    assert_eq!(run_starts(&out), first, "a finished run was run again");
+    let rows = points(&out);
+    assert!(
+        rows.iter().rev().take(2).all(|r| r["status"] == "skipped (completed earlier)"),
+        "{rows:?}"
+    );
+    // A run whose job died under it: moved aside (kept), and run again.
+    let (dead, kept) = {
+        let mut names = first.keys();
+        (names.next().unwrap().clone(), names.next().unwrap().clone())
+    };
+    let manifest = out.join("runs").join(&dead).join("manifest.json");
+    let text = std::fs::read_to_string(&manifest).unwrap().replace("\"completed\"", "\"running\"");
+    std::fs::write(&manifest, text).unwrap();
+    std::fs::remove_file(out.join("state.json")).unwrap();
+    study(&file, &out, &[]).assert_ok();
+    let now = run_starts(&out);
+    assert_eq!(now[&kept], first[&kept]);
+    assert_ne!(now[&dead], first[&dead], "the unfinished run was not run again");
+    let discarded: Vec<String> = std::fs::read_dir(out.join("discarded"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(discarded.len() == 1 && discarded[0].starts_with(&dead), "{discarded:?}");
+}
+
+/// Rank 1 sits out the 1-rank point and is stopped there: the watchdog names rank 1
+/// once rank 0 waits for it, and the point rank 0 finished stays completed, in its
+/// folder and in the study's state.
+#[test]
+fn a_rank_stopped_while_sitting_out_a_point_is_named_and_the_point_stays_completed() {
+    use std::os::unix::process::CommandExt;
+    let d = tmp();
+    let file = d.path().join("idle.toml");
+    std::fs::write(
+        &file,
+        "name = \"idle\"\nbatch_sizes = [32]\nranks = [1, 2]\nmax_steps = 120\nval_samples = 0\nprobe_iters = 0\nwatchdog_s = 5\n",
+    )
+    .unwrap();
+    let out = d.path().join("study");
+    let err_log = d.path().join("err");
+    let mut cmd = study_cmd(&file, &out, &[]);
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err_log).unwrap())
+        .process_group(0);
+    let mut child = cmd.spawn().unwrap();
+    let first = out.join("runs").join("000-mnist-cnn-fashion-mnist-b32-r1-rep0");
+    let start = std::time::Instant::now();
+    while std::fs::read_to_string(first.join("rank-00000.csv"))
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+        < 5
+    {
+        assert!(start.elapsed() < LIMIT, "the 1-rank point never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pids = Command::new("pgrep")
+        .args(["-f", &format!("study .*{}", path_str(&out))])
+        .output()
+        .unwrap()
+        .stdout;
+    let rank1 = String::from_utf8(pids)
+        .unwrap()
+        .lines()
+        .filter_map(|p| p.trim().parse::<i32>().ok())
+        .find(|p| std::fs::read(format!("/proc/{p}/environ")).is_ok_and(|e| e.split(|&b| b == 0).any(|v| v == b"OMPI_COMM_WORLD_RANK=1")))
+        .expect("rank 1's process");
+    unsafe { libc::kill(rank1, libc::SIGSTOP) };
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > LIMIT {
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            panic!("the study did not end:\n{}", std::fs::read_to_string(&err_log).unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    unsafe { libc::kill(rank1, libc::SIGKILL) };
+    let err = std::fs::read_to_string(&err_log).unwrap();
+    assert!(!status.success(), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("watchdog: "))
+        .unwrap_or_else(|| panic!("no watchdog line:\n{err}"));
+    assert!(line.starts_with("watchdog: rank 1 on ") && line.contains("silent for"), "{line}");
+    assert_eq!(json(&first.join("manifest.json"))["status"], "completed", "{err}");
+    assert_eq!(json(&first.join("rank-00000.end.json"))["status"], "completed");
+    let state = json(&out.join("state.json"));
+    assert_eq!(state["000-mnist-cnn-fashion-mnist-b32-r1-rep0"]["status"], "completed", "{state}");
+    assert!(
+        out.join("rank-00000.flight.json").is_file(),
+        "flight records go to the study folder"
+    );
+}
+
+/// A study in which no run completes exits non-zero and says so.
+#[test]
+fn a_study_where_nothing_completes_exits_non_zero() {
+    let d = tmp();
+    let file = d.path().join("none.toml");
+    // cifar10 holds 3×32×32 images, which mnist-cnn cannot take.
+    std::fs::write(
+        &file,
+        "name = \"none\"\ndatasets = [\"cifar10\"]\nbatch_sizes = [32]\nranks = [1]\nmax_steps = 5\nval_samples = 0\nprobe_iters = 0\n",
+    )
+    .unwrap();
+    let out = d.path().join("study");
+    let job = study(&file, &out, &[]);
+    assert!(!job.ok(), "{}", job.all());
+    assert!(job.all().contains("no run of the study completed"), "{}", job.all());
+}

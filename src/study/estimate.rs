@@ -98,10 +98,13 @@ fn read_timing(dir: &Path, point: &Point) -> Result<Timing, String> {
 pub fn time_workloads(g: &Group, plan: &Plan, watchdog: &Watchdog) -> BTreeMap<String, Result<Timing, String>> {
     let mut out = BTreeMap::new();
     let scratch = std::env::temp_dir().join(format!("ddpbench-estimate-{}", std::process::id()));
-    for (workload, points) in plan::by_workload(&plan.points) {
+    for (k, (workload, points)) in plan::by_workload(&plan.points).into_iter().enumerate() {
         let Some(point) = points.iter().min_by_key(|p| p.ranks) else {
             continue;
         };
+        // Numbered apart from the study's points; the ranks that wait sit this part out.
+        let base = (1u64 << 62) + ((k as u64) << 32);
+        crate::flight::recorder().begin_part(base, g.rank != 0);
         let color = if g.rank == 0 { Color::with_value(0) } else { Color::undefined() };
         let sub = g.comm.split_by_color(color);
         if let Some(comm) = sub {
@@ -116,7 +119,8 @@ pub fn time_workloads(g: &Group, plan: &Plan, watchdog: &Watchdog) -> BTreeMap<S
                 .and_then(|()| read_timing(&dir, point));
             out.insert(workload, result);
         }
-        wait_without_spinning(g);
+        wait_without_spinning(g, "timing a workload");
+        crate::flight::recorder().begin_part(base + (1 << 31), false);
     }
     let _ = std::fs::remove_dir_all(&scratch);
     out

@@ -13,9 +13,10 @@
 mod estimate;
 pub mod plan;
 mod report;
+mod state;
 
 use crate::cli::ReduceArgs;
-use crate::record::{self, CsvLog, Manifest};
+use crate::record::{self, CsvLog, RunStatus};
 use crate::train::{self, signals, watchdog, watchdog::Watchdog};
 use crate::world::{agree, all_strings, broadcast_string, gather_strings, AgreedError, Group, World};
 use anyhow::{bail, Context, Result};
@@ -24,6 +25,7 @@ use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use mpi::topology::{Color, Communicator};
 use plan::{Layout, PlacementPolicy, Plan, Point, Scaling, StudySpec};
 use serde::{Deserialize, Serialize};
+use state::{Decision, PointOutcome, State};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -102,9 +104,7 @@ pub fn spec_of(args: &StudyArgs) -> Result<StudySpec> {
     let (text, default_name) = match &args.file {
         Some(f) => (
             std::fs::read_to_string(f).with_context(|| format!("cannot read the study file {}", f.display()))?,
-            f.file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "study".into()),
+            plan::name_from_file(&f.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()),
         ),
         None => (String::new(), "default".to_string()),
     };
@@ -113,6 +113,7 @@ pub fn spec_of(args: &StudyArgs) -> Result<StudySpec> {
         None => "the default study".into(),
     })?;
     if let Some(v) = &args.name {
+        plan::check_name(v).context("--name")?;
         s.name = v.clone();
     }
     if let Some(v) = &args.models {
@@ -150,15 +151,6 @@ struct StudyFile {
     world_size: usize,
     nodes: usize,
     points: Vec<serde_json::Value>,
-}
-
-/// Outcome of every point run so far (`state.json`), rewritten atomically after each.
-type State = BTreeMap<String, PointOutcome>;
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct PointOutcome {
-    status: String,
-    error: Option<String>,
 }
 
 /// One row of `points.csv`.
@@ -199,7 +191,15 @@ pub fn main(args: StudyArgs) -> Result<()> {
     signals::install();
     let watchdog = Watchdog::start(g, watchdog::SETUP_LIMIT_S);
     match run(g, &spec, &args, &watchdog) {
-        Ok(()) => Ok(()),
+        Ok(Ended::DryRun | Ended::Done(None)) => Ok(()),
+        Ok(Ended::Done(Some(why))) => {
+            drop(watchdog);
+            drop(world);
+            if launcher_rank == 0 {
+                bail!("{why}");
+            }
+            std::process::exit(1)
+        }
         Err(err) => {
             let agreed = err.downcast_ref::<AgreedError>().is_some();
             drop(watchdog);
@@ -233,8 +233,14 @@ fn layout(g: &Group) -> Result<(Layout, usize)> {
     Ok((Layout::from_hosts(&hosts), fewest as usize))
 }
 
-/// Every rank's string, on every rank.
-fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Result<()> {
+/// How a study ended, for its exit status.
+enum Ended {
+    DryRun,
+    /// Every point ran or was skipped; Some(why) when the study must exit non-zero.
+    Done(Option<String>),
+}
+
+fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Result<Ended> {
     let (layout, cores) = layout(g)?;
     let plan = agree(g, plan::plan(spec, &layout, cores))?;
     let resolved = spec.to_toml(&plan.ladder, plan.threads_per_rank);
@@ -243,172 +249,231 @@ fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Re
         .clone()
         .unwrap_or_else(|| PathBuf::from("results").join(format!("study-{}", spec.name)));
     if args.dry_run {
-        if g.rank == 0 {
-            print_plan(spec, &plan, &layout, &out);
-            println!(
-                "\ntiming each workload on rank 0 ({} steps of its fewest-rank point, no validation) ...",
-                estimate::TIMED_STEPS
-            );
-        }
-        let timings = estimate::time_workloads(g, &plan, watchdog);
-        if g.rank == 0 {
-            print_estimate(&plan, spec.repeat, &timings);
-        }
-        return Ok(());
+        dry_run(g, spec, &plan, &layout, &out, watchdog);
+        return Ok(Ended::DryRun);
     }
+    let names: Vec<String> = plan::schedule(plan.points.len(), spec.repeat)
+        .iter()
+        .map(|&(pi, rep)| plan::run_name(&plan.points[pi], rep))
+        .collect();
     let opened = if g.rank == 0 {
-        open_folder(&out, spec, &plan, &resolved, &layout)
+        open_folder(&out, spec, &plan, &resolved, &layout, &names)
     } else {
         Ok(State::new())
     };
-    let mut state = agree(g, opened)?;
+    let state = agree(g, opened)?;
+    // Between points a hang's flight records go to the study's folder.
+    watchdog.set_flight_dir(out.clone());
     if g.rank == 0 {
-        info!(
-            "study {}: {} points × {} repeat(s) on {} ranks ({} node(s)), {} thread(s) per rank, into {}",
-            spec.name,
-            plan.points.len(),
-            spec.repeat,
-            g.size,
-            layout.nodes.len(),
-            plan.threads_per_rank,
-            out.display()
-        );
-        for s in &plan.skipped {
-            warn!("skipped: {} at {} ranks: {}", s.workload, s.ranks, s.why);
-        }
+        announce(spec, &plan, &layout, g.size, &out);
     }
     if args.allreduce_sweep {
-        let sweep_dir = out.join("allreduce");
-        let done = g.rank == 0 && sweep_dir.join("allreduce_model.json").is_file();
-        if broadcast_string(g, if done { "done" } else { "" }) != "done" {
-            if g.rank == 0 {
-                info!("sweeping the all-reduce on all {} ranks into {}", g.size, sweep_dir.display());
-                let _ = std::fs::remove_dir_all(&sweep_dir);
-            }
-            crate::allreduce::run_on(g, &crate::allreduce::AllreduceArgs::for_study(sweep_dir), None)?;
-        }
+        sweep(g, &out)?;
     }
-    let mut rows = if g.rank == 0 {
-        Some(CsvLog::<PointRow>::append_or_create(&out.join("points.csv"))?)
-    } else {
-        None
+    let mut book = Book {
+        out: out.clone(),
+        layout,
+        state,
+        rows: if g.rank == 0 {
+            Some(CsvLog::<PointRow>::append_or_create(&out.join("points.csv"))?)
+        } else {
+            None
+        },
     };
-    let schedule = plan::schedule(plan.points.len(), spec.repeat);
     let mut stopped = false;
-    for (part, &(pi, rep)) in schedule.iter().enumerate() {
+    for (part, &(pi, rep)) in plan::schedule(plan.points.len(), spec.repeat).iter().enumerate() {
         let point = &plan.points[pi];
         let name = plan::run_name(point, rep);
-        let dir = out.join("runs").join(&name);
-        // Rank 0 decides from the state what to do with this point; every rank follows.
+        // Rank 0 decides from the run's folder what to do with this point; every rank follows.
         let decision = if g.rank == 0 {
-            decide(&state, &name, &dir, args.retry_failed)
+            state::decide(&out, &book.state, &name, args.retry_failed)
         } else {
-            String::new()
+            Ok(Decision::Run)
         };
-        let decision = broadcast_string(g, &decision);
-        if decision != "run" {
-            if let Some(r) = rows.as_mut() {
-                r.write(&row(point, rep, &name, &layout, &decision, "", 0.0, 0.0))?;
-            }
+        let skip = match agree(g, decision)? {
+            Decision::Run => String::new(),
+            Decision::Skip(why) => why,
+        };
+        let skip = broadcast_string(g, &skip);
+        if !skip.is_empty() {
+            book.row(point, rep, &name, &skip, "", 0.0, 0.0)?;
             continue;
         }
-        let base = (part as u64 + 1) << 32;
-        let member = point.world_ranks.contains(&g.rank);
-        crate::flight::recorder().begin_part(base, false);
-        watchdog.set_limit(watchdog::SETUP_LIMIT_S);
-        let started = Instant::now();
-        let color = if member { Color::with_value(0) } else { Color::undefined() };
-        let sub = {
-            let _f = crate::flight::enter("split", &format!("study point {name}"));
-            g.comm.split_by_color(color)
-        };
-        let (mut outcome, idle) = match sub {
-            Some(comm) => {
-                let pg = Group::new(comm, g.threading);
-                let result = run_point(&pg, point, &dir, watchdog);
-                let outcome = match result {
-                    Ok(()) if signals::received().is_some() => PointOutcome {
-                        status: "interrupted".into(),
-                        error: None,
-                    },
-                    Ok(()) => PointOutcome {
-                        status: "completed".into(),
-                        error: None,
-                    },
-                    Err(e) if e.downcast_ref::<AgreedError>().is_some() => PointOutcome {
-                        status: "failed".into(),
-                        error: Some(format!("{e:#}")),
-                    },
-                    Err(e) => return Err(e.context(format!("study point {name}"))),
-                };
-                drop(pg);
-                (outcome, None)
-            }
-            None => {
-                crate::flight::recorder().begin_part(base, true);
-                (
-                    PointOutcome {
-                        status: String::new(),
-                        error: None,
-                    },
-                    Some(IdleMeter::start()),
-                )
-            }
-        };
-        // Every rank meets here; those that waited did so without spinning.
-        wait_without_spinning(g);
-        let idle_cpu = idle.map(IdleMeter::cpu_s_per_s).unwrap_or(0.0);
-        crate::flight::recorder().begin_part(base + (1 << 31), false);
-        // The point's first rank tells everyone how it went.
-        let root = point.world_ranks[0];
-        let said = broadcast_from(g, root, &serde_json::to_string(&outcome)?);
-        outcome = serde_json::from_str(&said).unwrap_or(outcome);
-        let idles = gather_strings(g, &format!("{idle_cpu}"));
-        let mut any_signal = i32::from(signals::received().is_some());
-        let mut stop = 0i32;
-        {
-            let _f = crate::flight::enter("all-reduce", "study stop check");
-            g.comm.all_reduce_into(&any_signal, &mut stop, SystemOperation::max());
-        }
-        any_signal = stop;
-        if g.rank == 0 {
-            let worst_idle = idles
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|s| s.parse::<f64>().ok())
-                .fold(0.0, f64::max);
-            let wall_s = started.elapsed().as_secs_f64();
-            match &outcome.error {
-                Some(e) => warn!("point {name} failed: {e}"),
-                None => info!("point {name}: {} in {wall_s:.1} s", outcome.status),
-            }
-            if let Some(r) = rows.as_mut() {
-                r.write(&row(
-                    point,
-                    rep,
-                    &name,
-                    &layout,
-                    &outcome.status,
-                    outcome.error.as_deref().unwrap_or(""),
-                    wall_s,
-                    worst_idle,
-                ))?;
-                r.sync()?;
-            }
-            state.insert(name.clone(), outcome.clone());
-            record::write_atomic(&out.join("state.json"), &serde_json::to_string_pretty(&state)?)?;
-        }
-        if any_signal != 0 {
+        if run_scheduled(g, part, point, rep, &mut book, watchdog)? {
             stopped = true;
             break;
         }
     }
-    if g.rank == 0 {
-        finish(&out, &state, &plan, spec.repeat, stopped);
-    }
+    let verdict = if g.rank == 0 {
+        finish(&out, &book.state, &plan, spec.repeat, stopped)
+    } else {
+        None
+    };
     let _f = crate::flight::enter("barrier", "end of the study");
     g.comm.barrier();
-    Ok(())
+    Ok(Ended::Done(verdict))
+}
+
+/// What rank 0 keeps of a study as it goes: its folder, layout, state and points.csv.
+struct Book {
+    out: PathBuf,
+    layout: Layout,
+    state: State,
+    rows: Option<CsvLog<PointRow>>,
+}
+
+impl Book {
+    /// A points.csv row (rank 0).
+    #[allow(clippy::too_many_arguments)]
+    fn row(&mut self, point: &Point, rep: usize, name: &str, status: &str, error: &str, wall_s: f64, idle: f64) -> Result<()> {
+        let Some(rows) = self.rows.as_mut() else { return Ok(()) };
+        rows.write(&row(point, rep, name, &self.layout, status, error, wall_s, idle))?;
+        rows.sync()
+    }
+
+    /// Records a run's outcome in the state (rank 0), at once.
+    fn record(&mut self, name: &str, outcome: &PointOutcome) -> Result<()> {
+        if self.rows.is_none() {
+            return Ok(());
+        }
+        self.state.insert(name.to_string(), outcome.clone());
+        state::save(&self.out, &self.state)
+    }
+}
+
+/// Runs one scheduled point on its ranks while the others wait; every rank then learns
+/// how it went. Returns true when a stop signal ends the study.
+fn run_scheduled(g: &Group, part: usize, point: &Point, rep: usize, book: &mut Book, watchdog: &Watchdog) -> Result<bool> {
+    let name = plan::run_name(point, rep);
+    let dir = book.out.join("runs").join(&name);
+    let base = (part as u64 + 1) << 32;
+    let member = point.world_ranks.contains(&g.rank);
+    crate::flight::recorder().begin_part(base, !member);
+    watchdog.set_limit(watchdog::SETUP_LIMIT_S);
+    let started = Instant::now();
+    let color = if member { Color::with_value(0) } else { Color::undefined() };
+    let sub = {
+        let _f = crate::flight::enter("split", &format!("study point {name}"));
+        g.comm.split_by_color(color)
+    };
+    let root = point.world_ranks[0];
+    let (outcome, idle) = match sub {
+        Some(comm) => {
+            let pg = Group::new(comm, g.threading);
+            let outcome = match run_point(&pg, point, &dir, watchdog) {
+                Ok(()) if signals::received().is_some() => PointOutcome::new(RunStatus::Interrupted, None),
+                Ok(()) => PointOutcome::new(RunStatus::Completed, None),
+                Err(e) if e.downcast_ref::<AgreedError>().is_some() => PointOutcome::new(RunStatus::Failed, Some(format!("{e:#}"))),
+                Err(e) => return Err(e.context(format!("study point {name}"))),
+            };
+            // The run's records are final: nothing that hangs later rewrites them.
+            watchdog.end_run();
+            drop(pg);
+            if g.rank == root {
+                book.record(&name, &outcome)?;
+            }
+            (Some(outcome), None)
+        }
+        None => (None, Some(IdleMeter::start())),
+    };
+    // Every rank meets here; those that waited did so without spinning.
+    wait_without_spinning(g, &name);
+    let idle_cpu = idle.map(IdleMeter::cpu_s_per_s).unwrap_or(0.0);
+    crate::flight::recorder().begin_part(base + (1 << 31), false);
+    // The point's first rank tells everyone how it went.
+    let mine = outcome
+        .as_ref()
+        .map(|o| serde_json::to_string(o).unwrap_or_default())
+        .unwrap_or_default();
+    let said = broadcast_from(g, root, &mine);
+    let outcome: PointOutcome =
+        serde_json::from_str(&said).unwrap_or_else(|_| PointOutcome::new(RunStatus::Failed, Some("its outcome did not arrive".into())));
+    let idles = gather_strings(g, &format!("{idle_cpu}"));
+    let mut stop = 0i32;
+    {
+        let _f = crate::flight::enter("all-reduce", "study stop check");
+        g.comm
+            .all_reduce_into(&i32::from(signals::received().is_some()), &mut stop, SystemOperation::max());
+    }
+    if g.rank == 0 {
+        let worst_idle = idles
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|s| s.parse::<f64>().ok())
+            .fold(0.0, f64::max);
+        let wall_s = started.elapsed().as_secs_f64();
+        match &outcome.error {
+            Some(e) => warn!("point {name} failed: {e}"),
+            None => info!("point {name}: {} in {wall_s:.1} s", outcome.status.as_str()),
+        }
+        book.row(
+            point,
+            rep,
+            &name,
+            outcome.status.as_str(),
+            outcome.error.as_deref().unwrap_or(""),
+            wall_s,
+            worst_idle,
+        )?;
+        if root != 0 {
+            book.record(&name, &outcome)?;
+        }
+    }
+    Ok(stop != 0)
+}
+
+/// `--dry-run`: the plan, and an estimate from timing each workload on rank 0.
+fn dry_run(g: &Group, spec: &StudySpec, plan: &Plan, layout: &Layout, out: &Path, watchdog: &Watchdog) {
+    if g.rank == 0 {
+        print_plan(spec, plan, layout, out);
+        println!(
+            "\ntiming each workload on rank 0 ({} steps of its fewest-rank point, no validation) ...",
+            estimate::TIMED_STEPS
+        );
+    }
+    let timings = estimate::time_workloads(g, plan, watchdog);
+    if g.rank == 0 {
+        print_estimate(plan, spec.repeat, &timings);
+    }
+}
+
+fn announce(spec: &StudySpec, plan: &Plan, layout: &Layout, world: usize, out: &Path) {
+    info!(
+        "study {}: {} points × {} repeat(s) on {} ranks ({} node(s)), {} thread(s) per rank, into {}",
+        spec.name,
+        plan.points.len(),
+        spec.repeat,
+        world,
+        layout.nodes.len(),
+        plan.threads_per_rank,
+        out.display()
+    );
+    for s in &plan.skipped {
+        warn!("skipped: {} at {} ranks: {}", s.workload, s.ranks, s.why);
+    }
+}
+
+/// The all-reduce sweep into `<out>/allreduce`, unless a resumed study has it.
+fn sweep(g: &Group, out: &Path) -> Result<()> {
+    let sweep_dir = out.join("allreduce");
+    let done = g.rank == 0 && sweep_dir.join("allreduce_model.json").is_file();
+    if broadcast_string(g, if done { "done" } else { "" }) == "done" {
+        return Ok(());
+    }
+    if g.rank == 0 {
+        info!("sweeping the all-reduce on all {} ranks into {}", g.size, sweep_dir.display());
+        // An unfinished sweep of an earlier launch is kept aside, not deleted.
+        if sweep_dir.exists() {
+            let kept = out
+                .join(state::DISCARDED)
+                .join(format!("allreduce-{}", record::compact_utc(std::time::SystemTime::now())));
+            if let Some(parent) = kept.parent() {
+                let _ = std::fs::create_dir_all(parent);
+            }
+            let _ = std::fs::rename(&sweep_dir, &kept);
+        }
+    }
+    crate::allreduce::run_on(g, &crate::allreduce::AllreduceArgs::for_study(sweep_dir), None)
 }
 
 /// Runs one point on the ranks of `pg`.
@@ -437,7 +502,8 @@ fn broadcast_from(g: &Group, root: usize, s: &str) -> String {
 /// A barrier on the world that leaves a waiting rank's core idle: a non-blocking
 /// barrier tested every few milliseconds, sleeping in between (a blocking MPI barrier
 /// busy-polls).
-pub fn wait_without_spinning(g: &Group) {
+pub fn wait_without_spinning(g: &Group, what: &str) {
+    let _f = crate::flight::enter("barrier", &format!("end of {what}"));
     let mut req = g.comm.immediate_barrier();
     let mut nap = Duration::from_micros(200);
     loop {
@@ -484,25 +550,8 @@ impl IdleMeter {
     }
 }
 
-/// What to do with a point's run: `run`, or `skipped (...)` with the reason.
-fn decide(state: &State, name: &str, dir: &Path, retry_failed: bool) -> String {
-    let manifest_done = Manifest::read(dir).map(|m| m.status == "completed").unwrap_or(false);
-    match state.get(name).map(|o| o.status.as_str()) {
-        Some("completed") if manifest_done => return "skipped (completed earlier)".into(),
-        Some("failed") if !retry_failed => return "skipped (failed earlier; --retry-failed runs it again)".into(),
-        _ => {}
-    }
-    // A partial or failed folder from an earlier launch makes way for the new run.
-    if dir.exists() {
-        if let Err(e) = std::fs::remove_dir_all(dir) {
-            warn!("cannot clear {}: {e}", dir.display());
-        }
-    }
-    "run".into()
-}
-
 /// Creates the study folder, or checks that the one there holds this same study.
-fn open_folder(out: &Path, spec: &StudySpec, plan: &Plan, resolved: &str, layout: &Layout) -> Result<State> {
+fn open_folder(out: &Path, spec: &StudySpec, plan: &Plan, resolved: &str, layout: &Layout, names: &[String]) -> Result<State> {
     let hash = plan::study_hash(resolved);
     let json = out.join("study.json");
     if json.is_file() {
@@ -515,11 +564,7 @@ fn open_folder(out: &Path, spec: &StudySpec, plan: &Plan, resolved: &str, layout
                 out.display()
             );
         }
-        let state = std::fs::read_to_string(out.join("state.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_default();
-        return Ok(state);
+        return state::load(out, names);
     }
     if out.exists() && std::fs::read_dir(out).map(|mut d| d.next().is_some()).unwrap_or(false) {
         bail!("{} exists and is not a study folder: choose another --out", out.display());
@@ -659,8 +704,10 @@ fn human_seconds(s: f64) -> String {
 }
 
 /// The end of a study on rank 0: failures named, then the report over every point.
-fn finish(out: &Path, state: &State, plan: &Plan, repeat: usize, stopped: bool) {
-    let failed: Vec<(&String, &PointOutcome)> = state.iter().filter(|(_, o)| o.status == "failed").collect();
+/// Returns why the study must exit non-zero: no run of it completed, or its report
+/// could not be written.
+fn finish(out: &Path, state: &State, plan: &Plan, repeat: usize, stopped: bool) -> Option<String> {
+    let failed: Vec<(&String, &PointOutcome)> = state.iter().filter(|(_, o)| o.status == RunStatus::Failed).collect();
     for (name, o) in &failed {
         eprintln!("failed point {name}: {}", o.error.as_deref().unwrap_or(""));
     }
@@ -670,6 +717,7 @@ fn finish(out: &Path, state: &State, plan: &Plan, repeat: usize, stopped: bool) 
             out.display()
         );
     }
+    let completed = state.values().filter(|o| o.status == RunStatus::Completed).count();
     let args = ReduceArgs {
         runs: vec![out.join("runs")],
         baseline: None,
@@ -683,24 +731,32 @@ fn finish(out: &Path, state: &State, plan: &Plan, repeat: usize, stopped: bool) 
             .then(|| out.join("allreduce")),
         project_to: 1024,
     };
-    if let Err(e) = crate::reduce::main(args) {
-        eprintln!("the study's report could not be made: {e:#}");
-    } else {
-        match report::write(out, plan, repeat, state, true) {
-            Ok(verdicts) => {
-                println!();
-                for v in verdicts {
-                    println!("{v}");
-                }
-            }
-            Err(e) => eprintln!("the study's summary could not be written: {e:#}"),
-        }
-        println!(
-            "study: {} point(s), {} failed, {} skipped by plan; report in {}",
-            plan.points.len(),
+    if completed == 0 {
+        return Some(format!(
+            "no run of the study completed ({} failed): see points.csv in {}",
             failed.len(),
-            plan.skipped.len(),
-            out.join("report").display()
-        );
+            out.display()
+        ));
     }
+    if let Err(e) = crate::reduce::main(args) {
+        return Some(format!("the study's report could not be made: {e:#}"));
+    }
+    match report::write(out, plan, repeat, state, true) {
+        Ok(verdicts) => {
+            println!();
+            for v in verdicts {
+                println!("{v}");
+            }
+        }
+        Err(e) => return Some(format!("the study's summary could not be written: {e:#}")),
+    }
+    let not_run = plan.points.len() * repeat - state.len().min(plan.points.len() * repeat);
+    println!(
+        "study: {} point(s) × {repeat}: {completed} run(s) completed, {} failed, {not_run} not run; {} skipped by plan; report in {}",
+        plan.points.len(),
+        failed.len(),
+        plan.skipped.len(),
+        out.join("report").display()
+    );
+    None
 }

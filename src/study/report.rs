@@ -8,6 +8,7 @@
 use super::plan::{self, Plan};
 use super::State;
 use crate::plot::{self, Rasteriser, Series};
+use crate::record::RunStatus;
 use crate::stats::median;
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -83,11 +84,11 @@ pub(super) fn summarise(out: &Path, plan: &Plan, repeat: usize, state: &State) -
             let names: Vec<String> = (0..repeat).map(|r| plan::run_name(p, r)).collect();
             let done: Vec<&String> = names
                 .iter()
-                .filter(|n| state.get(*n).is_some_and(|o| o.status == "completed"))
+                .filter(|n| state.get(*n).is_some_and(|o| o.status == RunStatus::Completed))
                 .collect();
             let error = names
                 .iter()
-                .find_map(|n| state.get(n).filter(|o| o.status == "failed").and_then(|o| o.error.clone()));
+                .find_map(|n| state.get(n).filter(|o| o.status == RunStatus::Failed).and_then(|o| o.error.clone()));
             // scaling.csv lists a group's runs space-separated in run_ids.
             let rows_of = |mode: &str| {
                 scaling.iter().find(|row| {
@@ -142,11 +143,15 @@ pub(super) fn summarise(out: &Path, plan: &Plan, repeat: usize, state: &State) -
 
 /// One sentence on how a workload scales, from its points.
 pub fn verdict(workload: &str, points: &[&PointSummary]) -> String {
-    let failed = points.iter().filter(|p| p.repeats_completed == 0).count();
-    let tail = if failed > 0 {
-        format!(" ({failed} point(s) failed: see points.csv)")
-    } else {
-        String::new()
+    // A point with no completed repeat failed (it has an error) or was not run (a
+    // study stopped before it).
+    let failed = points.iter().filter(|p| p.repeats_completed == 0 && p.error.is_some()).count();
+    let not_run = points.iter().filter(|p| p.repeats_completed == 0 && p.error.is_none()).count();
+    let tail = match (failed, not_run) {
+        (0, 0) => String::new(),
+        (f, 0) => format!(" ({f} point(s) failed: see points.csv)"),
+        (0, n) => format!(" ({n} point(s) not run yet: run the study again to resume)"),
+        (f, n) => format!(" ({f} point(s) failed, {n} not run yet: see points.csv)"),
     };
     // The largest rank count with a speedup; weak before strong at equal counts.
     let best = points
@@ -387,10 +392,16 @@ mod tests {
         assert!(verdict("t", &[&single, &lone]).contains("ran with a different configuration"));
         let mut failed = point(2, 64, None, None, None);
         failed.repeats_completed = 0;
+        failed.error = Some("boom".into());
         let v = verdict("t", &[&failed]);
         assert!(
             v.contains("no point beyond 1 rank completed") && v.contains("1 point(s) failed"),
             "{v}"
         );
+        // A point a stopped study never reached has not failed.
+        let mut later = point(4, 64, None, None, None);
+        later.repeats_completed = 0;
+        let v = verdict("t", &[&failed, &later]);
+        assert!(v.contains("1 point(s) failed, 1 not run yet"), "{v}");
     }
 }
