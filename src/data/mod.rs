@@ -136,6 +136,15 @@ impl Split {
         self.len == 0
     }
 
+    /// Bytes of one prepared input sample (a decoded 3 × 224 × 224 crop for image files).
+    pub fn sample_bytes(&self) -> usize {
+        if self.files.is_some() {
+            return 3 * imagenet::CROP * imagenet::CROP * std::mem::size_of::<f32>();
+        }
+        let per_row: i64 = self.inputs.size().iter().skip(1).product();
+        per_row.max(0) as usize * self.inputs.kind().elt_size_in_bytes()
+    }
+
     /// Rows `indices` of the split (augmented when the split asks for it), moved to `device`.
     pub fn batch(&self, indices: &Tensor, device: Device) -> Result<(Tensor, Tensor)> {
         let (x, y) = self.host_batch(indices, None)?;

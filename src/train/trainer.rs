@@ -395,6 +395,7 @@ impl<'g> Trainer<'g> {
             &self.dataset,
             self.place.device,
             self.cfg.schedule.val_samples,
+            self.cfg.schedule.batch_size,
         )?;
         self.last_accuracy = val_acc.is_finite().then_some(val_acc);
         self.sync_clocks(epoch + 1)?;
