@@ -91,3 +91,30 @@ fn a_truncated_image_is_named() {
         job.stderr
     );
 }
+
+/// A worker count no node could run is refused before any thread starts, and a thread
+/// the system will not start is an error naming it, not a panic.
+#[test]
+fn worker_counts_are_bounded_and_a_thread_that_cannot_start_is_an_error() {
+    let d = folder();
+    let job = ddpbench(&["loader", "--data-dir", &path_str(d.path()), "--workers", "100000"]);
+    assert!(!job.ok(), "{}", job.all());
+    assert!(job.stderr.contains("--workers 100000: must be 1 to "), "{}", job.stderr);
+    assert!(
+        !job.stderr.contains("panicked") && !job.stderr.contains("ddpbench bug"),
+        "{}",
+        job.stderr
+    );
+    // Threads ask for a 1 TiB stack (RUST_MIN_STACK): the system refuses to start them.
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.args(["loader", "--data-dir", &path_str(d.path()), "--workers", "2", "--repeats", "1"])
+        .env("RUST_MIN_STACK", (1u64 << 40).to_string());
+    let job = run_with_limit(cmd, std::time::Duration::from_secs(120));
+    assert!(!job.ok(), "{}", job.all());
+    assert!(job.stderr.contains("cannot start worker thread"), "{}", job.stderr);
+    assert!(
+        !job.stderr.contains("panicked") && !job.stderr.contains("ddpbench bug"),
+        "{}",
+        job.stderr
+    );
+}

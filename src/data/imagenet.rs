@@ -2,11 +2,13 @@
 //! RandomResizedCrop + flip for training and resize 256 / centre crop 224 for validation.
 
 use super::idx::DataError;
+use super::image_caps::{self, ImageCaps};
 use super::jpeg;
 use super::resample::{resample_into, Normalize, Taps};
 use super::{Augment, Dataset, Split};
 use crate::stats::Rng;
 use anyhow::Result;
+use std::os::raw::{c_char, c_int};
 use std::path::{Path, PathBuf};
 use tch::{Device, Kind, Tensor};
 
@@ -92,12 +94,16 @@ enum Source<'a> {
 }
 
 /// Decodes `bytes` (a JPEG or any format libtorch reads), applies `how` and writes the
-/// normalised 3 × 224 × 224 result into `out`.
-pub fn prepare_image(bytes: &[u8], how: Augment, rng: &mut Rng, out: &mut [f32]) -> Result<(), String> {
+/// normalised 3 × 224 × 224 result into `out`. The image's size is read from its header
+/// and checked against `caps` before anything is decoded.
+pub fn prepare_image(bytes: &[u8], how: Augment, rng: &mut Rng, out: &mut [f32], caps: &ImageCaps) -> Result<(), String> {
     let (w, h, source) = if jpeg::is_jpeg(bytes) {
         let hd = jpeg::header(bytes).map_err(|e| e.to_string())?;
+        caps.check_pixels(hd.width, hd.height)?;
         (hd.width, hd.height, Source::Jpeg(bytes))
     } else {
+        let (w, h) = other_header(bytes)?;
+        caps.check_pixels(w, h)?;
         let (w, h, px) = decode_other(bytes)?;
         (w, h, Source::Pixels(px))
     };
@@ -132,6 +138,33 @@ pub fn prepare_image(bytes: &[u8], how: Augment, rng: &mut Rng, out: &mut [f32])
     Ok(())
 }
 
+extern "C" {
+    // stb_image, the decoder libtorch's image loading (tch) is built with.
+    fn stbi_info_from_memory(buffer: *const u8, len: c_int, x: *mut c_int, y: *mut c_int, comp: *mut c_int) -> c_int;
+    fn stbi_failure_reason() -> *const c_char;
+}
+
+/// The width and height a non-JPEG image's header declares, read by the decoder that
+/// [`decode_other`] uses, without decoding it.
+fn other_header(bytes: &[u8]) -> Result<(usize, usize), String> {
+    let unread = |why: String| format!("not a JPEG, and no other decoder reads it ({why})");
+    let len =
+        c_int::try_from(bytes.len()).map_err(|_| unread(format!("{} bytes: its decoder reads at most {}", bytes.len(), c_int::MAX)))?;
+    let (mut w, mut h, mut c) = (0, 0, 0);
+    // SAFETY: stb reads `bytes` within `len` and writes the three integers.
+    if unsafe { stbi_info_from_memory(bytes.as_ptr(), len, &mut w, &mut h, &mut c) } == 0 {
+        // SAFETY: stb's failure reason is a static string (or null).
+        let reason = unsafe { stbi_failure_reason() };
+        let why = if reason.is_null() {
+            "unknown image type".into()
+        } else {
+            unsafe { std::ffi::CStr::from_ptr(reason) }.to_string_lossy().into_owned()
+        };
+        return Err(unread(why));
+    }
+    Ok((w.max(0) as usize, h.max(0) as usize))
+}
+
 /// A non-JPEG image through libtorch's decoder, as packed RGB.
 fn decode_other(bytes: &[u8]) -> Result<(usize, usize, Vec<u8>), String> {
     let img = tch::vision::image::load_from_memory(bytes).map_err(|e| format!("not a JPEG, and no other decoder reads it ({e})"))?;
@@ -145,9 +178,16 @@ fn decode_other(bytes: &[u8]) -> Result<(usize, usize, Vec<u8>), String> {
     Ok((w, h, px))
 }
 
+/// Reads the image file `path` within `caps` and prepares it into `out` (as
+/// [`prepare_image`]); a file that cannot be read, is over a cap or does not decode is named.
+pub fn load_image(path: &Path, how: Augment, rng: &mut Rng, out: &mut [f32], caps: &ImageCaps) -> Result<(), DataError> {
+    let bytes = caps.read(path)?;
+    prepare_image(&bytes, how, rng, out, caps).map_err(|e| image_caps::refused(path, &e))
+}
+
 /// Decodes, crops and normalises the images `indices` of `files` into [N, 3, 224, 224],
-/// in page-locked memory for the CUDA device `pin` when given.
-pub(crate) fn decode_images(files: &[PathBuf], indices: &Tensor, how: Augment, pin: Option<Device>) -> Result<Tensor> {
+/// in page-locked memory for the CUDA device `pin` when given; each file within `caps`.
+pub(crate) fn decode_images(files: &[PathBuf], indices: &Tensor, how: Augment, pin: Option<Device>, caps: &ImageCaps) -> Result<Tensor> {
     let idx = Vec::<i64>::try_from(indices)?;
     // One seed per batch from libtorch's (seeded) generator, then a cheap generator per image.
     let seed = Tensor::randint(i64::MAX, [1], (Kind::Int64, Device::Cpu)).int64_value(&[0]) as u64;
@@ -162,15 +202,7 @@ pub(crate) fn decode_images(files: &[PathBuf], indices: &Tensor, how: Augment, p
     // owned here and written only through this slice until it is returned.
     let all = unsafe { std::slice::from_raw_parts_mut(x.data_ptr() as *mut f32, idx.len() * per) };
     for (&i, out) in idx.iter().zip(all.chunks_mut(per)) {
-        let path = &files[i as usize];
-        let bytes = std::fs::read(path).map_err(|e| DataError::Invalid {
-            path: path.clone(),
-            what: format!("cannot read the image ({e})"),
-        })?;
-        prepare_image(&bytes, how, &mut rng, out).map_err(|e| DataError::Invalid {
-            path: path.clone(),
-            what: format!("cannot decode image ({e}); remove or replace the file"),
-        })?;
+        load_image(&files[i as usize], how, &mut rng, out, caps)?;
     }
     Ok(x)
 }
@@ -206,8 +238,8 @@ pub fn random_resized_crop(h: i64, w: i64, rng: &mut Rng) -> (i64, i64, i64, i64
 
 /// An ImageNet-style folder: `train/<class>/*.JPEG` and `val/<class>/*.JPEG`; classes
 /// are the sorted names of train's sub-folders. Images stay on disk and are decoded
-/// per batch (on `--workers` threads).
-pub fn load_image_folder(dir: &Path) -> Result<Dataset> {
+/// per batch (on `--workers` threads), each file within `caps`.
+pub fn load_image_folder(dir: &Path, caps: ImageCaps) -> Result<Dataset> {
     let hint = "--data-dir must hold train/<class>/*.JPEG and val/<class>/*.JPEG (ImageNet layout)";
     let train_dir = dir.join("train");
     if !train_dir.is_dir() {
@@ -256,7 +288,7 @@ pub fn load_image_folder(dir: &Path) -> Result<Dataset> {
             }
             .into());
         }
-        Ok(Split::files(files, Tensor::from_slice(&labels), augment))
+        Ok(Split::files(files, Tensor::from_slice(&labels), augment, caps))
     };
     let train = list("train", Augment::ImageNetTrain)?;
     let test = list("val", Augment::ImageNetEval)?;
@@ -298,8 +330,9 @@ mod tests {
     #[test]
     fn image_folder_decodes_crops_and_labels() {
         let d = image_folder();
-        let ds = load_image_folder(d.path()).unwrap();
+        let ds = load_image_folder(d.path(), ImageCaps::default()).unwrap();
         assert_eq!((ds.train.len(), ds.test.len(), ds.classes), (6, 5, 2));
+        assert_eq!(ds.test.sample_bytes(), 3 * 224 * 224 * 4);
         assert_eq!(Vec::<i64>::try_from(&ds.train.labels).unwrap(), vec![0, 0, 0, 1, 1, 1]);
         let all = Tensor::from_slice(&[0i64, 1, 2, 3, 4]);
         let (x, y) = ds.test.batch(&all, Device::Cpu).unwrap();
@@ -339,7 +372,7 @@ mod tests {
 
     fn prepared(bytes: &[u8], how: Augment, seed: u64) -> Vec<f32> {
         let mut out = vec![0f32; 3 * CROP * CROP];
-        prepare_image(bytes, how, &mut Rng(seed), &mut out).unwrap();
+        prepare_image(bytes, how, &mut Rng(seed), &mut out, &ImageCaps::default()).unwrap();
         out
     }
 
@@ -521,12 +554,75 @@ mod tests {
         // A truncated file is refused by name; garbage is named as not an image.
         let rgb = jpeg::encode(&photo(w, h, 9), w, h, 3, 90).unwrap();
         let mut out = vec![0f32; 3 * CROP * CROP];
-        let e = prepare_image(&rgb[..rgb.len() / 2], Augment::ImageNetEval, &mut Rng(0), &mut out).unwrap_err();
+        let e = prepare_image(
+            &rgb[..rgb.len() / 2],
+            Augment::ImageNetEval,
+            &mut Rng(0),
+            &mut out,
+            &ImageCaps::default(),
+        )
+        .unwrap_err();
         assert!(e.contains("truncated"), "{e}");
-        let e = prepare_image(b"not an image at all", Augment::ImageNetEval, &mut Rng(0), &mut out).unwrap_err();
+        let e = prepare_image(
+            b"not an image at all",
+            Augment::ImageNetEval,
+            &mut Rng(0),
+            &mut out,
+            &ImageCaps::default(),
+        )
+        .unwrap_err();
         assert!(e.contains("not a JPEG"), "{e}");
-        let e = prepare_image(&[0xFF, 0xD8, 0xFF, 0xE0, 0, 16, 1, 2], Augment::ImageNetEval, &mut Rng(0), &mut out).unwrap_err();
+        let e = prepare_image(
+            &[0xFF, 0xD8, 0xFF, 0xE0, 0, 16, 1, 2],
+            Augment::ImageNetEval,
+            &mut Rng(0),
+            &mut out,
+            &ImageCaps::default(),
+        )
+        .unwrap_err();
         assert!(e.contains("JPEG"), "{e}");
+    }
+
+    /// `bytes` (a JPEG) with the frame header's (SOF's) size set to `w`×`h`.
+    fn forge_size(bytes: &[u8], w: u16, h: u16) -> Vec<u8> {
+        let mut b = bytes.to_vec();
+        let mut at = 2;
+        // Segments from the start-of-image marker on: FF, marker, 2-byte length.
+        while !matches!(b[at + 1], 0xC0 | 0xC2) {
+            at += 2 + u16::from_be_bytes([b[at + 2], b[at + 3]]) as usize;
+        }
+        b[at + 5..at + 7].copy_from_slice(&h.to_be_bytes());
+        b[at + 7..at + 9].copy_from_slice(&w.to_be_bytes());
+        b
+    }
+
+    /// A line of /proc/self/status in KiB (VmRSS: now; VmHWM: the peak since the last reset).
+    fn status_kib(key: &str) -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with(key)).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn a_forged_header_over_the_pixel_cap_is_refused_before_decoding() {
+        // A progressive 64×64 JPEG whose header claims 30000×30000: decoding it would
+        // allocate the whole image's coefficients (30000² × 1.5 samples × 2 bytes = 2.7 GB).
+        let (w, h) = (64, 64);
+        let small = jpeg::encode_as(&photo(w, h, 4), w, h, 3, 90, true).unwrap();
+        let forged = forge_size(&small, 30000, 30000);
+        assert_eq!(
+            (jpeg::header(&forged).unwrap().width, jpeg::header(&forged).unwrap().height),
+            (30000, 30000)
+        );
+        let mut out = vec![0f32; 3 * CROP * CROP];
+        // Resets the peak resident set (VmHWM) to what is resident now.
+        std::fs::write("/proc/self/clear_refs", "5").unwrap();
+        let before = status_kib("VmRSS");
+        let result = prepare_image(&forged, Augment::ImageNetEval, &mut Rng(0), &mut out, &ImageCaps::default());
+        let grown_kib = status_kib("VmHWM").saturating_sub(before);
+        assert!(grown_kib < 256 << 10, "the peak resident set grew by {grown_kib} KiB");
+        let e = result.unwrap_err();
+        assert!(e.contains("30000×30000") && e.contains("--max-image-pixels 178956970"), "{e}");
     }
 
     #[test]

@@ -33,6 +33,7 @@ extern "C" {
         height: c_int,
         components: c_int,
         quality: c_int,
+        progressive: c_int,
         out: *mut *mut u8,
         out_len: *mut c_ulong,
         msg: *mut c_char,
@@ -132,6 +133,18 @@ pub fn decode_region(bytes: &[u8], denom: usize, x: usize, y: usize, w: usize, h
 /// Encodes packed pixels (`components` 1: gray, 3: RGB, 4: CMYK, written with an Adobe
 /// marker) of a `width`×`height` image as a baseline JPEG of `quality` (1–100).
 pub fn encode(pixels: &[u8], width: usize, height: usize, components: usize, quality: u8) -> Result<Vec<u8>, JpegError> {
+    encode_as(pixels, width, height, components, quality, false)
+}
+
+/// As [`encode`], progressive when `progressive` (libjpeg's default scan script).
+pub fn encode_as(
+    pixels: &[u8],
+    width: usize,
+    height: usize,
+    components: usize,
+    quality: u8,
+    progressive: bool,
+) -> Result<Vec<u8>, JpegError> {
     assert!(
         matches!(components, 1 | 3 | 4),
         "{components} components: JPEG files here hold 1, 3 or 4"
@@ -153,6 +166,7 @@ pub fn encode(pixels: &[u8], width: usize, height: usize, components: usize, qua
             height as c_int,
             components as c_int,
             quality.clamp(1, 100) as c_int,
+            progressive as c_int,
             &mut out,
             &mut len,
             msg.as_mut_ptr().cast(),

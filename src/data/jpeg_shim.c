@@ -162,11 +162,12 @@ int ddp_jpeg_decode_region(const unsigned char *data, unsigned long len, int sca
     return 0;
 }
 
-/* Encodes packed pixels (components 1: gray, 3: RGB, 4: CMYK) at `quality` into a buffer
- * libjpeg allocates (*out, *out_len; the caller frees it with ddp_jpeg_free).
+/* Encodes packed pixels (components 1: gray, 3: RGB, 4: CMYK) at `quality`, baseline or
+ * progressive, into a buffer libjpeg allocates (*out, *out_len; the caller frees it with
+ * ddp_jpeg_free).
  * Returns 0 on success, 1 with a message otherwise. */
 int ddp_jpeg_encode(const unsigned char *pixels, int width, int height, int components, int quality,
-                    unsigned char **out, unsigned long *out_len, char *msg, size_t msg_len) {
+                    int progressive, unsigned char **out, unsigned long *out_len, char *msg, size_t msg_len) {
     struct jpeg_compress_struct cinfo;
     struct shim_error err;
     cinfo.err = shim_errors(&err);
@@ -185,6 +186,9 @@ int ddp_jpeg_encode(const unsigned char *pixels, int width, int height, int comp
     cinfo.in_color_space = components == 1 ? JCS_GRAYSCALE : components == 4 ? JCS_CMYK : JCS_RGB;
     jpeg_set_defaults(&cinfo);
     jpeg_set_quality(&cinfo, quality, TRUE);
+    if (progressive) {
+        jpeg_simple_progression(&cinfo);
+    }
     jpeg_start_compress(&cinfo, TRUE);
     while (cinfo.next_scanline < cinfo.image_height) {
         JSAMPROW row = (JSAMPROW)(pixels + (size_t)cinfo.next_scanline * width * components);

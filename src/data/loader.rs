@@ -2,8 +2,15 @@
 //! streamed from bigMNIST's shards.
 
 use super::{bigmnist, Split, StreamSource};
-use anyhow::Result;
+use anyhow::{anyhow, Result};
 use tch::{Device, Tensor};
+
+/// The most batch-preparing threads one process may start on a node with `online_cpus`
+/// hardware threads: 4 per hardware thread (room for threads that wait on reads), at
+/// most 256 and at least 8, so a typo such as 100000 is refused before a thread starts.
+pub fn max_workers(online_cpus: usize) -> usize {
+    256.min(4 * online_cpus).max(8)
+}
 
 /// Batches of one epoch, in order: prepared inline, or ahead of time by worker
 /// threads (worker w prepares batches w, w+N, …) each behind a queue of two, so at
@@ -19,12 +26,13 @@ pub struct Loader {
 impl Loader {
     /// Batches bound for a GPU (`device`) are built in page-locked memory so that copying
     /// them to the device does not wait for the host: by the workers, or inline when they
-    /// are decoded images.
-    pub fn new(split: &Split, batches: Vec<Vec<i64>>, workers: usize, device: Device) -> Loader {
+    /// are decoded images. A worker thread the system will not start is an error; the
+    /// workers already started then stop at their first batch.
+    pub fn new(split: &Split, batches: Vec<Vec<i64>>, workers: usize, device: Device) -> Result<Loader> {
         let remaining = batches.len();
         let pin = (device != Device::Cpu).then_some(device);
         if workers == 0 {
-            return Loader {
+            return Ok(Loader {
                 stream: None,
                 // Inline, rows held in memory would be copied into page-locked memory on
                 // the step's critical path; images are decoded straight into it.
@@ -32,31 +40,34 @@ impl Loader {
                 queues: Vec::new(),
                 next: 0,
                 remaining,
-            };
+            });
         }
         let queues = (0..workers)
             .map(|w| {
                 let (tx, rx) = std::sync::mpsc::sync_channel(2);
                 let mine: Vec<Vec<i64>> = batches.iter().skip(w).step_by(workers).cloned().collect();
                 let data = split.share();
-                std::thread::spawn(move || {
-                    for idx in mine {
-                        // A closed queue means the epoch ended early: stop quietly.
-                        if tx.send(data.host_batch(&Tensor::from_slice(&idx), pin)).is_err() {
-                            return;
+                std::thread::Builder::new()
+                    .name(format!("ddpbench-batch-{w}"))
+                    .spawn(move || {
+                        for idx in mine {
+                            // A closed queue means the epoch ended early: stop quietly.
+                            if tx.send(data.host_batch(&Tensor::from_slice(&idx), pin)).is_err() {
+                                return;
+                            }
                         }
-                    }
-                });
-                rx
+                    })
+                    .map_err(|e| anyhow!("cannot start batch worker thread {} of {workers} ({e}); lower --workers", w + 1))?;
+                Ok(rx)
             })
-            .collect();
-        Loader {
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Loader {
             stream: None,
             source: None,
             queues,
             next: 0,
             remaining,
-        }
+        })
     }
 
     /// `batches` batches of `batch` records streamed from rank `rank`'s range of `src`,

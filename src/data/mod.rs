@@ -15,6 +15,7 @@ pub mod agnews;
 pub mod bigmnist;
 pub mod cifar;
 pub mod idx;
+pub mod image_caps;
 pub mod imagenet;
 pub mod jpeg;
 pub mod loader;
@@ -24,6 +25,7 @@ pub mod resample;
 pub mod synthetic;
 
 pub use idx::{read_idx, DataError};
+pub use image_caps::ImageCaps;
 pub use loader::Loader;
 pub use mnist::FASHION_MNIST_DIR;
 
@@ -79,6 +81,8 @@ pub struct Split {
     pub augment: Augment,
     /// For file-backed splits (ImageNet folders), the image of each sample.
     pub files: Option<Arc<Vec<PathBuf>>>,
+    /// What each of `files` may cost.
+    pub image_caps: ImageCaps,
     /// Samples in the split: the rows of `labels`, or more when those rows are a pool
     /// that sample i takes as row i mod rows (synthetic data).
     len: usize,
@@ -93,18 +97,20 @@ impl Split {
             labels,
             augment,
             files: None,
+            image_caps: ImageCaps::default(),
             len,
         }
     }
 
-    /// Image files decoded per batch, with their labels.
-    pub fn files(files: Vec<PathBuf>, labels: Tensor, augment: Augment) -> Split {
+    /// Image files decoded per batch, with their labels, each file within `caps`.
+    pub fn files(files: Vec<PathBuf>, labels: Tensor, augment: Augment, caps: ImageCaps) -> Split {
         Split {
             inputs: Tensor::zeros([0], (Kind::Float, Device::Cpu)),
             len: files.len(),
             labels,
             augment,
             files: Some(Arc::new(files)),
+            image_caps: caps,
         }
     }
 
@@ -115,6 +121,7 @@ impl Split {
             labels,
             augment: Augment::None,
             files: None,
+            image_caps: ImageCaps::default(),
             len,
         }
     }
@@ -134,6 +141,15 @@ impl Split {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Bytes of one prepared input sample (a decoded 3 × 224 × 224 crop for image files).
+    pub fn sample_bytes(&self) -> usize {
+        if self.files.is_some() {
+            return 3 * imagenet::CROP * imagenet::CROP * std::mem::size_of::<f32>();
+        }
+        let per_row: i64 = self.inputs.size().iter().skip(1).product();
+        per_row.max(0) as usize * self.inputs.kind().elt_size_in_bytes()
     }
 
     /// Rows `indices` of the split (augmented when the split asks for it), moved to `device`.
@@ -161,7 +177,7 @@ impl Split {
             None => t,
         };
         let x = match &self.files {
-            Some(files) => imagenet::decode_images(files, &indices, self.augment, pin)?,
+            Some(files) => imagenet::decode_images(files, &indices, self.augment, pin, &self.image_caps)?,
             None => pinned(augment(&self.inputs.index_select(0, &indices), self.augment)),
         };
         let y = pinned(self.labels.index_select(0, &indices));
@@ -175,6 +191,7 @@ impl Split {
             labels: self.labels.shallow_clone(),
             augment: self.augment,
             files: self.files.clone(),
+            image_caps: self.image_caps,
             len: self.len,
         }
     }
@@ -245,7 +262,7 @@ pub fn load(cfg: &TrainConfig, spec: &ModelSpec) -> Result<Dataset> {
         DatasetKind::Bigmnist if spec.input != Input::Image([1, 28, 28]) => Err(wants("1×28×28 images")),
         DatasetKind::Bigmnist => bigmnist::load(need_dir("a set written by `ddpbench gen-bigmnist`")?),
         DatasetKind::Imagenet if spec.input != Input::Image([3, 224, 224]) => Err(wants("224×224 RGB crops")),
-        DatasetKind::Imagenet => imagenet::load_image_folder(need_dir("train/<class>/*.JPEG and val/<class>/*.JPEG")?),
+        DatasetKind::Imagenet => imagenet::load_image_folder(need_dir("train/<class>/*.JPEG and val/<class>/*.JPEG")?, w.image_caps),
         DatasetKind::Agnews => {
             let Input::Tokens { seq_len, vocab } = spec.input else {
                 return Err(wants("text"));

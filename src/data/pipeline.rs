@@ -4,10 +4,11 @@
 //! pinned to its own core of the process's binding, and reports images/s per worker and
 //! in total, so a user can size `--cpus-per-task` and `--workers` for a GPU's appetite.
 
+use super::image_caps::ImageCaps;
 use super::imagenet::{self, CROP};
 use super::Augment;
 use crate::stats::Rng;
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -44,6 +45,8 @@ pub struct LoaderArgs {
     /// Write the measurements as CSV here too.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub image_caps: ImageCaps,
 }
 
 /// One measurement.
@@ -72,64 +75,63 @@ fn drop_cached(path: &Path) {
     }
 }
 
-/// Reads `files` with `workers` threads (worker w reads files w, w + N, ...); returns
-/// the contents and the seconds taken.
-fn read_all(files: &[PathBuf], workers: usize) -> Result<(Vec<Vec<u8>>, f64)> {
-    let start = Instant::now();
-    let parts: Vec<Result<Vec<Vec<u8>>>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                s.spawn(move || {
-                    files
-                        .iter()
-                        .skip(w)
-                        .step_by(workers)
-                        .map(|f| std::fs::read(f).with_context(|| format!("reading {}", f.display())))
-                        .collect()
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().expect("reader thread panicked")).collect()
-    });
-    let seconds = start.elapsed().as_secs_f64();
-    let mut out = vec![Vec::new(); files.len()];
-    for (w, part) in parts.into_iter().enumerate() {
-        for (k, bytes) in part?.into_iter().enumerate() {
-            out[w + k * workers] = bytes;
-        }
+/// Starts `workers` scoped threads running `work(w)` and collects their results; a
+/// thread the system will not start is an error (those started are joined first).
+fn run_workers<'s, 'e, T: Send + 's>(
+    s: &'s std::thread::Scope<'s, 'e>,
+    workers: usize,
+    work: impl Fn(usize) -> Result<T> + Send + Sync + Copy + 's,
+) -> Result<Vec<T>> {
+    let mut handles = Vec::with_capacity(workers);
+    for w in 0..workers {
+        let handle = std::thread::Builder::new()
+            .name(format!("ddpbench-loader-{w}"))
+            .spawn_scoped(s, move || work(w))
+            .map_err(|e| anyhow!("cannot start worker thread {} of {workers} ({e}); lower --workers", w + 1))?;
+        handles.push(handle);
     }
-    Ok((out, seconds))
+    handles
+        .into_iter()
+        .map(|h| h.join().map_err(|_| anyhow!("a worker thread panicked"))?)
+        .collect()
+}
+
+/// Reads `files` within `caps` with `workers` threads (worker w reads files w, w + N,
+/// ...); returns the bytes read and the seconds taken. Each file is dropped once read,
+/// so at most `workers` files are held at a time.
+fn read_all(files: &[PathBuf], workers: usize, caps: &ImageCaps) -> Result<(u64, f64)> {
+    let start = Instant::now();
+    let parts = std::thread::scope(|s| {
+        run_workers(s, workers, |w| -> Result<u64> {
+            let mut bytes = 0;
+            for f in files.iter().skip(w).step_by(workers) {
+                bytes += caps.read(f)?.len() as u64;
+            }
+            Ok(bytes)
+        })
+    })?;
+    Ok((parts.iter().sum(), start.elapsed().as_secs_f64()))
 }
 
 /// Reads (from the page cache, warm) and prepares every image of `files` with `workers`
 /// threads, as `train --workers` does, worker w pinned to `cpus[w % cpus.len()]`;
 /// returns the seconds taken (the slowest worker).
-fn prepare_all(files: &[PathBuf], how: Augment, workers: usize, cpus: &[u32], seed: u64) -> Result<f64> {
+fn prepare_all(files: &[PathBuf], how: Augment, workers: usize, cpus: &[u32], seed: u64, caps: &ImageCaps) -> Result<f64> {
     let start = Instant::now();
-    let results: Vec<Result<()>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                let cpu = cpus.get(w % cpus.len().max(1)).copied();
-                s.spawn(move || {
-                    if let Some(c) = cpu {
-                        crate::topology::pin_this_thread(&[c]);
-                    }
-                    let mut rng = Rng(seed ^ (w as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-                    let mut out = vec![0f32; 3 * CROP * CROP];
-                    for f in files.iter().skip(w).step_by(workers) {
-                        let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
-                        imagenet::prepare_image(&bytes, how, &mut rng, &mut out)
-                            .map_err(|e| anyhow::anyhow!("{}: cannot decode image ({e})", f.display()))?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().expect("worker panicked")).collect()
-    });
-    let seconds = start.elapsed().as_secs_f64();
-    results.into_iter().collect::<Result<Vec<()>>>()?;
-    Ok(seconds)
+    std::thread::scope(|s| {
+        run_workers(s, workers, |w| -> Result<()> {
+            if let Some(&c) = cpus.get(w % cpus.len().max(1)) {
+                crate::topology::pin_this_thread(&[c]);
+            }
+            let mut rng = Rng(seed ^ (w as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let mut out = vec![0f32; 3 * CROP * CROP];
+            for f in files.iter().skip(w).step_by(workers) {
+                imagenet::load_image(f, how, &mut rng, &mut out, caps)?;
+            }
+            Ok(())
+        })
+    })?;
+    Ok(start.elapsed().as_secs_f64())
 }
 
 /// Entry point of `ddpbench loader`.
@@ -144,10 +146,14 @@ pub fn main(args: LoaderArgs) -> Result<()> {
     if args.workers == Some(0) {
         bail!("--workers 0: the loader measures workers preparing images; give 1 or more (or leave it out for one per CPU)");
     }
+    let most = super::loader::max_workers(crate::train::config::online_cpus());
+    if let Some(w) = args.workers.filter(|&w| w > most) {
+        bail!("--workers {w}: must be 1 to {most} worker threads (4 per hardware thread of this node, at most 256)");
+    }
     if args.images == 0 {
         bail!("--images 0: give the number of images to measure (1 or more)");
     }
-    let ds = super::imagenet::load_image_folder(&args.data_dir)?;
+    let ds = super::imagenet::load_image_folder(&args.data_dir, args.image_caps)?;
     let (split, how) = if args.split == "val" {
         (&ds.test, Augment::ImageNetEval)
     } else {
@@ -157,15 +163,16 @@ pub fn main(args: LoaderArgs) -> Result<()> {
     let n = args.images.min(all.len());
     let files: Vec<PathBuf> = (0..n).map(|i| all[i * all.len() / n].clone()).collect();
     let cpus = crate::topology::allowed_pus();
-    let workers = args.workers.unwrap_or(cpus.len().max(1));
+    let workers = args.workers.unwrap_or(cpus.len().clamp(1, most));
     if workers > cpus.len() {
         eprintln!(
             "note: {workers} workers on {} CPUs: workers time-slice, so the per-worker rate falls",
             cpus.len()
         );
     }
+    let caps = args.image_caps;
     println!(
-        "ddpbench loader: {} {} images of {} ({}), {workers} worker(s) on CPUs {}",
+        "ddpbench loader: {} {} images of {} ({}), {workers} worker(s) on CPUs {}; files up to {} bytes and {} pixels",
         n,
         args.split,
         args.data_dir.display(),
@@ -174,7 +181,9 @@ pub fn main(args: LoaderArgs) -> Result<()> {
         } else {
             "resize 256 + centre crop 224 + normalise"
         },
-        crate::topology::compact_list(&cpus)
+        crate::topology::compact_list(&cpus),
+        caps.max_image_bytes,
+        caps.max_image_pixels
     );
     let mut rows = Vec::new();
     let mut bytes = 0;
@@ -191,16 +200,16 @@ pub fn main(args: LoaderArgs) -> Result<()> {
     };
     for r in 0..args.repeats as usize {
         files.iter().for_each(|f| drop_cached(f));
-        let (d, cold_s) = read_all(&files, workers)?;
-        bytes = d.iter().map(|b| b.len() as u64).sum();
-        let (_, warm_s) = read_all(&files, workers)?;
+        let (read, cold_s) = read_all(&files, workers, &caps)?;
+        bytes = read;
+        let (_, warm_s) = read_all(&files, workers, &caps)?;
         rows.push(row("read-cold", workers, r, bytes, cold_s));
         rows.push(row("read-warm", workers, r, bytes, warm_s));
     }
     let counts: Vec<usize> = if workers > 1 { vec![1, workers] } else { vec![1] };
     for r in 0..args.repeats as usize {
         for &w in &counts {
-            let seconds = prepare_all(&files, how, w, &cpus, r as u64)?;
+            let seconds = prepare_all(&files, how, w, &cpus, r as u64, &caps)?;
             rows.push(row("prepare", w, r, bytes, seconds));
         }
     }

@@ -57,6 +57,7 @@ mod tests {
         let ds = load(1_000_000, &spec, 7);
         assert_eq!(ds.train.len(), 1_000_000);
         assert_eq!(ds.train.inputs.size()[0], (POOL_BYTES / (3 * 224 * 224 * 4)) as i64);
+        assert_eq!(ds.test.sample_bytes(), 3 * 224 * 224 * 4);
         let idx = Tensor::from_slice(&[0i64, 1, 999_999, 445]);
         let (x, y) = ds.train.batch(&idx, Device::Cpu).unwrap();
         assert_eq!(x.size(), [4, 3, 224, 224]);

@@ -6,7 +6,7 @@
 
 use crate::amp::AmpMode;
 use crate::comm::{AllreduceChoice, GradDtype, OverlapMode};
-use crate::data::DatasetKind;
+use crate::data::{DatasetKind, ImageCaps};
 use crate::device::DeviceChoice;
 use crate::model::ModelKind;
 use crate::optim::{LrScaling, OptimizerKind};
@@ -71,6 +71,10 @@ pub struct WorkloadConfig {
     /// Disable dropout layers, so that 1-rank and N-rank runs see bit-comparable updates.
     #[arg(long)]
     pub no_dropout: bool,
+
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub image_caps: ImageCaps,
 }
 
 /// How long, in what batches.
@@ -309,7 +313,7 @@ impl TrainConfig {
                 "--workers",
                 p.workers.map(|v| v as u64),
                 0,
-                256.min(4 * hw as u64).max(8),
+                crate::data::loader::max_workers(hw) as u64,
                 "batch-preparing threads per rank",
             ),
             ("--seq-len", Some(w.seq_len as u64), 1, 1 << 16, "tokens"),
@@ -371,7 +375,7 @@ impl TrainConfig {
 }
 
 /// Hardware threads online on this node (not only those this process may run on).
-fn online_cpus() -> usize {
+pub fn online_cpus() -> usize {
     // SAFETY: sysconf has no preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     if n > 0 {

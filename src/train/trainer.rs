@@ -301,7 +301,7 @@ impl<'g> Trainer<'g> {
         let epoch_start = Instant::now();
         self.watchdog.set_limit(self.step_limit_s.unwrap_or(watchdog::WARMUP_LIMIT_S));
         let steps = self.schedule.steps_per_epoch.min(self.schedule.total_steps - self.global_step);
-        let mut loader = self.epoch_loader(epoch, steps);
+        let mut loader = self.epoch_loader(epoch, steps)?;
         let mut loss_sum = 0.0;
         for step in 0..steps {
             let row = self.step(&mut loader, epoch, step)?;
@@ -343,17 +343,17 @@ impl<'g> Trainer<'g> {
 
     /// This epoch's batches on this rank: its shard of a shuffled index list, or its
     /// range of a streamed data set.
-    fn epoch_loader(&self, epoch: usize, steps: usize) -> Loader {
+    fn epoch_loader(&self, epoch: usize, steps: usize) -> Result<Loader> {
         let (g, s) = (self.g, &self.cfg.schedule);
         match &self.dataset.stream {
-            Some(src) => Loader::stream(
+            Some(src) => Ok(Loader::stream(
                 src,
                 g.rank,
                 g.size,
                 s.batch_size,
                 steps * s.grad_accum,
                 2 * self.cfg.placement.workers.unwrap_or(0).max(2),
-            ),
+            )),
             None => {
                 let indices = data::shard_indices(self.dataset.train.len(), g.size, g.rank, s.seed, epoch, true);
                 let micro: Vec<Vec<i64>> = indices.chunks(s.batch_size).map(<[i64]>::to_vec).collect();
@@ -395,6 +395,7 @@ impl<'g> Trainer<'g> {
             &self.dataset,
             self.place.device,
             self.cfg.schedule.val_samples,
+            self.cfg.schedule.batch_size,
         )?;
         self.last_accuracy = val_acc.is_finite().then_some(val_acc);
         self.sync_clocks(epoch + 1)?;

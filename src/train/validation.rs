@@ -7,14 +7,27 @@ use anyhow::Result;
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use tch::{Device, Kind, Tensor};
 
+/// Input bytes one validation chunk may hold.
+pub const CHUNK_INPUT_BYTES: usize = 256 << 20;
+
+/// Samples per validation chunk for a training batch of `batch` samples of
+/// `sample_bytes` each: at most the batch, since a forward pass without gradients needs
+/// less memory than the training step that already ran with it (activations, not inputs,
+/// dominate: resnet18 at 224 × 224 takes about 13 MB per image); at most
+/// [`CHUNK_INPUT_BYTES`] of input; at least 1.
+pub fn chunk_len(batch: usize, sample_bytes: usize) -> usize {
+    batch.min(CHUNK_INPUT_BYTES / sample_bytes.max(1)).max(1)
+}
+
 /// Loss and accuracy on the first `limit` test samples (all by default), each rank
-/// taking every size-th sample; (NaN, NaN, 0) when there are none.
-pub fn evaluate(g: &Group, net: &dyn Net, data: &Dataset, device: Device, limit: Option<usize>) -> Result<(f64, f64, usize)> {
+/// taking every size-th sample, in chunks of at most `batch` ([`chunk_len`]);
+/// (NaN, NaN, 0) when there are none.
+pub fn evaluate(g: &Group, net: &dyn Net, data: &Dataset, device: Device, limit: Option<usize>, batch: usize) -> Result<(f64, f64, usize)> {
     let n = data.test.len().min(limit.unwrap_or(usize::MAX));
     let mine: Vec<i64> = (g.rank..n).step_by(g.size).map(|i| i as i64).collect();
     let (mut loss_sum, mut correct) = (0.0f64, 0.0f64);
     tch::no_grad(|| -> Result<()> {
-        for chunk in mine.chunks(if data.test.files.is_some() { 64 } else { 1000 }) {
+        for chunk in mine.chunks(chunk_len(batch, data.test.sample_bytes())) {
             let (x, y) = data.test.batch(&Tensor::from_slice(chunk), device)?;
             let out = net.forward_t(&x, false);
             loss_sum += out.nll_loss(&y).double_value(&[]) * chunk.len() as f64;
@@ -30,4 +43,24 @@ pub fn evaluate(g: &Group, net: &dyn Net, data: &Dataset, device: Device, limit:
         return Ok((f64::NAN, f64::NAN, 0));
     }
     Ok((total[0] / total[2], total[1] / total[2], total[2] as usize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_follow_the_training_batch_within_the_input_budget() {
+        let image = 3 * 224 * 224 * 4;
+        // resnet18 at 224 × 224, batch 4: chunks of 4 (the old 1,000 took 13.4 GB).
+        assert_eq!(chunk_len(4, image), 4);
+        // A batch larger than 256 MiB of input: 445 images of 602,112 bytes.
+        assert_eq!(chunk_len(1024, image), 445);
+        assert!(chunk_len(1024, image) * image <= CHUNK_INPUT_BYTES);
+        // MNIST-sized samples: the batch.
+        assert_eq!(chunk_len(64, 28 * 28 * 4), 64);
+        // A sample larger than the budget still validates, one at a time.
+        assert_eq!(chunk_len(8, CHUNK_INPUT_BYTES + 1), 1);
+        assert_eq!(chunk_len(8, 0), 8);
+    }
 }
