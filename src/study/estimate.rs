@@ -32,6 +32,11 @@ fn without(args: &[String], flags: &[&str]) -> Vec<String> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < args.len() {
+        // `--flag=value` (how the plan writes values) is one argument.
+        if args[i].split_once('=').is_some_and(|(name, _)| flags.contains(&name)) {
+            i += 1;
+            continue;
+        }
         if flags.contains(&args[i].as_str()) {
             let takes_value = args.get(i + 1).is_some_and(|v| !v.starts_with("--"));
             i += if takes_value { 2 } else { 1 };
@@ -180,6 +185,12 @@ mod tests {
         assert!(!a.contains(&"--save-model".to_string()) && !a.contains(&"--epochs".to_string()));
         assert!(a.windows(2).any(|w| w == ["--lr", "-0.5"]), "{a:?}");
         assert!(a.windows(2).any(|w| w[0] == "--max-steps" && w[1] == TIMED_STEPS.to_string()));
+        // The plan writes values as one argument: those are replaced too.
+        let p = point(1, 64, &["--model", "mnist-cnn", "--max-steps=15", "--val-samples=256", "--lr=0.5"]);
+        let a = timing_args(&p);
+        assert!(!a.iter().any(|x| x == "--max-steps=15" || x == "--val-samples=256"), "{a:?}");
+        assert!(a.contains(&"--lr=0.5".to_string()), "{a:?}");
+        crate::study::plan::parse_train(&a).unwrap();
     }
 
     #[test]
