@@ -871,3 +871,115 @@ fn comm_last_start_before_origin_is_refused() {
         &["rank-00000.csv row 8", "elapsed_s is 61"],
     );
 }
+
+/// `allreduce_model.json` with one inter-node fit of `alpha_s` and `beta` (seconds per byte).
+fn model_json(alpha_s: f64, beta: f64) -> String {
+    use ddpbench::allreduce::model::{InterconnectModel, LevelFit, FORMULA};
+    use ddpbench::allreduce::{BackendModel, ModelFile};
+    let fit = LevelFit {
+        level: "inter-node".into(),
+        backend: "mpi".into(),
+        dtype: "float".into(),
+        ranks: 2,
+        alpha_s,
+        beta_s_per_byte: beta,
+        bandwidth_bytes_per_s: 1.0 / beta,
+        min_bytes: 8,
+        max_bytes: 1 << 30,
+        residuals: Vec::new(),
+        max_abs_rel_error: 0.1,
+        rms_rel_error: 0.05,
+    };
+    let file = ModelFile {
+        formula: FORMULA.into(),
+        models: vec![BackendModel {
+            backend: "mpi".into(),
+            model: InterconnectModel {
+                formula: FORMULA.into(),
+                ranks_per_node: 1,
+                nodes: 2,
+                intra: None,
+                inter: Some(fit),
+                node_type: "A".into(),
+            },
+        }],
+    };
+    serde_json::to_string_pretty(&file).unwrap()
+}
+
+/// `reduce --interconnect` with the model (`alpha_s`, `beta`) on a 1- and a 2-rank run:
+/// the model is refused with `named` in the message, the projection left out and the
+/// rest of the report written.
+fn model_refused(alpha_s: f64, beta: f64, named: &[&str]) {
+    let d = tmp();
+    let runs = d.path().join("runs");
+    write_run(&runs.join("base"), "base", "m", &BASE, 10, 4);
+    write_run(&runs.join("two"), "two", "m", &TWO_A, 10, 4);
+    let model = d.path().join("allreduce_model.json");
+    std::fs::write(&model, model_json(alpha_s, beta)).unwrap();
+    let job = reduce(&["--no-plots", "--interconnect", &path_str(&model), &path_str(&runs)]);
+    job.assert_ok();
+    assert!(!job.all().contains("panicked"), "{}", job.all());
+    for n in [&path_str(&model) as &str].iter().chain(named) {
+        assert!(job.stderr.contains(n), "{n:?} not in {}", job.stderr);
+    }
+    assert!(!runs.join("projection.csv").exists(), "a projection from a refused model");
+    let report = std::fs::read_to_string(runs.join("report.md")).unwrap();
+    assert!(report.contains("## Speedup and efficiency"), "{report}");
+    assert!(
+        report.contains("## Projection beyond the allocation\n\nLeft out: ") && report.contains(named[0]),
+        "{report}"
+    );
+    // No projected workload, so no step, speedup or efficiency from the model.
+    assert!(!report.contains("(from run ") && !report.contains("inf %"), "{report}");
+    let (_, rows) = read_csv(&runs.join("scaling.csv"));
+    assert_eq!(rows.len(), 2);
+}
+
+#[test]
+fn a_negative_link_model_is_refused_and_named() {
+    // A good model projects: the fixture is otherwise sound.
+    let d = tmp();
+    write_run(&d.path().join("base"), "base", "m", &BASE, 10, 4);
+    let model = d.path().join("model.json");
+    std::fs::write(&model, model_json(1e-5, 1e-9)).unwrap();
+    reduce(&["--no-plots", "--interconnect", &path_str(&model), &path_str(&d.path().join("base"))]).assert_ok();
+    let (h, rows) = read_csv(&d.path().join("base/projection.csv"));
+    assert!(col(&h, &rows, "step_s").iter().all(|&s| s > 0.0));
+    // α = −1 ms, β = −1 µs/B projected steps of −4660 ms.
+    model_refused(-1e-3, -1e-6, &["alpha_s is -0.001"]);
+    model_refused(1e-5, -1e-6, &["beta_s_per_byte is -0.000001"]);
+}
+
+#[test]
+fn an_infinite_link_model_is_refused_and_named() {
+    // α = β = 1e300 printed inf and "+inf %".
+    model_refused(1e300, 1e300, &["alpha_s is 1e300"]);
+    model_refused(1e-5, 1e300, &["beta_s_per_byte is 1e300"]);
+}
+
+#[test]
+fn reduce_interconnect_refuses_1e12_buckets() {
+    let d = tmp();
+    let runs = d.path().join("runs");
+    write_run(&runs.join("base"), "base", "m", &BASE, 10, 4);
+    write_run(&runs.join("two"), "two", "m", &TWO_A, 10, 4);
+    // The 1-rank run is the projection's reference: its buckets would be sized.
+    let mut m = Manifest::read(&runs.join("base")).unwrap();
+    m.buckets = 1_000_000_000_000;
+    m.write(&runs.join("base")).unwrap();
+    let model = d.path().join("allreduce_model.json");
+    std::fs::write(&model, model_json(1e-5, 1e-9)).unwrap();
+    let job = reduce(&["--no-plots", "--interconnect", &path_str(&model), &path_str(&runs)]);
+    job.assert_ok();
+    assert!(
+        !job.all().contains("memory allocation") && !job.all().contains("panicked"),
+        "{}",
+        job.all()
+    );
+    let named = format!("{}: buckets is 1000000000000", path_str(&runs.join("base/manifest.json")));
+    assert!(job.stderr.contains(&named), "{named:?} not in {}", job.stderr);
+    // The other run is reduced and projected.
+    let (h, rows) = read_csv(&runs.join("projection.csv"));
+    assert!(rows.iter().all(|r| r[h.iter().position(|c| c == "from_run").unwrap()] == "two"));
+}
