@@ -140,7 +140,7 @@ pub fn clock_row(row: &ClockRow, world_size: usize, run_s: Option<f64>) -> Resul
     }
     let at = bounds::seconds("rank0_elapsed_s", row.rank0_elapsed_s, run_end_s(run_s))?;
     bounds::seconds("error_s", row.error_s, clock_slack_s(at))?;
-    if !(row.offset_s.abs() <= clock_slack_s(at)) {
+    if row.offset_s.is_nan() || row.offset_s.abs() > clock_slack_s(at) {
         return Err(format!(
             "offset_s is {}: clocks that left one barrier together differ by at most {} s here",
             shown(row.offset_s),
