@@ -1,27 +1,117 @@
 //! `ddpbench diagnose RUN_DIR`: reads the flight records (`rank-NNNNN.flight.json`) the
 //! watchdog left in a run folder and prints which ranks never entered the collective
 //! the others waited in, as the watchdog did when it stopped the job, then each rank's
-//! last collectives.
+//! last collectives. The world size and every rank number are checked against
+//! [`crate::bounds`] before anything is sized by them.
 
+use crate::bounds::{self, MAX_RANKS, MAX_RUN_S};
 use crate::flight::{self, FlightDump, RankStatus, State};
 use crate::record::Manifest;
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use std::fmt::Write;
 use std::path::Path;
 
-/// The analysis of a run folder's flight records, as text.
-pub fn report(dir: &Path) -> Result<String> {
-    let size = Manifest::read(dir).map(|m| m.world_size).ok();
+/// Collectives one flight record may hold: the recorder keeps 64; a file with many
+/// more was not written by it.
+const MAX_RECORDS: usize = 1024;
+
+/// A run's size as its manifest says, and the ranks its flight records may carry.
+#[derive(Debug, Clone, Copy)]
+struct World {
+    /// The manifest's `world_size`.
+    size: usize,
+    /// The launch's ranks: a study point's watchdog numbers ranks in the job that ran
+    /// the study (the manifest's `launcher_env`: OMPI_COMM_WORLD_SIZE, SLURM_NTASKS),
+    /// which may be more than the point's; at least `size`.
+    launched: usize,
+}
+
+/// The folder's world, when it has a readable manifest; Err when its size is one no
+/// job has. Launch sizes beyond [`MAX_RANKS`] are not taken.
+fn world(dir: &Path) -> Result<Option<World>> {
+    let Ok(m) = Manifest::read(dir) else { return Ok(None) };
+    if !(1..=MAX_RANKS).contains(&m.world_size) {
+        bail!(
+            "{}: world_size is {}: a job has 1 to {MAX_RANKS} ranks; the manifest is damaged",
+            dir.join("manifest.json").display(),
+            m.world_size
+        );
+    }
+    let launched = m
+        .ranks
+        .iter()
+        .flat_map(|r| &r.launcher_env)
+        .filter(|(k, _)| k == "OMPI_COMM_WORLD_SIZE" || k == "SLURM_NTASKS")
+        .filter_map(|(_, v)| v.parse::<usize>().ok())
+        .filter(|&n| n <= MAX_RANKS)
+        .fold(m.world_size, usize::max);
+    Ok(Some(World {
+        size: m.world_size,
+        launched,
+    }))
+}
+
+/// Err names the key of `dump` (read from `path`) that no rank of `world` (None:
+/// unknown) can have written.
+fn check_dump(dump: &FlightDump, path: &Path, world: Option<World>) -> Result<()> {
+    let at = |why: String| anyhow!("{}: {why}; the flight record is damaged", path.display());
+    let rank = dump.status.rank;
+    match world {
+        Some(w) if rank >= w.launched => {
+            let launch = if w.launched > w.size {
+                format!(", in a launch of {}", w.launched)
+            } else {
+                String::new()
+            };
+            return Err(at(format!(
+                "status.rank is {rank}: the run has ranks 0 to {} (manifest.json: world_size is {}{launch})",
+                w.launched - 1,
+                w.size
+            )));
+        }
+        None if rank >= MAX_RANKS => return Err(at(format!("status.rank is {rank}: a job has at most {MAX_RANKS} ranks"))),
+        _ => {}
+    }
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    if name != flight::flight_file_name(rank) {
+        return Err(at(format!("status.rank is {rank}: the file is named for another rank")));
+    }
+    for (key, v) in [("status.waited_s", dump.status.waited_s), ("status.silent_s", dump.status.silent_s)] {
+        bounds::seconds(key, v, MAX_RUN_S).map_err(at)?;
+    }
+    if dump.records.len() > MAX_RECORDS {
+        return Err(at(format!("records holds {}: the recorder keeps at most 64", dump.records.len())));
+    }
+    Ok(())
+}
+
+/// The flight records in `dir`, each read only when small enough and checked.
+fn read_dumps(dir: &Path, world: Option<World>) -> Result<Vec<FlightDump>> {
     let mut dumps: Vec<FlightDump> = Vec::new();
     let entries = std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         if name.starts_with("rank-") && name.ends_with(".flight.json") {
-            let text = std::fs::read_to_string(e.path()).with_context(|| format!("cannot read {name}"))?;
+            if dumps.len() >= MAX_RANKS {
+                bail!(
+                    "{} holds more than {MAX_RANKS} flight records: more than a job has ranks",
+                    dir.display()
+                );
+            }
+            let path = e.path();
+            let text = bounds::read_json_text(&path).map_err(|e| anyhow!(e))?;
             let dump: FlightDump = serde_json::from_str(&text).with_context(|| format!("{name} is not a ddpbench flight record"))?;
+            check_dump(&dump, &path, world)?;
             dumps.push(dump);
         }
     }
+    Ok(dumps)
+}
+
+/// The analysis of a run folder's flight records, as text.
+pub fn report(dir: &Path) -> Result<String> {
+    let world = world(dir)?;
+    let mut dumps = read_dumps(dir, world)?;
     if dumps.is_empty() {
         bail!(
             "{} holds no flight records (rank-NNNNN.flight.json): the watchdog did not stop this run, \
@@ -30,7 +120,9 @@ pub fn report(dir: &Path) -> Result<String> {
         );
     }
     dumps.sort_by_key(|d| d.status.rank);
-    let size = size.unwrap_or_else(|| dumps.iter().map(|d| d.status.rank + 1).max().unwrap_or(0));
+    let size = world
+        .map(|w| w.size)
+        .unwrap_or_else(|| dumps.iter().map(|d| d.status.rank + 1).max().unwrap_or(0));
     let statuses: Vec<RankStatus> = dumps.iter().map(|d| d.status.clone()).collect();
     let mut out = String::new();
     match flight::diagnose(&statuses, size) {

@@ -291,16 +291,18 @@ impl Diagnosis {
                 format!("rank {r} on {h}")
             }
         };
-        let who: Vec<String> = self
-            .missing
-            .iter()
-            .map(name)
-            .chain(self.silent.iter().map(|r| format!("rank {r} (no report)")))
-            .collect();
+        let mut who: Vec<String> = self.missing.iter().map(name).collect();
+        if !self.silent.is_empty() {
+            who.push(silent_list(&self.silent));
+        }
         let mut text = if who.is_empty() {
             format!("every rank entered {}", self.collective.describe())
         } else {
-            let verb = if who.len() == 1 { "has" } else { "have" };
+            let verb = if self.missing.len() + self.silent.len() == 1 {
+                "has"
+            } else {
+                "have"
+            };
             format!("{} {verb} not entered {}", who.join(", "), self.collective.describe())
         };
         if !self.stuck_inside.is_empty() {
@@ -313,6 +315,18 @@ impl Diagnosis {
             format!("{text}; {} waited {:.0} s", rank_list(&self.waiting), self.waited_s)
         }
     }
+}
+
+/// Silent ranks listed in a message: at most this many, then how many more.
+const SILENT_LISTED: usize = 64;
+
+/// `ranks 2-5, 9 (no report)`, the first [`SILENT_LISTED`] of them and `and N more`:
+/// a world of millions with one report gives one line, not millions.
+fn silent_list(silent: &[usize]) -> String {
+    let shown = &silent[..silent.len().min(SILENT_LISTED)];
+    let more = silent.len() - shown.len();
+    let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
+    format!("{}{tail} (no report)", rank_list(shown))
 }
 
 /// `ranks 0, 2-7` / `rank 3`.
@@ -350,7 +364,8 @@ pub fn diagnose(all: &[RankStatus], size: usize) -> Option<Diagnosis> {
         .or_else(|| started.iter().min_by_key(|p| p.seq))
         .map(|p| (*p).clone())?;
     let seq = held.seq;
-    let known: Vec<usize> = statuses.iter().map(|s| s.rank).collect();
+    // Sets: `size` may be millions of ranks, each looked up once.
+    let known: std::collections::BTreeSet<usize> = statuses.iter().map(|s| s.rank).collect();
     let named = |s: &RankStatus| (s.rank, s.host.clone(), s.silent_s);
     let mut missing: Vec<(usize, String, f64)> = statuses.iter().filter(|s| !s.entered(seq)).map(named).collect();
     missing.sort_by_key(|m| m.0);
@@ -360,7 +375,7 @@ pub fn diagnose(all: &[RankStatus], size: usize) -> Option<Diagnosis> {
         .map(named)
         .collect();
     stuck_inside.sort_by_key(|m| m.0);
-    let idle: Vec<usize> = all.iter().filter(|s| s.idle && s.silent_s == 0.0).map(|s| s.rank).collect();
+    let idle: std::collections::BTreeSet<usize> = all.iter().filter(|s| s.idle && s.silent_s == 0.0).map(|s| s.rank).collect();
     let silent: Vec<usize> = (0..size).filter(|r| !known.contains(r) && !idle.contains(r)).collect();
     let waiting: Vec<usize> = statuses
         .iter()
@@ -492,6 +507,23 @@ mod tests {
             d.message(),
             "rank 5 on node2 has not entered all-reduce #4812 (bucket 2, epoch 3 step 120); ranks 0-4, 6-7 waited 307 s"
         );
+    }
+
+    #[test]
+    fn millions_of_silent_ranks_are_one_line() {
+        // One report from a world of 2^22 ranks: every other rank is silent.
+        let s = vec![status(0, Some(rec(10, State::Started)), 12.0, Some(9))];
+        let d = diagnose(&s, 1 << 22).unwrap();
+        assert_eq!(d.silent.len(), (1 << 22) - 1);
+        let text = d.message();
+        assert!(
+            text.starts_with(&format!(
+                "ranks 1-64 and {} more (no report) have not entered all-reduce #10",
+                (1 << 22) - 65
+            )),
+            "{text}"
+        );
+        assert!(text.len() < 200, "{text}");
     }
 
     #[test]

@@ -8,13 +8,15 @@
 //! overlap with backward), [`allreduce`] (the all-reduce sweep and the fitted
 //! interconnect model), [`data`] (data sets by format, sharding, loading),
 //! [`model`] (networks), [`optim`] and [`amp`] (optimizers, mixed precision),
-//! [`train`] (the configuration and the timed loop), [`study`] (a whole scaling study
+//! [`train`] (the configuration and the timed loop), [`bounds`] (what a value read back
+//! from a file may be), [`study`] (a whole scaling study
 //! on sub-communicators of one job), [`record`] (the files a run
 //! writes: CSV rows, the phase glossary, the manifest), [`reduce`] (from run folders to
 //! tables, report and plots), [`stats`] and [`plot`], and [`cli`] (the command line).
 
 pub mod allreduce;
 pub mod amp;
+pub mod bounds;
 pub mod cli;
 pub mod comm;
 pub mod data;

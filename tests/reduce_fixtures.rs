@@ -62,7 +62,8 @@ fn manifest(f: &Fixture, status: &str) -> Manifest {
         steps_per_epoch: 100,
         start_utc: format!("2026-01-01T00:00:0{n}.000000Z"),
         end_utc: None,
-        wall_s: Some(10.0),
+        // Step k starts at 10·k s (see `write`) and lasts under 10 s.
+        wall_s: Some(10.0 * (f.steps + 1) as f64),
         final_param_l2: Some(1.0),
         final_val_accuracy: None,
         allreduce_probe: None,
@@ -364,7 +365,12 @@ fn a_lone_multi_rank_run_gets_no_efficiency_and_epochs_without_validation_count(
         "epoch,time_utc,steps,epoch_s,train_loss,val_loss,val_accuracy,val_samples,val_s,param_l2\n0,2026-01-01T00:00:00.000000Z,100,150.5,2.3,,,0,0,12.5\n",
     )
     .unwrap();
+    // The run went on for the epoch's 100 steps.
+    let mut m = Manifest::read(&dir).unwrap();
+    m.wall_s = Some(160.0);
+    m.write(&dir).unwrap();
     let run = read_run(&dir).unwrap();
+    assert!(run.complete(), "{:?}", run.problems);
     let s = &type_summaries(&run)[0];
     assert_eq!((s.epoch_s, s.epoch_s_projected), (150.5, 0), "a full epoch is measured");
     let job = ddpbench(&["reduce", "--no-plots", &path_str(&dir)]);
@@ -618,15 +624,17 @@ fn schema_1_run_folders_still_reduce() {
         "dataset":"fashion-mnist","dataset_source":"/usr/share/datasets/fashion-mnist","parameters":1199882,
         "gradient_bytes":4799528,"comm_backend":"mpi-cpu-staged","buckets":1,"world_size":1,"nodes":1,
         "batch_size_per_rank":64,"global_batch_size":64,"steps_per_epoch":938,"start_utc":"2026-11-01T00:00:00.000000Z",
-        "end_utc":"2026-11-01T00:01:00.000000Z","wall_s":60.0,"final_param_l2":1.0,"final_val_accuracy":0.5,
+        "end_utc":"2026-11-01T00:01:20.000000Z","wall_s":80.0,"final_param_l2":1.0,"final_val_accuracy":0.5,
         "allreduce_probe":null,"ranks":[{"rank":0,"local_rank":0,"host":"a","node_type":"T","device":"Cpu",
         "binding":"auto: 0","threads":1,"cpu_model":"x","gpus":[],"launcher_env":[]}]}"#,
     )
     .unwrap();
     let header = "rank,node_type,epoch,step,global_step,warmup,time_utc,elapsed_s,samples,data_s,forward_s,backward_s,comm_s,comm_exposed_s,copy_d2h_s,copy_h2d_s,optimizer_s,other_s,step_s,comm_start_s,loss,bytes,loss_scale,step_skipped";
+    // Steps start 20 s apart; the all-reduce is entered after backward.
     let row = |step: usize, warm: u8, data: f64, fwd: f64| {
         let step_s = data + fwd + 0.2 + 0.05 + 0.01 + 0.04;
-        format!("0,T,0,{step},{step},{warm},2026-11-01T00:00:0{step}.000000Z,{step},64,{data},{fwd},0.2,0.05,0.05,0,0,0.01,0.04,{step_s},{step},2.3,4799528,,0")
+        let (start, entry) = (20 * step, 20.0 * step as f64 + data + fwd + 0.2);
+        format!("0,T,0,{step},{step},{warm},2026-11-01T00:00:{start:02}.000000Z,{start},64,{data},{fwd},0.2,0.05,0.05,0,0,0.01,0.04,{step_s},{entry},2.3,4799528,,0")
     };
     let text = [
         header.to_string(),
@@ -677,8 +685,21 @@ fn hostile_inputs_are_named_and_stalls_are_listed() {
     m.world_size = 1_000_000_000_000;
     m.write(&d.path().join("huge")).unwrap();
     std::fs::write(d.path().join("empty/rank-00001.csv"), "").unwrap();
-    // One step of rank 0 took 40 s where the others take 1.5 s.
+    // One step of rank 0 took 40 s where the others take 1.5 s: 38.5 s more in other_s,
+    // and every later step of the job starts 38.5 s later.
     edit("stalled", 0, "step_s", 17, "40");
+    edit("stalled", 0, "other_s", 17, "38.6");
+    let stalled = d.path().join("stalled");
+    for r in 0..2 {
+        edit_rows(&stalled, r, |i, col, row| {
+            for c in ["elapsed_s", "comm_start_s", "comm_last_start_s"].into_iter().filter(|_| i > 17) {
+                row[col(c)] = (row[col(c)].parse::<f64>().unwrap() + 38.5).to_string();
+            }
+        });
+    }
+    let mut m = Manifest::read(&stalled).unwrap();
+    m.wall_s = m.wall_s.map(|w| w + 38.5);
+    m.write(&stalled).unwrap();
     let expect = [
         ("negative", "step_s is -5"),
         ("nan", "comm_exposed_s is NaN"),
@@ -706,4 +727,259 @@ fn hostile_inputs_are_named_and_stalls_are_listed() {
         report.contains("## Stalls") && report.contains("| stalled | 0 | 17 | 40.000 |"),
         "{report}"
     );
+}
+
+/// Rewrites rank `rank`'s file of run folder `dir`: `change(row index, cells)` edits each
+/// row in place, cells found by `col(name)`.
+fn edit_rows(dir: &Path, rank: usize, mut change: impl FnMut(usize, &dyn Fn(&str) -> usize, &mut Vec<String>)) {
+    let f = dir.join(format!("rank-{rank:05}.csv"));
+    let mut r = csv::Reader::from_path(&f).unwrap();
+    let h = r.headers().unwrap().clone();
+    let col = |name: &str| h.iter().position(|x| x == name).unwrap_or_else(|| panic!("no column {name}"));
+    let mut rows: Vec<Vec<String>> = r.records().map(|x| x.unwrap().iter().map(String::from).collect()).collect();
+    for (i, row) in rows.iter_mut().enumerate() {
+        change(i, &col, row);
+    }
+    let mut w = csv::Writer::from_path(&f).unwrap();
+    w.write_record(&h).unwrap();
+    for row in rows {
+        w.write_record(&row).unwrap();
+    }
+}
+
+/// Sets column `name` of rank `rank`'s rows whose index `rows` holds to `value`.
+fn set_cells(dir: &Path, rank: usize, name: &str, rows: impl Fn(usize) -> bool, value: &str) {
+    edit_rows(dir, rank, |i, col, row| {
+        if rows(i) {
+            row[col(name)] = value.into();
+        }
+    });
+}
+
+/// A good 1-rank run `base` beside the run `name` (2 ranks, 30 steps) that `damage`
+/// edits: the damaged run is refused with every one of `named` in its problem, and
+/// `reduce` reduces the good run, names the damaged one and leaves it out.
+fn refused_and_named(name: &str, damage: impl Fn(&Path), named: &[&str]) {
+    let d = tmp();
+    write_run(&d.path().join("base"), "base", "m", &BASE, 10, 4);
+    let dir = d.path().join(name);
+    write_run(&dir, name, "m", &TWO_A, 10, 30);
+    damage(&dir);
+    let run = read_run(&dir).unwrap();
+    assert!(!run.complete(), "{name}: read as complete");
+    let problems = run.problems.join("\n");
+    for n in named {
+        assert!(problems.contains(n), "{name}: {n:?} not in {problems}");
+    }
+    let job = reduce(&["--no-plots", &path_str(d.path())]);
+    job.assert_ok();
+    assert!(!job.all().contains("panicked"), "{}", job.all());
+    assert!(job.stderr.contains(&format!("incomplete run {}", path_str(&dir))), "{}", job.stderr);
+    for n in named {
+        assert!(job.stderr.contains(n), "{n:?} not in {}", job.stderr);
+    }
+    let (_, rows) = read_csv(&d.path().join("scaling.csv"));
+    assert_eq!(rows.len(), 1, "only the good run is reduced");
+    let (h, rows) = read_csv(&d.path().join("summary.csv"));
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0][h.iter().position(|c| c == "run_id").unwrap()], "base");
+}
+
+#[test]
+fn rows_of_another_run_after_row_15_are_refused() {
+    refused_and_named(
+        "spliced",
+        |dir| set_cells(dir, 1, "run_id", |i| i >= 16, "another-run"),
+        &["rank-00001.csv row 17", "run_id", "\"another-run\""],
+    );
+}
+
+#[test]
+fn a_rank_column_that_changes_is_refused() {
+    refused_and_named(
+        "changed",
+        |dir| set_cells(dir, 1, "rank", |i| i >= 5, "0"),
+        &["rank-00001.csv row 6", "rank is 0"],
+    );
+}
+
+#[test]
+fn phases_beyond_the_step_are_refused() {
+    // forward_s 10218.66 s in a 1.5 s step: 681,244 % of it.
+    refused_and_named(
+        "forward",
+        |dir| set_cells(dir, 0, "forward_s", |i| i == 3, "10218.66"),
+        &["rank-00000.csv row 4", "forward_s is 10218.66", "step_s"],
+    );
+    // The phases add up to 1.4 s in a 1.5 s step: 0.1 s is missing.
+    refused_and_named(
+        "missing-phase",
+        |dir| set_cells(dir, 1, "other_s", |i| i == 2, "0"),
+        &["rank-00001.csv row 3", "add up to 1.4", "step_s is 1.5"],
+    );
+}
+
+#[test]
+fn samples_that_would_wrap_are_refused() {
+    // Two rows of 2^63 samples add up to 2^64: a u64 sum wraps to the other rows alone.
+    refused_and_named(
+        "wrapping",
+        |dir| set_cells(dir, 0, "samples", |i| i == 3 || i == 4, "9223372036854775808"),
+        &["rank-00000.csv row 4", "samples is 9223372036854775808"],
+    );
+}
+
+#[test]
+fn bytes_u64_max_is_refused() {
+    refused_and_named(
+        "bytes",
+        |dir| {
+            for r in 0..2 {
+                set_cells(dir, r, "bytes", |_| true, &u64::MAX.to_string());
+            }
+        },
+        &["rank-00000.csv row 1", "bytes is 18446744073709551615"],
+    );
+}
+
+#[test]
+fn comm_last_start_before_origin_is_refused() {
+    // Before the run's common origin: a wait of 1e9 s for the other rank.
+    refused_and_named(
+        "early",
+        |dir| set_cells(dir, 1, "comm_last_start_s", |_| true, "-1000000000"),
+        &["rank-00001.csv row 1", "comm_last_start_s is -1000000000"],
+    );
+    // Long after its own step ended.
+    refused_and_named(
+        "late",
+        |dir| set_cells(dir, 1, "comm_last_start_s", |i| i == 4, "1000000000"),
+        &["rank-00001.csv row 5", "comm_last_start_s is 1000000000"],
+    );
+    // A step that starts before the previous one ended.
+    refused_and_named(
+        "overlapping",
+        |dir| {
+            for c in ["elapsed_s", "comm_start_s", "comm_last_start_s"] {
+                edit_rows(dir, 0, |i, col, row| {
+                    if i == 7 {
+                        row[col(c)] = (row[col(c)].parse::<f64>().unwrap() - 9.0).to_string();
+                    }
+                });
+            }
+        },
+        &["rank-00000.csv row 8", "elapsed_s is 61"],
+    );
+}
+
+/// `allreduce_model.json` with one inter-node fit of `alpha_s` and `beta` (seconds per byte).
+fn model_json(alpha_s: f64, beta: f64) -> String {
+    use ddpbench::allreduce::model::{InterconnectModel, LevelFit, FORMULA};
+    use ddpbench::allreduce::{BackendModel, ModelFile};
+    let fit = LevelFit {
+        level: "inter-node".into(),
+        backend: "mpi".into(),
+        dtype: "float".into(),
+        ranks: 2,
+        alpha_s,
+        beta_s_per_byte: beta,
+        bandwidth_bytes_per_s: 1.0 / beta,
+        min_bytes: 8,
+        max_bytes: 1 << 30,
+        residuals: Vec::new(),
+        max_abs_rel_error: 0.1,
+        rms_rel_error: 0.05,
+    };
+    let file = ModelFile {
+        formula: FORMULA.into(),
+        models: vec![BackendModel {
+            backend: "mpi".into(),
+            model: InterconnectModel {
+                formula: FORMULA.into(),
+                ranks_per_node: 1,
+                nodes: 2,
+                intra: None,
+                inter: Some(fit),
+                node_type: "A".into(),
+            },
+        }],
+    };
+    serde_json::to_string_pretty(&file).unwrap()
+}
+
+/// `reduce --interconnect` with the model (`alpha_s`, `beta`) on a 1- and a 2-rank run:
+/// the model is refused with `named` in the message, the projection left out and the
+/// rest of the report written.
+fn model_refused(alpha_s: f64, beta: f64, named: &[&str]) {
+    let d = tmp();
+    let runs = d.path().join("runs");
+    write_run(&runs.join("base"), "base", "m", &BASE, 10, 4);
+    write_run(&runs.join("two"), "two", "m", &TWO_A, 10, 4);
+    let model = d.path().join("allreduce_model.json");
+    std::fs::write(&model, model_json(alpha_s, beta)).unwrap();
+    let job = reduce(&["--no-plots", "--interconnect", &path_str(&model), &path_str(&runs)]);
+    job.assert_ok();
+    assert!(!job.all().contains("panicked"), "{}", job.all());
+    for n in [&path_str(&model) as &str].iter().chain(named) {
+        assert!(job.stderr.contains(n), "{n:?} not in {}", job.stderr);
+    }
+    assert!(!runs.join("projection.csv").exists(), "a projection from a refused model");
+    let report = std::fs::read_to_string(runs.join("report.md")).unwrap();
+    assert!(report.contains("## Speedup and efficiency"), "{report}");
+    assert!(
+        report.contains("## Projection beyond the allocation\n\nLeft out: ") && report.contains(named[0]),
+        "{report}"
+    );
+    // No projected workload, so no step, speedup or efficiency from the model.
+    assert!(!report.contains("(from run ") && !report.contains("inf %"), "{report}");
+    let (_, rows) = read_csv(&runs.join("scaling.csv"));
+    assert_eq!(rows.len(), 2);
+}
+
+#[test]
+fn a_negative_link_model_is_refused_and_named() {
+    // A good model projects: the fixture is otherwise sound.
+    let d = tmp();
+    write_run(&d.path().join("base"), "base", "m", &BASE, 10, 4);
+    let model = d.path().join("model.json");
+    std::fs::write(&model, model_json(1e-5, 1e-9)).unwrap();
+    reduce(&["--no-plots", "--interconnect", &path_str(&model), &path_str(&d.path().join("base"))]).assert_ok();
+    let (h, rows) = read_csv(&d.path().join("base/projection.csv"));
+    assert!(col(&h, &rows, "step_s").iter().all(|&s| s > 0.0));
+    // α = −1 ms, β = −1 µs/B projected steps of −4660 ms.
+    model_refused(-1e-3, -1e-6, &["alpha_s is -0.001"]);
+    model_refused(1e-5, -1e-6, &["beta_s_per_byte is -0.000001"]);
+}
+
+#[test]
+fn an_infinite_link_model_is_refused_and_named() {
+    // α = β = 1e300 printed inf and "+inf %".
+    model_refused(1e300, 1e300, &["alpha_s is 1e300"]);
+    model_refused(1e-5, 1e300, &["beta_s_per_byte is 1e300"]);
+}
+
+#[test]
+fn reduce_interconnect_refuses_1e12_buckets() {
+    let d = tmp();
+    let runs = d.path().join("runs");
+    write_run(&runs.join("base"), "base", "m", &BASE, 10, 4);
+    write_run(&runs.join("two"), "two", "m", &TWO_A, 10, 4);
+    // The 1-rank run is the projection's reference: its buckets would be sized.
+    let mut m = Manifest::read(&runs.join("base")).unwrap();
+    m.buckets = 1_000_000_000_000;
+    m.write(&runs.join("base")).unwrap();
+    let model = d.path().join("allreduce_model.json");
+    std::fs::write(&model, model_json(1e-5, 1e-9)).unwrap();
+    let job = reduce(&["--no-plots", "--interconnect", &path_str(&model), &path_str(&runs)]);
+    job.assert_ok();
+    assert!(
+        !job.all().contains("memory allocation") && !job.all().contains("panicked"),
+        "{}",
+        job.all()
+    );
+    let named = format!("{}: buckets is 1000000000000", path_str(&runs.join("base/manifest.json")));
+    assert!(job.stderr.contains(&named), "{named:?} not in {}", job.stderr);
+    // The other run is reduced and projected.
+    let (h, rows) = read_csv(&runs.join("projection.csv"));
+    assert!(rows.iter().all(|r| r[h.iter().position(|c| c == "from_run").unwrap()] == "two"));
 }

@@ -195,17 +195,25 @@ pub struct BackendModel {
 }
 
 impl ModelFile {
-    /// Reads `allreduce_model.json` from a file or a sweep folder.
+    /// Reads `allreduce_model.json` from a file or a sweep folder, no larger than
+    /// [`crate::bounds::MAX_JSON_BYTES`], and checks every fit ([`InterconnectModel::check`]);
+    /// Err names the file, and the key that no link has.
     pub fn read(path: &Path) -> Result<ModelFile> {
         let file = if path.is_dir() {
             path.join("allreduce_model.json")
         } else {
             path.to_path_buf()
         };
-        let text = std::fs::read_to_string(&file)
-            .with_context(|| format!("cannot read {} (a folder written by `ddpbench allreduce` holds it)", file.display()))?;
-        serde_json::from_str(&text)
-            .with_context(|| format!("{} is not an allreduce_model.json written by `ddpbench allreduce`", file.display()))
+        let text =
+            crate::bounds::read_json_text(&file).map_err(|e| anyhow::anyhow!("{e} (a folder written by `ddpbench allreduce` holds it)"))?;
+        let mf: ModelFile = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not an allreduce_model.json written by `ddpbench allreduce`", file.display()))?;
+        for (i, m) in mf.models.iter().enumerate() {
+            m.model
+                .check()
+                .map_err(|e| anyhow::anyhow!("{}: models[{i}] ({}): {e}: the file is damaged", file.display(), m.backend))?;
+        }
+        Ok(mf)
     }
 
     /// The model for a run that all-reduced with `backend` on `device` ("cpu" or "cuda:N").

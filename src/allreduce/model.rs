@@ -24,8 +24,16 @@
 //! follow a cache cliff or a token bucket's burst, the measurement can; the model
 //! carries it to rank counts that were not measured.
 
+use crate::bounds::{self, shown, MAX_BYTES_PER_STEP, MAX_RANKS, MAX_RUN_S};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
+
+/// The latency of one message step: at most 1 s (a link slower than that is down).
+pub const MAX_ALPHA_S: f64 = 1.0;
+/// Seconds per byte: at most 1 (a link of 1 byte/s).
+pub const MAX_BETA_S_PER_BYTE: f64 = 1.0;
+/// A relative error or spread: at most 100 (10,000 %); a band wider says nothing.
+const MAX_REL: f64 = 100.0;
 
 /// A fitted α–β model of one level.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -40,7 +48,8 @@ pub struct LevelFit {
     pub alpha_s: f64,
     /// Seconds per byte (1 / the link's bandwidth).
     pub beta_s_per_byte: f64,
-    /// 1/β, bytes per second.
+    /// 1/β, bytes per second (JSON null when β is 0: no finite number says it).
+    #[serde(deserialize_with = "infinite_if_null")]
     pub bandwidth_bytes_per_s: f64,
     /// The sizes the fit saw: it is valid between them.
     pub min_bytes: u64,
@@ -60,6 +69,52 @@ pub struct Residual {
     /// Half the spread of the single iterations, (p90 − p10) / 2, relative to their median.
     #[serde(default)]
     pub rel_spread: f64,
+}
+
+/// JSON has no infinity: serde_json writes it as null, which reads back as one.
+fn infinite_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
+}
+
+impl LevelFit {
+    /// Err names the first key whose value no link has (`key is value: why`): α and β
+    /// finite and from 0 (a fit may clamp them to 0) to [`MAX_ALPHA_S`] and
+    /// [`MAX_BETA_S_PER_BYTE`], 2 or more ranks, sizes within a step's bytes, measured
+    /// times positive, errors and spreads finite and at most 100.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let within = |key: &str, v: f64, max: f64, what: &str| {
+            if (0.0..=max).contains(&v) {
+                Ok(())
+            } else {
+                Err(format!("{key} is {}: {what} lies from 0 to {}", shown(v), shown(max)))
+            }
+        };
+        within("alpha_s", self.alpha_s, MAX_ALPHA_S, "a latency (s)")?;
+        within("beta_s_per_byte", self.beta_s_per_byte, MAX_BETA_S_PER_BYTE, "a time per byte (s)")?;
+        if !(2..=MAX_RANKS).contains(&self.ranks) {
+            return Err(format!("ranks is {}: a fit is over 2 to {MAX_RANKS} ranks", self.ranks));
+        }
+        bounds::at_most("max_bytes", self.max_bytes, MAX_BYTES_PER_STEP, "bytes")?;
+        if self.min_bytes > self.max_bytes {
+            return Err(format!("min_bytes is {}: above max_bytes ({})", self.min_bytes, self.max_bytes));
+        }
+        within("max_abs_rel_error", self.max_abs_rel_error, MAX_REL, "a relative error")?;
+        within("rms_rel_error", self.rms_rel_error, MAX_REL, "a relative error")?;
+        for (i, r) in self.residuals.iter().enumerate() {
+            let key = |k: &str| format!("residuals[{i}].{k}");
+            bounds::at_most(&key("bytes"), r.bytes, MAX_BYTES_PER_STEP, "bytes")?;
+            if !(r.measured_s > 0.0 && r.measured_s <= MAX_RUN_S) {
+                return Err(format!(
+                    "{} is {}: a measured time lies above 0 and at most {} s",
+                    key("measured_s"),
+                    shown(r.measured_s),
+                    shown(MAX_RUN_S)
+                ));
+            }
+            within(&key("rel_spread"), r.rel_spread, MAX_REL, "a relative spread")?;
+        }
+        Ok(())
+    }
 }
 
 /// `allreduce_model.json`: the fits and how they were obtained.
@@ -256,6 +311,28 @@ pub struct Projected {
 }
 
 impl InterconnectModel {
+    /// Err names the first key (`intra.alpha_s`, `nodes`, ...) that no allocation or link
+    /// has ([`LevelFit::check`]).
+    pub fn check(&self) -> std::result::Result<(), String> {
+        for (key, n) in [("ranks_per_node", self.ranks_per_node), ("nodes", self.nodes)] {
+            if !(1..=MAX_RANKS).contains(&n) {
+                return Err(format!("{key} is {n}: an allocation has 1 to {MAX_RANKS}"));
+            }
+        }
+        if self.ranks_per_node.saturating_mul(self.nodes) > MAX_RANKS {
+            return Err(format!(
+                "nodes × ranks_per_node is {} × {}: more than {MAX_RANKS} ranks",
+                self.nodes, self.ranks_per_node
+            ));
+        }
+        for (key, fit) in [("intra", &self.intra), ("inter", &self.inter)] {
+            if let Some(f) = fit {
+                f.check().map_err(|e| format!("{key}.{e}"))?;
+            }
+        }
+        Ok(())
+    }
+
     /// The hierarchical all-reduce time; Err names the level the model lacks.
     pub fn time_s(&self, nodes: usize, ranks_per_node: usize, bytes: f64) -> Result<Projected> {
         let levels = [
@@ -335,6 +412,29 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("2 or more ranks"));
+    }
+
+    #[test]
+    fn a_fit_clamped_to_zero_reads_back_and_impossible_links_are_named() {
+        // β clamped to 0: 1/β is infinite, which JSON writes as null.
+        let mut f = fit("intra-node", "mpi", "fp32", 2, &synthetic(2, 3e-6, 1e-9, 0.0, 9)).unwrap();
+        f.beta_s_per_byte = 0.0;
+        f.bandwidth_bytes_per_s = f64::INFINITY;
+        let back: LevelFit = serde_json::from_str(&serde_json::to_string(&f).unwrap()).unwrap();
+        assert_eq!(back.bandwidth_bytes_per_s, f64::INFINITY);
+        assert_eq!(back.check(), Ok(()));
+        let broken = |change: fn(&mut LevelFit), needle: &str| {
+            let mut g = back.clone();
+            change(&mut g);
+            let e = g.check().unwrap_err();
+            assert!(e.contains(needle), "{e}");
+        };
+        broken(|g| g.alpha_s = -1e-3, "alpha_s is -0.001");
+        broken(|g| g.alpha_s = 2.0, "alpha_s is 2");
+        broken(|g| g.beta_s_per_byte = 1e300, "beta_s_per_byte is 1e300");
+        broken(|g| g.ranks = 1, "ranks is 1");
+        broken(|g| g.residuals[0].measured_s = 0.0, "residuals[0].measured_s is 0");
+        broken(|g| g.max_abs_rel_error = f64::NAN, "max_abs_rel_error is NaN");
     }
 
     #[test]

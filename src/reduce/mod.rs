@@ -148,10 +148,10 @@ pub fn main(args: ReduceArgs) -> Result<()> {
         report::plots(&out, &complete, &summaries, &scaling)?;
     }
     report::print_tables(&summaries, &scaling);
-    if let Some((rows, _)) = &projection {
+    let projected = projection.as_ref().is_some_and(|(rows, _)| !rows.is_empty());
+    if let Some((rows, _)) = projection.as_ref().filter(|_| projected) {
         report::print_projection(rows);
     }
-    let projected = projection.is_some();
     println!(
         "\nwrote {}/{{summary.csv, scaling.csv, ranks.csv, report.md{}{}}}",
         out.display(),
@@ -162,7 +162,8 @@ pub fn main(args: ReduceArgs) -> Result<()> {
 }
 
 /// The projection to more ranks, when an interconnect model is given or found: writes
-/// projection.csv (and its plot); returns its rows and report.md's section.
+/// projection.csv (and its plot); returns its rows and report.md's section (no rows,
+/// and a section saying why, when the model is refused).
 fn project(
     args: &ReduceArgs,
     dirs: &[PathBuf],
@@ -185,7 +186,15 @@ fn project(
             }
         }
     };
-    let models = crate::allreduce::ModelFile::read(&sweep)?;
+    // A model that cannot be read or holds values no link has takes the projection out,
+    // not the report: the rest stands without it.
+    let models = match crate::allreduce::ModelFile::read(&sweep) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("projection left out: {e:#}");
+            return Ok(Some((Vec::new(), report::projection_left_out(&format!("{e:#}")))));
+        }
+    };
     let (rows, notes) = analysis::projection::projections(complete, &models, args.project_to as usize);
     for n in &notes {
         eprintln!("projection: {n}");

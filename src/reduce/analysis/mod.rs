@@ -221,11 +221,13 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
             .zip(&ranks)
             .map(|(row, &r)| clock.correct(r, row.comm_last_start_s))
             .collect();
-        run.add_step(rows, &entries, &type_of, communicates, shares_core);
+        run.add_step(rows, &entries, &type_of, communicates, shares_core)
     });
     for (i, &r) in ranks.iter().enumerate() {
         if let Some(t) = type_of.get(i).and_then(|&t| run.types.get_mut(t)) {
-            t.gpu.add_file(&dir.join(crate::record::gpu_file_name(r)), timed[i]);
+            if let Err(e) = t.gpu.add_file(&dir.join(crate::record::gpu_file_name(r)), timed[i]) {
+                files.problems.push(e);
+            }
         }
     }
     run.problems = files.problems;
@@ -259,10 +261,11 @@ impl RunStats {
     /// One step of every rank. The all-reduce completes only when the last rank has
     /// entered its last bucket, so each rank's wait runs from its own entry (`entries`,
     /// on rank 0's clock) to the last one; a run without all-reduce waits for nobody.
-    fn add_step(&mut self, rows: &[Row], entries: &[f64], type_of: &[usize], communicates: bool, shares_core: bool) {
+    /// Err when a count no longer fits its sum.
+    fn add_step(&mut self, rows: &[Row], entries: &[f64], type_of: &[usize], communicates: bool, shares_core: bool) -> Result<(), String> {
         if rows[0].warmup {
             self.warmup_steps += 1;
-            return;
+            return Ok(());
         }
         let (last, last_entry) = entries
             .iter()
@@ -280,7 +283,7 @@ impl RunStats {
             keep_longest(&mut self.ranks[i].longest, row.global_step, row.step_s);
             let rs = &mut self.ranks[i];
             rs.steps += 1;
-            rs.samples += row.samples;
+            add_count(&mut rs.samples, row.samples, "samples of one rank")?;
             rs.step.push(row.step_s);
             for (sum, v) in rs.phase_sum.iter_mut().zip(row.phases) {
                 *sum += v;
@@ -296,7 +299,7 @@ impl RunStats {
             ts.wait.push(wait);
             ts.comm.push(row.comm_s);
             ts.hidden.push(if shares_core { 0.0 } else { row.comm_hidden_s });
-            self.samples += row.samples;
+            add_count(&mut self.samples, row.samples, "samples of the run")?;
             step_mean += row.step_s;
         }
         self.ranks[last].last_arrivals += 1;
@@ -307,7 +310,17 @@ impl RunStats {
         self.job_step_series.push(step_mean);
         self.bytes_per_step = rows[0].bytes;
         self.steps += 1;
+        Ok(())
     }
+}
+
+/// Adds `v` to the count `sum`; Err says `what` no longer fits 64 bits (a sum that
+/// wrapped would report a fraction of what was counted).
+fn add_count(sum: &mut u64, v: u64, what: &str) -> Result<(), String> {
+    *sum = sum
+        .checked_add(v)
+        .ok_or_else(|| format!("the {what} add up to more than {}: the files are damaged", u64::MAX))?;
+    Ok(())
 }
 
 /// Keeps the [`LONGEST_KEPT`] longest steps in `kept`, longest first.
@@ -318,4 +331,21 @@ fn keep_longest(kept: &mut Vec<(u64, f64)>, step: u64, seconds: f64) {
     let at = kept.partition_point(|k| k.1 >= seconds);
     kept.insert(at, (step, seconds));
     kept.truncate(LONGEST_KEPT);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_that_would_wrap_are_refused() {
+        let mut sum = 1u64 << 63;
+        assert_eq!(add_count(&mut sum, 5, "samples"), Ok(()));
+        assert_eq!(sum, (1 << 63) + 5);
+        let e = add_count(&mut sum, 1 << 63, "samples of one rank").unwrap_err();
+        assert!(
+            e.contains("the samples of one rank add up to more than 18446744073709551615"),
+            "{e}"
+        );
+    }
 }

@@ -10,7 +10,7 @@ mod speedup;
 mod terminal;
 
 pub use plots::plots;
-pub use projection::{print_projection, projection_markdown, projection_plot};
+pub use projection::{print_projection, projection_left_out, projection_markdown, projection_plot};
 pub use terminal::print_tables;
 
 use super::analysis::{RunStats, ScalingRow, TypeSummary};

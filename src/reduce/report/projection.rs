@@ -34,6 +34,14 @@ fn by_workload(rows: &[ProjectionRow]) -> Vec<(String, Vec<&ProjectionRow>)> {
     out
 }
 
+/// report.md's projection section when the interconnect model was refused: why.
+pub fn projection_left_out(why: &str) -> String {
+    format!(
+        "\n## Projection beyond the allocation\n\nLeft out: {why}. Run `ddpbench allreduce` again to write the model, \
+         or name another with --interconnect.\n"
+    )
+}
+
 pub fn projection_markdown(rows: &[ProjectionRow], notes: &[String], runs: &[&RunStats], models: &ModelFile, sweep: &Path) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "\n## Projection beyond the allocation\n");
@@ -54,11 +62,15 @@ own work independent of N.\n",
         for f in [&bm.model.intra, &bm.model.inter].into_iter().flatten() {
             let _ = writeln!(
                 md,
-                "- {} {}: α = {:.2} µs, 1/β = {:.3} GB/s over {} ranks, sizes {}–{} B, |relative error| max {:.1} %, rms {:.1} %",
+                "- {} {}: α = {:.2} µs, 1/β = {} over {} ranks, sizes {}–{} B, |relative error| max {:.1} %, rms {:.1} %",
                 bm.backend,
                 f.level,
                 f.alpha_s * 1e6,
-                f.bandwidth_bytes_per_s / 1e9,
+                if f.beta_s_per_byte > 0.0 {
+                    format!("{:.3} GB/s", 1e-9 / f.beta_s_per_byte)
+                } else {
+                    "unbounded (β fitted as 0)".into()
+                },
                 f.ranks,
                 f.min_bytes,
                 f.max_bytes,

@@ -1,144 +1,25 @@
 //! Reading a run folder: the manifest, `epochs.csv`, the GPU telemetry files and every
 //! rank file. The rank files are streamed in lock-step (one step of every rank at a
-//! time), so memory is bounded by the number of ranks, not rows. The reader only
-//! parses: each step's rows of all ranks go to a visitor, and what they add up to is
-//! computed in [`super::analysis`].
+//! time), so memory is bounded by the number of ranks, not rows. The reader parses and
+//! checks: every value against what a real run can produce ([`crate::bounds`]; rows in
+//! [`row`], the rest in [`limits`]), every row's run id and rank against its file's; a
+//! run that fails is named with the file, row, column and value, and left out. Each
+//! step's rows of all ranks go to a visitor, and what they add up to is computed in
+//! [`super::analysis`].
 //!
 //! Files of schema 1 (before `batch_copy_s`, with `copy_d2h_s`/`copy_h2d_s`, and from
 //! before overlap with `comm_s` as the exposed phase) read as well as schema 2.
 
-use crate::record::{EndRecord, EpochRow, Manifest, Phase, PhaseTimes, RunStatus};
+mod limits;
+mod row;
+
+pub use row::Row;
+
+use crate::record::{EndRecord, EpochRow, Manifest, RunStatus};
+use row::{field, parse_row, Columns};
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-
-/// One parsed rank-file row: the fields the analysis uses.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct Row {
-    pub global_step: u64,
-    pub warmup: bool,
-    pub samples: u64,
-    /// Seconds per phase ([`Phase::index`]); they add up to `step_s`.
-    pub phases: PhaseTimes,
-    pub step_s: f64,
-    /// All-reduce work (`comm_s`), hidden or not.
-    pub comm_s: f64,
-    /// When the rank entered the all-reduce, on its own clock.
-    pub comm_start_s: f64,
-    /// When it entered its last bucket's all-reduce (schema 1: `comm_start_s`).
-    pub comm_last_start_s: f64,
-    /// All-reduce work done before backward ended (0 in schema 1).
-    pub comm_hidden_s: f64,
-    pub bytes: u64,
-    /// When the step started, seconds from the run's common origin (NaN where the
-    /// file has no `elapsed_s`).
-    pub elapsed_s: f64,
-}
-
-/// Column positions in a rank file.
-struct Columns {
-    rank: usize,
-    node_type: usize,
-    global_step: usize,
-    warmup: usize,
-    samples: usize,
-    /// Each phase's column; None for a phase the file's schema lacks (it is 0 there).
-    phases: [Option<usize>; Phase::COUNT],
-    step_s: usize,
-    comm_start_s: usize,
-    comm_last_start_s: Option<usize>,
-    comm_hidden_s: Option<usize>,
-    elapsed_s: Option<usize>,
-    run_id: Option<usize>,
-    bytes: usize,
-    /// `comm_s`, the whole all-reduce, when the exposed phase has its own column.
-    comm_s: Option<usize>,
-}
-
-impl Columns {
-    fn find(headers: &csv::ByteRecord) -> Result<Columns, String> {
-        let opt = |name: &str| headers.iter().position(|h| h == name.as_bytes());
-        let pos = |name: &str| opt(name).ok_or_else(|| format!("no column {name}"));
-        let mut phases = [None; Phase::COUNT];
-        for p in Phase::ALL {
-            phases[p.index()] = match p {
-                // Schema 1 had no batch copy column: the copy is inside data_s.
-                Phase::BatchCopy => opt(p.column()),
-                // Before overlap existed, comm_s was the (all exposed) communication phase.
-                Phase::CommExposed => Some(pos(p.column()).or_else(|_| pos("comm_s"))?),
-                _ => Some(pos(p.column())?),
-            };
-        }
-        Ok(Columns {
-            rank: pos("rank")?,
-            node_type: pos("node_type")?,
-            global_step: pos("global_step")?,
-            warmup: pos("warmup")?,
-            samples: pos("samples")?,
-            phases,
-            step_s: pos("step_s")?,
-            comm_start_s: pos("comm_start_s")?,
-            comm_last_start_s: opt("comm_last_start_s"),
-            comm_hidden_s: opt("comm_hidden_s"),
-            elapsed_s: opt("elapsed_s"),
-            run_id: opt("run_id"),
-            bytes: pos("bytes")?,
-            comm_s: opt("comm_exposed_s").and(opt("comm_s")),
-        })
-    }
-}
-
-fn field<T: std::str::FromStr>(rec: &csv::ByteRecord, i: usize) -> Option<T> {
-    std::str::from_utf8(rec.get(i)?).ok()?.parse().ok()
-}
-
-/// Parses a row; Err says which field is unreadable or impossible (a time that is not
-/// a finite number of seconds ≥ 0).
-fn parse_row(rec: &csv::ByteRecord, c: &Columns, headers: &csv::ByteRecord) -> Result<Row, String> {
-    let name = |i: usize| String::from_utf8_lossy(headers.get(i).unwrap_or_default()).into_owned();
-    let get = |i: usize| -> Result<f64, String> { field::<f64>(rec, i).ok_or_else(|| format!("{} is not a number", name(i))) };
-    let seconds = |i: usize| -> Result<f64, String> {
-        let v = get(i)?;
-        if v.is_finite() && v >= 0.0 {
-            Ok(v)
-        } else {
-            Err(format!("{} is {v}: a time must be a finite number of seconds, 0 or more", name(i)))
-        }
-    };
-    let whole = |i: usize| -> Result<u64, String> { field::<u64>(rec, i).ok_or_else(|| format!("{} is not a whole number", name(i))) };
-    let mut phases = [0.0; Phase::COUNT];
-    for (k, col) in c.phases.iter().enumerate() {
-        if let Some(i) = col {
-            phases[k] = seconds(*i)?;
-        }
-    }
-    let comm_start_s = get(c.comm_start_s)?;
-    Ok(Row {
-        global_step: whole(c.global_step)?,
-        warmup: whole(c.warmup)? != 0,
-        samples: whole(c.samples)?,
-        step_s: seconds(c.step_s)?,
-        comm_start_s,
-        comm_last_start_s: match c.comm_last_start_s {
-            Some(i) => get(i)?,
-            None => comm_start_s,
-        },
-        comm_hidden_s: match c.comm_hidden_s {
-            Some(i) => seconds(i)?,
-            None => 0.0,
-        },
-        bytes: whole(c.bytes)?,
-        elapsed_s: match c.elapsed_s {
-            Some(i) => seconds(i)?,
-            None => f64::NAN,
-        },
-        comm_s: match c.comm_s {
-            Some(i) => seconds(i)?,
-            None => phases[Phase::CommExposed.index()],
-        },
-        phases,
-    })
-}
 
 /// True when the file's last byte is a newline (a crash mid-write leaves a partial row).
 fn ends_with_newline(path: &Path) -> bool {
@@ -157,6 +38,75 @@ struct RankReader {
     cols: Columns,
     record: csv::ByteRecord,
     rows: u64,
+    /// The node type of its first row, which every row repeats.
+    node_type: Option<Vec<u8>>,
+    /// Its previous row, which the next one must follow.
+    prev: Option<Row>,
+}
+
+impl RankReader {
+    /// The file's next row, checked: its run id, rank and node type those of the file,
+    /// its values possible ([`parse_row`]), after the previous row, and ended before a
+    /// run of `run_s` seconds did. Err names the file, row, column and value.
+    fn next_row(&mut self, run_id: &str, run_s: Option<f64>) -> Result<Option<Row>, String> {
+        let at = |rr: &RankReader, why: String| format!("{} row {}: {why}", crate::record::rank_file_name(rr.rank), rr.rows);
+        match self.reader.read_byte_record(&mut self.record) {
+            Ok(true) => {}
+            Ok(false) => return Ok(None),
+            Err(e) => {
+                self.rows += 1;
+                return Err(at(self, e.to_string()));
+            }
+        }
+        self.rows += 1;
+        let row = self.check_identity(run_id).and_then(|()| {
+            let row = parse_row(&self.record, &self.cols, &self.headers)?;
+            if let Some(prev) = &self.prev {
+                row.follows(prev)?;
+            }
+            if let Some(w) = run_s {
+                row.within_run(w)?;
+            }
+            Ok(row)
+        });
+        let row = row.map_err(|why| at(self, format!("{why} (the file was edited or damaged)")))?;
+        self.prev = Some(row.clone());
+        Ok(Some(row))
+    }
+
+    /// Err when the current row is not the file's: another rank, run or node type.
+    fn check_identity(&mut self, run_id: &str) -> Result<(), String> {
+        let text = |c: usize| String::from_utf8_lossy(self.record.get(c).unwrap_or_default()).into_owned();
+        if field::<usize>(&self.record, self.cols.rank) != Some(self.rank) {
+            return Err(format!(
+                "rank is {}: the file holds rank {}'s rows",
+                text(self.cols.rank),
+                self.rank
+            ));
+        }
+        if let Some(c) = self.cols.run_id {
+            if text(c) != run_id {
+                return Err(format!(
+                    "run_id is {:?}: the row belongs to run {:?}, not to this folder's run {run_id:?} (a file or rows from another run)",
+                    text(c),
+                    text(c)
+                ));
+            }
+        }
+        let node_type = self.record.get(self.cols.node_type).unwrap_or_default();
+        match &self.node_type {
+            None => self.node_type = Some(node_type.to_vec()),
+            Some(first) if first.as_slice() != node_type => {
+                return Err(format!(
+                    "node_type is {:?}, where the file's first row has {:?}",
+                    text(self.cols.node_type),
+                    String::from_utf8_lossy(first)
+                ));
+            }
+            Some(_) => {}
+        }
+        Ok(())
+    }
 }
 
 /// A run folder opened for reading.
@@ -171,31 +121,35 @@ pub struct RunFiles {
     /// The ranks' clock offsets to rank 0 (`clock.csv`), for comparing their times.
     pub clock: ClockOffsets,
     readers: Vec<RankReader>,
+    /// The run's wall time (manifest), which no step ends after; None when unknown.
+    run_s: Option<f64>,
 }
 
-/// More ranks than any run folder ddpbench writes can hold: a manifest saying more is damaged.
-const MAX_RANKS: usize = 1 << 22;
-
 /// Opens a run folder. Err only when the folder is not a run at all (no readable
-/// manifest); holes (missing, empty or unreadable rank files, a job that did not
-/// finish) are problems. Time and memory are bounded by the files present.
+/// manifest, or a world size no run has); holes (missing, empty or unreadable rank
+/// files, a job that did not finish, impossible values) are problems. Time and memory
+/// are bounded by the files present.
 pub fn open(dir: &Path) -> Result<RunFiles, String> {
     let manifest = Manifest::read(dir).map_err(|e| format!("{e:#}"))?;
-    if manifest.world_size == 0 || manifest.world_size > MAX_RANKS {
-        return Err(format!(
-            "{}: world_size {} is not a plausible number of ranks: the manifest is damaged",
-            dir.display(),
-            manifest.world_size
-        ));
-    }
-    let mut problems = Vec::new();
+    limits::world_size(&manifest).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let manifest_path = dir.join("manifest.json");
+    let mut problems: Vec<String> = limits::manifest(&manifest)
+        .into_iter()
+        .map(|e| format!("{}: {e}", manifest_path.display()))
+        .collect();
     if manifest.status != "completed" {
         problems.push(outcome(dir, &manifest));
     }
-    let epochs: Vec<EpochRow> = match csv::Reader::from_path(dir.join("epochs.csv")) {
-        Ok(mut r) => r.deserialize().filter_map(Result::ok).collect(),
-        Err(_) => Vec::new(),
-    };
+    // wall_s bounds every instant only once it is known to be a time.
+    let run_s = manifest.wall_s.filter(|_| problems.is_empty());
+    let epochs = read_epochs(dir, &manifest, run_s).unwrap_or_else(|e| {
+        problems.push(e);
+        Vec::new()
+    });
+    let clock = ClockOffsets::read(dir, manifest.world_size, run_s).unwrap_or_else(|e| {
+        problems.push(e);
+        ClockOffsets::default()
+    });
     let hosts = manifest.ranks.iter().map(|r| (r.rank, r.host.clone())).collect();
     let present = rank_files_present(dir, manifest.world_size);
     let missing = manifest.world_size - present.len();
@@ -228,9 +182,34 @@ pub fn open(dir: &Path) -> Result<RunFiles, String> {
         epochs,
         hosts,
         problems,
-        clock: ClockOffsets::read(dir),
+        clock,
         readers,
+        run_s,
     })
+}
+
+/// The rows of `epochs.csv` (none without the file), each checked; rows that do not
+/// parse (from before a column existed) are passed over, as the epoch time is then
+/// projected from the steps.
+fn read_epochs(dir: &Path, m: &Manifest, run_s: Option<f64>) -> Result<Vec<EpochRow>, String> {
+    let path = dir.join("epochs.csv");
+    let Ok(mut r) = csv::Reader::from_path(&path) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for (i, row) in r.deserialize::<EpochRow>().enumerate() {
+        if i >= limits::MAX_TABLE_ROWS {
+            return Err(format!(
+                "{} holds more than {} rows: it is not one ddpbench wrote",
+                path.display(),
+                limits::MAX_TABLE_ROWS
+            ));
+        }
+        let Ok(e) = row else { continue };
+        limits::epoch_row(&e, m.steps_per_epoch, run_s).map_err(|why| format!("{} row {}: {why}", path.display(), i + 1))?;
+        out.push(e);
+    }
+    Ok(out)
 }
 
 /// The ranks below `world_size` whose `rank-NNNNN.csv` is in `dir`, from one listing.
@@ -273,6 +252,8 @@ fn open_rank(dir: &Path, r: usize) -> Result<RankReader, String> {
         cols,
         record: csv::ByteRecord::new(),
         rows: 0,
+        node_type: None,
+        prev: None,
     })
 }
 
@@ -328,15 +309,21 @@ impl RunFiles {
 
     /// Streams the steps: `visit(rows, node_types)` gets one row per readable rank (in
     /// [`RunFiles::ranks`] order) for every step all of them hold, and each rank's node
-    /// type (from its first row). Stops at the first hole (a malformed row, files of
-    /// different lengths, ranks at different steps) and records it in `problems`.
-    pub fn for_each_step(&mut self, mut visit: impl FnMut(&[Row], &[String])) {
+    /// type. Stops at the first hole (a malformed or impossible row, files of different
+    /// lengths, ranks at different steps) or the first Err of `visit`, and records it in
+    /// `problems`.
+    pub fn for_each_step(&mut self, mut visit: impl FnMut(&[Row], &[String]) -> Result<(), String>) {
         let n = self.readers.len();
         let mut rows: Vec<Row> = vec![Row::default(); n];
         let mut node_types: Vec<String> = vec![String::new(); n];
         loop {
-            match self.read_step(&mut rows, &mut node_types) {
-                Ok(true) => visit(&rows, &node_types),
+            match self.read_step(&mut rows, &mut node_types).and_then(|more| {
+                if more {
+                    visit(&rows, &node_types)?;
+                }
+                Ok(more)
+            }) {
+                Ok(true) => {}
                 Ok(false) => break,
                 Err(problem) => {
                     self.problems.push(problem);
@@ -350,32 +337,14 @@ impl RunFiles {
     fn read_step(&mut self, rows: &mut [Row], node_types: &mut [String]) -> Result<bool, String> {
         let mut ended = 0;
         for (i, rr) in self.readers.iter_mut().enumerate() {
-            match rr.reader.read_byte_record(&mut rr.record) {
-                Ok(true) => {
-                    rr.rows += 1;
-                    let row = parse_row(&rr.record, &rr.cols, &rr.headers)
-                        .map_err(|e| format!("rank {} row {}: {e} (the file was edited or damaged)", rr.rank, rr.rows))?;
+            match rr.next_row(&self.manifest.run_id, self.run_s)? {
+                Some(row) => {
                     if rr.rows == 1 {
-                        node_types[i] = String::from_utf8_lossy(rr.record.get(rr.cols.node_type).unwrap_or_default()).into_owned();
-                        let file_rank: Option<usize> = field(&rr.record, rr.cols.rank);
-                        if file_rank != Some(rr.rank) {
-                            return Err(format!("rank file {} holds rows of rank {file_rank:?}", rr.rank));
-                        }
-                        if let Some(c) = rr.cols.run_id {
-                            let id = String::from_utf8_lossy(rr.record.get(c).unwrap_or_default()).into_owned();
-                            if id != self.manifest.run_id {
-                                return Err(format!(
-                                    "{} belongs to run {id:?}, not to this folder's run {:?}: a file from another run",
-                                    crate::record::rank_file_name(rr.rank),
-                                    self.manifest.run_id
-                                ));
-                            }
-                        }
+                        node_types[i] = String::from_utf8_lossy(rr.node_type.as_deref().unwrap_or_default()).into_owned();
                     }
                     rows[i] = row;
                 }
-                Ok(false) => ended += 1,
-                Err(e) => return Err(format!("rank {} row {}: {e}", rr.rank, rr.rows + 1)),
+                None => ended += 1,
             }
         }
         if ended == self.readers.len() {
@@ -418,15 +387,18 @@ impl GpuTelemetry {
     /// Adds one rank's telemetry file; a missing file adds nothing. `window` is the
     /// rank's timed steps, (first start, last end) in `elapsed_s` seconds: utilisation
     /// and power samples outside it (set-up, warm-up, validation after the last step)
-    /// are left out; None takes every sample.
-    pub fn add_file(&mut self, path: &Path, window: Option<(f64, f64)>) {
-        let Ok(mut r) = csv::Reader::from_path(path) else { return };
-        let Ok(h) = r.headers().cloned() else { return };
+    /// are left out; None takes every sample. Err names the row and reading that no
+    /// GPU can give ([`limits::gpu_sample`]).
+    pub fn add_file(&mut self, path: &Path, window: Option<(f64, f64)>) -> Result<(), String> {
+        let Ok(mut r) = csv::Reader::from_path(path) else { return Ok(()) };
+        let Ok(h) = r.headers().cloned() else { return Ok(()) };
         let pos = |n: &str| h.iter().position(|c| c == n);
         let (util, mem, power) = (pos("gpu_util_pct"), pos("mem_used_bytes"), pos("power_w"));
         let elapsed = pos("elapsed_s");
-        for rec in r.records().flatten() {
+        for (i, rec) in r.records().enumerate() {
+            let Ok(rec) = rec else { continue };
             let get = |i: Option<usize>| i.and_then(|i| rec.get(i)).and_then(|v| v.parse::<f64>().ok());
+            limits::gpu_sample(get(util), get(mem), get(power)).map_err(|why| format!("{} row {}: {why}", path.display(), i + 1))?;
             if let Some(m) = get(mem) {
                 self.mem_used_max_bytes = Some(self.mem_used_max_bytes.unwrap_or(0).max(m as u64));
             }
@@ -444,6 +416,7 @@ impl GpuTelemetry {
                 self.power_samples += 1;
             }
         }
+        Ok(())
     }
 
     pub fn util_pct_mean(&self) -> f64 {
@@ -472,19 +445,27 @@ pub struct ClockOffsets {
 }
 
 impl ClockOffsets {
-    pub fn read(dir: &Path) -> ClockOffsets {
+    /// Reads `dir`'s `clock.csv` (no offsets without one) of a run of `world_size` ranks
+    /// and `run_s` seconds (None: unknown); Err names the row and column that no clock
+    /// estimate can hold ([`limits::clock_row`]).
+    pub fn read(dir: &Path, world_size: usize, run_s: Option<f64>) -> Result<ClockOffsets, String> {
+        let path = dir.join("clock.csv");
         let mut by_rank: BTreeMap<usize, Vec<(f64, f64)>> = BTreeMap::new();
-        if let Ok(mut r) = csv::Reader::from_path(dir.join("clock.csv")) {
-            for row in r.deserialize::<crate::train::clock::ClockRow>().flatten() {
-                if row.offset_s.is_finite() && row.rank0_elapsed_s.is_finite() {
-                    by_rank.entry(row.rank).or_default().push((row.rank0_elapsed_s, row.offset_s));
+        if let Ok(mut r) = csv::Reader::from_path(&path) {
+            for (i, row) in r.deserialize::<crate::train::clock::ClockRow>().enumerate() {
+                let at = |why: String| format!("{} row {}: {why}", path.display(), i + 1);
+                if i >= limits::MAX_TABLE_ROWS {
+                    return Err(at(format!("more than {} rows: not a file ddpbench wrote", limits::MAX_TABLE_ROWS)));
                 }
+                let row = row.map_err(|e| at(e.to_string()))?;
+                limits::clock_row(&row, world_size, run_s).map_err(at)?;
+                by_rank.entry(row.rank).or_default().push((row.rank0_elapsed_s, row.offset_s));
             }
         }
         for v in by_rank.values_mut() {
             v.sort_by(|a, b| a.0.total_cmp(&b.0));
         }
-        ClockOffsets { by_rank }
+        Ok(ClockOffsets { by_rank })
     }
 
     /// Rank `rank`'s time `t` on rank 0's clock: `t` plus the offset interpolated

@@ -1,0 +1,216 @@
+//! The run-level values `reduce` reads beside the rank files (the manifest, `clock.csv`,
+//! `epochs.csv`, the GPU telemetry) held against [`crate::bounds`]: each failure names
+//! the key or column and the value, and leaves the run out.
+
+use crate::bounds::{self, clock_slack_s, shown, MAX_BUCKETS, MAX_BYTES_PER_STEP, MAX_RANKS, MAX_RUN_S, MAX_SAMPLES_PER_STEP};
+use crate::record::{AllreduceProbe, EpochRow, Manifest};
+use crate::train::clock::ClockRow;
+
+/// Steps of one epoch: 2^40, as many as samples a rank may process in one step.
+const MAX_STEPS_PER_EPOCH: usize = 1 << 40;
+
+/// Rows of `clock.csv` or `epochs.csv` read: 2^20 (an estimate per rank and epoch),
+/// so a forged file cannot fill memory.
+pub const MAX_TABLE_ROWS: usize = 1 << 20;
+
+/// Bytes per second of an all-reduce: 2^50 (1 PiB/s), a thousand times any link.
+const MAX_BYTES_PER_S: f64 = (1u64 << 50) as f64;
+
+/// The manifest's world size, or why no run of it can be read (nothing is sized by it
+/// before this passes).
+pub fn world_size(m: &Manifest) -> Result<usize, String> {
+    if m.world_size == 0 || m.world_size > MAX_RANKS {
+        return Err(format!(
+            "world_size {} is not a plausible number of ranks (1 to {MAX_RANKS}): the manifest is damaged",
+            m.world_size
+        ));
+    }
+    Ok(m.world_size)
+}
+
+/// Every value of the manifest that `reduce` sizes, sums or prints, checked; one line
+/// per key that fails (`key is value: why`).
+pub fn manifest(m: &Manifest) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut check = |r: Result<(), String>| {
+        if let Err(e) = r {
+            out.push(e);
+        }
+    };
+    let n = m.world_size;
+    check(if (1..=n).contains(&m.nodes) {
+        Ok(())
+    } else {
+        Err(format!("nodes is {}: {n} ranks run on 1 to {n} nodes", m.nodes))
+    });
+    check(bounds::at_most("buckets", m.buckets, MAX_BUCKETS, "buckets").map(drop));
+    check(bounds::at_most("gradient_bytes", m.gradient_bytes, MAX_BYTES_PER_STEP, "bytes").map(drop));
+    check(
+        bounds::at_most(
+            "batch_size_per_rank",
+            m.batch_size_per_rank as u64,
+            MAX_SAMPLES_PER_STEP,
+            "samples per step",
+        )
+        .map(drop),
+    );
+    check(
+        bounds::at_most(
+            "global_batch_size",
+            m.global_batch_size as u64,
+            MAX_SAMPLES_PER_STEP * n as u64,
+            "samples per step",
+        )
+        .map(drop),
+    );
+    check(bounds::at_most("steps_per_epoch", m.steps_per_epoch, MAX_STEPS_PER_EPOCH, "steps").map(drop));
+    if let Some(w) = m.wall_s {
+        check(bounds::seconds("wall_s", w, MAX_RUN_S).map(drop));
+    }
+    check(buckets(&m.comm.bucket_bytes, &m.comm.bucket_ready_fraction));
+    for (key, p) in [
+        ("allreduce_probe", &m.allreduce_probe),
+        ("allreduce_probe_warm", &m.allreduce_probe_warm),
+    ] {
+        if let Some(p) = p {
+            check(probe(key, p));
+        }
+    }
+    out
+}
+
+/// `comm.bucket_bytes` and `comm.bucket_ready_fraction`: as many as a run has buckets,
+/// each bucket's bytes within a step's, their sum too, fractions of backward in 0..1.
+fn buckets(bytes: &[u64], ready: &[f64]) -> Result<(), String> {
+    bounds::at_most("comm.bucket_bytes (its length)", bytes.len(), MAX_BUCKETS, "buckets")?;
+    bounds::at_most("comm.bucket_ready_fraction (its length)", ready.len(), MAX_BUCKETS, "buckets")?;
+    let mut sum = 0u64;
+    for (i, &b) in bytes.iter().enumerate() {
+        sum = sum.saturating_add(bounds::at_most(&format!("comm.bucket_bytes[{i}]"), b, MAX_BYTES_PER_STEP, "bytes")?);
+    }
+    bounds::at_most("the sum of comm.bucket_bytes", sum, MAX_BYTES_PER_STEP, "bytes per step")?;
+    match ready.iter().position(|f| !(0.0..=1.0).contains(f)) {
+        Some(i) => Err(format!(
+            "comm.bucket_ready_fraction[{i}] is {}: a fraction of backward lies from 0 to 1",
+            shown(ready[i])
+        )),
+        None => Ok(()),
+    }
+}
+
+/// An all-reduce probe: times in seconds, bandwidths below [`MAX_BYTES_PER_S`].
+fn probe(key: &str, p: &AllreduceProbe) -> Result<(), String> {
+    bounds::at_most(&format!("{key}.bytes"), p.bytes, MAX_BYTES_PER_STEP, "bytes")?;
+    let times = [
+        ("median_s", Some(p.median_s)),
+        ("min_s", Some(p.min_s)),
+        ("p10_s", p.p10_s),
+        ("p90_s", p.p90_s),
+    ];
+    for (name, t) in times {
+        if let Some(t) = t {
+            bounds::seconds(&format!("{key}.{name}"), t, MAX_RUN_S)?;
+        }
+    }
+    for (name, v) in [
+        ("busbw_bytes_per_s", p.busbw_bytes_per_s),
+        ("algbw_bytes_per_s", p.algbw_bytes_per_s),
+    ] {
+        if !(0.0..=MAX_BYTES_PER_S).contains(&v) {
+            return Err(format!(
+                "{key}.{name} is {}: a bandwidth lies from 0 to {} bytes/s",
+                shown(v),
+                shown(MAX_BYTES_PER_S)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The latest instant of a run of `run_s` seconds (None: unknown, [`MAX_RUN_S`]).
+pub fn run_end_s(run_s: Option<f64>) -> f64 {
+    run_s.map_or(MAX_RUN_S, |w| w + clock_slack_s(w))
+}
+
+/// A row of `clock.csv`: a rank of the run, an estimate within it, an offset no larger
+/// than the start barrier's skew and the clocks' drift since ([`clock_slack_s`]).
+pub fn clock_row(row: &ClockRow, world_size: usize, run_s: Option<f64>) -> Result<(), String> {
+    if row.rank >= world_size {
+        return Err(format!("rank is {}: the run has ranks 0 to {}", row.rank, world_size - 1));
+    }
+    let at = bounds::seconds("rank0_elapsed_s", row.rank0_elapsed_s, run_end_s(run_s))?;
+    bounds::seconds("error_s", row.error_s, clock_slack_s(at))?;
+    if row.offset_s.is_nan() || row.offset_s.abs() > clock_slack_s(at) {
+        return Err(format!(
+            "offset_s is {}: clocks that left one barrier together differ by at most {} s here",
+            shown(row.offset_s),
+            shown(clock_slack_s(at))
+        ));
+    }
+    Ok(())
+}
+
+/// A row of `epochs.csv`: no more steps than an epoch has, an epoch within the run.
+pub fn epoch_row(e: &EpochRow, steps_per_epoch: usize, run_s: Option<f64>) -> Result<(), String> {
+    if e.steps > steps_per_epoch {
+        return Err(format!("steps is {}: an epoch of this run has {steps_per_epoch}", e.steps));
+    }
+    bounds::seconds("epoch_s", e.epoch_s, run_end_s(run_s)).map(drop)
+}
+
+/// A GPU telemetry sample's readings (None: an empty cell): utilisation a percentage,
+/// memory within [`MAX_BYTES_PER_STEP`], power below 10 kW (no GPU draws that).
+pub fn gpu_sample(util_pct: Option<f64>, mem_bytes: Option<f64>, power_w: Option<f64>) -> Result<(), String> {
+    let limits = [
+        ("gpu_util_pct", util_pct, 100.0),
+        ("mem_used_bytes", mem_bytes, MAX_BYTES_PER_STEP as f64),
+        ("power_w", power_w, 1e4),
+    ];
+    for (key, v, max) in limits {
+        if let Some(v) = v.filter(|v| !(0.0..=max).contains(v)) {
+            return Err(format!("{key} is {}: it lies from 0 to {}", shown(v), shown(max)));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_lists_are_bounded_before_they_are_summed() {
+        assert_eq!(buckets(&[100, 200], &[0.5, 1.0]), Ok(()));
+        let e = buckets(&[u64::MAX, u64::MAX], &[]).unwrap_err();
+        assert!(e.contains("comm.bucket_bytes[0] is 18446744073709551615"), "{e}");
+        let e = buckets(&[1 << 49, 1 << 49, 1 << 49], &[]).unwrap_err();
+        assert!(e.contains("the sum of comm.bucket_bytes"), "{e}");
+        assert!(buckets(&[1], &[1.5]).unwrap_err().contains("comm.bucket_ready_fraction[0] is 1.5"));
+    }
+
+    #[test]
+    fn clock_offsets_beyond_the_barrier_skew_are_refused() {
+        let row = |rank: usize, at: f64, offset_s: f64| ClockRow {
+            sync: 0,
+            rank,
+            rank0_elapsed_s: at,
+            offset_s,
+            error_s: 1e-5,
+        };
+        assert_eq!(clock_row(&row(1, 100.0, -0.002), 2, Some(200.0)), Ok(()));
+        assert!(clock_row(&row(2, 100.0, 0.0), 2, Some(200.0)).unwrap_err().contains("rank is 2"));
+        assert!(clock_row(&row(1, 100.0, 1e9), 2, Some(200.0))
+            .unwrap_err()
+            .contains("offset_s is 1000000000"));
+        assert!(clock_row(&row(1, 500.0, 0.0), 2, Some(200.0))
+            .unwrap_err()
+            .contains("rank0_elapsed_s is 500"));
+    }
+
+    #[test]
+    fn telemetry_readings_are_physical() {
+        assert_eq!(gpu_sample(Some(50.0), None, Some(300.0)), Ok(()));
+        assert!(gpu_sample(Some(250.0), None, None).unwrap_err().contains("gpu_util_pct is 250"));
+        assert!(gpu_sample(None, None, Some(-1.0)).unwrap_err().contains("power_w is -1"));
+    }
+}

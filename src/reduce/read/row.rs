@@ -1,0 +1,302 @@
+//! One row of a rank file: its columns, parsing, and what a real step makes of it.
+//! Every value is held against [`crate::bounds`] as it is parsed, then the row against
+//! itself (phases within the step and adding up to it, the all-reduce entered inside
+//! the step), against the rank's previous row (steps in order, one after the other) and
+//! against the run (no step ends after the run did).
+
+use crate::bounds::{self, clock_slack_s, shown, tolerance_s, MAX_BYTES_PER_STEP, MAX_RUN_S, MAX_SAMPLES_PER_STEP};
+use crate::record::{format_plain, Phase, PhaseTimes};
+
+/// One parsed rank-file row: the fields the analysis uses.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Row {
+    pub global_step: u64,
+    pub warmup: bool,
+    pub samples: u64,
+    /// Seconds per phase ([`Phase::index`]); they add up to `step_s`.
+    pub phases: PhaseTimes,
+    pub step_s: f64,
+    /// All-reduce work (`comm_s`), hidden or not.
+    pub comm_s: f64,
+    /// When the rank entered the all-reduce, on its own clock.
+    pub comm_start_s: f64,
+    /// When it entered its last bucket's all-reduce (schema 1: `comm_start_s`).
+    pub comm_last_start_s: f64,
+    /// All-reduce work done before backward ended (0 in schema 1).
+    pub comm_hidden_s: f64,
+    pub bytes: u64,
+    /// When the step started, seconds from the run's common origin (NaN where the
+    /// file has no `elapsed_s`).
+    pub elapsed_s: f64,
+}
+
+/// Column positions in a rank file.
+pub(super) struct Columns {
+    pub rank: usize,
+    pub node_type: usize,
+    global_step: usize,
+    warmup: usize,
+    samples: usize,
+    /// Each phase's column; None for a phase the file's schema lacks (it is 0 there).
+    phases: [Option<usize>; Phase::COUNT],
+    step_s: usize,
+    comm_start_s: usize,
+    comm_last_start_s: Option<usize>,
+    comm_hidden_s: Option<usize>,
+    elapsed_s: Option<usize>,
+    pub run_id: Option<usize>,
+    bytes: usize,
+    /// `comm_s`, the whole all-reduce, when the exposed phase has its own column.
+    comm_s: Option<usize>,
+}
+
+impl Columns {
+    pub(super) fn find(headers: &csv::ByteRecord) -> Result<Columns, String> {
+        let opt = |name: &str| headers.iter().position(|h| h == name.as_bytes());
+        let pos = |name: &str| opt(name).ok_or_else(|| format!("no column {name}"));
+        let mut phases = [None; Phase::COUNT];
+        for p in Phase::ALL {
+            phases[p.index()] = match p {
+                // Schema 1 had no batch copy column: the copy is inside data_s.
+                Phase::BatchCopy => opt(p.column()),
+                // Before overlap existed, comm_s was the (all exposed) communication phase.
+                Phase::CommExposed => Some(pos(p.column()).or_else(|_| pos("comm_s"))?),
+                _ => Some(pos(p.column())?),
+            };
+        }
+        Ok(Columns {
+            rank: pos("rank")?,
+            node_type: pos("node_type")?,
+            global_step: pos("global_step")?,
+            warmup: pos("warmup")?,
+            samples: pos("samples")?,
+            phases,
+            step_s: pos("step_s")?,
+            comm_start_s: pos("comm_start_s")?,
+            comm_last_start_s: opt("comm_last_start_s"),
+            comm_hidden_s: opt("comm_hidden_s"),
+            elapsed_s: opt("elapsed_s"),
+            run_id: opt("run_id"),
+            bytes: pos("bytes")?,
+            comm_s: opt("comm_exposed_s").and(opt("comm_s")),
+        })
+    }
+}
+
+pub(super) fn field<T: std::str::FromStr>(rec: &csv::ByteRecord, i: usize) -> Option<T> {
+    std::str::from_utf8(rec.get(i)?).ok()?.parse().ok()
+}
+
+/// Parses a row; Err says which field is unreadable or impossible: a time that is not
+/// a finite number of seconds from 0 to [`MAX_RUN_S`], more samples or bytes than a
+/// step can hold, or a row that contradicts itself ([`Row::check`]).
+pub(super) fn parse_row(rec: &csv::ByteRecord, c: &Columns, headers: &csv::ByteRecord) -> Result<Row, String> {
+    let name = |i: usize| String::from_utf8_lossy(headers.get(i).unwrap_or_default()).into_owned();
+    let get = |i: usize| -> Result<f64, String> { field::<f64>(rec, i).ok_or_else(|| format!("{} is not a number", name(i))) };
+    let seconds = |i: usize| -> Result<f64, String> { bounds::seconds(&name(i), get(i)?, MAX_RUN_S) };
+    let whole = |i: usize| -> Result<u64, String> { field::<u64>(rec, i).ok_or_else(|| format!("{} is not a whole number", name(i))) };
+    let per_step = |i: usize, max: u64| -> Result<u64, String> { bounds::at_most(&name(i), whole(i)?, max, "per step") };
+    let mut phases = [0.0; Phase::COUNT];
+    for (k, col) in c.phases.iter().enumerate() {
+        if let Some(i) = col {
+            phases[k] = seconds(*i)?;
+        }
+    }
+    let comm_start_s = seconds(c.comm_start_s)?;
+    let row = Row {
+        global_step: whole(c.global_step)?,
+        warmup: whole(c.warmup)? != 0,
+        samples: per_step(c.samples, MAX_SAMPLES_PER_STEP)?,
+        step_s: seconds(c.step_s)?,
+        comm_start_s,
+        comm_last_start_s: match c.comm_last_start_s {
+            Some(i) => seconds(i)?,
+            None => comm_start_s,
+        },
+        comm_hidden_s: match c.comm_hidden_s {
+            Some(i) => seconds(i)?,
+            None => 0.0,
+        },
+        bytes: per_step(c.bytes, MAX_BYTES_PER_STEP)?,
+        elapsed_s: match c.elapsed_s {
+            Some(i) => seconds(i)?,
+            None => f64::NAN,
+        },
+        comm_s: match c.comm_s {
+            Some(i) => seconds(i)?,
+            None => phases[Phase::CommExposed.index()],
+        },
+        phases,
+    };
+    row.check()?;
+    Ok(row)
+}
+
+impl Row {
+    /// Err when the row cannot be one real step: a phase longer than the step, phases
+    /// that do not add up to it (they do by construction, results/README.md), all-reduce
+    /// work longer than the step (its buckets run one after another inside it), more
+    /// hidden than there was, or an entry into the all-reduce outside the step. Times
+    /// agree within [`tolerance_s`].
+    pub fn check(&self) -> Result<(), String> {
+        let step = self.step_s;
+        let tol = |a: f64, b: f64| tolerance_s(a, b);
+        for p in Phase::ALL {
+            let v = self.phases[p.index()];
+            if v > step + tol(v, step) {
+                return Err(format!("{p} is {}, longer than the step (step_s is {})", shown(v), shown(step)));
+            }
+        }
+        let sum: f64 = self.phases.iter().sum();
+        if (sum - step).abs() > tol(sum, step) {
+            return Err(format!(
+                "the phases add up to {} s where step_s is {}: they must add up to the step",
+                format_plain(sum),
+                shown(step)
+            ));
+        }
+        if self.comm_s > step + tol(self.comm_s, step) {
+            return Err(format!(
+                "comm_s is {}, longer than the step (step_s is {})",
+                shown(self.comm_s),
+                shown(step)
+            ));
+        }
+        if self.comm_hidden_s > self.comm_s + tol(self.comm_hidden_s, self.comm_s) {
+            return Err(format!(
+                "comm_hidden_s is {}, more than all of the all-reduce work (comm_s is {})",
+                shown(self.comm_hidden_s),
+                shown(self.comm_s)
+            ));
+        }
+        if self.comm_last_start_s + tol(self.comm_last_start_s, self.comm_start_s) < self.comm_start_s {
+            return Err(format!(
+                "comm_last_start_s is {}, before the first bucket's entry (comm_start_s is {})",
+                shown(self.comm_last_start_s),
+                shown(self.comm_start_s)
+            ));
+        }
+        if self.elapsed_s.is_finite() {
+            let (from, to) = (self.elapsed_s, self.elapsed_s + step);
+            for (key, t) in [("comm_start_s", self.comm_start_s), ("comm_last_start_s", self.comm_last_start_s)] {
+                if t + tol(t, from) < from || t > to + tol(t, to) {
+                    return Err(format!(
+                        "{key} is {}, outside its step, which ran from {} to {} s (elapsed_s to elapsed_s + step_s)",
+                        shown(t),
+                        format_plain(from),
+                        format_plain(to)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Err when this row cannot follow `prev` in one rank's file: a step not after the
+    /// previous one, or one that started before the previous one ended.
+    pub fn follows(&self, prev: &Row) -> Result<(), String> {
+        if self.global_step <= prev.global_step {
+            return Err(format!(
+                "global_step is {}, not after the previous row's {}",
+                self.global_step, prev.global_step
+            ));
+        }
+        let prev_end = prev.elapsed_s + prev.step_s;
+        if self.elapsed_s.is_finite() && prev_end.is_finite() && self.elapsed_s + tolerance_s(self.elapsed_s, prev_end) < prev_end {
+            return Err(format!(
+                "elapsed_s is {}: the step starts before the previous one ended (at {} s)",
+                shown(self.elapsed_s),
+                format_plain(prev_end)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Err when the step ends after a run of `run_s` seconds (the manifest's `wall_s`,
+    /// on rank 0's clock, which starts before every rank's origin) had ended, beyond
+    /// [`clock_slack_s`].
+    pub fn within_run(&self, run_s: f64) -> Result<(), String> {
+        let (key, end) = if self.elapsed_s.is_finite() {
+            ("elapsed_s + step_s", self.elapsed_s + self.step_s)
+        } else {
+            ("comm_last_start_s", self.comm_last_start_s)
+        };
+        if end > run_s + clock_slack_s(run_s) {
+            return Err(format!(
+                "{key} is {} s, after the run ended (manifest.json: wall_s is {})",
+                shown(end),
+                shown(run_s)
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 1.5 s step from 10 s: data, forward, backward, then 0.4 s in the all-reduce.
+    fn step() -> Row {
+        Row {
+            global_step: 3,
+            samples: 32,
+            phases: [0.1, 0.0, 0.3, 0.5, 0.4, 0.1, 0.1],
+            step_s: 1.5,
+            comm_s: 0.4,
+            comm_start_s: 10.9,
+            comm_last_start_s: 10.9,
+            bytes: 400,
+            elapsed_s: 10.0,
+            ..Row::default()
+        }
+    }
+
+    #[test]
+    fn a_real_step_passes_and_each_contradiction_is_named() {
+        assert_eq!(step().check(), Ok(()));
+        // Rounded to nanoseconds, as the CSV holds them: still one step.
+        let mut r = step();
+        r.phases[Phase::Other.index()] += 3e-9;
+        assert_eq!(r.check(), Ok(()));
+        let broken = |f: fn(&mut Row), needle: &str| {
+            let mut r = step();
+            f(&mut r);
+            let e = r.check().unwrap_err();
+            assert!(e.contains(needle), "{e}");
+        };
+        broken(|r| r.phases[Phase::Forward.index()] = 2.0, "forward_s is 2, longer than the step");
+        broken(
+            |r| r.phases[Phase::Other.index()] = 0.0,
+            "the phases add up to 1.4 s where step_s is 1.5",
+        );
+        broken(|r| r.comm_s = 1.6, "comm_s is 1.6, longer than the step");
+        broken(|r| r.comm_hidden_s = 0.5, "comm_hidden_s is 0.5, more than");
+        broken(|r| r.comm_start_s = 11.0, "before the first bucket's entry");
+        broken(
+            |r| r.comm_start_s = 9.0,
+            "comm_start_s is 9, outside its step, which ran from 10 to 11.5 s",
+        );
+        broken(|r| r.comm_last_start_s = 12.0, "comm_last_start_s is 12, outside its step");
+    }
+
+    #[test]
+    fn rows_follow_each_other_within_the_run() {
+        let first = step();
+        let mut next = step();
+        next.global_step = 4;
+        next.elapsed_s = 11.5;
+        assert_eq!(next.follows(&first), Ok(()));
+        next.elapsed_s = 11.4;
+        assert!(next
+            .follows(&first)
+            .unwrap_err()
+            .contains("elapsed_s is 11.4: the step starts before"));
+        next.global_step = 3;
+        assert!(next.follows(&first).unwrap_err().contains("global_step is 3, not after"));
+        assert_eq!(first.within_run(11.5), Ok(()));
+        // 1 s of slack for the clocks: a step ending 1.5 s after the run is not real.
+        assert_eq!(first.within_run(10.6), Ok(()));
+        assert!(first.within_run(10.0).unwrap_err().contains("after the run ended"));
+    }
+}
