@@ -79,6 +79,17 @@ fn check_dump(dump: &FlightDump, path: &Path, world: Option<World>) -> Result<()
     for (key, v) in [("status.waited_s", dump.status.waited_s), ("status.silent_s", dump.status.silent_s)] {
         bounds::seconds(key, v, MAX_RUN_S).map_err(at)?;
     }
+    if dump.known.len() > MAX_RANKS {
+        return Err(at(format!("known holds {} ranks: more than a job has", dump.known.len())));
+    }
+    for st in &dump.known {
+        let bound = world.map(|w| w.launched).unwrap_or(MAX_RANKS);
+        if st.rank >= bound {
+            return Err(at(format!("known holds rank {}: the run has ranks 0 to {}", st.rank, bound - 1)));
+        }
+        bounds::seconds("known.waited_s", st.waited_s, MAX_RUN_S).map_err(at)?;
+        bounds::seconds("known.silent_s", st.silent_s, MAX_RUN_S).map_err(at)?;
+    }
     if dump.records.len() > MAX_RECORDS {
         return Err(at(format!("records holds {}: the recorder keeps at most 64", dump.records.len())));
     }
@@ -123,7 +134,15 @@ pub fn report(dir: &Path) -> Result<String> {
     let size = world
         .map(|w| w.size)
         .unwrap_or_else(|| dumps.iter().map(|d| d.status.rank + 1).max().unwrap_or(0));
-    let statuses: Vec<RankStatus> = dumps.iter().map(|d| d.status.clone()).collect();
+    // A rank without a record of its own is taken as rank 0 last saw it.
+    let mut statuses: Vec<RankStatus> = dumps.iter().map(|d| d.status.clone()).collect();
+    let seen: Vec<RankStatus> = dumps.iter().flat_map(|d| d.known.iter().cloned()).collect();
+    for st in seen {
+        if !statuses.iter().any(|s| s.rank == st.rank) {
+            statuses.push(st);
+        }
+    }
+    statuses.sort_by_key(|s| s.rank);
     let mut out = String::new();
     match flight::diagnose(&statuses, size) {
         Some(d) => writeln!(out, "{}", d.message())?,

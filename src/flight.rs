@@ -405,6 +405,11 @@ pub struct FlightDump {
     pub message: String,
     pub time_utc: String,
     pub records: Vec<Record>,
+    /// Rank 0's last report from every other rank when it concluded (empty on other
+    /// ranks): a rank stopped for good writes no record of its own, and this says where
+    /// it was last seen.
+    #[serde(default)]
+    pub known: Vec<RankStatus>,
 }
 
 pub fn flight_file_name(rank: usize) -> String {
@@ -419,6 +424,7 @@ impl FlightDump {
             message: message.into(),
             time_utc: crate::record::rfc3339_utc(std::time::SystemTime::now()),
             records: recorder().snapshot(),
+            known: Vec::new(),
         }
     }
 

@@ -430,7 +430,11 @@ fn give_up(s: &Shared, link: &mut Link, verdict: Verdict) -> ! {
         None => s.flight_dir.lock().unwrap_or_else(|p| p.into_inner()).clone(),
     };
     if let Some(dir) = &flight_dir {
-        let _ = FlightDump::here(s.rank, &s.host, message).write(dir);
+        let mut dump = FlightDump::here(s.rank, &s.host, message);
+        if let Link::Root(root) = link {
+            dump.known = root.statuses(dump.status.clone()).into_iter().skip(1).collect();
+        }
+        let _ = dump.write(dir);
         if s.rank == 0 {
             eprintln!("flight records: ddpbench diagnose {}", dir.display());
         }
