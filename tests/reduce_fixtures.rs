@@ -70,6 +70,7 @@ fn manifest(f: &Fixture, status: &str) -> Manifest {
         allreduce_probe_warm: None,
         host_malloc: None,
         clock: None,
+        comparison_key: None,
         ranks: f
             .ranks
             .iter()
@@ -298,6 +299,80 @@ fn references_match_the_whole_configuration() {
         lone.missing_reference
     );
     assert_eq!(rows.len(), 5);
+}
+
+/// `--overlap force` all-reduces on a thread that shares backward's cores: the step does
+/// other work than with overlap off, so the two are different points, never repeats of
+/// one (pooled, a measured point's speedup moved from 0.912 to 0.823).
+#[test]
+fn overlap_force_and_off_are_different_points() {
+    let d = tmp();
+    let mut off = fixture("off", &TWO_A, 10);
+    off.config["overlap"] = serde_json::json!("off");
+    write(&d.path().join("off"), &off);
+    let mut force = fixture("force", &TWO_A, 10);
+    force.config["overlap"] = serde_json::json!("force");
+    force.scale = 1.6;
+    write(&d.path().join("force"), &force);
+    let mut m = Manifest::read(&d.path().join("force")).unwrap();
+    m.comm.overlap = true;
+    m.comm.backward_stages = 2;
+    m.comm.overlap_shares_core = true;
+    m.write(&d.path().join("force")).unwrap();
+    let runs: Vec<_> = ["off", "force"].iter().map(|n| read_run(&d.path().join(n)).unwrap()).collect();
+    let rows = scaling(&runs.iter().collect::<Vec<_>>(), None);
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    for (id, overlap) in [("off", "overlap=off"), ("force", "overlap=force")] {
+        let r = rows
+            .iter()
+            .find(|r| r.run_ids == id)
+            .unwrap_or_else(|| panic!("no point of {id} alone: {rows:#?}"));
+        assert_eq!(r.repeats, 1);
+        assert!(r.comparison.contains(overlap), "{id}: {}", r.comparison);
+    }
+}
+
+/// The key a manifest records is what its run is compared by; a manifest without one
+/// has it derived, and a setting there that no run has is named and leaves the run out.
+#[test]
+fn the_manifest_key_is_read_and_a_setting_no_run_has_is_named() {
+    let d = tmp();
+    write(&d.path().join("stored"), &fixture("stored", &TWO_A, 10));
+    let mut m = Manifest::read(&d.path().join("stored")).unwrap();
+    let mut key = ddpbench::record::ComparisonKey::derive(&m).unwrap();
+    key.threads_per_rank = vec![3];
+    m.comparison_key = Some(key);
+    m.write(&d.path().join("stored")).unwrap();
+    let run = read_run(&d.path().join("stored")).unwrap();
+    let rows = scaling(&[&run], None);
+    assert!(rows[0].comparison.starts_with("cpu threads=3 "), "{}", rows[0].comparison);
+
+    for (name, edit, named) in [
+        (
+            "optimizer",
+            ("optimizer", serde_json::json!("quantum")),
+            "config.optimizer is \"quantum\"",
+        ),
+        ("accum", ("grad_accum", serde_json::json!(-2)), "config.grad_accum is -2"),
+    ] {
+        let mut f = fixture(name, &TWO_A, 10);
+        f.config[edit.0] = edit.1;
+        write(&d.path().join(name), &f);
+        let run = read_run(&d.path().join(name)).unwrap();
+        assert!(run.problems.iter().any(|p| p.contains(named)), "{name}: {:?}", run.problems);
+    }
+    write(&d.path().join("gloo"), &fixture("gloo", &TWO_A, 10));
+    let mut m = Manifest::read(&d.path().join("gloo")).unwrap();
+    m.comm_backend = "gloo".into();
+    m.write(&d.path().join("gloo")).unwrap();
+    let run = read_run(&d.path().join("gloo")).unwrap();
+    assert!(
+        run.problems
+            .iter()
+            .any(|p| p.contains("comm_backend is \"gloo\": not an all-reduce ddpbench runs")),
+        "{:?}",
+        run.problems
+    );
 }
 
 /// Repeats are grouped, never "best of"; their interval comes from the runs themselves.

@@ -12,7 +12,7 @@ pub use summary::{gating_type, rank_summaries, type_summaries, RankSummary, Type
 
 use super::metrics;
 use super::read::{self, GpuTelemetry, Row};
-use crate::record::{EpochRow, Manifest, Phase, PhaseTimes};
+use crate::record::{ComparisonKey, EpochRow, Manifest, Phase, PhaseTimes};
 use crate::stats::Sketch;
 use std::path::{Path, PathBuf};
 
@@ -95,6 +95,8 @@ impl TypeStats {
 pub struct RunStats {
     pub dir: PathBuf,
     pub manifest: Manifest,
+    /// What the run is compared by (None only for a run with problems).
+    pub key: Option<ComparisonKey>,
     pub ranks: Vec<RankStats>,
     pub types: Vec<TypeStats>,
     /// Per step, the mean over ranks of step_s: its sketch, and the series in step
@@ -199,6 +201,7 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
         epochs: std::mem::take(&mut files.epochs),
         problems: Vec::new(),
         manifest: files.manifest.clone(),
+        key: files.key.clone(),
     };
     let mut type_of: Vec<usize> = Vec::new();
     let clock = files.clock.clone();

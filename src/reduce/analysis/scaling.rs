@@ -3,83 +3,16 @@
 //! per-rank batch) and strong (same global batch) wherever that reference exists.
 //!
 //! Runs are comparable only when everything that changes a step's work matches
-//! ([`ComparisonKey`]): a reference is never filled with a substitute. A point on
+//! ([`ComparisonKey`], written by `train`): a reference is never filled with a substitute. A point on
 //! several node types is compared with one 1-rank reference per node type: its ideal
 //! throughput is the sum over its ranks of their type's reference throughput.
 
 use super::{gating_type, RunStats};
-use crate::record::{plain_decimal, Manifest, Phase};
+use crate::record::{plain_decimal, ComparisonKey, Phase};
 use crate::reduce::metrics;
 use crate::stats::{self, Rng};
 use serde::Serialize;
 use std::collections::BTreeMap;
-
-/// Everything that changes the work of a step, except the rank count and the batch.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ComparisonKey {
-    pub model: String,
-    pub dataset: String,
-    /// `cpu` or `cuda`.
-    pub device: String,
-    /// Intra-op threads per rank (all ranks' values).
-    pub threads: String,
-    /// The other configuration that matters, `name=value` joined.
-    pub settings: String,
-}
-
-impl ComparisonKey {
-    /// The key in one line, as `scaling.csv` and `projection.csv` print it (model and
-    /// data set have columns of their own).
-    pub fn describe(&self) -> String {
-        format!("{} threads={} {}", self.device, self.threads, self.settings)
-    }
-
-    pub fn of(m: &Manifest) -> ComparisonKey {
-        let c = &m.config;
-        let get = |k: &str| c.get(k).map(|v| v.to_string().trim_matches('"').to_string()).unwrap_or_default();
-        let mut threads: Vec<usize> = m.ranks.iter().map(|r| r.threads).collect();
-        threads.sort_unstable();
-        threads.dedup();
-        let device = if m.ranks.iter().any(|r| r.device.starts_with("Cuda")) {
-            "cuda"
-        } else {
-            "cpu"
-        };
-        let overlap = if m.comm.overlap && !m.comm.overlap_shares_core {
-            "on"
-        } else {
-            "off"
-        };
-        let settings = [
-            ("optimizer", get("optimizer")),
-            ("grad_accum", get("grad_accum")),
-            ("bucket_mb", get("bucket_mb")),
-            ("overlap", overlap.to_string()),
-            ("grad_dtype", m.comm.grad_dtype.clone()),
-            ("amp", m.comm.amp.clone()),
-            ("backend", m.comm_backend.clone()),
-            ("workers", get("workers")),
-            ("seq_len", get("seq_len")),
-            ("vocab_size", get("vocab_size")),
-            ("malloc", get("malloc")),
-            ("deterministic", get("deterministic")),
-            // Only `off` changes a step (no waits at phase boundaries); older runs lack the field.
-            ("phase_sync", if get("phase_sync") == "off" { "off".into() } else { String::new() }),
-        ]
-        .iter()
-        .filter(|(_, v)| !v.is_empty())
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(" ");
-        ComparisonKey {
-            model: m.model.clone(),
-            dataset: m.dataset.clone(),
-            device: device.into(),
-            threads: threads.iter().map(|t| t.to_string()).collect::<Vec<_>>().join("/"),
-            settings,
-        }
-    }
-}
 
 /// Runs with the same key, node types, rank count and batch: repeats of one point.
 #[derive(Debug, Clone)]
@@ -116,12 +49,14 @@ pub fn points<'a>(runs: &[&'a RunStats]) -> Vec<Point<'a>> {
     let mut groups: BTreeMap<(ComparisonKey, Vec<(String, usize)>, usize, usize, usize), Vec<&'a RunStats>> = BTreeMap::new();
     for r in runs.iter().filter(|r| r.manifest.comm_backend != "none") {
         let m = &r.manifest;
+        // A run without a key has problems, and is no complete run.
+        let Some(key) = r.key.clone() else { continue };
         let mut types: BTreeMap<String, usize> = BTreeMap::new();
         for t in &r.types {
             *types.entry(t.node_type.clone()).or_default() += t.ranks.len();
         }
         let k = (
-            ComparisonKey::of(m),
+            key,
             types.into_iter().collect(),
             m.world_size,
             m.batch_size_per_rank,
