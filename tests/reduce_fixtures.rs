@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 use ddpbench::record::{CsvLog, Manifest, RankInfo, StepRow};
-use ddpbench::reduce::analysis::{rank_summaries, scaling, type_summaries, StepBreakdown};
+use ddpbench::reduce::analysis::{rank_summaries, scaling, type_summaries, ScalingMode, StepBreakdown};
 use ddpbench::reduce::read_run;
 use std::path::Path;
 
@@ -216,9 +216,9 @@ fn weak_scaling_by_hand_with_its_waterfall() {
     let rows = scaling(&[&base, &two], None);
     assert_eq!(rows.len(), 2);
     let (r0, r1) = (&rows[0], &rows[1]);
-    assert_eq!((r0.scaling_mode.as_str(), r0.run_ids.as_str()), ("baseline", "base"));
+    assert_eq!((r0.scaling_mode, r0.run_ids.join(" ")), (ScalingMode::Baseline, "base".into()));
     assert!(close(r0.samples_per_s, 10.0) && close(r0.speedup, 1.0));
-    assert_eq!((r1.scaling_mode.as_str(), r1.baseline_run_ids.as_str()), ("weak", "base"));
+    assert_eq!((r1.scaling_mode, r1.baseline_run_ids.join(" ")), (ScalingMode::Weak, "base".into()));
     // 20 samples per 1.5 s = 13.33/s: speedup 4/3, efficiency 2/3; weak scaling reports
     // Gustafson's serial fraction (2 − 4/3)/(2 − 1) = 2/3 and no Karp–Flatt.
     assert!(close(r1.samples_per_s, 20.0 / 1.5));
@@ -251,8 +251,8 @@ fn strong_scaling_reports_karp_flatt_and_the_batch_ratio() {
     let base = read_run(&d.path().join("base")).unwrap();
     let two = read_run(&d.path().join("two")).unwrap();
     let rows = scaling(&[&base, &two], None);
-    let r = rows.iter().find(|r| r.run_ids == "two").unwrap();
-    assert_eq!(r.scaling_mode, "strong");
+    let r = rows.iter().find(|r| r.run_ids == ["two"]).unwrap();
+    assert_eq!(r.scaling_mode, ScalingMode::Strong);
     // Baseline 20 samples/s (20 per 1.0 s); the 2-rank run 13.33/s: speedup 2/3.
     assert!(close(r.speedup, (20.0 / 1.5) / 20.0));
     // Karp–Flatt at s = 2/3, p = 2: (3/2 − 1/2)/(1/2) = 2; one strong point: no Amdahl fit.
@@ -280,14 +280,17 @@ fn references_match_the_whole_configuration() {
         .collect();
     let refs: Vec<_> = runs.iter().collect();
     let rows = scaling(&refs, None);
-    let find = |id: &str, mode: &str| rows.iter().find(|r| r.run_ids == id && r.scaling_mode == mode);
+    let find = |id: &str, mode: &str| rows.iter().find(|r| r.run_ids == [id] && r.scaling_mode.name() == mode);
     // A 1-rank run is the baseline of itself only, whatever its batch.
     assert!(find("b64", "baseline").is_some() && find("b32", "baseline").is_some());
     assert!(close(find("b64", "baseline").unwrap().speedup, 1.0));
     // 2 × 32 against 1 × 32 (weak) and against 1 × 64 (strong).
     let weak = find("two", "weak").expect("weak row");
     let strong = find("two", "strong").expect("strong row");
-    assert_eq!((weak.baseline_run_ids.as_str(), strong.baseline_run_ids.as_str()), ("b32", "b64"));
+    assert_eq!(
+        (weak.baseline_run_ids.join(" "), strong.baseline_run_ids.join(" ")),
+        ("b32".into(), "b64".into())
+    );
     // Both references run 1.0 s steps: 32/s and 64/s; the point 64/1.5 = 42.7/s.
     assert!(close(weak.speedup, (64.0 / 1.5) / 32.0) && close(strong.speedup, (64.0 / 1.5) / 64.0));
     // Another bucket size has no 1-rank run: no speedup, no efficiency, and what to add.
@@ -325,7 +328,7 @@ fn overlap_force_and_off_are_different_points() {
     for (id, overlap) in [("off", "overlap=off"), ("force", "overlap=force")] {
         let r = rows
             .iter()
-            .find(|r| r.run_ids == id)
+            .find(|r| r.run_ids == [id])
             .unwrap_or_else(|| panic!("no point of {id} alone: {rows:#?}"));
         assert_eq!(r.repeats, 1);
         assert!(r.comparison.contains(overlap), "{id}: {}", r.comparison);
@@ -393,7 +396,7 @@ fn repeats_give_intervals_from_run_to_run_variation() {
     let speedup_of = |ids: &[&str]| -> Vec<f64> {
         let refs: Vec<_> = runs.iter().filter(|r| ids.contains(&r.manifest.run_id.as_str())).collect();
         let rows = scaling(&refs, None);
-        let r = rows.iter().find(|r| r.scaling_mode == "weak").unwrap();
+        let r = rows.iter().find(|r| r.scaling_mode == ScalingMode::Weak).unwrap();
         vec![r.speedup, r.speedup_low, r.speedup_high, r.repeats as f64, r.within_noise as f64]
     };
     // Two repeats each: the range of the four run-to-run ratios, which holds both
@@ -472,7 +475,7 @@ fn amdahl_is_fitted_through_two_strong_points_and_no_cap_is_claimed_for_zero() {
     write(&d.path().join("two"), &fixture("two", &HALF, 20));
     let runs: Vec<_> = ["one", "two"].iter().map(|n| read_run(&d.path().join(n)).unwrap()).collect();
     let rows = scaling(&runs.iter().collect::<Vec<_>>(), None);
-    let two = rows.iter().find(|r| r.run_ids == "two").unwrap();
+    let two = rows.iter().find(|r| r.run_ids == ["two"]).unwrap();
     assert!(close(two.speedup, 2.0) && two.amdahl_serial_fraction.is_nan(), "one point: no fit");
     write(&d.path().join("four"), &fixture("four", &QUARTER, 10));
     let job = ddpbench(&["reduce", "--no-plots", &path_str(d.path())]);

@@ -64,3 +64,76 @@ fn reduce_on_schema2_fixtures_moves_no_figure() {
     assert_eq!(rows.len(), 4);
     assert_eq!(col(&h, &rows, "repeats").iter().sum::<f64>(), 11.0);
 }
+
+/// report.json is the report written whole: its top-level shape, and the same figures as
+/// the CSV files written from it.
+#[test]
+fn report_json_holds_what_the_files_show() {
+    let f = fixtures();
+    let d = tmp();
+    let out = d.path().join("report");
+    let job = ddpbench(&[
+        "reduce",
+        "--no-plots",
+        &path_str(&f.join("single")),
+        &path_str(&f.join("study/runs")),
+        "--interconnect",
+        &path_str(&f.join("sweep")),
+        "--out",
+        &path_str(&out),
+    ]);
+    job.assert_ok();
+    let r = json(&out.join("report.json"));
+    let keys: Vec<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
+    for k in [
+        "report_version",
+        "schema_version",
+        "folders",
+        "runs",
+        "summary",
+        "ranks",
+        "scaling",
+        "workloads",
+        "findings",
+        "projection",
+        "incomplete",
+        "skipped",
+    ] {
+        assert!(keys.contains(&k), "report.json lacks {k}: {keys:?}");
+    }
+    assert_eq!(r["runs"].as_array().unwrap().len(), 11);
+    for run in r["runs"].as_array().unwrap() {
+        assert!(run["comparison_key"]["threads"].is_array(), "{run}");
+        assert!(run["samples_per_s"].as_f64().unwrap() > 0.0);
+    }
+    // The same numbers as the CSV files, as numbers, lists as lists, undefined as null.
+    for (file, key) in [("scaling.csv", "scaling"), ("summary.csv", "summary"), ("ranks.csv", "ranks")] {
+        let (h, rows) = read_csv(&out.join(file));
+        let entries = r[key].as_array().unwrap();
+        assert_eq!(entries.len(), rows.len(), "{key}");
+        for (row, entry) in rows.iter().zip(entries) {
+            for (name, cell) in h.iter().zip(row) {
+                let v = &entry[name.as_str()];
+                match (cell.parse::<f64>(), v) {
+                    (Ok(x), serde_json::Value::Number(n)) => {
+                        let y = n.as_f64().unwrap();
+                        assert!((x - y).abs() <= 1e-9 * y.abs().max(1.0), "{key}.{name}: csv {x}, json {y}");
+                    }
+                    (_, serde_json::Value::Array(a)) => {
+                        let joined: Vec<&str> = a.iter().map(|s| s.as_str().unwrap()).collect();
+                        assert_eq!(joined.join(" "), *cell, "{key}.{name}");
+                    }
+                    (_, serde_json::Value::Null) => assert_eq!(cell, "", "{key}.{name}"),
+                    (_, serde_json::Value::String(s)) => assert_eq!(s, cell, "{key}.{name}"),
+                    (_, other) => assert_eq!(other.to_string(), *cell, "{key}.{name}"),
+                }
+            }
+        }
+    }
+    let (_, projected) = read_csv(&out.join("projection.csv"));
+    assert_eq!(r["projection"]["rows"].as_array().unwrap().len(), projected.len());
+    assert!(r["findings"]["bandwidth"]
+        .as_str()
+        .unwrap()
+        .starts_with("Inside training the all-reduce reaches"));
+}

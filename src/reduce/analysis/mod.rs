@@ -7,7 +7,7 @@ pub mod projection;
 pub mod scaling;
 pub mod summary;
 
-pub use scaling::{scaling, ScalingRow, StepBreakdown};
+pub use scaling::{scaling, ScalingMode, ScalingRow, StepBreakdown};
 pub use summary::{gating_type, rank_summaries, type_summaries, RankSummary, TypeSummary};
 
 use super::metrics;
@@ -39,7 +39,7 @@ pub struct RankStats {
 pub const LONGEST_KEPT: usize = 16;
 
 /// A step that took over [`STALL_FACTOR`] times its rank's median.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Stall {
     pub rank: usize,
     pub global_step: u64,
