@@ -8,6 +8,7 @@
 
 mod end;
 mod manifest;
+pub mod reserve;
 mod rows;
 
 pub use end::{end_file_name, write_atomic, EndRecord, RunStatus};
@@ -51,12 +52,15 @@ pub fn format_plain(v: f64) -> String {
 
 /// Appends rows to a CSV file. Each row is handed to the kernel as it is written (one
 /// `write` of the whole row), so a process killed at any moment leaves every row it
-/// wrote complete on disk, and no torn row; [`CsvLog::sync`] also forces them to the
-/// device (`fsync`), for the points where a run must survive the node itself.
+/// wrote complete on disk, and no torn row; a row the file system takes only in part (it
+/// is full) is cut off again. [`CsvLog::sync`] also forces the rows to the device
+/// (`fsync`), for the points where a run must survive the node itself.
 pub struct CsvLog<R: serde::Serialize> {
     file: File,
     path: PathBuf,
     header_written: bool,
+    /// Bytes of whole rows in the file: where a row that failed half-way is cut back to.
+    len: u64,
     /// One row's bytes, reused.
     buf: Vec<u8>,
     _row: std::marker::PhantomData<R>,
@@ -69,6 +73,7 @@ impl<R: serde::Serialize> CsvLog<R> {
             file,
             path: path.to_path_buf(),
             header_written: false,
+            len: 0,
             buf: Vec::with_capacity(1 << 10),
             _row: std::marker::PhantomData,
         })
@@ -81,11 +86,12 @@ impl<R: serde::Serialize> CsvLog<R> {
             .append(true)
             .open(path)
             .with_context(|| format!("cannot open {}", path.display()))?;
-        let header_written = file.metadata().map(|m| m.len() > 0).unwrap_or(false);
+        let len = file.metadata().with_context(|| format!("cannot open {}", path.display()))?.len();
         Ok(CsvLog {
             file,
             path: path.to_path_buf(),
-            header_written,
+            header_written: len > 0,
+            len,
             buf: Vec::with_capacity(1 << 10),
             _row: std::marker::PhantomData,
         })
@@ -102,9 +108,13 @@ impl<R: serde::Serialize> CsvLog<R> {
                 .with_context(|| format!("cannot format a row for {}", self.path.display()))?;
             w.flush()?;
         }
-        self.file
-            .write_all(&self.buf)
-            .with_context(|| format!("cannot write to {} (is the file system full or gone?)", self.path.display()))?;
+        if let Err(e) = self.file.write_all(&self.buf) {
+            // A short write (a full disk) left part of the row: cut the file back to the
+            // last whole row, which needs no space, so no reader meets a torn row.
+            let _ = self.file.set_len(self.len);
+            return Err(e).with_context(|| format!("cannot write to {} (is the file system full or gone?)", self.path.display()));
+        }
+        self.len += self.buf.len() as u64;
         self.header_written = true;
         Ok(())
     }

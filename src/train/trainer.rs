@@ -17,6 +17,7 @@ use crate::amp::{AmpMode, Autocast, LossScaler};
 use crate::data::{self, Dataset, Loader};
 use crate::model::{self, ModelOptions, ModelSpec, Net};
 use crate::optim::{self, LrScaling, Optimizer};
+use crate::record::reserve::Reserve;
 use crate::record::{self, ClockSummary, CsvLog, EndRecord, EpochRow, Manifest, RunStatus, StepRow};
 use crate::telemetry::GpuSampler;
 use crate::world::{agree, gather_strings, Group};
@@ -86,6 +87,8 @@ pub struct Trainer<'g> {
     /// Per bucket, over the timed steps: the sum of the fractions of backward elapsed
     /// when it was handed to the all-reduce, and how many steps were added.
     pub(super) bucket_ready: (Vec<f64>, u64),
+    /// Rank 0's room for the last records on a full disk, given back when the run ends.
+    _reserve: Option<Reserve>,
 }
 
 impl<'g> Trainer<'g> {
@@ -137,8 +140,7 @@ impl<'g> Trainer<'g> {
         let schedule = schedule(g, cfg, &dataset);
         let mut manifest = super::manifest::initial(g, cfg, &folder, started, &place, &dataset, &model, &comm, &schedule)?;
         manifest.host_malloc = Some(malloc.to_string());
-        let wrote = if g.rank == 0 { manifest.write(&folder.dir) } else { Ok(()) };
-        agree(g, wrote)?;
+        let reserve = agree(g, (g.rank == 0).then(|| reserve_and_write(&manifest, &folder.dir)).transpose())?;
         let steps_log = agree(g, CsvLog::create(&folder.path(&record::rank_file_name(g.rank))))?;
         let epochs_log = agree(g, (g.rank == 0).then(|| CsvLog::create(&folder.path("epochs.csv"))).transpose())?;
         let trainer = Trainer {
@@ -171,6 +173,7 @@ impl<'g> Trainer<'g> {
             early_steps: Vec::new(),
             step_limit_s: cfg.output.watchdog_s,
             bucket_ready: (Vec::new(), 0),
+            _reserve: reserve,
         };
         trainer.log_setup();
         Ok(trainer)
@@ -264,6 +267,12 @@ impl<'g> Trainer<'g> {
         let _ = self.steps_log.sync();
         let _ = self.end_record(RunStatus::Failed, Some(text.clone())).write(&self.folder.dir);
         if self.g.rank == 0 || !agreed {
+            // Only rank 0's copy holds every rank's placement: another rank updates the file.
+            if self.g.rank != 0 {
+                if let Ok(on_disk) = Manifest::read(&self.folder.dir) {
+                    self.manifest = on_disk;
+                }
+            }
             let m = &mut self.manifest;
             m.status = RunStatus::Failed.as_str().into();
             m.error = Some(text);
@@ -513,6 +522,14 @@ impl<'g> Trainer<'g> {
             );
         }
     }
+}
+
+/// Rank 0 keeps room for the run's last records ([`reserve`]), then writes the manifest.
+fn reserve_and_write(manifest: &Manifest, dir: &std::path::Path) -> Result<Reserve> {
+    let bytes = serde_json::to_string_pretty(manifest)?.len() as u64;
+    let kept = Reserve::make(dir, bytes)?;
+    manifest.write(dir)?;
+    Ok(kept)
 }
 
 /// The model with the same seed on every rank, then rank 0's parameters win; dropout
