@@ -91,7 +91,7 @@ fn rank_pid_of(command: &str, out: &Path, rank: usize) -> i32 {
 }
 
 #[test]
-fn a_killed_rank_leaves_every_completed_row_on_disk() {
+fn a_killed_rank_keeps_its_rows_and_its_peer_records_the_signal() {
     let d = tmp();
     let out = d.path().join("run");
     let mut job = spawn(&out, &d.path().join("log"), &[]);
@@ -111,12 +111,35 @@ fn a_killed_rank_leaves_every_completed_row_on_disk() {
     let rows1 = assert_whole_rows(&out.join("rank-00001.csv"));
     assert!(rows1 >= rows_before, "rank 1 had {rows_before} rows before the kill, {rows1} after");
     assert!(rows0 + 1 >= rows1 && rows1 + 1 >= rows0, "{rows0} vs {rows1}");
-    assert!(!out.join("rank-00001.end.json").exists(), "a killed rank records nothing");
+    // The killed rank could record nothing: its end record still says running.
+    let end1 = json(&out.join("rank-00001.end.json"));
+    assert_eq!(end1["status"], "running", "{end1}");
+    // Open MPI then sends SIGTERM to rank 0, blocked in the all-reduce, and SIGKILL a
+    // second later: its signal handler's record says so, on its end record and the
+    // manifest (or the watchdog's, with the wait, when the SIGKILL came after 2 s).
+    let end0 = json(&out.join("rank-00000.end.json"));
+    assert_eq!(end0["status"], "interrupted", "{end0}");
+    let why = end0["error"].as_str().unwrap_or_default();
+    assert!(
+        why.starts_with(&format!("SIGTERM with {rows0} steps done")) || why.starts_with("SIGTERM while waiting"),
+        "{end0}"
+    );
+    assert_eq!(end0["steps"], rows0, "{end0}");
+    assert!(
+        end0["time_utc"].as_str().is_some_and(|t| t.len() == 27 && t.ends_with('Z')),
+        "{end0}"
+    );
+    let m = json(&out.join("manifest.json"));
+    assert_eq!(m["status"], "interrupted", "{m}");
+    assert!(m["error"].as_str().unwrap_or_default().starts_with("SIGTERM "), "{m}");
+    assert!(m["end_utc"].is_string() && m["ranks"].as_array().map(Vec::len) == Some(2), "{m}");
     // reduce says the run died and why it cannot be used, without a panic.
     let job = ddpbench(&["reduce", "--no-plots", &path_str(&out)]);
     assert_ne!(job.status, Some(0), "{}", job.all());
     assert!(
-        job.stderr.contains("incomplete run") && job.stderr.contains("killed"),
+        job.stderr.contains("incomplete run")
+            && job.stderr.contains("status is interrupted: SIGTERM")
+            && job.stderr.contains("rank 1 recorded no end: killed"),
         "{}",
         job.stderr
     );
@@ -296,6 +319,9 @@ fn a_disk_that_fills_during_training_fails_the_run_and_keeps_whole_records() {
         .expect("the failing rank");
     let end = json(&out.join(format!("rank-{named:05}.end.json")));
     assert_eq!(end["status"], "failed", "{end}");
+    // The other one, ended by the job's abort, recorded that (its signal handler's record).
+    let other = json(&out.join(format!("rank-{:05}.end.json", 1 - named)));
+    assert!(other["status"] == "interrupted" || other["status"] == "failed", "{other}");
 }
 
 /// `ddpbench allreduce` has the same watchdog: a rank stopped in the middle of a size's

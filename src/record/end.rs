@@ -1,6 +1,8 @@
 //! `rank-NNNNN.end.json`: how each rank's part of a run ended, written by the rank
-//! itself (atomically), so a run's outcome is known even when rank 0 died first. A
-//! rank killed outright (SIGKILL, a node lost) leaves none: `reduce` says so.
+//! itself (atomically), so a run's outcome is known even when rank 0 died first. It is
+//! written `running` when training starts; a signal's handler turns it `interrupted`
+//! ([`super::last_gasp`]), and a rank killed outright (SIGKILL, a node lost) leaves it
+//! `running`: `reduce` says so.
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -88,8 +90,8 @@ pub fn write_atomic(path: &Path, text: &str) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut result = write_then_rename(&tmp, path, text.as_bytes());
     if result.as_ref().is_err_and(is_full) {
-        // Another rank may have freed room meanwhile (its temporary file gone): try
-        // again even when this one finds no reserve left.
+        // Another rank, or a signal handler emptying the reserve, may have freed room
+        // meanwhile: try again even when this one finds no reserve left.
         super::reserve::release(dir, text.len() as u64);
         result = write_then_rename(&tmp, path, text.as_bytes());
     }

@@ -7,6 +7,7 @@
 //! every number as a number.
 
 mod end;
+pub mod last_gasp;
 mod manifest;
 pub mod reserve;
 mod rows;
@@ -144,7 +145,12 @@ pub fn gpu_file_name(rank: usize) -> String {
 /// RFC 3339 UTC with microseconds, e.g. `2026-11-22T08:15:02.123456Z`.
 pub fn rfc3339_utc(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() as i64;
+    String::from_utf8_lossy(&rfc3339_utc_bytes(d.as_secs() as i64, d.subsec_micros())).into_owned()
+}
+
+/// The bytes of [`rfc3339_utc`] for `secs` since the epoch and `micros`, made without
+/// allocating or locking, so a signal handler may call it.
+pub fn rfc3339_utc_bytes(secs: i64, micros: u32) -> [u8; 27] {
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
     let z = days + 719_468;
@@ -156,13 +162,24 @@ pub fn rfc3339_utc(t: SystemTime) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_micros()
-    )
+    let mut out = *b"0000-00-00T00:00:00.000000Z";
+    let fields: [(usize, usize, i64); 7] = [
+        (0, 4, year),
+        (5, 2, month),
+        (8, 2, day),
+        (11, 2, rem / 3600),
+        (14, 2, rem % 3600 / 60),
+        (17, 2, rem % 60),
+        (20, 6, i64::from(micros)),
+    ];
+    for (at, width, value) in fields {
+        let mut v = value.clamp(0, 10i64.pow(width as u32) - 1);
+        for i in (at..at + width).rev() {
+            out[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    }
+    out
 }
 
 /// Compact UTC stamp for run ids, e.g. `20261122T081502Z`.

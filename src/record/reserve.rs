@@ -4,7 +4,8 @@
 //! before the manifest, rank 0 writes [`RESERVE_FILE`] into the run folder, and a write
 //! of a record that finds the disk full cuts the reserve short by what it needs (under a
 //! lock, since several ranks may fail at once) and tries once more. The reserve goes
-//! when the run ends; only a job killed outright on every rank leaves it behind.
+//! when the run ends (or a signal handler's last record is written); only a job killed
+//! outright on every rank leaves it behind.
 
 use anyhow::{Context, Result};
 use std::io::Write;
