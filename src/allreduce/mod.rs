@@ -29,10 +29,12 @@ Columns as nccl-tests prints them: time is the mean per all-reduce over the time
 over ranks), algbw = size / time, busbw = algbw × 2(n−1)/n, #wrong = elements whose sum differs \
 from the exact expected sum, over all ranks.")]
 pub struct AllreduceArgs {
-    /// Smallest message, bytes (K, M, G suffixes: powers of 1024).
+    /// Smallest message, bytes (K, M, G suffixes: powers of 1024). Every size is rounded
+    /// down to whole elements of --dtype (at least one), and sizes that round alike are
+    /// swept once.
     #[arg(long, default_value = "8", value_parser = parse_bytes)]
     pub min_bytes: u64,
-    /// Largest message, bytes.
+    /// Largest message, bytes: at least one element of --dtype.
     #[arg(long, default_value = "1G", value_parser = parse_bytes)]
     pub max_bytes: u64,
     /// Each size is this many times the previous one.
@@ -76,6 +78,29 @@ pub struct AllreduceArgs {
 }
 
 impl AllreduceArgs {
+    /// Checks what needs no other rank: every rank finds the same answer, so rank 0 can
+    /// say it before MPI starts.
+    pub fn validate(&self) -> Result<()> {
+        if self.min_bytes > self.max_bytes {
+            bail!("--min-bytes {} is larger than --max-bytes {}", self.min_bytes, self.max_bytes);
+        }
+        let element = self.dtype.bytes() as u64;
+        if self.max_bytes < element {
+            bail!(
+                "--max-bytes {} is smaller than one {} element ({element} bytes): nothing to all-reduce; raise --max-bytes",
+                self.max_bytes,
+                dtype_name(self.dtype)
+            );
+        }
+        if !(self.budget_s.is_finite() && self.budget_s > 0.0) {
+            bail!("--budget-s {} must be a positive number of seconds", self.budget_s);
+        }
+        if !(self.watchdog_s.is_finite() && self.watchdog_s > 0.0) {
+            bail!("--watchdog-s {} must be a positive number of seconds", self.watchdog_s);
+        }
+        Ok(())
+    }
+
     /// The sweep a study runs before its points: 8 B to 64 MiB by 2, a short budget per
     /// size, every backend the ranks' device supports, into `out`.
     pub fn for_study(out: PathBuf) -> AllreduceArgs {
@@ -242,6 +267,13 @@ pub fn distinct_levels(nodes: usize, per_node: usize) -> Vec<Level> {
 
 /// Entry point of `ddpbench allreduce`.
 pub fn main(args: AllreduceArgs) -> Result<()> {
+    if let Err(e) = args.validate() {
+        // Every rank finds the same error before MPI starts: rank 0 says it.
+        if crate::world::launcher_rank().unwrap_or(0) == 0 {
+            return Err(e);
+        }
+        std::process::exit(1);
+    }
     let world = World::init()?;
     let g = &world.group;
     crate::train::install_abort_on_panic(g.rank, &g.host);
@@ -270,15 +302,7 @@ pub fn main(args: AllreduceArgs) -> Result<()> {
 /// The sweep on `g` (every member calls it), its files under `args.out`; `watchdog`, when
 /// given, writes its flight records there.
 pub fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> Result<()> {
-    if args.min_bytes > args.max_bytes {
-        bail!("--min-bytes {} is larger than --max-bytes {}", args.min_bytes, args.max_bytes);
-    }
-    if !(args.budget_s.is_finite() && args.budget_s > 0.0) {
-        bail!("--budget-s {} must be a positive number of seconds", args.budget_s);
-    }
-    if !(args.watchdog_s.is_finite() && args.watchdog_s > 0.0) {
-        bail!("--watchdog-s {} must be a positive number of seconds", args.watchdog_s);
-    }
+    agree(g, args.validate())?;
     let device = agree(g, crate::device::resolve_device(args.device, g.local_rank))?;
     if device == Device::Cpu {
         agree(g, host_memory_fits(args.max_bytes, g.local_size))?;
@@ -320,15 +344,15 @@ pub fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> R
     } else {
         args.backends.clone()
     };
-    if device == Device::Cpu {
-        if let Some(b) = backends.iter().find(|b| **b != SweepBackend::Mpi) {
-            bail!(
-                "--backends {}: needs GPU buffers and this run is on CPU (--device cuda on a GPU node)",
-                b.name()
-            );
-        }
-    }
-    let sizes = sizes(args.min_bytes, args.max_bytes, args.factor);
+    let on_cpu = match backends.iter().find(|b| **b != SweepBackend::Mpi) {
+        Some(b) if device == Device::Cpu => Err(anyhow::anyhow!(
+            "--backends {}: needs GPU buffers and this run is on CPU (--device cuda on a GPU node)",
+            b.name()
+        )),
+        _ => Ok(()),
+    };
+    agree(g, on_cpu)?;
+    let sizes = sizes(args.min_bytes, args.max_bytes, args.factor, args.dtype.bytes() as u64);
 
     // Rank 0's output folder.
     let out = agree(
@@ -496,12 +520,17 @@ fn host_memory_fits(max_bytes: u64, local_ranks: usize) -> Result<()> {
     }
 }
 
-/// Sizes from `min` to `max`, each `factor` times the previous.
-pub fn sizes(min: u64, max: u64, factor: u64) -> Vec<u64> {
-    let mut out = Vec::new();
+/// Sizes from `min` to `max`, each `factor` times the previous, rounded down to whole
+/// elements of `element` bytes (at least one), each size once: 1, 2 and 4 bytes of fp32
+/// are one 4-byte all-reduce, measured once.
+pub fn sizes(min: u64, max: u64, factor: u64, element: u64) -> Vec<u64> {
+    let mut out: Vec<u64> = Vec::new();
     let mut s = min;
     while s <= max {
-        out.push(s);
+        let whole = (s / element).max(1) * element;
+        if out.last() != Some(&whole) {
+            out.push(whole);
+        }
         match s.checked_mul(factor) {
             Some(n) => s = n,
             None => break,
@@ -717,9 +746,12 @@ mod tests {
 
     #[test]
     fn sizes_and_byte_suffixes() {
-        assert_eq!(sizes(8, 64, 2), vec![8, 16, 32, 64]);
-        assert_eq!(sizes(8, 100, 4), vec![8, 32]);
-        assert_eq!(sizes(u64::MAX / 2, u64::MAX, 4), vec![u64::MAX / 2]);
+        assert_eq!(sizes(8, 64, 2, 4), vec![8, 16, 32, 64]);
+        assert_eq!(sizes(8, 100, 4, 4), vec![8, 32]);
+        assert_eq!(sizes(u64::MAX / 2, u64::MAX, 4, 1), vec![u64::MAX / 2]);
+        // Below and between whole elements: rounded down, each once.
+        assert_eq!(sizes(1, 16, 2, 4), vec![4, 8, 16]);
+        assert_eq!(sizes(3, 27, 3, 2), vec![2, 8, 26]);
         assert_eq!(parse_bytes("64K"), Ok(65536));
         assert_eq!(parse_bytes("1G"), Ok(1 << 30));
         assert_eq!(parse_bytes("4096"), Ok(4096));

@@ -17,6 +17,8 @@ use crate::amp::{AmpMode, Autocast, LossScaler};
 use crate::data::{self, Dataset, Loader};
 use crate::model::{self, ModelOptions, ModelSpec, Net};
 use crate::optim::{self, LrScaling, Optimizer};
+use crate::record::last_gasp::{self, LastGasp, Template};
+use crate::record::reserve::{self, Reserve};
 use crate::record::{self, ClockSummary, CsvLog, EndRecord, EpochRow, Manifest, RunStatus, StepRow};
 use crate::telemetry::GpuSampler;
 use crate::world::{agree, gather_strings, Group};
@@ -86,6 +88,10 @@ pub struct Trainer<'g> {
     /// Per bucket, over the timed steps: the sum of the fractions of backward elapsed
     /// when it was handed to the all-reduce, and how many steps were added.
     pub(super) bucket_ready: (Vec<f64>, u64),
+    /// Rank 0's room for the last records on a full disk, given back when the run ends.
+    _reserve: Option<Reserve>,
+    /// What a stop signal's handler writes, until the run's own outcome replaces it.
+    _last_gasp: LastGasp,
 }
 
 impl<'g> Trainer<'g> {
@@ -137,10 +143,13 @@ impl<'g> Trainer<'g> {
         let schedule = schedule(g, cfg, &dataset);
         let mut manifest = super::manifest::initial(g, cfg, &folder, started, &place, &dataset, &model, &comm, &schedule)?;
         manifest.host_malloc = Some(malloc.to_string());
-        let wrote = if g.rank == 0 { manifest.write(&folder.dir) } else { Ok(()) };
-        agree(g, wrote)?;
+        let reserve = agree(g, (g.rank == 0).then(|| reserve_and_write(&manifest, &folder.dir)).transpose())?;
         let steps_log = agree(g, CsvLog::create(&folder.path(&record::rank_file_name(g.rank))))?;
         let epochs_log = agree(g, (g.rank == 0).then(|| CsvLog::create(&folder.path("epochs.csv"))).transpose())?;
+        let last_gasp = agree(g, arm_last_gasp(g, &folder, &manifest)).inspect_err(|_| {
+            // Training will not start: no rank's record may say it is running.
+            let _ = std::fs::remove_file(folder.path(&record::end_file_name(g.rank)));
+        })?;
         let trainer = Trainer {
             g,
             loss_factor: 1.0 / (ranks_summed(g, &comm) * cfg.schedule.grad_accum) as f64,
@@ -171,6 +180,8 @@ impl<'g> Trainer<'g> {
             early_steps: Vec::new(),
             step_limit_s: cfg.output.watchdog_s,
             bucket_ready: (Vec::new(), 0),
+            _reserve: reserve,
+            _last_gasp: last_gasp,
         };
         trainer.log_setup();
         Ok(trainer)
@@ -264,6 +275,12 @@ impl<'g> Trainer<'g> {
         let _ = self.steps_log.sync();
         let _ = self.end_record(RunStatus::Failed, Some(text.clone())).write(&self.folder.dir);
         if self.g.rank == 0 || !agreed {
+            // Only rank 0's copy holds every rank's placement: another rank updates the file.
+            if self.g.rank != 0 {
+                if let Ok(on_disk) = Manifest::read(&self.folder.dir) {
+                    self.manifest = on_disk;
+                }
+            }
             let m = &mut self.manifest;
             m.status = RunStatus::Failed.as_str().into();
             m.error = Some(text);
@@ -312,6 +329,7 @@ impl<'g> Trainer<'g> {
             loss_sum += row.loss;
             self.global_step += 1;
             self.watchdog.set_steps(self.global_step);
+            last_gasp::set_steps(self.global_step);
             self.adjust_watchdog(row.warmup == 1, row.step_s);
             self.log_progress(epoch, step, &row);
             if let Some(sig) = self.stop_signal() {
@@ -514,6 +532,34 @@ impl<'g> Trainer<'g> {
             );
         }
     }
+}
+
+/// Rank 0 keeps room for the run's last records ([`reserve`]), then writes the manifest.
+fn reserve_and_write(manifest: &Manifest, dir: &std::path::Path) -> Result<Reserve> {
+    let bytes = serde_json::to_string_pretty(manifest)?.len() as u64;
+    let kept = Reserve::make(dir, bytes)?;
+    manifest.write(dir)?;
+    Ok(kept)
+}
+
+/// The records a stop signal's handler writes ([`last_gasp`]): this rank's end record,
+/// written `running` now, and on rank 0 the manifest.
+fn arm_last_gasp(g: &Group, folder: &RunFolder, manifest: &Manifest) -> Result<LastGasp> {
+    let running = EndRecord {
+        run_id: folder.run_id.clone(),
+        rank: g.rank,
+        host: g.host.clone(),
+        status: RunStatus::Running,
+        error: None,
+        steps: 0,
+        time_utc: record::rfc3339_utc(SystemTime::now()),
+    };
+    running.write(&folder.dir)?;
+    let mut targets = vec![(folder.path(&record::end_file_name(g.rank)), Template::end_record(&running)?)];
+    if g.rank == 0 {
+        targets.push((folder.path("manifest.json"), Template::manifest(manifest)?));
+    }
+    LastGasp::arm(targets, &folder.path(reserve::RESERVE_FILE))
 }
 
 /// The model with the same seed on every rank, then rank 0's parameters win; dropout
