@@ -29,10 +29,13 @@ fn run() -> anyhow::Result<()> {
 }
 
 fn main() {
-    // A panic outside training (where the trainer's hook also aborts the MPI job) is one
-    // line for the user, not a trace.
+    // A panic outside an MPI job (where the job's own hook also aborts the job,
+    // `ddpbench::job`) is one line for the user, not a trace.
     std::panic::set_hook(Box::new(|info| {
-        eprintln!("Error: {}. This is a ddpbench bug: please report it", ddpbench::panic_message(info));
+        eprintln!(
+            "Error: {}. This is a ddpbench bug: please report it",
+            ddpbench::job::panic_message(info)
+        );
     }));
     if let Err(err) = run() {
         eprintln!("Error: {err:#}");

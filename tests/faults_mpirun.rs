@@ -370,6 +370,44 @@ fn a_stopped_rank_in_the_allreduce_sweep_is_named_and_the_job_ends() {
     );
 }
 
+/// `ddpbench allreduce` stops on SIGTERM as `train` does: every rank after the same
+/// size, the sizes measured kept in allreduce.csv and allreduce.json (status
+/// `interrupted`, the signal in `error`), and no model fitted from part of a sweep.
+#[test]
+fn sigterm_interrupts_the_allreduce_sweep_after_a_size_and_keeps_its_rows() {
+    use std::os::unix::process::CommandExt;
+    let d = tmp();
+    let out = d.path().join("sweep");
+    let log = d.path().join("log");
+    // 8 B to 1 GiB by 2: 28 sizes at up to 0.3 s each, far more than the test waits for.
+    let mut cmd = mpirun_cmd(2);
+    cmd.arg(BIN)
+        .args(["allreduce", "--min-bytes", "8", "--max-bytes", "1G", "--budget-s", "0.3"])
+        .args(["--out", &path_str(&out)])
+        .stdout(Stdio::from(std::fs::File::create(&log).unwrap()))
+        .stderr(Stdio::from(std::fs::File::create(log.with_extension("err")).unwrap()))
+        .process_group(0);
+    let mut job = cmd.spawn().expect("mpirun");
+    wait_for_rows(&out.join("allreduce.csv"), 6);
+    // SAFETY: the mpirun this test started; it passes SIGTERM on to the ranks.
+    unsafe { libc::kill(job.id() as i32, libc::SIGTERM) };
+    wait(&mut job);
+    let err = std::fs::read_to_string(log.with_extension("err")).unwrap();
+    let (h, rows) = read_csv(&out.join("allreduce.csv"));
+    assert!(rows.len() % 2 == 0 && rows.len() < 2 * 28, "{} rows", rows.len());
+    let j = json(&out.join("allreduce.json"));
+    assert_eq!(j["status"], "interrupted", "{j}\n{err}");
+    let why = j["error"].as_str().unwrap_or_default();
+    assert!(why.starts_with("SIGTERM after "), "{j}");
+    // Both ranks stopped after the same size: the last row rank 0 wrote is the size named.
+    let last_bytes = col(&h, &rows, "bytes").last().copied().unwrap();
+    assert!(why.contains(&format!(" {last_bytes} B ")), "{why} vs {last_bytes}");
+    assert_eq!(j["rows"].as_array().unwrap().len(), rows.len(), "{j}");
+    assert!(!out.join("allreduce_model.json").exists(), "a model fitted from part of a sweep");
+    assert_eq!(err.matches("interrupted by SIGTERM").count(), 1, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 /// SIGSTOPs `rank` (a process id), waits for the job to end, then checks that it ended
 /// with a failure within 30 s and returns its stderr and the watchdog's line in it.
 fn stop_rank_and_read_watchdog(job: &mut Child, rank: i32, log: &Path) -> (String, String) {

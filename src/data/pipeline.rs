@@ -136,7 +136,7 @@ fn prepare_all(files: &[PathBuf], how: Augment, workers: usize, cpus: &[u32], se
 
 /// Entry point of `ddpbench loader`.
 pub fn main(args: LoaderArgs) -> Result<()> {
-    crate::train::init_logging(0);
+    crate::job::logging::init(0);
     if args.dataset != "imagenet" {
         bail!(
             "--dataset {}: the loader measures image folders (--dataset imagenet); other data sets are decoded tensors held in memory",
