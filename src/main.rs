@@ -14,17 +14,10 @@ fn run() -> anyhow::Result<()> {
         Command::Allreduce(args) => ddpbench::allreduce::main(args),
         Command::Reduce(args) => ddpbench::reduce::main(args),
         Command::Loader(args) => ddpbench::data::pipeline::main(args),
-        Command::Diagnose(args) => ddpbench::diagnose::main(&args.run),
+        Command::Diagnose(args) => ddpbench::diagnose::main(args),
         Command::Topo(args) => ddpbench::topology::main(args),
         Command::GenBigmnist(args) => ddpbench::data::bigmnist::generate(args),
-        Command::Models(args) => {
-            ddpbench::model::list(&ddpbench::model::ModelOptions {
-                seq_len: args.seq_len as i64,
-                vocab: args.vocab_size as i64,
-                dropout: true,
-            });
-            Ok(())
-        }
+        Command::Models(args) => ddpbench::model::main(args),
     }
 }
 

@@ -146,7 +146,7 @@ pub fn main(args: LoaderArgs) -> Result<()> {
     if args.workers == Some(0) {
         bail!("--workers 0: the loader measures workers preparing images; give 1 or more (or leave it out for one per CPU)");
     }
-    let most = super::loader::max_workers(crate::train::config::online_cpus());
+    let most = super::loader::max_workers(crate::topology::online_cpus());
     if let Some(w) = args.workers.filter(|&w| w > most) {
         bail!("--workers {w}: must be 1 to {most} worker threads (4 per hardware thread of this node, at most 256)");
     }

@@ -113,7 +113,7 @@ impl<'g> Trainer<'g> {
             dropout: !cfg.workload.no_dropout,
         };
         let spec = model::spec(cfg.workload.model, &options);
-        let dataset = agree(g, data::load(cfg, &spec))?;
+        let dataset = agree(g, data::load(&cfg.data_spec(), &spec))?;
         // The workers, resolved for this data set and binding, are what the manifest records.
         let resolved = {
             let (workers, note) = place.workers_for(cfg.placement.workers, dataset.train.files.is_some());
