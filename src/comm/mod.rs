@@ -14,6 +14,9 @@ pub mod nccl;
 pub mod none;
 pub mod overlap;
 
+#[cfg(test)]
+mod layering_tests;
+
 pub use crate::record::AllreduceProbe;
 use ::mpi::topology::SimpleCommunicator;
 use anyhow::{bail, Result};
