@@ -26,7 +26,6 @@ mod trainer;
 mod validation;
 pub mod watchdog;
 
-pub use communication::shared_gpu;
 pub use config::TrainConfig;
 pub use run_folder::RunFolder;
 pub use trainer::Trainer;
