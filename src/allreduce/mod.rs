@@ -1,11 +1,16 @@
 //! `ddpbench allreduce`: an nccl-tests-style sweep of all-reduce sizes on every backend
 //! the node supports, at every level of the allocation (within a node, across nodes with
 //! one rank per node, the whole world), each sum checked, and the α–β model fitted to
-//! each level ([`model`]), which `reduce` uses to project a workload to more nodes.
+//! each level ([`model`]), which `reduce` uses to project a workload to more nodes. Every
+//! size runs through the transport training uses ([`crate::comm::transport`]), and
+//! [`probe`] times a training run's own buckets the same way.
 
 pub mod model;
+pub mod probe;
 pub mod sweep;
 
+use crate::bandwidth::{algbw, busbw};
+use crate::comm::transport::{mpi::Mpi, nccl::Nccl, Transport};
 use crate::comm::GradDtype;
 use crate::device::DeviceChoice;
 use crate::job::watchdog::{self, RunFiles, Watchdog};
@@ -19,7 +24,7 @@ use mpi::collective::CommunicatorCollectives;
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use sweep::{SweepBackend, Timing, Transport};
+use sweep::{SweepBackend, Timing};
 use tch::Device;
 
 #[derive(Args, Debug, Clone)]
@@ -301,47 +306,14 @@ pub fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> R
         .map(crate::topology::discover_cores)
         .unwrap_or_default();
     let node_type = crate::topology::NodeInfo::detect(&cores).node_type();
-
-    // The allocation's shape: ranks per node, the same on every node for the levels to mean one thing.
-    let mut per_node_min = 0u64;
-    let mut per_node_max = 0u64;
-    {
-        use mpi::collective::{CommunicatorCollectives, SystemOperation};
-        g.comm
-            .all_reduce_into(&(g.local_size as u64), &mut per_node_min, SystemOperation::min());
-        g.comm
-            .all_reduce_into(&(g.local_size as u64), &mut per_node_max, SystemOperation::max());
-    }
     let mut notes = Vec::new();
-    if per_node_min != per_node_max {
-        notes.push(format!(
-            "nodes hold {per_node_min} to {per_node_max} ranks: the intra-node level is rank 0's node, and the model assumes {} per node",
-            g.local_size
-        ));
-    }
-    let per_node = g.local_size;
+    let per_node = ranks_per_node(g, &mut notes);
     let levels = if args.levels.is_empty() {
         distinct_levels(g.nodes, per_node)
     } else {
         args.levels.clone()
     };
-    let backends = if args.backends.is_empty() {
-        match device {
-            Device::Cuda(_) => vec![SweepBackend::Mpi, SweepBackend::Staged, SweepBackend::Nccl],
-            _ => vec![SweepBackend::Mpi],
-        }
-    } else {
-        args.backends.clone()
-    };
-    let on_cpu = match backends.iter().find(|b| **b != SweepBackend::Mpi) {
-        Some(b) if device == Device::Cpu => Err(anyhow::anyhow!(
-            "--backends {}: needs GPU buffers and this run is on CPU (--device cuda on a GPU node)",
-            b.name()
-        )),
-        _ => Ok(()),
-    };
-    agree(g, on_cpu)?;
-    let sizes = sizes(args.min_bytes, args.max_bytes, args.factor, args.dtype.bytes() as u64);
+    let backends = agree(g, backends_for(args, device))?;
 
     // Rank 0's output folder.
     let out = agree(
@@ -359,109 +331,24 @@ pub fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> R
             run_id: "allreduce".into(),
         });
     }
-    let mut csv = if g.rank == 0 {
+    let csv = if g.rank == 0 {
         Some(crate::record::CsvLog::create(&out.join("allreduce.csv"))?)
     } else {
         None
     };
-
-    // Whether ranks share a GPU (NCCL cannot then run), asked of all ranks once.
-    let bus_id = match device {
-        Device::Cuda(i) => crate::device::cuda::driver().and_then(|d| d.pci_bus_id(i)).ok(),
-        _ => None,
+    let mut sweep = Sweep {
+        args,
+        device,
+        per_node,
+        node_type: &node_type,
+        sizes: sizes(args.min_bytes, args.max_bytes, args.factor, args.dtype.bytes() as u64),
+        csv,
+        rows: Vec::new(),
+        notes,
+        stopped: None,
     };
-    let shared = crate::train::shared_gpu(g, device, bus_id.as_deref());
-
-    // The communicators of each level (None where this rank sits a level out).
-    let intra = g.comm.split_shared(0);
-    let leaders = g.comm.split_by_color(if g.local_rank == 0 {
-        Color::with_value(0)
-    } else {
-        Color::undefined()
-    });
-    let timing = Timing {
-        warmup_iters: args.warmup_iters as usize,
-        iters: args.iters as usize,
-        budget_s: args.budget_s,
-        min_iters: 3,
-    };
-    let mut rows = Vec::new();
-    let mut part = 0u64;
-    let mut stopped = None;
-    'sweep: for &backend in &backends {
-        for &level in &levels {
-            // Each (backend, level) is a part of the job whose collectives are numbered alike
-            // on every rank, and in which ranks outside the level's communicator are idle,
-            // so the watchdog judges a hang among the ranks that take part.
-            part += 1;
-            let base = part << PART_SHIFT;
-            let comm: Option<&SimpleCommunicator> = match level {
-                Level::World => Some(&g.comm),
-                Level::IntraNode => Some(&intra),
-                Level::InterNode => leaders.as_ref(),
-            };
-            let (nodes, rpn) = match level {
-                Level::World => (g.nodes, per_node),
-                Level::IntraNode => (1, per_node),
-                Level::InterNode => (g.nodes, 1),
-            };
-            let ranks = match level {
-                Level::World => g.size,
-                Level::IntraNode => per_node,
-                Level::InterNode => g.nodes,
-            };
-            // Whether this backend can run here, agreed by every rank.
-            let usable = agree(g, backend_usable(backend, device, shared.as_deref()));
-            if let Err(e) = usable {
-                if g.rank == 0 {
-                    let why = format!("{} at {} level skipped: {e:#}", backend.name(), level.name());
-                    eprintln!("{why}");
-                    notes.push(why);
-                }
-                continue;
-            }
-            if g.rank == 0 {
-                print_header(backend, level, ranks, nodes, args.dtype);
-            }
-            crate::flight::recorder().begin_part(base, comm.is_none());
-            if let Some(comm) = comm {
-                let transport = make_transport(backend, comm, device)?;
-                for &bytes in &sizes {
-                    let mut pair = Vec::new();
-                    for in_place in [false, true] {
-                        let m = sweep::measure(&transport, bytes, args.dtype, in_place, timing)?;
-                        let row = to_row(level, backend, args.dtype, &m, ranks, nodes, rpn, &node_type);
-                        if let Some(log) = csv.as_mut() {
-                            log.write(&row)?;
-                            log.flush()?;
-                        }
-                        pair.push(row);
-                    }
-                    if g.rank == 0 {
-                        print_line(&pair);
-                    }
-                    rows.extend(pair);
-                    if stop_signal(comm).is_some() {
-                        break;
-                    }
-                }
-                if let Transport::Nccl { nccl, comm, .. } = transport {
-                    nccl.destroy(comm);
-                }
-            }
-            // Ranks that sat this level out wait here for the others.
-            {
-                let _f = crate::flight::enter("barrier", &format!("after the {} sweep", level.name()));
-                g.comm.barrier();
-            }
-            crate::flight::recorder().begin_part(base + (1 << (PART_SHIFT - 1)), false);
-            // A stop signal ends the sweep on every rank after the same size.
-            stopped = stop_signal(&g.comm);
-            if stopped.is_some() {
-                break 'sweep;
-            }
-        }
-    }
+    sweep.run(g, &backends, &levels)?;
+    let Sweep { rows, notes, stopped, .. } = sweep;
     if g.rank != 0 {
         return Ok(stopped.map_or(Swept::Whole, Swept::Interrupted));
     }
@@ -480,6 +367,189 @@ pub fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> R
     match stopped {
         Some(sig) => write_interrupted(&out, &mut file, sig),
         None => write_whole(&out, &file),
+    }
+}
+
+/// Ranks per node (this node's), with a note when nodes differ: the levels then mean
+/// rank 0's node. Every rank takes part.
+fn ranks_per_node(g: &Group, notes: &mut Vec<String>) -> usize {
+    use mpi::collective::SystemOperation;
+    let mut per_node_min = 0u64;
+    let mut per_node_max = 0u64;
+    g.comm
+        .all_reduce_into(&(g.local_size as u64), &mut per_node_min, SystemOperation::min());
+    g.comm
+        .all_reduce_into(&(g.local_size as u64), &mut per_node_max, SystemOperation::max());
+    if per_node_min != per_node_max {
+        notes.push(format!(
+            "nodes hold {per_node_min} to {per_node_max} ranks: the intra-node level is rank 0's node, and the model assumes {} per node",
+            g.local_size
+        ));
+    }
+    g.local_size
+}
+
+/// The backends asked for, or every one the device supports; a GPU backend on CPU is refused.
+fn backends_for(args: &AllreduceArgs, device: Device) -> Result<Vec<SweepBackend>> {
+    let backends = if args.backends.is_empty() {
+        match device {
+            Device::Cuda(_) => vec![SweepBackend::Mpi, SweepBackend::Staged, SweepBackend::Nccl],
+            _ => vec![SweepBackend::Mpi],
+        }
+    } else {
+        args.backends.clone()
+    };
+    if device == Device::Cpu {
+        if let Some(b) = backends.iter().find(|b| **b != SweepBackend::Mpi) {
+            bail!(
+                "--backends {}: needs GPU buffers and this run is on CPU (--device cuda on a GPU node)",
+                b.name()
+            );
+        }
+    }
+    Ok(backends)
+}
+
+/// One sweep in progress: what it runs and what it has measured so far.
+struct Sweep<'a> {
+    args: &'a AllreduceArgs,
+    device: Device,
+    per_node: usize,
+    node_type: &'a str,
+    sizes: Vec<u64>,
+    /// Rank 0's allreduce.csv.
+    csv: Option<crate::record::CsvLog<SweepRow>>,
+    rows: Vec<SweepRow>,
+    notes: Vec<String>,
+    /// The stop signal that ended the sweep early, agreed by every rank.
+    stopped: Option<i32>,
+}
+
+impl Sweep<'_> {
+    /// Every (backend, level), each a part of the job whose collectives are numbered alike
+    /// on every rank, and in which ranks outside the level's communicator are idle, so the
+    /// watchdog judges a hang among the ranks that take part.
+    fn run(&mut self, g: &Group, backends: &[SweepBackend], levels: &[Level]) -> Result<()> {
+        // Whether ranks share a GPU (NCCL cannot then run), asked of all ranks once.
+        let bus_id = match self.device {
+            Device::Cuda(i) => crate::device::cuda::driver().and_then(|d| d.pci_bus_id(i)).ok(),
+            _ => None,
+        };
+        let shared = crate::comm::transport::nccl::shared_gpu(g, self.device, bus_id.as_deref());
+        // The communicators of each level (None where this rank sits a level out).
+        let intra = g.comm.split_shared(0);
+        let leaders = g.comm.split_by_color(if g.local_rank == 0 {
+            Color::with_value(0)
+        } else {
+            Color::undefined()
+        });
+        let mut part = 0u64;
+        for &backend in backends {
+            for &level in levels {
+                part += 1;
+                let base = part << PART_SHIFT;
+                let comm: Option<&SimpleCommunicator> = match level {
+                    Level::World => Some(&g.comm),
+                    Level::IntraNode => Some(&intra),
+                    Level::InterNode => leaders.as_ref(),
+                };
+                // Whether this backend can run here, agreed by every rank.
+                if let Err(e) = agree(g, backend_usable(backend, self.device, shared.as_deref())) {
+                    if g.rank == 0 {
+                        let why = format!("{} at {} level skipped: {e:#}", backend.name(), level.name());
+                        eprintln!("{why}");
+                        self.notes.push(why);
+                    }
+                    continue;
+                }
+                let shape = LevelShape::of(g, level, self.per_node);
+                if g.rank == 0 {
+                    print_header(backend, level, shape.ranks, shape.nodes, self.args.dtype);
+                }
+                crate::flight::recorder().begin_part(base, comm.is_none());
+                if let Some(comm) = comm {
+                    self.sizes_on(comm, backend, level, shape, g.rank == 0)?;
+                }
+                // Ranks that sat this level out wait here for the others.
+                {
+                    let _f = crate::flight::enter("barrier", &format!("after the {} sweep", level.name()));
+                    g.comm.barrier();
+                }
+                crate::flight::recorder().begin_part(base + (1 << (PART_SHIFT - 1)), false);
+                // A stop signal ends the sweep on every rank after the same size.
+                self.stopped = stop_signal(&g.comm);
+                if self.stopped.is_some() {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every size, out of place and in place, on one backend over `comm`.
+    fn sizes_on(&mut self, comm: &SimpleCommunicator, backend: SweepBackend, level: Level, shape: LevelShape, print: bool) -> Result<()> {
+        let timing = Timing {
+            warmup_iters: self.args.warmup_iters as usize,
+            iters: self.args.iters as usize,
+            budget_s: self.args.budget_s,
+            min_iters: 3,
+        };
+        let (mut transport, device) = make_transport(backend, comm, self.device)?;
+        let mut target = sweep::Target {
+            comm,
+            device,
+            transport: transport.as_mut(),
+        };
+        for &bytes in &self.sizes {
+            let mut pair = Vec::new();
+            for in_place in [false, true] {
+                let m = sweep::measure(&mut target, bytes, self.args.dtype, in_place, timing)?;
+                let row = to_row(level, backend, self.args.dtype, &m, shape, self.node_type);
+                if let Some(log) = self.csv.as_mut() {
+                    log.write(&row)?;
+                    log.flush()?;
+                }
+                pair.push(row);
+            }
+            if print {
+                print_line(&pair);
+            }
+            self.rows.extend(pair);
+            if stop_signal(comm).is_some() {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The ranks of one level: how many, the nodes they span, and ranks per node.
+#[derive(Debug, Clone, Copy)]
+struct LevelShape {
+    ranks: usize,
+    nodes: usize,
+    ranks_per_node: usize,
+}
+
+impl LevelShape {
+    fn of(g: &Group, level: Level, per_node: usize) -> LevelShape {
+        match level {
+            Level::World => LevelShape {
+                ranks: g.size,
+                nodes: g.nodes,
+                ranks_per_node: per_node,
+            },
+            Level::IntraNode => LevelShape {
+                ranks: per_node,
+                nodes: 1,
+                ranks_per_node: per_node,
+            },
+            Level::InterNode => LevelShape {
+                ranks: g.nodes,
+                nodes: g.nodes,
+                ranks_per_node: 1,
+            },
+        }
     }
 }
 
@@ -617,50 +687,34 @@ fn prepare_out(out: Option<&Path>) -> Result<PathBuf> {
 fn backend_usable(backend: SweepBackend, device: Device, shared: Option<&str>) -> Result<()> {
     match (backend, device, shared) {
         (SweepBackend::Nccl, _, Some(why)) => bail!("{why}"),
-        (SweepBackend::Nccl, Device::Cuda(i), None) => crate::comm::nccl::prepare(i).map(|_| ()),
+        (SweepBackend::Nccl, Device::Cuda(i), None) => crate::comm::transport::nccl::prepare(i).map(|_| ()),
         _ => Ok(()),
     }
 }
 
-fn make_transport<'a>(backend: SweepBackend, comm: &'a SimpleCommunicator, device: Device) -> Result<Transport<'a>> {
+/// The transport training uses for `backend`, over `comm`, and where its buffers live:
+/// host memory for `mpi`, the rank's GPU for `staged` (through pinned host buffers) and
+/// `nccl` (joined here, every member of `comm` taking part).
+fn make_transport<'a>(backend: SweepBackend, comm: &'a SimpleCommunicator, device: Device) -> Result<(Box<dyn Transport + 'a>, Device)> {
     Ok(match (backend, device) {
-        (SweepBackend::Mpi, _) => Transport::Mpi(comm),
-        (SweepBackend::Staged, d) => Transport::Staged(comm, d),
-        (SweepBackend::Nccl, Device::Cuda(i)) => {
-            let (nccl, cuda, nc, stream) = sweep::join_nccl(comm, i)?;
-            Transport::Nccl {
-                mpi: comm,
-                nccl,
-                cuda,
-                comm: nc,
-                stream,
-                device,
-            }
-        }
+        (SweepBackend::Mpi, _) => (Box::new(Mpi::new(comm)), Device::Cpu),
+        (SweepBackend::Staged, d) => (Box::new(Mpi::new(comm)), d),
+        // A failure to make the unique id on rank 0 ends the job (the caller's error path),
+        // so it is not agreed over the level's communicator.
+        (SweepBackend::Nccl, Device::Cuda(i)) => (Box::new(Nccl::join(comm, i, |id| id)?), device),
         (SweepBackend::Nccl, _) => bail!("nccl needs a GPU"),
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn to_row(
-    level: Level,
-    backend: SweepBackend,
-    dtype: GradDtype,
-    m: &sweep::Measured,
-    ranks: usize,
-    nodes: usize,
-    rpn: usize,
-    node_type: &str,
-) -> SweepRow {
-    let algbw = if m.time_s > 0.0 { m.bytes as f64 / m.time_s } else { 0.0 };
+fn to_row(level: Level, backend: SweepBackend, dtype: GradDtype, m: &sweep::Measured, shape: LevelShape, node_type: &str) -> SweepRow {
     SweepRow {
         level: level.name().into(),
         backend: backend.name().into(),
         dtype: dtype_name(dtype).into(),
         placement: if m.in_place { "in-place" } else { "out-of-place" }.into(),
-        ranks,
-        nodes,
-        ranks_per_node: rpn,
+        ranks: shape.ranks,
+        nodes: shape.nodes,
+        ranks_per_node: shape.ranks_per_node,
         bytes: m.bytes,
         count: m.count,
         iters: m.iters,
@@ -669,8 +723,8 @@ fn to_row(
         iter_p10_us: m.iter_p10_s * 1e6,
         iter_median_us: m.iter_median_s * 1e6,
         iter_p90_us: m.iter_p90_s * 1e6,
-        algbw_gb_s: algbw / 1e9,
-        busbw_gb_s: crate::reduce::metrics::busbw(m.bytes as f64, ranks, m.time_s) / 1e9,
+        algbw_gb_s: algbw(m.bytes as f64, m.time_s) / 1e9,
+        busbw_gb_s: busbw(m.bytes as f64, shape.ranks, m.time_s) / 1e9,
         wrong: m.wrong,
         node_type: node_type.into(),
     }
