@@ -1,8 +1,8 @@
 //! The library's top-level modules form no cycle: reads every `src/**/*.rs`, maps each
 //! file to its top-level module (`src/<m>.rs` or `src/<m>/...`), collects the paths
 //! that leave it (`crate::<m>` and `super::` climbing out of it, outside comments and
-//! string literals), and fails naming every cycle of the graph with a reference that
-//! makes each of its edges.
+//! string literals, and outside code under `#[cfg(test)]`), and fails naming every
+//! cycle of the graph with a reference that makes each of its edges.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -173,8 +173,56 @@ fn group_heads(toks: &[(Tok, usize)], at: usize) -> Vec<(String, usize)> {
     heads
 }
 
+/// When `toks[at..]` starts with `#[cfg(test)]`: the index just past the item it
+/// marks (a `;`-ended item, or one whose outermost `{ ... }` closes), and the name of a
+/// module it declares in a file of its own (`mod tests;`).
+fn cfg_test_item(toks: &[(Tok, usize)], at: usize) -> Option<(usize, Option<String>)> {
+    let attr = [
+        Tok::Punct('#'),
+        Tok::Punct('['),
+        Tok::Ident("cfg".into()),
+        Tok::Punct('('),
+        Tok::Ident("test".into()),
+        Tok::Punct(')'),
+        Tok::Punct(']'),
+    ];
+    let starts = toks.get(at..at + attr.len())?.iter().map(|t| &t.0).eq(attr.iter());
+    if !starts {
+        return None;
+    }
+    let item = at + attr.len();
+    let file_module = match (toks.get(item), toks.get(item + 1), toks.get(item + 2)) {
+        (Some((Tok::Ident(m), _)), Some((Tok::Ident(name), _)), Some((Tok::Punct(';'), _))) if m == "mod" => Some(name.clone()),
+        _ => None,
+    };
+    let mut depth = 0usize;
+    for (j, (t, _)) in toks.iter().enumerate().skip(item) {
+        match t {
+            Tok::Punct('{') => depth += 1,
+            Tok::Punct('}') => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return Some((j + 1, file_module));
+                }
+            }
+            Tok::Punct(';') if depth == 0 => return Some((j + 1, file_module)),
+            _ => {}
+        }
+    }
+    Some((toks.len(), file_module))
+}
+
+/// The modules `src` declares under `#[cfg(test)]` in files of their own: test code
+/// is not part of the library's layering (as `cargo modules` leaves it out by default).
+fn test_only_children(src: &str) -> Vec<String> {
+    let toks = tokens(src);
+    (0..toks.len())
+        .filter_map(|i| cfg_test_item(&toks, i).and_then(|(_, m)| m))
+        .collect()
+}
+
 /// The top-level modules `src` (the file at module path `file_path`) references
-/// outside its own, each with a line.
+/// outside its own, each with a line; items under `#[cfg(test)]` are left out.
 fn references(src: &str, file_path: &[String], modules: &BTreeSet<String>) -> Vec<(String, usize)> {
     let toks = tokens(src);
     let mut found = Vec::new();
@@ -183,6 +231,10 @@ fn references(src: &str, file_path: &[String], modules: &BTreeSet<String>) -> Ve
     let mut depth = 0usize;
     let mut i = 0;
     while i < toks.len() {
+        if let Some((end, _)) = cfg_test_item(&toks, i) {
+            i = end;
+            continue;
+        }
         match &toks[i].0 {
             Tok::Punct('{') => depth += 1,
             Tok::Punct('}') => {
@@ -258,15 +310,29 @@ fn graph(src: &Path) -> Graph {
         .filter(|r| r.as_os_str() != "main.rs" && r.as_os_str() != "lib.rs")
         .filter_map(|r| file_module_path(r).first().cloned())
         .collect();
+    let texts: Vec<String> = files.iter().map(|f| std::fs::read_to_string(f).unwrap()).collect();
+    // Module paths declared `#[cfg(test)] mod x;`: their files (and those under them) are tests.
+    let test_only: Vec<Vec<String>> = rel
+        .iter()
+        .zip(&texts)
+        .flat_map(|(r, text)| {
+            let parent = file_module_path(r);
+            test_only_children(text)
+                .into_iter()
+                .map(move |m| [parent.clone(), vec![m]].concat())
+        })
+        .collect();
     let mut g = Graph::new();
-    for (file, r) in files.iter().zip(&rel) {
+    for (text, r) in texts.iter().zip(&rel) {
         let path = file_module_path(r);
         let Some(top) = path.first().filter(|t| modules.contains(*t)) else {
             continue;
         };
-        let text = std::fs::read_to_string(file).unwrap();
+        if test_only.iter().any(|t| path.starts_with(t)) {
+            continue;
+        }
         let entry = g.entry(top.clone()).or_default();
-        for (to, line) in references(&text, &path, &modules) {
+        for (to, line) in references(text, &path, &modules) {
             entry.entry(to).or_insert(Edge {
                 file: format!("src/{}", r.display()),
                 line,
@@ -421,13 +487,30 @@ fn g() { super::super::e::f(); }
     assert!(describe(&g, &found[0]).contains("a -> b (f:1)\n  b -> c (f:1)\n  c -> a (f:1)"));
 }
 
-// Ignored until the other slices of issue 24 merge: the cycles left are all outside this
-// slice's files: `comm` <-> `allreduce` (the sweep's transport and the probe, item 3),
-// `comm` -> `reduce` and `allreduce` -> `reduce` (busbw, which moves to a leaf module,
-// item 3), and `reduce` -> `cli`, `study` -> `cli` (`ReduceArgs`, which moves into
-// `reduce`). Without those five references the graph has no cycle.
 #[test]
-#[ignore = "cycles left in comm, allreduce::sweep and ReduceArgs: un-ignore once issue 24's slices merge"]
+fn code_under_cfg_test_is_left_out() {
+    let modules: BTreeSet<String> = ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect();
+    let src = r#"
+use crate::a::X;
+#[cfg(test)]
+mod tests { use crate::b::Y; fn f() { if true { crate::b::g(); } } }
+#[cfg(test)]
+use crate::c::Z;
+#[cfg(test)]
+mod more;
+mod kept;
+fn after() { crate::d::h(); }
+"#;
+    let refs: Vec<String> = references(src, &["m".into()], &modules).into_iter().map(|r| r.0).collect();
+    assert_eq!(refs, vec!["a", "d"]);
+    assert_eq!(test_only_children(src), vec!["more"]);
+}
+
+// Ignored until the reduce slice of issue 24 merges: the one cycle left,
+// `cli` -> `study` -> `cli` and `reduce` -> `cli`, is `ReduceArgs` in `cli.rs`, which
+// that slice moves into `reduce`. Without those two references the graph has no cycle.
+#[test]
+#[ignore = "cycle left through ReduceArgs in cli.rs: un-ignore once it moves into reduce"]
 fn no_module_cycle_in_src() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let g = graph(&src);
