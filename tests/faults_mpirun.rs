@@ -370,6 +370,119 @@ fn a_stopped_rank_in_the_allreduce_sweep_is_named_and_the_job_ends() {
     );
 }
 
+/// Starts `mpirun -n 2 ddpbench <args>` in its own process group, output to `log`.
+fn spawn_job(args: &[&str], log: &Path) -> Child {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = mpirun_cmd(2);
+    cmd.arg(BIN)
+        .args(args)
+        .stdout(Stdio::from(std::fs::File::create(log).unwrap()))
+        .stderr(Stdio::from(std::fs::File::create(log.with_extension("err")).unwrap()))
+        .process_group(0);
+    cmd.spawn().expect("mpirun")
+}
+
+/// SIGTERM to each rank of the `ddpbench <command>` job writing to `out`, as Slurm's
+/// scancel sends it (mpirun's own SIGTERM is followed by SIGKILL a second later, which
+/// one size of a sweep on a loaded machine may outlast).
+fn sigterm_ranks(command: &str, out: &Path) {
+    for r in 0..2 {
+        // SAFETY: a process of the job this test started.
+        unsafe { libc::kill(rank_pid_of(command, out, r), libc::SIGTERM) };
+    }
+}
+
+/// `ddpbench allreduce` stops on SIGTERM as `train` does: every rank after the same
+/// size, the sizes measured kept in allreduce.csv and allreduce.json (status
+/// `interrupted`, the signal in `error`), and no model fitted from part of a sweep.
+#[test]
+fn sigterm_interrupts_the_allreduce_sweep_after_a_size_and_keeps_its_rows() {
+    let d = tmp();
+    let out = d.path().join("sweep");
+    let log = d.path().join("log");
+    // 8 B to 1 GiB by 2: 28 sizes at up to 0.3 s each, far more than the test waits for.
+    let args = [
+        "allreduce",
+        "--min-bytes",
+        "8",
+        "--max-bytes",
+        "1G",
+        "--budget-s",
+        "0.3",
+        "--out",
+        &path_str(&out),
+    ];
+    let mut job = spawn_job(&args, &log);
+    wait_for_rows(&out.join("allreduce.csv"), 6);
+    sigterm_ranks("allreduce", &out);
+    let code = wait(&mut job);
+    let err = std::fs::read_to_string(log.with_extension("err")).unwrap();
+    // As an interrupted training run: the ranks end normally, the files say how.
+    assert_eq!(code, Some(0), "{err}");
+    let (h, rows) = read_csv(&out.join("allreduce.csv"));
+    assert!(rows.len() % 2 == 0 && rows.len() < 2 * 28, "{} rows", rows.len());
+    let j = json(&out.join("allreduce.json"));
+    let why = j["error"].as_str().unwrap_or_default();
+    assert_eq!(j["status"], "interrupted", "error {why:?}\n{err}");
+    assert!(why.starts_with("SIGTERM after "), "{why:?}");
+    // Both ranks stopped after the same size: the last row rank 0 wrote is the size named.
+    let last_bytes = col(&h, &rows, "bytes").last().copied().unwrap();
+    assert!(why.contains(&format!(" {last_bytes} B ")), "{why} vs {last_bytes}");
+    assert_eq!(j["rows"].as_array().map(Vec::len), Some(rows.len()));
+    assert!(!out.join("allreduce_model.json").exists(), "a model fitted from part of a sweep");
+    assert_eq!(err.matches("interrupted by SIGTERM").count(), 1, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// SIGTERM during a study's sweep stops the sweep after a size and the study before its
+/// first point: the sweep says it was interrupted, has no model (so a resumed study
+/// sweeps again), and no point ran.
+#[test]
+fn sigterm_during_a_studys_sweep_ends_the_study_before_its_points() {
+    let d = tmp();
+    let out = d.path().join("study");
+    let log = d.path().join("log");
+    let o = path_str(&out);
+    let args = [
+        "study",
+        "--name",
+        "stop",
+        "--ranks",
+        "1,2",
+        "--datasets",
+        "synthetic",
+        "--repeat",
+        "1",
+        "--allreduce-sweep",
+        "--out",
+        &o,
+        "--",
+        "--max-steps",
+        "15",
+        "--synthetic-samples",
+        "1024",
+        "--val-samples",
+        "0",
+    ];
+    let mut job = spawn_job(&args, &log);
+    // Four sizes measured, of the sweep's 24.
+    wait_for_rows(&out.join("allreduce/allreduce.csv"), 8);
+    sigterm_ranks("study", &out);
+    wait(&mut job);
+    let all = std::fs::read_to_string(&log).unwrap() + &std::fs::read_to_string(log.with_extension("err")).unwrap();
+    let sweep = json(&out.join("allreduce/allreduce.json"));
+    let (status, why) = (&sweep["status"], &sweep["error"]);
+    assert_eq!(status, "interrupted", "error {why}\n{all}");
+    assert!(why.as_str().is_some_and(|e| e.starts_with("SIGTERM after ")), "{why}");
+    assert!(!out.join("allreduce/allreduce_model.json").exists(), "{all}");
+    let runs: Vec<_> = std::fs::read_dir(out.join("runs"))
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(runs.is_empty(), "points ran after the stop: {runs:?}\n{all}");
+    assert!(all.contains("study interrupted"), "{all}");
+    assert!(!all.contains("panicked"), "{all}");
+}
+
 /// SIGSTOPs `rank` (a process id), waits for the job to end, then checks that it ended
 /// with a failure within 30 s and returns its stderr and the watchdog's line in it.
 fn stop_rank_and_read_watchdog(job: &mut Child, rank: i32, log: &Path) -> (String, String) {

@@ -13,8 +13,10 @@ use crate::bandwidth::{algbw, busbw};
 use crate::comm::transport::{mpi::Mpi, nccl::Nccl, Transport};
 use crate::comm::GradDtype;
 use crate::device::DeviceChoice;
-use crate::train::watchdog::{RunFiles, Watchdog};
-use crate::world::{agree, AgreedError, Group, World};
+use crate::job::watchdog::{self, RunFiles, Watchdog};
+use crate::job::{self, signals, JobOptions};
+use crate::record::RunStatus;
+use crate::world::{agree, Group};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use model::{InterconnectModel, LevelFit};
@@ -74,7 +76,7 @@ pub struct AllreduceArgs {
     /// Seconds a rank may wait in one phase of one size (warm-up, timed loop, check)
     /// before the job is declared hung: the watchdog names the ranks that never came,
     /// writes rank-NNNNN.flight.json into the output folder and aborts the job.
-    #[arg(long, default_value_t = crate::train::watchdog::WARMUP_LIMIT_S)]
+    #[arg(long, default_value_t = watchdog::WARMUP_LIMIT_S)]
     pub watchdog_s: f64,
     /// Output folder (default: results/allreduce-<time>): allreduce.csv, allreduce.json,
     /// allreduce_model.json.
@@ -120,7 +122,7 @@ impl AllreduceArgs {
             backends: Vec::new(),
             levels: Vec::new(),
             device: DeviceChoice::Auto,
-            watchdog_s: crate::train::watchdog::WARMUP_LIMIT_S,
+            watchdog_s: watchdog::WARMUP_LIMIT_S,
             out: Some(out),
         }
     }
@@ -201,6 +203,13 @@ pub struct SweepRow {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SweepFile {
     pub command_line: Vec<String>,
+    /// `completed`, or `interrupted` (a stop signal ended the sweep after a size; `rows`
+    /// hold the sizes measured). Files written before this field were complete.
+    #[serde(default = "completed")]
+    pub status: RunStatus,
+    /// What stopped an interrupted sweep: the signal and the last size measured.
+    #[serde(default)]
+    pub error: Option<String>,
     pub world_size: usize,
     pub nodes: usize,
     pub ranks_per_node: usize,
@@ -208,6 +217,10 @@ pub struct SweepFile {
     pub device: String,
     pub notes: Vec<String>,
     pub rows: Vec<SweepRow>,
+}
+
+fn completed() -> RunStatus {
+    RunStatus::Completed
 }
 
 /// `allreduce_model.json`: one interconnect model per backend swept.
@@ -272,41 +285,17 @@ pub fn distinct_levels(nodes: usize, per_node: usize) -> Vec<Level> {
 
 /// Entry point of `ddpbench allreduce`.
 pub fn main(args: AllreduceArgs) -> Result<()> {
-    if let Err(e) = args.validate() {
-        // Every rank finds the same error before MPI starts: rank 0 says it.
-        if crate::world::launcher_rank().unwrap_or(0) == 0 {
-            return Err(e);
-        }
-        std::process::exit(1);
-    }
-    let world = World::init()?;
-    let g = &world.group;
-    crate::train::install_abort_on_panic(g.rank, &g.host);
-    let watchdog = Watchdog::start(g, args.watchdog_s);
-    match run_on(g, &args, Some(&watchdog)) {
-        Ok(()) => Ok(()),
-        Err(err) => match err.downcast_ref::<AgreedError>() {
-            // Every rank knows: rank 0 says it once, after MPI_Finalize.
-            Some(_) => {
-                let rank = g.rank;
-                drop(world);
-                if rank == 0 {
-                    Err(err)
-                } else {
-                    std::process::exit(1)
-                }
-            }
-            None => {
-                eprintln!("Error on rank {} ({}): {err:#}. Aborting the job.", g.rank, g.host);
-                g.comm.abort(1)
-            }
-        },
-    }
+    job::check_before_mpi(args.validate())?;
+    let options = JobOptions {
+        watchdog_limit_s: args.watchdog_s,
+    };
+    job::run_job(options, |job| run_on(job.group, &args, Some(job.watchdog)).map(|_| ()))
 }
 
 /// The sweep on `g` (every member calls it), its files under `args.out`; `watchdog`, when
-/// given, writes its flight records there.
-pub fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> Result<()> {
+/// given, writes its flight records there. A stop signal ends it after the size in
+/// progress ([`Swept::Interrupted`]).
+pub fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> Result<Swept> {
     agree(g, args.validate())?;
     let device = agree(g, crate::device::resolve_device(args.device, g.local_rank))?;
     if device == Device::Cpu {
@@ -356,12 +345,29 @@ pub fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> R
         csv,
         rows: Vec::new(),
         notes,
+        stopped: None,
     };
     sweep.run(g, &backends, &levels)?;
+    let Sweep { rows, notes, stopped, .. } = sweep;
     if g.rank != 0 {
-        return Ok(());
+        return Ok(stopped.map_or(Swept::Whole, Swept::Interrupted));
     }
-    write_results(g, &out, device, per_node, &node_type, sweep.notes, &sweep.rows)
+    let mut file = SweepFile {
+        command_line: std::env::args().collect(),
+        status: RunStatus::Completed,
+        error: None,
+        world_size: g.size,
+        nodes: g.nodes,
+        ranks_per_node: per_node,
+        node_type,
+        device: format!("{device:?}"),
+        notes,
+        rows,
+    };
+    match stopped {
+        Some(sig) => write_interrupted(&out, &mut file, sig),
+        None => write_whole(&out, &file),
+    }
 }
 
 /// Ranks per node (this node's), with a note when nodes differ: the levels then mean
@@ -415,6 +421,8 @@ struct Sweep<'a> {
     csv: Option<crate::record::CsvLog<SweepRow>>,
     rows: Vec<SweepRow>,
     notes: Vec<String>,
+    /// The stop signal that ended the sweep early, agreed by every rank.
+    stopped: Option<i32>,
 }
 
 impl Sweep<'_> {
@@ -468,6 +476,11 @@ impl Sweep<'_> {
                     g.comm.barrier();
                 }
                 crate::flight::recorder().begin_part(base + (1 << (PART_SHIFT - 1)), false);
+                // A stop signal ends the sweep on every rank after the same size.
+                self.stopped = stop_signal(&g.comm);
+                if self.stopped.is_some() {
+                    return Ok(());
+                }
             }
         }
         Ok(())
@@ -502,6 +515,9 @@ impl Sweep<'_> {
                 print_line(&pair);
             }
             self.rows.extend(pair);
+            if stop_signal(comm).is_some() {
+                break;
+            }
         }
         Ok(())
     }
@@ -537,29 +553,12 @@ impl LevelShape {
     }
 }
 
-/// Rank 0's files and the fitted models, after every level was swept.
-fn write_results(
-    g: &Group,
-    out: &Path,
-    device: Device,
-    per_node: usize,
-    node_type: &str,
-    notes: Vec<String>,
-    rows: &[SweepRow],
-) -> Result<()> {
-    let file = SweepFile {
-        command_line: std::env::args().collect(),
-        world_size: g.size,
-        nodes: g.nodes,
-        ranks_per_node: per_node,
-        node_type: node_type.into(),
-        device: format!("{device:?}"),
-        notes,
-        rows: rows.to_vec(),
-    };
-    crate::record::write_atomic(&out.join("allreduce.json"), &(serde_json::to_string_pretty(&file)? + "\n"))?;
-    let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
-    let models = fit_models(rows, g.nodes, per_node, node_type);
+/// Rank 0's end of a whole sweep: `allreduce.json`, the models fitted to it in
+/// `allreduce_model.json`, each printed.
+fn write_whole(out: &Path, file: &SweepFile) -> Result<Swept> {
+    crate::record::write_atomic(&out.join("allreduce.json"), &(serde_json::to_string_pretty(file)? + "\n"))?;
+    let rows = &file.rows;
+    let models = fit_models(rows, file.nodes, file.ranks_per_node, &file.node_type);
     let mf = ModelFile {
         formula: model::FORMULA.into(),
         models: models.iter().filter_map(|m| m.as_ref().ok().cloned()).collect(),
@@ -573,6 +572,55 @@ fn write_results(
     }
     crate::record::write_atomic(&out.join("allreduce_model.json"), &(serde_json::to_string_pretty(&mf)? + "\n"))?;
     println!("\nwrote {}/{{allreduce.csv, allreduce.json, allreduce_model.json}}", out.display());
+    check_sums(rows)?;
+    Ok(Swept::Whole)
+}
+
+/// How a sweep ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Swept {
+    /// Every size of every backend and level.
+    Whole,
+    /// A stop signal (its number) ended it on every rank after the same size.
+    Interrupted(i32),
+}
+
+/// The stop signal any rank of `comm` received, agreed by all of them (a collective of
+/// `comm`), so that they stop after the same size as `train` stops after the same step.
+fn stop_signal(comm: &SimpleCommunicator) -> Option<i32> {
+    use mpi::collective::SystemOperation;
+    let mine = signals::received().unwrap_or(0);
+    let mut any = 0i32;
+    let _f = crate::flight::enter("all-reduce", "stop check");
+    comm.all_reduce_into(&mine, &mut any, SystemOperation::max());
+    (any != 0).then_some(any)
+}
+
+/// Rank 0's end of a sweep that signal `sig` stopped: `allreduce.json` says so and holds
+/// the sizes measured; no model is fitted, since the sizes not reached would be
+/// extrapolated (and a study takes a folder with a model as a finished sweep).
+fn write_interrupted(out: &Path, file: &mut SweepFile, sig: i32) -> Result<Swept> {
+    let signal = signals::name(sig);
+    let why = match file.rows.last() {
+        Some(r) => format!("{signal} after {} B of {} at {} level", r.bytes, r.backend, r.level),
+        None => format!("{signal} before any size was measured"),
+    };
+    file.status = RunStatus::Interrupted;
+    file.error = Some(why.clone());
+    crate::record::write_atomic(&out.join("allreduce.json"), &(serde_json::to_string_pretty(&file)? + "\n"))?;
+    tracing::warn!(
+        "interrupted by {why}: the {} measurements so far are in {}/{{allreduce.csv, allreduce.json}}; no model is fitted \
+         from part of a sweep (run it again whole)",
+        file.rows.len(),
+        out.display()
+    );
+    check_sums(&file.rows)?;
+    Ok(Swept::Interrupted(sig))
+}
+
+/// Err when any sum of `rows` was wrong on any rank.
+fn check_sums(rows: &[SweepRow]) -> Result<()> {
+    let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
     if wrong > 0 {
         bail!("{wrong} element(s) of the all-reduce results were wrong (column wrong in allreduce.csv): the sums are not to be trusted");
     }

@@ -16,12 +16,12 @@ use super::params::{broadcast_from_rank0, check_in_sync};
 use super::placement::Placement;
 use super::recording::{BucketReady, ClockOffsets, Records, RowIdentity, StepAt};
 use super::run_folder::RunFolder;
-use super::signals;
 use super::step::{Measured, StepMachine};
 use super::timer::HostClock;
-use super::watchdog::{self, Watchdog};
 use crate::amp::{AmpMode, Autocast, LossScaler};
 use crate::data::{self, Dataset, Loader};
+use crate::job::signals;
+use crate::job::watchdog::{self, Watchdog};
 use crate::model::{self, ModelOptions, ModelSpec, Net};
 use crate::optim::{self, LrScaling, Optimizer};
 use crate::record::last_gasp::{self, LastGasp, Template};
@@ -143,7 +143,7 @@ impl<'g> Trainer<'g> {
             dropout: !cfg.workload.no_dropout,
         };
         let spec = model::spec(cfg.workload.model, &options);
-        let dataset = agree(g, data::load(cfg, &spec))?;
+        let dataset = agree(g, data::load(&cfg.data_spec(), &spec))?;
         // The workers, resolved for this data set and binding, are what the manifest records.
         let resolved = {
             let (workers, note) = place.workers_for(cfg.placement.workers, dataset.train.files.is_some());
