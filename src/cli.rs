@@ -1,10 +1,9 @@
-//! The command line: one subcommand each. `train` parses straight into
-//! [`TrainConfig`], the run's configuration.
+//! The command line's root: one subcommand each. Each command's arguments live with
+//! the command (`train` parses straight into [`TrainConfig`], the run's configuration);
+//! no library module imports anything from here.
 
-use crate::topology::BindPolicy;
 use crate::train::TrainConfig;
-use clap::{Args, Parser, Subcommand};
-use std::path::PathBuf;
+use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -44,63 +43,11 @@ pub enum Command {
     /// Summarise runs per node type, and scaling across runs (speedup, efficiency, waterfall, report, plots).
     Reduce(crate::reduce::ReduceArgs),
     /// Print this machine's topology and the binding N local ranks would get.
-    Topo(TopoArgs),
+    Topo(crate::topology::TopoArgs),
     /// Say which rank hung a run and in which collective, from the flight records the watchdog left.
-    Diagnose(DiagnoseArgs),
+    Diagnose(crate::diagnose::DiagnoseArgs),
     /// List the models with their parameter counts and gradient bytes.
-    Models(ModelsArgs),
+    Models(crate::model::ModelsArgs),
     /// Build bigMNIST: MNIST augmented and replicated into checksummed shards (resumable).
-    GenBigmnist(GenBigMnistArgs),
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct GenBigMnistArgs {
-    /// MNIST-format folder to start from (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz]).
-    #[arg(long)]
-    pub from: PathBuf,
-    /// Augmented versions of each training image.
-    #[arg(long, default_value_t = 6)]
-    pub augment: usize,
-    /// Copies of the augmented set (with --augment 6, 200 copies give 72,000,000 samples, ~52 GiB).
-    #[arg(long, default_value_t = 200)]
-    pub copies: usize,
-    /// Output folder (shards, index.json). Run the same command again to resume.
-    #[arg(long)]
-    pub out: PathBuf,
-    /// Samples per shard file (785 bytes each).
-    #[arg(long, default_value_t = 1 << 20)]
-    pub shard_samples: u64,
-    /// Seed of the augmentation: the same seed gives the same bytes.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Shards written at once (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct DiagnoseArgs {
-    /// Run folder holding rank-NNNNN.flight.json files.
-    pub run: PathBuf,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct ModelsArgs {
-    /// Sequence length assumed for transformer models.
-    #[arg(long, default_value_t = 128)]
-    pub seq_len: usize,
-    /// Vocabulary size assumed for transformer models.
-    #[arg(long, default_value_t = 20_000)]
-    pub vocab_size: usize,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct TopoArgs {
-    /// Number of local ranks to show a binding for.
-    #[arg(long, default_value_t = 1)]
-    pub ranks: usize,
-
-    /// Binding policy to show.
-    #[arg(long, value_enum, default_value_t = BindPolicy::Auto)]
-    pub bind: BindPolicy,
+    GenBigmnist(crate::data::bigmnist::GenBigMnistArgs),
 }

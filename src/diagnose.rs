@@ -8,8 +8,9 @@ use crate::bounds::{self, MAX_RANKS, MAX_RUN_S};
 use crate::flight::{self, FlightDump, RankStatus, State};
 use crate::record::Manifest;
 use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
 use std::fmt::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Collectives one flight record may hold: the recorder keeps 64; a file with many
 /// more was not written by it.
@@ -176,8 +177,15 @@ pub fn report(dir: &Path) -> Result<String> {
     Ok(out)
 }
 
+/// `ddpbench diagnose` options.
+#[derive(Args, Debug, Clone)]
+pub struct DiagnoseArgs {
+    /// Run folder holding rank-NNNNN.flight.json files.
+    pub run: PathBuf,
+}
+
 /// Entry point of `ddpbench diagnose`.
-pub fn main(dir: &Path) -> Result<()> {
-    print!("{}", report(dir)?);
+pub fn main(args: DiagnoseArgs) -> Result<()> {
+    print!("{}", report(&args.run)?);
     Ok(())
 }

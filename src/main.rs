@@ -14,25 +14,21 @@ fn run() -> anyhow::Result<()> {
         Command::Allreduce(args) => ddpbench::allreduce::main(args),
         Command::Reduce(args) => ddpbench::reduce::main(args),
         Command::Loader(args) => ddpbench::data::pipeline::main(args),
-        Command::Diagnose(args) => ddpbench::diagnose::main(&args.run),
+        Command::Diagnose(args) => ddpbench::diagnose::main(args),
         Command::Topo(args) => ddpbench::topology::main(args),
         Command::GenBigmnist(args) => ddpbench::data::bigmnist::generate(args),
-        Command::Models(args) => {
-            ddpbench::model::list(&ddpbench::model::ModelOptions {
-                seq_len: args.seq_len as i64,
-                vocab: args.vocab_size as i64,
-                dropout: true,
-            });
-            Ok(())
-        }
+        Command::Models(args) => ddpbench::model::main(args),
     }
 }
 
 fn main() {
-    // A panic outside training (where the trainer's hook also aborts the MPI job) is one
-    // line for the user, not a trace.
+    // A panic outside an MPI job (where the job's own hook also aborts the job,
+    // `ddpbench::job`) is one line for the user, not a trace.
     std::panic::set_hook(Box::new(|info| {
-        eprintln!("Error: {}. This is a ddpbench bug: please report it", ddpbench::panic_message(info));
+        eprintln!(
+            "Error: {}. This is a ddpbench bug: please report it",
+            ddpbench::job::panic_message(info)
+        );
     }));
     if let Err(err) = run() {
         eprintln!("Error: {err:#}");

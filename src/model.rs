@@ -8,7 +8,7 @@
 //! - `transformer-small`/`-medium`: token embedding + sinusoidal positions, post-norm
 //!   encoder layers, mean-pool, 4-class head.
 
-use clap::ValueEnum;
+use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 use tch::nn;
 use tch::{Kind, Tensor};
@@ -436,6 +436,27 @@ pub fn build(kind: ModelKind, p: &nn::Path, o: &ModelOptions) -> Box<dyn Net> {
             p_drop,
         )),
     }
+}
+
+/// `ddpbench models` options.
+#[derive(Args, Debug, Clone)]
+pub struct ModelsArgs {
+    /// Sequence length assumed for transformer models.
+    #[arg(long, default_value_t = 128)]
+    pub seq_len: usize,
+    /// Vocabulary size assumed for transformer models.
+    #[arg(long, default_value_t = 20_000)]
+    pub vocab_size: usize,
+}
+
+/// Entry point of `ddpbench models`.
+pub fn main(args: ModelsArgs) -> anyhow::Result<()> {
+    list(&ModelOptions {
+        seq_len: args.seq_len as i64,
+        vocab: args.vocab_size as i64,
+        dropout: true,
+    });
+    Ok(())
 }
 
 /// `ddpbench models`: every model with its parameter count and gradient bytes.

@@ -29,9 +29,8 @@ pub use image_caps::ImageCaps;
 pub use loader::Loader;
 pub use mnist::FASHION_MNIST_DIR;
 
-use crate::model::{Input, ModelSpec};
+use crate::model::{Input, ModelKind, ModelSpec};
 use crate::stats::Rng;
-use crate::train::TrainConfig;
 use anyhow::Result;
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
@@ -235,15 +234,31 @@ pub struct Dataset {
     pub classes: i64,
 }
 
-/// Loads the data set the configuration asks for, shaped for a model of `spec`.
-pub fn load(cfg: &TrainConfig, spec: &ModelSpec) -> Result<Dataset> {
-    let w = &cfg.workload;
-    let dir = w.data_dir.as_deref();
+/// What [`load`] reads: the data set asked for and what loading it depends on.
+#[derive(Debug, Clone)]
+pub struct DataSpec {
+    pub dataset: DatasetKind,
+    /// The folder holding a data set in one of the formats read from disk.
+    pub data_dir: Option<PathBuf>,
+    /// Samples of `synthetic` data (drawn from a seeded pool).
+    pub synthetic_samples: usize,
+    /// The seed of the synthetic pool.
+    pub seed: u64,
+    /// What one image file may cost (image folders).
+    pub image_caps: ImageCaps,
+    /// The model the data is for, named in an error when their shapes differ.
+    pub model: ModelKind,
+}
+
+/// Loads the data set `data` names, shaped for a model of `spec` (a transformer's
+/// sequence length and vocabulary come from its input).
+pub fn load(data: &DataSpec, spec: &ModelSpec) -> Result<Dataset> {
+    let dir = data.data_dir.as_deref();
     let wants = |shape: &str| -> anyhow::Error {
         anyhow::anyhow!(
             "--dataset {} holds {shape}; --model {} wants {:?}. See `ddpbench models`",
-            dataset_name(w.dataset),
-            serde_json::to_value(w.model)
+            dataset_name(data.dataset),
+            serde_json::to_value(data.model)
                 .ok()
                 .and_then(|v| v.as_str().map(String::from))
                 .unwrap_or_default(),
@@ -251,10 +266,10 @@ pub fn load(cfg: &TrainConfig, spec: &ModelSpec) -> Result<Dataset> {
         )
     };
     let need_dir = |what: &str| -> Result<&std::path::Path> {
-        dir.ok_or_else(|| anyhow::anyhow!("--dataset {} needs --data-dir DIR holding {what}", dataset_name(w.dataset)))
+        dir.ok_or_else(|| anyhow::anyhow!("--dataset {} needs --data-dir DIR holding {what}", dataset_name(data.dataset)))
     };
-    match w.dataset {
-        DatasetKind::Synthetic => Ok(synthetic::load(w.synthetic_samples, spec, cfg.schedule.seed)),
+    match data.dataset {
+        DatasetKind::Synthetic => Ok(synthetic::load(data.synthetic_samples, spec, data.seed)),
         DatasetKind::Cifar10 if spec.input != Input::Image([3, 32, 32]) => Err(wants("3×32×32 images")),
         DatasetKind::Cifar10 => cifar::load_cifar10(need_dir(
             "data_batch_1.bin … data_batch_5.bin and test_batch.bin (the CIFAR-10 binary version)",
@@ -262,7 +277,7 @@ pub fn load(cfg: &TrainConfig, spec: &ModelSpec) -> Result<Dataset> {
         DatasetKind::Bigmnist if spec.input != Input::Image([1, 28, 28]) => Err(wants("1×28×28 images")),
         DatasetKind::Bigmnist => bigmnist::load(need_dir("a set written by `ddpbench gen-bigmnist`")?),
         DatasetKind::Imagenet if spec.input != Input::Image([3, 224, 224]) => Err(wants("224×224 RGB crops")),
-        DatasetKind::Imagenet => imagenet::load_image_folder(need_dir("train/<class>/*.JPEG and val/<class>/*.JPEG")?, w.image_caps),
+        DatasetKind::Imagenet => imagenet::load_image_folder(need_dir("train/<class>/*.JPEG and val/<class>/*.JPEG")?, data.image_caps),
         DatasetKind::Agnews => {
             let Input::Tokens { seq_len, vocab } = spec.input else {
                 return Err(wants("text"));
@@ -274,7 +289,7 @@ pub fn load(cfg: &TrainConfig, spec: &ModelSpec) -> Result<Dataset> {
             )
         }
         DatasetKind::FashionMnist | DatasetKind::Mnist if spec.input != Input::Image([1, 28, 28]) => Err(wants("1×28×28 images")),
-        DatasetKind::FashionMnist | DatasetKind::Mnist => mnist::load(w.dataset, dir),
+        DatasetKind::FashionMnist | DatasetKind::Mnist => mnist::load(data.dataset, dir),
     }
 }
 

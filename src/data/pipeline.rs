@@ -136,7 +136,7 @@ fn prepare_all(files: &[PathBuf], how: Augment, workers: usize, cpus: &[u32], se
 
 /// Entry point of `ddpbench loader`.
 pub fn main(args: LoaderArgs) -> Result<()> {
-    crate::train::init_logging(0);
+    crate::job::logging::init(0);
     if args.dataset != "imagenet" {
         bail!(
             "--dataset {}: the loader measures image folders (--dataset imagenet); other data sets are decoded tensors held in memory",
@@ -146,7 +146,7 @@ pub fn main(args: LoaderArgs) -> Result<()> {
     if args.workers == Some(0) {
         bail!("--workers 0: the loader measures workers preparing images; give 1 or more (or leave it out for one per CPU)");
     }
-    let most = super::loader::max_workers(crate::train::config::online_cpus());
+    let most = super::loader::max_workers(crate::topology::online_cpus());
     if let Some(w) = args.workers.filter(|&w| w > most) {
         bail!("--workers {w}: must be 1 to {most} worker threads (4 per hardware thread of this node, at most 256)");
     }

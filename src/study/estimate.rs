@@ -5,8 +5,8 @@
 
 use super::plan::{self, Plan, Point};
 use super::{run_point, wait_without_spinning};
+use crate::job::watchdog::Watchdog;
 use crate::record::Manifest;
-use crate::train::watchdog::Watchdog;
 use crate::world::Group;
 use mpi::topology::{Color, Communicator};
 use std::collections::BTreeMap;

@@ -15,10 +15,12 @@ pub mod plan;
 mod report;
 mod state;
 
+use crate::allreduce::Swept;
+use crate::job::{self, signals, watchdog, watchdog::Watchdog, JobOptions};
 use crate::record::{self, CsvLog, RunStatus};
 use crate::reduce::ReduceRequest;
-use crate::train::{self, signals, watchdog, watchdog::Watchdog};
-use crate::world::{agree, all_strings, broadcast_string, gather_strings, AgreedError, Group, World};
+use crate::train;
+use crate::world::{agree, all_strings, broadcast_string, gather_strings, AgreedError, Group};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
@@ -178,46 +180,23 @@ struct PointRow {
 
 /// Entry point of `ddpbench study`.
 pub fn main(args: StudyArgs) -> Result<()> {
-    let launcher_rank = crate::world::launcher_rank().unwrap_or(0);
-    let spec = match spec_of(&args) {
-        Ok(s) => s,
-        Err(e) if launcher_rank == 0 => return Err(e),
-        Err(_) => std::process::exit(1),
+    let spec = job::check_before_mpi(spec_of(&args))?;
+    let options = JobOptions {
+        watchdog_limit_s: watchdog::SETUP_LIMIT_S,
     };
-    let world = World::init()?;
-    let g = &world.group;
-    train::init_logging(g.rank);
-    train::install_abort_on_panic(g.rank, &g.host);
-    signals::install();
-    let watchdog = Watchdog::start(g, watchdog::SETUP_LIMIT_S);
-    match run(g, &spec, &args, &watchdog) {
-        Ok(Ended::DryRun | Ended::Done(None)) => Ok(()),
-        Ok(Ended::Done(Some(why))) => {
-            drop(watchdog);
-            drop(world);
-            if launcher_rank == 0 {
-                bail!("{why}");
-            }
-            std::process::exit(1)
+    job::run_job(options, |job| {
+        let g = job.group;
+        let why = match run(g, &spec, &args, job.watchdog)? {
+            Ended::DryRun | Ended::Done(None) => None,
+            Ended::Done(Some(why)) => Some(why),
+        };
+        // Rank 0 judged the study: every rank exits as it says.
+        let why = broadcast_string(g, why.as_deref().unwrap_or(""));
+        if why.is_empty() {
+            return Ok(());
         }
-        Err(err) => {
-            let agreed = err.downcast_ref::<AgreedError>().is_some();
-            drop(watchdog);
-            if agreed {
-                drop(world);
-                if launcher_rank == 0 {
-                    return Err(err);
-                }
-                std::process::exit(1)
-            }
-            eprintln!("Error on rank {launcher_rank}: {err:#}. Aborting the job.");
-            // SAFETY: MPI is initialised; MPI_Abort ends every rank of the job.
-            unsafe {
-                mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 1);
-            }
-            std::process::exit(1)
-        }
-    }
+        Err(AgreedError { rank: 0, message: why }.into())
+    })
 }
 
 /// The job's layout and the fewest cores of any node, known to every rank.
@@ -267,9 +246,7 @@ fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Re
     if g.rank == 0 {
         announce(spec, &plan, &layout, g.size, &out);
     }
-    if args.allreduce_sweep {
-        sweep(g, &out)?;
-    }
+    let swept = if args.allreduce_sweep { sweep(g, &out)? } else { Swept::Whole };
     let mut book = Book {
         out: out.clone(),
         layout,
@@ -280,8 +257,12 @@ fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Re
             None
         },
     };
-    let mut stopped = false;
+    // A stop signal during the sweep ends the study before its first point.
+    let mut stopped = swept != Swept::Whole;
     for (part, &(pi, rep)) in plan::schedule(plan.points.len(), spec.repeat).iter().enumerate() {
+        if stopped {
+            break;
+        }
         let point = &plan.points[pi];
         let name = plan::run_name(point, rep);
         // Rank 0 decides from the run's folder what to do with this point; every rank follows.
@@ -453,12 +434,13 @@ fn announce(spec: &StudySpec, plan: &Plan, layout: &Layout, world: usize, out: &
     }
 }
 
-/// The all-reduce sweep into `<out>/allreduce`, unless a resumed study has it.
-fn sweep(g: &Group, out: &Path) -> Result<()> {
+/// The all-reduce sweep into `<out>/allreduce`, unless a resumed study has it (one a
+/// stop signal ended has no model, and is swept again).
+fn sweep(g: &Group, out: &Path) -> Result<Swept> {
     let sweep_dir = out.join("allreduce");
     let done = g.rank == 0 && sweep_dir.join("allreduce_model.json").is_file();
     if broadcast_string(g, if done { "done" } else { "" }) == "done" {
-        return Ok(());
+        return Ok(Swept::Whole);
     }
     if g.rank == 0 {
         info!("sweeping the all-reduce on all {} ranks into {}", g.size, sweep_dir.display());

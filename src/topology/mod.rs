@@ -19,7 +19,7 @@ pub use binding::{allowed_pus, apply_binding, pin_this_thread, plan_binding, pla
 pub use gpu::{gpu_inventory, GpuInfo};
 pub use node::{gpu_label, NodeInfo};
 pub use pci::{parse_pci_bus_id, pci_locality, GpuPlace, PciBusId};
-pub use report::main;
+pub use report::{main, TopoArgs};
 
 use hwloc2::{ObjectType, Topology};
 use serde::Serialize;
@@ -63,6 +63,17 @@ pub fn discover_cores(topo: &Topology) -> Vec<CoreSlot> {
             .collect();
     }
     slots
+}
+
+/// Hardware threads online on this node (not only those this process may run on).
+pub fn online_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n > 0 {
+        n as usize
+    } else {
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    }
 }
 
 /// `[0,1,2,3,8]` -> `0-3,8`.

@@ -5,10 +5,22 @@ use super::binding::{plan_binding, plan_gpu_bindings, BindPolicy, Binding};
 use super::gpu::GpuInfo;
 use super::node::NodeInfo;
 use super::{compact_list, discover_cores, parse_pci_bus_id, pci_locality, CoreSlot};
-use crate::cli::TopoArgs;
 use crate::device::nvml::NVML_LIBRARY;
 use anyhow::{Context, Result};
+use clap::Args;
 use hwloc2::Topology;
+
+/// `ddpbench topo` options.
+#[derive(Args, Debug, Clone)]
+pub struct TopoArgs {
+    /// Number of local ranks to show a binding for.
+    #[arg(long, default_value_t = 1)]
+    pub ranks: usize,
+
+    /// Binding policy to show.
+    #[arg(long, value_enum, default_value_t = BindPolicy::Auto)]
+    pub bind: BindPolicy,
+}
 
 /// `ddpbench topo`: the node, its cores, and the binding each local rank would get.
 pub fn main(args: TopoArgs) -> Result<()> {

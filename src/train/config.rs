@@ -6,7 +6,7 @@
 
 use crate::amp::AmpMode;
 use crate::comm::{AllreduceChoice, GradDtype, OverlapMode};
-use crate::data::{DatasetKind, ImageCaps};
+use crate::data::{DataSpec, DatasetKind, ImageCaps};
 use crate::device::DeviceChoice;
 use crate::model::ModelKind;
 use crate::optim::{LrScaling, OptimizerKind};
@@ -326,6 +326,19 @@ pub struct OutputConfig {
 }
 
 impl TrainConfig {
+    /// The data set this run loads ([`crate::data::load`]).
+    pub fn data_spec(&self) -> DataSpec {
+        let w = &self.workload;
+        DataSpec {
+            dataset: w.dataset,
+            data_dir: w.data_dir.clone(),
+            synthetic_samples: w.synthetic_samples,
+            seed: self.schedule.seed,
+            image_caps: w.image_caps,
+            model: w.model,
+        }
+    }
+
     /// The learning rate asked for, or the optimizer's default.
     pub fn learning_rate(&self) -> f64 {
         self.optim.lr.unwrap_or(match self.optim.optimizer {
@@ -351,7 +364,7 @@ impl TrainConfig {
             &self.comm,
             &self.output,
         );
-        let hw = online_cpus();
+        let hw = crate::topology::online_cpus();
         let whole: [(&str, Option<u64>, u64, u64, &str); 14] = [
             ("--node-slots", p.node_slots.map(|v| v as u64), 1, 4096, "ranks per node"),
             ("--batch-size", Some(s.batch_size as u64), 1, 1 << 20, "samples per rank and step"),
@@ -434,17 +447,6 @@ impl TrainConfig {
             }
         }
         Ok(())
-    }
-}
-
-/// Hardware threads online on this node (not only those this process may run on).
-pub fn online_cpus() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    if n > 0 {
-        n as usize
-    } else {
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     }
 }
 

@@ -14,7 +14,7 @@ pub mod reader;
 pub mod writer;
 
 pub use reader::{records_to_batch, BlockStream};
-pub use writer::generate;
+pub use writer::{generate, GenBigMnistArgs};
 
 use super::idx::DataError;
 use super::mnist::{idx_file, load_idx_split};

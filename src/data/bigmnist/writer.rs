@@ -3,9 +3,9 @@
 //! finds shards complete (their `.done` files) resumes after them.
 
 use super::{shard_name, Index, ShardInfo, BLOCK_RECORDS, RECORD_BYTES};
-use crate::cli::GenBigMnistArgs;
 use crate::data::idx::{read_idx, DataError};
 use anyhow::{bail, Context, Result};
+use clap::Args;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -189,6 +189,32 @@ fn intact_shards(out: &Path, n_shards: usize) -> Vec<Option<ShardInfo>> {
             }
         })
         .collect()
+}
+
+/// `ddpbench gen-bigmnist` options.
+#[derive(Args, Debug, Clone)]
+pub struct GenBigMnistArgs {
+    /// MNIST-format folder to start from (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz]).
+    #[arg(long)]
+    pub from: PathBuf,
+    /// Augmented versions of each training image.
+    #[arg(long, default_value_t = 6)]
+    pub augment: usize,
+    /// Copies of the augmented set (with --augment 6, 200 copies give 72,000,000 samples, ~52 GiB).
+    #[arg(long, default_value_t = 200)]
+    pub copies: usize,
+    /// Output folder (shards, index.json). Run the same command again to resume.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Samples per shard file (785 bytes each).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub shard_samples: u64,
+    /// Seed of the augmentation: the same seed gives the same bytes.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Shards written at once (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
 }
 
 /// The plan of one generation: what to write where.

@@ -458,12 +458,7 @@ fn give_up(s: &Shared, link: &mut Link, verdict: Verdict) -> ! {
     std::thread::sleep(Duration::from_millis(1500));
     // A rank blocked inside NCCL returns only once its communicators are aborted.
     crate::device::cuda::abort_all();
-    // SAFETY: MPI is initialised (the watchdog starts after it); MPI_Abort ends every
-    // rank of the job, which is what a hung collective needs.
-    unsafe {
-        mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 3);
-    }
-    std::process::exit(3)
+    super::abort_job(3)
 }
 
 /// A stop signal that came while the rank is held inside a collective for more than

@@ -1,0 +1,17 @@
+//! Log lines on stderr through `tracing`: rank 0 at `info`, the other ranks at `warn`
+//! (so a job of many ranks prints each fact once), `DDPBENCH_LOG` to change either.
+
+use tracing_subscriber::EnvFilter;
+
+/// Starts logging for the process of rank `rank` (0 outside MPI). A second call keeps
+/// the first set-up.
+pub fn init(rank: usize) {
+    let default = if rank == 0 { "info" } else { "warn" };
+    let filter = EnvFilter::try_from_env("DDPBENCH_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .try_init();
+}

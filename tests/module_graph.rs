@@ -1,0 +1,517 @@
+//! The library's top-level modules form no cycle: reads every `src/**/*.rs`, maps each
+//! file to its top-level module (`src/<m>.rs` or `src/<m>/...`), collects the paths
+//! that leave it (`crate::<m>` and `super::` climbing out of it, outside comments and
+//! string literals, and outside code under `#[cfg(test)]`), and fails naming every
+//! cycle of the graph with a reference that makes each of its edges.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// One reference from one top-level module to another: where it is written.
+#[derive(Debug, Clone)]
+struct Edge {
+    file: String,
+    line: usize,
+}
+
+/// Top-level module -> the modules it references, with the first reference found.
+type Graph = BTreeMap<String, BTreeMap<String, Edge>>;
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Ident(String),
+    /// `::`
+    Path,
+    Punct(char),
+}
+
+/// The tokens of Rust source that matter for paths, each with its line, without
+/// comments, string, byte-string, raw-string and char literals, and lifetimes.
+fn tokens(src: &str) -> Vec<(Tok, usize)> {
+    let c: Vec<char> = src.chars().collect();
+    let (mut out, mut i, mut line) = (Vec::new(), 0usize, 1usize);
+    let count_lines = |s: &[char]| s.iter().filter(|&&x| x == '\n').count();
+    while i < c.len() {
+        let ch = c[i];
+        let next = c.get(i + 1).copied();
+        if ch == '\n' {
+            line += 1;
+            i += 1;
+        } else if ch.is_whitespace() {
+            i += 1;
+        } else if ch == '/' && next == Some('/') {
+            while i < c.len() && c[i] != '\n' {
+                i += 1;
+            }
+        } else if ch == '/' && next == Some('*') {
+            let (mut depth, start) = (0usize, i);
+            while i < c.len() {
+                if c[i] == '/' && c.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    i += 2;
+                } else if c[i] == '*' && c.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+            line += count_lines(&c[start..i.min(c.len())]);
+        } else if let Some(end) = raw_string_end(&c, i) {
+            line += count_lines(&c[i..end]);
+            i = end;
+        } else if ch == '"' || (ch == 'b' && next == Some('"')) {
+            let start = i;
+            i += if ch == 'b' { 2 } else { 1 };
+            while i < c.len() && c[i] != '"' {
+                i += if c[i] == '\\' { 2 } else { 1 };
+            }
+            i += 1;
+            line += count_lines(&c[start..i.min(c.len())]);
+        } else if ch == '\'' || (ch == 'b' && next == Some('\'')) {
+            let q = if ch == 'b' { i + 1 } else { i };
+            if c.get(q + 1) == Some(&'\\') {
+                // An escaped char literal: past the escaped char, up to the closing quote.
+                i = q + 3;
+                while i < c.len() && c[i] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+            } else if c.get(q + 2) == Some(&'\'') {
+                i = q + 3;
+            } else {
+                // A lifetime or label: the quote alone is dropped.
+                i = q + 1;
+            }
+        } else if ch.is_alphabetic() || ch == '_' {
+            let start = i;
+            while i < c.len() && (c[i].is_alphanumeric() || c[i] == '_') {
+                i += 1;
+            }
+            let word: String = c[start..i].iter().collect();
+            out.push((Tok::Ident(word.trim_start_matches("r#").to_string()), line));
+        } else if ch == ':' && next == Some(':') {
+            out.push((Tok::Path, line));
+            i += 2;
+        } else {
+            out.push((Tok::Punct(ch), line));
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Where a raw string literal starting at `i` (`r"`, `r#"`, `br#"`) ends, if one does.
+fn raw_string_end(c: &[char], i: usize) -> Option<usize> {
+    if i > 0 && (c[i - 1].is_alphanumeric() || c[i - 1] == '_') {
+        return None;
+    }
+    let mut j = i;
+    if c.get(j) == Some(&'b') {
+        j += 1;
+    }
+    if c.get(j) != Some(&'r') {
+        return None;
+    }
+    j += 1;
+    let hashes = c[j..].iter().take_while(|&&x| x == '#').count();
+    j += hashes;
+    if c.get(j) != Some(&'"') {
+        return None;
+    }
+    j += 1;
+    while j < c.len() {
+        if c[j] == '"' && c[j + 1..].iter().take(hashes).filter(|&&x| x == '#').count() == hashes {
+            return Some(j + 1 + hashes);
+        }
+        j += 1;
+    }
+    Some(c.len())
+}
+
+/// The module path of a file under `src/`: `a/b/c.rs` is [a, b, c], `a/b/mod.rs` [a, b].
+fn file_module_path(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let last = parts.pop().unwrap_or_default();
+    let stem = last.trim_end_matches(".rs");
+    if stem != "mod" {
+        parts.push(stem.to_string());
+    }
+    parts
+}
+
+/// The first segment of each path inside `{ ... }` starting at `toks[at]` (which is `{`).
+fn group_heads(toks: &[(Tok, usize)], at: usize) -> Vec<(String, usize)> {
+    let (mut heads, mut depth, mut expect_head) = (Vec::new(), 0usize, true);
+    for (t, line) in &toks[at..] {
+        match t {
+            Tok::Punct('{') => {
+                depth += 1;
+                expect_head = depth == 1;
+            }
+            Tok::Punct('}') => {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+            Tok::Punct(',') if depth == 1 => expect_head = true,
+            Tok::Ident(w) if depth == 1 && expect_head => {
+                heads.push((w.clone(), *line));
+                expect_head = false;
+            }
+            _ => {
+                if depth == 1 {
+                    expect_head = false;
+                }
+            }
+        }
+    }
+    heads
+}
+
+/// When `toks[at..]` starts with `#[cfg(test)]`: the index just past the item it
+/// marks (a `;`-ended item, or one whose outermost `{ ... }` closes), and the name of a
+/// module it declares in a file of its own (`mod tests;`).
+fn cfg_test_item(toks: &[(Tok, usize)], at: usize) -> Option<(usize, Option<String>)> {
+    let attr = [
+        Tok::Punct('#'),
+        Tok::Punct('['),
+        Tok::Ident("cfg".into()),
+        Tok::Punct('('),
+        Tok::Ident("test".into()),
+        Tok::Punct(')'),
+        Tok::Punct(']'),
+    ];
+    let starts = toks.get(at..at + attr.len())?.iter().map(|t| &t.0).eq(attr.iter());
+    if !starts {
+        return None;
+    }
+    let item = at + attr.len();
+    let file_module = match (toks.get(item), toks.get(item + 1), toks.get(item + 2)) {
+        (Some((Tok::Ident(m), _)), Some((Tok::Ident(name), _)), Some((Tok::Punct(';'), _))) if m == "mod" => Some(name.clone()),
+        _ => None,
+    };
+    let mut depth = 0usize;
+    for (j, (t, _)) in toks.iter().enumerate().skip(item) {
+        match t {
+            Tok::Punct('{') => depth += 1,
+            Tok::Punct('}') => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return Some((j + 1, file_module));
+                }
+            }
+            Tok::Punct(';') if depth == 0 => return Some((j + 1, file_module)),
+            _ => {}
+        }
+    }
+    Some((toks.len(), file_module))
+}
+
+/// The modules `src` declares under `#[cfg(test)]` in files of their own: test code
+/// is not part of the library's layering (as `cargo modules` leaves it out by default).
+fn test_only_children(src: &str) -> Vec<String> {
+    let toks = tokens(src);
+    (0..toks.len())
+        .filter_map(|i| cfg_test_item(&toks, i).and_then(|(_, m)| m))
+        .collect()
+}
+
+/// The top-level modules `src` (the file at module path `file_path`) references
+/// outside its own, each with a line; items under `#[cfg(test)]` are left out.
+fn references(src: &str, file_path: &[String], modules: &BTreeSet<String>) -> Vec<(String, usize)> {
+    let toks = tokens(src);
+    let mut found = Vec::new();
+    // Inline modules (`mod tests { ... }`) deepen the path `super::` climbs from.
+    let mut inline: Vec<usize> = Vec::new();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < toks.len() {
+        if let Some((end, _)) = cfg_test_item(&toks, i) {
+            i = end;
+            continue;
+        }
+        match &toks[i].0 {
+            Tok::Punct('{') => depth += 1,
+            Tok::Punct('}') => {
+                depth = depth.saturating_sub(1);
+                if inline.last() == Some(&depth) {
+                    inline.pop();
+                }
+            }
+            Tok::Ident(w) if w == "mod" => {
+                if let (Some((Tok::Ident(_), _)), Some((Tok::Punct('{'), _))) = (toks.get(i + 1), toks.get(i + 2)) {
+                    inline.push(depth);
+                }
+            }
+            Tok::Ident(w) if (w == "crate" || w == "super") && toks.get(i + 1).map(|t| &t.0) == Some(&Tok::Path) => {
+                // A path segment of its own, not `foo::crate` (not valid Rust) or `$crate`.
+                let climbs_from = file_path.len() + inline.len();
+                let (mut j, mut up) = (i, 0usize);
+                let from_root = w == "crate";
+                if !from_root {
+                    while toks.get(j).map(|t| &t.0) == Some(&Tok::Ident("super".into()))
+                        && toks.get(j + 1).map(|t| &t.0) == Some(&Tok::Path)
+                    {
+                        up += 1;
+                        j += 2;
+                    }
+                } else {
+                    j += 2;
+                }
+                // `super::` that stays inside the top-level module leaves nothing.
+                let leaves = from_root || up >= climbs_from;
+                if leaves {
+                    let heads = match toks.get(j) {
+                        Some((Tok::Ident(h), line)) => vec![(h.clone(), *line)],
+                        Some((Tok::Punct('{'), _)) => group_heads(&toks, j),
+                        _ => Vec::new(),
+                    };
+                    for (h, line) in heads {
+                        if modules.contains(&h) && Some(&h) != file_path.first() {
+                            found.push((h, line));
+                        }
+                    }
+                }
+                i = j;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    found
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The graph of the library's top-level modules (the binary's `main.rs` and the crate
+/// root `lib.rs` are not modules of it).
+fn graph(src: &Path) -> Graph {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    let rel: Vec<PathBuf> = files.iter().map(|f| f.strip_prefix(src).unwrap().to_path_buf()).collect();
+    let modules: BTreeSet<String> = rel
+        .iter()
+        .filter(|r| r.as_os_str() != "main.rs" && r.as_os_str() != "lib.rs")
+        .filter_map(|r| file_module_path(r).first().cloned())
+        .collect();
+    let texts: Vec<String> = files.iter().map(|f| std::fs::read_to_string(f).unwrap()).collect();
+    // Module paths declared `#[cfg(test)] mod x;`: their files (and those under them) are tests.
+    let test_only: Vec<Vec<String>> = rel
+        .iter()
+        .zip(&texts)
+        .flat_map(|(r, text)| {
+            let parent = file_module_path(r);
+            test_only_children(text)
+                .into_iter()
+                .map(move |m| [parent.clone(), vec![m]].concat())
+        })
+        .collect();
+    let mut g = Graph::new();
+    for (text, r) in texts.iter().zip(&rel) {
+        let path = file_module_path(r);
+        let Some(top) = path.first().filter(|t| modules.contains(*t)) else {
+            continue;
+        };
+        if test_only.iter().any(|t| path.starts_with(t)) {
+            continue;
+        }
+        let entry = g.entry(top.clone()).or_default();
+        for (to, line) in references(text, &path, &modules) {
+            entry.entry(to).or_insert(Edge {
+                file: format!("src/{}", r.display()),
+                line,
+            });
+        }
+    }
+    g
+}
+
+/// The strongly connected components with more than one module (Tarjan's algorithm).
+fn cycles(g: &Graph) -> Vec<Vec<String>> {
+    struct T<'a> {
+        g: &'a Graph,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on: BTreeSet<&'a str>,
+        out: Vec<Vec<String>>,
+    }
+    fn visit<'a>(t: &mut T<'a>, v: &'a str) {
+        let n = t.index.len();
+        t.index.insert(v, n);
+        t.low.insert(v, n);
+        t.stack.push(v);
+        t.on.insert(v);
+        if let Some(next) = t.g.get(v) {
+            for w in next.keys() {
+                let w = w.as_str();
+                if !t.index.contains_key(w) {
+                    visit(t, w);
+                    let lw = t.low[w];
+                    let lv = t.low.get_mut(v).unwrap();
+                    *lv = (*lv).min(lw);
+                } else if t.on.contains(w) {
+                    let iw = t.index[w];
+                    let lv = t.low.get_mut(v).unwrap();
+                    *lv = (*lv).min(iw);
+                }
+            }
+        }
+        if t.low[v] == t.index[v] {
+            let mut scc = Vec::new();
+            while let Some(w) = t.stack.pop() {
+                t.on.remove(w);
+                scc.push(w.to_string());
+                if w == v {
+                    break;
+                }
+            }
+            if scc.len() > 1 {
+                scc.sort();
+                t.out.push(scc);
+            }
+        }
+    }
+    let mut t = T {
+        g,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on: BTreeSet::new(),
+        out: Vec::new(),
+    };
+    for v in g.keys() {
+        if !t.index.contains_key(v.as_str()) {
+            visit(&mut t, v);
+        }
+    }
+    t.out
+}
+
+/// One cycle through `scc`'s modules from its first, as `a -> b -> a`, each edge with
+/// the reference that makes it.
+fn describe(g: &Graph, scc: &[String]) -> String {
+    let inside: BTreeSet<&str> = scc.iter().map(String::as_str).collect();
+    // Breadth-first from the first module back to it, inside the component.
+    let start = scc[0].as_str();
+    let mut prev: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut queue = std::collections::VecDeque::from([start]);
+    let mut closing = None;
+    while let Some(v) = queue.pop_front() {
+        for w in g.get(v).map(|m| m.keys()).into_iter().flatten() {
+            let w = w.as_str();
+            if w == start {
+                closing = Some(v);
+                queue.clear();
+                break;
+            }
+            if inside.contains(w) && !prev.contains_key(w) {
+                prev.insert(w, v);
+                queue.push_back(w);
+            }
+        }
+    }
+    let mut path = vec![start];
+    let mut v = closing.unwrap_or(start);
+    while v != start {
+        path.push(v);
+        v = prev[v];
+    }
+    path[1..].reverse();
+    path.push(start);
+    let edges: Vec<String> = path
+        .windows(2)
+        .map(|w| {
+            let e = &g[w[0]][w[1]];
+            format!("  {} -> {} ({}:{})", w[0], w[1], e.file, e.line)
+        })
+        .collect();
+    let within: Vec<String> = scc
+        .iter()
+        .flat_map(|from| {
+            g.get(from)
+                .into_iter()
+                .flatten()
+                .filter(|(to, _)| inside.contains(to.as_str()))
+                .map(move |(to, e)| format!("    {from} -> {to} ({}:{})", e.file, e.line))
+        })
+        .collect();
+    format!(
+        "cycle among {{{}}}:\n{}\n  every reference between them (cut some to break the cycle):\n{}",
+        scc.join(", "),
+        edges.join("\n"),
+        within.join("\n")
+    )
+}
+
+#[test]
+fn the_scanner_finds_paths_that_leave_a_module_and_nothing_in_comments_or_strings() {
+    let modules: BTreeSet<String> = ["a", "b", "c", "d", "e"].iter().map(|s| s.to_string()).collect();
+    let src = r##"
+use crate::a::X; // crate::e in a comment
+use crate::{b::Y, c};
+/* crate::e in a block /* nested */ crate::e */
+fn f<'l>(x: &'l str) -> char { let _ = "crate::e"; let _ = r#"crate::e"#; let _ = 'x'; let _ = '\''; '"' }
+mod tests { use super::*; use super::super::d::Z; }
+fn g() { super::super::e::f(); }
+"##;
+    let refs: Vec<String> = references(src, &["m".into(), "n".into()], &modules)
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
+    // `super::super` from m/n leaves m; from m/n's inline tests it climbs to m only.
+    assert_eq!(refs, vec!["a", "b", "c", "e"]);
+    let mut g = Graph::new();
+    let e = || Edge { file: "f".into(), line: 1 };
+    for (from, to) in [("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")] {
+        g.entry(from.into()).or_default().insert(to.into(), e());
+    }
+    let found = cycles(&g);
+    assert_eq!(found, vec![vec!["a".to_string(), "b".into(), "c".into()]]);
+    assert!(describe(&g, &found[0]).contains("a -> b (f:1)\n  b -> c (f:1)\n  c -> a (f:1)"));
+}
+
+#[test]
+fn code_under_cfg_test_is_left_out() {
+    let modules: BTreeSet<String> = ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect();
+    let src = r#"
+use crate::a::X;
+#[cfg(test)]
+mod tests { use crate::b::Y; fn f() { if true { crate::b::g(); } } }
+#[cfg(test)]
+use crate::c::Z;
+#[cfg(test)]
+mod more;
+mod kept;
+fn after() { crate::d::h(); }
+"#;
+    let refs: Vec<String> = references(src, &["m".into()], &modules).into_iter().map(|r| r.0).collect();
+    assert_eq!(refs, vec!["a", "d"]);
+    assert_eq!(test_only_children(src), vec!["more"]);
+}
+
+#[test]
+fn no_module_cycle_in_src() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let g = graph(&src);
+    assert!(g.len() > 10, "found only {} modules under {}", g.len(), src.display());
+    let found = cycles(&g);
+    let text: Vec<String> = found.iter().map(|scc| describe(&g, scc)).collect();
+    assert!(found.is_empty(), "{} module cycle(s) in src/:\n{}", found.len(), text.join("\n"));
+}
