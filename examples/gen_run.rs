@@ -44,6 +44,8 @@ fn main() -> anyhow::Result<()> {
         allreduce_probe_warm: None,
         host_malloc: None,
         clock: None,
+        // Derived by reduce from the fields above, as for a manifest written before the key.
+        comparison_key: None,
         ranks: (0..ranks)
             .map(|r| RankInfo {
                 rank: r,

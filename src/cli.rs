@@ -3,8 +3,7 @@
 //! no library module imports anything from here.
 
 use crate::train::TrainConfig;
-use clap::{Args, Parser, Subcommand};
-use std::path::PathBuf;
+use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -42,7 +41,7 @@ pub enum Command {
     /// augmented by one worker and by N (no MPI needed): size --cpus-per-task and --workers.
     Loader(crate::data::pipeline::LoaderArgs),
     /// Summarise runs per node type, and scaling across runs (speedup, efficiency, waterfall, report, plots).
-    Reduce(ReduceArgs),
+    Reduce(crate::reduce::ReduceArgs),
     /// Print this machine's topology and the binding N local ranks would get.
     Topo(crate::topology::TopoArgs),
     /// Say which rank hung a run and in which collective, from the flight records the watchdog left.
@@ -51,35 +50,4 @@ pub enum Command {
     Models(crate::model::ModelsArgs),
     /// Build bigMNIST: MNIST augmented and replicated into checksummed shards (resumable).
     GenBigmnist(crate::data::bigmnist::GenBigMnistArgs),
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct ReduceArgs {
-    /// Run folders written by `ddpbench train`, or folders holding such run folders.
-    #[arg(required = true)]
-    pub runs: Vec<PathBuf>,
-
-    /// The run speedups are measured against (default: the 1-rank run of the same
-    /// model and data set, else the run with the fewest ranks).
-    #[arg(long)]
-    pub baseline: Option<PathBuf>,
-
-    /// Where to write summary.csv, scaling.csv, ranks.csv, report.md and plots
-    /// (default: the run folder for one run, else the folder given or the runs' common parent).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-
-    /// Skip the SVG/PNG plots.
-    #[arg(long)]
-    pub no_plots: bool,
-
-    /// A folder written by `ddpbench allreduce` (or its allreduce_model.json): project each
-    /// workload to more ranks with its fitted interconnect model (projection.csv). Found
-    /// without this flag when such a folder is among the folders given.
-    #[arg(long)]
-    pub interconnect: Option<PathBuf>,
-
-    /// Project up to this many ranks (powers of two from 1).
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
-    pub project_to: u64,
 }

@@ -506,11 +506,7 @@ fn after() { crate::d::h(); }
     assert_eq!(test_only_children(src), vec!["more"]);
 }
 
-// Ignored until the reduce slice of issue 24 merges: the one cycle left,
-// `cli` -> `study` -> `cli` and `reduce` -> `cli`, is `ReduceArgs` in `cli.rs`, which
-// that slice moves into `reduce`. Without those two references the graph has no cycle.
 #[test]
-#[ignore = "cycle left through ReduceArgs in cli.rs: un-ignore once it moves into reduce"]
 fn no_module_cycle_in_src() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let g = graph(&src);

@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 use ddpbench::record::{CsvLog, Manifest, RankInfo, StepRow};
-use ddpbench::reduce::analysis::{rank_summaries, scaling, type_summaries, StepBreakdown};
+use ddpbench::reduce::analysis::{rank_summaries, scaling, type_summaries, ScalingMode, StepBreakdown};
 use ddpbench::reduce::read_run;
 use std::path::Path;
 
@@ -70,6 +70,7 @@ fn manifest(f: &Fixture, status: &str) -> Manifest {
         allreduce_probe_warm: None,
         host_malloc: None,
         clock: None,
+        comparison_key: None,
         ranks: f
             .ranks
             .iter()
@@ -215,9 +216,9 @@ fn weak_scaling_by_hand_with_its_waterfall() {
     let rows = scaling(&[&base, &two], None);
     assert_eq!(rows.len(), 2);
     let (r0, r1) = (&rows[0], &rows[1]);
-    assert_eq!((r0.scaling_mode.as_str(), r0.run_ids.as_str()), ("baseline", "base"));
+    assert_eq!((r0.scaling_mode, r0.run_ids.join(" ")), (ScalingMode::Baseline, "base".into()));
     assert!(close(r0.samples_per_s, 10.0) && close(r0.speedup, 1.0));
-    assert_eq!((r1.scaling_mode.as_str(), r1.baseline_run_ids.as_str()), ("weak", "base"));
+    assert_eq!((r1.scaling_mode, r1.baseline_run_ids.join(" ")), (ScalingMode::Weak, "base".into()));
     // 20 samples per 1.5 s = 13.33/s: speedup 4/3, efficiency 2/3; weak scaling reports
     // Gustafson's serial fraction (2 − 4/3)/(2 − 1) = 2/3 and no Karp–Flatt.
     assert!(close(r1.samples_per_s, 20.0 / 1.5));
@@ -250,8 +251,8 @@ fn strong_scaling_reports_karp_flatt_and_the_batch_ratio() {
     let base = read_run(&d.path().join("base")).unwrap();
     let two = read_run(&d.path().join("two")).unwrap();
     let rows = scaling(&[&base, &two], None);
-    let r = rows.iter().find(|r| r.run_ids == "two").unwrap();
-    assert_eq!(r.scaling_mode, "strong");
+    let r = rows.iter().find(|r| r.run_ids == ["two"]).unwrap();
+    assert_eq!(r.scaling_mode, ScalingMode::Strong);
     // Baseline 20 samples/s (20 per 1.0 s); the 2-rank run 13.33/s: speedup 2/3.
     assert!(close(r.speedup, (20.0 / 1.5) / 20.0));
     // Karp–Flatt at s = 2/3, p = 2: (3/2 − 1/2)/(1/2) = 2; one strong point: no Amdahl fit.
@@ -279,14 +280,17 @@ fn references_match_the_whole_configuration() {
         .collect();
     let refs: Vec<_> = runs.iter().collect();
     let rows = scaling(&refs, None);
-    let find = |id: &str, mode: &str| rows.iter().find(|r| r.run_ids == id && r.scaling_mode == mode);
+    let find = |id: &str, mode: &str| rows.iter().find(|r| r.run_ids == [id] && r.scaling_mode.name() == mode);
     // A 1-rank run is the baseline of itself only, whatever its batch.
     assert!(find("b64", "baseline").is_some() && find("b32", "baseline").is_some());
     assert!(close(find("b64", "baseline").unwrap().speedup, 1.0));
     // 2 × 32 against 1 × 32 (weak) and against 1 × 64 (strong).
     let weak = find("two", "weak").expect("weak row");
     let strong = find("two", "strong").expect("strong row");
-    assert_eq!((weak.baseline_run_ids.as_str(), strong.baseline_run_ids.as_str()), ("b32", "b64"));
+    assert_eq!(
+        (weak.baseline_run_ids.join(" "), strong.baseline_run_ids.join(" ")),
+        ("b32".into(), "b64".into())
+    );
     // Both references run 1.0 s steps: 32/s and 64/s; the point 64/1.5 = 42.7/s.
     assert!(close(weak.speedup, (64.0 / 1.5) / 32.0) && close(strong.speedup, (64.0 / 1.5) / 64.0));
     // Another bucket size has no 1-rank run: no speedup, no efficiency, and what to add.
@@ -298,6 +302,80 @@ fn references_match_the_whole_configuration() {
         lone.missing_reference
     );
     assert_eq!(rows.len(), 5);
+}
+
+/// `--overlap force` all-reduces on a thread that shares backward's cores: the step does
+/// other work than with overlap off, so the two are different points, never repeats of
+/// one (pooled, a measured point's speedup moved from 0.912 to 0.823).
+#[test]
+fn overlap_force_and_off_are_different_points() {
+    let d = tmp();
+    let mut off = fixture("off", &TWO_A, 10);
+    off.config["overlap"] = serde_json::json!("off");
+    write(&d.path().join("off"), &off);
+    let mut force = fixture("force", &TWO_A, 10);
+    force.config["overlap"] = serde_json::json!("force");
+    force.scale = 1.6;
+    write(&d.path().join("force"), &force);
+    let mut m = Manifest::read(&d.path().join("force")).unwrap();
+    m.comm.overlap = true;
+    m.comm.backward_stages = 2;
+    m.comm.overlap_shares_core = true;
+    m.write(&d.path().join("force")).unwrap();
+    let runs: Vec<_> = ["off", "force"].iter().map(|n| read_run(&d.path().join(n)).unwrap()).collect();
+    let rows = scaling(&runs.iter().collect::<Vec<_>>(), None);
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    for (id, overlap) in [("off", "overlap=off"), ("force", "overlap=force")] {
+        let r = rows
+            .iter()
+            .find(|r| r.run_ids == [id])
+            .unwrap_or_else(|| panic!("no point of {id} alone: {rows:#?}"));
+        assert_eq!(r.repeats, 1);
+        assert!(r.comparison.contains(overlap), "{id}: {}", r.comparison);
+    }
+}
+
+/// The key a manifest records is what its run is compared by; a manifest without one
+/// has it derived, and a setting there that no run has is named and leaves the run out.
+#[test]
+fn the_manifest_key_is_read_and_a_setting_no_run_has_is_named() {
+    let d = tmp();
+    write(&d.path().join("stored"), &fixture("stored", &TWO_A, 10));
+    let mut m = Manifest::read(&d.path().join("stored")).unwrap();
+    let mut key = ddpbench::record::ComparisonKey::derive(&m).unwrap();
+    key.threads_per_rank = vec![3];
+    m.comparison_key = Some(key);
+    m.write(&d.path().join("stored")).unwrap();
+    let run = read_run(&d.path().join("stored")).unwrap();
+    let rows = scaling(&[&run], None);
+    assert!(rows[0].comparison.starts_with("cpu threads=3 "), "{}", rows[0].comparison);
+
+    for (name, edit, named) in [
+        (
+            "optimizer",
+            ("optimizer", serde_json::json!("quantum")),
+            "config.optimizer is \"quantum\"",
+        ),
+        ("accum", ("grad_accum", serde_json::json!(-2)), "config.grad_accum is -2"),
+    ] {
+        let mut f = fixture(name, &TWO_A, 10);
+        f.config[edit.0] = edit.1;
+        write(&d.path().join(name), &f);
+        let run = read_run(&d.path().join(name)).unwrap();
+        assert!(run.problems.iter().any(|p| p.contains(named)), "{name}: {:?}", run.problems);
+    }
+    write(&d.path().join("gloo"), &fixture("gloo", &TWO_A, 10));
+    let mut m = Manifest::read(&d.path().join("gloo")).unwrap();
+    m.comm_backend = "gloo".into();
+    m.write(&d.path().join("gloo")).unwrap();
+    let run = read_run(&d.path().join("gloo")).unwrap();
+    assert!(
+        run.problems
+            .iter()
+            .any(|p| p.contains("comm_backend is \"gloo\": not an all-reduce ddpbench runs")),
+        "{:?}",
+        run.problems
+    );
 }
 
 /// Repeats are grouped, never "best of"; their interval comes from the runs themselves.
@@ -318,7 +396,7 @@ fn repeats_give_intervals_from_run_to_run_variation() {
     let speedup_of = |ids: &[&str]| -> Vec<f64> {
         let refs: Vec<_> = runs.iter().filter(|r| ids.contains(&r.manifest.run_id.as_str())).collect();
         let rows = scaling(&refs, None);
-        let r = rows.iter().find(|r| r.scaling_mode == "weak").unwrap();
+        let r = rows.iter().find(|r| r.scaling_mode == ScalingMode::Weak).unwrap();
         vec![r.speedup, r.speedup_low, r.speedup_high, r.repeats as f64, r.within_noise as f64]
     };
     // Two repeats each: the range of the four run-to-run ratios, which holds both
@@ -397,7 +475,7 @@ fn amdahl_is_fitted_through_two_strong_points_and_no_cap_is_claimed_for_zero() {
     write(&d.path().join("two"), &fixture("two", &HALF, 20));
     let runs: Vec<_> = ["one", "two"].iter().map(|n| read_run(&d.path().join(n)).unwrap()).collect();
     let rows = scaling(&runs.iter().collect::<Vec<_>>(), None);
-    let two = rows.iter().find(|r| r.run_ids == "two").unwrap();
+    let two = rows.iter().find(|r| r.run_ids == ["two"]).unwrap();
     assert!(close(two.speedup, 2.0) && two.amdahl_serial_fraction.is_nan(), "one point: no fit");
     write(&d.path().join("four"), &fixture("four", &QUARTER, 10));
     let job = ddpbench(&["reduce", "--no-plots", &path_str(d.path())]);

@@ -127,3 +127,53 @@ fn scaling_across_real_runs_with_two_node_types() {
         resvg::usvg::Tree::from_str(&svg, &resvg::usvg::Options::default()).unwrap();
     }
 }
+
+/// `train` writes the key of what ran into the manifest: the overlap in effect (`force`
+/// sharing backward's core is neither `on` nor `off`), the threads bound, the backend
+/// `auto` chose; the same key a manifest without it derives; and `reduce` keeps a
+/// forced run and one without overlap apart.
+#[test]
+fn train_writes_the_key_of_what_ran_and_force_is_not_off() {
+    use ddpbench::record::{ComparisonKey, Manifest};
+    let d = tmp();
+    let mut outs = Vec::new();
+    for overlap in ["force", "off"] {
+        let o = path_str(&d.path().join(overlap));
+        let mut a: Vec<&str> = ARGS.to_vec();
+        a.extend(["--out", &o, "--overlap", overlap, "--bucket-mb", "1"]);
+        train(2, &a, LIMIT).assert_ok();
+        outs.push(o);
+    }
+    let m = Manifest::read(&d.path().join("force")).unwrap();
+    let key = m.comparison_key.clone().expect("a new manifest records its key");
+    let json = serde_json::to_value(&key).unwrap();
+    assert_eq!(
+        (&json["overlap"], &json["threads"], &json["backend"], &json["device"]),
+        (
+            &serde_json::json!("force"),
+            &serde_json::json!([1]),
+            &serde_json::json!("mpi-cpu-staged"),
+            &serde_json::json!("cpu")
+        ),
+        "{json}"
+    );
+    assert!(
+        m.comm.overlap_shares_core,
+        "2 ranks of 1 thread on 2 cores: the all-reduce thread shares a core"
+    );
+    assert_eq!(
+        ComparisonKey::derive(&m).unwrap(),
+        key,
+        "derived from the other fields, the key is the same"
+    );
+    let off = Manifest::read(&d.path().join("off")).unwrap();
+    assert_eq!(serde_json::to_value(off.comparison_key.unwrap()).unwrap()["overlap"], "off");
+
+    let job = ddpbench(&["reduce", "--no-plots", &path_str(d.path())]);
+    job.assert_ok();
+    let (h, rows) = read_csv(&d.path().join("scaling.csv"));
+    let ids = h.iter().position(|c| c == "run_ids").unwrap();
+    let mut points: Vec<&str> = rows.iter().map(|r| r[ids].as_str()).collect();
+    points.sort_unstable();
+    assert_eq!(points, ["force", "off"], "two points, not two repeats of one");
+}

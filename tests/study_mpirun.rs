@@ -447,3 +447,63 @@ fn a_study_where_nothing_completes_exits_non_zero() {
     assert!(!job.ok(), "{}", job.all());
     assert!(job.all().contains("no run of the study completed"), "{}", job.all());
 }
+
+/// Copies the folder `from` into `to`, recursively.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().map(|e| e.unwrap()) {
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+/// A run's throughput as `reduce` defines it: samples per step over the mean step, the
+/// step being the mean over ranks of `step_s` (warm-up steps left out).
+fn run_throughput(run: &Path) -> f64 {
+    let (mut samples, mut step_sum, mut ranks) = (0.0, 0.0, 0.0);
+    for r in 0..rank_files(run) {
+        let (h, rows) = read_csv(&run.join(format!("rank-{r:05}.csv")));
+        let timed: Vec<Vec<String>> = rows
+            .into_iter()
+            .filter(|row| row[h.iter().position(|c| c == "warmup").unwrap()] == "0")
+            .collect();
+        samples += col(&h, &timed, "samples").iter().sum::<f64>();
+        step_sum += col(&h, &timed, "step_s").iter().sum::<f64>();
+        ranks += 1.0;
+    }
+    samples / (step_sum / ranks)
+}
+
+/// study.csv's throughput is the median over a point's repeats, as documented: the
+/// fixture study (3 repeats per point, made with the schema-2 binary) resumed with nothing
+/// left to run, so only its report is made.
+#[test]
+fn study_csv_throughput_is_the_median_of_the_repeats() {
+    let d = tmp();
+    let out = d.path().join("study");
+    copy_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema2/study"), &out);
+    let job = study(&out.join("study.toml"), &out, &[]);
+    job.assert_ok();
+    let (h, rows) = read_csv(&out.join("report/study.csv"));
+    let i = |c: &str| h.iter().position(|x| x == c).unwrap();
+    assert_eq!(rows.len(), 3);
+    for row in &rows {
+        let mut thr: Vec<f64> = (0..3)
+            .map(|rep| run_throughput(&out.join("runs").join(format!("{}-rep{rep}", row[i("point")]))))
+            .collect();
+        thr.sort_by(f64::total_cmp);
+        let (median, mean) = (thr[1], thr.iter().sum::<f64>() / 3.0);
+        // The repeats differ enough that the median is not the mean.
+        assert!((median - mean).abs() > 1e-3 * median, "{thr:?}");
+        let got: f64 = row[i("samples_per_s")].parse().unwrap();
+        assert!(
+            (got - median).abs() <= 1e-6 * median,
+            "{}: {got}, the median of {thr:?} is {median}",
+            row[i("point")]
+        );
+    }
+}

@@ -20,6 +20,8 @@ pub mod transport;
 #[cfg(test)]
 mod layering_tests;
 
+/// Defined with the comparison key, which records it.
+pub use crate::record::GradDtype;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
@@ -51,27 +53,6 @@ pub enum OverlapMode {
     /// Overlap even where the MPI thread shares backward's cores: tests the mechanism; the
     /// manifest says so and none of the all-reduce counts as hidden.
     Force,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum GradDtype {
-    /// Gradients travel as float32.
-    Fp32,
-    /// Gradients are cast to float16 for the all-reduce: half the bytes on the wire.
-    Fp16,
-    /// Gradients are cast to bfloat16 for the all-reduce: half the bytes, fp32's range.
-    Bf16,
-}
-
-impl GradDtype {
-    /// Bytes per gradient element on the wire.
-    pub fn bytes(self) -> usize {
-        match self {
-            GradDtype::Fp32 => 4,
-            GradDtype::Fp16 | GradDtype::Bf16 => 2,
-        }
-    }
 }
 
 /// Parameters grouped into all-reduce buckets.

@@ -160,6 +160,10 @@ pub struct Manifest {
     /// How well the ranks' clocks agree (`clock.csv` holds every estimate).
     #[serde(default)]
     pub clock: Option<ClockSummary>,
+    /// What the run is compared by, from what ran ([`super::ComparisonKey`]); absent in
+    /// manifests written before it existed, whose key `reduce` derives from the fields above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comparison_key: Option<super::ComparisonKey>,
 }
 
 /// The clock offsets to rank 0 estimated during a run.

@@ -1,18 +1,21 @@
 //! What a run leaves behind: one long-form CSV per rank (`rank-00000.csv`, one row
 //! per step), `epochs.csv` (validation per epoch, rank 0), and `manifest.json`
-//! (configuration, versions, every rank's placement, outcome).
+//! (configuration, versions, every rank's placement, outcome, and the [`key`] runs are
+//! compared by).
 //!
 //! CSV conventions: RFC 4180, snake_case headers with units, plain decimals with a
 //! dot, RFC 3339 UTC timestamps beside numeric seconds, so spreadsheets import
 //! every number as a number.
 
 mod end;
+pub mod key;
 pub mod last_gasp;
 mod manifest;
 pub mod reserve;
 mod rows;
 
 pub use end::{end_file_name, write_atomic, EndRecord, RunStatus};
+pub use key::{Backend, ComparisonKey, DeviceKind, GradDtype, MallocMode, Overlap, PhaseSync};
 
 pub use manifest::{AllreduceProbe, ClockSummary, CommInfo, Manifest, RankInfo, SCHEMA_VERSION};
 pub use rows::{EpochRow, Phase, PhaseTimes, StepRow};

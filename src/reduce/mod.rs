@@ -1,20 +1,24 @@
 //! `ddpbench reduce`: from per-rank CSV files to per-node-type summaries, scaling
 //! across runs, an efficiency waterfall, a report and plots.
 //!
+//! [`run`] reads the folders a [`ReduceRequest`] names into one typed [`Report`];
+//! every file (the CSV tables, report.md, report.json, the plots) is written from that
+//! value ([`write`]), and `ddpbench study` takes the same value for its own tables.
 //! Runs with holes (missing rank files, truncated rows, unfinished jobs) are
 //! reported as incomplete with what is missing and left out of every figure:
 //! nothing is averaged over a hole. The reducer fails only when no run is usable.
 
 pub mod analysis;
+mod args;
 pub mod metrics;
 pub mod read;
-mod report;
+pub mod report;
 
 pub use analysis::{read_run, RunStats};
+pub use args::{ReduceArgs, ReduceRequest};
+pub use report::{write, Report};
 
-use crate::cli::ReduceArgs;
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 /// A folder `ddpbench allreduce` wrote.
@@ -67,34 +71,6 @@ pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     Ok(runs)
 }
 
-fn default_out(args: &ReduceArgs, runs: &[PathBuf]) -> PathBuf {
-    if let Some(o) = &args.out {
-        return o.clone();
-    }
-    if args.runs.len() == 1 {
-        return args.runs[0].clone();
-    }
-    let mut common: PathBuf = runs[0].parent().map(Path::to_path_buf).unwrap_or_default();
-    while !runs.iter().all(|r| r.starts_with(&common)) {
-        if !common.pop() {
-            break;
-        }
-    }
-    if common.as_os_str().is_empty() {
-        PathBuf::from(".")
-    } else {
-        common
-    }
-}
-
-pub fn write_csv<R: Serialize>(path: &Path, rows: &[R]) -> Result<()> {
-    let mut log = crate::record::CsvLog::create(path)?;
-    for r in rows {
-        log.write(r)?;
-    }
-    log.flush()
-}
-
 /// The run `--baseline` names, among the complete runs.
 fn explicit_baseline<'a>(runs: &[&'a RunStats], path: Option<&Path>) -> Result<Option<&'a RunStats>> {
     let Some(p) = path else { return Ok(None) };
@@ -107,20 +83,37 @@ fn explicit_baseline<'a>(runs: &[&'a RunStats], path: Option<&Path>) -> Result<O
     })?))
 }
 
-/// Entry point of `ddpbench reduce`.
+/// Entry point of `ddpbench reduce`: the report of the folders given, its files
+/// written, its tables printed.
 pub fn main(args: ReduceArgs) -> Result<()> {
-    let dirs = discover(&args.runs)?;
-    let out = default_out(&args, &dirs);
-    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    let report = run(&args.request())?;
+    let out = args.out(&report.folders);
+    write(&report, &out, !args.no_plots)?;
+    report::print(&report, &out, !args.no_plots);
+    Ok(())
+}
 
+/// The report of the run folders `req` names. What cannot be used is said on stderr as
+/// it is found (and kept in the report); Err when no run is usable, a folder named is
+/// none, or `--baseline` is not among the complete runs.
+pub fn run(req: &ReduceRequest) -> Result<Report> {
+    let dirs = discover(&req.runs)?;
     let mut all = Vec::new();
+    let mut skipped = Vec::new();
     for d in &dirs {
         match read_run(d) {
             Ok(r) => all.push(r),
-            Err(e) => eprintln!("skipped {}: {e}", d.display()),
+            Err(e) => {
+                eprintln!("skipped {}: {e}", d.display());
+                skipped.push(report::LeftOut {
+                    dir: d.clone(),
+                    problems: vec![e],
+                });
+            }
         }
     }
-    for r in all.iter().filter(|r| !r.complete()) {
+    let incomplete: Vec<&RunStats> = all.iter().filter(|r| !r.complete()).collect();
+    for r in &incomplete {
         eprintln!("incomplete run {} (left out of every figure):", r.dir.display());
         for p in &r.problems {
             eprintln!("  - {p}");
@@ -130,50 +123,18 @@ pub fn main(args: ReduceArgs) -> Result<()> {
     if complete.is_empty() {
         bail!("no usable run among {} folder(s): see the problems listed above", dirs.len());
     }
-
-    let summaries: Vec<analysis::TypeSummary> = complete.iter().flat_map(|r| analysis::type_summaries(r)).collect();
-    let ranks: Vec<analysis::RankSummary> = complete.iter().flat_map(|r| analysis::rank_summaries(r)).collect();
-    let scaling = analysis::scaling(&complete, explicit_baseline(&complete, args.baseline.as_deref())?);
-    write_csv(&out.join("summary.csv"), &summaries)?;
-    write_csv(&out.join("scaling.csv"), &scaling)?;
-    write_csv(&out.join("ranks.csv"), &ranks)?;
-    let incomplete: Vec<&RunStats> = all.iter().filter(|r| !r.complete()).collect();
-    let mut md = report::markdown(&complete, &incomplete, &summaries, &scaling, !args.no_plots);
-    let projection = project(&args, &dirs, &complete, &out)?;
-    if let Some((_, section)) = &projection {
-        md.push_str(section);
-    }
-    std::fs::write(out.join("report.md"), &md).with_context(|| format!("cannot write {}", out.join("report.md").display()))?;
-    if !args.no_plots {
-        report::plots(&out, &complete, &summaries, &scaling)?;
-    }
-    report::print_tables(&summaries, &scaling);
-    let projected = projection.as_ref().is_some_and(|(rows, _)| !rows.is_empty());
-    if let Some((rows, _)) = projection.as_ref().filter(|_| projected) {
-        report::print_projection(rows);
-    }
-    println!(
-        "\nwrote {}/{{summary.csv, scaling.csv, ranks.csv, report.md{}{}}}",
-        out.display(),
-        if projected { ", projection.csv" } else { "" },
-        if args.no_plots { "" } else { ", *.svg, *.png" }
-    );
-    Ok(())
+    let explicit = explicit_baseline(&complete, req.baseline.as_deref())?;
+    let projection = project(req, &dirs, &complete)?;
+    Ok(report::build(&dirs, &complete, &incomplete, skipped, explicit, projection))
 }
 
-/// The projection to more ranks, when an interconnect model is given or found: writes
-/// projection.csv (and its plot); returns its rows and report.md's section (no rows,
-/// and a section saying why, when the model is refused).
-fn project(
-    args: &ReduceArgs,
-    dirs: &[PathBuf],
-    complete: &[&RunStats],
-    out: &Path,
-) -> Result<Option<(Vec<analysis::projection::ProjectionRow>, String)>> {
-    let sweep = match &args.interconnect {
+/// The projection to more ranks, when an interconnect model is given or found; None when
+/// none is, or no workload could be projected with it.
+fn project(req: &ReduceRequest, dirs: &[PathBuf], complete: &[&RunStats]) -> Result<Option<report::ProjectionReport>> {
+    let sweep = match &req.interconnect {
         Some(p) => p.clone(),
         None => {
-            let mut found = discover_sweeps(&args.runs);
+            let mut found = discover_sweeps(&req.runs);
             found.retain(|s| !dirs.contains(s));
             match found.len() {
                 0 => return Ok(None),
@@ -192,10 +153,10 @@ fn project(
         Ok(m) => m,
         Err(e) => {
             eprintln!("projection left out: {e:#}");
-            return Ok(Some((Vec::new(), report::projection_left_out(&format!("{e:#}")))));
+            return Ok(Some(report::projection_left_out(&sweep, &format!("{e:#}"))));
         }
     };
-    let (rows, notes) = analysis::projection::projections(complete, &models, args.project_to as usize);
+    let (rows, notes) = analysis::projection::projections(complete, &models, req.project_to as usize);
     for n in &notes {
         eprintln!("projection: {n}");
     }
@@ -203,10 +164,5 @@ fn project(
         eprintln!("projection: no workload could be projected with {}", sweep.display());
         return Ok(None);
     }
-    write_csv(&out.join("projection.csv"), &rows)?;
-    let md = report::projection_markdown(&rows, &notes, complete, &models, &sweep);
-    if !args.no_plots {
-        report::projection_plot(out, &rows)?;
-    }
-    Ok(Some((rows, md)))
+    Ok(Some(report::projection_section(rows, notes, complete, &models, &sweep)))
 }

@@ -16,9 +16,9 @@ mod report;
 mod state;
 
 use crate::allreduce::Swept;
-use crate::cli::ReduceArgs;
 use crate::job::{self, signals, watchdog, watchdog::Watchdog, JobOptions};
 use crate::record::{self, CsvLog, RunStatus};
+use crate::reduce::ReduceRequest;
 use crate::train;
 use crate::world::{agree, all_strings, broadcast_string, gather_strings, AgreedError, Group};
 use anyhow::{bail, Context, Result};
@@ -700,11 +700,16 @@ fn finish(out: &Path, state: &State, plan: &Plan, repeat: usize, stopped: bool) 
         );
     }
     let completed = state.values().filter(|o| o.status == RunStatus::Completed).count();
-    let args = ReduceArgs {
+    if completed == 0 {
+        return Some(format!(
+            "no run of the study completed ({} failed): see points.csv in {}",
+            failed.len(),
+            out.display()
+        ));
+    }
+    let request = ReduceRequest {
         runs: vec![out.join("runs")],
         baseline: None,
-        out: Some(out.join("report")),
-        no_plots: false,
         // A sweep the user ran into the study's folder (`ddpbench allreduce --out <study>/allreduce`).
         interconnect: out
             .join("allreduce")
@@ -713,17 +718,17 @@ fn finish(out: &Path, state: &State, plan: &Plan, repeat: usize, stopped: bool) 
             .then(|| out.join("allreduce")),
         project_to: 1024,
     };
-    if completed == 0 {
-        return Some(format!(
-            "no run of the study completed ({} failed): see points.csv in {}",
-            failed.len(),
-            out.display()
-        ));
-    }
-    if let Err(e) = crate::reduce::main(args) {
-        return Some(format!("the study's report could not be made: {e:#}"));
-    }
-    match report::write(out, plan, repeat, state, true) {
+    let report_dir = out.join("report");
+    let reduced = crate::reduce::run(&request).and_then(|r| {
+        crate::reduce::write(&r, &report_dir, true)?;
+        crate::reduce::report::print(&r, &report_dir, true);
+        Ok(r)
+    });
+    let reduced = match reduced {
+        Ok(r) => r,
+        Err(e) => return Some(format!("the study's report could not be made: {e:#}")),
+    };
+    match report::write(out, plan, repeat, state, &reduced, true) {
         Ok(verdicts) => {
             println!();
             for v in verdicts {

@@ -1,14 +1,16 @@
-//! The study's own summary, made after `reduce` has written its report: one row per
-//! point (its repeats together) with throughput, speedup and efficiency against the
-//! point's reference, validation loss and accuracy, and R; one verdict sentence per
-//! workload; a speedup curve per workload with the ideal line. Every figure comes from
-//! the report's `scaling.csv` and `summary.csv` and the run folders' `epochs.csv`, so
-//! it says what `reduce` says.
+//! The study's own summary, made from `reduce`'s report of its runs: one row per point
+//! (its repeats together) with throughput, speedup and efficiency against the point's
+//! reference, validation loss and accuracy, and R; one verdict sentence per workload; a
+//! speedup curve per workload with the ideal line. Every figure comes from the typed
+//! [`Report`] (its runs, summary and scaling rows), so it says what `reduce` says.
 
 use super::plan::{self, Plan};
 use super::State;
 use crate::plot::{self, Rasteriser, Series};
 use crate::record::RunStatus;
+use crate::reduce::analysis::{ScalingMode, ScalingRow};
+use crate::reduce::report::{Cells, RunReport};
+use crate::reduce::Report;
 use crate::stats::median;
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -27,7 +29,8 @@ pub struct PointSummary {
     pub global_batch: usize,
     pub repeats_completed: usize,
     pub repeats_planned: usize,
-    /// Median over the completed repeats.
+    /// The median over the completed repeats of each run's throughput (samples per step
+    /// over its mean step, as `reduce` gives it).
     pub samples_per_s: Option<f64>,
     pub weak_speedup: Option<f64>,
     pub weak_speedup_low: Option<f64>,
@@ -46,38 +49,17 @@ pub struct PointSummary {
     pub error: Option<String>,
 }
 
-type CsvRow = BTreeMap<String, String>;
-
-fn read_csv(path: &Path) -> Vec<CsvRow> {
-    let Ok(mut r) = csv::Reader::from_path(path) else {
-        return Vec::new();
-    };
-    let Ok(h) = r.headers().cloned() else { return Vec::new() };
-    r.records()
-        .flatten()
-        .map(|rec| h.iter().zip(rec.iter()).map(|(k, v)| (k.to_string(), v.to_string())).collect())
-        .collect()
-}
-
-fn num(row: &CsvRow, key: &str) -> Option<f64> {
-    row.get(key).and_then(|v| v.parse::<f64>().ok()).filter(|v| v.is_finite())
-}
-
 fn med(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| median(v))
 }
 
-/// The last epoch's (val_loss, val_accuracy) of a run folder.
-fn validation(run: &Path) -> (Option<f64>, Option<f64>) {
-    let rows = read_csv(&run.join("epochs.csv"));
-    let Some(last) = rows.last() else { return (None, None) };
-    (num(last, "val_loss"), num(last, "val_accuracy"))
+fn finite(v: f64) -> Option<f64> {
+    v.is_finite().then_some(v)
 }
 
-/// Summarises every point of `plan` from the study folder `out`.
-pub(super) fn summarise(out: &Path, plan: &Plan, repeat: usize, state: &State) -> Vec<PointSummary> {
-    let scaling = read_csv(&out.join("report").join("scaling.csv"));
-    let summary = read_csv(&out.join("report").join("summary.csv"));
+/// Summarises every point of `plan` from `report`, `reduce`'s report of the study's runs.
+pub(super) fn summarise(report: &Report, plan: &Plan, repeat: usize, state: &State) -> Vec<PointSummary> {
+    let runs: BTreeMap<&str, &RunReport> = report.runs.iter().map(|r| (r.run_id.as_str(), r)).collect();
     plan.points
         .iter()
         .map(|p| {
@@ -89,31 +71,30 @@ pub(super) fn summarise(out: &Path, plan: &Plan, repeat: usize, state: &State) -
             let error = names
                 .iter()
                 .find_map(|n| state.get(n).filter(|o| o.status == RunStatus::Failed).and_then(|o| o.error.clone()));
-            // scaling.csv lists a group's runs space-separated in run_ids.
-            let rows_of = |mode: &str| {
-                scaling.iter().find(|row| {
-                    row.get("scaling_mode").map(String::as_str) == Some(mode)
-                        && row
-                            .get("run_ids")
-                            .is_some_and(|ids| done.iter().any(|n| ids.split(' ').any(|id| id == n.as_str())))
-                })
+            let row_of = |mode: ScalingMode| -> Option<&ScalingRow> {
+                report
+                    .scaling
+                    .iter()
+                    .find(|row| row.scaling_mode == mode && row.run_ids.iter().any(|id| done.contains(&id)))
             };
-            let any = ["baseline", "weak", "strong", "none"].iter().find_map(|m| rows_of(m));
-            let get = |mode: &str, key: &str| rows_of(mode).and_then(|r| num(r, key));
+            let get = |mode: ScalingMode, f: fn(&ScalingRow) -> f64| row_of(mode).and_then(|r| finite(f(r)));
+            let of_runs = |f: fn(&RunReport) -> Option<f64>| -> Vec<f64> {
+                done.iter().filter_map(|n| runs.get(n.as_str()).and_then(|r| f(r))).collect()
+            };
+            // R of a run: its lowest over node types.
             let r: Vec<f64> = done
                 .iter()
                 .filter_map(|n| {
-                    summary
+                    report
+                        .summary
                         .iter()
-                        .filter(|row| row.get("run_id") == Some(*n))
-                        .filter_map(|row| num(row, "compute_comm_ratio"))
+                        .filter(|row| row.run_id == **n)
+                        .filter_map(|row| finite(row.compute_comm_ratio))
                         .reduce(f64::min)
                 })
                 .collect();
-            let vals: Vec<(Option<f64>, Option<f64>)> = done.iter().map(|n| validation(&out.join("runs").join(n))).collect();
-            let losses: Vec<f64> = vals.iter().filter_map(|v| v.0).collect();
-            let accs: Vec<f64> = vals.iter().filter_map(|v| v.1).collect();
-            let baseline = p.ranks == 1 && rows_of("baseline").is_some();
+            let baseline = p.ranks == 1 && row_of(ScalingMode::Baseline).is_some();
+            let one = |v: Option<f64>| if baseline { Some(1.0) } else { v };
             PointSummary {
                 point: p.id.clone(),
                 workload: p.workload.clone(),
@@ -123,18 +104,18 @@ pub(super) fn summarise(out: &Path, plan: &Plan, repeat: usize, state: &State) -
                 global_batch: p.global_batch,
                 repeats_completed: done.len(),
                 repeats_planned: repeat,
-                samples_per_s: any.and_then(|r| num(r, "samples_per_s")),
-                weak_speedup: if baseline { Some(1.0) } else { get("weak", "speedup") },
-                weak_speedup_low: get("weak", "speedup_low"),
-                weak_speedup_high: get("weak", "speedup_high"),
-                weak_efficiency: if baseline { Some(1.0) } else { get("weak", "efficiency") },
-                strong_speedup: if baseline { Some(1.0) } else { get("strong", "speedup") },
-                strong_speedup_low: get("strong", "speedup_low"),
-                strong_speedup_high: get("strong", "speedup_high"),
-                strong_efficiency: if baseline { Some(1.0) } else { get("strong", "efficiency") },
+                samples_per_s: med(&of_runs(|r| finite(r.samples_per_s))),
+                weak_speedup: one(get(ScalingMode::Weak, |r| r.speedup)),
+                weak_speedup_low: get(ScalingMode::Weak, |r| r.speedup_low),
+                weak_speedup_high: get(ScalingMode::Weak, |r| r.speedup_high),
+                weak_efficiency: one(get(ScalingMode::Weak, |r| r.efficiency)),
+                strong_speedup: one(get(ScalingMode::Strong, |r| r.speedup)),
+                strong_speedup_low: get(ScalingMode::Strong, |r| r.speedup_low),
+                strong_speedup_high: get(ScalingMode::Strong, |r| r.speedup_high),
+                strong_efficiency: one(get(ScalingMode::Strong, |r| r.efficiency)),
                 compute_comm_ratio: med(&r),
-                val_loss: med(&losses),
-                val_accuracy: med(&accs),
+                val_loss: med(&of_runs(|r| r.final_val_loss)),
+                val_accuracy: med(&of_runs(|r| r.final_val_accuracy)),
                 error,
             }
         })
@@ -235,15 +216,16 @@ fn interval(low: Option<f64>, high: Option<f64>) -> String {
     }
 }
 
-/// Writes `report/study.csv`, `report/study.md` and a speedup curve per workload;
-/// returns the verdict sentences.
-pub(super) fn write(out: &Path, plan: &Plan, repeat: usize, state: &State, plots: bool) -> Result<Vec<String>> {
+/// Writes `report/study.csv`, `report/study.md` and a speedup curve per workload from
+/// `reduced`, `reduce`'s report of the study's runs; returns the verdict sentences.
+pub(super) fn write(out: &Path, plan: &Plan, repeat: usize, state: &State, reduced: &Report, plots: bool) -> Result<Vec<String>> {
     let report = out.join("report");
     std::fs::create_dir_all(&report).with_context(|| format!("cannot create {}", report.display()))?;
-    let rows = summarise(out, plan, repeat, state);
+    let rows = summarise(reduced, plan, repeat, state);
     let mut w = csv::Writer::from_path(report.join("study.csv")).context("cannot write study.csv")?;
     for r in &rows {
-        w.serialize(r)?;
+        // Plain decimals, as reduce writes its tables: no exponent, nothing undefined.
+        w.serialize(Cells(r))?;
     }
     w.flush()?;
     let mut by: BTreeMap<&str, Vec<&PointSummary>> = BTreeMap::new();

@@ -40,6 +40,74 @@ pub struct TrainConfig {
     pub output: OutputConfig,
 }
 
+/// The `train` flags that change the work of a step, each with the field of the
+/// comparison key ([`crate::record::ComparisonKey`]) that records what it made run: runs
+/// that differ in one are never repeats of one point, nor each other's reference.
+pub const IN_KEY: &[(&str, &str)] = &[
+    ("--model", "model"),
+    ("--dataset", "dataset"),
+    ("--device", "device"),
+    ("--threads", "threads"),
+    ("--optimizer", "optimizer"),
+    ("--grad-accum", "grad_accum"),
+    ("--bucket-mb", "bucket_mb"),
+    ("--overlap", "overlap"),
+    ("--grad-dtype", "grad_dtype"),
+    ("--amp", "amp"),
+    ("--allreduce", "backend"),
+    ("--workers", "workers"),
+    ("--seq-len", "seq_len"),
+    ("--vocab-size", "vocab_size"),
+    ("--malloc", "malloc"),
+    ("--deterministic", "deterministic"),
+    ("--phase-sync", "phase_sync"),
+    ("--no-dropout", "dropout"),
+    // 0 skips SGD's momentum buffer; the value is kept whole, so runs never pool updates
+    // that differ.
+    ("--momentum", "momentum"),
+    // Above 0 adds the decay term to every parameter's update.
+    ("--weight-decay", "weight_decay"),
+];
+
+/// The `train` flags that do not change the work of a step, and why: runs that differ
+/// only in these are repeats of one point.
+pub const NOT_IN_KEY: &[(&str, &str)] = &[
+    (
+        "--data-dir",
+        "where the files are: the data set's kind is the key's dataset, and a path names no content",
+    ),
+    (
+        "--synthetic-samples",
+        "the size of the synthetic training split: steps per epoch, not a step's work",
+    ),
+    (
+        "--max-image-pixels",
+        "a cap that refuses a file before it is decoded: a completed step decoded the same",
+    ),
+    (
+        "--max-image-bytes",
+        "a cap that refuses a file before it is read: a completed step read the same",
+    ),
+    ("--epochs", "how long the run is, not what a step does"),
+    ("--max-steps", "how long the run is, not what a step does"),
+    ("--batch-size", "a dimension of the point of its own (batch per rank, global batch)"),
+    ("--warmup-steps", "which steps are left out of the figures"),
+    ("--val-samples", "validation runs after an epoch's timed steps"),
+    ("--seed", "the initial values and the order of samples, not the work on them"),
+    ("--lr", "the learning rate's value scales the same update"),
+    ("--lr-scaling", "it sets the learning rate's value"),
+    ("--warmup-epochs", "it sets the learning rate's value over time"),
+    ("--bind", "where threads run; the threads it bound are the key's threads"),
+    ("--node-type", "node types are a dimension of the point of their own"),
+    ("--node-slots", "it sets the binding; the threads it bound are the key's threads"),
+    ("--probe-iters", "the probe runs before the first step"),
+    ("--out", "where the files go"),
+    ("--log-every", "a log line on rank 0 between steps, outside the timed phases"),
+    ("--telemetry-ms", "NVML is sampled by a thread of its own, beside the step"),
+    ("--save-model", "the parameters are written after the last step"),
+    ("--watchdog-s", "a time limit on collectives, which a completed run never reached"),
+];
+
 /// What is trained, on what.
 #[derive(Args, Debug, Clone, Serialize, Deserialize)]
 #[command(next_help_heading = "Workload")]
@@ -196,14 +264,9 @@ pub struct PlacementConfig {
     pub phase_sync: PhaseSync,
 }
 
-/// Whether phase boundaries wait for the device ([`PlacementConfig::phase_sync`]).
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PhaseSync {
-    #[default]
-    On,
-    Off,
-}
+/// Whether phase boundaries wait for the device ([`PlacementConfig::phase_sync`]);
+/// defined with the comparison key, which records it.
+pub use crate::record::PhaseSync;
 
 /// How gradients are averaged across ranks.
 #[derive(Args, Debug, Clone, Serialize, Deserialize)]
@@ -384,5 +447,47 @@ impl TrainConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    #[derive(Parser)]
+    struct Train {
+        #[command(flatten)]
+        cfg: TrainConfig,
+    }
+
+    /// Every `train` flag is either a field of the comparison key or said not to change
+    /// the step, never both: a new flag cannot merge different workloads unnoticed.
+    #[test]
+    fn every_train_flag_is_in_the_key_or_says_why_not() {
+        let flags: Vec<String> = Train::command()
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .filter(|l| l != "--help")
+            .collect();
+        assert!(flags.len() >= 40, "{flags:?}");
+        let listed = |list: &[(&str, &str)], f: &str| list.iter().filter(|(g, _)| *g == f).count();
+        for f in &flags {
+            let (key, not) = (listed(IN_KEY, f), listed(NOT_IN_KEY, f));
+            assert!(
+                key + not == 1,
+                "{f} must be listed once, in IN_KEY (a field of ComparisonKey) or in NOT_IN_KEY (why it does not \
+                 change the step); it is in IN_KEY {key} time(s) and in NOT_IN_KEY {not} time(s)"
+            );
+        }
+        for (f, _) in IN_KEY.iter().chain(NOT_IN_KEY) {
+            assert!(flags.iter().any(|g| g == f), "{f} is listed but is no train flag");
+        }
+        // Each key flag names a field the key writes (one with every field away from its
+        // default, so none is left out).
+        let key = serde_json::to_value(crate::record::key::tests::unusual()).unwrap();
+        for (f, field) in IN_KEY {
+            assert!(key.get(field).is_some(), "{f}: the key has no field {field}");
+        }
     }
 }

@@ -7,21 +7,11 @@
 //! freed memory in the process for reuse, as PyTorch's CUDA caching allocator does on
 //! a GPU; the price is that resident memory stays at its peak.
 
-use clap::ValueEnum;
-use serde::{Deserialize, Serialize};
-
 /// glibc's largest mmap threshold on 64-bit: blocks up to this size come from the heap.
 const MMAP_THRESHOLD_BYTES: i32 = 32 << 20;
 
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum MallocMode {
-    /// Keep freed memory for reuse (glibc mmap threshold 32 MiB, no trimming), so a step
-    /// does not page its buffers in again every time.
-    Tuned,
-    /// glibc's own settings.
-    Default,
-}
+/// Defined with the comparison key, which records it.
+pub use crate::record::MallocMode;
 
 /// Applies `mode` to glibc's malloc and says what the process runs with, for the
 /// manifest. `MALLOC_MMAP_THRESHOLD_` or `MALLOC_TRIM_THRESHOLD_` in the environment

@@ -1,13 +1,15 @@
 //! The manifest a run starts with (status "running"): configuration, versions,
-//! every rank's placement, the model, the communication set-up and the schedule.
+//! every rank's placement, the model, the communication set-up, the schedule, and the
+//! comparison key of what ran.
 
-use super::communication::Communication;
+use super::communication::{Backend, Communication};
 use super::config::TrainConfig;
 use super::placement::Placement;
 use super::run_folder::RunFolder;
 use super::trainer::{gathered_rank_infos, ModelState, Schedule};
 use crate::data::Dataset;
-use crate::record::{self, Manifest};
+use crate::record::key::{self, ComparisonKey, DeviceKind, Overlap, Real};
+use crate::record::{self, Manifest, RankInfo};
 use crate::world::Group;
 use anyhow::Result;
 use std::path::Path;
@@ -29,6 +31,9 @@ pub fn initial(
     let parameters: usize = model.param_tensors.iter().map(|t| t.numel()).sum();
     let mut config = serde_json::to_value(cfg)?;
     config["lr"] = serde_json::json!(cfg.learning_rate());
+    let model_name: String = serde_json::to_value(cfg.workload.model)?.as_str().unwrap_or("").into();
+    let ranks = gathered_rank_infos(g, place, cfg)?;
+    let comparison_key = comparison_key(cfg, &model_name, &dataset.name, &ranks, comm);
     Ok(Manifest {
         schema_version: record::SCHEMA_VERSION,
         run_id: folder.run_id.clone(),
@@ -39,7 +44,7 @@ pub fn initial(
         mpi_library: mpi::environment::library_version().unwrap_or_default().trim().to_string(),
         command_line: std::env::args().collect(),
         config,
-        model: serde_json::to_value(cfg.workload.model)?.as_str().unwrap_or("").into(),
+        model: model_name,
         dataset: dataset.name.clone(),
         dataset_source: dataset.source.clone(),
         parameters,
@@ -59,10 +64,42 @@ pub fn initial(
         final_val_accuracy: None,
         allreduce_probe: comm.probe.clone(),
         allreduce_probe_warm: comm.probe_warm.clone(),
-        ranks: gathered_rank_infos(g, place, cfg)?,
+        ranks,
         host_malloc: None,
         clock: None,
+        comparison_key: Some(comparison_key),
     })
+}
+
+/// What the run is compared by: what ran (the device found, the threads bound, the
+/// backend chosen, the overlap in effect) and the flags that change a step's work.
+fn comparison_key(cfg: &TrainConfig, model: &str, dataset: &str, ranks: &[RankInfo], comm: &Communication) -> ComparisonKey {
+    ComparisonKey {
+        model: model.into(),
+        dataset: dataset.into(),
+        device: DeviceKind::of_ranks(ranks),
+        threads_per_rank: key::threads_of(ranks),
+        optimizer: Some(cfg.optim.optimizer),
+        grad_accum: Some(cfg.schedule.grad_accum),
+        bucket_mb: Some(Real(cfg.comm.bucket_mb)),
+        overlap: Overlap::in_effect(comm.info.overlap, comm.info.overlap_shares_core),
+        grad_dtype: Some(cfg.comm.grad_dtype),
+        amp: Some(cfg.optim.amp),
+        backend: match comm.backend {
+            Backend::Nccl => key::Backend::Nccl,
+            Backend::Mpi => key::Backend::MpiCpuStaged,
+            Backend::None => key::Backend::None,
+        },
+        workers: cfg.placement.workers,
+        seq_len: Some(cfg.workload.seq_len),
+        vocab_size: Some(cfg.workload.vocab_size),
+        malloc: Some(cfg.placement.malloc),
+        deterministic: Some(cfg.schedule.deterministic),
+        phase_sync: cfg.placement.phase_sync,
+        dropout: !cfg.workload.no_dropout,
+        momentum: Real(cfg.optim.momentum),
+        weight_decay: Real(cfg.optim.weight_decay),
+    }
 }
 
 /// Version of the libtorch this binary runs on, from the library's build file.

@@ -7,12 +7,12 @@ pub mod projection;
 pub mod scaling;
 pub mod summary;
 
-pub use scaling::{scaling, ScalingRow, StepBreakdown};
+pub use scaling::{scaling, ScalingMode, ScalingRow, StepBreakdown};
 pub use summary::{gating_type, rank_summaries, type_summaries, RankSummary, TypeSummary};
 
 use super::metrics;
 use super::read::{self, GpuTelemetry, Row};
-use crate::record::{EpochRow, Manifest, Phase, PhaseTimes};
+use crate::record::{ComparisonKey, EpochRow, Manifest, Phase, PhaseTimes};
 use crate::stats::Sketch;
 use std::path::{Path, PathBuf};
 
@@ -39,7 +39,7 @@ pub struct RankStats {
 pub const LONGEST_KEPT: usize = 16;
 
 /// A step that took over [`STALL_FACTOR`] times its rank's median.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Stall {
     pub rank: usize,
     pub global_step: u64,
@@ -95,6 +95,8 @@ impl TypeStats {
 pub struct RunStats {
     pub dir: PathBuf,
     pub manifest: Manifest,
+    /// What the run is compared by (None only for a run with problems).
+    pub key: Option<ComparisonKey>,
     pub ranks: Vec<RankStats>,
     pub types: Vec<TypeStats>,
     /// Per step, the mean over ranks of step_s: its sketch, and the series in step
@@ -199,6 +201,7 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
         epochs: std::mem::take(&mut files.epochs),
         problems: Vec::new(),
         manifest: files.manifest.clone(),
+        key: files.key.clone(),
     };
     let mut type_of: Vec<usize> = Vec::new();
     let clock = files.clock.clone();

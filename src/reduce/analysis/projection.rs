@@ -24,11 +24,10 @@
 //! nodes, the ring (or tree where faster) all-reduce of the model, no congestion from
 //! other jobs, compute per rank independent of N.
 
-use super::scaling::ComparisonKey;
 use super::RunStats;
 use crate::allreduce::model::{Algorithm, InterconnectModel};
 use crate::allreduce::ModelFile;
-use crate::record::Phase;
+use crate::record::{ComparisonKey, Phase};
 use crate::stats::Sketch;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -214,10 +213,9 @@ fn project(w: &Workload, model: &InterconnectModel, nodes: usize, per_node: usiz
 pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) -> (Vec<ProjectionRow>, Vec<String>) {
     let mut groups: BTreeMap<(ComparisonKey, usize), Vec<&RunStats>> = BTreeMap::new();
     for r in runs.iter().filter(|r| r.manifest.comm_backend != "none") {
-        groups
-            .entry((ComparisonKey::of(&r.manifest), r.manifest.batch_size_per_rank))
-            .or_default()
-            .push(r);
+        if let Some(key) = &r.key {
+            groups.entry((key.clone(), r.manifest.batch_size_per_rank)).or_default().push(r);
+        }
     }
     let mut rows = Vec::new();
     let mut notes = Vec::new();
@@ -295,7 +293,7 @@ pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) ->
             rows.push(spec.row(nodes, p, &s, &measured));
         }
         // Strong scaling of the reference's global batch over the same shapes.
-        let same_key: Vec<&RunStats> = runs.iter().copied().filter(|r| ComparisonKey::of(&r.manifest) == key).collect();
+        let same_key: Vec<&RunStats> = runs.iter().copied().filter(|r| r.key.as_ref() == Some(&key)).collect();
         rows.extend(strong_rows(&label, &key, reference, &same_key, &w, model, &shapes, measured_max));
     }
     (rows, notes)

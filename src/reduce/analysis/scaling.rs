@@ -3,83 +3,16 @@
 //! per-rank batch) and strong (same global batch) wherever that reference exists.
 //!
 //! Runs are comparable only when everything that changes a step's work matches
-//! ([`ComparisonKey`]): a reference is never filled with a substitute. A point on
+//! ([`ComparisonKey`], written by `train`): a reference is never filled with a substitute. A point on
 //! several node types is compared with one 1-rank reference per node type: its ideal
 //! throughput is the sum over its ranks of their type's reference throughput.
 
 use super::{gating_type, RunStats};
-use crate::record::{plain_decimal, Manifest, Phase};
+use crate::record::{ComparisonKey, Phase};
 use crate::reduce::metrics;
 use crate::stats::{self, Rng};
 use serde::Serialize;
 use std::collections::BTreeMap;
-
-/// Everything that changes the work of a step, except the rank count and the batch.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ComparisonKey {
-    pub model: String,
-    pub dataset: String,
-    /// `cpu` or `cuda`.
-    pub device: String,
-    /// Intra-op threads per rank (all ranks' values).
-    pub threads: String,
-    /// The other configuration that matters, `name=value` joined.
-    pub settings: String,
-}
-
-impl ComparisonKey {
-    /// The key in one line, as `scaling.csv` and `projection.csv` print it (model and
-    /// data set have columns of their own).
-    pub fn describe(&self) -> String {
-        format!("{} threads={} {}", self.device, self.threads, self.settings)
-    }
-
-    pub fn of(m: &Manifest) -> ComparisonKey {
-        let c = &m.config;
-        let get = |k: &str| c.get(k).map(|v| v.to_string().trim_matches('"').to_string()).unwrap_or_default();
-        let mut threads: Vec<usize> = m.ranks.iter().map(|r| r.threads).collect();
-        threads.sort_unstable();
-        threads.dedup();
-        let device = if m.ranks.iter().any(|r| r.device.starts_with("Cuda")) {
-            "cuda"
-        } else {
-            "cpu"
-        };
-        let overlap = if m.comm.overlap && !m.comm.overlap_shares_core {
-            "on"
-        } else {
-            "off"
-        };
-        let settings = [
-            ("optimizer", get("optimizer")),
-            ("grad_accum", get("grad_accum")),
-            ("bucket_mb", get("bucket_mb")),
-            ("overlap", overlap.to_string()),
-            ("grad_dtype", m.comm.grad_dtype.clone()),
-            ("amp", m.comm.amp.clone()),
-            ("backend", m.comm_backend.clone()),
-            ("workers", get("workers")),
-            ("seq_len", get("seq_len")),
-            ("vocab_size", get("vocab_size")),
-            ("malloc", get("malloc")),
-            ("deterministic", get("deterministic")),
-            // Only `off` changes a step (no waits at phase boundaries); older runs lack the field.
-            ("phase_sync", if get("phase_sync") == "off" { "off".into() } else { String::new() }),
-        ]
-        .iter()
-        .filter(|(_, v)| !v.is_empty())
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(" ");
-        ComparisonKey {
-            model: m.model.clone(),
-            dataset: m.dataset.clone(),
-            device: device.into(),
-            threads: threads.iter().map(|t| t.to_string()).collect::<Vec<_>>().join("/"),
-            settings,
-        }
-    }
-}
 
 /// Runs with the same key, node types, rank count and batch: repeats of one point.
 #[derive(Debug, Clone)]
@@ -116,12 +49,14 @@ pub fn points<'a>(runs: &[&'a RunStats]) -> Vec<Point<'a>> {
     let mut groups: BTreeMap<(ComparisonKey, Vec<(String, usize)>, usize, usize, usize), Vec<&'a RunStats>> = BTreeMap::new();
     for r in runs.iter().filter(|r| r.manifest.comm_backend != "none") {
         let m = &r.manifest;
+        // A run without a key has problems, and is no complete run.
+        let Some(key) = r.key.clone() else { continue };
         let mut types: BTreeMap<String, usize> = BTreeMap::new();
         for t in &r.types {
             *types.entry(t.node_type.clone()).or_default() += t.ranks.len();
         }
         let k = (
-            ComparisonKey::of(m),
+            key,
             types.into_iter().collect(),
             m.world_size,
             m.batch_size_per_rank,
@@ -187,11 +122,48 @@ impl StepBreakdown {
     }
 }
 
+/// How a point is compared, as scaling.csv's `scaling_mode` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScalingMode {
+    /// A 1-rank point: the reference itself.
+    Baseline,
+    /// Against the 1-rank point of the same per-rank batch.
+    Weak,
+    /// Against the 1-rank point of the same global batch.
+    Strong,
+    /// Against the run `--baseline` names.
+    Explicit,
+    /// No reference: `missing_reference` says what to add.
+    None,
+}
+
+impl ScalingMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            ScalingMode::Baseline => "baseline",
+            ScalingMode::Weak => "weak",
+            ScalingMode::Strong => "strong",
+            ScalingMode::Explicit => "explicit",
+            ScalingMode::None => "none",
+        }
+    }
+}
+
+impl std::fmt::Display for ScalingMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// The modes a multi-rank point is compared in, where its reference exists.
+const COMPARED: [ScalingMode; 2] = [ScalingMode::Weak, ScalingMode::Strong];
+
 /// One row of scaling.csv: one point (its repeats) against its reference, in one mode.
 #[derive(Debug, Clone, Serialize)]
 pub struct ScalingRow {
-    /// The point's runs, space-separated (repeats of one configuration).
-    pub run_ids: String,
+    /// The point's runs (repeats of one configuration); space-separated in the CSV.
+    pub run_ids: Vec<String>,
     pub repeats: usize,
     pub model: String,
     pub dataset: String,
@@ -204,57 +176,40 @@ pub struct ScalingRow {
     pub comparison: String,
     /// baseline (a 1-rank point), weak (against the same per-rank batch), strong (the
     /// same global batch), explicit (against --baseline), or none (no reference).
-    pub scaling_mode: String,
-    pub baseline_run_ids: String,
+    pub scaling_mode: ScalingMode,
+    pub baseline_run_ids: Vec<String>,
     pub baseline_repeats: usize,
     /// What run would give this point a reference, when it has none.
     pub missing_reference: String,
     /// Steps per rank of the first run (warm-up excluded).
     pub steps: u64,
     /// Mean over repeats of the mean step time.
-    #[serde(serialize_with = "plain_decimal")]
     pub step_s_mean: f64,
     /// Mean over repeats of the throughput, and its range.
-    #[serde(serialize_with = "plain_decimal")]
     pub samples_per_s: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub samples_per_s_min: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub samples_per_s_max: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub speedup: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub speedup_low: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub speedup_high: f64,
     /// How speedup_low..speedup_high was found (see [`Interval`]).
     pub interval_method: String,
     /// 1 when that interval contains 1.
     pub within_noise: u8,
-    #[serde(serialize_with = "plain_decimal")]
     pub efficiency: f64,
     /// Strong scaling only ([`metrics::karp_flatt`]).
-    #[serde(serialize_with = "plain_decimal")]
     pub karp_flatt: f64,
     /// Strong scaling with at least two points beyond the reference: Amdahl's fit.
-    #[serde(serialize_with = "plain_decimal")]
     pub amdahl_serial_fraction: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub amdahl_speedup: f64,
     /// Weak scaling only ([`metrics::gustafson_serial_fraction`]).
-    #[serde(serialize_with = "plain_decimal")]
     pub gustafson_serial_fraction: f64,
     /// The reference throughput times the rank counts (per node type).
-    #[serde(serialize_with = "plain_decimal")]
     pub ideal_samples_per_s: f64,
     /// Throughput lost to each cause; the four add up to ideal minus measured.
-    #[serde(serialize_with = "plain_decimal")]
     pub loss_comm_samples_per_s: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub loss_data_samples_per_s: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub loss_straggler_samples_per_s: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub loss_other_samples_per_s: f64,
     pub gating_node_type: String,
 }
@@ -307,7 +262,7 @@ impl Interval {
 
 /// A point's references: per node type, the 1-rank point it is compared with.
 struct Reference<'p, 'a> {
-    mode: &'static str,
+    mode: ScalingMode,
     per_type: Vec<(&'p Point<'a>, usize)>,
 }
 
@@ -323,13 +278,13 @@ impl Reference<'_, '_> {
 }
 
 /// The 1-rank point of `t` that `p` is compared with in `mode`.
-fn find_reference<'p, 'a>(points: &'p [Point<'a>], p: &Point, t: &str, mode: &str) -> Option<&'p Point<'a>> {
+fn find_reference<'p, 'a>(points: &'p [Point<'a>], p: &Point, t: &str, mode: ScalingMode) -> Option<&'p Point<'a>> {
     points.iter().find(|q| {
         q.ranks == 1
             && q.key == p.key
             && q.single_type() == Some(t)
             && match mode {
-                "weak" => q.batch_per_rank == p.batch_per_rank,
+                ScalingMode::Weak => q.batch_per_rank == p.batch_per_rank,
                 _ => q.global_batch == p.global_batch,
             }
     })
@@ -349,7 +304,7 @@ pub fn scaling(runs: &[&RunStats], explicit: Option<&RunStats>) -> Vec<ScalingRo
             let missing: Vec<&str> = p
                 .types
                 .keys()
-                .filter(|t| ["weak", "strong"].iter().all(|m| find_reference(&pts, p, t, m).is_none()))
+                .filter(|t| COMPARED.iter().all(|&m| find_reference(&pts, p, t, m).is_none()))
                 .map(String::as_str)
                 .collect();
             let mut r = row(p, None, i);
@@ -379,7 +334,11 @@ fn references<'p, 'a>(pts: &'p [Point<'a>], p: &'p Point<'a>, explicit: Option<&
     if let Some(e) = explicit {
         if let Some(q) = pts.iter().find(|q| q.runs.iter().any(|r| std::ptr::eq(*r, e))) {
             if q.key.model == p.key.model && q.key.dataset == p.key.dataset {
-                let mode = if std::ptr::eq(q, p) { "baseline" } else { "explicit" };
+                let mode = if std::ptr::eq(q, p) {
+                    ScalingMode::Baseline
+                } else {
+                    ScalingMode::Explicit
+                };
                 return vec![Reference {
                     mode,
                     per_type: vec![(q, p.ranks)],
@@ -389,11 +348,11 @@ fn references<'p, 'a>(pts: &'p [Point<'a>], p: &'p Point<'a>, explicit: Option<&
     }
     if p.ranks == 1 {
         return vec![Reference {
-            mode: "baseline",
+            mode: ScalingMode::Baseline,
             per_type: vec![(p, 1)],
         }];
     }
-    ["weak", "strong"]
+    COMPARED
         .into_iter()
         .filter_map(|mode| {
             let per_type: Option<Vec<_>> = p
@@ -423,7 +382,7 @@ fn row(p: &Point, reference: Option<&Reference>, index: usize) -> ScalingRow {
     let measured = p.throughput();
     let first = p.runs[0];
     let mut out = ScalingRow {
-        run_ids: p.run_ids().join(" "),
+        run_ids: p.run_ids(),
         repeats: p.runs.len(),
         model: p.key.model.clone(),
         dataset: p.key.dataset.clone(),
@@ -433,8 +392,8 @@ fn row(p: &Point, reference: Option<&Reference>, index: usize) -> ScalingRow {
         batch_per_rank: p.batch_per_rank,
         global_batch: p.global_batch,
         comparison: p.key.describe(),
-        scaling_mode: "none".into(),
-        baseline_run_ids: String::new(),
+        scaling_mode: ScalingMode::None,
+        baseline_run_ids: Vec::new(),
         baseline_repeats: 0,
         missing_reference: String::new(),
         steps: first.steps,
@@ -469,14 +428,14 @@ fn compare(out: &mut ScalingRow, p: &Point, reference: &Reference, index: usize)
     let ideal = reference.ideal(|q| q.throughput());
     let measured = p.throughput();
     let n = p.ranks as f64;
-    out.scaling_mode = reference.mode.into();
+    out.scaling_mode = reference.mode;
     let base_runs = reference.runs();
-    out.baseline_run_ids = base_runs.iter().map(|r| r.manifest.run_id.clone()).collect::<Vec<_>>().join(" ");
+    out.baseline_run_ids = base_runs.iter().map(|r| r.manifest.run_id.clone()).collect();
     out.baseline_repeats = reference.per_type.iter().map(|(q, _)| q.runs.len()).min().unwrap_or(0);
     out.ideal_samples_per_s = ideal;
     out.speedup = metrics::speedup(measured, ideal / n);
     out.efficiency = metrics::efficiency(out.speedup, n);
-    if reference.mode == "baseline" {
+    if reference.mode == ScalingMode::Baseline {
         return;
     }
     let (lo, hi, method) = interval(p, reference, 17 + index as u64);
@@ -485,8 +444,8 @@ fn compare(out: &mut ScalingRow, p: &Point, reference: &Reference, index: usize)
     out.interval_method = method.describe();
     out.within_noise = u8::from(lo <= 1.0 && 1.0 <= hi);
     match reference.mode {
-        "strong" => out.karp_flatt = metrics::karp_flatt(out.speedup, n),
-        "weak" => out.gustafson_serial_fraction = metrics::gustafson_serial_fraction(out.speedup, n),
+        ScalingMode::Strong => out.karp_flatt = metrics::karp_flatt(out.speedup, n),
+        ScalingMode::Weak => out.gustafson_serial_fraction = metrics::gustafson_serial_fraction(out.speedup, n),
         _ => {}
     }
     if reference.per_type.len() == 1 {
@@ -576,11 +535,14 @@ fn block_interval(p: &Point, reference: &Reference, seed: u64) -> (f64, f64, Int
     )
 }
 
+/// A strong series: model, data set, comparison, the reference's runs, global batch.
+type SeriesKey = (String, String, String, Vec<String>, usize);
+
 /// Amdahl's fit through each strong series (same key, node types and global batch)
 /// with at least two points beyond its reference.
 fn fit_laws(rows: &mut [ScalingRow]) {
-    let mut series: BTreeMap<(String, String, String, String, usize), Vec<usize>> = BTreeMap::new();
-    for (i, r) in rows.iter().enumerate().filter(|(_, r)| r.scaling_mode == "strong") {
+    let mut series: BTreeMap<SeriesKey, Vec<usize>> = BTreeMap::new();
+    for (i, r) in rows.iter().enumerate().filter(|(_, r)| r.scaling_mode == ScalingMode::Strong) {
         series
             .entry((
                 r.model.clone(),

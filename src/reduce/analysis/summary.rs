@@ -1,14 +1,15 @@
 //! `summary.csv` (one row per run and node type) and `ranks.csv` (one row per rank).
 
 use super::{RunStats, TypeStats};
-use crate::record::{plain_decimal, Phase, SCHEMA_VERSION};
+use crate::record::{Phase, SCHEMA_VERSION};
 use crate::reduce::metrics;
 use serde::Serialize;
 use std::collections::BTreeSet;
 
 /// One row of summary.csv: one node type of one run. A rank-CSV column `x_s` appears
 /// as `x_s_median` (median over the type's rank-steps) and, for a phase, `x_share`
-/// (its mean over the mean step, so the shares add up to 1).
+/// (its mean over the mean step, so the shares add up to 1). Written as CSV, every real
+/// is a plain decimal and an undefined one (NaN) an empty cell.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct TypeSummary {
     pub run_id: String,
@@ -23,103 +24,67 @@ pub struct TypeSummary {
     pub global_batch: usize,
     /// Rank-steps counted over all ranks of this type (warm-up excluded).
     pub rank_steps: u64,
-    #[serde(serialize_with = "plain_decimal")]
     pub step_s_median: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub step_s_p95: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub step_s_max: f64,
     /// Samples per second of all ranks of this type together.
-    #[serde(serialize_with = "plain_decimal")]
     pub samples_per_s: f64,
     /// Epoch time: the median of the full epochs measured (epochs.csv), or, when none
     /// ran whole, steps per epoch × mean step (then `epoch_s_projected` is 1).
-    #[serde(serialize_with = "plain_decimal")]
     pub epoch_s: f64,
     pub epoch_s_projected: u8,
-    #[serde(serialize_with = "plain_decimal")]
     pub data_s_median: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub data_share: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub batch_copy_s_median: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub batch_copy_share: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub forward_s_median: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub forward_share: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub backward_s_median: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub backward_share: f64,
     /// The communication phase: waiting for the all-reduce after backward.
-    #[serde(serialize_with = "plain_decimal")]
     pub comm_exposed_s_median: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub comm_exposed_share: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub optimizer_s_median: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub optimizer_share: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub other_s_median: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub other_share: f64,
     /// All of the all-reduce work per step (comm_s), hidden behind backward or not.
-    #[serde(serialize_with = "plain_decimal")]
     pub comm_s_median: f64,
     /// The straggler wait inside the all-reduce ([`metrics::straggler_wait`]).
-    #[serde(serialize_with = "plain_decimal")]
     pub comm_wait_s_median: f64,
     /// The all-reduce work without that wait ([`metrics::transfer_time`]).
-    #[serde(serialize_with = "plain_decimal")]
     pub comm_transfer_s_median: f64,
     /// R ([`metrics::compute_comm_ratio`]) from mean forward, backward and transfer
     /// time: the wait for a late rank is not communication.
-    #[serde(serialize_with = "plain_decimal")]
     pub compute_comm_ratio: f64,
     /// Mean comm_hidden_s: all-reduce work done while backward ran (0 where the
     /// all-reduce thread shared backward's cores).
-    #[serde(serialize_with = "plain_decimal")]
     pub comm_hidden_s_mean: f64,
     /// Mean comm_exposed_s minus mean comm_wait_s: the exposed all-reduce without the wait.
-    #[serde(serialize_with = "plain_decimal")]
     pub comm_exposed_transfer_s_mean: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub comm_wait_s_mean: f64,
     /// From the median transfer time ([`metrics::busbw`]).
-    #[serde(serialize_with = "plain_decimal")]
     pub busbw_bytes_per_s: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub algbw_bytes_per_s: f64,
     /// Bus bandwidth of the raw MPI_Allreduce probe of the same buckets in the same run,
     /// caches flushed between iterations (gradients come from memory after backward).
-    #[serde(serialize_with = "plain_decimal")]
     pub probe_busbw_bytes_per_s: f64,
     /// The same probe with warm caches (the best case).
-    #[serde(serialize_with = "plain_decimal")]
     pub probe_warm_busbw_bytes_per_s: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub busbw_vs_probe: f64,
     /// Share of steps in which a rank of this type was the last to enter the all-reduce.
-    #[serde(serialize_with = "plain_decimal")]
     pub last_arrival_share: f64,
     /// Seconds per step the other ranks waited because a rank of this type entered last.
-    #[serde(serialize_with = "plain_decimal")]
     pub caused_wait_s_mean: f64,
     /// 1 for the node type that gates the job: of two or more types, the one whose late
     /// arrivals cost the others the most waiting.
     pub gating: u8,
     /// Mean GPU utilisation over the telemetry samples of this type's ranks taken while
     /// their timed (not warm-up) steps ran (empty without telemetry).
-    #[serde(serialize_with = "plain_decimal")]
     pub gpu_util_pct_mean: f64,
     /// Peak GPU memory used by a rank of this type.
-    #[serde(serialize_with = "plain_decimal")]
     pub gpu_mem_used_max_bytes: f64,
     /// Mean GPU power over the same samples as `gpu_util_pct_mean`.
-    #[serde(serialize_with = "plain_decimal")]
     pub gpu_power_w_mean: f64,
 }
 
@@ -227,13 +192,9 @@ pub struct RankSummary {
     pub node_type: String,
     pub host: String,
     pub steps: u64,
-    #[serde(serialize_with = "plain_decimal")]
     pub step_s_median: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub step_s_p95: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub comm_wait_s_mean: f64,
-    #[serde(serialize_with = "plain_decimal")]
     pub last_arrival_share: f64,
 }
 

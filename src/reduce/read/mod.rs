@@ -15,7 +15,7 @@ mod row;
 
 pub use row::Row;
 
-use crate::record::{EndRecord, EpochRow, Manifest, RunStatus};
+use crate::record::{ComparisonKey, EndRecord, EpochRow, Manifest, RunStatus};
 use row::{field, parse_row, Columns};
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
@@ -113,6 +113,9 @@ impl RankReader {
 pub struct RunFiles {
     pub dir: PathBuf,
     pub manifest: Manifest,
+    /// What the run is compared by: the manifest's, or derived from its fields (None when
+    /// a field holds what no run has: a problem says which).
+    pub key: Option<ComparisonKey>,
     pub epochs: Vec<EpochRow>,
     /// Host of each rank, from the manifest.
     pub hosts: BTreeMap<usize, String>,
@@ -137,6 +140,9 @@ pub fn open(dir: &Path) -> Result<RunFiles, String> {
         .into_iter()
         .map(|e| format!("{}: {e}", manifest_path.display()))
         .collect();
+    let key = ComparisonKey::of(&manifest)
+        .map_err(|e| problems.push(format!("{}: {e}", manifest_path.display())))
+        .ok();
     if manifest.status != "completed" {
         problems.push(outcome(dir, &manifest));
     }
@@ -179,6 +185,7 @@ pub fn open(dir: &Path) -> Result<RunFiles, String> {
     Ok(RunFiles {
         dir: dir.to_path_buf(),
         manifest,
+        key,
         epochs,
         hosts,
         problems,

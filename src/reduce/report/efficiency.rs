@@ -1,34 +1,39 @@
 //! Epoch times, and where the efficiency goes (the waterfall).
 
-use super::pct;
-use crate::reduce::analysis::{RunStats, ScalingRow};
+use super::{pct, RunReport};
+use crate::reduce::analysis::ScalingRow;
 use std::fmt::Write;
 
 /// Epoch time per run: measured over full epochs, or projected for runs stopped before
 /// one ended (one definition, as summary.csv's `epoch_s`).
-pub fn epoch_times(md: &mut String, runs: &[&RunStats]) {
+pub fn epoch_times(md: &mut String, runs: &[RunReport]) {
     let _ = writeln!(
         md,
         "\n## Epoch time\n\n| run | ranks | batch/rank | epoch s | |\n|---|---:|---:|---:|---|"
     );
     for r in runs {
-        let (t, projected) = r.epoch_s();
         let _ = writeln!(
             md,
             "| {} | {} | {} | {:.2} | {} |",
-            r.manifest.run_id,
-            r.manifest.world_size,
-            r.manifest.batch_size_per_rank,
-            t,
-            if projected { "projected" } else { "measured" }
+            r.run_id,
+            r.ranks,
+            r.batch_per_rank,
+            r.epoch_s,
+            if r.epoch_s_projected { "projected" } else { "measured" }
         );
     }
     let _ = writeln!(md, "\nA measured epoch time is the median of full epochs (the slowest rank's time); a projected one is steps per epoch × the mean step time, for runs stopped before a full epoch. Speedups come from throughput, which gives the ratio of epoch times for the same data set.");
 }
 
-/// From ideal to measured throughput, cause by cause, for each compared point.
-pub fn waterfall(md: &mut String, scaling: &[ScalingRow]) {
-    let multi: Vec<&ScalingRow> = scaling.iter().filter(|r| r.loss_comm_samples_per_s.is_finite()).collect();
+/// The compared points, those with a waterfall.
+fn compared(scaling: &[ScalingRow]) -> Vec<&ScalingRow> {
+    scaling.iter().filter(|r| r.loss_comm_samples_per_s.is_finite()).collect()
+}
+
+/// From ideal to measured throughput, cause by cause, for each compared point; then
+/// `sentences`.
+pub fn waterfall(md: &mut String, scaling: &[ScalingRow], sentences: &[String]) {
+    let multi = compared(scaling);
     if multi.is_empty() {
         return;
     }
@@ -37,7 +42,7 @@ pub fn waterfall(md: &mut String, scaling: &[ScalingRow]) {
         let _ = writeln!(
             md,
             "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
-            r.run_ids,
+            r.run_ids.join(" "),
             r.scaling_mode,
             r.ideal_samples_per_s,
             r.loss_comm_samples_per_s,
@@ -47,7 +52,15 @@ pub fn waterfall(md: &mut String, scaling: &[ScalingRow]) {
             r.samples_per_s
         );
     }
-    for r in &multi {
+    for s in sentences {
+        let _ = writeln!(md, "\n{s}");
+    }
+}
+
+/// Per compared point that lost throughput: how much, and its largest cause.
+pub fn waterfall_sentences(scaling: &[ScalingRow]) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in compared(scaling) {
         let causes = [
             ("communication", r.loss_comm_samples_per_s),
             ("data loading", r.loss_data_samples_per_s),
@@ -57,15 +70,15 @@ pub fn waterfall(md: &mut String, scaling: &[ScalingRow]) {
         let (name, v) = causes.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or(("", 0.0));
         let lost = r.ideal_samples_per_s - r.samples_per_s;
         if lost > 0.0 && v > 0.0 {
-            let _ = writeln!(
-                md,
-                "\n`{}` ({}) loses {:.1} samples/s ({} of ideal); the largest cause is {name} ({:.1} samples/s).",
-                r.run_ids,
+            out.push(format!(
+                "`{}` ({}) loses {:.1} samples/s ({} of ideal); the largest cause is {name} ({:.1} samples/s).",
+                r.run_ids.join(" "),
                 r.scaling_mode,
                 lost,
                 pct(lost / r.ideal_samples_per_s),
                 v
-            );
+            ));
         }
     }
+    out
 }

@@ -1,20 +1,222 @@
-//! report.md: the tables a scaling study is read from, each with a sentence saying
-//! what its numbers say; the terminal tables ([`terminal`]) and the plots ([`plots`]).
+//! The report: one typed value ([`Report`]) holding every figure and sentence `reduce`
+//! finds, built once from the runs ([`build`]), and everything written from it:
+//! summary.csv, scaling.csv, ranks.csv, projection.csv and report.json ([`files`]),
+//! report.md ([`markdown`], its sections in [`speedup`], [`communication`],
+//! [`efficiency`], [`nodes`] and [`projection`]), the plots ([`plots`]) and the terminal
+//! tables ([`terminal`]). Nothing written reads a run again: a study takes the same value.
 
+mod build;
+mod cells;
 mod communication;
 mod efficiency;
+mod files;
+mod markdown;
 mod nodes;
 mod plots;
 mod projection;
 mod speedup;
 mod terminal;
 
-pub use plots::plots;
-pub use projection::{print_projection, projection_left_out, projection_markdown, projection_plot};
-pub use terminal::print_tables;
+pub use build::build;
+pub use cells::Cells;
+pub use files::write;
+pub use projection::{left_out as projection_left_out, section as projection_section};
+pub use terminal::print;
 
-use super::analysis::{RunStats, ScalingRow, TypeSummary};
-use std::fmt::Write;
+use super::analysis::projection::ProjectionRow;
+use super::analysis::{RankSummary, ScalingRow, Stall, TypeSummary};
+use crate::allreduce::BackendModel;
+use crate::record::ComparisonKey;
+use serde::{Serialize, Serializer};
+use std::path::{Path, PathBuf};
+
+/// Version of report.json's layout: its top-level keys and what each holds.
+pub const REPORT_VERSION: u32 = 1;
+
+/// Everything `reduce` found in a set of run folders.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// [`REPORT_VERSION`].
+    pub report_version: u32,
+    /// The schema of the CSV files written from it (`record::SCHEMA_VERSION`).
+    pub schema_version: u32,
+    /// Every run folder found, usable or not.
+    #[serde(serialize_with = "paths")]
+    pub folders: Vec<PathBuf>,
+    /// The complete runs, in the order read: what every figure is made of.
+    pub runs: Vec<RunReport>,
+    /// summary.csv: one row per run and node type.
+    pub summary: Vec<TypeSummary>,
+    /// ranks.csv: one row per rank.
+    pub ranks: Vec<RankSummary>,
+    /// scaling.csv: one row per point and mode.
+    pub scaling: Vec<ScalingRow>,
+    /// Per workload (runs compared with each other): what its points say.
+    pub workloads: Vec<WorkloadVerdict>,
+    /// The sentences under report.md's tables.
+    pub findings: Findings,
+    /// The projection beyond the allocation, when an interconnect model was given or found.
+    pub projection: Option<ProjectionReport>,
+    /// Runs with holes, left out of every figure, with why.
+    pub incomplete: Vec<LeftOut>,
+    /// Folders that are no run at all (no readable manifest), with why.
+    pub skipped: Vec<LeftOut>,
+}
+
+/// What one complete run adds up to, beyond its rows in the tables.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    pub run_id: String,
+    #[serde(serialize_with = "path")]
+    pub dir: PathBuf,
+    pub model: String,
+    pub dataset: String,
+    /// What it is compared by (every complete run has one).
+    pub comparison_key: Option<ComparisonKey>,
+    pub ranks: usize,
+    pub nodes: usize,
+    pub batch_per_rank: usize,
+    pub global_batch: usize,
+    /// Steps per rank after the warm-up.
+    pub steps: u64,
+    /// Samples per step over the mean step time (the mean over ranks of `step_s`).
+    pub samples_per_s: f64,
+    /// How it communicated, in a few words: backend, overlap, wire dtype, AMP.
+    pub communication: String,
+    /// Gradient bytes all-reduced per step.
+    pub bytes_per_step: u64,
+    /// The median of the full epochs, or steps per epoch × the mean step (projected).
+    pub epoch_s: f64,
+    pub epoch_s_projected: bool,
+    /// Seconds per epoch of compute and of the all-reduce (per-step means × steps per epoch).
+    pub per_epoch: EpochBreakdown,
+    /// Mean seconds per step by phase, the all-reduce split into transfer and waiting.
+    pub per_step: StepPhases,
+    /// The raw MPI_Allreduce probe with flushed caches (bytes, bus bandwidth), when run.
+    pub probe: Option<ProbeReading>,
+    /// Its node types, in order of first rank.
+    pub node_types: Vec<String>,
+    /// Per rank: the 5th, 25th, 50th, 75th and 95th percentile of its step time.
+    pub rank_step_quantiles_s: Vec<RankQuantiles>,
+    /// Steps over ten times their rank's median, longest first.
+    pub stalls: Vec<Stall>,
+    /// The last epoch's validation (None without validation).
+    pub final_val_loss: Option<f64>,
+    pub final_val_accuracy: Option<f64>,
+}
+
+/// Seconds per epoch: compute (forward + backward), all-reduce work, the part of it hidden
+/// behind backward, the exposed transfer, the wait for a late rank; and R.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct EpochBreakdown {
+    pub compute_s: f64,
+    pub comm_s: f64,
+    pub comm_hidden_s: f64,
+    pub comm_exposed_transfer_s: f64,
+    pub comm_wait_s: f64,
+    /// (forward + backward) / transfer, from the means per step.
+    pub compute_comm_ratio: f64,
+}
+
+/// Mean seconds per rank-step of each phase, the exposed all-reduce split into the
+/// transfer and the wait for a late rank.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct StepPhases {
+    /// Waiting for and copying the batch.
+    pub data_s: f64,
+    pub forward_s: f64,
+    pub backward_s: f64,
+    pub comm_transfer_s: f64,
+    pub comm_wait_s: f64,
+    pub optimizer_s: f64,
+    pub other_s: f64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ProbeReading {
+    pub bytes: u64,
+    pub busbw_bytes_per_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RankQuantiles {
+    pub rank: usize,
+    pub node_type: String,
+    /// p5, p25, p50, p75, p95.
+    pub step_s: [f64; 5],
+}
+
+/// The runs compared with each other (same model, data set and comparison), and one
+/// paragraph on their points.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkloadVerdict {
+    pub model: String,
+    pub dataset: String,
+    pub comparison: String,
+    pub verdict: String,
+}
+
+/// The sentences report.md says under its tables.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Findings {
+    /// Under compute vs communication: whether R limits scaling.
+    pub compute_vs_comm: String,
+    /// Under the bandwidth table: training's bus bandwidth against the probe's.
+    pub bandwidth: String,
+    /// Per compared point that lost throughput: the largest cause.
+    pub waterfall: Vec<String>,
+    /// Per run on several node types: the type that sets its pace.
+    pub node_types: Vec<String>,
+}
+
+/// The projection beyond the allocation (projection.csv and report.md's section).
+#[derive(Debug, Clone, Serialize)]
+pub struct ProjectionReport {
+    /// The sweep folder whose model projected.
+    #[serde(serialize_with = "path")]
+    pub sweep: PathBuf,
+    /// Why its model was refused (then nothing was projected).
+    pub left_out: Option<String>,
+    /// The fitted interconnect models, per backend.
+    pub models: Vec<BackendModel>,
+    pub rows: Vec<ProjectionRow>,
+    /// Workloads that could not be projected, and why.
+    pub notes: Vec<String>,
+    /// Per projected workload and mode: what the projection says.
+    pub workloads: Vec<ProjectedWorkload>,
+}
+
+/// One workload's projection (rows with its `from_run` and `scaling`), in sentences.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProjectedWorkload {
+    /// Its name in report.md (the run is added where two workloads share a name).
+    pub name: String,
+    pub from_run: String,
+    pub scaling: String,
+    /// How the projection compares with the measured shapes.
+    pub checked: String,
+    /// Weak scaling: R needed, the batch that reaches 80 %, fp16 gradients, one bucket.
+    pub answers: Vec<String>,
+    /// Strong scaling with per-rank batches outside those measured: how they were guessed.
+    pub strong_note: Option<String>,
+}
+
+/// A folder left out, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct LeftOut {
+    #[serde(serialize_with = "path")]
+    pub dir: PathBuf,
+    pub problems: Vec<String>,
+}
+
+/// A path as text (a name that is not UTF-8 with its odd bytes replaced).
+fn path<S: Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&p.to_string_lossy())
+}
+
+fn paths<S: Serializer>(ps: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(ps.iter().map(|p| p.to_string_lossy()))
+}
 
 pub(crate) fn gbs(bytes_per_s: f64) -> String {
     if bytes_per_s.is_finite() {
@@ -38,51 +240,4 @@ pub(crate) fn pct(x: f64) -> String {
     } else {
         "–".into()
     }
-}
-
-/// report.md for the complete runs, their summaries and scaling rows, naming the
-/// incomplete runs left out.
-pub fn markdown(
-    runs: &[&RunStats],
-    incomplete: &[&RunStats],
-    summaries: &[TypeSummary],
-    scaling: &[ScalingRow],
-    with_plots: bool,
-) -> String {
-    let mut md = String::new();
-    let _ = writeln!(md, "# ddpbench report\n");
-    let _ = writeln!(
-        md,
-        "{} complete run(s), {} incomplete. Steps flagged as warm-up are excluded; times are per step unless said otherwise.\n",
-        runs.len(),
-        incomplete.len()
-    );
-    speedup::runs_table(&mut md, runs, summaries);
-    speedup::per_workload(&mut md, scaling);
-    communication::compute_vs_comm(&mut md, runs);
-    communication::bandwidth(&mut md, runs, summaries);
-    efficiency::epoch_times(&mut md, runs);
-    efficiency::waterfall(&mut md, scaling);
-    nodes::node_types(&mut md, runs, summaries);
-    nodes::stalls(&mut md, runs);
-    nodes::incomplete(&mut md, incomplete);
-    if with_plots {
-        let _ = writeln!(md, "\n## Plots\n\n![speedup](speedup.svg) ![efficiency](efficiency.svg) ![phases](phases.svg) ![bandwidth](bandwidth.svg)\n\nStep time per rank: `step_time_per_rank-<run>.svg`.");
-    }
-    md
-}
-
-/// How a run communicated, in a few words: backend, overlap, wire dtype, AMP.
-pub(crate) fn comm_setup(m: &crate::record::Manifest) -> String {
-    let mut parts = vec![m.comm_backend.clone()];
-    if m.comm.overlap {
-        parts.push(format!("overlap ({} segments)", m.comm.backward_stages));
-    }
-    if !m.comm.grad_dtype.is_empty() && m.comm.grad_dtype != "fp32" {
-        parts.push(format!("{} gradients", m.comm.grad_dtype));
-    }
-    if !m.comm.amp.is_empty() && m.comm.amp != "off" {
-        parts.push(format!("amp {}", m.comm.amp));
-    }
-    parts.join(", ")
 }

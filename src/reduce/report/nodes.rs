@@ -1,11 +1,12 @@
 //! Node types and stragglers, stalls, and the runs left out.
 
-use super::{ms, pct};
-use crate::reduce::analysis::{RunStats, TypeSummary};
+use super::{ms, pct, LeftOut, RunReport};
+use crate::reduce::analysis::{TypeSummary, STALL_FACTOR};
 use std::fmt::Write;
 
-/// Per run and node type: step times, waits for others, last arrivals, the gating type.
-pub fn node_types(md: &mut String, runs: &[&RunStats], summaries: &[TypeSummary]) {
+/// Per run and node type: step times, waits for others, last arrivals, the gating type;
+/// then `sentences`.
+pub fn node_types(md: &mut String, summaries: &[TypeSummary], sentences: &[String]) {
     let _ = writeln!(md, "\n## Node types and stragglers\n\n| run | node type | ranks | nodes | step ms (median) | p95 ms | waits for others ms (mean) | last into all-reduce | others wait for it ms (mean) | gates the job |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
     for s in summaries {
         let _ = writeln!(
@@ -23,32 +24,38 @@ pub fn node_types(md: &mut String, runs: &[&RunStats], summaries: &[TypeSummary]
             if s.gating == 1 { "yes" } else { "" }
         );
     }
-    let hetero: Vec<&&RunStats> = runs.iter().filter(|r| r.types.len() > 1).collect();
-    for r in hetero {
-        let g = summaries.iter().find(|s| s.run_id == r.manifest.run_id && s.gating == 1);
-        if let Some(g) = g {
-            let _ = writeln!(
-                md,
-                "\nIn `{}`, the other types wait {} per step for ranks of type \"{}\" (they arrive last at {} of all-reduces): that type sets the job's pace.",
-                r.manifest.run_id,
-                ms(g.caused_wait_s_mean).replace(' ', "") + " ms",
-                g.node_type,
-                pct(g.last_arrival_share)
-            );
-        }
+    for s in sentences {
+        let _ = writeln!(md, "\n{s}");
     }
 }
 
+/// Per run on several node types: the type whose late arrivals set the job's pace.
+pub fn node_type_sentences(runs: &[RunReport], summaries: &[TypeSummary]) -> Vec<String> {
+    runs.iter()
+        .filter(|r| r.node_types.len() > 1)
+        .filter_map(|r| {
+            let g = summaries.iter().find(|s| s.run_id == r.run_id && s.gating == 1)?;
+            Some(format!(
+                "In `{}`, the other types wait {} per step for ranks of type \"{}\" (they arrive last at {} of all-reduces): that type sets the job's pace.",
+                r.run_id,
+                ms(g.caused_wait_s_mean).replace(' ', "") + " ms",
+                g.node_type,
+                pct(g.last_arrival_share)
+            ))
+        })
+        .collect()
+}
+
 /// Steps over ten times their rank's median, named one by one.
-pub fn stalls(md: &mut String, runs: &[&RunStats]) {
-    let all: Vec<(String, crate::reduce::analysis::Stall)> = runs
+pub fn stalls(md: &mut String, runs: &[RunReport]) {
+    let all: Vec<(&str, &crate::reduce::analysis::Stall)> = runs
         .iter()
-        .flat_map(|r| r.stalls().into_iter().map(|s| (r.manifest.run_id.clone(), s)))
+        .flat_map(|r| r.stalls.iter().map(move |s| (r.run_id.as_str(), s)))
         .collect();
     if all.is_empty() {
         return;
     }
-    let _ = writeln!(md, "\n## Stalls\n\nSteps that took over {} times their rank's median: a rank stopped, swapped or starved, not noise. They are in every figure above; here each is named.\n\n| run | rank | global step | step s | rank's median ms |\n|---|---:|---:|---:|---:|", crate::reduce::analysis::STALL_FACTOR);
+    let _ = writeln!(md, "\n## Stalls\n\nSteps that took over {} times their rank's median: a rank stopped, swapped or starved, not noise. They are in every figure above; here each is named.\n\n| run | rank | global step | step s | rank's median ms |\n|---|---:|---:|---:|---:|", STALL_FACTOR);
     for (run, s) in all.iter().take(50) {
         let _ = writeln!(
             md,
@@ -65,7 +72,7 @@ pub fn stalls(md: &mut String, runs: &[&RunStats]) {
 }
 
 /// The incomplete runs and why they were left out.
-pub fn incomplete(md: &mut String, incomplete: &[&RunStats]) {
+pub fn incomplete(md: &mut String, incomplete: &[LeftOut]) {
     if !incomplete.is_empty() {
         let _ = writeln!(md, "\n## Incomplete runs (left out of every figure)\n");
         for r in incomplete {

@@ -1,20 +1,20 @@
 //! The plots: speedup and efficiency against ranks, phases per run, bandwidth against
 //! message size, and each run's step time per rank.
 
+use super::{Report, RunReport};
 use crate::plot::{self, Series};
-use crate::record::Phase;
-use crate::reduce::analysis::{RunStats, ScalingRow, StepBreakdown, TypeSummary};
+use crate::reduce::analysis::{ScalingMode, ScalingRow, TypeSummary};
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Every plot, as SVG and PNG, into `out`.
-pub fn plots(out: &Path, runs: &[&RunStats], summaries: &[TypeSummary], scaling: &[ScalingRow]) -> Result<()> {
+/// Every plot of `report`, as SVG and PNG, into `out`.
+pub fn plots(out: &Path, report: &Report) -> Result<()> {
     let raster = plot::Rasteriser::new();
-    scaling_plots(&raster, out, scaling)?;
-    phases_plot(&raster, out, runs)?;
-    bandwidth_plot(&raster, out, runs, summaries)?;
-    step_time_plots(&raster, out, runs)
+    scaling_plots(&raster, out, &report.scaling)?;
+    phases_plot(&raster, out, &report.runs)?;
+    bandwidth_plot(&raster, out, &report.runs, &report.summary)?;
+    step_time_plots(&raster, out, &report.runs)
 }
 
 /// Speedup and efficiency against ranks, one series per workload and batch per rank.
@@ -22,10 +22,13 @@ fn scaling_plots(raster: &plot::Rasteriser, out: &Path, scaling: &[ScalingRow]) 
     // One series per workload, mode and batch; the baseline (speedup 1) starts each.
     let mut series: BTreeMap<String, Vec<&ScalingRow>> = BTreeMap::new();
     for r in scaling.iter().filter(|r| r.speedup.is_finite()) {
-        let modes: &[&str] = if r.scaling_mode == "baseline" { &["weak", "strong"] } else { &[""] };
-        for m in modes {
-            let mode = if m.is_empty() { r.scaling_mode.as_str() } else { m };
-            let batch = if mode == "strong" {
+        let modes: &[ScalingMode] = if r.scaling_mode == ScalingMode::Baseline {
+            &[ScalingMode::Weak, ScalingMode::Strong]
+        } else {
+            std::slice::from_ref(&r.scaling_mode)
+        };
+        for &mode in modes {
+            let batch = if mode == ScalingMode::Strong {
                 format!("global {}", r.global_batch)
             } else {
                 format!("b{}", r.batch_per_rank)
@@ -75,21 +78,17 @@ fn scaling_plots(raster: &plot::Rasteriser, out: &Path, scaling: &[ScalingRow]) 
 }
 
 /// Mean time per step by phase, one bar per run.
-fn phases_plot(raster: &plot::Rasteriser, out: &Path, runs: &[&RunStats]) -> Result<()> {
-    let names: Vec<String> = runs
-        .iter()
-        .map(|r| format!("{}r b{}", r.manifest.world_size, r.manifest.batch_size_per_rank))
-        .collect();
-    let phase = |p: Phase| -> Vec<f64> { runs.iter().map(|r| r.phase_mean(p) * 1e3).collect() };
-    let b: Vec<StepBreakdown> = runs.iter().map(|r| StepBreakdown::of(r)).collect();
+fn phases_plot(raster: &plot::Rasteriser, out: &Path, runs: &[RunReport]) -> Result<()> {
+    let names: Vec<String> = runs.iter().map(|r| format!("{}r b{}", r.ranks, r.batch_per_rank)).collect();
+    let ms = |f: fn(&RunReport) -> f64| -> Vec<f64> { runs.iter().map(|r| f(r) * 1e3).collect() };
     let stacks = vec![
-        ("data".to_string(), b.iter().map(|x| x.data_s * 1e3).collect()),
-        ("forward".to_string(), phase(Phase::Forward)),
-        ("backward".to_string(), phase(Phase::Backward)),
-        ("comm: transfer".to_string(), b.iter().map(|x| x.transfer_s * 1e3).collect()),
-        ("comm: waiting".to_string(), b.iter().map(|x| x.wait_s * 1e3).collect()),
-        ("optimizer".to_string(), phase(Phase::Optimizer)),
-        ("other".to_string(), phase(Phase::Other)),
+        ("data".to_string(), ms(|r| r.per_step.data_s)),
+        ("forward".to_string(), ms(|r| r.per_step.forward_s)),
+        ("backward".to_string(), ms(|r| r.per_step.backward_s)),
+        ("comm: transfer".to_string(), ms(|r| r.per_step.comm_transfer_s)),
+        ("comm: waiting".to_string(), ms(|r| r.per_step.comm_wait_s)),
+        ("optimizer".to_string(), ms(|r| r.per_step.optimizer_s)),
+        ("other".to_string(), ms(|r| r.per_step.other_s)),
     ];
     raster.write(
         &plot::stacked_bars("Mean time per step by phase", "ms per step", &names, &stacks),
@@ -100,17 +99,17 @@ fn phases_plot(raster: &plot::Rasteriser, out: &Path, runs: &[&RunStats]) -> Res
 }
 
 /// Bus bandwidth against message size: the raw probe and the all-reduce inside training.
-fn bandwidth_plot(raster: &plot::Rasteriser, out: &Path, runs: &[&RunStats], summaries: &[TypeSummary]) -> Result<()> {
+fn bandwidth_plot(raster: &plot::Rasteriser, out: &Path, runs: &[RunReport], summaries: &[TypeSummary]) -> Result<()> {
     let mut probe = Vec::new();
     let mut train = Vec::new();
-    for r in runs.iter().filter(|r| r.manifest.world_size > 1) {
-        if let Some(p) = &r.manifest.allreduce_probe {
+    for r in runs.iter().filter(|r| r.ranks > 1) {
+        if let Some(p) = &r.probe {
             probe.push((p.bytes as f64, p.busbw_bytes_per_s / 1e9));
         }
         // The slowest node type's bus bandwidth, as summary.csv gives it.
         let busbw = summaries
             .iter()
-            .filter(|s| s.run_id == r.manifest.run_id)
+            .filter(|s| s.run_id == r.run_id)
             .map(|s| s.busbw_bytes_per_s)
             .fold(f64::NAN, f64::min);
         train.push((r.bytes_per_step as f64, busbw / 1e9));
@@ -140,29 +139,24 @@ fn bandwidth_plot(raster: &plot::Rasteriser, out: &Path, runs: &[&RunStats], sum
 }
 
 /// Each run's step time distribution per rank.
-fn step_time_plots(raster: &plot::Rasteriser, out: &Path, runs: &[&RunStats]) -> Result<()> {
+fn step_time_plots(raster: &plot::Rasteriser, out: &Path, runs: &[RunReport]) -> Result<()> {
     for r in runs {
-        let labels: Vec<String> = r.ranks.iter().map(|x| x.rank.to_string()).collect();
-        let boxes: Vec<[f64; 5]> = r
-            .ranks
-            .iter()
-            .map(|x| [0.05, 0.25, 0.5, 0.75, 0.95].map(|q| x.step.quantile(q) * 1e3))
-            .collect();
-        let types: Vec<String> = r.types.iter().map(|t| t.node_type.clone()).collect();
+        let labels: Vec<String> = r.rank_step_quantiles_s.iter().map(|x| x.rank.to_string()).collect();
+        let boxes: Vec<[f64; 5]> = r.rank_step_quantiles_s.iter().map(|x| x.step_s.map(|s| s * 1e3)).collect();
         let groups: Vec<usize> = r
-            .ranks
+            .rank_step_quantiles_s
             .iter()
-            .map(|x| types.iter().position(|t| *t == x.node_type).unwrap_or(0))
+            .map(|x| r.node_types.iter().position(|t| *t == x.node_type).unwrap_or(0))
             .collect();
         let svg = plot::box_plot(
-            &format!("Step time per rank: {}", r.manifest.run_id),
+            &format!("Step time per rank: {}", r.run_id),
             "step ms",
             &labels,
             &boxes,
             &groups,
-            &types,
+            &r.node_types,
         );
-        raster.write(&svg, &out.join(format!("step_time_per_rank-{}", r.manifest.run_id)))?;
+        raster.write(&svg, &out.join(format!("step_time_per_rank-{}", r.run_id)))?;
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! The projection beyond the allocation: report.md's section, the terminal table and
 //! the plot (projected efficiency as a line with its band, measured points as marks).
 
-use super::{ms, pct};
+use super::{ms, pct, ProjectedWorkload, ProjectionReport};
 use crate::allreduce::ModelFile;
 use crate::plot::{self, Series};
 use crate::reduce::analysis::projection::{what_if, ProjectionRow, Workload, EXTRAPOLATION_FACTOR};
@@ -34,15 +34,71 @@ fn by_workload(rows: &[ProjectionRow]) -> Vec<(String, Vec<&ProjectionRow>)> {
     out
 }
 
-/// report.md's projection section when the interconnect model was refused: why.
-pub fn projection_left_out(why: &str) -> String {
-    format!(
-        "\n## Projection beyond the allocation\n\nLeft out: {why}. Run `ddpbench allreduce` again to write the model, \
-         or name another with --interconnect.\n"
-    )
+/// The projection when the interconnect model in `sweep` was refused: why.
+pub fn left_out(sweep: &Path, why: &str) -> ProjectionReport {
+    ProjectionReport {
+        sweep: sweep.to_path_buf(),
+        left_out: Some(why.into()),
+        models: Vec::new(),
+        rows: Vec::new(),
+        notes: Vec::new(),
+        workloads: Vec::new(),
+    }
 }
 
-pub fn projection_markdown(rows: &[ProjectionRow], notes: &[String], runs: &[&RunStats], models: &ModelFile, sweep: &Path) -> String {
+/// The projection of `runs` with the model in `sweep`: its `rows`, the `notes` on what
+/// could not be projected, and per workload what the projection says.
+pub fn section(rows: Vec<ProjectionRow>, notes: Vec<String>, runs: &[&RunStats], models: &ModelFile, sweep: &Path) -> ProjectionReport {
+    let workloads = by_workload(&rows)
+        .into_iter()
+        .map(|(name, rs)| {
+            let checked: Vec<&&ProjectionRow> = rs.iter().filter(|r| r.error_pct.is_some() && !r.is_reference).collect();
+            let checked = if checked.is_empty() {
+                "No measured run of this workload at a shape other than the reference's to check the projection against.".to_string()
+            } else {
+                let worst = checked.iter().map(|r| r.error_pct.unwrap_or(0.0).abs()).fold(0.0, f64::max);
+                format!(
+                    "Checked against {} measured shape(s) other than the reference's: the largest error is {:.1} %.",
+                    checked.len(),
+                    worst
+                )
+            };
+            let weak = rs[0].scaling == "weak";
+            ProjectedWorkload {
+                name,
+                from_run: rs[0].from_run.clone(),
+                scaling: rs[0].scaling.clone(),
+                checked,
+                answers: if weak { answers(rs[0], runs, models) } else { Vec::new() },
+                strong_note: (!weak && rs.iter().any(|r| r.compute_extrapolated)).then(|| {
+                    format!(
+                        "Strong scaling: the global batch {} split over the ranks; at the per-rank batches marked *, outside those measured \
+                         on the reference's ranks, a rank's own work is the nearest measured batch's scaled by the batch (compute is not \
+                         linear in the batch on a GPU: run those batches to replace the guess).",
+                        rs[0].global_batch
+                    )
+                }),
+            }
+        })
+        .collect();
+    ProjectionReport {
+        sweep: sweep.to_path_buf(),
+        left_out: None,
+        models: models.models.clone(),
+        rows,
+        notes,
+        workloads,
+    }
+}
+
+/// report.md's projection section.
+pub fn markdown(p: &ProjectionReport) -> String {
+    if let Some(why) = &p.left_out {
+        return format!(
+            "\n## Projection beyond the allocation\n\nLeft out: {why}. Run `ddpbench allreduce` again to write the model, \
+             or name another with --interconnect.\n"
+        );
+    }
     let mut md = String::new();
     let _ = writeln!(md, "\n## Projection beyond the allocation\n");
     let _ = writeln!(
@@ -55,10 +111,10 @@ and efficiency are against the projection at 1 rank. The band scales the all-red
 extrapolated). Assumed: \
 homogeneous nodes, the ring all-reduce (the tree where faster, as the algorithm column says), no congestion, a rank's \
 own work independent of N.\n",
-        sweep.display(),
+        p.sweep.display(),
         EXTRAPOLATION_FACTOR
     );
-    for bm in &models.models {
+    for bm in &p.models {
         for f in [&bm.model.intra, &bm.model.inter].into_iter().flatten() {
             let _ = writeln!(
                 md,
@@ -79,8 +135,8 @@ own work independent of N.\n",
             );
         }
     }
-    for (workload, rs) in by_workload(rows) {
-        let _ = writeln!(md, "\n### {workload} (from run {})\n\n{}\n", rs[0].from_run, rs[0].comparison);
+    for ((name, rs), w) in by_workload(&p.rows).into_iter().zip(&p.workloads) {
+        let _ = writeln!(md, "\n### {name} (from run {})\n\n{}\n", rs[0].from_run, rs[0].comparison);
         let _ = writeln!(md, "| ranks | nodes × per node | batch per rank | step (ms) | band (ms) | samples/s | speedup | efficiency | exposed comm (ms) | algorithm | measured (ms) | error |");
         let _ = writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|");
         for r in &rs {
@@ -106,34 +162,15 @@ own work independent of N.\n",
                 r.error_pct.map(|e| format!("{e:+.1} %")).unwrap_or_else(|| "–".into())
             );
         }
-        let checked: Vec<&&ProjectionRow> = rs.iter().filter(|r| r.error_pct.is_some() && !r.is_reference).collect();
-        if checked.is_empty() {
-            let _ = writeln!(
-                md,
-                "\nNo measured run of this workload at a shape other than the reference's to check the projection against."
-            );
-        } else {
-            let worst = checked.iter().map(|r| r.error_pct.unwrap_or(0.0).abs()).fold(0.0, f64::max);
-            let _ = writeln!(
-                md,
-                "\nChecked against {} measured shape(s) other than the reference's: the largest error is {:.1} %.",
-                checked.len(),
-                worst
-            );
+        let _ = writeln!(md, "\n{}", w.checked);
+        for a in &w.answers {
+            let _ = writeln!(md, "- {a}");
         }
-        if rs[0].scaling == "weak" {
-            answers(&mut md, rs[0], runs, models);
-        } else if rs.iter().any(|r| r.compute_extrapolated) {
-            let _ = writeln!(
-                md,
-                "\nStrong scaling: the global batch {} split over the ranks; at the per-rank batches marked *, outside those measured \
-                 on the reference's ranks, a rank's own work is the nearest measured batch's scaled by the batch (compute is not \
-                 linear in the batch on a GPU: run those batches to replace the guess).",
-                rs[0].global_batch
-            );
+        if let Some(n) = &w.strong_note {
+            let _ = writeln!(md, "\n{n}");
         }
     }
-    for n in notes {
+    for n in &p.notes {
         let _ = writeln!(md, "\n- not projected: {n}");
     }
     let _ = writeln!(md, "\n![projection](projection.svg)");
@@ -142,24 +179,24 @@ own work independent of N.\n",
 
 /// R needed, the batch that reaches the target, and what fp16/bf16 gradients or one
 /// bucket would change, at the largest projected shape.
-fn answers(md: &mut String, first: &ProjectionRow, runs: &[&RunStats], models: &ModelFile) {
+fn answers(first: &ProjectionRow, runs: &[&RunStats], models: &ModelFile) -> Vec<String> {
     let Some(run) = runs.iter().find(|r| r.manifest.run_id == first.from_run) else {
-        return;
+        return Vec::new();
     };
     let device = run.manifest.ranks.first().map(|r| r.device.to_lowercase()).unwrap_or_default();
     let Some(bm) = models.for_run(&run.manifest.comm_backend, &device) else {
-        return;
+        return Vec::new();
     };
     let w = Workload::of(run);
     let per_node = bm.model.ranks_per_node.max(1);
     let shapes = [(1usize, per_node), (2, per_node), (16, per_node), (128, per_node)];
+    let mut out = Vec::new();
     for (nodes, per_node) in shapes.into_iter().filter(|&(n, p)| n * p > 1) {
         let Ok(q) = what_if(&w, &bm.model, nodes, per_node, TARGET_EFFICIENCY) else {
             continue;
         };
-        let _ = writeln!(
-            md,
-            "- At {} node(s) × {} ({} ranks): efficiency {}; R (own work / all-reduce) is {:.2}, and {:.0} % needs R ≥ {:.1} \
+        out.push(format!(
+            "At {} node(s) × {} ({} ranks): efficiency {}; R (own work / all-reduce) is {:.2}, and {:.0} % needs R ≥ {:.1} \
 with nothing hidden, i.e. a per-rank batch of about {:.0} (own work taken as proportional to the batch; measured at {}). \
 With fp16/bf16 gradients: {}; with one bucket: {}.",
             nodes,
@@ -173,8 +210,9 @@ With fp16/bf16 gradients: {}; with one bucket: {}.",
             w.batch_per_rank,
             pct(q.efficiency_half_bytes),
             pct(q.efficiency_one_bucket)
-        );
+        ));
     }
+    out
 }
 
 pub fn print_projection(rows: &[ProjectionRow]) {

@@ -1,60 +1,79 @@
 //! The runs table, and per workload the speedup and efficiency of each point (weak and
 //! strong, with the interval and how it was found), what it says, and the batch × ranks grid.
 
-use super::{comm_setup, ms, pct};
-use crate::reduce::analysis::{RunStats, ScalingRow, TypeSummary};
+use super::{ms, pct, RunReport, WorkloadVerdict};
+use crate::reduce::analysis::{ScalingMode, ScalingRow, TypeSummary};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 /// Every run: workload, ranks, batches, steps, step time, throughput, how it communicated.
-pub fn runs_table(md: &mut String, runs: &[&RunStats], summaries: &[TypeSummary]) {
+pub fn runs_table(md: &mut String, runs: &[RunReport], summaries: &[TypeSummary]) {
     let _ = writeln!(md, "## Runs\n\n| run | model | data | ranks | nodes | batch/rank | global batch | steps | step ms (median) | samples/s | all-reduce |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
     for r in runs {
-        let m = &r.manifest;
         let med = summaries
             .iter()
-            .filter(|s| s.run_id == m.run_id)
+            .filter(|s| s.run_id == r.run_id)
             .map(|s| s.step_s_median)
             .fold(f64::NAN, f64::max);
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {} |",
-            m.run_id,
-            m.model,
-            m.dataset,
-            m.world_size,
-            m.nodes,
-            m.batch_size_per_rank,
-            m.global_batch_size,
+            r.run_id,
+            r.model,
+            r.dataset,
+            r.ranks,
+            r.nodes,
+            r.batch_per_rank,
+            r.global_batch,
             r.steps,
             ms(med),
-            crate::reduce::analysis::scaling::samples_per_s(r),
-            comm_setup(m)
+            r.samples_per_s,
+            r.communication
         );
     }
 }
 
-/// Per workload (the runs compared with each other): speedup and efficiency of each
-/// point against its reference, what they say, and the batch × ranks grid.
-pub fn per_workload(md: &mut String, scaling: &[ScalingRow]) {
-    let mut workloads: BTreeMap<(String, String, String), Vec<&ScalingRow>> = BTreeMap::new();
+/// The rows of each workload (the runs compared with each other), by model, data set and
+/// comparison; within one, baselines first, then by batch per rank and ranks.
+fn by_workload(scaling: &[ScalingRow]) -> BTreeMap<(&str, &str, &str), Vec<&ScalingRow>> {
+    let mut workloads: BTreeMap<(&str, &str, &str), Vec<&ScalingRow>> = BTreeMap::new();
     for r in scaling {
         workloads
-            .entry((r.model.clone(), r.dataset.clone(), r.comparison.clone()))
+            .entry((r.model.as_str(), r.dataset.as_str(), r.comparison.as_str()))
             .or_default()
             .push(r);
     }
-    for ((model, dataset, comparison), rows) in &workloads {
-        let mut rows = rows.clone();
-        rows.sort_by_key(|r| (r.scaling_mode != "baseline", r.batch_per_rank, r.ranks));
+    for rows in workloads.values_mut() {
+        rows.sort_by_key(|r| (r.scaling_mode != ScalingMode::Baseline, r.batch_per_rank, r.ranks));
+    }
+    workloads
+}
+
+/// What each workload's points say.
+pub fn verdicts(scaling: &[ScalingRow]) -> Vec<WorkloadVerdict> {
+    by_workload(scaling)
+        .into_iter()
+        .map(|((model, dataset, comparison), rows)| WorkloadVerdict {
+            model: model.into(),
+            dataset: dataset.into(),
+            comparison: comparison.into(),
+            verdict: workload_verdict(&rows),
+        })
+        .collect()
+}
+
+/// Per workload: speedup and efficiency of each point against its reference, what they
+/// say (`verdicts`, in the same order), and the batch × ranks grid.
+pub fn per_workload(md: &mut String, scaling: &[ScalingRow], verdicts: &[WorkloadVerdict]) {
+    for (((model, dataset, comparison), rows), v) in by_workload(scaling).iter().zip(verdicts) {
         let _ = writeln!(
             md,
             "\n## Speedup and efficiency: {model} on {dataset}\n\nRuns compared: {comparison}.\n"
         );
-        workload_table(md, &rows);
-        workload_verdict(md, &rows);
-        for mode in ["weak", "strong"] {
-            batch_grid(md, &rows, mode);
+        workload_table(md, rows);
+        let _ = writeln!(md, "\n{}", v.verdict);
+        for mode in [ScalingMode::Weak, ScalingMode::Strong] {
+            batch_grid(md, rows, mode);
         }
     }
 }
@@ -75,20 +94,20 @@ fn workload_table(md: &mut String, rows: &[&ScalingRow]) {
         } else {
             "–".into()
         };
-        let serial = match r.scaling_mode.as_str() {
-            "strong" => format!("Karp–Flatt {}", num(r.karp_flatt, 3)),
-            "weak" => format!("Gustafson {}", num(r.gustafson_serial_fraction, 3)),
+        let serial = match r.scaling_mode {
+            ScalingMode::Strong => format!("Karp–Flatt {}", num(r.karp_flatt, 3)),
+            ScalingMode::Weak => format!("Gustafson {}", num(r.gustafson_serial_fraction, 3)),
             _ => "–".into(),
         };
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} |",
-            r.run_ids,
+            r.run_ids.join(" "),
             r.scaling_mode,
             if r.baseline_run_ids.is_empty() {
-                "–"
+                "–".to_string()
             } else {
-                &r.baseline_run_ids
+                r.baseline_run_ids.join(" ")
             },
             r.repeats,
             r.ranks,
@@ -104,10 +123,10 @@ fn workload_table(md: &mut String, rows: &[&ScalingRow]) {
 
 /// The best speedup, points inside the noise, negative scaling, the fitted laws, points
 /// without a reference, and what a single run's interval covers.
-fn workload_verdict(md: &mut String, rows: &[&ScalingRow]) {
+fn workload_verdict(rows: &[&ScalingRow]) -> String {
     let compared: Vec<&&ScalingRow> = rows
         .iter()
-        .filter(|r| ["weak", "strong", "explicit"].contains(&r.scaling_mode.as_str()))
+        .filter(|r| [ScalingMode::Weak, ScalingMode::Strong, ScalingMode::Explicit].contains(&r.scaling_mode))
         .collect();
     let mut text = String::new();
     if let Some(best) = compared.iter().max_by(|a, b| a.speedup.total_cmp(&b.speedup)) {
@@ -125,7 +144,11 @@ fn workload_verdict(md: &mut String, rows: &[&ScalingRow]) {
             "No point here has a reference to be compared with: run more rank counts to see scaling."
         );
     }
-    let noisy: Vec<String> = compared.iter().filter(|r| r.within_noise == 1).map(|r| r.run_ids.clone()).collect();
+    let noisy: Vec<String> = compared
+        .iter()
+        .filter(|r| r.within_noise == 1)
+        .map(|r| r.run_ids.join(" "))
+        .collect();
     if !noisy.is_empty() {
         let _ = write!(
             text,
@@ -136,7 +159,7 @@ fn workload_verdict(md: &mut String, rows: &[&ScalingRow]) {
     let slower: Vec<String> = compared
         .iter()
         .filter(|r| r.speedup_high < 1.0)
-        .map(|r| format!("{} ({:.2}×)", r.run_ids, r.speedup))
+        .map(|r| format!("{} ({:.2}×)", r.run_ids.join(" "), r.speedup))
         .collect();
     if !slower.is_empty() {
         let _ = write!(text, " Negative scaling: {} ran slower than its reference.", slower.join(", "));
@@ -156,17 +179,17 @@ fn workload_verdict(md: &mut String, rows: &[&ScalingRow]) {
     if compared.iter().any(|r| r.interval_method.contains("within runs")) {
         let _ = write!(text, " Intervals from blocks within runs cover within-run noise only: repeat each point (3 runs or more) for intervals that include run-to-run variation.");
     }
-    for r in rows.iter().filter(|r| r.scaling_mode == "none") {
-        let _ = write!(text, " `{}` has no reference: add {}.", r.run_ids, r.missing_reference);
+    for r in rows.iter().filter(|r| r.scaling_mode == ScalingMode::None) {
+        let _ = write!(text, " `{}` has no reference: add {}.", r.run_ids.join(" "), r.missing_reference);
     }
-    let _ = writeln!(md, "\n{text}");
+    text
 }
 
 /// Speedup by per-rank batch × ranks in one mode, when its points differ in either.
-fn batch_grid(md: &mut String, rows: &[&ScalingRow], mode: &str) {
+fn batch_grid(md: &mut String, rows: &[&ScalingRow], mode: ScalingMode) {
     let cells: Vec<&&ScalingRow> = rows
         .iter()
-        .filter(|r| r.scaling_mode == mode || r.scaling_mode == "baseline")
+        .filter(|r| r.scaling_mode == mode || r.scaling_mode == ScalingMode::Baseline)
         .collect();
     let batches: BTreeSet<usize> = cells.iter().map(|r| r.batch_per_rank).collect();
     let rank_counts: BTreeSet<usize> = cells.iter().map(|r| r.ranks).collect();

@@ -1,0 +1,443 @@
+//! The comparison key: everything that changes the work of a step except the rank
+//! count, the batch and the node types (each a dimension of a point of its own). Runs
+//! with the same key, node types, ranks and batch are repeats of one point, and a point
+//! is compared only with a 1-rank point of the same key: never with a substitute.
+//!
+//! The key records what ran, not what was typed: the device found, the threads each
+//! rank bound, the backend `--allreduce auto` chose, the overlap in effect. `train`
+//! computes it once and writes it into `manifest.json` as `comparison_key`; `reduce`
+//! reads it there and derives it from the other fields of manifests written before it
+//! existed ([`ComparisonKey::derive`]). Beside `TrainConfig`, `IN_KEY` and `NOT_IN_KEY`
+//! say for every `train` flag whether it is a field here or why it does not change the
+//! step, and a test fails on a flag in neither list.
+//!
+//! Fields added later (the memory format, the phase-timing mode, a model file's SHA-256,
+//! never its path) take `#[serde(default)]` with what older runs ran with (contiguous
+//! memory, ...) and are left out of [`ComparisonKey::describe`] at that value, as
+//! `phase_sync`, `dropout`, `momentum` and `weight_decay` are: an older manifest then keeps
+//! its key, and its text in `scaling.csv`.
+//!
+//! The enums of the key's settings are defined here, so that `record`, and `reduce`
+//! reading it, need neither `comm` nor `train`; those modules re-export them.
+
+use super::{Manifest, RankInfo};
+use crate::amp::AmpMode;
+use crate::optim::OptimizerKind;
+use clap::ValueEnum;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::cmp::Ordering;
+
+/// Data type of gradients on the wire (`--grad-dtype`).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GradDtype {
+    /// Gradients travel as float32.
+    Fp32,
+    /// Gradients are cast to float16 for the all-reduce: half the bytes on the wire.
+    Fp16,
+    /// Gradients are cast to bfloat16 for the all-reduce: half the bytes, fp32's range.
+    Bf16,
+}
+
+impl GradDtype {
+    /// Bytes per gradient element on the wire.
+    pub fn bytes(self) -> usize {
+        match self {
+            GradDtype::Fp32 => 4,
+            GradDtype::Fp16 | GradDtype::Bf16 => 2,
+        }
+    }
+}
+
+/// How the host allocator treats the memory a step frees (`--malloc`).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MallocMode {
+    /// Keep freed memory for reuse (glibc mmap threshold 32 MiB, no trimming), so a step
+    /// does not page its buffers in again every time.
+    Tuned,
+    /// glibc's own settings.
+    Default,
+}
+
+/// Whether phase boundaries wait for the device (`--phase-sync`).
+#[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PhaseSync {
+    #[default]
+    On,
+    Off,
+}
+
+impl PhaseSync {
+    fn is_on(&self) -> bool {
+        *self == PhaseSync::On
+    }
+}
+
+/// The kind of device the ranks trained on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceKind {
+    Cpu,
+    Cuda,
+}
+
+impl DeviceKind {
+    /// CUDA when any rank trained on a GPU (a rank's `device` is libtorch's, e.g. `Cuda(0)`).
+    pub fn of_ranks(ranks: &[RankInfo]) -> DeviceKind {
+        if ranks.iter().any(|r| r.device.starts_with("Cuda")) {
+            DeviceKind::Cuda
+        } else {
+            DeviceKind::Cpu
+        }
+    }
+}
+
+/// The gradient all-reduce a run used, by the name its manifest's `comm_backend` gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backend {
+    /// MPI_Allreduce over host memory, device gradients staged through pinned buffers.
+    MpiCpuStaged,
+    Nccl,
+    /// No all-reduce (`--allreduce none`): never a point of a scaling study.
+    None,
+}
+
+impl Backend {
+    /// The backend named `name` (as `comm_backend` writes it); Err names what it can be.
+    pub fn from_name(name: &str) -> Result<Backend, String> {
+        serde_json::from_value(serde_json::Value::String(name.into()))
+            .map_err(|_| format!("{name:?}: not an all-reduce ddpbench runs (mpi-cpu-staged, nccl or none)"))
+    }
+}
+
+/// The overlap of the all-reduce with backward that was in effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Overlap {
+    /// Buckets all-reduced while backward ran, on resources of their own.
+    On,
+    /// After backward (asked for, or `on` that turned itself off for want of a core).
+    Off,
+    /// Overlapped on a thread sharing backward's cores (`--overlap force` without a
+    /// spare core): the all-reduce time-slices with backward, another step's work.
+    Force,
+}
+
+impl Overlap {
+    /// From the manifest's `comm.overlap` and `comm.overlap_shares_core`.
+    pub fn in_effect(overlapped: bool, shares_core: bool) -> Overlap {
+        match (overlapped, shares_core) {
+            (false, _) => Overlap::Off,
+            (true, false) => Overlap::On,
+            (true, true) => Overlap::Force,
+        }
+    }
+}
+
+/// A real number compared by its bits, so that a key holding one is `Eq`.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Real(pub f64);
+
+impl PartialEq for Real {
+    fn eq(&self, other: &Real) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for Real {}
+
+/// `--momentum`'s default.
+const DEFAULT_MOMENTUM: f64 = 0.9;
+
+fn default_momentum() -> Real {
+    Real(DEFAULT_MOMENTUM)
+}
+
+fn is_default_momentum(m: &Real) -> bool {
+    *m == default_momentum()
+}
+
+fn is_zero(r: &Real) -> bool {
+    r.0 == 0.0
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+/// Everything that changes the work of a step, except the rank count, the batch and the
+/// node types. `None`: a manifest from before the setting was recorded (such runs are
+/// compared only with each other).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ComparisonKey {
+    /// The network, by the name `--model` gives it.
+    pub model: String,
+    /// The data set, by the name the run found it under.
+    pub dataset: String,
+    pub device: DeviceKind,
+    /// Intra-op threads each rank bound: every value the ranks had, ascending.
+    #[serde(rename = "threads")]
+    pub threads_per_rank: Vec<usize>,
+    pub optimizer: Option<OptimizerKind>,
+    pub grad_accum: Option<usize>,
+    pub bucket_mb: Option<Real>,
+    pub overlap: Overlap,
+    /// Gradients' dtype on the wire.
+    pub grad_dtype: Option<GradDtype>,
+    pub amp: Option<AmpMode>,
+    pub backend: Backend,
+    /// Threads preparing batches (after the default was resolved).
+    pub workers: Option<usize>,
+    pub seq_len: Option<usize>,
+    pub vocab_size: Option<usize>,
+    pub malloc: Option<MallocMode>,
+    pub deterministic: Option<bool>,
+    /// `off` drops the device waits at phase boundaries (absent: on).
+    #[serde(default, skip_serializing_if = "PhaseSync::is_on")]
+    pub phase_sync: PhaseSync,
+    /// False with `--no-dropout` (absent: true).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub dropout: bool,
+    /// 0 skips SGD's momentum buffer (absent: 0.9, the default).
+    #[serde(default = "default_momentum", skip_serializing_if = "is_default_momentum")]
+    pub momentum: Real,
+    /// Above 0 adds the decay term to every update (absent: 0).
+    #[serde(default = "zero", skip_serializing_if = "is_zero")]
+    pub weight_decay: Real,
+}
+
+fn zero() -> Real {
+    Real(0.0)
+}
+
+/// A setting as `describe` prints it: a string bare, a number or flag as JSON writes it
+/// (`25.0`, `false`); None when it is not recorded.
+fn text<T: Serialize>(v: &T) -> Option<String> {
+    match serde_json::to_value(v).ok()? {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(s) => Some(s),
+        other => Some(other.to_string()),
+    }
+}
+
+impl ComparisonKey {
+    /// The key in one line, as `scaling.csv` and `projection.csv` print it (model and
+    /// data set have columns of their own); a setting that is not recorded, or at the
+    /// value older runs had before it was a field, is left out.
+    pub fn describe(&self) -> String {
+        let threads: Vec<String> = self.threads_per_rank.iter().map(usize::to_string).collect();
+        let settings = [
+            ("optimizer", text(&self.optimizer)),
+            ("grad_accum", text(&self.grad_accum)),
+            ("bucket_mb", text(&self.bucket_mb)),
+            ("overlap", text(&self.overlap)),
+            ("grad_dtype", text(&self.grad_dtype)),
+            ("amp", text(&self.amp)),
+            ("backend", text(&self.backend)),
+            ("workers", text(&self.workers)),
+            ("seq_len", text(&self.seq_len)),
+            ("vocab_size", text(&self.vocab_size)),
+            ("malloc", text(&self.malloc)),
+            ("deterministic", text(&self.deterministic)),
+            ("phase_sync", (!self.phase_sync.is_on()).then(|| text(&self.phase_sync)).flatten()),
+            ("dropout", (!self.dropout).then(|| "false".to_string())),
+            (
+                "momentum",
+                (!is_default_momentum(&self.momentum)).then(|| text(&self.momentum)).flatten(),
+            ),
+            (
+                "weight_decay",
+                (!is_zero(&self.weight_decay)).then(|| text(&self.weight_decay)).flatten(),
+            ),
+        ];
+        let mut out = format!("{} threads={}", text(&self.device).unwrap_or_default(), threads.join("/"));
+        for (name, value) in settings {
+            if let Some(v) = value {
+                out.push_str(&format!(" {name}={v}"));
+            }
+        }
+        out
+    }
+
+    /// The run's key: the one its manifest records, else derived from the manifest's other
+    /// fields. Err names the key that holds what no run has.
+    pub fn of(m: &Manifest) -> Result<ComparisonKey, String> {
+        match &m.comparison_key {
+            Some(k) if k.threads_per_rank.len() > m.ranks.len().max(1) => Err(format!(
+                "comparison_key.threads lists {} values for {} ranks",
+                k.threads_per_rank.len(),
+                m.ranks.len()
+            )),
+            Some(k) => Ok(k.clone()),
+            None => ComparisonKey::derive(m),
+        }
+    }
+
+    /// The key of a manifest written before `comparison_key` existed, from `config` (the
+    /// flags as given), `comm` (what communication ran) and `ranks`.
+    pub fn derive(m: &Manifest) -> Result<ComparisonKey, String> {
+        let c = &m.config;
+        let no_dropout: Option<bool> = config(c, "no_dropout")?;
+        Ok(ComparisonKey {
+            model: m.model.clone(),
+            dataset: m.dataset.clone(),
+            device: DeviceKind::of_ranks(&m.ranks),
+            threads_per_rank: threads_of(&m.ranks),
+            optimizer: config(c, "optimizer")?,
+            grad_accum: config(c, "grad_accum")?,
+            bucket_mb: config(c, "bucket_mb")?,
+            overlap: Overlap::in_effect(m.comm.overlap, m.comm.overlap_shares_core),
+            grad_dtype: named(&m.comm.grad_dtype, "comm.grad_dtype")?,
+            amp: named(&m.comm.amp, "comm.amp")?,
+            backend: Backend::from_name(&m.comm_backend).map_err(|e| format!("comm_backend is {e}"))?,
+            workers: config(c, "workers")?,
+            seq_len: config(c, "seq_len")?,
+            vocab_size: config(c, "vocab_size")?,
+            malloc: config(c, "malloc")?,
+            deterministic: config(c, "deterministic")?,
+            phase_sync: config(c, "phase_sync")?.unwrap_or_default(),
+            dropout: !no_dropout.unwrap_or(false),
+            momentum: config(c, "momentum")?.unwrap_or_else(default_momentum),
+            weight_decay: config(c, "weight_decay")?.unwrap_or_else(zero),
+        })
+    }
+}
+
+/// The threads the ranks bound, every value once, ascending.
+pub fn threads_of(ranks: &[RankInfo]) -> Vec<usize> {
+    let mut t: Vec<usize> = ranks.iter().map(|r| r.threads).collect();
+    t.sort_unstable();
+    t.dedup();
+    t
+}
+
+/// `config.<key>` as a `T`; None when absent or null. Err names the key and the value.
+fn config<T: DeserializeOwned>(c: &serde_json::Value, key: &str) -> Result<Option<T>, String> {
+    match c.get(key) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v) => serde_json::from_value(v.clone())
+            .map(Some)
+            .map_err(|e| format!("config.{key} is {}: not a value of --{} ({e})", shorten(v), key.replace('_', "-"))),
+    }
+}
+
+/// A setting recorded as a name (`comm.grad_dtype`, `comm.amp`); None when empty.
+fn named<T: DeserializeOwned>(name: &str, key: &str) -> Result<Option<T>, String> {
+    if name.is_empty() {
+        return Ok(None);
+    }
+    serde_json::from_value(serde_json::Value::String(name.into()))
+        .map(Some)
+        .map_err(|e| format!("{key} is {}: {e}", shorten(&serde_json::Value::String(name.into()))))
+}
+
+/// A value as JSON, at most 80 characters of it (a hostile one can be long).
+fn shorten(v: &serde_json::Value) -> String {
+    let t = v.to_string();
+    match t.char_indices().nth(80) {
+        Some((at, _)) => format!("{}...", &t[..at]),
+        None => t,
+    }
+}
+
+/// Runs are ordered by model, data set and the text of their key, as `scaling.csv` lists
+/// their points; keys with the same text (there are none while `describe` shows every
+/// field) by the rest of their fields.
+impl Ord for ComparisonKey {
+    fn cmp(&self, other: &ComparisonKey) -> Ordering {
+        (&self.model, &self.dataset, self.describe())
+            .cmp(&(&other.model, &other.dataset, other.describe()))
+            .then_with(|| serde_json::to_string(self).ok().cmp(&serde_json::to_string(other).ok()))
+    }
+}
+
+impl PartialOrd for ComparisonKey {
+    fn partial_cmp(&self, other: &ComparisonKey) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A key with every field away from its default.
+    pub(crate) fn unusual() -> ComparisonKey {
+        ComparisonKey {
+            model: "resnet18".into(),
+            dataset: "cifar10".into(),
+            device: DeviceKind::Cuda,
+            threads_per_rank: vec![2, 4],
+            optimizer: Some(OptimizerKind::Lars),
+            grad_accum: Some(2),
+            bucket_mb: Some(Real(1.5)),
+            overlap: Overlap::Force,
+            grad_dtype: Some(GradDtype::Bf16),
+            amp: Some(AmpMode::Fp16),
+            backend: Backend::Nccl,
+            workers: Some(3),
+            seq_len: Some(64),
+            vocab_size: Some(1000),
+            malloc: Some(MallocMode::Default),
+            deterministic: Some(true),
+            phase_sync: PhaseSync::Off,
+            dropout: false,
+            momentum: Real(0.0),
+            weight_decay: Real(1e-4),
+        }
+    }
+
+    /// A field added to the key shows in its text, so that runs it tells apart are told
+    /// apart in scaling.csv too, and ordered as their text.
+    #[test]
+    fn describe_shows_every_field() {
+        let k = unusual();
+        let d = k.describe();
+        assert!(d.starts_with("cuda threads=2/4 "), "{d}");
+        let json = serde_json::to_value(&k).unwrap();
+        let fields = json.as_object().unwrap();
+        for name in fields
+            .keys()
+            .filter(|n| !["model", "dataset", "device", "threads"].contains(&n.as_str()))
+        {
+            assert!(d.contains(&format!(" {name}=")), "{name} is not in {d:?}");
+        }
+        assert_eq!(serde_json::from_value::<ComparisonKey>(json).unwrap(), k, "the key reads back");
+    }
+
+    #[test]
+    fn force_and_off_are_different_keys() {
+        assert_eq!(Overlap::in_effect(true, true), Overlap::Force);
+        assert_eq!(Overlap::in_effect(true, false), Overlap::On);
+        assert_eq!(Overlap::in_effect(false, true), Overlap::Off);
+        let mut a = unusual();
+        a.overlap = Overlap::Off;
+        let b = unusual();
+        assert_ne!(a, b);
+        assert_ne!(a.cmp(&b), Ordering::Equal);
+        assert!(a.describe().contains("overlap=off") && b.describe().contains("overlap=force"));
+    }
+
+    /// Settings at the value runs had before they were fields are left out of the JSON
+    /// and the text, and read back as that value.
+    #[test]
+    fn later_fields_default_to_what_older_runs_ran_with() {
+        let mut k = unusual();
+        (k.phase_sync, k.dropout, k.momentum, k.weight_decay) = (PhaseSync::On, true, Real(0.9), Real(0.0));
+        let json = serde_json::to_value(&k).unwrap();
+        for absent in ["phase_sync", "dropout", "momentum", "weight_decay"] {
+            assert!(json.get(absent).is_none(), "{absent} in {json}");
+            assert!(!k.describe().contains(absent), "{}", k.describe());
+        }
+        assert_eq!(serde_json::from_value::<ComparisonKey>(json).unwrap(), k);
+    }
+}

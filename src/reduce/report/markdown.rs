@@ -1,0 +1,34 @@
+//! report.md: the tables a scaling study is read from, each with the sentences the
+//! report found under it.
+
+use super::{communication, efficiency, nodes, projection, speedup, Report};
+use std::fmt::Write;
+
+/// report.md of `report` (with links to the plots when they are drawn).
+pub fn markdown(report: &Report, with_plots: bool) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# ddpbench report\n");
+    let _ = writeln!(
+        md,
+        "{} complete run(s), {} incomplete. Steps flagged as warm-up are excluded; times are per step unless said otherwise.\n",
+        report.runs.len(),
+        report.incomplete.len()
+    );
+    let f = &report.findings;
+    speedup::runs_table(&mut md, &report.runs, &report.summary);
+    speedup::per_workload(&mut md, &report.scaling, &report.workloads);
+    communication::compute_vs_comm(&mut md, &report.runs, &f.compute_vs_comm);
+    communication::bandwidth(&mut md, &report.runs, &report.summary, &f.bandwidth);
+    efficiency::epoch_times(&mut md, &report.runs);
+    efficiency::waterfall(&mut md, &report.scaling, &f.waterfall);
+    nodes::node_types(&mut md, &report.summary, &f.node_types);
+    nodes::stalls(&mut md, &report.runs);
+    nodes::incomplete(&mut md, &report.incomplete);
+    if with_plots {
+        let _ = writeln!(md, "\n## Plots\n\n![speedup](speedup.svg) ![efficiency](efficiency.svg) ![phases](phases.svg) ![bandwidth](bandwidth.svg)\n\nStep time per rank: `step_time_per_rank-<run>.svg`.");
+    }
+    if let Some(p) = &report.projection {
+        md.push_str(&projection::markdown(p));
+    }
+    md
+}
