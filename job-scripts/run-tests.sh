@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Sets up (same as the quick start) and runs the whole test suite:
+#  0. clippy's function-length check (no function over 120 lines outside tests);
 #  1. cargo tests: unit tests and integration tests that launch real `mpirun -n 2`
 #     jobs on CPU (training, equivalence, bad input, reducer, models, bigMNIST, studies);
 #  2. the cluster emulation (as root only): the sbatch scripts on a private Slurm with
@@ -9,6 +10,12 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$here/job-scripts/setup.sh" || exit 1
 cd "$here"
+# No function over 120 lines outside tests (clippy.toml sets the threshold).
+if cargo clippy --version >/dev/null 2>&1; then
+  cargo clippy --release --quiet --lib --bins -- -A clippy::all -D clippy::too_many_lines
+else
+  echo "clippy not installed: function-length check skipped (rustup component add clippy)"
+fi
 # One test at a time: each launches MPI jobs that want the machine's cores.
 cargo test --release -- --test-threads=1 "$@"
 if [ "${DDPBENCH_CLUSTER_TESTS:-1}" = 0 ]; then
