@@ -12,10 +12,12 @@
 //! from a file may be), [`study`] (a whole scaling study
 //! on sub-communicators of one job), [`record`] (the files a run
 //! writes: CSV rows, the phase glossary, the manifest), [`reduce`] (from run folders to
-//! tables, report and plots), [`stats`] and [`plot`], and [`cli`] (the command line).
+//! tables, report and plots), [`bandwidth`] (algbw and busbw, a leaf every layer uses),
+//! [`stats`] and [`plot`], and [`cli`] (the command line).
 
 pub mod allreduce;
 pub mod amp;
+pub mod bandwidth;
 pub mod bounds;
 pub mod cli;
 pub mod comm;

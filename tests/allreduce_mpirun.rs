@@ -132,6 +132,12 @@ fn bad_sweep_arguments_are_refused_with_a_reason() {
         (vec!["--backends", "nccl", "--device", "cpu"], "needs GPU buffers"),
         (vec!["--min-bytes", "12Q"], "not a size in bytes"),
         (vec!["--budget-s", "-1"], "positive number of seconds"),
+        (vec!["--watchdog-s", "0"], "positive number of seconds"),
+        // Below one element of the dtype there is nothing to all-reduce.
+        (
+            vec!["--min-bytes", "1", "--max-bytes", "3"],
+            "smaller than one float element (4 bytes)",
+        ),
         // More memory than any machine here has: refused before any buffer is made.
         (vec!["--min-bytes", "100000G", "--max-bytes", "100000G"], "lower --max-bytes"),
     ] {
@@ -142,7 +148,39 @@ fn bad_sweep_arguments_are_refused_with_a_reason() {
         let job = sweep(2, &a, &[]);
         assert!(!job.ok() && job.all().contains(says), "{args:?}: {}", job.all());
         assert!(!job.timed_out);
+        // Every rank finds the same error: it is printed once, and the job ends without
+        // an MPI_ABORT banner.
+        assert_eq!(job.all().matches(says).count(), 1, "{args:?}: {}", job.all());
+        assert!(!job.all().contains("MPI_ABORT"), "{args:?}: {}", job.all());
     }
+}
+
+/// Sizes are whole elements: those that round to the same number of elements are one
+/// size, swept once.
+#[test]
+fn sizes_below_one_element_are_swept_once() {
+    let d = tmp();
+    let out = path_str(&d.path().join("small"));
+    let job = sweep(
+        2,
+        &[
+            "--min-bytes",
+            "1",
+            "--max-bytes",
+            "16",
+            "--iters",
+            "1",
+            "--warmup-iters",
+            "0",
+            "--out",
+            &out,
+        ],
+        &[],
+    );
+    job.assert_ok();
+    let (h, rows) = read_csv(&d.path().join("small/allreduce.csv"));
+    assert_eq!(col(&h, &rows, "bytes"), [4.0, 4.0, 8.0, 8.0, 16.0, 16.0], "{rows:?}");
+    assert_eq!(col(&h, &rows, "count"), [1.0, 1.0, 2.0, 2.0, 4.0, 4.0]);
 }
 
 #[test]

@@ -218,6 +218,8 @@ fn a_failing_rank_takes_the_job_down() {
         error.starts_with("rank 1 (") && error.contains("at step 3: fault injected"),
         "{error}"
     );
+    // Rank 1 marks the manifest rank 0 wrote: every rank's placement stays in it.
+    assert_eq!(m["ranks"].as_array().map(Vec::len), Some(2), "{m}");
     let end = json(&out.join("rank-00001.end.json"));
     assert_eq!((end["status"].as_str(), end["steps"].as_u64()), (Some("failed"), Some(3)));
     let (_, rows) = read_csv(&out.join("rank-00001.csv"));

@@ -96,7 +96,7 @@ fn rank_pid_of(command: &str, out: &Path, rank: usize) -> i32 {
 }
 
 #[test]
-fn a_killed_rank_leaves_every_completed_row_on_disk() {
+fn a_killed_rank_keeps_its_rows_and_its_peer_records_the_signal() {
     let d = tmp();
     let out = d.path().join("run");
     let mut job = spawn(&out, &d.path().join("log"), &[]);
@@ -116,12 +116,35 @@ fn a_killed_rank_leaves_every_completed_row_on_disk() {
     let rows1 = assert_whole_rows(&out.join("rank-00001.csv"));
     assert!(rows1 >= rows_before, "rank 1 had {rows_before} rows before the kill, {rows1} after");
     assert!(rows0 + 1 >= rows1 && rows1 + 1 >= rows0, "{rows0} vs {rows1}");
-    assert!(!out.join("rank-00001.end.json").exists(), "a killed rank records nothing");
+    // The killed rank could record nothing: its end record still says running.
+    let end1 = json(&out.join("rank-00001.end.json"));
+    assert_eq!(end1["status"], "running", "{end1}");
+    // Open MPI then sends SIGTERM to rank 0, blocked in the all-reduce, and SIGKILL a
+    // second later: its signal handler's record says so, on its end record and the
+    // manifest (or the watchdog's, with the wait, when the SIGKILL came after 2 s).
+    let end0 = json(&out.join("rank-00000.end.json"));
+    assert_eq!(end0["status"], "interrupted", "{end0}");
+    let why = end0["error"].as_str().unwrap_or_default();
+    assert!(
+        why.starts_with(&format!("SIGTERM with {rows0} steps done")) || why.starts_with("SIGTERM while waiting"),
+        "{end0}"
+    );
+    assert_eq!(end0["steps"], rows0, "{end0}");
+    assert!(
+        end0["time_utc"].as_str().is_some_and(|t| t.len() == 27 && t.ends_with('Z')),
+        "{end0}"
+    );
+    let m = json(&out.join("manifest.json"));
+    assert_eq!(m["status"], "interrupted", "{m}");
+    assert!(m["error"].as_str().unwrap_or_default().starts_with("SIGTERM "), "{m}");
+    assert!(m["end_utc"].is_string() && m["ranks"].as_array().map(Vec::len) == Some(2), "{m}");
     // reduce says the run died and why it cannot be used, without a panic.
     let job = ddpbench(&["reduce", "--no-plots", &path_str(&out)]);
     assert_ne!(job.status, Some(0), "{}", job.all());
     assert!(
-        job.stderr.contains("incomplete run") && job.stderr.contains("killed"),
+        job.stderr.contains("incomplete run")
+            && job.stderr.contains("status is interrupted: SIGTERM")
+            && job.stderr.contains("rank 1 recorded no end: killed"),
         "{}",
         job.stderr
     );
@@ -189,44 +212,124 @@ fn a_stopped_rank_is_named_by_the_watchdog_and_the_job_ends() {
     assert_eq!(named(first), named(&line), "the same collective:\n{line}\n{first}");
 }
 
-/// A full file system is an error at once, not after an epoch of training into nowhere.
-/// Needs root (a 24 KiB tmpfs); elsewhere the test says so and passes.
-#[test]
-fn a_full_disk_stops_the_run_at_once_with_a_clear_error() {
-    let d = tmp();
-    let mnt = d.path().join("tiny");
-    std::fs::create_dir(&mnt).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=24k", "tmpfs", &path_str(&mnt)])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        eprintln!("skipped: mounting a tmpfs needs root");
-        return;
-    }
-    let out = mnt.join("run");
-    let started = Instant::now();
-    let job = train(2, &["--max-steps", "2000", "--val-samples", "0", "--out", &path_str(&out)], LIMIT);
-    let took = started.elapsed();
-    // An aborted rank can linger for a moment: retry, then detach it lazily.
-    let unmounted = (0..20).any(|_| {
-        let ok = Command::new("umount")
-            .arg(&mnt)
-            .stderr(Stdio::null())
+/// A tmpfs of `size` mounted at `dir`/tiny, unmounted when dropped; None (the test
+/// then says so and passes) where mounting needs a root this process is not.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
+        let mnt = dir.join("tiny");
+        std::fs::create_dir(&mnt).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", &path_str(&mnt)])
             .status()
             .is_ok_and(|s| s.success());
-        if !ok {
-            std::thread::sleep(Duration::from_millis(250));
+        if !mounted {
+            eprintln!("skipped: mounting a tmpfs needs root");
         }
-        ok
-    });
-    if !unmounted {
-        let _ = Command::new("umount").arg("-l").arg(&mnt).status();
+        mounted.then_some(Tmpfs(mnt))
     }
+
+    /// Writes `filler` until the file system refuses more; returns the bytes written.
+    fn fill(&self) -> usize {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.0.join("filler")).unwrap();
+        let chunk = [0u8; 4096];
+        let mut n = 0;
+        while let Ok(k) = f.write(&chunk) {
+            if k == 0 {
+                break;
+            }
+            n += k;
+        }
+        n
+    }
+
+    /// The names in `dir` (relative to the mount), sorted, hidden ones included.
+    fn names(&self, dir: &str) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.0.join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        // An aborted rank can linger for a moment: retry, then detach it lazily.
+        let unmounted = (0..20).any(|_| {
+            let ok = Command::new("umount")
+                .arg(&self.0)
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            ok
+        });
+        if !unmounted {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+/// A file system already full at the start: refused with a clear error, and nothing of
+/// the attempt stays behind (no `.write-test`, no folder ddpbench created).
+#[test]
+fn a_full_disk_at_the_start_is_refused_and_leaves_nothing_behind() {
+    let d = tmp();
+    let Some(fs) = Tmpfs::mount(d.path(), "64k") else { return };
+    assert!(fs.fill() > 0);
+    let out = fs.0.join("new/run");
+    let job = train(2, &["--max-steps", "5", "--val-samples", "0", "--out", &path_str(&out)], LIMIT);
     assert_ne!(job.status, Some(0), "{}", job.all());
-    assert!(job.all().contains("is the file system full or gone?"), "{}", job.all());
-    assert!(!job.all().contains("panicked"), "{}", job.all());
+    assert!(job.stderr.contains("is not writable"), "{}", job.all());
+    assert_eq!(job.stderr.matches("is not writable").count(), 1, "{}", job.stderr);
+    assert!(!job.all().contains("panicked") && !job.all().contains("MPI_ABORT"), "{}", job.all());
+    assert_eq!(fs.names(""), ["filler"], "only the filler stays");
+}
+
+/// A file system that fills up during training: the run ends at once with a clear
+/// error, the manifest says failed (space for it was kept), every row on disk is whole
+/// (a short write is cut back) and no temporary file stays behind.
+#[test]
+fn a_disk_that_fills_during_training_fails_the_run_and_keeps_whole_records() {
+    let d = tmp();
+    let Some(fs) = Tmpfs::mount(d.path(), "1m") else { return };
+    let out = fs.0.join("run");
+    let log = d.path().join("log");
+    let mut job = spawn(&out, &log, &[]);
+    wait_for_rows(&out.join("rank-00000.csv"), 5);
+    let filled_at = Instant::now();
+    fs.fill();
+    let code = wait(&mut job);
+    let took = filled_at.elapsed();
+    let err = std::fs::read_to_string(log.with_extension("err")).unwrap();
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("is the file system full or gone?"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
     assert!(took < Duration::from_secs(60), "took {took:?}");
+    let m = json(&out.join("manifest.json"));
+    assert_eq!(m["status"], "failed", "{m}");
+    let error = m["error"].as_str().unwrap_or_default();
+    assert!(error.contains("No space left"), "{m}");
+    let names = fs.names("run");
+    assert!(names.iter().all(|n| !n.starts_with('.')), "hidden files left: {names:?}");
+    for r in 0..2 {
+        assert_whole_rows(&out.join(format!("rank-{r:05}.csv")));
+    }
+    // The rank that met the full disk recorded it.
+    let named = (0..2)
+        .find(|r| error.starts_with(&format!("rank {r} (")))
+        .expect("the failing rank");
+    let end = json(&out.join(format!("rank-{named:05}.end.json")));
+    assert_eq!(end["status"], "failed", "{end}");
+    // The other one, ended by the job's abort, recorded that (its signal handler's record).
+    let other = json(&out.join(format!("rank-{:05}.end.json", 1 - named)));
+    assert!(other["status"] == "interrupted" || other["status"] == "failed", "{other}");
 }
 
 /// `ddpbench allreduce` has the same watchdog: a rank stopped in the middle of a size's

@@ -17,6 +17,21 @@ fn two_ranks_write_complete_consistent_files() {
     let m = json(&out.join("manifest.json"));
     assert_eq!(m["status"], "completed");
     assert_eq!(m["world_size"], 2);
+    // Each rank's end record says completed; the room kept for a full disk is given back.
+    for r in 0..2 {
+        let end = json(&out.join(format!("rank-{r:05}.end.json")));
+        assert_eq!(
+            (end["status"].as_str(), end["steps"].as_u64()),
+            (Some("completed"), Some(30)),
+            "{end}"
+        );
+    }
+    let hidden: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(hidden.is_empty(), "{hidden:?}");
     assert_eq!(m["parameters"], 1_199_882);
     assert_eq!(m["gradient_bytes"], 4 * 1_199_882);
     assert_eq!(m["global_batch_size"], 128);

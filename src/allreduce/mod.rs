@@ -1,11 +1,16 @@
 //! `ddpbench allreduce`: an nccl-tests-style sweep of all-reduce sizes on every backend
 //! the node supports, at every level of the allocation (within a node, across nodes with
 //! one rank per node, the whole world), each sum checked, and the α–β model fitted to
-//! each level ([`model`]), which `reduce` uses to project a workload to more nodes.
+//! each level ([`model`]), which `reduce` uses to project a workload to more nodes. Every
+//! size runs through the transport training uses ([`crate::comm::transport`]), and
+//! [`probe`] times a training run's own buckets the same way.
 
 pub mod model;
+pub mod probe;
 pub mod sweep;
 
+use crate::bandwidth::{algbw, busbw};
+use crate::comm::transport::{mpi::Mpi, nccl::Nccl, Transport};
 use crate::comm::GradDtype;
 use crate::device::DeviceChoice;
 use crate::train::watchdog::{RunFiles, Watchdog};
@@ -17,7 +22,7 @@ use mpi::collective::CommunicatorCollectives;
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use sweep::{SweepBackend, Timing, Transport};
+use sweep::{SweepBackend, Timing};
 use tch::Device;
 
 #[derive(Args, Debug, Clone)]
@@ -29,10 +34,12 @@ Columns as nccl-tests prints them: time is the mean per all-reduce over the time
 over ranks), algbw = size / time, busbw = algbw × 2(n−1)/n, #wrong = elements whose sum differs \
 from the exact expected sum, over all ranks.")]
 pub struct AllreduceArgs {
-    /// Smallest message, bytes (K, M, G suffixes: powers of 1024).
+    /// Smallest message, bytes (K, M, G suffixes: powers of 1024). Every size is rounded
+    /// down to whole elements of --dtype (at least one), and sizes that round alike are
+    /// swept once.
     #[arg(long, default_value = "8", value_parser = parse_bytes)]
     pub min_bytes: u64,
-    /// Largest message, bytes.
+    /// Largest message, bytes: at least one element of --dtype.
     #[arg(long, default_value = "1G", value_parser = parse_bytes)]
     pub max_bytes: u64,
     /// Each size is this many times the previous one.
@@ -76,6 +83,29 @@ pub struct AllreduceArgs {
 }
 
 impl AllreduceArgs {
+    /// Checks what needs no other rank: every rank finds the same answer, so rank 0 can
+    /// say it before MPI starts.
+    pub fn validate(&self) -> Result<()> {
+        if self.min_bytes > self.max_bytes {
+            bail!("--min-bytes {} is larger than --max-bytes {}", self.min_bytes, self.max_bytes);
+        }
+        let element = self.dtype.bytes() as u64;
+        if self.max_bytes < element {
+            bail!(
+                "--max-bytes {} is smaller than one {} element ({element} bytes): nothing to all-reduce; raise --max-bytes",
+                self.max_bytes,
+                dtype_name(self.dtype)
+            );
+        }
+        if !(self.budget_s.is_finite() && self.budget_s > 0.0) {
+            bail!("--budget-s {} must be a positive number of seconds", self.budget_s);
+        }
+        if !(self.watchdog_s.is_finite() && self.watchdog_s > 0.0) {
+            bail!("--watchdog-s {} must be a positive number of seconds", self.watchdog_s);
+        }
+        Ok(())
+    }
+
     /// The sweep a study runs before its points: 8 B to 64 MiB by 2, a short budget per
     /// size, every backend the ranks' device supports, into `out`.
     pub fn for_study(out: PathBuf) -> AllreduceArgs {
@@ -242,6 +272,13 @@ pub fn distinct_levels(nodes: usize, per_node: usize) -> Vec<Level> {
 
 /// Entry point of `ddpbench allreduce`.
 pub fn main(args: AllreduceArgs) -> Result<()> {
+    if let Err(e) = args.validate() {
+        // Every rank finds the same error before MPI starts: rank 0 says it.
+        if crate::world::launcher_rank().unwrap_or(0) == 0 {
+            return Err(e);
+        }
+        std::process::exit(1);
+    }
     let world = World::init()?;
     let g = &world.group;
     crate::train::install_abort_on_panic(g.rank, &g.host);
@@ -270,15 +307,7 @@ pub fn main(args: AllreduceArgs) -> Result<()> {
 /// The sweep on `g` (every member calls it), its files under `args.out`; `watchdog`, when
 /// given, writes its flight records there.
 pub fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> Result<()> {
-    if args.min_bytes > args.max_bytes {
-        bail!("--min-bytes {} is larger than --max-bytes {}", args.min_bytes, args.max_bytes);
-    }
-    if !(args.budget_s.is_finite() && args.budget_s > 0.0) {
-        bail!("--budget-s {} must be a positive number of seconds", args.budget_s);
-    }
-    if !(args.watchdog_s.is_finite() && args.watchdog_s > 0.0) {
-        bail!("--watchdog-s {} must be a positive number of seconds", args.watchdog_s);
-    }
+    agree(g, args.validate())?;
     let device = agree(g, crate::device::resolve_device(args.device, g.local_rank))?;
     if device == Device::Cpu {
         agree(g, host_memory_fits(args.max_bytes, g.local_size))?;
@@ -288,47 +317,14 @@ pub fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> R
         .map(crate::topology::discover_cores)
         .unwrap_or_default();
     let node_type = crate::topology::NodeInfo::detect(&cores).node_type();
-
-    // The allocation's shape: ranks per node, the same on every node for the levels to mean one thing.
-    let mut per_node_min = 0u64;
-    let mut per_node_max = 0u64;
-    {
-        use mpi::collective::{CommunicatorCollectives, SystemOperation};
-        g.comm
-            .all_reduce_into(&(g.local_size as u64), &mut per_node_min, SystemOperation::min());
-        g.comm
-            .all_reduce_into(&(g.local_size as u64), &mut per_node_max, SystemOperation::max());
-    }
     let mut notes = Vec::new();
-    if per_node_min != per_node_max {
-        notes.push(format!(
-            "nodes hold {per_node_min} to {per_node_max} ranks: the intra-node level is rank 0's node, and the model assumes {} per node",
-            g.local_size
-        ));
-    }
-    let per_node = g.local_size;
+    let per_node = ranks_per_node(g, &mut notes);
     let levels = if args.levels.is_empty() {
         distinct_levels(g.nodes, per_node)
     } else {
         args.levels.clone()
     };
-    let backends = if args.backends.is_empty() {
-        match device {
-            Device::Cuda(_) => vec![SweepBackend::Mpi, SweepBackend::Staged, SweepBackend::Nccl],
-            _ => vec![SweepBackend::Mpi],
-        }
-    } else {
-        args.backends.clone()
-    };
-    if device == Device::Cpu {
-        if let Some(b) = backends.iter().find(|b| **b != SweepBackend::Mpi) {
-            bail!(
-                "--backends {}: needs GPU buffers and this run is on CPU (--device cuda on a GPU node)",
-                b.name()
-            );
-        }
-    }
-    let sizes = sizes(args.min_bytes, args.max_bytes, args.factor);
+    let backends = agree(g, backends_for(args, device))?;
 
     // Rank 0's output folder.
     let out = agree(
@@ -346,116 +342,224 @@ pub fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> R
             run_id: "allreduce".into(),
         });
     }
-    let mut csv = if g.rank == 0 {
+    let csv = if g.rank == 0 {
         Some(crate::record::CsvLog::create(&out.join("allreduce.csv"))?)
     } else {
         None
     };
-
-    // Whether ranks share a GPU (NCCL cannot then run), asked of all ranks once.
-    let bus_id = match device {
-        Device::Cuda(i) => crate::device::cuda::driver().and_then(|d| d.pci_bus_id(i)).ok(),
-        _ => None,
+    let mut sweep = Sweep {
+        args,
+        device,
+        per_node,
+        node_type: &node_type,
+        sizes: sizes(args.min_bytes, args.max_bytes, args.factor, args.dtype.bytes() as u64),
+        csv,
+        rows: Vec::new(),
+        notes,
     };
-    let shared = crate::train::shared_gpu(g, device, bus_id.as_deref());
-
-    // The communicators of each level (None where this rank sits a level out).
-    let intra = g.comm.split_shared(0);
-    let leaders = g.comm.split_by_color(if g.local_rank == 0 {
-        Color::with_value(0)
-    } else {
-        Color::undefined()
-    });
-    let timing = Timing {
-        warmup_iters: args.warmup_iters as usize,
-        iters: args.iters as usize,
-        budget_s: args.budget_s,
-        min_iters: 3,
-    };
-    let mut rows = Vec::new();
-    let mut part = 0u64;
-    for &backend in &backends {
-        for &level in &levels {
-            // Each (backend, level) is a part of the job whose collectives are numbered alike
-            // on every rank, and in which ranks outside the level's communicator are idle,
-            // so the watchdog judges a hang among the ranks that take part.
-            part += 1;
-            let base = part << PART_SHIFT;
-            let comm: Option<&SimpleCommunicator> = match level {
-                Level::World => Some(&g.comm),
-                Level::IntraNode => Some(&intra),
-                Level::InterNode => leaders.as_ref(),
-            };
-            let (nodes, rpn) = match level {
-                Level::World => (g.nodes, per_node),
-                Level::IntraNode => (1, per_node),
-                Level::InterNode => (g.nodes, 1),
-            };
-            let ranks = match level {
-                Level::World => g.size,
-                Level::IntraNode => per_node,
-                Level::InterNode => g.nodes,
-            };
-            // Whether this backend can run here, agreed by every rank.
-            let usable = agree(g, backend_usable(backend, device, shared.as_deref()));
-            if let Err(e) = usable {
-                if g.rank == 0 {
-                    let why = format!("{} at {} level skipped: {e:#}", backend.name(), level.name());
-                    eprintln!("{why}");
-                    notes.push(why);
-                }
-                continue;
-            }
-            if g.rank == 0 {
-                print_header(backend, level, ranks, nodes, args.dtype);
-            }
-            crate::flight::recorder().begin_part(base, comm.is_none());
-            if let Some(comm) = comm {
-                let transport = make_transport(backend, comm, device)?;
-                for &bytes in &sizes {
-                    let mut pair = Vec::new();
-                    for in_place in [false, true] {
-                        let m = sweep::measure(&transport, bytes, args.dtype, in_place, timing)?;
-                        let row = to_row(level, backend, args.dtype, &m, ranks, nodes, rpn, &node_type);
-                        if let Some(log) = csv.as_mut() {
-                            log.write(&row)?;
-                            log.flush()?;
-                        }
-                        pair.push(row);
-                    }
-                    if g.rank == 0 {
-                        print_line(&pair);
-                    }
-                    rows.extend(pair);
-                }
-                if let Transport::Nccl { nccl, comm, .. } = transport {
-                    nccl.destroy(comm);
-                }
-            }
-            // Ranks that sat this level out wait here for the others.
-            {
-                let _f = crate::flight::enter("barrier", &format!("after the {} sweep", level.name()));
-                g.comm.barrier();
-            }
-            crate::flight::recorder().begin_part(base + (1 << (PART_SHIFT - 1)), false);
-        }
-    }
+    sweep.run(g, &backends, &levels)?;
     if g.rank != 0 {
         return Ok(());
     }
+    write_results(g, &out, device, per_node, &node_type, sweep.notes, &sweep.rows)
+}
+
+/// Ranks per node (this node's), with a note when nodes differ: the levels then mean
+/// rank 0's node. Every rank takes part.
+fn ranks_per_node(g: &Group, notes: &mut Vec<String>) -> usize {
+    use mpi::collective::SystemOperation;
+    let mut per_node_min = 0u64;
+    let mut per_node_max = 0u64;
+    g.comm
+        .all_reduce_into(&(g.local_size as u64), &mut per_node_min, SystemOperation::min());
+    g.comm
+        .all_reduce_into(&(g.local_size as u64), &mut per_node_max, SystemOperation::max());
+    if per_node_min != per_node_max {
+        notes.push(format!(
+            "nodes hold {per_node_min} to {per_node_max} ranks: the intra-node level is rank 0's node, and the model assumes {} per node",
+            g.local_size
+        ));
+    }
+    g.local_size
+}
+
+/// The backends asked for, or every one the device supports; a GPU backend on CPU is refused.
+fn backends_for(args: &AllreduceArgs, device: Device) -> Result<Vec<SweepBackend>> {
+    let backends = if args.backends.is_empty() {
+        match device {
+            Device::Cuda(_) => vec![SweepBackend::Mpi, SweepBackend::Staged, SweepBackend::Nccl],
+            _ => vec![SweepBackend::Mpi],
+        }
+    } else {
+        args.backends.clone()
+    };
+    if device == Device::Cpu {
+        if let Some(b) = backends.iter().find(|b| **b != SweepBackend::Mpi) {
+            bail!(
+                "--backends {}: needs GPU buffers and this run is on CPU (--device cuda on a GPU node)",
+                b.name()
+            );
+        }
+    }
+    Ok(backends)
+}
+
+/// One sweep in progress: what it runs and what it has measured so far.
+struct Sweep<'a> {
+    args: &'a AllreduceArgs,
+    device: Device,
+    per_node: usize,
+    node_type: &'a str,
+    sizes: Vec<u64>,
+    /// Rank 0's allreduce.csv.
+    csv: Option<crate::record::CsvLog<SweepRow>>,
+    rows: Vec<SweepRow>,
+    notes: Vec<String>,
+}
+
+impl Sweep<'_> {
+    /// Every (backend, level), each a part of the job whose collectives are numbered alike
+    /// on every rank, and in which ranks outside the level's communicator are idle, so the
+    /// watchdog judges a hang among the ranks that take part.
+    fn run(&mut self, g: &Group, backends: &[SweepBackend], levels: &[Level]) -> Result<()> {
+        // Whether ranks share a GPU (NCCL cannot then run), asked of all ranks once.
+        let bus_id = match self.device {
+            Device::Cuda(i) => crate::device::cuda::driver().and_then(|d| d.pci_bus_id(i)).ok(),
+            _ => None,
+        };
+        let shared = crate::comm::transport::nccl::shared_gpu(g, self.device, bus_id.as_deref());
+        // The communicators of each level (None where this rank sits a level out).
+        let intra = g.comm.split_shared(0);
+        let leaders = g.comm.split_by_color(if g.local_rank == 0 {
+            Color::with_value(0)
+        } else {
+            Color::undefined()
+        });
+        let mut part = 0u64;
+        for &backend in backends {
+            for &level in levels {
+                part += 1;
+                let base = part << PART_SHIFT;
+                let comm: Option<&SimpleCommunicator> = match level {
+                    Level::World => Some(&g.comm),
+                    Level::IntraNode => Some(&intra),
+                    Level::InterNode => leaders.as_ref(),
+                };
+                // Whether this backend can run here, agreed by every rank.
+                if let Err(e) = agree(g, backend_usable(backend, self.device, shared.as_deref())) {
+                    if g.rank == 0 {
+                        let why = format!("{} at {} level skipped: {e:#}", backend.name(), level.name());
+                        eprintln!("{why}");
+                        self.notes.push(why);
+                    }
+                    continue;
+                }
+                let shape = LevelShape::of(g, level, self.per_node);
+                if g.rank == 0 {
+                    print_header(backend, level, shape.ranks, shape.nodes, self.args.dtype);
+                }
+                crate::flight::recorder().begin_part(base, comm.is_none());
+                if let Some(comm) = comm {
+                    self.sizes_on(comm, backend, level, shape, g.rank == 0)?;
+                }
+                // Ranks that sat this level out wait here for the others.
+                {
+                    let _f = crate::flight::enter("barrier", &format!("after the {} sweep", level.name()));
+                    g.comm.barrier();
+                }
+                crate::flight::recorder().begin_part(base + (1 << (PART_SHIFT - 1)), false);
+            }
+        }
+        Ok(())
+    }
+
+    /// Every size, out of place and in place, on one backend over `comm`.
+    fn sizes_on(&mut self, comm: &SimpleCommunicator, backend: SweepBackend, level: Level, shape: LevelShape, print: bool) -> Result<()> {
+        let timing = Timing {
+            warmup_iters: self.args.warmup_iters as usize,
+            iters: self.args.iters as usize,
+            budget_s: self.args.budget_s,
+            min_iters: 3,
+        };
+        let (mut transport, device) = make_transport(backend, comm, self.device)?;
+        let mut target = sweep::Target {
+            comm,
+            device,
+            transport: transport.as_mut(),
+        };
+        for &bytes in &self.sizes {
+            let mut pair = Vec::new();
+            for in_place in [false, true] {
+                let m = sweep::measure(&mut target, bytes, self.args.dtype, in_place, timing)?;
+                let row = to_row(level, backend, self.args.dtype, &m, shape, self.node_type);
+                if let Some(log) = self.csv.as_mut() {
+                    log.write(&row)?;
+                    log.flush()?;
+                }
+                pair.push(row);
+            }
+            if print {
+                print_line(&pair);
+            }
+            self.rows.extend(pair);
+        }
+        Ok(())
+    }
+}
+
+/// The ranks of one level: how many, the nodes they span, and ranks per node.
+#[derive(Debug, Clone, Copy)]
+struct LevelShape {
+    ranks: usize,
+    nodes: usize,
+    ranks_per_node: usize,
+}
+
+impl LevelShape {
+    fn of(g: &Group, level: Level, per_node: usize) -> LevelShape {
+        match level {
+            Level::World => LevelShape {
+                ranks: g.size,
+                nodes: g.nodes,
+                ranks_per_node: per_node,
+            },
+            Level::IntraNode => LevelShape {
+                ranks: per_node,
+                nodes: 1,
+                ranks_per_node: per_node,
+            },
+            Level::InterNode => LevelShape {
+                ranks: g.nodes,
+                nodes: g.nodes,
+                ranks_per_node: 1,
+            },
+        }
+    }
+}
+
+/// Rank 0's files and the fitted models, after every level was swept.
+fn write_results(
+    g: &Group,
+    out: &Path,
+    device: Device,
+    per_node: usize,
+    node_type: &str,
+    notes: Vec<String>,
+    rows: &[SweepRow],
+) -> Result<()> {
     let file = SweepFile {
         command_line: std::env::args().collect(),
         world_size: g.size,
         nodes: g.nodes,
         ranks_per_node: per_node,
-        node_type: node_type.clone(),
+        node_type: node_type.into(),
         device: format!("{device:?}"),
-        notes: notes.clone(),
-        rows: rows.clone(),
+        notes,
+        rows: rows.to_vec(),
     };
     crate::record::write_atomic(&out.join("allreduce.json"), &(serde_json::to_string_pretty(&file)? + "\n"))?;
     let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
-    let models = fit_models(&rows, g.nodes, per_node, &node_type);
+    let models = fit_models(rows, g.nodes, per_node, node_type);
     let mf = ModelFile {
         formula: model::FORMULA.into(),
         models: models.iter().filter_map(|m| m.as_ref().ok().cloned()).collect(),
@@ -463,7 +567,7 @@ pub fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> R
     println!();
     for m in &models {
         match m {
-            Ok(bm) => print_model(bm, &rows),
+            Ok(bm) => print_model(bm, rows),
             Err(e) => println!("no model: {e:#}"),
         }
     }
@@ -496,12 +600,17 @@ fn host_memory_fits(max_bytes: u64, local_ranks: usize) -> Result<()> {
     }
 }
 
-/// Sizes from `min` to `max`, each `factor` times the previous.
-pub fn sizes(min: u64, max: u64, factor: u64) -> Vec<u64> {
-    let mut out = Vec::new();
+/// Sizes from `min` to `max`, each `factor` times the previous, rounded down to whole
+/// elements of `element` bytes (at least one), each size once: 1, 2 and 4 bytes of fp32
+/// are one 4-byte all-reduce, measured once.
+pub fn sizes(min: u64, max: u64, factor: u64, element: u64) -> Vec<u64> {
+    let mut out: Vec<u64> = Vec::new();
     let mut s = min;
     while s <= max {
-        out.push(s);
+        let whole = (s / element).max(1) * element;
+        if out.last() != Some(&whole) {
+            out.push(whole);
+        }
         match s.checked_mul(factor) {
             Some(n) => s = n,
             None => break,
@@ -530,50 +639,34 @@ fn prepare_out(out: Option<&Path>) -> Result<PathBuf> {
 fn backend_usable(backend: SweepBackend, device: Device, shared: Option<&str>) -> Result<()> {
     match (backend, device, shared) {
         (SweepBackend::Nccl, _, Some(why)) => bail!("{why}"),
-        (SweepBackend::Nccl, Device::Cuda(i), None) => crate::comm::nccl::prepare(i).map(|_| ()),
+        (SweepBackend::Nccl, Device::Cuda(i), None) => crate::comm::transport::nccl::prepare(i).map(|_| ()),
         _ => Ok(()),
     }
 }
 
-fn make_transport<'a>(backend: SweepBackend, comm: &'a SimpleCommunicator, device: Device) -> Result<Transport<'a>> {
+/// The transport training uses for `backend`, over `comm`, and where its buffers live:
+/// host memory for `mpi`, the rank's GPU for `staged` (through pinned host buffers) and
+/// `nccl` (joined here, every member of `comm` taking part).
+fn make_transport<'a>(backend: SweepBackend, comm: &'a SimpleCommunicator, device: Device) -> Result<(Box<dyn Transport + 'a>, Device)> {
     Ok(match (backend, device) {
-        (SweepBackend::Mpi, _) => Transport::Mpi(comm),
-        (SweepBackend::Staged, d) => Transport::Staged(comm, d),
-        (SweepBackend::Nccl, Device::Cuda(i)) => {
-            let (nccl, cuda, nc, stream) = sweep::join_nccl(comm, i)?;
-            Transport::Nccl {
-                mpi: comm,
-                nccl,
-                cuda,
-                comm: nc,
-                stream,
-                device,
-            }
-        }
+        (SweepBackend::Mpi, _) => (Box::new(Mpi::new(comm)), Device::Cpu),
+        (SweepBackend::Staged, d) => (Box::new(Mpi::new(comm)), d),
+        // A failure to make the unique id on rank 0 ends the job (the caller's error path),
+        // so it is not agreed over the level's communicator.
+        (SweepBackend::Nccl, Device::Cuda(i)) => (Box::new(Nccl::join(comm, i, |id| id)?), device),
         (SweepBackend::Nccl, _) => bail!("nccl needs a GPU"),
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn to_row(
-    level: Level,
-    backend: SweepBackend,
-    dtype: GradDtype,
-    m: &sweep::Measured,
-    ranks: usize,
-    nodes: usize,
-    rpn: usize,
-    node_type: &str,
-) -> SweepRow {
-    let algbw = if m.time_s > 0.0 { m.bytes as f64 / m.time_s } else { 0.0 };
+fn to_row(level: Level, backend: SweepBackend, dtype: GradDtype, m: &sweep::Measured, shape: LevelShape, node_type: &str) -> SweepRow {
     SweepRow {
         level: level.name().into(),
         backend: backend.name().into(),
         dtype: dtype_name(dtype).into(),
         placement: if m.in_place { "in-place" } else { "out-of-place" }.into(),
-        ranks,
-        nodes,
-        ranks_per_node: rpn,
+        ranks: shape.ranks,
+        nodes: shape.nodes,
+        ranks_per_node: shape.ranks_per_node,
         bytes: m.bytes,
         count: m.count,
         iters: m.iters,
@@ -582,8 +675,8 @@ fn to_row(
         iter_p10_us: m.iter_p10_s * 1e6,
         iter_median_us: m.iter_median_s * 1e6,
         iter_p90_us: m.iter_p90_s * 1e6,
-        algbw_gb_s: algbw / 1e9,
-        busbw_gb_s: crate::reduce::metrics::busbw(m.bytes as f64, ranks, m.time_s) / 1e9,
+        algbw_gb_s: algbw(m.bytes as f64, m.time_s) / 1e9,
+        busbw_gb_s: busbw(m.bytes as f64, shape.ranks, m.time_s) / 1e9,
         wrong: m.wrong,
         node_type: node_type.into(),
     }
@@ -717,9 +810,12 @@ mod tests {
 
     #[test]
     fn sizes_and_byte_suffixes() {
-        assert_eq!(sizes(8, 64, 2), vec![8, 16, 32, 64]);
-        assert_eq!(sizes(8, 100, 4), vec![8, 32]);
-        assert_eq!(sizes(u64::MAX / 2, u64::MAX, 4), vec![u64::MAX / 2]);
+        assert_eq!(sizes(8, 64, 2, 4), vec![8, 16, 32, 64]);
+        assert_eq!(sizes(8, 100, 4, 4), vec![8, 32]);
+        assert_eq!(sizes(u64::MAX / 2, u64::MAX, 4, 1), vec![u64::MAX / 2]);
+        // Below and between whole elements: rounded down, each once.
+        assert_eq!(sizes(1, 16, 2, 4), vec![4, 8, 16]);
+        assert_eq!(sizes(3, 27, 3, 2), vec![2, 8, 26]);
         assert_eq!(parse_bytes("64K"), Ok(65536));
         assert_eq!(parse_bytes("1G"), Ok(1 << 30));
         assert_eq!(parse_bytes("4096"), Ok(4096));

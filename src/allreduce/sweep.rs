@@ -7,11 +7,11 @@
 //! sums are exact in fp32, fp16 and bf16, so a correct all-reduce matches the expected
 //! sum bit for bit and `wrong` counts the elements that do not.
 
+use crate::comm::transport::{Dir, Slot, Transport};
 use crate::comm::{wire_kind, GradDtype};
-use crate::device::cuda::{self, Driver, Event, Nccl, NcclComm, NcclDtype, Stream};
-use anyhow::{anyhow, Result};
+use crate::device::cuda::Event;
+use anyhow::Result;
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
-use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
@@ -39,34 +39,13 @@ impl SweepBackend {
     }
 }
 
-/// The transport a [`measure`] call runs on.
-pub enum Transport<'a> {
-    Mpi(&'a SimpleCommunicator),
-    Staged(&'a SimpleCommunicator, Device),
-    Nccl {
-        mpi: &'a SimpleCommunicator,
-        nccl: &'static Nccl,
-        cuda: &'static Driver,
-        comm: NcclComm,
-        stream: Stream,
-        device: Device,
-    },
-}
-
-impl Transport<'_> {
-    fn mpi(&self) -> &SimpleCommunicator {
-        match self {
-            Transport::Mpi(c) | Transport::Staged(c, _) => c,
-            Transport::Nccl { mpi, .. } => mpi,
-        }
-    }
-    fn device(&self) -> Device {
-        match self {
-            Transport::Mpi(_) => Device::Cpu,
-            Transport::Staged(_, d) => *d,
-            Transport::Nccl { device, .. } => *device,
-        }
-    }
+/// What a measurement runs on: the transport under test (the one training uses), the
+/// communicator whose members take part (barriers, agreeing on times and counts), and
+/// where the buffers live.
+pub struct Target<'a> {
+    pub comm: &'a SimpleCommunicator,
+    pub device: Device,
+    pub transport: &'a mut dyn Transport,
 }
 
 /// How long and how often one size is timed.
@@ -163,14 +142,15 @@ fn count_wrong(result: &Tensor, ranks: usize, dtype: GradDtype) -> u64 {
 
 /// Times the all-reduce of `bytes` (rounded down to whole elements of `dtype`, at least
 /// one) on `t`, every rank of its communicator taking part, and checks the sum.
-pub fn measure(t: &Transport, bytes: u64, dtype: GradDtype, in_place: bool, timing: Timing) -> Result<Measured> {
-    let comm = t.mpi();
+pub fn measure(t: &mut Target, bytes: u64, dtype: GradDtype, in_place: bool, timing: Timing) -> Result<Measured> {
+    let comm = t.comm;
     let (rank, ranks) = (comm.rank() as usize, comm.size() as usize);
     let count = (bytes as usize / dtype.bytes()).max(1);
-    let device = t.device();
+    let device = t.device;
     let src = fill(count, rank, ranks, dtype, device);
     let dst = src.zeros_like();
-    let mut op = Op::new(t, &src, &dst, in_place)?;
+    let mut op = Op::new(t, &src, &dst, in_place, dtype)?;
+    let t = &mut *t.transport;
     let what = format!(
         "sweep {} B {}",
         count * dtype.bytes(),
@@ -183,10 +163,10 @@ pub fn measure(t: &Transport, bytes: u64, dtype: GradDtype, in_place: bool, timi
     comm.barrier();
     let t0 = mpi::time();
     for _ in 0..timing.warmup_iters {
-        op.run()?;
+        op.run(t)?;
         crate::flight::progress();
     }
-    op.wait()?;
+    t.wait()?;
     let per_iter = (mpi::time() - t0) / timing.warmup_iters.max(1) as f64;
     let mut slowest = 0.0f64;
     comm.all_reduce_into(&per_iter, &mut slowest, SystemOperation::max());
@@ -204,15 +184,15 @@ pub fn measure(t: &Transport, bytes: u64, dtype: GradDtype, in_place: bool, timi
     comm.barrier();
     let mut ends = Vec::with_capacity(iters);
     let start = mpi::time();
-    op.mark_start()?;
+    op.mark_start(t)?;
     for _ in 0..iters {
-        op.run()?;
-        ends.push(op.mark_end()?);
+        op.run(t)?;
+        ends.push(op.mark_end(t)?);
         crate::flight::progress();
     }
-    op.wait()?;
-    let loop_s = op.loop_s(start)?;
-    let iter_s: Vec<f64> = op.iteration_times(start, &ends)?;
+    t.wait()?;
+    let loop_s = op.loop_s(t, start)?;
+    let iter_s: Vec<f64> = op.iteration_times(t, start, &ends)?;
 
     // Across ranks: the mean and the slowest loop, and each iteration's slowest rank.
     let mut sum = 0.0f64;
@@ -226,12 +206,7 @@ pub fn measure(t: &Transport, bytes: u64, dtype: GradDtype, in_place: bool, timi
 
     // The check: fresh values in the same buffers, one all-reduce, every element compared.
     let _f = crate::flight::enter("all-reduce", &format!("{what}, check"));
-    fill_into(&src, rank, ranks, dtype);
-    let _ = dst.shallow_clone().zero_();
-    crate::device::sync(device);
-    op.run()?;
-    op.wait()?;
-    let wrong_here = count_wrong(op.result(), ranks, dtype);
+    let wrong_here = op.check(t, device, rank, ranks, dtype)?;
     let mut wrong = 0u64;
     comm.all_reduce_into(&wrong_here, &mut wrong, SystemOperation::sum());
 
@@ -264,9 +239,9 @@ pub struct SetMeasured {
 /// no more once `budget_s` has passed and `min_iters` are done. Each iteration first
 /// writes `flush_bytes` bytes elsewhere (so the buffers come from memory rather than
 /// cache, as gradients do after backward), then aligns the ranks by a barrier. Every
-/// rank of the transport's communicator takes part. The sums are checked at the end.
+/// rank of the target's communicator takes part. The sums are checked at the end.
 pub fn measure_set(
-    t: &Transport,
+    t: &mut Target,
     counts: &[usize],
     dtype: GradDtype,
     iters: usize,
@@ -274,21 +249,16 @@ pub fn measure_set(
     min_iters: usize,
     flush_bytes: usize,
 ) -> Result<SetMeasured> {
-    let comm = t.mpi();
+    let comm = t.comm;
     let (rank, ranks) = (comm.rank() as usize, comm.size() as usize);
-    let device = t.device();
-    let buffers: Vec<(Tensor, Tensor)> = counts
-        .iter()
-        .map(|&c| {
-            let src = fill(c.max(1), rank, ranks, dtype, device);
-            let dst = src.zeros_like();
-            (src, dst)
-        })
-        .collect();
-    let mut ops = buffers
-        .iter()
-        .map(|(src, dst)| Op::new(t, src, dst, false))
-        .collect::<Result<Vec<_>>>()?;
+    let device = t.device;
+    let mut ops = Vec::with_capacity(counts.len());
+    for &c in counts {
+        let src = fill(c.max(1), rank, ranks, dtype, device);
+        let dst = src.zeros_like();
+        ops.push(Op::new(t, &src, &dst, false, dtype)?);
+    }
+    let t = &mut *t.transport;
     let mut flush = vec![0u8; flush_bytes];
     let mut iter_s = Vec::with_capacity(iters);
     let start = mpi::time();
@@ -299,11 +269,9 @@ pub fn measure_set(
         comm.barrier();
         let t0 = mpi::time();
         for op in ops.iter_mut() {
-            op.run()?;
+            op.run(t)?;
         }
-        for op in ops.iter_mut() {
-            op.wait()?;
-        }
+        t.wait()?;
         crate::flight::progress();
         // The slowest rank's time, and whether every rank agrees the budget is spent.
         let local = [mpi::time() - t0, mpi::time() - start];
@@ -318,149 +286,82 @@ pub fn measure_set(
     }
     let mut wrong_here = 0u64;
     for op in ops.iter_mut() {
-        fill_into(&op.src, rank, ranks, dtype);
-        let _ = op.dst.shallow_clone().zero_();
-        crate::device::sync(device);
-        op.run()?;
-        op.wait()?;
-        wrong_here += count_wrong(op.result(), ranks, dtype);
+        wrong_here += op.check(t, device, rank, ranks, dtype)?;
     }
     let mut wrong = 0u64;
     comm.all_reduce_into(&wrong_here, &mut wrong, SystemOperation::sum());
     Ok(SetMeasured { iter_s, wrong })
 }
 
-/// One all-reduce on a transport, with its buffers.
-struct Op<'a> {
-    t: &'a Transport<'a>,
+/// One all-reduce of the sweep: its buffers bound to the transport, and (where the
+/// transport runs on a stream) the events marking the timed loop's start and each
+/// iteration's end.
+struct Op {
+    slot: Slot,
     src: Tensor,
     dst: Tensor,
-    in_place: bool,
-    /// Pinned host buffers (send, receive) of the staged path.
-    host: Option<(Tensor, Tensor)>,
-    /// NCCL: events marking the loop's start and each iteration's end.
     events: Vec<Event>,
-    dtype: GradDtype,
 }
 
-impl<'a> Op<'a> {
-    fn new(t: &'a Transport<'a>, src: &Tensor, dst: &Tensor, in_place: bool) -> Result<Op<'a>> {
-        let dtype = match src.kind() {
-            Kind::Half => GradDtype::Fp16,
-            Kind::BFloat16 => GradDtype::Bf16,
-            _ => GradDtype::Fp32,
-        };
-        let host = match t {
-            Transport::Staged(_, device) if *device != Device::Cpu => {
-                let buf = || Tensor::zeros([src.numel() as i64], (src.kind(), Device::Cpu)).pin_memory(*device);
-                Some((buf(), buf()))
-            }
-            _ => None,
-        };
-        // The buffers were written on libtorch's stream; NCCL's stream does not wait for it.
-        crate::device::sync(t.device());
+impl Op {
+    fn new(t: &mut Target, src: &Tensor, dst: &Tensor, in_place: bool, dtype: GradDtype) -> Result<Op> {
+        let slot = t.transport.slot(src, (!in_place).then_some(dst), dtype, false)?;
+        // The buffers were written on libtorch's stream: done before anything is timed.
+        crate::device::sync(t.device);
         Ok(Op {
-            t,
+            slot,
             src: src.shallow_clone(),
             dst: dst.shallow_clone(),
-            in_place,
-            host,
             events: Vec::new(),
-            dtype,
         })
     }
 
-    /// The buffer that holds the sum after [`Op::run`].
-    fn result(&self) -> &Tensor {
-        if self.in_place {
-            &self.src
-        } else {
-            &self.dst
-        }
+    fn run(&mut self, t: &mut dyn Transport) -> Result<()> {
+        t.allreduce(&mut self.slot, Dir::AToB).map(|_| ())
     }
 
-    fn run(&mut self) -> Result<()> {
-        let count = self.src.numel();
-        match self.t {
-            Transport::Mpi(comm) | Transport::Staged(comm, Device::Cpu) => {
-                let raw = comm.as_raw();
-                // SAFETY: src and dst are contiguous CPU tensors of `count` elements of the
-                // wire dtype, owned by this Op and not aliased.
-                unsafe {
-                    if self.in_place {
-                        crate::comm::mpi::allreduce_sum_raw(raw, None, self.src.data_ptr(), count, self.dtype)
-                    } else {
-                        crate::comm::mpi::allreduce_sum_raw(raw, Some(self.src.data_ptr()), self.dst.data_ptr(), count, self.dtype)
-                    }
-                }
-            }
-            Transport::Staged(comm, _) => {
-                let (send, recv) = self.host.as_mut().ok_or_else(|| anyhow!("staged buffers missing"))?;
-                send.copy_(&self.src); // returns once the device-to-host copy is done
-                let raw = comm.as_raw();
-                // SAFETY: pinned host tensors of `count` elements owned by this Op.
-                unsafe {
-                    if self.in_place {
-                        crate::comm::mpi::allreduce_sum_raw(raw, None, send.data_ptr(), count, self.dtype)?;
-                    } else {
-                        crate::comm::mpi::allreduce_sum_raw(raw, Some(send.data_ptr()), recv.data_ptr(), count, self.dtype)?;
-                    }
-                }
-                let back = if self.in_place { &*send } else { &*recv };
-                if self.in_place {
-                    self.src.copy_(back);
-                } else {
-                    self.dst.copy_(back);
-                }
-                Ok(())
-            }
-            Transport::Nccl { nccl, comm, stream, .. } => {
-                let recv = if self.in_place { self.src.data_ptr() } else { self.dst.data_ptr() };
-                // SAFETY: device tensors of `count` elements owned by this Op; in place,
-                // NCCL allows send == recv.
-                unsafe { nccl.all_reduce_sum(self.src.data_ptr(), recv, count, nccl_dtype(self.dtype), *comm, *stream) }
-            }
-        }
+    /// Fresh values in the same buffers, one all-reduce, and the elements of this rank's
+    /// result that are not the exact sum.
+    fn check(&mut self, t: &mut dyn Transport, device: Device, rank: usize, ranks: usize, dtype: GradDtype) -> Result<u64> {
+        fill_into(&self.src, rank, ranks, dtype);
+        let _ = self.dst.zero_();
+        crate::device::sync(device);
+        self.run(t)?;
+        t.wait()?;
+        Ok(count_wrong(self.slot.result(Dir::AToB), ranks, dtype))
     }
 
-    fn mark_start(&mut self) -> Result<()> {
-        if let Transport::Nccl { cuda, stream, .. } = self.t {
+    fn mark_start(&mut self, t: &dyn Transport) -> Result<()> {
+        if let Some((cuda, stream)) = t.stream() {
             let e = cuda.event(true)?;
-            cuda.record(&e, *stream)?;
+            cuda.record(&e, stream)?;
             self.events = vec![e];
         }
         Ok(())
     }
 
-    /// The iteration's end: the host clock, or (NCCL) an event recorded after it.
-    fn mark_end(&mut self) -> Result<f64> {
-        if let Transport::Nccl { cuda, stream, .. } = self.t {
+    /// The iteration's end: the host clock, or (on a stream) an event recorded after it.
+    fn mark_end(&mut self, t: &dyn Transport) -> Result<f64> {
+        if let Some((cuda, stream)) = t.stream() {
             let e = cuda.event(true)?;
-            cuda.record(&e, *stream)?;
+            cuda.record(&e, stream)?;
             self.events.push(e);
         }
         Ok(mpi::time())
     }
 
-    fn wait(&mut self) -> Result<()> {
-        match self.t {
-            Transport::Nccl { cuda, stream, .. } => cuda.synchronize(*stream),
-            _ => Ok(()),
-        }
-    }
-
     /// Seconds of the whole timed loop on this rank.
-    fn loop_s(&self, start: f64) -> Result<f64> {
-        match self.t {
-            Transport::Nccl { cuda, .. } => cuda.elapsed_s(&self.events[0], self.events.last().expect("start event")),
-            _ => Ok(mpi::time() - start),
+    fn loop_s(&self, t: &dyn Transport, start: f64) -> Result<f64> {
+        match t.stream() {
+            Some((cuda, _)) => cuda.elapsed_s(&self.events[0], self.events.last().expect("start event")),
+            None => Ok(mpi::time() - start),
         }
     }
 
-    fn iteration_times(&self, start: f64, ends: &[f64]) -> Result<Vec<f64>> {
-        match self.t {
-            Transport::Nccl { cuda, .. } => self.events.windows(2).map(|w| cuda.elapsed_s(&w[0], &w[1])).collect(),
-            _ => Ok(std::iter::once(start)
+    fn iteration_times(&self, t: &dyn Transport, start: f64, ends: &[f64]) -> Result<Vec<f64>> {
+        match t.stream() {
+            Some((cuda, _)) => self.events.windows(2).map(|w| cuda.elapsed_s(&w[0], &w[1])).collect(),
+            None => Ok(std::iter::once(start)
                 .chain(ends.iter().copied())
                 .collect::<Vec<_>>()
                 .windows(2)
@@ -468,30 +369,6 @@ impl<'a> Op<'a> {
                 .collect()),
         }
     }
-}
-
-fn nccl_dtype(d: GradDtype) -> NcclDtype {
-    match d {
-        GradDtype::Fp32 => NcclDtype::Float32,
-        GradDtype::Fp16 => NcclDtype::Float16,
-        GradDtype::Bf16 => NcclDtype::Bfloat16,
-    }
-}
-
-/// Joins an NCCL communicator over the members of `comm` on `device_index` (rank 0
-/// makes the id, MPI broadcasts it), every member taking part.
-pub fn join_nccl(comm: &SimpleCommunicator, device_index: usize) -> Result<(&'static Nccl, &'static Driver, NcclComm, Stream)> {
-    use mpi::collective::Root;
-    let (cuda, nccl) = crate::comm::nccl::prepare(device_index)?;
-    let mut id = if comm.rank() == 0 {
-        nccl.unique_id()?
-    } else {
-        cuda::NcclUniqueId { internal: [0; 128] }
-    };
-    comm.process_at_rank(0).broadcast_into(&mut id.internal[..]);
-    let nc = nccl.init_rank(comm.size() as usize, id, comm.rank() as usize)?;
-    let stream = cuda.non_blocking_stream()?;
-    Ok((nccl, cuda, nc, stream))
 }
 
 #[cfg(test)]

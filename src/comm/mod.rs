@@ -7,17 +7,21 @@
 //! fallback (MPI_Allreduce over host memory, device gradients staged through pinned
 //! buffers), [`nccl::NcclReducer`] all-reduces on the device, and [`none::NoReduce`]
 //! keeps each rank's gradients (the step without communication). [`overlap`] cuts
-//! backward so buckets leave while it runs.
+//! backward so buckets leave while it runs. Every byte that leaves the rank goes
+//! through [`transport`], the one all-reduce of a buffer that the `ddpbench allreduce`
+//! sweep and the training probe time too.
 
 pub mod mpi;
 pub mod nccl;
 pub mod none;
 pub mod overlap;
+pub mod transport;
 
-pub use crate::record::AllreduceProbe;
+#[cfg(test)]
+mod layering_tests;
+
 /// Defined with the comparison key, which records it.
 pub use crate::record::GradDtype;
-use ::mpi::topology::SimpleCommunicator;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
@@ -226,9 +230,9 @@ impl FlatGrads {
         self.current = set;
     }
 
-    /// Bucket `b`'s (gradients, destination of the reduced values), the first time it is
-    /// asked for in a step; None when it was already launched.
-    pub fn claim(&mut self, b: usize) -> Option<(Tensor, Tensor)> {
+    /// The set holding bucket `b`'s gradients (the other set receives the reduced
+    /// values), the first time it is asked for in a step; None when it was already launched.
+    pub fn claim(&mut self, b: usize) -> Option<usize> {
         if std::mem::replace(&mut self.launched[b], true) {
             return None;
         }
@@ -236,10 +240,7 @@ impl FlatGrads {
         self.first_claim.get_or_insert(now);
         self.last_claim = Some(now);
         self.claimed_at[b] = Some(now);
-        Some((
-            self.sets[self.current][b].shallow_clone(),
-            self.sets[1 - self.current][b].shallow_clone(),
-        ))
+        Some(self.current)
     }
 
     /// The step is over without any reduction: the gradients stay where they are.
@@ -293,67 +294,6 @@ pub fn wire_kind(dtype: GradDtype) -> Kind {
         GradDtype::Fp16 => Kind::Half,
         GradDtype::Bf16 => Kind::BFloat16,
     }
-}
-
-/// nccl-tests' bus bandwidth of an all-reduce, in bytes/s ([`crate::reduce::metrics::busbw`]).
-pub fn allreduce_busbw(bytes: f64, ranks: usize, seconds: f64) -> f64 {
-    crate::reduce::metrics::busbw(bytes, ranks, seconds)
-}
-
-/// Bytes written between cold-cache probe iterations: larger than the last-level
-/// cache of most CPUs, as the activations a backward pass streams through it.
-pub const CACHE_FLUSH_BYTES: usize = 64 << 20;
-
-/// The probe stops after this long (and at least [`PROBE_MIN_ITERS`] iterations).
-pub const PROBE_BUDGET_S: f64 = 5.0;
-pub const PROBE_MIN_ITERS: usize = 10;
-
-/// Times up to `iters` all-reduces of buffers shaped like `plan` (after one untimed
-/// round, within [`PROBE_BUDGET_S`]), ranks aligned by a barrier, with the sweep's own
-/// measurement ([`crate::allreduce::sweep::measure_set`]) on MPI and host memory. With
-/// `flush_bytes` > 0, each iteration first writes that many bytes elsewhere, so the
-/// buffers come from memory rather than cache, as gradients do right after backward
-/// (on a 32 MiB-L3 EPYC: 1.9 ms cold vs 1.0 ms warm for 4.8 MB on shared memory).
-/// Fails when the sums are wrong.
-pub fn probe_allreduce(
-    comm: &SimpleCommunicator,
-    world_size: usize,
-    plan: &BucketPlan,
-    iters: usize,
-    flush_bytes: usize,
-) -> anyhow::Result<AllreduceProbe> {
-    use crate::allreduce::sweep::{measure_set, Transport};
-    let _f = crate::flight::enter("all-reduce", "probe");
-    let transport = Transport::Mpi(comm);
-    let m = measure_set(
-        &transport,
-        &plan.numels,
-        GradDtype::Fp32,
-        iters,
-        PROBE_BUDGET_S,
-        PROBE_MIN_ITERS,
-        flush_bytes,
-    )?;
-    if m.wrong > 0 {
-        anyhow::bail!(
-            "the all-reduce probe summed {} elements wrong over {world_size} ranks: MPI's all-reduce gives wrong results on this allocation (check the MPI installation and its network settings)",
-            m.wrong
-        );
-    }
-    let times = m.iter_s;
-    let bytes = (plan.total_numel() * 4) as u64;
-    let median_s = crate::stats::median(&times);
-    Ok(AllreduceProbe {
-        bytes,
-        iters: times.len(),
-        median_s,
-        min_s: times.iter().copied().fold(f64::INFINITY, f64::min),
-        busbw_bytes_per_s: allreduce_busbw(bytes as f64, world_size, median_s),
-        algbw_bytes_per_s: if median_s > 0.0 { bytes as f64 / median_s } else { 0.0 },
-        cold_cache: flush_bytes > 0,
-        p10_s: Some(crate::stats::quantile(&times, 0.1)),
-        p90_s: Some(crate::stats::quantile(&times, 0.9)),
-    })
 }
 
 #[cfg(test)]

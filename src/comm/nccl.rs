@@ -1,34 +1,27 @@
-//! All-reduce on the device with NCCL: rank 0 makes the unique id, MPI broadcasts it
-//! (the rendezvous), every rank joins one communicator.
-//!
-//! Buckets are reduced on a dedicated non-blocking CUDA stream. Ordering against
-//! libtorch's work (on the legacy default stream) is by events only: when backward
-//! hands over bucket b, an event is recorded on libtorch's stream and NCCL's stream
-//! waits for it, so the all-reduce starts once the kernels that wrote the bucket are
-//! done while the host goes on queueing backward. At the end, libtorch's stream waits
-//! for NCCL's last event, so the optimizer reads reduced gradients. Each bucket's
-//! all-reduce is timed with a pair of events on NCCL's stream.
+//! All-reduce of gradient buckets on the device through [`transport::nccl::Nccl`]
+//! (its rendezvous joins the communicator; its stream runs the buckets, ordered after
+//! libtorch's work by events). At the end, libtorch's stream waits for NCCL's last
+//! event, so the optimizer reads reduced gradients. Each bucket's all-reduce is timed
+//! with the pair of events of its timed slot.
 
+use super::transport::{self, Dir, Slot, Transport};
 use super::GradDtype;
 use super::{wire_kind, BucketPlan, CommStats, FlatGrads, GradientReducer};
-use crate::device::cuda::{self, Driver, Event, Nccl, NcclComm, NcclDtype, NcclUniqueId, Stream, LEGACY_STREAM};
+use crate::device::cuda::{Event, NcclUniqueId, LEGACY_STREAM};
 use anyhow::{anyhow, Result};
+use mpi::topology::SimpleCommunicator;
 use std::time::Instant;
 use tch::Tensor;
 
 pub struct NcclReducer {
-    nccl: &'static Nccl,
-    cuda: &'static Driver,
-    comm: NcclComm,
-    stream: Stream,
+    transport: transport::nccl::Nccl,
     plan: BucketPlan,
     dtype: GradDtype,
     flat: Option<FlatGrads>,
     /// Device buffers (send, receive) of the wire dtype, when it is not fp32.
     wire: Vec<(Tensor, Tensor)>,
-    ready: Vec<Event>,
-    start: Vec<Event>,
-    end: Vec<Event>,
+    /// One timed slot per bucket: the flat sets, or the wire buffers.
+    slots: Vec<Slot>,
     /// Recorded on libtorch's stream when `finish` is called: backward's end on the device.
     backward_end: Event,
     done: Event,
@@ -37,55 +30,29 @@ pub struct NcclReducer {
     seqs: Vec<u64>,
 }
 
-/// Loads the CUDA driver and NCCL and makes `device_index` current: the part of joining
-/// that can fail locally, to be agreed across ranks before anyone enters NCCL's
-/// collective initialisation.
-pub fn prepare(device_index: usize) -> Result<(&'static Driver, &'static Nccl)> {
-    let d = cuda::driver()?;
-    let n = cuda::nccl()?;
-    d.use_device(device_index)?;
-    Ok((d, n))
-}
-
 impl NcclReducer {
-    /// Joins the communicator named by `id` (every rank calls this with the same id).
+    /// Joins the NCCL communicator over the members of `comm` (every member calls this),
+    /// rank 0's unique id passed through `agree` before MPI broadcasts it.
     pub fn join(
-        rank: usize,
-        ranks: usize,
-        id: NcclUniqueId,
+        comm: &SimpleCommunicator,
         device_index: usize,
         plan: BucketPlan,
         dtype: GradDtype,
+        agree: impl FnOnce(Result<NcclUniqueId>) -> Result<NcclUniqueId>,
     ) -> Result<NcclReducer> {
-        let (cuda, nccl) = prepare(device_index)?;
-        let comm = nccl.init_rank(ranks, id, rank)?;
-        let stream = cuda.non_blocking_stream()?;
-        let n = plan.buckets.len();
-        let events = |timing: bool| (0..n).map(|_| cuda.event(timing)).collect::<Result<Vec<_>>>();
+        let transport = transport::nccl::Nccl::join(comm, device_index, agree)?;
+        let cuda = transport.driver();
         Ok(NcclReducer {
-            nccl,
-            cuda,
-            comm,
-            stream,
-            ready: events(false)?,
-            start: events(true)?,
-            end: events(true)?,
             backward_end: cuda.event(true)?,
             done: cuda.event(false)?,
+            transport,
             seqs: Vec::new(),
             plan,
             dtype,
             flat: None,
             wire: Vec::new(),
+            slots: Vec::new(),
         })
-    }
-
-    fn nccl_dtype(&self) -> NcclDtype {
-        match self.dtype {
-            GradDtype::Fp32 => NcclDtype::Float32,
-            GradDtype::Fp16 => NcclDtype::Float16,
-            GradDtype::Bf16 => NcclDtype::Bfloat16,
-        }
     }
 }
 
@@ -106,60 +73,52 @@ impl GradientReducer for NcclReducer {
                 .map(|&n| (Tensor::zeros([n as i64], (kind, device)), Tensor::zeros([n as i64], (kind, device))))
                 .collect();
         }
+        let pairs: Vec<(&Tensor, &Tensor)> = if self.wire.is_empty() {
+            flat.sets[0].iter().zip(&flat.sets[1]).collect()
+        } else {
+            self.wire.iter().map(|(s, r)| (s, r)).collect()
+        };
+        self.slots = pairs
+            .into_iter()
+            .map(|(a, b)| self.transport.slot(a, Some(b), self.dtype, true))
+            .collect::<Result<Vec<_>>>()?;
         self.flat = Some(flat);
         Ok(())
     }
 
     fn launch(&mut self, b: usize) -> Result<()> {
         let flat = self.flat.as_mut().ok_or_else(|| anyhow!("gradient buckets used before attach"))?;
-        let Some((src, dst)) = flat.claim(b) else { return Ok(()) };
+        let Some(set) = flat.claim(b) else { return Ok(()) };
         let flight = crate::flight::recorder();
         let seq = flight.schedule("all-reduce", &format!("bucket {b}"));
         flight.start(seq);
         self.seqs.push(seq);
-        let (send, recv) = if self.wire.is_empty() {
-            (src, dst)
+        let dir = if self.wire.is_empty() {
+            Dir::from_set(set)
         } else {
-            let (s, r) = &self.wire[b];
-            let mut s = s.shallow_clone();
-            s.copy_(&src); // the cast runs on libtorch's stream, before the ready event
-            (s, r.shallow_clone())
+            self.wire[b].0.copy_(&flat.sets[set][b]); // the cast runs on libtorch's stream, before the ready event
+            Dir::AToB
         };
-        self.cuda.record(&self.ready[b], LEGACY_STREAM)?;
-        self.cuda.wait(self.stream, &self.ready[b])?;
-        self.cuda.record(&self.start[b], self.stream)?;
-        // SAFETY: both buffers are device allocations of `numel` elements of the wire
-        // dtype, owned by self (flat sets or wire buffers) for the whole run.
-        unsafe {
-            self.nccl.all_reduce_sum(
-                send.data_ptr(),
-                recv.data_ptr(),
-                send.numel(),
-                self.nccl_dtype(),
-                self.comm,
-                self.stream,
-            )?;
-        }
-        self.cuda.record(&self.end[b], self.stream)?;
+        self.transport.allreduce(&mut self.slots[b], dir)?;
         Ok(())
     }
 
     fn finish(&mut self, params: &[Tensor], _backward_end: Instant) -> Result<CommStats> {
-        self.cuda.record(&self.backward_end, LEGACY_STREAM)?;
+        let (cuda, stream) = self.transport.stream().ok_or_else(|| anyhow!("NCCL runs on a stream"))?;
+        cuda.record(&self.backward_end, LEGACY_STREAM)?;
         for b in 0..self.plan.buckets.len() {
             self.launch(b)?;
         }
-        self.cuda.record(&self.done, self.stream)?;
-        self.cuda.wait(LEGACY_STREAM, &self.done)?;
-        self.cuda.event_synchronize(&self.done)?;
+        cuda.record(&self.done, stream)?;
+        cuda.wait(LEGACY_STREAM, &self.done)?;
+        cuda.event_synchronize(&self.done)?;
         for seq in self.seqs.drain(..) {
             crate::flight::recorder().complete(seq);
         }
         let (mut comm_s, mut hidden_s) = (0.0, 0.0);
-        for b in 0..self.plan.buckets.len() {
-            let work = self.cuda.elapsed_s(&self.start[b], &self.end[b])?;
+        for slot in &self.slots {
             // Device time from the bucket's start to backward's end, cut to the bucket's work.
-            let before = self.cuda.elapsed_s(&self.start[b], &self.backward_end)?;
+            let (work, before) = self.transport.seconds(slot, &self.backward_end)?;
             comm_s += work;
             hidden_s += before.clamp(0.0, work);
         }
@@ -191,12 +150,5 @@ impl GradientReducer for NcclReducer {
         if let Some(flat) = self.flat.as_mut() {
             flat.zero();
         }
-    }
-}
-
-impl Drop for NcclReducer {
-    fn drop(&mut self) {
-        let _ = self.cuda.synchronize(self.stream);
-        self.nccl.destroy(self.comm);
     }
 }

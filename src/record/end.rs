@@ -1,8 +1,10 @@
 //! `rank-NNNNN.end.json`: how each rank's part of a run ended, written by the rank
-//! itself (atomically), so a run's outcome is known even when rank 0 died first. A
-//! rank killed outright (SIGKILL, a node lost) leaves none: `reduce` says so.
+//! itself (atomically), so a run's outcome is known even when rank 0 died first. It is
+//! written `running` when training starts; a signal's handler turns it `interrupted`
+//! ([`super::last_gasp`]), and a rank killed outright (SIGKILL, a node lost) leaves it
+//! `running`: `reduce` says so.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -44,6 +46,9 @@ pub struct EndRecord {
     pub time_utc: String,
 }
 
+/// An end record is a few hundred bytes (its error text included); a larger file is not one.
+pub const END_RECORD_MAX_BYTES: u64 = 64 << 10;
+
 pub fn end_file_name(rank: usize) -> String {
     format!("rank-{rank:05}.end.json")
 }
@@ -55,22 +60,88 @@ impl EndRecord {
         write_atomic(&path, &(serde_json::to_string_pretty(self)? + "\n"))
     }
 
+    /// Reads `rank-NNNNN.end.json` from `dir`; one larger than [`END_RECORD_MAX_BYTES`]
+    /// is refused unread.
     pub fn read(dir: &Path, rank: usize) -> Result<EndRecord> {
+        use std::io::Read;
         let path = dir.join(end_file_name(rank));
-        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let mut text = String::new();
+        std::fs::File::open(&path)
+            .and_then(|f| f.take(END_RECORD_MAX_BYTES + 1).read_to_string(&mut text))
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        if text.len() as u64 > END_RECORD_MAX_BYTES {
+            bail!(
+                "{} is larger than {END_RECORD_MAX_BYTES} bytes: not a ddpbench end record",
+                path.display()
+            );
+        }
         serde_json::from_str(&text).with_context(|| format!("{} is not a ddpbench end record", path.display()))
     }
 }
 
-/// Writes `text` to `path` through a temporary file in the same folder, synced before
-/// the rename, so a reader sees the old or the new file, whole.
+/// Writes `text` to `path` through a temporary file in the same folder (named after this
+/// process, so ranks that write the same file at once never share one), synced before
+/// the rename, so a reader sees the old or the new file, whole. A write that fails
+/// leaves no temporary file; one that finds the disk full takes room from the folder's
+/// reserve ([`super::reserve`]) and tries once more.
 pub fn write_atomic(path: &Path, text: &str) -> Result<()> {
-    use std::io::Write;
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp: PathBuf = path.with_file_name(format!(".{name}.tmp"));
-    let mut f = std::fs::File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
-    f.write_all(text.as_bytes())
-        .and_then(|_| f.sync_data())
-        .with_context(|| format!("cannot write {} (is the file system full?)", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+    let tmp: PathBuf = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut result = write_then_rename(&tmp, path, text.as_bytes());
+    if result.as_ref().is_err_and(is_full) {
+        // Another rank, or a signal handler emptying the reserve, may have freed room
+        // meanwhile: try again even when this one finds no reserve left.
+        super::reserve::release(dir, text.len() as u64);
+        result = write_then_rename(&tmp, path, text.as_bytes());
+    }
+    result.with_context(|| format!("cannot write {} (is the file system full or gone?)", path.display()))
+}
+
+fn write_then_rename(tmp: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let written = std::fs::File::create(tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|_| f.sync_data()))
+        .and_then(|_| std::fs::rename(tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(tmp);
+    }
+    written
+}
+
+/// Whether `e` says the file system (or the user's quota on it) is full.
+fn is_full(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_atomic_write_leaves_no_temporary_file() {
+        let d = tempfile::tempdir().unwrap();
+        // A folder where the file should go: the rename fails after the write.
+        let target = d.path().join("manifest.json");
+        std::fs::create_dir(&target).unwrap();
+        std::fs::write(target.join("inside"), b"x").unwrap();
+        let err = write_atomic(&target, "{}\n").unwrap_err();
+        assert!(format!("{err:#}").contains("cannot write"), "{err:#}");
+        let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["manifest.json"], "only the folder stays");
+        // The same again with a reserve: the retry leaves nothing either.
+        std::fs::write(d.path().join(super::super::reserve::RESERVE_FILE), vec![1u8; 1 << 20]).unwrap();
+        assert!(write_atomic(&target, "{}\n").is_err());
+        let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+    }
+
+    #[test]
+    fn an_oversized_end_record_is_refused_unread() {
+        let d = tempfile::tempdir().unwrap();
+        let huge = format!("{{\"run_id\": \"{}\"}}", "x".repeat(END_RECORD_MAX_BYTES as usize));
+        std::fs::write(d.path().join(end_file_name(0)), huge).unwrap();
+        let err = EndRecord::read(d.path(), 0).unwrap_err();
+        assert!(format!("{err:#}").contains("is larger than 65536 bytes"), "{err:#}");
+    }
 }

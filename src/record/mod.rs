@@ -9,7 +9,9 @@
 
 mod end;
 pub mod key;
+pub mod last_gasp;
 mod manifest;
+pub mod reserve;
 mod rows;
 
 pub use end::{end_file_name, write_atomic, EndRecord, RunStatus};
@@ -54,12 +56,15 @@ pub fn format_plain(v: f64) -> String {
 
 /// Appends rows to a CSV file. Each row is handed to the kernel as it is written (one
 /// `write` of the whole row), so a process killed at any moment leaves every row it
-/// wrote complete on disk, and no torn row; [`CsvLog::sync`] also forces them to the
-/// device (`fsync`), for the points where a run must survive the node itself.
+/// wrote complete on disk, and no torn row; a row the file system takes only in part (it
+/// is full) is cut off again. [`CsvLog::sync`] also forces the rows to the device
+/// (`fsync`), for the points where a run must survive the node itself.
 pub struct CsvLog<R: serde::Serialize> {
     file: File,
     path: PathBuf,
     header_written: bool,
+    /// Bytes of whole rows in the file: where a row that failed half-way is cut back to.
+    len: u64,
     /// One row's bytes, reused.
     buf: Vec<u8>,
     _row: std::marker::PhantomData<R>,
@@ -72,6 +77,7 @@ impl<R: serde::Serialize> CsvLog<R> {
             file,
             path: path.to_path_buf(),
             header_written: false,
+            len: 0,
             buf: Vec::with_capacity(1 << 10),
             _row: std::marker::PhantomData,
         })
@@ -84,11 +90,12 @@ impl<R: serde::Serialize> CsvLog<R> {
             .append(true)
             .open(path)
             .with_context(|| format!("cannot open {}", path.display()))?;
-        let header_written = file.metadata().map(|m| m.len() > 0).unwrap_or(false);
+        let len = file.metadata().with_context(|| format!("cannot open {}", path.display()))?.len();
         Ok(CsvLog {
             file,
             path: path.to_path_buf(),
-            header_written,
+            header_written: len > 0,
+            len,
             buf: Vec::with_capacity(1 << 10),
             _row: std::marker::PhantomData,
         })
@@ -105,9 +112,13 @@ impl<R: serde::Serialize> CsvLog<R> {
                 .with_context(|| format!("cannot format a row for {}", self.path.display()))?;
             w.flush()?;
         }
-        self.file
-            .write_all(&self.buf)
-            .with_context(|| format!("cannot write to {} (is the file system full or gone?)", self.path.display()))?;
+        if let Err(e) = self.file.write_all(&self.buf) {
+            // A short write (a full disk) left part of the row: cut the file back to the
+            // last whole row, which needs no space, so no reader meets a torn row.
+            let _ = self.file.set_len(self.len);
+            return Err(e).with_context(|| format!("cannot write to {} (is the file system full or gone?)", self.path.display()));
+        }
+        self.len += self.buf.len() as u64;
         self.header_written = true;
         Ok(())
     }
@@ -137,7 +148,12 @@ pub fn gpu_file_name(rank: usize) -> String {
 /// RFC 3339 UTC with microseconds, e.g. `2026-11-22T08:15:02.123456Z`.
 pub fn rfc3339_utc(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() as i64;
+    String::from_utf8_lossy(&rfc3339_utc_bytes(d.as_secs() as i64, d.subsec_micros())).into_owned()
+}
+
+/// The bytes of [`rfc3339_utc`] for `secs` since the epoch and `micros`, made without
+/// allocating or locking, so a signal handler may call it.
+pub fn rfc3339_utc_bytes(secs: i64, micros: u32) -> [u8; 27] {
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
     let z = days + 719_468;
@@ -149,13 +165,24 @@ pub fn rfc3339_utc(t: SystemTime) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_micros()
-    )
+    let mut out = *b"0000-00-00T00:00:00.000000Z";
+    let fields: [(usize, usize, i64); 7] = [
+        (0, 4, year),
+        (5, 2, month),
+        (8, 2, day),
+        (11, 2, rem / 3600),
+        (14, 2, rem % 3600 / 60),
+        (17, 2, rem % 60),
+        (20, 6, i64::from(micros)),
+    ];
+    for (at, width, value) in fields {
+        let mut v = value.clamp(0, 10i64.pow(width as u32) - 1);
+        for i in (at..at + width).rev() {
+            out[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    }
+    out
 }
 
 /// Compact UTC stamp for run ids, e.g. `20261122T081502Z`.

@@ -1,23 +1,7 @@
 //! Every derived figure `reduce` prints, each defined once, as a pure function of the
 //! numbers it is computed from. Tables, CSV files and plots all call these.
 
-/// Algorithm bandwidth, bytes/s: `bytes / seconds` (0 when no time was measured).
-pub fn algbw(bytes: f64, seconds: f64) -> f64 {
-    if seconds > 0.0 {
-        bytes / seconds
-    } else {
-        0.0
-    }
-}
-
-/// Bus bandwidth of an all-reduce of `bytes` over `ranks` ranks, as nccl-tests defines
-/// it: `algbw · 2(ranks − 1)/ranks`, the bytes each link carries in a ring; 0 for one rank.
-pub fn busbw(bytes: f64, ranks: usize, seconds: f64) -> f64 {
-    if ranks <= 1 {
-        return 0.0;
-    }
-    algbw(bytes, seconds) * 2.0 * (ranks as f64 - 1.0) / ranks as f64
-}
+pub use crate::bandwidth::{algbw, busbw};
 
 /// The straggler wait of a rank in one step: `last_entry − own_entry`, where an entry is
 /// when a rank handed its last bucket to the all-reduce (on rank 0's clock): the
@@ -112,17 +96,6 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-12 * b.abs().max(1.0)
-    }
-
-    #[test]
-    fn bandwidths_follow_nccl_tests() {
-        // 1 GB in 0.5 s: algbw 2 GB/s; 4 ranks: factor 2·3/4 = 1.5, busbw 3 GB/s.
-        assert_eq!(algbw(1e9, 0.5), 2e9);
-        assert_eq!(busbw(1e9, 4, 0.5), 3e9);
-        // 2 ranks: factor 1.
-        assert_eq!(busbw(1e9, 2, 1.0), 1e9);
-        assert_eq!(busbw(1e9, 1, 0.5), 0.0);
-        assert_eq!(algbw(1e9, 0.0), 0.0);
     }
 
     #[test]

@@ -4,17 +4,18 @@
 
 use super::config::TrainConfig;
 use super::placement::{CommCore, Placement};
-use crate::comm::nccl::{self, NcclReducer};
+use crate::allreduce::probe::{probe_allreduce, CACHE_FLUSH_BYTES};
+use crate::comm::nccl::NcclReducer;
 use crate::comm::none::NoReduce;
 use crate::comm::overlap::{self, LaunchPlan};
-use crate::comm::{self, mpi::MpiStaged, AllreduceChoice, BucketPlan, GradientReducer, OverlapMode};
+use crate::comm::transport::nccl::{prepare, shared_gpu};
+use crate::comm::{mpi::MpiStaged, AllreduceChoice, BucketPlan, GradientReducer, OverlapMode};
 use crate::device::cuda;
 use crate::model::{ModelSpec, Net};
 use crate::record::{AllreduceProbe, CommInfo};
 use crate::world::{agree, Group};
 use anyhow::{anyhow, Result};
-use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
-use mpi::topology::Communicator;
+use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use tch::{Device, Tensor};
 
 /// The all-reduce side of a run, ready for its first step.
@@ -59,9 +60,9 @@ impl Communication {
             notes.push(launch.why_not(&plan, cfg.comm.bucket_mb));
         }
         let probing = cfg.comm.probe_iters > 0 && g.size > 1 && backend != Backend::None;
-        let probe = |flush| comm::probe_allreduce(&g.comm, g.size, &plan, cfg.comm.probe_iters, flush);
+        let probe = |flush| probe_allreduce(&g.comm, g.size, &plan, cfg.comm.probe_iters, flush);
         let (probe, probe_warm) = if probing {
-            (Some(agree(g, probe(comm::CACHE_FLUSH_BYTES))?), Some(agree(g, probe(0))?))
+            (Some(agree(g, probe(CACHE_FLUSH_BYTES))?), Some(agree(g, probe(0))?))
         } else {
             (None, None)
         };
@@ -160,18 +161,8 @@ fn make_reducer(
     match (backend, device) {
         (Backend::None, _) => Ok(Box::new(NoReduce::new(plan))),
         (Backend::Nccl, Device::Cuda(index)) => {
-            let mine = if g.rank == 0 {
-                cuda::nccl().and_then(|n| n.unique_id())
-            } else {
-                Ok(cuda::NcclUniqueId { internal: [0; 128] })
-            };
-            let mut id = agree(g, mine)?;
-            let f = crate::flight::enter("broadcast", "NCCL unique id");
-            g.comm.process_at_rank(0).broadcast_into(&mut id.internal[..]);
-            drop(f);
-            // Not agreed: a rank whose ncclCommInitRank fails leaves the others waiting in it,
-            // so its error aborts the job (MPI_Abort) rather than meeting them in a collective.
-            Ok(Box::new(NcclReducer::join(g.rank, g.size, id, index, plan, cfg.comm.grad_dtype)?))
+            let reducer = NcclReducer::join(&g.comm, index, plan, cfg.comm.grad_dtype, |id| agree(g, id))?;
+            Ok(Box::new(reducer))
         }
         _ => Ok(Box::new(agree(g, MpiStaged::new(&g.comm, plan, cfg.comm.grad_dtype, overlap))?)),
     }
@@ -192,7 +183,7 @@ fn choose_backend(g: &Group, cfg: &TrainConfig, device: Device, bus_id: Option<&
     let shared = shared_gpu(g, device, bus_id);
     let local: Result<()> = match (device, shared) {
         (Device::Cuda(_), Some(why)) => Err(anyhow!("{why}")),
-        (Device::Cuda(i), None) => nccl::prepare(i).map(|_| ()),
+        (Device::Cuda(i), None) => prepare(i).map(|_| ()),
         _ => Err(anyhow!("this rank trains on CPU and NCCL needs CUDA")),
     };
     match cfg.comm.allreduce {
@@ -219,33 +210,4 @@ fn choose_backend(g: &Group, cfg: &TrainConfig, device: Device, bus_id: Option<&
             Ok((Backend::Mpi, Some(format!("all-reduce: CPU-staged MPI ({why}; --allreduce auto)"))))
         }
     }
-}
-
-/// Which ranks of the group train on the same GPU as this one, said as a reason NCCL
-/// cannot work (it needs a GPU per rank); None when this rank's GPU is its own. Every
-/// rank of the group takes part. A GPU is its host and PCI bus id (the CUDA index
-/// where the bus id is unknown).
-pub fn shared_gpu(g: &Group, device: Device, bus_id: Option<&str>) -> Option<String> {
-    let mine = match device {
-        Device::Cuda(i) => format!("{} {}", g.host, bus_id.map(str::to_string).unwrap_or_else(|| format!("cuda:{i}"))),
-        _ => String::new(),
-    };
-    let all = crate::world::all_strings(g, &mine);
-    if mine.is_empty() {
-        return None;
-    }
-    let same: Vec<String> = all
-        .iter()
-        .enumerate()
-        .filter(|(r, gpu)| **gpu == mine && *r != g.rank)
-        .map(|(r, _)| r.to_string())
-        .collect();
-    (!same.is_empty()).then(|| {
-        format!(
-            "rank {} shares its GPU ({mine}) with rank(s) {}, and NCCL needs one GPU per rank: \
-             give each rank its own GPU, or all-reduce CPU-staged (--allreduce mpi)",
-            g.rank,
-            same.join(", ")
-        )
-    })
 }

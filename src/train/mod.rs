@@ -3,8 +3,9 @@
 //! [`TrainConfig`] is what was asked (validated before MPI starts); a [`Trainer`] runs
 //! it on the ranks of a [`Group`]: `setup` (placement, data, model, optimizer,
 //! all-reduce, manifest), `run` (epochs of steps, each timed phase by phase through
-//! one [`timer::PhaseTimer`]: next batch → copy to device → forward → backward →
-//! wait for the all-reduce → optimizer), `finish` (the manifest's outcome).
+//! one [`timer::PhaseClock`]: next batch → copy to device → forward → backward →
+//! wait for the all-reduce → optimizer; the step returns what it measured and the
+//! epoch loop records it), `finish` (the manifest's outcome).
 //!
 //! Errors during set-up are agreed across ranks ([`crate::world::agree`]) so every rank
 //! exits non-zero with the same message; an error on one rank during training takes
@@ -18,6 +19,7 @@ pub mod host_memory;
 mod manifest;
 mod params;
 mod placement;
+mod recording;
 mod run_folder;
 pub mod signals;
 mod step;
@@ -26,7 +28,6 @@ mod trainer;
 mod validation;
 pub mod watchdog;
 
-pub use communication::shared_gpu;
 pub use config::TrainConfig;
 pub use run_folder::RunFolder;
 pub use trainer::Trainer;

@@ -12,8 +12,9 @@ use std::time::SystemTime;
 pub struct RunFolder {
     pub dir: PathBuf,
     pub run_id: String,
-    /// True (on rank 0) when ddpbench created the folder, rather than the user.
-    created: bool,
+    /// On rank 0, the outermost folder ddpbench created for the run (the run folder or
+    /// one of its parents), when the user had not made it.
+    created: Option<PathBuf>,
 }
 
 impl RunFolder {
@@ -24,7 +25,7 @@ impl RunFolder {
         let prepared = if g.rank == 0 {
             create(cfg, g.size, started)
         } else {
-            Ok((PathBuf::new(), false))
+            Ok((PathBuf::new(), None))
         };
         let (dir, created) = agree(g, prepared)?;
         let dir = PathBuf::from(broadcast_string(g, &dir.to_string_lossy()));
@@ -33,8 +34,8 @@ impl RunFolder {
     }
 
     /// After a set-up failure: before the manifest was written, rank 0 removes the
-    /// folder if it created it and it is empty (no empty run folder is left behind, and
-    /// a folder the user made stays); after it, rank 0 marks the run failed.
+    /// folders it created if they are empty (no empty run folder is left behind, and a
+    /// folder the user made stays); after it, rank 0 marks the run failed.
     pub fn abandon(&self, g: &Group, err: &anyhow::Error) {
         if g.rank != 0 {
             return;
@@ -45,10 +46,11 @@ impl RunFolder {
                 m.error = Some(format!("set-up failed: {err:#}"));
                 let _ = m.write(&self.dir);
             }
-            Err(_) if self.created => {
-                let _ = std::fs::remove_dir(&self.dir);
+            Err(_) => {
+                if let Some(top) = &self.created {
+                    remove_created(&self.dir, top);
+                }
             }
-            Err(_) => {}
         }
     }
 
@@ -57,8 +59,8 @@ impl RunFolder {
     }
 }
 
-/// The folder and whether it had to be created.
-fn create(cfg: &TrainConfig, ranks: usize, started: SystemTime) -> Result<(PathBuf, bool)> {
+/// The folder, and the outermost folder created for it (None when it existed).
+fn create(cfg: &TrainConfig, ranks: usize, started: SystemTime) -> Result<(PathBuf, Option<PathBuf>)> {
     let dir = match &cfg.output.out {
         Some(d) => d.clone(),
         None => {
@@ -73,7 +75,11 @@ fn create(cfg: &TrainConfig, ranks: usize, started: SystemTime) -> Result<(PathB
             Path::new("results").join(id)
         }
     };
-    let existed = dir.is_dir();
+    let created = dir
+        .ancestors()
+        .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+        .last()
+        .map(Path::to_path_buf);
     if dir.join("manifest.json").exists() {
         bail!(
             "{} already holds a run (manifest.json). Choose another --out or move that run away",
@@ -87,7 +93,29 @@ fn create(cfg: &TrainConfig, ranks: usize, started: SystemTime) -> Result<(PathB
         )
     })?;
     let probe = dir.join(".write-test");
-    std::fs::write(&probe, b"ok").with_context(|| format!("output folder {} is not writable (choose another --out)", dir.display()))?;
-    let _ = std::fs::remove_file(probe);
-    Ok((dir, !existed))
+    let written = std::fs::write(&probe, b"ok");
+    // The probe goes whether or not it could be written; on failure the folders made for
+    // the run go too, so a refused run leaves nothing.
+    let _ = std::fs::remove_file(&probe);
+    if let Err(e) = written {
+        if let Some(top) = &created {
+            remove_created(&dir, top);
+        }
+        return Err(e).with_context(|| {
+            format!(
+                "output folder {} is not writable (is the file system full? free some space or choose another --out)",
+                dir.display()
+            )
+        });
+    }
+    Ok((dir, created))
+}
+
+/// Removes `dir` and its parents up to `top`, each only if empty.
+fn remove_created(dir: &Path, top: &Path) {
+    for d in dir.ancestors() {
+        if std::fs::remove_dir(d).is_err() || d == top {
+            break;
+        }
+    }
 }

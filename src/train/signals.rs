@@ -1,7 +1,9 @@
 //! Signals that ask a run to stop: SIGINT (Ctrl-C), SIGTERM (scancel, Slurm's time
 //! limit, mpirun passing either on) and SIGUSR1/SIGUSR2 (`sbatch --signal`). The handler
-//! only records the signal; the training loop sees it between steps, the ranks agree to
-//! stop after the same step, and the run ends as `interrupted` with every row kept.
+//! records the signal and writes the run's last records ([`crate::record::last_gasp`]),
+//! in case the rank is ended before its step does; the training loop sees the signal
+//! between steps, the ranks agree to stop after the same step, and the run ends as
+//! `interrupted` with every row kept, its records rewritten with that outcome.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -9,8 +11,9 @@ use std::sync::atomic::{AtomicI32, Ordering};
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_signal(sig: libc::c_int) {
-    // An atomic store is async-signal-safe.
+    // An atomic store is async-signal-safe, and so is the last record's write.
     RECEIVED.store(sig, Ordering::SeqCst);
+    crate::record::last_gasp::fire(name_bytes(sig));
 }
 
 /// The signals that stop a run.
@@ -36,12 +39,20 @@ pub fn received() -> Option<i32> {
 
 /// `SIGTERM` for 15, and so on.
 pub fn name(sig: i32) -> String {
+    match name_bytes(sig) {
+        b"a signal" => format!("signal {sig}"),
+        known => String::from_utf8_lossy(known).into_owned(),
+    }
+}
+
+/// The name of a stop signal without allocating (for the handler).
+fn name_bytes(sig: i32) -> &'static [u8] {
     match sig {
-        libc::SIGINT => "SIGINT".into(),
-        libc::SIGTERM => "SIGTERM".into(),
-        libc::SIGUSR1 => "SIGUSR1".into(),
-        libc::SIGUSR2 => "SIGUSR2".into(),
-        other => format!("signal {other}"),
+        libc::SIGINT => b"SIGINT",
+        libc::SIGTERM => b"SIGTERM",
+        libc::SIGUSR1 => b"SIGUSR1",
+        libc::SIGUSR2 => b"SIGUSR2",
+        _ => b"a signal",
     }
 }
 
@@ -51,6 +62,7 @@ mod tests {
 
     #[test]
     fn a_signal_is_recorded_not_fatal() {
+        let _turn = crate::record::last_gasp::TEST_TURN.lock().unwrap_or_else(|p| p.into_inner());
         install();
         assert_eq!(received(), None);
         // SAFETY: raising a signal whose handler was just installed.

@@ -1,15 +1,54 @@
-//! One training step, timed phase by phase. It reads as the sentence it measures:
-//! next batch → copy to device → forward → backward (staged buckets launched) →
-//! wait for the all-reduce → optimizer, each boundary one call of the
-//! [`PhaseTimer`](super::timer::PhaseTimer).
+//! One training step, timed phase by phase. [`StepMachine::step`] reads as the
+//! sentence it measures: next batch → copy to device → forward → backward (staged
+//! buckets launched) → wait for the all-reduce → optimizer, each boundary one
+//! [`StepEvent`] on the [`PhaseClock`]. It returns what it measured ([`Measured`]);
+//! the epoch loop records it.
 
-use super::trainer::Trainer;
+use super::communication::Communication;
+use super::timer::{PhaseClock, StepEvent, StepTimes};
+use super::trainer::ModelState;
+use crate::amp::{Autocast, LossScaler};
 use crate::comm::overlap::StagedPass;
+use crate::comm::CommStats;
 use crate::data::Loader;
-use crate::record::{self, Phase, StepRow};
+use crate::optim::Optimizer;
 use anyhow::Result;
 use std::time::{Instant, SystemTime};
 use tch::{Device, Tensor};
+
+/// What a step runs on: the network, the optimizer, the all-reduce and the clock.
+pub(super) struct StepMachine {
+    pub model: ModelState,
+    pub opt: Optimizer,
+    pub scaler: Option<LossScaler>,
+    pub autocast: Option<Autocast>,
+    pub comm: Communication,
+    /// Gradients are summed by the all-reduce: the loss is pre-divided so the sum is the mean.
+    pub loss_factor: f64,
+    pub clock: Box<dyn PhaseClock>,
+    /// Where the batches are trained.
+    pub device: Device,
+    /// Micro-batches per step (`--grad-accum`).
+    pub micro_batches: usize,
+}
+
+/// What one step measured on this rank.
+#[derive(Debug)]
+pub(super) struct Measured {
+    /// The wall clock at the step's start.
+    pub started_utc: SystemTime,
+    pub times: StepTimes,
+    pub comm: CommStats,
+    /// The mean of the micro-batches' losses (NaN without any).
+    pub loss: f64,
+    pub samples: usize,
+    /// fp16 AMP's loss scale during the step (None without `--amp fp16`).
+    pub loss_scale: Option<f64>,
+    /// False when fp16 AMP found inf/NaN gradients and skipped the optimizer step.
+    pub stepped: bool,
+    /// When the last backward started and ended (None when no batch came).
+    pub backward: Option<(Instant, Instant)>,
+}
 
 /// What the micro-batches of one step produced.
 #[derive(Default)]
@@ -23,85 +62,34 @@ struct MicroBatches {
     backward_end: Option<Instant>,
 }
 
-impl Trainer<'_> {
-    /// Runs global step `self.global_step` and returns its row.
-    pub(super) fn step(&mut self, loader: &mut Loader, epoch: usize, step: usize) -> Result<StepRow> {
-        let at = self.global_step;
-        crate::flight::recorder().set_position(Some(epoch), Some(step));
-        if self.faults.fail_at_step == Some(at) {
-            anyhow::bail!("fault injected by DDPBENCH_FAULT at step {at}");
-        }
-        if self.faults.amp_overflow_at_step == Some(at) {
-            let _ = self.model.param_tensors[0].grad().fill_(f64::INFINITY);
-        }
-        self.opt.set_lr(self.schedule.lr(self.cfg.learning_rate(), at));
-        let amp_scale = self.scaler.as_ref().map_or(1.0, |sc| sc.scale);
-        let wall = SystemTime::now();
+impl StepMachine {
+    /// One step at learning rate `lr`.
+    pub fn step(&mut self, loader: &mut Loader, lr: f64) -> Result<Measured> {
+        self.opt.set_lr(lr);
+        let loss_scale = self.scaler.as_ref().map(|sc| sc.scale);
+        let started_utc = SystemTime::now();
 
-        self.timer.start_step();
-        let micro = self.micro_batches(loader, amp_scale)?;
+        self.clock.record(StepEvent::Start);
+        let micro = self.micro_batches(loader, loss_scale.unwrap_or(1.0))?;
         let backward_end = micro.backward_end.unwrap_or_else(Instant::now);
         let comm = self.comm.reducer.finish(&self.model.param_tensors, backward_end)?;
-        if at >= self.cfg.schedule.warmup_steps {
-            self.add_bucket_ready(&comm.launches, micro.backward_start, backward_end);
-        }
-        self.timer.end(Phase::CommExposed);
+        self.clock.record(StepEvent::CommDone);
         let stepped = self.opt.step_unscaled(self.comm.reducer.reduced(), self.scaler.as_mut());
         self.comm.reducer.zero_grads();
-        self.timer.end(Phase::Optimizer);
+        self.clock.record(StepEvent::OptimizerDone);
         let loss = micro.loss_sum.as_ref().map_or(f64::NAN, |l| l.double_value(&[])) / micro.count.max(1) as f64;
-        let times = self.timer.finish_step();
+        self.clock.record(StepEvent::End);
 
-        let since_origin = |t: Instant| (t - self.origin).as_secs_f64();
-        let mut row = StepRow {
-            run_id: self.folder.run_id.clone(),
-            rank: self.g.rank,
-            node_type: self.place.node_type.clone(),
-            epoch,
-            step,
-            global_step: at,
-            warmup: u8::from(at < self.cfg.schedule.warmup_steps),
-            time_utc: record::rfc3339_utc(wall),
-            elapsed_s: since_origin(times.start),
-            samples: micro.samples,
-            step_s: times.step_s,
-            comm_s: comm.comm_s,
-            comm_stage_d2h_s: comm.stage_d2h_s,
-            comm_stage_h2d_s: comm.stage_h2d_s,
-            comm_start_s: comm.first_launch.map_or(f64::NAN, since_origin),
-            comm_last_start_s: comm.last_launch.map_or(f64::NAN, since_origin),
-            comm_hidden_s: comm.hidden_s,
+        Ok(Measured {
+            started_utc,
+            times: self.clock.marks().times(),
+            comm,
             loss,
-            bytes: comm.bytes,
-            loss_scale: self.scaler.as_ref().map(|_| amp_scale),
-            step_skipped: u8::from(!stepped),
-            data_s: 0.0,
-            batch_copy_s: 0.0,
-            forward_s: 0.0,
-            backward_s: 0.0,
-            comm_exposed_s: 0.0,
-            optimizer_s: 0.0,
-            other_s: 0.0,
-        };
-        row.set_phases(&times.phases);
-        Ok(row)
-    }
-
-    /// Adds each bucket's hand-over, as the fraction of backward elapsed (0 to 1), to the
-    /// run's means.
-    fn add_bucket_ready(&mut self, launches: &[Option<Instant>], start: Option<Instant>, end: Instant) {
-        let Some(start) = start else { return };
-        let span = (end - start).as_secs_f64();
-        let (sums, steps) = &mut self.bucket_ready;
-        sums.resize(launches.len(), 0.0);
-        for (sum, launch) in sums.iter_mut().zip(launches) {
-            let f = match launch {
-                Some(t) if span > 0.0 && *t < end => (t.saturating_duration_since(start).as_secs_f64() / span).clamp(0.0, 1.0),
-                _ => 1.0,
-            };
-            *sum += f;
-        }
-        *steps += 1;
+            samples: micro.samples,
+            loss_scale,
+            stepped,
+            backward: micro.backward_start.zip(micro.backward_end),
+        })
     }
 
     /// The step's micro-batches, each: next batch → copy to device → forward → backward.
@@ -110,22 +98,22 @@ impl Trainer<'_> {
     fn micro_batches(&mut self, loader: &mut Loader, amp_scale: f64) -> Result<MicroBatches> {
         let mut micro = MicroBatches::default();
 
-        while micro.count < self.cfg.schedule.grad_accum {
+        while micro.count < self.micro_batches {
             let Some(batch) = loader.next_batch() else { break };
             let (x, y) = batch?;
-            self.timer.end(Phase::Data);
-            let (x, y) = to_device(x, y, self.place.device);
-            self.timer.end(Phase::BatchCopy);
-            let last = micro.count + 1 == self.cfg.schedule.grad_accum;
+            self.clock.record(StepEvent::DataReady);
+            let (x, y) = to_device(x, y, self.device);
+            self.clock.record(StepEvent::CopyDone);
+            let last = micro.count + 1 == self.micro_batches;
             let mut staged = self.comm.launch.as_ref().filter(|_| last).map(StagedPass::new);
             let loss = self.forward(&x, &y, staged.as_mut());
-            micro.backward_start = Some(self.timer.end(Phase::Forward));
+            micro.backward_start = Some(self.clock.record(StepEvent::ForwardDone));
             let scaled = scale(&loss, self.loss_factor * amp_scale);
             match staged {
                 Some(pass) => pass.backward(&scaled, self.comm.reducer.as_mut())?,
                 None => scaled.backward(),
             }
-            micro.backward_end = Some(self.timer.end(Phase::Backward));
+            micro.backward_end = Some(self.clock.record(StepEvent::BackwardDone));
             micro.samples += y.size()[0] as usize;
             micro.loss_sum = Some(match micro.loss_sum.take() {
                 None => loss.detach(),

@@ -1,99 +1,222 @@
-//! [`PhaseTimer`]: the one clock every phase of a step goes through. Each boundary
-//! ([`PhaseTimer::end`]) waits for the device work queued so far and charges the time
-//! since the previous boundary to the phase that just ended, so the phases of a step
-//! are contiguous and add up to its wall time.
+//! The step's clock. The boundaries between the phases of a step are [`StepEvent`]s,
+//! marked as the step runs ([`PhaseClock::record`]); the phases are the differences
+//! between the marks, taken afterwards by a pure function ([`StepMarks::times`]), so
+//! they are contiguous and add up to the step's wall time whatever the clock.
 //!
-//! On CPU a boundary only reads the clock. On CUDA it first synchronises libtorch's
-//! stream (not NCCL's, so an overlapped all-reduce keeps running), so a phase's time
-//! covers its kernels; that costs the CPU/GPU pipelining across phase boundaries, a
-//! few kernel launches' worth per phase.
+//! [`HostClock`] reads the host's monotonic clock. On CPU a mark only reads it. On
+//! CUDA with `--phase-sync on` it first synchronises libtorch's stream (not NCCL's, so
+//! an overlapped all-reduce keeps running), so a phase's time covers its kernels; that
+//! costs the CPU/GPU pipelining across phase boundaries, a few kernel launches' worth
+//! per phase. With `--phase-sync off` it keeps only the step's start and end, waiting
+//! for the device once at the end, and the step is recorded whole as [`Phase::Other`].
+//!
+//! Each event names the [`Track`] it happens on, so a clock that marks device streams
+//! instead of reading the host knows where to place it, and a trace where to draw it.
+//! Recording and reading are separate calls: a clock whose marks become readable later
+//! (device events) records without waiting and is read when its marks are final.
 
 use crate::device;
 use crate::record::{Phase, PhaseTimes};
 use std::time::Instant;
 use tch::Device;
 
-/// How a boundary waits for the device.
+/// A boundary inside one step, in the order a step meets them. The four from
+/// `DataReady` to `BackwardDone` repeat once per micro-batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StepEvent {
+    /// The step begins: waiting for the first batch starts.
+    Start,
+    /// A batch is in host memory.
+    DataReady,
+    /// The batch is on the training device.
+    CopyDone,
+    /// The forward pass and the loss are done.
+    ForwardDone,
+    /// Backward is done (its last buckets are handed to the all-reduce).
+    BackwardDone,
+    /// The reduced gradients are in place.
+    CommDone,
+    /// The optimizer stepped and the gradients are zeroed.
+    OptimizerDone,
+    /// The step ends (loss read back).
+    End,
+}
+
+/// Where an event happens: the thread or stream whose progress it marks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Track {
+    /// The rank's training thread (data, bookkeeping).
+    Host,
+    /// The device's compute stream (libtorch's current stream; the host on CPU).
+    Compute,
+    /// The all-reduce (NCCL's stream, or the MPI thread on the staged path).
+    Comm,
+}
+
+impl StepEvent {
+    /// The phase that ends at this boundary; `Start` ends none.
+    pub fn ends(self) -> Option<Phase> {
+        match self {
+            StepEvent::Start => None,
+            StepEvent::DataReady => Some(Phase::Data),
+            StepEvent::CopyDone => Some(Phase::BatchCopy),
+            StepEvent::ForwardDone => Some(Phase::Forward),
+            StepEvent::BackwardDone => Some(Phase::Backward),
+            StepEvent::CommDone => Some(Phase::CommExposed),
+            StepEvent::OptimizerDone => Some(Phase::Optimizer),
+            StepEvent::End => Some(Phase::Other),
+        }
+    }
+
+    pub fn track(self) -> Track {
+        match self {
+            StepEvent::Start | StepEvent::DataReady | StepEvent::End => Track::Host,
+            StepEvent::CopyDone | StepEvent::ForwardDone | StepEvent::BackwardDone | StepEvent::OptimizerDone => Track::Compute,
+            StepEvent::CommDone => Track::Comm,
+        }
+    }
+
+    /// How many marks a step of `micro_batches` micro-batches records at most.
+    pub fn per_step(micro_batches: usize) -> usize {
+        4 * micro_batches + 4
+    }
+}
+
+/// One boundary as read: the event and its time since the step's `Start`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Mark {
+    pub event: StepEvent,
+    pub at_s: f64,
+}
+
+/// One step's marks in the order they were recorded, the first its `Start`.
+#[derive(Debug, Clone)]
+pub struct StepMarks {
+    /// The host's clock at the step's `Start`.
+    pub start: Instant,
+    marks: Vec<Mark>,
+}
+
+/// One finished step's times.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepTimes {
+    pub phases: PhaseTimes,
+    /// From `Start` to the last mark: the sum of the phases.
+    pub step_s: f64,
+    /// The host's clock at the step's `Start`.
+    pub start: Instant,
+}
+
+impl StepMarks {
+    /// Room for the marks of a step of `micro_batches` micro-batches, so recording a
+    /// step never allocates.
+    pub fn new(micro_batches: usize, start: Instant) -> StepMarks {
+        StepMarks {
+            start,
+            marks: Vec::with_capacity(StepEvent::per_step(micro_batches)),
+        }
+    }
+
+    /// Forgets the marks and starts a step at `start` with its `Start` mark.
+    pub fn restart(&mut self, start: Instant) {
+        self.start = start;
+        self.marks.clear();
+        self.push(StepEvent::Start, 0.0);
+    }
+
+    pub fn push(&mut self, event: StepEvent, at_s: f64) {
+        self.marks.push(Mark { event, at_s });
+    }
+
+    pub fn marks(&self) -> &[Mark] {
+        &self.marks
+    }
+
+    /// The phases: each mark charges the time since the mark before it to the phase it
+    /// ends (a phase met twice, as with micro-batches, adds up); `step_s` is the first
+    /// mark to the last. Depends on the marks alone.
+    pub fn times(&self) -> StepTimes {
+        let mut phases = [0.0; Phase::COUNT];
+        for pair in self.marks.windows(2) {
+            if let Some(p) = pair[1].event.ends() {
+                phases[p.index()] += pair[1].at_s - pair[0].at_s;
+            }
+        }
+        let step_s = match (self.marks.first(), self.marks.last()) {
+            (Some(first), Some(last)) => last.at_s - first.at_s,
+            _ => 0.0,
+        };
+        StepTimes {
+            phases,
+            step_s,
+            start: self.start,
+        }
+    }
+}
+
+/// Marks the boundaries of one step at a time.
+pub trait PhaseClock {
+    /// Marks `event` on its track (`Start` begins a new step and forgets the previous
+    /// one's marks). Returns the host's clock at the mark: what the all-reduce's own
+    /// host readings (its hand-over times) are compared with.
+    fn record(&mut self, event: StepEvent) -> Instant;
+    /// The marks of the step whose `End` was recorded last.
+    fn marks(&self) -> &StepMarks;
+}
+
+/// How a mark waits for the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wait {
     /// CPU tensors: work is done when the call returns.
     Nothing,
-    /// CUDA: synchronise libtorch's stream.
+    /// CUDA: synchronise libtorch's stream at every mark but `Start` and `End`.
     TorchStream(Device),
-    /// CUDA with `--phase-sync off`: no waits at boundaries, one at the step's end, and
-    /// the step is recorded whole as [`Phase::Other`].
+    /// CUDA with `--phase-sync off`: only `Start` and `End` are marked, and `End` waits.
     StepEndOnly(Device),
 }
 
-/// Times the phases of one step at a time.
+/// The host's monotonic clock, waiting for the device as `--phase-sync` says.
 #[derive(Debug)]
-pub struct PhaseTimer {
+pub struct HostClock {
     wait: Wait,
-    step_start: Instant,
-    last: Instant,
-    times: PhaseTimes,
+    marks: StepMarks,
 }
 
-/// One finished step's clock readings.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StepTimes {
-    pub phases: PhaseTimes,
-    pub step_s: f64,
-    pub start: Instant,
-}
-
-impl PhaseTimer {
-    /// The timer for tensors on `device`; `phase_sync` false: see [`Wait::StepEndOnly`].
-    pub fn new(device: Device, phase_sync: bool) -> PhaseTimer {
-        let now = Instant::now();
-        PhaseTimer {
+impl HostClock {
+    /// The clock for tensors on `device`, steps of `micro_batches` micro-batches;
+    /// `phase_sync` false: see [`Wait::StepEndOnly`].
+    pub fn new(device: Device, phase_sync: bool, micro_batches: usize) -> HostClock {
+        HostClock {
             wait: match (device, phase_sync) {
                 (Device::Cpu, _) => Wait::Nothing,
                 (_, true) => Wait::TorchStream(device),
                 (_, false) => Wait::StepEndOnly(device),
             },
-            step_start: now,
-            last: now,
-            times: [0.0; Phase::COUNT],
+            marks: StepMarks::new(micro_batches, Instant::now()),
         }
     }
+}
 
-    /// Starts a step: its first phase starts now.
-    pub fn start_step(&mut self) {
-        self.step_start = Instant::now();
-        self.last = self.step_start;
-        self.times = [0.0; Phase::COUNT];
-    }
-
-    /// Ends `phase` here: waits for the device, then adds the time since the previous
-    /// boundary to `phase` (a phase met twice in a step, as with micro-batches, adds up).
-    pub fn end(&mut self, phase: Phase) -> Instant {
-        if let Wait::TorchStream(d) = self.wait {
-            device::sync(d);
+impl PhaseClock for HostClock {
+    fn record(&mut self, event: StepEvent) -> Instant {
+        match (self.wait, event) {
+            (_, StepEvent::Start) => {
+                let now = Instant::now();
+                self.marks.restart(now);
+                return now;
+            }
+            (Wait::StepEndOnly(d), StepEvent::End) => device::sync(d),
+            (Wait::StepEndOnly(_), _) => return Instant::now(),
+            (Wait::TorchStream(d), e) if e != StepEvent::End => device::sync(d),
+            _ => {}
         }
         let now = Instant::now();
-        if let Wait::StepEndOnly(_) = self.wait {
-            return now;
-        }
-        self.times[phase.index()] += (now - self.last).as_secs_f64();
-        self.last = now;
+        self.marks.push(event, (now - self.marks.start).as_secs_f64());
         now
     }
 
-    /// Ends the step: the time since the last boundary is [`Phase::Other`], and the step's
-    /// wall time is the sum of its phases.
-    pub fn finish_step(&mut self) -> StepTimes {
-        if let Wait::StepEndOnly(d) = self.wait {
-            device::sync(d);
-        }
-        let now = Instant::now();
-        self.times[Phase::Other.index()] += (now - self.last).as_secs_f64();
-        self.last = now;
-        StepTimes {
-            phases: self.times,
-            step_s: (now - self.step_start).as_secs_f64(),
-            start: self.step_start,
-        }
+    fn marks(&self) -> &StepMarks {
+        &self.marks
     }
 }
 
@@ -102,55 +225,174 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// A clock that returns chosen times: the `k`-th mark of a step is at `times_s[k]`
+    /// after the step's start.
+    struct FakeClock {
+        times_s: Vec<f64>,
+        next: usize,
+        marks: StepMarks,
+    }
+
+    impl FakeClock {
+        fn new(times_s: &[f64]) -> FakeClock {
+            FakeClock {
+                times_s: times_s.to_vec(),
+                next: 0,
+                marks: StepMarks::new(1, Instant::now()),
+            }
+        }
+    }
+
+    impl PhaseClock for FakeClock {
+        fn record(&mut self, event: StepEvent) -> Instant {
+            let at_s = self.times_s[self.next];
+            self.next += 1;
+            if event == StepEvent::Start {
+                self.marks.restart(self.marks.start);
+            } else {
+                self.marks.push(event, at_s);
+            }
+            self.marks.start + Duration::from_secs_f64(at_s)
+        }
+        fn marks(&self) -> &StepMarks {
+            &self.marks
+        }
+    }
+
+    /// The events of a step of `micro` micro-batches, in the order the step records them.
+    fn step_events(micro: usize) -> Vec<StepEvent> {
+        use StepEvent::*;
+        let mut v = vec![Start];
+        for _ in 0..micro {
+            v.extend([DataReady, CopyDone, ForwardDone, BackwardDone]);
+        }
+        v.extend([CommDone, OptimizerDone, End]);
+        v
+    }
+
+    fn phase(t: &StepTimes, p: Phase) -> f64 {
+        t.phases[p.index()]
+    }
+
     #[test]
-    fn phases_are_contiguous_accumulate_and_add_up_to_the_step() {
-        let mut t = PhaseTimer::new(Device::Cpu, true);
-        t.start_step();
+    fn phases_are_the_differences_of_chosen_mark_times() {
+        // Binary fractions: every difference and sum below is exact.
+        let at = [0.0, 0.25, 0.3125, 1.0, 2.5, 3.0, 3.5, 3.625];
+        let mut c = FakeClock::new(&at);
+        for e in step_events(1) {
+            c.record(e);
+        }
+        let t = c.marks().times();
+        assert_eq!(phase(&t, Phase::Data), 0.25);
+        assert_eq!(phase(&t, Phase::BatchCopy), 0.0625);
+        assert_eq!(phase(&t, Phase::Forward), 0.6875);
+        assert_eq!(phase(&t, Phase::Backward), 1.5);
+        assert_eq!(phase(&t, Phase::CommExposed), 0.5);
+        assert_eq!(phase(&t, Phase::Optimizer), 0.5);
+        assert_eq!(phase(&t, Phase::Other), 0.125);
+        assert_eq!(t.step_s, 3.625);
+        assert_eq!(t.phases.iter().sum::<f64>(), t.step_s);
+    }
+
+    #[test]
+    fn micro_batches_add_up_per_phase() {
+        // Two micro-batches: data 0.5 + 0.25, copy 0 + 0.125, forward 1 + 1, backward 2 + 0.5.
+        let at = [0.0, 0.5, 0.5, 1.5, 3.5, 3.75, 3.875, 4.875, 5.375, 6.0, 6.25, 6.5];
+        let mut c = FakeClock::new(&at);
+        for e in step_events(2) {
+            c.record(e);
+        }
+        let t = c.marks().times();
+        let want = [0.75, 0.125, 2.0, 2.5, 0.625, 0.25, 0.25];
+        for p in Phase::ALL {
+            assert_eq!(phase(&t, p), want[p.index()], "{p}");
+        }
+        assert_eq!(t.step_s, 6.5);
+        assert_eq!(t.phases.iter().sum::<f64>(), t.step_s);
+        assert_eq!(c.marks().marks().len(), StepEvent::per_step(2));
+    }
+
+    #[test]
+    fn a_new_start_forgets_the_last_step() {
+        let mut c = FakeClock::new(&[0.0, 1.0, 2.0, 0.0, 0.5]);
+        for e in [StepEvent::Start, StepEvent::DataReady, StepEvent::End] {
+            c.record(e);
+        }
+        assert_eq!(c.marks().times().step_s, 2.0);
+        c.record(StepEvent::Start);
+        c.record(StepEvent::End);
+        let t = c.marks().times();
+        assert_eq!((t.step_s, phase(&t, Phase::Data), phase(&t, Phase::Other)), (0.5, 0.0, 0.5));
+    }
+
+    #[test]
+    fn host_clock_phases_are_contiguous_accumulate_and_add_up_to_the_step() {
+        let mut c = HostClock::new(Device::Cpu, true, 2);
+        let start = c.record(StepEvent::Start);
         for _ in 0..2 {
             std::thread::sleep(Duration::from_millis(2));
-            t.end(Phase::Data);
+            c.record(StepEvent::DataReady);
             std::thread::sleep(Duration::from_millis(1));
-            t.end(Phase::Forward);
+            c.record(StepEvent::ForwardDone);
         }
-        t.end(Phase::CommExposed);
-        let s = t.finish_step();
+        c.record(StepEvent::CommDone);
+        c.record(StepEvent::End);
+        let s = c.marks().times();
+        assert_eq!(s.start, start);
         // Two micro-batches: each phase holds both of its sleeps.
-        assert!(s.phases[Phase::Data.index()] >= 0.004);
-        assert!(s.phases[Phase::Forward.index()] >= 0.002);
-        assert_eq!(s.phases[Phase::Backward.index()], 0.0);
+        assert!(phase(&s, Phase::Data) >= 0.004);
+        assert!(phase(&s, Phase::Forward) >= 0.002);
+        assert_eq!(phase(&s, Phase::Backward), 0.0);
         let sum: f64 = s.phases.iter().sum();
         assert!((sum - s.step_s).abs() < 1e-9, "{sum} vs {}", s.step_s);
         // A new step starts from zero.
-        t.start_step();
-        let s2 = t.finish_step();
-        assert_eq!(s2.phases[Phase::Data.index()], 0.0);
+        c.record(StepEvent::Start);
+        c.record(StepEvent::End);
+        let s2 = c.marks().times();
+        assert_eq!(phase(&s2, Phase::Data), 0.0);
         assert!(s2.start > s.start);
     }
-}
-
-#[cfg(test)]
-mod unsynced_tests {
-    use super::*;
 
     #[test]
     fn without_phase_sync_the_whole_step_is_other() {
         // device::sync does nothing for Device::Cpu, so this checks the bookkeeping of
         // the unsynced mode on a machine without a GPU.
-        let mut t = PhaseTimer {
-            wait: Wait::Nothing,
-            step_start: Instant::now(),
-            last: Instant::now(),
-            times: [0.0; Phase::COUNT],
-        };
-        t.wait = Wait::StepEndOnly(Device::Cpu);
-        t.start_step();
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        t.end(Phase::Forward);
-        t.end(Phase::Backward);
-        let s = t.finish_step();
-        assert_eq!(s.phases[Phase::Forward.index()], 0.0);
-        assert_eq!(s.phases[Phase::Backward.index()], 0.0);
-        assert_eq!(s.phases[Phase::Other.index()], s.step_s);
+        let mut c = HostClock::new(Device::Cpu, false, 1);
+        c.wait = Wait::StepEndOnly(Device::Cpu);
+        c.record(StepEvent::Start);
+        std::thread::sleep(Duration::from_millis(2));
+        c.record(StepEvent::ForwardDone);
+        c.record(StepEvent::BackwardDone);
+        c.record(StepEvent::End);
+        let s = c.marks().times();
+        assert_eq!(phase(&s, Phase::Forward), 0.0);
+        assert_eq!(phase(&s, Phase::Backward), 0.0);
+        assert_eq!(phase(&s, Phase::Other), s.step_s);
         assert!(s.step_s >= 0.002);
+        assert_eq!(c.marks().marks().len(), 2);
+    }
+
+    #[test]
+    fn recording_a_step_does_not_grow_the_marks() {
+        let mut c = HostClock::new(Device::Cpu, true, 3);
+        let cap = c.marks.marks.capacity();
+        for _ in 0..2 {
+            c.record(StepEvent::Start);
+            for _ in 0..3 {
+                for e in [
+                    StepEvent::DataReady,
+                    StepEvent::CopyDone,
+                    StepEvent::ForwardDone,
+                    StepEvent::BackwardDone,
+                ] {
+                    c.record(e);
+                }
+            }
+            for e in [StepEvent::CommDone, StepEvent::OptimizerDone, StepEvent::End] {
+                c.record(e);
+            }
+        }
+        assert_eq!(c.marks().marks().len(), StepEvent::per_step(3));
+        assert_eq!(c.marks.marks.capacity(), cap);
     }
 }

@@ -1,7 +1,12 @@
 //! [`Trainer`]: one training run on the ranks of a [`Group`], from set-up to the
 //! final manifest. `setup` places the rank, loads the data, builds the model, the
 //! optimizer and the all-reduce, and writes the manifest (status "running");
-//! `run` trains epoch by epoch (each step in `step.rs`); `finish` writes the outcome.
+//! `run` trains epoch by epoch (each step in `step.rs` returns what it measured, the
+//! epoch loop records it through `recording.rs`); `finish` writes the outcome.
+//!
+//! Its state is grouped by lifetime: [`RunFacts`] (what set-up established),
+//! [`StepMachine`] (what a step runs on), [`Records`] (what the run writes) and
+//! [`Progress`] (where the run is).
 
 use super::clock::{self, ClockLog};
 use super::communication::{Backend, Communication};
@@ -9,15 +14,19 @@ use super::config::{PhaseSync, TrainConfig};
 use super::faults::FaultHooks;
 use super::params::{broadcast_from_rank0, check_in_sync};
 use super::placement::Placement;
+use super::recording::{BucketReady, ClockOffsets, Records, RowIdentity, StepAt};
 use super::run_folder::RunFolder;
 use super::signals;
-use super::timer::PhaseTimer;
+use super::step::{Measured, StepMachine};
+use super::timer::HostClock;
 use super::watchdog::{self, Watchdog};
 use crate::amp::{AmpMode, Autocast, LossScaler};
 use crate::data::{self, Dataset, Loader};
 use crate::model::{self, ModelOptions, ModelSpec, Net};
 use crate::optim::{self, LrScaling, Optimizer};
-use crate::record::{self, ClockSummary, CsvLog, EndRecord, EpochRow, Manifest, RunStatus, StepRow};
+use crate::record::last_gasp::{self, LastGasp, Template};
+use crate::record::reserve::{self, Reserve};
+use crate::record::{self, CsvLog, EndRecord, EpochRow, Manifest, RunStatus, StepRow};
 use crate::telemetry::GpuSampler;
 use crate::world::{agree, gather_strings, Group};
 use anyhow::{Context, Result};
@@ -47,45 +56,72 @@ pub(super) struct Schedule {
     pub lr_scale: f64,
 }
 
+/// What set-up established, fixed for the whole run.
+pub(super) struct RunFacts {
+    /// The configuration as run (`--workers` resolved).
+    pub cfg: TrainConfig,
+    pub folder: RunFolder,
+    /// When set-up began (the manifest's `wall_s` counts from here).
+    pub started: Instant,
+    pub place: Placement,
+    pub dataset: Dataset,
+    pub schedule: Schedule,
+    pub faults: FaultHooks,
+}
+
+/// Where the run is.
+pub(super) struct Progress {
+    /// The common time origin of all ranks (they leave a barrier together).
+    pub origin: Instant,
+    /// Steps done since the start of the run.
+    pub global_step: usize,
+    /// The parameters' L2 norm and the validation accuracy at the last epoch's end.
+    pub last_l2: f64,
+    pub last_accuracy: Option<f64>,
+    pub step_limit: StepLimit,
+}
+
+/// The watchdog's limit for steps: fixed by `--watchdog-s`, or set from the first
+/// steps after warm-up.
+pub(super) struct StepLimit {
+    /// Step times after warm-up, until the limit is set from their median.
+    early_steps: Vec<f64>,
+    /// None until warm-up is over, when not fixed.
+    limit_s: Option<f64>,
+}
+
+impl StepLimit {
+    /// The limit for steps now: during warm-up, the generous warm-up limit.
+    fn current_s(&self) -> f64 {
+        self.limit_s.unwrap_or(watchdog::WARMUP_LIMIT_S)
+    }
+
+    /// Adds a step's time. After warm-up the limit becomes 50 median steps (at least
+    /// 60 s), from the first 20 steps after warm-up; returns it when it was just set. A
+    /// limit given with --watchdog-s stays.
+    fn add(&mut self, warmup: bool, step_s: f64) -> Option<f64> {
+        if warmup || self.limit_s.is_some() {
+            return None;
+        }
+        self.early_steps.push(step_s);
+        if self.early_steps.len() < 20 {
+            return None;
+        }
+        let median = crate::stats::median(&self.early_steps);
+        let limit = (watchdog::STEPS_LIMIT * median).max(watchdog::MIN_LIMIT_S);
+        self.limit_s = Some(limit);
+        Some(limit)
+    }
+}
+
 /// One training run on the ranks of a group.
 pub struct Trainer<'g> {
-    pub(super) g: &'g Group,
-    pub(super) cfg: TrainConfig,
-    pub(super) folder: RunFolder,
-    pub(super) started: Instant,
-    pub(super) place: Placement,
-    pub(super) dataset: Dataset,
-    pub(super) model: ModelState,
-    pub(super) opt: Optimizer,
-    pub(super) scaler: Option<LossScaler>,
-    pub(super) autocast: Option<Autocast>,
-    pub(super) comm: Communication,
-    /// Gradients are summed by the all-reduce: the loss is pre-divided so the sum is the mean.
-    pub(super) loss_factor: f64,
-    pub(super) schedule: Schedule,
-    pub(super) manifest: Manifest,
-    pub(super) steps_log: CsvLog<StepRow>,
-    pub(super) epochs_log: Option<CsvLog<EpochRow>>,
-    pub(super) faults: FaultHooks,
-    pub(super) timer: PhaseTimer,
-    /// The common time origin of all ranks (they leave a barrier together).
-    pub(super) origin: Instant,
-    pub(super) global_step: usize,
-    /// Rank 0's `clock.csv` and what the estimates add up to.
-    pub(super) clock_log: Option<ClockLog>,
-    pub(super) clock: ClockSummary,
-    /// Each rank's first offset estimate (rank 0), for the drift.
-    pub(super) first_offsets: Vec<f64>,
-    pub(super) last_l2: f64,
-    pub(super) last_accuracy: Option<f64>,
-    pub(super) watchdog: &'g Watchdog,
-    /// Step times after warm-up, until the watchdog's limit is set from their median.
-    pub(super) early_steps: Vec<f64>,
-    /// The watchdog's limit for steps (None until warm-up is over, when not fixed).
-    pub(super) step_limit_s: Option<f64>,
-    /// Per bucket, over the timed steps: the sum of the fractions of backward elapsed
-    /// when it was handed to the all-reduce, and how many steps were added.
-    pub(super) bucket_ready: (Vec<f64>, u64),
+    g: &'g Group,
+    watchdog: &'g Watchdog,
+    facts: RunFacts,
+    machine: StepMachine,
+    records: Records,
+    progress: Progress,
 }
 
 impl<'g> Trainer<'g> {
@@ -137,40 +173,44 @@ impl<'g> Trainer<'g> {
         let schedule = schedule(g, cfg, &dataset);
         let mut manifest = super::manifest::initial(g, cfg, &folder, started, &place, &dataset, &model, &comm, &schedule)?;
         manifest.host_malloc = Some(malloc.to_string());
-        let wrote = if g.rank == 0 { manifest.write(&folder.dir) } else { Ok(()) };
-        agree(g, wrote)?;
-        let steps_log = agree(g, CsvLog::create(&folder.path(&record::rank_file_name(g.rank))))?;
-        let epochs_log = agree(g, (g.rank == 0).then(|| CsvLog::create(&folder.path("epochs.csv"))).transpose())?;
-        let trainer = Trainer {
-            g,
-            loss_factor: 1.0 / (ranks_summed(g, &comm) * cfg.schedule.grad_accum) as f64,
+        let records = open_records(g, &folder, &place.node_type, manifest)?;
+        let micro_batches = cfg.schedule.grad_accum;
+        let phase_sync = cfg.placement.phase_sync == PhaseSync::On;
+        let machine = StepMachine {
+            loss_factor: 1.0 / (ranks_summed(g, &comm) * micro_batches) as f64,
             scaler: (cfg.optim.amp == AmpMode::Fp16).then(LossScaler::default),
-            faults: FaultHooks::from_env(g.rank),
-            timer: PhaseTimer::new(place.device, cfg.placement.phase_sync == PhaseSync::On),
-            cfg: cfg.clone(),
-            folder,
-            started: started_at,
-            place,
-            dataset,
+            clock: Box::new(HostClock::new(place.device, phase_sync, micro_batches)),
+            device: place.device,
+            micro_batches,
             model,
             opt,
             autocast,
             comm,
-            schedule,
-            manifest,
-            steps_log,
-            epochs_log,
-            origin: started_at,
-            global_step: 0,
-            clock_log: None,
-            clock: ClockSummary::default(),
-            first_offsets: Vec::new(),
-            last_l2: 0.0,
-            last_accuracy: None,
+        };
+        let trainer = Trainer {
+            g,
             watchdog,
-            early_steps: Vec::new(),
-            step_limit_s: cfg.output.watchdog_s,
-            bucket_ready: (Vec::new(), 0),
+            facts: RunFacts {
+                cfg: cfg.clone(),
+                folder,
+                started: started_at,
+                place,
+                dataset,
+                schedule,
+                faults: FaultHooks::from_env(g.rank),
+            },
+            machine,
+            records,
+            progress: Progress {
+                origin: started_at,
+                global_step: 0,
+                last_l2: 0.0,
+                last_accuracy: None,
+                step_limit: StepLimit {
+                    early_steps: Vec::new(),
+                    limit_s: cfg.output.watchdog_s,
+                },
+            },
         };
         trainer.log_setup();
         Ok(trainer)
@@ -183,14 +223,14 @@ impl<'g> Trainer<'g> {
         let f = crate::flight::enter("barrier", "start of training");
         self.g.comm.barrier();
         drop(f);
-        self.origin = Instant::now();
+        self.progress.origin = Instant::now();
         if self.g.rank == 0 {
-            self.clock_log = Some(ClockLog::create(&self.folder.path("clock.csv"))?);
+            self.records.offsets.log = Some(ClockLog::create(&self.facts.folder.path("clock.csv"))?);
         }
         self.sync_clocks(0)?;
         let telemetry = self.start_telemetry();
         let mut stopped = None;
-        for epoch in 0..self.schedule.epochs {
+        for epoch in 0..self.facts.schedule.epochs {
             stopped = self.run_epoch(epoch)?;
             if stopped.is_some() {
                 break;
@@ -210,45 +250,45 @@ impl<'g> Trainer<'g> {
             None => (RunStatus::Completed, None),
             Some(sig) => (
                 RunStatus::Interrupted,
-                Some(format!("{} after step {}", signals::name(sig), self.global_step)),
+                Some(format!("{} after step {}", signals::name(sig), self.progress.global_step)),
             ),
         };
-        self.steps_log.sync()?;
-        self.end_record(status, error.clone()).write(&self.folder.dir)?;
+        self.records.steps_log.sync()?;
+        self.end_record(status, error.clone()).write(&self.facts.folder.dir)?;
         // Every rank's GPU clocks after the last step (a collective: every rank sends
         // "null" or its reading).
-        let mine = serde_json::to_string(&self.place.gpu_clocks())?;
-        let ends = gather_strings(&self.g, &mine);
+        let mine = serde_json::to_string(&self.facts.place.gpu_clocks())?;
+        let ends = gather_strings(self.g, &mine);
         if self.g.rank == 0 {
-            for (info, text) in self.manifest.ranks.iter_mut().zip(ends.unwrap_or_default()) {
+            for (info, text) in self.records.manifest.ranks.iter_mut().zip(ends.unwrap_or_default()) {
                 info.gpu_clocks_end = serde_json::from_str(&text).ok().flatten();
             }
-            if self.cfg.output.save_model && stopped.is_none() {
-                self.model
+            if self.facts.cfg.output.save_model && stopped.is_none() {
+                self.machine
+                    .model
                     .vs
-                    .save(self.folder.path("model.safetensors"))
+                    .save(self.facts.folder.path("model.safetensors"))
                     .context("cannot save model.safetensors")?;
             }
-            let m = &mut self.manifest;
+            let m = &mut self.records.manifest;
             m.status = status.as_str().into();
             m.error = error.clone();
             m.end_utc = Some(record::rfc3339_utc(SystemTime::now()));
-            m.wall_s = Some(self.started.elapsed().as_secs_f64());
-            m.final_param_l2 = Some(self.last_l2);
-            let (sums, steps) = &self.bucket_ready;
-            if *steps > 0 {
-                m.comm.bucket_ready_fraction = sums.iter().map(|s| s / *steps as f64).collect();
+            m.wall_s = Some(self.facts.started.elapsed().as_secs_f64());
+            m.final_param_l2 = Some(self.progress.last_l2);
+            if let Some(means) = self.records.bucket_ready.means() {
+                m.comm.bucket_ready_fraction = means;
             }
-            m.final_val_accuracy = self.last_accuracy;
-            m.clock = Some(self.clock.clone());
-            m.write(&self.folder.dir)?;
+            m.final_val_accuracy = self.progress.last_accuracy;
+            m.clock = Some(self.records.offsets.summary.clone());
+            m.write(&self.facts.folder.dir)?;
             match &error {
                 None => info!(
                     "done: {} (reduce with: ddpbench reduce {})",
-                    self.folder.dir.display(),
-                    self.folder.dir.display()
+                    self.facts.folder.dir.display(),
+                    self.facts.folder.dir.display()
                 ),
-                Some(e) => warn!("interrupted by {e}: every row so far is in {}", self.folder.dir.display()),
+                Some(e) => warn!("interrupted by {e}: every row so far is in {}", self.facts.folder.dir.display()),
             }
         }
         let _f = crate::flight::enter("barrier", "end of the run");
@@ -260,27 +300,36 @@ impl<'g> Trainer<'g> {
     /// manifest's status and error (written by rank 0 when every rank knows the error,
     /// by this rank when only it does, since its peers are about to be aborted).
     pub fn record_failure(&mut self, err: &anyhow::Error, agreed: bool) {
-        let text = format!("rank {} ({}) at step {}: {err:#}", self.g.rank, self.g.host, self.global_step);
-        let _ = self.steps_log.sync();
-        let _ = self.end_record(RunStatus::Failed, Some(text.clone())).write(&self.folder.dir);
+        let text = format!(
+            "rank {} ({}) at step {}: {err:#}",
+            self.g.rank, self.g.host, self.progress.global_step
+        );
+        let _ = self.records.steps_log.sync();
+        let _ = self.end_record(RunStatus::Failed, Some(text.clone())).write(&self.facts.folder.dir);
         if self.g.rank == 0 || !agreed {
-            let m = &mut self.manifest;
+            // Only rank 0's copy holds every rank's placement: another rank updates the file.
+            if self.g.rank != 0 {
+                if let Ok(on_disk) = Manifest::read(&self.facts.folder.dir) {
+                    self.records.manifest = on_disk;
+                }
+            }
+            let m = &mut self.records.manifest;
             m.status = RunStatus::Failed.as_str().into();
             m.error = Some(text);
             m.end_utc = Some(record::rfc3339_utc(SystemTime::now()));
-            m.wall_s = Some(self.started.elapsed().as_secs_f64());
-            let _ = m.write(&self.folder.dir);
+            m.wall_s = Some(self.facts.started.elapsed().as_secs_f64());
+            let _ = m.write(&self.facts.folder.dir);
         }
     }
 
     fn end_record(&self, status: RunStatus, error: Option<String>) -> EndRecord {
         EndRecord {
-            run_id: self.folder.run_id.clone(),
+            run_id: self.facts.folder.run_id.clone(),
             rank: self.g.rank,
             host: self.g.host.clone(),
             status,
             error,
-            steps: self.global_step,
+            steps: self.progress.global_step,
             time_utc: record::rfc3339_utc(SystemTime::now()),
         }
     }
@@ -299,69 +348,91 @@ impl<'g> Trainer<'g> {
     /// Returns the stop signal when one came (the epoch then ends after that step).
     fn run_epoch(&mut self, epoch: usize) -> Result<Option<i32>> {
         let epoch_start = Instant::now();
-        self.watchdog.set_limit(self.step_limit_s.unwrap_or(watchdog::WARMUP_LIMIT_S));
-        let steps = self.schedule.steps_per_epoch.min(self.schedule.total_steps - self.global_step);
+        self.watchdog.set_limit(self.progress.step_limit.current_s());
+        let schedule = self.facts.schedule;
+        let steps = schedule.steps_per_epoch.min(schedule.total_steps - self.progress.global_step);
         let mut loader = self.epoch_loader(epoch, steps)?;
         let mut loss_sum = 0.0;
         for step in 0..steps {
-            let row = self.step(&mut loader, epoch, step)?;
-            self.steps_log.write(&row)?;
+            let at = StepAt {
+                epoch,
+                step,
+                global_step: self.progress.global_step,
+                warmup: self.progress.global_step < self.facts.cfg.schedule.warmup_steps,
+            };
+            self.inject_faults(at)?;
+            let lr = schedule.lr(self.facts.cfg.learning_rate(), at.global_step);
+            let measured = self.machine.step(&mut loader, lr)?;
+            let row = self.record_step(&measured, at)?;
             if !row.loss.is_finite() {
                 anyhow::bail!("loss became {} at epoch {epoch} step {step}: lower --lr", row.loss);
             }
             loss_sum += row.loss;
-            self.global_step += 1;
-            self.watchdog.set_steps(self.global_step);
-            self.adjust_watchdog(row.warmup == 1, row.step_s);
+            self.progress.global_step += 1;
+            self.watchdog.set_steps(self.progress.global_step);
+            last_gasp::set_steps(self.progress.global_step);
+            if let Some(limit) = self.progress.step_limit.add(at.warmup, row.step_s) {
+                self.watchdog.set_limit(limit);
+            }
             self.log_progress(epoch, step, &row);
             if let Some(sig) = self.stop_signal() {
                 return Ok(Some(sig));
             }
         }
-        self.steps_log.sync()?;
+        self.records.steps_log.sync()?;
         // Epoch end (checks, validation): set-up's limit, since ranks may differ there.
         self.watchdog
-            .set_limit(self.cfg.output.watchdog_s.unwrap_or(watchdog::SETUP_LIMIT_S));
+            .set_limit(self.facts.cfg.output.watchdog_s.unwrap_or(watchdog::SETUP_LIMIT_S));
         self.end_epoch(epoch, steps, loss_sum, epoch_start)?;
         Ok(None)
     }
 
-    /// After warm-up, the watchdog's limit becomes 50 median steps (at least 60 s), from
-    /// the first 20 steps after warm-up; a limit given with --watchdog-s stays.
-    fn adjust_watchdog(&mut self, warmup: bool, step_s: f64) {
-        if warmup || self.step_limit_s.is_some() {
-            return;
+    /// Before step `at`: the flight recorder's position, and the failures a test asked
+    /// for ([`FaultHooks`]), at the same point of the step on every run.
+    fn inject_faults(&mut self, at: StepAt) -> Result<()> {
+        crate::flight::recorder().set_position(Some(at.epoch), Some(at.step));
+        let faults = self.facts.faults;
+        if faults.fail_at_step == Some(at.global_step) {
+            anyhow::bail!("fault injected by DDPBENCH_FAULT at step {}", at.global_step);
         }
-        self.early_steps.push(step_s);
-        if self.early_steps.len() == 20 {
-            let median = crate::stats::median(&self.early_steps);
-            let limit = (watchdog::STEPS_LIMIT * median).max(watchdog::MIN_LIMIT_S);
-            self.step_limit_s = Some(limit);
-            self.watchdog.set_limit(limit);
+        if faults.amp_overflow_at_step == Some(at.global_step) {
+            let _ = self.machine.model.param_tensors[0].grad().fill_(f64::INFINITY);
         }
+        Ok(())
+    }
+
+    /// Writes a measured step's row and, after warm-up, adds when each bucket was handed
+    /// to the all-reduce.
+    fn record_step(&mut self, measured: &Measured, at: StepAt) -> Result<StepRow> {
+        let row = self.records.rows.step_row(measured, at, self.progress.origin);
+        self.records.steps_log.write(&row)?;
+        if !at.warmup {
+            self.records.bucket_ready.add(&measured.comm.launches, measured.backward);
+        }
+        Ok(row)
     }
 
     /// This epoch's batches on this rank: its shard of a shuffled index list, or its
     /// range of a streamed data set.
     fn epoch_loader(&self, epoch: usize, steps: usize) -> Result<Loader> {
-        let (g, s) = (self.g, &self.cfg.schedule);
-        match &self.dataset.stream {
+        let (g, s) = (self.g, &self.facts.cfg.schedule);
+        match &self.facts.dataset.stream {
             Some(src) => Ok(Loader::stream(
                 src,
                 g.rank,
                 g.size,
                 s.batch_size,
                 steps * s.grad_accum,
-                2 * self.cfg.placement.workers.unwrap_or(0).max(2),
+                2 * self.facts.cfg.placement.workers.unwrap_or(0).max(2),
             )),
             None => {
-                let indices = data::shard_indices(self.dataset.train.len(), g.size, g.rank, s.seed, epoch, true);
+                let indices = data::shard_indices(self.facts.dataset.train.len(), g.size, g.rank, s.seed, epoch, true);
                 let micro: Vec<Vec<i64>> = indices.chunks(s.batch_size).map(<[i64]>::to_vec).collect();
                 Loader::new(
-                    &self.dataset.train,
+                    &self.facts.dataset.train,
                     micro.into_iter().take(steps * s.grad_accum).collect(),
-                    self.cfg.placement.workers.unwrap_or(0),
-                    self.place.device,
+                    self.facts.cfg.placement.workers.unwrap_or(0),
+                    self.facts.place.device,
                 )
             }
         }
@@ -381,23 +452,23 @@ impl<'g> Trainer<'g> {
         g.comm
             .all_reduce_into(&[loss_sum, steps as f64][..], &mut train[..], SystemOperation::sum());
         drop(f);
-        self.last_l2 = if self.comm.backend == Backend::None {
+        self.progress.last_l2 = if self.machine.comm.backend == Backend::None {
             // Without an all-reduce every rank's model is its own.
-            super::params::param_l2(&self.model.params)
+            super::params::param_l2(&self.machine.model.params)
         } else {
-            check_in_sync(g, &self.model.params, epoch)?
+            check_in_sync(g, &self.machine.model.params, epoch)?
         };
-        broadcast_from_rank0(g, &model::ordered_buffers(&self.model.vs));
+        broadcast_from_rank0(g, &model::ordered_buffers(&self.machine.model.vs));
         let val_start = Instant::now();
         let (val_loss, val_acc, val_n) = super::validation::evaluate(
             g,
-            self.model.net.as_ref(),
-            &self.dataset,
-            self.place.device,
-            self.cfg.schedule.val_samples,
-            self.cfg.schedule.batch_size,
+            self.machine.model.net.as_ref(),
+            &self.facts.dataset,
+            self.facts.place.device,
+            self.facts.cfg.schedule.val_samples,
+            self.facts.cfg.schedule.batch_size,
         )?;
-        self.last_accuracy = val_acc.is_finite().then_some(val_acc);
+        self.progress.last_accuracy = val_acc.is_finite().then_some(val_acc);
         self.sync_clocks(epoch + 1)?;
         let row = EpochRow {
             epoch,
@@ -409,9 +480,9 @@ impl<'g> Trainer<'g> {
             val_accuracy: val_acc,
             val_samples: val_n,
             val_s: val_start.elapsed().as_secs_f64(),
-            param_l2: self.last_l2,
+            param_l2: self.progress.last_l2,
         };
-        if let Some(log) = self.epochs_log.as_mut() {
+        if let Some(log) = self.records.epochs_log.as_mut() {
             log.write(&row)?;
             log.sync()?;
             info!(
@@ -425,28 +496,16 @@ impl<'g> Trainer<'g> {
 
     /// Estimates every rank's clock offset to rank 0; rank 0 writes them to clock.csv.
     fn sync_clocks(&mut self, sync: usize) -> Result<()> {
-        let rows = clock::estimate(self.g, self.origin, sync);
-        let Some(log) = self.clock_log.as_mut() else { return Ok(()) };
-        log.write(&rows)?;
-        if self.first_offsets.is_empty() {
-            self.first_offsets = rows.iter().map(|r| r.offset_s).collect();
-        }
-        let c = &mut self.clock;
-        c.syncs += 1;
-        for (r, first) in rows.iter().zip(&self.first_offsets) {
-            c.max_error_s = c.max_error_s.max(r.error_s);
-            c.max_abs_offset_s = c.max_abs_offset_s.max(r.offset_s.abs());
-            c.max_drift_s = c.max_drift_s.max((r.offset_s - first).abs());
-        }
-        Ok(())
+        let rows = clock::estimate(self.g, self.progress.origin, sync);
+        self.records.offsets.add(&rows)
     }
 
     fn log_progress(&self, epoch: usize, step: usize, row: &StepRow) {
-        let every = self.cfg.output.log_every;
-        if self.g.rank == 0 && every > 0 && self.global_step % every == 0 {
+        let every = self.facts.cfg.output.log_every;
+        if self.g.rank == 0 && every > 0 && self.progress.global_step % every == 0 {
             info!(
                 "epoch {epoch} step {step}/{} loss {:.4} step {:.1} ms",
-                self.schedule.steps_per_epoch,
+                self.facts.schedule.steps_per_epoch,
                 row.loss,
                 row.step_s * 1e3
             );
@@ -455,14 +514,14 @@ impl<'g> Trainer<'g> {
 
     /// NVML sampling of this rank's GPU into `rank-NNNNN.gpu.csv`, when there is one.
     fn start_telemetry(&self) -> Option<GpuSampler> {
-        let bus = self.place.gpu_bus_id.as_ref()?;
-        let ms = self.cfg.output.telemetry_ms;
+        let bus = self.facts.place.gpu_bus_id.as_ref()?;
+        let ms = self.facts.cfg.output.telemetry_ms;
         if ms == 0 {
             return None;
         }
-        let path = self.folder.path(&record::gpu_file_name(self.g.rank));
+        let path = self.facts.folder.path(&record::gpu_file_name(self.g.rank));
         let started = crate::telemetry::NvmlGpu::open(bus)
-            .and_then(|gpu| GpuSampler::start_with(gpu, self.g.rank, &path, Duration::from_millis(ms), self.origin));
+            .and_then(|gpu| GpuSampler::start_with(gpu, self.g.rank, &path, Duration::from_millis(ms), self.progress.origin));
         match started {
             Ok(s) => Some(s),
             Err(e) => {
@@ -475,8 +534,8 @@ impl<'g> Trainer<'g> {
     }
 
     fn log_setup(&self) {
-        let (g, m) = (self.g, &self.manifest);
-        for n in &self.comm.notes {
+        let (g, m) = (self.g, &self.records.manifest);
+        for n in &self.machine.comm.notes {
             info!("{n}");
         }
         info!(
@@ -487,22 +546,22 @@ impl<'g> Trainer<'g> {
             } else {
                 "off".into()
             },
-            self.cfg.comm.grad_dtype,
-            self.cfg.optim.amp
+            self.facts.cfg.comm.grad_dtype,
+            self.facts.cfg.optim.amp
         );
         info!(
             "run {}: {} ranks on {} node(s), {:?}, {} params in {} bucket(s), batch {}×{}, {} steps/epoch, {} epoch(s) → {}",
             m.run_id,
             g.size,
             g.nodes,
-            self.place.device,
+            self.facts.place.device,
             m.parameters,
             m.buckets,
-            self.cfg.schedule.batch_size,
+            self.facts.cfg.schedule.batch_size,
             g.size,
-            self.schedule.steps_per_epoch,
-            self.schedule.epochs,
-            self.folder.dir.display()
+            self.facts.schedule.steps_per_epoch,
+            self.facts.schedule.epochs,
+            self.facts.folder.dir.display()
         );
         if let Some(p) = &m.allreduce_probe {
             info!(
@@ -514,6 +573,60 @@ impl<'g> Trainer<'g> {
             );
         }
     }
+}
+
+/// The run's records: rank 0 keeps room for the last ones and writes the manifest;
+/// every rank opens its rows and arms its last gasp. Errors are agreed.
+fn open_records(g: &Group, folder: &RunFolder, node_type: &str, manifest: Manifest) -> Result<Records> {
+    let reserve = agree(g, (g.rank == 0).then(|| reserve_and_write(&manifest, &folder.dir)).transpose())?;
+    let steps_log = agree(g, CsvLog::create(&folder.path(&record::rank_file_name(g.rank))))?;
+    let epochs_log = agree(g, (g.rank == 0).then(|| CsvLog::create(&folder.path("epochs.csv"))).transpose())?;
+    let last_gasp = agree(g, arm_last_gasp(g, folder, &manifest)).inspect_err(|_| {
+        // Training will not start: no rank's record may say it is running.
+        let _ = std::fs::remove_file(folder.path(&record::end_file_name(g.rank)));
+    })?;
+    Ok(Records {
+        manifest,
+        steps_log,
+        epochs_log,
+        offsets: ClockOffsets::default(),
+        bucket_ready: BucketReady::default(),
+        rows: RowIdentity {
+            run_id: folder.run_id.clone(),
+            rank: g.rank,
+            node_type: node_type.to_string(),
+        },
+        _reserve: reserve,
+        _last_gasp: last_gasp,
+    })
+}
+
+/// Rank 0 keeps room for the run's last records ([`reserve`]), then writes the manifest.
+fn reserve_and_write(manifest: &Manifest, dir: &std::path::Path) -> Result<Reserve> {
+    let bytes = serde_json::to_string_pretty(manifest)?.len() as u64;
+    let kept = Reserve::make(dir, bytes)?;
+    manifest.write(dir)?;
+    Ok(kept)
+}
+
+/// The records a stop signal's handler writes ([`last_gasp`]): this rank's end record,
+/// written `running` now, and on rank 0 the manifest.
+fn arm_last_gasp(g: &Group, folder: &RunFolder, manifest: &Manifest) -> Result<LastGasp> {
+    let running = EndRecord {
+        run_id: folder.run_id.clone(),
+        rank: g.rank,
+        host: g.host.clone(),
+        status: RunStatus::Running,
+        error: None,
+        steps: 0,
+        time_utc: record::rfc3339_utc(SystemTime::now()),
+    };
+    running.write(&folder.dir)?;
+    let mut targets = vec![(folder.path(&record::end_file_name(g.rank)), Template::end_record(&running)?)];
+    if g.rank == 0 {
+        targets.push((folder.path("manifest.json"), Template::manifest(manifest)?));
+    }
+    LastGasp::arm(targets, &folder.path(reserve::RESERVE_FILE))
 }
 
 /// The model with the same seed on every rank, then rank 0's parameters win; dropout

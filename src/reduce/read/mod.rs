@@ -266,46 +266,74 @@ fn open_rank(dir: &Path, r: usize) -> Result<RankReader, String> {
 
 /// Why a run did not complete, from its manifest and the ranks' end records: what
 /// failed or stopped it, or, when no record says (rank 0 died first, the job was
-/// killed), that it ended without one.
+/// killed), that it ended without one; and the ranks whose end record still says
+/// `running` (killed before they could record anything).
 fn outcome(dir: &Path, m: &Manifest) -> String {
+    let ends = end_records(dir, m);
+    let silent: Vec<usize> = ends.iter().filter(|e| e.status == RunStatus::Running).map(|e| e.rank).collect();
+    let ended: Vec<&EndRecord> = ends.iter().filter(|e| e.status != RunStatus::Running).collect();
+    let killed = match silent.as_slice() {
+        [] => String::new(),
+        [r] => format!("; rank {r} recorded no end: killed (SIGKILL, out of memory, node lost)"),
+        many => format!(
+            "; ranks {} recorded no end: killed (SIGKILL, out of memory, node lost)",
+            list_ranks(many)
+        ),
+    };
     if m.status != "running" {
         return match &m.error {
-            Some(e) => format!("status is {}: {e}", m.status),
-            None => format!("status is {:?}: the job did not finish", m.status),
+            Some(e) => format!("status is {}: {e}{killed}", m.status),
+            None => format!("status is {:?}: the job did not finish{killed}", m.status),
         };
     }
-    let ends: Vec<EndRecord> = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter_map(|e| {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    let r: usize = name.strip_prefix("rank-")?.strip_suffix(".end.json")?.parse().ok()?;
-                    EndRecord::read(dir, r).ok().filter(|end| end.run_id == m.run_id)
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let first = |s: RunStatus| ends.iter().find(|e| e.status == s);
+    let first = |s: RunStatus| ended.iter().find(|e| e.status == s);
     if let Some(e) = first(RunStatus::Failed) {
         return format!(
-            "failed (from rank {}'s end record): {}",
+            "failed (from rank {}'s end record): {}{killed}",
             e.rank,
             e.error.clone().unwrap_or_default()
         );
     }
     if let Some(e) = first(RunStatus::Interrupted) {
         return format!(
-            "interrupted (from rank {}'s end record): {}",
+            "interrupted (from rank {}'s end record): {}{killed}",
             e.rank,
             e.error.clone().unwrap_or_default()
         );
     }
     format!(
         "the job ended without finishing and {} of {} ranks recorded an end: killed (SIGKILL, out of memory, node lost) while running",
-        ends.len(),
+        ended.len(),
         m.world_size
     )
+}
+
+/// The run's end records (those of this run id), in rank order.
+fn end_records(dir: &Path, m: &Manifest) -> Vec<EndRecord> {
+    let mut ends: Vec<EndRecord> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let r: usize = name.strip_prefix("rank-")?.strip_suffix(".end.json")?.parse().ok()?;
+                    (r < m.world_size && name == crate::record::end_file_name(r)).then_some(r)
+                })
+                .filter_map(|r| EndRecord::read(dir, r).ok().filter(|end| end.run_id == m.run_id && end.rank == r))
+                .collect()
+        })
+        .unwrap_or_default();
+    ends.sort_by_key(|e| e.rank);
+    ends
+}
+
+/// "1, 3, 4" (the first eight, then how many in all).
+fn list_ranks(ranks: &[usize]) -> String {
+    let shown: Vec<String> = ranks.iter().take(8).map(usize::to_string).collect();
+    match ranks.len() {
+        n if n > 8 => format!("{}, … ({n} in all)", shown.join(", ")),
+        _ => shown.join(", "),
+    }
 }
 
 impl RunFiles {

@@ -1,0 +1,171 @@
+//! What a run writes as it goes: the manifest, one row per step and per epoch, rank 0's
+//! clock offsets, and the all-reduce's per-bucket hand-over statistics.
+
+use super::clock::{ClockLog, ClockRow};
+use super::step::Measured;
+use crate::comm::CommStats;
+use crate::record::last_gasp::LastGasp;
+use crate::record::reserve::Reserve;
+use crate::record::{self, ClockSummary, CsvLog, EpochRow, Manifest, StepRow};
+use anyhow::Result;
+use std::time::Instant;
+
+/// The run's records, open from set-up to the end.
+pub(super) struct Records {
+    pub manifest: Manifest,
+    pub steps_log: CsvLog<StepRow>,
+    /// Rank 0's `epochs.csv`.
+    pub epochs_log: Option<CsvLog<EpochRow>>,
+    pub offsets: ClockOffsets,
+    pub bucket_ready: BucketReady,
+    /// What names this rank's rows.
+    pub rows: RowIdentity,
+    /// Rank 0's room for the last records on a full disk, given back when the run ends.
+    pub _reserve: Option<Reserve>,
+    /// What a stop signal's handler writes, until the run's own outcome replaces it.
+    pub _last_gasp: LastGasp,
+}
+
+/// The columns every row of one rank's `rank-NNNNN.csv` shares.
+pub(super) struct RowIdentity {
+    pub run_id: String,
+    pub rank: usize,
+    pub node_type: String,
+}
+
+/// Where a step sits in the run.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct StepAt {
+    pub epoch: usize,
+    /// Step within the epoch.
+    pub step: usize,
+    pub global_step: usize,
+    /// One of the first `--warmup-steps` steps.
+    pub warmup: bool,
+}
+
+impl RowIdentity {
+    /// The row of step `at`, as measured; `origin` is the ranks' common time origin.
+    pub fn step_row(&self, m: &Measured, at: StepAt, origin: Instant) -> StepRow {
+        let since_origin = |t: Instant| (t - origin).as_secs_f64();
+        let comm: &CommStats = &m.comm;
+        let mut row = StepRow {
+            run_id: self.run_id.clone(),
+            rank: self.rank,
+            node_type: self.node_type.clone(),
+            epoch: at.epoch,
+            step: at.step,
+            global_step: at.global_step,
+            warmup: u8::from(at.warmup),
+            time_utc: record::rfc3339_utc(m.started_utc),
+            elapsed_s: since_origin(m.times.start),
+            samples: m.samples,
+            step_s: m.times.step_s,
+            comm_s: comm.comm_s,
+            comm_stage_d2h_s: comm.stage_d2h_s,
+            comm_stage_h2d_s: comm.stage_h2d_s,
+            comm_start_s: comm.first_launch.map_or(f64::NAN, since_origin),
+            comm_last_start_s: comm.last_launch.map_or(f64::NAN, since_origin),
+            comm_hidden_s: comm.hidden_s,
+            loss: m.loss,
+            bytes: comm.bytes,
+            loss_scale: m.loss_scale,
+            step_skipped: u8::from(!m.stepped),
+            data_s: 0.0,
+            batch_copy_s: 0.0,
+            forward_s: 0.0,
+            backward_s: 0.0,
+            comm_exposed_s: 0.0,
+            optimizer_s: 0.0,
+            other_s: 0.0,
+        };
+        row.set_phases(&m.times.phases);
+        row
+    }
+}
+
+/// Rank 0's `clock.csv` and what its estimates add up to (empty on other ranks).
+#[derive(Default)]
+pub(super) struct ClockOffsets {
+    pub log: Option<ClockLog>,
+    pub summary: ClockSummary,
+    /// Each rank's first offset estimate, for the drift.
+    first_offsets: Vec<f64>,
+}
+
+impl ClockOffsets {
+    /// Writes one estimate of every rank's offset and adds it to the summary; nothing
+    /// without a log (ranks other than 0).
+    pub fn add(&mut self, rows: &[ClockRow]) -> Result<()> {
+        let Some(log) = self.log.as_mut() else { return Ok(()) };
+        log.write(rows)?;
+        if self.first_offsets.is_empty() {
+            self.first_offsets = rows.iter().map(|r| r.offset_s).collect();
+        }
+        let c = &mut self.summary;
+        c.syncs += 1;
+        for (r, first) in rows.iter().zip(&self.first_offsets) {
+            c.max_error_s = c.max_error_s.max(r.error_s);
+            c.max_abs_offset_s = c.max_abs_offset_s.max(r.offset_s.abs());
+            c.max_drift_s = c.max_drift_s.max((r.offset_s - first).abs());
+        }
+        Ok(())
+    }
+}
+
+/// Per bucket, over the timed steps: the mean fraction of backward elapsed when it was
+/// handed to the all-reduce.
+#[derive(Debug, Default)]
+pub(super) struct BucketReady {
+    sums: Vec<f64>,
+    steps: u64,
+}
+
+impl BucketReady {
+    /// Adds each bucket's hand-over (`launches`, in bucket order) as the fraction, 0 to 1,
+    /// of the backward pass `(start, end)`; a bucket not handed over before backward
+    /// ended counts 1.
+    pub fn add(&mut self, launches: &[Option<Instant>], backward: Option<(Instant, Instant)>) {
+        let Some((start, end)) = backward else { return };
+        let span = (end - start).as_secs_f64();
+        self.sums.resize(launches.len(), 0.0);
+        for (sum, launch) in self.sums.iter_mut().zip(launches) {
+            let f = match launch {
+                Some(t) if span > 0.0 && *t < end => (t.saturating_duration_since(start).as_secs_f64() / span).clamp(0.0, 1.0),
+                _ => 1.0,
+            };
+            *sum += f;
+        }
+        self.steps += 1;
+    }
+
+    /// The mean per bucket, or None before any step was added.
+    pub fn means(&self) -> Option<Vec<f64>> {
+        (self.steps > 0).then(|| self.sums.iter().map(|s| s / self.steps as f64).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn bucket_hand_overs_are_fractions_of_backward_averaged_over_steps() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut b = BucketReady::default();
+        assert_eq!(b.means(), None);
+        // Backward 0..100 ms: a quarter, three quarters, and a bucket left for finish.
+        b.add(&[Some(at(25)), Some(at(75)), None], Some((at(0), at(100))));
+        // Backward 100..200 ms: at its start, and after it ended.
+        b.add(&[Some(at(100)), Some(at(250)), Some(at(150))], Some((at(100), at(200))));
+        // No backward: not counted.
+        b.add(&[Some(at(0)), None, None], None);
+        let m = b.means().unwrap();
+        assert_eq!(m.len(), 3);
+        assert!((m[0] - 0.125).abs() < 1e-12, "{m:?}");
+        assert!((m[1] - 0.875).abs() < 1e-12, "{m:?}");
+        assert!((m[2] - 0.75).abs() < 1e-12, "{m:?}");
+    }
+}
