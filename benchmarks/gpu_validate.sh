@@ -29,6 +29,17 @@
 #                        all-reduce sweep first and the projection in its report
 #   allreduce-gpu-1/-2   `ddpbench allreduce --device cuda`: mpi, staged, nccl sweeps
 #   shared-gpu, -auto    2 ranks on one GPU: --allreduce nccl refused, auto falls back
+#   i26-*                resnet50 fp16 AMP, 1 rank NCCL, three interleaved repeats: phases
+#                        from events (read a step late, and at the step's end) against
+#                        --phase-sync on (each phase within 5 % or 0.2 ms) and off (the
+#                        timers' cost); channels-last against contiguous; batch 256; the
+#                        PyTorch peers (eager and 1-rank DDP) in the same memory format;
+#                        batch_copy_s of pinned batches (--workers 2) against the pinned
+#                        host-to-device bandwidth for the batch's bytes
+#
+# benchmarks/gpu_validate.sh cpu-dry-run runs the i26-* runs here, on CPU, small (mnist-cnn,
+# CPU-staged MPI, bf16, no PyTorch peers, no bandwidth probe), to check the script itself;
+# its figures mean nothing.
 #
 # GV_ONLY=<extended regex> runs only the runs whose names match (e.g. '^(sync-|pytorch-)').
 # One full pass takes about 11 minutes on an H100: run it as two device calls,
@@ -68,7 +79,8 @@ prepare() {
 }
 
 device() {
-    [ -x .gpu/ddpbench ] || { echo "no .gpu/ddpbench: run 'benchmarks/gpu_validate.sh prepare' here first" >&2; exit 2; }
+    local dry=${GV_CPU_DRY_RUN:-}
+    [ -n "$dry" ] || [ -x .gpu/ddpbench ] || { echo "no .gpu/ddpbench: run 'benchmarks/gpu_validate.sh prepare' here first" >&2; exit 2; }
     # With the device tool, $OUT returns only a few files, two folders deep: work in a
     # scratch folder and pack it into $OUT/gv.tgz after every run, so a command stopped
     # at its time limit still returns what finished.
@@ -80,14 +92,18 @@ device() {
         tar czf "$OUT/gv.tgz" -C "$(dirname "$out")" gv
         cp "$out"/summary.txt "$out"/reduce.txt "$out"/failures.txt "$OUT"/ 2>/dev/null || true
     }
-    torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
-    export LD_LIBRARY_PATH="$PWD/.gpu/lib:$torch_lib:${LD_LIBRARY_PATH:-}"
-    export OPAL_PREFIX="$PWD/.gpu/ompi" PATH="$PWD/.gpu/ompi/bin:$PATH"
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    # The wheel ships libnccl.so.2; the loader (cudarc) opens libnccl.so.
-    mkdir -p .gpu/nccl && ln -sfn "$torch_lib/../../nvidia/nccl/lib/libnccl.so.2" .gpu/nccl/libnccl.so
-    export LD_LIBRARY_PATH="$PWD/.gpu/nccl:$LD_LIBRARY_PATH"
-    local bin="$PWD/.gpu/ddpbench"
+    local bin="$PWD/.gpu/ddpbench" gdev=cuda
+    if [ -n "$dry" ]; then
+        bin="$PWD/target/release/ddpbench" gdev=cpu
+    else
+        torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+        export LD_LIBRARY_PATH="$PWD/.gpu/lib:$torch_lib:${LD_LIBRARY_PATH:-}"
+        export OPAL_PREFIX="$PWD/.gpu/ompi" PATH="$PWD/.gpu/ompi/bin:$PATH"
+        # The wheel ships libnccl.so.2; the loader (cudarc) opens libnccl.so.
+        mkdir -p .gpu/nccl && ln -sfn "$torch_lib/../../nvidia/nccl/lib/libnccl.so.2" .gpu/nccl/libnccl.so
+        export LD_LIBRARY_PATH="$PWD/.gpu/nccl:$LD_LIBRARY_PATH"
+    fi
     local mpi=(mpirun --bind-to none --oversubscribe --mca btl self,vader,tcp -x LD_LIBRARY_PATH)
     local runs="$out/runs"
     mkdir -p "$runs"
@@ -114,7 +130,7 @@ PY
         shift 2
         want "$name" || return 0
         echo "[$(date -u +%T)] $name" >&2
-        timeout -k 10 150 "${mpi[@]}" -n "$ranks" "$bin" train --dataset synthetic --device cuda --optimizer sgd \
+        timeout -k 10 150 "${mpi[@]}" -n "$ranks" "$bin" train --dataset synthetic --device "$gdev" --optimizer sgd \
             --val-samples 0 --out "$runs/$name" "$@" >"$out/$name.log" 2>&1 ||
             echo "FAILED: $name (see $name.log)" | tee -a "$out/failures.txt"
         pack
@@ -123,6 +139,7 @@ PY
         local name=$1
         shift
         want "$name" || return 0
+        [ -z "$dry" ] || { echo "[dry run] peer $name: python3 benchmarks/pytorch_resnet_amp.py $*" >&2; return 0; }
         echo "[$(date -u +%T)] $name" >&2
         timeout -k 10 150 python3 benchmarks/pytorch_resnet_amp.py "$@" >"$out/$name.json" 2>"$out/$name.log" ||
             echo "FAILED: $name (see $name.log)" | tee -a "$out/failures.txt"
@@ -147,10 +164,11 @@ PY
     for rep in 1 2 3; do
         train "sync-on-r50-rep$rep" 1 "${r50[@]}" --allreduce nccl --amp fp16 --max-steps 150 --phase-sync on
         train "sync-off-r50-rep$rep" 1 "${r50[@]}" --allreduce nccl --amp fp16 --max-steps 150 --phase-sync off
-        peer "pytorch-r50-fp16-rep$rep" --model resnet50 --batch-size 64 --amp fp16 --steps 140 --samples 4096
-        peer "pytorch-r50-off-rep$rep" --model resnet50 --batch-size 64 --amp off --steps 140 --samples 4096
+        peer "pytorch-r50-fp16-rep$rep" --model resnet50 --batch-size 64 --amp fp16 --steps 140 --samples 4096 --memory-format channels-last
+        peer "pytorch-r50-off-rep$rep" --model resnet50 --batch-size 64 --amp off --steps 140 --samples 4096 --memory-format channels-last
         train "r50-off-rep$rep" 1 "${r50[@]}" --allreduce nccl --amp off --max-steps 150
     done
+    i26_runs
     # A study on the GPU: per-point communicators, repeats, and the study's report. Two
     # ranks share the one GPU at 2, where NCCL cannot run: every point uses CPU-staged MPI
     # so the ladder stays comparable.
@@ -278,14 +296,131 @@ for r in ("r50-2-mpi-fp16-ovoff", "r50-2-mpi-fp16"):
     except Exception as e:
         print(f"{r}: no staged-copy figure ({e})")
 PY
+    i26_summary | tee -a "$out/summary.txt"
     pack
+}
+
+# Issue 26's runs (called by device, whose variables and functions they use): three
+# interleaved repeats of resnet50 fp16 on 1 rank with NCCL; on a CPU dry run, mnist-cnn
+# with CPU-staged MPI and bf16, a few steps, and no peers.
+i26_runs() {
+    local big=(--model resnet50 --synthetic-samples 4096) g=(--allreduce nccl --amp fp16) s64=150 s256=80
+    if [ -n "$dry" ]; then
+        big=(--model mnist-cnn --synthetic-samples 512 --warmup-steps 1) g=(--allreduce mpi --amp bf16) s64=8 s256=4
+    fi
+    # The pinned host-to-device copy of one batch's bytes (resnet50, batch 64, fp32).
+    [ -n "$dry" ] || python3 - >"$out/i26_h2d.json" 2>"$out/i26_h2d.log" <<'PY' || echo '{}' >"$out/i26_h2d.json"
+import json, time, torch
+n = 64 * 3 * 224 * 224
+d = torch.empty(n, device="cuda"); h = torch.ones(n).pin_memory()
+for _ in range(3): d.copy_(h, non_blocking=True)
+torch.cuda.synchronize(); t = time.perf_counter()
+for _ in range(20): d.copy_(h, non_blocking=True)
+torch.cuda.synchronize()
+print(json.dumps({"bytes": 4 * n, "h2d_bytes_per_s": 20 * 4 * n / (time.perf_counter() - t)}))
+PY
+    local rep b
+    for rep in 1 2 3; do
+        train "i26-ev-b64-rep$rep" 1 "${big[@]}" "${g[@]}" --batch-size 64 --max-steps $s64 --phase-sync events
+        train "i26-evend-b64-rep$rep" 1 "${big[@]}" "${g[@]}" --batch-size 64 --max-steps $s64 --phase-sync events-at-end
+        train "i26-on-b64-rep$rep" 1 "${big[@]}" "${g[@]}" --batch-size 64 --max-steps $s64 --phase-sync on
+        train "i26-off-b64-rep$rep" 1 "${big[@]}" "${g[@]}" --batch-size 64 --max-steps $s64 --phase-sync off
+        train "i26-nchw-b64-rep$rep" 1 "${big[@]}" "${g[@]}" --batch-size 64 --max-steps $s64 --memory-format contiguous
+        train "i26-pin-b64-rep$rep" 1 "${big[@]}" "${g[@]}" --batch-size 64 --max-steps $s64 --workers 2
+        train "i26-ev-b256-rep$rep" 1 "${big[@]}" "${g[@]}" --batch-size 256 --max-steps $s256
+        for b in 64 256; do
+            local steps=$s64
+            [ "$b" = 256 ] && steps=$s256
+            peer "i26-pt-eager-cl-b$b-rep$rep" --model resnet50 --batch-size "$b" --amp fp16 --steps "$steps" --samples 4096
+            peer "i26-pt-ddp-cl-b$b-rep$rep" --model resnet50 --batch-size "$b" --amp fp16 --steps "$steps" --samples 4096 --ddp
+        done
+        peer "i26-pt-eager-nchw-b64-rep$rep" --model resnet50 --batch-size 64 --amp fp16 --steps $s64 --samples 4096 \
+            --memory-format contiguous
+    done
+}
+
+# Issue 26's figures from i26_runs: medians over steps after warm-up, per repeat, then
+# the median of the repeats with every repeat listed.
+i26_summary() {
+    python3 - "$out" "${dry:+dry}" <<'PY'
+import csv, glob, json, os, statistics, sys
+out, dry = sys.argv[1], len(sys.argv) > 2 and sys.argv[2] == "dry"
+phases = ["data_s", "batch_copy_s", "forward_s", "backward_s", "comm_exposed_s", "optimizer_s", "other_s"]
+def rows(run):
+    r = []
+    for f in sorted(glob.glob(f"{out}/runs/{run}/rank-*[0-9].csv")):
+        r += [x for x in csv.DictReader(open(f)) if x["warmup"] == "0"]
+    return r
+def med(run, col):
+    v = [float(x[col]) for x in rows(run) if x[col] not in ("", "nan")]
+    return statistics.median(v) if v else float("nan")
+def reps(prefix, col="step_s"):
+    return [med(f"{prefix}-rep{k}", col) for k in (1, 2, 3) if os.path.isdir(f"{out}/runs/{prefix}-rep{k}")]
+def peer_reps(prefix):
+    v = []
+    for k in (1, 2, 3):
+        try:
+            v.append(json.load(open(f"{out}/{prefix}-rep{k}.json"))["median_step_s"])
+        except Exception:
+            pass
+    return v
+def show(v):
+    v = [x for x in v if x == x]
+    if not v:
+        return "no runs", float("nan")
+    m = statistics.median(v)
+    return f"{m*1e3:.2f} ms ({', '.join(f'{x*1e3:.2f}' for x in v)})", m
+print("== issue 26" + (" (CPU dry run: the script's mechanics only; these numbers mean nothing)" if dry else ""))
+for b in ("b64", "b256"):
+    t, m = show(reps(f"i26-ev-{b}"))
+    print(f"ddpbench resnet50 fp16 {b} channels-last, events: step {t}")
+    for p in ("eager-cl", "ddp-cl"):
+        tp, mp = show(peer_reps(f"i26-pt-{p}-{b}"))
+        print(f"  PyTorch {p} {b}: {tp}; ddpbench / peer = {m/mp:.3f}" if mp == mp else f"  PyTorch {p} {b}: {tp}")
+tn, mn = show(reps("i26-nchw-b64"))
+tc, mc = show(reps("i26-ev-b64"))
+tpn, mpn = show(peer_reps("i26-pt-eager-nchw-b64"))
+print(f"contiguous b64: ddpbench {tn}; PyTorch eager {tpn}; channels-last / contiguous (ddpbench) = {mc/mn:.3f}")
+for mode in ("ev", "evend", "off"):
+    t, m = show(reps(f"i26-{mode}-b64"))
+    _, mon = show(reps("i26-on-b64"))
+    print(f"--phase-sync {mode}: step {t}; / on = {m/mon:.3f}")
+_, moff = show(reps("i26-off-b64"))
+for mode in ("ev", "evend"):
+    _, m = show(reps(f"i26-{mode}-b64"))
+    print(f"timers' cost, {mode} against off: {(m/moff - 1)*100:+.2f} % of the step (goal < 1 %)")
+for mode in ("ev", "evend"):
+    worst = []
+    for p in phases:
+        _, a = show(reps(f"i26-{mode}-b64", p))
+        _, b = show(reps("i26-on-b64", p))
+        ok = abs(a - b) <= max(0.05 * b, 0.0002)
+        worst.append(f"{p} {a*1e3:.3f} vs {b*1e3:.3f} ms {'ok' if ok else 'OUTSIDE'}")
+    print(f"phases {mode} vs on (within 5 % or 0.2 ms): " + "; ".join(worst))
+try:
+    h2d = json.load(open(f"{out}/i26_h2d.json"))
+    t, m = show(reps("i26-pin-b64", "batch_copy_s"))
+    batch_bytes = 64 * 3 * 224 * 224 * 4 + 64 * 8
+    print(f"pinned batches (--workers 2): batch_copy_s {t}: {batch_bytes/m/1e9:.2f} GB/s against pinned h2d "
+          f"{h2d['h2d_bytes_per_s']/1e9:.2f} GB/s = {batch_bytes/m/h2d['h2d_bytes_per_s']:.2f} (goal >= 0.8)")
+except Exception as e:
+    print(f"pinned batches: no figure ({e!r})")
+_, e = show(reps("i26-ev-b64", "comm_exposed_s"))
+_, st = show(reps("i26-ev-b64"))
+print(f"NCCL exposed / step (events, b64): {e/st*100:.2f} % (goal < 1 %)")
+PY
 }
 
 case "$mode" in
 prepare) prepare ;;
 device) device ;;
+cpu-dry-run)
+    # shellcheck disable=SC1091
+    source job-scripts/setup.sh >/dev/null
+    GV_CPU_DRY_RUN=1 GV_ONLY=${GV_ONLY:-^i26-} device
+    ;;
 *)
-    sed -n '2,20p' "$0"
+    sed -n '2,45p' "$0"
     exit 2
     ;;
 esac

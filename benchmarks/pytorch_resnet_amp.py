@@ -6,6 +6,12 @@ step gathering a shuffled batch from it and copying it to the GPU inside the tim
 fp16 autocast with GradScaler or bf16 autocast or fp32. Prints one JSON line: median, p95,
 min and max step seconds, and the intra-op threads.
 
+--memory-format channels-last (the default, as ddpbench's on a GPU) lays out the network
+and each batch after its copy as torch.channels_last; --ddp wraps the network in
+DistributedDataParallel on a 1-rank NCCL group (the peer of ddpbench --allreduce nccl at
+1 rank); --pin-memory keeps the pool in page-locked memory and copies without blocking
+(as ddpbench's batches prepared by --workers).
+
     python3 benchmarks/pytorch_resnet_amp.py --model resnet50 --batch-size 64 --amp fp16 --steps 60
 """
 import argparse
@@ -32,7 +38,12 @@ def main():
                    help="SGD's multi-tensor kernels (default: PyTorch's choice, on for CUDA)")
     p.add_argument("--phases", action="store_true",
                    help="synchronise the GPU at each phase's end and report phase medians, as ddpbench --phase-sync on")
+    p.add_argument("--memory-format", default="channels-last", choices=["channels-last", "contiguous"],
+                   help="layout of the network and the batch, as ddpbench --memory-format")
+    p.add_argument("--ddp", action="store_true", help="DistributedDataParallel on a 1-rank NCCL group")
+    p.add_argument("--pin-memory", action="store_true", help="pool in page-locked memory, non-blocking copies")
     a = p.parse_args()
+    fmt = torch.channels_last if a.memory_format == "channels-last" else torch.contiguous_format
 
     torch.backends.cudnn.benchmark = True
     if a.threads:
@@ -41,9 +52,18 @@ def main():
     rows = min(a.samples, (256 << 20) // (3 * 224 * 224 * 4))
     pool = torch.randn(rows, 3, 224, 224)
     labels = torch.randint(0, 1000, (rows,))
+    if a.pin_memory:
+        pool, labels = pool.pin_memory(), labels.pin_memory()
     order = torch.randperm(a.samples)
     dev = torch.device("cuda")
-    net = getattr(torchvision.models, a.model)(num_classes=1000).to(dev)
+    net = getattr(torchvision.models, a.model)(num_classes=1000).to(dev, memory_format=fmt)
+    if a.ddp:
+        import os
+        import torch.distributed as dist
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29531")
+        dist.init_process_group("nccl", rank=0, world_size=1)
+        net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[0], gradient_as_bucket_view=True)
     foreach = {"default": None, "on": True, "off": False}[a.foreach]
     opt = torch.optim.SGD(net.parameters(), lr=a.lr, momentum=0.9, foreach=foreach)
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(a.amp)
@@ -63,7 +83,10 @@ def main():
         idx = order[first:first + a.batch_size] % rows
         xc, yc = pool.index_select(0, idx), labels.index_select(0, idx)
         mark()
-        x, y = xc.to(dev), yc.to(dev)
+        if a.pin_memory:
+            xc, yc = xc.pin_memory(), yc.pin_memory()
+        x = xc.to(dev, non_blocking=a.pin_memory).contiguous(memory_format=fmt)
+        y = yc.to(dev, non_blocking=a.pin_memory)
         mark()
         with torch.autocast("cuda", dtype=dtype or torch.float16, enabled=dtype is not None):
             loss = F.nll_loss(F.log_softmax(net(x), dim=-1), y)
@@ -88,9 +111,11 @@ def main():
         "median_step_s": statistics.median(times), "p95_step_s": times[int(0.95 * (len(times) - 1))],
         "min_step_s": times[0], "max_step_s": times[-1], "steps": len(times),
         "threads": torch.get_num_threads(), "samples": a.samples, "pool_rows": rows,
-        "foreach": a.foreach,
+        "foreach": a.foreach, "memory_format": a.memory_format, "ddp": a.ddp, "pin_memory": a.pin_memory,
         "phase_medians_s": {n: statistics.median(v) for n, v in phases.items()} if a.phases else None,
     }))
+    if a.ddp:
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -54,18 +54,22 @@ impl Lars {
         }
     }
 
-    /// The local learning-rate multiplier of one tensor.
+    /// The local learning-rate multiplier of one tensor, read back (for tests and logs;
+    /// the step keeps it on the device).
     pub fn trust_ratio(&self, w: &Tensor, g: &Tensor) -> f64 {
+        self.trust_ratio_on_device(w, g).map_or(1.0, |r| r.double_value(&[]))
+    }
+
+    /// The multiplier as a 0-d tensor on `w`'s device, so that no step waits for the
+    /// device to read the norms; None for 1-d tensors (plain SGD).
+    fn trust_ratio_on_device(&self, w: &Tensor, g: &Tensor) -> Option<Tensor> {
         if w.dim() <= 1 {
-            return 1.0;
+            return None;
         }
-        let wn = w.norm().double_value(&[]);
-        let gn = g.norm().double_value(&[]);
-        if wn > 0.0 && gn > 0.0 {
-            self.trust * wn / (gn + self.weight_decay * wn)
-        } else {
-            1.0
-        }
+        let (wn, gn) = (w.norm(), g.norm());
+        let ratio = (&wn * self.trust) / (&gn + &wn * self.weight_decay);
+        let usable = wn.gt(0.0).logical_and(&gn.gt(0.0));
+        Some(ratio.where_self(&usable, &ratio.ones_like()))
     }
 
     pub fn step(&mut self) {
@@ -76,14 +80,17 @@ impl Lars {
                 if !g.defined() {
                     continue;
                 }
-                let local = self.trust_ratio(w, &g);
                 let update = if self.weight_decay > 0.0 {
                     &g + w * self.weight_decay
                 } else {
                     g.shallow_clone()
                 };
+                let scaled = match self.trust_ratio_on_device(w, &g) {
+                    Some(local) => update * (local * self.lr),
+                    None => update * self.lr,
+                };
                 let v = &mut self.velocity[i];
-                let _ = v.g_mul_scalar_(self.momentum).g_add_(&(update * (self.lr * local)));
+                let _ = v.g_mul_scalar_(self.momentum).g_add_(&scaled);
                 let mut w = w.shallow_clone();
                 let _ = w.g_sub_(v);
             }

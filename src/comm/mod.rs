@@ -166,6 +166,9 @@ pub(crate) struct FlatGrads {
     pub current: usize,
     /// (bucket, element offset) of each parameter.
     slot: Vec<(usize, i64)>,
+    /// The strides of each parameter's gradient view: the parameter's own layout
+    /// ([`bucket_strides`]), so a channels-last weight's gradient is channels-last too.
+    strides: Vec<Vec<i64>>,
     /// Buckets handed to the all-reduce in this step.
     launched: Vec<bool>,
     /// When the first and the last bucket were claimed in this step.
@@ -199,6 +202,7 @@ impl FlatGrads {
             sets,
             current: 0,
             slot,
+            strides: params.iter().map(bucket_strides).collect(),
             launched: vec![false; plan.buckets.len()],
             first_claim: None,
             last_claim: None,
@@ -212,20 +216,25 @@ impl FlatGrads {
                     param.size()
                 );
             }
-            let (b, off) = flat.slot[p];
-            flat.sets[0][b].narrow(0, off, param.numel() as i64).copy_(&grad.view([-1]));
+            flat.view(0, p, param).copy_(&grad);
         }
         flat.point_grads_at(0, params);
         Ok(flat)
+    }
+
+    /// Parameter `p`'s place in bucket set `set`: a view of the flat buffer with the
+    /// parameter's shape and layout (what c10d's bucket views are).
+    pub fn view(&self, set: usize, p: usize, param: &Tensor) -> Tensor {
+        let (b, off) = self.slot[p];
+        self.sets[set][b].as_strided(param.size().as_slice(), self.strides[p].as_slice(), off)
     }
 
     pub fn point_grads_at(&mut self, set: usize, params: &[Tensor]) {
         for (p, param) in params.iter().enumerate() {
             let (b, off) = self.slot[p];
             let size = param.size();
-            let stride = contiguous_strides(&size);
             let mut grad = param.grad();
-            let _ = grad.set_source_tensor_storage_offset_(&self.sets[set][b], off, size.as_slice(), stride.as_slice());
+            let _ = grad.set_source_tensor_storage_offset_(&self.sets[set][b], off, size.as_slice(), self.strides[p].as_slice());
         }
         self.current = set;
     }
@@ -279,6 +288,38 @@ impl FlatGrads {
     }
 }
 
+/// The strides a parameter's gradient takes in its bucket: the parameter's own when they
+/// lay its elements out densely in some order of dimensions (row-major, channels-last),
+/// as c10d makes its bucket views; row-major otherwise. Either way the view covers
+/// exactly the parameter's `numel` elements of the bucket from its offset.
+pub fn bucket_strides(param: &Tensor) -> Vec<i64> {
+    let (size, stride) = (param.size(), param.stride());
+    if is_dense(&size, &stride) {
+        stride
+    } else {
+        contiguous_strides(&size)
+    }
+}
+
+/// True when `stride` visits each of the `size` elements once with no gap: sorted by
+/// stride, each dimension's stride is the product of the sizes before it (dimensions
+/// of size 1 are never stepped and may have any stride).
+fn is_dense(size: &[i64], stride: &[i64]) -> bool {
+    if size.len() != stride.len() {
+        return false;
+    }
+    let mut dims: Vec<usize> = (0..size.len()).filter(|&d| size[d] != 1).collect();
+    dims.sort_by_key(|&d| stride[d]);
+    let mut expected = 1i64;
+    for d in dims {
+        if stride[d] != expected {
+            return false;
+        }
+        expected = expected.saturating_mul(size[d]);
+    }
+    true
+}
+
 fn contiguous_strides(size: &[i64]) -> Vec<i64> {
     let mut strides = vec![1i64; size.len()];
     for i in (0..size.len().saturating_sub(1)).rev() {
@@ -313,6 +354,72 @@ mod tests {
         assert_eq!(plan, BucketPlan::new(&[1, 2, 3], 4, 1 << 20));
         // A zero cap degenerates to one parameter per bucket.
         assert_eq!(BucketPlan::new(&[1, 2], 4, 0).buckets.len(), 2);
+    }
+
+    #[test]
+    fn dense_layouts_are_kept_and_others_made_row_major() {
+        assert!(is_dense(&[2, 3, 4, 5], &[60, 20, 5, 1]), "row-major");
+        assert!(is_dense(&[2, 3, 4, 5], &[60, 1, 15, 3]), "channels-last");
+        assert!(is_dense(&[2, 1, 4, 5], &[20, 7, 5, 1]), "a size-1 dimension's stride is free");
+        assert!(!is_dense(&[2, 3], &[6, 1]), "a gap");
+        assert!(!is_dense(&[2, 3], &[0, 1]), "an expanded dimension");
+        let t = Tensor::zeros([2, 3, 4, 5], (Kind::Float, tch::Device::Cpu));
+        let cl = t.permute([0, 2, 3, 1]).contiguous().permute([0, 3, 1, 2]);
+        assert_eq!(bucket_strides(&cl), vec![60, 1, 15, 3]);
+        let one = Tensor::zeros([1, 3, 4, 5], (Kind::Float, tch::Device::Cpu));
+        assert_eq!(bucket_strides(&one.expand([4, 3, 4, 5], false)), vec![60, 20, 5, 1]);
+    }
+
+    /// A channels-last convolution weight and a bias, their gradients from one backward.
+    fn conv_params() -> (Tensor, Tensor, impl Fn(&Tensor, &Tensor)) {
+        tch::manual_seed(3);
+        let opts = (Kind::Float, tch::Device::Cpu);
+        let w =
+            crate::model::in_format(&Tensor::randn([4, 3, 2, 2], opts), crate::record::MemoryFormat::ChannelsLast).set_requires_grad(true);
+        let b = Tensor::randn([4], opts).set_requires_grad(true);
+        let x = crate::model::in_format(&Tensor::randn([2, 3, 5, 5], opts), crate::record::MemoryFormat::ChannelsLast);
+        let backward = move |w: &Tensor, b: &Tensor| {
+            x.conv2d(w, Some(b), [1, 1], [0, 0], [1, 1], 1).square().sum(Kind::Float).backward();
+        };
+        backward(&w, &b);
+        (w, b, backward)
+    }
+
+    #[test]
+    fn bucket_views_keep_each_parameters_strides_and_alias_the_flat_buffer() {
+        let (w, b, backward) = conv_params();
+        assert_eq!(w.stride(), vec![12, 1, 6, 3], "channels-last");
+        assert_eq!(w.grad().stride(), w.stride(), "autograd lays a gradient out as its parameter");
+        let want: Vec<Tensor> = [&w, &b].iter().map(|p| p.grad().copy()).collect();
+        let params = [w.shallow_clone(), b.shallow_clone()];
+        let plan = BucketPlan::new(&[48, 4], 4, 1 << 20);
+        let mut flat = FlatGrads::attach(&plan, &params).unwrap();
+        for set in [0, 1] {
+            if set == 1 {
+                flat.point_grads_at(1, &params);
+            }
+            for (p, param) in params.iter().enumerate() {
+                let g = param.grad();
+                let (bucket, off) = flat.slot[p];
+                let base = flat.sets[set][bucket].data_ptr() as usize;
+                assert_eq!(
+                    g.data_ptr() as usize,
+                    base + 4 * off as usize,
+                    "set {set}, parameter {p}: a view, no copy"
+                );
+                assert_eq!(g.stride(), param.stride(), "set {set}, parameter {p}");
+            }
+        }
+        // Set 0 holds the first backward's gradients, element for element.
+        flat.point_grads_at(0, &params);
+        for (p, param) in params.iter().enumerate() {
+            assert!(param.grad().equal(&want[p]), "parameter {p}");
+        }
+        // A second backward accumulates into the flat buffer itself, through the views.
+        backward(&w, &b);
+        let (bucket, off) = flat.slot[0];
+        let in_buffer = flat.sets[0][bucket].as_strided([4, 3, 2, 2], [12, 1, 6, 3], off);
+        assert!(in_buffer.allclose(&(&want[0] * 2.0), 1e-6, 1e-6, false));
     }
 
     #[test]

@@ -61,18 +61,47 @@ pub enum MallocMode {
     Default,
 }
 
-/// Whether phase boundaries wait for the device (`--phase-sync`).
+/// How the phases of a step are timed (`--phase-sync`).
 #[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PhaseSync {
+    /// Every phase boundary waits for the device, then reads the host clock: exact, and
+    /// costs the CPU/GPU pipelining at every boundary (the default on CPU, where a
+    /// boundary waits for nothing).
     #[default]
     On,
+    /// No boundary waits; one wait at the step's end; the whole step is other_s.
     Off,
+    /// Device phases from events recorded on the compute stream, read when the next step
+    /// ends (no wait the device has not already passed); host phases from the host clock
+    /// (the default on GPUs).
+    Events,
+    /// As `events`, but each step is read at its own end after one wait for the device.
+    EventsAtEnd,
 }
 
 impl PhaseSync {
     fn is_on(&self) -> bool {
         *self == PhaseSync::On
+    }
+}
+
+/// The memory layout of the batch and of the parameters of 4-d (convolution) weights
+/// (`--memory-format`).
+#[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemoryFormat {
+    /// NCHW, dense in that order (what runs before this field existed ran).
+    #[default]
+    Contiguous,
+    /// NHWC strides on NCHW-shaped tensors, as `torch.channels_last`: what tensor-core
+    /// convolutions read without a transpose.
+    ChannelsLast,
+}
+
+impl MemoryFormat {
+    fn is_contiguous(&self) -> bool {
+        *self == MemoryFormat::Contiguous
     }
 }
 
@@ -201,9 +230,12 @@ pub struct ComparisonKey {
     pub vocab_size: Option<usize>,
     pub malloc: Option<MallocMode>,
     pub deterministic: Option<bool>,
-    /// `off` drops the device waits at phase boundaries (absent: on).
+    /// How phases were timed (absent: on, the device waited for at every boundary).
     #[serde(default, skip_serializing_if = "PhaseSync::is_on")]
     pub phase_sync: PhaseSync,
+    /// The batch's and convolution weights' layout (absent: contiguous).
+    #[serde(default, skip_serializing_if = "MemoryFormat::is_contiguous")]
+    pub memory_format: MemoryFormat,
     /// False with `--no-dropout` (absent: true).
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub dropout: bool,
@@ -249,6 +281,10 @@ impl ComparisonKey {
             ("malloc", text(&self.malloc)),
             ("deterministic", text(&self.deterministic)),
             ("phase_sync", (!self.phase_sync.is_on()).then(|| text(&self.phase_sync)).flatten()),
+            (
+                "memory_format",
+                (!self.memory_format.is_contiguous()).then(|| text(&self.memory_format)).flatten(),
+            ),
             ("dropout", (!self.dropout).then(|| "false".to_string())),
             (
                 "momentum",
@@ -305,6 +341,7 @@ impl ComparisonKey {
             malloc: config(c, "malloc")?,
             deterministic: config(c, "deterministic")?,
             phase_sync: config(c, "phase_sync")?.unwrap_or_default(),
+            memory_format: config(c, "memory_format")?.unwrap_or_default(),
             dropout: !no_dropout.unwrap_or(false),
             momentum: config(c, "momentum")?.unwrap_or_else(default_momentum),
             weight_decay: config(c, "weight_decay")?.unwrap_or_else(zero),
@@ -389,7 +426,8 @@ pub(crate) mod tests {
             vocab_size: Some(1000),
             malloc: Some(MallocMode::Default),
             deterministic: Some(true),
-            phase_sync: PhaseSync::Off,
+            phase_sync: PhaseSync::Events,
+            memory_format: MemoryFormat::ChannelsLast,
             dropout: false,
             momentum: Real(0.0),
             weight_decay: Real(1e-4),
@@ -433,8 +471,9 @@ pub(crate) mod tests {
     fn later_fields_default_to_what_older_runs_ran_with() {
         let mut k = unusual();
         (k.phase_sync, k.dropout, k.momentum, k.weight_decay) = (PhaseSync::On, true, Real(0.9), Real(0.0));
+        k.memory_format = MemoryFormat::Contiguous;
         let json = serde_json::to_value(&k).unwrap();
-        for absent in ["phase_sync", "dropout", "momentum", "weight_decay"] {
+        for absent in ["phase_sync", "memory_format", "dropout", "momentum", "weight_decay"] {
             assert!(json.get(absent).is_none(), "{absent} in {json}");
             assert!(!k.describe().contains(absent), "{}", k.describe());
         }

@@ -15,7 +15,7 @@ pub mod reserve;
 mod rows;
 
 pub use end::{end_file_name, write_atomic, EndRecord, RunStatus};
-pub use key::{Backend, ComparisonKey, DeviceKind, GradDtype, MallocMode, Overlap, PhaseSync};
+pub use key::{Backend, ComparisonKey, DeviceKind, GradDtype, MallocMode, MemoryFormat, Overlap, PhaseSync};
 
 pub use manifest::{AllreduceProbe, ClockSummary, CommInfo, Manifest, RankInfo, SCHEMA_VERSION};
 pub use rows::{EpochRow, Phase, PhaseTimes, StepRow};

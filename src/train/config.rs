@@ -61,6 +61,7 @@ pub const IN_KEY: &[(&str, &str)] = &[
     ("--malloc", "malloc"),
     ("--deterministic", "deterministic"),
     ("--phase-sync", "phase_sync"),
+    ("--memory-format", "memory_format"),
     ("--no-dropout", "dropout"),
     // 0 skips SGD's momentum buffer; the value is kept whole, so runs never pool updates
     // that differ.
@@ -139,6 +140,14 @@ pub struct WorkloadConfig {
     /// Disable dropout layers, so that 1-rank and N-rank runs see bit-comparable updates.
     #[arg(long)]
     pub no_dropout: bool,
+
+    /// Layout of the batch and the convolution weights: channels-last (NHWC strides, what
+    /// tensor cores read without a transpose; the default for convolution networks on a
+    /// GPU) or contiguous (NCHW; the default elsewhere). Gradient buckets follow each
+    /// weight's layout, so the all-reduce still reads one flat buffer. Image models only.
+    #[arg(long, value_enum)]
+    #[serde(default)]
+    pub memory_format: Option<MemoryFormat>,
 
     #[command(flatten)]
     #[serde(flatten)]
@@ -255,18 +264,22 @@ pub struct PlacementConfig {
     #[serde(default)]
     pub node_slots: Option<usize>,
 
-    /// On a GPU, wait for the device at every phase boundary so each phase's time covers
-    /// its kernels (on). `off` measures what those waits cost: no boundary waits, one at
-    /// the end of the step, and the whole step is recorded as other_s (phases unattributed).
-    /// On CPU the two are the same.
-    #[arg(long, value_enum, default_value_t = PhaseSync::On)]
+    /// How the phases of a step are timed on a GPU. `events` (the default there): a CUDA
+    /// event at each device-side boundary, read when the next step ends, so no boundary
+    /// waits; data and host work keep the host clock. `events-at-end`: the same, read at
+    /// the step's own end after one wait. `on`: wait for the device at every boundary
+    /// (exact, costs the CPU/GPU pipelining; the default on CPU, where nothing is waited
+    /// for). `off`: one wait at the step's end and the whole step as other_s (what the
+    /// breakdown costs). On CPU, `events` reads host times a step late, as on a GPU.
+    #[arg(long, value_enum)]
     #[serde(default)]
-    pub phase_sync: PhaseSync,
+    pub phase_sync: Option<PhaseSync>,
 }
 
-/// Whether phase boundaries wait for the device ([`PlacementConfig::phase_sync`]);
-/// defined with the comparison key, which records it.
-pub use crate::record::PhaseSync;
+/// How phases are timed ([`PlacementConfig::phase_sync`]) and the batch's and weights'
+/// layout ([`WorkloadConfig::memory_format`]); defined with the comparison key, which
+/// records them.
+pub use crate::record::{MemoryFormat, PhaseSync};
 
 /// How gradients are averaged across ranks.
 #[derive(Args, Debug, Clone, Serialize, Deserialize)]
@@ -439,6 +452,12 @@ impl TrainConfig {
                 }
             }
         }
+        if w.memory_format == Some(MemoryFormat::ChannelsLast) && !w.model.is_convolutional() {
+            return Err(anyhow!(
+                "--memory-format channels-last: {:?} takes token ids, not images; leave the flag out or use contiguous",
+                w.model
+            ));
+        }
         if let Some(t) = &p.node_type {
             if t.trim().is_empty() || t.chars().any(|ch| ch.is_control() || ch == '|') {
                 return Err(anyhow!(
@@ -447,6 +466,28 @@ impl TrainConfig {
             }
         }
         Ok(())
+    }
+}
+
+impl TrainConfig {
+    /// How phases are timed on `device`: as asked, else events on a GPU and `on` on CPU
+    /// (where a boundary waits for nothing, so it is exact at no cost).
+    pub fn phase_sync_on(&self, device: tch::Device) -> PhaseSync {
+        match (self.placement.phase_sync, device) {
+            (Some(p), _) => p,
+            (None, tch::Device::Cpu) => PhaseSync::On,
+            (None, _) => PhaseSync::Events,
+        }
+    }
+
+    /// The layout on `device`: as asked, else channels-last for a convolution network on a
+    /// GPU and contiguous otherwise.
+    pub fn memory_format_on(&self, device: tch::Device) -> MemoryFormat {
+        match (self.workload.memory_format, device) {
+            (Some(f), _) => f,
+            (None, tch::Device::Cuda(_)) if self.workload.model.is_convolutional() => MemoryFormat::ChannelsLast,
+            (None, _) => MemoryFormat::Contiguous,
+        }
     }
 }
 

@@ -33,7 +33,7 @@ pub fn initial(
     config["lr"] = serde_json::json!(cfg.learning_rate());
     let model_name: String = serde_json::to_value(cfg.workload.model)?.as_str().unwrap_or("").into();
     let ranks = gathered_rank_infos(g, place, cfg)?;
-    let comparison_key = comparison_key(cfg, &model_name, &dataset.name, &ranks, comm);
+    let comparison_key = comparison_key(cfg, &model_name, &dataset.name, &ranks, comm, place.device);
     Ok(Manifest {
         schema_version: record::SCHEMA_VERSION,
         run_id: folder.run_id.clone(),
@@ -73,7 +73,14 @@ pub fn initial(
 
 /// What the run is compared by: what ran (the device found, the threads bound, the
 /// backend chosen, the overlap in effect) and the flags that change a step's work.
-fn comparison_key(cfg: &TrainConfig, model: &str, dataset: &str, ranks: &[RankInfo], comm: &Communication) -> ComparisonKey {
+fn comparison_key(
+    cfg: &TrainConfig,
+    model: &str,
+    dataset: &str,
+    ranks: &[RankInfo],
+    comm: &Communication,
+    device: tch::Device,
+) -> ComparisonKey {
     ComparisonKey {
         model: model.into(),
         dataset: dataset.into(),
@@ -95,7 +102,8 @@ fn comparison_key(cfg: &TrainConfig, model: &str, dataset: &str, ranks: &[RankIn
         vocab_size: Some(cfg.workload.vocab_size),
         malloc: Some(cfg.placement.malloc),
         deterministic: Some(cfg.schedule.deterministic),
-        phase_sync: cfg.placement.phase_sync,
+        phase_sync: cfg.phase_sync_on(device),
+        memory_format: cfg.memory_format_on(device),
         dropout: !cfg.workload.no_dropout,
         momentum: Real(cfg.optim.momentum),
         weight_decay: Real(cfg.optim.weight_decay),

@@ -3,8 +3,14 @@
 //! buckets launched) → wait for the all-reduce → optimizer, each boundary one
 //! [`StepEvent`] on the [`PhaseClock`]. It returns what it measured ([`Measured`]);
 //! the epoch loop records it.
+//!
+//! Nothing here waits for the device: the loss is copied to host memory behind the
+//! step's work and read when the clock gives the step's marks, which for device events
+//! is when the next step ends ([`StepMachine::step`] then returns the step before, and
+//! [`StepMachine::flush`] the last one).
 
 use super::communication::Communication;
+use super::recording::StepAt;
 use super::timer::{PhaseClock, StepEvent, StepTimes};
 use super::trainer::ModelState;
 use crate::amp::{Autocast, LossScaler};
@@ -12,7 +18,9 @@ use crate::comm::overlap::StagedPass;
 use crate::comm::CommStats;
 use crate::data::Loader;
 use crate::optim::Optimizer;
+use crate::record::MemoryFormat;
 use anyhow::Result;
+use std::collections::VecDeque;
 use std::time::{Instant, SystemTime};
 use tch::{Device, Tensor};
 
@@ -28,13 +36,19 @@ pub(super) struct StepMachine {
     pub clock: Box<dyn PhaseClock>,
     /// Where the batches are trained.
     pub device: Device,
+    /// The batch's layout on the device (`--memory-format`).
+    pub memory_format: MemoryFormat,
     /// Micro-batches per step (`--grad-accum`).
     pub micro_batches: usize,
+    /// Steps run whose marks the clock has not given yet, oldest first (at most two).
+    pub unread: VecDeque<Measured>,
 }
 
 /// What one step measured on this rank.
 #[derive(Debug)]
 pub(super) struct Measured {
+    /// Which step it was.
+    pub at: StepAt,
     /// The wall clock at the step's start.
     pub started_utc: SystemTime,
     pub times: StepTimes,
@@ -48,6 +62,10 @@ pub(super) struct Measured {
     pub stepped: bool,
     /// When the last backward started and ended (None when no batch came).
     pub backward: Option<(Instant, Instant)>,
+    /// The micro-batches' loss sum in host memory (its copy queued behind the step's
+    /// work), and how many there were; read into `loss` once the step's marks are final.
+    loss_sum: Option<Tensor>,
+    micro_count: usize,
 }
 
 /// What the micro-batches of one step produced.
@@ -63,33 +81,55 @@ struct MicroBatches {
 }
 
 impl StepMachine {
-    /// One step at learning rate `lr`.
-    pub fn step(&mut self, loader: &mut Loader, lr: f64) -> Result<Measured> {
+    /// Runs step `at` at learning rate `lr`. Returns the oldest step run whose times are
+    /// final: this one with a clock that reads as it marks, the one before with device
+    /// events read a step late (None after the first step).
+    pub fn step(&mut self, loader: &mut Loader, lr: f64, at: StepAt) -> Result<Option<Measured>> {
         self.opt.set_lr(lr);
         let loss_scale = self.scaler.as_ref().map(|sc| sc.scale);
         let started_utc = SystemTime::now();
 
         self.clock.record(StepEvent::Start);
         let micro = self.micro_batches(loader, loss_scale.unwrap_or(1.0))?;
+        // Queued before the optimizer, so the step's last event is behind the copy.
+        let loss_sum = micro.loss_sum.as_ref().map(to_host);
         let backward_end = micro.backward_end.unwrap_or_else(Instant::now);
         let comm = self.comm.reducer.finish(&self.model.param_tensors, backward_end)?;
         self.clock.record(StepEvent::CommDone);
         let stepped = self.opt.step_unscaled(self.comm.reducer.reduced(), self.scaler.as_mut());
         self.comm.reducer.zero_grads();
         self.clock.record(StepEvent::OptimizerDone);
-        let loss = micro.loss_sum.as_ref().map_or(f64::NAN, |l| l.double_value(&[])) / micro.count.max(1) as f64;
         self.clock.record(StepEvent::End);
 
-        Ok(Measured {
+        self.unread.push_back(Measured {
+            at,
             started_utc,
             times: self.clock.marks().times(),
             comm,
-            loss,
+            loss: f64::NAN,
             samples: micro.samples,
             loss_scale,
             stepped,
             backward: micro.backward_start.zip(micro.backward_end),
-        })
+            loss_sum,
+            micro_count: micro.count,
+        });
+        Ok(self.read(false))
+    }
+
+    /// The last step run, when [`StepMachine::step`] has not returned it yet (waits for
+    /// the device to finish it).
+    pub fn flush(&mut self) -> Option<Measured> {
+        self.read(true)
+    }
+
+    /// The oldest unread step with its times and loss, once the clock gives its marks.
+    fn read(&mut self, flush: bool) -> Option<Measured> {
+        let times = self.clock.finished(flush)?.times();
+        let mut m = self.unread.pop_front()?;
+        m.times = times;
+        m.loss = m.loss_sum.take().map_or(f64::NAN, |l| l.double_value(&[])) / m.micro_count.max(1) as f64;
+        Some(m)
     }
 
     /// The step's micro-batches, each: next batch → copy to device → forward → backward.
@@ -103,6 +143,7 @@ impl StepMachine {
             let (x, y) = batch?;
             self.clock.record(StepEvent::DataReady);
             let (x, y) = to_device(x, y, self.device);
+            let x = crate::model::in_format(&x, self.memory_format);
             self.clock.record(StepEvent::CopyDone);
             let last = micro.count + 1 == self.micro_batches;
             let mut staged = self.comm.launch.as_ref().filter(|_| last).map(StagedPass::new);
@@ -152,6 +193,13 @@ fn to_device(x: Tensor, y: Tensor, device: Device) -> (Tensor, Tensor) {
             y.to_device_(device, y.kind(), true, false),
         )
     }
+}
+
+/// A device value's copy into page-locked host memory, queued on the device's stream
+/// (libtorch pins the destination of a non-blocking copy to the CPU): reading it once
+/// the stream has passed the copy waits for nothing. A CPU tensor is itself.
+fn to_host(t: &Tensor) -> Tensor {
+    t.to_device_(Device::Cpu, t.kind(), true, false)
 }
 
 /// `loss × factor`, or the loss itself when the factor is 1.

@@ -15,6 +15,8 @@
 //! Recording and reading are separate calls: a clock whose marks become readable later
 //! (device events) records without waiting and is read when its marks are final.
 
+pub mod events;
+
 use crate::device;
 use crate::record::{Phase, PhaseTimes};
 use std::time::Instant;
@@ -133,8 +135,10 @@ impl StepMarks {
     }
 
     /// The phases: each mark charges the time since the mark before it to the phase it
-    /// ends (a phase met twice, as with micro-batches, adds up); `step_s` is the first
-    /// mark to the last. Depends on the marks alone.
+    /// ends (a phase met twice, as with micro-batches, adds up); `step_s` is the sum of
+    /// the phases in [`Phase::ALL`]'s order (the CSV's column order), so a row adds up to
+    /// its step exactly, not to within rounding; it is the first mark to the last up to
+    /// that rounding. Depends on the marks alone.
     pub fn times(&self) -> StepTimes {
         let mut phases = [0.0; Phase::COUNT];
         for pair in self.marks.windows(2) {
@@ -142,10 +146,7 @@ impl StepMarks {
                 phases[p.index()] += pair[1].at_s - pair[0].at_s;
             }
         }
-        let step_s = match (self.marks.first(), self.marks.last()) {
-            (Some(first), Some(last)) => last.at_s - first.at_s,
-            _ => 0.0,
-        };
+        let step_s = phases.iter().sum();
         StepTimes {
             phases,
             step_s,
@@ -160,8 +161,35 @@ pub trait PhaseClock {
     /// one's marks). Returns the host's clock at the mark: what the all-reduce's own
     /// host readings (its hand-over times) are compared with.
     fn record(&mut self, event: StepEvent) -> Instant;
-    /// The marks of the step whose `End` was recorded last.
+    /// The marks of the step whose `End` was recorded last (for a clock that reads its
+    /// marks later, [`events::EventClock`], the last step [`PhaseClock::finished`] gave).
     fn marks(&self) -> &StepMarks;
+    /// The marks of the oldest step whose `End` was recorded and that was not given yet,
+    /// once they are final: at once for a clock that reads as it marks; a step late for
+    /// device events read without waiting, the last step with `flush` (which waits for
+    /// the device). None when no ended step is waiting, or it is not readable yet.
+    fn finished(&mut self, flush: bool) -> Option<&StepMarks>;
+}
+
+/// The clock `--phase-sync` `mode` asks for, for tensors on `device` and steps of
+/// `micro_batches` micro-batches: the host clock for `on` and `off`, device events for
+/// `events` and `events-at-end` (on CPU, events read from the host clock, so the
+/// deferred read runs there too). Err when CUDA cannot make its events.
+pub fn clock_for(mode: crate::record::PhaseSync, device: Device, micro_batches: usize) -> anyhow::Result<Box<dyn PhaseClock>> {
+    use crate::record::PhaseSync;
+    use events::{CudaEvents, EventClock, HostEvents, ReadAt};
+    let read_at = match mode {
+        PhaseSync::On | PhaseSync::Off => {
+            return Ok(Box::new(HostClock::new(device, mode == PhaseSync::On, micro_batches)));
+        }
+        PhaseSync::Events => ReadAt::NextStep,
+        PhaseSync::EventsAtEnd => ReadAt::StepEnd,
+    };
+    let slots = EventClock::<HostEvents>::slots(micro_batches);
+    Ok(match device {
+        Device::Cpu => Box::new(EventClock::new(HostEvents::new(slots), read_at, micro_batches)),
+        _ => Box::new(EventClock::new(CudaEvents::new(slots)?, read_at, micro_batches)),
+    })
 }
 
 /// How a mark waits for the device.
@@ -180,6 +208,8 @@ enum Wait {
 pub struct HostClock {
     wait: Wait,
     marks: StepMarks,
+    /// An `End` was recorded and [`PhaseClock::finished`] has not given its step yet.
+    ended: bool,
 }
 
 impl HostClock {
@@ -193,6 +223,7 @@ impl HostClock {
                 (_, false) => Wait::StepEndOnly(device),
             },
             marks: StepMarks::new(micro_batches, Instant::now()),
+            ended: false,
         }
     }
 }
@@ -212,11 +243,16 @@ impl PhaseClock for HostClock {
         }
         let now = Instant::now();
         self.marks.push(event, (now - self.marks.start).as_secs_f64());
+        self.ended = event == StepEvent::End;
         now
     }
 
     fn marks(&self) -> &StepMarks {
         &self.marks
+    }
+
+    fn finished(&mut self, _flush: bool) -> Option<&StepMarks> {
+        std::mem::take(&mut self.ended).then_some(&self.marks)
     }
 }
 
@@ -256,6 +292,9 @@ mod tests {
         }
         fn marks(&self) -> &StepMarks {
             &self.marks
+        }
+        fn finished(&mut self, _flush: bool) -> Option<&StepMarks> {
+            Some(&self.marks)
         }
     }
 

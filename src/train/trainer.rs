@@ -10,14 +10,14 @@
 
 use super::clock::{self, ClockLog};
 use super::communication::{Backend, Communication};
-use super::config::{PhaseSync, TrainConfig};
+use super::config::TrainConfig;
 use super::faults::FaultHooks;
 use super::params::{broadcast_from_rank0, check_in_sync};
 use super::placement::Placement;
 use super::recording::{BucketReady, ClockOffsets, Records, RowIdentity, StepAt};
 use super::run_folder::RunFolder;
 use super::step::{Measured, StepMachine};
-use super::timer::HostClock;
+use super::timer;
 use crate::amp::{AmpMode, Autocast, LossScaler};
 use crate::data::{self, Dataset, Loader};
 use crate::job::signals;
@@ -153,6 +153,8 @@ impl<'g> Trainer<'g> {
             place.workers_note = note;
             let mut c = cfg.clone();
             c.placement.workers = Some(workers);
+            c.placement.phase_sync = Some(cfg.phase_sync_on(place.device));
+            c.workload.memory_format = Some(cfg.memory_format_on(place.device));
             c
         };
         let cfg = &resolved;
@@ -175,13 +177,15 @@ impl<'g> Trainer<'g> {
         manifest.host_malloc = Some(malloc.to_string());
         let records = open_records(g, &folder, &place.node_type, manifest)?;
         let micro_batches = cfg.schedule.grad_accum;
-        let phase_sync = cfg.placement.phase_sync == PhaseSync::On;
+        let clock = agree(g, timer::clock_for(cfg.phase_sync_on(place.device), place.device, micro_batches))?;
         let machine = StepMachine {
             loss_factor: 1.0 / (ranks_summed(g, &comm) * micro_batches) as f64,
             scaler: (cfg.optim.amp == AmpMode::Fp16).then(LossScaler::default),
-            clock: Box::new(HostClock::new(place.device, phase_sync, micro_batches)),
+            clock,
+            memory_format: cfg.memory_format_on(place.device),
             device: place.device,
             micro_batches,
+            unread: Default::default(),
             model,
             opt,
             autocast,
@@ -264,10 +268,7 @@ impl<'g> Trainer<'g> {
                 info.gpu_clocks_end = serde_json::from_str(&text).ok().flatten();
             }
             if self.facts.cfg.output.save_model && stopped.is_none() {
-                self.machine
-                    .model
-                    .vs
-                    .save(self.facts.folder.path("model.safetensors"))
+                model::save(&self.machine.model.vs, &self.facts.folder.path("model.safetensors"))
                     .context("cannot save model.safetensors")?;
             }
             let m = &mut self.records.manifest;
@@ -362,22 +363,22 @@ impl<'g> Trainer<'g> {
             };
             self.inject_faults(at)?;
             let lr = schedule.lr(self.facts.cfg.learning_rate(), at.global_step);
-            let measured = self.machine.step(&mut loader, lr)?;
-            let row = self.record_step(&measured, at)?;
-            if !row.loss.is_finite() {
-                anyhow::bail!("loss became {} at epoch {epoch} step {step}: lower --lr", row.loss);
-            }
-            loss_sum += row.loss;
+            let measured = self.machine.step(&mut loader, lr, at)?;
             self.progress.global_step += 1;
             self.watchdog.set_steps(self.progress.global_step);
             last_gasp::set_steps(self.progress.global_step);
-            if let Some(limit) = self.progress.step_limit.add(at.warmup, row.step_s) {
-                self.watchdog.set_limit(limit);
+            if let Some(m) = measured {
+                loss_sum += self.after_step(&m)?;
             }
-            self.log_progress(epoch, step, &row);
             if let Some(sig) = self.stop_signal() {
+                if let Some(m) = self.machine.flush() {
+                    self.after_step(&m)?;
+                }
                 return Ok(Some(sig));
             }
+        }
+        if let Some(m) = self.machine.flush() {
+            loss_sum += self.after_step(&m)?;
         }
         self.records.steps_log.sync()?;
         // Epoch end (checks, validation): set-up's limit, since ranks may differ there.
@@ -399,6 +400,21 @@ impl<'g> Trainer<'g> {
             let _ = self.machine.model.param_tensors[0].grad().fill_(f64::INFINITY);
         }
         Ok(())
+    }
+
+    /// A step whose times are final: its row, the loss check, the watchdog's step limit
+    /// and the progress line. Returns its loss.
+    fn after_step(&mut self, m: &Measured) -> Result<f64> {
+        let at = m.at;
+        let row = self.record_step(m, at)?;
+        if !row.loss.is_finite() {
+            anyhow::bail!("loss became {} at epoch {} step {}: lower --lr", row.loss, at.epoch, at.step);
+        }
+        if let Some(limit) = self.progress.step_limit.add(at.warmup, row.step_s) {
+            self.watchdog.set_limit(limit);
+        }
+        self.log_progress(at.epoch, at.step, &row);
+        Ok(row.loss)
     }
 
     /// Writes a measured step's row and, after warm-up, adds when each bucket was handed
@@ -502,7 +518,7 @@ impl<'g> Trainer<'g> {
 
     fn log_progress(&self, epoch: usize, step: usize, row: &StepRow) {
         let every = self.facts.cfg.output.log_every;
-        if self.g.rank == 0 && every > 0 && self.progress.global_step % every == 0 {
+        if self.g.rank == 0 && every > 0 && (row.global_step + 1) % every == 0 {
             info!(
                 "epoch {epoch} step {step}/{} loss {:.4} step {:.1} ms",
                 self.facts.schedule.steps_per_epoch,
@@ -636,6 +652,7 @@ fn build_model(g: &Group, cfg: &TrainConfig, place: &Placement, options: &ModelO
     tch::manual_seed(seed);
     let vs = nn::VarStore::new(place.device);
     let net = model::build(cfg.workload.model, &vs.root(), options);
+    model::set_memory_format(&vs, cfg.memory_format_on(place.device));
     let params = model::ordered_parameters(&vs);
     broadcast_from_rank0(g, &params);
     tch::manual_seed(seed + 1 + g.rank as i64);
