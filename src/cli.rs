@@ -47,7 +47,7 @@ pub enum Command {
     Topo(TopoArgs),
     /// Say which rank hung a run and in which collective, from the flight records the watchdog left.
     Diagnose(DiagnoseArgs),
-    /// List the models with their parameter counts and gradient bytes.
+    /// List the models with their parameter counts and gradient bytes (--file: a TorchScript file's).
     Models(ModelsArgs),
     /// Build bigMNIST: MNIST augmented and replicated into checksummed shards (resumable).
     GenBigmnist(GenBigMnistArgs),
@@ -86,6 +86,10 @@ pub struct DiagnoseArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct ModelsArgs {
+    /// A TorchScript file saved from PyTorch: print its parameter count, gradient bytes,
+    /// buffer values and SHA-256 instead of the built-in networks.
+    #[arg(long)]
+    pub file: Option<PathBuf>,
     /// Sequence length assumed for transformer models.
     #[arg(long, default_value_t = 128)]
     pub seq_len: usize,

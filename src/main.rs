@@ -17,14 +17,17 @@ fn run() -> anyhow::Result<()> {
         Command::Diagnose(args) => ddpbench::diagnose::main(&args.run),
         Command::Topo(args) => ddpbench::topology::main(args),
         Command::GenBigmnist(args) => ddpbench::data::bigmnist::generate(args),
-        Command::Models(args) => {
-            ddpbench::model::list(&ddpbench::model::ModelOptions {
-                seq_len: args.seq_len as i64,
-                vocab: args.vocab_size as i64,
-                dropout: true,
-            });
-            Ok(())
-        }
+        Command::Models(args) => match &args.file {
+            Some(file) => ddpbench::model::describe_file(file),
+            None => {
+                ddpbench::model::list(&ddpbench::model::ModelOptions {
+                    seq_len: args.seq_len as i64,
+                    vocab: args.vocab_size as i64,
+                    dropout: true,
+                });
+                Ok(())
+            }
+        },
     }
 }
 

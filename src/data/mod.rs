@@ -243,10 +243,7 @@ pub fn load(cfg: &TrainConfig, spec: &ModelSpec) -> Result<Dataset> {
         anyhow::anyhow!(
             "--dataset {} holds {shape}; --model {} wants {:?}. See `ddpbench models`",
             dataset_name(w.dataset),
-            serde_json::to_value(w.model)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default(),
+            w.model,
             spec.input
         )
     };

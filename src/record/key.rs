@@ -22,6 +22,7 @@
 
 use super::{Manifest, RankInfo};
 use crate::amp::AmpMode;
+use crate::model::{InputDtype, LossKind};
 use crate::optim::OptimizerKind;
 use clap::ValueEnum;
 use serde::de::DeserializeOwned;
@@ -213,6 +214,36 @@ pub struct ComparisonKey {
     /// Above 0 adds the decay term to every update (absent: 0).
     #[serde(default = "zero", skip_serializing_if = "is_zero")]
     pub weight_decay: Real,
+    /// A TorchScript model's sample shape ([`input_text`]; absent: a built-in network's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_shape: Option<String>,
+    /// `none`: the TorchScript model computes its own loss (absent: log-softmax and NLL).
+    #[serde(default, skip_serializing_if = "LossKind::is_nll")]
+    pub loss: LossKind,
+    /// The SHA-256 of a TorchScript model's file (absent: a built-in network): two files
+    /// are never one workload, and one file is the same wherever it lies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_sha256: Option<String>,
+}
+
+/// A TorchScript model's `--input-shape` as the key holds it, with its dtype when that
+/// is not float32 (`3x224x224`, `int64 128`).
+pub fn input_text(shape: &str, dtype: InputDtype) -> String {
+    match dtype {
+        InputDtype::Float32 => shape.to_string(),
+        InputDtype::Int64 => format!("int64 {shape}"),
+    }
+}
+
+/// Whether `s` is a SHA-256 as the key writes it: 64 lowercase hexadecimal digits.
+fn is_sha256(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Whether `s` is an input shape as [`input_text`] writes it (at most 64 characters).
+fn is_input_text(s: &str) -> bool {
+    let dims = s.strip_prefix("int64 ").unwrap_or(s);
+    s.len() <= 64 && !dims.is_empty() && dims.split('x').all(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
 }
 
 fn zero() -> Real {
@@ -258,6 +289,9 @@ impl ComparisonKey {
                 "weight_decay",
                 (!is_zero(&self.weight_decay)).then(|| text(&self.weight_decay)).flatten(),
             ),
+            ("input_shape", self.input_shape.clone()),
+            ("loss", (!self.loss.is_nll()).then(|| text(&self.loss)).flatten()),
+            ("model_sha256", self.model_sha256.clone()),
         ];
         let mut out = format!("{} threads={}", text(&self.device).unwrap_or_default(), threads.join("/"));
         for (name, value) in settings {
@@ -276,6 +310,14 @@ impl ComparisonKey {
                 "comparison_key.threads lists {} values for {} ranks",
                 k.threads_per_rank.len(),
                 m.ranks.len()
+            )),
+            Some(k) if k.model_sha256.as_deref().is_some_and(|h| !is_sha256(h)) => Err(format!(
+                "comparison_key.model_sha256 is {}: not a SHA-256 (64 hexadecimal digits)",
+                shorten(&serde_json::json!(k.model_sha256))
+            )),
+            Some(k) if k.input_shape.as_deref().is_some_and(|s| !is_input_text(s)) => Err(format!(
+                "comparison_key.input_shape is {}: not a sample shape (e.g. 3x224x224 or int64 128)",
+                shorten(&serde_json::json!(k.input_shape))
             )),
             Some(k) => Ok(k.clone()),
             None => ComparisonKey::derive(m),
@@ -308,6 +350,19 @@ impl ComparisonKey {
             dropout: !no_dropout.unwrap_or(false),
             momentum: config(c, "momentum")?.unwrap_or_else(default_momentum),
             weight_decay: config(c, "weight_decay")?.unwrap_or_else(zero),
+            input_shape: config::<String>(c, "input_shape")?
+                .map(|shape| config(c, "input_dtype").map(|d| input_text(&shape, d.unwrap_or_default())))
+                .transpose()?,
+            loss: config(c, "loss")?.unwrap_or_default(),
+            model_sha256: match &m.model_file {
+                Some(f) if !is_sha256(&f.sha256) => {
+                    return Err(format!(
+                        "model_file.sha256 is {}: not a SHA-256",
+                        shorten(&serde_json::json!(f.sha256))
+                    ))
+                }
+                f => f.as_ref().map(|f| f.sha256.clone()),
+            },
         })
     }
 }
@@ -393,6 +448,9 @@ pub(crate) mod tests {
             dropout: false,
             momentum: Real(0.0),
             weight_decay: Real(1e-4),
+            input_shape: Some("int64 128".into()),
+            loss: LossKind::None,
+            model_sha256: Some("ab".repeat(32)),
         }
     }
 
@@ -433,8 +491,17 @@ pub(crate) mod tests {
     fn later_fields_default_to_what_older_runs_ran_with() {
         let mut k = unusual();
         (k.phase_sync, k.dropout, k.momentum, k.weight_decay) = (PhaseSync::On, true, Real(0.9), Real(0.0));
+        (k.input_shape, k.loss, k.model_sha256) = (None, LossKind::Nll, None);
         let json = serde_json::to_value(&k).unwrap();
-        for absent in ["phase_sync", "dropout", "momentum", "weight_decay"] {
+        for absent in [
+            "phase_sync",
+            "dropout",
+            "momentum",
+            "weight_decay",
+            "input_shape",
+            "loss",
+            "model_sha256",
+        ] {
             assert!(json.get(absent).is_none(), "{absent} in {json}");
             assert!(!k.describe().contains(absent), "{}", k.describe());
         }

@@ -8,7 +8,7 @@ use crate::amp::AmpMode;
 use crate::comm::{AllreduceChoice, GradDtype, OverlapMode};
 use crate::data::{DatasetKind, ImageCaps};
 use crate::device::DeviceChoice;
-use crate::model::ModelKind;
+use crate::model::{self, InputDtype, InputShape, LossKind, ModelChoice, ModelOptions, ShapeFlags};
 use crate::optim::{LrScaling, OptimizerKind};
 use crate::topology::BindPolicy;
 use crate::train::host_memory::MallocMode;
@@ -67,6 +67,10 @@ pub const IN_KEY: &[(&str, &str)] = &[
     ("--momentum", "momentum"),
     // Above 0 adds the decay term to every parameter's update.
     ("--weight-decay", "weight_decay"),
+    // A TorchScript model's sample shape; the key also holds the file's SHA-256.
+    ("--input-shape", "input_shape"),
+    ("--input-dtype", "input_shape"),
+    ("--loss", "loss"),
 ];
 
 /// The `train` flags that do not change the work of a step, and why: runs that differ
@@ -106,15 +110,46 @@ pub const NOT_IN_KEY: &[(&str, &str)] = &[
     ("--telemetry-ms", "NVML is sampled by a thread of its own, beside the step"),
     ("--save-model", "the parameters are written after the last step"),
     ("--watchdog-s", "a time limit on collectives, which a completed run never reached"),
+    (
+        "--num-classes",
+        "the width of a model's output, which the model (a file's SHA-256) fixes; a value that does not fit is refused",
+    ),
 ];
 
 /// What is trained, on what.
 #[derive(Args, Debug, Clone, Serialize, Deserialize)]
 #[command(next_help_heading = "Workload")]
 pub struct WorkloadConfig {
-    /// Network to train.
-    #[arg(long, value_enum, default_value_t = ModelKind::MnistCnn)]
-    pub model: ModelKind,
+    /// Network to train: a built-in one (mnist-cnn, resnet18, resnet50, resnet18-cifar,
+    /// transformer-small, transformer-medium; see `ddpbench models`), or a TorchScript file
+    /// saved from PyTorch (a path ending in .pt, e.g. `torch.jit.script(net).save("net.pt")`),
+    /// which then needs --input-shape and --num-classes.
+    #[arg(long, default_value_t = ModelChoice::default())]
+    pub model: ModelChoice,
+
+    /// A TorchScript model's sample shape, without the batch: channels × height × width for
+    /// images (3x224x224), the sequence length for token ids (128, with --input-dtype int64).
+    /// Synthetic data takes this shape; another data set's samples must have it.
+    #[arg(long)]
+    #[serde(default)]
+    pub input_shape: Option<InputShape>,
+
+    /// A TorchScript model's input type: float32 images, or int64 token ids below --vocab-size.
+    #[arg(long, value_enum, default_value_t = InputDtype::Float32)]
+    #[serde(default)]
+    pub input_dtype: InputDtype,
+
+    /// The classes a TorchScript model's logits cover ([batch, N]); synthetic labels are drawn below N.
+    #[arg(long)]
+    #[serde(default)]
+    pub num_classes: Option<usize>,
+
+    /// A TorchScript model's loss: `nll` applies log-softmax and the negative log-likelihood
+    /// to the logits it returns (as the built-in classifiers end); `none` when its forward
+    /// takes (input, target) and returns its own scalar loss.
+    #[arg(long, value_enum, default_value_t = LossKind::Nll)]
+    #[serde(default)]
+    pub loss: LossKind,
 
     /// Data set; fashion-mnist reads /usr/share/datasets/fashion-mnist unless --data-dir is given.
     #[arg(long, value_enum, default_value_t = DatasetKind::FashionMnist)]
@@ -325,6 +360,28 @@ pub struct OutputConfig {
     pub watchdog_s: Option<f64>,
 }
 
+impl WorkloadConfig {
+    /// Sizes the built-in networks depend on.
+    pub fn model_options(&self) -> ModelOptions {
+        ModelOptions {
+            seq_len: self.seq_len as i64,
+            vocab: self.vocab_size as i64,
+            dropout: !self.no_dropout,
+        }
+    }
+
+    /// What the model takes and predicts ([`model::resolve_spec`]); Err says which flag is wrong.
+    pub fn model_spec(&self) -> Result<model::ModelSpec> {
+        let flags = ShapeFlags {
+            input_shape: self.input_shape.as_ref(),
+            input_dtype: self.input_dtype,
+            num_classes: self.num_classes,
+            loss: self.loss,
+        };
+        model::resolve_spec(&self.model, &flags, &self.model_options()).map_err(|e| anyhow!("{e}"))
+    }
+}
+
 impl TrainConfig {
     /// The learning rate asked for, or the optimizer's default.
     pub fn learning_rate(&self) -> f64 {
@@ -426,6 +483,7 @@ impl TrainConfig {
                 }
             }
         }
+        w.model_spec()?;
         if let Some(t) = &p.node_type {
             if t.trim().is_empty() || t.chars().any(|ch| ch.is_control() || ch == '|') {
                 return Err(anyhow!(

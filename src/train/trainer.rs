@@ -101,12 +101,8 @@ impl<'g> Trainer<'g> {
     ) -> Result<Trainer<'g>> {
         let started_at = Instant::now();
         let mut place = Placement::establish(g, cfg)?;
-        let options = ModelOptions {
-            seq_len: cfg.workload.seq_len as i64,
-            vocab: cfg.workload.vocab_size as i64,
-            dropout: !cfg.workload.no_dropout,
-        };
-        let spec = model::spec(cfg.workload.model, &options);
+        let options = cfg.workload.model_options();
+        let spec = agree(g, cfg.workload.model_spec())?;
         let dataset = agree(g, data::load(cfg, &spec))?;
         // The workers, resolved for this data set and binding, are what the manifest records.
         let resolved = {
@@ -120,7 +116,10 @@ impl<'g> Trainer<'g> {
             c
         };
         let cfg = &resolved;
-        let model = build_model(g, cfg, &place, &options, spec);
+        let model = build_model(g, cfg, &place, &options, spec)?;
+        if let Some(script) = model.net.script() {
+            check_script(g, cfg, script, &model.spec, &dataset, place.device)?;
+        }
         let opt = agree(
             g,
             Optimizer::new(
@@ -224,10 +223,7 @@ impl<'g> Trainer<'g> {
                 info.gpu_clocks_end = serde_json::from_str(&text).ok().flatten();
             }
             if self.cfg.output.save_model && stopped.is_none() {
-                self.model
-                    .vs
-                    .save(self.folder.path("model.safetensors"))
-                    .context("cannot save model.safetensors")?;
+                self.save_model()?;
             }
             let m = &mut self.manifest;
             m.status = status.as_str().into();
@@ -254,6 +250,19 @@ impl<'g> Trainer<'g> {
         let _f = crate::flight::enter("barrier", "end of the run");
         self.g.comm.barrier();
         Ok(())
+    }
+
+    /// The final parameters in the run folder: model.safetensors, or for a TorchScript
+    /// model model.pt, the module with its trained weights (and rank 0's buffers).
+    fn save_model(&self) -> Result<()> {
+        match self.model.net.script() {
+            Some(script) => script.save(&self.folder.path("model.pt")),
+            None => self
+                .model
+                .vs
+                .save(self.folder.path("model.safetensors"))
+                .context("cannot save model.safetensors"),
+        }
     }
 
     /// Records that the run failed with `err` on this rank: its end record, and the
@@ -518,22 +527,82 @@ impl<'g> Trainer<'g> {
 
 /// The model with the same seed on every rank, then rank 0's parameters win; dropout
 /// masks then differ per rank, as in a PyTorch job where each process draws its own.
-fn build_model(g: &Group, cfg: &TrainConfig, place: &Placement, options: &ModelOptions, spec: ModelSpec) -> ModelState {
+/// A TorchScript file must be the same file on every rank; its buffers (BatchNorm
+/// statistics) are rank 0's too. Errors are agreed across the group.
+fn build_model(g: &Group, cfg: &TrainConfig, place: &Placement, options: &ModelOptions, spec: ModelSpec) -> Result<ModelState> {
     let seed = cfg.schedule.seed as i64;
     tch::manual_seed(seed);
     let vs = nn::VarStore::new(place.device);
-    let net = model::build(cfg.workload.model, &vs.root(), options);
+    let net = agree(
+        g,
+        model::build_choice(&cfg.workload.model, &vs.root(), options, &spec, cfg.workload.loss),
+    )?;
+    if let Some(script) = net.script() {
+        agree(g, same_file_everywhere(g, &script.file().sha256))?;
+        broadcast_from_rank0(g, &model::ordered_buffers(&vs));
+    }
     let params = model::ordered_parameters(&vs);
     broadcast_from_rank0(g, &params);
     tch::manual_seed(seed + 1 + g.rank as i64);
     let param_tensors = params.iter().map(|(_, t)| t.shallow_clone()).collect();
-    ModelState {
+    Ok(ModelState {
         vs,
         net,
         spec,
         params,
         param_tensors,
+    })
+}
+
+/// Err when this rank read another file than rank 0 (a collective: every rank takes part).
+fn same_file_everywhere(g: &Group, sha256: &str) -> Result<()> {
+    let all = crate::world::all_strings(g, sha256);
+    match all.first() {
+        Some(first) if first != sha256 => anyhow::bail!(
+            "rank {} ({}) read a --model file whose SHA-256 is {sha256}, rank 0's is {first}: every rank must \
+             read the same file (copy it to every node, or put it on a shared file system)",
+            g.rank,
+            g.host
+        ),
+        _ => Ok(()),
     }
+}
+
+/// A TorchScript model's first forward and backward, on every rank alike, at each batch a
+/// step will see (the per-rank batch, and the shorter last batch of an epoch when there is
+/// one): the module takes the data's shape and returns what the loss needs, or every rank
+/// stops with the one message.
+fn check_script(
+    g: &Group,
+    cfg: &TrainConfig,
+    script: &model::script::ScriptNet,
+    spec: &ModelSpec,
+    dataset: &Dataset,
+    device: tch::Device,
+) -> Result<()> {
+    let batch = cfg.schedule.batch_size;
+    let mut batches = vec![batch];
+    if dataset.stream.is_none() {
+        let last = dataset.train.len().div_ceil(g.size) % batch;
+        if last > 0 {
+            batches.push(last);
+        }
+    }
+    if dataset.classes > spec.classes {
+        return agree(
+            g,
+            Err(anyhow::anyhow!(
+                "--dataset {} has {} classes; --num-classes {} is fewer: the labels would fall outside the logits",
+                dataset.name,
+                dataset.classes,
+                spec.classes
+            )),
+        );
+    }
+    for b in batches {
+        agree(g, model::script::check_first_forward(script, &spec.input, b as i64, device))?;
+    }
+    Ok(())
 }
 
 /// Steps per epoch (the same on every rank), the total, and the learning-rate schedule.
