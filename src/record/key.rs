@@ -485,6 +485,52 @@ pub(crate) mod tests {
         assert!(a.describe().contains("overlap=off") && b.describe().contains("overlap=force"));
     }
 
+    fn manifest_with(key: ComparisonKey) -> Manifest {
+        let mut m: Manifest = serde_json::from_value(serde_json::json!({
+            "run_id": "r", "status": "completed", "ddpbench_version": "0", "libtorch_version": "0",
+            "mpi_library": "", "command_line": [], "config": {}, "model": "net.pt", "dataset": "synthetic",
+            "dataset_source": "", "parameters": 1, "gradient_bytes": 4, "comm_backend": "mpi-cpu-staged",
+            "buckets": 1, "world_size": 2, "nodes": 1, "batch_size_per_rank": 1, "global_batch_size": 2,
+            "steps_per_epoch": 1, "start_utc": "", "ranks": []
+        }))
+        .unwrap();
+        m.comparison_key = Some(key);
+        m
+    }
+
+    /// Two files are two workloads; a hash or shape no run writes is refused by name.
+    #[test]
+    fn a_model_files_hash_tells_files_apart_and_is_checked() {
+        let mut k = unusual();
+        k.threads_per_rank = vec![1];
+        assert_eq!(ComparisonKey::of(&manifest_with(k.clone())), Ok(k.clone()));
+        let mut other = k.clone();
+        other.model_sha256 = Some("cd".repeat(32));
+        assert_ne!(k, other);
+        assert_ne!(k.describe(), other.describe());
+        for (sha, shape, named) in [
+            (Some("../../etc/passwd".to_string()), None, "comparison_key.model_sha256"),
+            (Some("AB".repeat(32)), None, "comparison_key.model_sha256"),
+            (None, Some("3x224x224; rm -rf".to_string()), "comparison_key.input_shape"),
+            (None, Some("x".repeat(100)), "comparison_key.input_shape"),
+        ] {
+            let mut bad = k.clone();
+            (bad.model_sha256, bad.input_shape) = (sha, shape);
+            let err = ComparisonKey::of(&manifest_with(bad)).unwrap_err();
+            assert!(err.contains(named), "{err}");
+        }
+        let mut derived = manifest_with(k);
+        derived.comparison_key = None;
+        derived.model_file = Some(crate::model::script::ModelFile {
+            path: "net.pt".into(),
+            bytes: 1,
+            sha256: "not a hash".into(),
+        });
+        assert!(ComparisonKey::of(&derived).unwrap_err().contains("model_file.sha256"));
+        derived.model_file.as_mut().unwrap().sha256 = "ef".repeat(32);
+        assert_eq!(ComparisonKey::of(&derived).unwrap().model_sha256, Some("ef".repeat(32)));
+    }
+
     /// Settings at the value runs had before they were fields are left out of the JSON
     /// and the text, and read back as that value.
     #[test]

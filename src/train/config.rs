@@ -348,7 +348,8 @@ pub struct OutputConfig {
     #[arg(long, default_value_t = 200)]
     pub telemetry_ms: u64,
 
-    /// Write the final parameters to model.safetensors in the run folder (rank 0).
+    /// Write the final parameters to model.safetensors in the run folder (rank 0); for a
+    /// TorchScript --model, model.pt: the module with its trained weights.
     #[arg(long)]
     pub save_model: bool,
 
