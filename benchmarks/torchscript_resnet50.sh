@@ -3,8 +3,9 @@
 # 1 rank, the same batch, threads, synthetic data, optimizer and `--overlap off`,
 # alternated REPEATS times so machine noise hits both alike. Installs torchvision
 # into the PyTorch venv when it is missing (from PyPI, the version built for its torch).
-# Prints each run's median step (steps after warm-up) and per model the median and
-# range over runs, and the ratio of the medians (file / built-in).
+# Prints each run's median and fastest step (steps after warm-up), per model the median
+# and range of the run medians and the median of the run minima (the figure least moved
+# by other work on a shared machine), and both ratios (file / built-in).
 #   benchmarks/torchscript_resnet50.sh [STEPS=14] [REPEATS=5] [BATCH=8] [THREADS=2]
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,17 +29,22 @@ done
 import csv, statistics as st, sys
 work, repeats = sys.argv[1], int(sys.argv[2])
 phases = ["step_s", "forward_s", "backward_s", "optimizer_s"]
-def medians(d):
+def run(d):
     rows = [r for r in csv.DictReader(open(f"{d}/rank-00000.csv")) if r["warmup"] == "0"]
-    return {p: st.median(float(r[p]) for r in rows) for p in phases}
-res = {m: [medians(f"{work}/{m}-{i}") for i in range(1, repeats + 1)] for m in ["builtin", "file"]}
+    out = {p: st.median(float(r[p]) for r in rows) for p in phases}
+    out["min"] = min(float(r["step_s"]) for r in rows)
+    return out
+res = {m: [run(f"{work}/{m}-{i}") for i in range(1, repeats + 1)] for m in ["builtin", "file"]}
 for i in range(repeats):
-    print(f"run {i+1}: built-in {res['builtin'][i]['step_s']*1e3:9.1f} ms   file {res['file'][i]['step_s']*1e3:9.1f} ms   "
-          f"ratio {res['file'][i]['step_s']/res['builtin'][i]['step_s']:.3f}")
+    b, f = res["builtin"][i], res["file"][i]
+    print(f"run {i+1}: built-in median {b['step_s']*1e3:8.1f} min {b['min']*1e3:7.1f} ms   "
+          f"file median {f['step_s']*1e3:8.1f} min {f['min']*1e3:7.1f} ms   ratio {f['step_s']/b['step_s']:.3f}")
 for m in res:
     s = [r["step_s"] * 1e3 for r in res[m]]
     parts = "  ".join(f"{p[:-2]} {st.median(r[p] for r in res[m])*1e3:.1f}" for p in phases[1:])
-    print(f"{m:8} step median {st.median(s):9.1f} ms (range {min(s):.1f}-{max(s):.1f});  {parts}")
-b, f = (st.median(r["step_s"] for r in res[m]) for m in ["builtin", "file"])
-print(f"ratio of medians (file / built-in): {f / b:.3f}")
+    print(f"{m:8} step: median of run medians {st.median(s):8.1f} ms (range {min(s):.1f}-{max(s):.1f}), "
+          f"median of run minima {st.median(r['min'] for r in res[m])*1e3:.1f} ms;  {parts}")
+med = {m: st.median(r["step_s"] for r in res[m]) for m in res}
+mins = {m: st.median(r["min"] for r in res[m]) for m in res}
+print(f"ratio file / built-in: medians {med['file'] / med['builtin']:.3f}, minima {mins['file'] / mins['builtin']:.3f}")
 PY

@@ -536,8 +536,8 @@ pub fn describe_file(path: &std::path::Path) -> anyhow::Result<()> {
     let n: i64 = params.iter().map(|(_, t)| t.numel() as i64).sum();
     let buffers: i64 = ordered_buffers(&vs).iter().map(|(_, t)| t.numel() as i64).sum();
     println!(
-        "{:<20} {:>14} {:>16} {:>14}  {}",
-        "file", "parameters", "gradient bytes", "buffer values", "sha256"
+        "{:<20} {:>14} {:>16} {:>14}  sha256",
+        "file", "parameters", "gradient bytes", "buffer values"
     );
     println!(
         "{:<20} {:>14} {:>16} {:>14}  {}",

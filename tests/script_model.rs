@@ -71,11 +71,7 @@ fn modules() -> tempfile::TempDir {
     let d = tmp();
     let script = d.path().join("make.py");
     std::fs::write(&script, MODULES).unwrap();
-    let out = std::process::Command::new(python())
-        .arg(&script)
-        .arg(d.path())
-        .output()
-        .unwrap();
+    let out = std::process::Command::new(python()).arg(&script).arg(d.path()).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     d
 }
@@ -106,14 +102,7 @@ fn relative_difference(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)])
     (diff / norm).sqrt()
 }
 
-const MNIST_SHAPE: [&str; 6] = [
-    "--input-shape",
-    "1x28x28",
-    "--num-classes",
-    "10",
-    "--dataset",
-    "synthetic",
-];
+const MNIST_SHAPE: [&str; 6] = ["--input-shape", "1x28x28", "--num-classes", "10", "--dataset", "synthetic"];
 
 #[test]
 fn a_torchscript_cnn_at_2_ranks_of_32_trains_as_1_rank_of_64() {
@@ -170,7 +159,10 @@ fn a_torchscript_cnn_at_2_ranks_of_32_trains_as_1_rank_of_64() {
     assert_eq!(manifest["model"], "mnist.pt");
     assert_eq!(manifest["model_file"]["sha256"], hash.as_str());
     assert_eq!(manifest["model_file"]["path"], file.as_str());
-    assert_eq!(manifest["model_file"]["bytes"].as_u64(), Some(std::fs::metadata(&file).unwrap().len()));
+    assert_eq!(
+        manifest["model_file"]["bytes"].as_u64(),
+        Some(std::fs::metadata(&file).unwrap().len())
+    );
     let key = &manifest["comparison_key"];
     assert_eq!(key["model_sha256"], hash.as_str());
     assert_eq!(key["input_shape"], "1x28x28");
@@ -183,7 +175,11 @@ fn the_mnist_cnn_saved_from_pytorch_costs_what_the_builtin_one_costs() {
     let file = path_str(&m.path().join("mnist.pt"));
     let listed = ddpbench(&["models", "--file", &file]);
     listed.assert_ok();
-    let line = listed.stdout.lines().find(|l| l.starts_with("mnist.pt")).expect("a line for the file");
+    let line = listed
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("mnist.pt"))
+        .expect("a line for the file");
     let cells: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(&cells[1..3], ["1199882", "4799528"], "{line}");
     assert_eq!(cells[4], sha256(Path::new(&file)));
@@ -219,7 +215,12 @@ fn the_mnist_cnn_saved_from_pytorch_costs_what_the_builtin_one_costs() {
     }
     assert_eq!(b["parameters"], 1_199_882);
     let bucket_bytes = |m: &serde_json::Value| {
-        let mut v: Vec<u64> = m["comm"]["bucket_bytes"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).collect();
+        let mut v: Vec<u64> = m["comm"]["bucket_bytes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap())
+            .collect();
         v.sort_unstable();
         v
     };

@@ -118,7 +118,7 @@ impl<'g> Trainer<'g> {
         let cfg = &resolved;
         let model = build_model(g, cfg, &place, &options, spec)?;
         if let Some(script) = model.net.script() {
-            check_script(g, cfg, script, &model.spec, &dataset, place.device)?;
+            super::file_model::check_script(g, cfg, script, &model.spec, &dataset, place.device)?;
         }
         let opt = agree(
             g,
@@ -538,7 +538,7 @@ fn build_model(g: &Group, cfg: &TrainConfig, place: &Placement, options: &ModelO
         model::build_choice(&cfg.workload.model, &vs.root(), options, &spec, cfg.workload.loss),
     )?;
     if let Some(script) = net.script() {
-        agree(g, same_file_everywhere(g, &script.file().sha256))?;
+        agree(g, super::file_model::same_file_everywhere(g, &script.file().sha256))?;
         broadcast_from_rank0(g, &model::ordered_buffers(&vs));
     }
     let params = model::ordered_parameters(&vs);
@@ -552,57 +552,6 @@ fn build_model(g: &Group, cfg: &TrainConfig, place: &Placement, options: &ModelO
         params,
         param_tensors,
     })
-}
-
-/// Err when this rank read another file than rank 0 (a collective: every rank takes part).
-fn same_file_everywhere(g: &Group, sha256: &str) -> Result<()> {
-    let all = crate::world::all_strings(g, sha256);
-    match all.first() {
-        Some(first) if first != sha256 => anyhow::bail!(
-            "rank {} ({}) read a --model file whose SHA-256 is {sha256}, rank 0's is {first}: every rank must \
-             read the same file (copy it to every node, or put it on a shared file system)",
-            g.rank,
-            g.host
-        ),
-        _ => Ok(()),
-    }
-}
-
-/// A TorchScript model's first forward and backward, on every rank alike, at each batch a
-/// step will see (the per-rank batch, and the shorter last batch of an epoch when there is
-/// one): the module takes the data's shape and returns what the loss needs, or every rank
-/// stops with the one message.
-fn check_script(
-    g: &Group,
-    cfg: &TrainConfig,
-    script: &model::script::ScriptNet,
-    spec: &ModelSpec,
-    dataset: &Dataset,
-    device: tch::Device,
-) -> Result<()> {
-    let batch = cfg.schedule.batch_size;
-    let mut batches = vec![batch];
-    if dataset.stream.is_none() {
-        let last = dataset.train.len().div_ceil(g.size) % batch;
-        if last > 0 {
-            batches.push(last);
-        }
-    }
-    if dataset.classes > spec.classes {
-        return agree(
-            g,
-            Err(anyhow::anyhow!(
-                "--dataset {} has {} classes; --num-classes {} is fewer: the labels would fall outside the logits",
-                dataset.name,
-                dataset.classes,
-                spec.classes
-            )),
-        );
-    }
-    for b in batches {
-        agree(g, model::script::check_first_forward(script, &spec.input, b as i64, device))?;
-    }
-    Ok(())
 }
 
 /// Steps per epoch (the same on every rank), the total, and the learning-rate schedule.
