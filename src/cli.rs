@@ -24,6 +24,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per process: the size of the largest variant (train's configuration) costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Train data-parallel (launch with mpirun or srun, one process per rank).
@@ -46,7 +48,7 @@ pub enum Command {
     Topo(crate::topology::TopoArgs),
     /// Say which rank hung a run and in which collective, from the flight records the watchdog left.
     Diagnose(crate::diagnose::DiagnoseArgs),
-    /// List the models with their parameter counts and gradient bytes.
+    /// List the models with their parameter counts and gradient bytes (--file: a TorchScript file's).
     Models(crate::model::ModelsArgs),
     /// Build bigMNIST: MNIST augmented and replicated into checksummed shards (resumable).
     GenBigmnist(crate::data::bigmnist::GenBigMnistArgs),

@@ -7,6 +7,14 @@
 //! - `resnet18-cifar`: 3×3 stem, stride 1, no max-pool, 10 classes.
 //! - `transformer-small`/`-medium`: token embedding + sinusoidal positions, post-norm
 //!   encoder layers, mean-pool, 4-class head.
+//!
+//! Or a TorchScript file saved from PyTorch ([`script`]), which returns class logits
+//! (or its own loss), named by `--model path.pt` ([`ModelChoice`]).
+
+pub mod choice;
+pub mod script;
+
+pub use choice::{InputDtype, InputShape, LossKind, ModelChoice};
 
 use crate::record::MemoryFormat;
 use clap::{Args, ValueEnum};
@@ -50,6 +58,12 @@ pub trait Net: std::fmt::Debug {
     /// The forward pass without cuts.
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
         self.forward_cut(xs, train, &mut |t| t)
+    }
+
+    /// The TorchScript module this network is, if it is one: it cannot be cut into
+    /// stages, returns logits (or its own loss), and its calls can fail.
+    fn script(&self) -> Option<&script::ScriptNet> {
+        None
     }
 }
 
@@ -450,6 +464,10 @@ pub fn build(kind: ModelKind, p: &nn::Path, o: &ModelOptions) -> Box<dyn Net> {
 /// `ddpbench models` options.
 #[derive(Args, Debug, Clone)]
 pub struct ModelsArgs {
+    /// A TorchScript file saved from PyTorch: print its parameter count, gradient bytes,
+    /// buffer values and SHA-256 instead of the built-in networks.
+    #[arg(long)]
+    pub file: Option<std::path::PathBuf>,
     /// Sequence length assumed for transformer models.
     #[arg(long, default_value_t = 128)]
     pub seq_len: usize,
@@ -460,11 +478,112 @@ pub struct ModelsArgs {
 
 /// Entry point of `ddpbench models`.
 pub fn main(args: ModelsArgs) -> anyhow::Result<()> {
+    if let Some(file) = &args.file {
+        return describe_file(file);
+    }
     list(&ModelOptions {
         seq_len: args.seq_len as i64,
         vocab: args.vocab_size as i64,
         dropout: true,
     });
+    Ok(())
+}
+
+/// The flags that describe a TorchScript model's data and loss (`--input-shape`,
+/// `--input-dtype`, `--num-classes`, `--loss`).
+#[derive(Debug, Clone, Copy)]
+pub struct ShapeFlags<'a> {
+    pub input_shape: Option<&'a InputShape>,
+    pub input_dtype: InputDtype,
+    pub num_classes: Option<usize>,
+    pub loss: LossKind,
+}
+
+/// Largest `--num-classes`.
+pub const MAX_CLASSES: usize = 1_000_000;
+
+/// What the model `choice` takes and predicts: a built-in network's own (the shape flags,
+/// when given, must say the same), or a file's from the flags, which it then needs.
+pub fn resolve_spec(choice: &ModelChoice, flags: &ShapeFlags, o: &ModelOptions) -> Result<ModelSpec, String> {
+    let name = choice.name();
+    if let Some(c) = flags.num_classes.filter(|c| !(1..=MAX_CLASSES).contains(c)) {
+        return Err(format!("--num-classes {c}: must be 1 to {MAX_CLASSES} classes"));
+    }
+    let asked = flags.input_shape.map(|s| s.input(flags.input_dtype, o.vocab)).transpose()?;
+    match choice {
+        ModelChoice::Builtin(kind) => {
+            let own = spec(*kind, o);
+            if asked.is_some_and(|a| a != own.input) {
+                return Err(format!(
+                    "--model {name} takes {}; --input-shape and --input-dtype describe a TorchScript model's input: \
+                     leave them out, or give that shape",
+                    choice::input_text(&own.input)
+                ));
+            }
+            if flags.num_classes.is_some_and(|c| c as i64 != own.classes) {
+                return Err(format!("--model {name} predicts {} classes: leave --num-classes out", own.classes));
+            }
+            if !flags.loss.is_nll() {
+                return Err(format!(
+                    "--loss none is for a TorchScript model that computes its own loss; --model {name} is trained \
+                     with log-softmax and NLL (leave --loss out)"
+                ));
+            }
+            Ok(own)
+        }
+        ModelChoice::File(_) => {
+            let input = asked.ok_or_else(|| {
+                format!("--model {name} needs --input-shape: the shape of one sample its forward takes, without the batch (e.g. 3x224x224)")
+            })?;
+            let classes = flags
+                .num_classes
+                .ok_or_else(|| format!("--model {name} needs --num-classes: the width of the logits it returns (the labels' classes)"))?;
+            Ok(ModelSpec {
+                input,
+                classes: classes as i64,
+            })
+        }
+    }
+}
+
+/// Builds (or loads) the network `choice` names under `p`.
+/// `spec` and `loss` are a file's ([`resolve_spec`], `--loss`).
+pub fn build_choice(
+    choice: &ModelChoice,
+    p: &nn::Path,
+    o: &ModelOptions,
+    spec: &ModelSpec,
+    loss: LossKind,
+) -> anyhow::Result<Box<dyn Net>> {
+    match choice {
+        ModelChoice::Builtin(kind) => Ok(build(*kind, p, o)),
+        ModelChoice::File(path) => {
+            let file = script::ModelFile::read(path)?;
+            Ok(Box::new(script::ScriptNet::load(file, p, loss, spec.classes)?))
+        }
+    }
+}
+
+/// `ddpbench models --file net.pt`: the file's parameter count and gradient bytes.
+pub fn describe_file(path: &std::path::Path) -> anyhow::Result<()> {
+    let file = script::ModelFile::read(path)?;
+    let vs = nn::VarStore::new(tch::Device::Cpu);
+    let _net = script::ScriptNet::load(file.clone(), &vs.root(), LossKind::Nll, 1)?;
+    let params = ordered_parameters(&vs);
+    let n: i64 = params.iter().map(|(_, t)| t.numel() as i64).sum();
+    let buffers: i64 = ordered_buffers(&vs).iter().map(|(_, t)| t.numel() as i64).sum();
+    println!(
+        "{:<20} {:>14} {:>16} {:>14}  sha256",
+        "file", "parameters", "gradient bytes", "buffer values"
+    );
+    println!(
+        "{:<20} {:>14} {:>16} {:>14}  {}",
+        ModelChoice::File(path.to_path_buf()).name(),
+        n,
+        4 * n,
+        buffers,
+        file.sha256
+    );
     Ok(())
 }
 

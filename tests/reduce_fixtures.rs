@@ -71,6 +71,7 @@ fn manifest(f: &Fixture, status: &str) -> Manifest {
         host_malloc: None,
         clock: None,
         comparison_key: None,
+        model_file: None,
         ranks: f
             .ranks
             .iter()

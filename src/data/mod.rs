@@ -247,7 +247,7 @@ pub struct DataSpec {
     /// What one image file may cost (image folders).
     pub image_caps: ImageCaps,
     /// The model the data is for, named in an error when their shapes differ.
-    pub model: ModelKind,
+    pub model_name: String,
 }
 
 /// Loads the data set `data` names, shaped for a model of `spec` (a transformer's
@@ -258,10 +258,7 @@ pub fn load(data: &DataSpec, spec: &ModelSpec) -> Result<Dataset> {
         anyhow::anyhow!(
             "--dataset {} holds {shape}; --model {} wants {:?}. See `ddpbench models`",
             dataset_name(data.dataset),
-            serde_json::to_value(data.model)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default(),
+            data.model_name,
             spec.input
         )
     };

@@ -22,6 +22,7 @@
 
 use super::{Manifest, RankInfo};
 use crate::amp::AmpMode;
+use crate::model::{InputDtype, LossKind};
 use crate::optim::OptimizerKind;
 use clap::ValueEnum;
 use serde::de::DeserializeOwned;
@@ -245,6 +246,36 @@ pub struct ComparisonKey {
     /// Above 0 adds the decay term to every update (absent: 0).
     #[serde(default = "zero", skip_serializing_if = "is_zero")]
     pub weight_decay: Real,
+    /// A TorchScript model's sample shape ([`input_text`]; absent: a built-in network's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_shape: Option<String>,
+    /// `none`: the TorchScript model computes its own loss (absent: log-softmax and NLL).
+    #[serde(default, skip_serializing_if = "LossKind::is_nll")]
+    pub loss: LossKind,
+    /// The SHA-256 of a TorchScript model's file (absent: a built-in network): two files
+    /// are never one workload, and one file is the same wherever it lies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_sha256: Option<String>,
+}
+
+/// A TorchScript model's `--input-shape` as the key holds it, with its dtype when that
+/// is not float32 (`3x224x224`, `int64 128`).
+pub fn input_text(shape: &str, dtype: InputDtype) -> String {
+    match dtype {
+        InputDtype::Float32 => shape.to_string(),
+        InputDtype::Int64 => format!("int64 {shape}"),
+    }
+}
+
+/// Whether `s` is a SHA-256 as the key writes it: 64 lowercase hexadecimal digits.
+fn is_sha256(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Whether `s` is an input shape as [`input_text`] writes it (at most 64 characters).
+fn is_input_text(s: &str) -> bool {
+    let dims = s.strip_prefix("int64 ").unwrap_or(s);
+    s.len() <= 64 && !dims.is_empty() && dims.split('x').all(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
 }
 
 fn zero() -> Real {
@@ -294,6 +325,9 @@ impl ComparisonKey {
                 "weight_decay",
                 (!is_zero(&self.weight_decay)).then(|| text(&self.weight_decay)).flatten(),
             ),
+            ("input_shape", self.input_shape.clone()),
+            ("loss", (!self.loss.is_nll()).then(|| text(&self.loss)).flatten()),
+            ("model_sha256", self.model_sha256.clone()),
         ];
         let mut out = format!("{} threads={}", text(&self.device).unwrap_or_default(), threads.join("/"));
         for (name, value) in settings {
@@ -312,6 +346,14 @@ impl ComparisonKey {
                 "comparison_key.threads lists {} values for {} ranks",
                 k.threads_per_rank.len(),
                 m.ranks.len()
+            )),
+            Some(k) if k.model_sha256.as_deref().is_some_and(|h| !is_sha256(h)) => Err(format!(
+                "comparison_key.model_sha256 is {}: not a SHA-256 (64 hexadecimal digits)",
+                shorten(&serde_json::json!(k.model_sha256))
+            )),
+            Some(k) if k.input_shape.as_deref().is_some_and(|s| !is_input_text(s)) => Err(format!(
+                "comparison_key.input_shape is {}: not a sample shape (e.g. 3x224x224 or int64 128)",
+                shorten(&serde_json::json!(k.input_shape))
             )),
             Some(k) => Ok(k.clone()),
             None => ComparisonKey::derive(m),
@@ -345,6 +387,19 @@ impl ComparisonKey {
             dropout: !no_dropout.unwrap_or(false),
             momentum: config(c, "momentum")?.unwrap_or_else(default_momentum),
             weight_decay: config(c, "weight_decay")?.unwrap_or_else(zero),
+            input_shape: config::<String>(c, "input_shape")?
+                .map(|shape| config(c, "input_dtype").map(|d| input_text(&shape, d.unwrap_or_default())))
+                .transpose()?,
+            loss: config(c, "loss")?.unwrap_or_default(),
+            model_sha256: match &m.model_file {
+                Some(f) if !is_sha256(&f.sha256) => {
+                    return Err(format!(
+                        "model_file.sha256 is {}: not a SHA-256",
+                        shorten(&serde_json::json!(f.sha256))
+                    ))
+                }
+                f => f.as_ref().map(|f| f.sha256.clone()),
+            },
         })
     }
 }
@@ -431,6 +486,9 @@ pub(crate) mod tests {
             dropout: false,
             momentum: Real(0.0),
             weight_decay: Real(1e-4),
+            input_shape: Some("int64 128".into()),
+            loss: LossKind::None,
+            model_sha256: Some("ab".repeat(32)),
         }
     }
 
@@ -465,6 +523,52 @@ pub(crate) mod tests {
         assert!(a.describe().contains("overlap=off") && b.describe().contains("overlap=force"));
     }
 
+    fn manifest_with(key: ComparisonKey) -> Manifest {
+        let mut m: Manifest = serde_json::from_value(serde_json::json!({
+            "run_id": "r", "status": "completed", "ddpbench_version": "0", "libtorch_version": "0",
+            "mpi_library": "", "command_line": [], "config": {}, "model": "net.pt", "dataset": "synthetic",
+            "dataset_source": "", "parameters": 1, "gradient_bytes": 4, "comm_backend": "mpi-cpu-staged",
+            "buckets": 1, "world_size": 2, "nodes": 1, "batch_size_per_rank": 1, "global_batch_size": 2,
+            "steps_per_epoch": 1, "start_utc": "", "ranks": []
+        }))
+        .unwrap();
+        m.comparison_key = Some(key);
+        m
+    }
+
+    /// Two files are two workloads; a hash or shape no run writes is refused by name.
+    #[test]
+    fn a_model_files_hash_tells_files_apart_and_is_checked() {
+        let mut k = unusual();
+        k.threads_per_rank = vec![1];
+        assert_eq!(ComparisonKey::of(&manifest_with(k.clone())), Ok(k.clone()));
+        let mut other = k.clone();
+        other.model_sha256 = Some("cd".repeat(32));
+        assert_ne!(k, other);
+        assert_ne!(k.describe(), other.describe());
+        for (sha, shape, named) in [
+            (Some("../../etc/passwd".to_string()), None, "comparison_key.model_sha256"),
+            (Some("AB".repeat(32)), None, "comparison_key.model_sha256"),
+            (None, Some("3x224x224; rm -rf".to_string()), "comparison_key.input_shape"),
+            (None, Some("x".repeat(100)), "comparison_key.input_shape"),
+        ] {
+            let mut bad = k.clone();
+            (bad.model_sha256, bad.input_shape) = (sha, shape);
+            let err = ComparisonKey::of(&manifest_with(bad)).unwrap_err();
+            assert!(err.contains(named), "{err}");
+        }
+        let mut derived = manifest_with(k);
+        derived.comparison_key = None;
+        derived.model_file = Some(crate::model::script::ModelFile {
+            path: "net.pt".into(),
+            bytes: 1,
+            sha256: "not a hash".into(),
+        });
+        assert!(ComparisonKey::of(&derived).unwrap_err().contains("model_file.sha256"));
+        derived.model_file.as_mut().unwrap().sha256 = "ef".repeat(32);
+        assert_eq!(ComparisonKey::of(&derived).unwrap().model_sha256, Some("ef".repeat(32)));
+    }
+
     /// Settings at the value runs had before they were fields are left out of the JSON
     /// and the text, and read back as that value.
     #[test]
@@ -472,8 +576,18 @@ pub(crate) mod tests {
         let mut k = unusual();
         (k.phase_sync, k.dropout, k.momentum, k.weight_decay) = (PhaseSync::On, true, Real(0.9), Real(0.0));
         k.memory_format = MemoryFormat::Contiguous;
+        (k.input_shape, k.loss, k.model_sha256) = (None, LossKind::Nll, None);
         let json = serde_json::to_value(&k).unwrap();
-        for absent in ["phase_sync", "memory_format", "dropout", "momentum", "weight_decay"] {
+        for absent in [
+            "phase_sync",
+            "memory_format",
+            "dropout",
+            "momentum",
+            "weight_decay",
+            "input_shape",
+            "loss",
+            "model_sha256",
+        ] {
             assert!(json.get(absent).is_none(), "{absent} in {json}");
             assert!(!k.describe().contains(absent), "{}", k.describe());
         }

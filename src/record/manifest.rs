@@ -164,6 +164,10 @@ pub struct Manifest {
     /// manifests written before it existed, whose key `reduce` derives from the fields above.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comparison_key: Option<super::ComparisonKey>,
+    /// The TorchScript file trained (`--model path.pt`): where it was, its bytes and its
+    /// SHA-256; absent for a built-in network.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_file: Option<crate::model::script::ModelFile>,
 }
 
 /// The clock offsets to rank 0 estimated during a run.

@@ -50,7 +50,17 @@ impl Communication {
         let mut notes: Vec<String> = backend_note.into_iter().collect();
         let use_nccl = backend == Backend::Nccl;
         let (mut overlap, shares_core) = overlap_wanted(g, cfg, backend, place, &mut notes);
-        let (stage_of, stages) = overlap::discover_stages(net, spec, device, params);
+        let (stage_of, stages) = match net.script() {
+            // One black box: one stage. Its first backward already ran (check_first_forward).
+            Some(_) => {
+                if overlap {
+                    overlap = false;
+                    notes.push(crate::model::script::UNCUT_NOTE.into());
+                }
+                (vec![0; params.len()], 1)
+            }
+            None => overlap::discover_stages(net, spec, device, params),
+        };
         let numels: Vec<usize> = params.iter().map(Tensor::numel).collect();
         let cap_bytes = (cfg.comm.bucket_mb * (1 << 20) as f64) as usize;
         let plan = BucketPlan::in_order(&numels, &overlap::ready_order(&stage_of), 4, cap_bytes);

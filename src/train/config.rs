@@ -8,7 +8,7 @@ use crate::amp::AmpMode;
 use crate::comm::{AllreduceChoice, GradDtype, OverlapMode};
 use crate::data::{DataSpec, DatasetKind, ImageCaps};
 use crate::device::DeviceChoice;
-use crate::model::ModelKind;
+use crate::model::{self, InputDtype, InputShape, LossKind, ModelChoice, ModelOptions, ShapeFlags};
 use crate::optim::{LrScaling, OptimizerKind};
 use crate::topology::BindPolicy;
 use crate::train::host_memory::MallocMode;
@@ -68,6 +68,10 @@ pub const IN_KEY: &[(&str, &str)] = &[
     ("--momentum", "momentum"),
     // Above 0 adds the decay term to every parameter's update.
     ("--weight-decay", "weight_decay"),
+    // A TorchScript model's sample shape; the key also holds the file's SHA-256.
+    ("--input-shape", "input_shape"),
+    ("--input-dtype", "input_shape"),
+    ("--loss", "loss"),
 ];
 
 /// The `train` flags that do not change the work of a step, and why: runs that differ
@@ -107,15 +111,46 @@ pub const NOT_IN_KEY: &[(&str, &str)] = &[
     ("--telemetry-ms", "NVML is sampled by a thread of its own, beside the step"),
     ("--save-model", "the parameters are written after the last step"),
     ("--watchdog-s", "a time limit on collectives, which a completed run never reached"),
+    (
+        "--num-classes",
+        "the width of a model's output, which the model (a file's SHA-256) fixes; a value that does not fit is refused",
+    ),
 ];
 
 /// What is trained, on what.
 #[derive(Args, Debug, Clone, Serialize, Deserialize)]
 #[command(next_help_heading = "Workload")]
 pub struct WorkloadConfig {
-    /// Network to train.
-    #[arg(long, value_enum, default_value_t = ModelKind::MnistCnn)]
-    pub model: ModelKind,
+    /// Network to train: a built-in one (mnist-cnn, resnet18, resnet50, resnet18-cifar,
+    /// transformer-small, transformer-medium; see `ddpbench models`), or a TorchScript file
+    /// saved from PyTorch (a path ending in .pt, e.g. `torch.jit.script(net).save("net.pt")`),
+    /// which then needs --input-shape and --num-classes.
+    #[arg(long, default_value_t = ModelChoice::default())]
+    pub model: ModelChoice,
+
+    /// A TorchScript model's sample shape, without the batch: channels × height × width for
+    /// images (3x224x224), the sequence length for token ids (128, with --input-dtype int64).
+    /// Synthetic data takes this shape; another data set's samples must have it.
+    #[arg(long)]
+    #[serde(default)]
+    pub input_shape: Option<InputShape>,
+
+    /// A TorchScript model's input type: float32 images, or int64 token ids below --vocab-size.
+    #[arg(long, value_enum, default_value_t = InputDtype::Float32)]
+    #[serde(default)]
+    pub input_dtype: InputDtype,
+
+    /// The classes a TorchScript model's logits cover ([batch, N]); synthetic labels are drawn below N.
+    #[arg(long)]
+    #[serde(default)]
+    pub num_classes: Option<usize>,
+
+    /// A TorchScript model's loss: `nll` applies log-softmax and the negative log-likelihood
+    /// to the logits it returns (as the built-in classifiers end); `none` when its forward
+    /// takes (input, target) and returns its own scalar loss.
+    #[arg(long, value_enum, default_value_t = LossKind::Nll)]
+    #[serde(default)]
+    pub loss: LossKind,
 
     /// Data set; fashion-mnist reads /usr/share/datasets/fashion-mnist unless --data-dir is given.
     #[arg(long, value_enum, default_value_t = DatasetKind::FashionMnist)]
@@ -326,7 +361,8 @@ pub struct OutputConfig {
     #[arg(long, default_value_t = 200)]
     pub telemetry_ms: u64,
 
-    /// Write the final parameters to model.safetensors in the run folder (rank 0).
+    /// Write the final parameters to model.safetensors in the run folder (rank 0); for a
+    /// TorchScript --model, model.pt: the module with its trained weights.
     #[arg(long)]
     pub save_model: bool,
 
@@ -336,6 +372,28 @@ pub struct OutputConfig {
     /// 50 × the median step (at least 60 s).
     #[arg(long)]
     pub watchdog_s: Option<f64>,
+}
+
+impl WorkloadConfig {
+    /// Sizes the built-in networks depend on.
+    pub fn model_options(&self) -> ModelOptions {
+        ModelOptions {
+            seq_len: self.seq_len as i64,
+            vocab: self.vocab_size as i64,
+            dropout: !self.no_dropout,
+        }
+    }
+
+    /// What the model takes and predicts ([`model::resolve_spec`]); Err says which flag is wrong.
+    pub fn model_spec(&self) -> Result<model::ModelSpec> {
+        let flags = ShapeFlags {
+            input_shape: self.input_shape.as_ref(),
+            input_dtype: self.input_dtype,
+            num_classes: self.num_classes,
+            loss: self.loss,
+        };
+        model::resolve_spec(&self.model, &flags, &self.model_options()).map_err(|e| anyhow!("{e}"))
+    }
 }
 
 impl TrainConfig {
@@ -348,7 +406,7 @@ impl TrainConfig {
             synthetic_samples: w.synthetic_samples,
             seed: self.schedule.seed,
             image_caps: w.image_caps,
-            model: w.model,
+            model_name: w.model.name(),
         }
     }
 
@@ -452,10 +510,11 @@ impl TrainConfig {
                 }
             }
         }
-        if w.memory_format == Some(MemoryFormat::ChannelsLast) && !w.model.is_convolutional() {
+        w.model_spec()?;
+        if w.memory_format == Some(MemoryFormat::ChannelsLast) && matches!(w.model_spec()?.input, model::Input::Tokens { .. }) {
             return Err(anyhow!(
-                "--memory-format channels-last: {:?} takes token ids, not images; leave the flag out or use contiguous",
-                w.model
+                "--memory-format channels-last: {} takes token ids, not images; leave the flag out or use contiguous",
+                w.model.name()
             ));
         }
         if let Some(t) = &p.node_type {

@@ -31,9 +31,18 @@ pub fn initial(
     let parameters: usize = model.param_tensors.iter().map(|t| t.numel()).sum();
     let mut config = serde_json::to_value(cfg)?;
     config["lr"] = serde_json::json!(cfg.learning_rate());
-    let model_name: String = serde_json::to_value(cfg.workload.model)?.as_str().unwrap_or("").into();
+    let model_name = cfg.workload.model.name();
     let ranks = gathered_rank_infos(g, place, cfg)?;
-    let comparison_key = comparison_key(cfg, &model_name, &dataset.name, &ranks, comm, place.device);
+    let model_file = model.net.script().map(|s| s.file().clone());
+    let mut comparison_key = comparison_key(cfg, &model_name, &dataset.name, &ranks, comm, place.device);
+    if let Some(f) = &model_file {
+        comparison_key.model_sha256 = Some(f.sha256.clone());
+        comparison_key.input_shape = cfg
+            .workload
+            .input_shape
+            .as_ref()
+            .map(|s| key::input_text(&s.to_string(), cfg.workload.input_dtype));
+    }
     Ok(Manifest {
         schema_version: record::SCHEMA_VERSION,
         run_id: folder.run_id.clone(),
@@ -68,6 +77,7 @@ pub fn initial(
         host_malloc: None,
         clock: None,
         comparison_key: Some(comparison_key),
+        model_file,
     })
 }
 
@@ -107,6 +117,9 @@ fn comparison_key(
         dropout: !cfg.workload.no_dropout,
         momentum: Real(cfg.optim.momentum),
         weight_decay: Real(cfg.optim.weight_decay),
+        input_shape: None,
+        loss: cfg.workload.loss,
+        model_sha256: None,
     }
 }
 

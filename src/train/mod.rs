@@ -16,6 +16,7 @@ pub mod clock;
 mod communication;
 pub mod config;
 mod faults;
+mod file_model;
 pub mod host_memory;
 mod manifest;
 mod params;

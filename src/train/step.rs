@@ -147,7 +147,7 @@ impl StepMachine {
             self.clock.record(StepEvent::CopyDone);
             let last = micro.count + 1 == self.micro_batches;
             let mut staged = self.comm.launch.as_ref().filter(|_| last).map(StagedPass::new);
-            let loss = self.forward(&x, &y, staged.as_mut());
+            let loss = self.forward(&x, &y, staged.as_mut())?;
             micro.backward_start = Some(self.clock.record(StepEvent::ForwardDone));
             let scaled = scale(&loss, self.loss_factor * amp_scale);
             match staged {
@@ -166,18 +166,19 @@ impl StepMachine {
     }
 
     /// The forward pass and the loss, under autocast with `--amp`, cut into stages when
-    /// backward will overlap the all-reduce.
-    fn forward(&self, x: &Tensor, y: &Tensor, staged: Option<&mut StagedPass>) -> Tensor {
+    /// backward will overlap the all-reduce. A TorchScript model's forward can fail (an
+    /// input it rejects): the error says why.
+    fn forward(&self, x: &Tensor, y: &Tensor, staged: Option<&mut StagedPass>) -> Result<Tensor> {
         let net = self.model.net.as_ref();
-        let run = || match staged {
-            Some(pass) => pass.forward(net, x, true),
-            None => net.forward_t(x, true),
+        let run = || match (staged, net.script()) {
+            (_, Some(script)) => script.loss(x, y, true),
+            (Some(pass), None) => Ok(pass.forward(net, x, true).nll_loss(y)),
+            (None, None) => Ok(net.forward_t(x, true).nll_loss(y)),
         };
-        let out = match &self.autocast {
+        match &self.autocast {
             Some(ac) => ac.run(run),
             None => run(),
-        };
-        out.nll_loss(y)
+        }
     }
 }
 

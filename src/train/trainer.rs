@@ -137,12 +137,8 @@ impl<'g> Trainer<'g> {
     ) -> Result<Trainer<'g>> {
         let started_at = Instant::now();
         let mut place = Placement::establish(g, cfg)?;
-        let options = ModelOptions {
-            seq_len: cfg.workload.seq_len as i64,
-            vocab: cfg.workload.vocab_size as i64,
-            dropout: !cfg.workload.no_dropout,
-        };
-        let spec = model::spec(cfg.workload.model, &options);
+        let options = cfg.workload.model_options();
+        let spec = agree(g, cfg.workload.model_spec())?;
         let dataset = agree(g, data::load(&cfg.data_spec(), &spec))?;
         // The workers, resolved for this data set and binding, are what the manifest records.
         let resolved = {
@@ -158,7 +154,10 @@ impl<'g> Trainer<'g> {
             c
         };
         let cfg = &resolved;
-        let model = build_model(g, cfg, &place, &options, spec);
+        let model = build_model(g, cfg, &place, &options, spec)?;
+        if let Some(script) = model.net.script() {
+            super::file_model::check_script(g, cfg, script, &model.spec, &dataset, place.device)?;
+        }
         let opt = agree(
             g,
             Optimizer::new(
@@ -268,8 +267,7 @@ impl<'g> Trainer<'g> {
                 info.gpu_clocks_end = serde_json::from_str(&text).ok().flatten();
             }
             if self.facts.cfg.output.save_model && stopped.is_none() {
-                model::save(&self.machine.model.vs, &self.facts.folder.path("model.safetensors"))
-                    .context("cannot save model.safetensors")?;
+                self.save_model()?;
             }
             let m = &mut self.records.manifest;
             m.status = status.as_str().into();
@@ -295,6 +293,19 @@ impl<'g> Trainer<'g> {
         let _f = crate::flight::enter("barrier", "end of the run");
         self.g.comm.barrier();
         Ok(())
+    }
+
+    /// The final parameters in the run folder: model.safetensors, or for a TorchScript
+    /// model model.pt, the module with its trained weights (and rank 0's buffers).
+    fn save_model(&self) -> Result<()> {
+        match self.model.net.script() {
+            Some(script) => script.save(&self.folder.path("model.pt")),
+            None => self
+                .model
+                .vs
+                .save(self.folder.path("model.safetensors"))
+                .context("cannot save model.safetensors"),
+        }
     }
 
     /// Records that the run failed with `err` on this rank: its end record, and the
@@ -647,23 +658,32 @@ fn arm_last_gasp(g: &Group, folder: &RunFolder, manifest: &Manifest) -> Result<L
 
 /// The model with the same seed on every rank, then rank 0's parameters win; dropout
 /// masks then differ per rank, as in a PyTorch job where each process draws its own.
-fn build_model(g: &Group, cfg: &TrainConfig, place: &Placement, options: &ModelOptions, spec: ModelSpec) -> ModelState {
+/// A TorchScript file must be the same file on every rank; its buffers (BatchNorm
+/// statistics) are rank 0's too. Errors are agreed across the group.
+fn build_model(g: &Group, cfg: &TrainConfig, place: &Placement, options: &ModelOptions, spec: ModelSpec) -> Result<ModelState> {
     let seed = cfg.schedule.seed as i64;
     tch::manual_seed(seed);
     let vs = nn::VarStore::new(place.device);
-    let net = model::build(cfg.workload.model, &vs.root(), options);
+    let net = agree(
+        g,
+        model::build_choice(&cfg.workload.model, &vs.root(), options, &spec, cfg.workload.loss),
+    )?;
+    if let Some(script) = net.script() {
+        agree(g, super::file_model::same_file_everywhere(g, &script.file().sha256))?;
+        broadcast_from_rank0(g, &model::ordered_buffers(&vs));
+    }
     model::set_memory_format(&vs, cfg.memory_format_on(place.device));
     let params = model::ordered_parameters(&vs);
     broadcast_from_rank0(g, &params);
     tch::manual_seed(seed + 1 + g.rank as i64);
     let param_tensors = params.iter().map(|(_, t)| t.shallow_clone()).collect();
-    ModelState {
+    Ok(ModelState {
         vs,
         net,
         spec,
         params,
         param_tensors,
-    }
+    })
 }
 
 /// Steps per epoch (the same on every rank), the total, and the learning-rate schedule.

@@ -29,9 +29,9 @@ pub fn evaluate(g: &Group, net: &dyn Net, data: &Dataset, device: Device, limit:
     tch::no_grad(|| -> Result<()> {
         for chunk in mine.chunks(chunk_len(batch, data.test.sample_bytes())) {
             let (x, y) = data.test.batch(&Tensor::from_slice(chunk), device)?;
-            let out = net.forward_t(&x, false);
-            loss_sum += out.nll_loss(&y).double_value(&[]) * chunk.len() as f64;
-            correct += out.argmax(-1, false).eq_tensor(&y).sum(Kind::Int64).int64_value(&[]) as f64;
+            let (loss, right) = batch_loss_and_correct(net, &x, &y)?;
+            loss_sum += loss;
+            correct += right;
         }
         Ok(())
     })?;
@@ -43,6 +43,17 @@ pub fn evaluate(g: &Group, net: &dyn Net, data: &Dataset, device: Device, limit:
         return Ok((f64::NAN, f64::NAN, 0));
     }
     Ok((total[0] / total[2], total[1] / total[2], total[2] as usize))
+}
+
+/// The summed loss and the correct predictions of one batch (a TorchScript model's
+/// own loss gives no predictions: NaN).
+fn batch_loss_and_correct(net: &dyn Net, x: &Tensor, y: &Tensor) -> Result<(f64, f64)> {
+    if let Some(script) = net.script() {
+        return script.evaluate(x, y);
+    }
+    let out = net.forward_t(x, false);
+    let loss = out.nll_loss(y).double_value(&[]) * x.size()[0] as f64;
+    Ok((loss, out.argmax(-1, false).eq_tensor(y).sum(Kind::Int64).int64_value(&[]) as f64))
 }
 
 #[cfg(test)]
