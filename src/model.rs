@@ -558,7 +558,7 @@ pub fn build_choice(
     match choice {
         ModelChoice::Builtin(kind) => Ok(build(*kind, p, o)),
         ModelChoice::File(path) => {
-            let file = script::ModelFile::read(path)?;
+            let file = script::ScriptFile::read(path)?;
             Ok(Box::new(script::ScriptNet::load(file, p, loss, spec.classes)?))
         }
     }
@@ -566,7 +566,7 @@ pub fn build_choice(
 
 /// `ddpbench models --file net.pt`: the file's parameter count and gradient bytes.
 pub fn describe_file(path: &std::path::Path) -> anyhow::Result<()> {
-    let file = script::ModelFile::read(path)?;
+    let file = script::ScriptFile::read(path)?;
     let vs = nn::VarStore::new(tch::Device::Cpu);
     let _net = script::ScriptNet::load(file.clone(), &vs.root(), LossKind::Nll, 1)?;
     let params = ordered_parameters(&vs);

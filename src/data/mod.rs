@@ -29,7 +29,7 @@ pub use image_caps::ImageCaps;
 pub use loader::Loader;
 pub use mnist::FASHION_MNIST_DIR;
 
-use crate::model::{Input, ModelKind, ModelSpec};
+use crate::model::{Input, ModelSpec};
 use crate::stats::Rng;
 use anyhow::Result;
 use clap::ValueEnum;

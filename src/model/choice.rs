@@ -103,35 +103,9 @@ impl<'de> Deserialize<'de> for ModelChoice {
     }
 }
 
-/// The element type of a TorchScript model's input (`--input-dtype`).
-#[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum InputDtype {
-    /// Real-valued samples (images): synthetic ones are drawn from a standard normal.
-    #[default]
-    Float32,
-    /// Token ids below --vocab-size (0 is padding, 1 unknown): `--input-shape` is the
-    /// sequence length.
-    Int64,
-}
-
-/// The loss a TorchScript model is trained with (`--loss`).
-#[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LossKind {
-    /// The module returns class logits [batch, classes]; ddpbench applies log-softmax and
-    /// the negative log-likelihood, as the built-in classifiers end.
-    #[default]
-    Nll,
-    /// The module computes its own loss: forward(input, target) returns one scalar.
-    None,
-}
-
-impl LossKind {
-    pub fn is_nll(&self) -> bool {
-        *self == LossKind::Nll
-    }
-}
+/// The input's element type and the loss are settings of the comparison key, defined
+/// with it so that `record` needs no `model`.
+pub use crate::record::key::{InputDtype, LossKind};
 
 /// Largest extent of one dimension of `--input-shape`.
 pub const MAX_DIM: i64 = 1 << 20;

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::ptr::NonNull;
 use tch::{nn, Device, Kind, Tensor};
 
@@ -164,18 +164,11 @@ enum Forward {
     NotATensor(String),
 }
 
-/// The file a run trained: where it was, its size and its SHA-256 (the comparison key
-/// holds the hash, never the path).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ModelFile {
-    pub path: PathBuf,
-    pub bytes: u64,
-    pub sha256: String,
-}
+pub use crate::record::ScriptFile;
 
-impl ModelFile {
+impl ScriptFile {
     /// Reads `path` once for its size and hash; Err says what is wrong with it.
-    pub fn read(path: &Path) -> Result<ModelFile> {
+    pub fn read(path: &Path) -> Result<ScriptFile> {
         let meta = std::fs::metadata(path).with_context(|| format!("--model {}: cannot read the file", path.display()))?;
         if !meta.is_file() {
             bail!("--model {}: not a file (a TorchScript file saved from PyTorch)", path.display());
@@ -203,7 +196,7 @@ impl ModelFile {
             hash.update(&buf[..n]);
         }
         let sha256 = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
-        Ok(ModelFile {
+        Ok(ScriptFile {
             path: path.to_path_buf(),
             bytes,
             sha256,
@@ -214,7 +207,7 @@ impl ModelFile {
 /// A TorchScript network trained in place: its tensors are the ones in the `VarStore`.
 pub struct ScriptNet {
     module: Module,
-    file: ModelFile,
+    file: ScriptFile,
     loss: LossKind,
     /// The width of the logits the labels need (`--num-classes`).
     classes: i64,
@@ -240,7 +233,7 @@ fn register(p: &nn::Path, name: &str, tensor: Tensor, trainable: bool) {
 impl ScriptNet {
     /// Loads `file` onto `p`'s device and registers its parameters (trainable when the
     /// module's are) and buffers below `p`.
-    pub fn load(file: ModelFile, p: &nn::Path, loss: LossKind, classes: i64) -> Result<ScriptNet> {
+    pub fn load(file: ScriptFile, p: &nn::Path, loss: LossKind, classes: i64) -> Result<ScriptNet> {
         let shown = file.path.display().to_string();
         let module = Module::load(&file.path, p.device())
             .map_err(|e| anyhow!("--model {shown} is not a TorchScript file libtorch can load ({e}); save one with torch.jit.script(net).save(path) or torch.jit.trace"))?;
@@ -271,7 +264,7 @@ impl ScriptNet {
         Ok(net)
     }
 
-    pub fn file(&self) -> &ModelFile {
+    pub fn file(&self) -> &ScriptFile {
         &self.file
     }
 

@@ -22,7 +22,6 @@
 
 use super::{Manifest, RankInfo};
 use crate::amp::AmpMode;
-use crate::model::{InputDtype, LossKind};
 use crate::optim::OptimizerKind;
 use clap::ValueEnum;
 use serde::de::DeserializeOwned;
@@ -458,6 +457,36 @@ impl PartialOrd for ComparisonKey {
     }
 }
 
+/// The element type of a TorchScript model's input (`--input-dtype`).
+#[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InputDtype {
+    /// Real-valued samples (images): synthetic ones are drawn from a standard normal.
+    #[default]
+    Float32,
+    /// Token ids below --vocab-size (0 is padding, 1 unknown): `--input-shape` is the
+    /// sequence length.
+    Int64,
+}
+
+/// The loss a TorchScript model is trained with (`--loss`).
+#[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LossKind {
+    /// The module returns class logits [batch, classes]; ddpbench applies log-softmax and
+    /// the negative log-likelihood, as the built-in classifiers end.
+    #[default]
+    Nll,
+    /// The module computes its own loss: forward(input, target) returns one scalar.
+    None,
+}
+
+impl LossKind {
+    pub fn is_nll(&self) -> bool {
+        *self == LossKind::Nll
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -559,7 +588,7 @@ pub(crate) mod tests {
         }
         let mut derived = manifest_with(k);
         derived.comparison_key = None;
-        derived.model_file = Some(crate::model::script::ModelFile {
+        derived.model_file = Some(crate::model::script::ScriptFile {
             path: "net.pt".into(),
             bytes: 1,
             sha256: "not a hash".into(),

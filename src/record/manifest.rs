@@ -167,7 +167,7 @@ pub struct Manifest {
     /// The TorchScript file trained (`--model path.pt`): where it was, its bytes and its
     /// SHA-256; absent for a built-in network.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model_file: Option<crate::model::script::ModelFile>,
+    pub model_file: Option<ScriptFile>,
 }
 
 /// The clock offsets to rank 0 estimated during a run.
@@ -193,4 +193,13 @@ impl Manifest {
         let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
         serde_json::from_str(&text).with_context(|| format!("{} is not a ddpbench manifest", path.display()))
     }
+}
+
+/// The TorchScript file a run trained: where it was, its size and its SHA-256 (the
+/// comparison key holds the hash, never the path). Read by `model::script`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScriptFile {
+    pub path: std::path::PathBuf,
+    pub bytes: u64,
+    pub sha256: String,
 }

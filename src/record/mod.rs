@@ -17,7 +17,7 @@ mod rows;
 pub use end::{end_file_name, write_atomic, EndRecord, RunStatus};
 pub use key::{Backend, ComparisonKey, DeviceKind, GradDtype, MallocMode, MemoryFormat, Overlap, PhaseSync};
 
-pub use manifest::{AllreduceProbe, ClockSummary, CommInfo, Manifest, RankInfo, SCHEMA_VERSION};
+pub use manifest::{AllreduceProbe, ClockSummary, CommInfo, Manifest, RankInfo, ScriptFile, SCHEMA_VERSION};
 pub use rows::{EpochRow, Phase, PhaseTimes, StepRow};
 
 use anyhow::{Context, Result};

@@ -298,13 +298,11 @@ impl<'g> Trainer<'g> {
     /// The final parameters in the run folder: model.safetensors, or for a TorchScript
     /// model model.pt, the module with its trained weights (and rank 0's buffers).
     fn save_model(&self) -> Result<()> {
-        match self.model.net.script() {
-            Some(script) => script.save(&self.folder.path("model.pt")),
-            None => self
-                .model
-                .vs
-                .save(self.folder.path("model.safetensors"))
-                .context("cannot save model.safetensors"),
+        match self.machine.model.net.script() {
+            Some(script) => script.save(&self.facts.folder.path("model.pt")),
+            None => {
+                model::save(&self.machine.model.vs, &self.facts.folder.path("model.safetensors")).context("cannot save model.safetensors")
+            }
         }
     }
 
