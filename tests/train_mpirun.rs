@@ -67,7 +67,7 @@ fn two_ranks_write_complete_consistent_files() {
     assert!(col(&ch, &crows, "error_s").iter().all(|&e| e >= 0.0));
     assert_eq!(col(&ch, &crows, "offset_s")[0], 0.0, "rank 0 is the reference");
     assert_eq!(m["clock"]["syncs"], 2);
-    assert_eq!(m["schema_version"], 2);
+    assert_eq!(m["schema_version"], ddpbench::record::SCHEMA_VERSION);
 
     let mut checksum_rows = Vec::new();
     for r in 0..2 {
