@@ -49,8 +49,7 @@ struct TelemetryRow {
     rank: usize,
     time_utc: String,
     /// Seconds from the sampler's origin to the reading.
-    #[serde(serialize_with = "crate::record::plain_decimal")]
-    elapsed_s: f64,
+    sample_at_s: f64,
     gpu_util_pct: Option<u32>,
     mem_util_pct: Option<u32>,
     mem_used_bytes: Option<u64>,
@@ -116,7 +115,7 @@ impl Totals {
 
 /// A background thread reading one GPU every period into a CSV file.
 ///
-/// Columns: `rank, time_utc, elapsed_s, gpu_util_pct, mem_util_pct, mem_used_bytes,
+/// Columns: `rank, time_utc, sample_at_s, gpu_util_pct, mem_util_pct, mem_used_bytes,
 /// sm_clock_mhz, power_w, temperature_c`; a failed reading is an empty cell. Each
 /// row is flushed as written, so a crash keeps what was sampled. [`GpuSampler::stop`]
 /// wakes the thread at once (it never waits out a period); dropping the sampler
@@ -138,7 +137,7 @@ impl GpuSampler {
         GpuSampler::start_with(gpu, rank, path, Duration::from_millis(period_ms), Instant::now())
     }
 
-    /// Samples `source` every `period` into `path`; `elapsed_s` counts from `origin`
+    /// Samples `source` every `period` into `path`; `sample_at_s` counts from `origin`
     /// (pass the run's common start to line rows up with the step CSVs).
     pub fn start_with<S: GpuSource>(source: S, rank: usize, path: &Path, period: Duration, origin: Instant) -> Result<GpuSampler> {
         ensure!(!period.is_zero(), "the GPU sampling period must be above zero");
@@ -196,7 +195,7 @@ fn sample_loop<S: GpuSource>(
         log.write(&TelemetryRow {
             rank,
             time_utc: rfc3339_utc(wall),
-            elapsed_s: at.saturating_duration_since(origin).as_secs_f64(),
+            sample_at_s: at.saturating_duration_since(origin).as_secs_f64(),
             gpu_util_pct: r.gpu_util_pct,
             mem_util_pct: r.mem_util_pct,
             mem_used_bytes: r.mem_used_bytes,
@@ -289,7 +288,7 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0],
-            "rank,time_utc,elapsed_s,gpu_util_pct,mem_util_pct,mem_used_bytes,sm_clock_mhz,power_w,temperature_c"
+            "rank,time_utc,sample_at_s,gpu_util_pct,mem_util_pct,mem_used_bytes,sm_clock_mhz,power_w,temperature_c"
         );
         let rows = &lines[1..];
         assert_eq!(rows.len(), summary.samples);
@@ -302,7 +301,7 @@ mod tests {
             assert_eq!(cells[0], "3");
             assert!(cells[1].ends_with('Z') && cells[1].len() == 27, "{}", cells[1]);
             let elapsed: f64 = cells[2].parse().unwrap();
-            assert!(elapsed >= last_elapsed, "elapsed_s goes forward");
+            assert!(elapsed >= last_elapsed, "sample_at_s goes forward");
             last_elapsed = elapsed;
             let want = match i % 3 {
                 0 => "90,40,10000000000,1740,250.125,61",

@@ -72,7 +72,13 @@ fn overlap_gives_the_same_model_and_sends_buckets_during_backward() {
         for r in 0..2 {
             let (h, rows) = read_csv(&dir.join(format!("rank-{r:05}.csv")));
             let c = |n: &str| col(&h, &rows, n);
-            let (start, elapsed, data, fwd, bwd) = (c("comm_start_s"), c("elapsed_s"), c("data_s"), c("forward_s"), c("backward_s"));
+            let (start, elapsed, data, fwd, bwd) = (
+                c("comm_start_at_s"),
+                c("step_start_at_s"),
+                c("data_s"),
+                c("forward_s"),
+                c("backward_s"),
+            );
             v.extend((5..rows.len()).map(|i| (start[i] - elapsed[i]) - (data[i] + fwd[i] + bwd[i])));
         }
         v
@@ -84,7 +90,7 @@ fn overlap_gives_the_same_model_and_sends_buckets_during_backward() {
         for r in 0..2 {
             let (h, rows) = read_csv(&d.path().join(dir).join(format!("rank-{r:05}.csv")));
             let c = |n: &str| col(&h, &rows, n);
-            let (hidden, start, elapsed) = (c("comm_hidden_s"), c("comm_start_s"), c("elapsed_s"));
+            let (hidden, start, elapsed) = (c("comm_hidden_s"), c("comm_start_at_s"), c("step_start_at_s"));
             let (data, copy, fwd, bwd) = (c("data_s"), c("batch_copy_s"), c("forward_s"), c("backward_s"));
             for i in 0..rows.len() {
                 let window = elapsed[i] + data[i] + copy[i] + fwd[i] + bwd[i] - start[i];

@@ -117,22 +117,16 @@ fn write(dir: &Path, f: &Fixture) {
                 global_step: k,
                 warmup: u8::from(k == 0),
                 time_utc: "2026-01-01T00:00:00.000000Z".into(),
-                elapsed_s: start,
+                step_start_at_s: start,
                 samples: f.batch,
-                data_s: ph[0],
-                batch_copy_s: 0.0,
-                forward_s: ph[1],
-                backward_s: ph[2],
+                phases: [ph[0], 0.0, ph[1], ph[2], ph[3], ph[4], ph[5]],
                 comm_s: ph[3],
-                comm_exposed_s: ph[3],
                 comm_stage_d2h_s: 0.0,
                 comm_stage_h2d_s: 0.0,
-                optimizer_s: ph[4],
-                other_s: ph[5],
                 step_s,
                 comm_hidden_s: 0.0,
-                comm_start_s: entry,
-                comm_last_start_s: entry,
+                comm_start_at_s: entry,
+                comm_last_start_at_s: entry,
                 loss: 1.0,
                 bytes: 400,
                 loss_scale: None,
@@ -733,7 +727,11 @@ fn schema_1_run_folders_still_reduce() {
     assert_eq!(s.batch_copy_s_median, 0.0, "schema 1 has no batch copy column: it is 0");
     assert!(close(s.comm_exposed_s_median, 0.05) && close(s.comm_s_median, 0.05));
     assert!(close(s.step_s_median, 0.2 + 0.4 + 0.3));
-    assert_eq!(s.schema_version, 2, "summary.csv is written in the reducer's schema");
+    assert_eq!(
+        s.schema_version,
+        ddpbench::record::SCHEMA_VERSION,
+        "summary.csv is written in the reducer's schema"
+    );
 }
 
 /// Hostile or damaged input is named, never a panic, in bounded time: impossible times,
@@ -771,7 +769,10 @@ fn hostile_inputs_are_named_and_stalls_are_listed() {
     let stalled = d.path().join("stalled");
     for r in 0..2 {
         edit_rows(&stalled, r, |i, col, row| {
-            for c in ["elapsed_s", "comm_start_s", "comm_last_start_s"].into_iter().filter(|_| i > 17) {
+            for c in ["step_start_at_s", "comm_start_at_s", "comm_last_start_at_s"]
+                .into_iter()
+                .filter(|_| i > 17)
+            {
                 row[col(c)] = (row[col(c)].parse::<f64>().unwrap() + 38.5).to_string();
             }
         });
@@ -926,20 +927,20 @@ fn comm_last_start_before_origin_is_refused() {
     // Before the run's common origin: a wait of 1e9 s for the other rank.
     refused_and_named(
         "early",
-        |dir| set_cells(dir, 1, "comm_last_start_s", |_| true, "-1000000000"),
-        &["rank-00001.csv row 1", "comm_last_start_s is -1000000000"],
+        |dir| set_cells(dir, 1, "comm_last_start_at_s", |_| true, "-1000000000"),
+        &["rank-00001.csv row 1", "comm_last_start_at_s is -1000000000"],
     );
     // Long after its own step ended.
     refused_and_named(
         "late",
-        |dir| set_cells(dir, 1, "comm_last_start_s", |i| i == 4, "1000000000"),
-        &["rank-00001.csv row 5", "comm_last_start_s is 1000000000"],
+        |dir| set_cells(dir, 1, "comm_last_start_at_s", |i| i == 4, "1000000000"),
+        &["rank-00001.csv row 5", "comm_last_start_at_s is 1000000000"],
     );
     // A step that starts before the previous one ended.
     refused_and_named(
         "overlapping",
         |dir| {
-            for c in ["elapsed_s", "comm_start_s", "comm_last_start_s"] {
+            for c in ["step_start_at_s", "comm_start_at_s", "comm_last_start_at_s"] {
                 edit_rows(dir, 0, |i, col, row| {
                     if i == 7 {
                         row[col(c)] = (row[col(c)].parse::<f64>().unwrap() - 9.0).to_string();
@@ -947,7 +948,7 @@ fn comm_last_start_before_origin_is_refused() {
                 });
             }
         },
-        &["rank-00000.csv row 8", "elapsed_s is 61"],
+        &["rank-00000.csv row 8", "step_start_at_s is 61"],
     );
 }
 

@@ -67,7 +67,7 @@ fn two_ranks_write_complete_consistent_files() {
     assert!(col(&ch, &crows, "error_s").iter().all(|&e| e >= 0.0));
     assert_eq!(col(&ch, &crows, "offset_s")[0], 0.0, "rank 0 is the reference");
     assert_eq!(m["clock"]["syncs"], 2);
-    assert_eq!(m["schema_version"], 2);
+    assert_eq!(m["schema_version"], ddpbench::record::SCHEMA_VERSION);
 
     let mut checksum_rows = Vec::new();
     for r in 0..2 {
@@ -103,8 +103,8 @@ fn two_ranks_write_complete_consistent_files() {
             assert!(phases.iter().all(|p| p[i] >= -1e-6), "negative phase at step {i}");
             assert!(phases[1][i] > 0.0 && phases[2][i] > 0.0 && phases[3][i] > 0.0);
         }
-        let elapsed = col(&h, &rows, "elapsed_s");
-        assert!(elapsed.windows(2).all(|w| w[1] > w[0]), "elapsed_s increases");
+        let elapsed = col(&h, &rows, "step_start_at_s");
+        assert!(elapsed.windows(2).all(|w| w[1] > w[0]), "step_start_at_s increases");
         let loss = col(&h, &rows, "loss");
         assert!(loss.iter().all(|l| l.is_finite()));
         // Training works: the last steps' loss is well below the first steps'.

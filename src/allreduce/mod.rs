@@ -15,7 +15,7 @@ use crate::comm::GradDtype;
 use crate::device::DeviceChoice;
 use crate::job::watchdog::{self, RunFiles, Watchdog};
 use crate::job::{self, signals, JobOptions};
-use crate::record::RunStatus;
+use crate::record::{Buffer, RunStatus, SweepRow};
 use crate::world::{agree, Group};
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -165,38 +165,6 @@ impl Level {
             Level::InterNode => "inter-node",
         }
     }
-}
-
-/// One row of `allreduce.csv`: one size, one placement, on one backend and level.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct SweepRow {
-    pub level: String,
-    pub backend: String,
-    pub dtype: String,
-    /// "out-of-place" or "in-place".
-    pub placement: String,
-    /// Ranks in the all-reduce, the nodes they span, ranks per node.
-    pub ranks: usize,
-    pub nodes: usize,
-    pub ranks_per_node: usize,
-    pub bytes: u64,
-    pub count: u64,
-    pub iters: usize,
-    /// Mean per all-reduce over the timed loop, averaged over ranks.
-    pub time_us: f64,
-    /// The same on the slowest rank.
-    pub time_max_rank_us: f64,
-    /// Single iterations (each the slowest rank's): 10th, 50th, 90th percentile.
-    pub iter_p10_us: f64,
-    pub iter_median_us: f64,
-    pub iter_p90_us: f64,
-    /// bytes / time, GB/s (10⁹ bytes).
-    pub algbw_gb_s: f64,
-    /// algbw × 2(n−1)/n, GB/s.
-    pub busbw_gb_s: f64,
-    /// Elements that differed from the exact expected sum, over all ranks.
-    pub wrong: u64,
-    pub node_type: String,
 }
 
 /// `allreduce.json`: the sweep and what it ran on.
@@ -711,20 +679,20 @@ fn to_row(level: Level, backend: SweepBackend, dtype: GradDtype, m: &sweep::Meas
         level: level.name().into(),
         backend: backend.name().into(),
         dtype: dtype_name(dtype).into(),
-        placement: if m.in_place { "in-place" } else { "out-of-place" }.into(),
+        buffer: if m.in_place { Buffer::InPlace } else { Buffer::OutOfPlace },
         ranks: shape.ranks,
         nodes: shape.nodes,
         ranks_per_node: shape.ranks_per_node,
         bytes: m.bytes,
         count: m.count,
         iters: m.iters,
-        time_us: m.time_s * 1e6,
-        time_max_rank_us: m.time_max_rank_s * 1e6,
-        iter_p10_us: m.iter_p10_s * 1e6,
-        iter_median_us: m.iter_median_s * 1e6,
-        iter_p90_us: m.iter_p90_s * 1e6,
-        algbw_gb_s: algbw(m.bytes as f64, m.time_s) / 1e9,
-        busbw_gb_s: busbw(m.bytes as f64, shape.ranks, m.time_s) / 1e9,
+        time_s: m.time_s,
+        time_max_rank_s: m.time_max_rank_s,
+        iter_p10_s: m.iter_p10_s,
+        iter_median_s: m.iter_median_s,
+        iter_p90_s: m.iter_p90_s,
+        algbw_bytes_per_s: algbw(m.bytes as f64, m.time_s),
+        busbw_bytes_per_s: busbw(m.bytes as f64, shape.ranks, m.time_s),
         wrong: m.wrong,
         node_type: node_type.into(),
     }
@@ -762,7 +730,17 @@ fn print_line(pair: &[SweepRow]) {
     let (o, i) = (&pair[0], &pair[1]);
     println!(
         " {:>12} {:>12} {:>8}  {:>10.2} {:>8.3} {:>8.3} {:>6}  {:>10.2} {:>8.3} {:>8.3} {:>6}",
-        o.bytes, o.count, o.dtype, o.time_us, o.algbw_gb_s, o.busbw_gb_s, o.wrong, i.time_us, i.algbw_gb_s, i.busbw_gb_s, i.wrong
+        o.bytes,
+        o.count,
+        o.dtype,
+        o.time_s * 1e6,
+        o.algbw_bytes_per_s / 1e9,
+        o.busbw_bytes_per_s / 1e9,
+        o.wrong,
+        i.time_s * 1e6,
+        i.algbw_bytes_per_s / 1e9,
+        i.busbw_bytes_per_s / 1e9,
+        i.wrong
     );
 }
 
@@ -777,14 +755,14 @@ pub fn fit_models(rows: &[SweepRow], nodes: usize, per_node: usize, node_type: &
             let level_fit = |level: &str| -> Option<Result<LevelFit>> {
                 let pts: Vec<&SweepRow> = rows
                     .iter()
-                    .filter(|r| r.backend == b && r.level == level && r.placement == "out-of-place")
+                    .filter(|r| r.backend == b && r.level == level && r.buffer == Buffer::OutOfPlace)
                     .collect();
                 let first = pts.first()?;
-                let points: Vec<(u64, f64)> = pts.iter().map(|r| (r.bytes, r.time_us * 1e-6)).collect();
+                let points: Vec<(u64, f64)> = pts.iter().map(|r| (r.bytes, r.time_s)).collect();
                 let fitted = model::fit(level, b, &first.dtype, first.ranks, &points).map(|mut f| {
                     for (res, row) in f.residuals.iter_mut().zip(&pts) {
-                        if row.iter_median_us > 0.0 {
-                            res.rel_spread = (row.iter_p90_us - row.iter_p10_us) / 2.0 / row.iter_median_us;
+                        if row.iter_median_s > 0.0 {
+                            res.rel_spread = (row.iter_p90_s - row.iter_p10_s) / 2.0 / row.iter_median_s;
                         }
                     }
                     f
@@ -829,13 +807,13 @@ fn print_model(bm: &BackendModel, rows: &[SweepRow]) {
     // The whole world measured against the two levels combined: the model's own check.
     let world: Vec<&SweepRow> = rows
         .iter()
-        .filter(|r| r.backend == bm.backend && r.level == "world" && r.placement == "out-of-place")
+        .filter(|r| r.backend == bm.backend && r.level == "world" && r.buffer == Buffer::OutOfPlace)
         .collect();
     let errors: Vec<f64> = world
         .iter()
         .filter_map(|r| {
             let p = bm.model.time_s(r.nodes, r.ranks_per_node, r.bytes as f64).ok()?;
-            let measured = r.time_us * 1e-6;
+            let measured = r.time_s;
             Some((p.time_s - measured) / measured)
         })
         .collect();

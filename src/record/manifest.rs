@@ -6,8 +6,10 @@ use std::path::Path;
 
 /// Version of the files a run folder holds (`manifest.json`, `rank-NNNNN.csv`, and
 /// `summary.csv` written from them). 1: before `batch_copy_s` (the batch copy was inside
-/// `data_s`) and with `copy_d2h_s`/`copy_h2d_s`; 2: the phase glossary of results/README.md.
-pub const SCHEMA_VERSION: u32 = 2;
+/// `data_s`) and with `copy_d2h_s`/`copy_h2d_s`; 2: the phase glossary of results/README.md;
+/// 3: instants end in `_at_s`, `allreduce.csv` in seconds and bytes per second with
+/// `buffer` for `placement` (the old → new table in results/README.md).
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Manifests written before `schema_version` existed are version 1.
 fn schema_v1() -> u32 {

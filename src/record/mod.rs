@@ -7,18 +7,22 @@
 //! dot, RFC 3339 UTC timestamps beside numeric seconds, so spreadsheets import
 //! every number as a number.
 
+mod cells;
 mod end;
 pub mod key;
 pub mod last_gasp;
 mod manifest;
 pub mod reserve;
 mod rows;
+mod sweep;
 
+pub use cells::Cells;
 pub use end::{end_file_name, write_atomic, EndRecord, RunStatus};
 pub use key::{Backend, ComparisonKey, DeviceKind, GradDtype, MallocMode, MemoryFormat, Overlap, PhaseSync};
 
 pub use manifest::{AllreduceProbe, ClockSummary, CommInfo, Manifest, RankInfo, ScriptFile, SCHEMA_VERSION};
 pub use rows::{EpochRow, Phase, PhaseTimes, StepRow};
+pub use sweep::{Buffer, SweepRow};
 
 use anyhow::{Context, Result};
 use std::fs::File;
@@ -54,7 +58,7 @@ pub fn format_plain(v: f64) -> String {
     }
 }
 
-/// Appends rows to a CSV file. Each row is handed to the kernel as it is written (one
+/// Appends rows to a CSV file, every real number a plain decimal ([`Cells`]). Each row is handed to the kernel as it is written (one
 /// `write` of the whole row), so a process killed at any moment leaves every row it
 /// wrote complete on disk, and no torn row; a row the file system takes only in part (it
 /// is full) is cut off again. [`CsvLog::sync`] also forces the rows to the device
@@ -108,7 +112,8 @@ impl<R: serde::Serialize> CsvLog<R> {
             let mut w = csv::WriterBuilder::new()
                 .has_headers(!self.header_written)
                 .from_writer(&mut self.buf);
-            w.serialize(row)
+            // Through [`Cells`]: every real number a plain decimal, whatever the row type.
+            w.serialize(Cells(row))
                 .with_context(|| format!("cannot format a row for {}", self.path.display()))?;
             w.flush()?;
         }

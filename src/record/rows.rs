@@ -1,7 +1,6 @@
 //! The rows of `rank-NNNNN.csv` (one per step) and `epochs.csv` (one per epoch), and
 //! [`Phase`], the parts of a step that add up to `step_s`.
 
-use super::{plain_decimal, plain_decimal_opt};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -72,8 +71,10 @@ impl fmt::Display for Phase {
 /// Seconds per phase of one step, indexed by [`Phase::index`].
 pub type PhaseTimes = [f64; Phase::COUNT];
 
-/// One training step on one rank.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// One training step on one rank: a row of `rank-NNNNN.csv`. Its columns, in order, are
+/// [`StepRow::LEADING`], one per phase of [`Phase::ALL`] named by [`Phase::column`], and
+/// [`StepRow::TRAILING`]; a phase added to [`Phase`] is a column here with no other edit.
+#[derive(Debug, Clone, PartialEq)]
 pub struct StepRow {
     /// The run this row belongs to (the manifest's `run_id`).
     pub run_id: String,
@@ -88,104 +89,121 @@ pub struct StepRow {
     pub warmup: u8,
     /// Wall-clock time of the step's start.
     pub time_utc: String,
-    /// Seconds from the run's common start (ranks leave a barrier together) to the step's start.
-    #[serde(serialize_with = "plain_decimal")]
-    pub elapsed_s: f64,
+    /// Seconds from the run's common start (ranks leave a barrier together) to the step's
+    /// start (`elapsed_s` before schema 3).
+    pub step_start_at_s: f64,
     /// Samples this rank processed in the step.
     pub samples: usize,
-    /// [`Phase::Data`].
-    #[serde(serialize_with = "plain_decimal")]
-    pub data_s: f64,
-    /// [`Phase::BatchCopy`].
-    #[serde(serialize_with = "plain_decimal")]
-    pub batch_copy_s: f64,
-    /// [`Phase::Forward`].
-    #[serde(serialize_with = "plain_decimal")]
-    pub forward_s: f64,
-    /// [`Phase::Backward`].
-    #[serde(serialize_with = "plain_decimal")]
-    pub backward_s: f64,
-    /// [`Phase::CommExposed`].
-    #[serde(serialize_with = "plain_decimal")]
-    pub comm_exposed_s: f64,
-    /// [`Phase::Optimizer`].
-    #[serde(serialize_with = "plain_decimal")]
-    pub optimizer_s: f64,
-    /// [`Phase::Other`].
-    #[serde(serialize_with = "plain_decimal")]
-    pub other_s: f64,
+    /// Seconds per phase, indexed by [`Phase::index`]; they add up to `step_s`.
+    pub phases: PhaseTimes,
     /// Wall time of the whole step: the sum of the phases.
-    #[serde(serialize_with = "plain_decimal")]
     pub step_s: f64,
     /// All-reduce work: the sum over buckets of each bucket's all-reduce, staging
     /// copies included, whether or not it was hidden behind backward. Not a phase.
-    #[serde(serialize_with = "plain_decimal")]
     pub comm_s: f64,
     /// Device→host copies of the CPU-staged all-reduce (inside comm_s; 0 on CPU and with
     /// NCCL). The copies run on the device's default stream, so with overlap on they
     /// include waiting for the backward kernels queued ahead of them.
-    #[serde(serialize_with = "plain_decimal")]
     pub comm_stage_d2h_s: f64,
     /// Host→device copies of the CPU-staged all-reduce (inside comm_s); with overlap on,
     /// waits behind queued backward kernels included, as for comm_stage_d2h_s.
-    #[serde(serialize_with = "plain_decimal")]
     pub comm_stage_h2d_s: f64,
     /// The part of comm_s that ran before backward ended, by the clocks (0 without
     /// overlap). With the manifest's `comm.overlap_shares_core` it shared backward's
     /// cores and hid nothing.
-    #[serde(serialize_with = "plain_decimal")]
     pub comm_hidden_s: f64,
     /// Seconds from the run's common start to this rank's entry into the all-reduce
-    /// (its first bucket handed over).
-    #[serde(serialize_with = "plain_decimal")]
-    pub comm_start_s: f64,
+    /// (its first bucket handed over); `comm_start_s` before schema 3.
+    pub comm_start_at_s: f64,
     /// Seconds from the run's common start to this rank's entry into its last bucket's
     /// all-reduce (when its backward ended): from then on it only waits.
-    #[serde(serialize_with = "plain_decimal")]
-    pub comm_last_start_s: f64,
-    #[serde(serialize_with = "plain_decimal")]
+    /// `comm_last_start_s` before schema 3.
+    pub comm_last_start_at_s: f64,
     pub loss: f64,
     /// Gradient bytes this rank put into the all-reduce (at --grad-dtype).
     pub bytes: u64,
     /// fp16 AMP's loss scale during the step (empty without --amp fp16).
-    #[serde(serialize_with = "plain_decimal_opt")]
     pub loss_scale: Option<f64>,
     /// 1 when fp16 AMP found inf/NaN gradients and skipped the optimizer step.
     pub step_skipped: u8,
 }
 
 impl StepRow {
-    /// The seconds of `phase` in this step.
-    pub fn phase(&self, phase: Phase) -> f64 {
-        match phase {
-            Phase::Data => self.data_s,
-            Phase::BatchCopy => self.batch_copy_s,
-            Phase::Forward => self.forward_s,
-            Phase::Backward => self.backward_s,
-            Phase::CommExposed => self.comm_exposed_s,
-            Phase::Optimizer => self.optimizer_s,
-            Phase::Other => self.other_s,
-        }
+    /// The columns before the phases.
+    pub const LEADING: [&'static str; 10] = [
+        "run_id",
+        "rank",
+        "node_type",
+        "epoch",
+        "step",
+        "global_step",
+        "warmup",
+        "time_utc",
+        "step_start_at_s",
+        "samples",
+    ];
+    /// The columns after the phases.
+    pub const TRAILING: [&'static str; 11] = [
+        "step_s",
+        "comm_s",
+        "comm_stage_d2h_s",
+        "comm_stage_h2d_s",
+        "comm_hidden_s",
+        "comm_start_at_s",
+        "comm_last_start_at_s",
+        "loss",
+        "bytes",
+        "loss_scale",
+        "step_skipped",
+    ];
+
+    /// Every column of a rank file, in order.
+    pub fn columns() -> Vec<&'static str> {
+        let phases = Phase::ALL.iter().map(|p| p.column());
+        Self::LEADING.iter().copied().chain(phases).chain(Self::TRAILING).collect()
     }
 
-    /// Sets every phase column from `times`.
-    pub fn set_phases(&mut self, times: &PhaseTimes) {
-        for p in Phase::ALL {
-            let v = times[p.index()];
-            match p {
-                Phase::Data => self.data_s = v,
-                Phase::BatchCopy => self.batch_copy_s = v,
-                Phase::Forward => self.forward_s = v,
-                Phase::Backward => self.backward_s = v,
-                Phase::CommExposed => self.comm_exposed_s = v,
-                Phase::Optimizer => self.optimizer_s = v,
-                Phase::Other => self.other_s = v,
-            }
-        }
+    /// The seconds of `phase` in this step.
+    pub fn phase(&self, phase: Phase) -> f64 {
+        self.phases[phase.index()]
     }
 }
 
-/// Reads an empty cell (an undefined figure, as [`super::plain_decimal`] writes NaN) as NaN.
+impl Serialize for StepRow {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("StepRow", Self::LEADING.len() + Phase::COUNT + Self::TRAILING.len())?;
+        let [run_id, rank, node_type, epoch, step, global_step, warmup, time_utc, start_at, samples] = Self::LEADING;
+        st.serialize_field(run_id, &self.run_id)?;
+        st.serialize_field(rank, &self.rank)?;
+        st.serialize_field(node_type, &self.node_type)?;
+        st.serialize_field(epoch, &self.epoch)?;
+        st.serialize_field(step, &self.step)?;
+        st.serialize_field(global_step, &self.global_step)?;
+        st.serialize_field(warmup, &self.warmup)?;
+        st.serialize_field(time_utc, &self.time_utc)?;
+        st.serialize_field(start_at, &self.step_start_at_s)?;
+        st.serialize_field(samples, &self.samples)?;
+        for p in Phase::ALL {
+            st.serialize_field(p.column(), &self.phases[p.index()])?;
+        }
+        let [step_s, comm_s, d2h, h2d, hidden, comm_at, last_at, loss, bytes, scale, skipped] = Self::TRAILING;
+        st.serialize_field(step_s, &self.step_s)?;
+        st.serialize_field(comm_s, &self.comm_s)?;
+        st.serialize_field(d2h, &self.comm_stage_d2h_s)?;
+        st.serialize_field(h2d, &self.comm_stage_h2d_s)?;
+        st.serialize_field(hidden, &self.comm_hidden_s)?;
+        st.serialize_field(comm_at, &self.comm_start_at_s)?;
+        st.serialize_field(last_at, &self.comm_last_start_at_s)?;
+        st.serialize_field(loss, &self.loss)?;
+        st.serialize_field(bytes, &self.bytes)?;
+        st.serialize_field(scale, &self.loss_scale)?;
+        st.serialize_field(skipped, &self.step_skipped)?;
+        st.end()
+    }
+}
+
+/// Reads an empty cell (an undefined figure, as [`super::CsvLog`] writes NaN) as NaN.
 fn nan_if_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
@@ -197,20 +215,17 @@ pub struct EpochRow {
     pub time_utc: String,
     pub steps: usize,
     /// Slowest rank's wall time for the epoch's training steps.
-    #[serde(serialize_with = "plain_decimal")]
     pub epoch_s: f64,
-    #[serde(serialize_with = "plain_decimal", deserialize_with = "nan_if_empty")]
+    #[serde(deserialize_with = "nan_if_empty")]
     pub train_loss: f64,
     /// Empty (NaN) without validation (`--val-samples 0`).
-    #[serde(serialize_with = "plain_decimal", deserialize_with = "nan_if_empty")]
+    #[serde(deserialize_with = "nan_if_empty")]
     pub val_loss: f64,
-    #[serde(serialize_with = "plain_decimal", deserialize_with = "nan_if_empty")]
+    #[serde(deserialize_with = "nan_if_empty")]
     pub val_accuracy: f64,
     pub val_samples: usize,
-    #[serde(serialize_with = "plain_decimal")]
     pub val_s: f64,
     /// L2 norm of all parameters (identical on every rank, checked).
-    #[serde(serialize_with = "plain_decimal")]
     pub param_l2: f64,
 }
 
@@ -249,22 +264,16 @@ mod tests {
             global_step: 1,
             warmup: 1,
             time_utc: "2026-01-01T00:00:00.000000Z".into(),
-            elapsed_s: 0.5,
+            step_start_at_s: 0.5,
             samples: 64,
-            data_s: 0.001,
-            batch_copy_s: 0.0,
-            forward_s: 0.01,
-            backward_s: 0.02,
-            comm_exposed_s: 0.003,
-            optimizer_s: 0.004,
-            other_s: 0.0005,
+            phases: [0.001, 0.0, 0.01, 0.02, 0.003, 0.004, 0.0005],
             step_s: 0.0385,
             comm_s: 0.003,
             comm_stage_d2h_s: 0.0,
             comm_stage_h2d_s: 0.0,
             comm_hidden_s: 0.0,
-            comm_start_s: 0.53,
-            comm_last_start_s: 0.53,
+            comm_start_at_s: 0.53,
+            comm_last_start_at_s: 8.787e-6,
             loss: 2.3,
             bytes: 4_799_528,
             loss_scale: None,
@@ -273,33 +282,27 @@ mod tests {
     }
 
     #[test]
-    fn phase_accessors_match_the_columns() {
-        let mut r = row();
-        let times: PhaseTimes = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0];
-        r.set_phases(&times);
-        for p in Phase::ALL {
-            assert_eq!(r.phase(p), times[p.index()]);
-        }
-        assert_eq!((r.data_s, r.comm_exposed_s, r.other_s), (1.0, 5.0, 7.0));
-    }
-
-    #[test]
-    fn step_rows_round_trip_with_unit_headers() {
+    fn step_rows_are_written_flat_with_unit_headers() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(rank_file_name(3));
         let row = row();
         let mut log = CsvLog::create(&path).unwrap();
         log.write(&row).unwrap();
-        log.flush().unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(path.ends_with("rank-00003.csv"));
-        let header = text.lines().next().unwrap();
-        assert_eq!(header, "run_id,rank,node_type,epoch,step,global_step,warmup,time_utc,elapsed_s,samples,data_s,batch_copy_s,forward_s,backward_s,comm_exposed_s,optimizer_s,other_s,step_s,comm_s,comm_stage_d2h_s,comm_stage_h2d_s,comm_hidden_s,comm_start_s,comm_last_start_s,loss,bytes,loss_scale,step_skipped");
-        // A comma inside a field is quoted (RFC 4180); numbers are plain decimals.
-        assert!(text.lines().nth(1).unwrap().starts_with("r1,3,\"Xeon, 48c\",0,1,1,1,"));
-        assert!(text.contains(",4799528,,0\n"), "no loss scale is an empty cell: {text}");
-        let back: StepRow = csv::Reader::from_path(&path).unwrap().deserialize().next().unwrap().unwrap();
-        assert_eq!(back, row);
+        let mut lines = text.lines();
+        assert_eq!(lines.next().unwrap(), StepRow::columns().join(","));
+        // A comma inside a field is quoted (RFC 4180); numbers are plain decimals, each
+        // phase in its column.
+        assert_eq!(
+            lines.next().unwrap(),
+            "r1,3,\"Xeon, 48c\",0,1,1,1,2026-01-01T00:00:00.000000Z,0.5,64,\
+             0.001,0,0.01,0.02,0.003,0.004,0.0005,\
+             0.0385,0.003,0,0,0,0.53,0.000008787,2.3,4799528,,0"
+        );
+        for p in Phase::ALL {
+            assert_eq!(row.phase(p), row.phases[p.index()]);
+        }
     }
 }
 

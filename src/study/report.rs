@@ -9,7 +9,7 @@ use super::State;
 use crate::plot::{self, Rasteriser, Series};
 use crate::record::RunStatus;
 use crate::reduce::analysis::{ScalingMode, ScalingRow};
-use crate::reduce::report::{Cells, RunReport};
+use crate::reduce::report::RunReport;
 use crate::reduce::Report;
 use crate::stats::median;
 use anyhow::{Context, Result};
@@ -222,12 +222,10 @@ pub(super) fn write(out: &Path, plan: &Plan, repeat: usize, state: &State, reduc
     let report = out.join("report");
     std::fs::create_dir_all(&report).with_context(|| format!("cannot create {}", report.display()))?;
     let rows = summarise(reduced, plan, repeat, state);
-    let mut w = csv::Writer::from_path(report.join("study.csv")).context("cannot write study.csv")?;
+    let mut w = crate::record::CsvLog::create(&report.join("study.csv"))?;
     for r in &rows {
-        // Plain decimals, as reduce writes its tables: no exponent, nothing undefined.
-        w.serialize(Cells(r))?;
+        w.write(r)?;
     }
-    w.flush()?;
     let mut by: BTreeMap<&str, Vec<&PointSummary>> = BTreeMap::new();
     for r in &rows {
         by.entry(r.workload.as_str()).or_default().push(r);

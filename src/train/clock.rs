@@ -1,4 +1,4 @@
-//! Clock offsets between ranks. Every rank's CSV times (`elapsed_s`, `comm_start_s`,
+//! Clock offsets between ranks. Every rank's CSV times (`step_start_at_s`, `comm_start_at_s`,
 //! ...) count from its own start of the run, the moment it left a barrier; the ranks
 //! leave it within the barrier's exit skew, and their clocks drift apart afterwards by
 //! a few parts per million, milliseconds over a long run: the size of the straggler
@@ -26,9 +26,10 @@ pub struct ClockRow {
     /// 0 at the start of training, k after epoch k-1.
     pub sync: usize,
     pub rank: usize,
-    /// Rank 0's clock (seconds since its start of the run) at this estimate.
-    #[serde(serialize_with = "plain_decimal")]
-    pub rank0_elapsed_s: f64,
+    /// Rank 0's clock (seconds since its start of the run) at this estimate
+    /// (`rank0_elapsed_s` before schema 3).
+    #[serde(alias = "rank0_elapsed_s")]
+    pub rank0_at_s: f64,
     /// Rank 0's clock minus this rank's clock: add it to this rank's times.
     #[serde(serialize_with = "plain_decimal")]
     pub offset_s: f64,
@@ -46,7 +47,7 @@ pub fn estimate(g: &Group, origin: Instant, sync: usize) -> Vec<ClockRow> {
         let mut rows = vec![ClockRow {
             sync,
             rank: 0,
-            rank0_elapsed_s: now(),
+            rank0_at_s: now(),
             offset_s: 0.0,
             error_s: 0.0,
         }];
@@ -60,7 +61,7 @@ pub fn estimate(g: &Group, origin: Instant, sync: usize) -> Vec<ClockRow> {
             rows.push(ClockRow {
                 sync,
                 rank: r,
-                rank0_elapsed_s: row[0],
+                rank0_at_s: row[0],
                 offset_s: row[1],
                 error_s: row[2],
             });

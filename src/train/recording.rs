@@ -49,7 +49,7 @@ impl RowIdentity {
     pub fn step_row(&self, m: &Measured, at: StepAt, origin: Instant) -> StepRow {
         let since_origin = |t: Instant| (t - origin).as_secs_f64();
         let comm: &CommStats = &m.comm;
-        let mut row = StepRow {
+        StepRow {
             run_id: self.run_id.clone(),
             rank: self.rank,
             node_type: self.node_type.clone(),
@@ -58,29 +58,21 @@ impl RowIdentity {
             global_step: at.global_step,
             warmup: u8::from(at.warmup),
             time_utc: record::rfc3339_utc(m.started_utc),
-            elapsed_s: since_origin(m.times.start),
+            step_start_at_s: since_origin(m.times.start),
             samples: m.samples,
             step_s: m.times.step_s,
             comm_s: comm.comm_s,
             comm_stage_d2h_s: comm.stage_d2h_s,
             comm_stage_h2d_s: comm.stage_h2d_s,
-            comm_start_s: comm.first_launch.map_or(f64::NAN, since_origin),
-            comm_last_start_s: comm.last_launch.map_or(f64::NAN, since_origin),
+            comm_start_at_s: comm.first_launch.map_or(f64::NAN, since_origin),
+            comm_last_start_at_s: comm.last_launch.map_or(f64::NAN, since_origin),
             comm_hidden_s: comm.hidden_s,
             loss: m.loss,
             bytes: comm.bytes,
             loss_scale: m.loss_scale,
             step_skipped: u8::from(!m.stepped),
-            data_s: 0.0,
-            batch_copy_s: 0.0,
-            forward_s: 0.0,
-            backward_s: 0.0,
-            comm_exposed_s: 0.0,
-            optimizer_s: 0.0,
-            other_s: 0.0,
-        };
-        row.set_phases(&m.times.phases);
-        row
+            phases: m.times.phases,
+        }
     }
 }
 

@@ -220,7 +220,7 @@ impl<'g> Trainer<'g> {
     }
 
     /// Trains every epoch: the ranks leave a barrier together (the common time origin
-    /// of every `elapsed_s`), GPU telemetry starts, then epoch after epoch. Returns the
+    /// of every `step_start_at_s`), GPU telemetry starts, then epoch after epoch. Returns the
     /// stop signal when one ended the run early ([`signals`]).
     pub fn run(&mut self) -> Result<Option<i32>> {
         let f = crate::flight::enter("barrier", "start of training");

@@ -138,7 +138,7 @@ pub fn clock_row(row: &ClockRow, world_size: usize, run_s: Option<f64>) -> Resul
     if row.rank >= world_size {
         return Err(format!("rank is {}: the run has ranks 0 to {}", row.rank, world_size - 1));
     }
-    let at = bounds::seconds("rank0_elapsed_s", row.rank0_elapsed_s, run_end_s(run_s))?;
+    let at = bounds::seconds("rank0_at_s", row.rank0_at_s, run_end_s(run_s))?;
     bounds::seconds("error_s", row.error_s, clock_slack_s(at))?;
     if row.offset_s.is_nan() || row.offset_s.abs() > clock_slack_s(at) {
         return Err(format!(
@@ -193,7 +193,7 @@ mod tests {
         let row = |rank: usize, at: f64, offset_s: f64| ClockRow {
             sync: 0,
             rank,
-            rank0_elapsed_s: at,
+            rank0_at_s: at,
             offset_s,
             error_s: 1e-5,
         };
@@ -204,7 +204,7 @@ mod tests {
             .contains("offset_s is 1000000000"));
         assert!(clock_row(&row(1, 500.0, 0.0), 2, Some(200.0))
             .unwrap_err()
-            .contains("rank0_elapsed_s is 500"));
+            .contains("rank0_at_s is 500"));
     }
 
     #[test]

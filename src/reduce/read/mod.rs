@@ -420,7 +420,7 @@ pub struct GpuTelemetry {
 
 impl GpuTelemetry {
     /// Adds one rank's telemetry file; a missing file adds nothing. `window` is the
-    /// rank's timed steps, (first start, last end) in `elapsed_s` seconds: utilisation
+    /// rank's timed steps, (first start, last end) in seconds from the run's common start: utilisation
     /// and power samples outside it (set-up, warm-up, validation after the last step)
     /// are left out; None takes every sample. Err names the row and reading that no
     /// GPU can give ([`limits::gpu_sample`]).
@@ -429,7 +429,7 @@ impl GpuTelemetry {
         let Ok(h) = r.headers().cloned() else { return Ok(()) };
         let pos = |n: &str| h.iter().position(|c| c == n);
         let (util, mem, power) = (pos("gpu_util_pct"), pos("mem_used_bytes"), pos("power_w"));
-        let elapsed = pos("elapsed_s");
+        let elapsed = pos("sample_at_s").or_else(|| pos("elapsed_s"));
         for (i, rec) in r.records().enumerate() {
             let Ok(rec) = rec else { continue };
             let get = |i: Option<usize>| i.and_then(|i| rec.get(i)).and_then(|v| v.parse::<f64>().ok());
@@ -494,7 +494,7 @@ impl ClockOffsets {
                 }
                 let row = row.map_err(|e| at(e.to_string()))?;
                 limits::clock_row(&row, world_size, run_s).map_err(at)?;
-                by_rank.entry(row.rank).or_default().push((row.rank0_elapsed_s, row.offset_s));
+                by_rank.entry(row.rank).or_default().push((row.rank0_at_s, row.offset_s));
             }
         }
         for v in by_rank.values_mut() {

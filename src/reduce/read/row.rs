@@ -72,10 +72,11 @@ impl Columns {
             samples: pos("samples")?,
             phases,
             step_s: pos("step_s")?,
-            comm_start_s: pos("comm_start_s")?,
-            comm_last_start_s: opt("comm_last_start_s"),
+            // Schema 3 names instants `_at_s`; older files hold them under `_s`.
+            comm_start_s: pos("comm_start_at_s").or_else(|_| pos("comm_start_s"))?,
+            comm_last_start_s: opt("comm_last_start_at_s").or_else(|| opt("comm_last_start_s")),
             comm_hidden_s: opt("comm_hidden_s"),
-            elapsed_s: opt("elapsed_s"),
+            elapsed_s: opt("step_start_at_s").or_else(|| opt("elapsed_s")),
             run_id: opt("run_id"),
             bytes: pos("bytes")?,
             comm_s: opt("comm_exposed_s").and(opt("comm_s")),
@@ -171,17 +172,20 @@ impl Row {
         }
         if self.comm_last_start_s + tol(self.comm_last_start_s, self.comm_start_s) < self.comm_start_s {
             return Err(format!(
-                "comm_last_start_s is {}, before the first bucket's entry (comm_start_s is {})",
+                "comm_last_start_at_s is {}, before the first bucket's entry (comm_start_at_s is {})",
                 shown(self.comm_last_start_s),
                 shown(self.comm_start_s)
             ));
         }
         if self.elapsed_s.is_finite() {
             let (from, to) = (self.elapsed_s, self.elapsed_s + step);
-            for (key, t) in [("comm_start_s", self.comm_start_s), ("comm_last_start_s", self.comm_last_start_s)] {
+            for (key, t) in [
+                ("comm_start_at_s", self.comm_start_s),
+                ("comm_last_start_at_s", self.comm_last_start_s),
+            ] {
                 if t + tol(t, from) < from || t > to + tol(t, to) {
                     return Err(format!(
-                        "{key} is {}, outside its step, which ran from {} to {} s (elapsed_s to elapsed_s + step_s)",
+                        "{key} is {}, outside its step, which ran from {} to {} s (step_start_at_s to step_start_at_s + step_s)",
                         shown(t),
                         format_plain(from),
                         format_plain(to)
@@ -204,7 +208,7 @@ impl Row {
         let prev_end = prev.elapsed_s + prev.step_s;
         if self.elapsed_s.is_finite() && prev_end.is_finite() && self.elapsed_s + tolerance_s(self.elapsed_s, prev_end) < prev_end {
             return Err(format!(
-                "elapsed_s is {}: the step starts before the previous one ended (at {} s)",
+                "step_start_at_s is {}: the step starts before the previous one ended (at {} s)",
                 shown(self.elapsed_s),
                 format_plain(prev_end)
             ));
@@ -217,9 +221,9 @@ impl Row {
     /// [`clock_slack_s`].
     pub fn within_run(&self, run_s: f64) -> Result<(), String> {
         let (key, end) = if self.elapsed_s.is_finite() {
-            ("elapsed_s + step_s", self.elapsed_s + self.step_s)
+            ("step_start_at_s + step_s", self.elapsed_s + self.step_s)
         } else {
-            ("comm_last_start_s", self.comm_last_start_s)
+            ("comm_last_start_at_s", self.comm_last_start_s)
         };
         if end > run_s + clock_slack_s(run_s) {
             return Err(format!(
@@ -275,9 +279,9 @@ mod tests {
         broken(|r| r.comm_start_s = 11.0, "before the first bucket's entry");
         broken(
             |r| r.comm_start_s = 9.0,
-            "comm_start_s is 9, outside its step, which ran from 10 to 11.5 s",
+            "comm_start_at_s is 9, outside its step, which ran from 10 to 11.5 s",
         );
-        broken(|r| r.comm_last_start_s = 12.0, "comm_last_start_s is 12, outside its step");
+        broken(|r| r.comm_last_start_s = 12.0, "comm_last_start_at_s is 12, outside its step");
     }
 
     #[test]
@@ -291,7 +295,7 @@ mod tests {
         assert!(next
             .follows(&first)
             .unwrap_err()
-            .contains("elapsed_s is 11.4: the step starts before"));
+            .contains("step_start_at_s is 11.4: the step starts before"));
         next.global_step = 3;
         assert!(next.follows(&first).unwrap_err().contains("global_step is 3, not after"));
         assert_eq!(first.within_run(11.5), Ok(()));

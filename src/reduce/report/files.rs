@@ -1,6 +1,5 @@
 //! The files written from a [`Report`]: the CSV tables, report.json, report.md, the plots.
 
-use super::cells::Cells;
 use super::{markdown::markdown, plots, projection, Report};
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -11,9 +10,9 @@ use std::path::Path;
 /// report.json and, with `with_plots`, the SVG and PNG plots.
 pub fn write(report: &Report, out: &Path, with_plots: bool) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    write_cells(&out.join("summary.csv"), &report.summary)?;
-    write_cells(&out.join("scaling.csv"), &report.scaling)?;
-    write_cells(&out.join("ranks.csv"), &report.ranks)?;
+    write_csv(&out.join("summary.csv"), &report.summary)?;
+    write_csv(&out.join("scaling.csv"), &report.scaling)?;
+    write_csv(&out.join("ranks.csv"), &report.ranks)?;
     let projected = report.projection.as_ref().filter(|p| !p.rows.is_empty());
     if let Some(p) = projected {
         write_csv(&out.join("projection.csv"), &p.rows)?;
@@ -32,13 +31,8 @@ pub fn write(report: &Report, out: &Path, with_plots: bool) -> Result<()> {
     Ok(())
 }
 
-/// A CSV file of `rows`, each cell as written ([`Cells`]: plain decimals, lists joined).
-fn write_cells<R: Serialize>(path: &Path, rows: &[R]) -> Result<()> {
-    let cells: Vec<Cells<R>> = rows.iter().map(Cells).collect();
-    write_csv(path, &cells)
-}
-
-/// A CSV file of `rows`, as serde writes them.
+/// A CSV file of `rows`, each cell as [`crate::record::Cells`] writes it (plain
+/// decimals, lists joined).
 fn write_csv<R: Serialize>(path: &Path, rows: &[R]) -> Result<()> {
     let mut log = crate::record::CsvLog::create(path)?;
     for r in rows {

@@ -6,7 +6,6 @@
 //! tables ([`terminal`]). Nothing written reads a run again: a study takes the same value.
 
 mod build;
-mod cells;
 mod communication;
 mod efficiency;
 mod files;
@@ -17,8 +16,8 @@ mod projection;
 mod speedup;
 mod terminal;
 
+pub use crate::record::Cells;
 pub use build::build;
-pub use cells::Cells;
 pub use files::write;
 pub use projection::{left_out as projection_left_out, section as projection_section};
 pub use terminal::print;

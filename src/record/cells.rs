@@ -1,6 +1,6 @@
-//! A report row as CSV cells. The report's rows hold numbers and lists as such (so
-//! report.json has them as numbers and lists); written as CSV, every real number is a
-//! plain decimal ([`crate::record::format_plain`]: no exponent, an undefined one an
+//! A row as CSV cells, as [`super::CsvLog`] writes every row of every file. Rows hold
+//! numbers and lists as such (so report.json has them as numbers and lists); written as
+//! CSV, every real number is a plain decimal ([`crate::record::format_plain`]: no exponent, an undefined one an
 //! empty cell) and a list of names is one cell, the names space-separated.
 
 use crate::record::format_plain;
