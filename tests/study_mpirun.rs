@@ -507,3 +507,33 @@ fn study_csv_throughput_is_the_median_of_the_repeats() {
         );
     }
 }
+
+/// The text from `from` up to the first `)` after it, in `text`.
+fn clause<'a>(text: &'a str, from: &str) -> Option<&'a str> {
+    let at = text.find(from)?;
+    let end = text[at..].find(')')?;
+    Some(&text[at..=at + end])
+}
+
+/// study.md and report.md say the same thing of a workload (one sentence made from the
+/// report), accuracy is not compared across different amounts of training unsaid, and a
+/// serial fraction above 1 is not applicable.
+#[test]
+fn study_md_and_report_md_give_one_verdict() {
+    let d = tmp();
+    let out = d.path().join("study");
+    copy_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema2/study"), &out);
+    study(&out.join("study.toml"), &out, &[]).assert_ok();
+    let study_md = std::fs::read_to_string(out.join("report/study.md")).unwrap();
+    let report_md = std::fs::read_to_string(out.join("report/report.md")).unwrap();
+    let loss = clause(&study_md, "the largest measured loss is").unwrap_or_else(|| panic!("{study_md}"));
+    assert!(report_md.contains(loss), "{loss:?} not in report.md:\n{report_md}");
+    let r = clause(&study_md, "R = ").unwrap_or_else(|| panic!("{study_md}"));
+    assert!(report_md.contains(r), "{r:?} not in report.md:\n{report_md}");
+    // Weak (global batch 64) and strong (32) points ran the same 12 steps: one saw twice
+    // the samples of the other.
+    assert!(study_md.contains("different numbers of samples"), "{study_md}");
+    // Karp–Flatt 2.796 and Gustafson 1.242 in the fixture: speedups below 1.
+    assert!(!report_md.contains("Karp–Flatt 2.796"), "{report_md}");
+    assert!(report_md.contains("not applicable (speedup < 1"), "{report_md}");
+}
