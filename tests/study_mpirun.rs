@@ -144,12 +144,8 @@ fn a_study_runs_every_point_on_its_ranks_and_goes_on_past_a_failing_one() {
         .find(|r| r[point].contains("fashion-mnist-b64-r2"))
         .expect("b64 2-rank point in study.csv");
     assert!(two[weak].parse::<f64>().unwrap() > 0.0, "{two:?}");
-    assert!(
-        job.stdout.contains("mnist-cnn-fashion-mnist-b64 reaches speedup")
-            || job.stdout.contains("mnist-cnn-fashion-mnist-b64 scales negatively"),
-        "{}",
-        job.stdout
-    );
+    // The verdict on its largest point, as report.md says it.
+    assert!(job.stdout.contains("mnist-cnn-fashion-mnist-b64: At 2 ranks"), "{}", job.stdout);
     assert!(
         job.stdout.contains("mnist-cnn-cifar10-b32: no point beyond 1 rank completed"),
         "{}",

@@ -55,7 +55,8 @@ pub struct TypeSummary {
     /// The all-reduce work without that wait ([`metrics::transfer_time`]).
     pub comm_transfer_s_median: f64,
     /// R ([`metrics::compute_comm_ratio`]) from mean forward, backward and transfer
-    /// time: the wait for a late rank is not communication.
+    /// time: the wait for a late rank is not communication. NaN for a 1-rank run, whose
+    /// all-reduce is a local copy.
     pub compute_comm_ratio: f64,
     /// Mean comm_hidden_s: all-reduce work done while backward ran (0 where the
     /// all-reduce thread shared backward's cores).
@@ -72,7 +73,8 @@ pub struct TypeSummary {
     /// The same probe with warm caches (the best case).
     pub probe_warm_busbw_bytes_per_s: f64,
     pub busbw_vs_probe: f64,
-    /// Share of steps in which a rank of this type was the last to enter the all-reduce.
+    /// Share of steps in which a rank of this type was the last to enter the all-reduce
+    /// (NaN for a 1-rank run: a lone rank arrives in no order).
     pub last_arrival_share: f64,
     /// Seconds per step the other ranks waited because a rank of this type entered last.
     pub caused_wait_s_mean: f64,

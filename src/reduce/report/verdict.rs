@@ -39,7 +39,7 @@ pub fn largest_loss(row: &ScalingRow) -> String {
     if !row.loss_comm_samples_per_s.is_finite() {
         return "Its ranks are of several node types, so no waterfall splits what it lost.".into();
     }
-    if !(lost > 0.0) {
+    if lost.is_nan() || lost <= 0.0 {
         return "It loses nothing against ideal (the reference's throughput × its ranks).".into();
     }
     let all = losses(row);
