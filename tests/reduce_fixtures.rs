@@ -250,8 +250,9 @@ fn strong_scaling_reports_karp_flatt_and_the_batch_ratio() {
     assert_eq!(r.scaling_mode, ScalingMode::Strong);
     // Baseline 20 samples/s (20 per 1.0 s); the 2-rank run 13.33/s: speedup 2/3.
     assert!(close(r.speedup, (20.0 / 1.5) / 20.0));
-    // Karp–Flatt at s = 2/3, p = 2: (3/2 − 1/2)/(1/2) = 2; one strong point: no Amdahl fit.
-    assert!(close(r.karp_flatt, 2.0) && r.amdahl_serial_fraction.is_nan());
+    // Karp–Flatt at s = 2/3, p = 2 would be (3/2 − 1/2)/(1/2) = 2: above 1, where the law
+    // is undefined, so not applicable (empty); one strong point: no Amdahl fit.
+    assert!(r.karp_flatt.is_nan() && r.amdahl_serial_fraction.is_nan());
     let sum = r.loss_comm_samples_per_s + r.loss_data_samples_per_s + r.loss_straggler_samples_per_s + r.loss_other_samples_per_s;
     assert!(close(sum, r.ideal_samples_per_s - r.samples_per_s));
 }
@@ -1062,4 +1063,143 @@ fn reduce_interconnect_refuses_1e12_buckets() {
     // The other run is reduced and projected.
     let (h, rows) = read_csv(&runs.join("projection.csv"));
     assert!(rows.iter().all(|r| r[h.iter().position(|c| c == "from_run").unwrap()] == "two"));
+}
+
+/// The report of the run folders under `dir`, and its report.md.
+fn report_of(dir: &Path) -> (ddpbench::reduce::Report, String) {
+    let req = ddpbench::reduce::ReduceRequest {
+        runs: vec![dir.to_path_buf()],
+        baseline: None,
+        interconnect: None,
+        project_to: 1024,
+    };
+    let report = ddpbench::reduce::run(&req).unwrap();
+    let out = dir.join("report");
+    ddpbench::reduce::write(&report, &out, false).unwrap();
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    (report, md)
+}
+
+// Rank 0 enters the all-reduce at +0.7 s, rank 1 at +1.0 s: rank 0 waits 0.3 s, both
+// transfer 0.1 s, both steps last 1.2 s; the ranks compute 0.8 and 1.1 s.
+const LATE: [RankSpec; 2] = [("A", [0.1, 0.2, 0.4, 0.4, 0.1, 0.0]), ("A", [0.1, 0.3, 0.6, 0.1, 0.1, 0.0])];
+
+/// R = 7.5 ≥ 3, yet the waterfall's largest loss is the wait for the late rank: the
+/// verdict names it with its share and shows what R implies, in report.md and its value.
+#[test]
+fn the_verdict_names_the_largest_measured_loss_and_what_r_implies() {
+    let d = tmp();
+    write_run(&d.path().join("base"), "base", "m", &BASE, 10, 4);
+    write_run(&d.path().join("late"), "late", "m", &LATE, 10, 4);
+    let (report, md) = report_of(d.path());
+    // Ideal 20/s, measured 20/1.2 = 16.7/s: 3.3/s lost. Extra time per step over the ideal
+    // 1.0 s: transfer 0.1, waiting 0.15, compute (0.8 + 1.1)/2 − 0.9 = 0.05 − 0.1 = −0.05
+    // (optimizer included): waiting is 0.15/0.2 = 75 % of the loss.
+    let v = &report.workloads[0].verdict;
+    assert!(v.contains("the largest measured loss is waiting for a late rank"), "{v}");
+    assert!(v.contains("2.5 of the 3.3 samples/s lost (75 %)"), "{v}");
+    // R = (fwd + bwd) / transfer = 0.75 / 0.1; without overlap efficiency ≤ R/(R+1) = 88 %.
+    assert!(v.contains("R = 7.50") && v.contains("R/(R+1) = 88 %"), "{v}");
+    assert!(md.contains(v.as_str()), "report.md does not print the verdict:\n{md}");
+    let c = &report.findings.compute_vs_comm;
+    assert!(!c.contains("not what limits"), "{c}");
+    // Its interval (constant steps: one value) excludes 1: a direction may be claimed.
+    assert!(v.contains("scales: speedup 1.67"), "{v}");
+}
+
+/// A speedup below 1 whose interval holds 1 is no direction.
+#[test]
+fn no_direction_is_claimed_inside_the_noise() {
+    let d = tmp();
+    const SLOW: [RankSpec; 2] = [("A", [0.1, 0.3, 0.5, 1.2, 0.1, 0.0]), ("A", [0.1, 0.3, 0.5, 1.2, 0.1, 0.0])];
+    for (i, (b, t)) in [(1.0, 1.0), (1.3, 1.15)].iter().enumerate() {
+        let (base, slow) = (format!("base-{i}"), format!("slow-{i}"));
+        let mut f = fixture(&base, &BASE, 10);
+        f.scale = *b;
+        write(&d.path().join(&base), &f);
+        let mut f = fixture(&slow, &SLOW, 10);
+        f.scale = *t;
+        write(&d.path().join(&slow), &f);
+    }
+    let (report, _) = report_of(d.path());
+    let row = report.scaling.iter().find(|r| r.scaling_mode == ScalingMode::Weak).unwrap();
+    assert!(row.speedup < 1.0 && row.speedup_low < 1.0 && row.speedup_high > 1.0, "{row:?}");
+    let v = &report.workloads[0].verdict;
+    assert!(v.contains("indistinguishable from no speedup at this noise; add repeats"), "{v}");
+    assert!(!v.to_lowercase().contains("negative"), "{v}");
+}
+
+/// A point slower than its reference (interval excluding 1) scales negatively; its
+/// serial fraction is above 1, where Gustafson's law is undefined: not applicable.
+#[test]
+fn serial_fractions_of_a_slower_point_are_not_applicable() {
+    let d = tmp();
+    const SLOW: [RankSpec; 2] = [("A", [0.1, 0.3, 0.5, 1.2, 0.1, 0.0]), ("A", [0.1, 0.3, 0.5, 1.2, 0.1, 0.0])];
+    write_run(&d.path().join("base"), "base", "m", &BASE, 10, 4);
+    write_run(&d.path().join("slow"), "slow", "m", &SLOW, 10, 4);
+    let (report, md) = report_of(d.path());
+    let row = report.scaling.iter().find(|r| r.scaling_mode == ScalingMode::Weak).unwrap();
+    assert!(close(row.speedup, 20.0 / 2.2 / 10.0), "{}", row.speedup);
+    assert!(row.gustafson_serial_fraction.is_nan(), "{}", row.gustafson_serial_fraction);
+    assert!(md.contains("not applicable (speedup < 1"), "{md}");
+    let v = &report.workloads[0].verdict;
+    assert!(v.contains("scales negatively: speedup 0.91"), "{v}");
+}
+
+/// A bandwidth gap with nothing hidden behind backward and overlap off names no cause.
+#[test]
+fn a_bandwidth_gap_names_no_cause_its_columns_do_not_show() {
+    let d = tmp();
+    let dir = d.path().join("late");
+    write_run(&dir, "late", "m", &LATE, 10, 4);
+    // busbw = 2(n−1)/n · 400 B / 0.1 s = 4000 B/s; a probe of 5333 B/s: training at 75 %.
+    let mut m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    m["allreduce_probe"] = serde_json::json!({"bytes": 400, "iters": 5, "median_s": 0.075, "min_s": 0.07,
+        "busbw_bytes_per_s": 4000.0 / 0.75, "algbw_bytes_per_s": 4000.0 / 0.75, "cold_cache": true});
+    std::fs::write(dir.join("manifest.json"), m.to_string()).unwrap();
+    let (report, _) = report_of(d.path());
+    assert_eq!(report.summary[0].comm_hidden_s_mean, 0.0);
+    let t = &report.findings.bandwidth;
+    assert!(t.contains("75 %"), "{t}");
+    // No cause is claimed: no contention, no "adds cost (staging copies …)".
+    assert!(!t.contains("contention") && !t.contains("adds cost around the transfer"), "{t}");
+    assert!(t.contains("none of its columns shows why"), "{t}");
+}
+
+/// A 1-rank run all-reduces with nobody: no R, no bytes on a wire, no arrival order.
+#[test]
+fn a_one_rank_run_has_no_communication_figures() {
+    let d = tmp();
+    const ALONE: [RankSpec; 1] = [("A", [0.1, 0.3, 0.5, 0.05, 0.1, 0.0])];
+    write_run(&d.path().join("alone"), "alone", "m", &ALONE, 10, 4);
+    let (report, md) = report_of(d.path());
+    let s = &report.summary[0];
+    assert!(s.compute_comm_ratio.is_nan() && s.last_arrival_share.is_nan(), "{s:?}");
+    assert!(report.ranks[0].last_arrival_share.is_nan());
+    let j = serde_json::to_value(&report).unwrap();
+    assert!(j["runs"][0]["bytes_per_step"].is_null(), "{}", j["runs"][0]["bytes_per_step"]);
+    assert!(report.runs[0].per_epoch.compute_comm_ratio.is_nan());
+    let said = "A 1-rank run all-reduces with nobody";
+    assert_eq!(md.matches(said).count(), 1, "{md}");
+}
+
+/// One run against a reference of two repeats: the interval is of the same estimator as
+/// the point (the mean of per-run throughputs) and holds the reference's spread.
+#[test]
+fn a_single_run_interval_holds_its_point_and_the_references_spread() {
+    let d = tmp();
+    for (i, scale) in [1.0, 3.0].iter().enumerate() {
+        let id = format!("base-{i}");
+        let mut f = fixture(&id, &BASE, 10);
+        (f.scale, f.steps) = (*scale, 64);
+        write(&d.path().join(&id), &f);
+    }
+    write_run(&d.path().join("two"), "two", "m", &TWO_A, 10, 64);
+    let (report, _) = report_of(d.path());
+    let row = report.scaling.iter().find(|r| r.scaling_mode == ScalingMode::Weak).unwrap();
+    // 13.33/s against the mean of 10 and 3.33 samples/s: speedup 2.
+    assert!(close(row.speedup, 2.0), "{}", row.speedup);
+    assert!(row.speedup_low <= row.speedup && row.speedup <= row.speedup_high, "{row:?}");
+    // Either reference alone: 1.33 or 4; the interval reaches towards both.
+    assert!(row.speedup_low < 1.5 && row.speedup_high > 3.5, "{row:?}");
 }

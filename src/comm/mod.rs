@@ -124,6 +124,25 @@ pub struct CommStats {
     pub last_launch: Option<Instant>,
     /// When it handed over each bucket (host clock), in bucket order.
     pub launches: Vec<Option<Instant>>,
+    /// When this rank saw its last all-reduce complete (host clock), before any
+    /// bookkeeping; None without an all-reduce.
+    pub done_at: Option<Instant>,
+}
+
+impl CommStats {
+    /// Where the step's exposed all-reduce ends, for a backward that ended at
+    /// `backward_end`: when the last all-reduce completed, but never later than
+    /// `backward_end` plus the all-reduce work after it (`comm_s − hidden_s`), so the
+    /// exposed phase is at most `comm_s` by construction. Launching buckets, handing
+    /// them between threads and finishing their records fall after it (in `other_s`).
+    /// Without an all-reduce nothing is exposed: `backward_end` itself.
+    pub fn exposed_end(&self, backward_end: Instant) -> Instant {
+        let Some(done) = self.done_at else { return backward_end };
+        // Whole nanoseconds, rounded down: the phase never rounds above the work.
+        let after_ns = ((self.comm_s - self.hidden_s).max(0.0) * 1e9).floor();
+        let after = std::time::Duration::from_nanos(after_ns.min(u64::MAX as f64) as u64);
+        done.max(backward_end).min(backward_end + after)
+    }
 }
 
 /// Seconds of `[start, end]` before `cut`.

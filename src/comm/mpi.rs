@@ -210,12 +210,14 @@ impl GradientReducer for MpiStaged {
             let times = result.map_err(|e| anyhow!("all-reduce of bucket {bucket}: {e}"))?;
             self.times.push(times);
         }
+        let done_at = self.times.iter().map(|t| t.end).max();
         let flat = self.flat.as_mut().expect("attached");
         let (first_launch, last_launch) = flat.claim_times();
         let launches = flat.claim_instants();
         flat.complete(params);
         let times = std::mem::take(&mut self.times);
         Ok(CommStats {
+            done_at,
             bytes: (self.plan.total_numel() * self.dtype.bytes()) as u64,
             comm_s: times.iter().map(|t| (t.end - t.start).as_secs_f64()).sum(),
             hidden_s: times.iter().map(|t| seconds_before(t.start, t.end, backward_end)).sum(),

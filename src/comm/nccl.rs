@@ -112,6 +112,7 @@ impl GradientReducer for NcclReducer {
         cuda.record(&self.done, stream)?;
         cuda.wait(LEGACY_STREAM, &self.done)?;
         cuda.event_synchronize(&self.done)?;
+        let done_at = Some(Instant::now());
         for seq in self.seqs.drain(..) {
             crate::flight::recorder().complete(seq);
         }
@@ -131,6 +132,7 @@ impl GradientReducer for NcclReducer {
         }
         flat.complete(params);
         Ok(CommStats {
+            done_at,
             bytes: (self.plan.total_numel() * self.dtype.bytes()) as u64,
             comm_s,
             hidden_s,

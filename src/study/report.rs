@@ -9,7 +9,7 @@ use super::State;
 use crate::plot::{self, Rasteriser, Series};
 use crate::record::RunStatus;
 use crate::reduce::analysis::{ScalingMode, ScalingRow};
-use crate::reduce::report::RunReport;
+use crate::reduce::report::{verdict, Cells, RunReport};
 use crate::reduce::Report;
 use crate::stats::median;
 use anyhow::{Context, Result};
@@ -47,6 +47,12 @@ pub struct PointSummary {
     pub val_accuracy: Option<f64>,
     /// The first failed repeat's error.
     pub error: Option<String>,
+    /// The completed repeats' run ids: where the point's rows in `reduce`'s report are.
+    #[serde(skip)]
+    pub run_ids: Vec<String>,
+    /// Samples trained on (all ranks, warm-up included), median over repeats.
+    #[serde(skip)]
+    pub samples_trained: Option<f64>,
 }
 
 fn med(v: &[f64]) -> Option<f64> {
@@ -117,13 +123,17 @@ pub(super) fn summarise(report: &Report, plan: &Plan, repeat: usize, state: &Sta
                 val_loss: med(&of_runs(|r| r.final_val_loss)),
                 val_accuracy: med(&of_runs(|r| r.final_val_accuracy)),
                 error,
+                run_ids: done.iter().map(|n| n.to_string()).collect(),
+                samples_trained: med(&of_runs(|r| Some(r.samples_trained as f64))),
             }
         })
         .collect()
 }
 
-/// One sentence on how a workload scales, from its points.
-pub fn verdict(workload: &str, points: &[&PointSummary]) -> String {
+/// One sentence on how a workload scales, from its points and `reduce`'s report of
+/// them (`rows`, `runs`): the point with the most ranks said as report.md says it
+/// ([`verdict::point_verdict`]), then accuracy at the global batches run.
+pub fn verdict(workload: &str, points: &[&PointSummary], rows: &[ScalingRow], runs: &[RunReport]) -> String {
     // A point with no completed repeat failed (it has an error) or was not run (a
     // study stopped before it).
     let failed = points.iter().filter(|p| p.repeats_completed == 0 && p.error.is_some()).count();
@@ -140,13 +150,13 @@ pub fn verdict(workload: &str, points: &[&PointSummary]) -> String {
         .filter(|p| p.ranks > 1)
         .flat_map(|p| {
             [
-                p.weak_speedup.map(|s| (p, "weak", s, p.weak_efficiency)),
-                p.strong_speedup.map(|s| (p, "strong", s, p.strong_efficiency)),
+                p.weak_speedup.map(|s| (p, ScalingMode::Weak, s)),
+                p.strong_speedup.map(|s| (p, ScalingMode::Strong, s)),
             ]
         })
         .flatten()
-        .max_by_key(|(p, mode, _, _)| (p.ranks, *mode == "weak"));
-    let Some((p, mode, s, e)) = best else {
+        .max_by_key(|(p, mode, _)| (p.ranks, *mode == ScalingMode::Weak));
+    let Some((p, mode, s)) = best else {
         let ran = points.iter().any(|p| p.ranks > 1 && p.repeats_completed > 0);
         let single_ran = points.iter().any(|p| p.ranks == 1 && p.repeats_completed > 0);
         return if ran && single_ran {
@@ -161,48 +171,57 @@ pub fn verdict(workload: &str, points: &[&PointSummary]) -> String {
             format!("{workload}: no point beyond 1 rank completed, so there is no speedup{tail}.")
         };
     };
-    let mut v = if s < 1.0 {
-        format!("{workload} scales negatively at {} ranks ({mode}): speedup {s:.2}", p.ranks)
+    let row = rows
+        .iter()
+        .find(|r| r.scaling_mode == mode && r.run_ids.iter().any(|id| p.run_ids.contains(id)));
+    let mut v = match row {
+        Some(row) => format!("{workload}: {}", verdict::point_verdict(row, runs)),
+        None => format!(
+            "{workload}: at {} ranks ({mode}) speedup {s:.2}, with no row in the report to say more.",
+            p.ranks
+        ),
+    };
+    if let Some(a) = accuracy(points) {
+        let _ = write!(v, " {a}");
+    }
+    if !tail.is_empty() {
+        let _ = write!(v, "{tail}.");
+    }
+    v
+}
+
+/// Validation accuracy at the smallest and the largest global batch, when the points
+/// differ in it: compared at equal samples trained, or with what differs said.
+fn accuracy(points: &[&PointSummary]) -> Option<String> {
+    let with_acc: Vec<&&PointSummary> = points.iter().filter(|p| p.val_accuracy.is_some()).collect();
+    let lo = with_acc.iter().min_by_key(|p| p.global_batch)?;
+    let hi = with_acc.iter().max_by_key(|p| p.global_batch)?;
+    if hi.global_batch <= lo.global_batch {
+        return None;
+    }
+    let acc = |p: &PointSummary| p.val_accuracy.unwrap_or(f64::NAN) * 100.0;
+    let (a, b) = (lo.samples_trained.unwrap_or(f64::NAN), hi.samples_trained.unwrap_or(f64::NAN));
+    // Equal within 1 %: the same amount of training.
+    let same = (a - b).abs() <= 0.01 * a.max(b);
+    Some(if same {
+        format!(
+            "Validation accuracy {:.1} % at global batch {} vs {:.1} % at {}, both after {a:.0} samples.",
+            acc(lo),
+            lo.global_batch,
+            acc(hi),
+            hi.global_batch
+        )
     } else {
         format!(
-            "{workload} reaches speedup {s:.2} on {} ranks ({mode}, efficiency {:.0} %)",
-            p.ranks,
-            e.unwrap_or(f64::NAN) * 100.0
+            "Validation accuracy {:.1} % at global batch {} ({a:.0} samples trained) vs {:.1} % at {} ({b:.0} samples): \
+             they trained on different numbers of samples, so the gap is no effect of the batch alone; \
+             compare at equal samples (steps × global batch) or whole epochs.",
+            acc(lo),
+            lo.global_batch,
+            acc(hi),
+            hi.global_batch
         )
-    };
-    match p.compute_comm_ratio {
-        Some(r) if r < 1.0 => {
-            let _ = write!(
-                v,
-                "; R = {r:.2}: communication takes {:.1}× the compute, so it limits scaling",
-                1.0 / r
-            );
-        }
-        Some(r) if r < 3.0 => {
-            let _ = write!(v, "; R = {r:.2}: communication is a large share of the step");
-        }
-        Some(r) => {
-            let _ = write!(v, "; R = {r:.1}: compute dominates, communication is not the limit");
-        }
-        None => {}
-    }
-    // Accuracy against the global batch, when the points differ in it.
-    let with_acc: Vec<&&PointSummary> = points.iter().filter(|p| p.val_accuracy.is_some()).collect();
-    let lo = with_acc.iter().min_by_key(|p| p.global_batch);
-    let hi = with_acc.iter().max_by_key(|p| p.global_batch);
-    if let (Some(lo), Some(hi)) = (lo, hi) {
-        if hi.global_batch > lo.global_batch {
-            let _ = write!(
-                v,
-                "; validation accuracy {:.1} % at global batch {} vs {:.1} % at {}",
-                lo.val_accuracy.unwrap_or(f64::NAN) * 100.0,
-                lo.global_batch,
-                hi.val_accuracy.unwrap_or(f64::NAN) * 100.0,
-                hi.global_batch
-            );
-        }
-    }
-    v + &tail + "."
+    })
 }
 
 fn cell(v: Option<f64>, scale: f64, digits: usize) -> String {
@@ -230,7 +249,7 @@ pub(super) fn write(out: &Path, plan: &Plan, repeat: usize, state: &State, reduc
     for r in &rows {
         by.entry(r.workload.as_str()).or_default().push(r);
     }
-    let verdicts: Vec<String> = by.iter().map(|(w, ps)| verdict(w, ps)).collect();
+    let verdicts: Vec<String> = by.iter().map(|(w, ps)| verdict(w, ps, &reduced.scaling, &reduced.runs)).collect();
     let mut md = String::from("# Study summary\n\n");
     let _ = writeln!(
         md,
@@ -323,7 +342,7 @@ fn speedup_chart(workload: &str, points: &[&PointSummary]) -> String {
 mod tests {
     use super::*;
 
-    fn point(ranks: usize, global: usize, weak: Option<f64>, r: Option<f64>, acc: Option<f64>) -> PointSummary {
+    fn point(ranks: usize, global: usize, weak: Option<f64>, acc: Option<f64>, samples: f64) -> PointSummary {
         PointSummary {
             point: format!("p{ranks}"),
             workload: "w".into(),
@@ -342,46 +361,49 @@ mod tests {
             strong_speedup_low: None,
             strong_speedup_high: None,
             strong_efficiency: None,
-            compute_comm_ratio: r,
+            compute_comm_ratio: None,
             val_loss: None,
             val_accuracy: acc,
             error: None,
+            run_ids: vec![format!("run{ranks}")],
+            samples_trained: Some(samples),
         }
     }
 
     #[test]
-    fn verdicts_name_the_largest_point_and_what_limits_it() {
-        let a = point(1, 32, Some(1.0), None, Some(0.8));
-        let b = point(2, 64, Some(1.8), Some(30.0), Some(0.78));
-        let c = point(4, 128, Some(0.6), Some(0.5), Some(0.7));
-        let v = verdict("t", &[&a, &b, &c]);
-        assert!(v.starts_with("t scales negatively at 4 ranks (weak): speedup 0.60"), "{v}");
-        assert!(v.contains("communication takes 2.0× the compute"), "{v}");
-        assert!(v.contains("80.0 % at global batch 32 vs 70.0 % at 128"), "{v}");
-        let v = verdict("t", &[&a, &b]);
+    fn verdicts_say_what_is_missing_and_compare_accuracy_at_equal_samples() {
+        let a = point(1, 32, Some(1.0), Some(0.8), 3200.0);
+        let b = point(2, 64, Some(1.8), Some(0.78), 6400.0);
+        // Without the report's row no direction is claimed.
+        let v = verdict("t", &[&a, &b], &[], &[]);
+        assert!(v.contains("at 2 ranks (weak) speedup 1.80, with no row"), "{v}");
+        // Same steps, twice the global batch: twice the samples, and the sentence says so.
+        assert!(v.contains("different numbers of samples"), "{v}");
+        let c = point(2, 64, Some(1.8), Some(0.78), 3200.0);
+        let v = verdict("t", &[&a, &c], &[], &[]);
         assert!(
-            v.contains("speedup 1.80 on 2 ranks (weak, efficiency 90 %)") && v.contains("compute dominates"),
+            v.contains("80.0 % at global batch 32 vs 78.0 % at 64, both after 3200 samples"),
             "{v}"
         );
-        let mut lone = point(2, 64, None, Some(5.0), None);
+        let mut lone = point(2, 64, None, None, 0.0);
         lone.repeats_completed = 1;
-        assert!(verdict("t", &[&lone]).contains("1-rank reference did not complete"));
+        assert!(verdict("t", &[&lone], &[], &[]).contains("1-rank reference did not complete"));
         // A 1-rank point that ran but is not comparable is not called incomplete.
-        let mut single = point(1, 64, None, None, None);
+        let mut single = point(1, 64, None, None, 0.0);
         single.repeats_completed = 1;
-        assert!(verdict("t", &[&single, &lone]).contains("ran with a different configuration"));
-        let mut failed = point(2, 64, None, None, None);
+        assert!(verdict("t", &[&single, &lone], &[], &[]).contains("ran with a different configuration"));
+        let mut failed = point(2, 64, None, None, 0.0);
         failed.repeats_completed = 0;
         failed.error = Some("boom".into());
-        let v = verdict("t", &[&failed]);
+        let v = verdict("t", &[&failed], &[], &[]);
         assert!(
             v.contains("no point beyond 1 rank completed") && v.contains("1 point(s) failed"),
             "{v}"
         );
         // A point a stopped study never reached has not failed.
-        let mut later = point(4, 64, None, None, None);
+        let mut later = point(4, 64, None, None, 0.0);
         later.repeats_completed = 0;
-        let v = verdict("t", &[&failed, &later]);
+        let v = verdict("t", &[&failed, &later], &[], &[]);
         assert!(v.contains("1 point(s) failed, 1 not run yet"), "{v}");
     }
 }

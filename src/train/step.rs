@@ -1,6 +1,6 @@
 //! One training step, timed phase by phase. [`StepMachine::step`] reads as the
 //! sentence it measures: next batch → copy to device → forward → backward (staged
-//! buckets launched) → wait for the all-reduce → optimizer, each boundary one
+//! buckets launched) → wait for the all-reduce → its bookkeeping → optimizer, each boundary one
 //! [`StepEvent`] on the [`PhaseClock`]. It returns what it measured ([`Measured`]);
 //! the epoch loop records it.
 //!
@@ -95,7 +95,10 @@ impl StepMachine {
         let loss_sum = micro.loss_sum.as_ref().map(to_host);
         let backward_end = micro.backward_end.unwrap_or_else(Instant::now);
         let comm = self.comm.reducer.finish(&self.model.param_tensors, backward_end)?;
-        self.clock.record(StepEvent::CommDone);
+        // The exposed all-reduce ends when the last all-reduce completed; finishing the
+        // buckets' records after it is bookkeeping, not communication.
+        self.clock.record_at(StepEvent::CommDone, comm.exposed_end(backward_end));
+        self.clock.record(StepEvent::CommRecorded);
         let stepped = self.opt.step_unscaled(self.comm.reducer.reduced(), self.scaler.as_mut());
         self.comm.reducer.zero_grads();
         self.clock.record(StepEvent::OptimizerDone);

@@ -36,8 +36,12 @@ pub enum StepEvent {
     ForwardDone,
     /// Backward is done (its last buckets are handed to the all-reduce).
     BackwardDone,
-    /// The reduced gradients are in place.
+    /// The last all-reduce completed (marked at that instant, [`PhaseClock::record_at`]):
+    /// the end of the exposed communication.
     CommDone,
+    /// The all-reduce's bookkeeping is done: the buckets' records finished, the reduced
+    /// gradients in place. Its time is [`Phase::Other`], not communication.
+    CommRecorded,
     /// The optimizer stepped and the gradients are zeroed.
     OptimizerDone,
     /// The step ends (loss read back).
@@ -65,6 +69,7 @@ impl StepEvent {
             StepEvent::ForwardDone => Some(Phase::Forward),
             StepEvent::BackwardDone => Some(Phase::Backward),
             StepEvent::CommDone => Some(Phase::CommExposed),
+            StepEvent::CommRecorded => Some(Phase::Other),
             StepEvent::OptimizerDone => Some(Phase::Optimizer),
             StepEvent::End => Some(Phase::Other),
         }
@@ -72,7 +77,7 @@ impl StepEvent {
 
     pub fn track(self) -> Track {
         match self {
-            StepEvent::Start | StepEvent::DataReady | StepEvent::End => Track::Host,
+            StepEvent::Start | StepEvent::DataReady | StepEvent::CommRecorded | StepEvent::End => Track::Host,
             StepEvent::CopyDone | StepEvent::ForwardDone | StepEvent::BackwardDone | StepEvent::OptimizerDone => Track::Compute,
             StepEvent::CommDone => Track::Comm,
         }
@@ -80,7 +85,7 @@ impl StepEvent {
 
     /// How many marks a step of `micro_batches` micro-batches records at most.
     pub fn per_step(micro_batches: usize) -> usize {
-        4 * micro_batches + 4
+        4 * micro_batches + 5
     }
 }
 
@@ -134,6 +139,20 @@ impl StepMarks {
         &self.marks
     }
 
+    /// Pushes `event` at the instant `at`, moved up to the previous mark when earlier
+    /// (a phase is never negative); returns the instant marked.
+    pub fn push_at(&mut self, event: StepEvent, at: Instant) -> Instant {
+        let previous_s = self.marks.last().map_or(0.0, |m| m.at_s);
+        let at_s = at.saturating_duration_since(self.start).as_secs_f64();
+        if at_s >= previous_s {
+            self.push(event, at_s);
+            at
+        } else {
+            self.push(event, previous_s);
+            self.start + std::time::Duration::from_secs_f64(previous_s)
+        }
+    }
+
     /// The phases: each mark charges the time since the mark before it to the phase it
     /// ends (a phase met twice, as with micro-batches, adds up); `step_s` is the sum of
     /// the phases in [`Phase::ALL`]'s order (the CSV's column order), so a row adds up to
@@ -161,6 +180,10 @@ pub trait PhaseClock {
     /// one's marks). Returns the host's clock at the mark: what the all-reduce's own
     /// host readings (its hand-over times) are compared with.
     fn record(&mut self, event: StepEvent) -> Instant;
+    /// Marks `event` at `at`, an instant already past (the host's reading of when it
+    /// happened, taken by whoever waited for it), never before the step's previous
+    /// mark; waits for nothing. Returns the instant marked.
+    fn record_at(&mut self, event: StepEvent, at: Instant) -> Instant;
     /// The marks of the step whose `End` was recorded last (for a clock that reads its
     /// marks later, [`events::EventClock`], the last step [`PhaseClock::finished`] gave).
     fn marks(&self) -> &StepMarks;
@@ -247,6 +270,13 @@ impl PhaseClock for HostClock {
         now
     }
 
+    fn record_at(&mut self, event: StepEvent, at: Instant) -> Instant {
+        if let Wait::StepEndOnly(_) = self.wait {
+            return at;
+        }
+        self.marks.push_at(event, at)
+    }
+
     fn marks(&self) -> &StepMarks {
         &self.marks
     }
@@ -290,6 +320,10 @@ mod tests {
             }
             self.marks.start + Duration::from_secs_f64(at_s)
         }
+        fn record_at(&mut self, event: StepEvent, at: Instant) -> Instant {
+            self.next += 1;
+            self.marks.push_at(event, at)
+        }
         fn marks(&self) -> &StepMarks {
             &self.marks
         }
@@ -305,7 +339,7 @@ mod tests {
         for _ in 0..micro {
             v.extend([DataReady, CopyDone, ForwardDone, BackwardDone]);
         }
-        v.extend([CommDone, OptimizerDone, End]);
+        v.extend([CommDone, CommRecorded, OptimizerDone, End]);
         v
     }
 
@@ -316,7 +350,7 @@ mod tests {
     #[test]
     fn phases_are_the_differences_of_chosen_mark_times() {
         // Binary fractions: every difference and sum below is exact.
-        let at = [0.0, 0.25, 0.3125, 1.0, 2.5, 3.0, 3.5, 3.625];
+        let at = [0.0, 0.25, 0.3125, 1.0, 2.5, 3.0, 3.0625, 3.5, 3.625];
         let mut c = FakeClock::new(&at);
         for e in step_events(1) {
             c.record(e);
@@ -327,8 +361,9 @@ mod tests {
         assert_eq!(phase(&t, Phase::Forward), 0.6875);
         assert_eq!(phase(&t, Phase::Backward), 1.5);
         assert_eq!(phase(&t, Phase::CommExposed), 0.5);
-        assert_eq!(phase(&t, Phase::Optimizer), 0.5);
-        assert_eq!(phase(&t, Phase::Other), 0.125);
+        // The all-reduce's bookkeeping (0.0625) and the step's end (0.125) are other.
+        assert_eq!(phase(&t, Phase::Optimizer), 0.4375);
+        assert_eq!(phase(&t, Phase::Other), 0.1875);
         assert_eq!(t.step_s, 3.625);
         assert_eq!(t.phases.iter().sum::<f64>(), t.step_s);
     }
@@ -336,7 +371,7 @@ mod tests {
     #[test]
     fn micro_batches_add_up_per_phase() {
         // Two micro-batches: data 0.5 + 0.25, copy 0 + 0.125, forward 1 + 1, backward 2 + 0.5.
-        let at = [0.0, 0.5, 0.5, 1.5, 3.5, 3.75, 3.875, 4.875, 5.375, 6.0, 6.25, 6.5];
+        let at = [0.0, 0.5, 0.5, 1.5, 3.5, 3.75, 3.875, 4.875, 5.375, 6.0, 6.0, 6.25, 6.5];
         let mut c = FakeClock::new(&at);
         for e in step_events(2) {
             c.record(e);
@@ -427,11 +462,33 @@ mod tests {
                     c.record(e);
                 }
             }
-            for e in [StepEvent::CommDone, StepEvent::OptimizerDone, StepEvent::End] {
+            for e in [
+                StepEvent::CommDone,
+                StepEvent::CommRecorded,
+                StepEvent::OptimizerDone,
+                StepEvent::End,
+            ] {
                 c.record(e);
             }
         }
         assert_eq!(c.marks().marks().len(), StepEvent::per_step(3));
         assert_eq!(c.marks.marks.capacity(), cap);
+    }
+
+    #[test]
+    fn a_mark_at_a_past_instant_ends_its_phase_there_and_never_before_the_last() {
+        let mut c = HostClock::new(Device::Cpu, true, 1);
+        let start = c.record(StepEvent::Start);
+        c.marks.push(StepEvent::BackwardDone, 0.5);
+        // The all-reduce completed at 0.75 s; its bookkeeping ran until the next mark.
+        c.record_at(StepEvent::CommDone, start + Duration::from_millis(750));
+        c.marks.push(StepEvent::CommRecorded, 1.0);
+        let t = c.marks().times();
+        assert_eq!(phase(&t, Phase::CommExposed), 0.25);
+        assert_eq!(phase(&t, Phase::Other), 0.25);
+        // An instant before the previous mark is marked at it: no negative phase.
+        let at = c.record_at(StepEvent::CommDone, start + Duration::from_millis(100));
+        assert_eq!(at, start + Duration::from_secs(1));
+        assert_eq!(c.marks().marks().last().unwrap().at_s, 1.0);
     }
 }

@@ -110,6 +110,8 @@ pub struct RunStats {
     pub steps: u64,
     /// Samples of all ranks over the counted steps.
     pub samples: u64,
+    /// Samples of all ranks over the warm-up steps.
+    pub warmup_samples: u64,
     /// Gradient bytes all-reduced per step.
     pub bytes_per_step: u64,
     pub warmup_steps: u64,
@@ -196,6 +198,7 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
         local_work: Sketch::new(),
         steps: 0,
         samples: 0,
+        warmup_samples: 0,
         bytes_per_step: 0,
         warmup_steps: 0,
         epochs: std::mem::take(&mut files.epochs),
@@ -268,6 +271,9 @@ impl RunStats {
     fn add_step(&mut self, rows: &[Row], entries: &[f64], type_of: &[usize], communicates: bool, shares_core: bool) -> Result<(), String> {
         if rows[0].warmup {
             self.warmup_steps += 1;
+            for row in rows {
+                add_count(&mut self.warmup_samples, row.samples, "warm-up samples of the run")?;
+            }
             return Ok(());
         }
         let (last, last_entry) = entries

@@ -246,7 +246,8 @@ pub enum Interval {
     /// 2 repeats on one side: the range of the ratios over all pairs of runs.
     Range,
     /// A single run on one side: blocks of consecutive steps resampled (length
-    /// `n^(1/3)`): within-run noise only, not the variation between runs.
+    /// `n^(1/3)`), and a side's repeats, where it has several, drawn with replacement:
+    /// the single run's side holds within-run noise only.
     Blocks(usize),
 }
 
@@ -443,7 +444,10 @@ fn compare(out: &mut ScalingRow, p: &Point, reference: &Reference, index: usize)
     out.speedup_high = hi;
     out.interval_method = method.describe();
     out.within_noise = u8::from(lo <= 1.0 && 1.0 <= hi);
+    // Both laws share a gain out between serial and parallel work: below speedup 1 there
+    // is no gain and the fraction passes 1, so it is left undefined (not applicable).
     match reference.mode {
+        _ if out.speedup < 1.0 => {}
         ScalingMode::Strong => out.karp_flatt = metrics::karp_flatt(out.speedup, n),
         ScalingMode::Weak => out.gustafson_serial_fraction = metrics::gustafson_serial_fraction(out.speedup, n),
         _ => {}
@@ -505,25 +509,34 @@ fn interval(p: &Point, reference: &Reference, seed: u64) -> (f64, f64, Interval)
     block_interval(p, reference, seed)
 }
 
-/// The single-run interval: each side's step series (its runs' steps in order) resampled
-/// in blocks of `n^(1/3)` steps.
+/// A side's throughput in one replicate, by the point estimate's own estimator (the mean
+/// over runs of samples per step / mean step): its runs drawn with replacement where
+/// there are several (their spread), each run's steps resampled in blocks of `block`.
+fn resampled_throughput(runs: &[&RunStats], block: usize, rng: &mut Rng) -> f64 {
+    let k = runs.len();
+    let mut sum = 0.0;
+    for i in 0..k {
+        let r = if k > 1 { runs[rng.below(k as u64) as usize] } else { runs[i] };
+        let per_step = r.samples as f64 / r.steps.max(1) as f64;
+        sum += metrics::throughput(per_step, stats::block_resample_mean(&r.job_step_series, block, rng));
+    }
+    sum / k.max(1) as f64
+}
+
+/// The interval where one side has a single run: each run's step series resampled in
+/// blocks of `n^(1/3)` steps, the runs of a side with repeats drawn with replacement too.
 fn block_interval(p: &Point, reference: &Reference, seed: u64) -> (f64, f64, Interval) {
-    let series = |q: &Point| -> (Vec<f64>, f64) {
-        let s: Vec<f64> = q.runs.iter().flat_map(|r| r.job_step_series.iter().copied()).collect();
-        let per_step = q.runs.iter().map(|r| r.samples as f64 / r.steps.max(1) as f64).sum::<f64>() / q.runs.len() as f64;
-        (s, per_step)
-    };
-    let (ps, p_per_step) = series(p);
-    let block = ((ps.len() as f64).cbrt().round() as usize).max(1);
+    let longest = p.runs.iter().map(|r| r.job_step_series.len()).max().unwrap_or(1);
+    let block = ((longest as f64).cbrt().round() as usize).max(1);
     let mut rng = Rng(seed);
     let n = p.ranks as f64;
-    let refs: Vec<((Vec<f64>, f64), usize)> = reference.per_type.iter().map(|(q, k)| (series(q), *k)).collect();
     let reps: Vec<f64> = (0..2000)
         .map(|_| {
-            let pt = p_per_step / stats::block_resample_mean(&ps, block, &mut rng);
-            let ideal: f64 = refs
+            let pt = resampled_throughput(&p.runs, block, &mut rng);
+            let ideal: f64 = reference
+                .per_type
                 .iter()
-                .map(|((s, per_step), k)| per_step / stats::block_resample_mean(s, block, &mut rng) * *k as f64)
+                .map(|(q, k)| resampled_throughput(&q.runs, block, &mut rng) * *k as f64)
                 .sum();
             pt / (ideal / n)
         })

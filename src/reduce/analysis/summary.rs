@@ -55,7 +55,8 @@ pub struct TypeSummary {
     /// The all-reduce work without that wait ([`metrics::transfer_time`]).
     pub comm_transfer_s_median: f64,
     /// R ([`metrics::compute_comm_ratio`]) from mean forward, backward and transfer
-    /// time: the wait for a late rank is not communication.
+    /// time: the wait for a late rank is not communication. NaN for a 1-rank run, whose
+    /// all-reduce is a local copy.
     pub compute_comm_ratio: f64,
     /// Mean comm_hidden_s: all-reduce work done while backward ran (0 where the
     /// all-reduce thread shared backward's cores).
@@ -72,7 +73,8 @@ pub struct TypeSummary {
     /// The same probe with warm caches (the best case).
     pub probe_warm_busbw_bytes_per_s: f64,
     pub busbw_vs_probe: f64,
-    /// Share of steps in which a rank of this type was the last to enter the all-reduce.
+    /// Share of steps in which a rank of this type was the last to enter the all-reduce
+    /// (NaN for a 1-rank run: a lone rank arrives in no order).
     pub last_arrival_share: f64,
     /// Seconds per step the other ranks waited because a rank of this type entered last.
     pub caused_wait_s_mean: f64,
@@ -162,7 +164,11 @@ fn type_summary(run: &RunStats, t: &TypeStats, gating: Option<&str>) -> TypeSumm
         comm_s_median: t.comm.median(),
         comm_wait_s_median: t.wait.median(),
         comm_transfer_s_median: transfer,
-        compute_comm_ratio: metrics::compute_comm_ratio(mean(Phase::Forward), mean(Phase::Backward), t.transfer.mean()),
+        compute_comm_ratio: multi(metrics::compute_comm_ratio(
+            mean(Phase::Forward),
+            mean(Phase::Backward),
+            t.transfer.mean(),
+        )),
         comm_hidden_s_mean: t.hidden.mean(),
         comm_exposed_transfer_s_mean: (mean(Phase::CommExposed) - t.wait.mean()).max(0.0),
         comm_wait_s_mean: t.wait.mean(),
@@ -175,7 +181,7 @@ fn type_summary(run: &RunStats, t: &TypeStats, gating: Option<&str>) -> TypeSumm
         probe_busbw_bytes_per_s: probe,
         probe_warm_busbw_bytes_per_s: m.allreduce_probe_warm.as_ref().map_or(f64::NAN, |p| p.busbw_bytes_per_s),
         busbw_vs_probe: busbw / probe,
-        last_arrival_share: t.last_arrivals as f64 / run.steps.max(1) as f64,
+        last_arrival_share: multi(t.last_arrivals as f64 / run.steps.max(1) as f64),
         caused_wait_s_mean: t.caused_wait_s / run.steps.max(1) as f64,
         gating: u8::from(gating == Some(t.node_type.as_str())),
         gpu_util_pct_mean: t.gpu.util_pct_mean(),
@@ -210,7 +216,12 @@ pub fn rank_summaries(run: &RunStats) -> Vec<RankSummary> {
             step_s_median: r.step.median(),
             step_s_p95: r.step.quantile(0.95),
             comm_wait_s_mean: r.wait_sum / r.steps.max(1) as f64,
-            last_arrival_share: r.last_arrivals as f64 / run.steps.max(1) as f64,
+            // A lone rank arrives in no order.
+            last_arrival_share: if run.manifest.world_size > 1 {
+                r.last_arrivals as f64 / run.steps.max(1) as f64
+            } else {
+                f64::NAN
+            },
         })
         .collect()
 }

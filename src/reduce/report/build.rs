@@ -35,7 +35,7 @@ pub fn build(
         report_version: REPORT_VERSION,
         schema_version: SCHEMA_VERSION,
         folders: folders.to_vec(),
-        workloads: speedup::verdicts(&scaling),
+        workloads: speedup::verdicts(&scaling, &runs),
         runs,
         summary,
         ranks,
@@ -72,7 +72,8 @@ fn run_report(r: &RunStats) -> RunReport {
         steps: r.steps,
         samples_per_s: samples_per_s(r),
         communication: comm_setup(m),
-        bytes_per_step: r.bytes_per_step,
+        bytes_per_step: (m.world_size > 1).then_some(r.bytes_per_step),
+        samples_trained: r.samples.saturating_add(r.warmup_samples),
         epoch_s,
         epoch_s_projected,
         per_epoch: per_epoch(r),
@@ -112,13 +113,19 @@ fn per_epoch(r: &RunStats) -> EpochBreakdown {
         }
     };
     let (work, hidden, transfer) = (mean_over(|t| &t.comm), mean_over(|t| &t.hidden), mean_over(|t| &t.transfer));
+    let alone = r.manifest.world_size <= 1;
     EpochBreakdown {
         compute_s: (forward + backward) * spe,
         comm_s: work * spe,
+        comm_transfer_s: transfer * spe,
         comm_hidden_s: hidden * spe,
         comm_exposed_transfer_s: b.transfer_s * spe,
         comm_wait_s: b.wait_s * spe,
-        compute_comm_ratio: metrics::compute_comm_ratio(forward, backward, transfer),
+        compute_comm_ratio: if alone {
+            f64::NAN
+        } else {
+            metrics::compute_comm_ratio(forward, backward, transfer)
+        },
     }
 }
 

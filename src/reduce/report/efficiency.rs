@@ -1,6 +1,6 @@
 //! Epoch times, and where the efficiency goes (the waterfall).
 
-use super::{pct, RunReport};
+use super::{pct, verdict, RunReport};
 use crate::reduce::analysis::ScalingRow;
 use std::fmt::Write;
 
@@ -37,7 +37,7 @@ pub fn waterfall(md: &mut String, scaling: &[ScalingRow], sentences: &[String]) 
     if multi.is_empty() {
         return;
     }
-    let _ = writeln!(md, "\n## Where the efficiency goes\n\nFrom ideal throughput (the reference × the rank count) to measured: each cause's share of the extra time per step over the ideal step time. The losses add up to ideal − measured; a negative loss is a gain.\n\n| point | mode | ideal samples/s | − comm | − data loading | − stragglers | − other | = measured |\n|---|---|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(md, "\n## Where the efficiency goes\n\nFrom ideal throughput (the reference × the rank count) to measured: each cause's share of the extra time per step over the ideal step time. The losses add up to ideal − measured; a negative loss is a gain.\n\n| point | mode | ideal samples/s | − transfer | − data loading | − waiting for a late rank | − other | = measured |\n|---|---|---:|---:|---:|---:|---:|---:|");
     for r in &multi {
         let _ = writeln!(
             md,
@@ -61,12 +61,7 @@ pub fn waterfall(md: &mut String, scaling: &[ScalingRow], sentences: &[String]) 
 pub fn waterfall_sentences(scaling: &[ScalingRow]) -> Vec<String> {
     let mut out = Vec::new();
     for r in compared(scaling) {
-        let causes = [
-            ("communication", r.loss_comm_samples_per_s),
-            ("data loading", r.loss_data_samples_per_s),
-            ("waiting for stragglers", r.loss_straggler_samples_per_s),
-            ("other (compute slower than alone, contention)", r.loss_other_samples_per_s),
-        ];
+        let causes = verdict::losses(r);
         let (name, v) = causes.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or(("", 0.0));
         let lost = r.ideal_samples_per_s - r.samples_per_s;
         if lost > 0.0 && v > 0.0 {

@@ -15,9 +15,12 @@ mod plots;
 mod projection;
 mod speedup;
 mod terminal;
+pub mod verdict;
 
 pub use crate::record::Cells;
 pub use build::build;
+pub use cells::Cells;
+pub use communication::bandwidth_sentence;
 pub use files::write;
 pub use projection::{left_out as projection_left_out, section as projection_section};
 pub use terminal::print;
@@ -82,8 +85,12 @@ pub struct RunReport {
     pub samples_per_s: f64,
     /// How it communicated, in a few words: backend, overlap, wire dtype, AMP.
     pub communication: String,
-    /// Gradient bytes all-reduced per step.
-    pub bytes_per_step: u64,
+    /// Gradient bytes all-reduced per step; None for a 1-rank run, whose all-reduce
+    /// is a local copy that puts nothing on a wire.
+    pub bytes_per_step: Option<u64>,
+    /// Samples every rank together trained on, warm-up steps included: what two runs'
+    /// validation figures are compared at.
+    pub samples_trained: u64,
     /// The median of the full epochs, or steps per epoch × the mean step (projected).
     pub epoch_s: f64,
     pub epoch_s_projected: bool,
@@ -104,12 +111,16 @@ pub struct RunReport {
     pub final_val_accuracy: Option<f64>,
 }
 
-/// Seconds per epoch: compute (forward + backward), all-reduce work, the part of it hidden
-/// behind backward, the exposed transfer, the wait for a late rank; and R.
+/// Seconds per epoch: compute (forward + backward), all-reduce work, its transfer (the
+/// work without the wait), the part of it hidden behind backward, the exposed transfer,
+/// the wait for a late rank; and R (NaN for a 1-rank run).
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct EpochBreakdown {
     pub compute_s: f64,
+    /// All of the all-reduce's time, the wait for a late rank included.
     pub comm_s: f64,
+    /// The all-reduce's time after the last rank entered it: `comm_s` without the wait.
+    pub comm_transfer_s: f64,
     pub comm_hidden_s: f64,
     pub comm_exposed_transfer_s: f64,
     pub comm_wait_s: f64,

@@ -112,7 +112,7 @@ fn bandwidth_plot(raster: &plot::Rasteriser, out: &Path, runs: &[RunReport], sum
             .filter(|s| s.run_id == r.run_id)
             .map(|s| s.busbw_bytes_per_s)
             .fold(f64::NAN, f64::min);
-        train.push((r.bytes_per_step as f64, busbw / 1e9));
+        train.push((r.bytes_per_step.unwrap_or(0) as f64, busbw / 1e9));
     }
     if !train.is_empty() {
         let s = vec![

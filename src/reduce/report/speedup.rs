@@ -1,7 +1,7 @@
 //! The runs table, and per workload the speedup and efficiency of each point (weak and
 //! strong, with the interval and how it was found), what it says, and the batch × ranks grid.
 
-use super::{ms, pct, RunReport, WorkloadVerdict};
+use super::{ms, pct, verdict, RunReport, WorkloadVerdict};
 use crate::reduce::analysis::{ScalingMode, ScalingRow, TypeSummary};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
@@ -50,16 +50,26 @@ fn by_workload(scaling: &[ScalingRow]) -> BTreeMap<(&str, &str, &str), Vec<&Scal
 }
 
 /// What each workload's points say.
-pub fn verdicts(scaling: &[ScalingRow]) -> Vec<WorkloadVerdict> {
+pub fn verdicts(scaling: &[ScalingRow], runs: &[RunReport]) -> Vec<WorkloadVerdict> {
     by_workload(scaling)
         .into_iter()
         .map(|((model, dataset, comparison), rows)| WorkloadVerdict {
             model: model.into(),
             dataset: dataset.into(),
             comparison: comparison.into(),
-            verdict: workload_verdict(&rows),
+            verdict: workload_verdict(&rows, runs),
         })
         .collect()
+}
+
+/// The point a workload's verdict is about: the most ranks, weak before strong at equal
+/// counts (as `ddpbench study` picks it).
+pub fn headline<'a>(compared: &[&'a ScalingRow]) -> Option<&'a ScalingRow> {
+    compared
+        .iter()
+        .copied()
+        .filter(|r| r.speedup.is_finite())
+        .max_by_key(|r| (r.ranks, r.scaling_mode == ScalingMode::Weak))
 }
 
 /// Per workload: speedup and efficiency of each point against its reference, what they
@@ -95,6 +105,10 @@ fn workload_table(md: &mut String, rows: &[&ScalingRow]) {
             "–".into()
         };
         let serial = match r.scaling_mode {
+            // Both laws describe a gain shared out; below 1 their fraction exceeds 1.
+            ScalingMode::Strong | ScalingMode::Weak if r.speedup < 1.0 => {
+                "not applicable (speedup < 1: the law assumes a gain)".to_string()
+            }
             ScalingMode::Strong => format!("Karp–Flatt {}", num(r.karp_flatt, 3)),
             ScalingMode::Weak => format!("Gustafson {}", num(r.gustafson_serial_fraction, 3)),
             _ => "–".into(),
@@ -121,29 +135,26 @@ fn workload_table(md: &mut String, rows: &[&ScalingRow]) {
     }
 }
 
-/// The best speedup, points inside the noise, negative scaling, the fitted laws, points
-/// without a reference, and what a single run's interval covers.
-fn workload_verdict(rows: &[&ScalingRow]) -> String {
-    let compared: Vec<&&ScalingRow> = rows
+/// The headline point's sentence ([`verdict::point_verdict`]), the other points inside
+/// the noise or slower than their reference, the fitted laws, points without a
+/// reference, and what a single run's interval covers.
+fn workload_verdict(rows: &[&ScalingRow], runs: &[RunReport]) -> String {
+    let all: Vec<&ScalingRow> = rows
         .iter()
+        .copied()
         .filter(|r| [ScalingMode::Weak, ScalingMode::Strong, ScalingMode::Explicit].contains(&r.scaling_mode))
         .collect();
+    let head = headline(&all);
     let mut text = String::new();
-    if let Some(best) = compared.iter().max_by(|a, b| a.speedup.total_cmp(&b.speedup)) {
-        let _ = write!(
-            text,
-            "The best speedup is {:.2} on {} ranks ({} scaling, efficiency {}).",
-            best.speedup,
-            best.ranks,
-            best.scaling_mode,
-            pct(best.efficiency)
-        );
+    if let Some(h) = head {
+        text.push_str(&verdict::point_verdict(h, runs));
     } else {
         let _ = write!(
             text,
             "No point here has a reference to be compared with: run more rank counts to see scaling."
         );
     }
+    let compared: Vec<&&ScalingRow> = all.iter().filter(|r| !head.is_some_and(|h| std::ptr::eq(h, **r))).collect();
     let noisy: Vec<String> = compared
         .iter()
         .filter(|r| r.within_noise == 1)
@@ -152,7 +163,7 @@ fn workload_verdict(rows: &[&ScalingRow]) -> String {
     if !noisy.is_empty() {
         let _ = write!(
             text,
-            " The speedup of {} is inside the noise (its interval contains 1).",
+            " The speedup of {} is indistinguishable from no speedup at this noise (its interval contains 1); add repeats.",
             noisy.join(", ")
         );
     }
@@ -164,9 +175,9 @@ fn workload_verdict(rows: &[&ScalingRow]) -> String {
     if !slower.is_empty() {
         let _ = write!(text, " Negative scaling: {} ran slower than its reference.", slower.join(", "));
     }
-    if let Some(r) = compared.iter().find(|r| r.amdahl_serial_fraction.is_finite()) {
+    if let Some(r) = all.iter().find(|r| r.amdahl_serial_fraction.is_finite()) {
         let f = r.amdahl_serial_fraction;
-        let largest = compared.iter().map(|r| r.ranks).max().unwrap_or(1) as f64;
+        let largest = all.iter().map(|r| r.ranks).max().unwrap_or(1) as f64;
         if f * largest < 0.01 {
             let _ = write!(
                 text,
@@ -176,7 +187,7 @@ fn workload_verdict(rows: &[&ScalingRow]) -> String {
             let _ = write!(text, " An Amdahl fit through the strong-scaling points puts the serial fraction at {f:.3}, which caps the strong speedup at {:.1}.", 1.0 / f);
         }
     }
-    if compared.iter().any(|r| r.interval_method.contains("within runs")) {
+    if all.iter().any(|r| r.interval_method.contains("within runs")) {
         let _ = write!(text, " Intervals from blocks within runs cover within-run noise only: repeat each point (3 runs or more) for intervals that include run-to-run variation.");
     }
     for r in rows.iter().filter(|r| r.scaling_mode == ScalingMode::None) {

@@ -175,6 +175,17 @@ impl<S: EventSource> PhaseClock for EventClock<S> {
         now
     }
 
+    /// A mark at an instant already past carries the host's time of it: no device event
+    /// can be recorded in the past. Never before the step's previous mark ([`assemble`]).
+    fn record_at(&mut self, event: StepEvent, at: Instant) -> Instant {
+        self.current.marks.push(Recorded {
+            event,
+            host_s: at.saturating_duration_since(self.current.start).as_secs_f64(),
+            slot: None,
+        });
+        at
+    }
+
     fn marks(&self) -> &StepMarks {
         &self.read
     }
