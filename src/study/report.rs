@@ -9,7 +9,7 @@ use super::State;
 use crate::plot::{self, Rasteriser, Series};
 use crate::record::RunStatus;
 use crate::reduce::analysis::{ScalingMode, ScalingRow};
-use crate::reduce::report::{verdict, Cells, RunReport};
+use crate::reduce::report::{verdict, RunReport};
 use crate::reduce::Report;
 use crate::stats::median;
 use anyhow::{Context, Result};

@@ -19,7 +19,6 @@ pub mod verdict;
 
 pub use crate::record::Cells;
 pub use build::build;
-pub use cells::Cells;
 pub use communication::bandwidth_sentence;
 pub use files::write;
 pub use projection::{left_out as projection_left_out, section as projection_section};
