@@ -108,6 +108,8 @@ pub struct RunStats {
     pub local_work: Sketch,
     /// Non-warm-up steps per rank.
     pub steps: u64,
+    /// The arrival order the clocks can resolve ([`Arrivals`]).
+    pub arrivals: Arrivals,
     /// Samples of all ranks over the counted steps.
     pub samples: u64,
     /// Gradient bytes all-reduced per step.
@@ -195,6 +197,10 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
         job_step_series: Vec::new(),
         local_work: Sketch::new(),
         steps: 0,
+        arrivals: Arrivals {
+            clocks_known: files.clock.known(),
+            ..Arrivals::default()
+        },
         samples: 0,
         bytes_per_step: 0,
         warmup_steps: 0,
@@ -219,10 +225,13 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
         if type_of.is_empty() {
             type_of = run.assign_types(node_types);
         }
-        let entries: Vec<f64> = rows
+        let entries: Vec<Entry> = rows
             .iter()
             .zip(&ranks)
-            .map(|(row, &r)| clock.correct(r, row.comm_last_start_s))
+            .map(|(row, &r)| Entry {
+                at_s: clock.correct(r, row.comm_last_start_s),
+                error_s: clock.error_s(r, row.comm_last_start_s),
+            })
             .collect();
         run.add_step(rows, &entries, &type_of, communicates, shares_core)
     });
@@ -264,24 +273,37 @@ impl RunStats {
     /// One step of every rank. The all-reduce completes only when the last rank has
     /// entered its last bucket, so each rank's wait runs from its own entry (`entries`,
     /// on rank 0's clock) to the last one; a run without all-reduce waits for nobody.
+    /// A wait no larger than the two clocks' errors is not told apart from transfer:
+    /// it counts as transfer (the two merged), and a last arrival is claimed only when
+    /// it entered later than every other rank by more than their clocks' errors.
     /// Err when a count no longer fits its sum.
-    fn add_step(&mut self, rows: &[Row], entries: &[f64], type_of: &[usize], communicates: bool, shares_core: bool) -> Result<(), String> {
+    fn add_step(
+        &mut self,
+        rows: &[Row],
+        entries: &[Entry],
+        type_of: &[usize],
+        communicates: bool,
+        shares_core: bool,
+    ) -> Result<(), String> {
         if rows[0].warmup {
             self.warmup_steps += 1;
             return Ok(());
         }
-        let (last, last_entry) = entries
-            .iter()
-            .enumerate()
-            .fold((0, f64::NEG_INFINITY), |acc, (i, &e)| if e > acc.1 { (i, e) } else { acc });
+        let last = last_entry(entries);
+        let order = communicates && rows.len() > 1;
+        let claimed = order && arrival_resolved(entries, last);
         let mut step_mean = 0.0;
         let mut waited = 0.0;
         for (i, row) in rows.iter().enumerate() {
-            let wait = if communicates {
-                metrics::straggler_wait(last_entry, entries[i])
-            } else {
-                0.0
-            };
+            let gap = metrics::straggler_wait(entries[last].at_s, entries[i].at_s);
+            let resolved = gap > entries[i].error_s + entries[last].error_s;
+            let wait = if order && resolved { gap } else { 0.0 };
+            if order && gap > 0.0 && !resolved {
+                self.arrivals.waits_merged += 1;
+            }
+            if order && i != last {
+                self.arrivals.max_error_s = self.arrivals.max_error_s.max(entries[i].error_s + entries[last].error_s);
+            }
             waited += wait;
             keep_longest(&mut self.ranks[i].longest, row.global_step, row.step_s);
             let rs = &mut self.ranks[i];
@@ -305,8 +327,12 @@ impl RunStats {
             add_count(&mut self.samples, row.samples, "samples of the run")?;
             step_mean += row.step_s;
         }
-        self.ranks[last].last_arrivals += 1;
-        self.types[type_of[last]].last_arrivals += 1;
+        if claimed {
+            self.ranks[last].last_arrivals += 1;
+            self.types[type_of[last]].last_arrivals += 1;
+        } else if order {
+            self.arrivals.unresolved_steps += 1;
+        }
         self.types[type_of[last]].caused_wait_s += waited;
         step_mean /= rows.len() as f64;
         self.job_step.push(step_mean);
@@ -315,6 +341,47 @@ impl RunStats {
         self.steps += 1;
         Ok(())
     }
+}
+
+/// A rank's entry into a step's all-reduce on rank 0's clock, and how far off that may be.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    pub at_s: f64,
+    pub error_s: f64,
+}
+
+/// What the clocks let a run say about the order the ranks entered the all-reduce.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Arrivals {
+    /// The run has clock offsets (`clock.csv`); without them their error is unknown and
+    /// taken as 0.
+    pub clocks_known: bool,
+    /// Steps whose last rank entered within the clocks' error of another rank: no rank
+    /// is named last.
+    pub unresolved_steps: u64,
+    /// Rank-steps whose wait for the last rank was within the two clocks' error: the
+    /// wait is counted as transfer (transfer and waiting merged).
+    pub waits_merged: u64,
+    /// The largest error of the difference of two ranks' entries (the sum of theirs).
+    pub max_error_s: f64,
+}
+
+/// The index of the latest entry (the first of equal ones).
+fn last_entry(entries: &[Entry]) -> usize {
+    entries
+        .iter()
+        .enumerate()
+        .fold((0, f64::NEG_INFINITY), |acc, (i, e)| if e.at_s > acc.1 { (i, e.at_s) } else { acc })
+        .0
+}
+
+/// Whether entry `last` is later than every other by more than the two clocks' errors.
+fn arrival_resolved(entries: &[Entry], last: usize) -> bool {
+    let l = entries[last];
+    entries
+        .iter()
+        .enumerate()
+        .all(|(i, e)| i == last || l.at_s - e.at_s > l.error_s + e.error_s)
 }
 
 /// Adds `v` to the count `sum`; Err says `what` no longer fits 64 bits (a sum that
@@ -339,6 +406,22 @@ fn keep_longest(kept: &mut Vec<(u64, f64)>, step: u64, seconds: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_order_is_claimed_only_beyond_the_clocks_error() {
+        let e = |at_s: f64, error_s: f64| Entry { at_s, error_s };
+        // 32 µs apart with 4 ms of error: no order.
+        let v = [e(1.0, 0.0), e(1.000032, 0.004)];
+        assert_eq!(last_entry(&v), 1);
+        assert!(!arrival_resolved(&v, 1));
+        // 32 µs apart with exact clocks (error 0): rank 1 was last.
+        let v = [e(1.0, 0.0), e(1.000032, 0.0)];
+        assert!(arrival_resolved(&v, 1));
+        // Clear of one rank but not of the other: no order.
+        let v = [e(1.0, 0.0), e(1.5, 1e-6), e(1.500001, 1e-6)];
+        assert_eq!(last_entry(&v), 2);
+        assert!(!arrival_resolved(&v, 2));
+    }
 
     #[test]
     fn counts_that_would_wrap_are_refused() {
