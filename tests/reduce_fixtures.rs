@@ -204,6 +204,61 @@ fn every_figure_matches_hand_values() {
     assert!(close(a.epoch_s, 100.0 * 1.5));
 }
 
+/// Writes `clock.csv` for a 2-rank run: rank 1's offset estimated as 0 with `error_s`
+/// at the start and at 50 s, and its exact offset (with its error) where given.
+fn write_clock(dir: &Path, error_s: f64, exact: Option<(f64, f64)>) {
+    let cell = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
+    let mut text = String::from("sync,rank,rank0_elapsed_s,offset_s,error_s,rounds,exact_offset_s,exact_error_s\n");
+    for (sync, at) in [(0, 0.0), (1, 50.0)] {
+        text += &format!("{sync},0,{at},0,0,0,0,0\n");
+        text += &format!(
+            "{sync},1,{at},0,{error_s},8,{},{}\n",
+            cell(exact.map(|e| e.0)),
+            cell(exact.map(|e| e.1))
+        );
+    }
+    std::fs::write(dir.join("clock.csv"), text).unwrap();
+}
+
+#[test]
+fn arrival_order_is_claimed_only_beyond_the_clocks_error() {
+    // A enters 0.3 s before B every step (TWO). With rank 1's offset right to within
+    // 0.4 s the order cannot be told: nobody is named last, and A's 0.3 s counts as
+    // transfer (merged with waiting), said in the report.
+    let d = tmp();
+    let dir = d.path().join("two");
+    write_run(&dir, "two", "m", &TWO, 10, 4);
+    write_clock(&dir, 0.4, None);
+    let two = read_run(&dir).unwrap();
+    assert!(two.complete(), "{:?}", two.problems);
+    let s = type_summaries(&two);
+    let (a, b) = (&s[0], &s[1]);
+    assert_eq!((a.last_arrival_share, b.last_arrival_share), (0.0, 0.0));
+    assert!(close(a.comm_wait_s_mean, 0.0) && close(a.comm_transfer_s_median, 0.4), "{a:?}");
+    assert_eq!((two.arrivals.unresolved_steps, two.arrivals.waits_merged), (4, 4));
+    assert!(close(two.arrivals.max_error_s, 0.4));
+    let out = d.path().join("out");
+    ddpbench(&["reduce", "--no-plots", &path_str(&dir), "--out", &path_str(&out)]).assert_ok();
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        md.contains("the clocks cannot order the ranks' arrivals in 4 of 4 steps") && md.contains("transfer and waiting merged"),
+        "{md}"
+    );
+
+    // Right to within 0.1 s: B is last at every step and A waits 0.3 s.
+    write_clock(&dir, 0.1, None);
+    let two = read_run(&dir).unwrap();
+    let s = type_summaries(&two);
+    assert!(close(s[1].last_arrival_share, 1.0) && close(s[0].comm_wait_s_mean, 0.3));
+    assert_eq!((two.arrivals.unresolved_steps, two.arrivals.waits_merged), (0, 0));
+
+    // An exact offset (one kernel) wins over a poor estimate.
+    write_clock(&dir, 0.4, Some((0.0, 1e-7)));
+    let two = read_run(&dir).unwrap();
+    assert!(close(type_summaries(&two)[1].last_arrival_share, 1.0));
+    assert_eq!(two.arrivals.unresolved_steps, 0);
+}
+
 #[test]
 fn weak_scaling_by_hand_with_its_waterfall() {
     let d = tmp();
@@ -1060,4 +1115,47 @@ fn reduce_interconnect_refuses_1e12_buckets() {
     // The other run is reduced and projected.
     let (h, rows) = read_csv(&runs.join("projection.csv"));
     assert!(rows.iter().all(|r| r[h.iter().position(|c| c == "from_run").unwrap()] == "two"));
+}
+
+#[test]
+fn a_fit_beyond_its_error_and_a_clamped_alpha_are_flagged() {
+    // α clamped to 0 and a fit 99.5 % off at the 400 B the fixture all-reduces: the
+    // projection is marked unreliable, the clamp said, and the band (the fit's error
+    // beyond the sizes measured) doubled past 100 % leaves a low end said to be own work.
+    let d = tmp();
+    let runs = d.path().join("runs");
+    write_run(&runs.join("base"), "base", "m", &BASE, 10, 4);
+    write_run(&runs.join("two"), "two", "m", &TWO_A, 10, 4);
+    let mut v: serde_json::Value = serde_json::from_str(&model_json(0.0, 1e-9)).unwrap();
+    let fit = &mut v["models"][0]["inter"];
+    fit["residuals"] = serde_json::json!([
+        {"bytes": 256, "measured_s": 1e-3, "model_s": 5e-6, "rel_error": -0.995, "rel_spread": 0.0},
+        {"bytes": 1024, "measured_s": 1e-3, "model_s": 5e-6, "rel_error": -0.995, "rel_spread": 0.0},
+    ]);
+    fit["max_abs_rel_error"] = serde_json::json!(0.995);
+    let model = d.path().join("allreduce_model.json");
+    std::fs::write(&model, v.to_string()).unwrap();
+    reduce(&["--no-plots", "--interconnect", &path_str(&model), &path_str(&runs)]).assert_ok();
+    let (h, rows) = read_csv(&runs.join("projection.csv"));
+    let cells = |c: &str| -> Vec<String> {
+        let i = h.iter().position(|x| x == c).unwrap_or_else(|| panic!("no column {c} in {h:?}"));
+        rows.iter().map(|r| r[i].clone()).collect()
+    };
+    let ranks = col(&h, &rows, "ranks");
+    for (i, u) in cells("unreliable").iter().enumerate() {
+        // 1 rank has no all-reduce: nothing rests on the fit there.
+        assert_eq!(u, if ranks[i] > 1.0 { "true" } else { "false" }, "row {i}: {:?}", rows[i]);
+    }
+    assert!(cells("fit_clamped").iter().zip(&ranks).all(|(c, &n)| n == 1.0 || c == "true"));
+    assert!(col(&h, &rows, "fit_error_pct")
+        .iter()
+        .zip(&ranks)
+        .all(|(&e, &n)| n == 1.0 || (e - 99.5).abs() < 1e-9));
+    let report = std::fs::read_to_string(runs.join("report.md")).unwrap();
+    assert!(report.contains("α clamped to 0"), "{report}");
+    assert!(
+        report.contains("Unreliable: the interconnect fit is off by up to 99.5 %"),
+        "{report}"
+    );
+    assert!(report.contains(" (unreliable) |"), "{report}");
 }

@@ -25,7 +25,7 @@
 //! other jobs, compute per rank independent of N.
 
 use super::RunStats;
-use crate::allreduce::model::{Algorithm, InterconnectModel};
+use crate::allreduce::model::{Algorithm, InterconnectModel, MAX_FIT_REL_ERROR};
 use crate::allreduce::ModelFile;
 use crate::record::{ComparisonKey, Phase};
 use crate::stats::Sketch;
@@ -73,6 +73,16 @@ pub struct ProjectionRow {
     /// This shape is the reference's own: its error checks nothing but the model's
     /// reading of the run itself.
     pub is_reference: bool,
+    /// The interconnect fits' largest relative error at the sizes of this workload's
+    /// buckets, percent.
+    pub fit_error_pct: f64,
+    /// That error exceeds [`MAX_FIT_REL_ERROR`]: the step, speedup and band here rest on a
+    /// fit that does not follow the sweep at these sizes.
+    pub unreliable: bool,
+    /// A fit used has α or β clamped to 0 (a free fit wanted it negative).
+    pub fit_clamped: bool,
+    /// The band is 100 % or more: its low end is the own work alone (a free all-reduce).
+    pub band_low_clamped: bool,
 }
 
 /// What a run's rows say about its workload, for projecting it.
@@ -172,6 +182,11 @@ struct Step {
     comm_s: f64,
     exposed_s: f64,
     algorithm: Algorithm,
+    /// The fits' largest relative error over the buckets' sizes; a clamped fit used; a
+    /// band of 100 % or more (its low end is the own work alone).
+    fit_rel_error: f64,
+    clamped: bool,
+    band_low_clamped: bool,
 }
 
 fn project(w: &Workload, model: &InterconnectModel, nodes: usize, per_node: usize, widen: f64) -> anyhow::Result<Step> {
@@ -181,11 +196,14 @@ fn project(w: &Workload, model: &InterconnectModel, nodes: usize, per_node: usiz
     let mut times = Vec::new();
     let mut band = 0.0f64;
     let mut algorithm = Algorithm::Ring;
+    let (mut fit_rel_error, mut clamped) = (0.0f64, false);
     for &b in &w.bucket_bytes {
         let p = model.time_s(nodes, per_node, b as f64)?;
         times.push(p.time_s);
         band = band.max(p.rel_band * widen);
         algorithm = p.algorithm;
+        fit_rel_error = fit_rel_error.max(p.fit_rel_error);
+        clamped |= p.clamped;
     }
     let scaled = |f: f64| times.iter().map(|t| t * f).collect::<Vec<_>>();
     let exposed = exposed_s(&times, &w.bucket_bytes, &w.ready_fraction, backward_s, w.overlap);
@@ -204,6 +222,9 @@ fn project(w: &Workload, model: &InterconnectModel, nodes: usize, per_node: usiz
         comm_s: times.iter().sum(),
         exposed_s: exposed,
         algorithm,
+        fit_rel_error,
+        clamped,
+        band_low_clamped: band >= 1.0 && !times.is_empty(),
     })
 }
 
@@ -351,6 +372,10 @@ impl RowSpec<'_> {
             measured_step_s,
             error_pct: measured_step_s.map(|m| (s.step_s - m) / m * 100.0),
             is_reference: (nodes, p) == shape_of(self.reference),
+            fit_error_pct: s.fit_rel_error * 100.0,
+            unreliable: s.fit_rel_error > MAX_FIT_REL_ERROR,
+            fit_clamped: s.clamped,
+            band_low_clamped: s.band_low_clamped,
         }
     }
 }
@@ -592,6 +617,8 @@ mod tests {
         assert!((s.high_s - (0.1 + 1.02e-3 * 1.1)).abs() < 1e-9 && (s.low_s - (0.1 + 1.02e-3 * 0.9)).abs() < 1e-9);
         // The projection lies between own work alone and own work plus the whole all-reduce.
         assert!(s.step_s >= s.own_s && s.step_s <= s.own_s + s.comm_s + 1e-15);
+        // No residuals: no error known, nothing clamped, a band under 100 %.
+        assert!(s.fit_rel_error == 0.0 && !s.clamped && !s.band_low_clamped);
         let q = what_if(&w, &model, 2, 1, 0.8).unwrap();
         assert!((q.r_needed - 4.0).abs() < 1e-12);
         assert!((q.efficiency - 0.1 / 0.10102).abs() < 1e-9);

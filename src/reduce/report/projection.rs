@@ -2,6 +2,7 @@
 //! the plot (projected efficiency as a line with its band, measured points as marks).
 
 use super::{ms, pct, ProjectedWorkload, ProjectionReport};
+use crate::allreduce::model::MAX_FIT_REL_ERROR;
 use crate::allreduce::ModelFile;
 use crate::plot::{self, Series};
 use crate::reduce::analysis::projection::{what_if, ProjectionRow, Workload, EXTRAPOLATION_FACTOR};
@@ -118,7 +119,7 @@ own work independent of N.\n",
         for f in [&bm.model.intra, &bm.model.inter].into_iter().flatten() {
             let _ = writeln!(
                 md,
-                "- {} {}: α = {:.2} µs, 1/β = {} over {} ranks, sizes {}–{} B, |relative error| max {:.1} %, rms {:.1} %",
+                "- {} {}: α = {:.2} µs, 1/β = {} over {} ranks, sizes {}–{} B, |relative error| max {:.1} %, rms {:.1} %{}",
                 bm.backend,
                 f.level,
                 f.alpha_s * 1e6,
@@ -131,7 +132,8 @@ own work independent of N.\n",
                 f.min_bytes,
                 f.max_bytes,
                 f.max_abs_rel_error * 100.0,
-                f.rms_rel_error * 100.0
+                f.rms_rel_error * 100.0,
+                clamped_words(&f.clamped())
             );
         }
     }
@@ -142,10 +144,11 @@ own work independent of N.\n",
         for r in &rs {
             let _ = writeln!(
                 md,
-                "| {}{}{} | {} × {} | {}{} | {} | {}–{} | {:.1} | {:.2} | {} | {} | {} | {} | {} |",
+                "| {}{}{}{} | {} × {} | {}{} | {} | {}–{}{} | {:.1} | {:.2} | {} | {} | {} | {} | {} |",
                 r.ranks,
                 if r.extrapolated { " (extrapolated)" } else { "" },
                 if r.is_reference { " (reference)" } else { "" },
+                if r.unreliable { " (unreliable)" } else { "" },
                 r.nodes,
                 r.ranks_per_node,
                 r.batch_per_rank,
@@ -153,6 +156,7 @@ own work independent of N.\n",
                 ms(r.step_s),
                 ms(r.step_low_s),
                 ms(r.step_high_s),
+                if r.band_low_clamped { "‡" } else { "" },
                 r.samples_per_s,
                 r.speedup,
                 pct(r.efficiency),
@@ -163,6 +167,9 @@ own work independent of N.\n",
             );
         }
         let _ = writeln!(md, "\n{}", w.checked);
+        for q in fit_quality_sentences(&rs) {
+            let _ = writeln!(md, "\n{q}");
+        }
         for a in &w.answers {
             let _ = writeln!(md, "- {a}");
         }
@@ -175,6 +182,37 @@ own work independent of N.\n",
     }
     let _ = writeln!(md, "\n![projection](projection.svg)");
     md
+}
+
+/// ", α clamped to 0" and the like, or nothing.
+fn clamped_words(clamped: &[&str]) -> String {
+    if clamped.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; {} clamped to 0 (a free fit made it negative: the line does not follow the sweep)",
+        clamped.join(" and ")
+    )
+}
+
+/// What the fit's quality means for one workload's rows: unreliable rows, a clamped
+/// parameter, a band whose low end is the own work alone.
+fn fit_quality_sentences(rs: &[&ProjectionRow]) -> Vec<String> {
+    let mut out = Vec::new();
+    let worst = rs.iter().map(|r| r.fit_error_pct).fold(0.0, f64::max);
+    if rs.iter().any(|r| r.unreliable) {
+        out.push(format!(
+            "Unreliable: the interconnect fit is off by up to {worst:.1} % at the sizes this workload all-reduces, beyond              {:.0} %: the rows marked (unreliable) rest on a line that does not follow the sweep there. Sweep those sizes again              with more iterations, or on a quieter machine.",
+            MAX_FIT_REL_ERROR * 100.0
+        ));
+    }
+    if rs.iter().any(|r| r.fit_clamped) {
+        out.push("A fit used has a parameter clamped to 0 (see the fits above): its all-reduce times are those of a line forced through the sweep, not a free fit.".into());
+    }
+    if rs.iter().any(|r| r.band_low_clamped) {
+        out.push("‡ The band is 100 % or more of the all-reduce there: its low end is the own work alone (a free all-reduce), not a measured best case.".into());
+    }
+    out
 }
 
 /// R needed, the batch that reaches the target, and what fp16/bf16 gradients or one
