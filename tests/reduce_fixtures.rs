@@ -1159,3 +1159,125 @@ fn a_fit_beyond_its_error_and_a_clamped_alpha_are_flagged() {
     );
     assert!(report.contains(" (unreliable) |"), "{report}");
 }
+
+/// Adds `extra_s` to `other_s` and `step_s` of every odd step of each rank of the run in
+/// `dir`: noise that hits every rank of a step at once.
+fn add_common_noise(dir: &Path, ranks: usize, extra_s: f64) {
+    for r in 0..ranks {
+        let path = dir.join(format!("rank-{r:05}.csv"));
+        let (h, rows) = read_csv(&path);
+        let at = |c: &str| h.iter().position(|x| x == c).unwrap();
+        let mut w = csv::Writer::from_path(&path).unwrap();
+        w.write_record(&h).unwrap();
+        for mut row in rows {
+            if row[at("global_step")].parse::<u64>().unwrap() % 2 == 1 {
+                for c in ["other_s", "step_s"] {
+                    row[at(c)] = (row[at(c)].parse::<f64>().unwrap() + extra_s).to_string();
+                }
+            }
+            w.write_record(&row).unwrap();
+        }
+        w.flush().unwrap();
+    }
+}
+
+#[test]
+fn the_projection_is_against_the_measured_1_rank_point_with_its_terms_measured() {
+    // Steps alternate between 1.1 and 3.1 s (rank 0) and 1.4 and 3.4 s (rank 1) of own
+    // work: the common part moves both; the ranks differ by ±0.15 s around it. The
+    // straggler term is E[max of 2] of ±0.15 = 0.075 s, so the slowest rank's own work
+    // is 2.25 + 0.075 s (measured: 2.4 s); independent draws of own work would make it
+    // about 2.9 s. Speedup is against the measured 1-rank run (2.0 s per step).
+    let d = tmp();
+    let runs = d.path().join("runs");
+    write_run(&runs.join("base"), "base", "m", &BASE, 10, 4);
+    write_run(&runs.join("two"), "two", "m", &TWO_A, 10, 4);
+    add_common_noise(&runs.join("base"), 1, 2.0);
+    add_common_noise(&runs.join("two"), 2, 2.0);
+    let mut m = Manifest::read(&runs.join("two")).unwrap();
+    m.nodes = 1;
+    m.write(&runs.join("two")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&model_json(1e-5, 1e-9)).unwrap();
+    let mut intra = v["models"][0]["inter"].clone();
+    intra["level"] = "intra-node".into();
+    v["models"][0]["intra"] = intra;
+    v["models"][0]["ranks_per_node"] = 2.into();
+    v["models"][0]["nodes"] = 1.into();
+    let model = d.path().join("allreduce_model.json");
+    std::fs::write(&model, v.to_string()).unwrap();
+    reduce(&["--no-plots", "--interconnect", &path_str(&model), &path_str(&runs)]).assert_ok();
+    let (h, rows) = read_csv(&runs.join("projection.csv"));
+    let at = |c: &str| h.iter().position(|x| x == c).unwrap_or_else(|| panic!("no column {c} in {h:?}"));
+    let row = rows
+        .iter()
+        .find(|r| r[at("ranks")] == "2" && r[at("scaling")] == "weak" && r[at("from_run")] == "two")
+        .unwrap();
+    let num = |c: &str| row[at(c)].parse::<f64>().unwrap_or_else(|_| panic!("{c}={:?}", row[at(c)]));
+    assert!((num("straggler_s") - 0.075).abs() < 0.01, "{row:?}");
+    assert!((num("own_work_s") - 2.325).abs() < 0.01, "{row:?}");
+    assert!((num("measured_own_work_s") - 2.4).abs() < 1e-9, "{row:?}");
+    assert_eq!(row[at("speedup_against")], "measured 1-rank run");
+    // Against the measured 1-rank run: 10 samples in 2.0 s.
+    assert!((num("speedup") - 20.0 / num("step_s") / 5.0).abs() < 1e-9, "{row:?}");
+    assert!(
+        (num("measured_speedup") - 20.0 / num("measured_step_s") / 5.0).abs() < 1e-9,
+        "{row:?}"
+    );
+    // The transfer after the last rank entered: 0.1 s; exposed: the mean of 0.4 and 0.1.
+    assert!((num("measured_comm_s") - 0.1).abs() < 1e-9 && (num("measured_comm_exposed_s") - 0.25).abs() < 1e-9);
+    let report = std::fs::read_to_string(runs.join("report.md")).unwrap();
+    for term in [
+        "own work (slowest rank)",
+        "of which straggler",
+        "| all-reduce |",
+        "exposed all-reduce",
+        "| step |",
+        "| speedup |",
+    ] {
+        assert!(report.contains(term), "{term:?} not in {report}");
+    }
+    assert!(
+        report.contains("Speedup and efficiency are against the measured 1-rank run."),
+        "{report}"
+    );
+}
+
+#[test]
+fn the_largest_of_three_rank_counts_is_held_out() {
+    // 1, 2 and 4 ranks measured: the reference is the 2-rank run, the 4-rank point is the
+    // held-out check, reported apart from the reference's in-sample error.
+    const FOUR_A: [RankSpec; 4] = [TWO_A[0], TWO_A[1], TWO_A[0], TWO_A[1]];
+    let d = tmp();
+    let runs = d.path().join("runs");
+    write_run(&runs.join("base"), "base", "m", &BASE, 10, 4);
+    write_run(&runs.join("two"), "two", "m", &TWO_A, 10, 4);
+    write_run(&runs.join("four"), "four", "m", &FOUR_A, 10, 4);
+    for run in ["two", "four"] {
+        let mut m = Manifest::read(&runs.join(run)).unwrap();
+        m.nodes = 1;
+        m.write(&runs.join(run)).unwrap();
+    }
+    let mut v: serde_json::Value = serde_json::from_str(&model_json(1e-5, 1e-9)).unwrap();
+    let mut intra = v["models"][0]["inter"].clone();
+    intra["level"] = "intra-node".into();
+    v["models"][0]["intra"] = intra;
+    v["models"][0]["ranks_per_node"] = 4.into();
+    v["models"][0]["nodes"] = 1.into();
+    let model = d.path().join("allreduce_model.json");
+    std::fs::write(&model, v.to_string()).unwrap();
+    reduce(&["--no-plots", "--interconnect", &path_str(&model), &path_str(&runs)]).assert_ok();
+    let (h, rows) = read_csv(&runs.join("projection.csv"));
+    let at = |c: &str| h.iter().position(|x| x == c).unwrap_or_else(|| panic!("no column {c} in {h:?}"));
+    let weak: Vec<&Vec<String>> = rows.iter().filter(|r| r[at("scaling")] == "weak").collect();
+    assert!(weak.iter().all(|r| r[at("from_run")] == "two"), "{weak:?}");
+    let held: Vec<&&Vec<String>> = weak.iter().filter(|r| r[at("held_out")] == "true").collect();
+    assert_eq!(held.len(), 1, "{weak:?}");
+    assert_eq!(held[0][at("ranks")], "4");
+    let err: f64 = held[0][at("error_pct")].parse().unwrap();
+    let report = std::fs::read_to_string(runs.join("report.md")).unwrap();
+    assert!(
+        report.contains(&format!("Held out: 4 ranks, the largest rank count measured, was left out of the choice of the reference; the projection's error there is {err:+.1} %")),
+        "{report}"
+    );
+    assert!(report.contains("In sample: at the reference's own shape the error is"), "{report}");
+}

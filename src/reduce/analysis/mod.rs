@@ -106,6 +106,15 @@ pub struct RunStats {
     /// Each rank-step's own work: `step_s` minus the exposed all-reduce (what a rank
     /// does before it can finish the step, the draws of the straggler projection).
     pub local_work: Sketch,
+    /// The step's own work split into what all ranks share and each rank's share apart:
+    /// per step, the mean over ranks of own work (`own_common`), and each rank's own work
+    /// minus that mean (`own_deviation`, the spread between ranks that a straggler is).
+    pub own_common: Sketch,
+    pub own_deviation: Sketch,
+    /// Per step, the largest own work of any rank (what the step waited for).
+    pub own_max: Sketch,
+    /// Per rank-step, the all-reduce after the last rank entered ([`metrics::transfer_time`]).
+    pub transfer: Sketch,
     /// Non-warm-up steps per rank.
     pub steps: u64,
     /// The arrival order the clocks can resolve ([`Arrivals`]).
@@ -196,6 +205,10 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
         job_step: Sketch::new(),
         job_step_series: Vec::new(),
         local_work: Sketch::new(),
+        own_common: Sketch::new(),
+        own_deviation: Sketch::new(),
+        own_max: Sketch::new(),
+        transfer: Sketch::new(),
         steps: 0,
         arrivals: Arrivals {
             clocks_known: files.clock.known(),
@@ -294,6 +307,16 @@ impl RunStats {
         let claimed = order && arrival_resolved(entries, last);
         let mut step_mean = 0.0;
         let mut waited = 0.0;
+        let own: Vec<f64> = rows
+            .iter()
+            .map(|row| (row.step_s - row.phases[Phase::CommExposed.index()]).max(0.0))
+            .collect();
+        let own_mean = own.iter().sum::<f64>() / own.len() as f64;
+        self.own_common.push(own_mean);
+        self.own_max.push(own.iter().copied().fold(f64::NEG_INFINITY, f64::max));
+        for o in &own {
+            self.own_deviation.push(o - own_mean);
+        }
         for (i, row) in rows.iter().enumerate() {
             let gap = metrics::straggler_wait(entries[last].at_s, entries[i].at_s);
             let resolved = gap > entries[i].error_s + entries[last].error_s;
@@ -316,7 +339,8 @@ impl RunStats {
             rs.wait_sum += wait;
             let ts = &mut self.types[type_of[i]];
             ts.step.push(row.step_s);
-            self.local_work.push((row.step_s - row.phases[Phase::CommExposed.index()]).max(0.0));
+            self.local_work.push(own[i]);
+            self.transfer.push(metrics::transfer_time(row.comm_s, wait));
             for (sketch, v) in ts.phase.iter_mut().zip(row.phases) {
                 sketch.push(v);
             }

@@ -66,7 +66,7 @@ pub fn arrival_sentences(runs: &[&crate::reduce::analysis::RunStats]) -> Vec<Str
             continue;
         }
         out.push(format!(
-            "In `{}`, the clocks cannot order the ranks' arrivals in {} of {} steps (the two ranks' offsets are right to within {} µs,              more than the gap between them): no rank is named last there, and in {} rank-steps the wait for the last rank lies              within that error, so it is counted as transfer (transfer and waiting merged). Ranks under one kernel have exact              offsets; across hosts the error is half the shortest round trip of the clock estimate.",
+            "In `{}`, the clocks cannot order the ranks' arrivals in {} of {} steps (the two ranks' offsets are right to within {} µs, more than the gap between them): no rank is named last there, and in {} rank-steps the wait for the last rank lies within that error, so it is counted as transfer (transfer and waiting merged). Ranks under one kernel have exact offsets; across hosts the error is half the shortest round trip of the clock estimate.",
             r.manifest.run_id,
             a.unresolved_steps,
             r.steps,
