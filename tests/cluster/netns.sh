@@ -227,9 +227,9 @@ run_one one-node-off --overlap off; RC_1O=$RC
 run_pack pack-off --overlap off; RC_PK=$RC
 mkdir -p "$D/held-shaped" "$D/held-unshaped"
 "$DDPBENCH_BIN" reduce --no-plots --project-to 2 --interconnect "$D/sweep-shaped" --out "$D/held-shaped" \
-  "$D/pack-off" "$D/shaped-no-overlap" >"$D/held-shaped.log" 2>&1; RC_HS=$?
+  "$D/one-node-off" "$D/pack-off" "$D/shaped-no-overlap" >"$D/held-shaped.log" 2>&1; RC_HS=$?
 "$DDPBENCH_BIN" reduce --no-plots --project-to 2 --interconnect "$D/sweep-unshaped" --out "$D/held-unshaped" \
-  "$D/pack-off" "$D/unshaped-off" >"$D/held-unshaped.log" 2>&1; RC_HU=$?
+  "$D/one-node-off" "$D/pack-off" "$D/unshaped-off" >"$D/held-unshaped.log" 2>&1; RC_HU=$?
 mkdir -p "$D/proj-shaped" "$D/proj-unshaped"
 "$DDPBENCH_BIN" reduce --no-plots --project-to 16 --interconnect "$D/sweep-shaped" --out "$D/proj-shaped" \
   "$D/one-node" "$D/one-node-off" "$D/shaped" "$D/shaped-no-overlap" >"$D/proj-shaped.log" 2>&1; RC_PS=$?
