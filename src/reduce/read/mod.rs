@@ -477,8 +477,11 @@ impl GpuTelemetry {
 pub struct ClockOffsets {
     /// Per rank, (rank 0's clock, offset, error bound) at each estimate, in time order:
     /// the exact offset where the rank shares rank 0's `CLOCK_MONOTONIC`.
-    by_rank: BTreeMap<usize, Vec<(f64, f64, f64)>>,
+    by_rank: BTreeMap<usize, Vec<Estimate>>,
 }
+
+/// (rank 0's clock, offset, error bound) of one estimate, seconds.
+type Estimate = (f64, f64, f64);
 
 impl ClockOffsets {
     /// Reads `dir`'s `clock.csv` (no offsets without one) of a run of `world_size` ranks
@@ -486,7 +489,7 @@ impl ClockOffsets {
     /// estimate can hold ([`limits::clock_row`]).
     pub fn read(dir: &Path, world_size: usize, run_s: Option<f64>) -> Result<ClockOffsets, String> {
         let path = dir.join("clock.csv");
-        let mut by_rank: BTreeMap<usize, Vec<(f64, f64, f64)>> = BTreeMap::new();
+        let mut by_rank: BTreeMap<usize, Vec<Estimate>> = BTreeMap::new();
         if let Ok(mut r) = csv::Reader::from_path(&path) {
             for (i, row) in r.deserialize::<crate::train::clock::ClockRow>().enumerate() {
                 let at = |why: String| format!("{} row {}: {why}", path.display(), i + 1);
@@ -512,7 +515,7 @@ impl ClockOffsets {
 
     /// The estimates around rank `rank`'s time `t`: (before, after), the same one twice
     /// beyond them; None without estimates.
-    fn around(&self, rank: usize, t: f64) -> Option<((f64, f64, f64), (f64, f64, f64))> {
+    fn around(&self, rank: usize, t: f64) -> Option<(Estimate, Estimate)> {
         let points = self.by_rank.get(&rank).filter(|p| !p.is_empty())?;
         let i = points.partition_point(|p| p.0 <= t);
         Some(match i {
