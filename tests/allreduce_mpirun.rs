@@ -245,9 +245,21 @@ fn reduce_projects_real_runs_with_the_fitted_model_and_checks_the_measured_point
         assert!(step[i] >= own[i] - 1e-12 && step[i] <= own[i] + comm[i] + 1e-12, "row {i}");
         assert!(lo[i] <= step[i] + 1e-12 && step[i] <= hi[i] + 1e-12, "row {i}");
     }
-    // The 1-rank point has no all-reduce, and its efficiency is 1 by definition.
+    // The 1-rank point has no all-reduce. Its efficiency is 1 by definition against the
+    // projection at 1 rank; against a measured 1-rank run it is that run's step over the
+    // projected one (the 1-rank run of its own workload is measured).
     assert_eq!(comm[0], 0.0);
-    assert_eq!(col(&h, &rows, "efficiency")[0], 1.0);
+    let eff = col(&h, &rows, "efficiency");
+    for (i, r) in rows.iter().enumerate().filter(|(_, r)| r[at("ranks")] == "1") {
+        match r[at("speedup_against")].as_str() {
+            "measured 1-rank run" => {
+                let m: f64 = r[at("measured_step_s")].parse().unwrap();
+                assert!((eff[i] - m / step[i]).abs() < 1e-9, "{r:?}");
+            }
+            _ => assert_eq!(eff[i], 1.0, "{r:?}"),
+        }
+    }
+    assert!(rows.iter().any(|r| r[at("speedup_against")] == "measured 1-rank run"));
     // The measured 2-rank run is compared with its projection.
     let two = rows
         .iter()

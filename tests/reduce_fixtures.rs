@@ -199,6 +199,61 @@ fn every_figure_matches_hand_values() {
     assert!(close(a.epoch_s, 100.0 * 1.5));
 }
 
+/// Writes `clock.csv` for a 2-rank run: rank 1's offset estimated as 0 with `error_s`
+/// at the start and at 50 s, and its exact offset (with its error) where given.
+fn write_clock(dir: &Path, error_s: f64, exact: Option<(f64, f64)>) {
+    let cell = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
+    let mut text = String::from("sync,rank,rank0_elapsed_s,offset_s,error_s,rounds,exact_offset_s,exact_error_s\n");
+    for (sync, at) in [(0, 0.0), (1, 50.0)] {
+        text += &format!("{sync},0,{at},0,0,0,0,0\n");
+        text += &format!(
+            "{sync},1,{at},0,{error_s},8,{},{}\n",
+            cell(exact.map(|e| e.0)),
+            cell(exact.map(|e| e.1))
+        );
+    }
+    std::fs::write(dir.join("clock.csv"), text).unwrap();
+}
+
+#[test]
+fn arrival_order_is_claimed_only_beyond_the_clocks_error() {
+    // A enters 0.3 s before B every step (TWO). With rank 1's offset right to within
+    // 0.4 s the order cannot be told: nobody is named last, and A's 0.3 s counts as
+    // transfer (merged with waiting), said in the report.
+    let d = tmp();
+    let dir = d.path().join("two");
+    write_run(&dir, "two", "m", &TWO, 10, 4);
+    write_clock(&dir, 0.4, None);
+    let two = read_run(&dir).unwrap();
+    assert!(two.complete(), "{:?}", two.problems);
+    let s = type_summaries(&two);
+    let (a, b) = (&s[0], &s[1]);
+    assert_eq!((a.last_arrival_share, b.last_arrival_share), (0.0, 0.0));
+    assert!(close(a.comm_wait_s_mean, 0.0) && close(a.comm_transfer_s_median, 0.4), "{a:?}");
+    assert_eq!((two.arrivals.unresolved_steps, two.arrivals.waits_merged), (4, 4));
+    assert!(close(two.arrivals.max_error_s, 0.4));
+    let out = d.path().join("out");
+    ddpbench(&["reduce", "--no-plots", &path_str(&dir), "--out", &path_str(&out)]).assert_ok();
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        md.contains("the clocks cannot order the ranks' arrivals in 4 of 4 steps") && md.contains("transfer and waiting merged"),
+        "{md}"
+    );
+
+    // Right to within 0.1 s: B is last at every step and A waits 0.3 s.
+    write_clock(&dir, 0.1, None);
+    let two = read_run(&dir).unwrap();
+    let s = type_summaries(&two);
+    assert!(close(s[1].last_arrival_share, 1.0) && close(s[0].comm_wait_s_mean, 0.3));
+    assert_eq!((two.arrivals.unresolved_steps, two.arrivals.waits_merged), (0, 0));
+
+    // An exact offset (one kernel) wins over a poor estimate.
+    write_clock(&dir, 0.4, Some((0.0, 1e-7)));
+    let two = read_run(&dir).unwrap();
+    assert!(close(type_summaries(&two)[1].last_arrival_share, 1.0));
+    assert_eq!(two.arrivals.unresolved_steps, 0);
+}
+
 #[test]
 fn weak_scaling_by_hand_with_its_waterfall() {
     let d = tmp();
@@ -1202,4 +1257,169 @@ fn a_single_run_interval_holds_its_point_and_the_references_spread() {
     assert!(row.speedup_low <= row.speedup && row.speedup <= row.speedup_high, "{row:?}");
     // Either reference alone: 1.33 or 4; the interval reaches towards both.
     assert!(row.speedup_low < 1.5 && row.speedup_high > 3.5, "{row:?}");
+}
+
+#[test]
+fn a_fit_beyond_its_error_and_a_clamped_alpha_are_flagged() {
+    // α clamped to 0 and a fit 99.5 % off at the 400 B the fixture all-reduces: the
+    // projection is marked unreliable, the clamp said, and the band (the fit's error
+    // beyond the sizes measured) doubled past 100 % leaves a low end said to be own work.
+    let d = tmp();
+    let runs = d.path().join("runs");
+    write_run(&runs.join("base"), "base", "m", &BASE, 10, 4);
+    write_run(&runs.join("two"), "two", "m", &TWO_A, 10, 4);
+    let mut v: serde_json::Value = serde_json::from_str(&model_json(0.0, 1e-9)).unwrap();
+    let fit = &mut v["models"][0]["inter"];
+    fit["residuals"] = serde_json::json!([
+        {"bytes": 256, "measured_s": 1e-3, "model_s": 5e-6, "rel_error": -0.995, "rel_spread": 0.0},
+        {"bytes": 1024, "measured_s": 1e-3, "model_s": 5e-6, "rel_error": -0.995, "rel_spread": 0.0},
+    ]);
+    fit["max_abs_rel_error"] = serde_json::json!(0.995);
+    let model = d.path().join("allreduce_model.json");
+    std::fs::write(&model, v.to_string()).unwrap();
+    reduce(&["--no-plots", "--interconnect", &path_str(&model), &path_str(&runs)]).assert_ok();
+    let (h, rows) = read_csv(&runs.join("projection.csv"));
+    let cells = |c: &str| -> Vec<String> {
+        let i = h.iter().position(|x| x == c).unwrap_or_else(|| panic!("no column {c} in {h:?}"));
+        rows.iter().map(|r| r[i].clone()).collect()
+    };
+    let ranks = col(&h, &rows, "ranks");
+    for (i, u) in cells("unreliable").iter().enumerate() {
+        // 1 rank has no all-reduce: nothing rests on the fit there.
+        assert_eq!(u, if ranks[i] > 1.0 { "true" } else { "false" }, "row {i}: {:?}", rows[i]);
+    }
+    assert!(cells("fit_clamped").iter().zip(&ranks).all(|(c, &n)| n == 1.0 || c == "true"));
+    assert!(col(&h, &rows, "fit_error_pct")
+        .iter()
+        .zip(&ranks)
+        .all(|(&e, &n)| n == 1.0 || (e - 99.5).abs() < 1e-9));
+    let report = std::fs::read_to_string(runs.join("report.md")).unwrap();
+    assert!(report.contains("α clamped to 0"), "{report}");
+    assert!(
+        report.contains("Unreliable: the interconnect fit is off by up to 99.5 %"),
+        "{report}"
+    );
+    assert!(report.contains(" (unreliable) |"), "{report}");
+}
+
+/// Adds `extra_s` to `other_s` and `step_s` of every odd step of each rank of the run in
+/// `dir`: noise that hits every rank of a step at once.
+fn add_common_noise(dir: &Path, ranks: usize, extra_s: f64) {
+    for r in 0..ranks {
+        let path = dir.join(format!("rank-{r:05}.csv"));
+        let (h, rows) = read_csv(&path);
+        let at = |c: &str| h.iter().position(|x| x == c).unwrap();
+        let mut w = csv::Writer::from_path(&path).unwrap();
+        w.write_record(&h).unwrap();
+        for mut row in rows {
+            if row[at("global_step")].parse::<u64>().unwrap() % 2 == 1 {
+                for c in ["other_s", "step_s"] {
+                    row[at(c)] = (row[at(c)].parse::<f64>().unwrap() + extra_s).to_string();
+                }
+            }
+            w.write_record(&row).unwrap();
+        }
+        w.flush().unwrap();
+    }
+}
+
+#[test]
+fn the_projection_is_against_the_measured_1_rank_point_with_its_terms_measured() {
+    // Steps alternate between 1.1 and 3.1 s (rank 0) and 1.4 and 3.4 s (rank 1) of own
+    // work: the common part moves both; the ranks differ by ±0.15 s around it. The
+    // straggler term is E[max of 2] of ±0.15 = 0.075 s, so the slowest rank's own work
+    // is 2.25 + 0.075 s (measured: 2.4 s); independent draws of own work would make it
+    // about 2.9 s. Speedup is against the measured 1-rank run (2.0 s per step).
+    let d = tmp();
+    let runs = d.path().join("runs");
+    write_run(&runs.join("base"), "base", "m", &BASE, 10, 4);
+    write_run(&runs.join("two"), "two", "m", &TWO_A, 10, 4);
+    add_common_noise(&runs.join("base"), 1, 2.0);
+    add_common_noise(&runs.join("two"), 2, 2.0);
+    let mut m = Manifest::read(&runs.join("two")).unwrap();
+    m.nodes = 1;
+    m.write(&runs.join("two")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&model_json(1e-5, 1e-9)).unwrap();
+    let mut intra = v["models"][0]["inter"].clone();
+    intra["level"] = "intra-node".into();
+    v["models"][0]["intra"] = intra;
+    v["models"][0]["ranks_per_node"] = 2.into();
+    v["models"][0]["nodes"] = 1.into();
+    let model = d.path().join("allreduce_model.json");
+    std::fs::write(&model, v.to_string()).unwrap();
+    reduce(&["--no-plots", "--interconnect", &path_str(&model), &path_str(&runs)]).assert_ok();
+    let (h, rows) = read_csv(&runs.join("projection.csv"));
+    let at = |c: &str| h.iter().position(|x| x == c).unwrap_or_else(|| panic!("no column {c} in {h:?}"));
+    let row = rows
+        .iter()
+        .find(|r| r[at("ranks")] == "2" && r[at("scaling")] == "weak" && r[at("from_run")] == "two")
+        .unwrap();
+    let num = |c: &str| row[at(c)].parse::<f64>().unwrap_or_else(|_| panic!("{c}={:?}", row[at(c)]));
+    assert!((num("straggler_s") - 0.075).abs() < 0.01, "{row:?}");
+    assert!((num("own_work_s") - 2.325).abs() < 0.01, "{row:?}");
+    assert!((num("measured_own_work_s") - 2.4).abs() < 1e-9, "{row:?}");
+    assert_eq!(row[at("speedup_against")], "measured 1-rank run");
+    // Against the measured 1-rank run: 10 samples in 2.0 s.
+    assert!((num("speedup") - 20.0 / num("step_s") / 5.0).abs() < 1e-9, "{row:?}");
+    assert!(
+        (num("measured_speedup") - 20.0 / num("measured_step_s") / 5.0).abs() < 1e-9,
+        "{row:?}"
+    );
+    // The transfer after the last rank entered: 0.1 s; exposed: the mean of 0.4 and 0.1.
+    assert!((num("measured_comm_s") - 0.1).abs() < 1e-9 && (num("measured_comm_exposed_s") - 0.25).abs() < 1e-9);
+    let report = std::fs::read_to_string(runs.join("report.md")).unwrap();
+    for term in [
+        "own work (slowest rank)",
+        "of which straggler",
+        "| all-reduce |",
+        "exposed all-reduce",
+        "| step |",
+        "| speedup |",
+    ] {
+        assert!(report.contains(term), "{term:?} not in {report}");
+    }
+    assert!(
+        report.contains("Speedup and efficiency are against the measured 1-rank run."),
+        "{report}"
+    );
+}
+
+#[test]
+fn the_largest_of_three_rank_counts_is_held_out() {
+    // 1, 2 and 4 ranks measured: the reference is the 2-rank run, the 4-rank point is the
+    // held-out check, reported apart from the reference's in-sample error.
+    const FOUR_A: [RankSpec; 4] = [TWO_A[0], TWO_A[1], TWO_A[0], TWO_A[1]];
+    let d = tmp();
+    let runs = d.path().join("runs");
+    write_run(&runs.join("base"), "base", "m", &BASE, 10, 4);
+    write_run(&runs.join("two"), "two", "m", &TWO_A, 10, 4);
+    write_run(&runs.join("four"), "four", "m", &FOUR_A, 10, 4);
+    for run in ["two", "four"] {
+        let mut m = Manifest::read(&runs.join(run)).unwrap();
+        m.nodes = 1;
+        m.write(&runs.join(run)).unwrap();
+    }
+    let mut v: serde_json::Value = serde_json::from_str(&model_json(1e-5, 1e-9)).unwrap();
+    let mut intra = v["models"][0]["inter"].clone();
+    intra["level"] = "intra-node".into();
+    v["models"][0]["intra"] = intra;
+    v["models"][0]["ranks_per_node"] = 4.into();
+    v["models"][0]["nodes"] = 1.into();
+    let model = d.path().join("allreduce_model.json");
+    std::fs::write(&model, v.to_string()).unwrap();
+    reduce(&["--no-plots", "--interconnect", &path_str(&model), &path_str(&runs)]).assert_ok();
+    let (h, rows) = read_csv(&runs.join("projection.csv"));
+    let at = |c: &str| h.iter().position(|x| x == c).unwrap_or_else(|| panic!("no column {c} in {h:?}"));
+    let weak: Vec<&Vec<String>> = rows.iter().filter(|r| r[at("scaling")] == "weak").collect();
+    assert!(weak.iter().all(|r| r[at("from_run")] == "two"), "{weak:?}");
+    let held: Vec<&&Vec<String>> = weak.iter().filter(|r| r[at("held_out")] == "true").collect();
+    assert_eq!(held.len(), 1, "{weak:?}");
+    assert_eq!(held[0][at("ranks")], "4");
+    let err: f64 = held[0][at("error_pct")].parse().unwrap();
+    let report = std::fs::read_to_string(runs.join("report.md")).unwrap();
+    assert!(
+        report.contains(&format!("Held out: 4 ranks, the largest rank count measured, was left out of the choice of the reference; the projection's error there is {err:+.1} %")),
+        "{report}"
+    );
+    assert!(report.contains("In sample: at the reference's own shape the error is"), "{report}");
 }

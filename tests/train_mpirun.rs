@@ -67,7 +67,31 @@ fn two_ranks_write_complete_consistent_files() {
     assert!(col(&ch, &crows, "error_s").iter().all(|&e| e >= 0.0));
     assert_eq!(col(&ch, &crows, "offset_s")[0], 0.0, "rank 0 is the reference");
     assert_eq!(m["clock"]["syncs"], 2);
+    // One host, one CLOCK_MONOTONIC: every offset is exact, and the round-trip estimate
+    // lies within its own error bound of it (the oracle for the estimator).
+    let (est, err) = (col(&ch, &crows, "offset_s"), col(&ch, &crows, "error_s"));
+    let (exact, exact_err) = (col(&ch, &crows, "exact_offset_s"), col(&ch, &crows, "exact_error_s"));
+    for i in 0..crows.len() {
+        assert!(
+            exact[i].is_finite() && exact_err[i] >= 0.0 && exact_err[i] < 1e-4,
+            "row {i}: {:?}",
+            crows[i]
+        );
+        assert!(
+            (est[i] - exact[i]).abs() <= err[i] + exact_err[i],
+            "row {i}: estimate {} ± {} vs exact {} ± {}",
+            est[i],
+            err[i],
+            exact[i],
+            exact_err[i]
+        );
+    }
+    assert!(col(&ch, &crows, "rounds").iter().skip(1).step_by(2).all(|&n| n >= 8.0));
+    assert_eq!(m["clock"]["exact_ranks"], 2);
+    assert_eq!(m["clock"]["target_error_s"], 50e-6);
+    assert!(m["clock"]["max_error_s"].as_f64().unwrap() < 1e-4, "{}", m["clock"]);
     assert_eq!(m["schema_version"], ddpbench::record::SCHEMA_VERSION);
+
 
     let mut checksum_rows = Vec::new();
     for r in 0..2 {

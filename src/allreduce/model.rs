@@ -38,6 +38,10 @@ pub const MAX_BETA_S_PER_BYTE: f64 = 1.0;
 /// not damaged, and is kept.
 const MAX_REL: f64 = 1e12;
 
+/// A level's fit is off by more than this (relative, at the measured sizes nearest the
+/// bytes a workload all-reduces): projections through it are marked unreliable.
+pub const MAX_FIT_REL_ERROR: f64 = 0.25;
+
 /// A fitted α–β model of one level.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LevelFit {
@@ -203,6 +207,32 @@ impl LevelFit {
         }
     }
 
+    /// The fit's largest |relative error| at the measured sizes around `bytes` (the two
+    /// neighbours, or the nearest one outside the sizes measured); 0 without residuals.
+    pub fn rel_error_at(&self, bytes: f64) -> f64 {
+        let mut pts: Vec<&Residual> = self.residuals.iter().collect();
+        pts.sort_by_key(|r| r.bytes);
+        let hi = pts.partition_point(|r| (r.bytes as f64) < bytes);
+        let near = [hi.checked_sub(1), (hi < pts.len()).then_some(hi)];
+        near.into_iter()
+            .flatten()
+            .map(|i| pts[i].rel_error.abs())
+            .filter(|e| e.is_finite())
+            .fold(0.0, f64::max)
+    }
+
+    /// The parameters the fit clamped to 0 (a best fit would have made them negative).
+    pub fn clamped(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.alpha_s == 0.0 {
+            out.push("α");
+        }
+        if self.beta_s_per_byte == 0.0 {
+            out.push("β");
+        }
+        out
+    }
+
     /// The measured time and spread at `bytes`, interpolated; None outside the sizes measured.
     fn measured_at(&self, bytes: f64) -> Option<(f64, f64)> {
         let mut pts: Vec<&Residual> = self.residuals.iter().filter(|r| r.measured_s > 0.0 && r.bytes > 0).collect();
@@ -311,6 +341,10 @@ pub struct Projected {
     pub rel_band: f64,
     /// The algorithm of the inter-node level (or of the intra-node level on one node).
     pub algorithm: Algorithm,
+    /// The largest relative error of the levels' fits at this size ([`LevelFit::rel_error_at`]).
+    pub fit_rel_error: f64,
+    /// A level used has α or β clamped to 0.
+    pub clamped: bool,
 }
 
 impl InterconnectModel {
@@ -349,6 +383,7 @@ impl InterconnectModel {
         let mut time_s = 0.0;
         let mut rel_band: f64 = 0.0;
         let mut algorithm = Algorithm::Ring;
+        let (mut fit_rel_error, mut clamped) = (0.0f64, false);
         for (n, fit, missing) in levels.into_iter().filter(|(n, _, _)| *n > 1) {
             let Some(fit) = fit else {
                 bail!("the interconnect model has no {missing}");
@@ -357,11 +392,15 @@ impl InterconnectModel {
             time_s += t;
             rel_band = rel_band.max(band);
             algorithm = alg;
+            fit_rel_error = fit_rel_error.max(fit.rel_error_at(bytes));
+            clamped |= !fit.clamped().is_empty();
         }
         Ok(Projected {
             time_s,
             rel_band,
             algorithm,
+            fit_rel_error,
+            clamped,
         })
     }
 }
@@ -398,6 +437,38 @@ mod tests {
             assert!(f.max_abs_rel_error < 0.07 && f.rms_rel_error > 0.0);
             assert_eq!((f.min_bytes, f.max_bytes), (8, 1 << 30));
         }
+    }
+
+    #[test]
+    fn fit_errors_at_a_size_and_clamped_parameters_are_told() {
+        let res = |bytes: u64, rel_error: f64| Residual {
+            bytes,
+            measured_s: 1e-3,
+            model_s: 1e-3 * (1.0 + rel_error),
+            rel_error,
+            rel_spread: 0.0,
+        };
+        let f = LevelFit {
+            alpha_s: 0.0,
+            residuals: vec![res(1024, -0.995), res(1 << 20, 0.05), res(1 << 22, 0.10)],
+            ..fit("inter-node", "mpi", "fp32", 2, &synthetic(2, 1e-5, 1e-9, 0.0, 1)).unwrap()
+        };
+        // Between 1 MiB and 4 MiB: the larger of the two neighbours; beyond: the nearest.
+        assert!((f.rel_error_at(2e6) - 0.10).abs() < 1e-12);
+        assert!((f.rel_error_at(1e9) - 0.10).abs() < 1e-12);
+        assert!((f.rel_error_at(100.0) - 0.995).abs() < 1e-12);
+        assert!(f.rel_error_at(2e6) < MAX_FIT_REL_ERROR && f.rel_error_at(2000.0) > MAX_FIT_REL_ERROR);
+        assert_eq!(f.clamped(), vec!["α"]);
+        let m = InterconnectModel {
+            formula: FORMULA.into(),
+            ranks_per_node: 1,
+            nodes: 2,
+            intra: None,
+            inter: Some(f),
+            node_type: "t".into(),
+        };
+        let p = m.time_s(2, 1, 2000.0).unwrap();
+        assert!(p.clamped && (p.fit_rel_error - 0.995).abs() < 1e-12);
     }
 
     #[test]

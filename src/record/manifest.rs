@@ -177,12 +177,24 @@ pub struct Manifest {
 pub struct ClockSummary {
     /// Estimates made (at the start and after every epoch).
     pub syncs: usize,
-    /// The largest error bound of any estimate (half the shortest round trip).
+    /// The largest error of any offset `reduce` uses: the exact one's (the origins'
+    /// reading error) where the rank shares rank 0's kernel, else the estimate's.
     pub max_error_s: f64,
     /// The largest offset of any rank to rank 0.
     pub max_abs_offset_s: f64,
     /// The largest change of one rank's offset between its first and last estimate.
     pub max_drift_s: f64,
+    /// The largest error bound of any round-trip estimate (half its shortest round trip).
+    #[serde(default)]
+    pub max_estimate_error_s: f64,
+    /// Round trips repeat until the bound is below this, or `budget_s` is spent.
+    #[serde(default)]
+    pub target_error_s: f64,
+    #[serde(default)]
+    pub budget_s: f64,
+    /// Ranks (rank 0 included) under rank 0's kernel: their offsets are exact.
+    #[serde(default)]
+    pub exact_ranks: usize,
 }
 
 impl Manifest {

@@ -92,14 +92,19 @@ impl ClockOffsets {
         let Some(log) = self.log.as_mut() else { return Ok(()) };
         log.write(rows)?;
         if self.first_offsets.is_empty() {
-            self.first_offsets = rows.iter().map(|r| r.offset_s).collect();
+            self.first_offsets = rows.iter().map(|r| r.best().0).collect();
         }
         let c = &mut self.summary;
         c.syncs += 1;
+        c.target_error_s = super::clock::TARGET_ERROR_S;
+        c.budget_s = super::clock::BUDGET_S;
+        c.exact_ranks = rows.iter().filter(|r| r.exact_offset_s.is_some()).count();
         for (r, first) in rows.iter().zip(&self.first_offsets) {
-            c.max_error_s = c.max_error_s.max(r.error_s);
-            c.max_abs_offset_s = c.max_abs_offset_s.max(r.offset_s.abs());
-            c.max_drift_s = c.max_drift_s.max((r.offset_s - first).abs());
+            let (offset_s, error_s) = r.best();
+            c.max_error_s = c.max_error_s.max(error_s);
+            c.max_estimate_error_s = c.max_estimate_error_s.max(r.error_s);
+            c.max_abs_offset_s = c.max_abs_offset_s.max(offset_s.abs());
+            c.max_drift_s = c.max_drift_s.max((offset_s - first).abs());
         }
         Ok(())
     }

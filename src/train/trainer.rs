@@ -73,6 +73,9 @@ pub(super) struct RunFacts {
 pub(super) struct Progress {
     /// The common time origin of all ranks (they leave a barrier together).
     pub origin: Instant,
+    /// The origin on `CLOCK_MONOTONIC`, and this kernel's boot id, for exact offsets.
+    pub clock_origin: clock::Origin,
+    pub boot_id: u64,
     /// Steps done since the start of the run.
     pub global_step: usize,
     /// The parameters' L2 norm and the validation accuracy at the last epoch's end.
@@ -206,6 +209,8 @@ impl<'g> Trainer<'g> {
             records,
             progress: Progress {
                 origin: started_at,
+                clock_origin: clock::Origin::now(),
+                boot_id: clock::boot_id_hash(),
                 global_step: 0,
                 last_l2: 0.0,
                 last_accuracy: None,
@@ -226,7 +231,8 @@ impl<'g> Trainer<'g> {
         let f = crate::flight::enter("barrier", "start of training");
         self.g.comm.barrier();
         drop(f);
-        self.progress.origin = Instant::now();
+        self.progress.clock_origin = clock::Origin::now();
+        self.progress.origin = self.progress.clock_origin.instant;
         if self.g.rank == 0 {
             self.records.offsets.log = Some(ClockLog::create(&self.facts.folder.path("clock.csv"))?);
         }
@@ -521,7 +527,7 @@ impl<'g> Trainer<'g> {
 
     /// Estimates every rank's clock offset to rank 0; rank 0 writes them to clock.csv.
     fn sync_clocks(&mut self, sync: usize) -> Result<()> {
-        let rows = clock::estimate(self.g, self.progress.origin, sync);
+        let rows = clock::estimate(self.g, &self.progress.clock_origin, self.progress.boot_id, sync);
         self.records.offsets.add(&rows)
     }
 

@@ -200,6 +200,14 @@ run_sweep() {  # run_sweep NAME: one rank per node into $D/NAME; sets RC
   tlog "$1: mpirun exit $RC"
   ((RC == 0)) || tail -20 "$D/$1.log" >&2
 }
+run_pack() {  # run_pack NAME [FLAGS...]: 2 ranks on node1 (1 node × 2, the cores the 2-node runs use); sets RC
+  local name=$1; shift
+  timeout "$RUN_TIMEOUT" "$AGENT" "$NS1" \
+    "exec mpirun -n 2 --bind-to none -x LD_LIBRARY_PATH '$DDPBENCH_BIN' train ${TRAIN_FLAGS[*]} $* --out '$D/$name'" \
+    >"$D/$name.log" 2>&1 9>&-
+  RC=$?
+  tlog "$name: mpirun exit $RC"
+}
 run_one() {  # run_one NAME [FLAGS...]: 1 rank on node1; sets RC
   local name=$1; shift
   timeout "$RUN_TIMEOUT" "$AGENT" "$NS1" \
@@ -214,6 +222,14 @@ run_sweep sweep-unshaped; RC_SU=$RC
 run_train unshaped-off --overlap off; RC_UO=$RC
 run_one one-node; RC_1=$RC
 run_one one-node-off --overlap off; RC_1O=$RC
+# Held out at equal core load: 1 node × 2 ranks (pack) as the reference, 2 nodes × 1
+# rank (spread: the runs above) projected from it, on each link.
+run_pack pack-off --overlap off; RC_PK=$RC
+mkdir -p "$D/held-shaped" "$D/held-unshaped"
+"$DDPBENCH_BIN" reduce --no-plots --project-to 2 --interconnect "$D/sweep-shaped" --out "$D/held-shaped" \
+  "$D/one-node-off" "$D/pack-off" "$D/shaped-no-overlap" >"$D/held-shaped.log" 2>&1; RC_HS=$?
+"$DDPBENCH_BIN" reduce --no-plots --project-to 2 --interconnect "$D/sweep-unshaped" --out "$D/held-unshaped" \
+  "$D/one-node-off" "$D/pack-off" "$D/unshaped-off" >"$D/held-unshaped.log" 2>&1; RC_HU=$?
 mkdir -p "$D/proj-shaped" "$D/proj-unshaped"
 "$DDPBENCH_BIN" reduce --no-plots --project-to 16 --interconnect "$D/sweep-shaped" --out "$D/proj-shaped" \
   "$D/one-node" "$D/one-node-off" "$D/shaped" "$D/shaped-no-overlap" >"$D/proj-shaped.log" 2>&1; RC_PS=$?
@@ -293,6 +309,36 @@ for name, sw, d in (("tbf 1gbit", sys.argv[1], sys.argv[2]), ("bare veth", sys.a
             o, float(p["step_s"]) * 1e3, float(p["own_work_s"]) * 1e3, float(p["comm_s"]) * 1e3, float(p["comm_exposed_s"]) * 1e3,
             float(p["measured_step_s"]) * 1e3, float(p["error_pct"])))
 ' "$D/sweep-shaped" "$D/proj-shaped" "$D/sweep-unshaped" "$D/proj-unshaped"
+
+# Held out: 2 nodes × 1 rank projected from 1 node × 2 ranks (pack), overlap off, on
+# each link. Structure checked; the error and the speedups printed for BENCHMARKS.md.
+check "pack run and the held-out projections: exit 0" test "$RC_PK$RC_HS$RC_HU" = 000
+HELD='
+def held(d):
+    r = [x for x in csv.DictReader(open(d + "/projection.csv"))
+         if x["scaling"] == "weak" and x["nodes"] == "2" and x["ranks_per_node"] == "1"]
+    return r[0]
+'
+check "held out: 2 nodes × 1 projected from the pack run, each term beside its measured counterpart" py "$HELD"'
+for d in sys.argv[1:]:
+    p = held(d)
+    assert p["from_run"] != "" and p["is_reference"] == "false", p
+    for c in ("measured_step_s", "measured_own_work_s", "measured_comm_s", "measured_comm_exposed_s", "straggler_s", "fit_error_pct"):
+        assert p[c] != "" and float(p[c]) >= 0, (c, p)
+    assert p["unreliable"] in ("true", "false") and p["speedup_against"], p
+' "$D/held-shaped" "$D/held-unshaped"
+py "$HELD"'
+for name, d in (("tbf 1gbit", sys.argv[1]), ("bare veth", sys.argv[2])):
+    p = held(d)
+    f = lambda c: float(p[c]) * 1e3
+    ms = p["measured_speedup"]
+    print("held out, %s: 2 nodes x 1 from 1 node x 2: step %.2f ms projected, %.2f measured, error %+.1f %%; "
+          "own work %.2f vs %.2f (straggler %.2f), all-reduce %.2f vs %.2f, exposed %.2f vs %.2f; "
+          "speedup %s projected, %s measured (against the %s); fit error %.1f %%%s" % (
+        name, f("step_s"), f("measured_step_s"), float(p["error_pct"]), f("own_work_s"), f("measured_own_work_s"),
+        f("straggler_s"), f("comm_s"), f("measured_comm_s"), f("comm_exposed_s"), f("measured_comm_exposed_s"),
+        p["speedup"], ms, p["speedup_against"], float(p["fit_error_pct"]), " UNRELIABLE" if p["unreliable"] == "true" else ""))
+' "$D/held-shaped" "$D/held-unshaped"
 
 echo "$pass passed, $fail failed"
 ((fail == 0))

@@ -106,8 +106,19 @@ pub struct RunStats {
     /// Each rank-step's own work: `step_s` minus the exposed all-reduce (what a rank
     /// does before it can finish the step, the draws of the straggler projection).
     pub local_work: Sketch,
+    /// The step's own work split into what all ranks share and each rank's share apart:
+    /// per step, the mean over ranks of own work (`own_common`), and each rank's own work
+    /// minus that mean (`own_deviation`, the spread between ranks that a straggler is).
+    pub own_common: Sketch,
+    pub own_deviation: Sketch,
+    /// Per step, the largest own work of any rank (what the step waited for).
+    pub own_max: Sketch,
+    /// Per rank-step, the all-reduce after the last rank entered ([`metrics::transfer_time`]).
+    pub transfer: Sketch,
     /// Non-warm-up steps per rank.
     pub steps: u64,
+    /// The arrival order the clocks can resolve ([`Arrivals`]).
+    pub arrivals: Arrivals,
     /// Samples of all ranks over the counted steps.
     pub samples: u64,
     /// Samples of all ranks over the warm-up steps.
@@ -196,7 +207,15 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
         job_step: Sketch::new(),
         job_step_series: Vec::new(),
         local_work: Sketch::new(),
+        own_common: Sketch::new(),
+        own_deviation: Sketch::new(),
+        own_max: Sketch::new(),
+        transfer: Sketch::new(),
         steps: 0,
+        arrivals: Arrivals {
+            clocks_known: files.clock.known(),
+            ..Arrivals::default()
+        },
         samples: 0,
         warmup_samples: 0,
         bytes_per_step: 0,
@@ -222,10 +241,13 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
         if type_of.is_empty() {
             type_of = run.assign_types(node_types);
         }
-        let entries: Vec<f64> = rows
+        let entries: Vec<Entry> = rows
             .iter()
             .zip(&ranks)
-            .map(|(row, &r)| clock.correct(r, row.comm_last_start_s))
+            .map(|(row, &r)| Entry {
+                at_s: clock.correct(r, row.comm_last_start_s),
+                error_s: clock.error_s(r, row.comm_last_start_s),
+            })
             .collect();
         run.add_step(rows, &entries, &type_of, communicates, shares_core)
     });
@@ -267,8 +289,18 @@ impl RunStats {
     /// One step of every rank. The all-reduce completes only when the last rank has
     /// entered its last bucket, so each rank's wait runs from its own entry (`entries`,
     /// on rank 0's clock) to the last one; a run without all-reduce waits for nobody.
+    /// A wait no larger than the two clocks' errors is not told apart from transfer:
+    /// it counts as transfer (the two merged), and a last arrival is claimed only when
+    /// it entered later than every other rank by more than their clocks' errors.
     /// Err when a count no longer fits its sum.
-    fn add_step(&mut self, rows: &[Row], entries: &[f64], type_of: &[usize], communicates: bool, shares_core: bool) -> Result<(), String> {
+    fn add_step(
+        &mut self,
+        rows: &[Row],
+        entries: &[Entry],
+        type_of: &[usize],
+        communicates: bool,
+        shares_core: bool,
+    ) -> Result<(), String> {
         if rows[0].warmup {
             self.warmup_steps += 1;
             for row in rows {
@@ -276,18 +308,31 @@ impl RunStats {
             }
             return Ok(());
         }
-        let (last, last_entry) = entries
-            .iter()
-            .enumerate()
-            .fold((0, f64::NEG_INFINITY), |acc, (i, &e)| if e > acc.1 { (i, e) } else { acc });
+        let last = last_entry(entries);
+        let order = communicates && rows.len() > 1;
+        let claimed = order && arrival_resolved(entries, last);
         let mut step_mean = 0.0;
         let mut waited = 0.0;
+        let own: Vec<f64> = rows
+            .iter()
+            .map(|row| (row.step_s - row.phases[Phase::CommExposed.index()]).max(0.0))
+            .collect();
+        let own_mean = own.iter().sum::<f64>() / own.len() as f64;
+        self.own_common.push(own_mean);
+        self.own_max.push(own.iter().copied().fold(f64::NEG_INFINITY, f64::max));
+        for o in &own {
+            self.own_deviation.push(o - own_mean);
+        }
         for (i, row) in rows.iter().enumerate() {
-            let wait = if communicates {
-                metrics::straggler_wait(last_entry, entries[i])
-            } else {
-                0.0
-            };
+            let gap = metrics::straggler_wait(entries[last].at_s, entries[i].at_s);
+            let resolved = gap > entries[i].error_s + entries[last].error_s;
+            let wait = if order && resolved { gap } else { 0.0 };
+            if order && gap > 0.0 && !resolved {
+                self.arrivals.waits_merged += 1;
+            }
+            if order && i != last {
+                self.arrivals.max_error_s = self.arrivals.max_error_s.max(entries[i].error_s + entries[last].error_s);
+            }
             waited += wait;
             keep_longest(&mut self.ranks[i].longest, row.global_step, row.step_s);
             let rs = &mut self.ranks[i];
@@ -300,7 +345,8 @@ impl RunStats {
             rs.wait_sum += wait;
             let ts = &mut self.types[type_of[i]];
             ts.step.push(row.step_s);
-            self.local_work.push((row.step_s - row.phases[Phase::CommExposed.index()]).max(0.0));
+            self.local_work.push(own[i]);
+            self.transfer.push(metrics::transfer_time(row.comm_s, wait));
             for (sketch, v) in ts.phase.iter_mut().zip(row.phases) {
                 sketch.push(v);
             }
@@ -311,8 +357,12 @@ impl RunStats {
             add_count(&mut self.samples, row.samples, "samples of the run")?;
             step_mean += row.step_s;
         }
-        self.ranks[last].last_arrivals += 1;
-        self.types[type_of[last]].last_arrivals += 1;
+        if claimed {
+            self.ranks[last].last_arrivals += 1;
+            self.types[type_of[last]].last_arrivals += 1;
+        } else if order {
+            self.arrivals.unresolved_steps += 1;
+        }
         self.types[type_of[last]].caused_wait_s += waited;
         step_mean /= rows.len() as f64;
         self.job_step.push(step_mean);
@@ -321,6 +371,47 @@ impl RunStats {
         self.steps += 1;
         Ok(())
     }
+}
+
+/// A rank's entry into a step's all-reduce on rank 0's clock, and how far off that may be.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    pub at_s: f64,
+    pub error_s: f64,
+}
+
+/// What the clocks let a run say about the order the ranks entered the all-reduce.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Arrivals {
+    /// The run has clock offsets (`clock.csv`); without them their error is unknown and
+    /// taken as 0.
+    pub clocks_known: bool,
+    /// Steps whose last rank entered within the clocks' error of another rank: no rank
+    /// is named last.
+    pub unresolved_steps: u64,
+    /// Rank-steps whose wait for the last rank was within the two clocks' error: the
+    /// wait is counted as transfer (transfer and waiting merged).
+    pub waits_merged: u64,
+    /// The largest error of the difference of two ranks' entries (the sum of theirs).
+    pub max_error_s: f64,
+}
+
+/// The index of the latest entry (the first of equal ones).
+fn last_entry(entries: &[Entry]) -> usize {
+    entries
+        .iter()
+        .enumerate()
+        .fold((0, f64::NEG_INFINITY), |acc, (i, e)| if e.at_s > acc.1 { (i, e.at_s) } else { acc })
+        .0
+}
+
+/// Whether entry `last` is later than every other by more than the two clocks' errors.
+fn arrival_resolved(entries: &[Entry], last: usize) -> bool {
+    let l = entries[last];
+    entries
+        .iter()
+        .enumerate()
+        .all(|(i, e)| i == last || l.at_s - e.at_s > l.error_s + e.error_s)
 }
 
 /// Adds `v` to the count `sum`; Err says `what` no longer fits 64 bits (a sum that
@@ -345,6 +436,22 @@ fn keep_longest(kept: &mut Vec<(u64, f64)>, step: u64, seconds: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_order_is_claimed_only_beyond_the_clocks_error() {
+        let e = |at_s: f64, error_s: f64| Entry { at_s, error_s };
+        // 32 µs apart with 4 ms of error: no order.
+        let v = [e(1.0, 0.0), e(1.000032, 0.004)];
+        assert_eq!(last_entry(&v), 1);
+        assert!(!arrival_resolved(&v, 1));
+        // 32 µs apart with exact clocks (error 0): rank 1 was last.
+        let v = [e(1.0, 0.0), e(1.000032, 0.0)];
+        assert!(arrival_resolved(&v, 1));
+        // Clear of one rank but not of the other: no order.
+        let v = [e(1.0, 0.0), e(1.5, 1e-6), e(1.500001, 1e-6)];
+        assert_eq!(last_entry(&v), 2);
+        assert!(!arrival_resolved(&v, 2));
+    }
 
     #[test]
     fn counts_that_would_wrap_are_refused() {

@@ -25,7 +25,7 @@
 //! other jobs, compute per rank independent of N.
 
 use super::RunStats;
-use crate::allreduce::model::{Algorithm, InterconnectModel};
+use crate::allreduce::model::{Algorithm, InterconnectModel, MAX_FIT_REL_ERROR};
 use crate::allreduce::ModelFile;
 use crate::record::{ComparisonKey, Phase};
 use crate::stats::Sketch;
@@ -54,11 +54,18 @@ pub struct ProjectionRow {
     pub step_low_s: f64,
     pub step_high_s: f64,
     pub samples_per_s: f64,
-    /// Against the projection at 1 rank (the reference's own work, no all-reduce).
+    /// Against the measured 1-rank run of the workload where there is one, else the
+    /// projection at 1 rank (`speedup_against` says which).
     pub speedup: f64,
     pub efficiency: f64,
-    /// E[max of N draws] of a rank's own work.
+    pub speedup_against: String,
+    /// A measured run at this shape: its throughput against the same 1-rank point.
+    pub measured_speedup: Option<f64>,
+    /// The own work the slowest of N ranks does: the step's common part plus the
+    /// straggler term.
     pub own_work_s: f64,
+    /// E[max of N draws] of a rank's deviation from its step's common part.
+    pub straggler_s: f64,
     pub comm_s: f64,
     pub comm_exposed_s: f64,
     /// The all-reduce algorithm the inter-node (or, on one node, intra-node) level assumes.
@@ -70,15 +77,38 @@ pub struct ProjectionRow {
     /// A measured run at this shape (same workload): its mean step and the projection's error.
     pub measured_step_s: Option<f64>,
     pub error_pct: Option<f64>,
+    /// The measured runs' counterparts of `own_work_s` (per step, the largest own work
+    /// of any rank), `comm_s` (the all-reduce after the last rank entered) and
+    /// `comm_exposed_s`, means over steps.
+    pub measured_own_work_s: Option<f64>,
+    pub measured_comm_s: Option<f64>,
+    pub measured_comm_exposed_s: Option<f64>,
+    /// The measured point at the largest rank count of a workload measured at three or
+    /// more, left out of the choice of the reference: its error is a held-out error.
+    pub held_out: bool,
     /// This shape is the reference's own: its error checks nothing but the model's
     /// reading of the run itself.
     pub is_reference: bool,
+    /// The interconnect fits' largest relative error at the sizes of this workload's
+    /// buckets, percent.
+    pub fit_error_pct: f64,
+    /// That error exceeds [`MAX_FIT_REL_ERROR`]: the step, speedup and band here rest on a
+    /// fit that does not follow the sweep at these sizes.
+    pub unreliable: bool,
+    /// A fit used has α or β clamped to 0 (a free fit wanted it negative).
+    pub fit_clamped: bool,
+    /// The band is 100 % or more: its low end is the own work alone (a free all-reduce).
+    pub band_low_clamped: bool,
 }
 
 /// What a run's rows say about its workload, for projecting it.
 #[derive(Debug, Clone)]
 pub struct Workload {
     pub own_work: Sketch,
+    /// Per step, the mean own work over ranks, averaged; and each rank's deviation from
+    /// it (empty: the straggler term comes from `own_work` as independent draws).
+    pub own_common_s: f64,
+    pub own_deviation: Sketch,
     pub backward_s: f64,
     /// Wire bytes of each bucket, in launch order.
     pub bucket_bytes: Vec<u64>,
@@ -109,6 +139,8 @@ impl Workload {
         Workload {
             ready_fraction,
             own_work: run.local_work.clone(),
+            own_common_s: run.own_common.mean(),
+            own_deviation: run.own_deviation.clone(),
             backward_s: run.phase_mean(Phase::Backward),
             bucket_bytes,
             overlap: m.comm.overlap && !m.comm.overlap_shares_core,
@@ -171,21 +203,38 @@ struct Step {
     own_s: f64,
     comm_s: f64,
     exposed_s: f64,
+    straggler_s: f64,
     algorithm: Algorithm,
+    /// The fits' largest relative error over the buckets' sizes; a clamped fit used; a
+    /// band of 100 % or more (its low end is the own work alone).
+    fit_rel_error: f64,
+    clamped: bool,
+    band_low_clamped: bool,
 }
 
 fn project(w: &Workload, model: &InterconnectModel, nodes: usize, per_node: usize, widen: f64) -> anyhow::Result<Step> {
     let n = nodes * per_node;
-    let own_s = expected_max(&w.own_work, n) * w.own_scale;
+    // Noise that hits every rank in a step slows all of them: only the deviation from
+    // the step's common part makes one rank the straggler.
+    let (own_s, straggler_s) = if w.own_deviation.count() > 0 {
+        let d = expected_max(&w.own_deviation, n);
+        ((w.own_common_s + d) * w.own_scale, d * w.own_scale)
+    } else {
+        let o = expected_max(&w.own_work, n);
+        (o * w.own_scale, (o - w.own_work.mean()) * w.own_scale)
+    };
     let backward_s = w.backward_s * w.own_scale;
     let mut times = Vec::new();
     let mut band = 0.0f64;
     let mut algorithm = Algorithm::Ring;
+    let (mut fit_rel_error, mut clamped) = (0.0f64, false);
     for &b in &w.bucket_bytes {
         let p = model.time_s(nodes, per_node, b as f64)?;
         times.push(p.time_s);
         band = band.max(p.rel_band * widen);
         algorithm = p.algorithm;
+        fit_rel_error = fit_rel_error.max(p.fit_rel_error);
+        clamped |= p.clamped;
     }
     let scaled = |f: f64| times.iter().map(|t| t * f).collect::<Vec<_>>();
     let exposed = exposed_s(&times, &w.bucket_bytes, &w.ready_fraction, backward_s, w.overlap);
@@ -203,7 +252,11 @@ fn project(w: &Workload, model: &InterconnectModel, nodes: usize, per_node: usiz
         own_s,
         comm_s: times.iter().sum(),
         exposed_s: exposed,
+        straggler_s,
         algorithm,
+        fit_rel_error,
+        clamped,
+        band_low_clamped: band >= 1.0 && !times.is_empty(),
     })
 }
 
@@ -221,12 +274,20 @@ pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) ->
     let mut notes = Vec::new();
     for ((key, batch), group) in groups {
         let label = format!("{}/{}/b{}", key.model, key.dataset, batch);
+        // Measured at three or more rank counts: the largest is held out of the choice
+        // of the reference, so its error checks the projection on a point it never saw.
+        let held_out_ranks = held_out_ranks(&group);
+        let candidates: Vec<&RunStats> = group
+            .iter()
+            .copied()
+            .filter(|r| Some(r.manifest.world_size) != held_out_ranks)
+            .collect();
         // The reference: one node, the most ranks on it (then the longest run).
-        let Some(reference) = group
+        let Some(reference) = candidates
             .iter()
             .filter(|r| r.manifest.nodes == 1)
             .max_by_key(|r| (r.manifest.world_size, r.steps))
-            .or_else(|| group.iter().min_by_key(|r| (r.manifest.nodes, std::cmp::Reverse(r.steps))))
+            .or_else(|| candidates.iter().min_by_key(|r| (r.manifest.nodes, std::cmp::Reverse(r.steps))))
         else {
             continue;
         };
@@ -262,7 +323,11 @@ pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) ->
             Ok(s) => s.step_s,
             Err(_) => continue,
         };
-        let single_samples_per_s = w.batch_per_rank as f64 / single;
+        let one_rank: Vec<&RunStats> = group.iter().copied().filter(|r| r.manifest.world_size == 1).collect();
+        let (single_samples_per_s, against) = match mean_step(&one_rank) {
+            Some(step) => (w.batch_per_rank as f64 / step, AGAINST_MEASURED),
+            None => (w.batch_per_rank as f64 / single, AGAINST_PROJECTED),
+        };
         for &(nodes, p) in &shapes {
             let ranks = nodes * p;
             let extrapolated = ranks > EXTRAPOLATION_FACTOR * measured_max;
@@ -287,6 +352,8 @@ pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) ->
                 scaling: "weak",
                 global,
                 single_samples_per_s,
+                against,
+                held_out_ranks,
                 extrapolated,
                 compute_extrapolated: false,
             };
@@ -297,6 +364,27 @@ pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) ->
         rows.extend(strong_rows(&label, &key, reference, &same_key, &w, model, &shapes, measured_max));
     }
     (rows, notes)
+}
+
+/// What speedup is against: a measured 1-rank run, or the projection at 1 rank.
+pub const AGAINST_MEASURED: &str = "measured 1-rank run";
+pub const AGAINST_PROJECTED: &str = "projection at 1 rank (no 1-rank run measured)";
+
+/// The largest rank count of a workload measured at three or more rank counts.
+fn held_out_ranks(group: &[&RunStats]) -> Option<usize> {
+    let mut counts: Vec<usize> = group.iter().map(|r| r.manifest.world_size).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    (counts.len() >= 3).then(|| counts[counts.len() - 1])
+}
+
+/// The mean of the runs' mean steps; None without runs.
+fn mean_step(runs: &[&RunStats]) -> Option<f64> {
+    mean_of(runs, |r| r.job_step.mean())
+}
+
+fn mean_of(runs: &[&RunStats], f: impl Fn(&RunStats) -> f64) -> Option<f64> {
+    (!runs.is_empty()).then(|| runs.iter().map(|r| f(r)).sum::<f64>() / runs.len() as f64)
 }
 
 /// A run's shape: (nodes, ranks per node).
@@ -312,8 +400,10 @@ struct RowSpec<'a> {
     scaling: &'static str,
     /// Samples per step of all ranks.
     global: f64,
-    /// The projection's throughput at 1 rank, which speedup is against.
+    /// The throughput at 1 rank speedup is against, and what it is.
     single_samples_per_s: f64,
+    against: &'static str,
+    held_out_ranks: Option<usize>,
     extrapolated: bool,
     compute_extrapolated: bool,
 }
@@ -322,10 +412,10 @@ impl RowSpec<'_> {
     /// The row of `nodes` × `p` ranks projected as `s`, with the `measured` runs of that shape.
     fn row(&self, nodes: usize, p: usize, s: &Step, measured: &[&RunStats]) -> ProjectionRow {
         let ranks = nodes * p;
-        let measured_step_s =
-            (!measured.is_empty()).then(|| measured.iter().map(|r| r.job_step.mean()).sum::<f64>() / measured.len() as f64);
+        let measured_step_s = mean_step(measured);
         let samples_per_s = self.global / s.step_s;
         let speedup = samples_per_s / self.single_samples_per_s;
+        let is_reference = (nodes, p) == shape_of(self.reference);
         ProjectionRow {
             workload: self.label.clone(),
             comparison: self.key.describe(),
@@ -342,7 +432,10 @@ impl RowSpec<'_> {
             samples_per_s,
             speedup,
             efficiency: speedup / ranks as f64,
+            speedup_against: self.against.into(),
+            measured_speedup: measured_step_s.map(|m| self.global / m / self.single_samples_per_s),
             own_work_s: s.own_s,
+            straggler_s: s.straggler_s,
             comm_s: s.comm_s,
             comm_exposed_s: s.exposed_s,
             algorithm: s.algorithm.name().into(),
@@ -350,7 +443,15 @@ impl RowSpec<'_> {
             compute_extrapolated: self.compute_extrapolated,
             measured_step_s,
             error_pct: measured_step_s.map(|m| (s.step_s - m) / m * 100.0),
-            is_reference: (nodes, p) == shape_of(self.reference),
+            measured_own_work_s: mean_of(measured, |r| r.own_max.mean()),
+            measured_comm_s: mean_of(measured, |r| r.transfer.mean()),
+            measured_comm_exposed_s: mean_of(measured, |r| r.phase_mean(Phase::CommExposed)),
+            held_out: !is_reference && !measured.is_empty() && self.held_out_ranks == Some(ranks),
+            is_reference,
+            fit_error_pct: s.fit_rel_error * 100.0,
+            unreliable: s.fit_rel_error > MAX_FIT_REL_ERROR,
+            fit_clamped: s.clamped,
+            band_low_clamped: s.band_low_clamped,
         }
     }
 }
@@ -421,6 +522,15 @@ fn strong_rows(
     let Ok(single) = project(&w1, model, 1, 1, 1.0) else {
         return Vec::new();
     };
+    let one_rank: Vec<&RunStats> = same_key
+        .iter()
+        .copied()
+        .filter(|r| r.manifest.world_size == 1 && r.manifest.batch_size_per_rank as f64 == global)
+        .collect();
+    let (single_samples_per_s, against) = match mean_step(&one_rank) {
+        Some(step) => (global / step, AGAINST_MEASURED),
+        None => (global / single.step_s, AGAINST_PROJECTED),
+    };
     let mut rows = Vec::new();
     for &(nodes, p) in shapes {
         let ranks = nodes * p;
@@ -440,7 +550,9 @@ fn strong_rows(
             reference,
             scaling: "strong",
             global,
-            single_samples_per_s: global / single.step_s,
+            single_samples_per_s,
+            against,
+            held_out_ranks: None,
             extrapolated,
             compute_extrapolated,
         };
@@ -579,6 +691,8 @@ mod tests {
         };
         let w = Workload {
             own_work: sketch(&[0.1; 8]),
+            own_common_s: 0.1,
+            own_deviation: Sketch::new(),
             backward_s: 0.05,
             bucket_bytes: vec![1_000_000],
             ready_fraction: Vec::new(),
@@ -592,6 +706,8 @@ mod tests {
         assert!((s.high_s - (0.1 + 1.02e-3 * 1.1)).abs() < 1e-9 && (s.low_s - (0.1 + 1.02e-3 * 0.9)).abs() < 1e-9);
         // The projection lies between own work alone and own work plus the whole all-reduce.
         assert!(s.step_s >= s.own_s && s.step_s <= s.own_s + s.comm_s + 1e-15);
+        // No residuals: no error known, nothing clamped, a band under 100 %.
+        assert!(s.fit_rel_error == 0.0 && !s.clamped && !s.band_low_clamped);
         let q = what_if(&w, &model, 2, 1, 0.8).unwrap();
         assert!((q.r_needed - 4.0).abs() < 1e-12);
         assert!((q.efficiency - 0.1 / 0.10102).abs() < 1e-9);

@@ -140,11 +140,22 @@ pub fn clock_row(row: &ClockRow, world_size: usize, run_s: Option<f64>) -> Resul
     }
     let at = bounds::seconds("rank0_at_s", row.rank0_at_s, run_end_s(run_s))?;
     bounds::seconds("error_s", row.error_s, clock_slack_s(at))?;
-    if row.offset_s.is_nan() || row.offset_s.abs() > clock_slack_s(at) {
+    for (key, v) in [("offset_s", Some(row.offset_s)), ("exact_offset_s", row.exact_offset_s)] {
+        if let Some(v) = v.filter(|v| v.is_nan() || v.abs() > clock_slack_s(at)) {
+            return Err(format!(
+                "{key} is {}: clocks that left one barrier together differ by at most {} s here",
+                shown(v),
+                shown(clock_slack_s(at))
+            ));
+        }
+    }
+    if let Some(e) = row.exact_error_s {
+        bounds::seconds("exact_error_s", e, clock_slack_s(at))?;
+    }
+    if row.rounds.is_some_and(|n| n > crate::train::clock::MAX_ROUNDS) {
         return Err(format!(
-            "offset_s is {}: clocks that left one barrier together differ by at most {} s here",
-            shown(row.offset_s),
-            shown(clock_slack_s(at))
+            "rounds is more than {}: not a file ddpbench wrote",
+            crate::train::clock::MAX_ROUNDS
         ));
     }
     Ok(())
@@ -196,6 +207,9 @@ mod tests {
             rank0_at_s: at,
             offset_s,
             error_s: 1e-5,
+            rounds: Some(8),
+            exact_offset_s: None,
+            exact_error_s: None,
         };
         assert_eq!(clock_row(&row(1, 100.0, -0.002), 2, Some(200.0)), Ok(()));
         assert!(clock_row(&row(2, 100.0, 0.0), 2, Some(200.0)).unwrap_err().contains("rank is 2"));
@@ -205,6 +219,17 @@ mod tests {
         assert!(clock_row(&row(1, 500.0, 0.0), 2, Some(200.0))
             .unwrap_err()
             .contains("rank0_at_s is 500"));
+        let exact = ClockRow {
+            exact_offset_s: Some(f64::NAN),
+            ..row(1, 100.0, 0.0)
+        };
+        assert!(clock_row(&exact, 2, Some(200.0)).unwrap_err().contains("exact_offset_s is NaN"));
+        let exact = ClockRow {
+            exact_offset_s: Some(0.0),
+            exact_error_s: Some(-1.0),
+            ..row(1, 100.0, 0.0)
+        };
+        assert!(clock_row(&exact, 2, Some(200.0)).unwrap_err().contains("exact_error_s"));
     }
 
     #[test]

@@ -472,12 +472,16 @@ impl GpuTelemetry {
 }
 
 /// Each rank's clock offset to rank 0 over the run, from `clock.csv` (none for runs
-/// written before it existed: offsets are then taken as 0).
+/// written before it existed: offsets are then taken as 0, their error as unknown).
 #[derive(Debug, Clone, Default)]
 pub struct ClockOffsets {
-    /// Per rank, (rank 0's clock, offset) at each estimate, in time order.
-    by_rank: BTreeMap<usize, Vec<(f64, f64)>>,
+    /// Per rank, (rank 0's clock, offset, error bound) at each estimate, in time order:
+    /// the exact offset where the rank shares rank 0's `CLOCK_MONOTONIC`.
+    by_rank: BTreeMap<usize, Vec<Estimate>>,
 }
+
+/// (rank 0's clock, offset, error bound) of one estimate, seconds.
+type Estimate = (f64, f64, f64);
 
 impl ClockOffsets {
     /// Reads `dir`'s `clock.csv` (no offsets without one) of a run of `world_size` ranks
@@ -485,7 +489,7 @@ impl ClockOffsets {
     /// estimate can hold ([`limits::clock_row`]).
     pub fn read(dir: &Path, world_size: usize, run_s: Option<f64>) -> Result<ClockOffsets, String> {
         let path = dir.join("clock.csv");
-        let mut by_rank: BTreeMap<usize, Vec<(f64, f64)>> = BTreeMap::new();
+        let mut by_rank: BTreeMap<usize, Vec<Estimate>> = BTreeMap::new();
         if let Ok(mut r) = csv::Reader::from_path(&path) {
             for (i, row) in r.deserialize::<crate::train::clock::ClockRow>().enumerate() {
                 let at = |why: String| format!("{} row {}: {why}", path.display(), i + 1);
@@ -494,7 +498,8 @@ impl ClockOffsets {
                 }
                 let row = row.map_err(|e| at(e.to_string()))?;
                 limits::clock_row(&row, world_size, run_s).map_err(at)?;
-                by_rank.entry(row.rank).or_default().push((row.rank0_at_s, row.offset_s));
+                let (offset, error) = row.best();
+                by_rank.entry(row.rank).or_default().push((row.rank0_at_s, offset, error));
             }
         }
         for v in by_rank.values_mut() {
@@ -503,26 +508,38 @@ impl ClockOffsets {
         Ok(ClockOffsets { by_rank })
     }
 
+    /// Whether the run has offsets at all (a `clock.csv`).
+    pub fn known(&self) -> bool {
+        !self.by_rank.is_empty()
+    }
+
+    /// The estimates around rank `rank`'s time `t`: (before, after), the same one twice
+    /// beyond them; None without estimates.
+    fn around(&self, rank: usize, t: f64) -> Option<(Estimate, Estimate)> {
+        let points = self.by_rank.get(&rank).filter(|p| !p.is_empty())?;
+        let i = points.partition_point(|p| p.0 <= t);
+        Some(match i {
+            0 => (points[0], points[0]),
+            i if i == points.len() => (points[i - 1], points[i - 1]),
+            i => (points[i - 1], points[i]),
+        })
+    }
+
     /// Rank `rank`'s time `t` on rank 0's clock: `t` plus the offset interpolated
     /// linearly between the estimates around it (held constant beyond them).
     pub fn correct(&self, rank: usize, t: f64) -> f64 {
-        let Some(points) = self.by_rank.get(&rank).filter(|p| !p.is_empty()) else {
+        let Some(((t0, o0, _), (t1, o1, _))) = self.around(rank, t) else {
             return t;
         };
-        let i = points.partition_point(|p| p.0 <= t);
-        let offset = match i {
-            0 => points[0].1,
-            i if i == points.len() => points[i - 1].1,
-            i => {
-                let ((t0, o0), (t1, o1)) = (points[i - 1], points[i]);
-                if t1 > t0 {
-                    o0 + (o1 - o0) * (t - t0) / (t1 - t0)
-                } else {
-                    o1
-                }
-            }
-        };
+        let offset = if t1 > t0 { o0 + (o1 - o0) * (t - t0) / (t1 - t0) } else { o1 };
         t + offset
+    }
+
+    /// How far [`Self::correct`] may be off at `t`: the larger error of the two estimates
+    /// interpolated (a line between two values each within e of the truth stays within
+    /// the larger e of the line through the truths); 0 without estimates (unknown).
+    pub fn error_s(&self, rank: usize, t: f64) -> f64 {
+        self.around(rank, t).map_or(0.0, |((_, _, e0), (_, _, e1))| e0.max(e1))
     }
 }
 
@@ -533,7 +550,9 @@ mod tests {
     #[test]
     fn clock_offsets_interpolate_between_estimates() {
         let mut c = ClockOffsets::default();
-        c.by_rank.insert(1, vec![(0.0, 0.001), (10.0, 0.003)]);
+        c.by_rank.insert(1, vec![(0.0, 0.001, 1e-4), (10.0, 0.003, 2e-4)]);
+        assert_eq!(c.error_s(1, 5.0), 2e-4, "the larger error of the two interpolated");
+        assert_eq!(c.error_s(0, 5.0), 0.0);
         assert!((c.correct(1, 5.0) - (5.0 + 0.002)).abs() < 1e-12);
         assert!((c.correct(1, 20.0) - 20.003).abs() < 1e-12, "held beyond the last estimate");
         assert!((c.correct(1, -1.0) - (-0.999)).abs() < 1e-12);

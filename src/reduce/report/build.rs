@@ -29,7 +29,7 @@ pub fn build(
         compute_vs_comm: communication::compute_vs_comm_sentence(&runs),
         bandwidth: communication::bandwidth_sentence(&summary),
         waterfall: efficiency::waterfall_sentences(&scaling),
-        node_types: nodes::node_type_sentences(&runs, &summary),
+        node_types: [nodes::node_type_sentences(&runs, &summary), nodes::arrival_sentences(complete)].concat(),
     };
     Report {
         report_version: REPORT_VERSION,

@@ -46,6 +46,41 @@ pub fn node_type_sentences(runs: &[RunReport], summaries: &[TypeSummary]) -> Vec
         .collect()
 }
 
+/// Per run whose clocks cannot order every step's arrivals: how often, by how much, and
+/// what was done instead (no rank named last; waits within the error merged into transfer).
+pub fn arrival_sentences(runs: &[&crate::reduce::analysis::RunStats]) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in runs
+        .iter()
+        .filter(|r| r.manifest.world_size > 1 && r.manifest.comm_backend != "none")
+    {
+        let a = &r.arrivals;
+        if !a.clocks_known {
+            out.push(format!(
+                "In `{}`, there is no clock.csv: arrival order and waits assume the ranks' clocks agree, with an error unknown.",
+                r.manifest.run_id
+            ));
+            continue;
+        }
+        if a.unresolved_steps == 0 && a.waits_merged == 0 {
+            continue;
+        }
+        out.push(format!(
+            "In `{}`, the clocks cannot order the ranks' arrivals in {} of {} steps (the two ranks' offsets are right to within {} µs, more than the gap between them): no rank is named last there, and in {} rank-steps the wait for the last rank lies within that error, so it is counted as transfer (transfer and waiting merged). Ranks under one kernel have exact offsets; across hosts the error is half the shortest round trip of the clock estimate.",
+            r.manifest.run_id,
+            a.unresolved_steps,
+            r.steps,
+            format_us(a.max_error_s),
+            a.waits_merged
+        ));
+    }
+    out
+}
+
+fn format_us(s: f64) -> String {
+    format!("{:.1}", s * 1e6)
+}
+
 /// Steps over ten times their rank's median, named one by one.
 pub fn stalls(md: &mut String, runs: &[RunReport]) {
     let all: Vec<(&str, &crate::reduce::analysis::Stall)> = runs

@@ -2,6 +2,7 @@
 //! the plot (projected efficiency as a line with its band, measured points as marks).
 
 use super::{ms, pct, ProjectedWorkload, ProjectionReport};
+use crate::allreduce::model::MAX_FIT_REL_ERROR;
 use crate::allreduce::ModelFile;
 use crate::plot::{self, Series};
 use crate::reduce::analysis::projection::{what_if, ProjectionRow, Workload, EXTRAPOLATION_FACTOR};
@@ -52,17 +53,7 @@ pub fn section(rows: Vec<ProjectionRow>, notes: Vec<String>, runs: &[&RunStats],
     let workloads = by_workload(&rows)
         .into_iter()
         .map(|(name, rs)| {
-            let checked: Vec<&&ProjectionRow> = rs.iter().filter(|r| r.error_pct.is_some() && !r.is_reference).collect();
-            let checked = if checked.is_empty() {
-                "No measured run of this workload at a shape other than the reference's to check the projection against.".to_string()
-            } else {
-                let worst = checked.iter().map(|r| r.error_pct.unwrap_or(0.0).abs()).fold(0.0, f64::max);
-                format!(
-                    "Checked against {} measured shape(s) other than the reference's: the largest error is {:.1} %.",
-                    checked.len(),
-                    worst
-                )
-            };
+            let checked = checked_sentence(&rs);
             let weak = rs[0].scaling == "weak";
             ProjectedWorkload {
                 name,
@@ -91,6 +82,76 @@ pub fn section(rows: Vec<ProjectionRow>, notes: Vec<String>, runs: &[&RunStats],
     }
 }
 
+/// What the measured shapes say of the projection: the held-out error apart from the
+/// others, the reference's own (in-sample) error last, and what speedup is against.
+fn checked_sentence(rs: &[&ProjectionRow]) -> String {
+    let others: Vec<&&ProjectionRow> = rs
+        .iter()
+        .filter(|r| r.error_pct.is_some() && !r.is_reference && !r.held_out)
+        .collect();
+    let mut out = Vec::new();
+    for r in rs.iter().filter(|r| r.held_out) {
+        out.push(format!(
+            "Held out: {} ranks, the largest rank count measured, was left out of the choice of the reference; the projection's error there is {:+.1} %{}.",
+            r.ranks,
+            r.error_pct.unwrap_or(f64::NAN),
+            r.measured_speedup
+                .map(|m| format!(" (speedup {:.2} projected against {:.2} measured)", r.speedup, m))
+                .unwrap_or_default()
+        ));
+    }
+    if others.is_empty() && out.is_empty() {
+        out.push("No measured run of this workload at a shape other than the reference's to check the projection against.".into());
+    } else if !others.is_empty() {
+        let worst = others.iter().map(|r| r.error_pct.unwrap_or(0.0).abs()).fold(0.0, f64::max);
+        out.push(format!(
+            "Checked against {} other measured shape(s) not used for the reference: the largest error is {worst:.1} %.",
+            others.len()
+        ));
+    }
+    if let Some(r) = rs.iter().find(|r| r.is_reference && r.error_pct.is_some()) {
+        out.push(format!(
+            "In sample: at the reference's own shape the error is {:+.1} % (it checks only how the model reads that run).",
+            r.error_pct.unwrap_or(f64::NAN)
+        ));
+    }
+    out.push(format!("Speedup and efficiency are against the {}.", rs[0].speedup_against));
+    out.join(" ")
+}
+
+/// Every term of the projection beside its measured counterpart, at the measured shapes.
+fn terms_table(md: &mut String, rs: &[&ProjectionRow]) {
+    let measured: Vec<&&ProjectionRow> = rs.iter().filter(|r| r.measured_step_s.is_some()).collect();
+    if measured.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\nTerms at the measured shapes (ms per step; own work: per step, the slowest rank's; all-reduce: after the last rank entered):\n\n         | shape | term | projected | measured |\n|---|---|---:|---:|"
+    );
+    for r in measured {
+        let shape = format!("{} × {}", r.nodes, r.ranks_per_node);
+        let terms = [
+            ("own work (slowest rank)", r.own_work_s, r.measured_own_work_s),
+            ("of which straggler", r.straggler_s, None),
+            ("all-reduce", r.comm_s, r.measured_comm_s),
+            ("exposed all-reduce", r.comm_exposed_s, r.measured_comm_exposed_s),
+            ("step", r.step_s, r.measured_step_s),
+        ];
+        for (term, projected, m) in terms {
+            let _ = writeln!(
+                md,
+                "| {shape} | {term} | {} | {} |",
+                ms(projected),
+                m.map(ms).unwrap_or_else(|| "–".into())
+            );
+        }
+        if let Some(m) = r.measured_speedup {
+            let _ = writeln!(md, "| {shape} | speedup | {:.3} | {:.3} |", r.speedup, m);
+        }
+    }
+}
+
 /// report.md's projection section.
 pub fn markdown(p: &ProjectionReport) -> String {
     if let Some(why) = &p.left_out {
@@ -104,9 +165,11 @@ pub fn markdown(p: &ProjectionReport) -> String {
     let _ = writeln!(
         md,
         "From the interconnect model in `{}` (fitted by `ddpbench allreduce`) and, per workload, one measured run: \
-step(N) = E[max over N ranks of a rank's own work] + the all-reduce past backward's end. Weak scaling keeps the \
-measured per-rank batch; strong scaling (\"strong G…\") splits the reference's global batch G over the ranks. Speedup \
-and efficiency are against the projection at 1 rank. The band scales the all-reduce by the sweep's spread at that size \
+step(N) = the slowest rank's own work + the all-reduce past backward's end. Weak scaling keeps the \
+measured per-rank batch; strong scaling (\"strong G…\") splits the reference's global batch G over the ranks. A rank's \
+own work is the step's common part (the mean over ranks, which noise hitting every rank moves together) plus the \
+straggler term, E[max over N ranks] of a rank's deviation from that common part. Speedup and efficiency are against \
+the measured 1-rank run where there is one, else the projection at 1 rank. The band scales the all-reduce by the sweep's spread at that size \
 (the fit's largest relative error outside the sizes swept), doubled beyond {}× the largest measured rank count (marked \
 extrapolated). Assumed: \
 homogeneous nodes, the ring all-reduce (the tree where faster, as the algorithm column says), no congestion, a rank's \
@@ -118,7 +181,7 @@ own work independent of N.\n",
         for f in [&bm.model.intra, &bm.model.inter].into_iter().flatten() {
             let _ = writeln!(
                 md,
-                "- {} {}: α = {:.2} µs, 1/β = {} over {} ranks, sizes {}–{} B, |relative error| max {:.1} %, rms {:.1} %",
+                "- {} {}: α = {:.2} µs, 1/β = {} over {} ranks, sizes {}–{} B, |relative error| max {:.1} %, rms {:.1} %{}",
                 bm.backend,
                 f.level,
                 f.alpha_s * 1e6,
@@ -131,7 +194,8 @@ own work independent of N.\n",
                 f.min_bytes,
                 f.max_bytes,
                 f.max_abs_rel_error * 100.0,
-                f.rms_rel_error * 100.0
+                f.rms_rel_error * 100.0,
+                clamped_words(&f.clamped())
             );
         }
     }
@@ -142,10 +206,11 @@ own work independent of N.\n",
         for r in &rs {
             let _ = writeln!(
                 md,
-                "| {}{}{} | {} × {} | {}{} | {} | {}–{} | {:.1} | {:.2} | {} | {} | {} | {} | {} |",
+                "| {}{}{}{} | {} × {} | {}{} | {} | {}–{}{} | {:.1} | {:.2} | {} | {} | {} | {} | {} |",
                 r.ranks,
                 if r.extrapolated { " (extrapolated)" } else { "" },
                 if r.is_reference { " (reference)" } else { "" },
+                if r.unreliable { " (unreliable)" } else { "" },
                 r.nodes,
                 r.ranks_per_node,
                 r.batch_per_rank,
@@ -153,6 +218,7 @@ own work independent of N.\n",
                 ms(r.step_s),
                 ms(r.step_low_s),
                 ms(r.step_high_s),
+                if r.band_low_clamped { "‡" } else { "" },
                 r.samples_per_s,
                 r.speedup,
                 pct(r.efficiency),
@@ -162,7 +228,11 @@ own work independent of N.\n",
                 r.error_pct.map(|e| format!("{e:+.1} %")).unwrap_or_else(|| "–".into())
             );
         }
+        terms_table(&mut md, &rs);
         let _ = writeln!(md, "\n{}", w.checked);
+        for q in fit_quality_sentences(&rs) {
+            let _ = writeln!(md, "\n{q}");
+        }
         for a in &w.answers {
             let _ = writeln!(md, "- {a}");
         }
@@ -175,6 +245,37 @@ own work independent of N.\n",
     }
     let _ = writeln!(md, "\n![projection](projection.svg)");
     md
+}
+
+/// ", α clamped to 0" and the like, or nothing.
+fn clamped_words(clamped: &[&str]) -> String {
+    if clamped.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; {} clamped to 0 (a free fit made it negative: the line does not follow the sweep)",
+        clamped.join(" and ")
+    )
+}
+
+/// What the fit's quality means for one workload's rows: unreliable rows, a clamped
+/// parameter, a band whose low end is the own work alone.
+fn fit_quality_sentences(rs: &[&ProjectionRow]) -> Vec<String> {
+    let mut out = Vec::new();
+    let worst = rs.iter().map(|r| r.fit_error_pct).fold(0.0, f64::max);
+    if rs.iter().any(|r| r.unreliable) {
+        out.push(format!(
+            "Unreliable: the interconnect fit is off by up to {worst:.1} % at the sizes this workload all-reduces, beyond {:.0} %: the rows marked (unreliable) rest on a line that does not follow the sweep there. Sweep those sizes again with more iterations, or on a quieter machine.",
+            MAX_FIT_REL_ERROR * 100.0
+        ));
+    }
+    if rs.iter().any(|r| r.fit_clamped) {
+        out.push("A fit used has a parameter clamped to 0 (see the fits above): its all-reduce times are those of a line forced through the sweep, not a free fit.".into());
+    }
+    if rs.iter().any(|r| r.band_low_clamped) {
+        out.push("‡ The band is 100 % or more of the all-reduce there: its low end is the own work alone (a free all-reduce), not a measured best case.".into());
+    }
+    out
 }
 
 /// R needed, the batch that reaches the target, and what fp16/bf16 gradients or one
