@@ -15,6 +15,7 @@ fn run() -> anyhow::Result<()> {
         Command::Reduce(args) => ddpbench::reduce::main(args),
         Command::Loader(args) => ddpbench::data::pipeline::main(args),
         Command::Diagnose(args) => ddpbench::diagnose::main(args),
+        Command::Trace(args) => ddpbench::trace::main(args),
         Command::Topo(args) => ddpbench::topology::main(args),
         Command::GenBigmnist(args) => ddpbench::data::bigmnist::generate(args),
         Command::Models(args) => ddpbench::model::main(args),

@@ -124,6 +124,17 @@ pub struct CommStats {
     pub last_launch: Option<Instant>,
     /// When it handed over each bucket (host clock), in bucket order.
     pub launches: Vec<Option<Instant>>,
+    /// When each bucket's all-reduce ran on the host clock, in the order they ended
+    /// (empty where the device times them).
+    pub spans: Vec<BucketSpan>,
+}
+
+/// One bucket's all-reduce on the host clock.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BucketSpan {
+    pub bucket: usize,
+    pub start: Instant,
+    pub end: Instant,
 }
 
 /// Seconds of `[start, end]` before `cut`.

@@ -139,6 +139,7 @@ impl GradientReducer for NcclReducer {
             first_launch,
             last_launch,
             launches,
+            spans: Vec::new(),
         })
     }
 

@@ -30,6 +30,8 @@ pub(super) struct StepMachine {
     pub device: Device,
     /// Micro-batches per step (`--grad-accum`).
     pub micro_batches: usize,
+    /// A test's straggler: sleep this long in every forward pass (`DDPBENCH_SLOW_FORWARD`).
+    pub slow_forward: Option<std::time::Duration>,
 }
 
 /// What one step measured on this rank.
@@ -127,6 +129,9 @@ impl StepMachine {
     /// The forward pass and the loss, under autocast with `--amp`, cut into stages when
     /// backward will overlap the all-reduce.
     fn forward(&self, x: &Tensor, y: &Tensor, staged: Option<&mut StagedPass>) -> Tensor {
+        if let Some(d) = self.slow_forward {
+            std::thread::sleep(d);
+        }
         let net = self.model.net.as_ref();
         let run = || match staged {
             Some(pass) => pass.forward(net, x, true),
