@@ -153,8 +153,12 @@ fn traced_steps_are_well_formed_match_the_csv_and_merge_on_clock_csv_offsets() {
         assert_eq!(ev.iter().filter(|e| e["name"] == "validation").count(), 1);
     }
 
+    // reduce merges a traced run's timeline too; trace writes it again, the same.
+    ddpbench(&["reduce", "--no-plots", &o]).assert_ok();
+    let by_reduce = std::fs::read(out.join("timeline.json")).expect("reduce wrote timeline.json");
     let job = ddpbench(&["trace", &o]);
     job.assert_ok();
+    assert_eq!(std::fs::read(out.join("timeline.json")).unwrap(), by_reduce);
     let merged = json(&out.join("timeline.json"));
     let mev = merged["traceEvents"].as_array().unwrap().clone();
     assert_well_formed_and_nested(&mev);

@@ -33,6 +33,14 @@ pub fn main(args: TraceArgs) -> Result<()> {
     Ok(())
 }
 
+/// After `reduce`: merges the timeline of every run folder given that holds traces.
+pub fn merge_traced(runs: &[PathBuf]) -> Result<()> {
+    for dir in runs.iter().filter(|d| d.join(writer::TRACE_DIR).is_dir()) {
+        report(&merge::merge(dir)?);
+    }
+    Ok(())
+}
+
 /// Logs what a merge wrote, and which ranks' files were cut short or absent.
 pub fn report(m: &merge::Merged) {
     println!("{}: {} events of {} rank(s) on one clock", m.path.display(), m.events, m.ranks);
