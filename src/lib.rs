@@ -36,6 +36,7 @@ pub mod stats;
 pub mod study;
 pub mod telemetry;
 pub mod topology;
+pub mod trace;
 pub mod train;
 pub mod world;
 

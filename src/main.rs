@@ -12,9 +12,14 @@ fn run() -> anyhow::Result<()> {
         Command::Train(args) => ddpbench::train::main(args),
         Command::Study(args) => ddpbench::study::main(args),
         Command::Allreduce(args) => ddpbench::allreduce::main(args),
-        Command::Reduce(args) => ddpbench::reduce::main(args),
+        Command::Reduce(args) => {
+            let runs = args.runs.clone();
+            ddpbench::reduce::main(args)?;
+            ddpbench::trace::merge_traced(&runs)
+        }
         Command::Loader(args) => ddpbench::data::pipeline::main(args),
         Command::Diagnose(args) => ddpbench::diagnose::main(args),
+        Command::Trace(args) => ddpbench::trace::main(args),
         Command::Topo(args) => ddpbench::topology::main(args),
         Command::GenBigmnist(args) => ddpbench::data::bigmnist::generate(args),
         Command::Models(args) => ddpbench::model::main(args),

@@ -127,6 +127,17 @@ pub struct CommStats {
     /// When this rank saw its last all-reduce complete (host clock), before any
     /// bookkeeping; None without an all-reduce.
     pub done_at: Option<Instant>,
+    /// When each bucket's all-reduce ran on the host clock, in the order they ended
+    /// (empty where the device times them).
+    pub spans: Vec<BucketSpan>,
+}
+
+/// One bucket's all-reduce on the host clock.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BucketSpan {
+    pub bucket: usize,
+    pub start: Instant,
+    pub end: Instant,
 }
 
 impl CommStats {

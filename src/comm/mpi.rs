@@ -9,7 +9,7 @@
 
 use super::transport::{self, Dir, Slot, Transport};
 use super::GradDtype;
-use super::{seconds_before, BucketPlan, CommStats, FlatGrads, GradientReducer};
+use super::{seconds_before, BucketPlan, BucketSpan, CommStats, FlatGrads, GradientReducer};
 use anyhow::{anyhow, Result};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -28,6 +28,7 @@ struct Job {
 /// When one bucket's all-reduce ran, and its staging copies' seconds.
 #[derive(Debug, Clone, Copy)]
 struct BucketTimes {
+    bucket: usize,
     start: Instant,
     end: Instant,
     d2h_s: f64,
@@ -48,6 +49,7 @@ impl Lane {
         let staging = self.transport.allreduce(&mut self.slots[job.bucket], job.dir)?;
         flight.complete(job.seq);
         Ok(BucketTimes {
+            bucket: job.bucket,
             start,
             end: Instant::now(),
             d2h_s: staging.d2h_s,
@@ -226,6 +228,14 @@ impl GradientReducer for MpiStaged {
             first_launch,
             last_launch,
             launches,
+            spans: times
+                .iter()
+                .map(|t| BucketSpan {
+                    bucket: t.bucket,
+                    start: t.start,
+                    end: t.end,
+                })
+                .collect(),
         })
     }
 

@@ -141,6 +141,7 @@ impl GradientReducer for NcclReducer {
             first_launch,
             last_launch,
             launches,
+            spans: Vec::new(),
         })
     }
 

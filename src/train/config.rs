@@ -115,6 +115,10 @@ pub const NOT_IN_KEY: &[(&str, &str)] = &[
         "--num-classes",
         "the width of a model's output, which the model (a file's SHA-256) fixes; a value that does not fit is refused",
     ),
+        "--trace",
+        "the trace draws the marks the step records anyway, written after the step's end mark",
+    ),
+    ("--trace-steps", "which steps the trace draws"),
 ];
 
 /// What is trained, on what.
@@ -372,6 +376,19 @@ pub struct OutputConfig {
     /// 50 × the median step (at least 60 s).
     #[arg(long)]
     pub watchdog_s: Option<f64>,
+
+    /// Write a timeline of every rank: RUN_DIR/trace/rank-NNNNN.trace.json (Chrome trace
+    /// format: Perfetto, chrome://tracing, Holistic Trace Analysis) for the first 50 steps
+    /// after warm-up, and merge them into RUN_DIR/timeline.json with `ddpbench trace RUN_DIR`.
+    #[arg(long)]
+    #[serde(default)]
+    pub trace: bool,
+
+    /// Trace global steps A to B (B excluded, at most 10000 steps) instead of the first
+    /// 50 after warm-up; implies --trace.
+    #[arg(long, value_name = "A:B")]
+    #[serde(default)]
+    pub trace_steps: Option<crate::trace::StepWindow>,
 }
 
 impl WorkloadConfig {
@@ -397,6 +414,13 @@ impl WorkloadConfig {
 }
 
 impl TrainConfig {
+    /// The steps traced, when `--trace` or `--trace-steps` asked for a trace.
+    pub fn trace_window(&self) -> Option<crate::trace::StepWindow> {
+        let o = &self.output;
+        o.trace_steps
+            .or_else(|| o.trace.then(|| crate::trace::StepWindow::after_warmup(self.schedule.warmup_steps)))
+    }
+
     /// The data set this run loads ([`crate::data::load`]).
     pub fn data_spec(&self) -> DataSpec {
         let w = &self.workload;

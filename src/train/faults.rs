@@ -10,6 +10,9 @@ pub struct FaultHooks {
     /// `DDPBENCH_AMP_OVERFLOW=STEP`: rank 0 fills a gradient with inf at global step STEP
     /// (backward accumulates onto it, the all-reduce spreads it to every rank).
     pub amp_overflow_at_step: Option<usize>,
+    /// `DDPBENCH_SLOW_FORWARD=RANK:MS`: this rank sleeps MS milliseconds in every forward
+    /// pass, a straggler made on purpose (its peers then wait in the all-reduce).
+    pub slow_forward_ms: Option<u64>,
 }
 
 impl FaultHooks {
@@ -17,6 +20,9 @@ impl FaultHooks {
         let var = |name: &str| std::env::var(name).ok();
         FaultHooks {
             fail_at_step: var("DDPBENCH_FAULT").and_then(|spec| rank_step(&spec, rank)),
+            slow_forward_ms: var("DDPBENCH_SLOW_FORWARD")
+                .and_then(|spec| rank_step(&spec, rank))
+                .map(|ms| ms as u64),
             amp_overflow_at_step: var("DDPBENCH_AMP_OVERFLOW").filter(|_| rank == 0).and_then(|s| s.parse().ok()),
         }
     }

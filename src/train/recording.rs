@@ -3,10 +3,12 @@
 
 use super::clock::{ClockLog, ClockRow};
 use super::step::Measured;
+use super::timer::Mark;
 use crate::comm::CommStats;
 use crate::record::last_gasp::LastGasp;
 use crate::record::reserve::Reserve;
-use crate::record::{self, ClockSummary, CsvLog, EpochRow, Manifest, StepRow};
+use crate::record::{self, ClockSummary, CsvLog, EpochRow, Manifest, Phase, StepRow};
+use crate::trace::{RankTrace, TracedStep};
 use anyhow::Result;
 use std::time::Instant;
 
@@ -24,6 +26,31 @@ pub(super) struct Records {
     pub _reserve: Option<Reserve>,
     /// What a stop signal's handler writes, until the run's own outcome replaces it.
     pub _last_gasp: LastGasp,
+    /// This rank's trace (`--trace`), open from the start of training.
+    pub trace: Option<RankTrace>,
+}
+
+/// Draws step `at` in the trace when its window holds it: the phase slices between the
+/// marks the step's clock recorded, and the all-reduce's readings.
+pub(super) fn trace_step(trace: &mut RankTrace, m: &Measured, marks: &[Mark], at: StepAt) -> Result<()> {
+    if !trace.wants(at.global_step) {
+        return Ok(());
+    }
+    let phases: Vec<(Phase, f64, f64)> = marks
+        .windows(2)
+        .filter_map(|p| p[1].event.ends().map(|ph| (ph, p[0].at_s, p[1].at_s)))
+        .collect();
+    trace.step(&TracedStep {
+        global_step: at.global_step,
+        epoch: at.epoch,
+        warmup: at.warmup,
+        start: m.times.start,
+        phases: &phases,
+        comm: &m.comm,
+        backward_end: m.backward.map(|b| b.1),
+        loss: m.loss,
+        samples: m.samples,
+    })
 }
 
 /// The columns every row of one rank's `rank-NNNNN.csv` shares.

@@ -42,6 +42,8 @@ pub(super) struct StepMachine {
     pub micro_batches: usize,
     /// Steps run whose marks the clock has not given yet, oldest first (at most two).
     pub unread: VecDeque<Measured>,
+    /// A test's straggler: sleep this long in every forward pass (`DDPBENCH_SLOW_FORWARD`).
+    pub slow_forward: Option<std::time::Duration>,
 }
 
 /// What one step measured on this rank.
@@ -172,6 +174,9 @@ impl StepMachine {
     /// backward will overlap the all-reduce. A TorchScript model's forward can fail (an
     /// input it rejects): the error says why.
     fn forward(&self, x: &Tensor, y: &Tensor, staged: Option<&mut StagedPass>) -> Result<Tensor> {
+        if let Some(d) = self.slow_forward {
+            std::thread::sleep(d);
+        }
         let net = self.model.net.as_ref();
         let run = || match (staged, net.script()) {
             (_, Some(script)) => script.loss(x, y, true),

@@ -28,6 +28,7 @@ use crate::record::last_gasp::{self, LastGasp, Template};
 use crate::record::reserve::{self, Reserve};
 use crate::record::{self, CsvLog, EndRecord, EpochRow, Manifest, RunStatus, StepRow};
 use crate::telemetry::GpuSampler;
+use crate::trace::{RankIdentity, RankTrace};
 use crate::world::{agree, gather_strings, Group};
 use anyhow::{Context, Result};
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
@@ -180,7 +181,9 @@ impl<'g> Trainer<'g> {
         let records = open_records(g, &folder, &place.node_type, manifest)?;
         let micro_batches = cfg.schedule.grad_accum;
         let clock = agree(g, timer::clock_for(cfg.phase_sync_on(place.device), place.device, micro_batches))?;
+        let faults = FaultHooks::from_env(g.rank);
         let machine = StepMachine {
+            slow_forward: faults.slow_forward_ms.map(Duration::from_millis),
             loss_factor: 1.0 / (ranks_summed(g, &comm) * micro_batches) as f64,
             scaler: (cfg.optim.amp == AmpMode::Fp16).then(LossScaler::default),
             clock,
@@ -203,7 +206,7 @@ impl<'g> Trainer<'g> {
                 place,
                 dataset,
                 schedule,
-                faults: FaultHooks::from_env(g.rank),
+                faults,
             },
             machine,
             records,
@@ -237,6 +240,7 @@ impl<'g> Trainer<'g> {
             self.records.offsets.log = Some(ClockLog::create(&self.facts.folder.path("clock.csv"))?);
         }
         self.sync_clocks(0)?;
+        self.open_trace()?;
         let telemetry = self.start_telemetry();
         let mut stopped = None;
         for epoch in 0..self.facts.schedule.epochs {
@@ -263,6 +267,9 @@ impl<'g> Trainer<'g> {
             ),
         };
         self.records.steps_log.sync()?;
+        if let Some(t) = self.records.trace.take() {
+            t.finish()?;
+        }
         self.end_record(status, error.clone()).write(&self.facts.folder.dir)?;
         // Every rank's GPU clocks after the last step (a collective: every rank sends
         // "null" or its reading).
@@ -437,6 +444,9 @@ impl<'g> Trainer<'g> {
     fn record_step(&mut self, measured: &Measured, at: StepAt) -> Result<StepRow> {
         let row = self.records.rows.step_row(measured, at, self.progress.origin);
         self.records.steps_log.write(&row)?;
+        if let Some(t) = self.records.trace.as_mut() {
+            super::recording::trace_step(t, measured, self.machine.clock.marks().marks(), at)?;
+        }
         if !at.warmup {
             self.records.bucket_ready.add(&measured.comm.launches, measured.backward);
         }
@@ -500,6 +510,10 @@ impl<'g> Trainer<'g> {
             self.facts.cfg.schedule.batch_size,
         )?;
         self.progress.last_accuracy = val_acc.is_finite().then_some(val_acc);
+        let done = self.progress.global_step;
+        if let Some(t) = self.records.trace.as_mut().filter(|t| t.overlaps(done - steps, done)) {
+            t.span("validation", val_start, Instant::now())?;
+        }
         self.sync_clocks(epoch + 1)?;
         let row = EpochRow {
             epoch,
@@ -522,6 +536,24 @@ impl<'g> Trainer<'g> {
                 val_acc * 100.0
             );
         }
+        Ok(())
+    }
+
+    /// Opens this rank's trace when `--trace` asked for one (an error on any rank stops
+    /// every rank before the first step).
+    fn open_trace(&mut self) -> Result<()> {
+        let Some(window) = self.facts.cfg.trace_window() else {
+            return Ok(());
+        };
+        let id = RankIdentity {
+            rank: self.g.rank,
+            world_size: self.g.size,
+            host: self.g.host.clone(),
+            node_type: self.facts.place.node_type.clone(),
+            backend: self.records.manifest.comm_backend.clone(),
+        };
+        let opened = RankTrace::create(&self.facts.folder.dir, id, window, self.progress.origin);
+        self.records.trace = Some(agree(self.g, opened)?);
         Ok(())
     }
 
@@ -629,6 +661,7 @@ fn open_records(g: &Group, folder: &RunFolder, node_type: &str, manifest: Manife
         },
         _reserve: reserve,
         _last_gasp: last_gasp,
+        trace: None,
     })
 }
 

@@ -1,0 +1,235 @@
+//! One rank's trace file, `trace/rank-NNNNN.trace.json`. Steps are appended as they end
+//! in the trace format's array form (`[` then one event a line, each followed by a
+//! comma; readers accept it without the closing bracket), flushed per step, so a rank
+//! that dies keeps every step it finished. When the run ends the file is rewritten in
+//! the object form with `distributedInfo` on its own line (`"rank": N`, a space after
+//! the colon, as Holistic Trace Analysis's rank pattern wants).
+//!
+//! The trace times nothing itself: it draws the marks the step's phase clock recorded
+//! and the all-reduce's own readings, on the rank's clock (nanoseconds since the run's
+//! start, the clock of `elapsed_s` in the rank's CSV).
+
+use super::event::{ns, tid, Event};
+use super::window::StepWindow;
+use crate::comm::CommStats;
+use crate::record::Phase;
+use anyhow::{Context, Result};
+use serde_json::json;
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The trace folder inside a run folder.
+pub const TRACE_DIR: &str = "trace";
+/// The largest rank trace file read back (to complete it, or to merge it).
+pub const MAX_FILE_BYTES: u64 = 1 << 30;
+
+pub fn file_name(rank: usize) -> String {
+    format!("rank-{rank:05}.trace.json")
+}
+
+/// Who wrote a trace.
+#[derive(Debug, Clone)]
+pub struct RankIdentity {
+    pub rank: usize,
+    pub world_size: usize,
+    pub host: String,
+    pub node_type: String,
+    /// The all-reduce's backend, as the manifest names it.
+    pub backend: String,
+}
+
+/// One finished step, as the trace draws it.
+pub struct TracedStep<'a> {
+    pub global_step: usize,
+    pub epoch: usize,
+    pub warmup: bool,
+    /// The step's `Start` on the host clock.
+    pub start: Instant,
+    /// Each phase slice: the phase and its start and end, in seconds since `start`.
+    pub phases: &'a [(Phase, f64, f64)],
+    pub comm: &'a CommStats,
+    /// When the last backward ended: a bucket's all-reduce before it was hidden.
+    pub backward_end: Option<Instant>,
+    pub loss: f64,
+    pub samples: usize,
+}
+
+/// A rank's trace file, open while the run goes.
+pub struct RankTrace {
+    id: RankIdentity,
+    window: StepWindow,
+    origin: Instant,
+    path: PathBuf,
+    out: BufWriter<File>,
+}
+
+impl RankTrace {
+    /// Creates `RUN_DIR/trace/rank-NNNNN.trace.json` and names the rank's process and
+    /// threads; `origin` is the run's start on this rank's clock.
+    pub fn create(run_dir: &Path, id: RankIdentity, window: StepWindow, origin: Instant) -> Result<RankTrace> {
+        let dir = run_dir.join(TRACE_DIR);
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the trace folder {}", dir.display()))?;
+        let path = dir.join(file_name(id.rank));
+        let file = File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+        let mut t = RankTrace {
+            out: BufWriter::new(file),
+            path,
+            id,
+            window,
+            origin,
+        };
+        t.out.write_all(b"[\n")?;
+        let name = format!("rank {} · {} · {}", t.id.rank, t.id.host, t.id.node_type);
+        let mut meta = vec![
+            Event::metadata("process_name", 0, json!({ "name": name })),
+            Event::metadata("process_sort_index", 0, json!({ "sort_index": t.id.rank })),
+        ];
+        for (id, name) in [
+            (tid::STEP, "training thread: steps and phases"),
+            (tid::ALLREDUCE, "all-reduce: buckets (hidden / exposed)"),
+            (tid::HAND_OVER, "hand-over: buckets given to the all-reduce"),
+            (tid::COUNTERS, "counters"),
+        ] {
+            meta.push(Event::metadata("thread_name", id, json!({ "name": name })));
+            meta.push(Event::metadata("thread_sort_index", id, json!({ "sort_index": id })));
+        }
+        t.write(&meta)?;
+        Ok(t)
+    }
+
+    /// Whether global step `global_step` is traced.
+    pub fn wants(&self, global_step: usize) -> bool {
+        self.window.contains(global_step)
+    }
+
+    /// Whether global steps `from..to` include a traced one.
+    pub fn overlaps(&self, from: usize, to: usize) -> bool {
+        from < self.window.end && to > self.window.first
+    }
+
+    fn since_origin_ns(&self, t: Instant) -> i64 {
+        if t >= self.origin {
+            ns((t - self.origin).as_secs_f64())
+        } else {
+            -ns((self.origin - t).as_secs_f64())
+        }
+    }
+
+    /// Appends one step: its `ProfilerStep#N` slice, its phases, each bucket's hand-over
+    /// and all-reduce (split at backward's end into hidden and exposed), and the loss.
+    pub fn step(&mut self, s: &TracedStep) -> Result<()> {
+        let start_ns = self.since_origin_ns(s.start);
+        let at = |sec: f64| start_ns + ns(sec);
+        let end_ns = s.phases.iter().map(|p| at(p.2)).max().unwrap_or(start_ns);
+        let mut ev = Vec::with_capacity(s.phases.len() + 4 * s.comm.spans.len() + 2);
+        ev.push(
+            Event::slice(
+                format!("ProfilerStep#{}", s.global_step),
+                "user_annotation",
+                tid::STEP,
+                start_ns,
+                end_ns,
+            )
+            .with_args(json!({ "epoch": s.epoch, "warmup": s.warmup, "samples": s.samples })),
+        );
+        for &(phase, from, to) in s.phases {
+            let name = phase.column().trim_end_matches("_s");
+            ev.push(Event::slice(name, "cpu_op", tid::STEP, at(from), at(to)));
+        }
+        let bwd_end = s.backward_end.map(|t| self.since_origin_ns(t));
+        for (b, handed) in s.comm.launches.iter().enumerate() {
+            if let Some(h) = handed {
+                let h = self.since_origin_ns(*h);
+                ev.push(Event::slice(
+                    format!("hand-over bucket {b}"),
+                    "cpu_instant_event",
+                    tid::HAND_OVER,
+                    h,
+                    h,
+                ));
+            }
+        }
+        for span in &s.comm.spans {
+            let (from, to) = (self.since_origin_ns(span.start), self.since_origin_ns(span.end));
+            let cut = bwd_end.unwrap_or(from).clamp(from, to);
+            let handed = s.comm.launches.get(span.bucket).copied().flatten().map(|h| self.since_origin_ns(h));
+            ev.push(
+                Event::slice(
+                    format!("all-reduce bucket {}", span.bucket),
+                    "user_annotation",
+                    tid::ALLREDUCE,
+                    from,
+                    to,
+                )
+                .with_args(json!({
+                    "bucket": span.bucket,
+                    "step": s.global_step,
+                    "handed_over_us": handed.map(|h| h as f64 / 1e3),
+                    "hidden_us": (cut - from) as f64 / 1e3,
+                    "exposed_us": (to - cut) as f64 / 1e3,
+                })),
+            );
+            if cut > from {
+                ev.push(Event::slice("hidden", "cpu_op", tid::ALLREDUCE, from, cut));
+            }
+            if to > cut {
+                ev.push(Event::slice("exposed", "cpu_op", tid::ALLREDUCE, cut, to));
+            }
+        }
+        let mut loss = Event::slice("loss", "counter", tid::COUNTERS, end_ns, end_ns);
+        loss.ph = 'C';
+        ev.push(loss.with_args(json!({ "loss": if s.loss.is_finite() { json!(s.loss) } else { json!(null) } })));
+        self.write(&ev)
+    }
+
+    /// A slice of the run outside the steps (validation), on the training thread.
+    pub fn span(&mut self, name: &str, start: Instant, end: Instant) -> Result<()> {
+        let e = Event::slice(
+            name,
+            "user_annotation",
+            tid::STEP,
+            self.since_origin_ns(start),
+            self.since_origin_ns(end),
+        );
+        self.write(&[e])
+    }
+
+    fn write(&mut self, events: &[Event]) -> Result<()> {
+        for e in events {
+            self.out.write_all(e.line(self.id.rank).as_bytes())?;
+            self.out.write_all(b",\n")?;
+        }
+        self.out.flush().with_context(|| format!("cannot write {}", self.path.display()))
+    }
+
+    /// Completes the file into the object form with `distributedInfo`.
+    pub fn finish(mut self) -> Result<PathBuf> {
+        self.out.flush()?;
+        drop(self.out);
+        let mut text = String::new();
+        File::open(&self.path)?
+            .take(MAX_FILE_BYTES)
+            .read_to_string(&mut text)
+            .with_context(|| format!("cannot read back {}", self.path.display()))?;
+        let body = text.trim_start_matches('[').trim_start().trim_end().trim_end_matches(',');
+        let tmp = self.path.with_extension("json.tmp");
+        let mut w = BufWriter::new(File::create(&tmp)?);
+        writeln!(
+            w,
+            "{{\"distributedInfo\": {{\"rank\": {}, \"world_size\": {}, \"backend\": {}}},",
+            self.id.rank,
+            self.id.world_size,
+            serde_json::Value::String(self.id.backend.clone())
+        )?;
+        writeln!(w, "\"displayTimeUnit\": \"ms\",")?;
+        writeln!(w, "\"traceEvents\": [")?;
+        w.write_all(body.as_bytes())?;
+        w.write_all(b"\n]}\n")?;
+        w.flush()?;
+        drop(w);
+        std::fs::rename(&tmp, &self.path).with_context(|| format!("cannot complete {}", self.path.display()))?;
+        Ok(self.path)
+    }
+}

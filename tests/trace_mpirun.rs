@@ -1,0 +1,362 @@
+//! `train --trace` and `ddpbench trace`, for real: two ranks on CPU write their trace
+//! files, the merge puts them on one clock, and the numbers are read back from the files:
+//! well-formed events that nest per track, step slices equal to the CSV rows, offsets
+//! equal to clock.csv's, a killed rank's trace kept up to its last whole event, and a
+//! straggler made on purpose seen in the merged timeline.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+const LIMIT: Duration = Duration::from_secs(240);
+
+/// The events of a trace file in either form: the object form's `traceEvents`, or the
+/// array form read one event a line up to the first line that is not a whole event.
+fn events(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    if let Ok(v) = serde_json::from_str::<Value>(&text) {
+        return v["traceEvents"]
+            .as_array()
+            .cloned()
+            .unwrap_or_else(|| v.as_array().unwrap().clone());
+    }
+    text.lines()
+        .map(|l| l.trim().trim_end_matches(','))
+        .filter(|l| l.starts_with("{\"ph\""))
+        .map_while(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn f(e: &Value, k: &str) -> f64 {
+    e[k].as_f64().unwrap_or_else(|| panic!("{k} of {e}"))
+}
+
+fn named<'a>(ev: &'a [Value], prefix: &str) -> Vec<&'a Value> {
+    ev.iter().filter(|e| e["name"].as_str().unwrap().starts_with(prefix)).collect()
+}
+
+/// Every event has what trace readers need, and on each (pid, tid) the slices nest:
+/// a slice that starts inside another ends inside it.
+fn assert_well_formed_and_nested(ev: &[Value]) {
+    let mut tracks: BTreeMap<(u64, u64), Vec<(f64, f64)>> = BTreeMap::new();
+    for e in ev {
+        for k in ["ph", "name", "cat"] {
+            assert!(e[k].is_string(), "{k} missing: {e}");
+        }
+        for k in ["pid", "tid"] {
+            assert!(e[k].is_u64(), "{k} missing: {e}");
+        }
+        assert!(f(e, "ts").is_finite() && f(e, "dur") >= 0.0, "{e}");
+        if e["ph"] == "X" {
+            let key = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap());
+            tracks.entry(key).or_default().push((f(e, "ts"), f(e, "ts") + f(e, "dur")));
+        }
+    }
+    for (track, mut slices) in tracks {
+        // Parents first: earlier start, then longer.
+        slices.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+        let mut open: Vec<(f64, f64)> = Vec::new();
+        for s in slices {
+            while open.last().is_some_and(|p| s.0 >= p.1 - 1e-6) {
+                open.pop();
+            }
+            if let Some(p) = open.last() {
+                assert!(s.1 <= p.1 + 1e-6, "track {track:?}: {s:?} overlaps {p:?} without nesting");
+            }
+            open.push(s);
+        }
+    }
+}
+
+/// `clock.csv`'s offset of `rank` at its time `t_s`, interpolated as the merge says.
+fn offset_s(clock: &(Vec<String>, Vec<Vec<String>>), rank: usize, t_s: f64) -> f64 {
+    let (h, rows) = clock;
+    let (ranks, at, off) = (col(h, rows, "rank"), col(h, rows, "rank0_elapsed_s"), col(h, rows, "offset_s"));
+    let mut pts: Vec<(f64, f64)> = (0..rows.len())
+        .filter(|&i| ranks[i] as usize == rank)
+        .map(|i| (at[i], off[i]))
+        .collect();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let i = pts.partition_point(|p| p.0 <= t_s);
+    if i == 0 {
+        pts[0].1
+    } else if i == pts.len() {
+        pts[i - 1].1
+    } else {
+        let ((t0, o0), (t1, o1)) = (pts[i - 1], pts[i]);
+        o0 + (o1 - o0) * (t_s - t0) / (t1 - t0)
+    }
+}
+
+#[test]
+fn traced_steps_are_well_formed_match_the_csv_and_merge_on_clock_csv_offsets() {
+    let d = tmp();
+    let out = d.path().join("run");
+    let o = path_str(&out);
+    let args = [
+        "--max-steps",
+        "12",
+        "--warmup-steps",
+        "2",
+        "--trace-steps",
+        "3:11",
+        "--val-samples",
+        "100",
+        "--out",
+        &o,
+    ];
+    train(2, &args, LIMIT).assert_ok();
+    for rank in 0..2usize {
+        let path = out.join(format!("trace/rank-{rank:05}.trace.json"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        // The object form, with the rank where HTA's pattern finds it.
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["distributedInfo"]["rank"], rank as u64);
+        assert_eq!(v["distributedInfo"]["world_size"], 2);
+        assert!(text.contains(&format!("\"rank\": {rank}")));
+        let ev = v["traceEvents"].as_array().unwrap().clone();
+        assert_well_formed_and_nested(&ev);
+        assert!(ev.iter().all(|e| e["pid"] == rank as u64));
+        // Steps 3..11 only, each as ProfilerStep#N, equal to its CSV row within 1 µs.
+        let steps = named(&ev, "ProfilerStep#");
+        let (h, rows) = read_csv(&out.join(format!("rank-{rank:05}.csv")));
+        let (gs, el, st) = (col(&h, &rows, "global_step"), col(&h, &rows, "elapsed_s"), col(&h, &rows, "step_s"));
+        assert_eq!(steps.len(), 8, "steps traced on rank {rank}");
+        for s in &steps {
+            let n: usize = s["name"].as_str().unwrap()["ProfilerStep#".len()..].parse().unwrap();
+            assert!((3..11).contains(&n), "{s}");
+            let i = gs.iter().position(|&g| g as usize == n).unwrap();
+            assert!(
+                (f(s, "ts") - el[i] * 1e6).abs() <= 1.0,
+                "step {n}: {} vs {}",
+                f(s, "ts"),
+                el[i] * 1e6
+            );
+            assert!(
+                (f(s, "dur") - st[i] * 1e6).abs() <= 1.0,
+                "step {n}: {} vs {}",
+                f(s, "dur"),
+                st[i] * 1e6
+            );
+        }
+        // Every phase of every step; one all-reduce per bucket and step; a loss per step;
+        // validation after the epoch.
+        for p in ["data", "batch_copy", "forward", "backward", "comm_exposed", "optimizer", "other"] {
+            assert_eq!(ev.iter().filter(|e| e["name"] == p).count(), 8, "phase {p}");
+        }
+        assert_eq!(named(&ev, "all-reduce bucket").len(), 8);
+        assert_eq!(ev.iter().filter(|e| e["ph"] == "C" && e["name"] == "loss").count(), 8);
+        assert_eq!(ev.iter().filter(|e| e["name"] == "validation").count(), 1);
+    }
+
+    // reduce merges a traced run's timeline too; trace writes it again, the same.
+    ddpbench(&["reduce", "--no-plots", &o]).assert_ok();
+    let by_reduce = std::fs::read(out.join("timeline.json")).expect("reduce wrote timeline.json");
+    let job = ddpbench(&["trace", &o]);
+    job.assert_ok();
+    assert_eq!(std::fs::read(out.join("timeline.json")).unwrap(), by_reduce);
+    let merged = json(&out.join("timeline.json"));
+    let mev = merged["traceEvents"].as_array().unwrap().clone();
+    assert_well_formed_and_nested(&mev);
+    let clock = read_csv(&out.join("clock.csv"));
+    let host = json(&out.join("manifest.json"))["ranks"][1]["host"].as_str().unwrap().to_string();
+    for rank in 0..2u64 {
+        let own = events(&out.join(format!("trace/rank-{rank:05}.trace.json")));
+        let mine = |ev: &[Value]| -> Vec<Value> { ev.iter().filter(|e| e["pid"] == rank && e["ph"] == "X").cloned().collect() };
+        let (a, b) = (mine(&own), mine(&mev));
+        assert_eq!(a.len(), b.len(), "rank {rank}: every slice merged");
+        for (x, y) in a.iter().zip(&b) {
+            let want = offset_s(&clock, rank as usize, f(x, "ts") / 1e6) * 1e6;
+            assert!(
+                ((f(y, "ts") - f(x, "ts")) - want).abs() < 0.01,
+                "rank {rank}: {x} -> {y}, offset {want} µs"
+            );
+        }
+        let pname = mev.iter().find(|e| e["pid"] == rank && e["name"] == "process_name").unwrap();
+        let label = pname["args"]["name"].as_str().unwrap();
+        assert!(label.starts_with(&format!("rank {rank} · {host} · ")), "{label}");
+    }
+}
+
+/// Starts `mpirun -n 2 ddpbench train --trace-steps 0:2000 ...`, output to files in `d`.
+fn spawn_traced(d: &Path, out: &Path) -> Child {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = mpirun_cmd(2);
+    cmd.arg(BIN)
+        .arg("train")
+        .args(["--max-steps", "2000", "--trace-steps", "0:2000", "--out", &path_str(out)])
+        .stdout(Stdio::from(std::fs::File::create(d.join("log")).unwrap()))
+        .stderr(Stdio::from(std::fs::File::create(d.join("err")).unwrap()))
+        .process_group(0);
+    cmd.spawn().expect("mpirun")
+}
+
+#[test]
+fn a_killed_rank_leaves_a_trace_the_merge_reads_to_its_last_whole_event() {
+    let d = tmp();
+    let out = d.path().join("run");
+    let mut job = spawn_traced(d.path(), &out);
+    let csv1 = out.join("rank-00001.csv");
+    let start = Instant::now();
+    while std::fs::read_to_string(&csv1).map_or(0, |t| t.lines().count()) < 8 {
+        assert!(start.elapsed() < LIMIT, "rank 1 never wrote 8 rows");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pids = std::process::Command::new("pgrep")
+        .args(["-f", &format!("train .*{}", path_str(&out))])
+        .output()
+        .unwrap();
+    let rank1 = String::from_utf8(pids.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|p| p.trim().parse::<i32>().ok())
+        .find(|p| std::fs::read(format!("/proc/{p}/environ")).is_ok_and(|e| e.split(|&b| b == 0).any(|v| v == b"OMPI_COMM_WORLD_RANK=1")))
+        .expect("rank 1's process");
+    // SAFETY: a process of the job this test started.
+    unsafe { libc::kill(rank1, libc::SIGKILL) };
+    let start = Instant::now();
+    while job.try_wait().unwrap().is_none() {
+        if start.elapsed() > LIMIT {
+            // SAFETY: the job's process group, started by this test.
+            unsafe { libc::kill(-(job.id() as i32), libc::SIGKILL) };
+            panic!("the job did not end");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let path = out.join("trace/rank-00001.trace.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.starts_with("[\n"), "the killed rank's trace stays in the array form");
+    // A write cut in the middle of a line, as a kill during a write leaves it.
+    let cut = text.len() - 40;
+    std::fs::write(&path, &text.as_bytes()[..cut]).unwrap();
+    let whole = events(&path);
+    let steps_kept = named(&whole, "ProfilerStep#").len();
+    let rows1 = read_csv(&out.join("rank-00001.csv")).1.len();
+    assert!(steps_kept >= 7 && steps_kept <= rows1, "{steps_kept} steps traced, {rows1} rows");
+
+    let merge = ddpbench(&["trace", &path_str(&out)]);
+    merge.assert_ok();
+    // Rank 0 was stopped by Open MPI after its peer died: both files are partial.
+    assert!(merge.stderr.contains("rank(s) [0, 1] stopped before"), "{}", merge.all());
+    let merged = json(&out.join("timeline.json"));
+    let mev = merged["traceEvents"].as_array().unwrap();
+    let rank1_events = mev.iter().filter(|e| e["pid"] == 1).count();
+    assert_eq!(rank1_events, whole.len(), "rank 1's events up to its last whole one");
+}
+
+#[test]
+fn a_slowed_rank_starts_its_allreduce_last_and_its_peer_waits_exposed() {
+    let d = tmp();
+    let out = d.path().join("run");
+    let o = path_str(&out);
+    let args = [
+        "--max-steps",
+        "14",
+        "--warmup-steps",
+        "2",
+        "--trace-steps",
+        "2:14",
+        "--val-samples",
+        "100",
+        "--out",
+        &o,
+    ];
+    let mut cmd = mpirun_cmd_with_env(2, &[("DDPBENCH_SLOW_FORWARD", "1:150")]);
+    cmd.arg(BIN).arg("train").args(args);
+    run_with_limit(cmd, LIMIT).assert_ok();
+    ddpbench(&["trace", &o]).assert_ok();
+    let mev = json(&out.join("timeline.json"))["traceEvents"].as_array().unwrap().clone();
+    // Per step, when each rank's all-reduce started, on the common clock.
+    let mut start: BTreeMap<(u64, u64), f64> = BTreeMap::new();
+    for e in named(&mev, "all-reduce bucket 0") {
+        start.insert((e["args"]["step"].as_u64().unwrap(), e["pid"].as_u64().unwrap()), f(e, "ts"));
+    }
+    let steps: Vec<u64> = (2..14).collect();
+    // On a shared machine a step's ranks can be descheduled for tens of ms: the slowed
+    // rank starts last in nearly every step, not necessarily in all.
+    let lags_ms: Vec<f64> = steps.iter().map(|s| (start[&(*s, 1)] - start[&(*s, 0)]) / 1e3).collect();
+    let last = lags_ms.iter().filter(|&&l| l > 0.0).count();
+    assert!(
+        last * 4 >= steps.len() * 3,
+        "rank 1 started its all-reduce after rank 0 by (ms) {lags_ms:?}"
+    );
+    let exposed_ms = |rank: u64| -> f64 {
+        mev.iter()
+            .filter(|e| e["pid"] == rank && e["name"] == "comm_exposed")
+            .map(|e| f(e, "dur"))
+            .sum::<f64>()
+            / 1e3
+            / steps.len() as f64
+    };
+    let (e0, e1) = (exposed_ms(0), exposed_ms(1));
+    // Rank 1 sleeps 150 ms in each forward: rank 0 waits most of it in the all-reduce.
+    assert!(
+        e0 > e1 + 20.0,
+        "exposed communication per step: rank 0 {e0:.1} ms, rank 1 {e1:.1} ms"
+    );
+}
+
+/// The test venv's python with Holistic Trace Analysis, installed once from PyPI.
+fn python_with_hta() -> String {
+    let py = std::env::var("DDPBENCH_PYTHON")
+        .expect("DDPBENCH_PYTHON is unset: source job-scripts/setup.sh, which makes the test venv and exports it");
+    let has = |py: &str| {
+        std::process::Command::new(py)
+            .args(["-c", "import hta"])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !has(&py) {
+        let pip = std::process::Command::new(&py)
+            .args(["-m", "pip", "install", "-q", "--disable-pip-version-check", "HolisticTraceAnalysis"])
+            .status()
+            .expect("pip");
+        assert!(pip.success() && has(&py), "could not install HolisticTraceAnalysis into {py}");
+    }
+    py
+}
+
+#[test]
+fn holistic_trace_analysis_loads_both_ranks_with_their_events() {
+    let py = python_with_hta();
+    let d = tmp();
+    let out = d.path().join("run");
+    let o = path_str(&out);
+    let args = [
+        "--max-steps",
+        "8",
+        "--warmup-steps",
+        "1",
+        "--trace",
+        "--val-samples",
+        "100",
+        "--out",
+        &o,
+    ];
+    train(2, &args, LIMIT).assert_ok();
+    let script = "import json, sys\n\
+from hta.trace_analysis import TraceAnalysis\n\
+a = TraceAnalysis(trace_dir=sys.argv[1])\n\
+print(json.dumps({str(r): {'rows': len(df), 'iterations': [int(i) for i in a.t.get_iterations(r)]} for r, df in a.t.traces.items()}))\n";
+    let mut cmd = std::process::Command::new(&py);
+    cmd.args(["-c", script, &path_str(&out.join("trace"))]);
+    let job = run_with_limit(cmd, LIMIT);
+    job.assert_ok();
+    let got: Value = serde_json::from_str(job.stdout.lines().last().unwrap()).unwrap_or_else(|e| panic!("{e}: {}", job.all()));
+    assert_eq!(got.as_object().unwrap().keys().collect::<Vec<_>>(), ["0", "1"], "{got}");
+    for rank in 0..2 {
+        let ev = events(&out.join(format!("trace/rank-{rank:05}.trace.json")));
+        // HTA keeps every event before the last ProfilerStep (its default), keyed by step.
+        let steps = named(&ev, "ProfilerStep#");
+        assert_eq!(steps.len(), 7, "steps 1..8 traced after one warm-up step");
+        let last = steps.iter().map(|s| f(s, "ts")).fold(f64::MIN, f64::max);
+        let kept = ev.iter().filter(|e| f(e, "ts") < last).count();
+        let r = &got[rank.to_string()];
+        assert_eq!(r["rows"], kept as u64, "rank {rank}: {r}");
+        assert_eq!(r["iterations"], serde_json::json!([1, 2, 3, 4, 5, 6]), "rank {rank}: {r}");
+    }
+}
