@@ -115,6 +115,7 @@ pub const NOT_IN_KEY: &[(&str, &str)] = &[
         "--num-classes",
         "the width of a model's output, which the model (a file's SHA-256) fixes; a value that does not fit is refused",
     ),
+    (
         "--trace",
         "the trace draws the marks the step records anyway, written after the step's end mark",
     ),
