@@ -46,6 +46,7 @@ fn main() -> anyhow::Result<()> {
         clock: None,
         // Derived by reduce from the fields above, as for a manifest written before the key.
         comparison_key: None,
+        model_file: None,
         ranks: (0..ranks)
             .map(|r| RankInfo {
                 rank: r,

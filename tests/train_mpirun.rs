@@ -92,7 +92,6 @@ fn two_ranks_write_complete_consistent_files() {
     assert!(m["clock"]["max_error_s"].as_f64().unwrap() < 1e-4, "{}", m["clock"]);
     assert_eq!(m["schema_version"], ddpbench::record::SCHEMA_VERSION);
 
-
     let mut checksum_rows = Vec::new();
     for r in 0..2 {
         let (h, rows) = read_csv(&out.join(format!("rank-{r:05}.csv")));

@@ -13,7 +13,7 @@ use crate::bandwidth::{algbw, busbw};
 use crate::comm::transport::{mpi::Mpi, nccl::Nccl, Transport};
 use crate::comm::GradDtype;
 use crate::device::DeviceChoice;
-use crate::job::watchdog::{self, RunFiles, Watchdog};
+use crate::job::watchdog::{self, Watchdog, WatchdogRun};
 use crate::job::{self, signals, JobOptions};
 use crate::record::{Buffer, RunStatus, SweepRow};
 use crate::world::{agree, Group};
@@ -24,7 +24,7 @@ use mpi::collective::CommunicatorCollectives;
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use sweep::{SweepBackend, Timing};
+use sweep::{SweepBackend, SweepIters};
 use tch::Device;
 
 #[derive(Args, Debug, Clone)]
@@ -294,7 +294,7 @@ pub fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> R
     )?;
     let out = PathBuf::from(crate::world::broadcast_string(g, &out.to_string_lossy()));
     if let Some(w) = watchdog {
-        w.set_run(RunFiles {
+        w.set_run(WatchdogRun {
             dir: out.clone(),
             run_id: "allreduce".into(),
         });
@@ -456,7 +456,7 @@ impl Sweep<'_> {
 
     /// Every size, out of place and in place, on one backend over `comm`.
     fn sizes_on(&mut self, comm: &SimpleCommunicator, backend: SweepBackend, level: Level, shape: LevelShape, print: bool) -> Result<()> {
-        let timing = Timing {
+        let timing = SweepIters {
             warmup_iters: self.args.warmup_iters as usize,
             iters: self.args.iters as usize,
             budget_s: self.args.budget_s,

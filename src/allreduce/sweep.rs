@@ -50,12 +50,12 @@ pub struct Target<'a> {
 
 /// How long and how often one size is timed.
 #[derive(Debug, Clone, Copy)]
-pub struct Timing {
+pub struct SweepIters {
     /// Untimed all-reduces before the timed loop.
     pub warmup_iters: usize,
     /// Timed iterations at most.
     pub iters: usize,
-    /// Fewer iterations (but at least [`Timing::min_iters`]) when the warm-up says `iters`
+    /// Fewer iterations (but at least [`SweepIters::min_iters`]) when the warm-up says `iters`
     /// would take longer than this.
     pub budget_s: f64,
     pub min_iters: usize,
@@ -142,7 +142,7 @@ fn count_wrong(result: &Tensor, ranks: usize, dtype: GradDtype) -> u64 {
 
 /// Times the all-reduce of `bytes` (rounded down to whole elements of `dtype`, at least
 /// one) on `t`, every rank of its communicator taking part, and checks the sum.
-pub fn measure(t: &mut Target, bytes: u64, dtype: GradDtype, in_place: bool, timing: Timing) -> Result<Measured> {
+pub fn measure(t: &mut Target, bytes: u64, dtype: GradDtype, in_place: bool, timing: SweepIters) -> Result<Measured> {
     let comm = t.comm;
     let (rank, ranks) = (comm.rank() as usize, comm.size() as usize);
     let count = (bytes as usize / dtype.bytes()).max(1);

@@ -47,7 +47,7 @@ const SILENT_AFTER: Duration = Duration::from_secs(4);
 
 /// The run a watchdog writes its files into, once known.
 #[derive(Debug, Clone)]
-pub struct RunFiles {
+pub struct WatchdogRun {
     pub dir: PathBuf,
     pub run_id: String,
 }
@@ -58,7 +58,7 @@ struct Shared {
     size: usize,
     limit_bits: AtomicU64,
     stop: AtomicBool,
-    run: Mutex<Option<RunFiles>>,
+    run: Mutex<Option<WatchdogRun>>,
     /// Where flight records go while no run is open (a study's folder between points).
     flight_dir: Mutex<Option<PathBuf>>,
     /// Steps completed, for an end record written by the watchdog.
@@ -125,7 +125,7 @@ impl Watchdog {
     }
 
     /// Where flight and end records go.
-    pub fn set_run(&self, run: RunFiles) {
+    pub fn set_run(&self, run: WatchdogRun) {
         *self.shared.run.lock().unwrap_or_else(|p| p.into_inner()) = Some(run);
     }
 
@@ -494,7 +494,7 @@ fn record_signal_while_held(s: &Shared, own: &RankStatus) -> bool {
     true
 }
 
-fn mark_manifest(run: &RunFiles, status: RunStatus, why: &str) {
+fn mark_manifest(run: &WatchdogRun, status: RunStatus, why: &str) {
     if let Ok(mut m) = Manifest::read(&run.dir) {
         m.status = status.as_str().into();
         m.error = Some(why.to_string());

@@ -17,7 +17,7 @@ pub const TIMED_STEPS: usize = 6;
 
 /// One workload's timing on one rank.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Timing {
+pub struct WorkloadTiming {
     /// The point timed: its batch per rank and steps per epoch.
     pub batch_per_rank: usize,
     pub steps_per_epoch: usize,
@@ -73,7 +73,7 @@ pub fn timing_args(point: &Point) -> Vec<String> {
 }
 
 /// Reads a timing run's folder.
-fn read_timing(dir: &Path, point: &Point) -> Result<Timing, String> {
+fn read_timing(dir: &Path, point: &Point) -> Result<WorkloadTiming, String> {
     let m = Manifest::read(dir).map_err(|e| format!("{e:#}"))?;
     let mut r = csv::Reader::from_path(dir.join(crate::record::rank_file_name(0))).map_err(|e| e.to_string())?;
     let h = r.headers().map_err(|e| e.to_string())?.clone();
@@ -90,7 +90,7 @@ fn read_timing(dir: &Path, point: &Point) -> Result<Timing, String> {
     if timed.is_empty() {
         return Err("no timed steps".into());
     }
-    Ok(Timing {
+    Ok(WorkloadTiming {
         batch_per_rank: point.batch_per_rank,
         steps_per_epoch: m.steps_per_epoch,
         step_s: crate::stats::median(&timed),
@@ -100,7 +100,7 @@ fn read_timing(dir: &Path, point: &Point) -> Result<Timing, String> {
 
 /// Times each workload's first point (its fewest ranks) on rank 0 while the other ranks
 /// wait; every rank calls it. The result is rank 0's (empty elsewhere).
-pub fn time_workloads(g: &Group, plan: &Plan, watchdog: &Watchdog) -> BTreeMap<String, Result<Timing, String>> {
+pub fn time_workloads(g: &Group, plan: &Plan, watchdog: &Watchdog) -> BTreeMap<String, Result<WorkloadTiming, String>> {
     let mut out = BTreeMap::new();
     let scratch = std::env::temp_dir().join(format!("ddpbench-estimate-{}", std::process::id()));
     for (k, (workload, points)) in plan::by_workload(&plan.points).into_iter().enumerate() {
@@ -134,7 +134,7 @@ pub fn time_workloads(g: &Group, plan: &Plan, watchdog: &Watchdog) -> BTreeMap<S
 /// Seconds a point is expected to take, from its workload's timing: set-up plus its
 /// steps (epochs × steps per epoch, at most --max-steps) at the 1-rank step time scaled
 /// by the batch per rank.
-pub fn point_seconds(point: &Point, t: &Timing) -> Option<f64> {
+pub fn point_seconds(point: &Point, t: &WorkloadTiming) -> Option<f64> {
     let cfg = plan::parse_train(&point.args).ok()?;
     let ref_global = (t.batch_per_rank * t.steps_per_epoch) as f64;
     let per_epoch = (ref_global / point.global_batch.max(1) as f64).ceil() as usize;
@@ -195,7 +195,7 @@ mod tests {
 
     #[test]
     fn a_points_time_scales_with_its_steps_and_batch() {
-        let t = Timing {
+        let t = WorkloadTiming {
             batch_per_rank: 64,
             steps_per_epoch: 100,
             step_s: 0.1,

@@ -634,7 +634,7 @@ fn print_plan(spec: &StudySpec, plan: &Plan, layout: &Layout, out: &Path) {
 }
 
 /// The dry run's estimate per point and in all, from each workload's timing.
-fn print_estimate(plan: &Plan, repeat: usize, timings: &BTreeMap<String, Result<estimate::Timing, String>>) {
+fn print_estimate(plan: &Plan, repeat: usize, timings: &BTreeMap<String, Result<estimate::WorkloadTiming, String>>) {
     let mut total = 0.0;
     let mut unknown = 0;
     for (workload, points) in plan::by_workload(&plan.points) {

@@ -56,7 +56,7 @@ pub fn main(cfg: TrainConfig) -> Result<()> {
 pub fn train(g: &Group, cfg: &TrainConfig, malloc: &str, watchdog: &Watchdog) -> Result<()> {
     let started = SystemTime::now();
     let folder = RunFolder::prepare(g, cfg, started)?;
-    watchdog.set_run(watchdog::RunFiles {
+    watchdog.set_run(watchdog::WatchdogRun {
         dir: folder.dir.clone(),
         run_id: folder.run_id.clone(),
     });

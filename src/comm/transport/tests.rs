@@ -4,7 +4,7 @@
 
 use super::mpi::Mpi;
 use super::*;
-use crate::allreduce::sweep::{measure, measure_set, Target, Timing};
+use crate::allreduce::sweep::{measure, measure_set, SweepIters, Target};
 use crate::comm::mpi::MpiStaged;
 use crate::comm::{BucketPlan, GradientReducer};
 use ::mpi::environment::Universe;
@@ -131,7 +131,7 @@ fn training_and_the_sweep_all_reduce_through_one_transport() {
         for pair in calls.chunks(2) {
             assert_eq!(pair, [call(5, Dir::AToB), call(7, Dir::AToB)]);
         }
-        let timing = Timing {
+        let timing = SweepIters {
             warmup_iters: 1,
             iters: 3,
             budget_s: 1.0,

@@ -218,14 +218,14 @@ pub struct GenBigMnistArgs {
 }
 
 /// The plan of one generation: what to write where.
-struct Plan<'a> {
+struct ShardPlan<'a> {
     args: &'a GenBigMnistArgs,
     total: u64,
     n_shards: usize,
     todo: Vec<usize>,
 }
 
-impl Plan<'_> {
+impl ShardPlan<'_> {
     fn samples_of(&self, k: usize) -> u64 {
         (self.total - k as u64 * self.args.shard_samples).min(self.args.shard_samples)
     }
@@ -269,7 +269,7 @@ pub fn generate(args: GenBigMnistArgs) -> Result<()> {
     let unique = Arc::new(augmented_records(&images, &labels, args.augment, args.seed));
     let aug_s = t0.elapsed().as_secs_f64();
     let (mean, std) = pixel_stats(&unique);
-    let plan = Plan {
+    let plan = ShardPlan {
         args: &args,
         total,
         n_shards,
@@ -309,7 +309,7 @@ pub fn generate(args: GenBigMnistArgs) -> Result<()> {
 /// `done`; returns the threads used and the samples written. Fails when a shard could
 /// not be written or the run was cut short (the test hook
 /// `DDPBENCH_GEN_FAULT_AFTER_SHARDS=N` stops after N shards).
-fn write_shards(plan: &Plan, unique: &Arc<Vec<u8>>, resumed: usize, done: &mut [Option<ShardInfo>]) -> Result<(usize, u64)> {
+fn write_shards(plan: &ShardPlan, unique: &Arc<Vec<u8>>, resumed: usize, done: &mut [Option<ShardInfo>]) -> Result<(usize, u64)> {
     let args = plan.args;
     let todo_samples: u64 = plan.todo.iter().map(|&k| plan.samples_of(k)).sum();
     let fault_after: Option<usize> = std::env::var("DDPBENCH_GEN_FAULT_AFTER_SHARDS").ok().and_then(|v| v.parse().ok());

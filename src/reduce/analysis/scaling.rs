@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 /// Runs with the same key, node types, rank count and batch: repeats of one point.
 #[derive(Debug, Clone)]
-pub struct Point<'a> {
+pub struct ScalingPoint<'a> {
     pub key: ComparisonKey,
     /// Ranks per node type, by type.
     pub types: BTreeMap<String, usize>,
@@ -26,7 +26,7 @@ pub struct Point<'a> {
     pub runs: Vec<&'a RunStats>,
 }
 
-impl Point<'_> {
+impl ScalingPoint<'_> {
     /// Mean throughput over the repeats.
     pub fn throughput(&self) -> f64 {
         self.runs.iter().map(|r| samples_per_s(r)).sum::<f64>() / self.runs.len() as f64
@@ -45,7 +45,7 @@ impl Point<'_> {
 
 /// The points of `runs`: runs grouped by key, node types, ranks and batch, in key order.
 /// Runs without an all-reduce (`--allreduce none`) are no point of a scaling study.
-pub fn points<'a>(runs: &[&'a RunStats]) -> Vec<Point<'a>> {
+pub fn points<'a>(runs: &[&'a RunStats]) -> Vec<ScalingPoint<'a>> {
     let mut groups: BTreeMap<(ComparisonKey, Vec<(String, usize)>, usize, usize, usize), Vec<&'a RunStats>> = BTreeMap::new();
     for r in runs.iter().filter(|r| r.manifest.comm_backend != "none") {
         let m = &r.manifest;
@@ -68,7 +68,7 @@ pub fn points<'a>(runs: &[&'a RunStats]) -> Vec<Point<'a>> {
         .into_iter()
         .map(|((key, types, ranks, batch_per_rank, global_batch), mut runs)| {
             runs.sort_by(|a, b| a.manifest.start_utc.cmp(&b.manifest.start_utc));
-            Point {
+            ScalingPoint {
                 key,
                 types: types.into_iter().collect(),
                 ranks,
@@ -264,12 +264,12 @@ impl Interval {
 /// A point's references: per node type, the 1-rank point it is compared with.
 struct Reference<'p, 'a> {
     mode: ScalingMode,
-    per_type: Vec<(&'p Point<'a>, usize)>,
+    per_type: Vec<(&'p ScalingPoint<'a>, usize)>,
 }
 
 impl Reference<'_, '_> {
     /// The point's ideal throughput: each rank at its type's reference throughput.
-    fn ideal(&self, throughput: impl Fn(&Point) -> f64) -> f64 {
+    fn ideal(&self, throughput: impl Fn(&ScalingPoint) -> f64) -> f64 {
         self.per_type.iter().map(|(p, n)| throughput(p) * *n as f64).sum()
     }
 
@@ -279,7 +279,7 @@ impl Reference<'_, '_> {
 }
 
 /// The 1-rank point of `t` that `p` is compared with in `mode`.
-fn find_reference<'p, 'a>(points: &'p [Point<'a>], p: &Point, t: &str, mode: ScalingMode) -> Option<&'p Point<'a>> {
+fn find_reference<'p, 'a>(points: &'p [ScalingPoint<'a>], p: &ScalingPoint, t: &str, mode: ScalingMode) -> Option<&'p ScalingPoint<'a>> {
     points.iter().find(|q| {
         q.ranks == 1
             && q.key == p.key
@@ -331,7 +331,7 @@ pub fn scaling(runs: &[&RunStats], explicit: Option<&RunStats>) -> Vec<ScalingRo
 
 /// `p`'s references: the explicit baseline's point, or its weak and strong 1-rank points
 /// (the point itself, for a 1-rank point: its baseline row).
-fn references<'p, 'a>(pts: &'p [Point<'a>], p: &'p Point<'a>, explicit: Option<&RunStats>) -> Vec<Reference<'p, 'a>> {
+fn references<'p, 'a>(pts: &'p [ScalingPoint<'a>], p: &'p ScalingPoint<'a>, explicit: Option<&RunStats>) -> Vec<Reference<'p, 'a>> {
     if let Some(e) = explicit {
         if let Some(q) = pts.iter().find(|q| q.runs.iter().any(|r| std::ptr::eq(*r, e))) {
             if q.key.model == p.key.model && q.key.dataset == p.key.dataset {
@@ -378,7 +378,7 @@ fn references<'p, 'a>(pts: &'p [Point<'a>], p: &'p Point<'a>, explicit: Option<&
         })
 }
 
-fn row(p: &Point, reference: Option<&Reference>, index: usize) -> ScalingRow {
+fn row(p: &ScalingPoint, reference: Option<&Reference>, index: usize) -> ScalingRow {
     let thr: Vec<f64> = p.runs.iter().map(|r| samples_per_s(r)).collect();
     let measured = p.throughput();
     let first = p.runs[0];
@@ -425,7 +425,7 @@ fn row(p: &Point, reference: Option<&Reference>, index: usize) -> ScalingRow {
 }
 
 /// Fills speedup, efficiency, interval and waterfall of `out` against `reference`.
-fn compare(out: &mut ScalingRow, p: &Point, reference: &Reference, index: usize) {
+fn compare(out: &mut ScalingRow, p: &ScalingPoint, reference: &Reference, index: usize) {
     let ideal = reference.ideal(|q| q.throughput());
     let measured = p.throughput();
     let n = p.ranks as f64;
@@ -466,7 +466,7 @@ fn compare(out: &mut ScalingRow, p: &Point, reference: &Reference, index: usize)
 }
 
 /// The speedup's interval, by the repeats on each side ([`Interval`]).
-fn interval(p: &Point, reference: &Reference, seed: u64) -> (f64, f64, Interval) {
+fn interval(p: &ScalingPoint, reference: &Reference, seed: u64) -> (f64, f64, Interval) {
     let repeats = reference
         .per_type
         .iter()
@@ -475,7 +475,7 @@ fn interval(p: &Point, reference: &Reference, seed: u64) -> (f64, f64, Interval)
         .min()
         .unwrap_or(1);
     let n = p.ranks as f64;
-    let runs_thr = |q: &Point| q.runs.iter().map(|r| samples_per_s(r)).collect::<Vec<f64>>();
+    let runs_thr = |q: &ScalingPoint| q.runs.iter().map(|r| samples_per_s(r)).collect::<Vec<f64>>();
     let point_thr = runs_thr(p);
     let ref_thr: Vec<(Vec<f64>, usize)> = reference.per_type.iter().map(|(q, k)| (runs_thr(q), *k)).collect();
     let ratio = |point: f64, refs: &[f64]| point / (refs.iter().zip(&ref_thr).map(|(t, (_, k))| t * *k as f64).sum::<f64>() / n);
@@ -525,7 +525,7 @@ fn resampled_throughput(runs: &[&RunStats], block: usize, rng: &mut Rng) -> f64 
 
 /// The interval where one side has a single run: each run's step series resampled in
 /// blocks of `n^(1/3)` steps, the runs of a side with repeats drawn with replacement too.
-fn block_interval(p: &Point, reference: &Reference, seed: u64) -> (f64, f64, Interval) {
+fn block_interval(p: &ScalingPoint, reference: &Reference, seed: u64) -> (f64, f64, Interval) {
     let longest = p.runs.iter().map(|r| r.job_step_series.len()).max().unwrap_or(1);
     let block = ((longest as f64).cbrt().round() as usize).max(1);
     let mut rng = Rng(seed);
