@@ -254,7 +254,8 @@ fn reduce_projects_real_runs_with_the_fitted_model_and_checks_the_measured_point
         match r[at("speedup_against")].as_str() {
             "measured 1-rank run" => {
                 let m: f64 = r[at("measured_step_s")].parse().unwrap();
-                assert!((eff[i] - m / step[i]).abs() < 1e-9, "{r:?}");
+                // Cells carry 9 decimals: the quotient of two rounded cells is good to ~1e-7.
+                assert!((eff[i] - m / step[i]).abs() < 1e-6, "{r:?}");
             }
             _ => assert_eq!(eff[i], 1.0, "{r:?}"),
         }
@@ -351,7 +352,7 @@ fn a_study_sweeps_first_and_its_report_projects_its_points() {
     );
     let report = std::fs::read_to_string(out.join("report/report.md")).unwrap();
     assert!(
-        report.contains("Checked against 1 measured shape(s) other than the reference's"),
+        report.contains("Checked against 1 other measured shape(s) not used for the reference"),
         "{report}"
     );
 }
