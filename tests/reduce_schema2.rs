@@ -18,33 +18,71 @@ fn fixtures_94331d7() -> PathBuf {
 }
 
 /// Compares two CSV files cell by cell; returns every difference, named.
+/// projection.csv's projected figures (not measured ones, not the shape).
+const PROJECTED: [&str; 11] = [
+    "step_s",
+    "step_low_s",
+    "step_high_s",
+    "samples_per_s",
+    "speedup",
+    "efficiency",
+    "own_work_s",
+    "comm_s",
+    "comm_exposed_s",
+    "error_pct",
+    "algorithm",
+];
+
 fn differences(name: &str, got: &Path, want: &Path) -> Vec<String> {
     let (gh, grows) = read_csv(got);
     let (wh, wrows) = read_csv(want);
-    if gh != wh {
-        return vec![format!("{name}: header {gh:?}, expected {wh:?}")];
-    }
+    // Columns added since the fixture was made are new figures, not moved ones; every
+    // column the fixture has must still be there.
+    let Some(at): Option<Vec<usize>> = wh.iter().map(|c| gh.iter().position(|g| g == c)).collect() else {
+        return vec![format!("{name}: header {gh:?} lacks a column of {wh:?}")];
+    };
     if grows.len() != wrows.len() {
         return vec![format!("{name}: {} rows, expected {}", grows.len(), wrows.len())];
     }
+    let ranks_at = gh.iter().position(|c| c == "ranks");
+    let run_at = gh.iter().position(|c| c == "run_id");
+    let rows_of = |run: &str| run_at.map_or(0, |r| grows.iter().filter(|g| g[r] == run).count());
     let mut out = Vec::new();
     for (i, (g, w)) in grows.iter().zip(&wrows).enumerate() {
-        for (c, (a, b)) in g.iter().zip(w).enumerate() {
-            // summary.csv names the schema it is written in: today's, whatever was read.
-            if gh[c] == "schema_version" {
+        for (c, b) in w.iter().enumerate() {
+            let a = &g[at[c]];
+            if wh[c] == "schema_version" {
                 if a != &ddpbench::record::SCHEMA_VERSION.to_string() {
                     out.push(format!("{name} row {} schema_version: {a:?}", i + 1));
                 }
                 continue;
             }
-            // Every real number is written to 9 decimals (schema 3): older files held
-            // more digits, which may round by half of the last decimal.
+            // A 1-rank run all-reduces with nobody: since issue 25 it has no R and no
+            // arrival order (empty), where the older binary printed numbers.
+            // ranks.csv has a row per rank of a run: one row, one rank.
+            let one_rank = match ranks_at {
+                Some(r) => g[r] == "1",
+                None => run_at.is_some_and(|r| rows_of(&g[r]) == 1),
+            };
+            if one_rank && ["compute_comm_ratio", "last_arrival_share"].contains(&wh[c].as_str()) {
+                if !a.is_empty() {
+                    out.push(format!("{name} row {} column {}: {a:?}, expected empty for 1 rank", i + 1, wh[c]));
+                }
+                continue;
+            }
+            // Issue 25 changed how a step is projected (own work as the step's common part
+            // plus a straggler term; speedup against the measured 1-rank run): the projected
+            // figures are checked in reduce_fixtures; here the shapes and what was measured
+            // must not move.
+            if name == "projection.csv" && PROJECTED.contains(&wh[c].as_str()) {
+                continue;
+            }
             let same = match (a.parse::<f64>(), b.parse::<f64>()) {
                 (Ok(x), Ok(y)) => (x - y).abs() <= 1e-9 * y.abs().max(1e-300) || (x - y).abs() <= 5.000001e-10 || x == y,
                 _ => a == b,
             };
             if !same {
-                out.push(format!("{name} row {} column {}: {a:?}, expected {b:?}", i + 1, gh[c]));
+                out.push(format!("{name} row {} column {}: {a:?}, expected {b:?}", i + 1, wh[c]));
             }
         }
     }
