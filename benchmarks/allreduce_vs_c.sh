@@ -26,8 +26,8 @@ for r in range(1, reps + 1):
     for line in open(f"{work}/c-{r}.txt"):
         b, t = line.split(); c.setdefault(int(b), []).append(float(t))
     for row in csv.DictReader(open(f"{work}/d-{r}/allreduce.csv")):
-        if row["placement"] == "out-of-place":
-            d.setdefault(int(row["bytes"]), []).append(float(row["time_us"]))
+        if row["buffer"] == "out-of-place":
+            d.setdefault(int(row["bytes"]), []).append(float(row["time_s"]) * 1e6)
 print(f"{'bytes':>10} {'C us':>10} {'ddpbench us':>12} {'busbw ratio':>11} {'ratio min-max':>14}")
 for b in sorted(c):
     if b not in d: continue

@@ -270,9 +270,9 @@ for amp, ours in (("fp16", "sync-on-r50"), ("off", "r50-off")):
 # Telemetry during the timed steps: samples after the first (warm-up) step ended.
 for f in sorted(glob.glob(f"{out}/runs/sync-on-r50-rep1/rank-*.gpu.csv"))[:1]:
     steps = list(csv.DictReader(open(f.replace(".gpu.csv", ".csv"))))
-    t0 = float(steps[1]["elapsed_s"]) if len(steps) > 1 else 0.0
-    t1 = float(steps[-1]["elapsed_s"])
-    rows = [r for r in csv.DictReader(open(f)) if t0 <= float(r["elapsed_s"]) <= t1]
+    t0 = float(steps[1]["step_start_at_s"]) if len(steps) > 1 else 0.0
+    t1 = float(steps[-1]["step_start_at_s"])
+    rows = [r for r in csv.DictReader(open(f)) if t0 <= float(r["sample_at_s"]) <= t1]
     def m(c):
         v = [float(r[c]) for r in rows if r[c]]
         return f"{statistics.median(v):.0f}" if v else "n/a"

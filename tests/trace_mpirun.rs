@@ -75,7 +75,7 @@ fn assert_well_formed_and_nested(ev: &[Value]) {
 /// `clock.csv`'s offset of `rank` at its time `t_s`, interpolated as the merge says.
 fn offset_s(clock: &(Vec<String>, Vec<Vec<String>>), rank: usize, t_s: f64) -> f64 {
     let (h, rows) = clock;
-    let (ranks, at, off) = (col(h, rows, "rank"), col(h, rows, "rank0_elapsed_s"), col(h, rows, "offset_s"));
+    let (ranks, at, off) = (col(h, rows, "rank"), col(h, rows, "rank0_at_s"), col(h, rows, "offset_s"));
     let mut pts: Vec<(f64, f64)> = (0..rows.len())
         .filter(|&i| ranks[i] as usize == rank)
         .map(|i| (at[i], off[i]))
@@ -124,7 +124,11 @@ fn traced_steps_are_well_formed_match_the_csv_and_merge_on_clock_csv_offsets() {
         // Steps 3..11 only, each as ProfilerStep#N, equal to its CSV row within 1 µs.
         let steps = named(&ev, "ProfilerStep#");
         let (h, rows) = read_csv(&out.join(format!("rank-{rank:05}.csv")));
-        let (gs, el, st) = (col(&h, &rows, "global_step"), col(&h, &rows, "elapsed_s"), col(&h, &rows, "step_s"));
+        let (gs, el, st) = (
+            col(&h, &rows, "global_step"),
+            col(&h, &rows, "step_start_at_s"),
+            col(&h, &rows, "step_s"),
+        );
         assert_eq!(steps.len(), 8, "steps traced on rank {rank}");
         for s in &steps {
             let n: usize = s["name"].as_str().unwrap()["ProfilerStep#".len()..].parse().unwrap();
@@ -145,9 +149,12 @@ fn traced_steps_are_well_formed_match_the_csv_and_merge_on_clock_csv_offsets() {
         }
         // Every phase of every step; one all-reduce per bucket and step; a loss per step;
         // validation after the epoch.
-        for p in ["data", "batch_copy", "forward", "backward", "comm_exposed", "optimizer", "other"] {
+        for p in ["data", "batch_copy", "forward", "backward", "comm_exposed", "optimizer"] {
             assert_eq!(ev.iter().filter(|e| e["name"] == p).count(), 8, "phase {p}");
         }
+        // `other` is two slices a step: the all-reduce's bookkeeping after its end, and
+        // the step's end after the optimizer.
+        assert_eq!(ev.iter().filter(|e| e["name"] == "other").count(), 16, "phase other");
         assert_eq!(named(&ev, "all-reduce bucket").len(), 8);
         assert_eq!(ev.iter().filter(|e| e["ph"] == "C" && e["name"] == "loss").count(), 8);
         assert_eq!(ev.iter().filter(|e| e["name"] == "validation").count(), 1);

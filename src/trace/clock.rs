@@ -16,7 +16,9 @@ const MAX_ABS_S: f64 = 3.2e7;
 #[derive(Deserialize)]
 struct Row {
     rank: usize,
-    rank0_elapsed_s: f64,
+    /// `rank0_elapsed_s` before schema 3.
+    #[serde(alias = "rank0_elapsed_s")]
+    rank0_at_s: f64,
     offset_s: f64,
 }
 
@@ -42,15 +44,15 @@ impl Offsets {
             }
             let row = row.with_context(|| format!("{at}: not a clock estimate"))?;
             let finite = |v: f64| v.is_finite() && v.abs() <= MAX_ABS_S;
-            if row.rank >= world_size || !finite(row.rank0_elapsed_s) || !finite(row.offset_s) {
+            if row.rank >= world_size || !finite(row.rank0_at_s) || !finite(row.offset_s) {
                 bail!(
                     "{at}: rank {} of {world_size}, time {} s, offset {} s: not an estimate of this run",
                     row.rank,
-                    row.rank0_elapsed_s,
+                    row.rank0_at_s,
                     row.offset_s
                 );
             }
-            by_rank.entry(row.rank).or_default().push((row.rank0_elapsed_s, row.offset_s));
+            by_rank.entry(row.rank).or_default().push((row.rank0_at_s, row.offset_s));
         }
         for v in by_rank.values_mut() {
             v.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -81,7 +83,7 @@ mod tests {
     #[test]
     fn offsets_interpolate_and_bad_rows_are_named() {
         let d = tempfile::tempdir().unwrap();
-        let head = "sync,rank,rank0_elapsed_s,offset_s,error_s\n";
+        let head = "sync,rank,rank0_at_s,offset_s,error_s\n";
         std::fs::write(d.path().join("clock.csv"), format!("{head}0,1,0,0.001,0\n1,1,10,0.003,0\n")).unwrap();
         let o = Offsets::read(d.path(), 2).unwrap();
         assert!((o.correct(1, 5.0) - 5.002).abs() < 1e-12);

@@ -7,7 +7,7 @@
 //!
 //! The trace times nothing itself: it draws the marks the step's phase clock recorded
 //! and the all-reduce's own readings, on the rank's clock (nanoseconds since the run's
-//! start, the clock of `elapsed_s` in the rank's CSV).
+//! start, the clock of `step_start_at_s` in the rank's CSV).
 
 use super::event::{ns, tid, Event};
 use super::window::StepWindow;

@@ -266,9 +266,9 @@ check "shaped, overlap on: manifest says overlap with 3 backward stages" py '
 c = m(sys.argv[1])["comm"]; sys.exit(not (c["overlap"] is True and c["backward_stages"] == 3))' "$D/shaped"
 backward_end='float(r["step_start_at_s"]) + sum(float(r[c]) for c in ("data_s", "batch_copy_s", "forward_s", "backward_s"))'
 check "shaped, overlap on: every step's first bucket leaves before backward ends" py "
-sys.exit(not all(float(r['comm_start_s']) < $backward_end for f in rows(sys.argv[1]) for r in f))" "$D/shaped"
+sys.exit(not all(float(r['comm_start_at_s']) < $backward_end for f in rows(sys.argv[1]) for r in f))" "$D/shaped"
 check "shaped, overlap off: every step's all-reduce starts when backward has ended" py "
-sys.exit(not all(float(r['comm_start_s']) >= $backward_end - 1e-6 for f in rows(sys.argv[1]) for r in f))" "$D/shaped-no-overlap"
+sys.exit(not all(float(r['comm_start_at_s']) >= $backward_end - 1e-6 for f in rows(sys.argv[1]) for r in f))" "$D/shaped-no-overlap"
 check "shaped, overlap off: every step's comm_s lies inside its comm_exposed_s" py '
 sys.exit(not all(float(r["comm_s"]) <= float(r["comm_exposed_s"]) + 1e-6 for f in rows(sys.argv[1]) for r in f))' "$D/shaped-no-overlap"
 check "shaped, bf16: exactly half the bytes of fp32 (both overlap off)" py '
