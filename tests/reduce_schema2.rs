@@ -89,27 +89,26 @@ fn differences(name: &str, got: &Path, want: &Path) -> Vec<String> {
     out
 }
 
-#[test]
-fn reduce_on_schema2_fixtures_moves_no_figure() {
-    let f = fixtures();
+/// Reduces the run folders `runs` of fixture `f` with its sweep into a new folder and
+/// asserts that no cell of the four CSV files moved from `f/expected`; returns the folder.
+fn reduce_and_compare(f: &Path, runs: &[&str]) -> (tempfile::TempDir, PathBuf) {
     let d = tmp();
     let out = d.path().join("report");
-    let job = ddpbench(&[
-        "reduce",
-        "--no-plots",
-        &path_str(&f.join("single")),
-        &path_str(&f.join("study/runs")),
-        "--interconnect",
-        &path_str(&f.join("sweep")),
-        "--out",
-        &path_str(&out),
-    ]);
-    job.assert_ok();
+    let mut args = vec!["reduce".to_string(), "--no-plots".into()];
+    args.extend(runs.iter().map(|r| path_str(&f.join(r))));
+    args.extend(["--interconnect".into(), path_str(&f.join("sweep")), "--out".into(), path_str(&out)]);
+    ddpbench(&args.iter().map(String::as_str).collect::<Vec<_>>()).assert_ok();
     let mut all = Vec::new();
     for file in ["summary.csv", "scaling.csv", "ranks.csv", "projection.csv"] {
         all.extend(differences(file, &out.join(file), &f.join("expected").join(file)));
     }
     assert!(all.is_empty(), "{} cell(s) moved:\n{}", all.len(), all.join("\n"));
+    (d, out)
+}
+
+#[test]
+fn reduce_on_schema2_fixtures_moves_no_figure() {
+    let (_d, out) = reduce_and_compare(&fixtures(), &["single", "study/runs"]);
     // The fixtures hold what the comparison must cover: 11 runs, 4 points (a baseline of
     // 3 repeats, weak and strong points, a 1-rank run of another thread count).
     let (h, rows) = read_csv(&out.join("scaling.csv"));
@@ -122,24 +121,7 @@ fn reduce_on_schema2_fixtures_moves_no_figure() {
 /// the figures that binary's own reduce wrote.
 #[test]
 fn reduce_on_the_last_schema2_fixtures_moves_no_figure() {
-    let f = fixtures_94331d7();
-    let d = tmp();
-    let out = d.path().join("report");
-    let job = ddpbench(&[
-        "reduce",
-        "--no-plots",
-        &path_str(&f.join("single")),
-        "--interconnect",
-        &path_str(&f.join("sweep")),
-        "--out",
-        &path_str(&out),
-    ]);
-    job.assert_ok();
-    let mut all = Vec::new();
-    for file in ["summary.csv", "scaling.csv", "ranks.csv", "projection.csv"] {
-        all.extend(differences(file, &out.join(file), &f.join("expected").join(file)));
-    }
-    assert!(all.is_empty(), "{} cell(s) moved:\n{}", all.len(), all.join("\n"));
+    let (_d, out) = reduce_and_compare(&fixtures_94331d7(), &["single"]);
     let (h, rows) = read_csv(&out.join("summary.csv"));
     assert_eq!(rows.len(), 2);
     // Clock offsets read from rank0_elapsed_s: the 2-rank run has a measured wait.
