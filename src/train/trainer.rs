@@ -159,17 +159,13 @@ impl<'g> Trainer<'g> {
         };
         let cfg = &resolved;
         let model = build_model(g, cfg, &place, &options, spec);
-        let opt = agree(
-            g,
-            Optimizer::new(
-                cfg.optim.optimizer,
-                &model.vs,
-                &model.param_tensors,
-                cfg.learning_rate(),
-                cfg.optim.momentum,
-                cfg.optim.weight_decay,
-            ),
-        )?;
+        let opt = Optimizer::new(
+            cfg.optim.optimizer,
+            &model.param_tensors,
+            cfg.learning_rate(),
+            cfg.optim.momentum,
+            cfg.optim.weight_decay,
+        );
         let comm = Communication::setup(g, cfg, &place, model.net.as_ref(), &model.spec, &model.param_tensors)?;
         let autocast = agree(g, Autocast::new(cfg.optim.amp, place.device))?;
         let schedule = schedule(g, cfg, &dataset);
@@ -180,7 +176,7 @@ impl<'g> Trainer<'g> {
         let clock = agree(g, timer::clock_for(cfg.phase_sync_on(place.device), place.device, micro_batches))?;
         let machine = StepMachine {
             loss_factor: 1.0 / (ranks_summed(g, &comm) * micro_batches) as f64,
-            scaler: (cfg.optim.amp == AmpMode::Fp16).then(LossScaler::default),
+            scaler: (cfg.optim.amp == AmpMode::Fp16).then(|| LossScaler::new(place.device)),
             clock,
             memory_format: cfg.memory_format_on(place.device),
             device: place.device,
