@@ -11,6 +11,7 @@
 //! through [`transport`], the one all-reduce of a buffer that the `ddpbench allreduce`
 //! sweep and the training probe time too.
 
+pub mod deferred;
 pub mod mpi;
 pub mod nccl;
 pub mod none;
@@ -154,6 +155,15 @@ pub trait GradientReducer {
     fn reduced(&self) -> &[Tensor];
     /// Zeroes the gradients for the next step without freeing them.
     fn zero_grads(&mut self);
+    /// With `on`, [`GradientReducer::finish`] does not wait for the device: its
+    /// `comm_s` and `hidden_s` are 0 and each step's are read later, oldest first, by
+    /// [`GradientReducer::read_deferred`] (once the phase clock has given that step, so
+    /// its device work is done). Only a reducer timed by device events defers.
+    fn defer_device_times(&mut self, _on: bool) {}
+    /// The oldest deferred step's (`comm_s`, `hidden_s`); None when nothing is deferred.
+    fn read_deferred(&mut self) -> Result<Option<(f64, f64)>> {
+        Ok(None)
+    }
 }
 
 /// Gradients living in flat bucket buffers, as PyTorch DDP's

@@ -131,12 +131,21 @@ impl StepMachine {
         self.read(true)
     }
 
-    /// The oldest unread step with its times and loss, once the clock gives its marks.
+    /// The oldest unread step with its times, loss and AMP figures, once the clock gives
+    /// its marks; with device events the all-reduce's device times too.
     fn read(&mut self, flush: bool) -> Option<Measured> {
         let times = self.clock.finished(flush)?.times();
         let mut m = self.unread.pop_front()?;
         m.times = times;
         m.loss = m.loss_sum.take().map_or(f64::NAN, |l| l.double_value(&[])) / m.micro_count.max(1) as f64;
+        match self.comm.reducer.read_deferred() {
+            Ok(Some((comm_s, hidden_s))) => (m.comm.comm_s, m.comm.hidden_s) = (comm_s, hidden_s),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!("all-reduce device times of step {}: {e:#}", m.at.global_step);
+                (m.comm.comm_s, m.comm.hidden_s) = (f64::NAN, f64::NAN);
+            }
+        }
         if let Some((scale, found_inf)) = m.amp.take() {
             m.loss_scale = Some(scale.double_value(&[]));
             m.stepped = found_inf.double_value(&[]) == 0.0;

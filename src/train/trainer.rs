@@ -166,7 +166,7 @@ impl<'g> Trainer<'g> {
             cfg.optim.momentum,
             cfg.optim.weight_decay,
         );
-        let comm = Communication::setup(g, cfg, &place, model.net.as_ref(), &model.spec, &model.param_tensors)?;
+        let mut comm = Communication::setup(g, cfg, &place, model.net.as_ref(), &model.spec, &model.param_tensors)?;
         let autocast = agree(g, Autocast::new(cfg.optim.amp, place.device))?;
         let schedule = schedule(g, cfg, &dataset);
         let mut manifest = super::manifest::initial(g, cfg, &folder, started, &place, &dataset, &model, &comm, &schedule)?;
@@ -174,6 +174,7 @@ impl<'g> Trainer<'g> {
         let records = open_records(g, &folder, &place.node_type, manifest)?;
         let micro_batches = cfg.schedule.grad_accum;
         let clock = agree(g, timer::clock_for(cfg.phase_sync_on(place.device), place.device, micro_batches))?;
+        comm.reducer.defer_device_times(clock.reads_device_late());
         let machine = StepMachine {
             loss_factor: 1.0 / (ranks_summed(g, &comm) * micro_batches) as f64,
             scaler: (cfg.optim.amp == AmpMode::Fp16).then(|| LossScaler::new(place.device)),
