@@ -10,7 +10,7 @@
 
 use anyhow::{bail, Result};
 use std::ffi::{c_void, CString};
-use tch::Device;
+use tch::{Device, Kind, Tensor};
 
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
@@ -98,67 +98,110 @@ impl Autocast {
 }
 
 /// torch.amp.GradScaler's dynamic loss scale: start at 2^16, halve on inf/NaN
-/// gradients (and skip that step), double after 2000 clean steps in a row.
-#[derive(Debug, Clone, PartialEq)]
+/// gradients (and skip that step), double after 2000 clean steps in a row. The scale,
+/// its count of clean steps and each step's check live on the device, as GradScaler
+/// keeps them, so no step waits for the host to read them.
+#[derive(Debug)]
 pub struct LossScaler {
-    pub scale: f64,
-    clean_steps: u32,
-    growth_interval: u32,
-}
-
-impl Default for LossScaler {
-    fn default() -> Self {
-        LossScaler {
-            scale: 65536.0,
-            clean_steps: 0,
-            growth_interval: 2000,
-        }
-    }
+    /// 0-d float32 on the training device.
+    scale: Tensor,
+    /// Clean steps in a row since the scale last changed, 0-d int32 on the device.
+    growth_tracker: Tensor,
 }
 
 impl LossScaler {
-    /// Records whether this step's gradients were finite; returns true when the
-    /// optimizer may step.
-    pub fn update(&mut self, found_inf: bool) -> bool {
-        if found_inf {
-            self.scale *= 0.5;
-            self.clean_steps = 0;
-            return false;
+    pub const INITIAL: f64 = 65536.0;
+    pub const GROWTH_INTERVAL: i64 = 2000;
+
+    pub fn new(device: Device) -> LossScaler {
+        LossScaler {
+            scale: Tensor::full([], Self::INITIAL, (Kind::Float, device)),
+            growth_tracker: Tensor::zeros([], (Kind::Int, device)),
         }
-        self.clean_steps += 1;
-        if self.clean_steps == self.growth_interval {
-            self.scale *= 2.0;
-            self.clean_steps = 0;
-        }
-        true
+    }
+
+    /// The scale the loss is multiplied by (a 0-d float on the device).
+    pub fn scale(&self) -> &Tensor {
+        &self.scale
+    }
+
+    /// Unscales the gradients held in `grads` in place and returns `found_inf`: a 0-d
+    /// float on the device, 1 when any of them is inf/NaN. The gradients of such a step
+    /// are zeroed, so that an optimizer gated on `found_inf` multiplies finite updates
+    /// by 0 ([`crate::optim::Gate`]).
+    pub fn unscale(&self, grads: &[Tensor]) -> Tensor {
+        tch::no_grad(|| {
+            let finite = grads
+                .iter()
+                .map(|b| b.isfinite().all())
+                .reduce(|a, b| a.logical_and(&b))
+                .unwrap_or_else(|| Tensor::ones([], (Kind::Bool, self.scale.device())));
+            let skip = finite.logical_not();
+            // 1/scale is a power of two: the same bits as dividing.
+            let inv_scale = self.scale.reciprocal();
+            for b in grads {
+                let mut b = b.shallow_clone();
+                let _ = b.g_mul_(&inv_scale).masked_fill_(&skip, 0.0);
+            }
+            skip.to_kind(Kind::Float)
+        })
+    }
+
+    /// Halves the scale after a step whose gradients held inf/NaN, doubles it after
+    /// 2000 clean steps in a row (libtorch's `_amp_update_scale_`, on the device).
+    pub fn update(&mut self, found_inf: &Tensor) {
+        let _ = self
+            .scale
+            .internal_amp_update_scale_(&self.growth_tracker, found_inf, 2.0, 0.5, Self::GROWTH_INTERVAL);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tch::{Kind, Tensor};
 
     #[test]
     fn loss_scale_halves_on_overflow_and_doubles_after_2000_clean_steps() {
-        let mut s = LossScaler::default();
-        assert!(!s.update(true));
-        assert_eq!(s.scale, 32768.0);
+        let mut s = LossScaler::new(Device::Cpu);
+        let (inf, clean) = (Tensor::from(1.0f32), Tensor::from(0.0f32));
+        let scale = |s: &LossScaler| s.scale().double_value(&[]);
+        assert_eq!(scale(&s), 65536.0);
+        s.update(&inf);
+        assert_eq!(scale(&s), 32768.0);
         for _ in 0..1999 {
-            assert!(s.update(false));
+            s.update(&clean);
         }
-        assert_eq!(s.scale, 32768.0);
-        assert!(s.update(false));
-        assert_eq!(s.scale, 65536.0);
+        assert_eq!(scale(&s), 32768.0);
+        s.update(&clean);
+        assert_eq!(scale(&s), 65536.0);
         // An overflow resets the clean-step count.
         for _ in 0..1000 {
-            s.update(false);
+            s.update(&clean);
         }
-        s.update(true);
+        s.update(&inf);
         for _ in 0..1999 {
-            s.update(false);
+            s.update(&clean);
         }
-        assert_eq!(s.scale, 32768.0);
+        assert_eq!(scale(&s), 32768.0);
+    }
+
+    #[test]
+    fn unscale_divides_by_the_scale_and_zeroes_every_gradient_of_an_overflowing_step() {
+        let s = LossScaler::new(Device::Cpu);
+        let a = Tensor::from_slice(&[65536.0f32, -131072.0, 3.0]);
+        let b = Tensor::from_slice(&[1.0f32]);
+        let found = s.unscale(&[a.shallow_clone(), b.shallow_clone()]);
+        assert_eq!(found.double_value(&[]), 0.0);
+        assert_eq!(Vec::<f32>::try_from(&a).unwrap(), [1.0, -2.0, 3.0 / 65536.0]);
+        let _ = b.shallow_clone().fill_(f64::NAN);
+        let found = s.unscale(&[a.shallow_clone(), b.shallow_clone()]);
+        assert_eq!(found.double_value(&[]), 1.0);
+        assert_eq!(
+            Vec::<f32>::try_from(&a).unwrap(),
+            [0.0; 3],
+            "finite gradients of a skipped step are zeroed too"
+        );
+        assert_eq!(Vec::<f32>::try_from(&b).unwrap(), [0.0]);
     }
 
     #[test]

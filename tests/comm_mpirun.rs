@@ -261,6 +261,63 @@ fn fp16_loss_scaling_skips_an_overflowing_step_on_every_rank() {
     }
 }
 
+/// With `--phase-sync events` a step's row is completed a step late, with its loss
+/// scale and whether it was skipped read from the device then. A poisoned last step:
+/// its own row says skipped, and Adam's parameters and state end as a run one step
+/// shorter ends (the manifest's parameter norm, the same to the last bit).
+#[test]
+fn fp16_skip_read_a_step_late_lands_in_its_row_and_leaves_adam_as_a_shorter_run() {
+    let d = tmp();
+    let run = |name: &str, steps: &str, env: &[(&str, &str)]| {
+        let out = d.path().join(name);
+        let args = [
+            "--max-steps",
+            steps,
+            "--batch-size",
+            "16",
+            "--val-samples",
+            "0",
+            "--no-dropout",
+            "--amp",
+            "fp16",
+            "--optimizer",
+            "adam",
+            "--phase-sync",
+            "events",
+            "--out",
+            &path_str(&out),
+        ];
+        let job = train_reporting_exits(2, &args, env, LIMIT);
+        assert!(
+            job.all().contains("rank-exit 0 0") && job.all().contains("rank-exit 1 0"),
+            "{}",
+            job.all()
+        );
+        out
+    };
+    let poisoned = run("poisoned", "8", &[("DDPBENCH_AMP_OVERFLOW", "7")]);
+    let shorter = run("shorter", "7", &[]);
+    for r in 0..2 {
+        let (h, rows) = read_csv(&poisoned.join(format!("rank-{r:05}.csv")));
+        assert_eq!(
+            col(&h, &rows, "step"),
+            (0..8).map(f64::from).collect::<Vec<_>>(),
+            "rank {r}: every step, in order"
+        );
+        let (h7, rows7) = read_csv(&shorter.join(format!("rank-{r:05}.csv")));
+        let skipped = col(&h, &rows, "step_skipped");
+        assert_eq!(skipped[7], 1.0, "rank {r}: the poisoned step's own row: {skipped:?}");
+        assert_eq!(
+            &skipped[..7],
+            &col(&h7, &rows7, "step_skipped")[..],
+            "rank {r}: the steps before as the shorter run's"
+        );
+        assert_eq!(col(&h, &rows, "loss_scale")[..7], col(&h7, &rows7, "loss_scale")[..], "rank {r}");
+    }
+    let l2 = |out: &Path| json(&out.join("manifest.json"))["final_param_l2"].as_f64().unwrap();
+    assert_eq!(l2(&poisoned), l2(&shorter), "the skipped step moved the model");
+}
+
 #[test]
 fn nccl_without_a_gpu_is_a_clear_error_and_auto_falls_back_once() {
     let d = tmp();

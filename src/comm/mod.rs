@@ -11,6 +11,7 @@
 //! through [`transport`], the one all-reduce of a buffer that the `ddpbench allreduce`
 //! sweep and the training probe time too.
 
+pub mod deferred;
 pub mod mpi;
 pub mod nccl;
 pub mod none;
@@ -127,6 +128,10 @@ pub struct CommStats {
     /// When this rank saw its last all-reduce complete (host clock), before any
     /// bookkeeping; None without an all-reduce.
     pub done_at: Option<Instant>,
+    /// The all-reduce's completion is ordered on the compute stream and the host did not
+    /// wait for it (NCCL with device-event phases): the step marks its end with a device
+    /// event, not with `done_at`.
+    pub done_on_stream: bool,
     /// When each bucket's all-reduce ran on the host clock, in the order they ended
     /// (empty where the device times them).
     pub spans: Vec<BucketSpan>,
@@ -184,6 +189,15 @@ pub trait GradientReducer {
     fn reduced(&self) -> &[Tensor];
     /// Zeroes the gradients for the next step without freeing them.
     fn zero_grads(&mut self);
+    /// With `on`, [`GradientReducer::finish`] does not wait for the device: its
+    /// `comm_s` and `hidden_s` are 0 and each step's are read later, oldest first, by
+    /// [`GradientReducer::read_deferred`] (once the phase clock has given that step, so
+    /// its device work is done). Only a reducer timed by device events defers.
+    fn defer_device_times(&mut self, _on: bool) {}
+    /// The oldest deferred step's (`comm_s`, `hidden_s`); None when nothing is deferred.
+    fn read_deferred(&mut self) -> Result<Option<(f64, f64)>> {
+        Ok(None)
+    }
 }
 
 /// Gradients living in flat bucket buffers, as PyTorch DDP's

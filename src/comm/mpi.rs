@@ -220,6 +220,7 @@ impl GradientReducer for MpiStaged {
         let times = std::mem::take(&mut self.times);
         Ok(CommStats {
             done_at,
+            done_on_stream: false,
             bytes: (self.plan.total_numel() * self.dtype.bytes()) as u64,
             comm_s: times.iter().map(|t| (t.end - t.start).as_secs_f64()).sum(),
             hidden_s: times.iter().map(|t| seconds_before(t.start, t.end, backward_end)).sum(),

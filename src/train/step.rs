@@ -4,9 +4,10 @@
 //! [`StepEvent`] on the [`PhaseClock`]. It returns what it measured ([`Measured`]);
 //! the epoch loop records it.
 //!
-//! Nothing here waits for the device: the loss is copied to host memory behind the
-//! step's work and read when the clock gives the step's marks, which for device events
-//! is when the next step ends ([`StepMachine::step`] then returns the step before, and
+//! Nothing here waits for the device: the loss, and with fp16 AMP the loss scale and
+//! whether the step was skipped, are copied to host memory behind the step's work and
+//! read when the clock gives the step's marks, which for device events is when the next
+//! step ends ([`StepMachine::step`] then returns the step before, and
 //! [`StepMachine::flush`] the last one).
 
 use super::communication::Communication;
@@ -68,6 +69,9 @@ pub(super) struct Measured {
     /// work), and how many there were; read into `loss` once the step's marks are final.
     loss_sum: Option<Tensor>,
     micro_count: usize,
+    /// fp16 AMP's scale during the step and its `found_inf` (1 when the step was
+    /// skipped), in host memory behind the step's work; read with the loss.
+    amp: Option<(Tensor, Tensor)>,
 }
 
 /// What the micro-batches of one step produced.
@@ -88,20 +92,28 @@ impl StepMachine {
     /// events read a step late (None after the first step).
     pub fn step(&mut self, loader: &mut Loader, lr: f64, at: StepAt) -> Result<Option<Measured>> {
         self.opt.set_lr(lr);
-        let loss_scale = self.scaler.as_ref().map(|sc| sc.scale);
         let started_utc = SystemTime::now();
 
         self.clock.record(StepEvent::Start);
-        let micro = self.micro_batches(loader, loss_scale.unwrap_or(1.0))?;
+        // The scale this step multiplies its loss by, as the device has it now.
+        let scale_host = self.scaler.as_ref().map(|sc| to_host(sc.scale()));
+        let amp_scale = self.scaler.as_ref().map(|sc| sc.scale().shallow_clone());
+        let micro = self.micro_batches(loader, amp_scale.as_ref())?;
         // Queued before the optimizer, so the step's last event is behind the copy.
         let loss_sum = micro.loss_sum.as_ref().map(to_host);
         let backward_end = micro.backward_end.unwrap_or_else(Instant::now);
         let comm = self.comm.reducer.finish(&self.model.param_tensors, backward_end)?;
-        // The exposed all-reduce ends when the last all-reduce completed; finishing the
-        // buckets' records after it is bookkeeping, not communication.
-        self.clock.record_at(StepEvent::CommDone, comm.exposed_end(backward_end));
+        if comm.done_on_stream {
+            // The device orders this mark after the all-reduce's completion event.
+            self.clock.record(StepEvent::CommDone);
+        } else {
+            // The exposed all-reduce ends when the last all-reduce completed; finishing
+            // the buckets' records after it is bookkeeping, not communication.
+            self.clock.record_at(StepEvent::CommDone, comm.exposed_end(backward_end));
+        }
         self.clock.record(StepEvent::CommRecorded);
-        let stepped = self.opt.step_unscaled(self.comm.reducer.reduced(), self.scaler.as_mut());
+        let found_inf = self.opt.step_unscaled(self.comm.reducer.reduced(), self.scaler.as_mut());
+        let found_inf_host = found_inf.as_ref().map(to_host);
         self.comm.reducer.zero_grads();
         self.clock.record(StepEvent::OptimizerDone);
         self.clock.record(StepEvent::End);
@@ -113,11 +125,12 @@ impl StepMachine {
             comm,
             loss: f64::NAN,
             samples: micro.samples,
-            loss_scale,
-            stepped,
+            loss_scale: None,
+            stepped: true,
             backward: micro.backward_start.zip(micro.backward_end),
             loss_sum,
             micro_count: micro.count,
+            amp: scale_host.zip(found_inf_host),
         });
         Ok(self.read(false))
     }
@@ -128,19 +141,32 @@ impl StepMachine {
         self.read(true)
     }
 
-    /// The oldest unread step with its times and loss, once the clock gives its marks.
+    /// The oldest unread step with its times, loss and AMP figures, once the clock gives
+    /// its marks; with device events the all-reduce's device times too.
     fn read(&mut self, flush: bool) -> Option<Measured> {
         let times = self.clock.finished(flush)?.times();
         let mut m = self.unread.pop_front()?;
         m.times = times;
         m.loss = m.loss_sum.take().map_or(f64::NAN, |l| l.double_value(&[])) / m.micro_count.max(1) as f64;
+        match self.comm.reducer.read_deferred() {
+            Ok(Some((comm_s, hidden_s))) => (m.comm.comm_s, m.comm.hidden_s) = (comm_s, hidden_s),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!("all-reduce device times of step {}: {e:#}", m.at.global_step);
+                (m.comm.comm_s, m.comm.hidden_s) = (f64::NAN, f64::NAN);
+            }
+        }
+        if let Some((scale, found_inf)) = m.amp.take() {
+            m.loss_scale = Some(scale.double_value(&[]));
+            m.stepped = found_inf.double_value(&[]) == 0.0;
+        }
         Some(m)
     }
 
     /// The step's micro-batches, each: next batch → copy to device → forward → backward.
     /// Gradients accumulate in the flat buckets; only the last micro-batch's backward
     /// hands buckets to the all-reduce.
-    fn micro_batches(&mut self, loader: &mut Loader, amp_scale: f64) -> Result<MicroBatches> {
+    fn micro_batches(&mut self, loader: &mut Loader, amp_scale: Option<&Tensor>) -> Result<MicroBatches> {
         let mut micro = MicroBatches::default();
 
         while micro.count < self.micro_batches {
@@ -154,7 +180,7 @@ impl StepMachine {
             let mut staged = self.comm.launch.as_ref().filter(|_| last).map(StagedPass::new);
             let loss = self.forward(&x, &y, staged.as_mut())?;
             micro.backward_start = Some(self.clock.record(StepEvent::ForwardDone));
-            let scaled = scale(&loss, self.loss_factor * amp_scale);
+            let scaled = scale(&loss, self.loss_factor, amp_scale);
             match staged {
                 Some(pass) => pass.backward(&scaled, self.comm.reducer.as_mut())?,
                 None => scaled.backward(),
@@ -206,16 +232,19 @@ fn to_device(x: Tensor, y: Tensor, device: Device) -> (Tensor, Tensor) {
 
 /// A device value's copy into page-locked host memory, queued on the device's stream
 /// (libtorch pins the destination of a non-blocking copy to the CPU): reading it once
-/// the stream has passed the copy waits for nothing. A CPU tensor is itself.
+/// the stream has passed the copy waits for nothing. A CPU tensor is copied too, since
+/// the loss scale changes in place later in the step.
 fn to_host(t: &Tensor) -> Tensor {
-    t.to_device_(Device::Cpu, t.kind(), true, false)
+    t.to_device_(Device::Cpu, t.kind(), true, true)
 }
 
-/// `loss × factor`, or the loss itself when the factor is 1.
-fn scale(loss: &Tensor, factor: f64) -> Tensor {
-    if factor != 1.0 {
-        loss * factor
-    } else {
-        loss.shallow_clone()
+/// `loss × factor × amp_scale` (the factor skipped when 1). The AMP scale, a power of
+/// two on the device, is a second multiplication: the same bits as multiplying by
+/// the product, as it was when the scale was a host number.
+fn scale(loss: &Tensor, factor: f64, amp_scale: Option<&Tensor>) -> Tensor {
+    let scaled = if factor != 1.0 { loss * factor } else { loss.shallow_clone() };
+    match amp_scale {
+        Some(s) => scaled * s,
+        None => scaled,
     }
 }

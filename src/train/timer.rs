@@ -192,6 +192,12 @@ pub trait PhaseClock {
     /// device events read without waiting, the last step with `flush` (which waits for
     /// the device). None when no ended step is waiting, or it is not readable yet.
     fn finished(&mut self, flush: bool) -> Option<&StepMarks>;
+    /// Whether a step's device work may still be running when its `End` is recorded,
+    /// its figures read only when [`PhaseClock::finished`] gives it (device events): then
+    /// the all-reduce's own device times are read there too, not waited for in the step.
+    fn reads_device_late(&self) -> bool {
+        false
+    }
 }
 
 /// The clock `--phase-sync` `mode` asks for, for tensors on `device` and steps of

@@ -162,18 +162,14 @@ impl<'g> Trainer<'g> {
         if let Some(script) = model.net.script() {
             super::file_model::check_script(g, cfg, script, &model.spec, &dataset, place.device)?;
         }
-        let opt = agree(
-            g,
-            Optimizer::new(
-                cfg.optim.optimizer,
-                &model.vs,
-                &model.param_tensors,
-                cfg.learning_rate(),
-                cfg.optim.momentum,
-                cfg.optim.weight_decay,
-            ),
-        )?;
-        let comm = Communication::setup(g, cfg, &place, model.net.as_ref(), &model.spec, &model.param_tensors)?;
+        let opt = Optimizer::new(
+            cfg.optim.optimizer,
+            &model.param_tensors,
+            cfg.learning_rate(),
+            cfg.optim.momentum,
+            cfg.optim.weight_decay,
+        );
+        let mut comm = Communication::setup(g, cfg, &place, model.net.as_ref(), &model.spec, &model.param_tensors)?;
         let autocast = agree(g, Autocast::new(cfg.optim.amp, place.device))?;
         let schedule = schedule(g, cfg, &dataset);
         let mut manifest = super::manifest::initial(g, cfg, &folder, started, &place, &dataset, &model, &comm, &schedule)?;
@@ -182,10 +178,11 @@ impl<'g> Trainer<'g> {
         let micro_batches = cfg.schedule.grad_accum;
         let clock = agree(g, timer::clock_for(cfg.phase_sync_on(place.device), place.device, micro_batches))?;
         let faults = FaultHooks::from_env(g.rank);
+        comm.reducer.defer_device_times(clock.reads_device_late());
         let machine = StepMachine {
             slow_forward: faults.slow_forward_ms.map(Duration::from_millis),
             loss_factor: 1.0 / (ranks_summed(g, &comm) * micro_batches) as f64,
-            scaler: (cfg.optim.amp == AmpMode::Fp16).then(LossScaler::default),
+            scaler: (cfg.optim.amp == AmpMode::Fp16).then(|| LossScaler::new(place.device)),
             clock,
             memory_format: cfg.memory_format_on(place.device),
             device: place.device,

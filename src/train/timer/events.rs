@@ -190,6 +190,10 @@ impl<S: EventSource> PhaseClock for EventClock<S> {
         &self.read
     }
 
+    fn reads_device_late(&self) -> bool {
+        true
+    }
+
     fn finished(&mut self, flush: bool) -> Option<&StepMarks> {
         if !self.fresh && flush {
             if let Some(step) = self.waiting.take() {
@@ -284,6 +288,7 @@ impl EventSource for CudaEvents {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::comm::deferred::{comm_seconds, DeferredBanks};
     use crate::record::Phase;
     use std::time::Duration;
 
@@ -441,5 +446,47 @@ mod tests {
         }
         assert_eq!(slots, [StepEvent::per_step(2), 0]);
         assert!(c.finished(false).is_some());
+    }
+
+    /// An all-reduce timed by its own events in two banks, read when the clock gives
+    /// the step: chosen intervals per step, each step's bank read after the next step
+    /// recorded into the other, give each step its own figures.
+    #[test]
+    fn deferred_comm_banks_give_each_step_its_own_times_a_step_late() {
+        // Step k's two buckets: (work, start to backward's end) in its bank.
+        let step_buckets = |k: f64| [(0.5 + k, 0.25), (0.125 * k, -1.0)];
+        let mut bank_times = [[(0.0, 0.0); 2]; 2];
+        let mut banks = DeferredBanks::default();
+        let mut clock = EventClock::new(HostEvents::new(EventClock::<HostEvents>::slots(1)), ReadAt::NextStep, 1);
+        let mut read = Vec::new();
+        for k in 0..4 {
+            for e in STEP {
+                if e == StepEvent::CommDone {
+                    assert_eq!(banks.overdue(), None, "no bank is overwritten before it is read");
+                    bank_times[banks.current()] = step_buckets(f64::from(k));
+                    banks.end_step();
+                }
+                clock.record(e);
+            }
+            if clock.finished(false).is_some() {
+                read.push(comm_seconds(bank_times[banks.take_oldest().unwrap()]));
+            }
+        }
+        if clock.finished(true).is_some() {
+            read.push(comm_seconds(bank_times[banks.take_oldest().unwrap()]));
+        }
+        // Work 0.5 + k and k/8; hidden 0.25 of the first and none of the second (it started after).
+        let want: Vec<(f64, f64)> = (0..4).map(|k| (0.5 + 1.125 * f64::from(k), 0.25)).collect();
+        assert_eq!(read, want);
+        assert_eq!(banks.take_oldest(), None);
+        // A step's bank still unread when the step after next ends is handed back to read at once.
+        let mut late = DeferredBanks::default();
+        late.end_step();
+        assert_eq!(late.overdue(), None, "bank 1 is free");
+        late.end_step();
+        assert_eq!(late.overdue(), Some(0), "bank 0's step was never read");
+        assert_eq!(late.take_oldest(), Some(1));
+        // Hidden time is cut to the bucket's work.
+        assert_eq!(comm_seconds([(1.0, 3.0)]), (1.0, 1.0));
     }
 }

@@ -1,0 +1,85 @@
+//! LARS (You, Gitman, Ginsburg 2017): for each weight tensor, a local learning rate
+//! `trust · ‖w‖ / (‖g‖ + wd · ‖w‖)` scales the update, so that layers with small
+//! weights and large gradients do not diverge at large batch sizes. Biases and
+//! normalisation parameters (1-D tensors) get plain SGD with momentum, as usual.
+//! The trust ratios stay on the device, and a step can be skipped there ([`Gate`]).
+
+use super::update::Gate;
+use tch::Tensor;
+
+pub struct Lars {
+    params: Vec<Tensor>,
+    velocity: Vec<Tensor>,
+    pub lr: f64,
+    momentum: f64,
+    weight_decay: f64,
+    trust: f64,
+}
+
+impl Lars {
+    pub const TRUST: f64 = 0.001;
+
+    pub fn new(params: &[Tensor], lr: f64, momentum: f64, weight_decay: f64) -> Lars {
+        Lars {
+            params: params.iter().map(Tensor::shallow_clone).collect(),
+            velocity: params.iter().map(Tensor::zeros_like).collect(),
+            lr,
+            momentum,
+            weight_decay,
+            trust: Self::TRUST,
+        }
+    }
+
+    /// The momentum buffers.
+    pub fn velocity(&self) -> &[Tensor] {
+        &self.velocity
+    }
+
+    /// The local learning-rate multiplier of one tensor, read back (for tests and logs;
+    /// the step keeps it on the device).
+    pub fn trust_ratio(&self, w: &Tensor, g: &Tensor) -> f64 {
+        self.trust_ratio_on_device(w, g).map_or(1.0, |r| r.double_value(&[]))
+    }
+
+    /// The multiplier as a 0-d tensor on `w`'s device, so that no step waits for the
+    /// device to read the norms; None for 1-d tensors (plain SGD). 1 where a norm is 0
+    /// (as for the zeroed gradients of a skipped step).
+    fn trust_ratio_on_device(&self, w: &Tensor, g: &Tensor) -> Option<Tensor> {
+        if w.dim() <= 1 {
+            return None;
+        }
+        let (wn, gn) = (w.norm(), g.norm());
+        let ratio = (&wn * self.trust) / (&gn + &wn * self.weight_decay);
+        let usable = wn.gt(0.0).logical_and(&gn.gt(0.0));
+        Some(ratio.where_self(&usable, &ratio.ones_like()))
+    }
+
+    pub fn step(&mut self, gate: &Gate) {
+        let Some(like) = self.params.first() else { return };
+        let keep = gate.update(1.0, like);
+        let minus_one = gate.update(-1.0, like);
+        let momentum = gate.decay(self.momentum, like);
+        tch::no_grad(|| {
+            for i in 0..self.params.len() {
+                let w = &self.params[i];
+                let g = w.grad();
+                if !g.defined() {
+                    continue;
+                }
+                let update = if self.weight_decay > 0.0 {
+                    &g + w * self.weight_decay
+                } else {
+                    g.shallow_clone()
+                };
+                let scaled = match self.trust_ratio_on_device(w, &g) {
+                    Some(local) => update * (local * self.lr),
+                    None => update * self.lr,
+                };
+                // v ← m·v + scaled; w ← w − v, each as one fused rounding (as `add_`/`sub_`).
+                let mut v = self.velocity[i].shallow_clone();
+                let _ = v.g_mul_(&momentum).addcmul_(&scaled, &keep);
+                let _ = w.shallow_clone().addcmul_(&v, &minus_one);
+            }
+        })
+    }
+}
