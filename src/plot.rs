@@ -1,55 +1,118 @@
-//! Plots as SVG written by hand (no plotting dependency), rasterised to PNG with
-//! resvg. Each chart is a self-contained SVG document a browser or LibreOffice opens.
+//! Plots drawn with plotters' SVG backend and rasterised to PNG with resvg. The SVG
+//! backend writes text as `<text>` elements and measures it with an estimate, so writing
+//! a plot needs no font; resvg draws the text of the PNG with the system fonts
+//! (DejaVu Sans, which job-scripts/setup.sh installs).
+//!
+//! Rank axes are log2 with a tick at each power of two, labelled as an integer; error
+//! bars are drawn wherever a point carries an interval; bands are filled polygons.
 
-use anyhow::{Context, Result};
-use std::fmt::Write;
+use anyhow::{anyhow, Context, Result};
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
 
-const W: f64 = 720.0;
-const H: f64 = 440.0;
-const M_LEFT: f64 = 70.0;
-const M_RIGHT: f64 = 190.0;
-const M_TOP: f64 = 40.0;
-const M_BOTTOM: f64 = 55.0;
-pub const PALETTE: [&str; 8] = [
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+const W_PX: u32 = 820;
+const H_PX: u32 = 460;
+/// Room right of the plotting area for the legend.
+const LEGEND_W_PX: u32 = 260;
+/// The SVG backend copies this into every `<text>`'s font-family.
+const FONT: &str = "DejaVu Sans, Arial, sans-serif";
+/// Pixel width of an error bar's caps.
+pub const ERROR_CAP_PX: u32 = 8;
+/// The ideal line's colour, `#444444` in the SVG.
+pub const IDEAL: RGBColor = RGBColor(0x44, 0x44, 0x44);
+pub const PALETTE: [RGBColor; 8] = [
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0xff, 0x7f, 0x0e),
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0xd6, 0x27, 0x28),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0x8c, 0x56, 0x4b),
+    RGBColor(0xe3, 0x77, 0xc2),
+    RGBColor(0x7f, 0x7f, 0x7f),
 ];
+/// Beyond this many power-of-two ticks only every other one is labelled.
+const MAX_RANK_TICKS: usize = 12;
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+/// How the x axis maps values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XScale {
+    /// Rank counts: log2, a tick at each power of two labelled as an integer.
+    Ranks,
+    /// Log10, a tick at each power of ten.
+    Log10,
+    Linear,
 }
 
-/// A named series of (x, y) points.
+/// One measured value and, when the report has one, its interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    pub x: f64,
+    pub y: f64,
+    pub interval: Option<(f64, f64)>,
+}
+
+impl Point {
+    pub fn new(x: f64, y: f64) -> Point {
+        Point { x, y, interval: None }
+    }
+
+    /// The point with the interval `low..high`, kept only when both ends are finite.
+    pub fn with_interval(self, low: f64, high: f64) -> Point {
+        let interval = (low.is_finite() && high.is_finite()).then_some((low.min(high), low.max(high)));
+        Point { interval, ..self }
+    }
+}
+
+/// How a series is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeriesKind {
+    /// A line through the points, a mark on each.
+    Line,
+    /// Marks only.
+    Markers,
+    /// The reference a reader compares with: a thin line in [`IDEAL`], no marks.
+    Ideal,
+}
+
+#[derive(Debug, Clone)]
 pub struct Series {
     pub name: String,
-    pub points: Vec<(f64, f64)>,
-    pub dashed: bool,
-    pub markers_only: bool,
+    pub points: Vec<Point>,
+    pub kind: SeriesKind,
+    /// A palette index, to match a band or another series; None takes the next colour.
+    pub colour: Option<usize>,
 }
 
-/// "Nice" tick values covering [lo, hi].
-fn ticks(lo: f64, hi: f64) -> Vec<f64> {
-    let span = (hi - lo).max(1e-12);
-    let raw = span / 5.0;
-    let mag = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|m| m * mag)
-        .find(|s| span / s <= 6.0)
-        .unwrap_or(10.0 * mag);
-    let mut t = (lo / step).ceil() * step;
-    let mut out = Vec::new();
-    while t <= hi + step * 1e-9 {
-        out.push(if t.abs() < step * 1e-9 { 0.0 } else { t });
-        t += step;
-    }
-    out
+/// A filled range: (x, low, high) per point, as a projection's uncertainty.
+#[derive(Debug, Clone)]
+pub struct Band {
+    pub name: String,
+    pub points: Vec<(f64, f64, f64)>,
+    /// Its palette index (drawn lighter).
+    pub colour: usize,
 }
 
-fn fmt_tick(v: f64) -> String {
+/// A chart of lines, marks, error bars and bands.
+#[derive(Debug, Clone)]
+pub struct LineChart {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub x_scale: XScale,
+    pub series: Vec<Series>,
+    pub bands: Vec<Band>,
+}
+
+fn fail(title: &str) -> impl Fn(String) -> anyhow::Error + '_ {
+    move |e| anyhow!("cannot draw the plot {title:?}: {e}")
+}
+
+/// Compact tick text: plain integers, k/M/G above 10 000, at most 4 decimals below.
+pub fn fmt_tick(v: f64) -> String {
     if v.abs() >= 1e9 {
         format!("{:.1}G", v / 1e9)
     } else if v.abs() >= 1e6 {
@@ -59,238 +122,423 @@ fn fmt_tick(v: f64) -> String {
     } else if v == v.trunc() {
         format!("{v:.0}")
     } else {
-        format!("{}", crate::record::format_plain((v * 1e4).round() / 1e4))
+        crate::record::format_plain((v * 1e4).round() / 1e4)
     }
 }
 
-fn header(title: &str) -> String {
-    format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"12\">\n\
-<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{}\" y=\"24\" font-size=\"15\" text-anchor=\"middle\">{}</text>\n",
-        (M_LEFT + W - M_RIGHT) / 2.0,
-        esc(title)
-    )
-}
-
-/// Horizontal grid lines with their labels at round values of the y axis.
-fn y_grid(svg: &mut String, lo: f64, hi: f64, sy: &dyn Fn(f64) -> f64) {
-    for t in ticks(lo, hi) {
-        let y = sy(t);
-        let _ = writeln!(
-            svg,
-            "<line x1=\"{M_LEFT}\" y1=\"{y}\" x2=\"{}\" y2=\"{y}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
-            W - M_RIGHT,
-            M_LEFT - 6.0,
-            y + 4.0,
-            fmt_tick(t)
-        );
-    }
-}
-
-fn axes(svg: &mut String, x_label: &str, y_label: &str) {
-    let (x0, y0, x1, y1) = (M_LEFT, H - M_BOTTOM, W - M_RIGHT, M_TOP);
-    let _ = writeln!(svg, "<path d=\"M{x0},{y1} L{x0},{y0} L{x1},{y0}\" fill=\"none\" stroke=\"black\"/>");
-    let _ = writeln!(
-        svg,
-        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-        (x0 + x1) / 2.0,
-        H - 15.0,
-        esc(x_label)
-    );
-    let _ = writeln!(
-        svg,
-        "<text transform=\"translate(18,{}) rotate(-90)\" text-anchor=\"middle\">{}</text>",
-        (y0 + y1) / 2.0,
-        esc(y_label)
-    );
-}
-
-fn legend(svg: &mut String, names: &[(String, &str, bool)]) {
-    for (i, (name, color, dashed)) in names.iter().enumerate() {
-        let y = M_TOP + 10.0 + 18.0 * i as f64;
-        let x = W - M_RIGHT + 15.0;
-        let dash = if *dashed { " stroke-dasharray=\"5,4\"" } else { "" };
-        let _ = writeln!(
-            svg,
-            "<line x1=\"{x}\" y1=\"{y}\" x2=\"{}\" y2=\"{y}\" stroke=\"{color}\" stroke-width=\"2.5\"{dash}/>",
-            x + 22.0
-        );
-        let short: String = name.chars().take(26).collect();
-        let _ = writeln!(svg, "<text x=\"{}\" y=\"{}\">{}</text>", x + 28.0, y + 4.0, esc(&short));
-    }
-}
-
-/// Lines (or markers) on linear axes, or a log10 x axis.
-pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series], log_x: bool) -> String {
-    let pts: Vec<(f64, f64)> = series
+/// "Nice" tick values covering [lo, hi] (steps of 1, 2 or 5 times a power of ten).
+fn ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let span = (hi - lo).max(1e-12);
+    let mag = 10f64.powf((span / 5.0).log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
         .iter()
-        .flat_map(|s| s.points.iter().copied())
-        .filter(|p| p.0.is_finite() && p.1.is_finite())
-        .collect();
-    let tx = |x: f64| if log_x { x.max(1e-300).log10() } else { x };
-    let (mut xmin, mut xmax) = pts
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |a, p| (a.0.min(tx(p.0)), a.1.max(tx(p.0))));
-    let ymax = pts.iter().fold(0.0f64, |a, p| a.max(p.1)) * 1.1;
-    let ymin = pts.iter().fold(0.0f64, |a, p| a.min(p.1));
-    if !xmin.is_finite() {
-        xmin = 0.0;
-        xmax = 1.0;
-    }
-    if xmax - xmin < 1e-9 {
-        xmin -= 0.5;
-        xmax += 0.5;
-    }
-    let ymax = if ymax <= ymin { ymin + 1.0 } else { ymax };
-    let sx = |x: f64| M_LEFT + (tx(x) - xmin) / (xmax - xmin) * (W - M_LEFT - M_RIGHT);
-    let sy = |y: f64| H - M_BOTTOM - (y - ymin) / (ymax - ymin) * (H - M_TOP - M_BOTTOM);
-    let mut svg = header(title);
-    y_grid(&mut svg, ymin, ymax, &sy);
-    let xt: Vec<f64> = if log_x {
-        (xmin.floor() as i32..=xmax.ceil() as i32)
-            .map(|e| 10f64.powi(e))
-            .filter(|v| tx(*v) >= xmin - 1e-9 && tx(*v) <= xmax + 1e-9)
-            .collect()
-    } else {
-        ticks(xmin, xmax)
-    };
-    for t in xt {
-        let x = sx(t);
-        let _ = writeln!(
-            svg,
-            "<line x1=\"{x}\" y1=\"{}\" x2=\"{x}\" y2=\"{}\" stroke=\"#eee\"/><text x=\"{x}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-            M_TOP,
-            H - M_BOTTOM,
-            H - M_BOTTOM + 16.0,
-            fmt_tick(t)
-        );
-    }
-    axes(&mut svg, x_label, y_label);
-    let mut names = Vec::new();
-    for (i, s) in series.iter().enumerate() {
-        let color = if s.dashed { "#555" } else { PALETTE[i % PALETTE.len()] };
-        let mut p: Vec<(f64, f64)> = s.points.iter().copied().filter(|p| p.0.is_finite() && p.1.is_finite()).collect();
-        p.sort_by(|a, b| a.0.total_cmp(&b.0));
-        if !s.markers_only && p.len() > 1 {
-            let d: Vec<String> = p.iter().map(|&(x, y)| format!("{:.2},{:.2}", sx(x), sy(y))).collect();
-            let dash = if s.dashed { " stroke-dasharray=\"5,4\"" } else { "" };
-            let _ = writeln!(
-                svg,
-                "<polyline points=\"{}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"{dash}/>",
-                d.join(" ")
-            );
+        .map(|m| m * mag)
+        .find(|s| span / s <= 6.0)
+        .unwrap_or(10.0 * mag);
+    let first = (lo / step).ceil() as i64;
+    let last = (hi / step + 1e-9).floor() as i64;
+    (first..=last).map(|k| k as f64 * step).collect()
+}
+
+/// The x axis in axis units (log2 or log10 of the value, or the value), its ticks in
+/// those units, and the text of each tick.
+struct XAxis {
+    scale: XScale,
+    range: std::ops::Range<f64>,
+    ticks: Vec<f64>,
+}
+
+impl XAxis {
+    fn to_axis(&self, x: f64) -> f64 {
+        match self.scale {
+            XScale::Ranks => x.log2(),
+            XScale::Log10 => x.log10(),
+            XScale::Linear => x,
         }
-        if !s.dashed {
-            for &(x, y) in &p {
-                let _ = writeln!(svg, "<circle cx=\"{:.2}\" cy=\"{:.2}\" r=\"4\" fill=\"{color}\"/>", sx(x), sy(y));
+    }
+
+    fn usable(&self, x: f64) -> bool {
+        x.is_finite() && (self.scale == XScale::Linear || x > 0.0)
+    }
+
+    fn label(&self, v: f64) -> String {
+        match self.scale {
+            XScale::Ranks => format!("{}", 2f64.powf(v.round()) as u64),
+            XScale::Log10 => fmt_tick(10f64.powf(v.round())),
+            XScale::Linear => fmt_tick(v),
+        }
+    }
+
+    /// Covers `xs` with whole powers of two (or ten) on log axes.
+    fn new(scale: XScale, xs: &[f64]) -> XAxis {
+        let mut axis = XAxis {
+            scale,
+            range: 0.0..1.0,
+            ticks: Vec::new(),
+        };
+        let vs: Vec<f64> = xs.iter().filter(|x| axis.usable(**x)).map(|x| axis.to_axis(*x)).collect();
+        let (lo, hi) = vs
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |a, v| (a.0.min(*v), a.1.max(*v)));
+        let (lo, hi) = if lo.is_finite() { (lo, hi) } else { (0.0, 1.0) };
+        if scale == XScale::Linear {
+            let pad = ((hi - lo) * 0.05).max(0.5);
+            axis.range = lo - pad..hi + pad;
+            axis.ticks = ticks(lo - pad, hi + pad);
+            return axis;
+        }
+        let (first, last) = (lo.floor() as i64, (hi.ceil() as i64).max(lo.floor() as i64 + 1));
+        let every = if scale == XScale::Ranks && (last - first + 1) as usize > MAX_RANK_TICKS {
+            2
+        } else {
+            1
+        };
+        axis.ticks = (first..=last).step_by(every).map(|e| e as f64).collect();
+        axis.range = first as f64 - 0.25..last as f64 + 0.25;
+        axis
+    }
+}
+
+/// The y range: from 0 (or the lowest value) to 10 % above the highest.
+fn y_range(values: impl Iterator<Item = f64>) -> std::ops::Range<f64> {
+    let (lo, hi) = values
+        .filter(|v| v.is_finite())
+        .fold((0.0f64, f64::NEG_INFINITY), |a, v| (a.0.min(v), a.1.max(v)));
+    let hi = if hi.is_finite() && hi > lo { hi } else { lo + 1.0 };
+    lo..hi + (hi - lo) * 0.1
+}
+
+/// An f64 axis whose ticks are given (powers of two, categories) rather than chosen by
+/// plotters, which would put them at round decimals such as 1.2 ranks.
+struct Ticked {
+    inner: RangedCoordf64,
+    ticks: Vec<f64>,
+}
+
+impl Ranged for Ticked {
+    type ValueType = f64;
+    type FormatOption = DefaultFormatting;
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.inner.range()
+    }
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        self.inner.map(value, limit)
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        if hint.weight().allow_light_points() {
+            Vec::new()
+        } else {
+            self.ticks.clone()
+        }
+    }
+}
+
+/// A chart whose x axis has explicit ticks.
+type ChartWithKeys<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<Ticked, RangedCoordf64>>;
+
+/// The plotting area with its caption, labelled axes and grid; the x axis shows `x_ticks`
+/// (in its own units) as `x_text` writes them.
+fn frame<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    chart: &LineChart,
+    x_range: std::ops::Range<f64>,
+    x_ticks: Vec<f64>,
+    x_text: &dyn Fn(f64) -> String,
+    y: std::ops::Range<f64>,
+) -> Result<ChartWithKeys<'a, 'b>> {
+    let err = fail(&chart.title);
+    root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+    let mut ctx = ChartBuilder::on(root)
+        .caption(&chart.title, (FONT, 19))
+        .margin(12)
+        .margin_right(LEGEND_W_PX)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d(
+            Ticked {
+                inner: x_range.into(),
+                ticks: x_ticks,
+            },
+            y,
+        )
+        .map_err(|e| err(e.to_string()))?;
+    ctx.configure_mesh()
+        .x_desc(&chart.x_label)
+        .y_desc(&chart.y_label)
+        .x_label_formatter(&|v| x_text(*v))
+        .y_label_formatter(&|v| fmt_tick(*v))
+        .label_style((FONT, 15))
+        .axis_desc_style((FONT, 15))
+        .light_line_style(TRANSPARENT)
+        .bold_line_style(RGBColor(0xdd, 0xdd, 0xdd))
+        .draw()
+        .map_err(|e| err(e.to_string()))?;
+    Ok(ctx)
+}
+
+/// How a legend entry shows its series.
+#[derive(Clone, Copy)]
+enum Swatch {
+    Line(RGBColor, u32),
+    Mark(RGBColor),
+    Fill(RGBAColor),
+}
+
+/// The legend, drawn on the whole picture right of the plotting area (plotters' own
+/// legend is clipped to the plotting area).
+fn legend(
+    root: &DrawingArea<SVGBackend<'_>, Shift>,
+    plot_right_px: i32,
+    top_px: i32,
+    entries: &[(String, Swatch)],
+    title: &str,
+) -> Result<()> {
+    let x = plot_right_px + 14;
+    for (i, (name, swatch)) in entries.iter().enumerate() {
+        let y = top_px + 8 + 18 * i as i32;
+        let shape: DynElement<'static, SVGBackend<'_>, (i32, i32)> = match *swatch {
+            Swatch::Line(c, w) => PathElement::new(vec![(x, y), (x + 22, y)], c.stroke_width(w.max(2))).into_dyn(),
+            Swatch::Mark(c) => Circle::new((x + 11, y), 4, c.filled()).into_dyn(),
+            Swatch::Fill(c) => Rectangle::new([(x, y - 5), (x + 22, y + 5)], c.filled()).into_dyn(),
+        };
+        let short: String = if name.chars().count() > 40 {
+            name.chars().take(39).chain(['…']).collect()
+        } else {
+            name.clone()
+        };
+        let text = Text::new(
+            short,
+            (x + 28, y),
+            TextStyle::from((FONT, 14).into_font()).pos(Pos::new(HPos::Left, VPos::Center)),
+        );
+        root.draw(&shape)
+            .and_then(|_| root.draw(&text))
+            .map_err(|e| fail(title)(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Where the plotting area ends on the right, and where it starts at the top, in pixels.
+fn plot_corner(ctx: &ChartWithKeys<'_, '_>) -> (i32, i32) {
+    let (x, y) = ctx.plotting_area().get_pixel_range();
+    (x.end, y.start)
+}
+
+/// Lines, marks, error bars and bands on one set of axes, as an SVG document.
+pub fn line_chart(chart: &LineChart) -> Result<String> {
+    let xs: Vec<f64> = chart
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.x))
+        .chain(chart.bands.iter().flat_map(|b| b.points.iter().map(|p| p.0)))
+        .collect();
+    let axis = XAxis::new(chart.x_scale, &xs);
+    let ys = chart
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter())
+        .filter(|p| axis.usable(p.x))
+        .flat_map(|p| [p.y, p.interval.map_or(p.y, |i| i.1)])
+        .chain(chart.bands.iter().flat_map(|b| b.points.iter().flat_map(|p| [p.1, p.2])));
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (W_PX, H_PX)).into_drawing_area();
+        let mut ctx = frame(
+            &root,
+            chart,
+            axis.range.clone(),
+            axis.ticks.clone(),
+            &|v| axis.label(v),
+            y_range(ys),
+        )?;
+        let mut entries = draw_bands(&mut ctx, chart, &axis)?;
+        let mut colour = 0;
+        for s in &chart.series {
+            let c = match (s.kind, s.colour) {
+                (SeriesKind::Ideal, _) => IDEAL,
+                (_, Some(k)) => PALETTE[k % PALETTE.len()],
+                (_, None) => {
+                    colour += 1;
+                    PALETTE[(colour - 1) % PALETTE.len()]
+                }
+            };
+            if let Some(e) = draw_series(&mut ctx, &chart.title, s, c, &axis)? {
+                entries.push((s.name.clone(), e));
             }
         }
-        names.push((s.name.clone(), color, s.dashed));
+        let (right, top) = plot_corner(&ctx);
+        legend(&root, right, top, &entries, &chart.title)?;
+        root.present().map_err(|e| fail(&chart.title)(e.to_string()))?;
     }
-    legend(&mut svg, &names);
-    svg.push_str("</svg>\n");
-    svg
+    Ok(svg)
+}
+
+/// Each band as one filled polygon: along its highs, back along its lows.
+fn draw_bands(ctx: &mut ChartWithKeys<'_, '_>, chart: &LineChart, axis: &XAxis) -> Result<Vec<(String, Swatch)>> {
+    let mut entries = Vec::new();
+    for b in &chart.bands {
+        let mut pts: Vec<(f64, f64, f64)> = b
+            .points
+            .iter()
+            .copied()
+            .filter(|p| axis.usable(p.0) && p.1.is_finite() && p.2.is_finite())
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if pts.len() < 2 {
+            continue;
+        }
+        let outline: Vec<(f64, f64)> = pts
+            .iter()
+            .map(|p| (axis.to_axis(p.0), p.2))
+            .chain(pts.iter().rev().map(|p| (axis.to_axis(p.0), p.1)))
+            .collect();
+        let fill = PALETTE[b.colour % PALETTE.len()].mix(0.2);
+        ctx.draw_series(std::iter::once(Polygon::new(outline, fill.filled())))
+            .map_err(|e| fail(&chart.title)(e.to_string()))?;
+        entries.push((b.name.clone(), Swatch::Fill(fill)));
+    }
+    Ok(entries)
+}
+
+/// One series: its line (unless marks only), its marks (unless ideal), its error bars;
+/// returns its legend swatch when it has a name.
+fn draw_series(ctx: &mut ChartWithKeys<'_, '_>, title: &str, s: &Series, c: RGBColor, axis: &XAxis) -> Result<Option<Swatch>> {
+    let err = fail(title);
+    let mut pts: Vec<Point> = s.points.iter().copied().filter(|p| axis.usable(p.x) && p.y.is_finite()).collect();
+    pts.sort_by(|a, b| a.x.total_cmp(&b.x));
+    let at = |p: &Point| (axis.to_axis(p.x), p.y);
+    let width = if s.kind == SeriesKind::Ideal { 1 } else { 2 };
+    if s.kind != SeriesKind::Markers {
+        ctx.draw_series(LineSeries::new(pts.iter().map(at), c.stroke_width(width)))
+            .map_err(|e| err(e.to_string()))?;
+    }
+    if s.kind != SeriesKind::Ideal {
+        ctx.draw_series(pts.iter().map(|p| Circle::new(at(p), 4, c.filled())))
+            .map_err(|e| err(e.to_string()))?;
+    }
+    let bars = pts.iter().filter_map(|p| {
+        let (lo, hi) = p.interval?;
+        Some(ErrorBar::new_vertical(
+            axis.to_axis(p.x),
+            lo,
+            p.y,
+            hi,
+            c.stroke_width(1),
+            ERROR_CAP_PX,
+        ))
+    });
+    ctx.draw_series(bars).map_err(|e| err(e.to_string()))?;
+    Ok((!s.name.is_empty()).then_some(match s.kind {
+        SeriesKind::Markers => Swatch::Mark(c),
+        _ => Swatch::Line(c, width),
+    }))
+}
+
+/// The x axis of a chart of categories: category c centred at c + 0.5.
+fn category_axis(labels: &[String]) -> (std::ops::Range<f64>, Vec<f64>) {
+    let every = labels.len().div_ceil(32).max(1);
+    let ticks = (0..labels.len()).step_by(every).map(|c| c as f64 + 0.5).collect();
+    (0.0..labels.len().max(1) as f64, ticks)
+}
+
+fn category_label(labels: &[String], v: f64) -> String {
+    let short = |s: &String| s.chars().take(18).collect::<String>();
+    labels.get(v.floor().max(0.0) as usize).map(short).unwrap_or_default()
 }
 
 /// Vertical stacked bars: one bar per category, one segment per stack.
-pub fn stacked_bars(title: &str, y_label: &str, categories: &[String], stacks: &[(String, Vec<f64>)]) -> String {
-    let totals: Vec<f64> = (0..categories.len())
-        .map(|c| stacks.iter().map(|s| s.1[c].max(0.0)).sum())
-        .collect();
-    let ymax = totals.iter().copied().fold(0.0, f64::max).max(1e-12) * 1.1;
-    let sy = |y: f64| H - M_BOTTOM - y / ymax * (H - M_TOP - M_BOTTOM);
-    let mut svg = header(title);
-    y_grid(&mut svg, 0.0, ymax, &sy);
-    let slot = (W - M_LEFT - M_RIGHT) / categories.len().max(1) as f64;
-    for (c, name) in categories.iter().enumerate() {
-        let x = M_LEFT + slot * c as f64 + slot * 0.15;
-        let mut base = 0.0;
-        for (k, (_, v)) in stacks.iter().enumerate() {
-            let h = v[c].max(0.0);
-            let height = sy(base) - sy(base + h);
-            // A segment thinner than the printed precision would be a zero-height rect,
-            // which SVG renderers reject with a warning.
-            if height >= 0.005 {
-                let _ = writeln!(
-                    svg,
-                    "<rect x=\"{x:.2}\" y=\"{:.2}\" width=\"{:.2}\" height=\"{height:.2}\" fill=\"{}\"/>",
-                    sy(base + h),
-                    slot * 0.7,
-                    PALETTE[k % PALETTE.len()]
-                );
+pub fn stacked_bars(title: &str, x_label: &str, y_label: &str, categories: &[String], stacks: &[(String, Vec<f64>)]) -> Result<String> {
+    let value = |s: &(String, Vec<f64>), c: usize| s.1.get(c).copied().filter(|v| v.is_finite()).unwrap_or(0.0).max(0.0);
+    let totals = (0..categories.len()).map(|c| stacks.iter().map(|s| value(s, c)).sum::<f64>());
+    let chart = LineChart {
+        title: title.into(),
+        x_label: x_label.into(),
+        y_label: y_label.into(),
+        x_scale: XScale::Linear,
+        series: Vec::new(),
+        bands: Vec::new(),
+    };
+    let (x_range, x_ticks) = category_axis(categories);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (W_PX, H_PX)).into_drawing_area();
+        let mut ctx = frame(&root, &chart, x_range, x_ticks, &|v| category_label(categories, v), y_range(totals))?;
+        let mut base = vec![0.0; categories.len()];
+        let mut entries = Vec::new();
+        for (k, stack) in stacks.iter().enumerate() {
+            let c = PALETTE[k % PALETTE.len()];
+            let mut rects = Vec::new();
+            for (i, b) in base.iter_mut().enumerate() {
+                let (lo, hi) = (*b, *b + value(stack, i));
+                *b = hi;
+                let (left, right) = (i as f64 + 0.15, i as f64 + 0.85);
+                // A segment under one pixel would be a zero-height rect, which renderers reject.
+                if ctx.backend_coord(&(left, lo)).1 > ctx.backend_coord(&(left, hi)).1 {
+                    rects.push(Rectangle::new([(left, hi), (right, lo)], c.filled()));
+                }
             }
-            base += h;
+            ctx.draw_series(rects).map_err(|e| fail(title)(e.to_string()))?;
+            entries.push((stack.0.clone(), Swatch::Fill(c.to_rgba())));
         }
-        let short: String = name.chars().take(18).collect();
-        let _ = writeln!(
-            svg,
-            "<text x=\"{:.2}\" y=\"{}\" text-anchor=\"middle\" font-size=\"10\">{}</text>",
-            x + slot * 0.35,
-            H - M_BOTTOM + 14.0,
-            esc(&short)
-        );
+        let (right, top) = plot_corner(&ctx);
+        legend(&root, right, top, &entries, title)?;
+        root.present().map_err(|e| fail(title)(e.to_string()))?;
     }
-    axes(&mut svg, "", y_label);
-    let names: Vec<(String, &str, bool)> = stacks
-        .iter()
-        .enumerate()
-        .map(|(k, s)| (s.0.clone(), PALETTE[k % PALETTE.len()], false))
-        .collect();
-    legend(&mut svg, &names);
-    svg.push_str("</svg>\n");
-    svg
+    Ok(svg)
 }
 
 /// Box plots: per label [p5, p25, median, p75, p95], coloured by group index.
-pub fn box_plot(title: &str, y_label: &str, labels: &[String], boxes: &[[f64; 5]], groups: &[usize], group_names: &[String]) -> String {
-    let ymax = boxes.iter().map(|b| b[4]).filter(|v| v.is_finite()).fold(0.0, f64::max).max(1e-12) * 1.1;
-    let sy = |y: f64| H - M_BOTTOM - y / ymax * (H - M_TOP - M_BOTTOM);
-    let mut svg = header(title);
-    y_grid(&mut svg, 0.0, ymax, &sy);
-    let slot = (W - M_LEFT - M_RIGHT) / labels.len().max(1) as f64;
-    for (i, b) in boxes.iter().enumerate() {
-        let color = PALETTE[groups.get(i).copied().unwrap_or(0) % PALETTE.len()];
-        let cx = M_LEFT + slot * (i as f64 + 0.5);
-        let w = (slot * 0.6).min(40.0);
-        let _ = writeln!(
-            svg,
-            "<line x1=\"{cx:.2}\" y1=\"{:.2}\" x2=\"{cx:.2}\" y2=\"{:.2}\" stroke=\"{color}\"/>",
-            sy(b[0]),
-            sy(b[4])
-        );
-        let _ = writeln!(
-            svg,
-            "<rect x=\"{:.2}\" y=\"{:.2}\" width=\"{w:.2}\" height=\"{:.2}\" fill=\"{color}\" fill-opacity=\"0.35\" stroke=\"{color}\"/>",
-            cx - w / 2.0,
-            sy(b[3]),
-            (sy(b[1]) - sy(b[3])).max(0.5)
-        );
-        let _ = writeln!(
-            svg,
-            "<line x1=\"{:.2}\" y1=\"{:.2}\" x2=\"{:.2}\" y2=\"{:.2}\" stroke=\"black\" stroke-width=\"2\"/>",
-            cx - w / 2.0,
-            sy(b[2]),
-            cx + w / 2.0,
-            sy(b[2])
-        );
-        if labels.len() <= 32 {
-            let _ = writeln!(
-                svg,
-                "<text x=\"{cx:.2}\" y=\"{}\" text-anchor=\"middle\" font-size=\"10\">{}</text>",
-                H - M_BOTTOM + 14.0,
-                esc(&labels[i])
-            );
+pub fn box_plot(
+    title: &str,
+    y_label: &str,
+    labels: &[String],
+    boxes: &[[f64; 5]],
+    groups: &[usize],
+    group_names: &[String],
+) -> Result<String> {
+    let chart = LineChart {
+        title: title.into(),
+        x_label: "rank (box: p25–p75, line: median, whiskers: p5–p95)".into(),
+        y_label: y_label.into(),
+        x_scale: XScale::Linear,
+        series: Vec::new(),
+        bands: Vec::new(),
+    };
+    let (x_range, x_ticks) = category_axis(labels);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (W_PX, H_PX)).into_drawing_area();
+        let ys = boxes.iter().map(|b| b[4]);
+        let mut ctx = frame(&root, &chart, x_range, x_ticks, &|v| category_label(labels, v), y_range(ys))?;
+        let err = fail(title);
+        for (i, b) in boxes.iter().enumerate() {
+            if b.iter().any(|v| !v.is_finite()) {
+                continue;
+            }
+            let c = PALETTE[groups.get(i).copied().unwrap_or(0) % PALETTE.len()];
+            let (x, half) = (i as f64 + 0.5, 0.3);
+            let shapes: [DynElement<'static, SVGBackend<'_>, (f64, f64)>; 5] = [
+                PathElement::new(vec![(x, b[0]), (x, b[1])], c.stroke_width(1)).into_dyn(),
+                PathElement::new(vec![(x, b[3]), (x, b[4])], c.stroke_width(1)).into_dyn(),
+                Rectangle::new([(x - half, b[3]), (x + half, b[1])], c.mix(0.35).filled()).into_dyn(),
+                Rectangle::new([(x - half, b[3]), (x + half, b[1])], c.stroke_width(1)).into_dyn(),
+                PathElement::new(vec![(x - half, b[2]), (x + half, b[2])], BLACK.stroke_width(2)).into_dyn(),
+            ];
+            ctx.draw_series(shapes).map_err(|e| err(e.to_string()))?;
         }
+        let entries: Vec<(String, Swatch)> = group_names
+            .iter()
+            .enumerate()
+            .map(|(k, name)| (name.clone(), Swatch::Fill(PALETTE[k % PALETTE.len()].mix(0.35))))
+            .collect();
+        let (right, top) = plot_corner(&ctx);
+        legend(&root, right, top, &entries, title)?;
+        root.present().map_err(|e| err(e.to_string()))?;
     }
-    axes(&mut svg, "rank (box: p25–p75, line: median, whiskers: p5–p95)", y_label);
-    let names: Vec<(String, &str, bool)> = group_names
-        .iter()
-        .enumerate()
-        .map(|(k, n)| (n.clone(), PALETTE[k % PALETTE.len()], false))
-        .collect();
-    legend(&mut svg, &names);
-    svg.push_str("</svg>\n");
-    svg
+    Ok(svg)
 }
 
 /// Renders SVG documents to PNG; loads the system fonts once.
@@ -328,51 +576,79 @@ impl Default for Rasteriser {
 mod tests {
     use super::*;
 
+    fn labels(scale: XScale, xs: &[f64]) -> Vec<String> {
+        let axis = XAxis::new(scale, xs);
+        axis.ticks.iter().map(|t| axis.label(*t)).collect()
+    }
+
     #[test]
-    fn ticks_are_round_and_cover_the_range() {
-        assert_eq!(ticks(0.0, 1.0), vec![0.0, 0.2, 0.4, 0.6000000000000001, 0.8, 1.0]);
+    fn rank_ticks_are_whole_powers_of_two() {
+        assert_eq!(labels(XScale::Ranks, &[1.0, 2.0]), ["1", "2"]);
+        assert_eq!(labels(XScale::Ranks, &[1.0, 3.0, 6.0]), ["1", "2", "4", "8"]);
+        assert_eq!(labels(XScale::Ranks, &[2.0, 2.0]), ["2", "4"]);
+        // 13 powers of two: every other one.
+        assert_eq!(labels(XScale::Ranks, &[1.0, 4096.0]), ["1", "4", "16", "64", "256", "1024", "4096"]);
+        // Ranks of 0 cannot be drawn on a log axis and are left out.
+        assert_eq!(labels(XScale::Ranks, &[0.0, 4.0]), ["4", "8"]);
+        assert_eq!(labels(XScale::Log10, &[1e3, 8e6]), ["1000", "10k", "100k", "1.0M", "10.0M"]);
         assert_eq!(ticks(0.0, 8.0), vec![0.0, 2.0, 4.0, 6.0, 8.0]);
     }
 
     #[test]
+    fn an_interval_needs_both_ends() {
+        assert_eq!(Point::new(2.0, 1.5).with_interval(1.4, 1.6).interval, Some((1.4, 1.6)));
+        assert_eq!(Point::new(2.0, 1.5).with_interval(1.6, 1.4).interval, Some((1.4, 1.6)));
+        assert_eq!(Point::new(2.0, 1.5).with_interval(f64::NAN, 1.6).interval, None);
+    }
+
+    #[test]
     fn charts_are_valid_svg_and_render_to_png() {
-        let s = vec![
-            Series {
-                name: "speedup".into(),
-                points: vec![(1.0, 1.0), (2.0, 1.8), (4.0, 3.1)],
-                dashed: false,
-                markers_only: false,
-            },
-            Series {
-                name: "ideal".into(),
-                points: vec![(1.0, 1.0), (4.0, 4.0)],
-                dashed: true,
-                markers_only: false,
-            },
-        ];
-        let svg = line_chart("Speedup <&>", "ranks", "speedup", &s, false);
-        assert!(svg.contains("Speedup &lt;&amp;&gt;"));
+        let chart = LineChart {
+            title: "Speedup <&>".into(),
+            x_label: "ranks".into(),
+            y_label: "speedup".into(),
+            x_scale: XScale::Ranks,
+            series: vec![
+                Series {
+                    name: "speedup".into(),
+                    points: vec![Point::new(1.0, 1.0), Point::new(2.0, 1.8).with_interval(1.7, 1.9)],
+                    kind: SeriesKind::Line,
+                    colour: None,
+                },
+                Series {
+                    name: "ideal".into(),
+                    points: vec![Point::new(1.0, 1.0), Point::new(2.0, 2.0)],
+                    kind: SeriesKind::Ideal,
+                    colour: None,
+                },
+            ],
+            bands: vec![Band {
+                name: "band".into(),
+                points: vec![(1.0, 0.9, 1.1), (2.0, 1.6, 2.0)],
+                colour: 0,
+            }],
+        };
+        let svg = line_chart(&chart).unwrap();
+        assert!(svg.contains("Speedup &lt;&amp;&gt;"), "{svg}");
+        assert_eq!(svg.matches("<polygon").count(), 1);
         let dir = tempfile::tempdir().unwrap();
         let r = Rasteriser::new();
         r.write(&svg, &dir.path().join("speedup")).unwrap();
         let png = std::fs::read(dir.path().join("speedup.png")).unwrap();
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
-        let bars = stacked_bars(
-            "phases",
-            "s",
-            &["a".into(), "b".into()],
-            &[
-                ("x".into(), vec![1.0, 2.0]),
-                ("y".into(), vec![0.5, 0.0]),
-                ("z".into(), vec![1e-9, 0.0]),
-            ],
-        );
+        let stacks = [
+            ("x".to_string(), vec![1.0, 2.0]),
+            ("y".to_string(), vec![0.5, 0.0]),
+            ("z".to_string(), vec![1e-9, f64::NAN]),
+        ];
+        let bars = stacked_bars("phases", "", "s", &["a".into(), "b".into()], &stacks).unwrap();
         r.write(&bars, &dir.path().join("bars")).unwrap();
-        // Three bars of 1 and one segment of 0 (and one too thin to draw) give no
-        // zero-height rect, which renderers reject.
-        assert_eq!(bars.matches("<rect").count(), 1 + 3, "{bars}");
-        assert!(!bars.contains("height=\"0.00\""));
-        let boxes = box_plot("steps", "s", &["0".into()], &[[1.0, 2.0, 3.0, 4.0, 5.0]], &[0], &["t".into()]);
+        // The background, three segments over a pixel and three legend swatches; the
+        // segments of 0, under a pixel or NaN are not drawn (a zero-height rect is
+        // rejected by renderers).
+        assert_eq!(bars.matches("<rect").count(), 1 + 3 + 3, "{bars}");
+        assert!(!bars.contains("height=\"0\""));
+        let boxes = box_plot("steps", "s", &["0".into()], &[[1.0, 2.0, 3.0, 4.0, 5.0]], &[0], &["t".into()]).unwrap();
         resvg::usvg::Tree::from_str(&boxes, &resvg::usvg::Options::default()).unwrap();
     }
 }

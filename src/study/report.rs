@@ -6,7 +6,7 @@
 
 use super::plan::{self, Plan};
 use super::State;
-use crate::plot::{self, Rasteriser, Series};
+use crate::plot::{self, LineChart, Point, Rasteriser, Series, SeriesKind, XScale};
 use crate::record::RunStatus;
 use crate::reduce::analysis::{ScalingMode, ScalingRow};
 use crate::reduce::report::{verdict, RunReport};
@@ -300,7 +300,7 @@ pub(super) fn write(out: &Path, plan: &Plan, repeat: usize, state: &State, reduc
     if plots {
         let r = Rasteriser::new();
         for (workload, ps) in &by {
-            r.write(&speedup_chart(workload, ps), &report.join(plot_stem(workload)))?;
+            r.write(&speedup_chart(workload, ps)?, &report.join(plot_stem(workload)))?;
         }
     }
     Ok(verdicts)
@@ -310,32 +310,49 @@ fn plot_stem(workload: &str) -> String {
     format!("speedup-{}", workload.replace(['.', '/', ' '], "_"))
 }
 
-/// Speedup against ranks: a line per scaling mode, and the ideal line.
-fn speedup_chart(workload: &str, points: &[&PointSummary]) -> String {
-    let curve = |f: fn(&PointSummary) -> Option<f64>| -> Vec<(f64, f64)> {
-        let mut v: Vec<(f64, f64)> = points.iter().filter_map(|p| f(p).map(|s| (p.ranks as f64, s))).collect();
-        v.sort_by(|a, b| a.0.total_cmp(&b.0));
-        v
+/// Speedup against ranks: a line per scaling mode with its interval as error bars, and
+/// the ideal line.
+fn speedup_chart(workload: &str, points: &[&PointSummary]) -> Result<String> {
+    type Field = fn(&PointSummary) -> Option<f64>;
+    let curve = |f: Field, low: Field, high: Field| -> Vec<Point> {
+        let nan = |v: Option<f64>| v.unwrap_or(f64::NAN);
+        points
+            .iter()
+            .filter_map(|p| Some(Point::new(p.ranks as f64, f(p)?).with_interval(nan(low(p)), nan(high(p)))))
+            .collect()
     };
     let max_ranks = points.iter().map(|p| p.ranks).max().unwrap_or(1).max(2) as f64;
     let mut series = Vec::new();
-    for (name, pts) in [("weak", curve(|p| p.weak_speedup)), ("strong", curve(|p| p.strong_speedup))] {
+    for (name, pts) in [
+        ("weak", curve(|p| p.weak_speedup, |p| p.weak_speedup_low, |p| p.weak_speedup_high)),
+        (
+            "strong",
+            curve(|p| p.strong_speedup, |p| p.strong_speedup_low, |p| p.strong_speedup_high),
+        ),
+    ] {
         if pts.len() > 1 {
             series.push(Series {
                 name: name.into(),
                 points: pts,
-                dashed: false,
-                markers_only: false,
+                kind: SeriesKind::Line,
+                colour: None,
             });
         }
     }
     series.push(Series {
-        name: "ideal".into(),
-        points: vec![(1.0, 1.0), (max_ranks, max_ranks)],
-        dashed: true,
-        markers_only: false,
+        name: "ideal (speedup = ranks)".into(),
+        points: vec![Point::new(1.0, 1.0), Point::new(max_ranks, max_ranks)],
+        kind: SeriesKind::Ideal,
+        colour: None,
     });
-    plot::line_chart(&format!("Speedup: {workload}"), "ranks", "speedup", &series, false)
+    plot::line_chart(&LineChart {
+        title: format!("Speedup: {workload} (bars: interval)"),
+        x_label: "ranks".into(),
+        y_label: "speedup".into(),
+        x_scale: XScale::Ranks,
+        series,
+        bands: Vec::new(),
+    })
 }
 
 #[cfg(test)]

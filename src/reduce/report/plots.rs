@@ -1,8 +1,8 @@
 //! The plots: speedup and efficiency against ranks, phases per run, bandwidth against
 //! message size, and each run's step time per rank.
 
-use super::{Report, RunReport};
-use crate::plot::{self, Series};
+use super::{Report, RunReport, StepPhases};
+use crate::plot::{self, LineChart, Point, Series, SeriesKind, XScale};
 use crate::reduce::analysis::{ScalingMode, ScalingRow, TypeSummary};
 use anyhow::Result;
 use std::collections::BTreeMap;
@@ -17,10 +17,12 @@ pub fn plots(out: &Path, report: &Report) -> Result<()> {
     step_time_plots(&raster, out, &report.runs)
 }
 
-/// Speedup and efficiency against ranks, one series per workload and batch per rank.
+/// Speedup and efficiency against ranks, one series per workload and batch per rank,
+/// with the speedup's interval as error bars and the ideal line.
 fn scaling_plots(raster: &plot::Rasteriser, out: &Path, scaling: &[ScalingRow]) -> Result<()> {
-    // One series per workload, mode and batch; the baseline (speedup 1) starts each.
-    let mut series: BTreeMap<String, Vec<&ScalingRow>> = BTreeMap::new();
+    // One series per workload, mode, batch and comparison (runs that differ in anything
+    // else are never one curve); the baseline (speedup 1) starts each.
+    let mut groups: BTreeMap<(String, &str), Vec<&ScalingRow>> = BTreeMap::new();
     for r in scaling.iter().filter(|r| r.speedup.is_finite()) {
         let modes: &[ScalingMode] = if r.scaling_mode == ScalingMode::Baseline {
             &[ScalingMode::Weak, ScalingMode::Strong]
@@ -33,69 +35,102 @@ fn scaling_plots(raster: &plot::Rasteriser, out: &Path, scaling: &[ScalingRow]) 
             } else {
                 format!("b{}", r.batch_per_rank)
             };
-            series.entry(format!("{} {mode} {batch}", r.model)).or_default().push(r);
+            let name = format!("{} {mode} {batch}", r.model);
+            groups.entry((name, r.comparison.as_str())).or_default().push(r);
         }
     }
-    series.retain(|_, rows| rows.len() > 1);
-    let max_ranks = scaling.iter().map(|r| r.ranks).max().unwrap_or(1) as f64;
-    let min_ranks = 1.0;
+    groups.retain(|_, rows| rows.len() > 1);
+    let mut series: Vec<(String, Vec<&ScalingRow>)> = Vec::new();
+    for ((name, _), rows) in groups {
+        let twins = series.iter().filter(|s| s.0.starts_with(&name)).count();
+        series.push((if twins == 0 { name } else { format!("{name} ({})", twins + 1) }, rows));
+    }
+    let max_ranks = scaling.iter().map(|r| r.ranks).max().unwrap_or(1).max(2) as f64;
+    // Efficiency is speedup over the rank ratio, so its interval is the speedup's scaled
+    // by the same factor.
     let mk = |f: &dyn Fn(&ScalingRow) -> f64| -> Vec<Series> {
         series
             .iter()
             .map(|(name, rows)| Series {
                 name: name.clone(),
-                points: rows.iter().map(|r| (r.ranks as f64, f(r))).collect(),
-                dashed: false,
-                markers_only: false,
+                points: rows
+                    .iter()
+                    .map(|r| {
+                        let scale = f(r) / r.speedup;
+                        Point::new(r.ranks as f64, f(r)).with_interval(r.speedup_low * scale, r.speedup_high * scale)
+                    })
+                    .collect(),
+                kind: SeriesKind::Line,
+                colour: None,
             })
             .collect()
     };
+    let ideal = |name: &str, at: &dyn Fn(f64) -> f64| Series {
+        name: name.into(),
+        points: vec![Point::new(1.0, at(1.0)), Point::new(max_ranks, at(max_ranks))],
+        kind: SeriesKind::Ideal,
+        colour: None,
+    };
     let mut s = mk(&|r| r.speedup);
-    let base_ranks = min_ranks;
-    s.push(Series {
-        name: "ideal".into(),
-        points: vec![(min_ranks, min_ranks / base_ranks), (max_ranks, max_ranks / base_ranks)],
-        dashed: true,
-        markers_only: false,
-    });
-    raster.write(
-        &plot::line_chart("Speedup vs ranks", "ranks", "speedup (throughput / baseline)", &s, false),
-        &out.join("speedup"),
-    )?;
+    s.push(ideal("ideal (speedup = ranks)", &|n| n));
+    let speedup = LineChart {
+        title: "Speedup vs ranks (bars: interval)".into(),
+        x_label: "ranks".into(),
+        y_label: "speedup (throughput / baseline)".into(),
+        x_scale: XScale::Ranks,
+        series: s,
+        bands: Vec::new(),
+    };
+    raster.write(&plot::line_chart(&speedup)?, &out.join("speedup"))?;
     let mut e = mk(&|r| r.efficiency);
-    e.push(Series {
-        name: "ideal".into(),
-        points: vec![(min_ranks, 1.0), (max_ranks, 1.0)],
-        dashed: true,
-        markers_only: false,
-    });
-    raster.write(
-        &plot::line_chart("Parallel efficiency vs ranks", "ranks", "efficiency", &e, false),
-        &out.join("efficiency"),
-    )?;
-
-    Ok(())
+    e.push(ideal("ideal (efficiency 1)", &|_| 1.0));
+    let efficiency = LineChart {
+        title: "Parallel efficiency vs ranks (bars: interval)".into(),
+        y_label: "efficiency".into(),
+        series: e,
+        ..speedup
+    };
+    raster.write(&plot::line_chart(&efficiency)?, &out.join("efficiency"))
 }
 
-/// Mean time per step by phase, one bar per run.
+/// Mean time per step by phase, stacked, one bar per rank count (and batch, and model
+/// where there are several): the mean over the runs there.
 fn phases_plot(raster: &plot::Rasteriser, out: &Path, runs: &[RunReport]) -> Result<()> {
-    let names: Vec<String> = runs.iter().map(|r| format!("{}r b{}", r.ranks, r.batch_per_rank)).collect();
-    let ms = |f: fn(&RunReport) -> f64| -> Vec<f64> { runs.iter().map(|r| f(r) * 1e3).collect() };
+    let models: std::collections::BTreeSet<&str> = runs.iter().map(|r| r.model.as_str()).collect();
+    let mut groups: BTreeMap<(usize, &str, usize), Vec<&RunReport>> = BTreeMap::new();
+    for r in runs {
+        groups.entry((r.ranks, r.model.as_str(), r.batch_per_rank)).or_default().push(r);
+    }
+    let names: Vec<String> = groups
+        .keys()
+        .map(|(ranks, model, batch)| match models.len() {
+            1 => format!("{ranks} r · b{batch}"),
+            _ => format!("{model} {ranks} r · b{batch}"),
+        })
+        .collect();
+    let ms = |f: fn(&StepPhases) -> f64| -> Vec<f64> {
+        groups
+            .values()
+            .map(|rs| rs.iter().map(|r| f(&r.per_step)).sum::<f64>() / rs.len() as f64 * 1e3)
+            .collect()
+    };
     let stacks = vec![
-        ("data".to_string(), ms(|r| r.per_step.data_s)),
-        ("forward".to_string(), ms(|r| r.per_step.forward_s)),
-        ("backward".to_string(), ms(|r| r.per_step.backward_s)),
-        ("comm: transfer".to_string(), ms(|r| r.per_step.comm_transfer_s)),
-        ("comm: waiting".to_string(), ms(|r| r.per_step.comm_wait_s)),
-        ("optimizer".to_string(), ms(|r| r.per_step.optimizer_s)),
-        ("other".to_string(), ms(|r| r.per_step.other_s)),
+        ("data".to_string(), ms(|p| p.data_s)),
+        ("forward".to_string(), ms(|p| p.forward_s)),
+        ("backward".to_string(), ms(|p| p.backward_s)),
+        ("comm: transfer".to_string(), ms(|p| p.comm_transfer_s)),
+        ("comm: waiting".to_string(), ms(|p| p.comm_wait_s)),
+        ("optimizer".to_string(), ms(|p| p.optimizer_s)),
+        ("other".to_string(), ms(|p| p.other_s)),
     ];
-    raster.write(
-        &plot::stacked_bars("Mean time per step by phase", "ms per step", &names, &stacks),
-        &out.join("phases"),
+    let svg = plot::stacked_bars(
+        "Mean time per step by phase",
+        "ranks · batch per rank (mean over the runs)",
+        "ms per step",
+        &names,
+        &stacks,
     )?;
-
-    Ok(())
+    raster.write(&svg, &out.join("phases"))
 }
 
 /// Bus bandwidth against message size: the raw probe and the all-reduce inside training.
@@ -104,7 +139,7 @@ fn bandwidth_plot(raster: &plot::Rasteriser, out: &Path, runs: &[RunReport], sum
     let mut train = Vec::new();
     for r in runs.iter().filter(|r| r.ranks > 1) {
         if let Some(p) = &r.probe {
-            probe.push((p.bytes as f64, p.busbw_bytes_per_s / 1e9));
+            probe.push(Point::new(p.bytes as f64, p.busbw_bytes_per_s / 1e9));
         }
         // The slowest node type's bus bandwidth, as summary.csv gives it.
         let busbw = summaries
@@ -112,27 +147,24 @@ fn bandwidth_plot(raster: &plot::Rasteriser, out: &Path, runs: &[RunReport], sum
             .filter(|s| s.run_id == r.run_id)
             .map(|s| s.busbw_bytes_per_s)
             .fold(f64::NAN, f64::min);
-        train.push((r.bytes_per_step.unwrap_or(0) as f64, busbw / 1e9));
+        train.push(Point::new(r.bytes_per_step.unwrap_or(0) as f64, busbw / 1e9));
     }
     if !train.is_empty() {
-        let s = vec![
-            Series {
-                name: "raw MPI_Allreduce".into(),
-                points: probe,
-                dashed: false,
-                markers_only: true,
-            },
-            Series {
-                name: "inside training".into(),
-                points: train,
-                dashed: false,
-                markers_only: true,
-            },
-        ];
-        raster.write(
-            &plot::line_chart("All-reduce bus bandwidth vs message size", "bytes per step", "busbw GB/s", &s, true),
-            &out.join("bandwidth"),
-        )?;
+        let markers = |name: &str, points: Vec<Point>| Series {
+            name: name.into(),
+            points,
+            kind: SeriesKind::Markers,
+            colour: None,
+        };
+        let chart = LineChart {
+            title: "All-reduce bus bandwidth vs message size".into(),
+            x_label: "bytes per step".into(),
+            y_label: "busbw GB/s".into(),
+            x_scale: XScale::Log10,
+            series: vec![markers("raw MPI_Allreduce", probe), markers("inside training", train)],
+            bands: Vec::new(),
+        };
+        raster.write(&plot::line_chart(&chart)?, &out.join("bandwidth"))?;
     }
 
     Ok(())
@@ -155,7 +187,7 @@ fn step_time_plots(raster: &plot::Rasteriser, out: &Path, runs: &[RunReport]) ->
             &boxes,
             &groups,
             &r.node_types,
-        );
+        )?;
         raster.write(&svg, &out.join(format!("step_time_per_rank-{}", r.run_id)))?;
     }
     Ok(())

@@ -4,7 +4,7 @@
 use super::{ms, pct, ProjectedWorkload, ProjectionReport};
 use crate::allreduce::model::MAX_FIT_REL_ERROR;
 use crate::allreduce::ModelFile;
-use crate::plot::{self, Series};
+use crate::plot::{self, Band, LineChart, Point, Series, SeriesKind, XScale};
 use crate::reduce::analysis::projection::{what_if, ProjectionRow, Workload, EXTRAPOLATION_FACTOR};
 use crate::reduce::analysis::RunStats;
 use anyhow::Result;
@@ -339,51 +339,50 @@ pub fn print_projection(rows: &[ProjectionRow]) {
     println!("(* extrapolated: beyond {EXTRAPOLATION_FACTOR}× the largest measured rank count)");
 }
 
-/// Efficiency against ranks (log scale): the projection as a line, its band dashed, the
-/// measured points as marks.
+/// Efficiency against ranks (powers of two): the projection as a line, its band filled,
+/// the measured points as marks.
 pub fn projection_plot(out: &Path, rows: &[ProjectionRow]) -> Result<()> {
     let mut series = Vec::new();
-    for (workload, rs) in by_workload(rows) {
-        let single = rs.iter().find(|r| r.ranks == 1).map(|r| r.step_s);
+    let mut bands = Vec::new();
+    for (i, (workload, rs)) in by_workload(rows).into_iter().enumerate() {
         series.push(Series {
             name: format!("{workload} projected"),
-            points: rs.iter().map(|r| (r.ranks as f64, r.efficiency)).collect(),
-            dashed: false,
-            markers_only: false,
+            points: rs.iter().map(|r| Point::new(r.ranks as f64, r.efficiency)).collect(),
+            kind: SeriesKind::Line,
+            colour: Some(i),
         });
-        // Weak scaling: efficiency = step at 1 rank / step at N.
-        let eff_at = |step: f64, _r: &ProjectionRow| single.map(|s| s / step).unwrap_or(f64::NAN);
-        series.push(Series {
+        // Efficiency is inversely proportional to the step time at a given rank count
+        // (weak and strong alike), so a step time maps to efficiency × step_s / it.
+        let eff_at = |step: f64, r: &ProjectionRow| r.efficiency * r.step_s / step;
+        bands.push(Band {
             name: format!("{workload} band"),
-            points: rs.iter().map(|r| (r.ranks as f64, eff_at(r.step_high_s, r))).collect(),
-            dashed: true,
-            markers_only: false,
+            points: rs
+                .iter()
+                .map(|r| (r.ranks as f64, eff_at(r.step_high_s, r), eff_at(r.step_low_s, r)))
+                .collect(),
+            colour: i,
         });
-        series.push(Series {
-            name: String::new(),
-            points: rs.iter().map(|r| (r.ranks as f64, eff_at(r.step_low_s, r))).collect(),
-            dashed: true,
-            markers_only: false,
-        });
-        let measured: Vec<(f64, f64)> = rs
+        let measured: Vec<Point> = rs
             .iter()
-            .filter_map(|r| Some((r.ranks as f64, single? / r.measured_step_s?)))
+            .filter_map(|r| Some(Point::new(r.ranks as f64, eff_at(r.measured_step_s?, r))))
             .collect();
         if !measured.is_empty() {
             series.push(Series {
                 name: format!("{workload} measured"),
                 points: measured,
-                dashed: false,
-                markers_only: true,
+                kind: SeriesKind::Markers,
+                colour: Some(i),
             });
         }
     }
-    let svg = plot::line_chart(
-        "Projected parallel efficiency (weak scaling; homogeneous nodes, ring/tree all-reduce, no congestion)",
-        "ranks",
-        "efficiency",
-        &series,
-        true,
-    );
+    let chart = LineChart {
+        title: "Projected parallel efficiency".into(),
+        x_label: "ranks (homogeneous nodes, ring/tree all-reduce, no congestion)".into(),
+        y_label: "efficiency".into(),
+        x_scale: XScale::Ranks,
+        series,
+        bands,
+    };
+    let svg = plot::line_chart(&chart)?;
     plot::Rasteriser::new().write(&svg, &out.join("projection"))
 }

@@ -1,0 +1,243 @@
+//! The plots `reduce` writes, read back as SVG: rank axes tick at powers of two labelled
+//! as integers, error bars stand exactly where scaling.csv has an interval, the ideal
+//! line runs from 1 rank to the largest, the projection's band is drawn where a
+//! projection is, and the phases are one stacked bar per rank count.
+//! Inputs: the schema-2 run folders in tests/fixtures/schema2 (see its README).
+
+mod common;
+use common::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema2")
+}
+
+/// One element of an SVG document: its tag, attributes and text.
+#[derive(Debug)]
+struct Element {
+    tag: String,
+    attrs: BTreeMap<String, String>,
+    text: String,
+}
+
+impl Element {
+    fn num(&self, name: &str) -> f64 {
+        self.attrs
+            .get(name)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{} has no numeric {name}: {:?}", self.tag, self.attrs))
+    }
+}
+
+/// Every element of `svg` in document order (a reader for what SVG writers emit: no
+/// CDATA, no comments, attributes in double quotes).
+fn elements(svg: &str) -> Vec<Element> {
+    let mut out = Vec::new();
+    let mut rest = svg;
+    while let Some(start) = rest.find('<') {
+        rest = &rest[start + 1..];
+        let end = rest.find('>').expect("unclosed tag");
+        let inner = &rest[..end];
+        rest = &rest[end + 1..];
+        if inner.starts_with('/') || inner.starts_with('?') || inner.starts_with('!') {
+            continue;
+        }
+        let tag: String = inner.chars().take_while(|c| !c.is_whitespace() && *c != '/').collect();
+        let mut attrs = BTreeMap::new();
+        let mut a = &inner[tag.len()..];
+        while let Some(eq) = a.find("=\"") {
+            let name = a[..eq].trim().to_string();
+            let close = a[eq + 2..].find('"').expect("unclosed attribute");
+            attrs.insert(name, a[eq + 2..eq + 2 + close].to_string());
+            a = &a[eq + 2 + close + 1..];
+        }
+        let text = if tag == "text" {
+            rest[..rest.find("</text>").expect("unclosed text")].trim().to_string()
+        } else {
+            String::new()
+        };
+        out.push(Element { tag, attrs, text });
+    }
+    out
+}
+
+fn read_svg(dir: &Path, stem: &str) -> Vec<Element> {
+    let path = dir.join(format!("{stem}.svg"));
+    let svg = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    elements(&svg)
+}
+
+/// The x axis's tick labels, (x, text) from left to right: centred text in the lower
+/// part of the picture, not rotated, other than the axis description.
+fn x_tick_labels(els: &[Element], x_desc: &str) -> Vec<(f64, String)> {
+    let height = els.iter().find(|e| e.tag == "svg").unwrap().num("height");
+    let mut ticks: Vec<(f64, String)> = els
+        .iter()
+        .filter(|e| e.tag == "text" && e.attrs.get("text-anchor").map(String::as_str) == Some("middle"))
+        .filter(|e| !e.attrs.contains_key("transform") && e.num("y") > 0.6 * height)
+        .filter(|e| !e.text.starts_with(x_desc))
+        .map(|e| (e.num("x"), e.text.clone()))
+        .collect();
+    ticks.sort_by(|a, b| a.0.total_cmp(&b.0));
+    ticks
+}
+
+/// Rank tick labels must be integers and powers of two, in increasing order.
+fn assert_power_of_two_ticks(ticks: &[(f64, String)], plot: &str) {
+    assert!(ticks.len() >= 2, "{plot}: too few rank ticks: {ticks:?}");
+    let values: Vec<u64> = ticks
+        .iter()
+        .map(|(_, t)| {
+            t.parse::<u64>()
+                .unwrap_or_else(|_| panic!("{plot}: rank tick {t:?} is not an integer ({ticks:?})"))
+        })
+        .collect();
+    for v in &values {
+        assert!(v.is_power_of_two(), "{plot}: rank tick {v} is not a power of two ({values:?})");
+    }
+    assert!(values.windows(2).all(|w| w[0] < w[1]), "{plot}: {values:?}");
+}
+
+/// Error bars as plotters draws them: a vertical line with a short horizontal cap
+/// centred on each end. Returns each bar's x.
+fn error_bars(els: &[Element]) -> Vec<f64> {
+    let lines: Vec<[f64; 4]> = els
+        .iter()
+        .filter(|e| e.tag == "line")
+        .map(|e| [e.num("x1"), e.num("y1"), e.num("x2"), e.num("y2")])
+        .collect();
+    let cap_at = |x: f64, y: f64| {
+        lines
+            .iter()
+            .any(|c| c[1] == c[3] && c[1] == y && (c[0] + c[2]) / 2.0 == x && (c[2] - c[0]).abs() == ddpbench::plot::ERROR_CAP_PX as f64)
+    };
+    lines
+        .iter()
+        .filter(|l| l[0] == l[2] && l[1] != l[3] && cap_at(l[0], l[1]) && cap_at(l[0], l[3]))
+        .map(|l| l[0])
+        .collect()
+}
+
+fn reduce_fixture(out: &Path, with_projection: bool) {
+    let f = fixtures();
+    let (single, runs, sweep) = (f.join("single"), f.join("study/runs"), f.join("sweep"));
+    let mut args = vec!["reduce".to_string(), path_str(&single), path_str(&runs)];
+    if with_projection {
+        args.extend(["--interconnect".into(), path_str(&sweep)]);
+    }
+    args.extend(["--out".into(), path_str(out)]);
+    ddpbench(&args.iter().map(String::as_str).collect::<Vec<_>>()).assert_ok();
+}
+
+/// Rows of scaling.csv that carry an interval, by rank count.
+fn intervals_by_ranks(out: &Path) -> BTreeMap<u64, usize> {
+    let (h, rows) = read_csv(&out.join("scaling.csv"));
+    let at = |name: &str| h.iter().position(|c| c == name).unwrap();
+    let (ranks, low, high, speedup) = (at("ranks"), at("speedup_low"), at("speedup_high"), at("speedup"));
+    let mut by = BTreeMap::new();
+    for r in &rows {
+        let finite = |i: usize| r[i].parse::<f64>().is_ok_and(f64::is_finite);
+        if finite(low) && finite(high) && finite(speedup) {
+            *by.entry(r[ranks].parse::<u64>().unwrap()).or_default() += 1;
+        }
+    }
+    by
+}
+
+#[test]
+fn scaling_plots_tick_powers_of_two_and_draw_an_error_bar_per_interval() {
+    let d = tmp();
+    reduce_fixture(d.path(), false);
+    let expected = intervals_by_ranks(d.path());
+    assert!(!expected.is_empty(), "the fixture has intervals: {expected:?}");
+    for plot in ["speedup", "efficiency"] {
+        let els = read_svg(d.path(), plot);
+        let ticks = x_tick_labels(&els, "ranks");
+        assert_power_of_two_ticks(&ticks, plot);
+        // One bar per interval, each at its rank count's tick.
+        let bars = error_bars(&els);
+        assert_eq!(
+            bars.len(),
+            expected.values().sum::<usize>(),
+            "{plot}: bars at {bars:?}, intervals {expected:?}"
+        );
+        let tick_x = |ranks: u64| ticks.iter().find(|t| t.1 == ranks.to_string()).map(|t| t.0);
+        for (ranks, n) in &expected {
+            let x = tick_x(*ranks).unwrap_or_else(|| panic!("{plot}: no tick for {ranks} ranks: {ticks:?}"));
+            assert_eq!(
+                bars.iter().filter(|b| (**b - x).abs() < 1.0).count(),
+                *n,
+                "{plot}: bars at {ranks} ranks"
+            );
+        }
+        // The ideal line: a polyline in the ideal colour from the 1-rank tick to the largest.
+        let ideal = format!(
+            "#{:02X}{:02X}{:02X}",
+            ddpbench::plot::IDEAL.0,
+            ddpbench::plot::IDEAL.1,
+            ddpbench::plot::IDEAL.2
+        );
+        let line = els
+            .iter()
+            .find(|e| e.tag == "polyline" && e.attrs.get("stroke") == Some(&ideal))
+            .unwrap_or_else(|| panic!("{plot}: no ideal line in {ideal}"));
+        let xs: Vec<f64> = line.attrs["points"]
+            .split_whitespace()
+            .map(|p| p.split(',').next().unwrap().parse().unwrap())
+            .collect();
+        let max_ranks = *expected.keys().max().unwrap();
+        assert_eq!(xs.first().copied(), tick_x(1), "{plot}: ideal starts at 1 rank");
+        assert_eq!(xs.last().copied(), tick_x(max_ranks), "{plot}: ideal ends at {max_ranks} ranks");
+        assert!(
+            els.iter().any(|e| e.tag == "text" && e.text.starts_with("ideal")),
+            "{plot}: no legend entry for ideal"
+        );
+    }
+    // No projection without an interconnect model, so no band.
+    assert!(!d.path().join("projection.svg").exists());
+}
+
+#[test]
+fn projection_plot_fills_one_band_per_projected_workload() {
+    let d = tmp();
+    reduce_fixture(d.path(), true);
+    let (h, rows) = read_csv(&d.path().join("projection.csv"));
+    let at = |name: &str| h.iter().position(|c| c == name).unwrap();
+    let workloads: BTreeSet<(String, String)> = rows.iter().map(|r| (r[at("from_run")].clone(), r[at("scaling")].clone())).collect();
+    assert!(!workloads.is_empty());
+    let els = read_svg(d.path(), "projection");
+    let bands = els.iter().filter(|e| e.tag == "polygon").count();
+    assert_eq!(bands, workloads.len(), "one band per projected workload: {workloads:?}");
+    assert_power_of_two_ticks(&x_tick_labels(&els, "ranks"), "projection");
+}
+
+#[test]
+fn phases_are_one_stacked_bar_per_rank_count_and_batch() {
+    let d = tmp();
+    reduce_fixture(d.path(), false);
+    let (h, rows) = read_csv(&d.path().join("summary.csv"));
+    let at = |name: &str| h.iter().position(|c| c == name).unwrap();
+    let shapes: BTreeSet<(u64, u64)> = rows
+        .iter()
+        .map(|r| (r[at("ranks")].parse().unwrap(), r[at("batch_per_rank")].parse().unwrap()))
+        .collect();
+    let els = read_svg(d.path(), "phases");
+    let labels: Vec<String> = x_tick_labels(&els, "ranks ·").into_iter().map(|t| t.1).collect();
+    let want: Vec<String> = shapes.iter().map(|(r, b)| format!("{r} r · b{b}")).collect();
+    assert_eq!(labels, want);
+    // Every bar has one forward segment (the second colour): the runs of a rank count are
+    // averaged into one bar, not drawn side by side.
+    let forward = format!(
+        "#{:02X}{:02X}{:02X}",
+        ddpbench::plot::PALETTE[1].0,
+        ddpbench::plot::PALETTE[1].1,
+        ddpbench::plot::PALETTE[1].2
+    );
+    let rects = els
+        .iter()
+        .filter(|e| e.tag == "rect" && e.attrs.get("fill") == Some(&forward))
+        .count();
+    // The legend's swatch is one more.
+    assert_eq!(rects, shapes.len() + 1);
+}
