@@ -72,13 +72,17 @@ fn assert_well_formed_and_nested(ev: &[Value]) {
     }
 }
 
-/// `clock.csv`'s offset of `rank` at its time `t_s`, interpolated as the merge says.
+/// `clock.csv`'s offset of `rank` at its time `t_s`, interpolated as the merge says: the
+/// exact offset (`exact_offset_s`, ranks on rank 0's kernel) where a row has one, else
+/// the round-trip estimate (`offset_s`).
 fn offset_s(clock: &(Vec<String>, Vec<Vec<String>>), rank: usize, t_s: f64) -> f64 {
     let (h, rows) = clock;
     let (ranks, at, off) = (col(h, rows, "rank"), col(h, rows, "rank0_at_s"), col(h, rows, "offset_s"));
+    let exact = h.iter().position(|c| c == "exact_offset_s").expect("clock.csv has exact_offset_s");
+    let best = |i: usize| rows[i][exact].parse::<f64>().unwrap_or(off[i]);
     let mut pts: Vec<(f64, f64)> = (0..rows.len())
         .filter(|&i| ranks[i] as usize == rank)
-        .map(|i| (at[i], off[i]))
+        .map(|i| (at[i], best(i)))
         .collect();
     pts.sort_by(|a, b| a.0.total_cmp(&b.0));
     let i = pts.partition_point(|p| p.0 <= t_s);
@@ -170,6 +174,18 @@ fn traced_steps_are_well_formed_match_the_csv_and_merge_on_clock_csv_offsets() {
     let mev = merged["traceEvents"].as_array().unwrap().clone();
     assert_well_formed_and_nested(&mev);
     let clock = read_csv(&out.join("clock.csv"));
+    // Both ranks run on this host's kernel: rank 1's offsets are exact, and differ from
+    // the round-trip estimates the merge must not use in their place.
+    let exact = col(&clock.0, &clock.1, "rank")
+        .iter()
+        .zip(&clock.1)
+        .filter(|(r, _)| **r == 1.0)
+        .map(|(_, row)| row[clock.0.iter().position(|c| c == "exact_offset_s").unwrap()].clone())
+        .collect::<Vec<_>>();
+    assert!(
+        !exact.is_empty() && exact.iter().all(|e| e.parse::<f64>().is_ok()),
+        "rank 1's exact offsets: {exact:?}"
+    );
     let host = json(&out.join("manifest.json"))["ranks"][1]["host"].as_str().unwrap().to_string();
     for rank in 0..2u64 {
         let own = events(&out.join(format!("trace/rank-{rank:05}.trace.json")));
