@@ -205,6 +205,67 @@ fn traced_steps_are_well_formed_match_the_csv_and_merge_on_clock_csv_offsets() {
     }
 }
 
+#[test]
+fn data_workers_batches_are_on_their_own_tracks_one_per_batch_of_the_window() {
+    let d = tmp();
+    let out = d.path().join("run");
+    let o = path_str(&out);
+    let args = [
+        "--max-steps",
+        "12",
+        "--warmup-steps",
+        "2",
+        "--trace-steps",
+        "3:11",
+        "--workers",
+        "2",
+        "--val-samples",
+        "100",
+        "--out",
+        &o,
+    ];
+    train(2, &args, LIMIT).assert_ok();
+    for rank in 0..2u64 {
+        let ev = events(&out.join(format!("trace/rank-{rank:05}.trace.json")));
+        assert_well_formed_and_nested(&ev);
+        let batches = named(&ev, "batch ");
+        // One micro-batch a step (no --grad-accum), steps 3..11 of epoch 0: batches 3..11,
+        // batch b prepared by worker b mod 2.
+        assert_eq!(batches.len(), 8, "rank {rank}: one span per batch the window's steps used");
+        let mut seen: Vec<u64> = batches.iter().map(|b| b["args"]["batch"].as_u64().unwrap()).collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (3..11).collect::<Vec<u64>>(), "rank {rank}");
+        for b in &batches {
+            let (batch, worker) = (b["args"]["batch"].as_u64().unwrap(), b["args"]["worker"].as_u64().unwrap());
+            assert_eq!(worker, batch % 2, "{b}");
+            assert_eq!(b["tid"], 16 + worker, "{b}");
+            assert_eq!(b["args"]["step"], batch, "{b}");
+            // Inside the run, and prepared before the step that used it had its data.
+            let step = ev
+                .iter()
+                .find(|e| e["name"] == format!("ProfilerStep#{batch}"))
+                .unwrap_or_else(|| panic!("step {batch} traced"));
+            let data_end = ev
+                .iter()
+                .filter(|e| e["name"] == "data" && f(e, "ts") >= f(step, "ts") && f(e, "ts") <= f(step, "ts") + f(step, "dur"))
+                .map(|e| f(e, "ts") + f(e, "dur"))
+                .next()
+                .expect("the step's data phase");
+            assert!(
+                f(b, "ts") >= 0.0 && f(b, "ts") + f(b, "dur") <= data_end + 1e-3,
+                "{b} ends after {data_end}"
+            );
+        }
+        for w in 0..2u64 {
+            let meta = ev
+                .iter()
+                .find(|e| e["ph"] == "M" && e["name"] == "thread_name" && e["tid"] == 16 + w)
+                .unwrap_or_else(|| panic!("rank {rank}: worker {w}'s track is not named"));
+            assert_eq!(meta["args"]["name"], format!("data worker {w}: batch preparation"));
+        }
+    }
+}
+
 /// Starts `mpirun -n 2 ddpbench train --trace-steps 0:2000 ...`, output to files in `d`.
 fn spawn_traced(d: &Path, out: &Path) -> Child {
     use std::os::unix::process::CommandExt;
@@ -376,6 +437,9 @@ fn holistic_trace_analysis_loads_both_ranks_with_their_events() {
         "--warmup-steps",
         "1",
         "--trace",
+        // The data workers' tracks too.
+        "--workers",
+        "2",
         "--val-samples",
         "100",
         "--out",

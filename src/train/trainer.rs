@@ -372,6 +372,10 @@ impl<'g> Trainer<'g> {
         let schedule = self.facts.schedule;
         let steps = schedule.steps_per_epoch.min(schedule.total_steps - self.progress.global_step);
         let mut loader = self.epoch_loader(epoch, steps)?;
+        let first = self.progress.global_step;
+        if self.records.trace.as_ref().is_some_and(|t| t.overlaps(first, first + steps)) {
+            loader.record_spans();
+        }
         let bar = crate::progress::Bar::epoch(epoch, schedule.epochs, steps);
         let mut loss_sum = 0.0;
         for step in 0..steps {
@@ -384,6 +388,9 @@ impl<'g> Trainer<'g> {
             self.inject_faults(at)?;
             let lr = schedule.lr(self.facts.cfg.learning_rate(), at.global_step);
             let measured = self.machine.step(&mut loader, lr, at)?;
+            if let Some(t) = self.records.trace.as_mut() {
+                super::recording::trace_batches(t, &loader.take_spans(), at)?;
+            }
             self.progress.global_step += 1;
             self.watchdog.set_steps(self.progress.global_step);
             last_gasp::set_steps(self.progress.global_step);
