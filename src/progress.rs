@@ -67,6 +67,7 @@ fn watched_terminal_columns() -> Option<u16> {
 
 /// The columns of the terminal open on `fd`.
 fn columns_of(fd: libc::c_int) -> u16 {
+    // SAFETY: winsize is plain integers, for which all zeros is a valid value.
     let mut w: libc::winsize = unsafe { std::mem::zeroed() };
     // SAFETY: TIOCGWINSZ fills a winsize for a terminal descriptor and fails otherwise.
     let ok = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut w) } == 0;

@@ -117,3 +117,26 @@ fn with_stderr_a_file_no_control_characters_reach_it() {
     assert!(bad.is_empty(), "control characters in the log: {bad:?}");
     assert!(!job.stderr.contains("ETA"), "a bar in the log: {}", job.stderr);
 }
+
+#[test]
+fn rank_0_draws_a_bar_over_a_studys_points_above_each_points_epoch_bar() {
+    let d = tmp();
+    let file = d.path().join("bar.toml");
+    std::fs::write(
+        &file,
+        "name = \"bar\"\nmodels = [\"mnist-cnn\"]\ndatasets = [\"fashion-mnist\"]\nbatch_sizes = [32]\n\
+         scaling = \"weak\"\nrepeat = 1\nmax_steps = 6\nval_samples = 64\nprobe_iters = 0\n",
+    )
+    .unwrap();
+    let out = path_str(&d.path().join("study"));
+    let text = under_terminal(d.path(), &["study", &path_str(&file), "--out", &out]);
+    // Ladder [1, 2]: two points, each a run with its own epoch bar.
+    assert!(text.contains("rank 0 · study ["), "no study bar: {text:?}");
+    assert!(
+        text.contains("] 0/2 points · point 000-") && text.contains("] 1/2 points · point 001-"),
+        "{text:?}"
+    );
+    assert!(text.contains("rank 0 · epoch 1/1 ["), "no epoch bar inside the study: {text:?}");
+    assert!(!text.contains("rank 1 ·"), "rank 1 drew a bar: {text:?}");
+    assert_log_lines_whole(&text);
+}

@@ -287,6 +287,7 @@ fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Re
             break;
         }
     }
+    drop(bar);
     let verdict = if g.rank == 0 {
         finish(&out, &book.state, &plan, spec.repeat, stopped)
     } else {
