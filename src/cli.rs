@@ -46,7 +46,7 @@ pub enum Command {
     Reduce(crate::reduce::ReduceArgs),
     /// Merge a traced run's per-rank traces (`train --trace`) into RUN_DIR/timeline.json on
     /// one clock, for Perfetto UI or chrome://tracing.
-    Trace(crate::trace::TraceArgs),
+    Trace(crate::reduce::timeline::TraceArgs),
     /// Print this machine's topology and the binding N local ranks would get.
     Topo(crate::topology::TopoArgs),
     /// Say which rank hung a run and in which collective, from the flight records the watchdog left.

@@ -30,6 +30,7 @@ pub mod job;
 pub mod model;
 pub mod optim;
 pub mod plot;
+pub mod progress;
 pub mod record;
 pub mod reduce;
 pub mod stats;

@@ -15,11 +15,11 @@ fn run() -> anyhow::Result<()> {
         Command::Reduce(args) => {
             let runs = args.runs.clone();
             ddpbench::reduce::main(args)?;
-            ddpbench::trace::merge_traced(&runs)
+            ddpbench::reduce::timeline::merge_traced(&runs)
         }
         Command::Loader(args) => ddpbench::data::pipeline::main(args),
         Command::Diagnose(args) => ddpbench::diagnose::main(args),
-        Command::Trace(args) => ddpbench::trace::main(args),
+        Command::Trace(args) => ddpbench::reduce::timeline::main(args),
         Command::Topo(args) => ddpbench::topology::main(args),
         Command::GenBigmnist(args) => ddpbench::data::bigmnist::generate(args),
         Command::Models(args) => ddpbench::model::main(args),

@@ -468,7 +468,9 @@ impl Sweep<'_> {
             device,
             transport: transport.as_mut(),
         };
-        for &bytes in &self.sizes {
+        let bar = crate::progress::Bar::new(&format!("all-reduce {}", backend.name()), self.sizes.len() as u64, "sizes");
+        for (done, &bytes) in self.sizes.iter().enumerate() {
+            bar.set(done as u64, format!("{bytes} bytes"));
             let mut pair = Vec::new();
             for in_place in [false, true] {
                 let m = sweep::measure(&mut target, bytes, self.args.dtype, in_place, timing)?;
@@ -480,7 +482,7 @@ impl Sweep<'_> {
                 pair.push(row);
             }
             if print {
-                print_line(&pair);
+                crate::progress::suspend(|| print_line(&pair));
             }
             self.rows.extend(pair);
             if stop_signal(comm).is_some() {

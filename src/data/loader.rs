@@ -3,7 +3,26 @@
 
 use super::{bigmnist, Split, StreamSource};
 use anyhow::{anyhow, Result};
+use std::time::Instant;
 use tch::{Device, Tensor};
+
+/// Spans kept between two [`Loader::take_spans`] at most: a step takes a few batches, so
+/// a caller that stops taking them loses spans rather than growing memory.
+const MAX_KEPT_SPANS: usize = 4096;
+
+/// When a worker thread prepared one batch, on the host clock.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchSpan {
+    /// The worker, from 0.
+    pub worker: usize,
+    /// The batch's place in the epoch, from 0.
+    pub batch: usize,
+    pub start: Instant,
+    pub end: Instant,
+}
+
+/// A prepared batch and when it was prepared.
+type Prepared = (Result<(Tensor, Tensor)>, BatchSpan);
 
 /// The most batch-preparing threads one process may start on a node with `online_cpus`
 /// hardware threads: 4 per hardware thread (room for threads that wait on reads), at
@@ -18,9 +37,11 @@ pub fn max_workers(online_cpus: usize) -> usize {
 pub struct Loader {
     stream: Option<(bigmnist::BlockStream, usize, f64, f64)>,
     source: Option<(Split, std::vec::IntoIter<Vec<i64>>, Option<Device>)>,
-    queues: Vec<std::sync::mpsc::Receiver<Result<(Tensor, Tensor)>>>,
+    queues: Vec<std::sync::mpsc::Receiver<Prepared>>,
     next: usize,
     remaining: usize,
+    /// The spans of the batches handed out since the last take, when recorded.
+    spans: Option<Vec<BatchSpan>>,
 }
 
 impl Loader {
@@ -40,6 +61,7 @@ impl Loader {
                 queues: Vec::new(),
                 next: 0,
                 remaining,
+                spans: None,
             });
         }
         let queues = (0..workers)
@@ -50,9 +72,17 @@ impl Loader {
                 std::thread::Builder::new()
                     .name(format!("ddpbench-batch-{w}"))
                     .spawn(move || {
-                        for idx in mine {
+                        for (k, idx) in mine.into_iter().enumerate() {
+                            let start = Instant::now();
+                            let batch = data.host_batch(&Tensor::from_slice(&idx), pin);
+                            let span = BatchSpan {
+                                worker: w,
+                                batch: w + k * workers,
+                                start,
+                                end: Instant::now(),
+                            };
                             // A closed queue means the epoch ended early: stop quietly.
-                            if tx.send(data.host_batch(&Tensor::from_slice(&idx), pin)).is_err() {
+                            if tx.send((batch, span)).is_err() {
                                 return;
                             }
                         }
@@ -67,6 +97,7 @@ impl Loader {
             queues,
             next: 0,
             remaining,
+            spans: None,
         })
     }
 
@@ -81,7 +112,19 @@ impl Loader {
             queues: Vec::new(),
             next: 0,
             remaining: batches,
+            spans: None,
         }
+    }
+
+    /// From now on keeps when the worker threads prepared each batch handed out, for
+    /// [`Loader::take_spans`] (batches prepared inline or streamed have none).
+    pub fn record_spans(&mut self) {
+        self.spans = Some(Vec::new());
+    }
+
+    /// The spans of the batches handed out since the last take, in the order handed out.
+    pub fn take_spans(&mut self) -> Vec<BatchSpan> {
+        self.spans.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// The next batch in host memory, or None at the end of the epoch.
@@ -95,7 +138,12 @@ impl Loader {
         } else {
             match &mut self.source {
                 Some((split, it, pin)) => it.next().map(|idx| split.host_batch(&Tensor::from_slice(&idx), *pin)),
-                None => self.queues[self.next % self.queues.len()].recv().ok(),
+                None => self.queues[self.next % self.queues.len()].recv().ok().map(|(batch, span)| {
+                    if let Some(kept) = self.spans.as_mut().filter(|k| k.len() < MAX_KEPT_SPANS) {
+                        kept.push(span);
+                    }
+                    batch
+                }),
             }
         };
         self.next += 1;

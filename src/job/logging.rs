@@ -1,5 +1,6 @@
 //! Log lines on stderr through `tracing`: rank 0 at `info`, the other ranks at `warn`
-//! (so a job of many ranks prints each fact once), `DDPBENCH_LOG` to change either.
+//! (so a job of many ranks prints each fact once), `DDPBENCH_LOG` to change either;
+//! each line written whole between redraws of the progress bars ([`crate::progress`]).
 
 use tracing_subscriber::EnvFilter;
 
@@ -12,6 +13,6 @@ pub fn init(rank: usize) {
         .with_env_filter(filter)
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
+        .with_writer(crate::progress::LogWriter)
         .try_init();
 }

@@ -13,6 +13,7 @@ mod args;
 pub mod metrics;
 pub mod read;
 pub mod report;
+pub mod timeline;
 
 pub use analysis::{read_run, RunStats};
 pub use args::{ReduceArgs, ReduceRequest};

@@ -259,12 +259,14 @@ fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Re
     };
     // A stop signal during the sweep ends the study before its first point.
     let mut stopped = swept != Swept::Whole;
+    let bar = crate::progress::Bar::new("study", names.len() as u64, "points");
     for (part, &(pi, rep)) in plan::schedule(plan.points.len(), spec.repeat).iter().enumerate() {
         if stopped {
             break;
         }
         let point = &plan.points[pi];
         let name = plan::run_name(point, rep);
+        bar.set(part as u64, format!("point {name}"));
         // Rank 0 decides from the run's folder what to do with this point; every rank follows.
         let decision = if g.rank == 0 {
             state::decide(&out, &book.state, &name, args.retry_failed)
@@ -285,6 +287,7 @@ fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Re
             break;
         }
     }
+    drop(bar);
     let verdict = if g.rank == 0 {
         finish(&out, &book.state, &plan, spec.repeat, stopped)
     } else {

@@ -16,6 +16,8 @@ pub mod tid {
     pub const HAND_OVER: u64 = 3;
     /// Counters (loss).
     pub const COUNTERS: u64 = 4;
+    /// Data worker w's batch preparation is on thread `WORKER_FIRST + w`.
+    pub const WORKER_FIRST: u64 = 16;
 }
 
 /// An event on one rank's own clock: nanoseconds since its start of the run.

@@ -1,56 +1,12 @@
 //! Traces: what every rank did, step by step, in the Chrome trace-event format that
 //! Perfetto, `chrome://tracing` and Holistic Trace Analysis read. `train --trace` writes
 //! one file per rank ([`writer`]); `ddpbench trace RUN_DIR` (and `reduce` on a traced
-//! run) merges them on one clock into `timeline.json` ([`merge`]).
+//! run) merges them on one clock into `timeline.json` (`crate::reduce::timeline`, next
+//! to the clock offsets it corrects by).
 
-pub mod clock;
 pub mod event;
-pub mod merge;
-pub mod read;
 pub mod window;
 pub mod writer;
 
 pub use window::StepWindow;
-pub use writer::{RankIdentity, RankTrace, TracedStep};
-
-use anyhow::Result;
-use clap::Args;
-use std::path::PathBuf;
-
-/// `ddpbench trace RUN_DIR`.
-#[derive(Args, Debug)]
-pub struct TraceArgs {
-    /// A run folder written by `ddpbench train --trace`: its trace/rank-*.trace.json files
-    /// are merged into RUN_DIR/timeline.json on rank 0's clock (open it in Perfetto UI or
-    /// chrome://tracing).
-    pub run_dir: PathBuf,
-}
-
-/// Entry point of `ddpbench trace`.
-pub fn main(args: TraceArgs) -> Result<()> {
-    let m = merge::merge(&args.run_dir)?;
-    report(&m);
-    Ok(())
-}
-
-/// After `reduce`: merges the timeline of every run folder given that holds traces.
-pub fn merge_traced(runs: &[PathBuf]) -> Result<()> {
-    for dir in runs.iter().filter(|d| d.join(writer::TRACE_DIR).is_dir()) {
-        report(&merge::merge(dir)?);
-    }
-    Ok(())
-}
-
-/// Logs what a merge wrote, and which ranks' files were cut short or absent.
-pub fn report(m: &merge::Merged) {
-    println!("{}: {} events of {} rank(s) on one clock", m.path.display(), m.events, m.ranks);
-    if !m.partial.is_empty() {
-        eprintln!(
-            "rank(s) {:?} stopped before the run completed their trace: their events up to the last whole one are merged",
-            m.partial
-        );
-    }
-    if !m.missing.is_empty() {
-        eprintln!("rank(s) {:?} left no trace file", m.missing);
-    }
-}
+pub use writer::{RankIdentity, RankTrace, TracedStep, WorkerBatch};

@@ -56,6 +56,16 @@ pub struct TracedStep<'a> {
     pub samples: usize,
 }
 
+/// When a data worker thread prepared one batch that a traced step used.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerBatch {
+    pub worker: usize,
+    /// The batch's place in its epoch.
+    pub batch: usize,
+    pub start: Instant,
+    pub end: Instant,
+}
+
 /// A rank's trace file, open while the run goes.
 pub struct RankTrace {
     id: RankIdentity,
@@ -63,6 +73,8 @@ pub struct RankTrace {
     origin: Instant,
     path: PathBuf,
     out: BufWriter<File>,
+    /// The workers whose thread is named in the file already.
+    named_workers: Vec<bool>,
 }
 
 impl RankTrace {
@@ -79,6 +91,7 @@ impl RankTrace {
             id,
             window,
             origin,
+            named_workers: Vec::new(),
         };
         t.out.write_all(b"[\n")?;
         let name = format!("rank {} · {} · {}", t.id.rank, t.id.host, t.id.node_type);
@@ -181,6 +194,32 @@ impl RankTrace {
         let mut loss = Event::slice("loss", "counter", tid::COUNTERS, end_ns, end_ns);
         loss.ph = 'C';
         ev.push(loss.with_args(json!({ "loss": if s.loss.is_finite() { json!(s.loss) } else { json!(null) } })));
+        self.write(&ev)
+    }
+
+    /// The batches that global step `global_step` used, each on its worker's thread (named
+    /// the first time it appears), when the window holds the step.
+    pub fn batches(&mut self, global_step: usize, batches: &[WorkerBatch]) -> Result<()> {
+        if !self.wants(global_step) || batches.is_empty() {
+            return Ok(());
+        }
+        let mut ev = Vec::with_capacity(2 * batches.len());
+        for b in batches {
+            let tid = tid::WORKER_FIRST + b.worker as u64;
+            if self.named_workers.len() <= b.worker {
+                self.named_workers.resize(b.worker + 1, false);
+            }
+            if !std::mem::replace(&mut self.named_workers[b.worker], true) {
+                let name = format!("data worker {}: batch preparation", b.worker);
+                ev.push(Event::metadata("thread_name", tid, json!({ "name": name })));
+                ev.push(Event::metadata("thread_sort_index", tid, json!({ "sort_index": tid })));
+            }
+            let (from, to) = (self.since_origin_ns(b.start), self.since_origin_ns(b.end));
+            ev.push(
+                Event::slice(format!("batch {}", b.batch), "cpu_op", tid, from, to)
+                    .with_args(json!({ "worker": b.worker, "batch": b.batch, "step": global_step })),
+            );
+        }
         self.write(&ev)
     }
 

@@ -372,6 +372,11 @@ impl<'g> Trainer<'g> {
         let schedule = self.facts.schedule;
         let steps = schedule.steps_per_epoch.min(schedule.total_steps - self.progress.global_step);
         let mut loader = self.epoch_loader(epoch, steps)?;
+        let first = self.progress.global_step;
+        if self.records.trace.as_ref().is_some_and(|t| t.overlaps(first, first + steps)) {
+            loader.record_spans();
+        }
+        let bar = crate::progress::Bar::epoch(epoch, schedule.epochs, steps);
         let mut loss_sum = 0.0;
         for step in 0..steps {
             let at = StepAt {
@@ -383,22 +388,26 @@ impl<'g> Trainer<'g> {
             self.inject_faults(at)?;
             let lr = schedule.lr(self.facts.cfg.learning_rate(), at.global_step);
             let measured = self.machine.step(&mut loader, lr, at)?;
+            if let Some(t) = self.records.trace.as_mut() {
+                super::recording::trace_batches(t, &loader.take_spans(), at)?;
+            }
             self.progress.global_step += 1;
             self.watchdog.set_steps(self.progress.global_step);
             last_gasp::set_steps(self.progress.global_step);
             if let Some(m) = measured {
-                loss_sum += self.after_step(&m)?;
+                loss_sum += self.after_step(&m, &bar)?;
             }
             if let Some(sig) = self.stop_signal() {
                 if let Some(m) = self.machine.flush() {
-                    self.after_step(&m)?;
+                    self.after_step(&m, &bar)?;
                 }
                 return Ok(Some(sig));
             }
         }
         if let Some(m) = self.machine.flush() {
-            loss_sum += self.after_step(&m)?;
+            loss_sum += self.after_step(&m, &bar)?;
         }
+        drop(bar);
         self.records.steps_log.sync()?;
         // Epoch end (checks, validation): set-up's limit, since ranks may differ there.
         self.watchdog
@@ -422,8 +431,8 @@ impl<'g> Trainer<'g> {
     }
 
     /// A step whose times are final: its row, the loss check, the watchdog's step limit
-    /// and the progress line. Returns its loss.
-    fn after_step(&mut self, m: &Measured) -> Result<f64> {
+    /// and the progress line and bar. Returns its loss.
+    fn after_step(&mut self, m: &Measured, bar: &crate::progress::Bar) -> Result<f64> {
         let at = m.at;
         let row = self.record_step(m, at)?;
         if !row.loss.is_finite() {
@@ -433,6 +442,7 @@ impl<'g> Trainer<'g> {
             self.watchdog.set_limit(limit);
         }
         self.log_progress(at.epoch, at.step, &row);
+        bar.step(at.step + 1, (m.samples * self.g.size) as u64, row.loss);
         Ok(row.loss)
     }
 

@@ -345,11 +345,12 @@ fn write_shards(plan: &ShardPlan, unique: &Arc<Vec<u8>>, resumed: usize, done: &
             resumed,
             start: t1,
             last_decile: std::cell::Cell::new(0),
+            bar: crate::progress::Bar::percent("gen-bigmnist", todo_samples),
         };
         while !workers.iter().all(|w| w.is_finished()) {
             progress.show(&written, &finished);
         }
-        progress.end();
+        drop(progress);
         workers.into_iter().map(|w| w.join().expect("shard writer panicked")).collect()
     });
     for r in results {
@@ -368,49 +369,39 @@ fn write_shards(plan: &ShardPlan, unique: &Arc<Vec<u8>>, resumed: usize, done: &
     Ok((threads, written.load(Ordering::Relaxed)))
 }
 
-/// Progress of the writers: a bar on a terminal, a line per 10 % otherwise.
+/// Progress of the writers: a bar on a terminal ([`crate::progress`]), a line per 10 %
+/// otherwise.
 struct Progress {
     todo_samples: u64,
     n_shards: usize,
     resumed: usize,
     start: std::time::Instant,
     last_decile: std::cell::Cell<usize>,
+    bar: crate::progress::Bar,
 }
 
 impl Progress {
-    fn tty() -> bool {
-        std::io::IsTerminal::is_terminal(&std::io::stderr())
-    }
-
     /// Waits a moment, then shows the samples written and shards finished so far.
     fn show(&self, written: &AtomicU64, finished: &AtomicUsize) {
-        let tty = Self::tty();
-        std::thread::sleep(std::time::Duration::from_millis(if tty { 200 } else { 500 }));
+        let shown = self.bar.shown();
+        std::thread::sleep(std::time::Duration::from_millis(if shown { 200 } else { 500 }));
         let (written, finished) = (written.load(Ordering::Relaxed), finished.load(Ordering::Relaxed));
         let frac = written as f64 / self.todo_samples.max(1) as f64;
         let rate = written as f64 / self.start.elapsed().as_secs_f64().max(1e-9);
         let eta = (self.todo_samples - written.min(self.todo_samples)) as f64 / rate.max(1.0);
-        if tty {
-            let filled = (frac * 30.0) as usize;
-            eprint!(
-                "\r[{}{}] {:5.1} %  {}/{} shards  {:.2} M samples/s  ETA {:.0} s ",
-                "#".repeat(filled),
-                " ".repeat(30 - filled.min(30)),
-                frac * 100.0,
-                finished + self.resumed,
-                self.n_shards,
-                rate / 1e6,
-                eta
+        if shown {
+            self.bar.set(
+                written,
+                format!(
+                    "{}/{} shards · {:.2} M samples/s",
+                    finished + self.resumed,
+                    self.n_shards,
+                    rate / 1e6
+                ),
             );
         } else if (frac * 10.0) as usize > self.last_decile.get() {
             self.last_decile.set((frac * 10.0) as usize);
             eprintln!("{:.0} % written ({:.2} M samples/s, ETA {:.0} s)", frac * 100.0, rate / 1e6, eta);
-        }
-    }
-
-    fn end(&self) {
-        if Self::tty() {
-            eprintln!();
         }
     }
 }

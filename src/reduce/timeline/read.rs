@@ -4,7 +4,7 @@
 //! the first line that is not a whole event, so a rank killed mid-write gives every
 //! event it finished.
 
-use super::writer::MAX_FILE_BYTES;
+use crate::trace::writer::MAX_FILE_BYTES;
 use anyhow::{bail, Context, Result};
 use serde_json::{Map, Value};
 use std::io::Read;

@@ -1,12 +1,13 @@
 //! The merged `timeline.json` of a run: every rank's trace on rank 0's clock, corrected
-//! by the offsets of `clock.csv` ([`super::clock`]), one
+//! by the offsets of `clock.csv` as `reduce` reads them ([`ClockOffsets`]: the exact
+//! offset where a rank shares rank 0's kernel, else the round-trip estimate), one
 //! process per rank named `rank R · host · node type`, sorted so the ranks of a node sit
 //! together. Chrome's trace viewer and Perfetto open it.
 
-use super::clock::Offsets;
 use super::read::{rank_file, RankEvents};
-use super::writer::{file_name, TRACE_DIR};
 use crate::record::Manifest;
+use crate::reduce::read::ClockOffsets;
+use crate::trace::writer::{file_name, TRACE_DIR};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Map, Value};
 use std::io::{BufWriter, Write};
@@ -38,7 +39,8 @@ pub fn merge(run_dir: &Path) -> Result<Merged> {
             run_dir.display()
         );
     }
-    let offsets = Offsets::read(run_dir, world).context("clock.csv cannot place the ranks on one clock: restore the file train wrote")?;
+    let offsets = ClockOffsets::read(run_dir, world, manifest.wall_s)
+        .map_err(|e| anyhow::anyhow!("{e}: clock.csv cannot place the ranks on one clock; restore the file train wrote"))?;
     // Ranks of one host together, in rank order within it.
     let mut order: Vec<(String, usize)> = (0..world).map(|r| (host_of(&manifest, r).0, r)).collect();
     order.sort();
@@ -82,7 +84,7 @@ fn host_of(m: &Manifest, r: usize) -> (String, String) {
 }
 
 /// One rank's events on rank 0's clock, its process renamed and sorted by node.
-fn placed(read: RankEvents, rank: usize, sort_index: usize, m: &Manifest, offsets: &Offsets) -> Vec<Map<String, Value>> {
+fn placed(read: RankEvents, rank: usize, sort_index: usize, m: &Manifest, offsets: &ClockOffsets) -> Vec<Map<String, Value>> {
     let (host, node_type) = host_of(m, rank);
     let mut out = Vec::with_capacity(read.events.len());
     for mut e in read.events {
@@ -110,7 +112,7 @@ fn placed(read: RankEvents, rank: usize, sort_index: usize, m: &Manifest, offset
     out
 }
 
-fn write(path: &Path, events: &[Map<String, Value>], m: &Manifest, offsets: &Offsets) -> Result<()> {
+fn write(path: &Path, events: &[Map<String, Value>], m: &Manifest, offsets: &ClockOffsets) -> Result<()> {
     let tmp = path.with_extension("json.tmp");
     let mut w = BufWriter::new(std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?);
     let offsets_s: Vec<f64> = (0..m.world_size).map(|r| offsets.correct(r, 0.0)).collect();
