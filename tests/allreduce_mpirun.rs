@@ -32,6 +32,10 @@ fn the_sweep_times_and_checks_every_size_and_fits_the_model() {
             "6",
             "--warmup-iters",
             "2",
+            // The sweep's name before schema 4 for MPI on device memory: read as mpi,
+            // which on CPU is MPI on host memory.
+            "--backends",
+            "staged",
             "--out",
             &out,
         ],
@@ -53,7 +57,7 @@ fn the_sweep_times_and_checks_every_size_and_fits_the_model() {
     assert!(placements.chunks(2).all(|p| p == ["out-of-place", "in-place"]), "{placements:?}");
     assert!(rows
         .iter()
-        .all(|r| r[at("level")] == "intra-node" && r[at("backend")] == "mpi" && r[at("dtype")] == "float"));
+        .all(|r| r[at("level")] == "intra-node" && r[at("backend")] == "mpi" && r[at("memory")] == "host" && r[at("dtype")] == "float"));
     let count = col(&h, &rows, "count");
     let ranks = col(&h, &rows, "ranks");
     let time_s = col(&h, &rows, "time_s");
@@ -81,14 +85,21 @@ fn the_sweep_times_and_checks_every_size_and_fits_the_model() {
     // The model: one intra-node fit over 3 ranks, valid over the sizes swept.
     let m = json(&d.path().join("sw/allreduce_model.json"));
     let model = &m["models"][0];
-    assert_eq!(model["backend"], "mpi");
+    assert_eq!(
+        (&model["backend"], &model["memory"]),
+        (&serde_json::json!("mpi"), &serde_json::json!("host"))
+    );
     let intra = &model["intra"];
     assert_eq!(intra["ranks"], 3);
     assert_eq!((intra["min_bytes"].as_u64(), intra["max_bytes"].as_u64()), (Some(8), Some(131072)));
     assert!(intra["alpha_s"].as_f64().unwrap() >= 0.0 && intra["beta_s_per_byte"].as_f64().unwrap() >= 0.0);
     assert_eq!(intra["residuals"].as_array().unwrap().len(), 8);
     assert!(model["inter"].is_null());
-    assert!(job.stdout.contains("mpi intra-node model over 3 ranks"), "{}", job.stdout);
+    assert!(
+        job.stdout.contains("mpi on host memory, intra-node model over 3 ranks"),
+        "{}",
+        job.stdout
+    );
     let j = json(&d.path().join("sw/allreduce.json"));
     assert_eq!(j["rows"].as_array().unwrap().len(), rows.len());
     // A second sweep into the same folder is refused rather than mixed in.

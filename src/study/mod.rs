@@ -90,7 +90,7 @@ pub struct StudyArgs {
     pub retry_failed: bool,
 
     /// Before the points, sweep the all-reduce on the whole allocation (`ddpbench
-    /// allreduce`, 8 B to 64 MiB, MPI and, on GPUs, NCCL and staged) into <study>/allreduce
+    /// allreduce`, 8 B to 64 MiB, MPI and, on GPUs, MPI from device memory and NCCL) into <study>/allreduce
     /// (kept when a resumed study already has it), so that the report projects every
     /// workload beyond the allocation and checks the projection against the points.
     #[arg(long)]

@@ -27,7 +27,7 @@
 use super::RunStats;
 use crate::allreduce::model::{Algorithm, InterconnectModel, MAX_FIT_REL_ERROR};
 use crate::allreduce::ModelFile;
-use crate::record::{ComparisonKey, Phase};
+use crate::record::{Backend, ComparisonKey, DeviceKind, Phase};
 use crate::stats::Sketch;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -265,7 +265,7 @@ fn project(w: &Workload, model: &InterconnectModel, nodes: usize, per_node: usiz
 /// Second: notes on workloads that could not be projected.
 pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) -> (Vec<ProjectionRow>, Vec<String>) {
     let mut groups: BTreeMap<(ComparisonKey, usize), Vec<&RunStats>> = BTreeMap::new();
-    for r in runs.iter().filter(|r| r.manifest.comm_backend != "none") {
+    for r in runs.iter().filter(|r| r.manifest.comm_backend != Backend::None) {
         if let Some(key) = &r.key {
             groups.entry((key.clone(), r.manifest.batch_size_per_rank)).or_default().push(r);
         }
@@ -291,13 +291,8 @@ pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) ->
         else {
             continue;
         };
-        let device = reference
-            .manifest
-            .ranks
-            .first()
-            .map(|r| r.device.to_lowercase())
-            .unwrap_or_default();
-        let Some(bm) = models.for_run(&reference.manifest.comm_backend, &device) else {
+        let device = DeviceKind::of_ranks(reference.manifest.ranks.get(..1).unwrap_or_default());
+        let Some(bm) = models.for_run(reference.manifest.comm_backend, device) else {
             notes.push(format!(
                 "{label}: no interconnect model for its all-reduce ({}): sweep that backend with `ddpbench allreduce`",
                 reference.manifest.comm_backend
@@ -669,7 +664,7 @@ mod tests {
         use crate::allreduce::model::{LevelFit, FORMULA};
         let fit = |level: &str| LevelFit {
             level: level.into(),
-            backend: "mpi".into(),
+            backend: crate::record::Backend::Mpi,
             dtype: "float".into(),
             ranks: 2,
             alpha_s: 1e-5,

@@ -181,8 +181,8 @@ own work independent of N.\n",
         for f in [&bm.model.intra, &bm.model.inter].into_iter().flatten() {
             let _ = writeln!(
                 md,
-                "- {} {}: α = {:.2} µs, 1/β = {} over {} ranks, sizes {}–{} B, |relative error| max {:.1} %, rms {:.1} %{}",
-                bm.backend,
+                "- {}, {}: α = {:.2} µs, 1/β = {} over {} ranks, sizes {}–{} B, |relative error| max {:.1} %, rms {:.1} %{}",
+                bm.route().label(),
                 f.level,
                 f.alpha_s * 1e6,
                 if f.beta_s_per_byte > 0.0 {
@@ -284,8 +284,8 @@ fn answers(first: &ProjectionRow, runs: &[&RunStats], models: &ModelFile) -> Vec
     let Some(run) = runs.iter().find(|r| r.manifest.run_id == first.from_run) else {
         return Vec::new();
     };
-    let device = run.manifest.ranks.first().map(|r| r.device.to_lowercase()).unwrap_or_default();
-    let Some(bm) = models.for_run(&run.manifest.comm_backend, &device) else {
+    let device = crate::record::DeviceKind::of_ranks(run.manifest.ranks.get(..1).unwrap_or_default());
+    let Some(bm) = models.for_run(run.manifest.comm_backend, device) else {
         return Vec::new();
     };
     let w = Workload::of(run);
