@@ -337,7 +337,7 @@ fn a_study_sweeps_first_and_its_report_projects_its_points() {
         "--datasets",
         "synthetic",
     ]);
-    cmd.args(["--repeat", "1", "--allreduce-sweep", "--out"]).arg(&out);
+    cmd.args(["--repeats", "1", "--allreduce-sweep", "--out"]).arg(&out);
     cmd.args([
         "--",
         "--max-steps",

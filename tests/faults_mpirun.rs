@@ -451,7 +451,7 @@ fn sigterm_during_a_studys_sweep_ends_the_study_before_its_points() {
         "1,2",
         "--datasets",
         "synthetic",
-        "--repeat",
+        "--repeats",
         "1",
         "--allreduce-sweep",
         "--out",
