@@ -83,7 +83,9 @@ fn the_sweep_times_and_checks_every_size_and_fits_the_model() {
     }
     assert!(col(&h, &rows, "wrong").iter().all(|&w| w == 0.0));
     // The model: one intra-node fit over 3 ranks, valid over the sizes swept.
-    let m = json(&d.path().join("sw/allreduce_model.json"));
+    // The α–β fits are the link model, under its own name; no file keeps the old one.
+    assert!(!d.path().join("sw/allreduce_model.json").exists());
+    let m = json(&d.path().join("sw/link_model.json"));
     let model = &m["models"][0];
     assert_eq!(
         (&model["backend"], &model["memory"]),
@@ -96,7 +98,7 @@ fn the_sweep_times_and_checks_every_size_and_fits_the_model() {
     assert_eq!(intra["residuals"].as_array().unwrap().len(), 8);
     assert!(model["inter"].is_null());
     assert!(
-        job.stdout.contains("mpi on host memory, intra-node model over 3 ranks"),
+        job.stdout.contains("mpi on host memory, intra-node link model over 3 ranks"),
         "{}",
         job.stdout
     );

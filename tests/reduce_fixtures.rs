@@ -1005,10 +1005,10 @@ fn comm_last_start_before_origin_is_refused() {
     );
 }
 
-/// `allreduce_model.json` with one inter-node fit of `alpha_s` and `beta` (seconds per byte).
+/// A link model file (`link_model.json`) with one inter-node fit of `alpha_s` and `beta` (seconds per byte).
 fn model_json(alpha_s: f64, beta: f64) -> String {
-    use ddpbench::allreduce::model::{InterconnectModel, LevelFit, FORMULA};
-    use ddpbench::allreduce::{BackendModel, ModelFile};
+    use ddpbench::allreduce::link_model::{LevelFit, LinkModel, FORMULA};
+    use ddpbench::allreduce::{LinkModelFile, RouteLinkModel};
     let fit = LevelFit {
         level: "inter-node".into(),
         backend: ddpbench::record::Backend::Mpi,
@@ -1023,12 +1023,12 @@ fn model_json(alpha_s: f64, beta: f64) -> String {
         max_abs_rel_error: 0.1,
         rms_rel_error: 0.05,
     };
-    let file = ModelFile {
+    let file = LinkModelFile {
         formula: FORMULA.into(),
-        models: vec![BackendModel {
+        models: vec![RouteLinkModel {
             backend: ddpbench::record::Backend::Mpi,
             memory: ddpbench::record::Memory::Host,
-            model: InterconnectModel {
+            model: LinkModel {
                 formula: FORMULA.into(),
                 ranks_per_node: 1,
                 nodes: 2,

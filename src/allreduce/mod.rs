@@ -1,11 +1,11 @@
 //! `ddpbench allreduce`: an nccl-tests-style sweep of all-reduce sizes on every backend
 //! the node supports, at every level of the allocation (within a node, across nodes with
-//! one rank per node, the whole world), each sum checked, and the α–β model fitted to
+//! one rank per node, the whole world), each sum checked, and the link model (α–β) fitted to
 //! each level ([`model`]), which `reduce` uses to project a workload to more nodes. Every
 //! size runs through the transport training uses ([`crate::comm::transport`]), and
 //! [`probe`] times a training run's own buckets the same way.
 
-pub mod model;
+pub mod link_model;
 pub mod probe;
 pub mod sweep;
 
@@ -19,7 +19,7 @@ use crate::record::{Backend, Buffer, DeviceKind, Memory, RunStatus, SweepRow};
 use crate::world::{agree, Group};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use model::{InterconnectModel, LevelFit};
+use link_model::{LevelFit, LinkModel};
 use mpi::collective::CommunicatorCollectives;
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use serde::{Deserialize, Serialize};
@@ -81,7 +81,7 @@ pub struct AllreduceArgs {
     #[arg(long, default_value_t = watchdog::WARMUP_LIMIT_S)]
     pub watchdog_s: f64,
     /// Output folder (default: results/allreduce-<time>): allreduce.csv, allreduce.json,
-    /// allreduce_model.json.
+    /// link_model.json.
     #[arg(long)]
     pub out: Option<PathBuf>,
 }
@@ -193,24 +193,25 @@ fn completed() -> RunStatus {
     RunStatus::Completed
 }
 
-/// `allreduce_model.json`: one interconnect model per backend swept.
+/// `link_model.json` (`allreduce_model.json` before schema 4): the link model, α–β fits
+/// per level, of each route swept. "Model" alone is the network trained.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ModelFile {
+pub struct LinkModelFile {
     pub formula: String,
-    pub models: Vec<BackendModel>,
+    pub models: Vec<RouteLinkModel>,
 }
 
 /// The fits of one all-reduce path: a backend, and where its buffers lived.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(try_from = "BackendModelAsRead")]
-pub struct BackendModel {
+#[serde(try_from = "RouteLinkModelAsRead")]
+pub struct RouteLinkModel {
     pub backend: Backend,
     pub memory: Memory,
     #[serde(flatten)]
-    pub model: InterconnectModel,
+    pub model: LinkModel,
 }
 
-impl BackendModel {
+impl RouteLinkModel {
     pub fn route(&self) -> Route {
         Route {
             backend: self.backend,
@@ -219,27 +220,27 @@ impl BackendModel {
     }
 }
 
-/// A [`BackendModel`] as any schema wrote it: before schema 4, `backend` was `mpi` (host
+/// A [`RouteLinkModel`] as any schema wrote it: before schema 4, `backend` was `mpi` (host
 /// buffers), `staged` (device buffers through host) or `nccl`, and `memory` was absent.
 #[derive(Deserialize)]
-struct BackendModelAsRead {
+struct RouteLinkModelAsRead {
     backend: String,
     memory: Option<Memory>,
     #[serde(flatten)]
-    model: InterconnectModel,
+    model: LinkModel,
 }
 
-impl TryFrom<BackendModelAsRead> for BackendModel {
+impl TryFrom<RouteLinkModelAsRead> for RouteLinkModel {
     type Error = String;
 
-    fn try_from(m: BackendModelAsRead) -> std::result::Result<BackendModel, String> {
+    fn try_from(m: RouteLinkModelAsRead) -> std::result::Result<RouteLinkModel, String> {
         let backend = Backend::from_name(&m.backend).map_err(|e| format!("backend {e}"))?;
         let memory = match (m.memory, m.backend.as_str(), backend) {
             (Some(memory), _, _) => memory,
             (None, "staged", _) | (None, _, Backend::Nccl) => Memory::Device,
             (None, _, _) => Memory::Host,
         };
-        Ok(BackendModel {
+        Ok(RouteLinkModel {
             backend,
             memory,
             model: m.model,
@@ -247,20 +248,21 @@ impl TryFrom<BackendModelAsRead> for BackendModel {
     }
 }
 
-impl ModelFile {
-    /// Reads `allreduce_model.json` from a file or a sweep folder, no larger than
-    /// [`crate::bounds::MAX_JSON_BYTES`], and checks every fit ([`InterconnectModel::check`]);
+impl LinkModelFile {
+    /// Reads `link_model.json` (or a folder's `allreduce_model.json`, its name before
+    /// schema 4) from a file or a sweep folder, no larger than
+    /// [`crate::bounds::MAX_JSON_BYTES`], and checks every fit ([`LinkModel::check`]);
     /// Err names the file, and the key that no link has.
-    pub fn read(path: &Path) -> Result<ModelFile> {
+    pub fn read(path: &Path) -> Result<LinkModelFile> {
         let file = if path.is_dir() {
-            path.join("allreduce_model.json")
+            link_model_path(path).unwrap_or_else(|| path.join(LINK_MODEL_FILE))
         } else {
             path.to_path_buf()
         };
         let text =
             crate::bounds::read_json_text(&file).map_err(|e| anyhow::anyhow!("{e} (a folder written by `ddpbench allreduce` holds it)"))?;
-        let mf: ModelFile = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not an allreduce_model.json written by `ddpbench allreduce`", file.display()))?;
+        let mf: LinkModelFile = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a link model written by `ddpbench allreduce`", file.display()))?;
         for (i, m) in mf.models.iter().enumerate() {
             m.model
                 .check()
@@ -270,10 +272,22 @@ impl ModelFile {
     }
 
     /// The model for a run that all-reduced with `backend` from gradients on `device`.
-    pub fn for_run(&self, backend: Backend, device: DeviceKind) -> Option<&BackendModel> {
+    pub fn for_run(&self, backend: Backend, device: DeviceKind) -> Option<&RouteLinkModel> {
         let memory = Memory::of_device(device);
         self.models.iter().find(|m| m.backend == backend && m.memory == memory)
     }
+}
+
+/// The link model's file in a sweep folder.
+pub const LINK_MODEL_FILE: &str = "link_model.json";
+
+/// The link model's file in sweep folder `dir`, under its name or the one before schema 4
+/// (`allreduce_model.json`); None when there is neither.
+pub fn link_model_path(dir: &Path) -> Option<PathBuf> {
+    [LINK_MODEL_FILE, "allreduce_model.json"]
+        .iter()
+        .map(|name| dir.join(name))
+        .find(|p| p.is_file())
 }
 
 /// Collective numbers of the sweep's parts: part p starts at p << PART_SHIFT (well below
@@ -388,7 +402,7 @@ fn ranks_per_node(g: &Group, notes: &mut Vec<String>) -> usize {
         .all_reduce_into(&(g.local_size as u64), &mut per_node_max, SystemOperation::max());
     if per_node_min != per_node_max {
         notes.push(format!(
-            "nodes hold {per_node_min} to {per_node_max} ranks: the intra-node level is rank 0's node, and the model assumes {} per node",
+            "nodes hold {per_node_min} to {per_node_max} ranks: the intra-node level is rank 0's node, and the link model assumes {} per node",
             g.local_size
         ));
     }
@@ -581,24 +595,24 @@ impl LevelShape {
 }
 
 /// Rank 0's end of a whole sweep: `allreduce.json`, the models fitted to it in
-/// `allreduce_model.json`, each printed.
+/// `link_model.json`, each printed.
 fn write_whole(out: &Path, file: &SweepFile) -> Result<Swept> {
     crate::record::write_atomic(&out.join("allreduce.json"), &(serde_json::to_string_pretty(file)? + "\n"))?;
     let rows = &file.rows;
     let models = fit_models(rows, file.nodes, file.ranks_per_node, &file.node_type);
-    let mf = ModelFile {
-        formula: model::FORMULA.into(),
+    let mf = LinkModelFile {
+        formula: link_model::FORMULA.into(),
         models: models.iter().filter_map(|m| m.as_ref().ok().cloned()).collect(),
     };
     println!();
     for m in &models {
         match m {
             Ok(bm) => print_model(bm, rows),
-            Err(e) => println!("no model: {e:#}"),
+            Err(e) => println!("no link model: {e:#}"),
         }
     }
-    crate::record::write_atomic(&out.join("allreduce_model.json"), &(serde_json::to_string_pretty(&mf)? + "\n"))?;
-    println!("\nwrote {}/{{allreduce.csv, allreduce.json, allreduce_model.json}}", out.display());
+    crate::record::write_atomic(&out.join(LINK_MODEL_FILE), &(serde_json::to_string_pretty(&mf)? + "\n"))?;
+    println!("\nwrote {}/{{allreduce.csv, allreduce.json, {LINK_MODEL_FILE}}}", out.display());
     check_sums(rows)?;
     Ok(Swept::Whole)
 }
@@ -636,7 +650,7 @@ fn write_interrupted(out: &Path, file: &mut SweepFile, sig: i32) -> Result<Swept
     file.error = Some(why.clone());
     crate::record::write_atomic(&out.join("allreduce.json"), &(serde_json::to_string_pretty(&file)? + "\n"))?;
     tracing::warn!(
-        "interrupted by {why}: the {} measurements so far are in {}/{{allreduce.csv, allreduce.json}}; no model is fitted \
+        "interrupted by {why}: the {} measurements so far are in {}/{{allreduce.csv, allreduce.json}}; no link model is fitted \
          from part of a sweep (run it again whole)",
         file.rows.len(),
         out.display()
@@ -807,7 +821,7 @@ fn print_line(pair: &[SweepRow]) {
 
 /// One model per route swept (backend and memory): the intra-node and inter-node fits of
 /// its out-of-place times.
-pub fn fit_models(rows: &[SweepRow], nodes: usize, per_node: usize, node_type: &str) -> Vec<Result<BackendModel>> {
+pub fn fit_models(rows: &[SweepRow], nodes: usize, per_node: usize, node_type: &str) -> Vec<Result<RouteLinkModel>> {
     let mut routes: Vec<(Backend, Memory)> = rows.iter().map(|r| (r.backend, r.memory)).collect();
     routes.sort_unstable();
     routes.dedup();
@@ -822,7 +836,7 @@ pub fn fit_models(rows: &[SweepRow], nodes: usize, per_node: usize, node_type: &
                     .collect();
                 let first = pts.first()?;
                 let points: Vec<(u64, f64)> = pts.iter().map(|r| (r.bytes, r.time_s)).collect();
-                let fitted = model::fit(level, b, &first.dtype, first.ranks, &points).map(|mut f| {
+                let fitted = link_model::fit(level, b, &first.dtype, first.ranks, &points).map(|mut f| {
                     for (res, row) in f.residuals.iter_mut().zip(&pts) {
                         if row.iter_median_s > 0.0 {
                             res.rel_spread = (row.iter_p90_s - row.iter_p10_s) / 2.0 / row.iter_median_s;
@@ -837,11 +851,11 @@ pub fn fit_models(rows: &[SweepRow], nodes: usize, per_node: usize, node_type: &
             if intra.is_none() && inter.is_none() {
                 bail!("backend {route}: neither the intra-node nor the inter-node level was swept");
             }
-            Ok(BackendModel {
+            Ok(RouteLinkModel {
                 backend: b,
                 memory,
-                model: InterconnectModel {
-                    formula: model::FORMULA.into(),
+                model: LinkModel {
+                    formula: link_model::FORMULA.into(),
                     ranks_per_node: per_node,
                     nodes,
                     intra,
@@ -853,10 +867,10 @@ pub fn fit_models(rows: &[SweepRow], nodes: usize, per_node: usize, node_type: &
         .collect()
 }
 
-fn print_model(bm: &BackendModel, rows: &[SweepRow]) {
+fn print_model(bm: &RouteLinkModel, rows: &[SweepRow]) {
     for f in [&bm.model.intra, &bm.model.inter].into_iter().flatten() {
         println!(
-            "{}, {} model over {} ranks: alpha {:.2} us, bandwidth {:.3} GB/s (1/beta), |error| max {:.1} % rms {:.1} % over {}..{} B",
+            "{}, {} link model over {} ranks: alpha {:.2} us, bandwidth {:.3} GB/s (1/beta), |error| max {:.1} % rms {:.1} % over {}..{} B",
             bm.route().label(),
             f.level,
             f.ranks,
@@ -884,7 +898,7 @@ fn print_model(bm: &BackendModel, rows: &[SweepRow]) {
     if !errors.is_empty() {
         let abs: Vec<f64> = errors.iter().map(|e| e.abs()).collect();
         println!(
-            "{}, world ({} ranks) against the hierarchical model: |error| median {:.1} %, max {:.1} % over {} sizes",
+            "{}, world ({} ranks) against the hierarchical link model: |error| median {:.1} %, max {:.1} % over {} sizes",
             bm.route().label(),
             world[0].ranks,
             crate::stats::median(&abs) * 100.0,
@@ -949,7 +963,7 @@ mod tests {
         file["models"].as_array_mut().unwrap().push(staged);
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("allreduce_model.json"), file.to_string()).unwrap();
-        let mf = ModelFile::read(d.path()).unwrap();
+        let mf = LinkModelFile::read(d.path()).unwrap();
         let cpu = mf.for_run(Backend::Mpi, DeviceKind::Cpu).unwrap();
         assert_eq!((cpu.memory, cpu.model.ranks_per_node), (Memory::Host, 2));
         let gpu = mf.for_run(Backend::Mpi, DeviceKind::Cuda).unwrap();
@@ -964,7 +978,7 @@ mod tests {
         // A name no schema wrote is refused, named.
         file["models"][0]["backend"] = "gloo".into();
         std::fs::write(d.path().join("allreduce_model.json"), file.to_string()).unwrap();
-        let e = format!("{:#}", ModelFile::read(d.path()).unwrap_err());
+        let e = format!("{:#}", LinkModelFile::read(d.path()).unwrap_err());
         assert!(e.contains("\"gloo\": not an all-reduce"), "{e}");
     }
 

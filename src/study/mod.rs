@@ -445,7 +445,7 @@ fn announce(spec: &StudySpec, plan: &Plan, layout: &Layout, world: usize, out: &
 /// stop signal ended has no model, and is swept again).
 fn sweep(g: &Group, out: &Path) -> Result<Swept> {
     let sweep_dir = out.join("allreduce");
-    let done = g.rank == 0 && sweep_dir.join("allreduce_model.json").is_file();
+    let done = g.rank == 0 && crate::allreduce::link_model_path(&sweep_dir).is_some();
     if broadcast_string(g, if done { "done" } else { "" }) == "done" {
         return Ok(Swept::Whole);
     }
@@ -719,11 +719,7 @@ fn finish(out: &Path, state: &State, plan: &Plan, repeat: usize, stopped: bool) 
         runs: vec![out.join("runs")],
         baseline: None,
         // A sweep the user ran into the study's folder (`ddpbench allreduce --out <study>/allreduce`).
-        interconnect: out
-            .join("allreduce")
-            .join("allreduce_model.json")
-            .is_file()
-            .then(|| out.join("allreduce")),
+        interconnect: crate::allreduce::link_model_path(&out.join("allreduce")).map(|_| out.join("allreduce")),
         project_to: 1024,
     };
     let report_dir = out.join("report");

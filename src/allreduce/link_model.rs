@@ -1,4 +1,4 @@
-//! The interconnect model: Hockney's latency–bandwidth (α–β) model of an all-reduce,
+//! The link model: Hockney's latency–bandwidth (α–β) model of an all-reduce,
 //! fitted per level (within a node, across nodes) to a sweep's timings, and combined
 //! into the hierarchical all-reduce of N = nodes × ranks-per-node ranks.
 //!
@@ -125,9 +125,9 @@ impl LevelFit {
     }
 }
 
-/// `allreduce_model.json`: the fits and how they were obtained.
+/// `link_model.json`: the fits and how they were obtained.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct InterconnectModel {
+pub struct LinkModel {
     /// The formulas, in words.
     pub formula: String,
     /// Ranks per node and nodes of the job the sweep ran in.
@@ -348,7 +348,7 @@ pub struct Projected {
     pub clamped: bool,
 }
 
-impl InterconnectModel {
+impl LinkModel {
     /// Err names the first key (`intra.alpha_s`, `nodes`, ...) that no allocation or link
     /// has ([`LevelFit::check`]).
     pub fn check(&self) -> std::result::Result<(), String> {
@@ -387,7 +387,7 @@ impl InterconnectModel {
         let (mut fit_rel_error, mut clamped) = (0.0f64, false);
         for (n, fit, missing) in levels.into_iter().filter(|(n, _, _)| *n > 1) {
             let Some(fit) = fit else {
-                bail!("the interconnect model has no {missing}");
+                bail!("the link model has no {missing}");
             };
             let (t, band, alg) = fit.time_s(n, bytes);
             time_s += t;
@@ -460,7 +460,7 @@ mod tests {
         assert!((f.rel_error_at(100.0) - 0.995).abs() < 1e-12);
         assert!(f.rel_error_at(2e6) < MAX_FIT_REL_ERROR && f.rel_error_at(2000.0) > MAX_FIT_REL_ERROR);
         assert_eq!(f.clamped(), vec!["α"]);
-        let m = InterconnectModel {
+        let m = LinkModel {
             formula: FORMULA.into(),
             ranks_per_node: 1,
             nodes: 2,
@@ -563,7 +563,7 @@ mod tests {
             max_abs_rel_error: err,
             rms_rel_error: err,
         };
-        let m = InterconnectModel {
+        let m = LinkModel {
             formula: FORMULA.into(),
             ranks_per_node: 4,
             nodes: 2,
@@ -581,7 +581,7 @@ mod tests {
         assert_eq!(p.algorithm, Algorithm::Tree);
         assert!((p.time_s - (12.0 * 10e-6 + 2.0 * 63.0 / 64.0 * 1e3 * 1e-9)).abs() < 1e-12);
         // A level the model lacks is named.
-        let one_node = InterconnectModel { inter: None, ..m };
+        let one_node = LinkModel { inter: None, ..m };
         assert!(one_node.time_s(2, 4, 1e6).unwrap_err().to_string().contains("inter-node"));
         assert_eq!(one_node.time_s(1, 1, 1e6).unwrap().time_s, 0.0);
     }
