@@ -354,7 +354,7 @@ fn a_study_sweeps_first_and_its_report_projects_its_points() {
     let job = run_with_limit(cmd, LIMIT);
     job.assert_ok();
     // The sweep ran on the whole allocation before the points, and the report used it.
-    let m = json(&out.join("allreduce/allreduce_model.json"));
+    let m = json(&out.join("allreduce/link_model.json"));
     assert_eq!(m["models"][0]["intra"]["ranks"], 2);
     let (h, rows) = read_csv(&out.join("report/projection.csv"));
     let at = |name: &str| h.iter().position(|c| c == name).unwrap();
