@@ -175,7 +175,7 @@ PY
     if want study-gpu; then
         echo "[$(date -u +%T)] study-gpu" >&2
         timeout -k 10 400 "${mpi[@]}" -n 2 "$bin" study --name gpu --ranks 1,2 --models mnist-cnn,resnet18 --allreduce-sweep \
-            --datasets synthetic --repeat 2 --out "$out/study-gpu" -- --device cuda --optimizer sgd --allreduce mpi \
+            --datasets synthetic --repeats 2 --out "$out/study-gpu" -- --device cuda --optimizer sgd --allreduce mpi \
             --max-steps 30 --synthetic-samples 2048 --val-samples 256 >"$out/study-gpu.log" 2>&1 ||
             echo "FAILED: study-gpu (see study-gpu.log)" | tee -a "$out/failures.txt"
         pack

@@ -27,7 +27,7 @@ fn main() -> anyhow::Result<()> {
         dataset_source: String::new(),
         parameters: 1_199_882,
         gradient_bytes: 4_799_528,
-        comm_backend: "mpi-cpu-staged".into(),
+        comm_backend: ddpbench::record::Backend::Mpi,
         comm: Default::default(),
         buckets: 1,
         world_size: ranks,

@@ -26,7 +26,7 @@ pub const MAX_BUCKETS: usize = 1 << 20;
 /// than any allocation runs.
 pub const MAX_RUN_S: f64 = 1e8;
 
-/// Bytes of a JSON file read whole (`allreduce_model.json`, a flight record): 64 MiB,
+/// Bytes of a JSON file read whole (`link_model.json`, a flight record): 64 MiB,
 /// hundreds of times what ddpbench writes into one.
 pub const MAX_JSON_BYTES: u64 = 64 << 20;
 

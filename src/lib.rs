@@ -7,7 +7,7 @@
 //! binding, GPU locality), [`device`] (CPU or CUDA, and the GPU libraries opened at run
 //! time), [`telemetry`] (NVML sampling), [`comm`] (gradient buckets, all-reduce
 //! backends, overlap with backward), [`allreduce`] (the all-reduce sweep and the fitted
-//! interconnect model), [`data`] (data sets by format, sharding, loading), [`model`]
+//! link model), [`data`] (data sets by format, sharding, loading), [`model`]
 //! (networks), [`optim`] and [`amp`] (optimizers, mixed precision), [`train`] (the
 //! configuration and the timed loop), [`bounds`] (what a value read back from a file may
 //! be), [`study`] (a whole scaling study on sub-communicators of one job), [`record`]

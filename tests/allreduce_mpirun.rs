@@ -32,6 +32,10 @@ fn the_sweep_times_and_checks_every_size_and_fits_the_model() {
             "6",
             "--warmup-iters",
             "2",
+            // The sweep's name before schema 4 for MPI on device memory: read as mpi,
+            // which on CPU is MPI on host memory.
+            "--backends",
+            "staged",
             "--out",
             &out,
         ],
@@ -53,7 +57,7 @@ fn the_sweep_times_and_checks_every_size_and_fits_the_model() {
     assert!(placements.chunks(2).all(|p| p == ["out-of-place", "in-place"]), "{placements:?}");
     assert!(rows
         .iter()
-        .all(|r| r[at("level")] == "intra-node" && r[at("backend")] == "mpi" && r[at("dtype")] == "float"));
+        .all(|r| r[at("level")] == "intra-node" && r[at("backend")] == "mpi" && r[at("memory")] == "host" && r[at("dtype")] == "float"));
     let count = col(&h, &rows, "count");
     let ranks = col(&h, &rows, "ranks");
     let time_s = col(&h, &rows, "time_s");
@@ -79,16 +83,25 @@ fn the_sweep_times_and_checks_every_size_and_fits_the_model() {
     }
     assert!(col(&h, &rows, "wrong").iter().all(|&w| w == 0.0));
     // The model: one intra-node fit over 3 ranks, valid over the sizes swept.
-    let m = json(&d.path().join("sw/allreduce_model.json"));
+    // The α–β fits are the link model, under its own name; no file keeps the old one.
+    assert!(!d.path().join("sw/allreduce_model.json").exists());
+    let m = json(&d.path().join("sw/link_model.json"));
     let model = &m["models"][0];
-    assert_eq!(model["backend"], "mpi");
+    assert_eq!(
+        (&model["backend"], &model["memory"]),
+        (&serde_json::json!("mpi"), &serde_json::json!("host"))
+    );
     let intra = &model["intra"];
     assert_eq!(intra["ranks"], 3);
     assert_eq!((intra["min_bytes"].as_u64(), intra["max_bytes"].as_u64()), (Some(8), Some(131072)));
     assert!(intra["alpha_s"].as_f64().unwrap() >= 0.0 && intra["beta_s_per_byte"].as_f64().unwrap() >= 0.0);
     assert_eq!(intra["residuals"].as_array().unwrap().len(), 8);
     assert!(model["inter"].is_null());
-    assert!(job.stdout.contains("mpi intra-node model over 3 ranks"), "{}", job.stdout);
+    assert!(
+        job.stdout.contains("mpi on host memory, intra-node link model over 3 ranks"),
+        "{}",
+        job.stdout
+    );
     let j = json(&d.path().join("sw/allreduce.json"));
     assert_eq!(j["rows"].as_array().unwrap().len(), rows.len());
     // A second sweep into the same folder is refused rather than mixed in.
@@ -246,7 +259,12 @@ fn reduce_projects_real_runs_with_the_fitted_model_and_checks_the_measured_point
         // Between the rank's own work alone and own work plus the whole all-reduce.
         let (s, o, c) = (step[i], own[i], comm[i]);
         assert!(s >= o - tol && s <= o + c + tol, "row {i}: step {s}, own work {o}, all-reduce {c}");
-        assert!(lo[i] <= s + tol && s <= hi[i] + tol, "row {i}: step {s} outside [{}, {}]", lo[i], hi[i]);
+        assert!(
+            lo[i] <= s + tol && s <= hi[i] + tol,
+            "row {i}: step {s} outside [{}, {}]",
+            lo[i],
+            hi[i]
+        );
     }
     // The 1-rank point has no all-reduce. Its efficiency is 1 by definition against the
     // projection at 1 rank; against a measured 1-rank run it is that run's step over the
@@ -329,7 +347,7 @@ fn a_study_sweeps_first_and_its_report_projects_its_points() {
         "--datasets",
         "synthetic",
     ]);
-    cmd.args(["--repeat", "1", "--allreduce-sweep", "--out"]).arg(&out);
+    cmd.args(["--repeats", "1", "--allreduce-sweep", "--out"]).arg(&out);
     cmd.args([
         "--",
         "--max-steps",
@@ -344,7 +362,7 @@ fn a_study_sweeps_first_and_its_report_projects_its_points() {
     let job = run_with_limit(cmd, LIMIT);
     job.assert_ok();
     // The sweep ran on the whole allocation before the points, and the report used it.
-    let m = json(&out.join("allreduce/allreduce_model.json"));
+    let m = json(&out.join("allreduce/link_model.json"));
     assert_eq!(m["models"][0]["intra"]["ranks"], 2);
     let (h, rows) = read_csv(&out.join("report/projection.csv"));
     let at = |name: &str| h.iter().position(|c| c == name).unwrap();

@@ -158,7 +158,7 @@ fn overlap_gives_the_same_model_and_sends_buckets_during_backward() {
     let share = col(&h, &rows, "comm_exposed_share")[0];
     assert!((0.0..1.0).contains(&share), "exposed comm share with overlap: {share}");
     let report = std::fs::read_to_string(d.path().join("on").join("report.md")).unwrap();
-    assert!(report.contains("| mpi-cpu-staged, overlap (3 segments) |"), "{report}");
+    assert!(report.contains("| mpi, overlap (3 segments) |"), "{report}");
 }
 
 #[test]
@@ -337,7 +337,7 @@ fn nccl_without_a_gpu_is_a_clear_error_and_auto_falls_back_once() {
     assert!(!all.contains("rank-exit 0 0") && !all.contains("rank-exit 1 0"), "{all}");
 
     let (m, job) = run(&d.path().join("auto"), &["--allreduce", "auto"]);
-    assert_eq!(m["comm_backend"], "mpi-cpu-staged");
+    assert_eq!(m["comm_backend"], "mpi");
     let said = job.all().matches("all-reduce: CPU-staged MPI (training on CPU").count();
     assert_eq!(said, 1, "the fallback is said once:\n{}", job.all());
 }

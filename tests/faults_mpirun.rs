@@ -394,7 +394,7 @@ fn sigterm_ranks(command: &str, out: &Path) {
 
 /// `ddpbench allreduce` stops on SIGTERM as `train` does: every rank after the same
 /// size, the sizes measured kept in allreduce.csv and allreduce.json (status
-/// `interrupted`, the signal in `error`), and no model fitted from part of a sweep.
+/// `interrupted`, the signal in `error`), and no link model fitted from part of a sweep.
 #[test]
 fn sigterm_interrupts_the_allreduce_sweep_after_a_size_and_keeps_its_rows() {
     let d = tmp();
@@ -429,7 +429,10 @@ fn sigterm_interrupts_the_allreduce_sweep_after_a_size_and_keeps_its_rows() {
     let last_bytes = col(&h, &rows, "bytes").last().copied().unwrap();
     assert!(why.contains(&format!(" {last_bytes} B ")), "{why} vs {last_bytes}");
     assert_eq!(j["rows"].as_array().map(Vec::len), Some(rows.len()));
-    assert!(!out.join("allreduce_model.json").exists(), "a model fitted from part of a sweep");
+    assert!(
+        !out.join("link_model.json").exists() && !out.join("allreduce_model.json").exists(),
+        "a link model fitted from part of a sweep"
+    );
     assert_eq!(err.matches("interrupted by SIGTERM").count(), 1, "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
@@ -451,7 +454,7 @@ fn sigterm_during_a_studys_sweep_ends_the_study_before_its_points() {
         "1,2",
         "--datasets",
         "synthetic",
-        "--repeat",
+        "--repeats",
         "1",
         "--allreduce-sweep",
         "--out",
@@ -474,7 +477,7 @@ fn sigterm_during_a_studys_sweep_ends_the_study_before_its_points() {
     let (status, why) = (&sweep["status"], &sweep["error"]);
     assert_eq!(status, "interrupted", "error {why}\n{all}");
     assert!(why.as_str().is_some_and(|e| e.starts_with("SIGTERM after ")), "{why}");
-    assert!(!out.join("allreduce/allreduce_model.json").exists(), "{all}");
+    assert!(!out.join("allreduce/link_model.json").exists(), "{all}");
     let runs: Vec<_> = std::fs::read_dir(out.join("runs"))
         .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
         .unwrap_or_default();

@@ -96,7 +96,7 @@ fn rank_0_draws_a_bar_over_the_sizes_of_an_allreduce_sweep() {
             &out,
         ],
     );
-    assert!(text.contains("rank 0 · all-reduce mpi ["), "no sweep bar: {text:?}");
+    assert!(text.contains("rank 0 · all-reduce mpi on host memory ["), "no sweep bar: {text:?}");
     assert!(text.contains("/7 sizes"), "8 B to 32 KiB by 4 is 7 sizes: {text:?}");
     assert!(!text.contains("rank 1 ·"), "rank 1 drew a bar: {text:?}");
 }

@@ -152,7 +152,7 @@ fn train_writes_the_key_of_what_ran_and_force_is_not_off() {
         (
             &serde_json::json!("force"),
             &serde_json::json!([1]),
-            &serde_json::json!("mpi-cpu-staged"),
+            &serde_json::json!("mpi"),
             &serde_json::json!("cpu")
         ),
         "{json}"

@@ -45,7 +45,7 @@ models = ["mnist-cnn"]
 datasets = ["fashion-mnist", "cifar10"]
 batch_sizes = [32, 64]
 scaling = "both"
-repeat = 2
+repeats = 2
 max_steps = 15
 val_samples = 256
 probe_iters = 0
@@ -186,7 +186,7 @@ fn an_interrupted_study_resumes_where_it_stopped() {
     let file = d.path().join("long.toml");
     std::fs::write(
         &file,
-        "name = \"long\"\nbatch_sizes = [32]\nranks = [1, 2]\nrepeat = 3\nmax_steps = 40\nval_samples = 0\nprobe_iters = 0\n",
+        "name = \"long\"\nbatch_sizes = [32]\nranks = [1, 2]\nrepeats = 3\nmax_steps = 40\nval_samples = 0\nprobe_iters = 0\n",
     )
     .unwrap();
     let out = d.path().join("study");
@@ -532,4 +532,58 @@ fn study_md_and_report_md_give_one_verdict() {
     // Karp–Flatt 2.796 and Gustafson 1.242 in the fixture: speedups below 1.
     assert!(!report_md.contains("Karp–Flatt 2.796"), "{report_md}");
     assert!(report_md.contains("not applicable (speedup < 1"), "{report_md}");
+}
+
+/// A study folder written before `node_fill` and `repeats` (the fixture's study.toml says
+/// `placement` and `repeat`) is the same study under the new keys: resumed from a file
+/// with the new keys, and from its own study.toml (the old keys, each said once to be
+/// renamed), nothing is run again.
+#[test]
+fn a_study_folder_with_the_old_keys_resumes_without_running_again() {
+    let d = tmp();
+    let out = d.path().join("study");
+    copy_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema2/study"), &out);
+    let saved = std::fs::read_to_string(out.join("study.toml")).unwrap();
+    assert!(saved.contains("placement = \"pack\"") && saved.contains("repeat = 3"), "{saved}");
+    let started = |out: &Path| -> Vec<String> {
+        let mut runs: Vec<_> = std::fs::read_dir(out.join("runs")).unwrap().map(|e| e.unwrap().path()).collect();
+        runs.sort();
+        runs.iter()
+            .map(|r| json(&r.join("manifest.json"))["start_utc"].to_string())
+            .collect()
+    };
+    let before = started(&out);
+    assert_eq!(before.len(), 9);
+    let renamed = |all: &str| {
+        (
+            all.matches("`placement` is now `node_fill`").count(),
+            all.matches("`repeat` is now `repeats`").count(),
+        )
+    };
+
+    let new_keys = d.path().join("new.toml");
+    std::fs::write(
+        &new_keys,
+        saved.replace("placement =", "node_fill =").replace("repeat =", "repeats ="),
+    )
+    .unwrap();
+    // The flags' old spellings are hidden aliases.
+    let job = study(&new_keys, &out, &["--repeat", "3", "--placement", "pack"]);
+    job.assert_ok();
+    assert_eq!(renamed(&job.all()), (0, 0), "{}", job.all());
+    assert!(
+        points(&out).iter().all(|p| p["status"] == "skipped (completed earlier)"),
+        "{:?}",
+        points(&out)
+    );
+
+    let job = study(&out.join("study.toml"), &out, &["--repeats", "3", "--node-fill", "pack"]);
+    job.assert_ok();
+    assert_eq!(renamed(&job.all()), (1, 1), "{}", job.all());
+    assert!(
+        points(&out).iter().all(|p| p["status"] == "skipped (completed earlier)"),
+        "{:?}",
+        points(&out)
+    );
+    assert_eq!(started(&out), before);
 }

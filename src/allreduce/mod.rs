@@ -1,11 +1,11 @@
 //! `ddpbench allreduce`: an nccl-tests-style sweep of all-reduce sizes on every backend
 //! the node supports, at every level of the allocation (within a node, across nodes with
-//! one rank per node, the whole world), each sum checked, and the α–β model fitted to
+//! one rank per node, the whole world), each sum checked, and the link model (α–β) fitted to
 //! each level ([`model`]), which `reduce` uses to project a workload to more nodes. Every
 //! size runs through the transport training uses ([`crate::comm::transport`]), and
 //! [`probe`] times a training run's own buckets the same way.
 
-pub mod model;
+pub mod link_model;
 pub mod probe;
 pub mod sweep;
 
@@ -15,16 +15,16 @@ use crate::comm::GradDtype;
 use crate::device::DeviceChoice;
 use crate::job::watchdog::{self, Watchdog, WatchdogRun};
 use crate::job::{self, signals, JobOptions};
-use crate::record::{Buffer, RunStatus, SweepRow};
+use crate::record::{Backend, Buffer, DeviceKind, Memory, RunStatus, SweepRow};
 use crate::world::{agree, Group};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use model::{InterconnectModel, LevelFit};
+use link_model::{LevelFit, LinkModel};
 use mpi::collective::CommunicatorCollectives;
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use sweep::{SweepBackend, SweepIters};
+use sweep::{Route, SweepIters};
 use tch::Device;
 
 #[derive(Args, Debug, Clone)]
@@ -62,15 +62,17 @@ pub struct AllreduceArgs {
     /// Element type.
     #[arg(long, value_enum, default_value_t = GradDtype::Fp32)]
     pub dtype: GradDtype,
-    /// Backends to sweep, comma-separated (default: mpi, and staged and nccl when the
-    /// ranks train on GPUs).
+    /// Backends to sweep, comma-separated: mpi, nccl (default: every one the ranks'
+    /// device supports). On a GPU, mpi is swept on host memory and on device memory
+    /// staged through pinned host buffers (the path `train --allreduce mpi` runs there);
+    /// `staged`, its name before, is read as mpi.
     #[arg(long, value_enum, value_delimiter = ',')]
-    pub backends: Vec<SweepBackend>,
+    pub backends: Vec<Backend>,
     /// Levels to sweep, comma-separated (default: every level that differs from the
     /// others on this allocation).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub levels: Vec<Level>,
-    /// Where the buffers of staged and nccl live.
+    /// Where the device-memory buffers (nccl, and mpi staged through the host) live.
     #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
     pub device: DeviceChoice,
     /// Seconds a rank may wait in one phase of one size (warm-up, timed loop, check)
@@ -79,7 +81,7 @@ pub struct AllreduceArgs {
     #[arg(long, default_value_t = watchdog::WARMUP_LIMIT_S)]
     pub watchdog_s: f64,
     /// Output folder (default: results/allreduce-<time>): allreduce.csv, allreduce.json,
-    /// allreduce_model.json.
+    /// link_model.json.
     #[arg(long)]
     pub out: Option<PathBuf>,
 }
@@ -191,34 +193,76 @@ fn completed() -> RunStatus {
     RunStatus::Completed
 }
 
-/// `allreduce_model.json`: one interconnect model per backend swept.
+/// `link_model.json` (`allreduce_model.json` before schema 4): the link model, α–β fits
+/// per level, of each route swept. "Model" alone is the network trained.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ModelFile {
+pub struct LinkModelFile {
     pub formula: String,
-    pub models: Vec<BackendModel>,
+    pub models: Vec<RouteLinkModel>,
 }
 
+/// The fits of one all-reduce path: a backend, and where its buffers lived.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct BackendModel {
-    pub backend: String,
+#[serde(try_from = "RouteLinkModelAsRead")]
+pub struct RouteLinkModel {
+    pub backend: Backend,
+    pub memory: Memory,
     #[serde(flatten)]
-    pub model: InterconnectModel,
+    pub model: LinkModel,
 }
 
-impl ModelFile {
-    /// Reads `allreduce_model.json` from a file or a sweep folder, no larger than
-    /// [`crate::bounds::MAX_JSON_BYTES`], and checks every fit ([`InterconnectModel::check`]);
+impl RouteLinkModel {
+    pub fn route(&self) -> Route {
+        Route {
+            backend: self.backend,
+            memory: self.memory,
+        }
+    }
+}
+
+/// A [`RouteLinkModel`] as any schema wrote it: before schema 4, `backend` was `mpi` (host
+/// buffers), `staged` (device buffers through host) or `nccl`, and `memory` was absent.
+#[derive(Deserialize)]
+struct RouteLinkModelAsRead {
+    backend: String,
+    memory: Option<Memory>,
+    #[serde(flatten)]
+    model: LinkModel,
+}
+
+impl TryFrom<RouteLinkModelAsRead> for RouteLinkModel {
+    type Error = String;
+
+    fn try_from(m: RouteLinkModelAsRead) -> std::result::Result<RouteLinkModel, String> {
+        let backend = Backend::from_name(&m.backend).map_err(|e| format!("backend {e}"))?;
+        let memory = match (m.memory, m.backend.as_str(), backend) {
+            (Some(memory), _, _) => memory,
+            (None, "staged", _) | (None, _, Backend::Nccl) => Memory::Device,
+            (None, _, _) => Memory::Host,
+        };
+        Ok(RouteLinkModel {
+            backend,
+            memory,
+            model: m.model,
+        })
+    }
+}
+
+impl LinkModelFile {
+    /// Reads `link_model.json` (or a folder's `allreduce_model.json`, its name before
+    /// schema 4) from a file or a sweep folder, no larger than
+    /// [`crate::bounds::MAX_JSON_BYTES`], and checks every fit ([`LinkModel::check`]);
     /// Err names the file, and the key that no link has.
-    pub fn read(path: &Path) -> Result<ModelFile> {
+    pub fn read(path: &Path) -> Result<LinkModelFile> {
         let file = if path.is_dir() {
-            path.join("allreduce_model.json")
+            link_model_path(path).unwrap_or_else(|| path.join(LINK_MODEL_FILE))
         } else {
             path.to_path_buf()
         };
         let text =
             crate::bounds::read_json_text(&file).map_err(|e| anyhow::anyhow!("{e} (a folder written by `ddpbench allreduce` holds it)"))?;
-        let mf: ModelFile = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not an allreduce_model.json written by `ddpbench allreduce`", file.display()))?;
+        let mf: LinkModelFile = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a link model written by `ddpbench allreduce`", file.display()))?;
         for (i, m) in mf.models.iter().enumerate() {
             m.model
                 .check()
@@ -227,15 +271,23 @@ impl ModelFile {
         Ok(mf)
     }
 
-    /// The model for a run that all-reduced with `backend` on `device` ("cpu" or "cuda:N").
-    pub fn for_run(&self, comm_backend: &str, device: &str) -> Option<&BackendModel> {
-        let wanted = match comm_backend {
-            "nccl" => "nccl",
-            _ if device.starts_with("cuda") => "staged",
-            _ => "mpi",
-        };
-        self.models.iter().find(|m| m.backend == wanted)
+    /// The model for a run that all-reduced with `backend` from gradients on `device`.
+    pub fn for_run(&self, backend: Backend, device: DeviceKind) -> Option<&RouteLinkModel> {
+        let memory = Memory::of_device(device);
+        self.models.iter().find(|m| m.backend == backend && m.memory == memory)
     }
+}
+
+/// The link model's file in a sweep folder.
+pub const LINK_MODEL_FILE: &str = "link_model.json";
+
+/// The link model's file in sweep folder `dir`, under its name or the one before schema 4
+/// (`allreduce_model.json`); None when there is neither.
+pub fn link_model_path(dir: &Path) -> Option<PathBuf> {
+    [LINK_MODEL_FILE, "allreduce_model.json"]
+        .iter()
+        .map(|name| dir.join(name))
+        .find(|p| p.is_file())
 }
 
 /// Collective numbers of the sweep's parts: part p starts at p << PART_SHIFT (well below
@@ -281,7 +333,7 @@ pub fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> R
     } else {
         args.levels.clone()
     };
-    let backends = agree(g, backends_for(args, device))?;
+    let routes = agree(g, routes_for(args, device))?;
 
     // Rank 0's output folder.
     let out = agree(
@@ -315,7 +367,7 @@ pub fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> R
         notes,
         stopped: None,
     };
-    sweep.run(g, &backends, &levels)?;
+    sweep.run(g, &routes, &levels)?;
     let Sweep { rows, notes, stopped, .. } = sweep;
     if g.rank != 0 {
         return Ok(stopped.map_or(Swept::Whole, Swept::Interrupted));
@@ -350,32 +402,53 @@ fn ranks_per_node(g: &Group, notes: &mut Vec<String>) -> usize {
         .all_reduce_into(&(g.local_size as u64), &mut per_node_max, SystemOperation::max());
     if per_node_min != per_node_max {
         notes.push(format!(
-            "nodes hold {per_node_min} to {per_node_max} ranks: the intra-node level is rank 0's node, and the model assumes {} per node",
+            "nodes hold {per_node_min} to {per_node_max} ranks: the intra-node level is rank 0's node, and the link model assumes {} per node",
             g.local_size
         ));
     }
     g.local_size
 }
 
-/// The backends asked for, or every one the device supports; a GPU backend on CPU is refused.
-fn backends_for(args: &AllreduceArgs, device: Device) -> Result<Vec<SweepBackend>> {
+/// The routes of the backends asked for (every one the device supports when none is):
+/// MPI on host memory, and on a GPU MPI staged from device memory and NCCL; NCCL on CPU
+/// is refused.
+fn routes_for(args: &AllreduceArgs, device: Device) -> Result<Vec<Route>> {
     let backends = if args.backends.is_empty() {
         match device {
-            Device::Cuda(_) => vec![SweepBackend::Mpi, SweepBackend::Staged, SweepBackend::Nccl],
-            _ => vec![SweepBackend::Mpi],
+            Device::Cuda(_) => vec![Backend::Mpi, Backend::Nccl],
+            _ => vec![Backend::Mpi],
         }
     } else {
-        args.backends.clone()
+        let mut asked: Vec<Backend> = Vec::new();
+        for &b in &args.backends {
+            if !asked.contains(&b) {
+                asked.push(b);
+            }
+        }
+        asked
     };
-    if device == Device::Cpu {
-        if let Some(b) = backends.iter().find(|b| **b != SweepBackend::Mpi) {
-            bail!(
-                "--backends {}: needs GPU buffers and this run is on CPU (--device cuda on a GPU node)",
-                b.name()
-            );
+    let on_gpu = matches!(device, Device::Cuda(_));
+    let mut routes = Vec::new();
+    for backend in backends {
+        match (backend, on_gpu) {
+            (Backend::Mpi, _) => routes.push(Route {
+                backend,
+                memory: Memory::Host,
+            }),
+            (Backend::Nccl, false) => {
+                bail!("--backends nccl: needs GPU buffers and this run is on CPU (--device cuda on a GPU node)")
+            }
+            (Backend::Nccl, true) => {}
+            (Backend::None, _) => bail!("--backends none: nothing to sweep; name mpi or nccl"),
+        }
+        if on_gpu {
+            routes.push(Route {
+                backend,
+                memory: Memory::Device,
+            });
         }
     }
-    Ok(backends)
+    Ok(routes)
 }
 
 /// One sweep in progress: what it runs and what it has measured so far.
@@ -394,10 +467,10 @@ struct Sweep<'a> {
 }
 
 impl Sweep<'_> {
-    /// Every (backend, level), each a part of the job whose collectives are numbered alike
+    /// Every (route, level), each a part of the job whose collectives are numbered alike
     /// on every rank, and in which ranks outside the level's communicator are idle, so the
     /// watchdog judges a hang among the ranks that take part.
-    fn run(&mut self, g: &Group, backends: &[SweepBackend], levels: &[Level]) -> Result<()> {
+    fn run(&mut self, g: &Group, routes: &[Route], levels: &[Level]) -> Result<()> {
         // Whether ranks share a GPU (NCCL cannot then run), asked of all ranks once.
         let bus_id = match self.device {
             Device::Cuda(i) => crate::device::cuda::driver().and_then(|d| d.pci_bus_id(i)).ok(),
@@ -412,7 +485,7 @@ impl Sweep<'_> {
             Color::undefined()
         });
         let mut part = 0u64;
-        for &backend in backends {
+        for &route in routes {
             for &level in levels {
                 part += 1;
                 let base = part << PART_SHIFT;
@@ -422,9 +495,9 @@ impl Sweep<'_> {
                     Level::InterNode => leaders.as_ref(),
                 };
                 // Whether this backend can run here, agreed by every rank.
-                if let Err(e) = agree(g, backend_usable(backend, self.device, shared.as_deref())) {
+                if let Err(e) = agree(g, backend_usable(route.backend, self.device, shared.as_deref())) {
                     if g.rank == 0 {
-                        let why = format!("{} at {} level skipped: {e:#}", backend.name(), level.name());
+                        let why = format!("{} at {} level skipped: {e:#}", route.label(), level.name());
                         eprintln!("{why}");
                         self.notes.push(why);
                     }
@@ -432,11 +505,11 @@ impl Sweep<'_> {
                 }
                 let shape = LevelShape::of(g, level, self.per_node);
                 if g.rank == 0 {
-                    print_header(backend, level, shape.ranks, shape.nodes, self.args.dtype);
+                    print_header(route, level, shape.ranks, shape.nodes, self.args.dtype);
                 }
                 crate::flight::recorder().begin_part(base, comm.is_none());
                 if let Some(comm) = comm {
-                    self.sizes_on(comm, backend, level, shape, g.rank == 0)?;
+                    self.sizes_on(comm, route, level, shape, g.rank == 0)?;
                 }
                 // Ranks that sat this level out wait here for the others.
                 {
@@ -455,26 +528,26 @@ impl Sweep<'_> {
     }
 
     /// Every size, out of place and in place, on one backend over `comm`.
-    fn sizes_on(&mut self, comm: &SimpleCommunicator, backend: SweepBackend, level: Level, shape: LevelShape, print: bool) -> Result<()> {
+    fn sizes_on(&mut self, comm: &SimpleCommunicator, route: Route, level: Level, shape: LevelShape, print: bool) -> Result<()> {
         let timing = SweepIters {
             warmup_iters: self.args.warmup_iters as usize,
             iters: self.args.iters as usize,
             budget_s: self.args.budget_s,
             min_iters: 3,
         };
-        let (mut transport, device) = make_transport(backend, comm, self.device)?;
+        let (mut transport, device) = make_transport(route, comm, self.device)?;
         let mut target = sweep::Target {
             comm,
             device,
             transport: transport.as_mut(),
         };
-        let bar = crate::progress::Bar::new(&format!("all-reduce {}", backend.name()), self.sizes.len() as u64, "sizes");
+        let bar = crate::progress::Bar::new(&format!("all-reduce {}", route.label()), self.sizes.len() as u64, "sizes");
         for (done, &bytes) in self.sizes.iter().enumerate() {
             bar.set(done as u64, format!("{bytes} bytes"));
             let mut pair = Vec::new();
             for in_place in [false, true] {
                 let m = sweep::measure(&mut target, bytes, self.args.dtype, in_place, timing)?;
-                let row = to_row(level, backend, self.args.dtype, &m, shape, self.node_type);
+                let row = to_row(level, route, self.args.dtype, &m, shape, self.node_type);
                 if let Some(log) = self.csv.as_mut() {
                     log.write(&row)?;
                     log.flush()?;
@@ -524,24 +597,24 @@ impl LevelShape {
 }
 
 /// Rank 0's end of a whole sweep: `allreduce.json`, the models fitted to it in
-/// `allreduce_model.json`, each printed.
+/// `link_model.json`, each printed.
 fn write_whole(out: &Path, file: &SweepFile) -> Result<Swept> {
     crate::record::write_atomic(&out.join("allreduce.json"), &(serde_json::to_string_pretty(file)? + "\n"))?;
     let rows = &file.rows;
     let models = fit_models(rows, file.nodes, file.ranks_per_node, &file.node_type);
-    let mf = ModelFile {
-        formula: model::FORMULA.into(),
+    let mf = LinkModelFile {
+        formula: link_model::FORMULA.into(),
         models: models.iter().filter_map(|m| m.as_ref().ok().cloned()).collect(),
     };
     println!();
     for m in &models {
         match m {
             Ok(bm) => print_model(bm, rows),
-            Err(e) => println!("no model: {e:#}"),
+            Err(e) => println!("no link model: {e:#}"),
         }
     }
-    crate::record::write_atomic(&out.join("allreduce_model.json"), &(serde_json::to_string_pretty(&mf)? + "\n"))?;
-    println!("\nwrote {}/{{allreduce.csv, allreduce.json, allreduce_model.json}}", out.display());
+    crate::record::write_atomic(&out.join(LINK_MODEL_FILE), &(serde_json::to_string_pretty(&mf)? + "\n"))?;
+    println!("\nwrote {}/{{allreduce.csv, allreduce.json, {LINK_MODEL_FILE}}}", out.display());
     check_sums(rows)?;
     Ok(Swept::Whole)
 }
@@ -579,7 +652,7 @@ fn write_interrupted(out: &Path, file: &mut SweepFile, sig: i32) -> Result<Swept
     file.error = Some(why.clone());
     crate::record::write_atomic(&out.join("allreduce.json"), &(serde_json::to_string_pretty(&file)? + "\n"))?;
     tracing::warn!(
-        "interrupted by {why}: the {} measurements so far are in {}/{{allreduce.csv, allreduce.json}}; no model is fitted \
+        "interrupted by {why}: the {} measurements so far are in {}/{{allreduce.csv, allreduce.json}}; no link model is fitted \
          from part of a sweep (run it again whole)",
         file.rows.len(),
         out.display()
@@ -654,32 +727,34 @@ fn prepare_out(out: Option<&Path>) -> Result<PathBuf> {
 
 /// Whether `backend` can run on this rank (CPU runs only reach here with `mpi`): NCCL
 /// needs a GPU of its own (`shared`: why it has none) and NCCL loaded.
-fn backend_usable(backend: SweepBackend, device: Device, shared: Option<&str>) -> Result<()> {
+fn backend_usable(backend: Backend, device: Device, shared: Option<&str>) -> Result<()> {
     match (backend, device, shared) {
-        (SweepBackend::Nccl, _, Some(why)) => bail!("{why}"),
-        (SweepBackend::Nccl, Device::Cuda(i), None) => crate::comm::transport::nccl::prepare(i).map(|_| ()),
+        (Backend::Nccl, _, Some(why)) => bail!("{why}"),
+        (Backend::Nccl, Device::Cuda(i), None) => crate::comm::transport::nccl::prepare(i).map(|_| ()),
         _ => Ok(()),
     }
 }
 
-/// The transport training uses for `backend`, over `comm`, and where its buffers live:
-/// host memory for `mpi`, the rank's GPU for `staged` (through pinned host buffers) and
-/// `nccl` (joined here, every member of `comm` taking part).
-fn make_transport<'a>(backend: SweepBackend, comm: &'a SimpleCommunicator, device: Device) -> Result<(Box<dyn Transport + 'a>, Device)> {
-    Ok(match (backend, device) {
-        (SweepBackend::Mpi, _) => (Box::new(Mpi::new(comm)), Device::Cpu),
-        (SweepBackend::Staged, d) => (Box::new(Mpi::new(comm)), d),
+/// The transport training uses for `route`'s backend, over `comm`, and the device its
+/// buffers live on: MPI on host memory, or on the rank's GPU through pinned host
+/// buffers; NCCL on the GPU (joined here, every member of `comm` taking part).
+fn make_transport<'a>(route: Route, comm: &'a SimpleCommunicator, device: Device) -> Result<(Box<dyn Transport + 'a>, Device)> {
+    Ok(match (route.backend, route.memory, device) {
+        (Backend::Mpi, Memory::Host, _) => (Box::new(Mpi::new(comm)), Device::Cpu),
+        (Backend::Mpi, Memory::Device, d) => (Box::new(Mpi::new(comm)), d),
         // A failure to make the unique id on rank 0 ends the job (the caller's error path),
         // so it is not agreed over the level's communicator.
-        (SweepBackend::Nccl, Device::Cuda(i)) => (Box::new(Nccl::join(comm, i, |id| id)?), device),
-        (SweepBackend::Nccl, _) => bail!("nccl needs a GPU"),
+        (Backend::Nccl, _, Device::Cuda(i)) => (Box::new(Nccl::join(comm, i, |id| id)?), device),
+        (Backend::Nccl, _, _) => bail!("nccl needs a GPU"),
+        (Backend::None, _, _) => bail!("`none` all-reduces nothing"),
     })
 }
 
-fn to_row(level: Level, backend: SweepBackend, dtype: GradDtype, m: &sweep::Measured, shape: LevelShape, node_type: &str) -> SweepRow {
+fn to_row(level: Level, route: Route, dtype: GradDtype, m: &sweep::Measured, shape: LevelShape, node_type: &str) -> SweepRow {
     SweepRow {
         level: level.name().into(),
-        backend: backend.name().into(),
+        backend: route.backend,
+        memory: route.memory,
         dtype: dtype_name(dtype).into(),
         buffer: if m.in_place { Buffer::InPlace } else { Buffer::OutOfPlace },
         ranks: shape.ranks,
@@ -708,13 +783,13 @@ fn dtype_name(d: GradDtype) -> &'static str {
     }
 }
 
-fn print_header(backend: SweepBackend, level: Level, ranks: usize, nodes: usize, dtype: GradDtype) {
+fn print_header(route: Route, level: Level, ranks: usize, nodes: usize, dtype: GradDtype) {
     println!(
         "\n# all-reduce sum, {} ({} rank(s) on {} node(s)), backend {}, {}",
         level.name(),
         ranks,
         nodes,
-        backend.name(),
+        route.label(),
         dtype_name(dtype)
     );
     println!("#{:>39}  {:>29}  out-of-place  {:>29}  in-place", "", "", "");
@@ -746,22 +821,24 @@ fn print_line(pair: &[SweepRow]) {
     );
 }
 
-/// One model per backend swept: the intra-node and inter-node fits of its out-of-place times.
-pub fn fit_models(rows: &[SweepRow], nodes: usize, per_node: usize, node_type: &str) -> Vec<Result<BackendModel>> {
-    let mut backends: Vec<&str> = rows.iter().map(|r| r.backend.as_str()).collect();
-    backends.sort_unstable();
-    backends.dedup();
-    backends
+/// One model per route swept (backend and memory): the intra-node and inter-node fits of
+/// its out-of-place times.
+pub fn fit_models(rows: &[SweepRow], nodes: usize, per_node: usize, node_type: &str) -> Vec<Result<RouteLinkModel>> {
+    let mut routes: Vec<(Backend, Memory)> = rows.iter().map(|r| (r.backend, r.memory)).collect();
+    routes.sort_unstable();
+    routes.dedup();
+    routes
         .into_iter()
-        .map(|b| {
+        .map(|(b, memory)| {
+            let route = Route { backend: b, memory }.label();
             let level_fit = |level: &str| -> Option<Result<LevelFit>> {
                 let pts: Vec<&SweepRow> = rows
                     .iter()
-                    .filter(|r| r.backend == b && r.level == level && r.buffer == Buffer::OutOfPlace)
+                    .filter(|r| r.backend == b && r.memory == memory && r.level == level && r.buffer == Buffer::OutOfPlace)
                     .collect();
                 let first = pts.first()?;
                 let points: Vec<(u64, f64)> = pts.iter().map(|r| (r.bytes, r.time_s)).collect();
-                let fitted = model::fit(level, b, &first.dtype, first.ranks, &points).map(|mut f| {
+                let fitted = link_model::fit(level, b, &first.dtype, first.ranks, &points).map(|mut f| {
                     for (res, row) in f.residuals.iter_mut().zip(&pts) {
                         if row.iter_median_s > 0.0 {
                             res.rel_spread = (row.iter_p90_s - row.iter_p10_s) / 2.0 / row.iter_median_s;
@@ -771,15 +848,16 @@ pub fn fit_models(rows: &[SweepRow], nodes: usize, per_node: usize, node_type: &
                 });
                 Some(fitted)
             };
-            let intra = level_fit("intra-node").transpose().with_context(|| format!("backend {b}"))?;
-            let inter = level_fit("inter-node").transpose().with_context(|| format!("backend {b}"))?;
+            let intra = level_fit("intra-node").transpose().with_context(|| format!("backend {route}"))?;
+            let inter = level_fit("inter-node").transpose().with_context(|| format!("backend {route}"))?;
             if intra.is_none() && inter.is_none() {
-                bail!("backend {b}: neither the intra-node nor the inter-node level was swept");
+                bail!("backend {route}: neither the intra-node nor the inter-node level was swept");
             }
-            Ok(BackendModel {
-                backend: b.into(),
-                model: InterconnectModel {
-                    formula: model::FORMULA.into(),
+            Ok(RouteLinkModel {
+                backend: b,
+                memory,
+                model: LinkModel {
+                    formula: link_model::FORMULA.into(),
                     ranks_per_node: per_node,
                     nodes,
                     intra,
@@ -791,11 +869,11 @@ pub fn fit_models(rows: &[SweepRow], nodes: usize, per_node: usize, node_type: &
         .collect()
 }
 
-fn print_model(bm: &BackendModel, rows: &[SweepRow]) {
+fn print_model(bm: &RouteLinkModel, rows: &[SweepRow]) {
     for f in [&bm.model.intra, &bm.model.inter].into_iter().flatten() {
         println!(
-            "{} {} model over {} ranks: alpha {:.2} us, bandwidth {:.3} GB/s (1/beta), |error| max {:.1} % rms {:.1} % over {}..{} B",
-            bm.backend,
+            "{}, {} link model over {} ranks: alpha {:.2} us, bandwidth {:.3} GB/s (1/beta), |error| max {:.1} % rms {:.1} % over {}..{} B",
+            bm.route().label(),
             f.level,
             f.ranks,
             f.alpha_s * 1e6,
@@ -809,7 +887,7 @@ fn print_model(bm: &BackendModel, rows: &[SweepRow]) {
     // The whole world measured against the two levels combined: the model's own check.
     let world: Vec<&SweepRow> = rows
         .iter()
-        .filter(|r| r.backend == bm.backend && r.level == "world" && r.buffer == Buffer::OutOfPlace)
+        .filter(|r| r.backend == bm.backend && r.memory == bm.memory && r.level == "world" && r.buffer == Buffer::OutOfPlace)
         .collect();
     let errors: Vec<f64> = world
         .iter()
@@ -822,8 +900,8 @@ fn print_model(bm: &BackendModel, rows: &[SweepRow]) {
     if !errors.is_empty() {
         let abs: Vec<f64> = errors.iter().map(|e| e.abs()).collect();
         println!(
-            "{} world ({} ranks) against the hierarchical model: |error| median {:.1} %, max {:.1} % over {} sizes",
-            bm.backend,
+            "{}, world ({} ranks) against the hierarchical link model: |error| median {:.1} %, max {:.1} % over {} sizes",
+            bm.route().label(),
             world[0].ranks,
             crate::stats::median(&abs) * 100.0,
             abs.iter().copied().fold(0.0, f64::max) * 100.0,
@@ -848,6 +926,62 @@ mod tests {
         assert_eq!(parse_bytes("1G"), Ok(1 << 30));
         assert_eq!(parse_bytes("4096"), Ok(4096));
         assert!(parse_bytes("0").is_err() && parse_bytes("12Q").is_err() && parse_bytes("99999999999G").is_err());
+    }
+
+    /// One backend name everywhere: MPI is swept on host memory, and on a GPU also on
+    /// device memory (the staged path), NCCL only on a GPU; `staged` is read as mpi.
+    #[test]
+    fn routes_name_a_backend_and_where_its_buffers_live() {
+        let route = |backend, memory| Route { backend, memory };
+        let mut args = AllreduceArgs::for_study(PathBuf::new());
+        assert_eq!(routes_for(&args, Device::Cpu).unwrap(), vec![route(Backend::Mpi, Memory::Host)]);
+        assert_eq!(
+            routes_for(&args, Device::Cuda(0)).unwrap(),
+            vec![
+                route(Backend::Mpi, Memory::Host),
+                route(Backend::Mpi, Memory::Device),
+                route(Backend::Nccl, Memory::Device)
+            ]
+        );
+        args.backends = vec![<Backend as clap::ValueEnum>::from_str("staged", false).unwrap()];
+        assert_eq!(routes_for(&args, Device::Cpu).unwrap(), vec![route(Backend::Mpi, Memory::Host)]);
+        args.backends = vec![Backend::Nccl];
+        let e = routes_for(&args, Device::Cpu).unwrap_err().to_string();
+        assert!(e.contains("--backends nccl: needs GPU buffers"), "{e}");
+        assert!(<Backend as clap::ValueEnum>::from_str("none", false).is_err());
+    }
+
+    /// A link model file of the schema-3 binary (`mpi` on host memory, `staged` from a
+    /// GPU's memory) joins runs as before: a CPU run to the host fit, a GPU run with
+    /// `--allreduce mpi` to the staged one; a new file says `memory` itself.
+    #[test]
+    fn old_model_files_map_staged_to_mpi_on_device_memory() {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema2/sweep/allreduce_model.json");
+        let mut file: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+        let mut staged = file["models"][0].clone();
+        staged["backend"] = "staged".into();
+        staged["intra"]["backend"] = "staged".into();
+        staged["ranks_per_node"] = 7.into();
+        file["models"].as_array_mut().unwrap().push(staged);
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("allreduce_model.json"), file.to_string()).unwrap();
+        let mf = LinkModelFile::read(d.path()).unwrap();
+        let cpu = mf.for_run(Backend::Mpi, DeviceKind::Cpu).unwrap();
+        assert_eq!((cpu.memory, cpu.model.ranks_per_node), (Memory::Host, 2));
+        let gpu = mf.for_run(Backend::Mpi, DeviceKind::Cuda).unwrap();
+        assert_eq!((gpu.memory, gpu.model.ranks_per_node), (Memory::Device, 7));
+        assert_eq!(gpu.model.intra.as_ref().unwrap().backend, Backend::Mpi);
+        assert!(mf.for_run(Backend::Nccl, DeviceKind::Cuda).is_none());
+        let written = serde_json::to_value(gpu).unwrap();
+        assert_eq!(
+            (written["backend"].as_str(), written["memory"].as_str()),
+            (Some("mpi"), Some("device"))
+        );
+        // A name no schema wrote is refused, named.
+        file["models"][0]["backend"] = "gloo".into();
+        std::fs::write(d.path().join("allreduce_model.json"), file.to_string()).unwrap();
+        let e = format!("{:#}", LinkModelFile::read(d.path()).unwrap_err());
+        assert!(e.contains("\"gloo\": not an all-reduce"), "{e}");
     }
 
     #[test]

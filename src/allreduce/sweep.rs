@@ -10,32 +10,26 @@
 use crate::comm::transport::{Dir, Slot, Transport};
 use crate::comm::{wire_kind, GradDtype};
 use crate::device::cuda::Event;
+use crate::record::{Backend, Memory};
 use anyhow::Result;
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
-/// How the buffers travel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum SweepBackend {
-    /// MPI_Allreduce on host memory.
-    Mpi,
-    /// Device memory through pinned host buffers: copy to host, MPI_Allreduce, copy back
-    /// (what `train --allreduce mpi` does on a GPU).
-    Staged,
-    /// NCCL on device memory.
-    Nccl,
+/// What one part of the sweep all-reduces with: a backend (the one training names the
+/// same way) and where the buffers live. MPI on device memory is the CPU-staged path
+/// (device → pinned host → MPI → device) that `train --allreduce mpi` runs on a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    pub backend: Backend,
+    pub memory: Memory,
 }
 
-impl SweepBackend {
-    pub fn name(self) -> &'static str {
-        match self {
-            SweepBackend::Mpi => "mpi",
-            SweepBackend::Staged => "staged",
-            SweepBackend::Nccl => "nccl",
-        }
+impl Route {
+    /// In a sentence: `mpi on host memory`.
+    pub fn label(self) -> String {
+        format!("{} on {} memory", self.backend, self.memory.name())
     }
 }
 

@@ -124,22 +124,73 @@ impl DeviceKind {
     }
 }
 
-/// The gradient all-reduce a run used, by the name its manifest's `comm_backend` gives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// The all-reduce: one name each for `train --allreduce`, the manifest's `comm_backend`
+/// and `comparison_key.backend`, `allreduce --backends`, the sweep's `backend` column
+/// and the link model's `backend`. Where the buffers live is [`Memory`], not a name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Backend {
-    /// MPI_Allreduce over host memory, device gradients staged through pinned buffers.
-    MpiCpuStaged,
+    /// MPI_Allreduce over host memory; a GPU's gradients are staged through pinned host
+    /// buffers (device → host → MPI → device). Schema 3 and older wrote `mpi-cpu-staged`
+    /// in manifests and `staged` for device buffers in the sweep.
+    #[serde(alias = "mpi-cpu-staged", alias = "staged")]
+    #[value(alias = "staged")]
+    Mpi,
+    /// NCCL on device memory.
     Nccl,
     /// No all-reduce (`--allreduce none`): never a point of a scaling study.
+    #[value(skip)]
     None,
 }
 
 impl Backend {
-    /// The backend named `name` (as `comm_backend` writes it); Err names what it can be.
+    /// The one name the files and the command line use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Mpi => "mpi",
+            Backend::Nccl => "nccl",
+            Backend::None => "none",
+        }
+    }
+
+    /// The backend named `name` by any schema (`mpi-cpu-staged` and `staged` are `mpi`);
+    /// Err names what it can be.
     pub fn from_name(name: &str) -> Result<Backend, String> {
         serde_json::from_value(serde_json::Value::String(name.into()))
-            .map_err(|_| format!("{name:?}: not an all-reduce ddpbench runs (mpi-cpu-staged, nccl or none)"))
+            .map_err(|_| format!("{name:?}: not an all-reduce ddpbench runs (mpi, nccl or none)"))
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Where an all-reduce's buffers live: a property of the path, not another backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Memory {
+    /// Host memory: MPI reads and writes the buffers themselves.
+    Host,
+    /// Device memory: NCCL reads it; MPI stages it through pinned host buffers.
+    Device,
+}
+
+impl Memory {
+    /// Where a run's gradients lived: on its device.
+    pub fn of_device(device: DeviceKind) -> Memory {
+        match device {
+            DeviceKind::Cpu => Memory::Host,
+            DeviceKind::Cuda => Memory::Device,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Memory::Host => "host",
+            Memory::Device => "device",
+        }
     }
 }
 
@@ -375,7 +426,7 @@ impl ComparisonKey {
             overlap: Overlap::in_effect(m.comm.overlap, m.comm.overlap_shares_core),
             grad_dtype: named(&m.comm.grad_dtype, "comm.grad_dtype")?,
             amp: named(&m.comm.amp, "comm.amp")?,
-            backend: Backend::from_name(&m.comm_backend).map_err(|e| format!("comm_backend is {e}"))?,
+            backend: m.comm_backend,
             workers: config(c, "workers")?,
             seq_len: config(c, "seq_len")?,
             vocab_size: config(c, "vocab_size")?,
@@ -550,6 +601,22 @@ pub(crate) mod tests {
         assert_ne!(a, b);
         assert_ne!(a.cmp(&b), Ordering::Equal);
         assert!(a.describe().contains("overlap=off") && b.describe().contains("overlap=force"));
+    }
+
+    /// One name per backend: what schema 3 wrote (`mpi-cpu-staged`, the sweep's `staged`)
+    /// reads as `mpi`, and only `mpi` is written.
+    #[test]
+    fn the_mpi_backend_has_one_name_and_old_names_read_as_it() {
+        let m = manifest_with(unusual());
+        assert_eq!(m.comm_backend, Backend::Mpi);
+        assert_eq!(serde_json::to_value(&m).unwrap()["comm_backend"], "mpi");
+        for old in ["mpi-cpu-staged", "staged", "mpi"] {
+            assert_eq!(Backend::from_name(old), Ok(Backend::Mpi), "{old}");
+        }
+        let mut k = unusual();
+        k.backend = Backend::from_name("mpi-cpu-staged").unwrap();
+        assert!(k.describe().contains("backend=mpi "), "{}", k.describe());
+        assert!(Backend::from_name("gloo").unwrap_err().contains("mpi, nccl or none"));
     }
 
     fn manifest_with(key: ComparisonKey) -> Manifest {

@@ -1,5 +1,6 @@
 //! `manifest.json`: everything needed to interpret, compare and repeat a run.
 
+use super::key::Backend;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -8,8 +9,10 @@ use std::path::Path;
 /// `summary.csv` written from them). 1: before `batch_copy_s` (the batch copy was inside
 /// `data_s`) and with `copy_d2h_s`/`copy_h2d_s`; 2: the phase glossary of results/README.md;
 /// 3: instants end in `_at_s`, `allreduce.csv` in seconds and bytes per second with
-/// `buffer` for `placement` (the old → new table in results/README.md).
-pub const SCHEMA_VERSION: u32 = 3;
+/// `buffer` for `placement` (the old → new table in results/README.md); 4: one name per
+/// all-reduce backend (`mpi` for `mpi-cpu-staged` and the sweep's `staged`, with where
+/// the buffers live in `allreduce.csv`'s `memory`).
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Manifests written before `schema_version` existed are version 1.
 fn schema_v1() -> u32 {
@@ -132,7 +135,8 @@ pub struct Manifest {
     pub dataset_source: String,
     pub parameters: usize,
     pub gradient_bytes: u64,
-    pub comm_backend: String,
+    /// The all-reduce ([`Backend`]: `mpi`, `nccl` or `none`; `mpi-cpu-staged` before schema 4).
+    pub comm_backend: Backend,
     /// How communication ran: overlap with backward, wire dtype, AMP, and why (e.g. the
     /// fallback from NCCL to MPI).
     #[serde(default)]

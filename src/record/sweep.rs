@@ -2,6 +2,7 @@
 //! buffer arrangement, on one backend and level. Times in seconds and bandwidths in
 //! bytes per second, as every other file (schema 3; microseconds and GB/s before).
 
+use super::key::{Backend, Memory};
 use serde::{Deserialize, Serialize};
 
 /// Where an all-reduce's result goes.
@@ -18,7 +19,10 @@ pub enum Buffer {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SweepRow {
     pub level: String,
-    pub backend: String,
+    pub backend: Backend,
+    /// Where the buffers lived: `host`, or `device` (NCCL, or MPI staged through pinned
+    /// host buffers: the sweep's backend `staged` before schema 4).
+    pub memory: Memory,
     pub dtype: String,
     /// `out-of-place` or `in-place` (the column `placement` before schema 3).
     pub buffer: Buffer,

@@ -23,8 +23,8 @@ pub struct ReduceArgs {
     #[arg(long)]
     pub no_plots: bool,
 
-    /// A folder written by `ddpbench allreduce` (or its allreduce_model.json): project each
-    /// workload to more ranks with its fitted interconnect model (projection.csv). Found
+    /// A folder written by `ddpbench allreduce` (or its link_model.json): project each
+    /// workload to more ranks with its link model, the α–β fits (projection.csv). Found
     /// without this flag when such a folder is among the folders given.
     #[arg(long)]
     pub interconnect: Option<PathBuf>,
@@ -34,7 +34,7 @@ pub struct ReduceArgs {
     pub project_to: u64,
 }
 
-/// What to reduce: the folders, the reference, the interconnect model (where the files
+/// What to reduce: the folders, the reference, the link model (where the files
 /// go, and whether plots are drawn, is the writer's concern).
 #[derive(Debug, Clone)]
 pub struct ReduceRequest {
@@ -42,7 +42,7 @@ pub struct ReduceRequest {
     pub runs: Vec<PathBuf>,
     /// The run every point of its workload is compared with (`--baseline`).
     pub baseline: Option<PathBuf>,
-    /// The sweep whose model projects each workload; found among `runs` when None.
+    /// The sweep whose link model projects each workload; found among `runs` when None.
     pub interconnect: Option<PathBuf>,
     /// Project up to this many ranks.
     pub project_to: u64,

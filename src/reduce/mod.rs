@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 /// A folder `ddpbench allreduce` wrote.
 fn is_sweep(p: &Path) -> bool {
-    p.join("allreduce_model.json").is_file()
+    crate::allreduce::link_model_path(p).is_some()
 }
 
 /// The sweep folders among `paths` and their direct subfolders.
@@ -129,7 +129,7 @@ pub fn run(req: &ReduceRequest) -> Result<Report> {
     Ok(report::build(&dirs, &complete, &incomplete, skipped, explicit, projection))
 }
 
-/// The projection to more ranks, when an interconnect model is given or found; None when
+/// The projection to more ranks, when a link model is given or found; None when
 /// none is, or no workload could be projected with it.
 fn project(req: &ReduceRequest, dirs: &[PathBuf], complete: &[&RunStats]) -> Result<Option<report::ProjectionReport>> {
     let sweep = match &req.interconnect {
@@ -150,7 +150,7 @@ fn project(req: &ReduceRequest, dirs: &[PathBuf], complete: &[&RunStats]) -> Res
     };
     // A model that cannot be read or holds values no link has takes the projection out,
     // not the report: the rest stands without it.
-    let models = match crate::allreduce::ModelFile::read(&sweep) {
+    let models = match crate::allreduce::LinkModelFile::read(&sweep) {
         Ok(m) => m,
         Err(e) => {
             eprintln!("projection left out: {e:#}");

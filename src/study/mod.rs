@@ -25,7 +25,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use mpi::topology::{Color, Communicator};
-use plan::{Layout, PlacementPolicy, Plan, Point, Scaling, StudySpec};
+use plan::{Layout, NodeFill, Plan, Point, Scaling, StudySpec};
 use serde::{Deserialize, Serialize};
 use state::{Decision, PointOutcome, State};
 use std::collections::BTreeMap;
@@ -68,13 +68,15 @@ pub struct StudyArgs {
     #[arg(long, value_delimiter = ',')]
     pub ranks: Option<Vec<usize>>,
 
-    /// pack: a point's ranks fill as few nodes as they can; spread: one per node first.
-    #[arg(long, value_enum)]
-    pub placement: Option<PlacementPolicy>,
+    /// How a point's ranks fill the nodes: pack, as few nodes as they can; spread, one
+    /// per node first (`--placement` before).
+    #[arg(long, value_enum, alias = "placement")]
+    pub node_fill: Option<NodeFill>,
 
-    /// Runs of each point, interleaved (all points, then all points again, ...).
-    #[arg(long)]
-    pub repeat: Option<usize>,
+    /// Runs of each point, interleaved (all points, then all points again, ...)
+    /// (`--repeat` before).
+    #[arg(long, alias = "repeat")]
+    pub repeats: Option<usize>,
 
     /// Study folder (default: results/study-<name>). Run again to resume.
     #[arg(long)]
@@ -90,7 +92,7 @@ pub struct StudyArgs {
     pub retry_failed: bool,
 
     /// Before the points, sweep the all-reduce on the whole allocation (`ddpbench
-    /// allreduce`, 8 B to 64 MiB, MPI and, on GPUs, NCCL and staged) into <study>/allreduce
+    /// allreduce`, 8 B to 64 MiB, MPI and, on GPUs, MPI from device memory and NCCL) into <study>/allreduce
     /// (kept when a resumed study already has it), so that the report projects every
     /// workload beyond the allocation and checks the projection against the points.
     #[arg(long)]
@@ -133,12 +135,12 @@ pub fn spec_of(args: &StudyArgs) -> Result<StudySpec> {
     if let Some(v) = &args.ranks {
         s.ranks = Some(v.clone());
     }
-    if let Some(v) = args.placement {
-        s.placement = v;
+    if let Some(v) = args.node_fill {
+        s.node_fill = v;
     }
-    if let Some(v) = args.repeat {
-        anyhow::ensure!(v >= 1, "--repeat must be at least 1");
-        s.repeat = v;
+    if let Some(v) = args.repeats {
+        anyhow::ensure!(v >= 1, "--repeats must be at least 1");
+        s.repeats = v;
     }
     s.apply_flags(&args.train)?;
     Ok(s)
@@ -220,6 +222,11 @@ enum Ended {
 }
 
 fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Result<Ended> {
+    if g.rank == 0 {
+        for note in &spec.renamed {
+            eprintln!("note: {note}");
+        }
+    }
     let (layout, cores) = layout(g)?;
     let plan = agree(g, plan::plan(spec, &layout, cores))?;
     let resolved = spec.to_toml(&plan.ladder, plan.threads_per_rank);
@@ -231,7 +238,7 @@ fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Re
         dry_run(g, spec, &plan, &layout, &out, watchdog);
         return Ok(Ended::DryRun);
     }
-    let names: Vec<String> = plan::schedule(plan.points.len(), spec.repeat)
+    let names: Vec<String> = plan::schedule(plan.points.len(), spec.repeats)
         .iter()
         .map(|&(pi, rep)| plan::run_name(&plan.points[pi], rep))
         .collect();
@@ -260,7 +267,7 @@ fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Re
     // A stop signal during the sweep ends the study before its first point.
     let mut stopped = swept != Swept::Whole;
     let bar = crate::progress::Bar::new("study", names.len() as u64, "points");
-    for (part, &(pi, rep)) in plan::schedule(plan.points.len(), spec.repeat).iter().enumerate() {
+    for (part, &(pi, rep)) in plan::schedule(plan.points.len(), spec.repeats).iter().enumerate() {
         if stopped {
             break;
         }
@@ -289,7 +296,7 @@ fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Re
     }
     drop(bar);
     let verdict = if g.rank == 0 {
-        finish(&out, &book.state, &plan, spec.repeat, stopped)
+        finish(&out, &book.state, &plan, spec.repeats, stopped)
     } else {
         None
     };
@@ -417,7 +424,7 @@ fn dry_run(g: &Group, spec: &StudySpec, plan: &Plan, layout: &Layout, out: &Path
     }
     let timings = estimate::time_workloads(g, plan, watchdog);
     if g.rank == 0 {
-        print_estimate(plan, spec.repeat, &timings);
+        print_estimate(plan, spec.repeats, &timings);
     }
 }
 
@@ -426,7 +433,7 @@ fn announce(spec: &StudySpec, plan: &Plan, layout: &Layout, world: usize, out: &
         "study {}: {} points × {} repeat(s) on {} ranks ({} node(s)), {} thread(s) per rank, into {}",
         spec.name,
         plan.points.len(),
-        spec.repeat,
+        spec.repeats,
         world,
         layout.nodes.len(),
         plan.threads_per_rank,
@@ -441,7 +448,7 @@ fn announce(spec: &StudySpec, plan: &Plan, layout: &Layout, world: usize, out: &
 /// stop signal ended has no model, and is swept again).
 fn sweep(g: &Group, out: &Path) -> Result<Swept> {
     let sweep_dir = out.join("allreduce");
-    let done = g.rank == 0 && sweep_dir.join("allreduce_model.json").is_file();
+    let done = g.rank == 0 && crate::allreduce::link_model_path(&sweep_dir).is_some();
     if broadcast_string(g, if done { "done" } else { "" }) == "done" {
         return Ok(Swept::Whole);
     }
@@ -542,7 +549,8 @@ fn open_folder(out: &Path, spec: &StudySpec, plan: &Plan, resolved: &str, layout
     if json.is_file() {
         let before: StudyFile = serde_json::from_str(&std::fs::read_to_string(&json)?)
             .with_context(|| format!("{} is not a ddpbench study file", json.display()))?;
-        if before.hash != hash {
+        // A folder made before schema 4 holds the same study under the old keys.
+        if before.hash != hash && before.hash != plan::study_hash(&plan::with_old_keys(resolved)) {
             bail!(
                 "{} holds a different study (its study.toml differs from this one's): use another --out, \
                  or remove the folder to start over",
@@ -596,14 +604,14 @@ fn row(point: &Point, rep: usize, name: &str, layout: &Layout, status: &str, err
 
 fn print_plan(spec: &StudySpec, plan: &Plan, layout: &Layout, out: &Path) {
     println!(
-        "study {}: {} point(s) × {} repeat(s) = {} runs, ladder {:?}, {} thread(s) per rank, placement {}, into {}",
+        "study {}: {} point(s) × {} repeat(s) = {} runs, ladder {:?}, {} thread(s) per rank, node fill {}, into {}",
         spec.name,
         plan.points.len(),
-        spec.repeat,
-        plan.points.len() * spec.repeat,
+        spec.repeats,
+        plan.points.len() * spec.repeats,
         plan.ladder,
         plan.threads_per_rank,
-        spec.placement
+        spec.node_fill
             .to_possible_value()
             .map(|v| v.get_name().to_string())
             .unwrap_or_default(),
@@ -714,11 +722,7 @@ fn finish(out: &Path, state: &State, plan: &Plan, repeat: usize, stopped: bool) 
         runs: vec![out.join("runs")],
         baseline: None,
         // A sweep the user ran into the study's folder (`ddpbench allreduce --out <study>/allreduce`).
-        interconnect: out
-            .join("allreduce")
-            .join("allreduce_model.json")
-            .is_file()
-            .then(|| out.join("allreduce")),
+        interconnect: crate::allreduce::link_model_path(&out.join("allreduce")).map(|_| out.join("allreduce")),
         project_to: 1024,
     };
     let report_dir = out.join("report");

@@ -9,10 +9,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::train::TrainConfig;
 
-/// How a point's ranks are laid over the nodes.
+/// How a point's ranks fill the nodes (`node_fill`; `placement` before schema 4, a word
+/// that now means only a rank's device and cores).
 #[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum PlacementPolicy {
+pub enum NodeFill {
     /// k ranks fill ⌈k / ranks-per-node⌉ nodes: intra-node links first.
     #[default]
     Pack,
@@ -41,8 +42,8 @@ pub const STUDY_KEYS: [&str; 11] = [
     "batch_sizes",
     "scaling",
     "ranks",
-    "placement",
-    "repeat",
+    "node_fill",
+    "repeats",
     "threads_per_rank",
     "description",
 ];
@@ -56,14 +57,20 @@ pub struct StudySpec {
     pub batch_sizes: Vec<usize>,
     pub scaling: Scaling,
     pub ranks: Option<Vec<usize>>,
-    pub placement: PlacementPolicy,
-    pub repeat: usize,
+    pub node_fill: NodeFill,
+    /// Runs of each point.
+    pub repeats: usize,
     pub threads_per_rank: Option<usize>,
     /// Per data set, its `--data-dir` (`[data_dirs]` table), for studies over several.
     pub data_dirs: BTreeMap<String, String>,
     /// `train` options: one value each, or a list (a grid axis), in file order.
     pub train: Vec<(String, Vec<toml::Value>)>,
+    /// A sentence per old key the study was given under ([`RENAMED_KEYS`]), each once.
+    pub renamed: Vec<String>,
 }
+
+/// Study keys renamed in schema 4 (old, new): still read, and said once to be renamed.
+pub const RENAMED_KEYS: [(&str, &str); 2] = [("placement", "node_fill"), ("repeat", "repeats")];
 
 fn as_list(v: &toml::Value) -> Vec<toml::Value> {
     match v {
@@ -156,11 +163,12 @@ impl StudySpec {
             batch_sizes: vec![64],
             scaling: Scaling::Weak,
             ranks: None,
-            placement: PlacementPolicy::Pack,
-            repeat: 1,
+            node_fill: NodeFill::Pack,
+            repeats: 1,
             threads_per_rank: None,
             data_dirs: BTreeMap::new(),
             train: Vec::new(),
+            renamed: Vec::new(),
         };
         for (key, v) in &table {
             s.set(key, v)?;
@@ -170,7 +178,16 @@ impl StudySpec {
 
     /// Sets one key (from the file or the command line; a later one wins).
     pub fn set(&mut self, key: &str, v: &toml::Value) -> Result<()> {
-        match key.replace('-', "_").as_str() {
+        let key = key.replace('-', "_");
+        if let Some((old, new)) = RENAMED_KEYS.iter().find(|(old, _)| *old == key) {
+            let note = format!("study key `{old}` is now `{new}` (read as it; rename it in the file)");
+            if !self.renamed.contains(&note) {
+                self.renamed.push(note);
+            }
+            return self.set(new, v);
+        }
+        let key = key.as_str();
+        match key {
             "name" => {
                 let name = strings(key, v)?.join("-");
                 check_name(&name)?;
@@ -181,9 +198,9 @@ impl StudySpec {
             "datasets" | "dataset" => self.datasets = strings(key, v)?,
             "batch_sizes" | "batch_size" => self.batch_sizes = counts(key, v)?,
             "scaling" => self.scaling = one_enum(key, v)?,
-            "placement" => self.placement = one_enum(key, v)?,
+            "node_fill" => self.node_fill = one_enum(key, v)?,
             "ranks" => self.ranks = Some(counts(key, v)?),
-            "repeat" => self.repeat = *counts(key, v)?.first().ok_or_else(|| anyhow!("study key `repeat` is empty"))?,
+            "repeats" => self.repeats = *counts(key, v)?.first().ok_or_else(|| anyhow!("study key `repeats` is empty"))?,
             "threads_per_rank" | "threads" => {
                 self.threads_per_rank = Some(*counts(key, v)?.first().ok_or_else(|| anyhow!("study key `{key}` is empty"))?)
             }
@@ -257,8 +274,8 @@ impl StudySpec {
         );
         t.insert("scaling".into(), enum_name(self.scaling).into());
         t.insert("ranks".into(), list(ladder.iter().map(|&r| (r as i64).into()).collect()));
-        t.insert("placement".into(), enum_name(self.placement).into());
-        t.insert("repeat".into(), (self.repeat as i64).into());
+        t.insert("node_fill".into(), enum_name(self.node_fill).into());
+        t.insert("repeats".into(), (self.repeats as i64).into());
         if !self.data_dirs.is_empty() {
             let dirs: toml::Table = self.data_dirs.iter().map(|(k, v)| (k.clone(), v.clone().into())).collect();
             t.insert("data_dirs".into(), toml::Value::Table(dirs));
@@ -270,6 +287,20 @@ impl StudySpec {
         }
         toml::to_string(&t).unwrap_or_default()
     }
+}
+
+/// A resolved study.toml ([`StudySpec::to_toml`]) under the keys before schema 4, as
+/// study folders made before hold it: the same study, so a resume compares with both.
+pub fn with_old_keys(resolved: &str) -> String {
+    let Ok(mut t) = toml::from_str::<toml::Table>(resolved) else {
+        return resolved.to_string();
+    };
+    for (old, new) in RENAMED_KEYS {
+        if let Some(v) = t.remove(new) {
+            t.insert(old.into(), v);
+        }
+    }
+    toml::to_string(&t).unwrap_or_default()
 }
 
 fn enum_name<T: ValueEnum>(v: T) -> String {
@@ -349,7 +380,7 @@ impl Layout {
     }
 
     /// The world ranks of a `k`-rank point.
-    pub fn ranks_for(&self, k: usize, placement: PlacementPolicy) -> Result<Vec<usize>> {
+    pub fn ranks_for(&self, k: usize, fill: NodeFill) -> Result<Vec<usize>> {
         let per = self.ranks_per_node().max(1);
         ensure!(
             k >= 1 && k <= self.world_size(),
@@ -357,8 +388,8 @@ impl Layout {
             self.world_size()
         );
         let mut out = Vec::with_capacity(k);
-        match placement {
-            PlacementPolicy::Pack => {
+        match fill {
+            NodeFill::Pack => {
                 ensure!(
                     k <= per * self.nodes.len(),
                     "a {k}-rank point does not fit {} nodes of {per} ranks",
@@ -371,7 +402,7 @@ impl Layout {
                     }
                 }
             }
-            PlacementPolicy::Spread => {
+            NodeFill::Spread => {
                 let mut round = 0;
                 while out.len() < k {
                     for node in &self.nodes {
@@ -577,11 +608,7 @@ impl Grid<'_> {
             }
             return;
         }
-        let spread = if self.spec.placement == PlacementPolicy::Spread {
-            "-spread"
-        } else {
-            ""
-        };
+        let spread = if self.spec.node_fill == NodeFill::Spread { "-spread" } else { "" };
         let suffix = if at.mode == "strong" {
             format!("-strong-b{per_rank}")
         } else {
@@ -616,7 +643,7 @@ pub fn plan(spec: &StudySpec, layout: &Layout, cores_per_node: usize) -> Result<
     ensure!(!ladder.is_empty(), "the study has no rank counts");
     let mut members = Vec::new();
     for &k in &ladder {
-        members.push((k, layout.ranks_for(k, spec.placement)?));
+        members.push((k, layout.ranks_for(k, spec.node_fill)?));
     }
     let node_slots = members.iter().map(|(_, m)| layout.most_on_a_node(m)).max().unwrap_or(1).max(1);
     let user_threads = spec
@@ -713,8 +740,8 @@ pub fn plan(spec: &StudySpec, layout: &Layout, cores_per_node: usize) -> Result<
 
 /// The order points run in: repeat after repeat over all points (interleaved, so slow
 /// drift of the machine spreads over every point instead of landing on one).
-pub fn schedule(points: usize, repeat: usize) -> Vec<(usize, usize)> {
-    (0..repeat.max(1)).flat_map(|rep| (0..points).map(move |p| (p, rep))).collect()
+pub fn schedule(points: usize, repeats: usize) -> Vec<(usize, usize)> {
+    (0..repeats.max(1)).flat_map(|rep| (0..points).map(move |p| (p, rep))).collect()
 }
 
 /// FNV-1a of the resolved study: a changed study is refused when resuming.
@@ -763,17 +790,17 @@ mod tests {
     #[test]
     fn pack_fills_nodes_and_spread_crosses_them_first() {
         let l = hosts(2, 4);
-        assert_eq!(l.ranks_for(4, PlacementPolicy::Pack).unwrap(), vec![0, 1, 2, 3]);
-        assert_eq!(l.ranks_for(6, PlacementPolicy::Pack).unwrap(), vec![0, 1, 2, 3, 4, 5]);
-        assert_eq!(l.ranks_for(2, PlacementPolicy::Spread).unwrap(), vec![0, 4]);
-        assert_eq!(l.ranks_for(4, PlacementPolicy::Spread).unwrap(), vec![0, 1, 4, 5]);
+        assert_eq!(l.ranks_for(4, NodeFill::Pack).unwrap(), vec![0, 1, 2, 3]);
+        assert_eq!(l.ranks_for(6, NodeFill::Pack).unwrap(), vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(l.ranks_for(2, NodeFill::Spread).unwrap(), vec![0, 4]);
+        assert_eq!(l.ranks_for(4, NodeFill::Spread).unwrap(), vec![0, 1, 4, 5]);
         assert_eq!(l.most_on_a_node(&[0, 1, 4, 5]), 2);
-        let e = l.ranks_for(9, PlacementPolicy::Pack).unwrap_err().to_string();
+        let e = l.ranks_for(9, NodeFill::Pack).unwrap_err().to_string();
         assert!(e.contains("the job has 8"), "{e}");
         // Ranks interleaved over hosts (round-robin mapping) are grouped by host.
         let l = Layout::from_hosts(&["a".into(), "b".into(), "a".into(), "b".into()]);
         assert_eq!(l.nodes, vec![vec![0, 2], vec![1, 3]]);
-        assert_eq!(l.ranks_for(2, PlacementPolicy::Pack).unwrap(), vec![0, 2]);
+        assert_eq!(l.ranks_for(2, NodeFill::Pack).unwrap(), vec![0, 2]);
     }
 
     #[test]
@@ -874,12 +901,38 @@ mod tests {
             assert!(e.to_string().contains("study name"), "{bad}: {e}");
         }
         assert_eq!(name_from_file("my study"), "my-study");
-        let e = StudySpec::from_toml("placement = \"diagonal\"\n", "x").unwrap_err();
+        let e = StudySpec::from_toml("node_fill = \"diagonal\"\n", "x").unwrap_err();
         assert!(e.to_string().contains("not one of pack, spread"), "{e}");
         let e = StudySpec::from_toml("out = \"x\"\n", "x").unwrap_err();
         assert!(e.to_string().contains("study key `out`"), "{e}");
         let spec = StudySpec::from_toml("lr = -1.0\n", "x").unwrap();
         assert!(plan(&spec, &hosts(1, 2), 2).is_err());
+    }
+
+    /// pack/spread is `node_fill` and the run count `repeats`, in the file and in the
+    /// study.toml written; the old keys read as them, each said once, and the study
+    /// written under the old keys is the one a folder made before holds.
+    #[test]
+    fn node_fill_and_repeats_are_the_keys_and_the_old_ones_still_read() {
+        let spec = StudySpec::from_toml("node_fill = \"spread\"\nrepeats = 3\n", "x").unwrap();
+        assert_eq!((spec.node_fill, spec.repeats, spec.renamed.len()), (NodeFill::Spread, 3, 0));
+        let resolved = spec.to_toml(&[1, 2], 1);
+        assert!(
+            resolved.contains("node_fill = \"spread\"") && resolved.contains("repeats = 3"),
+            "{resolved}"
+        );
+        assert!(!resolved.contains("placement") && !resolved.contains("repeat ="), "{resolved}");
+        let mut old = StudySpec::from_toml("placement = \"spread\"\nrepeat = 3\n", "x").unwrap();
+        old.set("placement", &"spread".into()).unwrap();
+        assert_eq!((old.node_fill, old.repeats), (NodeFill::Spread, 3));
+        assert_eq!(old.renamed.len(), 2, "{:?}", old.renamed);
+        assert!(old.renamed[0].contains("`placement` is now `node_fill`"), "{:?}", old.renamed);
+        let legacy = with_old_keys(&resolved);
+        assert!(
+            legacy.contains("placement = \"spread\"") && legacy.contains("repeat = 3"),
+            "{legacy}"
+        );
+        assert_eq!(with_old_keys(&old.to_toml(&[1, 2], 1)), legacy);
     }
 
     #[test]
@@ -892,7 +945,7 @@ mod tests {
             .train
             .contains(&("deterministic".to_string(), vec![toml::Value::Boolean(true)])));
         assert!(spec.train.contains(&("lr".to_string(), vec![toml::Value::Float(-0.5)])));
-        assert_eq!(spec.repeat, 3);
+        assert_eq!(spec.repeats, 3);
     }
 
     #[test]

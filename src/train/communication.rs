@@ -12,7 +12,7 @@ use crate::comm::transport::nccl::{prepare, shared_gpu};
 use crate::comm::{mpi::MpiStaged, AllreduceChoice, BucketPlan, GradientReducer, OverlapMode};
 use crate::device::cuda;
 use crate::model::{ModelSpec, Net};
-use crate::record::{AllreduceProbe, CommInfo};
+use crate::record::{AllreduceProbe, Backend, CommInfo};
 use crate::world::{agree, Group};
 use anyhow::{anyhow, Result};
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
@@ -176,15 +176,6 @@ fn make_reducer(
         }
         _ => Ok(Box::new(agree(g, MpiStaged::new(&g.comm, plan, cfg.comm.grad_dtype, overlap))?)),
     }
-}
-
-/// The all-reduce backend a run uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Nccl,
-    Mpi,
-    /// No all-reduce at all (`--allreduce none`).
-    None,
 }
 
 /// Which all-reduce the run uses, the same on every rank, and a note when `auto` fell

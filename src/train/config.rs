@@ -266,7 +266,7 @@ pub struct OptimConfig {
 
 /// Where each rank runs.
 #[derive(Args, Debug, Clone, Serialize, Deserialize)]
-#[command(next_help_heading = "Placement")]
+#[command(next_help_heading = "Placement (device, cores, threads) and host resources")]
 pub struct PlacementConfig {
     /// Where to train.
     #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]

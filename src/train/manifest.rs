@@ -2,7 +2,7 @@
 //! every rank's placement, the model, the communication set-up, the schedule, and the
 //! comparison key of what ran.
 
-use super::communication::{Backend, Communication};
+use super::communication::Communication;
 use super::config::TrainConfig;
 use super::placement::Placement;
 use super::run_folder::RunFolder;
@@ -58,7 +58,7 @@ pub fn initial(
         dataset_source: dataset.source.clone(),
         parameters,
         gradient_bytes: (parameters * 4) as u64,
-        comm_backend: comm.reducer.backend().into(),
+        comm_backend: comm.reducer.backend(),
         comm: comm.info.clone(),
         buckets: comm.buckets,
         world_size: g.size,
@@ -102,11 +102,7 @@ fn comparison_key(
         overlap: Overlap::in_effect(comm.info.overlap, comm.info.overlap_shares_core),
         grad_dtype: Some(cfg.comm.grad_dtype),
         amp: Some(cfg.optim.amp),
-        backend: match comm.backend {
-            Backend::Nccl => key::Backend::Nccl,
-            Backend::Mpi => key::Backend::MpiCpuStaged,
-            Backend::None => key::Backend::None,
-        },
+        backend: comm.backend,
         workers: cfg.placement.workers,
         seq_len: Some(cfg.workload.seq_len),
         vocab_size: Some(cfg.workload.vocab_size),

@@ -9,7 +9,7 @@
 //! [`Progress`] (where the run is).
 
 use super::clock::{self, ClockLog};
-use super::communication::{Backend, Communication};
+use super::communication::Communication;
 use super::config::TrainConfig;
 use super::faults::FaultHooks;
 use super::params::{broadcast_from_rank0, check_in_sync};
@@ -26,6 +26,7 @@ use crate::model::{self, ModelOptions, ModelSpec, Net};
 use crate::optim::{self, LrScaling, Optimizer};
 use crate::record::last_gasp::{self, LastGasp, Template};
 use crate::record::reserve::{self, Reserve};
+use crate::record::Backend;
 use crate::record::{self, CsvLog, EndRecord, EpochRow, Manifest, RunStatus, StepRow};
 use crate::telemetry::GpuSampler;
 use crate::trace::{RankIdentity, RankTrace};
@@ -557,7 +558,7 @@ impl<'g> Trainer<'g> {
             world_size: self.g.size,
             host: self.g.host.clone(),
             node_type: self.facts.place.node_type.clone(),
-            backend: self.records.manifest.comm_backend.clone(),
+            backend: self.records.manifest.comm_backend.name().into(),
         };
         let opened = RankTrace::create(&self.facts.folder.dir, id, window, self.progress.origin);
         self.records.trace = Some(agree(self.g, opened)?);

@@ -186,7 +186,7 @@ sent=$(ip netns exec "$NS1" tc -s -j qdisc show dev veth-n1 | python3 -c 'import
 run_train shaped-no-overlap --overlap off; RC_N=$RC
 run_train shaped-bf16 --overlap off --grad-dtype bf16; RC_B=$RC
 
-# The interconnect model: `ddpbench allreduce` with one rank per node on the shaped and
+# The link model: `ddpbench allreduce` with one rank per node on the shaped and
 # the bare link, 1-rank runs on node1 as references (overlap on and off), and `reduce`
 # projecting the 2-node runs from them with each link's fitted model.
 run_sweep() {  # run_sweep NAME: one rank per node into $D/NAME; sets RC
@@ -280,8 +280,8 @@ check "sweeps: exit 0 on the shaped and the bare link" test "$RC_SS$RC_SU" = 00
 check "sweep (shaped): inter-node level, 2 ranks on 2 nodes, no wrong sums" py '
 r = list(csv.DictReader(open(sys.argv[1] + "/allreduce.csv")))
 sys.exit(not (r and all(x["level"] == "inter-node" and x["ranks"] == "2" and x["nodes"] == "2" and x["wrong"] == "0" for x in r)))' "$D/sweep-shaped"
-check "sweep (shaped): an inter-node fit in allreduce_model.json" py '
-x = json.load(open(sys.argv[1] + "/allreduce_model.json"))["models"][0]; sys.exit(x["inter"] is None or x["inter"]["ranks"] != 2)' "$D/sweep-shaped"
+check "sweep (shaped): an inter-node fit in link_model.json" py '
+x = json.load(open(sys.argv[1] + "/link_model.json"))["models"][0]; sys.exit(x["inter"] is None or x["inter"]["ranks"] != 2)' "$D/sweep-shaped"
 check "1-rank references and the bare-link run without overlap: exit 0" test "$RC_1$RC_1O$RC_UO" = 000
 check "reduce with each model: exit 0" test "$RC_PS$RC_PU" = 00
 PROJ='
@@ -301,7 +301,7 @@ a, b = proj(sys.argv[1], "off"), proj(sys.argv[2], "off")
 sys.exit(not (float(a["comm_s"]) > float(b["comm_s"]) and float(a["step_s"]) > float(b["step_s"])))' "$D/proj-shaped" "$D/proj-unshaped"
 py "$PROJ"'
 for name, sw, d in (("tbf 1gbit", sys.argv[1], sys.argv[2]), ("bare veth", sys.argv[3], sys.argv[4])):
-    f = json.load(open(sw + "/allreduce_model.json"))["models"][0]["inter"]
+    f = json.load(open(sw + "/link_model.json"))["models"][0]["inter"]
     print("%s: alpha %.1f us, 1/beta %.1f MB/s, fit |err| max %.1f %%" % (name, f["alpha_s"] * 1e6, f["bandwidth_bytes_per_s"] / 1e6, f["max_abs_rel_error"] * 100))
     for o in ("off", "on"):
         p = proj(d, o)

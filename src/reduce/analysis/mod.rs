@@ -12,7 +12,7 @@ pub use summary::{gating_type, rank_summaries, type_summaries, RankSummary, Type
 
 use super::metrics;
 use super::read::{self, GpuTelemetry, Row};
-use crate::record::{ComparisonKey, EpochRow, Manifest, Phase, PhaseTimes};
+use crate::record::{Backend, ComparisonKey, EpochRow, Manifest, Phase, PhaseTimes};
 use crate::stats::Sketch;
 use std::path::{Path, PathBuf};
 
@@ -227,7 +227,7 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
     };
     let mut type_of: Vec<usize> = Vec::new();
     let clock = files.clock.clone();
-    let communicates = run.manifest.comm_backend != "none";
+    let communicates = run.manifest.comm_backend != Backend::None;
     let shares_core = run.manifest.comm.overlap_shares_core;
     // Per rank, the span of its timed steps in elapsed_s: GPU telemetry is averaged there.
     let mut timed: Vec<Option<(f64, f64)>> = vec![None; ranks.len()];

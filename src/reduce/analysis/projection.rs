@@ -1,6 +1,6 @@
 //! `projection.csv`: a workload's step time at more ranks than were measured, from one
 //! measured run (its ranks' own work per step, its buckets, its backward time) and the
-//! interconnect model `ddpbench allreduce` fitted ([`crate::allreduce::model`]).
+//! link model `ddpbench allreduce` fitted ([`crate::allreduce::link_model`]).
 //! Weak scaling keeps the measured per-rank batch; strong scaling splits the reference's
 //! global batch over N ranks, a rank's own work at each per-rank batch taken from the
 //! runs of the same configuration on the reference's ranks ([`own_at`]).
@@ -25,9 +25,9 @@
 //! other jobs, compute per rank independent of N.
 
 use super::RunStats;
-use crate::allreduce::model::{Algorithm, InterconnectModel, MAX_FIT_REL_ERROR};
-use crate::allreduce::ModelFile;
-use crate::record::{ComparisonKey, Phase};
+use crate::allreduce::link_model::{Algorithm, LinkModel, MAX_FIT_REL_ERROR};
+use crate::allreduce::LinkModelFile;
+use crate::record::{Backend, ComparisonKey, DeviceKind, Phase};
 use crate::stats::Sketch;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -212,7 +212,7 @@ struct Step {
     band_low_clamped: bool,
 }
 
-fn project(w: &Workload, model: &InterconnectModel, nodes: usize, per_node: usize, widen: f64) -> anyhow::Result<Step> {
+fn project(w: &Workload, model: &LinkModel, nodes: usize, per_node: usize, widen: f64) -> anyhow::Result<Step> {
     let n = nodes * per_node;
     // Noise that hits every rank in a step slows all of them: only the deviation from
     // the step's common part makes one rank the straggler.
@@ -263,9 +263,9 @@ fn project(w: &Workload, model: &InterconnectModel, nodes: usize, per_node: usiz
 /// The projections of every workload among `runs` that the model covers, to `project_to`
 /// ranks, with every measured point of the workload compared with its projection.
 /// Second: notes on workloads that could not be projected.
-pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) -> (Vec<ProjectionRow>, Vec<String>) {
+pub fn projections(runs: &[&RunStats], models: &LinkModelFile, project_to: usize) -> (Vec<ProjectionRow>, Vec<String>) {
     let mut groups: BTreeMap<(ComparisonKey, usize), Vec<&RunStats>> = BTreeMap::new();
-    for r in runs.iter().filter(|r| r.manifest.comm_backend != "none") {
+    for r in runs.iter().filter(|r| r.manifest.comm_backend != Backend::None) {
         if let Some(key) = &r.key {
             groups.entry((key.clone(), r.manifest.batch_size_per_rank)).or_default().push(r);
         }
@@ -291,15 +291,10 @@ pub fn projections(runs: &[&RunStats], models: &ModelFile, project_to: usize) ->
         else {
             continue;
         };
-        let device = reference
-            .manifest
-            .ranks
-            .first()
-            .map(|r| r.device.to_lowercase())
-            .unwrap_or_default();
-        let Some(bm) = models.for_run(&reference.manifest.comm_backend, &device) else {
+        let device = DeviceKind::of_ranks(reference.manifest.ranks.get(..1).unwrap_or_default());
+        let Some(bm) = models.for_run(reference.manifest.comm_backend, device) else {
             notes.push(format!(
-                "{label}: no interconnect model for its all-reduce ({}): sweep that backend with `ddpbench allreduce`",
+                "{label}: no link model for its all-reduce ({}): sweep that backend with `ddpbench allreduce`",
                 reference.manifest.comm_backend
             ));
             continue;
@@ -491,7 +486,7 @@ fn strong_rows(
     reference: &RunStats,
     same_key: &[&RunStats],
     w: &Workload,
-    model: &InterconnectModel,
+    model: &LinkModel,
     shapes: &[(usize, usize)],
     measured_max: usize,
 ) -> Vec<ProjectionRow> {
@@ -574,7 +569,7 @@ pub struct WhatIf {
     pub efficiency_one_bucket: f64,
 }
 
-pub fn what_if(w: &Workload, model: &InterconnectModel, nodes: usize, per_node: usize, target: f64) -> anyhow::Result<WhatIf> {
+pub fn what_if(w: &Workload, model: &LinkModel, nodes: usize, per_node: usize, target: f64) -> anyhow::Result<WhatIf> {
     let single = project(w, model, 1, 1, 1.0)?.step_s;
     let eff = |w: &Workload| -> anyhow::Result<f64> { Ok(single / project(w, model, nodes, per_node, 1.0)?.step_s) };
     let s = project(w, model, nodes, per_node, 1.0)?;
@@ -666,10 +661,10 @@ mod tests {
 
     #[test]
     fn a_projection_by_hand() {
-        use crate::allreduce::model::{LevelFit, FORMULA};
+        use crate::allreduce::link_model::{LevelFit, FORMULA};
         let fit = |level: &str| LevelFit {
             level: level.into(),
-            backend: "mpi".into(),
+            backend: crate::record::Backend::Mpi,
             dtype: "float".into(),
             ranks: 2,
             alpha_s: 1e-5,
@@ -681,7 +676,7 @@ mod tests {
             max_abs_rel_error: 0.1,
             rms_rel_error: 0.05,
         };
-        let model = InterconnectModel {
+        let model = LinkModel {
             formula: FORMULA.into(),
             ranks_per_node: 1,
             nodes: 2,

@@ -8,7 +8,7 @@
 //! throughput is the sum over its ranks of their type's reference throughput.
 
 use super::{gating_type, RunStats};
-use crate::record::{ComparisonKey, Phase};
+use crate::record::{Backend, ComparisonKey, Phase};
 use crate::reduce::metrics;
 use crate::stats::{self, Rng};
 use serde::Serialize;
@@ -47,7 +47,7 @@ impl ScalingPoint<'_> {
 /// Runs without an all-reduce (`--allreduce none`) are no point of a scaling study.
 pub fn points<'a>(runs: &[&'a RunStats]) -> Vec<ScalingPoint<'a>> {
     let mut groups: BTreeMap<(ComparisonKey, Vec<(String, usize)>, usize, usize, usize), Vec<&'a RunStats>> = BTreeMap::new();
-    for r in runs.iter().filter(|r| r.manifest.comm_backend != "none") {
+    for r in runs.iter().filter(|r| r.manifest.comm_backend != Backend::None) {
         let m = &r.manifest;
         // A run without a key has problems, and is no complete run.
         let Some(key) = r.key.clone() else { continue };

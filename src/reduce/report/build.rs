@@ -145,7 +145,7 @@ fn per_step(r: &RunStats) -> StepPhases {
 
 /// How a run communicated, in a few words: backend, overlap, wire dtype, AMP.
 fn comm_setup(m: &crate::record::Manifest) -> String {
-    let mut parts = vec![m.comm_backend.clone()];
+    let mut parts = vec![m.comm_backend.name().to_string()];
     if m.comm.overlap {
         parts.push(format!("overlap ({} segments)", m.comm.backward_stages));
     }

@@ -26,7 +26,7 @@ pub use terminal::print;
 
 use super::analysis::projection::ProjectionRow;
 use super::analysis::{RankSummary, ScalingRow, Stall, TypeSummary};
-use crate::allreduce::BackendModel;
+use crate::allreduce::RouteLinkModel;
 use crate::record::ComparisonKey;
 use serde::{Serialize, Serializer};
 use std::path::{Path, PathBuf};
@@ -56,7 +56,7 @@ pub struct Report {
     pub workloads: Vec<WorkloadVerdict>,
     /// The sentences under report.md's tables.
     pub findings: Findings,
-    /// The projection beyond the allocation, when an interconnect model was given or found.
+    /// The projection beyond the allocation, when a link model was given or found.
     pub projection: Option<ProjectionReport>,
     /// Runs with holes, left out of every figure, with why.
     pub incomplete: Vec<LeftOut>,
@@ -186,8 +186,8 @@ pub struct ProjectionReport {
     pub sweep: PathBuf,
     /// Why its model was refused (then nothing was projected).
     pub left_out: Option<String>,
-    /// The fitted interconnect models, per backend.
-    pub models: Vec<BackendModel>,
+    /// The fitted link models, per route (backend and memory).
+    pub models: Vec<RouteLinkModel>,
     pub rows: Vec<ProjectionRow>,
     /// Workloads that could not be projected, and why.
     pub notes: Vec<String>,

@@ -1,6 +1,7 @@
 //! Node types and stragglers, stalls, and the runs left out.
 
 use super::{ms, pct, LeftOut, RunReport};
+use crate::record::Backend;
 use crate::reduce::analysis::{TypeSummary, STALL_FACTOR};
 use std::fmt::Write;
 
@@ -52,7 +53,7 @@ pub fn arrival_sentences(runs: &[&crate::reduce::analysis::RunStats]) -> Vec<Str
     let mut out = Vec::new();
     for r in runs
         .iter()
-        .filter(|r| r.manifest.world_size > 1 && r.manifest.comm_backend != "none")
+        .filter(|r| r.manifest.world_size > 1 && r.manifest.comm_backend != Backend::None)
     {
         let a = &r.arrivals;
         if !a.clocks_known {

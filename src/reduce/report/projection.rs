@@ -2,8 +2,8 @@
 //! the plot (projected efficiency as a line with its band, measured points as marks).
 
 use super::{ms, pct, ProjectedWorkload, ProjectionReport};
-use crate::allreduce::model::MAX_FIT_REL_ERROR;
-use crate::allreduce::ModelFile;
+use crate::allreduce::link_model::MAX_FIT_REL_ERROR;
+use crate::allreduce::LinkModelFile;
 use crate::plot::{self, Band, LineChart, Point, Series, SeriesKind, XScale};
 use crate::reduce::analysis::projection::{what_if, ProjectionRow, Workload, EXTRAPOLATION_FACTOR};
 use crate::reduce::analysis::RunStats;
@@ -35,7 +35,7 @@ fn by_workload(rows: &[ProjectionRow]) -> Vec<(String, Vec<&ProjectionRow>)> {
     out
 }
 
-/// The projection when the interconnect model in `sweep` was refused: why.
+/// The projection when the link model in `sweep` was refused: why.
 pub fn left_out(sweep: &Path, why: &str) -> ProjectionReport {
     ProjectionReport {
         sweep: sweep.to_path_buf(),
@@ -49,7 +49,7 @@ pub fn left_out(sweep: &Path, why: &str) -> ProjectionReport {
 
 /// The projection of `runs` with the model in `sweep`: its `rows`, the `notes` on what
 /// could not be projected, and per workload what the projection says.
-pub fn section(rows: Vec<ProjectionRow>, notes: Vec<String>, runs: &[&RunStats], models: &ModelFile, sweep: &Path) -> ProjectionReport {
+pub fn section(rows: Vec<ProjectionRow>, notes: Vec<String>, runs: &[&RunStats], models: &LinkModelFile, sweep: &Path) -> ProjectionReport {
     let workloads = by_workload(&rows)
         .into_iter()
         .map(|(name, rs)| {
@@ -111,7 +111,7 @@ fn checked_sentence(rs: &[&ProjectionRow]) -> String {
     }
     if let Some(r) = rs.iter().find(|r| r.is_reference && r.error_pct.is_some()) {
         out.push(format!(
-            "In sample: at the reference's own shape the error is {:+.1} % (it checks only how the model reads that run).",
+            "In sample: at the reference's own shape the error is {:+.1} % (it checks only how the link model reads that run).",
             r.error_pct.unwrap_or(f64::NAN)
         ));
     }
@@ -156,7 +156,7 @@ fn terms_table(md: &mut String, rs: &[&ProjectionRow]) {
 pub fn markdown(p: &ProjectionReport) -> String {
     if let Some(why) = &p.left_out {
         return format!(
-            "\n## Projection beyond the allocation\n\nLeft out: {why}. Run `ddpbench allreduce` again to write the model, \
+            "\n## Projection beyond the allocation\n\nLeft out: {why}. Run `ddpbench allreduce` again to write the link model, \
              or name another with --interconnect.\n"
         );
     }
@@ -164,7 +164,7 @@ pub fn markdown(p: &ProjectionReport) -> String {
     let _ = writeln!(md, "\n## Projection beyond the allocation\n");
     let _ = writeln!(
         md,
-        "From the interconnect model in `{}` (fitted by `ddpbench allreduce`) and, per workload, one measured run: \
+        "From the link model in `{}` (fitted by `ddpbench allreduce`) and, per workload, one measured run: \
 step(N) = the slowest rank's own work + the all-reduce past backward's end. Weak scaling keeps the \
 measured per-rank batch; strong scaling (\"strong G…\") splits the reference's global batch G over the ranks. A rank's \
 own work is the step's common part (the mean over ranks, which noise hitting every rank moves together) plus the \
@@ -181,8 +181,8 @@ own work independent of N.\n",
         for f in [&bm.model.intra, &bm.model.inter].into_iter().flatten() {
             let _ = writeln!(
                 md,
-                "- {} {}: α = {:.2} µs, 1/β = {} over {} ranks, sizes {}–{} B, |relative error| max {:.1} %, rms {:.1} %{}",
-                bm.backend,
+                "- {}, {}: α = {:.2} µs, 1/β = {} over {} ranks, sizes {}–{} B, |relative error| max {:.1} %, rms {:.1} %{}",
+                bm.route().label(),
                 f.level,
                 f.alpha_s * 1e6,
                 if f.beta_s_per_byte > 0.0 {
@@ -280,12 +280,12 @@ fn fit_quality_sentences(rs: &[&ProjectionRow]) -> Vec<String> {
 
 /// R needed, the batch that reaches the target, and what fp16/bf16 gradients or one
 /// bucket would change, at the largest projected shape.
-fn answers(first: &ProjectionRow, runs: &[&RunStats], models: &ModelFile) -> Vec<String> {
+fn answers(first: &ProjectionRow, runs: &[&RunStats], models: &LinkModelFile) -> Vec<String> {
     let Some(run) = runs.iter().find(|r| r.manifest.run_id == first.from_run) else {
         return Vec::new();
     };
-    let device = run.manifest.ranks.first().map(|r| r.device.to_lowercase()).unwrap_or_default();
-    let Some(bm) = models.for_run(&run.manifest.comm_backend, &device) else {
+    let device = crate::record::DeviceKind::of_ranks(run.manifest.ranks.get(..1).unwrap_or_default());
+    let Some(bm) = models.for_run(run.manifest.comm_backend, device) else {
         return Vec::new();
     };
     let w = Workload::of(run);
@@ -317,7 +317,7 @@ With fp16/bf16 gradients: {}; with one bucket: {}.",
 }
 
 pub fn print_projection(rows: &[ProjectionRow]) {
-    println!("\nProjection (weak and strong scaling, interconnect model; see report.md):");
+    println!("\nProjection (weak and strong scaling, link model; see report.md):");
     println!(
         "{:<34} {:>6} {:>9} {:>11} {:>8} {:>10} {:>8} {:>10} {:>8}",
         "workload", "ranks", "nodes×pn", "step ms", "speedup", "efficiency", "algo", "measured", "error"

@@ -1,4 +1,4 @@
-//! The interconnect model: Hockney's latency–bandwidth (α–β) model of an all-reduce,
+//! The link model: Hockney's latency–bandwidth (α–β) model of an all-reduce,
 //! fitted per level (within a node, across nodes) to a sweep's timings, and combined
 //! into the hierarchical all-reduce of N = nodes × ranks-per-node ranks.
 //!
@@ -25,6 +25,7 @@
 //! carries it to rank counts that were not measured.
 
 use crate::bounds::{self, shown, MAX_BYTES_PER_STEP, MAX_RANKS, MAX_RUN_S};
+use crate::record::Backend;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
@@ -47,7 +48,7 @@ pub const MAX_FIT_REL_ERROR: f64 = 0.25;
 pub struct LevelFit {
     /// "intra-node" or "inter-node".
     pub level: String,
-    pub backend: String,
+    pub backend: Backend,
     pub dtype: String,
     /// Ranks the sweep ran on at this level.
     pub ranks: usize,
@@ -124,9 +125,9 @@ impl LevelFit {
     }
 }
 
-/// `allreduce_model.json`: the fits and how they were obtained.
+/// `link_model.json`: the fits and how they were obtained.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct InterconnectModel {
+pub struct LinkModel {
     /// The formulas, in words.
     pub formula: String,
     /// Ranks per node and nodes of the job the sweep ran in.
@@ -256,7 +257,7 @@ impl LevelFit {
 /// Fits α and β of a ring all-reduce over `ranks` ranks to `points` (bytes, seconds),
 /// minimising the sum of squared relative errors, so that small messages (where α
 /// shows) count as much as large ones (where β does). Both are kept ≥ 0.
-pub fn fit(level: &str, backend: &str, dtype: &str, ranks: usize, points: &[(u64, f64)]) -> Result<LevelFit> {
+pub fn fit(level: &str, backend: Backend, dtype: &str, ranks: usize, points: &[(u64, f64)]) -> Result<LevelFit> {
     let mut sizes: Vec<u64> = points.iter().map(|p| p.0).collect();
     sizes.sort_unstable();
     sizes.dedup();
@@ -318,7 +319,7 @@ pub fn fit(level: &str, backend: &str, dtype: &str, ranks: usize, points: &[(u64
     let rms_rel_error = (residuals.iter().map(|r| r.rel_error * r.rel_error).sum::<f64>() / residuals.len() as f64).sqrt();
     Ok(LevelFit {
         level: level.into(),
-        backend: backend.into(),
+        backend,
         dtype: dtype.into(),
         ranks,
         alpha_s,
@@ -347,7 +348,7 @@ pub struct Projected {
     pub clamped: bool,
 }
 
-impl InterconnectModel {
+impl LinkModel {
     /// Err names the first key (`intra.alpha_s`, `nodes`, ...) that no allocation or link
     /// has ([`LevelFit::check`]).
     pub fn check(&self) -> std::result::Result<(), String> {
@@ -386,7 +387,7 @@ impl InterconnectModel {
         let (mut fit_rel_error, mut clamped) = (0.0f64, false);
         for (n, fit, missing) in levels.into_iter().filter(|(n, _, _)| *n > 1) {
             let Some(fit) = fit else {
-                bail!("the interconnect model has no {missing}");
+                bail!("the link model has no {missing}");
             };
             let (t, band, alg) = fit.time_s(n, bytes);
             time_s += t;
@@ -427,7 +428,7 @@ mod tests {
     fn the_fit_recovers_alpha_and_beta_from_noisy_timings() {
         for (n, alpha, bw, seed) in [(2, 5e-6, 10e9, 1), (4, 20e-6, 1.25e9, 2), (8, 1.5e-6, 100e9, 3)] {
             let pts = synthetic(n, alpha, 1.0 / bw, 0.03, seed);
-            let f = fit("inter-node", "mpi", "fp32", n, &pts).unwrap();
+            let f = fit("inter-node", Backend::Mpi, "fp32", n, &pts).unwrap();
             assert!((f.alpha_s / alpha - 1.0).abs() < 0.05, "n={n}: alpha {} vs {alpha}", f.alpha_s);
             assert!(
                 (f.bandwidth_bytes_per_s / bw - 1.0).abs() < 0.05,
@@ -451,7 +452,7 @@ mod tests {
         let f = LevelFit {
             alpha_s: 0.0,
             residuals: vec![res(1024, -0.995), res(1 << 20, 0.05), res(1 << 22, 0.10)],
-            ..fit("inter-node", "mpi", "fp32", 2, &synthetic(2, 1e-5, 1e-9, 0.0, 1)).unwrap()
+            ..fit("inter-node", Backend::Mpi, "fp32", 2, &synthetic(2, 1e-5, 1e-9, 0.0, 1)).unwrap()
         };
         // Between 1 MiB and 4 MiB: the larger of the two neighbours; beyond: the nearest.
         assert!((f.rel_error_at(2e6) - 0.10).abs() < 1e-12);
@@ -459,7 +460,7 @@ mod tests {
         assert!((f.rel_error_at(100.0) - 0.995).abs() < 1e-12);
         assert!(f.rel_error_at(2e6) < MAX_FIT_REL_ERROR && f.rel_error_at(2000.0) > MAX_FIT_REL_ERROR);
         assert_eq!(f.clamped(), vec!["α"]);
-        let m = InterconnectModel {
+        let m = LinkModel {
             formula: FORMULA.into(),
             ranks_per_node: 1,
             nodes: 2,
@@ -474,15 +475,15 @@ mod tests {
     #[test]
     fn the_fit_is_exact_without_noise_and_refuses_too_few_sizes() {
         let pts = synthetic(2, 3e-6, 1e-9, 0.0, 9);
-        let f = fit("intra-node", "mpi", "fp32", 2, &pts).unwrap();
+        let f = fit("intra-node", Backend::Mpi, "fp32", 2, &pts).unwrap();
         assert!((f.alpha_s / 3e-6 - 1.0).abs() < 1e-9 && (f.beta_s_per_byte / 1e-9 - 1.0).abs() < 1e-9);
         assert!(f.max_abs_rel_error < 1e-9);
-        let e = fit("intra-node", "mpi", "fp32", 2, &pts[..3]).unwrap_err().to_string();
+        let e = fit("intra-node", Backend::Mpi, "fp32", 2, &pts[..3]).unwrap_err().to_string();
         assert!(e.contains("4 or more message sizes") && e.contains("has 3"), "{e}");
         // Repeats of one size are one size.
         let same = vec![(64u64, 1e-5); 6];
-        assert!(fit("intra-node", "mpi", "fp32", 2, &same).is_err());
-        assert!(fit("intra-node", "mpi", "fp32", 1, &pts)
+        assert!(fit("intra-node", Backend::Mpi, "fp32", 2, &same).is_err());
+        assert!(fit("intra-node", Backend::Mpi, "fp32", 1, &pts)
             .unwrap_err()
             .to_string()
             .contains("2 or more ranks"));
@@ -491,7 +492,7 @@ mod tests {
     #[test]
     fn a_fit_clamped_to_zero_reads_back_and_impossible_links_are_named() {
         // β clamped to 0: 1/β is infinite, which JSON writes as null.
-        let mut f = fit("intra-node", "mpi", "fp32", 2, &synthetic(2, 3e-6, 1e-9, 0.0, 9)).unwrap();
+        let mut f = fit("intra-node", Backend::Mpi, "fp32", 2, &synthetic(2, 3e-6, 1e-9, 0.0, 9)).unwrap();
         f.beta_s_per_byte = 0.0;
         f.bandwidth_bytes_per_s = f64::INFINITY;
         let back: LevelFit = serde_json::from_str(&serde_json::to_string(&f).unwrap()).unwrap();
@@ -520,7 +521,7 @@ mod tests {
     #[test]
     fn measured_sizes_anchor_the_projection_and_the_model_scales_it() {
         let pts = synthetic(2, 5e-6, 1e-9, 0.0, 4);
-        let mut f = fit("inter-node", "mpi", "fp32", 2, &pts).unwrap();
+        let mut f = fit("inter-node", Backend::Mpi, "fp32", 2, &pts).unwrap();
         // The sweep measured 2× the model's time from 1 KiB to 4 KiB (a slow path).
         for r in f.residuals.iter_mut().filter(|r| (1024..=4096).contains(&r.bytes)) {
             r.measured_s *= 2.0;
@@ -550,7 +551,7 @@ mod tests {
         assert_eq!(ring_s(1, 1e6, 1.0, 1.0), 0.0);
         let level = |name: &str, alpha_s: f64, beta: f64, err: f64| LevelFit {
             level: name.into(),
-            backend: "mpi".into(),
+            backend: crate::record::Backend::Mpi,
             dtype: "fp32".into(),
             ranks: 2,
             alpha_s,
@@ -562,7 +563,7 @@ mod tests {
             max_abs_rel_error: err,
             rms_rel_error: err,
         };
-        let m = InterconnectModel {
+        let m = LinkModel {
             formula: FORMULA.into(),
             ranks_per_node: 4,
             nodes: 2,
@@ -580,7 +581,7 @@ mod tests {
         assert_eq!(p.algorithm, Algorithm::Tree);
         assert!((p.time_s - (12.0 * 10e-6 + 2.0 * 63.0 / 64.0 * 1e3 * 1e-9)).abs() < 1e-12);
         // A level the model lacks is named.
-        let one_node = InterconnectModel { inter: None, ..m };
+        let one_node = LinkModel { inter: None, ..m };
         assert!(one_node.time_s(2, 4, 1e6).unwrap_err().to_string().contains("inter-node"));
         assert_eq!(one_node.time_s(1, 1, 1e6).unwrap().time_s, 0.0);
     }
