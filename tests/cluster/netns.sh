@@ -294,7 +294,8 @@ check "projection: 2 nodes projected from 1 node and compared with the measured 
 for d in sys.argv[1:]:
     for o in ("on", "off"):
         p = proj(d, o); s, w, c = float(p["step_s"]), float(p["own_work_s"]), float(p["comm_s"])
-        assert p["measured_step_s"] and p["is_reference"] == "false" and w - 1e-12 <= s <= w + c + 1e-12, p
+        # Cells carry 9 decimals: a sum of three cells is good to 1.5e-9.
+        assert p["measured_step_s"] and p["is_reference"] == "false" and w - 1.5e-9 <= s <= w + c + 1.5e-9, p
 ' "$D/proj-shaped" "$D/proj-unshaped"
 check "projection: the slower link projects the longer all-reduce and step" py "$PROJ"'
 a, b = proj(sys.argv[1], "off"), proj(sys.argv[2], "off")
