@@ -87,6 +87,14 @@ impl Stderr {
     fn put(&self, s: &str) -> io::Result<()> {
         io::stderr().lock().write_all(s.as_bytes())
     }
+
+    /// Moves the cursor `n` cells in the direction of ANSI's final byte `dir` (A–D).
+    fn cursor(&self, n: usize, dir: char) -> io::Result<()> {
+        if n > 0 {
+            self.put(&format!("\x1b[{n}{dir}"))?;
+        }
+        Ok(())
+    }
 }
 
 impl TermLike for Stderr {
@@ -94,28 +102,16 @@ impl TermLike for Stderr {
         self.0
     }
     fn move_cursor_up(&self, n: usize) -> io::Result<()> {
-        if n > 0 {
-            self.put(&format!("\x1b[{n}A"))?;
-        }
-        Ok(())
+        self.cursor(n, 'A')
     }
     fn move_cursor_down(&self, n: usize) -> io::Result<()> {
-        if n > 0 {
-            self.put(&format!("\x1b[{n}B"))?;
-        }
-        Ok(())
+        self.cursor(n, 'B')
     }
     fn move_cursor_right(&self, n: usize) -> io::Result<()> {
-        if n > 0 {
-            self.put(&format!("\x1b[{n}C"))?;
-        }
-        Ok(())
+        self.cursor(n, 'C')
     }
     fn move_cursor_left(&self, n: usize) -> io::Result<()> {
-        if n > 0 {
-            self.put(&format!("\x1b[{n}D"))?;
-        }
-        Ok(())
+        self.cursor(n, 'D')
     }
     fn write_line(&self, s: &str) -> io::Result<()> {
         self.put(&format!("{s}\n"))

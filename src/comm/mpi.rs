@@ -217,26 +217,33 @@ impl GradientReducer for MpiStaged {
         let (first_launch, last_launch) = flat.claim_times();
         let launches = flat.claim_instants();
         flat.complete(params);
-        let times = std::mem::take(&mut self.times);
+        let times = &self.times;
+        let comm_s = times.iter().map(|t| (t.end - t.start).as_secs_f64()).sum();
+        let hidden_s = times.iter().map(|t| seconds_before(t.start, t.end, backward_end)).sum();
+        let stage_d2h_s = times.iter().map(|t| t.d2h_s).sum();
+        let stage_h2d_s = times.iter().map(|t| t.h2d_s).sum();
+        // Drained, not taken: the step's buffer keeps its capacity for the next step.
+        let spans = self
+            .times
+            .drain(..)
+            .map(|t| BucketSpan {
+                bucket: t.bucket,
+                start: t.start,
+                end: t.end,
+            })
+            .collect();
         Ok(CommStats {
             done_at,
             done_on_stream: false,
             bytes: (self.plan.total_numel() * self.dtype.bytes()) as u64,
-            comm_s: times.iter().map(|t| (t.end - t.start).as_secs_f64()).sum(),
-            hidden_s: times.iter().map(|t| seconds_before(t.start, t.end, backward_end)).sum(),
-            stage_d2h_s: times.iter().map(|t| t.d2h_s).sum(),
-            stage_h2d_s: times.iter().map(|t| t.h2d_s).sum(),
+            comm_s,
+            hidden_s,
+            stage_d2h_s,
+            stage_h2d_s,
             first_launch,
             last_launch,
             launches,
-            spans: times
-                .iter()
-                .map(|t| BucketSpan {
-                    bucket: t.bucket,
-                    start: t.start,
-                    end: t.end,
-                })
-                .collect(),
+            spans,
         })
     }
 

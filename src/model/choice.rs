@@ -174,9 +174,10 @@ impl InputShape {
 
 /// An input as `--input-shape` and `--input-dtype` would write it (`3x224x224`, `int64 128`).
 pub fn input_text(input: &Input) -> String {
+    // The comparison key's spelling, so a model's input and a run's key read alike.
     match *input {
-        Input::Image([c, h, w]) => format!("{c}x{h}x{w}"),
-        Input::Tokens { seq_len, .. } => format!("int64 {seq_len}"),
+        Input::Image([c, h, w]) => crate::record::key::input_text(&format!("{c}x{h}x{w}"), InputDtype::Float32),
+        Input::Tokens { seq_len, .. } => crate::record::key::input_text(&seq_len.to_string(), InputDtype::Int64),
     }
 }
 
