@@ -16,7 +16,7 @@ mpi=(mpirun -n "$ranks" --bind-to core --map-by core)
 for r in $(seq "$repeats"); do
     "${mpi[@]}" "$work/allreduce_c" 65536 "$max" "$factor" "$iters" 5 >"$work/c-$r.txt"
     "${mpi[@]}" "$DDPBENCH_BIN" allreduce --min-bytes 64K --max-bytes "$max" --factor "$factor" --iters "$iters" --warmup-iters 5 \
-        --budget-s 1000 --out "$work/d-$r" >/dev/null
+        --idle-ms 0 --budget-s 1000 --out "$work/d-$r" >/dev/null
 done
 python3 - "$work" "$repeats" <<'PY'
 import csv, statistics, sys

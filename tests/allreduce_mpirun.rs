@@ -146,6 +146,8 @@ fn bad_sweep_arguments_are_refused_with_a_reason() {
         (vec!["--backends", "nccl", "--device", "cpu"], "needs GPU buffers"),
         (vec!["--min-bytes", "12Q"], "not a size in bytes"),
         (vec!["--budget-s", "-1"], "positive number of seconds"),
+        (vec!["--idle-ms", "-1"], "is not `auto` or milliseconds"),
+        (vec!["--idle-ms", "soon"], "is not `auto` or milliseconds"),
         (vec!["--watchdog-s", "0"], "positive number of seconds"),
         // Below one element of the dtype there is nothing to all-reduce.
         (
@@ -390,4 +392,49 @@ fn fewer_iterations_than_the_minimum_are_taken_as_asked() {
     let (h, rows) = read_csv(&d.path().join("one/allreduce.csv"));
     assert!(col(&h, &rows, "iters").iter().all(|&i| i == 1.0), "{rows:?}");
     assert!(col(&h, &rows, "wrong").iter().all(|&w| w == 0.0));
+}
+
+/// `--idle-ms`: every rank sleeps before each timed all-reduce, and the sleep is in no
+/// time column. 1 size × 2 buffers × 5 iterations × 0.4 s idle: the job cannot end
+/// in under 4 s if it idles, while every iteration of an 8-byte all-reduce is timed
+/// far below 0.4 s if the idle is left out of the time. `0` records back to back;
+/// `auto` an idle of at most 0.05 s, kept in the link model's residuals.
+#[test]
+fn the_sweep_idles_the_link_before_each_timed_all_reduce_and_times_only_the_all_reduce() {
+    let d = tmp();
+    let run = |name: &str, idle: &str, max_bytes: &str| {
+        let out = path_str(&d.path().join(name));
+        let t0 = std::time::Instant::now();
+        let args = [
+            "--min-bytes",
+            "8",
+            "--max-bytes",
+            max_bytes,
+            "--iters",
+            "5",
+            "--warmup-iters",
+            "2",
+            "--budget-s",
+            "100",
+        ];
+        let mut a: Vec<&str> = args.to_vec();
+        a.extend(["--idle-ms", idle, "--out", &out]);
+        sweep(2, &a, &[]).assert_ok();
+        let (h, rows) = read_csv(&d.path().join(name).join("allreduce.csv"));
+        (t0.elapsed().as_secs_f64(), h, rows)
+    };
+    let (wall_s, h, rows) = run("paced", "400", "8");
+    assert!(wall_s >= 4.0, "10 timed all-reduces after 0.4 s idle each ended in {wall_s:.2} s");
+    assert_eq!(col(&h, &rows, "idle_before_s"), [0.4, 0.4], "{rows:?}");
+    assert_eq!(col(&h, &rows, "iters"), [5.0, 5.0]);
+    for c in ["iter_p10_s", "iter_median_s", "time_s"] {
+        assert!(col(&h, &rows, c).iter().all(|&t| t > 0.0 && t < 0.4), "{c}: {rows:?}");
+    }
+    let (_, h, rows) = run("back-to-back", "0", "8");
+    assert_eq!(col(&h, &rows, "idle_before_s"), [0.0, 0.0], "{rows:?}");
+    // Four sizes, so that a link model is fitted.
+    let (_, h, rows) = run("auto", "auto", "64");
+    assert!(col(&h, &rows, "idle_before_s").iter().all(|&s| s > 0.0 && s <= 0.05), "{rows:?}");
+    let model = std::fs::read_to_string(d.path().join("auto/link_model.json")).unwrap();
+    assert!(model.contains("\"idle_before_s\""), "the link model records the idle: {model}");
 }

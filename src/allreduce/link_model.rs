@@ -77,6 +77,10 @@ pub struct Residual {
     /// Half the spread of the single iterations, (p90 − p10) / 2, relative to their median.
     #[serde(default)]
     pub rel_spread: f64,
+    /// Seconds the link was left idle before each timed iteration (0: back to back, as
+    /// in files from before the sweep could idle).
+    #[serde(default)]
+    pub idle_before_s: f64,
 }
 
 /// JSON has no infinity: serde_json writes it as null, which reads back as one.
@@ -312,6 +316,7 @@ pub fn fit(level: &str, backend: Backend, dtype: &str, ranks: usize, points: &[(
                 model_s,
                 rel_error: (model_s - t) / t,
                 rel_spread: 0.0,
+                idle_before_s: 0.0,
             }
         })
         .collect();
@@ -448,6 +453,7 @@ mod tests {
             model_s: 1e-3 * (1.0 + rel_error),
             rel_error,
             rel_spread: 0.0,
+            idle_before_s: 0.0,
         };
         let f = LevelFit {
             alpha_s: 0.0,

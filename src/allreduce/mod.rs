@@ -24,7 +24,7 @@ use mpi::collective::CommunicatorCollectives;
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use sweep::{Route, SweepIters};
+use sweep::{Idle, Route, SweepIters};
 use tch::Device;
 
 #[derive(Args, Debug, Clone)]
@@ -59,6 +59,15 @@ pub struct AllreduceArgs {
     /// (between 3 and --iters).
     #[arg(long, default_value_t = 1.0)]
     pub budget_s: f64,
+    /// Milliseconds every rank leaves the link idle before each timed all-reduce (after
+    /// a barrier; never part of a time), or `auto`: as long as one all-reduce of the size
+    /// took in the warm-up, at most 50 ms. Training leaves the link idle while it
+    /// computes, and a link that queues back-to-back traffic (a shaping qdisc, a deep
+    /// switch buffer, a cloud NIC's rate limit) is faster after idle than when kept busy:
+    /// `auto` measures what a training step sees. 0: back to back, as nccl-tests and a
+    /// plain MPI_Allreduce loop time it. The idle counts against --budget-s.
+    #[arg(long = "idle-ms", default_value = "auto", value_parser = Idle::parse_ms)]
+    pub idle: Idle,
     /// Element type.
     #[arg(long, value_enum, default_value_t = GradDtype::Fp32)]
     pub dtype: GradDtype,
@@ -120,6 +129,7 @@ impl AllreduceArgs {
             iters: 100,
             warmup_iters: 5,
             budget_s: 0.5,
+            idle: Idle::Auto,
             dtype: GradDtype::Fp32,
             backends: Vec::new(),
             levels: Vec::new(),
@@ -534,6 +544,7 @@ impl Sweep<'_> {
             iters: self.args.iters as usize,
             budget_s: self.args.budget_s,
             min_iters: 3,
+            idle: self.args.idle,
         };
         let (mut transport, device) = make_transport(route, comm, self.device)?;
         let mut target = sweep::Target {
@@ -763,6 +774,7 @@ fn to_row(level: Level, route: Route, dtype: GradDtype, m: &sweep::Measured, sha
         bytes: m.bytes,
         count: m.count,
         iters: m.iters,
+        idle_before_s: m.idle_before_s,
         time_s: m.time_s,
         time_max_rank_s: m.time_max_rank_s,
         iter_p10_s: m.iter_p10_s,
@@ -840,6 +852,7 @@ pub fn fit_models(rows: &[SweepRow], nodes: usize, per_node: usize, node_type: &
                 let points: Vec<(u64, f64)> = pts.iter().map(|r| (r.bytes, r.time_s)).collect();
                 let fitted = link_model::fit(level, b, &first.dtype, first.ranks, &points).map(|mut f| {
                     for (res, row) in f.residuals.iter_mut().zip(&pts) {
+                        res.idle_before_s = row.idle_before_s;
                         if row.iter_median_s > 0.0 {
                             res.rel_spread = (row.iter_p90_s - row.iter_p10_s) / 2.0 / row.iter_median_s;
                         }

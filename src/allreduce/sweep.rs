@@ -3,6 +3,13 @@
 //! warm-up, a timed loop, the mean per iteration), with every iteration's time kept
 //! for the spread, and the sum checked element by element on every rank.
 //!
+//! The timed loop runs its all-reduces back to back, or paced: every rank idle for a
+//! while before each one, as a training step leaves the link idle during its compute.
+//! The two differ where a link keeps state between messages: a queue that back-to-back
+//! traffic keeps full (a shaping qdisc, a switch buffer) adds its delay to every
+//! message, and an idle gap as long as a message's own time drains what that message
+//! queued.
+//!
 //! The values rank r puts in element i are `(r + i) mod m`, small whole numbers whose
 //! sums are exact in fp32, fp16 and bf16, so a correct all-reduce matches the expected
 //! sum bit for bit and `wrong` counts the elements that do not.
@@ -53,6 +60,51 @@ pub struct SweepIters {
     /// would take longer than this.
     pub budget_s: f64,
     pub min_iters: usize,
+    /// Idle before each timed iteration.
+    pub idle: Idle,
+}
+
+/// How long every rank leaves the link idle before each timed all-reduce.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Idle {
+    /// As long as one all-reduce of the size took in the warm-up (the slowest rank's),
+    /// at most [`MAX_AUTO_IDLE_S`]: what one all-reduce queued has drained.
+    Auto,
+    /// This many seconds; 0 is back to back.
+    Fixed(f64),
+}
+
+/// The longest idle [`Idle::Auto`] chooses: longer than the queueing delay a shaping
+/// qdisc or a switch buffer is set to hold (milliseconds to tens of milliseconds).
+pub const MAX_AUTO_IDLE_S: f64 = 0.05;
+/// The longest idle `--idle-ms` takes.
+pub const MAX_IDLE_S: f64 = 10.0;
+
+impl Idle {
+    /// Seconds of idle before each timed iteration, given the warm-up's seconds per
+    /// all-reduce on the slowest rank.
+    pub fn seconds(self, per_iter_s: f64) -> f64 {
+        match self {
+            Idle::Auto if per_iter_s.is_finite() => per_iter_s.clamp(0.0, MAX_AUTO_IDLE_S),
+            Idle::Auto => MAX_AUTO_IDLE_S,
+            Idle::Fixed(s) => s,
+        }
+    }
+
+    /// Parses `auto` or milliseconds from 0 to [`MAX_IDLE_S`] × 1000.
+    pub fn parse_ms(s: &str) -> std::result::Result<Idle, String> {
+        let t = s.trim();
+        if t.eq_ignore_ascii_case("auto") {
+            return Ok(Idle::Auto);
+        }
+        match t.parse::<f64>() {
+            Ok(ms) if ms.is_finite() && (0.0..=MAX_IDLE_S * 1e3).contains(&ms) => Ok(Idle::Fixed(ms / 1e3)),
+            _ => Err(format!(
+                "`{t}` is not `auto` or milliseconds from 0 to {} (0: back to back)",
+                MAX_IDLE_S * 1e3
+            )),
+        }
+    }
 }
 
 /// One size's result, the same on every rank.
@@ -62,6 +114,9 @@ pub struct Measured {
     pub count: u64,
     pub in_place: bool,
     pub iters: usize,
+    /// Seconds every rank left the link idle before each timed iteration (0: back to
+    /// back); not part of any time below.
+    pub idle_before_s: f64,
     /// The timed loop's seconds per iteration, averaged over ranks (as nccl-tests and
     /// the OSU benchmarks report).
     pub time_s: f64,
@@ -165,28 +220,23 @@ pub fn measure(t: &mut Target, bytes: u64, dtype: GradDtype, in_place: bool, tim
     let mut slowest = 0.0f64;
     comm.all_reduce_into(&per_iter, &mut slowest, SystemOperation::max());
     let most = timing.iters.max(1);
+    let idle_before_s = timing.idle.seconds(slowest);
     let iters = if slowest > 0.0 && timing.warmup_iters > 0 {
-        ((timing.budget_s / slowest) as usize).clamp(timing.min_iters.clamp(1, most), most)
+        ((timing.budget_s / (slowest + idle_before_s)) as usize).clamp(timing.min_iters.clamp(1, most), most)
     } else {
         most
     };
 
     drop(f);
 
-    // The timed loop: each iteration's end on the host clock (on a GPU, by events).
+    // The timed loop: each iteration's start and end on the host clock (on a GPU, by events).
     let f = crate::flight::enter("all-reduce", &format!("{what}, timed loop"));
-    comm.barrier();
-    let mut ends = Vec::with_capacity(iters);
-    let start = mpi::time();
-    op.mark_start(t)?;
-    for _ in 0..iters {
-        op.run(t)?;
-        ends.push(op.mark_end(t)?);
-        crate::flight::progress();
-    }
-    t.wait()?;
-    let loop_s = op.loop_s(t, start)?;
-    let iter_s: Vec<f64> = op.iteration_times(t, start, &ends)?;
+    let iter_s = if idle_before_s > 0.0 {
+        timed_paced(&mut op, t, comm, iters, idle_before_s)?
+    } else {
+        timed_back_to_back(&mut op, t, comm, iters)?
+    };
+    let loop_s: f64 = iter_s.iter().sum();
 
     // Across ranks: the mean and the slowest loop, and each iteration's slowest rank.
     let mut sum = 0.0f64;
@@ -209,6 +259,7 @@ pub fn measure(t: &mut Target, bytes: u64, dtype: GradDtype, in_place: bool, tim
         count: count as u64,
         in_place,
         iters,
+        idle_before_s,
         time_s: sum / ranks as f64 / iters as f64,
         time_max_rank_s: max / iters as f64,
         iter_p10_s: crate::stats::quantile(&iter_max, 0.1),
@@ -216,6 +267,38 @@ pub fn measure(t: &mut Target, bytes: u64, dtype: GradDtype, in_place: bool, tim
         iter_p90_s: crate::stats::quantile(&iter_max, 0.9),
         wrong,
     })
+}
+
+/// `iters` all-reduces back to back after one barrier: each iteration's seconds, from
+/// the previous one's end (the first from the loop's start).
+fn timed_back_to_back(op: &mut Op, t: &mut dyn Transport, comm: &SimpleCommunicator, iters: usize) -> Result<Vec<f64>> {
+    comm.barrier();
+    op.marks.clear();
+    op.mark(t)?;
+    for _ in 0..iters {
+        op.run(t)?;
+        op.mark(t)?;
+        crate::flight::progress();
+    }
+    t.wait()?;
+    op.spans(t, |i| (i, i + 1), iters)
+}
+
+/// `iters` all-reduces, each after the previous one finished, a barrier and
+/// `idle_s` of sleep on every rank: each iteration's seconds from its own start.
+fn timed_paced(op: &mut Op, t: &mut dyn Transport, comm: &SimpleCommunicator, iters: usize, idle_s: f64) -> Result<Vec<f64>> {
+    op.marks.clear();
+    for _ in 0..iters {
+        t.wait()?;
+        comm.barrier();
+        std::thread::sleep(std::time::Duration::from_secs_f64(idle_s));
+        op.mark(t)?;
+        op.run(t)?;
+        op.mark(t)?;
+        crate::flight::progress();
+    }
+    t.wait()?;
+    op.spans(t, |i| (2 * i, 2 * i + 1), iters)
 }
 
 /// A set of buffers all-reduced back to back per iteration, as training sends its
@@ -287,14 +370,14 @@ pub fn measure_set(
     Ok(SetMeasured { iter_s, wrong })
 }
 
-/// One all-reduce of the sweep: its buffers bound to the transport, and (where the
-/// transport runs on a stream) the events marking the timed loop's start and each
-/// iteration's end.
+/// One all-reduce of the sweep: its buffers bound to the transport, and the timed
+/// loop's marks: host instants, and (where the transport runs on a stream) an event
+/// recorded on it at each.
 struct Op {
     slot: Slot,
     src: Tensor,
     dst: Tensor,
-    events: Vec<Event>,
+    marks: Vec<(f64, Option<Event>)>,
 }
 
 impl Op {
@@ -306,7 +389,7 @@ impl Op {
             slot,
             src: src.shallow_clone(),
             dst: dst.shallow_clone(),
-            events: Vec::new(),
+            marks: Vec::new(),
         })
     }
 
@@ -325,49 +408,55 @@ impl Op {
         Ok(count_wrong(self.slot.result(Dir::AToB), ranks, dtype))
     }
 
-    fn mark_start(&mut self, t: &dyn Transport) -> Result<()> {
-        if let Some((cuda, stream)) = t.stream() {
-            let e = cuda.event(true)?;
-            cuda.record(&e, stream)?;
-            self.events = vec![e];
-        }
+    /// A mark: the host clock now, and (on a stream) an event recorded after what was queued.
+    fn mark(&mut self, t: &dyn Transport) -> Result<()> {
+        let event = match t.stream() {
+            Some((cuda, stream)) => {
+                let e = cuda.event(true)?;
+                cuda.record(&e, stream)?;
+                Some(e)
+            }
+            None => None,
+        };
+        self.marks.push((mpi::time(), event));
         Ok(())
     }
 
-    /// The iteration's end: the host clock, or (on a stream) an event recorded after it.
-    fn mark_end(&mut self, t: &dyn Transport) -> Result<f64> {
-        if let Some((cuda, stream)) = t.stream() {
-            let e = cuda.event(true)?;
-            cuda.record(&e, stream)?;
-            self.events.push(e);
-        }
-        Ok(mpi::time())
-    }
-
-    /// Seconds of the whole timed loop on this rank.
-    fn loop_s(&self, t: &dyn Transport, start: f64) -> Result<f64> {
-        match t.stream() {
-            Some((cuda, _)) => cuda.elapsed_s(&self.events[0], self.events.last().expect("start event")),
-            None => Ok(mpi::time() - start),
-        }
-    }
-
-    fn iteration_times(&self, t: &dyn Transport, start: f64, ends: &[f64]) -> Result<Vec<f64>> {
-        match t.stream() {
-            Some((cuda, _)) => self.events.windows(2).map(|w| cuda.elapsed_s(&w[0], &w[1])).collect(),
-            None => Ok(std::iter::once(start)
-                .chain(ends.iter().copied())
-                .collect::<Vec<_>>()
-                .windows(2)
-                .map(|w| w[1] - w[0])
-                .collect()),
-        }
+    /// Seconds from mark `a` to mark `b` of each of `iters` iterations (`(a, b) =
+    /// at(i)`): between the events on a stream, between the host instants otherwise.
+    fn spans(&self, t: &dyn Transport, at: impl Fn(usize) -> (usize, usize), iters: usize) -> Result<Vec<f64>> {
+        (0..iters)
+            .map(|i| {
+                let (a, b) = at(i);
+                let ((ta, ea), (tb, eb)) = (&self.marks[a], &self.marks[b]);
+                match (t.stream(), ea, eb) {
+                    (Some((cuda, _)), Some(ea), Some(eb)) => cuda.elapsed_s(ea, eb),
+                    _ => Ok(tb - ta),
+                }
+            })
+            .collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn idle_is_auto_or_bounded_milliseconds_and_auto_follows_the_warm_up() {
+        assert_eq!(Idle::parse_ms("auto"), Ok(Idle::Auto));
+        assert_eq!(Idle::parse_ms(" AUTO "), Ok(Idle::Auto));
+        assert_eq!(Idle::parse_ms("0"), Ok(Idle::Fixed(0.0)));
+        assert_eq!(Idle::parse_ms("12.5"), Ok(Idle::Fixed(0.0125)));
+        for bad in ["-1", "nan", "inf", "10001", "soon", ""] {
+            let e = Idle::parse_ms(bad).unwrap_err();
+            assert!(e.contains("not `auto` or milliseconds from 0 to 10000"), "{bad}: {e}");
+        }
+        assert_eq!(Idle::Auto.seconds(0.003), 0.003);
+        assert_eq!(Idle::Auto.seconds(2.0), MAX_AUTO_IDLE_S);
+        assert_eq!(Idle::Auto.seconds(f64::NAN), MAX_AUTO_IDLE_S);
+        assert_eq!(Idle::Fixed(0.2).seconds(0.003), 0.2);
+    }
 
     #[test]
     fn values_stay_exact_in_every_dtype() {

@@ -33,6 +33,10 @@ pub struct SweepRow {
     pub bytes: u64,
     pub count: u64,
     pub iters: usize,
+    /// Seconds every rank left the link idle before each timed all-reduce (0: back to
+    /// back); not part of any time. Absent in files before it existed: back to back.
+    #[serde(default)]
+    pub idle_before_s: f64,
     /// Mean seconds per all-reduce over the timed loop, averaged over ranks.
     pub time_s: f64,
     /// The same on the slowest rank.

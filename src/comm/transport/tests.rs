@@ -136,6 +136,7 @@ fn training_and_the_sweep_all_reduce_through_one_transport() {
             iters: 3,
             budget_s: 1.0,
             min_iters: 3,
+            idle: crate::allreduce::sweep::Idle::Fixed(0.0),
         };
         let m = measure(&mut target, 64, GradDtype::Fp32, true, timing).unwrap();
         assert_eq!((m.count, m.iters, m.wrong), (16, 3, 0));
