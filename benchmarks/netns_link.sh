@@ -34,9 +34,10 @@ up)
 run)
     shift
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    pass=${LD_LIBRARY_PATH:+-x LD_LIBRARY_PATH}
     "$dir/agent.sh" node1 "exec mpirun -n 2 --hostfile $dir/hostfile --bind-to none --mca plm_rsh_agent $dir/agent.sh \
         --mca btl_tcp_if_include $NET.0/24 --mca oob_tcp_if_include $NET.0/24 \
-        -x LD_LIBRARY_PATH -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM $*" ;;
+        $pass -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM $*" ;;
 down)
     for ns in node1 node2; do ip netns del "$ns" 2>/dev/null || true; done
     rm -rf "$dir" ;;
