@@ -96,12 +96,10 @@ fn offset_s(clock: &(Vec<String>, Vec<Vec<String>>), rank: usize, t_s: f64) -> f
     }
 }
 
-#[test]
-fn traced_steps_are_well_formed_match_the_csv_and_merge_on_clock_csv_offsets() {
-    let d = tmp();
-    let out = d.path().join("run");
-    let o = path_str(&out);
-    let args = [
+/// `train` on 2 ranks into `out`: 12 steps (2 warm-up), steps 3..11 traced, and `extra`.
+fn train_window_3_to_11(out: &Path, extra: &[&str]) {
+    let o = path_str(out);
+    let mut args = vec![
         "--max-steps",
         "12",
         "--warmup-steps",
@@ -110,10 +108,18 @@ fn traced_steps_are_well_formed_match_the_csv_and_merge_on_clock_csv_offsets() {
         "3:11",
         "--val-samples",
         "100",
-        "--out",
-        &o,
     ];
+    args.extend_from_slice(extra);
+    args.extend(["--out", o.as_str()]);
     train(2, &args, LIMIT).assert_ok();
+}
+
+#[test]
+fn traced_steps_are_well_formed_match_the_csv_and_merge_on_clock_csv_offsets() {
+    let d = tmp();
+    let out = d.path().join("run");
+    let o = path_str(&out);
+    train_window_3_to_11(&out, &[]);
     for rank in 0..2usize {
         let path = out.join(format!("trace/rank-{rank:05}.trace.json"));
         let text = std::fs::read_to_string(&path).unwrap();
@@ -209,22 +215,7 @@ fn traced_steps_are_well_formed_match_the_csv_and_merge_on_clock_csv_offsets() {
 fn data_workers_batches_are_on_their_own_tracks_one_per_batch_of_the_window() {
     let d = tmp();
     let out = d.path().join("run");
-    let o = path_str(&out);
-    let args = [
-        "--max-steps",
-        "12",
-        "--warmup-steps",
-        "2",
-        "--trace-steps",
-        "3:11",
-        "--workers",
-        "2",
-        "--val-samples",
-        "100",
-        "--out",
-        &o,
-    ];
-    train(2, &args, LIMIT).assert_ok();
+    train_window_3_to_11(&out, &["--workers", "2"]);
     for rank in 0..2u64 {
         let ev = events(&out.join(format!("trace/rank-{rank:05}.trace.json")));
         assert_well_formed_and_nested(&ev);
