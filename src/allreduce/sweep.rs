@@ -273,32 +273,32 @@ pub fn measure(t: &mut Target, bytes: u64, dtype: GradDtype, in_place: bool, tim
 /// the previous one's end (the first from the loop's start).
 fn timed_back_to_back(op: &mut Op, t: &mut dyn Transport, comm: &SimpleCommunicator, iters: usize) -> Result<Vec<f64>> {
     comm.barrier();
-    op.marks.clear();
-    op.mark(t)?;
+    let mut marks = Marks::default();
+    marks.mark(t)?;
     for _ in 0..iters {
         op.run(t)?;
-        op.mark(t)?;
+        marks.mark(t)?;
         crate::flight::progress();
     }
     t.wait()?;
-    op.spans(t, |i| (i, i + 1), iters)
+    marks.spans(t, |i| (i, i + 1), iters)
 }
 
 /// `iters` all-reduces, each after the previous one finished, a barrier and
 /// `idle_s` of sleep on every rank: each iteration's seconds from its own start.
 fn timed_paced(op: &mut Op, t: &mut dyn Transport, comm: &SimpleCommunicator, iters: usize, idle_s: f64) -> Result<Vec<f64>> {
-    op.marks.clear();
+    let mut marks = Marks::default();
     for _ in 0..iters {
         t.wait()?;
         comm.barrier();
         std::thread::sleep(std::time::Duration::from_secs_f64(idle_s));
-        op.mark(t)?;
+        marks.mark(t)?;
         op.run(t)?;
-        op.mark(t)?;
+        marks.mark(t)?;
         crate::flight::progress();
     }
     t.wait()?;
-    op.spans(t, |i| (2 * i, 2 * i + 1), iters)
+    marks.spans(t, |i| (2 * i, 2 * i + 1), iters)
 }
 
 /// A set of buffers all-reduced back to back per iteration, as training sends its
@@ -370,14 +370,11 @@ pub fn measure_set(
     Ok(SetMeasured { iter_s, wrong })
 }
 
-/// One all-reduce of the sweep: its buffers bound to the transport, and the timed
-/// loop's marks: host instants, and (where the transport runs on a stream) an event
-/// recorded on it at each.
+/// One all-reduce of the sweep: its buffers bound to the transport.
 struct Op {
     slot: Slot,
     src: Tensor,
     dst: Tensor,
-    marks: Vec<(f64, Option<Event>)>,
 }
 
 impl Op {
@@ -389,7 +386,6 @@ impl Op {
             slot,
             src: src.shallow_clone(),
             dst: dst.shallow_clone(),
-            marks: Vec::new(),
         })
     }
 
@@ -407,7 +403,14 @@ impl Op {
         t.wait()?;
         Ok(count_wrong(self.slot.result(Dir::AToB), ranks, dtype))
     }
+}
 
+/// The timed loop's marks: host instants, and (where the transport runs on a stream)
+/// an event recorded on it at each.
+#[derive(Default)]
+struct Marks(Vec<(f64, Option<Event>)>);
+
+impl Marks {
     /// A mark: the host clock now, and (on a stream) an event recorded after what was queued.
     fn mark(&mut self, t: &dyn Transport) -> Result<()> {
         let event = match t.stream() {
@@ -418,7 +421,7 @@ impl Op {
             }
             None => None,
         };
-        self.marks.push((mpi::time(), event));
+        self.0.push((mpi::time(), event));
         Ok(())
     }
 
@@ -428,7 +431,7 @@ impl Op {
         (0..iters)
             .map(|i| {
                 let (a, b) = at(i);
-                let ((ta, ea), (tb, eb)) = (&self.marks[a], &self.marks[b]);
+                let ((ta, ea), (tb, eb)) = (&self.0[a], &self.0[b]);
                 match (t.stream(), ea, eb) {
                     (Some((cuda, _)), Some(ea), Some(eb)) => cuda.elapsed_s(ea, eb),
                     _ => Ok(tb - ta),
