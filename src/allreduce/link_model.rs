@@ -124,6 +124,12 @@ impl LevelFit {
                 ));
             }
             within(&key("rel_spread"), r.rel_spread, MAX_REL, "a relative spread")?;
+            within(
+                &key("idle_before_s"),
+                r.idle_before_s,
+                super::sweep::MAX_IDLE_S,
+                "an idle before an all-reduce (s)",
+            )?;
         }
         Ok(())
     }
@@ -517,6 +523,8 @@ mod tests {
         broken(|g| g.residuals[0].measured_s = 0.0, "residuals[0].measured_s is 0");
         broken(|g| g.max_abs_rel_error = f64::NAN, "max_abs_rel_error is NaN");
         broken(|g| g.residuals[0].rel_spread = -1.0, "rel_spread is -1");
+        broken(|g| g.residuals[0].idle_before_s = f64::NAN, "residuals[0].idle_before_s is NaN");
+        broken(|g| g.residuals[0].idle_before_s = 11.0, "idle_before_s is 11");
         // A sweep on a busy node measures spreads in the thousands: noisy, not damaged.
         let mut noisy = back.clone();
         noisy.residuals[0].rel_spread = 1903.4;
