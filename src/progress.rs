@@ -27,7 +27,7 @@ const LAUNCHERS: [&str; 5] = ["mpirun", "mpiexec", "orterun", "orted", "prted"];
 fn bars() -> Option<&'static MultiProgress> {
     static BARS: OnceLock<Option<MultiProgress>> = OnceLock::new();
     BARS.get_or_init(|| {
-        let columns = if launcher_rank().unwrap_or(0) == 0 {
+        let columns = if crate::world::launcher_rank().unwrap_or(0) == 0 {
             watched_terminal_columns()
         } else {
             None
@@ -35,14 +35,6 @@ fn bars() -> Option<&'static MultiProgress> {
         columns.map(|c| MultiProgress::with_draw_target(ProgressDrawTarget::term_like_with_hz(Box::new(Stderr(c)), REDRAW_HZ)))
     })
     .as_ref()
-}
-
-/// This process's rank as the launcher set it (None outside one). Read here, not
-/// through `crate::world`, so that logging, which writes through this module, needs no MPI.
-fn launcher_rank() -> Option<usize> {
-    ["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "PMI_RANK"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok()?.parse().ok())
 }
 
 /// The width of the terminal a person reads this process's stderr on, if one does.
@@ -154,13 +146,9 @@ impl Write for LogLine {
 
 impl Drop for LogLine {
     fn drop(&mut self) {
-        let write = || {
+        suspend(|| {
             let _ = io::stderr().lock().write_all(&self.0);
-        };
-        match bars() {
-            Some(m) => m.suspend(write),
-            None => write(),
-        }
+        });
     }
 }
 
@@ -199,7 +187,7 @@ impl Bar {
                 .expect("the bar's template is fixed and valid")
                 .progress_chars("=> ");
             // The rank in the line: a bar that a rank other than 0 drew would say so.
-            let prefix = match launcher_rank() {
+            let prefix = match crate::world::launcher_rank() {
                 Some(r) => format!("rank {r} · {what}"),
                 None => what.to_string(),
             };
