@@ -44,7 +44,6 @@ pub enum XScale {
     Ranks,
     /// Log10, a tick at each power of ten.
     Log10,
-    Linear,
 }
 
 /// One measured value and, when the report has one, its interval.
@@ -87,6 +86,18 @@ pub struct Series {
     pub colour: Option<usize>,
 }
 
+impl Series {
+    /// The ideal line from 1 rank to `max_ranks`, `at(ranks)` high.
+    pub fn ideal(name: &str, max_ranks: f64, at: impl Fn(f64) -> f64) -> Series {
+        Series {
+            name: name.into(),
+            points: vec![Point::new(1.0, at(1.0)), Point::new(max_ranks, at(max_ranks))],
+            kind: SeriesKind::Ideal,
+            colour: None,
+        }
+    }
+}
+
 /// A filled range: (x, low, high) per point, as a projection's uncertainty.
 #[derive(Debug, Clone)]
 pub struct Band {
@@ -112,7 +123,7 @@ fn fail(title: &str) -> impl Fn(String) -> anyhow::Error + '_ {
 }
 
 /// Compact tick text: plain integers, k/M/G above 10 000, at most 4 decimals below.
-pub fn fmt_tick(v: f64) -> String {
+fn fmt_tick(v: f64) -> String {
     if v.abs() >= 1e9 {
         format!("{:.1}G", v / 1e9)
     } else if v.abs() >= 1e6 {
@@ -126,22 +137,8 @@ pub fn fmt_tick(v: f64) -> String {
     }
 }
 
-/// "Nice" tick values covering [lo, hi] (steps of 1, 2 or 5 times a power of ten).
-fn ticks(lo: f64, hi: f64) -> Vec<f64> {
-    let span = (hi - lo).max(1e-12);
-    let mag = 10f64.powf((span / 5.0).log10().floor());
-    let step = [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|m| m * mag)
-        .find(|s| span / s <= 6.0)
-        .unwrap_or(10.0 * mag);
-    let first = (lo / step).ceil() as i64;
-    let last = (hi / step + 1e-9).floor() as i64;
-    (first..=last).map(|k| k as f64 * step).collect()
-}
-
-/// The x axis in axis units (log2 or log10 of the value, or the value), its ticks in
-/// those units, and the text of each tick.
+/// The x axis in axis units (log2 or log10 of the value), its ticks in those units,
+/// and the text of each tick.
 struct XAxis {
     scale: XScale,
     range: std::ops::Range<f64>,
@@ -153,19 +150,17 @@ impl XAxis {
         match self.scale {
             XScale::Ranks => x.log2(),
             XScale::Log10 => x.log10(),
-            XScale::Linear => x,
         }
     }
 
     fn usable(&self, x: f64) -> bool {
-        x.is_finite() && (self.scale == XScale::Linear || x > 0.0)
+        x.is_finite() && x > 0.0
     }
 
     fn label(&self, v: f64) -> String {
         match self.scale {
             XScale::Ranks => format!("{}", 2f64.powf(v.round()) as u64),
             XScale::Log10 => fmt_tick(10f64.powf(v.round())),
-            XScale::Linear => fmt_tick(v),
         }
     }
 
@@ -181,12 +176,6 @@ impl XAxis {
             .iter()
             .fold((f64::INFINITY, f64::NEG_INFINITY), |a, v| (a.0.min(*v), a.1.max(*v)));
         let (lo, hi) = if lo.is_finite() { (lo, hi) } else { (0.0, 1.0) };
-        if scale == XScale::Linear {
-            let pad = ((hi - lo) * 0.05).max(0.5);
-            axis.range = lo - pad..hi + pad;
-            axis.ticks = ticks(lo - pad, hi + pad);
-            return axis;
-        }
         let (first, last) = (lo.floor() as i64, (hi.ceil() as i64).max(lo.floor() as i64 + 1));
         let every = if scale == XScale::Ranks && (last - first + 1) as usize > MAX_RANK_TICKS {
             2
@@ -239,20 +228,27 @@ impl Ranged for Ticked {
 /// A chart whose x axis has explicit ticks.
 type ChartWithKeys<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<Ticked, RangedCoordf64>>;
 
+/// A chart's caption and axis titles.
+struct Labels<'s> {
+    title: &'s str,
+    x: &'s str,
+    y: &'s str,
+}
+
 /// The plotting area with its caption, labelled axes and grid; the x axis shows `x_ticks`
 /// (in its own units) as `x_text` writes them.
 fn frame<'a, 'b>(
     root: &'a DrawingArea<SVGBackend<'b>, Shift>,
-    chart: &LineChart,
+    labels: &Labels<'_>,
     x_range: std::ops::Range<f64>,
     x_ticks: Vec<f64>,
     x_text: &dyn Fn(f64) -> String,
     y: std::ops::Range<f64>,
 ) -> Result<ChartWithKeys<'a, 'b>> {
-    let err = fail(&chart.title);
+    let err = fail(labels.title);
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
     let mut ctx = ChartBuilder::on(root)
-        .caption(&chart.title, (FONT, 19))
+        .caption(labels.title, (FONT, 19))
         .margin(12)
         .margin_right(LEGEND_W_PX)
         .x_label_area_size(44)
@@ -266,8 +262,8 @@ fn frame<'a, 'b>(
         )
         .map_err(|e| err(e.to_string()))?;
     ctx.configure_mesh()
-        .x_desc(&chart.x_label)
-        .y_desc(&chart.y_label)
+        .x_desc(labels.x)
+        .y_desc(labels.y)
         .x_label_formatter(&|v| x_text(*v))
         .y_label_formatter(&|v| fmt_tick(*v))
         .label_style((FONT, 15))
@@ -346,9 +342,14 @@ pub fn line_chart(chart: &LineChart) -> Result<String> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (W_PX, H_PX)).into_drawing_area();
+        let labels = Labels {
+            title: &chart.title,
+            x: &chart.x_label,
+            y: &chart.y_label,
+        };
         let mut ctx = frame(
             &root,
-            chart,
+            &labels,
             axis.range.clone(),
             axis.ticks.clone(),
             &|v| axis.label(v),
@@ -453,19 +454,23 @@ fn category_label(labels: &[String], v: f64) -> String {
 pub fn stacked_bars(title: &str, x_label: &str, y_label: &str, categories: &[String], stacks: &[(String, Vec<f64>)]) -> Result<String> {
     let value = |s: &(String, Vec<f64>), c: usize| s.1.get(c).copied().filter(|v| v.is_finite()).unwrap_or(0.0).max(0.0);
     let totals = (0..categories.len()).map(|c| stacks.iter().map(|s| value(s, c)).sum::<f64>());
-    let chart = LineChart {
-        title: title.into(),
-        x_label: x_label.into(),
-        y_label: y_label.into(),
-        x_scale: XScale::Linear,
-        series: Vec::new(),
-        bands: Vec::new(),
+    let labels = Labels {
+        title,
+        x: x_label,
+        y: y_label,
     };
     let (x_range, x_ticks) = category_axis(categories);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (W_PX, H_PX)).into_drawing_area();
-        let mut ctx = frame(&root, &chart, x_range, x_ticks, &|v| category_label(categories, v), y_range(totals))?;
+        let mut ctx = frame(
+            &root,
+            &labels,
+            x_range,
+            x_ticks,
+            &|v| category_label(categories, v),
+            y_range(totals),
+        )?;
         let mut base = vec![0.0; categories.len()];
         let mut entries = Vec::new();
         for (k, stack) in stacks.iter().enumerate() {
@@ -499,20 +504,17 @@ pub fn box_plot(
     groups: &[usize],
     group_names: &[String],
 ) -> Result<String> {
-    let chart = LineChart {
-        title: title.into(),
-        x_label: "rank (box: p25–p75, line: median, whiskers: p5–p95)".into(),
-        y_label: y_label.into(),
-        x_scale: XScale::Linear,
-        series: Vec::new(),
-        bands: Vec::new(),
+    let text = Labels {
+        title,
+        x: "rank (box: p25–p75, line: median, whiskers: p5–p95)",
+        y: y_label,
     };
     let (x_range, x_ticks) = category_axis(labels);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (W_PX, H_PX)).into_drawing_area();
         let ys = boxes.iter().map(|b| b[4]);
-        let mut ctx = frame(&root, &chart, x_range, x_ticks, &|v| category_label(labels, v), y_range(ys))?;
+        let mut ctx = frame(&root, &text, x_range, x_ticks, &|v| category_label(labels, v), y_range(ys))?;
         let err = fail(title);
         for (i, b) in boxes.iter().enumerate() {
             if b.iter().any(|v| !v.is_finite()) {
@@ -591,7 +593,6 @@ mod tests {
         // Ranks of 0 cannot be drawn on a log axis and are left out.
         assert_eq!(labels(XScale::Ranks, &[0.0, 4.0]), ["4", "8"]);
         assert_eq!(labels(XScale::Log10, &[1e3, 8e6]), ["1000", "10k", "100k", "1.0M", "10.0M"]);
-        assert_eq!(ticks(0.0, 8.0), vec![0.0, 2.0, 4.0, 6.0, 8.0]);
     }
 
     #[test]

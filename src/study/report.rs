@@ -339,12 +339,7 @@ fn speedup_chart(workload: &str, points: &[&PointSummary]) -> Result<String> {
             });
         }
     }
-    series.push(Series {
-        name: "ideal (speedup = ranks)".into(),
-        points: vec![Point::new(1.0, 1.0), Point::new(max_ranks, max_ranks)],
-        kind: SeriesKind::Ideal,
-        colour: None,
-    });
+    series.push(Series::ideal("ideal (speedup = ranks)", max_ranks, |n| n));
     plot::line_chart(&LineChart {
         title: format!("Speedup: {workload} (bars: interval)"),
         x_label: "ranks".into(),

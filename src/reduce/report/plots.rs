@@ -65,14 +65,8 @@ fn scaling_plots(raster: &plot::Rasteriser, out: &Path, scaling: &[ScalingRow]) 
             })
             .collect()
     };
-    let ideal = |name: &str, at: &dyn Fn(f64) -> f64| Series {
-        name: name.into(),
-        points: vec![Point::new(1.0, at(1.0)), Point::new(max_ranks, at(max_ranks))],
-        kind: SeriesKind::Ideal,
-        colour: None,
-    };
     let mut s = mk(&|r| r.speedup);
-    s.push(ideal("ideal (speedup = ranks)", &|n| n));
+    s.push(Series::ideal("ideal (speedup = ranks)", max_ranks, |n| n));
     let speedup = LineChart {
         title: "Speedup vs ranks (bars: interval)".into(),
         x_label: "ranks".into(),
@@ -83,7 +77,7 @@ fn scaling_plots(raster: &plot::Rasteriser, out: &Path, scaling: &[ScalingRow]) 
     };
     raster.write(&plot::line_chart(&speedup)?, &out.join("speedup"))?;
     let mut e = mk(&|r| r.efficiency);
-    e.push(ideal("ideal (efficiency 1)", &|_| 1.0));
+    e.push(Series::ideal("ideal (efficiency 1)", max_ranks, |_| 1.0));
     let efficiency = LineChart {
         title: "Parallel efficiency vs ranks (bars: interval)".into(),
         y_label: "efficiency".into(),
