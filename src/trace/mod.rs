@@ -9,4 +9,4 @@ pub mod window;
 pub mod writer;
 
 pub use window::StepWindow;
-pub use writer::{RankIdentity, RankTrace, TracedStep, WorkerBatch};
+pub use writer::{RankIdentity, RankTrace, TracedStep};

@@ -12,6 +12,7 @@
 use super::event::{ns, tid, Event};
 use super::window::StepWindow;
 use crate::comm::CommStats;
+use crate::data::loader::BatchSpan;
 use crate::record::Phase;
 use anyhow::{Context, Result};
 use serde_json::json;
@@ -54,16 +55,6 @@ pub struct TracedStep<'a> {
     pub backward_end: Option<Instant>,
     pub loss: f64,
     pub samples: usize,
-}
-
-/// When a data worker thread prepared one batch that a traced step used.
-#[derive(Debug, Clone, Copy)]
-pub struct WorkerBatch {
-    pub worker: usize,
-    /// The batch's place in its epoch.
-    pub batch: usize,
-    pub start: Instant,
-    pub end: Instant,
 }
 
 /// A rank's trace file, open while the run goes.
@@ -199,7 +190,7 @@ impl RankTrace {
 
     /// The batches that global step `global_step` used, each on its worker's thread (named
     /// the first time it appears), when the window holds the step.
-    pub fn batches(&mut self, global_step: usize, batches: &[WorkerBatch]) -> Result<()> {
+    pub fn batches(&mut self, global_step: usize, batches: &[BatchSpan]) -> Result<()> {
         if !self.wants(global_step) || batches.is_empty() {
             return Ok(());
         }

@@ -5,11 +5,10 @@ use super::clock::{ClockLog, ClockRow};
 use super::step::Measured;
 use super::timer::Mark;
 use crate::comm::CommStats;
-use crate::data::loader::BatchSpan;
 use crate::record::last_gasp::LastGasp;
 use crate::record::reserve::Reserve;
 use crate::record::{self, ClockSummary, CsvLog, EpochRow, Manifest, Phase, StepRow};
-use crate::trace::{RankTrace, TracedStep, WorkerBatch};
+use crate::trace::{RankTrace, TracedStep};
 use anyhow::Result;
 use std::time::Instant;
 
@@ -52,21 +51,6 @@ pub(super) fn trace_step(trace: &mut RankTrace, m: &Measured, marks: &[Mark], at
         loss: m.loss,
         samples: m.samples,
     })
-}
-
-/// Draws when the data workers prepared the batches step `at` used, when its window
-/// holds it.
-pub(super) fn trace_batches(trace: &mut RankTrace, spans: &[BatchSpan], at: StepAt) -> Result<()> {
-    let batches: Vec<WorkerBatch> = spans
-        .iter()
-        .map(|s| WorkerBatch {
-            worker: s.worker,
-            batch: s.batch,
-            start: s.start,
-            end: s.end,
-        })
-        .collect();
-    trace.batches(at.global_step, &batches)
 }
 
 /// The columns every row of one rank's `rank-NNNNN.csv` shares.

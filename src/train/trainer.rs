@@ -390,7 +390,7 @@ impl<'g> Trainer<'g> {
             let lr = schedule.lr(self.facts.cfg.learning_rate(), at.global_step);
             let measured = self.machine.step(&mut loader, lr, at)?;
             if let Some(t) = self.records.trace.as_mut() {
-                super::recording::trace_batches(t, &loader.take_spans(), at)?;
+                t.batches(at.global_step, &loader.take_spans())?;
             }
             self.progress.global_step += 1;
             self.watchdog.set_steps(self.progress.global_step);
