@@ -173,8 +173,6 @@ pub fn seconds_before(start: Instant, end: Instant, cut: Instant) -> f64 {
 /// Sums gradients across all ranks (the loss is pre-divided by the world size before
 /// backward, so the sum is the mean, as Horovod's predivide does).
 pub trait GradientReducer {
-    /// The backend, as the manifest records it.
-    fn backend(&self) -> Backend;
     /// Moves the (defined) gradients of `params` into flat buckets and makes them views
     /// of those; from then on backward accumulates straight into the buckets.
     fn attach(&mut self, params: &[Tensor]) -> Result<()>;

@@ -8,8 +8,8 @@
 //! thread makes no MPI call (it is in backward), so calls never run concurrently.
 
 use super::transport::{self, Dir, Slot, Transport};
+use super::GradDtype;
 use super::{seconds_before, BucketPlan, BucketSpan, CommStats, FlatGrads, GradientReducer};
-use super::{Backend, GradDtype};
 use anyhow::{anyhow, Result};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -154,10 +154,6 @@ impl MpiStaged {
 }
 
 impl GradientReducer for MpiStaged {
-    fn backend(&self) -> Backend {
-        Backend::Mpi
-    }
-
     fn attach(&mut self, params: &[Tensor]) -> Result<()> {
         let mut transport = self.transport.take().ok_or_else(|| anyhow!("gradient buckets attached twice"))?;
         let flat = FlatGrads::attach(&self.plan, params)?;

@@ -12,8 +12,8 @@
 
 use super::deferred::{comm_seconds, DeferredBanks};
 use super::transport::{self, Dir, Slot, Transport};
+use super::GradDtype;
 use super::{wire_kind, BucketPlan, CommStats, FlatGrads, GradientReducer};
-use super::{Backend, GradDtype};
 use crate::device::cuda::{Event, NcclUniqueId, LEGACY_STREAM};
 use anyhow::{anyhow, Result};
 use mpi::topology::SimpleCommunicator;
@@ -101,10 +101,6 @@ impl NcclReducer {
 }
 
 impl GradientReducer for NcclReducer {
-    fn backend(&self) -> Backend {
-        Backend::Nccl
-    }
-
     fn attach(&mut self, params: &[Tensor]) -> Result<()> {
         let flat = FlatGrads::attach(&self.plan, params)?;
         let device = flat.sets[0][0].device();

@@ -2,7 +2,7 @@
 //! all-reduce, but nothing leaves the rank. The step then costs what it costs without
 //! communication, the reference for the trainer's own overhead.
 
-use super::{Backend, BucketPlan, CommStats, FlatGrads, GradientReducer};
+use super::{BucketPlan, CommStats, FlatGrads, GradientReducer};
 use anyhow::{anyhow, Result};
 use std::time::Instant;
 use tch::Tensor;
@@ -20,10 +20,6 @@ impl NoReduce {
 }
 
 impl GradientReducer for NoReduce {
-    fn backend(&self) -> Backend {
-        Backend::None
-    }
-
     fn attach(&mut self, params: &[Tensor]) -> Result<()> {
         self.flat = Some(FlatGrads::attach(&self.plan, params)?);
         Ok(())

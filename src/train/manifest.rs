@@ -58,7 +58,7 @@ pub fn initial(
         dataset_source: dataset.source.clone(),
         parameters,
         gradient_bytes: (parameters * 4) as u64,
-        comm_backend: comm.reducer.backend(),
+        comm_backend: comm.backend,
         comm: comm.info.clone(),
         buckets: comm.buckets,
         world_size: g.size,
