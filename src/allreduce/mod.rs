@@ -286,6 +286,14 @@ impl LinkModelFile {
         let memory = Memory::of_device(device);
         self.models.iter().find(|m| m.backend == backend && m.memory == memory)
     }
+
+    /// The model for the run of `manifest`: its backend, from rank 0's device.
+    pub fn for_manifest(&self, manifest: &crate::record::Manifest) -> Option<&RouteLinkModel> {
+        self.for_run(
+            manifest.comm_backend,
+            DeviceKind::of_ranks(manifest.ranks.get(..1).unwrap_or_default()),
+        )
+    }
 }
 
 /// The link model's file in a sweep folder.

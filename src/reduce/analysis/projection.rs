@@ -27,7 +27,7 @@
 use super::RunStats;
 use crate::allreduce::link_model::{Algorithm, LinkModel, MAX_FIT_REL_ERROR};
 use crate::allreduce::LinkModelFile;
-use crate::record::{Backend, ComparisonKey, DeviceKind, Phase};
+use crate::record::{Backend, ComparisonKey, Phase};
 use crate::stats::Sketch;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -291,8 +291,7 @@ pub fn projections(runs: &[&RunStats], models: &LinkModelFile, project_to: usize
         else {
             continue;
         };
-        let device = DeviceKind::of_ranks(reference.manifest.ranks.get(..1).unwrap_or_default());
-        let Some(bm) = models.for_run(reference.manifest.comm_backend, device) else {
+        let Some(bm) = models.for_manifest(&reference.manifest) else {
             notes.push(format!(
                 "{label}: no link model for its all-reduce ({}): sweep that backend with `ddpbench allreduce`",
                 reference.manifest.comm_backend

@@ -284,8 +284,7 @@ fn answers(first: &ProjectionRow, runs: &[&RunStats], models: &LinkModelFile) ->
     let Some(run) = runs.iter().find(|r| r.manifest.run_id == first.from_run) else {
         return Vec::new();
     };
-    let device = crate::record::DeviceKind::of_ranks(run.manifest.ranks.get(..1).unwrap_or_default());
-    let Some(bm) = models.for_run(run.manifest.comm_backend, device) else {
+    let Some(bm) = models.for_manifest(&run.manifest) else {
         return Vec::new();
     };
     let w = Workload::of(run);
