@@ -273,7 +273,7 @@ pub fn measure(t: &mut Target, bytes: u64, dtype: GradDtype, in_place: bool, tim
 /// the previous one's end (the first from the loop's start).
 fn timed_back_to_back(op: &mut Op, t: &mut dyn Transport, comm: &SimpleCommunicator, iters: usize) -> Result<Vec<f64>> {
     comm.barrier();
-    let mut marks = Marks::default();
+    let mut marks = Marks::for_count(iters + 1);
     marks.mark(t)?;
     for _ in 0..iters {
         op.run(t)?;
@@ -287,7 +287,7 @@ fn timed_back_to_back(op: &mut Op, t: &mut dyn Transport, comm: &SimpleCommunica
 /// `iters` all-reduces, each after the previous one finished, a barrier and
 /// `idle_s` of sleep on every rank: each iteration's seconds from its own start.
 fn timed_paced(op: &mut Op, t: &mut dyn Transport, comm: &SimpleCommunicator, iters: usize, idle_s: f64) -> Result<Vec<f64>> {
-    let mut marks = Marks::default();
+    let mut marks = Marks::for_count(2 * iters);
     for _ in 0..iters {
         t.wait()?;
         comm.barrier();
@@ -407,10 +407,14 @@ impl Op {
 
 /// The timed loop's marks: host instants, and (where the transport runs on a stream)
 /// an event recorded on it at each.
-#[derive(Default)]
 struct Marks(Vec<(f64, Option<Event>)>);
 
 impl Marks {
+    /// Room for `count` marks, so that no mark grows the list inside a timed span.
+    fn for_count(count: usize) -> Marks {
+        Marks(Vec::with_capacity(count))
+    }
+
     /// A mark: the host clock now, and (on a stream) an event recorded after what was queued.
     fn mark(&mut self, t: &dyn Transport) -> Result<()> {
         let event = match t.stream() {
