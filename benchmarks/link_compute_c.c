@@ -14,14 +14,17 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (argc != 5) {
-        if (rank == 0) fprintf(stderr, "usage: %s BYTES NBUCKETS STEPS PAUSE_MS\n", argv[0]);
+    long bytes = argc == 5 ? atol(argv[1]) : 0;
+    int nb = argc == 5 ? atoi(argv[2]) : 0, steps = argc == 5 ? atoi(argv[3]) : 0;
+    double pause_ms = argc == 5 ? atof(argv[4]) : -1;
+    /* The first 2 steps are warm-up: at least one more is timed. */
+    if (bytes < 4 || bytes > (1L << 30) || nb < 0 || steps < 3 || pause_ms < 0) {
+        if (rank == 0)
+            fprintf(stderr, "usage: %s BYTES NBUCKETS STEPS PAUSE_MS (4 <= BYTES <= 1 GiB, NBUCKETS >= 0, STEPS >= 3, "
+                            "PAUSE_MS >= 0)\n", argv[0]);
         MPI_Finalize();
         return 2;
     }
-    long bytes = atol(argv[1]);
-    int nb = atoi(argv[2]), steps = atoi(argv[3]);
-    double pause_ms = atof(argv[4]);
     long n = bytes / 4, m = 2L << 20;
     float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *w = malloc(m * sizeof *w);
     for (long i = 0; i < n; i++) a[i] = 1;

@@ -13,14 +13,16 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (argc != 5) {
-        if (rank == 0) fprintf(stderr, "usage: %s BYTES NBUCKETS GAP_MS STEPS\n", argv[0]);
+    long bytes = argc == 5 ? atol(argv[1]) : 0;
+    int nb = argc == 5 ? atoi(argv[2]) : 0, steps = argc == 5 ? atoi(argv[4]) : 0;
+    double gap_ms = argc == 5 ? atof(argv[3]) : -1;
+    if (bytes < 4 || bytes > (1L << 30) || nb < 1 || steps < 1 || gap_ms < 0) {
+        if (rank == 0)
+            fprintf(stderr, "usage: %s BYTES NBUCKETS GAP_MS STEPS (4 <= BYTES <= 1 GiB, NBUCKETS and STEPS >= 1, "
+                            "GAP_MS >= 0)\n", argv[0]);
         MPI_Finalize();
         return 2;
     }
-    long bytes = atol(argv[1]);
-    int nb = atoi(argv[2]), steps = atoi(argv[4]);
-    double gap_ms = atof(argv[3]);
     long n = bytes / 4;
     float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
     for (long i = 0; i < n; i++) a[i] = 1;
@@ -31,7 +33,7 @@ int main(int argc, char **argv) {
             nanosleep(&ts, 0);
         }
         double t0 = MPI_Wtime();
-        char line[1024];
+        char line[1024] = "";
         int off = 0;
         for (int k = 0; k < nb && off < (int)sizeof line - 16; k++) {
             double t = MPI_Wtime();

@@ -12,6 +12,11 @@
 set -euo pipefail
 NET=10.213.77
 dir=/tmp/ddpbench-netns-link
+if [ "${1:-}" = up ] || [ "${1:-}" = down ]; then
+    # tests/cluster/netns.sh holds this lock while its namespaces, of the same names, live.
+    exec 9>/tmp/ddpbench-netns-test.lock
+    flock -n 9 || { echo "tests/cluster/netns.sh is running: its node1/node2 are in use" >&2; exit 1; }
+fi
 case "${1:-}" in
 up)
     for ns in node1 node2; do ip netns del "$ns" 2>/dev/null || true; done
