@@ -52,7 +52,8 @@ impl Adam {
 
     pub fn step(&mut self, gate: &Gate) {
         let Some(like) = self.params.first() else { return };
-        let wd = Tensor::full([], self.weight_decay, (like.kind(), like.device()));
+        let wd = (self.weight_decay != 0.0).then(|| Tensor::full([], self.weight_decay, (like.kind(), like.device())));
+        let count = gate.count(like);
         let (beta1, beta2) = (gate.decay(Self::BETA1, like), gate.decay(Self::BETA2, like));
         let (c1, c2) = (gate.update(1.0 - Self::BETA1, like), gate.update(1.0 - Self::BETA2, like));
         tch::no_grad(|| {
@@ -63,24 +64,28 @@ impl Adam {
             let bias_correction = |beta: f64| -> Tensor { 1.0 - next.full_like(beta).pow(&next) };
             let bc1 = bias_correction(Self::BETA1);
             let bc2_sqrt = bias_correction(Self::BETA2).sqrt();
-            let neg_step_size = -(bc1.full_like(self.lr) / &bc1) * gate.count(like);
+            let neg_step_size = -(bc1.full_like(self.lr) / &bc1) * &count;
             for i in 0..self.params.len() {
                 let w = &self.params[i];
                 let g = w.grad();
                 if !g.defined() {
                     continue;
                 }
-                let g = if self.weight_decay != 0.0 { g.addcmul(w, &wd) } else { g };
+                let g = match &wd {
+                    Some(wd) => g.addcmul(w, wd),
+                    None => g,
+                };
                 let (mut m, mut v) = (self.exp_avg[i].shallow_clone(), self.exp_avg_sq[i].shallow_clone());
                 // exp_avg.mul_(β1).add_(g, 1 − β1); exp_avg_sq.mul_(β2).addcmul_(g, g, 1 − β2),
                 // whose kernel rounds (1 − β2)·g before multiplying by g, as here.
                 let _ = m.g_mul_(&beta1).addcmul_(&g, &c1);
                 let _ = v.g_mul_(&beta2).addcmul_(&(&g * &c2), &g);
                 // w.addcdiv_(exp_avg, sqrt(exp_avg_sq) / sqrt(bc2) + eps, −step_size).
-                let denom = (v.sqrt() / &bc2_sqrt) + Self::EPS;
+                let mut denom = v.sqrt() / &bc2_sqrt;
+                denom += Self::EPS;
                 let _ = w.shallow_clone().addcdiv_(&(&m * &neg_step_size), &denom);
             }
-            let _ = self.steps.g_add_(&gate.count(like));
+            let _ = self.steps.g_add_(&count);
         })
     }
 }

@@ -40,7 +40,7 @@ impl Sgd {
 
     pub fn step(&mut self, gate: &Gate) {
         let Some(like) = self.params.first() else { return };
-        let wd = Tensor::full([], self.weight_decay, (like.kind(), like.device()));
+        let wd = (self.weight_decay != 0.0).then(|| Tensor::full([], self.weight_decay, (like.kind(), like.device())));
         let keep = gate.update(1.0, like);
         let neg_lr = gate.update(-self.lr, like);
         let momentum = gate.decay(self.momentum, like);
@@ -51,7 +51,10 @@ impl Sgd {
                     continue;
                 }
                 // libtorch: d = g.add(w, wd); buf.mul_(m).add_(d); w.add_(buf, −lr).
-                let d = if self.weight_decay != 0.0 { g.addcmul(w, &wd) } else { g };
+                let d = match &wd {
+                    Some(wd) => g.addcmul(w, wd),
+                    None => g,
+                };
                 let d = match self.velocity.get(i) {
                     Some(v) => {
                         let mut v = v.shallow_clone();
