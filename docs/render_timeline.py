@@ -4,7 +4,7 @@ per rank, one row per track (steps and phases, all-reduce, hand-over), the slice
 the chosen steps at their true times on the common clock. It draws what the file says
 and nothing else: no slice is moved, merged or invented.
 
-Usage: python docs/render_timeline.py RUN_DIR/timeline.json OUT.png [--steps A:B]
+Usage: python docs/render_timeline.py RUN_DIR/timeline.json OUT.png [--steps A:B] [--title TEXT]
 
 Needs Pillow (in the venv job-scripts/setup.sh makes: `$DDPBENCH_PYTHON -m pip install
 pillow` if it is missing) and the DejaVu Sans font (`fonts-dejavu-core`, which setup.sh
@@ -142,7 +142,7 @@ def summary(slices, names):
     print(f"all {len(steps)} traced steps: the all-reduce started last on {cells}")
 
 
-def draw(names, threads, slices, steps, out):
+def draw(names, threads, slices, steps, out, title):
     t0, t1 = window(slices, steps)
     span = t1 - t0
     plot_w = WIDTH_PX - LEFT_PX - RIGHT_PX
@@ -158,7 +158,8 @@ def draw(names, threads, slices, steps, out):
     img = Image.new("RGB", (WIDTH_PX, height), "white")
     g = ImageDraw.Draw(img)
     small, normal, bold = font(11), font(13), font(15)
-    g.text((12, 10), f"ddpbench trace: steps {steps[0]}-{steps[1]} of a 2-rank run, rank 1's forward slowed on purpose", fill="black", font=bold)
+    what = f": {title}" if title else ""
+    g.text((12, 10), f"ddpbench trace: steps {steps[0]}-{steps[1]} of a {len(names)}-rank run{what}", fill="black", font=bold)
     # Time axis, ms from the window's start.
     y = title_h
     step_ms = tick_step_ms(span / 1e3)
@@ -217,6 +218,7 @@ def main():
     p.add_argument("timeline", help="RUN_DIR/timeline.json from `ddpbench trace RUN_DIR`")
     p.add_argument("out", help="the PNG to write")
     p.add_argument("--steps", default="6:8", help="global steps A:B to draw (default 6:8)")
+    p.add_argument("--title", default="", help="what the run was, after the picture's title")
     a = p.parse_args()
     try:
         steps = tuple(int(s) for s in a.steps.split(":"))
@@ -226,7 +228,7 @@ def main():
     names, threads, slices = load(a.timeline)
     report(slices, steps, names)
     summary(slices, names)
-    draw(names, threads, slices, steps, a.out)
+    draw(names, threads, slices, steps, a.out, a.title)
 
 
 if __name__ == "__main__":
