@@ -287,12 +287,18 @@ impl LinkModelFile {
         self.models.iter().find(|m| m.backend == backend && m.memory == memory)
     }
 
-    /// The model for the run of `manifest`: its backend, from rank 0's device.
-    pub fn for_manifest(&self, manifest: &crate::record::Manifest) -> Option<&RouteLinkModel> {
-        self.for_run(
-            manifest.comm_backend,
-            DeviceKind::of_ranks(manifest.ranks.get(..1).unwrap_or_default()),
-        )
+    /// The model for the run of `manifest`: its backend, from rank 0's device; else what
+    /// is missing and the sweep that measures it.
+    pub fn for_manifest(&self, manifest: &crate::record::Manifest) -> Result<&RouteLinkModel, String> {
+        let device = DeviceKind::of_ranks(manifest.ranks.get(..1).unwrap_or_default());
+        self.for_run(manifest.comm_backend, device).ok_or_else(|| {
+            let (backend, memory) = (manifest.comm_backend, Memory::of_device(device));
+            let flag = if memory == Memory::Device { " --device cuda" } else { "" };
+            format!(
+                "no link model for its all-reduce ({backend} on {} memory): sweep it with `ddpbench allreduce --backends {backend}{flag}`",
+                memory.name()
+            )
+        })
     }
 }
 

@@ -291,12 +291,12 @@ pub fn projections(runs: &[&RunStats], models: &LinkModelFile, project_to: usize
         else {
             continue;
         };
-        let Some(bm) = models.for_manifest(&reference.manifest) else {
-            notes.push(format!(
-                "{label}: no link model for its all-reduce ({}): sweep that backend with `ddpbench allreduce`",
-                reference.manifest.comm_backend
-            ));
-            continue;
+        let bm = match models.for_manifest(&reference.manifest) {
+            Ok(bm) => bm,
+            Err(missing) => {
+                notes.push(format!("{label}: {missing}"));
+                continue;
+            }
         };
         let model = &bm.model;
         let w = Workload::of(reference);

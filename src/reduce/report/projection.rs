@@ -284,7 +284,7 @@ fn answers(first: &ProjectionRow, runs: &[&RunStats], models: &LinkModelFile) ->
     let Some(run) = runs.iter().find(|r| r.manifest.run_id == first.from_run) else {
         return Vec::new();
     };
-    let Some(bm) = models.for_manifest(&run.manifest) else {
+    let Ok(bm) = models.for_manifest(&run.manifest) else {
         return Vec::new();
     };
     let w = Workload::of(run);
