@@ -13,7 +13,8 @@
 //! be), [`study`] (a whole scaling study on sub-communicators of one job), [`record`]
 //! (the files a run writes: CSV rows, the phase glossary, the manifest), [`reduce`]
 //! (from run folders to tables, report and plots), [`bandwidth`] (algbw and busbw, a
-//! leaf every layer uses), [`stats`] and [`plot`], and [`cli`] (the command line's root:
+//! leaf every layer uses), [`files`] (regular files only, exclusive creation: a leaf),
+//! [`stats`] and [`plot`], and [`cli`] (the command line's root:
 //! one subcommand each, whose arguments live with the command).
 
 pub mod allreduce;
@@ -25,6 +26,7 @@ pub mod comm;
 pub mod data;
 pub mod device;
 pub mod diagnose;
+pub mod files;
 pub mod flight;
 pub mod job;
 pub mod model;

@@ -1,0 +1,136 @@
+//! How ddpbench touches files it did not make itself: a file it reads must be a regular
+//! file (a FIFO, a device or a socket planted in a run folder would block a reader or
+//! feed it without end), and a file it writes is created exclusively, never through a
+//! symlink and never over a file that is already there. A leaf: it uses nothing else in
+//! the crate.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::Path;
+
+/// Opens `path` for reading only when it is a regular file (a symlink to one is followed).
+/// The file is opened without blocking and checked through its open descriptor, so a
+/// FIFO with no writer cannot stall the open and nothing can swap the file between the
+/// check and the read.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is {}, not a regular file", path.display(), describe(kind)),
+        ));
+    }
+    clear_nonblocking(&file)?;
+    Ok(file)
+}
+
+/// Reads a whole regular file as text, at most `max_bytes` of it (a longer file is an
+/// error naming the bound, before anything past it is read).
+pub fn read_regular_to_string(path: &Path, max_bytes: u64) -> io::Result<String> {
+    use std::io::Read;
+    let file = open_regular(path)?;
+    let mut text = String::new();
+    file.take(max_bytes.saturating_add(1)).read_to_string(&mut text)?;
+    if text.len() as u64 > max_bytes {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is longer than {max_bytes} bytes", path.display()),
+        ));
+    }
+    Ok(text)
+}
+
+/// Whether `path` names a regular file, not following a symlink at the last component.
+pub fn is_regular_no_follow(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).map(|m| m.file_type().is_file()).unwrap_or(false)
+}
+
+/// Creates `path` for writing only when nothing is there: not a file, not a symlink
+/// (dangling or not), not a FIFO. Mode 0644 before the umask.
+pub fn create_exclusive(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// What a file type is, in words, for error messages.
+pub fn describe(kind: std::fs::FileType) -> &'static str {
+    if kind.is_file() {
+        "a regular file"
+    } else if kind.is_dir() {
+        "a folder"
+    } else if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_block_device() || kind.is_char_device() {
+        "a device"
+    } else {
+        "a special file"
+    }
+}
+
+fn clear_nonblocking(file: &File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: fcntl on a descriptor this function's caller owns, with integer arguments.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    #[test]
+    fn a_fifo_is_refused_at_once_and_a_regular_file_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("clock.csv");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let err = open_regular(&fifo).unwrap_err();
+        assert!(err.to_string().contains("FIFO"), "{err}");
+        assert!(open_regular(dir.path()).unwrap_err().to_string().contains("a folder"));
+        let file = dir.path().join("a.csv");
+        std::fs::write(&file, "x,y\n").unwrap();
+        let mut s = String::new();
+        open_regular(&file).unwrap().read_to_string(&mut s).unwrap();
+        assert_eq!(s, "x,y\n");
+        assert!(read_regular_to_string(&file, 3).is_err());
+        assert_eq!(read_regular_to_string(&file, 4).unwrap(), "x,y\n");
+    }
+
+    #[test]
+    fn exclusive_creation_refuses_files_and_symlinks_and_writes_nothing_through_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target.txt");
+        std::fs::write(&target, "keep").unwrap();
+        let link = dir.path().join("rank-00000.csv");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(create_exclusive(&link).is_err());
+        let dangling = dir.path().join("dangling.csv");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+        assert!(create_exclusive(&dangling).is_err());
+        assert!(!dir.path().join("nowhere").exists());
+        assert!(create_exclusive(&target).is_err());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+        let fresh = dir.path().join("fresh.csv");
+        create_exclusive(&fresh).unwrap().write_all(b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&fresh).unwrap(), "new");
+        assert!(is_regular_no_follow(&fresh) && !is_regular_no_follow(&link));
+    }
+}
