@@ -42,12 +42,18 @@ pub fn discover_sweeps(paths: &[PathBuf]) -> Vec<PathBuf> {
     out
 }
 
+/// Whether `dir` holds a `manifest.json` of any kind: a run folder, or one whose
+/// manifest is damaged (a FIFO, a dangling link), which reading it names.
+fn holds_manifest(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir.join("manifest.json")).is_ok()
+}
+
 /// Run folders named by `paths`: a run folder itself, or the run folders inside.
 /// Sweep folders (`ddpbench allreduce`) are not runs and are passed over.
 pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut runs = Vec::new();
     for p in paths {
-        if p.join("manifest.json").is_file() {
+        if holds_manifest(p) {
             runs.push(p.clone());
             continue;
         }
@@ -60,7 +66,7 @@ pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
         let mut inner: Vec<PathBuf> = std::fs::read_dir(p)
             .with_context(|| format!("cannot list {}", p.display()))?
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|d| d.join("manifest.json").is_file())
+            .filter(|d| holds_manifest(d))
             .collect();
         if inner.is_empty() {
             bail!("{}: neither a run folder (no manifest.json) nor a folder of runs", p.display());

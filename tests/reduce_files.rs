@@ -1,0 +1,77 @@
+//! `reduce` on run folders it did not make itself: a run id that is a path, a run
+//! reached twice (a copy, a symbolic link), special files in place of run files, and a
+//! file system that fills up while the report is written. The runs are the schema-2
+//! folders in tests/fixtures/schema2 (real runs of 1 and 2 ranks), copied and damaged.
+
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/schema2/single")
+        .join(name)
+}
+
+/// Copies the fixture run `name` to `to` (a folder created for it).
+fn copy_run(name: &str, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(fixture(name)).unwrap().map(|e| e.unwrap()) {
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+/// `ddpbench reduce <args>`, killed after 60 s.
+fn reduce(args: &[&str]) -> Job {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("reduce").args(args);
+    run_with_limit(cmd, Duration::from_secs(60))
+}
+
+fn mkfifo(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo {}", path.display());
+}
+
+/// A FIFO in place of a run file is named and leaves the run out (or the projection,
+/// for a link model), at once: no reader waits for a writer that never comes.
+#[test]
+fn special_files_are_named_and_never_waited_on() {
+    let d = tmp();
+    let sweep = d.path().join("sweep");
+    std::fs::create_dir(&sweep).unwrap();
+    mkfifo(&sweep.join("link_model.json"));
+    for file in ["clock.csv", "epochs.csv", "rank-00001.csv", "manifest.json", "rank-00000.gpu.csv"] {
+        let runs = d.path().join(file);
+        copy_run("single-1r", &runs.join("single-1r"));
+        let damaged = runs.join("single-2r");
+        copy_run("single-2r", &damaged);
+        mkfifo(&damaged.join(file));
+        let out = path_str(&d.path().join(format!("out-{file}")));
+        let job = reduce(&["--no-plots", "--out", &out, &path_str(&runs)]);
+        assert!(!job.timed_out, "{file}: reduce hung on a FIFO");
+        job.assert_ok();
+        let named = path_str(&damaged.join(file));
+        assert!(
+            job.stderr.lines().any(|l| l.contains(&named) && l.contains("FIFO")),
+            "{file} not named:\n{}",
+            job.stderr
+        );
+        let (h, rows) = read_csv(&Path::new(&out).join("summary.csv"));
+        let run = h.iter().position(|c| c == "run_id").unwrap();
+        assert!(rows.iter().all(|r| r[run] == "single-1r"), "{file}: the damaged run was used");
+    }
+    let runs = d.path().join("clock.csv");
+    let out = path_str(&d.path().join("out-sweep"));
+    let job = reduce(&["--no-plots", "--out", &out, "--interconnect", &path_str(&sweep), &path_str(&runs)]);
+    assert!(!job.timed_out, "reduce hung on a FIFO link model");
+    job.assert_ok();
+    assert!(
+        job.stderr.contains(&path_str(&sweep.join("link_model.json"))) && job.stderr.contains("FIFO"),
+        "{}",
+        job.stderr
+    );
+}
