@@ -75,3 +75,94 @@ fn special_files_are_named_and_never_waited_on() {
         job.stderr
     );
 }
+
+/// A tmpfs mounted at `dir`/tiny, unmounted when dropped; None (the test then says so
+/// and passes) where mounting needs a root this process is not.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
+        let mnt = dir.join("tiny");
+        std::fs::create_dir(&mnt).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", &path_str(&mnt)])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!("skipped: mounting a tmpfs needs root");
+        }
+        mounted.then_some(Tmpfs(mnt))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// The files of `dir` and their bytes, hidden ones included.
+fn contents(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap_or_default(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// A report that does not fit replaces none of the previous one: every file keeps its
+/// bytes, no temporary file stays, and the error names the file it could not write.
+#[test]
+fn a_full_disk_replaces_no_file_of_the_previous_report() {
+    let d = tmp();
+    let Some(fs) = Tmpfs::mount(d.path(), "256k") else { return };
+    let runs = d.path().join("runs");
+    copy_run("single-1r", &runs.join("single-1r"));
+    copy_run("single-2r", &runs.join("single-2r"));
+    let out = fs.0.join("report");
+    // The previous report: the 1-rank run alone.
+    reduce(&["--no-plots", "--out", &path_str(&out), &path_str(&runs.join("single-1r"))]).assert_ok();
+    let before = contents(&out);
+    assert!(before.iter().any(|(n, _)| n == "report.md"), "{before:?}");
+    // Fill the file system but for 8 KiB: the new report (both runs) starts to fit.
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(fs.0.join("filler")).unwrap();
+        let mut n = 0u64;
+        while let Ok(k) = f.write(&[0u8; 4096]) {
+            if k == 0 {
+                break;
+            }
+            n += k as u64;
+        }
+        f.set_len(n - 8192).unwrap();
+    }
+    let job = reduce(&["--no-plots", "--out", &path_str(&out), &path_str(&runs)]);
+    assert!(!job.ok(), "{}", job.all());
+    assert!(
+        job.stderr.contains(&path_str(&out)) && job.stderr.contains("No space left"),
+        "{}",
+        job.stderr
+    );
+    assert!(!job.all().contains("panicked"), "{}", job.all());
+    let after = contents(&out);
+    let names = |v: &[(String, Vec<u8>)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&after), names(&before), "files added or left behind");
+    for ((name, was), (_, is)) in before.iter().zip(&after) {
+        assert!(was == is, "{name} was replaced ({} bytes, was {})", is.len(), was.len());
+    }
+    // With room again, the new report replaces the old one whole.
+    std::fs::remove_file(fs.0.join("filler")).unwrap();
+    reduce(&["--no-plots", "--out", &path_str(&out), &path_str(&runs)]).assert_ok();
+    let (h, rows) = read_csv(&out.join("summary.csv"));
+    let run = h.iter().position(|c| c == "run_id").unwrap();
+    assert!(rows.iter().any(|r| r[run] == "single-2r"));
+    assert_eq!(names(&contents(&out)), names(&before));
+}

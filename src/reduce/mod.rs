@@ -17,7 +17,7 @@ pub mod timeline;
 
 pub use analysis::{read_run, RunStats};
 pub use args::{ReduceArgs, ReduceRequest};
-pub use report::{write, Report};
+pub use report::{stage, write, Report};
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};

@@ -20,7 +20,7 @@ pub mod verdict;
 pub use crate::record::Cells;
 pub use build::build;
 pub use communication::bandwidth_sentence;
-pub use files::write;
+pub use files::{csv_bytes, not_written, stage, write};
 pub use projection::{left_out as projection_left_out, section as projection_section};
 pub use terminal::print;
 
