@@ -30,10 +30,89 @@ fn reduce(args: &[&str]) -> Job {
     run_with_limit(cmd, Duration::from_secs(60))
 }
 
+/// Sets the run id of run folder `dir` to `id`: in its manifest and in every row.
+fn set_run_id(dir: &Path, id: &str) {
+    let path = dir.join("manifest.json");
+    let mut m = json(&path);
+    m["run_id"] = id.into();
+    std::fs::write(&path, m.to_string()).unwrap();
+    for e in std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()) {
+        let name = e.file_name().unwrap().to_string_lossy().into_owned();
+        if !(name.starts_with("rank-") && name.ends_with(".csv")) {
+            continue;
+        }
+        let (h, rows) = read_csv(&e);
+        let at = h.iter().position(|c| c == "run_id").unwrap();
+        let mut w = csv::Writer::from_path(&e).unwrap();
+        w.write_record(&h).unwrap();
+        for mut row in rows {
+            row[at] = id.into();
+            w.write_record(&row).unwrap();
+        }
+        w.flush().unwrap();
+    }
+}
+
+/// Every path under `dir`, relative to it, sorted.
+fn tree(dir: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).unwrap().map(|e| e.unwrap()) {
+            out.push(e.path().strip_prefix(root).unwrap().to_string_lossy().into_owned());
+            if e.file_type().unwrap().is_dir() {
+                walk(root, &e.path(), out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
 fn mkfifo(path: &Path) {
     let _ = std::fs::remove_file(path);
     let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo {}", path.display());
+}
+
+/// A run whose id climbs out of the output folder is refused, named with its manifest
+/// and key, and nothing is written outside the output folder; the other run is reduced
+/// and its plots drawn there.
+#[test]
+fn a_run_id_that_is_a_path_is_refused_and_nothing_lands_outside() {
+    let d = tmp();
+    let runs = d.path().join("runs");
+    copy_run("single-1r", &runs.join("single-1r"));
+    let evil = runs.join("evil");
+    copy_run("single-2r", &evil);
+    set_run_id(&evil, "x/../../escape_pwn");
+    // A folder among the runs (the default output folder) that the path climbs through.
+    std::fs::create_dir(runs.join("step_time_per_rank-x")).unwrap();
+    let before = tree(d.path());
+    let job = reduce(&[&path_str(&runs)]);
+    job.assert_ok();
+    let outside: Vec<String> = tree(d.path()).into_iter().filter(|p| !p.starts_with("runs")).collect();
+    assert!(outside.is_empty(), "written outside the output folder: {outside:?}\n{}", job.all());
+    assert!(!d.path().join("escape_pwn.svg").exists() && !d.path().join("escape_pwn.png").exists());
+    let manifest = path_str(&evil.join("manifest.json"));
+    assert!(
+        job.stderr.contains(&manifest) && job.stderr.contains("run_id is \"x/../../escape_pwn\""),
+        "{}",
+        job.stderr
+    );
+    assert!(runs.join("step_time_per_rank-single-1r.png").is_file());
+    assert_eq!(std::fs::read_dir(runs.join("step_time_per_rank-x")).unwrap().count(), 0);
+    assert!(before.iter().all(|p| tree(d.path()).contains(p)));
+    // A run id that is not its folder's name (a renamed copy) is refused the same way.
+    let renamed = d.path().join("renamed");
+    copy_run("single-1r", &renamed.join("other-name"));
+    let job = reduce(&["--no-plots", "--out", &path_str(&d.path().join("out")), &path_str(&renamed)]);
+    assert!(!job.ok(), "{}", job.all());
+    assert!(
+        job.stderr.contains("run_id is \"single-1r\"") && job.stderr.contains("other-name"),
+        "{}",
+        job.stderr
+    );
 }
 
 /// A FIFO in place of a run file is named and leaves the run out (or the projection,

@@ -131,13 +131,15 @@ pub struct RunFiles {
 }
 
 /// Opens a run folder. Err only when the folder is not a run at all (no readable
-/// manifest, or a world size no run has); holes (missing, empty or unreadable rank
+/// manifest, a run id that is not the folder's name ([`limits::run_id`]), or a world
+/// size no run has); holes (missing, empty or unreadable rank
 /// files, a job that did not finish, impossible values) are problems. Time and memory
 /// are bounded by the files present.
 pub fn open(dir: &Path) -> Result<RunFiles, String> {
     let manifest = Manifest::read(dir).map_err(|e| format!("{e:#}"))?;
-    limits::world_size(&manifest).map_err(|e| format!("{}: {e}", dir.display()))?;
     let manifest_path = dir.join("manifest.json");
+    limits::run_id(&manifest, dir).map_err(|e| format!("{}: {e}", manifest_path.display()))?;
+    limits::world_size(&manifest).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut problems: Vec<String> = limits::manifest(&manifest)
         .into_iter()
         .map(|e| format!("{}: {e}", manifest_path.display()))
