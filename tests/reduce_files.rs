@@ -115,6 +115,49 @@ fn a_run_id_that_is_a_path_is_refused_and_nothing_lands_outside() {
     );
 }
 
+/// A symbolic link to a run, the same folder named twice and a copy of a run in another
+/// folder are one run: counted once, and said once which paths were the same run and
+/// which one was kept.
+#[test]
+fn a_run_reached_twice_is_one_run_said_once() {
+    let d = tmp();
+    let runs = d.path().join("runs");
+    copy_run("single-1r", &runs.join("single-1r"));
+    copy_run("single-2r", &runs.join("single-2r"));
+    std::os::unix::fs::symlink(runs.join("single-2r"), runs.join("link-2r")).unwrap();
+    let copy = d.path().join("backup/single-2r");
+    copy_run("single-2r", &copy);
+    let out = d.path().join("out");
+    let twice = path_str(&runs.join("../runs/single-2r"));
+    let job = reduce(&["--no-plots", "--out", &path_str(&out), &path_str(&runs), &twice, &path_str(&copy)]);
+    job.assert_ok();
+    let (h, rows) = read_csv(&out.join("scaling.csv"));
+    let ids = h.iter().position(|c| c == "run_ids").unwrap();
+    let points: Vec<&str> = rows.iter().map(|r| r[ids].as_str()).collect();
+    assert!(points.contains(&"single-2r"), "{points:?}");
+    assert!(
+        points.iter().all(|p| p.matches("single-2r").count() <= 1),
+        "counted twice: {points:?}"
+    );
+    let (h, rows) = read_csv(&out.join("summary.csv"));
+    let run = h.iter().position(|c| c == "run_id").unwrap();
+    assert_eq!(rows.iter().filter(|r| r[run] == "single-2r").count(), 1, "one summary row");
+    let kept = path_str(&runs.join("single-2r"));
+    for dup in [path_str(&runs.join("link-2r")), path_str(&copy)] {
+        let said: Vec<&str> = job.stderr.lines().filter(|l| l.contains(&dup)).collect();
+        assert_eq!(said.len(), 1, "{dup} said once:\n{}", job.stderr);
+        assert!(said[0].contains(&kept) && said[0].contains("kept"), "{}", said[0]);
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        report.contains("## Runs reached twice") && report.contains(&path_str(&copy)),
+        "{report}"
+    );
+    let json = json(&out.join("report.json"));
+    // The link, the folder named again and the copy.
+    assert_eq!(json["duplicates"].as_array().map(Vec::len), Some(3), "{}", json["duplicates"]);
+}
+
 /// A FIFO in place of a run file is named and leaves the run out (or the projection,
 /// for a link model), at once: no reader waits for a writer that never comes.
 #[test]
