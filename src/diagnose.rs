@@ -28,9 +28,19 @@ struct World {
 }
 
 /// The folder's world, when it has a readable manifest; Err when its size is one no
-/// job has. Launch sizes beyond [`MAX_RANKS`] are not taken.
+/// job has. Launch sizes beyond [`MAX_RANKS`] are not taken. A manifest that is there
+/// but cannot be read (damaged, or a FIFO or device in its place) is named on stderr,
+/// and the records are diagnosed as without one.
 fn world(dir: &Path) -> Result<Option<World>> {
-    let Ok(m) = Manifest::read(dir) else { return Ok(None) };
+    let m = match Manifest::read(dir) {
+        Ok(m) => m,
+        Err(e) => {
+            if std::fs::symlink_metadata(dir.join("manifest.json")).is_ok() {
+                eprintln!("note: {e:#}; diagnosing the flight records without it");
+            }
+            return Ok(None);
+        }
+    };
     if !(1..=MAX_RANKS).contains(&m.world_size) {
         bail!(
             "{}: world_size is {}: a job has 1 to {MAX_RANKS} ranks; the manifest is damaged",

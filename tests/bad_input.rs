@@ -175,6 +175,19 @@ fn a_users_own_out_folder_survives_a_failed_set_up() {
     assert!(mine.is_dir(), "the user's folder was removed");
 }
 
+/// The run folder's name is the run id, which `reduce` uses as a file name: a name
+/// with characters beyond letters, digits, `.`, `_` and `-` is refused before training.
+#[test]
+fn an_out_folder_whose_name_cannot_be_a_run_id_is_refused() {
+    let d = tmp();
+    let out = d.path().join("my run");
+    fails(
+        &["--out", &path_str(&out), "--max-steps", "1"],
+        "the run folder's name is the run id, and it holds ' '",
+    );
+    assert!(!out.exists());
+}
+
 #[test]
 fn output_folder_unwritable_or_taken() {
     fails(

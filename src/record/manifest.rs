@@ -208,7 +208,10 @@ impl Manifest {
     }
     pub fn read(dir: &Path) -> Result<Manifest> {
         let path = dir.join("manifest.json");
-        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        // Only a regular file: a FIFO or a device in its place is named, not waited on.
+        let text = crate::files::open_regular(&path)
+            .and_then(std::io::read_to_string)
+            .map_err(|e| anyhow::anyhow!(crate::files::read_error(&path, &e)))?;
         serde_json::from_str(&text).with_context(|| format!("{} is not a ddpbench manifest", path.display()))
     }
 }

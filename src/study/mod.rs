@@ -726,23 +726,29 @@ fn finish(out: &Path, state: &State, plan: &Plan, repeat: usize, stopped: bool) 
         project_to: 1024,
     };
     let report_dir = out.join("report");
-    let reduced = crate::reduce::run(&request).and_then(|r| {
-        crate::reduce::write(&r, &report_dir, true)?;
-        crate::reduce::report::print(&r, &report_dir, true);
-        Ok(r)
-    });
-    let reduced = match reduced {
+    let reduced = match crate::reduce::run(&request) {
         Ok(r) => r,
         Err(e) => return Some(format!("the study's report could not be made: {e:#}")),
     };
-    match report::write(out, plan, repeat, state, &reduced, true) {
+    // reduce's files and the study's summary replace the previous ones together.
+    let written = crate::files::StagedFiles::new(&report_dir)
+        .map_err(anyhow::Error::from)
+        .and_then(|mut files| {
+            crate::reduce::stage(&reduced, &mut files, true)?;
+            let verdicts = report::write(&mut files, plan, repeat, state, &reduced, true)?;
+            files.commit()?;
+            Ok(verdicts)
+        })
+        .with_context(|| crate::reduce::report::not_written(&report_dir));
+    match written {
         Ok(verdicts) => {
+            crate::reduce::report::print(&reduced, &report_dir, true);
             println!();
             for v in verdicts {
                 println!("{v}");
             }
         }
-        Err(e) => return Some(format!("the study's summary could not be written: {e:#}")),
+        Err(e) => return Some(format!("the study's report could not be written: {e:#}")),
     }
     let not_run = plan.points.len() * repeat - state.len().min(plan.points.len() * repeat);
     println!(

@@ -6,17 +6,17 @@
 
 use super::plan::{self, Plan};
 use super::State;
+use crate::files::StagedFiles;
 use crate::plot::{self, LineChart, Point, Rasteriser, Series, SeriesKind, XScale};
 use crate::record::RunStatus;
 use crate::reduce::analysis::{ScalingMode, ScalingRow};
 use crate::reduce::report::{verdict, RunReport};
 use crate::reduce::Report;
 use crate::stats::median;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
 
 /// One row of `report/study.csv`.
 #[derive(Debug, Clone, Serialize)]
@@ -235,16 +235,19 @@ fn interval(low: Option<f64>, high: Option<f64>) -> String {
     }
 }
 
-/// Writes `report/study.csv`, `report/study.md` and a speedup curve per workload from
-/// `reduced`, `reduce`'s report of the study's runs; returns the verdict sentences.
-pub(super) fn write(out: &Path, plan: &Plan, repeat: usize, state: &State, reduced: &Report, plots: bool) -> Result<Vec<String>> {
-    let report = out.join("report");
-    std::fs::create_dir_all(&report).with_context(|| format!("cannot create {}", report.display()))?;
+/// Stages `study.csv`, `study.md` and a speedup curve per workload from `reduced`,
+/// `reduce`'s report of the study's runs, into `files` (the study's `report/` folder);
+/// returns the verdict sentences.
+pub(super) fn write(
+    files: &mut StagedFiles,
+    plan: &Plan,
+    repeat: usize,
+    state: &State,
+    reduced: &Report,
+    plots: bool,
+) -> Result<Vec<String>> {
     let rows = summarise(reduced, plan, repeat, state);
-    let mut w = crate::record::CsvLog::create(&report.join("study.csv"))?;
-    for r in &rows {
-        w.write(r)?;
-    }
+    files.write("study.csv", &crate::reduce::report::csv_bytes(&rows)?)?;
     let mut by: BTreeMap<&str, Vec<&PointSummary>> = BTreeMap::new();
     for r in &rows {
         by.entry(r.workload.as_str()).or_default().push(r);
@@ -296,18 +299,20 @@ pub(super) fn write(out: &Path, plan: &Plan, repeat: usize, state: &State, reduc
             let _ = writeln!(md, "\n![speedup of {workload}]({}.png)", plot_stem(workload));
         }
     }
-    std::fs::write(report.join("study.md"), md).context("cannot write study.md")?;
+    files.write("study.md", md.as_bytes())?;
     if plots {
         let r = Rasteriser::new();
         for (workload, ps) in &by {
-            r.write(&speedup_chart(workload, ps)?, &report.join(plot_stem(workload)))?;
+            r.stage(files, &plot_stem(workload), &speedup_chart(workload, ps)?)?;
         }
     }
     Ok(verdicts)
 }
 
+/// The file name (without extension) of a workload's speedup plot, the same in study.md's
+/// link and on disk.
 fn plot_stem(workload: &str) -> String {
-    format!("speedup-{}", workload.replace(['.', '/', ' '], "_"))
+    crate::files::safe_component(&format!("speedup-{}", workload.replace(['.', '/', ' '], "_")))
 }
 
 /// Speedup against ranks: a line per scaling mode with its interval as error bars, and

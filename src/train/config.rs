@@ -354,7 +354,8 @@ pub struct CommConfig {
 #[derive(Args, Debug, Clone, Serialize, Deserialize)]
 #[command(next_help_heading = "Output and monitoring")]
 pub struct OutputConfig {
-    /// Output folder (default: results/<run-id>/). Must not already hold a run.
+    /// Output folder (default: results/<run-id>/). Must not already hold a run. Its name
+    /// is the run id: letters, digits, `.`, `_` and `-` only.
     #[arg(long)]
     pub out: Option<PathBuf>,
 
@@ -546,6 +547,16 @@ impl TrainConfig {
             if t.trim().is_empty() || t.chars().any(|ch| ch.is_control() || ch == '|') {
                 return Err(anyhow!(
                     "--node-type {t:?}: must be printable text without '|' (it names table rows)"
+                ));
+            }
+        }
+        if let Some(dir) = &out.out {
+            // The folder's name becomes the run id, which `reduce` takes as a file name.
+            let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if let Some(why) = crate::files::name_problem(&name) {
+                return Err(anyhow!(
+                    "--out {}: the run folder's name is the run id, and {why} (name the folder itself, e.g. results/my-run)",
+                    dir.display()
                 ));
             }
         }

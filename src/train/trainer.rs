@@ -475,11 +475,10 @@ impl<'g> Trainer<'g> {
                 2 * self.facts.cfg.placement.workers.unwrap_or(0).max(2),
             )),
             None => {
-                let indices = data::shard_indices(self.facts.dataset.train.len(), g.size, g.rank, s.seed, epoch, true);
-                let micro: Vec<Vec<i64>> = indices.chunks(s.batch_size).map(<[i64]>::to_vec).collect();
+                let shard = data::Shard::new(self.facts.dataset.train.len(), g.size, g.rank, s.seed, epoch);
                 Loader::new(
                     &self.facts.dataset.train,
-                    micro.into_iter().take(steps * s.grad_accum).collect(),
+                    data::Batches::new(shard, s.batch_size, steps * s.grad_accum),
                     self.facts.cfg.placement.workers.unwrap_or(0),
                     self.facts.place.device,
                 )
@@ -741,7 +740,7 @@ fn schedule(g: &Group, cfg: &TrainConfig, dataset: &Dataset) -> Schedule {
             ((b - a) as usize / s.batch_size / s.grad_accum).max(1)
         }
         None => {
-            let per_rank = data::shard_indices(dataset.train.len(), g.size, g.rank, s.seed, 0, true).len();
+            let per_rank = data::Shard::new(dataset.train.len(), g.size, g.rank, s.seed, 0).len();
             data::steps_per_epoch(per_rank, cfg.samples_per_step())
         }
     };
