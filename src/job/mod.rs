@@ -3,7 +3,8 @@
 //! [`run_job`] starts MPI ([`World::init`]), logging with the rank ([`logging`]), the
 //! hook that turns a panic into one line and an aborted job ([`panic`]), the stop-signal
 //! handlers ([`signals`]), the flight recorder ([`crate::flight`]) and the collective
-//! [`watchdog`]; it then runs the command on a [`Job`] and ends the job one way for
+//! [`watchdog`]; it refuses a job whose ranks were started with different flags
+//! ([`same_flags`]), then runs the command on a [`Job`] and ends the job one way for
 //! every command:
 //!
 //! - an [`AgreedError`] (every rank holds it, see [`crate::world::agree`]): MPI is
@@ -17,6 +18,7 @@
 
 pub mod logging;
 mod panic;
+pub mod same_flags;
 pub mod signals;
 pub mod watchdog;
 
@@ -24,14 +26,17 @@ pub use panic::{abort_job, panic_message};
 
 use crate::world::{AgreedError, Group, World};
 use anyhow::Result;
+use same_flags::LaunchFlags;
 use watchdog::Watchdog;
 
 /// What differs between the commands run as an MPI job.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct JobOptions {
     /// The watchdog's first limit: seconds a collective may take before the job is
     /// declared hung (the command may change it as it goes).
     pub watchdog_limit_s: f64,
+    /// The command and flags this rank was started with, compared across ranks first.
+    pub flags: LaunchFlags,
 }
 
 /// What a command runs on: every rank of the job, and the watchdog watching them.
@@ -63,10 +68,13 @@ pub fn run_job(options: JobOptions, command: impl FnOnce(&Job) -> Result<()>) ->
     signals::install();
     let _span = tracing::info_span!("rank", r = g.rank).entered();
     let watchdog = Watchdog::start(g, options.watchdog_limit_s);
-    let Err(err) = command(&Job {
-        group: g,
-        watchdog: &watchdog,
-    }) else {
+    let ran = same_flags::check_same_on_every_rank(g, &options.flags).and_then(|()| {
+        command(&Job {
+            group: g,
+            watchdog: &watchdog,
+        })
+    });
+    let Err(err) = ran else {
         return Ok(());
     };
     drop(watchdog);

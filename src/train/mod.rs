@@ -43,6 +43,7 @@ pub fn main(cfg: TrainConfig) -> Result<()> {
     let malloc = host_memory::apply(cfg.placement.malloc);
     let options = JobOptions {
         watchdog_limit_s: cfg.output.watchdog_s.unwrap_or(watchdog::SETUP_LIMIT_S),
+        flags: cfg.launch_flags(),
     };
     job::run_job(options, |job| {
         tracing::debug!("{malloc}");
