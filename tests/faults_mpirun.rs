@@ -716,3 +716,81 @@ fn allreduce_and_study_ranks_with_different_flags_are_refused() {
     assert!(all.contains("rank-exit 0 1") && all.contains("rank-exit 1 1"), "{all}");
     assert!(!d.path().join("study").exists(), "{all}");
 }
+
+/// A rank that stalls in the job's teardown (stopped after its records are final, before
+/// MPI_Finalize, as a rank stuck closing files would stay) is named with the teardown
+/// stage, the job ends instead of leaving mpirun waiting, and the run's records stay as
+/// they were: completed.
+#[test]
+fn a_rank_stopped_in_teardown_is_named_and_the_completed_run_stays_completed() {
+    let d = tmp();
+    let out = d.path().join("run");
+    let o = path_str(&out);
+    let mut cmd = mpirun_cmd_with_env(2, &[("DDPBENCH_STOP_AT_EXIT", "1")]);
+    cmd.arg(BIN).args(small_run(&o, &["--max-steps", "3", "--watchdog-s", "5"]));
+    let job = run_with_limit(cmd, LIMIT);
+    let all = job.all();
+    assert!(!job.timed_out, "the job did not end:\n{all}");
+    assert_eq!(job.status, Some(3), "{all}");
+    assert!(all.contains("done: "), "{all}");
+    let line = job
+        .stderr
+        .lines()
+        .find(|l| l.ends_with("Aborting the job"))
+        .unwrap_or_else(|| panic!("no watchdog message:\n{all}"));
+    assert!(
+        line.starts_with("watchdog: rank 1 on ") && line.contains("has not entered MPI_Finalize #") && line.contains("(teardown)"),
+        "{line}"
+    );
+    assert_eq!(job.stderr.matches("Aborting the job").count(), 1, "printed once:\n{all}");
+    assert!(all.contains("the run's records were final before the stall and are kept"), "{all}");
+    let m = json(&out.join("manifest.json"));
+    assert_eq!((&m["status"], &m["error"]), (&"completed".into(), &serde_json::Value::Null), "{m}");
+    for r in 0..2 {
+        let end = json(&out.join(format!("rank-{r:05}.end.json")));
+        assert_eq!(end["status"], "completed", "{end}");
+    }
+    // The flight records say the same afterwards. The stopped rank may write one of its
+    // own once the job's end wakes it (SIGCONT before SIGTERM): without it, rank 0's
+    // record says where rank 1 was last seen.
+    let _ = std::fs::remove_file(out.join("rank-00001.flight.json"));
+    let diag = ddpbench(&["diagnose", &o]);
+    diag.assert_ok();
+    let first = diag.stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("rank 1 on ") && first.contains("MPI_Finalize #"),
+        "{}",
+        diag.stdout
+    );
+}
+
+/// A forward pass that never returns is named with its phase: on one rank of two (its
+/// peer waits for it in the all-reduce) and on a job's only rank, where no collective is
+/// pending at all.
+#[test]
+fn a_forward_that_never_returns_is_named_with_its_phase() {
+    for (ranks, slow) in [(2usize, 1usize), (1, 0)] {
+        let d = tmp();
+        let out = d.path().join("run");
+        let o = path_str(&out);
+        let spec = format!("{slow}:100000000");
+        let mut cmd = mpirun_cmd_with_env(ranks, &[("DDPBENCH_SLOW_FORWARD", spec.as_str())]);
+        cmd.arg(BIN).args(small_run(&o, &["--max-steps", "3", "--watchdog-s", "3"]));
+        let job = run_with_limit(cmd, LIMIT);
+        let all = job.all();
+        assert!(!job.timed_out, "{ranks} rank(s): the job did not end:\n{all}");
+        assert_ne!(job.status, Some(0), "{all}");
+        let line = job
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("watchdog: "))
+            .unwrap_or_else(|| panic!("no watchdog message:\n{all}"));
+        assert!(
+            line.contains(&format!("rank {slow} on ")) && line.contains("in forward of epoch 0 step 0"),
+            "{ranks} rank(s): {line}"
+        );
+        let m = json(&out.join("manifest.json"));
+        assert_eq!(m["status"], "failed", "{m}");
+        assert!(m["error"].as_str().unwrap_or_default().contains("forward of epoch 0 step 0"), "{m}");
+    }
+}

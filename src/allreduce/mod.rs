@@ -88,7 +88,8 @@ pub struct AllreduceArgs {
     pub device: DeviceChoice,
     /// Seconds a rank may wait in one phase of one size (warm-up, timed loop, check)
     /// before the job is declared hung: the watchdog names the ranks that never came,
-    /// writes rank-NNNNN.flight.json into the output folder and aborts the job.
+    /// writes rank-NNNNN.flight.json into the output folder and aborts the job. The job's
+    /// teardown (MPI_Finalize) is watched with it too, at most 300 s.
     #[arg(long, default_value_t = watchdog::WARMUP_LIMIT_S)]
     pub watchdog_s: f64,
     /// Output folder (default: results/allreduce-<time>): allreduce.csv, allreduce.json,
@@ -377,6 +378,7 @@ pub fn main(args: AllreduceArgs) -> Result<()> {
     job::check_before_mpi(args.validate())?;
     let options = JobOptions {
         watchdog_limit_s: args.watchdog_s,
+        teardown_limit_s: args.watchdog_s.min(watchdog::TEARDOWN_LIMIT_S),
         flags: args.launch_flags(),
     };
     job::run_job(options, |job| run_on(job.group, &args, Some(job.watchdog)).map(|_| ()))

@@ -237,6 +237,7 @@ pub fn main(args: StudyArgs) -> Result<()> {
     let spec = job::check_before_mpi(spec_of(&args))?;
     let options = JobOptions {
         watchdog_limit_s: watchdog::SETUP_LIMIT_S,
+        teardown_limit_s: watchdog::TEARDOWN_LIMIT_S,
         flags: launch_flags(&spec, &args),
     };
     job::run_job(options, |job| {

@@ -433,10 +433,13 @@ pub struct OutputConfig {
     #[arg(long)]
     pub save_model: bool,
 
-    /// Seconds a collective may take before the job is declared hung: the ranks write
-    /// rank-NNNNN.flight.json, one message names the ranks that never entered it, and the
-    /// job is aborted. Default: 1800 s during set-up, 600 s in the warm-up steps, then
-    /// 50 × the median step (at least 60 s).
+    /// Seconds a collective, or one phase of a step where no collective is pending
+    /// (forward, backward, data loading...), may take before the job is declared hung: the
+    /// ranks write rank-NNNNN.flight.json, one message names the ranks that never entered
+    /// it (or the phase a rank is stuck in), and the job is aborted. Default: 1800 s
+    /// during set-up, 600 s in the warm-up steps, then 50 × the median step (at least
+    /// 60 s); 300 s in the teardown (closing files, MPI_Finalize), where a rank that does
+    /// not arrive is named and the job ends with its records kept.
     #[arg(long)]
     pub watchdog_s: Option<f64>,
 

@@ -28,6 +28,8 @@ pub fn evaluate(g: &Group, net: &dyn Net, data: &Dataset, device: Device, limit:
     let (mut loss_sum, mut correct) = (0.0f64, 0.0f64);
     tch::no_grad(|| -> Result<()> {
         for chunk in mine.chunks(chunk_len(batch, data.test.sample_bytes())) {
+            // Each chunk is progress: only one that never ends is a stall.
+            crate::flight::phase(Some(crate::flight::Phase::Validation));
             let (x, y) = data.test.batch(&Tensor::from_slice(chunk), device)?;
             let (loss, right) = batch_loss_and_correct(net, &x, &y)?;
             loss_sum += loss;
@@ -35,6 +37,7 @@ pub fn evaluate(g: &Group, net: &dyn Net, data: &Dataset, device: Device, limit:
         }
         Ok(())
     })?;
+    crate::flight::phase(None);
     let mine = [loss_sum, correct, mine.len() as f64];
     let mut total = [0f64; 3];
     let _f = crate::flight::enter("all-reduce", "validation");
