@@ -1,7 +1,8 @@
 //! `ddpbench diagnose RUN_DIR`: reads the flight records (`rank-NNNNN.flight.json`) the
 //! watchdog left in a run folder and prints which ranks never entered the collective
-//! the others waited in, as the watchdog did when it stopped the job, then each rank's
-//! last collectives. The world size and every rank number are checked against
+//! the others waited in (or which collective each rank was in, when they differ, or the
+//! phase a rank stalled in when none waited), as the watchdog did when it stopped the
+//! job, then each rank's last collectives. The world size and every rank number are checked against
 //! [`crate::bounds`] before anything is sized by them.
 
 use crate::bounds::{self, MAX_RANKS, MAX_RUN_S};
@@ -155,8 +156,10 @@ pub fn report(dir: &Path) -> Result<String> {
     }
     statuses.sort_by_key(|s| s.rank);
     let mut out = String::new();
+    let stalled = flight::stalled(&statuses, 0.0);
     match flight::diagnose(&statuses, size) {
         Some(d) => writeln!(out, "{}", d.message())?,
+        None if !stalled.is_empty() => writeln!(out, "{}", flight::stall_message(&stalled, None))?,
         None => writeln!(out, "no rank was waiting in a collective when the records were written")?,
     }
     if let Some(m) = dumps.iter().map(|d| &d.message).find(|m| !m.is_empty()) {

@@ -3,7 +3,8 @@
 //! [`run_job`] starts MPI ([`World::init`]), logging with the rank ([`logging`]), the
 //! hook that turns a panic into one line and an aborted job ([`panic`]), the stop-signal
 //! handlers ([`signals`]), the flight recorder ([`crate::flight`]) and the collective
-//! [`watchdog`]; it then runs the command on a [`Job`] and ends the job one way for
+//! [`watchdog`]; it refuses a job whose ranks were started with different flags
+//! ([`same_flags`]), then runs the command on a [`Job`] and ends the job one way for
 //! every command:
 //!
 //! - an [`AgreedError`] (every rank holds it, see [`crate::world::agree`]): MPI is
@@ -12,11 +13,15 @@
 //! - any other error: the rank prints one line naming itself and its host, and aborts
 //!   the whole job ([`abort_job`]), so no rank waits forever in a collective.
 //!
+//! The watchdog watches the teardown too (closing files, MPI_Finalize, and every rank
+//! past MPI_Finalize): a rank that stalls there is named and the job ends ([`end_job`]).
+//!
 //! The last records a stop signal writes are armed by the command once it has a run
 //! folder ([`crate::record::last_gasp`]); the handlers installed here fire them.
 
 pub mod logging;
 mod panic;
+pub mod same_flags;
 pub mod signals;
 pub mod watchdog;
 
@@ -24,14 +29,19 @@ pub use panic::{abort_job, panic_message};
 
 use crate::world::{AgreedError, Group, World};
 use anyhow::Result;
+use same_flags::LaunchFlags;
 use watchdog::Watchdog;
 
 /// What differs between the commands run as an MPI job.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct JobOptions {
     /// The watchdog's first limit: seconds a collective may take before the job is
     /// declared hung (the command may change it as it goes).
     pub watchdog_limit_s: f64,
+    /// The watchdog's limit in the job's teardown (MPI_Finalize and every rank past it).
+    pub teardown_limit_s: f64,
+    /// The command and flags this rank was started with, compared across ranks first.
+    pub flags: LaunchFlags,
 }
 
 /// What a command runs on: every rank of the job, and the watchdog watching them.
@@ -63,17 +73,21 @@ pub fn run_job(options: JobOptions, command: impl FnOnce(&Job) -> Result<()>) ->
     signals::install();
     let _span = tracing::info_span!("rank", r = g.rank).entered();
     let watchdog = Watchdog::start(g, options.watchdog_limit_s);
-    let Err(err) = command(&Job {
-        group: g,
-        watchdog: &watchdog,
-    }) else {
+    let ran = same_flags::check_same_on_every_rank(g, &options.flags).and_then(|()| {
+        command(&Job {
+            group: g,
+            watchdog: &watchdog,
+        })
+    });
+    let Err(err) = ran else {
+        end_job(world, watchdog, options.teardown_limit_s);
         return Ok(());
     };
-    drop(watchdog);
     match err.downcast_ref::<AgreedError>() {
         Some(agreed) => {
             let (rank, origin) = (g.rank, agreed.rank);
-            drop(world); // MPI_Finalize: every rank reached this point.
+            // Every rank reached this point.
+            end_job(world, watchdog, options.teardown_limit_s);
             match rank {
                 // Rank 0 speaks: naming itself would add nothing.
                 0 if origin == 0 => Err(err),
@@ -86,4 +100,33 @@ pub fn run_job(options: JobOptions, command: impl FnOnce(&Job) -> Result<()>) ->
             abort_job(1)
         }
     }
+}
+
+/// The job's teardown, watched: MPI_Finalize as a collective, then every rank past it
+/// ([`Watchdog::meet_at_exit`]), within `limit_s`. A rank that does not come is named and
+/// the job ends with exit status 3; what the command recorded stays as it is.
+fn end_job(world: World, watchdog: Watchdog, limit_s: f64) {
+    let rank = world.group.rank;
+    // Whatever phase the command left (an error mid-step) is over.
+    crate::flight::phase(None);
+    watchdog.records_final();
+    watchdog.set_limit(limit_s);
+    crate::flight::recorder().begin_teardown();
+    if stop_at_exit(rank) {
+        // SAFETY: raise only signals this process.
+        unsafe { libc::raise(libc::SIGSTOP) };
+    }
+    {
+        let _f = crate::flight::enter("MPI_Finalize", "");
+        drop(world);
+    }
+    crate::flight::recorder().mark_finalized();
+    watchdog.meet_at_exit();
+}
+
+/// `DDPBENCH_STOP_AT_EXIT=RANK`: a test's rank that stalls in teardown, after its
+/// records are final and before MPI_Finalize (it stops itself with SIGSTOP, as a rank
+/// stuck closing files on a shared file system would stay).
+fn stop_at_exit(rank: usize) -> bool {
+    std::env::var("DDPBENCH_STOP_AT_EXIT").is_ok_and(|r| r.parse() == Ok(rank))
 }

@@ -20,6 +20,7 @@ use super::step::{Measured, StepMachine};
 use super::timer;
 use crate::amp::{AmpMode, Autocast, LossScaler};
 use crate::data::{self, Dataset, Loader};
+use crate::flight::Phase;
 use crate::job::signals;
 use crate::job::watchdog::{self, Watchdog};
 use crate::model::{self, ModelOptions, ModelSpec, Net};
@@ -255,8 +256,12 @@ impl<'g> Trainer<'g> {
 
     /// After the last epoch, or a stop signal: each rank's end record, the final
     /// parameters (`--save-model`) and the manifest's outcome, then a barrier so no rank
-    /// leaves before rank 0 wrote them.
+    /// leaves before rank 0 wrote them, then the run's files closed. All of it is the
+    /// run's teardown, watched ([`crate::flight::Phase`]); once past the barrier the
+    /// records are final, and a stall later leaves them as they are.
     pub fn finish(mut self, stopped: Option<i32>) -> Result<()> {
+        crate::flight::recorder().begin_teardown();
+        crate::flight::phase(Some(Phase::LastRecords));
         let (status, error) = match stopped {
             None => (RunStatus::Completed, None),
             Some(sig) => (
@@ -301,8 +306,14 @@ impl<'g> Trainer<'g> {
                 Some(e) => warn!("interrupted by {e}: every row so far is in {}", self.facts.folder.dir.display()),
             }
         }
-        let _f = crate::flight::enter("barrier", "end of the run");
-        self.g.comm.barrier();
+        {
+            let _f = crate::flight::enter("barrier", "end of the run");
+            self.g.comm.barrier();
+        }
+        self.watchdog.records_final();
+        crate::flight::phase(Some(Phase::ClosingFiles));
+        drop(self);
+        crate::flight::phase(None);
         Ok(())
     }
 
@@ -389,6 +400,7 @@ impl<'g> Trainer<'g> {
             self.inject_faults(at)?;
             let lr = schedule.lr(self.facts.cfg.learning_rate(), at.global_step);
             let measured = self.machine.step(&mut loader, lr, at)?;
+            crate::flight::phase(Some(Phase::StepRecords));
             if let Some(t) = self.records.trace.as_mut() {
                 t.batches(at.global_step, &loader.take_spans())?;
             }
@@ -408,6 +420,8 @@ impl<'g> Trainer<'g> {
         if let Some(m) = self.machine.flush() {
             loss_sum += self.after_step(&m, &bar)?;
         }
+        // The epoch's end is collectives and validation, each watched on its own.
+        crate::flight::phase(None);
         drop(bar);
         self.records.steps_log.sync()?;
         // Epoch end (checks, validation): set-up's limit, since ranks may differ there.

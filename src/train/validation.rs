@@ -30,6 +30,8 @@ pub fn evaluate(g: &Group, net: &dyn Net, data: &Dataset, device: Device, limit:
     let (mut loss_sum, mut correct) = (0.0f64, 0.0f64);
     tch::no_grad(|| -> Result<()> {
         for first in (0..mine).step_by(chunk) {
+            // Each chunk is progress: only one that never ends is a stall.
+            crate::flight::phase(Some(crate::flight::Phase::Validation));
             let idx: Vec<i64> = (first..(first + chunk).min(mine)).map(|k| (g.rank + k * g.size) as i64).collect();
             let (x, y) = data.test.batch(&Tensor::from_slice(&idx), device)?;
             let (loss, right) = batch_loss_and_correct(net, &x, &y)?;
@@ -38,6 +40,7 @@ pub fn evaluate(g: &Group, net: &dyn Net, data: &Dataset, device: Device, limit:
         }
         Ok(())
     })?;
+    crate::flight::phase(None);
     let mine = [loss_sum, correct, mine as f64];
     let mut total = [0f64; 3];
     let _f = crate::flight::enter("all-reduce", "validation");
