@@ -82,7 +82,7 @@ pub fn run_job(options: JobOptions, command: impl FnOnce(&Job) -> Result<()>) ->
             }
         }
         None => {
-            eprintln!("Error on rank {} ({}): {err:#}. Aborting the job.", g.rank, g.host);
+            crate::stderr::say(&format!("Error on rank {} ({}): {err:#}. Aborting the job.", g.rank, g.host));
             abort_job(1)
         }
     }
