@@ -6,11 +6,14 @@
 //! [`watchdog`]; it then runs the command on a [`Job`] and ends the job one way for
 //! every command:
 //!
-//! - an [`AgreedError`] (every rank holds it, see [`crate::world::agree`]): MPI is
-//!   finalised on every rank, rank 0 returns the error for `main` to print once, and the
-//!   other ranks exit 1 without a word;
-//! - any other error: the rank prints one line naming itself and its host, and aborts
-//!   the whole job ([`abort_job`]), so no rank waits forever in a collective.
+//! - an [`AgreedError`] (every rank holds it, see [`crate::world::agree`]): every rank
+//!   writes out its queued log lines, rank 0 then prints the error once, every rank
+//!   finalises MPI and exits [`AGREED_ERROR_EXIT`] ([`end_agreed`]). No `MPI_Abort`: the
+//!   launcher adds only its notice of a non-zero exit, and the message is the last line
+//!   ddpbench prints;
+//! - any other error (only this rank knows it): the rank prints one line naming itself
+//!   and its host, and aborts the whole job ([`abort_job`]), so no rank waits forever in
+//!   a collective.
 //!
 //! The last records a stop signal writes are armed by the command once it has a run
 //! folder ([`crate::record::last_gasp`]); the handlers installed here fire them.
@@ -24,6 +27,7 @@ pub use panic::{abort_job, panic_message};
 
 use crate::world::{AgreedError, Group, World};
 use anyhow::Result;
+use mpi::collective::CommunicatorCollectives;
 use watchdog::Watchdog;
 
 /// What differs between the commands run as an MPI job.
@@ -51,8 +55,12 @@ pub fn check_before_mpi<T>(checked: Result<T>) -> Result<T> {
     }
 }
 
+/// The exit status of every rank after an agreed error.
+pub const AGREED_ERROR_EXIT: i32 = 1;
+
 /// Runs `command` as an MPI job on every rank (see the module's documentation for how
-/// it ends). Returns Ok on every rank when the command did, the agreed error on rank 0.
+/// it ends). Returns Ok on every rank when the command did; on an error it ends the
+/// process.
 pub fn run_job(options: JobOptions, command: impl FnOnce(&Job) -> Result<()>) -> Result<()> {
     // The recorder's clock starts with the job, before any collective.
     crate::flight::recorder();
@@ -71,19 +79,35 @@ pub fn run_job(options: JobOptions, command: impl FnOnce(&Job) -> Result<()>) ->
     };
     drop(watchdog);
     match err.downcast_ref::<AgreedError>() {
+        // Rank 0 speaks: naming itself would add nothing.
+        Some(agreed) if agreed.rank == 0 => end_agreed(world, err),
         Some(agreed) => {
-            let (rank, origin) = (g.rank, agreed.rank);
-            drop(world); // MPI_Finalize: every rank reached this point.
-            match rank {
-                // Rank 0 speaks: naming itself would add nothing.
-                0 if origin == 0 => Err(err),
-                0 => Err(err.context(format!("rank {origin} reported"))),
-                _ => std::process::exit(1),
-            }
+            let origin = agreed.rank;
+            end_agreed(world, err.context(format!("rank {origin} reported")))
         }
         None => {
             crate::stderr::say(&format!("Error on rank {} ({}): {err:#}. Aborting the job.", g.rank, g.host));
             abort_job(1)
         }
     }
+}
+
+/// Ends every rank after an error every rank holds (each calls this): the ranks' queued
+/// log lines first, then rank 0's one message, then MPI_Finalize and the same exit
+/// status everywhere. Rank 0 speaks before finalising: a launcher may kill the ranks
+/// still running once one has exited non-zero, and MPI_Finalize returns on no rank
+/// before every rank has entered it.
+fn end_agreed(world: World, err: anyhow::Error) -> ! {
+    let g = &world.group;
+    crate::stderr::drain();
+    {
+        let _f = crate::flight::enter("barrier", "before the agreed error is said");
+        g.comm.barrier();
+    }
+    if g.rank == 0 {
+        crate::stderr::say(&format!("Error: {err:#}"));
+    }
+    drop(world);
+    crate::stderr::finish();
+    std::process::exit(AGREED_ERROR_EXIT)
 }
