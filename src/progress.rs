@@ -5,6 +5,10 @@
 //! pipe) the stderr of the `mpirun` or `orted` that started it on this node is one. A
 //! batch job's output file therefore never receives a bar, only the log lines.
 //!
+//! A terminal whose `TERM` is `dumb` cannot move the cursor: it gets no bar, and with
+//! `NO_COLOR` set (<https://no-color.org>) log lines come without colours
+//! ([`colours_allowed`]).
+//!
 //! Every bar of the process sits in one [`MultiProgress`], and log lines go through
 //! [`LogWriter`], which hides the bars while a line is written and redraws them after,
 //! so the two never share a line. Both reach stderr through [`crate::stderr`]'s queue, so
@@ -28,7 +32,7 @@ const LAUNCHERS: [&str; 5] = ["mpirun", "mpiexec", "orterun", "orted", "prted"];
 fn bars() -> Option<&'static MultiProgress> {
     static BARS: OnceLock<Option<MultiProgress>> = OnceLock::new();
     BARS.get_or_init(|| {
-        let columns = if crate::world::launcher_rank().unwrap_or(0) == 0 {
+        let columns = if crate::world::launcher_rank().unwrap_or(0) == 0 && !dumb_terminal() {
             watched_terminal_columns()
         } else {
             None
@@ -42,6 +46,17 @@ fn bars() -> Option<&'static MultiProgress> {
         })
     })
     .as_ref()
+}
+
+/// Whether `TERM` names a terminal that understands no escape sequence.
+fn dumb_terminal() -> bool {
+    std::env::var_os("TERM").is_some_and(|t| t == "dumb")
+}
+
+/// Whether log lines on a terminal may be coloured: not with `NO_COLOR` set to anything
+/// but the empty string, nor on a dumb terminal.
+pub fn colours_allowed() -> bool {
+    !dumb_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// The width of the terminal a person reads this process's stderr on, if one does.
