@@ -94,9 +94,9 @@ pub fn run_job(options: JobOptions, command: impl FnOnce(&Job) -> Result<()>) ->
 
 /// Ends every rank after an error every rank holds (each calls this): the ranks' queued
 /// log lines first, then rank 0's one message, then MPI_Finalize and the same exit
-/// status everywhere. Rank 0 speaks before finalising: a launcher may kill the ranks
-/// still running once one has exited non-zero, and MPI_Finalize returns on no rank
-/// before every rank has entered it.
+/// status everywhere. Rank 0 speaks before finalising: `mpirun` kills the ranks still
+/// running a few seconds after one has exited non-zero, and Open MPI's MPI_Finalize
+/// returns on no rank before every rank has entered it.
 fn end_agreed(world: World, err: anyhow::Error) -> ! {
     let g = &world.group;
     crate::stderr::drain();
