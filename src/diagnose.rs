@@ -3,7 +3,9 @@
 //! the others waited in (or which collective each rank was in, when they differ, or the
 //! phase a rank stalled in when none waited), as the watchdog did when it stopped the
 //! job, then each rank's last collectives. The world size and every rank number are checked against
-//! [`crate::bounds`] before anything is sized by them.
+//! [`crate::bounds`] before anything is sized by them. A run whose rank 0 died before
+//! writing the outcome gets it first, from the ranks' end records
+//! ([`crate::record::settle`]), as `reduce` does.
 
 use crate::bounds::{self, MAX_RANKS, MAX_RUN_S};
 use crate::flight::{self, FlightDump, RankStatus, State};
@@ -199,6 +201,7 @@ pub struct DiagnoseArgs {
 
 /// Entry point of `ddpbench diagnose`.
 pub fn main(args: DiagnoseArgs) -> Result<()> {
+    crate::record::settle::settle_and_say(&args.run, "diagnose");
     print!("{}", report(&args.run)?);
     Ok(())
 }

@@ -238,3 +238,35 @@ fn a_failing_rank_takes_the_job_down() {
     let (_, rows) = read_csv(&out.join("rank-00001.csv"));
     assert_eq!(rows.len(), 3);
 }
+
+/// An error every rank holds ends the job without MPI_Abort: one message, rank 0's,
+/// the last line ddpbench prints (only the launcher's notice of a non-zero exit comes
+/// after it), and the same non-zero exit status on every rank.
+#[test]
+fn an_agreed_error_is_the_last_line_printed_and_aborts_nothing() {
+    let message = "Error: /nonexistent/mnist: not found";
+    let cwd = tmp();
+    let job = train_reporting_exits_in(
+        cwd.path(),
+        2,
+        &["--dataset", "mnist", "--data-dir", "/nonexistent/mnist"],
+        &[],
+        LIMIT,
+    );
+    assert_fails_everywhere(&job, message);
+    assert!(!job.all().contains("MPI_ABORT was invoked"), "{}", job.all());
+    let all = job.all();
+    let codes: Vec<&str> = all
+        .lines()
+        .filter_map(|l| l.strip_prefix("rank-exit ").and_then(|l| l.split(' ').nth(1)))
+        .collect();
+    assert_eq!(codes, ["1", "1"], "{}", job.all());
+    // Open MPI's notice starts with a line of dashes; the shell adds the rank-exit lines.
+    let ours: Vec<&str> = job
+        .stderr
+        .lines()
+        .take_while(|l| !l.starts_with("-----"))
+        .filter(|l| !l.starts_with("rank-exit "))
+        .collect();
+    assert!(ours.last().is_some_and(|l| l.starts_with(message)), "{}", job.stderr);
+}

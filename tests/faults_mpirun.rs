@@ -152,6 +152,45 @@ fn a_killed_rank_keeps_its_rows_and_its_peer_records_the_signal() {
 }
 
 #[test]
+fn a_rank_0_killed_outright_leaves_a_manifest_that_reduce_settles() {
+    let d = tmp();
+    let out = d.path().join("run");
+    let mut job = spawn(&out, &d.path().join("log"), &[]);
+    wait_for_rows(&out.join("rank-00000.csv"), 20);
+    // SAFETY: a process of the job this test started.
+    unsafe { libc::kill(rank_pid(&out, 0), libc::SIGKILL) };
+    assert_ne!(wait(&mut job), Some(0), "a killed rank fails the job");
+    // Rank 0 wrote nothing more; its peer recorded its own end.
+    assert_eq!(json(&out.join("manifest.json"))["status"], "running");
+    assert_eq!(json(&out.join("rank-00000.end.json"))["status"], "running");
+    let end1 = json(&out.join("rank-00001.end.json"));
+    assert_ne!(end1["status"], "running", "{end1}");
+    // Read later, as a user would: the end records are older than the settling delay.
+    let long_ago = std::time::SystemTime::now() - Duration::from_secs(120);
+    for r in 0..2 {
+        let f = std::fs::File::options().write(true).open(out.join(format!("rank-{r:05}.end.json"))).unwrap();
+        f.set_modified(long_ago).unwrap();
+    }
+    let job = ddpbench(&["reduce", "--no-plots", &path_str(&out)]);
+    assert!(!job.all().contains("panicked"), "{}", job.all());
+    assert!(
+        job.stderr.contains("manifest.json said running; it now says"),
+        "{}",
+        job.stderr
+    );
+    let m = json(&out.join("manifest.json"));
+    assert_eq!(m["status"], end1["status"], "{m}");
+    let error = m["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with("rank 0 stopped without recording its end (killed outright?); rank 1 ended "),
+        "{m}"
+    );
+    assert!(error.contains(end1["error"].as_str().unwrap()), "{m}");
+    assert_eq!(m["end_utc"], end1["time_utc"], "{m}");
+    assert_eq!(m["ranks"].as_array().map(Vec::len), Some(2), "the rest of the manifest stays: {m}");
+}
+
+#[test]
 fn sigterm_interrupts_after_the_same_step_and_keeps_every_row() {
     let d = tmp();
     let out = d.path().join("run");

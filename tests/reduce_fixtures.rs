@@ -72,6 +72,7 @@ fn manifest(f: &Fixture, status: &str) -> Manifest {
         clock: None,
         comparison_key: None,
         model_file: None,
+        log_lines_dropped: 0,
         ranks: f
             .ranks
             .iter()

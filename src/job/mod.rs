@@ -7,11 +7,14 @@
 //! ([`same_flags`]), then runs the command on a [`Job`] and ends the job one way for
 //! every command:
 //!
-//! - an [`AgreedError`] (every rank holds it, see [`crate::world::agree`]): MPI is
-//!   finalised on every rank, rank 0 returns the error for `main` to print once, and the
-//!   other ranks exit 1 without a word;
-//! - any other error: the rank prints one line naming itself and its host, and aborts
-//!   the whole job ([`abort_job`]), so no rank waits forever in a collective.
+//! - an [`AgreedError`] (every rank holds it, see [`crate::world::agree`]): every rank
+//!   writes out its queued log lines, rank 0 then prints the error once, every rank
+//!   finalises MPI and exits [`AGREED_ERROR_EXIT`] ([`end_agreed`]). No `MPI_Abort`: the
+//!   launcher adds only its notice of a non-zero exit, and the message is the last line
+//!   ddpbench prints;
+//! - any other error (only this rank knows it): the rank prints one line naming itself
+//!   and its host, and aborts the whole job ([`abort_job`]), so no rank waits forever in
+//!   a collective.
 //!
 //! The watchdog watches the teardown too (closing files, MPI_Finalize, and every rank
 //! past MPI_Finalize): a rank that stalls there is named and the job ends ([`end_job`]).
@@ -30,6 +33,7 @@ pub use panic::{abort_job, panic_message};
 use crate::world::{AgreedError, Group, World};
 use anyhow::Result;
 use same_flags::LaunchFlags;
+use mpi::collective::CommunicatorCollectives;
 use watchdog::Watchdog;
 
 /// What differs between the commands run as an MPI job.
@@ -61,8 +65,12 @@ pub fn check_before_mpi<T>(checked: Result<T>) -> Result<T> {
     }
 }
 
+/// The exit status of every rank after an agreed error.
+pub const AGREED_ERROR_EXIT: i32 = 1;
+
 /// Runs `command` as an MPI job on every rank (see the module's documentation for how
-/// it ends). Returns Ok on every rank when the command did, the agreed error on rank 0.
+/// it ends). Returns Ok on every rank when the command did; on an error it ends the
+/// process.
 pub fn run_job(options: JobOptions, command: impl FnOnce(&Job) -> Result<()>) -> Result<()> {
     // The recorder's clock starts with the job, before any collective.
     crate::flight::recorder();
@@ -84,19 +92,14 @@ pub fn run_job(options: JobOptions, command: impl FnOnce(&Job) -> Result<()>) ->
         return Ok(());
     };
     match err.downcast_ref::<AgreedError>() {
+        // Rank 0 speaks: naming itself would add nothing.
+        Some(agreed) if agreed.rank == 0 => end_agreed(world, watchdog, options.teardown_limit_s, err),
         Some(agreed) => {
-            let (rank, origin) = (g.rank, agreed.rank);
-            // Every rank reached this point.
-            end_job(world, watchdog, options.teardown_limit_s);
-            match rank {
-                // Rank 0 speaks: naming itself would add nothing.
-                0 if origin == 0 => Err(err),
-                0 => Err(err.context(format!("rank {origin} reported"))),
-                _ => std::process::exit(1),
-            }
+            let origin = agreed.rank;
+            end_agreed(world, watchdog, options.teardown_limit_s, err.context(format!("rank {origin} reported")))
         }
         None => {
-            eprintln!("Error on rank {} ({}): {err:#}. Aborting the job.", g.rank, g.host);
+            crate::stderr::say(&format!("Error on rank {} ({}): {err:#}. Aborting the job.", g.rank, g.host));
             abort_job(1)
         }
     }
@@ -129,4 +132,23 @@ fn end_job(world: World, watchdog: Watchdog, limit_s: f64) {
 /// stuck closing files on a shared file system would stay).
 fn stop_at_exit(rank: usize) -> bool {
     std::env::var("DDPBENCH_STOP_AT_EXIT").is_ok_and(|r| r.parse() == Ok(rank))
+}
+
+/// Ends every rank after an error every rank holds (each calls this): the ranks' queued
+/// log lines first, then rank 0's one message, then MPI_Finalize and the same exit
+/// status everywhere. Rank 0 speaks before finalising: `mpirun` kills the ranks still
+/// running a few seconds after one has exited non-zero, and Open MPI's MPI_Finalize
+/// returns on no rank before every rank has entered it.
+fn end_agreed(world: World, watchdog: Watchdog, limit_s: f64, err: anyhow::Error) -> ! {
+    crate::stderr::drain();
+    {
+        let _f = crate::flight::enter("barrier", "before the agreed error is said");
+        world.group.comm.barrier();
+    }
+    if world.group.rank == 0 {
+        crate::stderr::say(&format!("Error: {err:#}"));
+    }
+    end_job(world, watchdog, limit_s);
+    crate::stderr::finish();
+    std::process::exit(AGREED_ERROR_EXIT)
 }

@@ -174,6 +174,10 @@ pub struct Manifest {
     /// SHA-256; absent for a built-in network.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_file: Option<ScriptFile>,
+    /// Log lines rank 0 dropped because its stderr was full (nothing read it) until the
+    /// run's outcome was written: training never waits for its log ([`crate::stderr`]).
+    #[serde(default)]
+    pub log_lines_dropped: u64,
 }
 
 /// The clock offsets to rank 0 estimated during a run.

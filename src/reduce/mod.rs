@@ -7,6 +7,8 @@
 //! Runs with holes (missing rank files, truncated rows, unfinished jobs) are
 //! reported as incomplete with what is missing and left out of every figure:
 //! nothing is averaged over a hole. The reducer fails only when no run is usable.
+//! A run whose rank 0 died before writing the outcome gets it first, from the ranks'
+//! end records ([`crate::record::settle`]).
 
 pub mod analysis;
 mod args;
@@ -105,6 +107,9 @@ pub fn main(args: ReduceArgs) -> Result<()> {
 /// none, or `--baseline` is not among the complete runs.
 pub fn run(req: &ReduceRequest) -> Result<Report> {
     let (dirs, mut duplicates) = one_path_per_folder(discover(&req.runs)?);
+    for d in &dirs {
+        crate::record::settle::settle_and_say(d, "reduce");
+    }
     let mut all = Vec::new();
     let mut skipped = Vec::new();
     for d in &dirs {

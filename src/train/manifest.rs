@@ -82,6 +82,7 @@ pub fn initial(
         clock: None,
         comparison_key: Some(comparison_key),
         model_file,
+        log_lines_dropped: 0,
     })
 }
 

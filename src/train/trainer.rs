@@ -296,6 +296,7 @@ impl<'g> Trainer<'g> {
             }
             m.final_val_accuracy = self.progress.last_accuracy;
             m.clock = Some(self.records.offsets.summary.clone());
+            m.log_lines_dropped = crate::stderr::lines_dropped();
             m.write(&self.facts.folder.dir)?;
             match &error {
                 None => info!(
@@ -350,6 +351,7 @@ impl<'g> Trainer<'g> {
             m.error = Some(text);
             m.end_utc = Some(record::rfc3339_utc(SystemTime::now()));
             m.wall_s = Some(self.facts.started.elapsed().as_secs_f64());
+            m.log_lines_dropped = crate::stderr::lines_dropped();
             let _ = m.write(&self.facts.folder.dir);
         }
     }
