@@ -163,13 +163,16 @@ fn repeats_for_direction(log_speedup: f64, terms: &[(f64, f64)]) -> Option<usize
 /// [`SpeedupInterval::repeats_needed`]: scaling.csv's `interval_method` and the verdict
 /// say it alike. Empty where a direction is claimed.
 pub fn what_a_direction_needs(direction: Direction, repeats: usize, baseline_repeats: usize, repeats_needed: Option<usize>) -> String {
-    let fewest = repeats.min(baseline_repeats);
+    let from = match repeats.min(baseline_repeats) {
+        1 => "a single run".to_string(),
+        k => format!("{k} repeats"),
+    };
     match (direction, repeats_needed) {
         (Direction::WithinNoise, Some(m)) => {
-            format!("no direction possible from {fewest} repeats at this spread; {m} per side would resolve a speedup this large")
+            format!("no direction possible from {from} at this spread; {m} per side would resolve a speedup this large")
         }
         (Direction::WithinNoise, None) => format!(
-            "no direction possible from {fewest} repeats at this spread; not even {MAX_REPEATS} per side would resolve one this close to 1"
+            "no direction possible from {from} at this spread; not even {MAX_REPEATS} per side would resolve one this close to 1"
         ),
         (Direction::NoInterval, needed) => {
             let which = if repeats.max(baseline_repeats) == 1 {
@@ -341,6 +344,20 @@ mod tests {
         assert_eq!((pools[0].df, pools[1].df), (2.0, 1.0));
         let i = speedup_interval(0.87, &[term(0), term(1)], &pools);
         assert!(i.low < 0.87 && 0.87 < i.high && i.df.is_finite(), "{i:?}");
+    }
+
+    #[test]
+    fn what_a_direction_needs_is_said_in_words() {
+        let within = |r, b, m| what_a_direction_needs(Direction::WithinNoise, r, b, m);
+        assert_eq!(
+            within(2, 2, Some(5)),
+            "no direction possible from 2 repeats at this spread; 5 per side would resolve a speedup this large"
+        );
+        assert!(within(1, 3, Some(4)).starts_with("no direction possible from a single run at this spread"));
+        assert!(within(3, 3, None).contains("not even 100 per side"));
+        assert!(what_a_direction_needs(Direction::NoInterval, 1, 1, None).starts_with("one run per side"));
+        assert!(what_a_direction_needs(Direction::NoInterval, 1, 3, Some(3)).starts_with("a single run on one side"));
+        assert_eq!(what_a_direction_needs(Direction::Faster, 3, 3, None), "");
     }
 
     #[test]
