@@ -719,6 +719,11 @@ fn build_model(g: &Group, cfg: &TrainConfig, place: &Placement, options: &ModelO
     }
     model::set_memory_format(&vs, cfg.memory_format_on(place.device));
     let params = model::ordered_parameters(&vs);
+    let trainable = super::params::check_dtypes(&params, cfg.optim.amp);
+    agree(
+        g,
+        trainable.map_err(|e| anyhow::anyhow!("--model {}: {e}", cfg.workload.model.name())),
+    )?;
     broadcast_from_rank0(g, &params);
     tch::manual_seed(seed + 1 + g.rank as i64);
     let param_tensors = params.iter().map(|(_, t)| t.shallow_clone()).collect();
