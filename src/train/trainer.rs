@@ -12,6 +12,7 @@ use super::clock::{self, ClockLog};
 use super::communication::Communication;
 use super::config::TrainConfig;
 use super::faults::FaultHooks;
+use super::nonfinite::LossWatch;
 use super::params::{broadcast_from_rank0, check_in_sync};
 use super::placement::Placement;
 use super::recording::{BucketReady, ClockOffsets, Records, RowIdentity, StepAt};
@@ -80,6 +81,8 @@ pub(super) struct Progress {
     pub boot_id: u64,
     /// Steps done since the start of the run.
     pub global_step: usize,
+    /// The losses so far, to explain one that is not finite.
+    pub losses: LossWatch,
     /// The parameters' L2 norm and the validation accuracy at the last epoch's end.
     pub last_l2: f64,
     pub last_accuracy: Option<f64>,
@@ -213,6 +216,7 @@ impl<'g> Trainer<'g> {
                 clock_origin: clock::Origin::now(),
                 boot_id: clock::boot_id_hash(),
                 global_step: 0,
+                losses: LossWatch::default(),
                 last_l2: 0.0,
                 last_accuracy: None,
                 step_limit: StepLimit {
@@ -436,9 +440,8 @@ impl<'g> Trainer<'g> {
     fn after_step(&mut self, m: &Measured, bar: &crate::progress::Bar) -> Result<f64> {
         let at = m.at;
         let row = self.record_step(m, at)?;
-        if !row.loss.is_finite() {
-            anyhow::bail!("loss became {} at epoch {} step {}: lower --lr", row.loss, at.epoch, at.step);
-        }
+        let params = &self.machine.model.params;
+        self.progress.losses.check(at, row.loss, params, self.facts.cfg.optim.amp)?;
         if let Some(limit) = self.progress.step_limit.add(at.warmup, row.step_s) {
             self.watchdog.set_limit(limit);
         }
