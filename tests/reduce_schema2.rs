@@ -90,7 +90,7 @@ fn differences(name: &str, got: &Path, want: &Path) -> Vec<String> {
                 Some(r) => g[r] == "1",
                 None => run_at.is_some_and(|r| rows_of(&g[r]) == 1),
             };
-            // Since issue 35, every communication figure of a lone rank is empty too: its
+            // Every communication figure of a lone rank is now empty too: its
             // transfer, its share of the step and what others wait for it, and in
             // projection.csv the measured all-reduce at 1 rank.
             const ALONE_EMPTY: [&str; 8] = [
@@ -109,7 +109,7 @@ fn differences(name: &str, got: &Path, want: &Path) -> Vec<String> {
                 }
                 continue;
             }
-            // Since issue 35 the run to add is the exact command, not a description.
+            // The run to add is now the exact command, not a description.
             if wh[c] == "missing_reference" && !b.is_empty() {
                 if !a.contains(" weak: `mpirun -n 1 ddpbench train ") {
                     out.push(format!("{name} row {} missing_reference: {a:?}, expected a command", i + 1));
@@ -117,7 +117,7 @@ fn differences(name: &str, got: &Path, want: &Path) -> Vec<String> {
                 continue;
             }
             // The exposed all-reduce projection.csv measures no longer holds the wait for
-            // a late rank (its own term, measured_wait_s, since issue 35).
+            // a late rank (now its own term, measured_wait_s).
             if name == "projection.csv" && wh[c] == "measured_comm_exposed_s" {
                 continue;
             }
@@ -144,7 +144,7 @@ fn differences(name: &str, got: &Path, want: &Path) -> Vec<String> {
                 continue;
             }
             // Schema 4 names the MPI all-reduce `mpi` where the key said `mpi-cpu-staged`;
-            // since issue 36 a key holds only the fields its model reads (mnist-cnn takes
+            // a key now holds only the fields its model reads (mnist-cnn takes
             // no tokens: no seq_len, no vocab_size).
             let b = &b.replace("backend=mpi-cpu-staged", "backend=mpi");
             let b = &if wh[c] == "comparison" {

@@ -50,7 +50,7 @@ pub fn compute_comm_ratio(forward_s: f64, backward_s: f64, comm_s: f64) -> f64 {
 /// point's all-reduce after the last rank entered, both per step. A point whose step is
 /// T1 plus its transfer, nothing else slower than alone, has exactly this efficiency.
 /// NaN without a step.
-pub fn transfer_limited_efficiency(t1_s: f64, transfer_s: f64) -> f64 {
+pub fn transfer_limit_efficiency(t1_s: f64, transfer_s: f64) -> f64 {
     if t1_s > 0.0 {
         t1_s / (t1_s + transfer_s.max(0.0))
     } else {
@@ -139,8 +139,8 @@ mod tests {
         assert!(close(compute_comm_ratio(0.3, 0.5, 0.4), 2.0));
         assert!(compute_comm_ratio(0.3, 0.5, 0.0).is_nan());
         // A 1.0 s step alone plus 0.25 s of transfer: 80 %.
-        assert!(close(transfer_limited_efficiency(1.0, 0.25), 0.8));
-        assert!(transfer_limited_efficiency(0.0, 0.25).is_nan());
+        assert!(close(transfer_limit_efficiency(1.0, 0.25), 0.8));
+        assert!(transfer_limit_efficiency(0.0, 0.25).is_nan());
     }
 
     #[test]

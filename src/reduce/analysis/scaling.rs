@@ -238,9 +238,10 @@ pub struct ScalingRow {
     /// The reference throughput times the rank counts (per node type).
     pub ideal_samples_per_s: f64,
     /// The efficiency the transfer alone allows without overlap
-    /// ([`metrics::transfer_limited_efficiency`]): T1 the reference's mean step at this
-    /// per-rank batch (its step × the batch ratio), the transfer the mean over the point's
-    /// rank-steps of the all-reduce after the last rank entered. NaN on several node types
+    /// ([`metrics::transfer_limit_efficiency`]): T1 the reference's mean step at this
+    /// per-rank batch (its step × the batch ratio), the transfer the mean over a run's
+    /// rank-steps of the all-reduce after the last rank entered, each a geometric mean over
+    /// repeats. NaN on several node types
     /// and where the all-reduce thread shared backward's cores (its transfer then
     /// time-sliced with backward).
     pub transfer_limit_efficiency: f64,
@@ -486,9 +487,10 @@ fn compare(out: &mut ScalingRow, p: &ScalingPoint, reference: &Reference, pools:
         let ratio = p.batch_per_rank as f64 / reference.per_type[0].0.batch_per_rank as f64;
         let loss = waterfall(&StepBreakdown::mean(&p.runs), &base, ratio, ideal, measured);
         if !p.runs.iter().any(|r| r.manifest.comm.overlap_shares_core) {
-            let mean = |runs: &[&RunStats], f: fn(&RunStats) -> f64| runs.iter().map(|r| f(r)).sum::<f64>() / runs.len().max(1) as f64;
-            let t1 = mean(&base_runs, |r| r.job_step.mean()) * ratio;
-            out.transfer_limit_efficiency = metrics::transfer_limited_efficiency(t1, mean(&p.runs, |r| r.transfer.mean()));
+            // Over repeats, geometric means: the estimator of step_s_mean.
+            let geo = |runs: &[&RunStats], f: fn(&RunStats) -> f64| stats::geometric_mean(&runs.iter().map(|r| f(r)).collect::<Vec<_>>());
+            let t1 = geo(&base_runs, |r| r.job_step.mean()) * ratio;
+            out.transfer_limit_efficiency = metrics::transfer_limit_efficiency(t1, geo(&p.runs, |r| r.transfer.mean()));
         }
         [
             out.loss_comm_samples_per_s,
