@@ -415,7 +415,7 @@ impl ComparisonKey {
                 shorten(&serde_json::json!(k.input_shape))
             )),
             Some(k) => Ok(k.clone().applicable()),
-            None => ComparisonKey::derive(m).map(ComparisonKey::applicable),
+            None => ComparisonKey::derive(m),
         }
     }
 
@@ -436,7 +436,8 @@ impl ComparisonKey {
     }
 
     /// The key of a manifest written before `comparison_key` existed, from `config` (the
-    /// flags as given), `comm` (what communication ran) and `ranks`.
+    /// flags as given), `comm` (what communication ran) and `ranks`, with only the fields
+    /// its model reads ([`Self::applicable`]).
     pub fn derive(m: &Manifest) -> Result<ComparisonKey, String> {
         let c = &m.config;
         let no_dropout: Option<bool> = config(c, "no_dropout")?;
@@ -476,7 +477,8 @@ impl ComparisonKey {
                 f => f.as_ref().map(|f| f.sha256.clone()),
             },
             env: env_of(&m.ranks),
-        })
+        }
+        .applicable())
     }
 }
 
