@@ -14,6 +14,7 @@
 //! (the files a run writes: CSV rows, the phase glossary, the manifest), [`reduce`]
 //! (from run folders to tables, report and plots), [`bandwidth`] (algbw and busbw, a
 //! leaf every layer uses), [`files`] (regular files only, exclusive creation: a leaf),
+//! [`stderr`] (stderr through a queue that never blocks its callers: a leaf),
 //! [`stats`] and [`plot`], and [`cli`] (the command line's root:
 //! one subcommand each, whose arguments live with the command).
 
@@ -36,6 +37,7 @@ pub mod progress;
 pub mod record;
 pub mod reduce;
 pub mod stats;
+pub mod stderr;
 pub mod study;
 pub mod telemetry;
 pub mod topology;

@@ -14,6 +14,7 @@ pub mod last_gasp;
 mod manifest;
 pub mod reserve;
 mod rows;
+pub mod settle;
 mod sweep;
 
 pub use cells::Cells;

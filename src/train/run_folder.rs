@@ -67,7 +67,7 @@ fn create(cfg: &TrainConfig, ranks: usize, started: SystemTime) -> Result<(PathB
             let name = |v: serde_json::Value| v.as_str().unwrap_or("x").to_string();
             let id = format!(
                 "{}-{}-n{}-{}",
-                cfg.workload.model.name(),
+                crate::files::safe_component(&cfg.workload.model.name()),
                 name(serde_json::to_value(cfg.workload.dataset)?),
                 ranks,
                 record::compact_utc(started)
