@@ -627,6 +627,12 @@ fn a_trace_that_reaches_its_byte_bound_stops_whole_and_says_at_which_step() {
         if rank == 0 {
             assert_eq!(n, said, "the warning and the file name the same step");
         }
+        let manifest = json(&out.join("manifest.json"));
+        assert_eq!(
+            manifest["ranks"][rank]["trace_stopped_before_step"], n as u64,
+            "the manifest names the step of rank {rank}: {}",
+            manifest["ranks"][rank]
+        );
         assert!((4..11).contains(&n), "rank {rank}: stopped before step {n}, not within the window 3..11");
         // Every step before it whole, none from it on.
         let mut steps: Vec<usize> = named(&ev, "ProfilerStep#")

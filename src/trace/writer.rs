@@ -148,6 +148,11 @@ impl RankTrace {
         Ok(t)
     }
 
+    /// The global step before which tracing stopped at the file's byte bound, if it did.
+    pub fn stopped_before(&self) -> Option<usize> {
+        self.stopped_before
+    }
+
     /// Whether global step `global_step` is traced.
     pub fn wants(&self, global_step: usize) -> bool {
         self.stopped_before.is_none() && self.window.contains(global_step)
