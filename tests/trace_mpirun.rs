@@ -749,3 +749,18 @@ fn a_full_disk_leaves_no_temporary_timeline_and_the_error_names_the_path() {
         "the merge left {names:?}"
     );
 }
+
+#[test]
+fn a_link_planted_as_the_temporary_timeline_is_not_written_through() {
+    let d = tmp();
+    let out = traced_run_copy(d.path());
+    let victim = d.path().join("victim.txt");
+    std::fs::write(&victim, "keep me\n").unwrap();
+    std::os::unix::fs::symlink(&victim, out.join("timeline.json.tmp")).unwrap();
+    ddpbench(&["trace", &path_str(&out)]).assert_ok();
+    let kept = std::fs::read_to_string(&victim).unwrap();
+    assert!(kept == "keep me\n", "the link's target was written: {} bytes", kept.len());
+    assert!(!out.join("timeline.json").is_symlink(), "timeline.json is a link");
+    assert!(json(&out.join("timeline.json"))["traceEvents"].as_array().is_some_and(|e| !e.is_empty()));
+    assert!(std::fs::symlink_metadata(out.join("timeline.json.tmp")).is_err(), "the link is left");
+}

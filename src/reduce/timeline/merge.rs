@@ -74,7 +74,10 @@ pub fn merge(run_dir: &Path) -> Result<Merged> {
     }
     let (path, tmp) = (merged.path.clone(), merged.path.with_extension("json.tmp"));
     let cannot_write = |e: std::io::Error| anyhow::anyhow!("cannot write {}: {e}", path.display());
-    let written = File::create(&tmp)
+    // A temporary file left by a merge that was killed, or a link planted in its place,
+    // is removed, and the new one created where nothing is (never through a link).
+    let _ = std::fs::remove_file(&tmp);
+    let written = crate::files::create_exclusive(&tmp)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", tmp.display()))
         .and_then(|f| {
             let mut out = Out {
