@@ -16,7 +16,10 @@ use std::path::PathBuf;
 pub struct TraceArgs {
     /// A run folder written by `ddpbench train --trace`: its trace/rank-*.trace.json files
     /// are merged into RUN_DIR/timeline.json on rank 0's clock (open it in Perfetto UI or
-    /// chrome://tracing).
+    /// chrome://tracing). Each file is read a line at a time, so memory does not grow with
+    /// it; a line that is not a whole event of its rank is skipped, and stderr says how
+    /// many and why, per rank, as it says where a rank's trace stopped at its size bound.
+    /// timeline.json is replaced only once written whole; only regular files are read.
     pub run_dir: PathBuf,
 }
 
