@@ -211,6 +211,10 @@ pub const ENV_NOT_IN_KEY: &[(&str, &str)] = &[
         "DDPBENCH_NCCL_LIB",
         "where libnccl is found: a path names no content (the version loaded is the manifest's comm.nccl_version)",
     ),
+    (
+        "DDPBENCH_TRACE_MAX_BYTES",
+        "how many bytes of trace a rank writes: the trace is written after each step's end mark, as --trace",
+    ),
     ("DDPBENCH_LIBTORCH_LIB", "read when ddpbench is built, not when it runs"),
     ("DDPBENCH_GEN_FAULT_AFTER_SHARDS", "read by gen-bigmnist, not by train"),
     ("DDPBENCH_TEST_CORRUPT_RANK", "read by the allreduce sweep, not by train"),
@@ -488,7 +492,8 @@ pub struct OutputConfig {
     pub trace: bool,
 
     /// Trace global steps A to B (B excluded, at most 10000 steps) instead of the first
-    /// 50 after warm-up; implies --trace.
+    /// 50 after warm-up; implies --trace. A rank's trace stops sooner if its file reaches
+    /// 512 MiB (about 1,300 steps of a 1,000-bucket model), and the log says at which step.
     #[arg(long, value_name = "A:B")]
     #[serde(default)]
     pub trace_steps: Option<crate::trace::StepWindow>,
