@@ -156,6 +156,7 @@ impl Placement {
             workers_note: self.workers_note.clone(),
             launcher_env: launcher_env(),
             nccl_env: crate::device::cuda::nccl_env(),
+            run_env: super::faults::run_env(),
             cuda_driver_version: match self.device {
                 Device::Cuda(_) => crate::device::cuda::driver().ok().map(|d| d.version()),
                 _ => None,
