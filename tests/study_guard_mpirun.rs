@@ -89,3 +89,44 @@ probe_iters = 0
     );
     assert!(text.contains("estimate: about"), "{text}");
 }
+
+/// Each point binds its ranks anew: the CPUs a rank is compared with Slurm's allocation
+/// by are those the launcher gave it, not the previous point's binding (the 1-rank
+/// point binds rank 0 to half the cores; the 2-rank point must not call it starved).
+#[test]
+fn a_later_point_is_not_called_starved_by_an_earlier_points_binding() {
+    let d = tmp();
+    let file = write(
+        d.path(),
+        "cores",
+        r#"
+name = "cores"
+models = ["mnist-cnn"]
+datasets = ["synthetic"]
+synthetic_samples = 600
+batch_sizes = [8]
+ranks = [1, 2]
+max_steps = 3
+warmup_steps = 1
+min_measured_steps = 0
+val_samples = 0
+probe_iters = 0
+"#,
+    );
+    let out = d.path().join("study");
+    // Slurm's allocation: every CPU this machine has, which mpirun gives each rank.
+    let cpus = std::thread::available_parallelism().unwrap().get().to_string();
+    let mut cmd = mpirun_cmd_with_env(2, &[("SLURM_CPUS_PER_TASK", &cpus)]);
+    cmd.arg(BIN).arg("study").arg(&file).arg("--out").arg(&out);
+    let job = run_with_limit(cmd, LIMIT);
+    job.assert_ok();
+    let manifests: Vec<serde_json::Value> = std::fs::read_dir(out.join("runs"))
+        .unwrap()
+        .map(|e| json(&e.unwrap().path().join("manifest.json")))
+        .collect();
+    assert_eq!(manifests.len(), 2);
+    for m in &manifests {
+        assert_eq!(m["warnings"], serde_json::json!([]), "{}: {}", m["run_id"], m["warnings"]);
+    }
+    assert!(!job.all().contains("Slurm allocated"), "{}", job.all());
+}
