@@ -15,7 +15,7 @@ times every phase of every step on every rank, writes one CSV per rank, and redu
 files into throughput and phase breakdowns per node type.\n\n\
 Typical use:\n  \
 mpirun -n 2 ddpbench train --epochs 1          # two ranks on CPU, Fashion-MNIST\n  \
-srun -N 2 --gpus-per-node 4 ddpbench train     # one rank per GPU on two nodes\n  \
+srun -N 2 --ntasks-per-node 4 --gpus-per-task 1 -c 8 ddpbench train\n                                               # one rank per GPU, 4 GPUs on each of two nodes\n  \
 ddpbench reduce results/<run-id>               # summary table and summary.csv\n  \
 ddpbench topo --ranks 4                        # the binding 4 local ranks would get"
 )]

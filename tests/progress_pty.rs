@@ -187,3 +187,20 @@ fn no_color_takes_the_colours_and_leaves_the_bars() {
     });
     assert_eq!(sgr.count(), 0, "colours despite NO_COLOR: {text:?}");
 }
+
+/// Validation draws a bar of rank 0's share of the test samples, and a log line says
+/// how many are validated and why.
+#[test]
+fn rank_0_draws_a_validation_bar_and_says_what_it_validates() {
+    let d = tmp();
+    let out = path_str(&d.path().join("run"));
+    let text = under_terminal(
+        d.path(),
+        &["train", "--max-steps", "2", "--val-samples", "10000", "--out", &out],
+    );
+    assert!(text.contains("rank 0 · validation ["), "no validation bar: {text:?}");
+    assert!(text.contains("/5000 samples (rank 0's share)"), "10,000 samples over 2 ranks: {text:?}");
+    assert!(!text.contains("rank 1 ·"), "rank 1 drew a bar: {text:?}");
+    assert!(text.contains("validating on 10000 of 10000 test samples (--val-samples)"), "{text:?}");
+    assert_log_lines_whole(&text);
+}

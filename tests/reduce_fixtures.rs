@@ -73,6 +73,7 @@ fn manifest(f: &Fixture, status: &str) -> Manifest {
         comparison_key: None,
         model_file: None,
         log_lines_dropped: 0,
+        warnings: Vec::new(),
         ranks: f
             .ranks
             .iter()
@@ -1807,4 +1808,49 @@ fn a_measured_speedup_needs_a_measured_1_rank_run() {
     let md = std::fs::read_to_string(runs.join("report.md")).unwrap();
     assert!(md.contains("so no measured speedup is given") && md.contains("add `mpirun -n 1 ddpbench train "), "{md}");
     assert!(!md.contains("| 2 × 1 | speedup |"), "{md}");
+}
+
+/// A warning that invalidates a run keeps `reduce` from claiming a direction for its
+/// point and for the points it is the reference of, whatever the interval says; one
+/// that does not (fp16 on CPU) leaves the direction; report.md lists both under the runs.
+#[test]
+fn a_run_whose_warning_invalidates_it_is_given_no_direction() {
+    use ddpbench::record::{RunWarning, WarningCode};
+    let d = tmp();
+    // The three repeats a side of `repeats_give_t_intervals_on_log_throughput`: faster.
+    for (i, scale) in [1.0, 1.1, 0.95].iter().enumerate() {
+        for (kind, ranks) in [("base", &BASE[..]), ("two", &TWO_A[..])] {
+            let id = format!("{kind}-{i}");
+            let mut f = fixture(&id, ranks, 10);
+            f.scale = *scale;
+            write(&d.path().join(&id), &f);
+        }
+    }
+    let warn = |id: &str, w: RunWarning| {
+        let dir = d.path().join(id);
+        let mut m = Manifest::read(&dir).unwrap();
+        m.warnings.push(w);
+        m.write(&dir).unwrap();
+    };
+    let weak = |report: &ddpbench::reduce::Report| {
+        report.scaling.iter().find(|r| r.scaling_mode == ScalingMode::Weak).unwrap().clone()
+    };
+    warn("two-0", RunWarning::new(WarningCode::Fp16OnCpu, "fp16 on CPU"));
+    let (report, md) = report_of(d.path());
+    assert_eq!(weak(&report).direction, Some(Direction::Faster), "a cost, not an invalid run");
+    assert!(md.contains("- `two-0`: `fp16_on_cpu` (its figures stand, with this cost): fp16 on CPU"), "{md}");
+    // A warning on the reference invalidates the point compared with it.
+    warn("base-1", RunWarning::new(WarningCode::TooFewMeasuredSteps, "1 measured step(s)"));
+    let (report, md) = report_of(d.path());
+    let row = weak(&report);
+    assert_eq!(row.direction, Some(Direction::Invalidated), "{row:?}");
+    assert!(row.speedup_low > 1.0, "the interval alone would say faster: {row:?}");
+    assert!(row.interval_method.ends_with("no direction: runs carry warnings that invalidate them (base-1: too_few_measured_steps)"), "{}", row.interval_method);
+    let v = &report.workloads[0].verdict;
+    assert!(v.contains("no direction is claimed: its runs carry warnings that invalidate them (base-1: too_few_measured_steps)"), "{v}");
+    assert!(!v.contains("scales"), "{v}");
+    assert!(md.contains("- `base-1`: `too_few_measured_steps` (no direction is claimed for its points): 1 measured step(s)"), "{md}");
+    let (h, rows) = read_csv(&d.path().join("report/scaling.csv"));
+    let i = h.iter().position(|c| c == "direction").unwrap();
+    assert!(rows.iter().any(|r| r[i] == "invalidated"), "{rows:?}");
 }

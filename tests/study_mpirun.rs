@@ -260,6 +260,12 @@ fn two_points_of_a_study_train_as_one_rank_of_twice_the_batch() {
     let one = rows.iter().find(|r| r["ranks"] == "1").unwrap();
     let two = rows.iter().find(|r| r["ranks"] == "2").unwrap();
     assert_eq!((one["batch_per_rank"].as_str(), two["batch_per_rank"].as_str()), ("64", "32"));
+    // The baseline of a strong-only study is its own strong ideal, and has no weak one.
+    let (h, summary) = read_csv(&out.join("report/study.csv"));
+    let cell = |name: &str| summary[0][h.iter().position(|c| c == name).unwrap()].clone();
+    assert_eq!(cell("ranks"), "1", "{summary:?}");
+    assert_eq!((cell("strong_speedup"), cell("strong_efficiency")), ("1".into(), "1".into()), "{h:?} {summary:?}");
+    assert_eq!((cell("weak_speedup"), cell("weak_efficiency")), (String::new(), String::new()), "{h:?} {summary:?}");
     let (a, b) = (params(&one["run"]), params(&two["run"]));
     let (mut diff, mut norm) = (0.0, 0.0);
     for ((na, ta), (nb, tb)) in a.iter().zip(&b) {

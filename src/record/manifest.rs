@@ -194,6 +194,10 @@ pub struct Manifest {
     /// run's outcome was written: training never waits for its log ([`crate::stderr`]).
     #[serde(default)]
     pub log_lines_dropped: u64,
+    /// What the run accepted but warns of ([`super::RunWarning`]), each printed once by
+    /// rank 0; empty in runs from before warnings were recorded.
+    #[serde(default)]
+    pub warnings: Vec<super::RunWarning>,
 }
 
 /// The clock offsets to rank 0 estimated during a run.

@@ -16,6 +16,7 @@ pub mod reserve;
 mod rows;
 pub mod settle;
 mod sweep;
+pub mod warning;
 
 pub use cells::Cells;
 pub use end::{end_file_name, write_atomic, EndRecord, RunStatus};
@@ -24,6 +25,7 @@ pub use key::{Backend, ComparisonKey, DeviceKind, GradDtype, MallocMode, Memory,
 pub use manifest::{AllreduceProbe, ClockSummary, CommInfo, Manifest, RankInfo, ScriptFile, SCHEMA_VERSION};
 pub use rows::{EpochRow, Phase, PhaseTimes, StepRow};
 pub use sweep::{Buffer, SweepRow};
+pub use warning::{RunWarning, WarningCode};
 
 use anyhow::{Context, Result};
 use std::fs::File;

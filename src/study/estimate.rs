@@ -6,7 +6,8 @@
 use super::plan::{self, Plan, Point};
 use super::{run_point, wait_without_spinning};
 use crate::job::watchdog::Watchdog;
-use crate::record::Manifest;
+use crate::record::{Manifest, RunWarning};
+use crate::world::broadcast_string;
 use crate::world::Group;
 use mpi::topology::{Color, Communicator};
 use std::collections::BTreeMap;
@@ -25,6 +26,8 @@ pub struct WorkloadTiming {
     pub step_s: f64,
     /// Seconds of the run outside its steps (data, model, set-up, writing).
     pub setup_s: f64,
+    /// What the timing run warned of, which its points share (fp16 on CPU...).
+    pub warnings: Vec<RunWarning>,
 }
 
 /// Drops `flags` (and their values) from a `train` command line.
@@ -59,6 +62,7 @@ pub fn timing_args(point: &Point) -> Vec<String> {
             "--val-samples",
             "--probe-iters",
             "--save-model",
+            "--min-measured-steps",
         ],
     );
     for (k, v) in [
@@ -66,6 +70,8 @@ pub fn timing_args(point: &Point) -> Vec<String> {
         ("--warmup-steps", "1".into()),
         ("--val-samples", "0".into()),
         ("--probe-iters", "0".into()),
+        // Its few steps are not a point's: the points' own are warned of apart.
+        ("--min-measured-steps", "0".into()),
     ] {
         args.extend([k.to_string(), v]);
     }
@@ -95,18 +101,30 @@ fn read_timing(dir: &Path, point: &Point) -> Result<WorkloadTiming, String> {
         steps_per_epoch: m.steps_per_epoch,
         step_s: crate::stats::median(&timed),
         setup_s: (m.wall_s.unwrap_or(all_s) - all_s).max(0.0),
+        warnings: m.warnings,
     })
 }
 
 /// Times each workload's first point (its fewest ranks) on rank 0 while the other ranks
-/// wait; every rank calls it. The result is rank 0's (empty elsewhere).
-pub fn time_workloads(g: &Group, plan: &Plan, watchdog: &Watchdog) -> BTreeMap<String, Result<WorkloadTiming, String>> {
+/// wait, until `budget_s` is spent (rank 0's clock decides, for every rank); every rank
+/// calls it. The result is rank 0's (empty elsewhere): the workloads not reached say so.
+pub fn time_workloads(g: &Group, plan: &Plan, budget_s: f64, watchdog: &Watchdog) -> BTreeMap<String, Result<WorkloadTiming, String>> {
     let mut out = BTreeMap::new();
     let scratch = std::env::temp_dir().join(format!("ddpbench-estimate-{}", std::process::id()));
+    let started = std::time::Instant::now();
     for (k, (workload, points)) in plan::by_workload(&plan.points).into_iter().enumerate() {
         let Some(point) = points.iter().min_by_key(|p| p.ranks) else {
             continue;
         };
+        let spent_s = started.elapsed().as_secs_f64();
+        let spent = g.rank == 0 && spent_s >= budget_s;
+        if broadcast_string(g, if spent { "spent" } else { "" }) == "spent" {
+            out.insert(
+                workload,
+                Err(format!("--budget-s {budget_s} spent ({spent_s:.0} s timing the workloads before it)")),
+            );
+            continue;
+        }
         // Numbered apart from the study's points; the ranks that wait sit this part out.
         let base = (1u64 << 62) + ((k as u64) << 32);
         crate::flight::recorder().begin_part(base, g.rank != 0);
@@ -131,19 +149,30 @@ pub fn time_workloads(g: &Group, plan: &Plan, watchdog: &Watchdog) -> BTreeMap<S
     out
 }
 
-/// Seconds a point is expected to take, from its workload's timing: set-up plus its
-/// steps (epochs × steps per epoch, at most --max-steps) at the 1-rank step time scaled
-/// by the batch per rank.
-pub fn point_seconds(point: &Point, t: &WorkloadTiming) -> Option<f64> {
+/// A point's steps per rank: epochs × steps per epoch (the timed workload's samples
+/// per epoch over the point's global batch), at most --max-steps.
+fn point_steps(point: &Point, t: &WorkloadTiming) -> Option<usize> {
     let cfg = plan::parse_train(&point.args).ok()?;
     let ref_global = (t.batch_per_rank * t.steps_per_epoch) as f64;
     let per_epoch = (ref_global / point.global_batch.max(1) as f64).ceil() as usize;
-    let mut steps = cfg.schedule.epochs * per_epoch.max(1);
-    if let Some(max) = cfg.schedule.max_steps {
-        steps = steps.min(max);
-    }
+    let steps = cfg.schedule.epochs * per_epoch.max(1);
+    Some(cfg.schedule.max_steps.map_or(steps, |max| steps.min(max)))
+}
+
+/// Seconds a point is expected to take, from its workload's timing: set-up plus its
+/// steps at the 1-rank step time scaled by the batch per rank.
+pub fn point_seconds(point: &Point, t: &WorkloadTiming) -> Option<f64> {
+    let steps = point_steps(point, t)?;
     let scale = point.batch_per_rank as f64 / t.batch_per_rank.max(1) as f64;
     Some(t.setup_s + steps as f64 * t.step_s * scale)
+}
+
+/// The warning the point's runs will carry for measuring fewer steps than
+/// `--min-measured-steps`, said before they run.
+pub fn too_few_steps(point: &Point, t: &WorkloadTiming) -> Option<RunWarning> {
+    let cfg = plan::parse_train(&point.args).ok()?;
+    let s = &cfg.schedule;
+    crate::train::guard::too_few_measured_steps(point_steps(point, t)?, s.warmup_steps, s.min_measured_steps)
 }
 
 #[cfg(test)]
@@ -200,6 +229,7 @@ mod tests {
             steps_per_epoch: 100,
             step_s: 0.1,
             setup_s: 2.0,
+            warnings: Vec::new(),
         };
         // One epoch of 6400 samples: 1 × 64 takes 100 steps of 0.1 s.
         let one = point(1, 64, &["--model", "mnist-cnn", "--batch-size", "64"]);
@@ -210,5 +240,10 @@ mod tests {
         // Strong, 2 × 32: 100 steps of half the work; --max-steps bounds it.
         let strong = point(2, 32, &["--model", "mnist-cnn", "--batch-size", "32", "--max-steps", "10"]);
         assert!((point_seconds(&strong, &t).unwrap() - 2.5).abs() < 1e-9);
+        // 10 steps with 5 of warm-up measure 5: fewer than the 20 asked by default.
+        assert!(too_few_steps(&strong, &t).unwrap().message.starts_with("5 measured step(s)"));
+        assert!(too_few_steps(&one, &t).is_none(), "100 steps");
+        let lowered = point(2, 32, &["--model", "mnist-cnn", "--max-steps", "10", "--min-measured-steps", "5"]);
+        assert!(too_few_steps(&lowered, &t).is_none());
     }
 }

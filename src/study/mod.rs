@@ -87,6 +87,12 @@ pub struct StudyArgs {
     #[arg(long)]
     pub dry_run: bool,
 
+    /// Seconds the dry run may spend timing workloads (each trains a few steps on rank
+    /// 0): the workloads not reached by then are listed as not timed, and the estimate
+    /// says how many points it leaves out.
+    #[arg(long, default_value_t = DRY_RUN_BUDGET_S, value_name = "SECONDS")]
+    pub budget_s: f64,
+
     /// Run again the points that failed before (by default a resumed study skips them).
     #[arg(long)]
     pub retry_failed: bool,
@@ -102,6 +108,9 @@ pub struct StudyArgs {
     #[arg(last = true, allow_hyphen_values = true)]
     pub train: Vec<String>,
 }
+
+/// The dry run's default time for timing workloads.
+pub const DRY_RUN_BUDGET_S: f64 = 600.0;
 
 /// The `study` arguments that may differ between the ranks of one job, and why: every
 /// other one is compared across ranks at start-up ([`launch_flags`]).
@@ -123,6 +132,7 @@ pub const SAME_ON_EVERY_RANK: &[&str] = &[
     "--repeats",
     "--out",
     "--dry-run",
+    "--budget-s",
     "--retry-failed",
     "--allreduce-sweep",
     "--",
@@ -144,6 +154,7 @@ pub fn launch_flags(spec: &StudySpec, args: &StudyArgs) -> job::same_flags::Laun
         .with("study key data_dirs", json!(spec.data_dirs))
         .with("--out", json!(args.out))
         .with("--dry-run", json!(args.dry_run))
+        .with("--budget-s", json!(args.budget_s))
         .with("--retry-failed", json!(args.retry_failed))
         .with("--allreduce-sweep", json!(args.allreduce_sweep));
     for (name, values) in &spec.train {
@@ -288,9 +299,17 @@ fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Re
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("results").join(format!("study-{}", spec.name)));
+    let concern = layout.node_fill_concern(&plan.ladder, spec.node_fill);
     if args.dry_run {
-        dry_run(g, spec, &plan, &layout, &out, watchdog);
+        if let Some(c) = concern.as_ref().filter(|_| g.rank == 0) {
+            println!("warning: {c} (a dry run only warns; the study refuses to run)");
+        }
+        dry_run(g, spec, &plan, &layout, &out, args.budget_s, watchdog);
         return Ok(Ended::DryRun);
+    }
+    if let Some(c) = concern {
+        // Every rank saw the same layout: every rank returns the same refusal.
+        return Err(AgreedError { rank: 0, message: c }.into());
     }
     let names: Vec<String> = plan::schedule(plan.points.len(), spec.repeats)
         .iter()
@@ -468,15 +487,15 @@ fn run_scheduled(g: &Group, part: usize, point: &Point, rep: usize, book: &mut B
 }
 
 /// `--dry-run`: the plan, and an estimate from timing each workload on rank 0.
-fn dry_run(g: &Group, spec: &StudySpec, plan: &Plan, layout: &Layout, out: &Path, watchdog: &Watchdog) {
+fn dry_run(g: &Group, spec: &StudySpec, plan: &Plan, layout: &Layout, out: &Path, budget_s: f64, watchdog: &Watchdog) {
     if g.rank == 0 {
         print_plan(spec, plan, layout, out);
         println!(
-            "\ntiming each workload on rank 0 ({} steps of its fewest-rank point, no validation) ...",
+            "\ntiming each workload on rank 0 ({} steps of its fewest-rank point, no validation; --budget-s {budget_s}) ...",
             estimate::TIMED_STEPS
         );
     }
-    let timings = estimate::time_workloads(g, plan, watchdog);
+    let timings = estimate::time_workloads(g, plan, budget_s, watchdog);
     if g.rank == 0 {
         print_estimate(plan, spec.repeats, &timings);
     }
@@ -711,6 +730,9 @@ fn print_estimate(plan: &Plan, repeat: usize, timings: &BTreeMap<String, Result<
                     t.batch_per_rank,
                     t.setup_s
                 );
+                for w in &t.warnings {
+                    println!("  warning: {}", w.message);
+                }
                 for p in points {
                     match estimate::point_seconds(p, t) {
                         Some(s) => {
@@ -718,6 +740,9 @@ fn print_estimate(plan: &Plan, repeat: usize, timings: &BTreeMap<String, Result<
                             total += s * repeat as f64;
                         }
                         None => unknown += 1,
+                    }
+                    if let Some(w) = estimate::too_few_steps(p, t) {
+                        println!("    warning: {}", w.message);
                     }
                 }
             }

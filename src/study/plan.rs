@@ -420,6 +420,22 @@ impl Layout {
         Ok(out)
     }
 
+    /// Why a study of `ladder` with `fill` would not measure what it says: `spread` puts a
+    /// point's ranks one per node first, so on an allocation of one node every point of
+    /// 2 ranks or more is an intra-node run that a study about nodes would conclude from.
+    pub fn node_fill_concern(&self, ladder: &[usize], fill: NodeFill) -> Option<String> {
+        let widest = ladder.iter().copied().max().unwrap_or(1);
+        (fill == NodeFill::Spread && widest >= 2 && self.nodes.len() < 2).then(|| {
+            format!(
+                "node_fill = \"spread\" puts a point's ranks on different nodes, but the allocation has 1 node ({}, \
+                 {} rank(s)): its {widest}-rank point would share that node; submit on as many nodes as the point has \
+                 ranks (sbatch -N {widest}, mpirun --host <one per node>), or use node_fill = \"pack\"",
+                self.hosts.first().map_or("?", String::as_str),
+                self.world_size()
+            )
+        })
+    }
+
     /// The most ranks `members` put on one node.
     pub fn most_on_a_node(&self, members: &[usize]) -> usize {
         self.nodes
@@ -785,6 +801,17 @@ mod tests {
         assert_eq!(hosts(1, 2).default_ladder(), vec![1, 2]);
         assert_eq!(hosts(1, 1).default_ladder(), vec![1]);
         assert_eq!(hosts(1, 6).default_ladder(), vec![1, 2, 4, 6]);
+    }
+
+    #[test]
+    fn spread_on_one_node_is_named_with_the_allocation() {
+        let one = Layout::from_hosts(&["a".to_string(), "a".to_string()]);
+        let c = one.node_fill_concern(&[1, 2], NodeFill::Spread).unwrap();
+        assert!(c.contains("the allocation has 1 node (a, 2 rank(s))") && c.contains("sbatch -N 2"), "{c}");
+        assert!(one.node_fill_concern(&[1, 2], NodeFill::Pack).is_none());
+        assert!(one.node_fill_concern(&[1], NodeFill::Spread).is_none(), "one rank spans one node anyway");
+        let two = Layout::from_hosts(&["a".to_string(), "b".to_string()]);
+        assert!(two.node_fill_concern(&[1, 2], NodeFill::Spread).is_none());
     }
 
     #[test]

@@ -69,6 +69,12 @@ fn geo(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| crate::stats::geometric_mean(v)).filter(|g| g.is_finite())
 }
 
+/// Whether a point planned for `scaling` ("weak", "strong" or "weak+strong") is
+/// compared in `mode`.
+fn in_mode(scaling: &str, mode: &str) -> bool {
+    scaling.split('+').any(|m| m == mode)
+}
+
 fn finite(v: f64) -> Option<f64> {
     v.is_finite().then_some(v)
 }
@@ -111,7 +117,12 @@ pub(super) fn summarise(report: &Report, plan: &Plan, repeat: usize, state: &Sta
                 })
                 .collect();
             let baseline = p.ranks == 1 && row_of(ScalingMode::Baseline).is_some();
-            let one = |v: Option<f64>| if baseline { Some(1.0) } else { v };
+            // A baseline's speedup and efficiency are 1 in the modes its study compares
+            // in, and nothing in the others (a weak-only study has no strong ideal).
+            let one = |mode: &str, v: Option<f64>| match baseline {
+                true => in_mode(&p.scaling, mode).then_some(1.0),
+                false => v,
+            };
             PointSummary {
                 point: p.id.clone(),
                 workload: p.workload.clone(),
@@ -122,16 +133,16 @@ pub(super) fn summarise(report: &Report, plan: &Plan, repeat: usize, state: &Sta
                 repeats_completed: done.len(),
                 repeats_planned: repeat,
                 samples_per_s: geo(&of_runs(|r| finite(r.samples_per_s))),
-                weak_speedup: one(get(ScalingMode::Weak, |r| r.speedup)),
+                weak_speedup: one("weak", get(ScalingMode::Weak, |r| r.speedup)),
                 weak_speedup_low: get(ScalingMode::Weak, |r| r.speedup_low),
                 weak_speedup_high: get(ScalingMode::Weak, |r| r.speedup_high),
                 weak_interval_method: method(ScalingMode::Weak),
-                weak_efficiency: one(get(ScalingMode::Weak, |r| r.efficiency)),
-                strong_speedup: one(get(ScalingMode::Strong, |r| r.speedup)),
+                weak_efficiency: one("weak", get(ScalingMode::Weak, |r| r.efficiency)),
+                strong_speedup: one("strong", get(ScalingMode::Strong, |r| r.speedup)),
                 strong_speedup_low: get(ScalingMode::Strong, |r| r.speedup_low),
                 strong_speedup_high: get(ScalingMode::Strong, |r| r.speedup_high),
                 strong_interval_method: method(ScalingMode::Strong),
-                strong_efficiency: one(get(ScalingMode::Strong, |r| r.efficiency)),
+                strong_efficiency: one("strong", get(ScalingMode::Strong, |r| r.efficiency)),
                 compute_comm_ratio: geo(&r),
                 val_loss: med(&of_runs(|r| r.final_val_loss)),
                 val_accuracy: med(&of_runs(|r| r.final_val_accuracy)),
@@ -402,6 +413,13 @@ mod tests {
             run_ids: vec![format!("run{ranks}")],
             samples_trained: Some(samples),
         }
+    }
+
+    #[test]
+    fn a_baseline_is_its_own_ideal_only_in_the_modes_its_study_compares() {
+        assert!(in_mode("weak", "weak") && !in_mode("weak", "strong"));
+        assert!(in_mode("weak+strong", "strong") && in_mode("weak+strong", "weak"));
+        assert!(!in_mode("strong", "weak"));
     }
 
     #[test]

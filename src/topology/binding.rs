@@ -218,6 +218,14 @@ pub fn pin_this_thread(pus: &[u32]) {
     }
 }
 
+/// The hardware threads the launcher let this process run on: [`allowed_pus`] at the
+/// first call, which comes before ddpbench binds the process (a study binds it anew for
+/// every point, so later readings would be the previous point's binding).
+pub fn launcher_pus() -> &'static [u32] {
+    static LAUNCHER: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
+    LAUNCHER.get_or_init(allowed_pus)
+}
+
 /// The hardware threads the calling thread may run on (all the machine's when the
 /// affinity cannot be read).
 pub fn allowed_pus() -> Vec<u32> {

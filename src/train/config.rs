@@ -98,6 +98,10 @@ pub const NOT_IN_KEY: &[(&str, &str)] = &[
     ("--max-steps", "how long the run is, not what a step does"),
     ("--batch-size", "a dimension of the point of its own (batch per rank, global batch)"),
     ("--warmup-steps", "which steps are left out of the figures"),
+    (
+        "--min-measured-steps",
+        "a threshold for a warning the manifest records, not what a step does",
+    ),
     ("--val-samples", "validation runs after an epoch's timed steps"),
     ("--seed", "the initial values and the order of samples, not the work on them"),
     ("--lr", "the learning rate's value scales the same update"),
@@ -153,6 +157,7 @@ pub const SAME_ON_EVERY_RANK: &[&str] = &[
     "--batch-size",
     "--grad-accum",
     "--warmup-steps",
+    "--min-measured-steps",
     "--val-samples",
     "--seed",
     "--deterministic",
@@ -316,7 +321,17 @@ pub struct ScheduleConfig {
     #[arg(long, default_value_t = 5)]
     pub warmup_steps: usize,
 
-    /// Validate on the first N test samples after each epoch (default: all; 0 skips validation).
+    /// Fewest measured steps (after warm-up) a run's throughput is trusted from: a run
+    /// with fewer is warned of, recorded (`too_few_measured_steps` in the manifest's
+    /// `warnings`), and `reduce` claims no direction for its point. Raise --epochs or
+    /// --max-steps, or lower --warmup-steps, rather than this.
+    #[arg(long, default_value_t = crate::train::guard::MIN_MEASURED_STEPS)]
+    #[serde(default = "crate::train::guard::min_measured_steps_default")]
+    pub min_measured_steps: usize,
+
+    /// Validate on the first N test samples after each epoch (0 skips validation). Default:
+    /// as many as the epoch trained over all ranks (at most the test split), so that
+    /// validation takes less time than the epoch's steps.
     #[arg(long)]
     pub val_samples: Option<usize>,
 

@@ -88,6 +88,7 @@ pub fn initial(
         comparison_key: Some(comparison_key),
         model_file,
         log_lines_dropped: 0,
+        warnings: Vec::new(),
     })
 }
 

@@ -17,6 +17,7 @@ mod communication;
 pub mod config;
 mod faults;
 mod file_model;
+pub mod guard;
 pub mod host_memory;
 mod manifest;
 mod nonfinite;

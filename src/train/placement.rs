@@ -27,6 +27,8 @@ pub struct Placement {
     pub comm_core: CommCore,
     /// Set when batch workers and compute threads together exceed the rank's cores.
     pub workers_note: Option<String>,
+    /// Hardware threads the launcher let the rank run on, before ddpbench first bound it.
+    pub launcher_pus: usize,
 }
 
 /// Where the communication thread of an overlapped MPI all-reduce runs.
@@ -56,6 +58,7 @@ impl Placement {
     /// sizes libtorch's thread pool.
     pub fn establish(g: &Group, cfg: &TrainConfig) -> Result<Placement> {
         let pc: &PlacementConfig = &cfg.placement;
+        let launcher_pus = topology::launcher_pus().len();
         let device = agree(g, device::resolve_device(pc.device, g.local_rank))?;
         let mut hw = hwloc2::Topology::new().ok_or_else(|| anyhow!("hwloc could not read the topology"));
         let cores = hw.as_ref().map(topology::discover_cores).unwrap_or_default();
@@ -108,6 +111,7 @@ impl Placement {
             threads: tch::get_num_threads() as usize,
             comm_core,
             workers_note: None,
+            launcher_pus,
         })
     }
 

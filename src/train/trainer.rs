@@ -179,6 +179,10 @@ impl<'g> Trainer<'g> {
         let schedule = schedule(g, cfg, &dataset);
         let mut manifest = super::manifest::initial(g, cfg, &folder, started, &place, &dataset, &model, &comm, &schedule)?;
         manifest.host_malloc = Some(malloc.to_string());
+        manifest.warnings = super::guard::run_warnings(g, cfg, &place, &schedule);
+        for w in &manifest.warnings {
+            warn!("{}", w.message);
+        }
         let records = open_records(g, &folder, &place.node_type, manifest)?;
         let micro_batches = cfg.schedule.grad_accum;
         let clock = agree(g, timer::clock_for(cfg.phase_sync_on(place.device), place.device, micro_batches))?;
@@ -534,14 +538,21 @@ impl<'g> Trainer<'g> {
             check_in_sync(g, &self.machine.model.params, epoch)?
         };
         broadcast_from_rank0(g, &model::ordered_buffers(&self.machine.model.vs));
+        let cfg = &self.facts.cfg;
+        let trained = steps * cfg.samples_per_step() * g.size;
+        let test_len = self.facts.dataset.test.len();
+        let (val_samples, why) = super::validation::samples_to_validate(cfg.schedule.val_samples, trained, test_len);
+        if val_samples > 0 {
+            info!("epoch {epoch}: validating on {val_samples} of {test_len} test samples ({why})");
+        }
         let val_start = Instant::now();
         let (val_loss, val_acc, val_n) = super::validation::evaluate(
             g,
             self.machine.model.net.as_ref(),
             &self.facts.dataset,
             self.facts.place.device,
-            self.facts.cfg.schedule.val_samples,
-            self.facts.cfg.schedule.batch_size,
+            val_samples,
+            cfg.schedule.batch_size,
         )?;
         self.progress.last_accuracy = val_acc.is_finite().then_some(val_acc);
         let done = self.progress.global_step;

@@ -19,17 +19,31 @@ pub fn chunk_len(batch: usize, sample_bytes: usize) -> usize {
     batch.min(CHUNK_INPUT_BYTES / sample_bytes.max(1)).max(1)
 }
 
-/// Loss and accuracy on the first `limit` test samples (all by default), each rank
-/// taking every size-th sample, in chunks of at most `batch` ([`chunk_len`]);
-/// (NaN, NaN, 0) when there are none.
-pub fn evaluate(g: &Group, net: &dyn Net, data: &Dataset, device: Device, limit: Option<usize>, batch: usize) -> Result<(f64, f64, usize)> {
-    let n = data.test.len().min(limit.unwrap_or(usize::MAX));
+/// Test samples validated after an epoch: `asked` (`--val-samples`) when given, else as
+/// many as the epoch trained over all ranks (`trained`), so that validation, a forward
+/// pass without gradients over them, takes less time than the epoch's steps did; at
+/// most the test split. With why, for the log line.
+pub fn samples_to_validate(asked: Option<usize>, trained: usize, test_len: usize) -> (usize, &'static str) {
+    match asked {
+        Some(n) => (n.min(test_len), "--val-samples"),
+        None if trained < test_len => (trained, "as many as the epoch trained; --val-samples sets another number"),
+        None => (test_len, "the whole test split, fewer samples than the epoch trained"),
+    }
+}
+
+/// Loss and accuracy on the first `n` test samples, each rank taking every size-th
+/// sample, in chunks of at most `batch` ([`chunk_len`]), rank 0 drawing a bar of its
+/// share; (NaN, NaN, 0) when there are none.
+pub fn evaluate(g: &Group, net: &dyn Net, data: &Dataset, device: Device, n: usize, batch: usize) -> Result<(f64, f64, usize)> {
+    let n = data.test.len().min(n);
     // Samples rank, rank + size, ... below n, a chunk at a time: nothing held grows with n.
     let mine = n.saturating_sub(g.rank).div_ceil(g.size);
     let chunk = chunk_len(batch, data.test.sample_bytes());
     let (mut loss_sum, mut correct) = (0.0f64, 0.0f64);
+    let bar = crate::progress::Bar::new("validation", mine as u64, "samples (rank 0's share)");
     tch::no_grad(|| -> Result<()> {
         for first in (0..mine).step_by(chunk) {
+            bar.set(first as u64, format!("chunks of {chunk}"));
             // Each chunk is progress: only one that never ends is a stall.
             crate::flight::phase(Some(crate::flight::Phase::Validation));
             let idx: Vec<i64> = (first..(first + chunk).min(mine)).map(|k| (g.rank + k * g.size) as i64).collect();
@@ -40,6 +54,7 @@ pub fn evaluate(g: &Group, net: &dyn Net, data: &Dataset, device: Device, limit:
         }
         Ok(())
     })?;
+    drop(bar);
     crate::flight::phase(None);
     let mine = [loss_sum, correct, mine as f64];
     let mut total = [0f64; 3];
@@ -79,5 +94,15 @@ mod tests {
         // A sample larger than the budget still validates, one at a time.
         assert_eq!(chunk_len(8, CHUNK_INPUT_BYTES + 1), 1);
         assert_eq!(chunk_len(8, 0), 8);
+    }
+
+    /// 3 steps of batch 2 on 2 ranks trained 12 samples: 12 are validated, not 10,000.
+    #[test]
+    fn validation_takes_as_many_samples_as_the_epoch_trained_unless_asked() {
+        assert_eq!(samples_to_validate(None, 12, 10_000).0, 12);
+        assert_eq!(samples_to_validate(None, 60_000, 10_000).0, 10_000);
+        assert_eq!(samples_to_validate(Some(500), 12, 10_000), (500, "--val-samples"));
+        assert_eq!(samples_to_validate(Some(0), 12, 10_000).0, 0);
+        assert_eq!(samples_to_validate(Some(20_000), 12, 10_000).0, 10_000);
     }
 }

@@ -251,6 +251,16 @@ check "2n4g: launcher_env has SLURM_PROCID (= rank) on every rank" py_check "$ru
 check "2n4g: launcher_env has CUDA_VISIBLE_DEVICES on every rank" py_check "$run" \
   'all(e.get("CUDA_VISIBLE_DEVICES", "") != "" for e in env)'
 check "2n4g: every rank fell back to device Cpu" py_check "$run" 'all(r["device"] == "Cpu" for r in m["ranks"])'
+# The recorded binding against the allocation: the script asks --cpus-per-task=8 and
+# passes it on to srun (SRUN_CPUS_PER_TASK, -c); every rank here can run on fewer CPUs
+# than that (the machine's real ones), a starved rank that ddpbench must warn of once
+# and record.
+check "2n4g: every rank was allocated 8 CPUs per task" py_check "$run" \
+  'all(e.get("SLURM_CPUS_PER_TASK") == "8" for e in env)'
+check "2n4g: the starved ranks are recorded (fewer_cores_than_allocated, 8 allocated)" py_check "$run" \
+  "$(nproc) >= 8 or [w['code'] for w in m['warnings'] if 'the 8 Slurm allocated' in w['message']] == ['fewer_cores_than_allocated']"
+check "2n4g: the starved ranks are warned of once in $outf" \
+  test "$(grep -c "fewer than the 8 Slurm allocated" "$outf")" = "$(( $(nproc) >= 8 ? 0 : 1 ))"
 check "2n4g: $outf exists" test -s "$outf"
 # The reduce table (a row or heading naming the run, not a log line) and its "wrote ..." line.
 check "2n4g: $outf holds the reduce summary" \
@@ -297,8 +307,9 @@ check "study: threads per rank are 1 at every point" python3 -c "
 import glob, json, sys
 ms = [json.load(open(f)) for f in glob.glob('$st/runs/*/manifest.json')]
 sys.exit(0 if len(ms) == 3 and all(r['threads'] == 1 for m in ms for r in m['ranks']) else 1)"
+# The verdict's words (report/verdict.rs): a direction, or a speedup without one.
 check "study: report/study.md and the speedup table" \
-  both_in "$st/report/study.md" "^| 002-mnist-cnn-synthetic-b16-r8 " "reaches speedup\\|scales negatively"
+  both_in "$st/report/study.md" "^| 002-mnist-cnn-synthetic-b16-r8 " "has speedup\\|scales: speedup\\|scales negatively"
 tlog "study took $((SECONDS - t0)) s"
 
 cd / || true

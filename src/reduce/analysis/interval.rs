@@ -44,6 +44,10 @@ pub enum Direction {
     /// No interval (a side without a run-to-run spread): no direction.
     #[serde(rename = "no interval")]
     NoInterval,
+    /// An interval, but a run of the point or of its reference carries a warning that
+    /// invalidates it (too few measured steps, idle or shared GPUs): no direction.
+    #[serde(rename = "invalidated")]
+    Invalidated,
 }
 
 impl Direction {
@@ -58,6 +62,17 @@ impl Direction {
             Direction::Slower
         } else {
             Direction::WithinNoise
+        }
+    }
+
+    /// The rule for a point whose runs, or its reference's, carry a warning that
+    /// invalidates them: whatever the interval says, no direction (and no "within
+    /// noise", which is a claim too); without an interval there is none anyway.
+    pub fn unless_invalidated(self, invalidated: bool) -> Direction {
+        match self {
+            Direction::NoInterval => Direction::NoInterval,
+            _ if invalidated => Direction::Invalidated,
+            d => d,
         }
     }
 }
@@ -367,6 +382,11 @@ mod tests {
         assert_eq!(Direction::of(0.9, 1.1), Direction::WithinNoise);
         assert_eq!(Direction::of(1.0, 1.1), Direction::WithinNoise);
         assert_eq!(Direction::of(f64::NAN, f64::NAN), Direction::NoInterval);
+        for (low, high) in [(1.01, 1.5), (0.5, 0.99), (0.9, 1.1)] {
+            assert_eq!(Direction::of(low, high).unless_invalidated(true), Direction::Invalidated);
+            assert_eq!(Direction::of(low, high).unless_invalidated(false), Direction::of(low, high));
+        }
+        assert_eq!(Direction::NoInterval.unless_invalidated(true), Direction::NoInterval);
     }
 
     /// Draws a point's and its reference's runs (10 a side: the compared points' first,

@@ -211,8 +211,13 @@ pub struct ScalingRow {
     pub interval_df: f64,
     /// 1 when that interval contains 1.
     pub within_noise: u8,
-    /// faster, slower, within noise, or no interval ([`Direction::of`]).
+    /// faster, slower, within noise, or no interval ([`Direction::of`]); invalidated
+    /// where a run of the point or its reference carries a warning that invalidates it.
     pub direction: Option<Direction>,
+    /// Those warnings, as `run id: code` (not a column of scaling.csv: report.md and
+    /// `interval_method` say them).
+    #[serde(skip)]
+    pub invalidated_by: Vec<String>,
     /// Without a direction: the fewest repeats per side that would give one for a
     /// speedup this large at the spreads seen (a lower bound where there is no interval).
     pub repeats_needed: Option<usize>,
@@ -433,6 +438,7 @@ fn row(p: &ScalingPoint, reference: Option<&Reference>, pools: &Pools, index: us
         interval_df: f64::NAN,
         within_noise: 0,
         direction: None,
+        invalidated_by: Vec::new(),
         repeats_needed: None,
         efficiency: f64::NAN,
         karp_flatt: f64::NAN,
@@ -479,7 +485,15 @@ fn compare(out: &mut ScalingRow, p: &ScalingPoint, reference: &Reference, pools:
     (out.speedup_low, out.speedup_high, out.interval_df) = (i.low, i.high, i.df);
     out.interval_method = i.method;
     out.within_noise = u8::from(i.low <= 1.0 && 1.0 <= i.high);
-    out.direction = Some(i.direction);
+    out.invalidated_by = invalidating_warnings(p.runs.iter().chain(&base_runs).copied());
+    out.direction = Some(i.direction.unless_invalidated(!out.invalidated_by.is_empty()));
+    if out.direction == Some(Direction::Invalidated) {
+        out.interval_method = format!(
+            "{}; no direction: runs carry warnings that invalidate them ({})",
+            out.interval_method,
+            out.invalidated_by.join(", ")
+        );
+    }
     out.repeats_needed = i.repeats_needed;
     serial_fraction(out, n);
     if reference.per_type.len() == 1 {
@@ -499,6 +513,20 @@ fn compare(out: &mut ScalingRow, p: &ScalingPoint, reference: &Reference, pools:
             out.loss_other_samples_per_s,
         ] = loss;
     }
+}
+
+/// The warnings of `runs` that invalidate a direction, as `run id: code`.
+fn invalidating_warnings<'r>(runs: impl Iterator<Item = &'r RunStats>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for r in runs {
+        for w in r.manifest.warnings.iter().filter(|w| w.invalidates_direction) {
+            let said = format!("{}: {}", r.manifest.run_id, w.code.as_str());
+            if !out.contains(&said) {
+                out.push(said);
+            }
+        }
+    }
+    out
 }
 
 /// The run-to-run spreads of one `scaling` call: one pool per comparison key and node

@@ -102,6 +102,7 @@ fn run_report(r: &RunStats) -> RunReport {
         stalls: r.stalls(),
         final_val_loss: last.and_then(|e| finite(e.val_loss)),
         final_val_accuracy: last.and_then(|e| finite(e.val_accuracy)),
+        warnings: m.warnings.clone(),
     }
 }
 

@@ -111,6 +111,8 @@ pub struct RunReport {
     /// The last epoch's validation (None without validation).
     pub final_val_loss: Option<f64>,
     pub final_val_accuracy: Option<f64>,
+    /// The warnings the run carries (its manifest's `warnings`).
+    pub warnings: Vec<crate::record::RunWarning>,
 }
 
 /// Seconds per epoch: compute (forward + backward), all-reduce work, its transfer (the

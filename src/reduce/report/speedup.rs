@@ -32,6 +32,27 @@ pub fn runs_table(md: &mut String, runs: &[RunReport], summaries: &[TypeSummary]
             r.communication
         );
     }
+    warnings(md, runs);
+}
+
+/// Under the runs table, each run's warnings: what it was accepted with but may have
+/// measured wrongly, and whether its points are given a direction at all.
+fn warnings(md: &mut String, runs: &[RunReport]) {
+    let warned: Vec<&RunReport> = runs.iter().filter(|r| !r.warnings.is_empty()).collect();
+    if warned.is_empty() {
+        return;
+    }
+    let _ = writeln!(md, "\nWarnings the runs carry (their manifests' `warnings`):\n");
+    for r in warned {
+        for w in &r.warnings {
+            let effect = if w.invalidates_direction {
+                "no direction is claimed for its points"
+            } else {
+                "its figures stand, with this cost"
+            };
+            let _ = writeln!(md, "- `{}`: `{}` ({effect}): {}", r.run_id, w.code.as_str(), w.message);
+        }
+    }
 }
 
 /// The rows of each workload (the runs compared with each other), by model, data set and
