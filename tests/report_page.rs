@@ -133,3 +133,22 @@ fn times_add_validation_and_the_whole_run() {
     assert!(md.contains("## Time per epoch and per run"), "{md}");
     assert!(md.contains("## 1-rank time by batch size"), "{md}");
 }
+
+/// The speedup grid by batch × ranks starts with the 1-rank step time of each batch:
+/// the 1-rank point's `step_s_mean` in scaling.csv, in ms.
+#[test]
+fn speedup_grid_has_the_1_rank_time() {
+    let dir = tmp();
+    let out = dir.path().join("r");
+    ddpbench(&["reduce", &path_str(&fixtures().join("study/runs")), "--out", &path_str(&out), "--no-plots"]).assert_ok();
+    let (h, rows) = read_csv(&out.join("scaling.csv"));
+    let c = |name: &str| h.iter().position(|x| x == name).unwrap();
+    let alone = rows
+        .iter()
+        .find(|r| r[c("ranks")] == "1" && r[c("batch_per_rank")] == "32")
+        .expect("a 1-rank point at batch 32");
+    let step_ms: f64 = alone[c("step_s_mean")].parse::<f64>().unwrap() * 1e3;
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("| batch/rank | 1-rank step ms |"), "{md}");
+    assert!(md.contains(&format!("| 32 | {step_ms:.2} |")), "no 1-rank time {step_ms:.2} ms for batch 32:\n{md}");
+}

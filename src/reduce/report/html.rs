@@ -78,17 +78,21 @@ fn verdict(h: &mut String, report: &Report) {
             inline(&w.verdict)
         );
     }
-    let Some(p) = report.projection.as_ref().filter(|p| !p.workloads.is_empty()) else {
+    // Only the answers stand here; how each projection was checked is under "Projection".
+    let answers: Vec<(&str, &String)> = report
+        .projection
+        .iter()
+        .flat_map(|p| &p.workloads)
+        .flat_map(|w| w.answers.iter().map(move |a| (w.name.as_str(), a)))
+        .collect();
+    if answers.is_empty() {
         return;
-    };
-    h.push_str("<h3>What to run (from the projection)</h3>\n");
-    for w in &p.workloads {
-        let _ = writeln!(h, "<p><strong>{}</strong> ({}): {}</p><ul>", esc(&w.name), esc(&w.scaling), inline(&w.checked));
-        for a in &w.answers {
-            let _ = writeln!(h, "<li>{}</li>", inline(a));
-        }
-        h.push_str("</ul>\n");
     }
+    h.push_str("<h3>What to run (from the projection)</h3>\n<ul>\n");
+    for (name, a) in answers {
+        let _ = writeln!(h, "<li><strong>{}</strong>: {}</li>", esc(name), inline(a));
+    }
+    h.push_str("</ul>\n");
 }
 
 /// The heatmaps of the runs with the most ranks, at most [`HEATMAPS_SHOWN`].
