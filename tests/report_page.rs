@@ -152,3 +152,21 @@ fn speedup_grid_has_the_1_rank_time() {
     assert!(md.contains("| batch/rank | 1-rank step ms |"), "{md}");
     assert!(md.contains(&format!("| 32 | {step_ms:.2} |")), "no 1-rank time {step_ms:.2} ms for batch 32:\n{md}");
 }
+
+/// bandwidth.svg names each batch per rank in its legend, so dots of two batches are
+/// never one unlabelled colour; each multi-rank run has its heatmap, labelled by rank.
+#[test]
+fn plots_name_what_they_show() {
+    let dir = tmp();
+    let out = dir.path().join("r");
+    ddpbench(&["reduce", &path_str(&fixtures().join("study/runs")), "--out", &path_str(&out)]).assert_ok();
+    let bw = std::fs::read_to_string(out.join("bandwidth.svg")).unwrap();
+    for batch in [16, 32] {
+        assert!(bw.contains(&format!("inside training, batch {batch}/rank")), "batch {batch} not named:\n{bw}");
+    }
+    let heat = std::fs::read_to_string(out.join("heatmap-001-mnist-cnn-fashion-mnist-b32-r2-rep0.svg")).unwrap();
+    let texts: Vec<&str> = heat.lines().map(str::trim).collect();
+    for t in ["rank", "global step", "own work ms", "0", "1"] {
+        assert!(texts.contains(&t), "no text {t:?} in the heatmap:\n{heat}");
+    }
+}
