@@ -62,6 +62,20 @@ pub fn page(report: &Report, pictures: &[Picture], with_plots: bool) -> String {
     h
 }
 
+/// study.html: study.md as a page (its image lines left out), each workload's speedup
+/// curve inline after it, and a link to the report of the study's runs beside it.
+pub fn study_page<'a>(study_md: &str, curves: impl Iterator<Item = &'a str>) -> String {
+    let md: String = study_md.lines().filter(|l| !l.trim_start().starts_with("![")).map(|l| format!("{l}\n")).collect();
+    let mut h = format!("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>ddpbench study</title><style>{STYLE}</style></head><body>\n");
+    h.push_str(&markdown_html(&md).replacen("<h3>", "<h1>", 1).replacen("</h3>", "</h1>", 1));
+    section(&mut h, "Speedup per workload", "");
+    for svg in curves {
+        let _ = writeln!(h, "<figure>{}</figure>", strip_prolog(svg));
+    }
+    h.push_str("<p>Every figure of the study's runs, with pictures and tables: <a href=\"report.html\">report.html</a>.</p>\n</body></html>\n");
+    h
+}
+
 /// Each workload's verdict, then what the projection says to run, if there is one.
 fn verdict(h: &mut String, report: &Report) {
     section(h, "Verdict", "");
