@@ -4,6 +4,9 @@
 use ddpbench::record::{CsvLog, Manifest, RankInfo, StepRow};
 use std::path::PathBuf;
 
+/// Seconds between the starts of two steps: above the longest step drawn (about 0.056 s).
+const STEP_EVERY_S: f64 = 0.1;
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     anyhow::ensure!(args.len() == 4, "usage: gen_run DIR RANKS STEPS");
@@ -37,7 +40,8 @@ fn main() -> anyhow::Result<()> {
         steps_per_epoch: steps,
         start_utc: "2026-01-01T00:00:00.000000Z".into(),
         end_utc: None,
-        wall_s: Some(1.0),
+        // The rows' steps start every STEP_EVERY_S: the run ends after the last.
+        wall_s: Some(steps as f64 * STEP_EVERY_S + 1.0),
         final_param_l2: Some(1.0),
         final_val_accuracy: None,
         allreduce_probe: None,
@@ -68,6 +72,7 @@ fn main() -> anyhow::Result<()> {
             .collect(),
     };
     manifest.write(&dir)?;
+    let run_id = manifest.run_id.clone();
     let mut seed = 0x1234_5678_u64;
     for r in 0..ranks {
         let mut log = CsvLog::<StepRow>::create(&dir.join(ddpbench::record::rank_file_name(r)))?;
@@ -78,9 +83,9 @@ fn main() -> anyhow::Result<()> {
             let jitter = 1.0 + ((seed >> 33) as f64 / (1u64 << 31) as f64) * 0.2;
             let (data, fwd, bwd, comm, opt) = (0.001 * jitter, 0.01 * slow * jitter, 0.02 * slow * jitter, 0.004 * jitter, 0.002);
             let step = data + fwd + bwd + comm + opt + 0.0001;
-            let t = k as f64 * 0.05;
+            let t = k as f64 * STEP_EVERY_S;
             log.write(&StepRow {
-                run_id: String::new(),
+                run_id: run_id.clone(),
                 rank: r,
                 node_type: node_type.clone(),
                 epoch: 0,

@@ -16,6 +16,15 @@ if cargo clippy --version >/dev/null 2>&1; then
 else
   echo "clippy not installed: function-length check skipped (rustup component add clippy)"
 fi
+# tests/report_page.rs reads report.html in a real browser: Debian's Chromium, headless.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing chromium for the report page test (about 2 minutes, once)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null
+  else
+    echo "chromium missing and not root: tests/report_page.rs will fail (apt-get install chromium)"
+  fi
+fi
 # One test at a time: each launches MPI jobs that want the machine's cores.
 cargo test --release -- --test-threads=1 "$@"
 if [ "${DDPBENCH_CLUSTER_TESTS:-1}" = 0 ]; then

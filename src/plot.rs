@@ -542,6 +542,97 @@ pub fn box_plot(
     Ok(svg)
 }
 
+/// The heatmap's colour for `t` in 0..=1: pale yellow (low) to dark red (high).
+fn heat(t: f64) -> RGBColor {
+    let t = if t.is_finite() { t.clamp(0.0, 1.0) } else { 0.0 };
+    let mix = |a: u8, b: u8| (a as f64 + (b as f64 - a as f64) * t).round() as u8;
+    RGBColor(mix(0xff, 0x80), mix(0xf5, 0x00), mix(0xc0, 0x26))
+}
+
+/// About `want` evenly spaced tick positions over `n` categories, each at a
+/// category's centre.
+fn sparse_ticks(n: usize, want: usize) -> Vec<f64> {
+    let every = n.div_ceil(want.max(1)).max(1);
+    (0..n).step_by(every).map(|c| c as f64 + 0.5).collect()
+}
+
+/// A grid of cells, `cells[row][column]` (NaN: empty, drawn grey), coloured from the
+/// smallest value to the largest, with a colour bar whose ends and middle are labelled
+/// with their value; rows are labelled with `row_labels` (row 0 at the top), columns
+/// with `column_labels`.
+pub fn heatmap(labels: (&str, &str, &str), value_label: &str, row_labels: &[String], column_labels: &[String], cells: &[Vec<f64>]) -> Result<String> {
+    let (title, x_desc, y_desc) = labels;
+    let err = fail(title);
+    let (lo, hi) = cells
+        .iter()
+        .flatten()
+        .filter(|v| v.is_finite())
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |a, v| (a.0.min(*v), a.1.max(*v)));
+    let (lo, hi) = if lo.is_finite() { (lo, hi.max(lo + 1e-12)) } else { (0.0, 1.0) };
+    let (rows, cols) = (cells.len().max(1), column_labels.len().max(1));
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (W_PX, H_PX)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+        let mut ctx = ChartBuilder::on(&root)
+            .caption(title, (FONT, 19))
+            .margin(12)
+            .margin_right(LEGEND_W_PX - 120)
+            .x_label_area_size(44)
+            .y_label_area_size(84)
+            .build_cartesian_2d(
+                Ticked { inner: (0.0..cols as f64).into(), ticks: sparse_ticks(cols, 8) },
+                Ticked { inner: (rows as f64..0.0).into(), ticks: sparse_ticks(rows, 16) },
+            )
+            .map_err(|e| err(e.to_string()))?;
+        let pick = |names: &[String], v: f64| names.get(v.floor().max(0.0) as usize).cloned().unwrap_or_default();
+        ctx.configure_mesh()
+            .x_desc(x_desc)
+            .y_desc(y_desc)
+            .x_label_formatter(&|v| pick(column_labels, *v))
+            .y_label_formatter(&|v| pick(row_labels, *v))
+            .label_style((FONT, 13))
+            .axis_desc_style((FONT, 15))
+            .disable_mesh()
+            .draw()
+            .map_err(|e| err(e.to_string()))?;
+        let rects = cells.iter().enumerate().flat_map(|(r, row)| {
+            row.iter().enumerate().map(move |(c, v)| {
+                let colour = if v.is_finite() { heat((v - lo) / (hi - lo)) } else { RGBColor(0xdd, 0xdd, 0xdd) };
+                Rectangle::new([(c as f64, r as f64), (c as f64 + 1.0, r as f64 + 1.0)], colour.filled())
+            })
+        });
+        ctx.draw_series(rects).map_err(|e| err(e.to_string()))?;
+        let (xs, ys) = ctx.plotting_area().get_pixel_range();
+        let (right, top, bottom) = (xs.end, ys.start, ys.end);
+        colour_bar(&root, (right + 24, top, bottom), (lo, hi), value_label).map_err(|e| err(e.to_string()))?;
+        root.present().map_err(|e| err(e.to_string()))?;
+    }
+    Ok(svg)
+}
+
+/// A vertical colour bar at `x` from `top` to `bottom` pixels, its value at the top,
+/// middle and bottom written beside it, and `label` above it.
+fn colour_bar(root: &DrawingArea<SVGBackend<'_>, Shift>, (x, top, bottom): (i32, i32, i32), (lo, hi): (f64, f64), label: &str) -> Result<(), String> {
+    const STEPS: i32 = 24;
+    let h = ((bottom - top) / STEPS).max(1);
+    for k in 0..STEPS {
+        let y = top + k * h;
+        let t = 1.0 - (k as f64 + 0.5) / STEPS as f64;
+        root.draw(&Rectangle::new([(x, y), (x + 18, y + h)], heat(t).filled()))
+            .map_err(|e| e.to_string())?;
+    }
+    let style = TextStyle::from((FONT, 13).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+    let end = top + STEPS * h;
+    for (y, v) in [(top, hi), ((top + end) / 2, (lo + hi) / 2.0), (end, lo)] {
+        root.draw(&Text::new(fmt_tick((v * 100.0).round() / 100.0), (x + 24, y), style.clone()))
+            .map_err(|e| e.to_string())?;
+    }
+    let above = TextStyle::from((FONT, 13).into_font()).pos(Pos::new(HPos::Left, VPos::Bottom));
+    root.draw(&Text::new(label.to_string(), (x - 10, top - 6), above)).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
 /// Renders SVG documents to PNG; loads the system fonts once.
 pub struct Rasteriser {
     options: resvg::usvg::Options<'static>,

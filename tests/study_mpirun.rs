@@ -580,6 +580,12 @@ fn study_md_and_report_md_give_one_verdict() {
     // Karp–Flatt 2.796 and Gustafson 1.242 in the fixture: speedups below 1.
     assert!(!report_md.contains("Karp–Flatt 2.796"), "{report_md}");
     assert!(report_md.contains("not applicable (speedup < 1"), "{report_md}");
+    // study.html: the same verdict as a page, with the speedup curves inline and a link
+    // to report.html, written beside it.
+    let page = std::fs::read_to_string(out.join("report/study.html")).unwrap();
+    assert!(page.contains(&loss.replace('&', "&amp;")), "{loss:?} not in study.html");
+    assert!(page.contains("<svg") && page.contains("href=\"report.html\""), "{page}");
+    assert!(out.join("report/report.html").is_file());
 }
 
 /// A study folder written before `node_fill` and `repeats` (the fixture's study.toml says

@@ -326,10 +326,16 @@ pub(super) fn write(
         }
     }
     files.write("study.md", md.as_bytes())?;
+    let mut curves = Vec::new();
+    for (workload, ps) in &by {
+        curves.push((plot_stem(workload), speedup_chart(workload, ps)?));
+    }
+    let page = crate::reduce::report::html::study_page(&md, curves.iter().map(|c| c.1.as_str()));
+    files.write("study.html", page.as_bytes())?;
     if plots {
         let r = Rasteriser::new();
-        for (workload, ps) in &by {
-            r.stage(files, &plot_stem(workload), &speedup_chart(workload, ps)?)?;
+        for (stem, svg) in &curves {
+            r.stage(files, stem, svg)?;
         }
     }
     Ok(verdicts)

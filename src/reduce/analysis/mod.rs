@@ -5,6 +5,7 @@
 //! speedup's interval ([`interval`]).
 
 pub mod advice;
+pub mod heatmap;
 pub mod interval;
 pub mod projection;
 pub mod scaling;
@@ -134,6 +135,8 @@ pub struct RunStats {
     pub bytes_per_step: u64,
     pub warmup_steps: u64,
     pub epochs: Vec<EpochRow>,
+    /// Each rank's own work per counted step, binned ([`heatmap::StepHeatmap`]).
+    pub heatmap: heatmap::StepHeatmap,
     /// Why the run cannot be used (empty when it is complete).
     pub problems: Vec<String>,
 }
@@ -229,6 +232,7 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
         bytes_per_step: 0,
         warmup_steps: 0,
         epochs: std::mem::take(&mut files.epochs),
+        heatmap: heatmap::StepHeatmap::new(ranks.len(), heatmap::HEATMAP_LIMITS),
         problems: Vec::new(),
         manifest: files.manifest.clone(),
         key: files.key.clone(),
@@ -326,6 +330,7 @@ impl RunStats {
         for o in &own {
             self.own_deviation.push(o - own_mean);
         }
+        self.heatmap.push(rows[0].global_step, &own);
         for (i, row) in rows.iter().enumerate() {
             let gap = metrics::straggler_wait(entries[last].at_s, entries[i].at_s);
             let resolved = gap > entries[i].error_s + entries[last].error_s;

@@ -103,7 +103,16 @@ fn run_report(r: &RunStats) -> RunReport {
         final_val_loss: last.and_then(|e| finite(e.val_loss)),
         final_val_accuracy: last.and_then(|e| finite(e.val_accuracy)),
         warnings: m.warnings.clone(),
+        val_s_per_epoch: val_s_per_epoch(r),
+        wall_s: m.wall_s.filter(|v| v.is_finite()),
+        heatmap: r.heatmap.clone(),
     }
+}
+
+/// The median validation time of the epochs that validated, None without any.
+fn val_s_per_epoch(r: &RunStats) -> Option<f64> {
+    let v: Vec<f64> = r.epochs.iter().filter(|e| e.val_samples > 0 && e.val_s.is_finite()).map(|e| e.val_s).collect();
+    (!v.is_empty()).then(|| crate::stats::median(&v))
 }
 
 /// Per epoch: compute, all-reduce work, hidden, exposed transfer and waiting, and R from

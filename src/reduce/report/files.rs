@@ -2,15 +2,15 @@
 //! They replace a previous report all together or not at all ([`StagedFiles`]): a
 //! full disk or any other error on the way leaves every file of the folder as it was.
 
-use super::{markdown::markdown, plots, projection, Report};
+use super::{html, markdown::markdown, plots, Report};
 use crate::files::StagedFiles;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::Path;
 
 /// Writes every file of `report` into `out` (created when absent): summary.csv,
-/// scaling.csv, ranks.csv, projection.csv (when something was projected), report.md,
-/// report.json and, with `with_plots`, the SVG and PNG plots; each file is replaced only
+/// scaling.csv, ranks.csv, times.csv, projection.csv (when something was projected),
+/// report.md, report.html, report.json and, with `with_plots`, the SVG and PNG plots; each file is replaced only
 /// once all of them are written. Err names the file that could not be written.
 pub fn write(report: &Report, out: &Path, with_plots: bool) -> Result<()> {
     let mut files = StagedFiles::new(out)?;
@@ -25,6 +25,7 @@ pub fn stage(report: &Report, files: &mut StagedFiles, with_plots: bool) -> Resu
     files.write("summary.csv", &csv_bytes(&report.summary)?)?;
     files.write("scaling.csv", &csv_bytes(&report.scaling)?)?;
     files.write("ranks.csv", &csv_bytes(&report.ranks)?)?;
+    files.write("times.csv", &csv_bytes(&super::times::rows(&report.runs))?)?;
     let projected = report.projection.as_ref().filter(|p| !p.rows.is_empty());
     if let Some(p) = projected {
         files.write("projection.csv", &csv_bytes(&p.rows)?)?;
@@ -32,12 +33,10 @@ pub fn stage(report: &Report, files: &mut StagedFiles, with_plots: bool) -> Resu
     files.write("report.md", markdown(report, with_plots).as_bytes())?;
     let text = serde_json::to_string_pretty(report).context("cannot format report.json")? + "\n";
     files.write("report.json", text.as_bytes())?;
+    let pictures = plots::pictures(report)?;
+    files.write("report.html", html::page(report, &pictures, with_plots).as_bytes())?;
     if with_plots {
-        let raster = crate::plot::Rasteriser::new();
-        if let Some(p) = projected {
-            raster.stage(files, "projection", &projection::projection_svg(&p.rows)?)?;
-        }
-        plots::plots(&raster, files, report)?;
+        plots::plots(&crate::plot::Rasteriser::new(), files, &pictures)?;
     }
     Ok(())
 }

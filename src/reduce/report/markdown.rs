@@ -1,7 +1,7 @@
 //! report.md: the tables a scaling study is read from, each with the sentences the
 //! report found under it.
 
-use super::{communication, efficiency, nodes, projection, speedup, Duplicate, Report};
+use super::{communication, efficiency, nodes, projection, speedup, times, Duplicate, Report};
 use std::fmt::Write;
 
 /// report.md of `report` (with links to the plots when they are drawn).
@@ -20,6 +20,7 @@ pub fn markdown(report: &Report, with_plots: bool) -> String {
     communication::compute_vs_comm(&mut md, &report.runs, &f.compute_vs_comm);
     communication::bandwidth(&mut md, &report.runs, &report.summary, &f.bandwidth);
     efficiency::epoch_times(&mut md, &report.runs);
+    times::markdown(&mut md, &report.runs);
     efficiency::waterfall(&mut md, &report.scaling, &f.waterfall);
     nodes::node_types(&mut md, &report.summary, &f.node_types);
     nodes::stalls(&mut md, &report.runs);

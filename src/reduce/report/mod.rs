@@ -9,12 +9,14 @@ mod build;
 mod communication;
 mod efficiency;
 mod files;
+pub mod html;
 mod markdown;
 mod nodes;
-mod plots;
+pub mod plots;
 mod projection;
 mod speedup;
 mod terminal;
+pub mod times;
 pub mod verdict;
 
 pub use crate::record::Cells;
@@ -24,6 +26,7 @@ pub use files::{csv_bytes, not_written, stage, write};
 pub use projection::{left_out as projection_left_out, section as projection_section};
 pub use terminal::print;
 
+use super::analysis::heatmap::StepHeatmap;
 use super::analysis::projection::ProjectionRow;
 use super::analysis::{RankSummary, ScalingRow, Stall, TypeSummary};
 use crate::allreduce::RouteLinkModel;
@@ -113,6 +116,14 @@ pub struct RunReport {
     pub final_val_accuracy: Option<f64>,
     /// The warnings the run carries (its manifest's `warnings`).
     pub warnings: Vec<crate::record::RunWarning>,
+    /// Seconds of validation after an epoch (the median over the epochs that validated).
+    pub val_s_per_epoch: Option<f64>,
+    /// The whole run's wall time as its manifest says (setup, training, validation, teardown).
+    pub wall_s: Option<f64>,
+    /// Each rank's own work per step, binned: report.html's heatmap (not in report.json,
+    /// whose size must not grow with the ranks).
+    #[serde(skip)]
+    pub heatmap: StepHeatmap,
 }
 
 /// Seconds per epoch: compute (forward + backward), all-reduce work, its transfer (the

@@ -1,5 +1,6 @@
-//! The plots: speedup and efficiency against ranks, phases per run, bandwidth against
-//! message size, and each run's step time per rank.
+//! The plots: speedup and efficiency against ranks, the efficiency waterfall, phases per
+//! run and per batch, bandwidth against message size, and each run's step time per rank
+//! and own work per rank and step (the heatmap).
 
 use super::{Report, RunReport, StepPhases};
 use crate::files::StagedFiles;
@@ -8,17 +9,45 @@ use crate::reduce::analysis::{ScalingMode, ScalingRow, TypeSummary};
 use anyhow::Result;
 use std::collections::BTreeMap;
 
-/// Every plot of `report`, as SVG and PNG, staged into `out`.
-pub fn plots(raster: &plot::Rasteriser, out: &mut StagedFiles, report: &Report) -> Result<()> {
-    scaling_plots(raster, out, &report.scaling)?;
-    phases_plot(raster, out, &report.runs)?;
-    bandwidth_plot(raster, out, &report.runs, &report.summary)?;
-    step_time_plots(raster, out, &report.runs)
+/// One drawn plot: the file stem it is written under, and its SVG document.
+#[derive(Debug, Clone)]
+pub struct Picture {
+    pub stem: String,
+    pub svg: String,
+}
+
+/// Every plot of `report` (report.html shows them inline; with plots they are also
+/// written as files).
+pub fn pictures(report: &Report) -> Result<Vec<Picture>> {
+    let mut out = Vec::new();
+    scaling_plots(&mut out, &report.scaling)?;
+    waterfall_plot(&mut out, &report.scaling)?;
+    phases_plot(&mut out, &report.runs)?;
+    phase_share_plots(&mut out, &report.runs)?;
+    bandwidth_plot(&mut out, &report.runs, &report.summary)?;
+    step_time_plots(&mut out, &report.runs)?;
+    heatmap_plots(&mut out, &report.runs)?;
+    if let Some(p) = report.projection.as_ref().filter(|p| !p.rows.is_empty()) {
+        out.push(picture("projection", super::projection::projection_svg(&p.rows)?));
+    }
+    Ok(out)
+}
+
+/// Each of `pictures` as SVG and PNG, staged into `out`.
+pub fn plots(raster: &plot::Rasteriser, out: &mut StagedFiles, pictures: &[Picture]) -> Result<()> {
+    for p in pictures {
+        raster.stage(out, &p.stem, &p.svg)?;
+    }
+    Ok(())
+}
+
+fn picture(stem: &str, svg: String) -> Picture {
+    Picture { stem: stem.to_string(), svg }
 }
 
 /// Speedup and efficiency against ranks, one series per workload and batch per rank,
 /// with the speedup's interval as error bars and the ideal line.
-fn scaling_plots(raster: &plot::Rasteriser, out: &mut StagedFiles, scaling: &[ScalingRow]) -> Result<()> {
+fn scaling_plots(out: &mut Vec<Picture>, scaling: &[ScalingRow]) -> Result<()> {
     // One series per workload, mode, batch and comparison (runs that differ in anything
     // else are never one curve); the baseline (speedup 1) starts each.
     let mut groups: BTreeMap<(String, &str), Vec<&ScalingRow>> = BTreeMap::new();
@@ -74,7 +103,7 @@ fn scaling_plots(raster: &plot::Rasteriser, out: &mut StagedFiles, scaling: &[Sc
         series: s,
         bands: Vec::new(),
     };
-    raster.stage(out, "speedup", &plot::line_chart(&speedup)?)?;
+    out.push(picture("speedup", plot::line_chart(&speedup)?));
     let mut e = mk(&|r| r.efficiency);
     e.push(Series::ideal("ideal (efficiency 1)", max_ranks, |_| 1.0));
     let efficiency = LineChart {
@@ -83,12 +112,13 @@ fn scaling_plots(raster: &plot::Rasteriser, out: &mut StagedFiles, scaling: &[Sc
         series: e,
         ..speedup
     };
-    raster.stage(out, "efficiency", &plot::line_chart(&efficiency)?)
+    out.push(picture("efficiency", plot::line_chart(&efficiency)?));
+    Ok(())
 }
 
 /// Mean time per step by phase, stacked, one bar per rank count (and batch, and model
 /// where there are several): the mean over the runs there.
-fn phases_plot(raster: &plot::Rasteriser, out: &mut StagedFiles, runs: &[RunReport]) -> Result<()> {
+fn phases_plot(out: &mut Vec<Picture>, runs: &[RunReport]) -> Result<()> {
     let models: std::collections::BTreeSet<&str> = runs.iter().map(|r| r.model.as_str()).collect();
     let mut groups: BTreeMap<(usize, &str, usize), Vec<&RunReport>> = BTreeMap::new();
     for r in runs {
@@ -123,13 +153,15 @@ fn phases_plot(raster: &plot::Rasteriser, out: &mut StagedFiles, runs: &[RunRepo
         &names,
         &stacks,
     )?;
-    raster.stage(out, "phases", &svg)
+    out.push(picture("phases", svg));
+    Ok(())
 }
 
 /// Bus bandwidth against message size: the raw probe and the all-reduce inside training.
-fn bandwidth_plot(raster: &plot::Rasteriser, out: &mut StagedFiles, runs: &[RunReport], summaries: &[TypeSummary]) -> Result<()> {
+fn bandwidth_plot(out: &mut Vec<Picture>, runs: &[RunReport], summaries: &[TypeSummary]) -> Result<()> {
     let mut probe = Vec::new();
-    let mut train = Vec::new();
+    // One series per batch per rank: each dot's batch is named by its colour's legend.
+    let mut train: BTreeMap<usize, Vec<Point>> = BTreeMap::new();
     for r in runs.iter().filter(|r| r.ranks > 1) {
         if let Some(p) = &r.probe {
             probe.push(Point::new(p.bytes as f64, p.busbw_bytes_per_s / 1e9));
@@ -140,31 +172,40 @@ fn bandwidth_plot(raster: &plot::Rasteriser, out: &mut StagedFiles, runs: &[RunR
             .filter(|s| s.run_id == r.run_id)
             .map(|s| s.busbw_bytes_per_s)
             .fold(f64::NAN, f64::min);
-        train.push(Point::new(r.bytes_per_step.unwrap_or(0) as f64, busbw / 1e9));
+        train
+            .entry(r.batch_per_rank)
+            .or_default()
+            .push(Point::new(r.bytes_per_step.unwrap_or(0) as f64, busbw / 1e9));
     }
     if !train.is_empty() {
-        let markers = |name: &str, points: Vec<Point>| Series {
-            name: name.into(),
+        let markers = |name: String, points: Vec<Point>| Series {
+            name,
             points,
             kind: SeriesKind::Markers,
             colour: None,
         };
+        let mut series = vec![markers("raw MPI_Allreduce (probe)".into(), probe)];
+        series.extend(
+            train
+                .into_iter()
+                .map(|(b, points)| markers(format!("inside training, batch {b}/rank"), points)),
+        );
         let chart = LineChart {
             title: "All-reduce bus bandwidth vs message size".into(),
             x_label: "bytes per step".into(),
             y_label: "busbw GB/s".into(),
             x_scale: XScale::Log10,
-            series: vec![markers("raw MPI_Allreduce", probe), markers("inside training", train)],
+            series,
             bands: Vec::new(),
         };
-        raster.stage(out, "bandwidth", &plot::line_chart(&chart)?)?;
+        out.push(picture("bandwidth", plot::line_chart(&chart)?));
     }
 
     Ok(())
 }
 
 /// Each run's step time distribution per rank.
-fn step_time_plots(raster: &plot::Rasteriser, out: &mut StagedFiles, runs: &[RunReport]) -> Result<()> {
+fn step_time_plots(out: &mut Vec<Picture>, runs: &[RunReport]) -> Result<()> {
     for r in runs {
         let labels: Vec<String> = r.rank_step_quantiles_s.iter().map(|x| x.rank.to_string()).collect();
         let boxes: Vec<[f64; 5]> = r.rank_step_quantiles_s.iter().map(|x| x.step_s.map(|s| s * 1e3)).collect();
@@ -181,8 +222,120 @@ fn step_time_plots(raster: &plot::Rasteriser, out: &mut StagedFiles, runs: &[Run
             &groups,
             &r.node_types,
         )?;
-        // The stem is made a file name of its own: a run id never makes it a path.
-        raster.stage(out, &format!("step_time_per_rank-{}", r.run_id), &svg)?;
+        // The stem is made a file name of its own when staged: a run id never makes it a path.
+        out.push(picture(&format!("step_time_per_rank-{}", r.run_id), svg));
+    }
+    Ok(())
+}
+
+/// The efficiency waterfall as stacked bars, one per compared point: the measured
+/// throughput at the bottom, each cause's loss above it, the whole bar the ideal.
+fn waterfall_plot(out: &mut Vec<Picture>, scaling: &[ScalingRow]) -> Result<()> {
+    let rows: Vec<&ScalingRow> = scaling.iter().filter(|r| r.loss_comm_samples_per_s.is_finite()).collect();
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let models: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.model.as_str()).collect();
+    let names: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let model = if models.len() > 1 { format!("{} ", r.model) } else { String::new() };
+            format!("{model}{} r {} b{}", r.ranks, r.scaling_mode, r.batch_per_rank)
+        })
+        .collect();
+    let of = |f: fn(&ScalingRow) -> f64| rows.iter().map(|r| f(r)).collect::<Vec<f64>>();
+    let stacks = vec![
+        ("measured".to_string(), of(|r| r.samples_per_s)),
+        ("lost: transfer".to_string(), of(|r| r.loss_comm_samples_per_s)),
+        ("lost: waiting for a late rank".to_string(), of(|r| r.loss_straggler_samples_per_s)),
+        ("lost: data loading".to_string(), of(|r| r.loss_data_samples_per_s)),
+        ("lost: other (contention)".to_string(), of(|r| r.loss_other_samples_per_s)),
+    ];
+    let svg = plot::stacked_bars(
+        "Where the ideal throughput went (bar top: ideal)",
+        "point: ranks, mode, batch per rank (a gain is not drawn)",
+        "samples/s",
+        &names,
+        &stacks,
+    )?;
+    out.push(picture("waterfall", svg));
+    Ok(())
+}
+
+/// Each phase's share of the step, one panel per model and batch per rank, one bar
+/// per rank count (the mean over the runs there).
+fn phase_share_plots(out: &mut Vec<Picture>, runs: &[RunReport]) -> Result<()> {
+    let mut panels: BTreeMap<(&str, usize), BTreeMap<usize, Vec<&RunReport>>> = BTreeMap::new();
+    for r in runs {
+        panels.entry((r.model.as_str(), r.batch_per_rank)).or_default().entry(r.ranks).or_default().push(r);
+    }
+    for ((model, batch), by_ranks) in panels {
+        let names: Vec<String> = by_ranks.keys().map(|n| format!("{n} ranks")).collect();
+        let share = |f: fn(&StepPhases) -> f64| -> Vec<f64> {
+            by_ranks
+                .values()
+                .map(|rs| {
+                    let part: f64 = rs.iter().map(|r| f(&r.per_step)).sum();
+                    let whole: f64 = rs.iter().map(|r| phase_total(&r.per_step)).sum();
+                    100.0 * part / whole
+                })
+                .collect()
+        };
+        let svg = plot::stacked_bars(
+            &format!("Share of the step by phase: {model}, batch {batch}/rank"),
+            "ranks (mean over the runs)",
+            "% of the step",
+            &names,
+            &phase_stacks(share),
+        )?;
+        out.push(picture(&format!("phase_shares-{model}-b{batch}"), svg));
+    }
+    Ok(())
+}
+
+/// The phases in the order a step runs them, each as `value` gives it.
+fn phase_stacks(value: impl Fn(fn(&StepPhases) -> f64) -> Vec<f64>) -> Vec<(String, Vec<f64>)> {
+    vec![
+        ("data".to_string(), value(|p| p.data_s)),
+        ("forward".to_string(), value(|p| p.forward_s)),
+        ("backward".to_string(), value(|p| p.backward_s)),
+        ("comm: transfer".to_string(), value(|p| p.comm_transfer_s)),
+        ("comm: waiting for a late rank".to_string(), value(|p| p.comm_wait_s)),
+        ("optimizer".to_string(), value(|p| p.optimizer_s)),
+        ("other".to_string(), value(|p| p.other_s)),
+    ]
+}
+
+fn phase_total(p: &StepPhases) -> f64 {
+    p.data_s + p.forward_s + p.backward_s + p.comm_transfer_s + p.comm_wait_s + p.optimizer_s + p.other_s
+}
+
+/// Per run of several ranks, each rank's own work per step (step time less the exposed
+/// all-reduce), binned as the run's heatmap holds it: a late rank is a dark row, a
+/// slow stretch of the run a dark column.
+fn heatmap_plots(out: &mut Vec<Picture>, runs: &[RunReport]) -> Result<()> {
+    for r in runs.iter().filter(|r| r.ranks > 1) {
+        let h = &r.heatmap;
+        let rows: Vec<String> = (0..h.cells_s.len()).map(|i| h.row_label(i)).collect();
+        let columns: Vec<String> = (0..h.columns()).map(|c| h.column_step(c).to_string()).collect();
+        let cells: Vec<Vec<f64>> = h.cells_s.iter().map(|row| row.iter().map(|v| v * 1e3).collect()).collect();
+        let binned = if h.ranks_per_row > 1 || h.steps_per_column > 1 {
+            format!(" ({} rank(s) × {} step(s) a cell, its largest)", h.ranks_per_row, h.steps_per_column)
+        } else {
+            String::new()
+        };
+        let svg = plot::heatmap(
+            (
+                &format!("Own work per rank and step: {}", r.run_id),
+                &format!("global step{binned}"),
+                "rank",
+            ),
+            "own work ms",
+            &rows,
+            &columns,
+            &cells,
+        )?;
+        out.push(picture(&format!("heatmap-{}", r.run_id), svg));
     }
     Ok(())
 }

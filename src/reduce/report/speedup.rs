@@ -274,17 +274,19 @@ fn batch_grid(md: &mut String, rows: &[&ScalingRow], mode: ScalingMode) {
         return;
     }
     let _ = writeln!(md, "\n### {mode} speedup by batch per rank × ranks\n");
-    let _ = write!(md, "| batch/rank |");
+    let _ = write!(md, "| batch/rank | 1-rank step ms |");
     for n in &rank_counts {
         let _ = write!(md, " {n} rank(s) |");
     }
-    let _ = write!(md, "\n|---:|");
+    let _ = write!(md, "\n|---:|---:|");
     for _ in &rank_counts {
         let _ = write!(md, "---:|");
     }
     let _ = writeln!(md);
     for b in &batches {
-        let _ = write!(md, "| {b} |");
+        // The 1-rank time: what the batch costs before any communication.
+        let alone = cells.iter().find(|r| r.batch_per_rank == *b && r.ranks == 1).map_or("–".into(), |r| super::ms(r.step_s_mean));
+        let _ = write!(md, "| {b} | {alone} |");
         for n in &rank_counts {
             match cells.iter().find(|r| r.batch_per_rank == *b && r.ranks == *n) {
                 Some(r) if r.speedup.is_finite() => {
@@ -297,5 +299,5 @@ fn batch_grid(md: &mut String, rows: &[&ScalingRow], mode: ScalingMode) {
         }
         let _ = writeln!(md);
     }
-    let _ = writeln!(md, "\nEach cell is throughput relative to its reference; a larger batch per rank does more compute per all-reduce, so it usually scales better.");
+    let _ = writeln!(md, "\nEach cell is throughput relative to its reference (1-rank step ms: the mean step of the 1-rank runs at that batch, what it costs alone); a larger batch per rank does more compute per all-reduce, so it usually scales better.");
 }

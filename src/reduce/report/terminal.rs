@@ -13,25 +13,31 @@ pub fn print(report: &Report, out: &Path, plots: bool) {
         print_projection(&p.rows);
     }
     println!(
-        "\nwrote {}/{{summary.csv, scaling.csv, ranks.csv, report.md, report.json{}{}}}",
+        "\nwrote {}/{{summary.csv, scaling.csv, ranks.csv, times.csv, report.md, report.html, report.json{}{}}}",
         out.display(),
         if projected { ", projection.csv" } else { "" },
         if plots { ", *.svg, *.png" } else { "" }
     );
 }
 
+/// The width of a column of `names`: the longest, so that no two run ids (repeats that
+/// differ only in their last characters) are cut to the same text.
+fn width<'a>(names: impl Iterator<Item = &'a str>, title: &str) -> usize {
+    names.map(|n| n.chars().count()).chain([title.len()]).max().unwrap_or(0)
+}
+
 fn print_tables(summaries: &[TypeSummary], scaling: &[ScalingRow]) {
+    let w = width(summaries.iter().map(|s| s.run_id.as_str()), "run");
     println!(
-        "{:<34} {:<28} {:>5} {:>7} {:>9} {:>9} {:>11} {:>6} {:>6} {:>7} {:>9}",
+        "{:<w$} {:<28} {:>5} {:>7} {:>9} {:>9} {:>11} {:>6} {:>6} {:>7} {:>9}",
         "run", "node type", "ranks", "steps", "step ms", "p95 ms", "samples/s", "fwd%", "bwd%", "comm%", "busbw GB/s"
     );
     for s in summaries {
         let nt: String = s.node_type.chars().take(28).collect();
-        let run: String = s.run_id.chars().take(34).collect();
         let share = |v: f64| if v.is_finite() { format!("{:.0}", v * 100.0) } else { "–".into() };
         println!(
-            "{:<34} {:<28} {:>5} {:>7} {:>9} {:>9} {:>11.1} {:>6} {:>6} {:>7} {:>9}",
-            run,
+            "{:<w$} {:<28} {:>5} {:>7} {:>9} {:>9} {:>11.1} {:>6} {:>6} {:>7} {:>9}",
+            s.run_id,
             nt,
             s.ranks,
             s.rank_steps,
@@ -45,12 +51,13 @@ fn print_tables(summaries: &[TypeSummary], scaling: &[ScalingRow]) {
         );
     }
     if scaling.iter().any(|r| r.scaling_mode != ScalingMode::Baseline) {
+        let points: Vec<String> = scaling.iter().map(|r| r.run_ids.join(" ")).collect();
+        let w = width(points.iter().map(String::as_str), "point");
         println!(
-            "\n{:<34} {:>5} {:>8} {:>7} {:>8} {:>17} {:>10}",
+            "\n{:<w$} {:>5} {:>8} {:>7} {:>8} {:>17} {:>10}",
             "point", "ranks", "mode", "repeats", "speedup", "interval", "efficiency"
         );
-        for r in scaling {
-            let run: String = r.run_ids.join(" ").chars().take(34).collect();
+        for (r, run) in scaling.iter().zip(&points) {
             let num = |v: f64| if v.is_finite() { format!("{v:.3}") } else { "-".into() };
             let ci = if r.speedup_low.is_finite() {
                 format!("{:.3}-{:.3}", r.speedup_low, r.speedup_high)
@@ -58,7 +65,7 @@ fn print_tables(summaries: &[TypeSummary], scaling: &[ScalingRow]) {
                 "-".into()
             };
             println!(
-                "{:<34} {:>5} {:>8} {:>7} {:>8} {:>17} {:>10}",
+                "{:<w$} {:>5} {:>8} {:>7} {:>8} {:>17} {:>10}",
                 run,
                 r.ranks,
                 r.scaling_mode.to_string(),

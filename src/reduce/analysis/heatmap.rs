@@ -1,0 +1,155 @@
+//! The per-rank × step picture of a run: each rank's own work per step (its step time
+//! less the exposed all-reduce, what the others wait for when it is late), kept in a
+//! grid of bounded size while the rows stream past. A run with more ranks than
+//! [`HeatmapLimits::rows`] puts consecutive ranks into one row; a run with more steps
+//! than [`HeatmapLimits::columns`] doubles the steps per column (merging neighbours) as
+//! often as it needs, so memory and the page's size never grow with the rows.
+//! A cell holds the largest value of the rank-steps in it: a late rank is never
+//! averaged away by its neighbours.
+
+use serde::Serialize;
+
+/// How large the grid may grow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeatmapLimits {
+    /// Rows (groups of ranks) at most.
+    pub rows: usize,
+    /// Columns (groups of steps) at most.
+    pub columns: usize,
+}
+
+/// What report.html draws: 64 rows × 200 columns, 12,800 cells (about 1.2 MB of SVG).
+pub const HEATMAP_LIMITS: HeatmapLimits = HeatmapLimits { rows: 64, columns: 200 };
+
+/// Own work per rank and step, binned.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepHeatmap {
+    /// Ranks per row: row r holds ranks `r * ranks_per_row ..` (the last row may hold fewer).
+    pub ranks_per_row: usize,
+    /// Counted steps per column (a power of two).
+    pub steps_per_column: u64,
+    /// The global step of the first counted step.
+    pub first_step: u64,
+    /// The ranks of the run.
+    pub ranks: usize,
+    /// Counted steps seen.
+    pub steps: u64,
+    /// `cells[row][column]`: the largest own work in seconds there (NaN: nothing yet).
+    pub cells_s: Vec<Vec<f64>>,
+    #[serde(skip)]
+    limits: HeatmapLimits,
+}
+
+impl StepHeatmap {
+    pub fn new(ranks: usize, limits: HeatmapLimits) -> StepHeatmap {
+        let rows = limits.rows.max(1);
+        let ranks_per_row = ranks.div_ceil(rows).max(1);
+        StepHeatmap {
+            ranks_per_row,
+            steps_per_column: 1,
+            first_step: 0,
+            ranks,
+            steps: 0,
+            cells_s: vec![Vec::new(); ranks.div_ceil(ranks_per_row).max(1)],
+            limits: HeatmapLimits {
+                rows,
+                columns: limits.columns.max(2),
+            },
+        }
+    }
+
+    /// Adds one counted step: `own_s[i]` is rank i's own work.
+    pub fn push(&mut self, global_step: u64, own_s: &[f64]) {
+        if self.steps == 0 {
+            self.first_step = global_step;
+        }
+        let column = (self.steps / self.steps_per_column) as usize;
+        if column >= self.limits.columns {
+            self.halve();
+        }
+        let column = (self.steps / self.steps_per_column) as usize;
+        let last_row = self.cells_s.len() - 1;
+        for (i, &v) in own_s.iter().enumerate() {
+            let row = &mut self.cells_s[(i / self.ranks_per_row).min(last_row)];
+            if row.len() <= column {
+                row.resize(column + 1, f64::NAN);
+            }
+            if v.is_finite() && !(row[column] >= v) {
+                row[column] = v;
+            }
+        }
+        self.steps += 1;
+    }
+
+    /// Twice the steps per column: each pair of columns becomes one.
+    fn halve(&mut self) {
+        self.steps_per_column *= 2;
+        for row in &mut self.cells_s {
+            *row = row.chunks(2).map(|c| c.iter().copied().fold(f64::NAN, f64::max)).collect();
+        }
+    }
+
+    /// Columns filled so far.
+    pub fn columns(&self) -> usize {
+        self.cells_s.iter().map(Vec::len).max().unwrap_or(0)
+    }
+
+    /// The ranks of row `r` as text: "3" or "64–127".
+    pub fn row_label(&self, r: usize) -> String {
+        let first = r * self.ranks_per_row;
+        let last = ((r + 1) * self.ranks_per_row).min(self.ranks).saturating_sub(1);
+        if first >= last {
+            first.to_string()
+        } else {
+            format!("{first}–{last}")
+        }
+    }
+
+    /// The first global step of column `c`.
+    pub fn column_step(&self, c: usize) -> u64 {
+        self.first_step + c as u64 * self.steps_per_column
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_runs_are_drawn_cell_by_cell() {
+        let mut h = StepHeatmap::new(3, HeatmapLimits { rows: 4, columns: 8 });
+        for s in 0..5 {
+            h.push(10 + s, &[1.0, 2.0 + s as f64, 0.5]);
+        }
+        assert_eq!((h.ranks_per_row, h.steps_per_column, h.first_step), (1, 1, 10));
+        assert_eq!(h.cells_s.len(), 3);
+        assert_eq!(h.cells_s[1], [2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(h.row_label(2), "2");
+    }
+
+    #[test]
+    fn large_runs_are_binned_and_keep_the_late_rank() {
+        // 10 ranks, 100 steps into at most 3 rows and 8 columns.
+        let mut h = StepHeatmap::new(10, HeatmapLimits { rows: 3, columns: 8 });
+        for s in 0..100u64 {
+            let mut own = vec![1.0; 10];
+            if s == 57 {
+                own[9] = 40.0;
+            }
+            h.push(s, &own);
+        }
+        assert_eq!(h.ranks_per_row, 4);
+        assert_eq!(h.cells_s.len(), 3);
+        assert_eq!(h.row_label(0), "0–3");
+        assert_eq!(h.row_label(2), "8–9");
+        // 100 steps over 8 columns: 16 steps per column, 7 columns filled.
+        assert_eq!(h.steps_per_column, 16);
+        assert_eq!(h.columns(), 7);
+        assert!(h.cells_s.iter().all(|r| r.len() <= 8));
+        // Step 57 is in column 3 (steps 48–63) of the last row, and only there.
+        assert_eq!(h.cells_s[2][3], 40.0);
+        assert_eq!(h.column_step(3), 48);
+        let big: usize = h.cells_s.iter().flatten().filter(|v| **v > 1.0).count();
+        assert_eq!(big, 1);
+    }
+}
