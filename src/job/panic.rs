@@ -3,6 +3,8 @@
 /// Ends every rank of the job with exit status `code`: the hook below, a rank's own
 /// error and the watchdog's verdict all end a job here.
 pub fn abort_job(code: i32) -> ! {
+    // The scratch folder and the folder locks this process holds go first.
+    crate::cleanup::on_abort();
     // SAFETY: MPI is initialised (every caller runs inside `run_job`, after World::init);
     // MPI_Abort ends every rank of the job, which a rank that cannot go on needs, since
     // its peers may be waiting in a collective.
