@@ -75,7 +75,7 @@ impl RankTrace {
         let dir = run_dir.join(TRACE_DIR);
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the trace folder {}", dir.display()))?;
         let path = dir.join(file_name(id.rank));
-        let file = File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+        let file = crate::files::create_exclusive(&path).with_context(|| format!("cannot create {}", path.display()))?;
         let mut t = RankTrace {
             out: BufWriter::new(file),
             path,
@@ -245,7 +245,7 @@ impl RankTrace {
             .with_context(|| format!("cannot read back {}", self.path.display()))?;
         let body = text.trim_start_matches('[').trim_start().trim_end().trim_end_matches(',');
         let tmp = self.path.with_extension("json.tmp");
-        let mut w = BufWriter::new(File::create(&tmp)?);
+        let mut w = BufWriter::new(crate::files::create_exclusive(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?);
         writeln!(
             w,
             "{{\"distributedInfo\": {{\"rank\": {}, \"world_size\": {}, \"backend\": {}}},",
