@@ -241,10 +241,7 @@ pub(super) fn write(out: &Path, plan: &Plan, repeat: usize, state: &State, reduc
     let report = out.join("report");
     std::fs::create_dir_all(&report).with_context(|| format!("cannot create {}", report.display()))?;
     let rows = summarise(reduced, plan, repeat, state);
-    let mut w = crate::record::CsvLog::create(&report.join("study.csv"))?;
-    for r in &rows {
-        w.write(r)?;
-    }
+    crate::record::write_atomic(&report.join("study.csv"), &csv_text(&rows)?)?;
     let mut by: BTreeMap<&str, Vec<&PointSummary>> = BTreeMap::new();
     for r in &rows {
         by.entry(r.workload.as_str()).or_default().push(r);
@@ -296,7 +293,7 @@ pub(super) fn write(out: &Path, plan: &Plan, repeat: usize, state: &State, reduc
             let _ = writeln!(md, "\n![speedup of {workload}]({}.png)", plot_stem(workload));
         }
     }
-    std::fs::write(report.join("study.md"), md).context("cannot write study.md")?;
+    crate::record::write_atomic(&report.join("study.md"), &md)?;
     if plots {
         let r = Rasteriser::new();
         for (workload, ps) in &by {
@@ -304,6 +301,17 @@ pub(super) fn write(out: &Path, plan: &Plan, repeat: usize, state: &State, reduc
         }
     }
     Ok(verdicts)
+}
+
+/// `rows` as CSV text, each cell as [`crate::record::Cells`] writes it (no header when
+/// there is no row).
+fn csv_text<R: Serialize>(rows: &[R]) -> Result<String> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for r in rows {
+        w.serialize(crate::record::Cells(r)).context("cannot format study.csv")?;
+    }
+    let bytes = w.into_inner().map_err(|e| anyhow::anyhow!("cannot format study.csv: {e}"))?;
+    Ok(String::from_utf8(bytes)?)
 }
 
 fn plot_stem(workload: &str) -> String {
