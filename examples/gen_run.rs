@@ -47,6 +47,7 @@ fn main() -> anyhow::Result<()> {
         // Derived by reduce from the fields above, as for a manifest written before the key.
         comparison_key: None,
         model_file: None,
+        log_lines_dropped: 0,
         ranks: (0..ranks)
             .map(|r| RankInfo {
                 rank: r,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The quick start: set up, then a scaling study on this machine: the MNIST CNN on
-# Fashion-MNIST at 1 and 2 CPU ranks, twice each, ending with the speedup table.
+# Fashion-MNIST at 1 and 2 CPU ranks, four times each, ending with the speedup table.
 #   job-scripts/local-study.sh [STUDY.toml] [ddpbench study options...]
 # Each call writes a new folder results/study-quick-<time> (a study folder given with
 # --out resumes instead).

@@ -77,18 +77,23 @@ pub fn at_most<T: PartialOrd + std::fmt::Display>(key: &str, n: T, max: T, what:
     }
 }
 
-/// The text of a JSON file no larger than [`MAX_JSON_BYTES`], checked before it is read.
+/// The text of a JSON file no larger than [`MAX_JSON_BYTES`], checked before it is read;
+/// only a regular file is read (a FIFO or a device in its place is named, not waited on).
 pub fn read_json_text(path: &Path) -> Result<String, String> {
-    let len = std::fs::metadata(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
-        .len();
+    use std::io::Read;
+    let file = crate::files::open_regular(path).map_err(|e| crate::files::read_error(path, &e))?;
+    let len = file.metadata().map_err(|e| crate::files::read_error(path, &e))?.len();
     if len > MAX_JSON_BYTES {
         return Err(format!(
             "{} holds {len} bytes: more than ddpbench writes into such a file ({MAX_JSON_BYTES}); it is not one",
             path.display()
         ));
     }
-    std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    let mut text = String::new();
+    file.take(MAX_JSON_BYTES)
+        .read_to_string(&mut text)
+        .map_err(|e| crate::files::read_error(path, &e))?;
+    Ok(text)
 }
 
 #[cfg(test)]

@@ -1,8 +1,11 @@
 //! `ddpbench diagnose RUN_DIR`: reads the flight records (`rank-NNNNN.flight.json`) the
 //! watchdog left in a run folder and prints which ranks never entered the collective
-//! the others waited in, as the watchdog did when it stopped the job, then each rank's
-//! last collectives. The world size and every rank number are checked against
-//! [`crate::bounds`] before anything is sized by them.
+//! the others waited in (or which collective each rank was in, when they differ, or the
+//! phase a rank stalled in when none waited), as the watchdog did when it stopped the
+//! job, then each rank's last collectives. The world size and every rank number are checked against
+//! [`crate::bounds`] before anything is sized by them. A run whose rank 0 died before
+//! writing the outcome gets it first, from the ranks' end records
+//! ([`crate::record::settle`]), as `reduce` does.
 
 use crate::bounds::{self, MAX_RANKS, MAX_RUN_S};
 use crate::flight::{self, FlightDump, RankStatus, State};
@@ -28,9 +31,19 @@ struct World {
 }
 
 /// The folder's world, when it has a readable manifest; Err when its size is one no
-/// job has. Launch sizes beyond [`MAX_RANKS`] are not taken.
+/// job has. Launch sizes beyond [`MAX_RANKS`] are not taken. A manifest that is there
+/// but cannot be read (damaged, or a FIFO or device in its place) is named on stderr,
+/// and the records are diagnosed as without one.
 fn world(dir: &Path) -> Result<Option<World>> {
-    let Ok(m) = Manifest::read(dir) else { return Ok(None) };
+    let m = match Manifest::read(dir) {
+        Ok(m) => m,
+        Err(e) => {
+            if std::fs::symlink_metadata(dir.join("manifest.json")).is_ok() {
+                eprintln!("note: {e:#}; diagnosing the flight records without it");
+            }
+            return Ok(None);
+        }
+    };
     if !(1..=MAX_RANKS).contains(&m.world_size) {
         bail!(
             "{}: world_size is {}: a job has 1 to {MAX_RANKS} ranks; the manifest is damaged",
@@ -145,8 +158,10 @@ pub fn report(dir: &Path) -> Result<String> {
     }
     statuses.sort_by_key(|s| s.rank);
     let mut out = String::new();
+    let stalled = flight::stalled(&statuses, 0.0);
     match flight::diagnose(&statuses, size) {
         Some(d) => writeln!(out, "{}", d.message())?,
+        None if !stalled.is_empty() => writeln!(out, "{}", flight::stall_message(&stalled, None))?,
         None => writeln!(out, "no rank was waiting in a collective when the records were written")?,
     }
     if let Some(m) = dumps.iter().map(|d| &d.message).find(|m| !m.is_empty()) {
@@ -186,6 +201,7 @@ pub struct DiagnoseArgs {
 
 /// Entry point of `ddpbench diagnose`.
 pub fn main(args: DiagnoseArgs) -> Result<()> {
+    crate::record::settle::settle_and_say(&args.run, "diagnose");
     print!("{}", report(&args.run)?);
     Ok(())
 }

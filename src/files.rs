@@ -45,6 +45,27 @@ pub fn read_regular_to_string(path: &Path, max_bytes: u64) -> io::Result<String>
     Ok(text)
 }
 
+/// A message for `e`, met opening or reading `path` with [`open_regular`] or
+/// [`read_regular_to_string`], that names the file once.
+pub fn read_error(path: &Path, e: &io::Error) -> String {
+    let text = e.to_string();
+    if text.contains(&*path.to_string_lossy()) {
+        text
+    } else {
+        format!("cannot read {}: {text}", path.display())
+    }
+}
+
+/// Opens `path` with [`open_regular`]: None when nothing is there, Err ([`read_error`])
+/// when what is there is no regular file or cannot be read.
+pub fn open_regular_if_present(path: &Path) -> Result<Option<File>, String> {
+    match open_regular(path) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(read_error(path, &e)),
+    }
+}
+
 /// Whether `path` names a regular file, not following a symlink at the last component.
 pub fn is_regular_no_follow(path: &Path) -> bool {
     std::fs::symlink_metadata(path).map(|m| m.file_type().is_file()).unwrap_or(false)
@@ -156,6 +177,150 @@ pub fn describe(kind: std::fs::FileType) -> &'static str {
     }
 }
 
+/// The longest name one path component may have (Linux's `NAME_MAX`), in bytes.
+pub const MAX_NAME_BYTES: usize = 255;
+
+/// Whether `c` may stand in a name ddpbench uses as one path component as it is: an
+/// ASCII letter or digit, `.`, `_` or `-`.
+pub fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+}
+
+/// Why `name` (a run id, the name of a run folder) cannot be one path component as it
+/// is, or None when it can: it must be 1 to [`MAX_NAME_BYTES`] bytes of
+/// [`is_name_char`] characters, and neither `.` nor `..`. Such a name holds no `/`,
+/// so a path it is joined into stays in its folder.
+pub fn name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("it is empty".into());
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Some(format!(
+            "it is {} bytes long: a folder's name has at most {MAX_NAME_BYTES}",
+            name.len()
+        ));
+    }
+    if let Some(c) = name.chars().find(|&c| !is_name_char(c)) {
+        return Some(format!("it holds {c:?}: a name has letters, digits, `.`, `_` and `-` only"));
+    }
+    if name == "." || name == ".." {
+        return Some("it names a folder by its place, not a folder".into());
+    }
+    None
+}
+
+/// A file name made from `text` taken from data (a run id, a workload, a model file's
+/// name), never a path: every character other than [`is_name_char`]'s becomes `_`, a
+/// leading `.` too (no hidden file, no `..`), nothing becomes `_`, and a result longer
+/// than 200 bytes keeps its first 200 and a hash of the whole text, so that a prefix
+/// and an extension still fit in [`MAX_NAME_BYTES`] and two long texts stay apart.
+/// A text of [`is_name_char`] characters only, not starting with `.`, of at most 200
+/// bytes, comes back as it is.
+pub fn safe_component(text: &str) -> String {
+    const KEEP_BYTES: usize = 200;
+    let mut name: String = text.chars().map(|c| if is_name_char(c) { c } else { '_' }).collect();
+    if name.starts_with('.') {
+        name.replace_range(..1, "_");
+    }
+    if name.is_empty() {
+        name.push('_');
+    }
+    if name.len() > KEEP_BYTES {
+        // FNV-1a over the original text: the same text always gives the same name.
+        let hash = text
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+        name.truncate(KEEP_BYTES);
+        name.push_str(&format!("-{hash:016x}"));
+    }
+    name
+}
+
+/// Files that replace those of the same names in one folder all together or not at all:
+/// each is written to a temporary file in that folder (hidden, named after the file and
+/// this process) and checked as it is closed (a network file system may report a full
+/// disk only then); [`StagedFiles::commit`] renames every one into place once all are
+/// written. Dropped without a commit (an error on the way), it removes its temporary
+/// files and the folder keeps the files it had.
+pub struct StagedFiles {
+    dir: std::path::PathBuf,
+    /// (temporary file, final name), in the order written.
+    staged: Vec<(std::path::PathBuf, String)>,
+}
+
+impl StagedFiles {
+    /// Files to be written into `dir`, created (with its parents) when absent.
+    pub fn new(dir: &Path) -> io::Result<StagedFiles> {
+        std::fs::create_dir_all(dir).map_err(|e| at_path(dir, "cannot create", e))?;
+        Ok(StagedFiles {
+            dir: dir.to_path_buf(),
+            staged: Vec::new(),
+        })
+    }
+
+    /// The folder written into.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Stages `bytes` as the file `name` (one component: [`safe_component`]'s output, or
+    /// a name ddpbench chose). Err names the file and what the system said.
+    pub fn write(&mut self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        use std::io::Write;
+        if name_problem(name).is_some() || name.starts_with('.') {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("internal error: {name:?} is not a file name of its own"),
+            ));
+        }
+        let target = self.dir.join(name);
+        let temp = self.dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), self.staged.len()));
+        let mut file = create_exclusive(&temp).map_err(|e| at_path(&temp, "cannot create", e))?;
+        // Staged first, so that a failed write is removed with the others.
+        self.staged.push((temp, name.to_string()));
+        let written = file.write_all(bytes).and_then(|()| close_checked(file));
+        written.map_err(|e| at_path(&target, "cannot write", e))
+    }
+
+    /// Renames every staged file into place, in the order written. Err names the file
+    /// that could not be renamed; those renamed before it stay replaced.
+    pub fn commit(mut self) -> io::Result<()> {
+        for (temp, name) in std::mem::take(&mut self.staged) {
+            let target = self.dir.join(&name);
+            if let Err(e) = std::fs::rename(&temp, &target) {
+                let _ = std::fs::remove_file(&temp);
+                return Err(at_path(&target, "cannot replace", e));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for StagedFiles {
+    fn drop(&mut self) {
+        for (temp, _) in &self.staged {
+            let _ = std::fs::remove_file(temp);
+        }
+    }
+}
+
+/// Closes `file`, returning what `close` says: where a network file system reports that
+/// data written could not be stored.
+fn close_checked(file: File) -> io::Result<()> {
+    use std::os::fd::IntoRawFd;
+    let fd = file.into_raw_fd();
+    // SAFETY: `fd` came from `into_raw_fd`, so this is its only owner and it is closed once.
+    if unsafe { libc::close(fd) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `e` with `path` and what was being done, for a message that names the file.
+fn at_path(path: &Path, doing: &str, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{doing} {}: {e}", path.display()))
+}
+
 fn clear_nonblocking(file: &File) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let fd = file.as_raw_fd();
@@ -247,5 +412,52 @@ mod tests {
         rename_new(&tmp, &path).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
         assert!(!tmp.exists());
+    }
+
+    #[test]
+    fn names_from_data_never_leave_their_folder() {
+        assert_eq!(name_problem("mnist-cnn-fashion-mnist-n2-20260101T000000Z"), None);
+        assert_eq!(name_problem(".tmpAb1"), None);
+        for bad in ["", ".", "..", "x/../../escape_pwn", "a b", "rank\n0", "é"] {
+            assert!(name_problem(bad).is_some(), "{bad:?}");
+        }
+        assert!(name_problem(&"a".repeat(256)).unwrap().contains("256 bytes"));
+        assert_eq!(safe_component("step_time_per_rank-run0"), "step_time_per_rank-run0");
+        assert_eq!(safe_component("x/../../escape_pwn"), "x_.._.._escape_pwn");
+        assert_eq!(safe_component(".."), "_.");
+        assert_eq!(safe_component(""), "_");
+        assert_eq!(safe_component("my model.pt"), "my_model.pt");
+        let long = safe_component(&"a".repeat(400));
+        let other = safe_component(&("a".repeat(399) + "b"));
+        assert!(long.len() <= 217 && long != other, "{long}");
+        assert_eq!(long, safe_component(&"a".repeat(400)), "the same text, the same name");
+        for text in ["x/../../escape_pwn", "..", "/etc/passwd", &"é/".repeat(300)] {
+            let name = safe_component(text);
+            assert!(name_problem(&name).is_none() && !name.starts_with('.'), "{text:?} gave {name:?}");
+        }
+    }
+
+    #[test]
+    fn staged_files_replace_all_or_none_and_leave_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let mut files = StagedFiles::new(&out).unwrap();
+        files.write("a.csv", b"new a").unwrap();
+        files.write("b.md", b"new b").unwrap();
+        files.commit().unwrap();
+        assert_eq!(std::fs::read_to_string(out.join("a.csv")).unwrap(), "new a");
+        // An error before the commit: nothing replaced, no temporary file left.
+        let mut files = StagedFiles::new(&out).unwrap();
+        files.write("a.csv", b"newer a").unwrap();
+        assert!(files.write("../escape", b"x").is_err());
+        drop(files);
+        let mut names: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["a.csv", "b.md"]);
+        assert_eq!(std::fs::read_to_string(out.join("a.csv")).unwrap(), "new a");
+        assert!(!dir.path().join("escape").exists());
     }
 }

@@ -5,11 +5,16 @@
 //! collective does not complete, the ranks that can still act dump it to
 //! `rank-NNNNN.flight.json`, and [`diagnose`] names the ranks that never entered it:
 //! the rank that hangs a job, and where.
+//!
+//! Between collectives the rank's main thread says which [`Phase`] it is in (forward,
+//! backward, data loading, closing the run's files...) and when it entered it, so a
+//! step that never advances is named with its phase ([`stalled`]) although no
+//! collective is pending.
 
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
@@ -41,18 +46,122 @@ pub struct Record {
     pub scheduled_s: f64,
     pub started_s: Option<f64>,
     pub completed_s: Option<f64>,
+    /// True when made after the work ended: the final records, closing files, MPI_Finalize.
+    #[serde(default)]
+    pub teardown: bool,
 }
 
 impl Record {
     /// `all-reduce #4812 (bucket 2, epoch 3 step 120)`.
     pub fn describe(&self) -> String {
         let mut what = vec![self.detail.clone()].into_iter().filter(|d| !d.is_empty()).collect::<Vec<_>>();
-        match (self.epoch, self.step) {
-            (Some(e), Some(s)) => what.push(format!("epoch {e} step {s}")),
-            (Some(e), None) => what.push(format!("epoch {e}")),
+        match (self.teardown, self.epoch, self.step) {
+            (true, _, _) => what.push("teardown".into()),
+            (_, Some(e), Some(s)) => what.push(format!("epoch {e} step {s}")),
+            (_, Some(e), None) => what.push(format!("epoch {e}")),
             _ => what.push("set-up".into()),
         }
         format!("{} #{} ({})", self.kind, self.seq, what.join(", "))
+    }
+
+    /// True when `other` is the same call (kind and detail) as this one.
+    fn same_call(&self, other: &Record) -> bool {
+        self.seq == other.seq && self.kind == other.kind && self.detail == other.detail
+    }
+}
+
+/// What a rank's main thread does between collectives, watched for progress: a phase
+/// that lasts longer than the watchdog's limit is a step (or a teardown) that does not
+/// advance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    Data = 1,
+    Copy,
+    Forward,
+    Backward,
+    AllReduceWait,
+    Optimizer,
+    StepRecords,
+    Validation,
+    LastRecords,
+    ClosingFiles,
+}
+
+impl Phase {
+    const ALL: [Phase; 10] = [
+        Phase::Data,
+        Phase::Copy,
+        Phase::Forward,
+        Phase::Backward,
+        Phase::AllReduceWait,
+        Phase::Optimizer,
+        Phase::StepRecords,
+        Phase::Validation,
+        Phase::LastRecords,
+        Phase::ClosingFiles,
+    ];
+
+    /// How a message names it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Phase::Data => "data loading",
+            Phase::Copy => "the copy to the device",
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+            Phase::AllReduceWait => "the wait for the gradient all-reduce",
+            Phase::Optimizer => "the optimizer step",
+            Phase::StepRecords => "the step's records",
+            Phase::Validation => "validation",
+            Phase::LastRecords => "teardown (writing the run's last records)",
+            Phase::ClosingFiles => "teardown (closing the run's files)",
+        }
+    }
+
+    /// True for the phases after the work ended.
+    fn teardown(self) -> bool {
+        matches!(self, Phase::LastRecords | Phase::ClosingFiles)
+    }
+}
+
+/// The phase this rank is in and when it entered it: nanoseconds since the recorder's
+/// origin shifted left by 8, with the phase's number (0: none) in the low byte: a
+/// boundary costs one clock read and one relaxed store, and takes no lock.
+static PHASE: AtomicU64 = AtomicU64::new(0);
+
+/// True once MPI_Finalize has returned on this rank.
+static FINALIZED: AtomicBool = AtomicBool::new(false);
+
+/// Says that this rank's main thread enters `phase` now (None: nothing to watch, as in
+/// set-up, where loading a data set may take long and only collectives are watched).
+#[inline]
+pub fn phase(phase: Option<Phase>) {
+    let at_ns = recorder().origin.elapsed().as_nanos() as u64;
+    PHASE.store((at_ns << 8) | phase.map_or(0, |p| p as u64), Ordering::Relaxed);
+}
+
+/// Where a rank's main thread is, as its watchdog reports it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PhaseStatus {
+    /// [`Phase::describe`].
+    pub name: String,
+    pub epoch: Option<usize>,
+    pub step: Option<usize>,
+    /// True after the work ended (the step and epoch are then the last ones).
+    #[serde(default)]
+    pub teardown: bool,
+    /// Seconds since it entered the phase.
+    pub for_s: f64,
+}
+
+impl PhaseStatus {
+    /// `forward of epoch 0 step 3`, `validation of epoch 2`, `teardown (closing the run's files)`.
+    pub fn describe(&self) -> String {
+        match (self.teardown, self.epoch, self.step) {
+            (false, Some(e), Some(s)) => format!("{} of epoch {e} step {s}", self.name),
+            (false, Some(e), None) => format!("{} of epoch {e}", self.name),
+            _ => self.name.clone(),
+        }
     }
 }
 
@@ -66,6 +175,8 @@ struct Inner {
     /// The value of [`PROGRESS`] last seen, and when it was seen to change.
     seen_progress: u64,
     progress_s: f64,
+    /// True once the work has ended ([`Recorder::begin_teardown`]).
+    teardown: bool,
 }
 
 /// Operations completed inside long entries (a sweep's timed loop): one relaxed
@@ -98,6 +209,7 @@ pub fn recorder() -> &'static Recorder {
             idle: false,
             seen_progress: 0,
             progress_s: 0.0,
+            teardown: false,
         }),
     })
 }
@@ -133,6 +245,24 @@ impl Recorder {
         let mut i = self.lock();
         i.epoch = epoch;
         i.step = step;
+        i.teardown = false;
+    }
+
+    /// The work has ended: later records are the teardown's (final records, closing
+    /// files, MPI_Finalize).
+    pub fn begin_teardown(&self) {
+        self.lock().teardown = true;
+    }
+
+    /// This rank is past MPI_Finalize: only its exit is left.
+    pub fn mark_finalized(&self) {
+        FINALIZED.store(true, Ordering::Relaxed);
+    }
+
+    /// True once MPI_Finalize has returned on this rank ([`Recorder::mark_finalized`]).
+    pub fn finalized(&self) -> bool {
+        // Not under the lock: a panic hook asks, whatever the panicking thread holds.
+        FINALIZED.load(Ordering::Relaxed)
     }
 
     /// Starts a part of the job that all ranks begin together (a study point): its
@@ -143,6 +273,7 @@ impl Recorder {
         let mut i = self.lock();
         i.next_seq = i.next_seq.max(base);
         i.idle = idle;
+        i.teardown = false;
     }
 
     /// Whether this rank sits out the current part ([`Recorder::begin_part`]).
@@ -159,7 +290,7 @@ impl Recorder {
         if i.ring.len() == RING {
             i.ring.pop_front();
         }
-        let (epoch, step) = (i.epoch, i.step);
+        let (epoch, step, teardown) = (i.epoch, i.step, i.teardown);
         i.ring.push_back(Record {
             seq,
             kind: kind.into(),
@@ -170,6 +301,7 @@ impl Recorder {
             scheduled_s: now,
             started_s: None,
             completed_s: None,
+            teardown,
         });
         seq
     }
@@ -216,6 +348,21 @@ impl Recorder {
     pub fn snapshot(&self) -> Vec<Record> {
         self.lock().ring.iter().cloned().collect()
     }
+
+    /// The phase this rank's main thread is in ([`phase`]), None outside watched work.
+    pub fn phase(&self) -> Option<PhaseStatus> {
+        let word = PHASE.load(Ordering::Relaxed);
+        let p = Phase::ALL.into_iter().find(|p| *p as u64 == word & 0xff)?;
+        let for_s = (self.now() - (word >> 8) as f64 * 1e-9).max(0.0);
+        let i = self.lock();
+        Some(PhaseStatus {
+            name: p.describe().into(),
+            epoch: i.epoch,
+            step: i.step,
+            teardown: p.teardown() || i.teardown,
+            for_s,
+        })
+    }
 }
 
 /// What one rank knows about where it is, as its watchdog reports it.
@@ -235,6 +382,12 @@ pub struct RankStatus {
     /// True while the rank sits out the current part of the job (a study point).
     #[serde(default)]
     pub idle: bool,
+    /// The phase its main thread is in ([`Phase`]), None outside watched work.
+    #[serde(default)]
+    pub phase: Option<PhaseStatus>,
+    /// True once it is past MPI_Finalize.
+    #[serde(default)]
+    pub finalized: bool,
 }
 
 impl RankStatus {
@@ -253,7 +406,28 @@ impl RankStatus {
             last_completed: r.last_completed(),
             silent_s: 0.0,
             idle: r.idle(),
+            phase: r.phase(),
+            finalized: r.finalized(),
         }
+    }
+
+    /// Where it is, for a message: the collective it waits in, else its phase; None
+    /// when neither is known.
+    fn whereabouts(&self) -> Option<String> {
+        let since = if self.silent_s > 0.0 { "was last seen" } else { "is" };
+        match (&self.pending, &self.phase) {
+            (Some(p), _) if p.state == State::Started => Some(format!("{since} in {}", p.describe())),
+            (_, Some(ph)) if self.silent_s > 0.0 => Some(format!("{since} in {}", ph.describe())),
+            (_, Some(ph)) => Some(format!("{since} in {} for {:.0} s", ph.describe(), ph.for_s)),
+            _ => None,
+        }
+    }
+
+    /// True when it is alive and its main thread has been in one phase for more than
+    /// `limit_s` with no collective it waits in (the collective watch covers those).
+    fn stalled(&self, limit_s: f64) -> bool {
+        let in_collective = self.pending.as_ref().is_some_and(|p| p.state == State::Started);
+        !self.idle && self.silent_s == 0.0 && !in_collective && self.phase.as_ref().is_some_and(|p| p.for_s > limit_s)
     }
 
     /// True when this rank has entered collective `seq` (or gone past it).
@@ -279,7 +453,16 @@ pub struct Diagnosis {
     pub silent: Vec<usize>,
     pub waiting: Vec<usize>,
     pub waited_s: f64,
+    /// When the ranks that report wait in different collectives: each collective, with
+    /// the ranks in it (empty when they wait in one).
+    pub split: Vec<(Record, Vec<usize>)>,
+    /// Where the first missing ranks are instead: (rank, `is in forward of epoch 0
+    /// step 3 for 12 s`, `was last seen in teardown (closing the run's files)`...).
+    pub elsewhere: Vec<(usize, String)>,
 }
+
+/// Missing ranks whose whereabouts a message gives.
+const WHEREABOUTS_LISTED: usize = 8;
 
 impl Diagnosis {
     /// `rank 1 on node2 has not entered all-reduce #4812 (bucket 2, epoch 3 step 120); ranks 0, 2-7 waited 312 s`.
@@ -291,20 +474,28 @@ impl Diagnosis {
                 format!("rank {r} on {h}")
             }
         };
-        let mut who: Vec<String> = self.missing.iter().map(name).collect();
+        // Ranks named in a split are said where they wait; the others are missing.
+        let in_split = |r: usize| self.split.iter().any(|(_, ranks)| ranks.contains(&r));
+        let missing: Vec<&(usize, String, f64)> = self.missing.iter().filter(|m| !in_split(m.0)).collect();
+        let mut who: Vec<String> = missing.iter().map(|m| name(m)).collect();
         if !self.silent.is_empty() {
             who.push(silent_list(&self.silent));
         }
-        let mut text = if who.is_empty() {
+        let verb = if missing.len() + self.silent.len() == 1 { "has" } else { "have" };
+        let mut text = if self.split.len() > 1 {
+            let mut t = self.split_text();
+            if !who.is_empty() {
+                t.push_str(&format!("; {} {verb} not entered {}", who.join(", "), self.collective.describe()));
+            }
+            t
+        } else if who.is_empty() {
             format!("every rank entered {}", self.collective.describe())
         } else {
-            let verb = if self.missing.len() + self.silent.len() == 1 {
-                "has"
-            } else {
-                "have"
-            };
             format!("{} {verb} not entered {}", who.join(", "), self.collective.describe())
         };
+        for (r, place) in self.elsewhere.iter().filter(|(r, _)| !in_split(*r)) {
+            text.push_str(&format!("; rank {r} {place}"));
+        }
         if !self.stuck_inside.is_empty() {
             let stuck: Vec<String> = self.stuck_inside.iter().map(name).collect();
             text.push_str(&format!("; {} stopped inside it", stuck.join(", ")));
@@ -314,6 +505,24 @@ impl Diagnosis {
         } else {
             format!("{text}; {} waited {:.0} s", rank_list(&self.waiting), self.waited_s)
         }
+    }
+
+    /// `the ranks wait in different collectives: rank 0 in all-reduce #49 (…); rank 1 in
+    /// all-reduce #49 (…)`, and why that cannot end when the numbers are the same.
+    fn split_text(&self) -> String {
+        let parts: Vec<String> = self
+            .split
+            .iter()
+            .map(|(rec, ranks)| format!("{} in {}", rank_list(ranks), rec.describe()))
+            .collect();
+        let one_number = self.split.iter().all(|(rec, _)| rec.seq == self.split[0].0.seq);
+        let why = if one_number {
+            ": the same call number in different calls, so the ranks no longer make the same calls \
+             (were they started with different flags?)"
+        } else {
+            ""
+        };
+        format!("the ranks wait in different collectives: {}{why}", parts.join("; "))
     }
 }
 
@@ -330,7 +539,7 @@ fn silent_list(silent: &[usize]) -> String {
 }
 
 /// `ranks 0, 2-7` / `rank 3`.
-fn rank_list(ranks: &[usize]) -> String {
+pub fn rank_list(ranks: &[usize]) -> String {
     let ids: Vec<u32> = ranks.iter().map(|&r| r as u32).collect();
     let list = crate::topology::compact_list(&ids).replace(',', ", ");
     if ranks.len() == 1 {
@@ -377,16 +586,29 @@ pub fn diagnose(all: &[RankStatus], size: usize) -> Option<Diagnosis> {
     stuck_inside.sort_by_key(|m| m.0);
     let idle: std::collections::BTreeSet<usize> = all.iter().filter(|s| s.idle && s.silent_s == 0.0).map(|s| s.rank).collect();
     let silent: Vec<usize> = (0..size).filter(|r| !known.contains(r) && !idle.contains(r)).collect();
-    let waiting: Vec<usize> = statuses
-        .iter()
-        .filter(|s| s.silent_s == 0.0 && s.pending.as_ref().is_some_and(|p| p.seq == seq && p.state == State::Started))
-        .map(|s| s.rank)
-        .collect();
+    let split = split_by_collective(statuses);
+    let waiting: Vec<usize> = if split.len() > 1 {
+        let mut all: Vec<usize> = split.iter().flat_map(|(_, ranks)| ranks.iter().copied()).collect();
+        all.sort_unstable();
+        all
+    } else {
+        statuses
+            .iter()
+            .filter(|s| s.silent_s == 0.0 && s.pending.as_ref().is_some_and(|p| p.seq == seq && p.state == State::Started))
+            .map(|s| s.rank)
+            .collect()
+    };
     let waited_s = statuses
         .iter()
         .filter(|s| waiting.contains(&s.rank))
         .map(|s| s.waited_s)
         .fold(0.0, f64::max);
+    let elsewhere = missing
+        .iter()
+        .take(WHEREABOUTS_LISTED)
+        .filter_map(|m| statuses.iter().find(|s| s.rank == m.0))
+        .filter_map(|s| Some((s.rank, s.whereabouts()?)))
+        .collect();
     Some(Diagnosis {
         collective: held,
         missing,
@@ -394,7 +616,59 @@ pub fn diagnose(all: &[RankStatus], size: usize) -> Option<Diagnosis> {
         silent,
         waiting,
         waited_s,
+        split,
+        elsewhere,
     })
+}
+
+/// The collectives the reporting ranks wait in, each with its ranks, ordered by their
+/// lowest rank: more than one when the ranks are in different calls (another number,
+/// or the same number with another kind or detail).
+fn split_by_collective(statuses: &[RankStatus]) -> Vec<(Record, Vec<usize>)> {
+    let mut groups: Vec<(Record, Vec<usize>)> = Vec::new();
+    let mut live: Vec<&RankStatus> = statuses.iter().filter(|s| s.silent_s == 0.0).collect();
+    live.sort_by_key(|s| s.rank);
+    for s in live {
+        let Some(p) = s.pending.as_ref().filter(|p| p.state == State::Started) else {
+            continue;
+        };
+        match groups.iter_mut().find(|(rec, _)| rec.same_call(p)) {
+            Some((_, ranks)) => ranks.push(s.rank),
+            None => groups.push((p.clone(), vec![s.rank])),
+        }
+    }
+    groups
+}
+
+/// The ranks that report and whose main thread has been in one phase longer than
+/// `limit_s` with no collective pending ([`Phase`]), lowest rank first.
+pub fn stalled(all: &[RankStatus], limit_s: f64) -> Vec<&RankStatus> {
+    let mut out: Vec<&RankStatus> = all.iter().filter(|s| s.stalled(limit_s)).collect();
+    out.sort_by_key(|s| s.rank);
+    out
+}
+
+/// `rank 1 on node2 has made no progress for 12 s: it is in forward of epoch 0 step 3
+/// (no collective pending; the watchdog's limit is 10 s)`; without `limit_s` (read back
+/// from flight records) the limit is left out.
+pub fn stall_message(stalled: &[&RankStatus], limit_s: Option<f64>) -> String {
+    let parts: Vec<String> = stalled
+        .iter()
+        .take(WHEREABOUTS_LISTED)
+        .map(|s| {
+            let ph = s.phase.as_ref().map(PhaseStatus::describe).unwrap_or_default();
+            let for_s = s.phase.as_ref().map_or(0.0, |p| p.for_s);
+            format!("rank {} on {} has made no progress for {for_s:.0} s: it is in {ph}", s.rank, s.host)
+        })
+        .collect();
+    let more = stalled.len().saturating_sub(WHEREABOUTS_LISTED);
+    let tail = if more > 0 {
+        format!(" (and {more} more ranks)")
+    } else {
+        String::new()
+    };
+    let limit = limit_s.map(|l| format!("; the watchdog's limit is {l:.0} s")).unwrap_or_default();
+    format!("{}{tail} (no collective pending{limit})", parts.join("; "))
 }
 
 /// `rank-NNNNN.flight.json`: a rank's recorder when its watchdog fired.
@@ -448,6 +722,7 @@ mod tests {
             scheduled_s: 0.0,
             started_s: None,
             completed_s: None,
+            teardown: false,
         }
     }
 
@@ -460,7 +735,19 @@ mod tests {
             last_completed: last,
             silent_s: 0.0,
             idle: false,
+            phase: None,
+            finalized: false,
         }
+    }
+
+    fn in_phase(name: &str, step: usize, for_s: f64) -> Option<PhaseStatus> {
+        Some(PhaseStatus {
+            name: name.into(),
+            epoch: Some(0),
+            step: Some(step),
+            teardown: false,
+            for_s,
+        })
     }
 
     #[test]
@@ -560,7 +847,8 @@ mod tests {
         let d = diagnose(&[status(0, Some(rec(11, State::Started)), 7.0, Some(10)), inside.clone()], 2).unwrap();
         assert_eq!(
             d.message(),
-            "rank 1 on node1 (silent for 6 s) has not entered all-reduce #11 (bucket 2, epoch 3 step 120); rank 0 waited 7 s"
+            "rank 1 on node1 (silent for 6 s) has not entered all-reduce #11 (bucket 2, epoch 3 step 120); \
+             rank 1 was last seen in all-reduce #10 (bucket 2, epoch 3 step 120); rank 0 waited 7 s"
         );
         // With no rank waiting in it, the message names no waiters.
         let mut alone = inside;
@@ -575,7 +863,91 @@ mod tests {
     }
 
     #[test]
-    fn the_recorder_numbers_collectives_and_finds_the_pending_one() {
+    fn ranks_in_different_calls_under_one_number_are_said_to_be_split() {
+        // Rank 0 ended its steps and waits in the epoch's all-reduce #49; rank 1 still
+        // trains and waits in bucket 0's all-reduce #49: not "every rank entered".
+        let mut epoch_end = rec(49, State::Started);
+        epoch_end.detail = "epoch time and loss".into();
+        epoch_end.step = None;
+        let mut bucket = rec(49, State::Started);
+        bucket.detail = "bucket 0".into();
+        bucket.step = Some(10);
+        let d = diagnose(
+            &[status(0, Some(epoch_end), 30.0, Some(48)), status(1, Some(bucket), 29.0, Some(48))],
+            2,
+        )
+        .unwrap();
+        let text = d.message();
+        assert!(!text.contains("every rank entered"), "{text}");
+        assert_eq!(
+            text,
+            "the ranks wait in different collectives: rank 0 in all-reduce #49 (epoch time and loss, epoch 3); \
+             rank 1 in all-reduce #49 (bucket 0, epoch 3 step 10): the same call number in different calls, so the \
+             ranks no longer make the same calls (were they started with different flags?); ranks 0-1 waited 30 s"
+        );
+        // Two ranks in one call and one in another: grouped, lowest rank first.
+        let mut barrier = rec(50, State::Started);
+        barrier.kind = "barrier".into();
+        barrier.detail = "end of the run".into();
+        let s = vec![
+            status(0, Some(barrier.clone()), 12.0, Some(49)),
+            status(1, Some(rec(49, State::Started)), 11.0, Some(48)),
+            status(2, Some(barrier), 12.0, Some(49)),
+        ];
+        let text = diagnose(&s, 3).unwrap().message();
+        assert!(
+            text.starts_with(
+                "the ranks wait in different collectives: ranks 0, 2 in barrier #50 (end of the run, epoch 3 step 120); \
+                 rank 1 in all-reduce #49 (bucket 2, epoch 3 step 120); ranks 0-2 waited 12 s"
+            ),
+            "{text}"
+        );
+        // One call on every rank: as before.
+        let s = vec![
+            status(0, Some(rec(7, State::Started)), 9.0, Some(6)),
+            status(1, Some(rec(7, State::Started)), 9.0, Some(6)),
+        ];
+        assert!(diagnose(&s, 2).unwrap().message().starts_with("every rank entered all-reduce #7"));
+    }
+
+    #[test]
+    fn a_missing_rank_is_said_to_be_in_its_phase_and_a_stall_without_collectives_is_named() {
+        // Rank 1's forward never returns; rank 0 waits for it in bucket 0's all-reduce.
+        let mut slow = status(1, None, 0.0, Some(11));
+        slow.phase = in_phase("forward", 3, 12.0);
+        let d = diagnose(&[status(0, Some(rec(12, State::Started)), 11.0, Some(11)), slow.clone()], 2).unwrap();
+        assert_eq!(
+            d.message(),
+            "rank 1 on node1 has not entered all-reduce #12 (bucket 2, epoch 3 step 120); \
+             rank 1 is in forward of epoch 0 step 3 for 12 s; rank 0 waited 11 s"
+        );
+        // Alone (one rank, or every rank in it), no collective is pending: the stall.
+        assert_eq!(diagnose(std::slice::from_ref(&slow), 1), None);
+        let all = [slow.clone()];
+        let stalled = stalled(&all, 10.0);
+        assert_eq!(stalled.len(), 1);
+        assert_eq!(
+            stall_message(&stalled, Some(10.0)),
+            "rank 1 on node1 has made no progress for 12 s: it is in forward of epoch 0 step 3 \
+             (no collective pending; the watchdog's limit is 10 s)"
+        );
+        // Within the limit, waiting in a collective, sitting out a point or silent: no stall.
+        assert!(stalled_ranks(&[slow.clone()], 12.5).is_empty());
+        let mut waiting = slow.clone();
+        waiting.pending = Some(rec(12, State::Started));
+        let mut idle = slow.clone();
+        idle.idle = true;
+        let mut silent = slow;
+        silent.silent_s = 5.0;
+        assert!(stalled_ranks(&[waiting, idle, silent], 10.0).is_empty());
+    }
+
+    fn stalled_ranks(all: &[RankStatus], limit_s: f64) -> Vec<usize> {
+        stalled(all, limit_s).iter().map(|s| s.rank).collect()
+    }
+
+    #[test]
+    fn the_recorder_numbers_collectives_and_finds_the_pending_one_and_the_phase() {
         let r = recorder();
         r.set_position(Some(1), Some(7));
         let a = r.schedule("all-reduce", "bucket 0");
@@ -592,5 +964,19 @@ mod tests {
         r.complete(b);
         assert!(r.pending().is_none());
         assert_eq!(r.last_completed(), Some(b + 1));
+        // The phase, with the position and its age (one test: both are process-wide).
+        r.set_position(Some(2), Some(5));
+        phase(Some(Phase::Backward));
+        let p = r.phase().unwrap();
+        assert_eq!(
+            (p.name.as_str(), p.epoch, p.step, p.teardown),
+            ("backward", Some(2), Some(5), false)
+        );
+        assert!(p.for_s >= 0.0 && p.for_s < 60.0, "{p:?}");
+        assert_eq!(p.describe(), "backward of epoch 2 step 5");
+        phase(Some(Phase::ClosingFiles));
+        assert_eq!(r.phase().unwrap().describe(), "teardown (closing the run's files)");
+        phase(None);
+        assert_eq!(r.phase(), None);
     }
 }

@@ -15,6 +15,7 @@
 //! (from run folders to tables, report and plots), [`bandwidth`] (algbw and busbw, a
 //! leaf every layer uses), [`files`] (regular files only, exclusive creation: a leaf),
 //! [`cleanup`] (what a process removes on every way out: scratch folders, folder locks),
+//! [`stderr`] (stderr through a queue that never blocks its callers: a leaf),
 //! [`stats`] and [`plot`], and [`cli`] (the command line's root:
 //! one subcommand each, whose arguments live with the command).
 
@@ -38,6 +39,7 @@ pub mod progress;
 pub mod record;
 pub mod reduce;
 pub mod stats;
+pub mod stderr;
 pub mod study;
 pub mod telemetry;
 pub mod topology;

@@ -35,8 +35,14 @@ fn main() {
             ddpbench::job::panic_message(info)
         );
     }));
-    if let Err(err) = run() {
-        eprintln!("Error: {err:#}");
-        std::process::exit(1);
-    }
+    let code = match run() {
+        Ok(()) => 0,
+        Err(err) => {
+            ddpbench::stderr::say(&format!("Error: {err:#}"));
+            1
+        }
+    };
+    // Queued log lines are written (or, when stderr is full, counted) before the end.
+    ddpbench::stderr::finish();
+    std::process::exit(code)
 }

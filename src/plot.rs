@@ -12,7 +12,6 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use std::path::Path;
 
 const W_PX: u32 = 820;
 const H_PX: u32 = 460;
@@ -555,16 +554,23 @@ impl Rasteriser {
         Rasteriser { options }
     }
 
-    /// Writes `svg` to `stem.svg` and its rendering to `stem.png`.
-    pub fn write(&self, svg: &str, stem: &Path) -> Result<()> {
-        let svg_path = stem.with_extension("svg");
-        std::fs::write(&svg_path, svg).with_context(|| format!("cannot write {}", svg_path.display()))?;
+    /// `svg` rendered as a PNG file's bytes.
+    pub fn png(&self, svg: &str) -> Result<Vec<u8>> {
         let tree = resvg::usvg::Tree::from_str(svg, &self.options).context("internal error: invalid SVG")?;
         let size = tree.size().to_int_size();
         let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height()).context("empty plot")?;
         resvg::render(&tree, resvg::tiny_skia::Transform::default(), &mut pixmap.as_mut());
-        let png = stem.with_extension("png");
-        pixmap.save_png(&png).with_context(|| format!("cannot write {}", png.display()))
+        pixmap.encode_png().context("cannot encode a plot as PNG")
+    }
+
+    /// Stages `svg` as `<stem>.svg` and its rendering as `<stem>.png` into `files`; the
+    /// stem is made a file name of its own ([`crate::files::safe_component`]), so a
+    /// run id or a workload in it can never make it a path.
+    pub fn stage(&self, files: &mut crate::files::StagedFiles, stem: &str, svg: &str) -> Result<()> {
+        let stem = crate::files::safe_component(stem);
+        files.write(&format!("{stem}.svg"), svg.as_bytes())?;
+        files.write(&format!("{stem}.png"), &self.png(svg)?)?;
+        Ok(())
     }
 }
 
@@ -634,16 +640,19 @@ mod tests {
         assert_eq!(svg.matches("<polygon").count(), 1);
         let dir = tempfile::tempdir().unwrap();
         let r = Rasteriser::new();
-        r.write(&svg, &dir.path().join("speedup")).unwrap();
-        let png = std::fs::read(dir.path().join("speedup.png")).unwrap();
-        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+        let mut files = crate::files::StagedFiles::new(dir.path()).unwrap();
+        r.stage(&mut files, "speedup", &svg).unwrap();
         let stacks = [
             ("x".to_string(), vec![1.0, 2.0]),
             ("y".to_string(), vec![0.5, 0.0]),
             ("z".to_string(), vec![1e-9, f64::NAN]),
         ];
         let bars = stacked_bars("phases", "", "s", &["a".into(), "b".into()], &stacks).unwrap();
-        r.write(&bars, &dir.path().join("bars")).unwrap();
+        r.stage(&mut files, "bars", &bars).unwrap();
+        files.commit().unwrap();
+        let png = std::fs::read(dir.path().join("speedup.png")).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+        assert!(dir.path().join("bars.svg").is_file());
         // The background, three segments over a pixel and three legend swatches; the
         // segments of 0, under a pixel or NaN are not drawn (a zero-height rect is
         // rejected by renderers).

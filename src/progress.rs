@@ -5,15 +5,20 @@
 //! pipe) the stderr of the `mpirun` or `orted` that started it on this node is one. A
 //! batch job's output file therefore never receives a bar, only the log lines.
 //!
+//! A terminal whose `TERM` is `dumb` cannot move the cursor: it gets no bar, and with
+//! `NO_COLOR` set (<https://no-color.org>) log lines come without colours
+//! ([`colours_allowed`]).
+//!
 //! Every bar of the process sits in one [`MultiProgress`], and log lines go through
 //! [`LogWriter`], which hides the bars while a line is written and redraws them after,
-//! so the two never share a line.
+//! so the two never share a line. Both reach stderr through [`crate::stderr`]'s queue, so
+//! neither ever waits for a terminal or pipe that is not being read.
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle, TermLike};
 use std::cell::Cell;
 use std::io::{self, IsTerminal, Write};
 use std::os::unix::fs::OpenOptionsExt;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Redraws per second at most: enough to watch, few bytes through a launcher's pipe.
@@ -27,14 +32,31 @@ const LAUNCHERS: [&str; 5] = ["mpirun", "mpiexec", "orterun", "orted", "prted"];
 fn bars() -> Option<&'static MultiProgress> {
     static BARS: OnceLock<Option<MultiProgress>> = OnceLock::new();
     BARS.get_or_init(|| {
-        let columns = if crate::world::launcher_rank().unwrap_or(0) == 0 {
+        let columns = if crate::world::launcher_rank().unwrap_or(0) == 0 && !dumb_terminal() {
             watched_terminal_columns()
         } else {
             None
         };
-        columns.map(|c| MultiProgress::with_draw_target(ProgressDrawTarget::term_like_with_hz(Box::new(Stderr(c)), REDRAW_HZ)))
+        columns.map(|c| {
+            let target = Stderr {
+                columns: c,
+                frame: Mutex::new(Vec::new()),
+            };
+            MultiProgress::with_draw_target(ProgressDrawTarget::term_like_with_hz(Box::new(target), REDRAW_HZ))
+        })
     })
     .as_ref()
+}
+
+/// Whether `TERM` names a terminal that understands no escape sequence.
+fn dumb_terminal() -> bool {
+    std::env::var_os("TERM").is_some_and(|t| t == "dumb")
+}
+
+/// Whether log lines on a terminal may be coloured: not with `NO_COLOR` set to anything
+/// but the empty string, nor on a dumb terminal.
+pub fn colours_allowed() -> bool {
+    !dumb_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// The width of the terminal a person reads this process's stderr on, if one does.
@@ -71,13 +93,20 @@ fn columns_of(fd: libc::c_int) -> u16 {
 }
 
 /// This process's stderr as indicatif draws on it: ANSI cursor codes written whether or
-/// not stderr itself is a terminal (through `mpirun` it is a pipe to one).
+/// not stderr itself is a terminal (through `mpirun` it is a pipe to one). A redraw is
+/// gathered whole and queued at its flush ([`crate::stderr::frame`]), so a redraw that
+/// meets a full queue is dropped whole, never cut.
 #[derive(Debug)]
-struct Stderr(u16);
+struct Stderr {
+    columns: u16,
+    /// The redraw being gathered.
+    frame: Mutex<Vec<u8>>,
+}
 
 impl Stderr {
     fn put(&self, s: &str) -> io::Result<()> {
-        io::stderr().lock().write_all(s.as_bytes())
+        self.frame.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(s.as_bytes());
+        Ok(())
     }
 
     /// Moves the cursor `n` cells in the direction of ANSI's final byte `dir` (A–D).
@@ -91,7 +120,7 @@ impl Stderr {
 
 impl TermLike for Stderr {
     fn width(&self) -> u16 {
-        self.0
+        self.columns
     }
     fn move_cursor_up(&self, n: usize) -> io::Result<()> {
         self.cursor(n, 'A')
@@ -115,12 +144,17 @@ impl TermLike for Stderr {
         self.put("\r\x1b[2K")
     }
     fn flush(&self) -> io::Result<()> {
-        io::stderr().flush()
+        let frame = std::mem::take(&mut *self.frame.lock().unwrap_or_else(|p| p.into_inner()));
+        if !frame.is_empty() {
+            crate::stderr::frame(frame);
+        }
+        Ok(())
     }
 }
 
-/// The `tracing` writer of log lines: each line is written whole, with the bars hidden
-/// while it is (straight to stderr when no bar is shown).
+/// The `tracing` writer of log lines: each line is queued whole for stderr
+/// ([`crate::stderr::line`]: dropped and counted when stderr is not read), with the bars
+/// hidden around it.
 #[derive(Clone, Copy, Default)]
 pub struct LogWriter;
 
@@ -146,16 +180,23 @@ impl Write for LogLine {
 
 impl Drop for LogLine {
     fn drop(&mut self) {
-        suspend(|| {
-            let _ = io::stderr().lock().write_all(&self.0);
-        });
+        let line = std::mem::take(&mut self.0);
+        // Queued between the bars' clearing and their redraw, in the same queue.
+        match bars() {
+            Some(m) => m.suspend(|| crate::stderr::line(line)),
+            None => crate::stderr::line(line),
+        }
     }
 }
 
-/// Runs `f` (which prints to stdout or stderr) with the bars hidden.
+/// Runs `f`, which prints to stdout or stderr itself, with the bars hidden: the
+/// clearing is written out first (waiting [`crate::stderr::DRAIN_WAIT`] at most).
 pub fn suspend<R>(f: impl FnOnce() -> R) -> R {
     match bars() {
-        Some(m) => m.suspend(f),
+        Some(m) => m.suspend(|| {
+            crate::stderr::drain();
+            f()
+        }),
         None => f(),
     }
 }

@@ -175,6 +175,19 @@ fn a_users_own_out_folder_survives_a_failed_set_up() {
     assert!(mine.is_dir(), "the user's folder was removed");
 }
 
+/// The run folder's name is the run id, which `reduce` uses as a file name: a name
+/// with characters beyond letters, digits, `.`, `_` and `-` is refused before training.
+#[test]
+fn an_out_folder_whose_name_cannot_be_a_run_id_is_refused() {
+    let d = tmp();
+    let out = d.path().join("my run");
+    fails(
+        &["--out", &path_str(&out), "--max-steps", "1"],
+        "the run folder's name is the run id, and it holds ' '",
+    );
+    assert!(!out.exists());
+}
+
 #[test]
 fn output_folder_unwritable_or_taken() {
     fails(
@@ -224,4 +237,36 @@ fn a_failing_rank_takes_the_job_down() {
     assert_eq!((end["status"].as_str(), end["steps"].as_u64()), (Some("failed"), Some(3)));
     let (_, rows) = read_csv(&out.join("rank-00001.csv"));
     assert_eq!(rows.len(), 3);
+}
+
+/// An error every rank holds ends the job without MPI_Abort: one message, rank 0's,
+/// the last line ddpbench prints (only the launcher's notice of a non-zero exit comes
+/// after it), and the same non-zero exit status on every rank.
+#[test]
+fn an_agreed_error_is_the_last_line_printed_and_aborts_nothing() {
+    let message = "Error: /nonexistent/mnist: not found";
+    let cwd = tmp();
+    let job = train_reporting_exits_in(
+        cwd.path(),
+        2,
+        &["--dataset", "mnist", "--data-dir", "/nonexistent/mnist"],
+        &[],
+        LIMIT,
+    );
+    assert_fails_everywhere(&job, message);
+    assert!(!job.all().contains("MPI_ABORT was invoked"), "{}", job.all());
+    let all = job.all();
+    let codes: Vec<&str> = all
+        .lines()
+        .filter_map(|l| l.strip_prefix("rank-exit ").and_then(|l| l.split(' ').nth(1)))
+        .collect();
+    assert_eq!(codes, ["1", "1"], "{}", job.all());
+    // Open MPI's notice starts with a line of dashes; the shell adds the rank-exit lines.
+    let ours: Vec<&str> = job
+        .stderr
+        .lines()
+        .take_while(|l| !l.starts_with("-----"))
+        .filter(|l| !l.starts_with("rank-exit "))
+        .collect();
+    assert!(ours.last().is_some_and(|l| l.starts_with(message)), "{}", job.stderr);
 }

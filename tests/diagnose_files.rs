@@ -139,3 +139,45 @@ fn diagnose_refuses_a_rank_beyond_the_world() {
         &["rank-00008.flight.json: status.rank is 8: the run has ranks 0 to 7"],
     );
 }
+
+/// `ddpbench diagnose DIR`, killed after 20 s.
+fn diagnose_quick(dir: &Path) -> Job {
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.args(["diagnose", &path_str(dir)]);
+    run_with_limit(cmd, std::time::Duration::from_secs(20))
+}
+
+fn mkfifo(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo {}", path.display());
+}
+
+/// A FIFO in place of a flight record or the manifest is named at once, never waited on:
+/// a flight record is refused; without a readable manifest the records are diagnosed
+/// alone, as without one.
+#[test]
+fn diagnose_names_special_files_and_never_waits_on_them() {
+    let d = tmp();
+    let flight = d.path().join("flight");
+    write_manifest(&flight, "2");
+    write_flight(&flight, "rank-00000.flight.json", "0");
+    mkfifo(&flight.join("rank-00001.flight.json"));
+    let job = diagnose_quick(&flight);
+    assert!(!job.timed_out, "diagnose hung on a FIFO flight record");
+    refused(&job, &[&path_str(&flight.join("rank-00001.flight.json")), "FIFO"]);
+
+    let manifest = d.path().join("manifest");
+    write_manifest(&manifest, "2");
+    write_flight(&manifest, "rank-00000.flight.json", "0");
+    mkfifo(&manifest.join("manifest.json"));
+    let job = diagnose_quick(&manifest);
+    assert!(!job.timed_out, "diagnose hung on a FIFO manifest");
+    job.assert_ok();
+    assert!(
+        job.stderr.contains(&path_str(&manifest.join("manifest.json"))) && job.stderr.contains("FIFO"),
+        "{}",
+        job.stderr
+    );
+    assert!(job.stdout.contains("all-reduce #7"), "{}", job.stdout);
+}

@@ -152,6 +152,45 @@ fn a_killed_rank_keeps_its_rows_and_its_peer_records_the_signal() {
 }
 
 #[test]
+fn a_rank_0_killed_outright_leaves_a_manifest_that_reduce_settles() {
+    let d = tmp();
+    let out = d.path().join("run");
+    let mut job = spawn(&out, &d.path().join("log"), &[]);
+    wait_for_rows(&out.join("rank-00000.csv"), 20);
+    // SAFETY: a process of the job this test started.
+    unsafe { libc::kill(rank_pid(&out, 0), libc::SIGKILL) };
+    assert_ne!(wait(&mut job), Some(0), "a killed rank fails the job");
+    // Rank 0 wrote nothing more; its peer recorded its own end.
+    assert_eq!(json(&out.join("manifest.json"))["status"], "running");
+    assert_eq!(json(&out.join("rank-00000.end.json"))["status"], "running");
+    let end1 = json(&out.join("rank-00001.end.json"));
+    assert_ne!(end1["status"], "running", "{end1}");
+    // Read later, as a user would: the end records are older than the settling delay.
+    let long_ago = std::time::SystemTime::now() - Duration::from_secs(120);
+    for r in 0..2 {
+        let f = std::fs::File::options().write(true).open(out.join(format!("rank-{r:05}.end.json"))).unwrap();
+        f.set_modified(long_ago).unwrap();
+    }
+    let job = ddpbench(&["reduce", "--no-plots", &path_str(&out)]);
+    assert!(!job.all().contains("panicked"), "{}", job.all());
+    assert!(
+        job.stderr.contains("manifest.json said running; it now says"),
+        "{}",
+        job.stderr
+    );
+    let m = json(&out.join("manifest.json"));
+    assert_eq!(m["status"], end1["status"], "{m}");
+    let error = m["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with("rank 0 stopped without recording its end (killed outright?); rank 1 ended "),
+        "{m}"
+    );
+    assert!(error.contains(end1["error"].as_str().unwrap()), "{m}");
+    assert_eq!(m["end_utc"], end1["time_utc"], "{m}");
+    assert_eq!(m["ranks"].as_array().map(Vec::len), Some(2), "the rest of the manifest stays: {m}");
+}
+
+#[test]
 fn sigterm_interrupts_after_the_same_step_and_keeps_every_row() {
     let d = tmp();
     let out = d.path().join("run");
@@ -617,4 +656,180 @@ fn floods_on_the_watchdog_port_leave_it_bounded_and_working() {
     );
     let (err, line) = stop_rank_and_read_watchdog(&mut job, rank_pid(&out, 1), &log);
     assert!(line.starts_with("watchdog: rank 1 on "), "{line}\n{err}");
+}
+
+/// The `train` flags of a small synthetic run into `out`, then `extra`.
+fn small_run<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let base = [
+        "train",
+        "--dataset",
+        "synthetic",
+        "--synthetic-samples",
+        "4096",
+        "--val-samples",
+        "64",
+    ];
+    base.iter()
+        .chain(&["--probe-iters", "0", "--out", out])
+        .chain(extra)
+        .copied()
+        .collect()
+}
+
+/// Ranks started with different flags (an MPMD launch) are refused at start-up: one
+/// message names the flag, its values and their ranks, every rank exits non-zero, and
+/// no run folder is made. A flag that may differ per rank (`--node-type`) runs.
+#[test]
+fn ranks_started_with_different_flags_are_refused_naming_the_rank_and_the_flag() {
+    let d = tmp();
+    let o = path_str(&d.path().join("run"));
+    // 32 steps per epoch: rank 0 would stop after 10, rank 1 after 20.
+    let job = mpmd_reporting_exits(
+        &[small_run(&o, &["--max-steps", "10"]), small_run(&o, &["--max-steps", "20"])],
+        LIMIT,
+    );
+    let all = job.all();
+    assert!(!job.timed_out, "the job hung:\n{all}");
+    assert!(job.elapsed < Duration::from_secs(60), "refused after {:?}:\n{all}", job.elapsed);
+    assert_eq!(all.matches("the ranks were started with different flags").count(), 1, "{all}");
+    assert!(all.contains("--max-steps is 10 on rank 0 but 20 on rank 1."), "{all}");
+    assert!(all.contains("only --node-type may differ between ranks"), "{all}");
+    for r in 0..2 {
+        assert!(all.contains(&format!("rank-exit {r} 1")), "rank {r}'s exit:\n{all}");
+    }
+    assert!(!d.path().join("run").join("manifest.json").exists(), "{all}");
+    assert!(!all.contains("panicked"), "{all}");
+    // Each rank labels its own node: the job runs, and the manifest says which is which.
+    let o = path_str(&d.path().join("typed"));
+    let job = mpmd_reporting_exits(
+        &[
+            small_run(&o, &["--max-steps", "3", "--node-type", "fast"]),
+            small_run(&o, &["--max-steps", "3", "--node-type", "slow"]),
+        ],
+        LIMIT,
+    );
+    let all = job.all();
+    assert!(all.contains("rank-exit 0 0") && all.contains("rank-exit 1 0"), "{all}");
+    let m = json(&d.path().join("typed/manifest.json"));
+    assert_eq!(m["status"], "completed", "{m}");
+    let types: Vec<&str> = m["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["node_type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, vec!["fast", "slow"]);
+}
+
+/// `allreduce` and `study` launches are compared the same way: a study's train option
+/// (after `--`) is named as such, and a study file's key as its flag.
+#[test]
+fn allreduce_and_study_ranks_with_different_flags_are_refused() {
+    let d = tmp();
+    let o = path_str(&d.path().join("sweep"));
+    let sweep = |iters: &'static str| vec!["allreduce", "--max-bytes", "4K", "--iters", iters, "--out", o.as_str()];
+    let job = mpmd_reporting_exits(&[sweep("5"), sweep("6")], LIMIT);
+    let all = job.all();
+    assert!(!job.timed_out, "the job hung:\n{all}");
+    assert!(all.contains("--iters is 5 on rank 0 but 6 on rank 1."), "{all}");
+    assert!(all.contains("rank-exit 0 1") && all.contains("rank-exit 1 1"), "{all}");
+    let o = path_str(&d.path().join("study"));
+    let study = |steps: &'static str| {
+        vec![
+            "study",
+            "--ranks",
+            "1,2",
+            "--datasets",
+            "synthetic",
+            "--out",
+            o.as_str(),
+            "--",
+            "--max-steps",
+            steps,
+        ]
+    };
+    let job = mpmd_reporting_exits(&[study("3"), study("4")], LIMIT);
+    let all = job.all();
+    assert!(!job.timed_out, "the job hung:\n{all}");
+    assert!(all.contains("-- --max-steps is 3 on rank 0 but 4 on rank 1."), "{all}");
+    assert!(all.contains("rank-exit 0 1") && all.contains("rank-exit 1 1"), "{all}");
+    assert!(!d.path().join("study").exists(), "{all}");
+}
+
+/// A rank that stalls in the job's teardown (stopped after its records are final, before
+/// MPI_Finalize, as a rank stuck closing files would stay) is named with the teardown
+/// stage, the job ends instead of leaving mpirun waiting, and the run's records stay as
+/// they were: completed.
+#[test]
+fn a_rank_stopped_in_teardown_is_named_and_the_completed_run_stays_completed() {
+    let d = tmp();
+    let out = d.path().join("run");
+    let o = path_str(&out);
+    let mut cmd = mpirun_cmd_with_env(2, &[("DDPBENCH_STOP_AT_EXIT", "1")]);
+    cmd.arg(BIN).args(small_run(&o, &["--max-steps", "3", "--watchdog-s", "5"]));
+    let job = run_with_limit(cmd, LIMIT);
+    let all = job.all();
+    assert!(!job.timed_out, "the job did not end:\n{all}");
+    assert_eq!(job.status, Some(3), "{all}");
+    assert!(all.contains("done: "), "{all}");
+    let line = job
+        .stderr
+        .lines()
+        .find(|l| l.ends_with("Aborting the job"))
+        .unwrap_or_else(|| panic!("no watchdog message:\n{all}"));
+    assert!(
+        line.starts_with("watchdog: rank 1 on ") && line.contains("has not entered MPI_Finalize #") && line.contains("(teardown)"),
+        "{line}"
+    );
+    assert_eq!(job.stderr.matches("Aborting the job").count(), 1, "printed once:\n{all}");
+    assert!(all.contains("the run's records were final before the stall and are kept"), "{all}");
+    let m = json(&out.join("manifest.json"));
+    assert_eq!((&m["status"], &m["error"]), (&"completed".into(), &serde_json::Value::Null), "{m}");
+    for r in 0..2 {
+        let end = json(&out.join(format!("rank-{r:05}.end.json")));
+        assert_eq!(end["status"], "completed", "{end}");
+    }
+    // The flight records say the same afterwards. The stopped rank may write one of its
+    // own once the job's end wakes it (SIGCONT before SIGTERM): without it, rank 0's
+    // record says where rank 1 was last seen.
+    let _ = std::fs::remove_file(out.join("rank-00001.flight.json"));
+    let diag = ddpbench(&["diagnose", &o]);
+    diag.assert_ok();
+    let first = diag.stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("rank 1 on ") && first.contains("MPI_Finalize #"),
+        "{}",
+        diag.stdout
+    );
+}
+
+/// A forward pass that never returns is named with its phase: on one rank of two (its
+/// peer waits for it in the all-reduce) and on a job's only rank, where no collective is
+/// pending at all.
+#[test]
+fn a_forward_that_never_returns_is_named_with_its_phase() {
+    for (ranks, slow) in [(2usize, 1usize), (1, 0)] {
+        let d = tmp();
+        let out = d.path().join("run");
+        let o = path_str(&out);
+        let spec = format!("{slow}:100000000");
+        let mut cmd = mpirun_cmd_with_env(ranks, &[("DDPBENCH_SLOW_FORWARD", spec.as_str())]);
+        cmd.arg(BIN).args(small_run(&o, &["--max-steps", "3", "--watchdog-s", "3"]));
+        let job = run_with_limit(cmd, LIMIT);
+        let all = job.all();
+        assert!(!job.timed_out, "{ranks} rank(s): the job did not end:\n{all}");
+        assert_ne!(job.status, Some(0), "{all}");
+        let line = job
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("watchdog: "))
+            .unwrap_or_else(|| panic!("no watchdog message:\n{all}"));
+        assert!(
+            line.contains(&format!("rank {slow} on ")) && line.contains("in forward of epoch 0 step 0"),
+            "{ranks} rank(s): {line}"
+        );
+        let m = json(&out.join("manifest.json"));
+        assert_eq!(m["status"], "failed", "{m}");
+        assert!(m["error"].as_str().unwrap_or_default().contains("forward of epoch 0 step 0"), "{m}");
+    }
 }

@@ -13,9 +13,18 @@ const LIMIT: Duration = Duration::from_secs(240);
 /// Runs `mpirun -n 2 ddpbench <args>` under `script`, a pseudo-terminal of 120 columns,
 /// and returns everything the terminal received.
 fn under_terminal(d: &Path, args: &[&str]) -> String {
+    under_terminal_with(d, true, args, &[])
+}
+
+/// [`under_terminal`], launched by `mpirun -n 2` or not (one process, no launcher),
+/// with `env` set for it.
+fn under_terminal_with(d: &Path, launched: bool, args: &[&str], env: &[(&str, &str)]) -> String {
     let mpirun = mpirun_cmd(2);
-    let mut line: Vec<String> = vec!["stty cols 120;".into(), "mpirun".into()];
-    line.extend(mpirun.get_args().map(|a| format!("'{}'", a.to_string_lossy())));
+    let mut line: Vec<String> = vec!["stty cols 120;".into()];
+    if launched {
+        line.push("mpirun".into());
+        line.extend(mpirun.get_args().map(|a| format!("'{}'", a.to_string_lossy())));
+    }
     line.push(format!("'{BIN}'"));
     line.extend(args.iter().map(|a| format!("'{a}'")));
     let typescript = d.join("typescript");
@@ -24,8 +33,17 @@ fn under_terminal(d: &Path, args: &[&str]) -> String {
     for (k, v) in mpirun.get_envs() {
         cmd.env(k, v.unwrap());
     }
+    cmd.envs(env.iter().copied());
     run_with_limit(cmd, LIMIT).assert_ok();
     String::from_utf8_lossy(&std::fs::read(&typescript).unwrap()).into_owned()
+}
+
+/// A short run's arguments, into `d`/`name`.
+fn short_run(d: &Path, name: &str) -> Vec<String> {
+    let out = path_str(&d.join(name));
+    ["train", "--max-steps", "8", "--log-every", "3", "--val-samples", "100", "--out", &out]
+        .map(String::from)
+        .to_vec()
 }
 
 /// Every log line (`INFO`) of `text` starts on a line of its own: after the bar's last
@@ -139,4 +157,33 @@ fn rank_0_draws_a_bar_over_a_studys_points_above_each_points_epoch_bar() {
     assert!(text.contains("rank 0 · epoch 1/1 ["), "no epoch bar inside the study: {text:?}");
     assert!(!text.contains("rank 1 ·"), "rank 1 drew a bar: {text:?}");
     assert_log_lines_whole(&text);
+}
+
+#[test]
+fn a_dumb_terminal_gets_no_escape_sequence() {
+    let d = tmp();
+    for (launched, name) in [(true, "launched"), (false, "alone")] {
+        let args = short_run(d.path(), name);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let text = under_terminal_with(d.path(), launched, &args, &[("TERM", "dumb")]);
+        assert!(text.contains("epoch 0: 8 steps in"), "the log lines stay: {text:?}");
+        let escapes = text.matches('\x1b').count();
+        assert_eq!(escapes, 0, "{name}: {escapes} escape sequences on TERM=dumb: {text:?}");
+    }
+}
+
+#[test]
+fn no_color_takes_the_colours_and_leaves_the_bars() {
+    let d = tmp();
+    let args = short_run(d.path(), "run");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let text = under_terminal_with(d.path(), false, &args, &[("TERM", "xterm"), ("NO_COLOR", "1")]);
+    assert!(text.contains("epoch 1/1 ["), "no epoch bar: {text:?}");
+    // Colours are SGR sequences: ESC [ digits and semicolons, ending in m.
+    let sgr = text.split('\x1b').skip(1).filter(|s| {
+        let body = s.strip_prefix('[').unwrap_or("");
+        let end = body.find(|c: char| !c.is_ascii_digit() && c != ';');
+        end.is_some_and(|i| body[i..].starts_with('m'))
+    });
+    assert_eq!(sgr.count(), 0, "colours despite NO_COLOR: {text:?}");
 }

@@ -13,6 +13,7 @@ use crate::bandwidth::{algbw, busbw};
 use crate::comm::transport::{mpi::Mpi, nccl::Nccl, Transport};
 use crate::comm::GradDtype;
 use crate::device::DeviceChoice;
+use crate::job::same_flags::LaunchFlags;
 use crate::job::watchdog::{self, Watchdog, WatchdogRun};
 use crate::job::{self, signals, JobOptions};
 use crate::record::{Backend, Buffer, DeviceKind, Memory, RunStatus, SweepRow};
@@ -23,6 +24,7 @@ use link_model::{LevelFit, LinkModel};
 use mpi::collective::CommunicatorCollectives;
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use std::path::{Path, PathBuf};
 use sweep::{Idle, Route, SweepIters};
 use tch::Device;
@@ -86,7 +88,8 @@ pub struct AllreduceArgs {
     pub device: DeviceChoice,
     /// Seconds a rank may wait in one phase of one size (warm-up, timed loop, check)
     /// before the job is declared hung: the watchdog names the ranks that never came,
-    /// writes rank-NNNNN.flight.json into the output folder and aborts the job.
+    /// writes rank-NNNNN.flight.json into the output folder and aborts the job. The job's
+    /// teardown (MPI_Finalize) is watched with it too, at most 300 s.
     #[arg(long, default_value_t = watchdog::WARMUP_LIMIT_S)]
     pub watchdog_s: f64,
     /// Output folder (default: results/allreduce-<time>[-j<job id>]-<4 random hex
@@ -96,7 +99,50 @@ pub struct AllreduceArgs {
     pub out: Option<PathBuf>,
 }
 
+/// The `allreduce` flags that may differ between the ranks of one job: none, since every
+/// flag shapes the sweep every rank takes part in.
+pub const RANK_LOCAL: &[(&str, &str)] = &[];
+
+/// The `allreduce` flags every rank of a job must be given alike (compared at start-up).
+pub const SAME_ON_EVERY_RANK: &[&str] = &[
+    "--min-bytes",
+    "--max-bytes",
+    "--factor",
+    "--iters",
+    "--warmup-iters",
+    "--budget-s",
+    "--idle-ms",
+    "--dtype",
+    "--backends",
+    "--levels",
+    "--device",
+    "--watchdog-s",
+    "--out",
+];
+
 impl AllreduceArgs {
+    /// The command and flags compared across ranks at start-up.
+    pub fn launch_flags(&self) -> LaunchFlags {
+        let idle = match self.idle {
+            Idle::Auto => "auto".to_string(),
+            Idle::Fixed(s) => format!("{}", s * 1e3),
+        };
+        LaunchFlags::new("allreduce", RANK_LOCAL)
+            .with("--min-bytes", json!(self.min_bytes))
+            .with("--max-bytes", json!(self.max_bytes))
+            .with("--factor", json!(self.factor))
+            .with("--iters", json!(self.iters))
+            .with("--warmup-iters", json!(self.warmup_iters))
+            .with("--budget-s", json!(self.budget_s))
+            .with("--idle-ms", json!(idle))
+            .with("--dtype", json!(self.dtype))
+            .with("--backends", json!(self.backends))
+            .with("--levels", json!(self.levels))
+            .with("--device", json!(self.device))
+            .with("--watchdog-s", json!(self.watchdog_s))
+            .with("--out", json!(self.out))
+    }
+
     /// Checks what needs no other rank: every rank finds the same answer, so rank 0 can
     /// say it before MPI starts.
     pub fn validate(&self) -> Result<()> {
@@ -333,6 +379,8 @@ pub fn main(args: AllreduceArgs) -> Result<()> {
     job::check_before_mpi(args.validate())?;
     let options = JobOptions {
         watchdog_limit_s: args.watchdog_s,
+        teardown_limit_s: args.watchdog_s.min(watchdog::TEARDOWN_LIMIT_S),
+        flags: args.launch_flags(),
     };
     job::run_job(options, |job| run_on(job.group, &args, Some(job.watchdog)).map(|_| ()))
 }
@@ -965,6 +1013,20 @@ fn print_model(bm: &RouteLinkModel, rows: &[SweepRow]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every `allreduce` flag is compared across ranks (or says why it may differ).
+    #[test]
+    fn every_allreduce_flag_is_compared_across_ranks_or_says_why_not() {
+        use clap::{CommandFactory, Parser};
+        #[derive(Parser)]
+        #[command(name = "allreduce")]
+        struct Line {
+            #[command(flatten)]
+            args: AllreduceArgs,
+        }
+        let args = Line::try_parse_from(["allreduce"]).unwrap().args;
+        crate::job::same_flags::assert_every_flag_decided(&Line::command(), RANK_LOCAL, SAME_ON_EVERY_RANK, &args.launch_flags());
+    }
 
     #[test]
     fn sizes_and_byte_suffixes() {

@@ -1,7 +1,7 @@
 //! The batches of one epoch on one rank: prepared inline, on worker threads, or
 //! streamed from bigMNIST's shards.
 
-use super::{bigmnist, Split, StreamSource};
+use super::{bigmnist, Batches, Split, StreamSource};
 use anyhow::{anyhow, Result};
 use std::time::Instant;
 use tch::{Device, Tensor};
@@ -36,7 +36,8 @@ pub fn max_workers(online_cpus: usize) -> usize {
 /// most 2N batches wait in memory.
 pub struct Loader {
     stream: Option<(bigmnist::BlockStream, usize, f64, f64)>,
-    source: Option<(Split, std::vec::IntoIter<Vec<i64>>, Option<Device>)>,
+    /// Inline: the split, the batches and the next one to take, where to pin them.
+    source: Option<(Split, Batches, usize, Option<Device>)>,
     queues: Vec<std::sync::mpsc::Receiver<Prepared>>,
     next: usize,
     remaining: usize,
@@ -49,7 +50,9 @@ impl Loader {
     /// them to the device does not wait for the host: by the workers, or inline when they
     /// are decoded images. A worker thread the system will not start is an error; the
     /// workers already started then stop at their first batch.
-    pub fn new(split: &Split, batches: Vec<Vec<i64>>, workers: usize, device: Device) -> Result<Loader> {
+    /// The batches' samples are computed as they are prepared, so nothing held grows with
+    /// the split or the epoch.
+    pub fn new(split: &Split, batches: Batches, workers: usize, device: Device) -> Result<Loader> {
         let remaining = batches.len();
         let pin = (device != Device::Cpu).then_some(device);
         if workers == 0 {
@@ -57,7 +60,7 @@ impl Loader {
                 stream: None,
                 // Inline, rows held in memory would be copied into page-locked memory on
                 // the step's critical path; images are decoded straight into it.
-                source: Some((split.share(), batches.into_iter(), pin.filter(|_| split.files.is_some()))),
+                source: Some((split.share(), batches, 0, pin.filter(|_| split.files.is_some()))),
                 queues: Vec::new(),
                 next: 0,
                 remaining,
@@ -67,17 +70,16 @@ impl Loader {
         let queues = (0..workers)
             .map(|w| {
                 let (tx, rx) = std::sync::mpsc::sync_channel(2);
-                let mine: Vec<Vec<i64>> = batches.iter().skip(w).step_by(workers).cloned().collect();
                 let data = split.share();
                 std::thread::Builder::new()
                     .name(format!("ddpbench-batch-{w}"))
                     .spawn(move || {
-                        for (k, idx) in mine.into_iter().enumerate() {
+                        for b in (w..batches.len()).step_by(workers) {
                             let start = Instant::now();
-                            let batch = data.host_batch(&Tensor::from_slice(&idx), pin);
+                            let batch = data.host_batch(&Tensor::from_slice(&batches.get(b)), pin);
                             let span = BatchSpan {
                                 worker: w,
-                                batch: w + k * workers,
+                                batch: b,
                                 start,
                                 end: Instant::now(),
                             };
@@ -137,7 +139,10 @@ impl Loader {
             Some(reader.take(*n).map(|records| bigmnist::records_to_batch(&records, *mean, *std)))
         } else {
             match &mut self.source {
-                Some((split, it, pin)) => it.next().map(|idx| split.host_batch(&Tensor::from_slice(&idx), *pin)),
+                Some((split, batches, next, pin)) => (*next < batches.len()).then(|| {
+                    *next += 1;
+                    split.host_batch(&Tensor::from_slice(&batches.get(*next - 1)), *pin)
+                }),
                 None => self.queues[self.next % self.queues.len()].recv().ok().map(|(batch, span)| {
                     if let Some(kept) = self.spans.as_mut().filter(|k| k.len() < MAX_KEPT_SPANS) {
                         kept.push(span);

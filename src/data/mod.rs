@@ -5,11 +5,13 @@
 //! (synthetic data); bigMNIST is streamed from its shards. A batch is an
 //! `index_select` of the rank's shard. Sharding follows PyTorch's `DistributedSampler`
 //! (shuffle, pad to a multiple of the world size, rank r takes every size-th index
-//! from r), so a run is comparable step for step with a PyTorch DDP run.
+//! from r), so a run is comparable step for step with a PyTorch DDP run; the shuffle is
+//! computed, never stored ([`sampler`]).
 //!
 //! Formats: [`idx`] (the IDX reader at the bottom, and the errors data files can have),
 //! [`mnist`], [`cifar`], [`imagenet`], [`agnews`], [`synthetic`], [`bigmnist`] (its
-//! reader, and apart from it the generator); [`loader`] prepares an epoch's batches.
+//! reader, and apart from it the generator); [`sampler`] orders an epoch's samples and
+//! shards them; [`loader`] prepares an epoch's batches.
 
 pub mod agnews;
 pub mod bigmnist;
@@ -22,15 +24,16 @@ pub mod loader;
 pub mod mnist;
 pub mod pipeline;
 pub mod resample;
+pub mod sampler;
 pub mod synthetic;
 
 pub use idx::{read_idx, DataError};
 pub use image_caps::ImageCaps;
 pub use loader::Loader;
 pub use mnist::FASHION_MNIST_DIR;
+pub use sampler::{Batches, Shard, SAMPLE_ORDER};
 
 use crate::model::{Input, ModelSpec};
-use crate::stats::Rng;
 use anyhow::Result;
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
@@ -298,75 +301,7 @@ pub fn dataset_name(kind: DatasetKind) -> String {
         .unwrap_or_default()
 }
 
-/// A rank's indices for one epoch, as `DistributedSampler(shuffle, drop_last=False)`:
-/// a permutation seeded by `seed + epoch` (the same on every rank), padded by
-/// wrapping to a multiple of `world`, then every `world`-th index from `rank`.
-/// Every rank gets `ceil(n / world)` indices.
-pub fn shard_indices(n: usize, world: usize, rank: usize, seed: u64, epoch: usize, shuffle: bool) -> Vec<i64> {
-    assert!(world > 0 && rank < world && n > 0);
-    let perm: Vec<i64> = if shuffle {
-        let mut order: Vec<i64> = (0..n as i64).collect();
-        let mut rng = Rng(seed.wrapping_add(epoch as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xddb);
-        for i in (1..n).rev() {
-            let j = rng.below(i as u64 + 1) as usize;
-            order.swap(i, j);
-        }
-        order
-    } else {
-        (0..n as i64).collect()
-    };
-    let per_rank = n.div_ceil(world);
-    let total = per_rank * world;
-    (0..per_rank).map(|k| perm[(rank + k * world) % total % n]).collect()
-}
-
 /// Steps per epoch for `per_rank` samples at `batch` per step (the last batch may be short).
 pub fn steps_per_epoch(per_rank: usize, batch: usize) -> usize {
     per_rank.div_ceil(batch)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::BTreeSet;
-
-    #[test]
-    fn shards_are_disjoint_covering_and_equal_length() {
-        for (n, world) in [(10, 3), (60_000, 2), (7, 7), (5, 8), (1000, 4)] {
-            let shards: Vec<Vec<i64>> = (0..world).map(|r| shard_indices(n, world, r, 42, 3, true)).collect();
-            let len = n.div_ceil(world);
-            assert!(shards.iter().all(|s| s.len() == len), "n={n} world={world}");
-            let all: BTreeSet<i64> = shards.iter().flatten().copied().collect();
-            assert_eq!(all.len(), n, "every sample covered");
-            // Only padding repeats samples: total - n duplicates at most.
-            let total: usize = shards.iter().map(|s| s.len()).sum();
-            assert_eq!(total - n, len * world - n);
-            if len * world == n {
-                let mut flat: Vec<i64> = shards.concat();
-                flat.sort();
-                flat.dedup();
-                assert_eq!(flat.len(), n, "no duplicates without padding");
-            }
-        }
-    }
-
-    #[test]
-    fn shards_follow_seed_and_epoch_and_match_single_rank_batches() {
-        assert_eq!(shard_indices(100, 2, 0, 1, 0, true), shard_indices(100, 2, 0, 1, 0, true));
-        assert_ne!(shard_indices(100, 2, 0, 1, 0, true), shard_indices(100, 2, 0, 1, 1, true));
-        assert_ne!(shard_indices(100, 2, 0, 1, 0, true), shard_indices(100, 2, 0, 2, 0, true));
-        // Step k of 2 ranks × batch b covers the same samples as step k of 1 rank × batch 2b.
-        let one = shard_indices(64 * 10, 1, 0, 7, 0, true);
-        let r0 = shard_indices(64 * 10, 2, 0, 7, 0, true);
-        let r1 = shard_indices(64 * 10, 2, 1, 7, 0, true);
-        for k in 0..10 {
-            let mut a: Vec<i64> = one[64 * k..64 * (k + 1)].to_vec();
-            let mut b: Vec<i64> = [&r0[32 * k..32 * (k + 1)], &r1[32 * k..32 * (k + 1)]].concat();
-            a.sort();
-            b.sort();
-            assert_eq!(a, b, "step {k}");
-        }
-        assert_eq!(shard_indices(5, 2, 1, 0, 0, false), vec![1, 3, 0]);
-        assert_eq!(steps_per_epoch(30_000, 64), 469);
-    }
 }

@@ -1,8 +1,9 @@
 //! Synthetic data: random-normal images (or random token ids) of the model's input
 //! shape and random labels, seeded. Samples are drawn from a pool held in memory of at
 //! most [`POOL_BYTES`] (all of them when they fit): sample i is pool row i mod rows, so
-//! a data set of any size costs no more memory than the pool, and the same `--seed`
-//! gives the same samples.
+//! a data set of any size costs no more memory than the pool (the order of its samples
+//! is computed, not stored: [`super::sampler`]), and the same `--seed` gives the same
+//! samples.
 
 use super::{Dataset, Split};
 use crate::model::{Input, ModelSpec};

@@ -14,6 +14,17 @@
 //! it no longer answers and do the same. A rank that cannot reach rank 0 judges by its
 //! own wait alone. `ddpbench diagnose RUN_DIR` reads the flight files afterwards.
 //!
+//! It also watches progress outside collectives: a rank whose main thread stays in one
+//! phase of a step (forward, backward, data loading...) or of the teardown longer than
+//! the limit is named with that phase ([`flight::stalled`]), although no collective is
+//! pending (a forward pass that never returns, on every rank or on a job's only one).
+//!
+//! It covers the job through its end: MPI_Finalize is watched as a collective, and after
+//! it rank 0 waits until every rank it heard from is past MPI_Finalize too
+//! ([`Watchdog::meet_at_exit`]), so a rank that stalls in teardown is named and the job
+//! ends (exit status 3) instead of leaving `mpirun` waiting. Once a run's records are
+//! final ([`Watchdog::records_final`]) a later verdict leaves them as they are.
+//!
 //! The watchdog also finishes the bookkeeping of a stop signal that arrives while the
 //! rank is held inside a collective (a peer died): it records the rank's end at once,
 //! since the job may be killed before the step could end.
@@ -39,8 +50,13 @@ pub const WARMUP_LIMIT_S: f64 = 600.0;
 pub const STEPS_LIMIT: f64 = 50.0;
 /// ...and at least this many seconds.
 pub const MIN_LIMIT_S: f64 = 60.0;
+/// The default limit in the job's teardown, after its last collective: closing files,
+/// MPI_Finalize, and every rank past it.
+pub const TEARDOWN_LIMIT_S: f64 = 300.0;
 
 const TICK: Duration = Duration::from_millis(250);
+/// The tick while the job exits, so that meeting at the exit costs the job little time.
+const EXIT_TICK: Duration = Duration::from_millis(20);
 const HEARTBEAT: Duration = Duration::from_secs(1);
 /// A rank not heard from for this long is silent.
 const SILENT_AFTER: Duration = Duration::from_secs(4);
@@ -59,6 +75,10 @@ struct Shared {
     limit_bits: AtomicU64,
     stop: AtomicBool,
     run: Mutex<Option<WatchdogRun>>,
+    /// True once the run's records are final: a verdict then writes only flight records.
+    records_final: AtomicBool,
+    /// True once this rank is past MPI_Finalize and waits to meet the others at the exit.
+    exiting: AtomicBool,
     /// Where flight records go while no run is open (a study's folder between points).
     flight_dir: Mutex<Option<PathBuf>>,
     /// Steps completed, for an end record written by the watchdog.
@@ -76,6 +96,8 @@ pub struct Watchdog {
     shared: Arc<Shared>,
     /// Closed by the watchdog's thread when it ends.
     done: Option<mpsc::Receiver<()>>,
+    /// Given by the watchdog's thread once every rank is past MPI_Finalize.
+    met: Option<mpsc::Receiver<()>>,
 }
 
 /// How long dropping a watchdog waits for its thread: the job's exit never waits on
@@ -95,6 +117,8 @@ impl Watchdog {
             limit_bits: AtomicU64::new(limit_s.to_bits()),
             stop: AtomicBool::new(false),
             run: Mutex::new(None),
+            records_final: AtomicBool::new(false),
+            exiting: AtomicBool::new(false),
             flight_dir: Mutex::new(None),
             steps: AtomicU64::new(0),
         });
@@ -105,13 +129,16 @@ impl Watchdog {
         };
         let s = shared.clone();
         let (tx, rx) = mpsc::channel::<()>();
+        let (met_tx, met_rx) = mpsc::channel::<()>();
         let spawned = std::thread::Builder::new().name("ddpbench-watchdog".into()).spawn(move || {
             let _done = tx;
-            watch(s, link)
+            watch(s, link, met_tx)
         });
+        let running = spawned.is_ok();
         Watchdog {
             shared,
-            done: spawned.ok().map(|_| rx),
+            done: running.then_some(rx),
+            met: running.then_some(met_rx),
         }
     }
 
@@ -127,6 +154,26 @@ impl Watchdog {
     /// Where flight and end records go.
     pub fn set_run(&self, run: WatchdogRun) {
         *self.shared.run.lock().unwrap_or_else(|p| p.into_inner()) = Some(run);
+        self.shared.records_final.store(false, Ordering::Relaxed);
+    }
+
+    /// The run's end records and manifest are final (the run completed, or said how it
+    /// ended): a verdict in the teardown still writes its flight records into the run
+    /// folder, but no longer rewrites what the run recorded.
+    pub fn records_final(&self) {
+        self.shared.records_final.store(true, Ordering::Relaxed);
+    }
+
+    /// After MPI_Finalize: waits until every rank heard from is past it too (rank 0
+    /// tells the others when they are), within the limit; a rank that does not come is
+    /// named and the job ends with exit status 3 ([`Watchdog`]'s verdict).
+    pub fn meet_at_exit(&self) {
+        let _f = flight::enter("exit", "after MPI_Finalize");
+        self.shared.exiting.store(true, Ordering::Relaxed);
+        if let Some(met) = &self.met {
+            // Err: the watchdog's thread is gone, and nobody waits.
+            let _ = met.recv();
+        }
     }
 
     /// The run has ended and its records are written: a later verdict leaves them as
@@ -238,7 +285,7 @@ impl Root {
             let Some(json) = body.strip_prefix("report ") else { continue };
             // The report must be of the rank that authenticated, with times that can be.
             match serde_json::from_str::<RankStatus>(json) {
-                Ok(st) if st.rank == rank && st.waited_s.is_finite() && st.waited_s >= 0.0 => {
+                Ok(st) if st.rank == rank && seconds_ok(st.waited_s) && st.phase.as_ref().is_none_or(|p| seconds_ok(p.for_s)) => {
                     self.reports[rank] = Some((st, Instant::now()));
                     if !answered.contains(&rank) {
                         answered.push(rank);
@@ -261,8 +308,13 @@ impl Root {
             let mut st = st.clone();
             if age > SILENT_AFTER {
                 st.silent_s = age.as_secs_f64();
-            } else if st.pending.is_some() {
-                st.waited_s += age.as_secs_f64();
+            } else {
+                if st.pending.is_some() {
+                    st.waited_s += age.as_secs_f64();
+                }
+                if let Some(p) = st.phase.as_mut() {
+                    p.for_s += age.as_secs_f64();
+                }
             }
             out.push(st);
         }
@@ -272,6 +324,17 @@ impl Root {
     fn abort_all(&mut self, message: &str) {
         self.hub.send_all(&format!("abort\t{message}"));
     }
+
+    /// True when rank 0 (`own`) and every rank it heard from report being past
+    /// MPI_Finalize. A rank never heard from (its link never worked) is not waited for.
+    fn all_finalized(&self, own: &RankStatus) -> bool {
+        own.finalized && self.reports.iter().skip(1).flatten().all(|(st, _)| st.finalized)
+    }
+}
+
+/// A number of seconds a report may hold.
+fn seconds_ok(s: f64) -> bool {
+    s.is_finite() && s >= 0.0
 }
 
 /// A rank's link to rank 0 (None while broken; it is made again every few seconds).
@@ -282,6 +345,8 @@ struct Member {
     last_try: Instant,
     last_sent: Option<Instant>,
     last_ack: Instant,
+    /// Rank 0 said that every rank is past MPI_Finalize.
+    exit_said: bool,
 }
 
 /// How often a rank whose link broke tries to make it again.
@@ -303,11 +368,14 @@ impl Member {
             last_try: Instant::now(),
             last_sent: None,
             last_ack: Instant::now(),
+            exit_said: false,
         }
     }
 
     /// Sends this rank's status once a second and returns rank 0's lines.
     fn exchange(&mut self, rank: usize, own: &RankStatus) -> Vec<String> {
+        // Past MPI_Finalize every tick counts: rank 0 waits for this report to end the job.
+        let heartbeat = if own.finalized { Duration::ZERO } else { HEARTBEAT };
         if self.up.as_ref().is_some_and(|u| u.closed().is_some()) {
             self.up = None;
         }
@@ -316,7 +384,7 @@ impl Member {
             self.up = Uplink::connect(&self.addrs, self.secret.clone(), rank).ok();
         }
         let Some(up) = self.up.as_mut() else { return Vec::new() };
-        if self.last_sent.is_none_or(|t| t.elapsed() >= HEARTBEAT) {
+        if self.last_sent.is_none_or(|t| t.elapsed() >= heartbeat) {
             if let Ok(json) = serde_json::to_string(own) {
                 up.send(&format!("report {json}"));
             }
@@ -326,10 +394,12 @@ impl Member {
     }
 }
 
-fn watch(s: Arc<Shared>, mut link: Link) {
+fn watch(s: Arc<Shared>, mut link: Link, met: mpsc::Sender<()>) {
     let mut signal_recorded = false;
+    let mut met = Some(met);
     while !s.stop.load(Ordering::Relaxed) {
-        std::thread::sleep(TICK);
+        let exiting = s.exiting.load(Ordering::Relaxed);
+        std::thread::sleep(if exiting { EXIT_TICK } else { TICK });
         let own = RankStatus::here(s.rank, &s.host);
         if !signal_recorded {
             signal_recorded = record_signal_while_held(&s, &own);
@@ -338,17 +408,39 @@ fn watch(s: Arc<Shared>, mut link: Link) {
             give_up(&s, &mut link, Verdict::Own(format!("rank {} on {}: {e}", s.rank, s.host)));
         }
         let verdict = match &mut link {
-            Link::Root(root) => judge_as_root(&s, root, own).map(Verdict::Own),
-            Link::Member(m) => judge_as_member(&s, m, own),
+            Link::Root(root) => judge_as_root(&s, root, own.clone()).map(Verdict::Own),
+            Link::Member(m) => judge_as_member(&s, m, own.clone()),
             Link::Alone => judge_alone(&s, &own).map(Verdict::Own),
         };
         if let Some(v) = verdict {
             give_up(&s, &mut link, v);
         }
+        if exiting && met.is_some() && everyone_at_exit(&mut link, &own) {
+            // The main thread goes on to exit; dropping the sender says so if it waits.
+            let _ = met.take().map(|m| m.send(()));
+        }
     }
 }
 
-/// Rank 0: collects the reports and decides when a collective has hung.
+/// Past MPI_Finalize: true once this rank may exit. Rank 0 waits for every rank it
+/// heard from to be past MPI_Finalize, then tells them; another rank waits for rank 0's
+/// word (or exits at once without a link to rank 0).
+fn everyone_at_exit(link: &mut Link, own: &RankStatus) -> bool {
+    match link {
+        Link::Root(root) => {
+            let all = root.all_finalized(own);
+            if all {
+                root.hub.send_all("exit");
+            }
+            all
+        }
+        Link::Member(m) => m.exit_said || m.up.is_none(),
+        Link::Alone => true,
+    }
+}
+
+/// Rank 0: collects the reports and decides when a collective has hung, or a rank's
+/// step (or teardown) has stopped advancing.
 fn judge_as_root(s: &Shared, root: &mut Root, own: RankStatus) -> Option<String> {
     root.poll();
     let statuses = root.statuses(own);
@@ -359,11 +451,17 @@ fn judge_as_root(s: &Shared, root: &mut Root, own: RankStatus) -> Option<String>
             && st.pending.as_ref().is_some_and(|p| p.state == flight::State::Started)
             && st.waited_s > s.limit_s()
     });
-    if !hung {
+    let stalled = flight::stalled(&statuses, s.limit_s());
+    if !hung && stalled.is_empty() {
         return None;
     }
-    let d = flight::diagnose(&statuses, s.size)?;
-    Some(d.message())
+    // Ranks waiting for a stalled one are a collective's diagnosis, which says where the
+    // stalled rank is; without any, the stall is the whole story.
+    match flight::diagnose(&statuses, s.size) {
+        Some(d) => Some(d.message()),
+        None if !stalled.is_empty() => Some(flight::stall_message(&stalled, Some(s.limit_s()))),
+        None => None,
+    }
 }
 
 /// A watchdog's conclusion: its own (printed by it) or rank 0's (printed by rank 0).
@@ -377,6 +475,8 @@ fn judge_as_member(s: &Shared, m: &mut Member, own: RankStatus) -> Option<Verdic
     for line in m.exchange(s.rank, &own) {
         if line == "ack" {
             m.last_ack = Instant::now();
+        } else if line == "exit" {
+            m.exit_said = true;
         } else if let Some(msg) = line.strip_prefix("abort\t") {
             return Some(Verdict::FromRoot(msg.to_string()));
         }
@@ -398,8 +498,12 @@ fn judge_as_member(s: &Shared, m: &mut Member, own: RankStatus) -> Option<Verdic
     None
 }
 
-/// Without a link to rank 0: only this rank's own wait counts.
+/// Without a link to rank 0: only this rank's own wait, or its own stall, counts.
 fn judge_alone(s: &Shared, own: &RankStatus) -> Option<String> {
+    let stalled = flight::stalled(std::slice::from_ref(own), s.limit_s());
+    if !stalled.is_empty() {
+        return Some(flight::stall_message(&stalled, Some(s.limit_s())));
+    }
     let pending = own.pending.as_ref()?;
     (!own.idle && pending.state == flight::State::Started && own.waited_s > s.limit_s()).then(|| {
         format!(
@@ -413,9 +517,11 @@ fn judge_alone(s: &Shared, own: &RankStatus) -> Option<String> {
 }
 
 /// The verdict: write this rank's flight record, pass the word on (rank 0), print it
-/// once (the rank that concluded it), and abort the job.
+/// once (the rank that concluded it), and abort the job. A run whose records are final
+/// keeps them: only the flight records are added.
 fn give_up(s: &Shared, link: &mut Link, verdict: Verdict) -> ! {
     let run = s.run.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let kept = s.records_final.load(Ordering::Relaxed);
     let message = match &verdict {
         Verdict::Own(m) | Verdict::FromRoot(m) => m.as_str(),
     };
@@ -439,7 +545,14 @@ fn give_up(s: &Shared, link: &mut Link, verdict: Verdict) -> ! {
             eprintln!("flight records: ddpbench diagnose {}", dir.display());
         }
     }
-    if let Some(run) = &run {
+    match &run {
+        Some(run) if kept && s.rank == 0 => eprintln!(
+            "watchdog: the run's records were final before the stall and are kept as they are in {}",
+            run.dir.display()
+        ),
+        _ => {}
+    }
+    if let Some(run) = run.as_ref().filter(|_| !kept) {
         let end = EndRecord {
             run_id: run.run_id.clone(),
             rank: s.rank,
@@ -472,6 +585,9 @@ fn record_signal_while_held(s: &Shared, own: &RankStatus) -> bool {
     let Some(run) = s.run.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
         return false;
     };
+    if s.records_final.load(Ordering::Relaxed) {
+        return true;
+    }
     let why = format!(
         "{} while waiting {:.0} s in {}",
         signals::name(sig),

@@ -66,7 +66,7 @@ impl EndRecord {
         use std::io::Read;
         let path = dir.join(end_file_name(rank));
         let mut text = String::new();
-        std::fs::File::open(&path)
+        crate::files::open_regular(&path)
             .and_then(|f| f.take(END_RECORD_MAX_BYTES + 1).read_to_string(&mut text))
             .with_context(|| format!("cannot read {}", path.display()))?;
         if text.len() as u64 > END_RECORD_MAX_BYTES {

@@ -174,6 +174,10 @@ pub struct Manifest {
     /// SHA-256; absent for a built-in network.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_file: Option<ScriptFile>,
+    /// Log lines rank 0 dropped because its stderr was full (nothing read it) until the
+    /// run's outcome was written: training never waits for its log ([`crate::stderr`]).
+    #[serde(default)]
+    pub log_lines_dropped: u64,
 }
 
 /// The clock offsets to rank 0 estimated during a run.
@@ -208,7 +212,10 @@ impl Manifest {
     }
     pub fn read(dir: &Path) -> Result<Manifest> {
         let path = dir.join("manifest.json");
-        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        // Only a regular file: a FIFO or a device in its place is named, not waited on.
+        let text = crate::files::open_regular(&path)
+            .and_then(std::io::read_to_string)
+            .map_err(|e| anyhow::anyhow!(crate::files::read_error(&path, &e)))?;
         serde_json::from_str(&text).with_context(|| format!("{} is not a ddpbench manifest", path.display()))
     }
 }

@@ -15,6 +15,7 @@ pub mod lock;
 mod manifest;
 pub mod reserve;
 mod rows;
+pub mod settle;
 mod sweep;
 
 pub use cells::Cells;

@@ -7,6 +7,8 @@
 //! Runs with holes (missing rank files, truncated rows, unfinished jobs) are
 //! reported as incomplete with what is missing and left out of every figure:
 //! nothing is averaged over a hole. The reducer fails only when no run is usable.
+//! A run whose rank 0 died before writing the outcome gets it first, from the ranks'
+//! end records ([`crate::record::settle`]).
 
 pub mod analysis;
 mod args;
@@ -17,7 +19,7 @@ pub mod timeline;
 
 pub use analysis::{read_run, RunStats};
 pub use args::{ReduceArgs, ReduceRequest};
-pub use report::{write, Report};
+pub use report::{stage, write, Report};
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -42,12 +44,18 @@ pub fn discover_sweeps(paths: &[PathBuf]) -> Vec<PathBuf> {
     out
 }
 
+/// Whether `dir` holds a `manifest.json` of any kind: a run folder, or one whose
+/// manifest is damaged (a FIFO, a dangling link), which reading it names.
+fn holds_manifest(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir.join("manifest.json")).is_ok()
+}
+
 /// Run folders named by `paths`: a run folder itself, or the run folders inside.
 /// Sweep folders (`ddpbench allreduce`) are not runs and are passed over.
 pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut runs = Vec::new();
     for p in paths {
-        if p.join("manifest.json").is_file() {
+        if holds_manifest(p) {
             runs.push(p.clone());
             continue;
         }
@@ -60,7 +68,7 @@ pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
         let mut inner: Vec<PathBuf> = std::fs::read_dir(p)
             .with_context(|| format!("cannot list {}", p.display()))?
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|d| d.join("manifest.json").is_file())
+            .filter(|d| holds_manifest(d))
             .collect();
         if inner.is_empty() {
             bail!("{}: neither a run folder (no manifest.json) nor a folder of runs", p.display());
@@ -98,7 +106,10 @@ pub fn main(args: ReduceArgs) -> Result<()> {
 /// it is found (and kept in the report); Err when no run is usable, a folder named is
 /// none, or `--baseline` is not among the complete runs.
 pub fn run(req: &ReduceRequest) -> Result<Report> {
-    let dirs = discover(&req.runs)?;
+    let (dirs, mut duplicates) = one_path_per_folder(discover(&req.runs)?);
+    for d in &dirs {
+        crate::record::settle::settle_and_say(d, "reduce");
+    }
     let mut all = Vec::new();
     let mut skipped = Vec::new();
     for d in &dirs {
@@ -113,6 +124,11 @@ pub fn run(req: &ReduceRequest) -> Result<Report> {
             }
         }
     }
+    let (all, same_id) = one_folder_per_run(all);
+    duplicates.extend(same_id);
+    for d in &duplicates {
+        eprintln!("{}", d.sentence());
+    }
     let incomplete: Vec<&RunStats> = all.iter().filter(|r| !r.complete()).collect();
     for r in &incomplete {
         eprintln!("incomplete run {} (left out of every figure):", r.dir.display());
@@ -126,7 +142,88 @@ pub fn run(req: &ReduceRequest) -> Result<Report> {
     }
     let explicit = explicit_baseline(&complete, req.baseline.as_deref())?;
     let projection = project(req, &dirs, &complete)?;
-    Ok(report::build(&dirs, &complete, &incomplete, skipped, explicit, projection))
+    Ok(report::build(
+        &dirs,
+        &complete,
+        &incomplete,
+        skipped,
+        duplicates,
+        explicit,
+        projection,
+    ))
+}
+
+/// `dirs` with each folder once (the same folder reached through a symbolic link, `.`
+/// or `..` is one folder), and each path left out as a [`report::Duplicate`] of the one
+/// kept: the first that reaches it under its own name (not a link's), else the first.
+fn one_path_per_folder(dirs: Vec<PathBuf>) -> (Vec<PathBuf>, Vec<report::Duplicate>) {
+    let canonical: Vec<Option<PathBuf>> = dirs.iter().map(|d| d.canonicalize().ok()).collect();
+    let own_name = |i: usize| canonical[i].as_ref().is_some_and(|c| c.file_name() == dirs[i].file_name());
+    let mut kept: Vec<usize> = Vec::new();
+    let mut left: Vec<(usize, usize)> = Vec::new();
+    for i in 0..dirs.len() {
+        let Some(c) = &canonical[i] else {
+            kept.push(i);
+            continue;
+        };
+        match kept.iter().position(|&k| canonical[k].as_ref() == Some(c)) {
+            None => kept.push(i),
+            Some(at) if own_name(i) && !own_name(kept[at]) => {
+                left.push((kept[at], i));
+                kept[at] = i;
+            }
+            Some(at) => left.push((i, kept[at])),
+        }
+    }
+    let duplicates = left
+        .into_iter()
+        .map(|(dup, of)| {
+            let final_of = kept.iter().copied().find(|&k| canonical[k] == canonical[of]).unwrap_or(of);
+            report::Duplicate {
+                dir: dirs[dup].clone(),
+                kept: dirs[final_of].clone(),
+                why: "the same folder".into(),
+            }
+        })
+        .collect();
+    (kept.into_iter().map(|i| dirs[i].clone()).collect(), duplicates)
+}
+
+/// `runs` with one folder per run id: of the folders holding one run (a copy beside it,
+/// a backup), the first complete one is kept, else the first; the others are
+/// [`report::Duplicate`]s of it, said apart when their manifest tells another run that
+/// has the same id (another start).
+fn one_folder_per_run(runs: Vec<RunStats>) -> (Vec<RunStats>, Vec<report::Duplicate>) {
+    let mut by_id: std::collections::HashMap<String, Vec<usize>> = std::collections::HashMap::new();
+    for (i, r) in runs.iter().enumerate() {
+        by_id.entry(r.manifest.run_id.clone()).or_default().push(i);
+    }
+    let mut keep = vec![true; runs.len()];
+    let mut duplicates = Vec::new();
+    for (i, r) in runs.iter().enumerate() {
+        let group = &by_id[&r.manifest.run_id];
+        let kept = group.iter().copied().find(|&k| runs[k].complete()).unwrap_or(group[0]);
+        if i == kept {
+            continue;
+        }
+        keep[i] = false;
+        let of = &runs[kept];
+        let why = if r.manifest.start_utc == of.manifest.start_utc {
+            format!("the same run ({:?}, started {})", r.manifest.run_id, r.manifest.start_utc)
+        } else {
+            format!(
+                "another run with the same run id {:?} (started {}, not {}): run ids must differ among the folders reduced; reduce it on its own",
+                r.manifest.run_id, r.manifest.start_utc, of.manifest.start_utc
+            )
+        };
+        duplicates.push(report::Duplicate {
+            dir: r.dir.clone(),
+            kept: of.dir.clone(),
+            why,
+        });
+    }
+    let runs = runs.into_iter().zip(keep).filter_map(|(r, k)| k.then_some(r)).collect();
+    (runs, duplicates)
 }
 
 /// The projection to more ranks, when a link model is given or found; None when

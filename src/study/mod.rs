@@ -111,6 +111,60 @@ pub struct StudyArgs {
     pub train: Vec<String>,
 }
 
+/// The `study` arguments that may differ between the ranks of one job, and why: every
+/// other one is compared across ranks at start-up ([`launch_flags`]).
+pub const RANK_LOCAL: &[(&str, &str)] = &[(
+    "FILE",
+    "where this rank reads the study file: what it says is compared, as the resolved study",
+)];
+
+/// The `study` arguments every rank of a job must be given alike (`--`: the `train`
+/// options, each compared but those `train` lets differ per rank).
+pub const SAME_ON_EVERY_RANK: &[&str] = &[
+    "--name",
+    "--models",
+    "--datasets",
+    "--batch-sizes",
+    "--scaling",
+    "--ranks",
+    "--node-fill",
+    "--repeats",
+    "--out",
+    "--break-lock",
+    "--dry-run",
+    "--retry-failed",
+    "--allreduce-sweep",
+    "--",
+];
+
+/// The command and the resolved study (file and command line) compared across ranks.
+pub fn launch_flags(spec: &StudySpec, args: &StudyArgs) -> job::same_flags::LaunchFlags {
+    use serde_json::json;
+    let mut flags = job::same_flags::LaunchFlags::new("study", RANK_LOCAL)
+        .with("--name", json!(spec.name))
+        .with("--models", json!(spec.models))
+        .with("--datasets", json!(spec.datasets))
+        .with("--batch-sizes", json!(spec.batch_sizes))
+        .with("--scaling", json!(spec.scaling))
+        .with("--ranks", json!(spec.ranks))
+        .with("--node-fill", json!(spec.node_fill))
+        .with("--repeats", json!(spec.repeats))
+        .with("study key threads_per_rank", json!(spec.threads_per_rank))
+        .with("study key data_dirs", json!(spec.data_dirs))
+        .with("--out", json!(args.out))
+        .with("--break-lock", json!(args.break_lock))
+        .with("--dry-run", json!(args.dry_run))
+        .with("--retry-failed", json!(args.retry_failed))
+        .with("--allreduce-sweep", json!(args.allreduce_sweep));
+    for (name, values) in &spec.train {
+        let flag = format!("--{name}");
+        if !train::config::RANK_LOCAL.iter().any(|(f, _)| *f == flag) {
+            flags = flags.with(&format!("-- {flag}"), json!(values));
+        }
+    }
+    flags
+}
+
 /// The study as written: the file, then the command line.
 pub fn spec_of(args: &StudyArgs) -> Result<StudySpec> {
     let (text, default_name) = match &args.file {
@@ -193,6 +247,8 @@ pub fn main(args: StudyArgs) -> Result<()> {
     let spec = job::check_before_mpi(spec_of(&args))?;
     let options = JobOptions {
         watchdog_limit_s: watchdog::SETUP_LIMIT_S,
+        teardown_limit_s: watchdog::TEARDOWN_LIMIT_S,
+        flags: launch_flags(&spec, &args),
     };
     job::run_job(options, |job| {
         let g = job.group;
@@ -766,23 +822,29 @@ fn finish(out: &Path, state: &State, plan: &Plan, repeat: usize, stopped: bool) 
         project_to: 1024,
     };
     let report_dir = out.join("report");
-    let reduced = crate::reduce::run(&request).and_then(|r| {
-        crate::reduce::write(&r, &report_dir, true)?;
-        crate::reduce::report::print(&r, &report_dir, true);
-        Ok(r)
-    });
-    let reduced = match reduced {
+    let reduced = match crate::reduce::run(&request) {
         Ok(r) => r,
         Err(e) => return Some(format!("the study's report could not be made: {e:#}")),
     };
-    match report::write(out, plan, repeat, state, &reduced, true) {
+    // reduce's files and the study's summary replace the previous ones together.
+    let written = crate::files::StagedFiles::new(&report_dir)
+        .map_err(anyhow::Error::from)
+        .and_then(|mut files| {
+            crate::reduce::stage(&reduced, &mut files, true)?;
+            let verdicts = report::write(&mut files, plan, repeat, state, &reduced, true)?;
+            files.commit()?;
+            Ok(verdicts)
+        })
+        .with_context(|| crate::reduce::report::not_written(&report_dir));
+    match written {
         Ok(verdicts) => {
+            crate::reduce::report::print(&reduced, &report_dir, true);
             println!();
             for v in verdicts {
                 println!("{v}");
             }
         }
-        Err(e) => return Some(format!("the study's summary could not be written: {e:#}")),
+        Err(e) => return Some(format!("the study's report could not be written: {e:#}")),
     }
     let not_run = plan.points.len() * repeat - state.len().min(plan.points.len() * repeat);
     println!(
@@ -793,4 +855,30 @@ fn finish(out: &Path, state: &State, plan: &Plan, repeat: usize, stopped: bool) 
         out.join("report").display()
     );
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `study` argument is compared across ranks (or says why it may differ), the
+    /// `train` options after `--` each under its name but `train`'s own rank-local ones.
+    #[test]
+    fn every_study_argument_is_compared_across_ranks_or_says_why_not() {
+        use clap::{CommandFactory, Parser};
+        #[derive(Parser)]
+        #[command(name = "study")]
+        struct Line {
+            #[command(flatten)]
+            args: StudyArgs,
+        }
+        let args = Line::try_parse_from(["study", "--", "--max-steps", "7", "--node-type", "x"])
+            .unwrap()
+            .args;
+        let flags = launch_flags(&spec_of(&args).unwrap(), &args);
+        crate::job::same_flags::assert_every_flag_decided(&Line::command(), RANK_LOCAL, SAME_ON_EVERY_RANK, &flags);
+        let compared: Vec<&str> = flags.flags().collect();
+        assert!(compared.contains(&"-- --max-steps"), "{compared:?}");
+        assert!(!compared.iter().any(|f| f.contains("--node-type")), "{compared:?}");
+    }
 }

@@ -6,17 +6,17 @@
 
 use super::plan::{self, Plan};
 use super::State;
+use crate::files::StagedFiles;
 use crate::plot::{self, LineChart, Point, Rasteriser, Series, SeriesKind, XScale};
 use crate::record::RunStatus;
 use crate::reduce::analysis::{ScalingMode, ScalingRow};
 use crate::reduce::report::{verdict, RunReport};
 use crate::reduce::Report;
 use crate::stats::median;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
 
 /// One row of `report/study.csv`.
 #[derive(Debug, Clone, Serialize)]
@@ -35,10 +35,13 @@ pub struct PointSummary {
     pub weak_speedup: Option<f64>,
     pub weak_speedup_low: Option<f64>,
     pub weak_speedup_high: Option<f64>,
+    /// How the weak interval was found, with its df (scaling.csv's `interval_method`).
+    pub weak_interval_method: Option<String>,
     pub weak_efficiency: Option<f64>,
     pub strong_speedup: Option<f64>,
     pub strong_speedup_low: Option<f64>,
     pub strong_speedup_high: Option<f64>,
+    pub strong_interval_method: Option<String>,
     pub strong_efficiency: Option<f64>,
     /// R = (forward + backward) / all-reduce transfer, median over repeats (lowest node type).
     pub compute_comm_ratio: Option<f64>,
@@ -84,6 +87,7 @@ pub(super) fn summarise(report: &Report, plan: &Plan, repeat: usize, state: &Sta
                     .find(|row| row.scaling_mode == mode && row.run_ids.iter().any(|id| done.contains(&id)))
             };
             let get = |mode: ScalingMode, f: fn(&ScalingRow) -> f64| row_of(mode).and_then(|r| finite(f(r)));
+            let method = |mode: ScalingMode| row_of(mode).map(|r| r.interval_method.clone()).filter(|m| !m.is_empty());
             let of_runs = |f: fn(&RunReport) -> Option<f64>| -> Vec<f64> {
                 done.iter().filter_map(|n| runs.get(n.as_str()).and_then(|r| f(r))).collect()
             };
@@ -114,10 +118,12 @@ pub(super) fn summarise(report: &Report, plan: &Plan, repeat: usize, state: &Sta
                 weak_speedup: one(get(ScalingMode::Weak, |r| r.speedup)),
                 weak_speedup_low: get(ScalingMode::Weak, |r| r.speedup_low),
                 weak_speedup_high: get(ScalingMode::Weak, |r| r.speedup_high),
+                weak_interval_method: method(ScalingMode::Weak),
                 weak_efficiency: one(get(ScalingMode::Weak, |r| r.efficiency)),
                 strong_speedup: one(get(ScalingMode::Strong, |r| r.speedup)),
                 strong_speedup_low: get(ScalingMode::Strong, |r| r.speedup_low),
                 strong_speedup_high: get(ScalingMode::Strong, |r| r.speedup_high),
+                strong_interval_method: method(ScalingMode::Strong),
                 strong_efficiency: one(get(ScalingMode::Strong, |r| r.efficiency)),
                 compute_comm_ratio: med(&r),
                 val_loss: med(&of_runs(|r| r.final_val_loss)),
@@ -235,13 +241,19 @@ fn interval(low: Option<f64>, high: Option<f64>) -> String {
     }
 }
 
-/// Writes `report/study.csv`, `report/study.md` and a speedup curve per workload from
-/// `reduced`, `reduce`'s report of the study's runs; returns the verdict sentences.
-pub(super) fn write(out: &Path, plan: &Plan, repeat: usize, state: &State, reduced: &Report, plots: bool) -> Result<Vec<String>> {
-    let report = out.join("report");
-    std::fs::create_dir_all(&report).with_context(|| format!("cannot create {}", report.display()))?;
+/// Stages `study.csv`, `study.md` and a speedup curve per workload from `reduced`,
+/// `reduce`'s report of the study's runs, into `files` (the study's `report/` folder);
+/// returns the verdict sentences.
+pub(super) fn write(
+    files: &mut StagedFiles,
+    plan: &Plan,
+    repeat: usize,
+    state: &State,
+    reduced: &Report,
+    plots: bool,
+) -> Result<Vec<String>> {
     let rows = summarise(reduced, plan, repeat, state);
-    crate::record::write_atomic(&report.join("study.csv"), &csv_text(&rows)?)?;
+    files.write("study.csv", &crate::reduce::report::csv_bytes(&rows)?)?;
     let mut by: BTreeMap<&str, Vec<&PointSummary>> = BTreeMap::new();
     for r in &rows {
         by.entry(r.workload.as_str()).or_default().push(r);
@@ -251,9 +263,11 @@ pub(super) fn write(out: &Path, plan: &Plan, repeat: usize, state: &State, reduc
     let _ = writeln!(
         md,
         "Each point's repeats together: throughput is the median over completed repeats, \
-         speedups are `reduce`'s (weak: against the 1-rank point of the same batch per rank; \
-         strong: against the 1-rank point of the same global batch; in brackets the interval \
-         over repeats), R = (forward + backward) / all-reduce transfer, and \
+         speedups are `reduce`'s ratios of geometric means over repeats (weak: against the 1-rank point of the same batch per rank; \
+         strong: against the 1-rank point of the same global batch; in brackets the 95 % \
+         t-interval on log throughput over repeats, whose method and degrees of freedom \
+         study.csv gives; a direction is claimed only where it excludes 1), \
+         R = (forward + backward) / all-reduce transfer, and \
          validation figures are the last epoch's, medians over repeats.\n"
     );
     for v in &verdicts {
@@ -293,29 +307,20 @@ pub(super) fn write(out: &Path, plan: &Plan, repeat: usize, state: &State, reduc
             let _ = writeln!(md, "\n![speedup of {workload}]({}.png)", plot_stem(workload));
         }
     }
-    crate::record::write_atomic(&report.join("study.md"), &md)?;
+    files.write("study.md", md.as_bytes())?;
     if plots {
         let r = Rasteriser::new();
         for (workload, ps) in &by {
-            r.write(&speedup_chart(workload, ps)?, &report.join(plot_stem(workload)))?;
+            r.stage(files, &plot_stem(workload), &speedup_chart(workload, ps)?)?;
         }
     }
     Ok(verdicts)
 }
 
-/// `rows` as CSV text, each cell as [`crate::record::Cells`] writes it (no header when
-/// there is no row).
-fn csv_text<R: Serialize>(rows: &[R]) -> Result<String> {
-    let mut w = csv::Writer::from_writer(Vec::new());
-    for r in rows {
-        w.serialize(crate::record::Cells(r)).context("cannot format study.csv")?;
-    }
-    let bytes = w.into_inner().map_err(|e| anyhow::anyhow!("cannot format study.csv: {e}"))?;
-    Ok(String::from_utf8(bytes)?)
-}
-
+/// The file name (without extension) of a workload's speedup plot, the same in study.md's
+/// link and on disk.
 fn plot_stem(workload: &str) -> String {
-    format!("speedup-{}", workload.replace(['.', '/', ' '], "_"))
+    crate::files::safe_component(&format!("speedup-{}", workload.replace(['.', '/', ' '], "_")))
 }
 
 /// Speedup against ranks: a line per scaling mode with its interval as error bars, and
@@ -376,10 +381,12 @@ mod tests {
             weak_speedup: weak,
             weak_speedup_low: None,
             weak_speedup_high: None,
+            weak_interval_method: None,
             weak_efficiency: weak.map(|s| s / ranks as f64),
             strong_speedup: None,
             strong_speedup_low: None,
             strong_speedup_high: None,
+            strong_interval_method: None,
             strong_efficiency: None,
             compute_comm_ratio: None,
             val_loss: None,

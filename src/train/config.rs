@@ -8,6 +8,7 @@ use crate::amp::AmpMode;
 use crate::comm::{AllreduceChoice, GradDtype, OverlapMode};
 use crate::data::{DataSpec, DatasetKind, ImageCaps};
 use crate::device::DeviceChoice;
+use crate::job::same_flags::LaunchFlags;
 use crate::model::{self, InputDtype, InputShape, LossKind, ModelChoice, ModelOptions, ShapeFlags};
 use crate::optim::{LrScaling, OptimizerKind};
 use crate::topology::BindPolicy;
@@ -124,6 +125,68 @@ pub const NOT_IN_KEY: &[(&str, &str)] = &[
         "the trace draws the marks the step records anyway, written after the step's end mark",
     ),
     ("--trace-steps", "which steps the trace draws"),
+];
+
+/// The `train` flags that may differ between the ranks of one job, and why: every other
+/// flag is compared across ranks at start-up ([`TrainConfig::launch_flags`]), since ranks
+/// that disagree make different collectives and hang.
+pub const RANK_LOCAL: &[(&str, &str)] = &[(
+    "--node-type",
+    "it labels the node this rank runs on (ranks on different hardware carry different labels; \
+     the manifest records each rank's)",
+)];
+
+/// The `train` flags every rank of a job must be given alike.
+pub const SAME_ON_EVERY_RANK: &[&str] = &[
+    "--model",
+    "--input-shape",
+    "--input-dtype",
+    "--num-classes",
+    "--loss",
+    "--dataset",
+    "--data-dir",
+    "--synthetic-samples",
+    "--seq-len",
+    "--vocab-size",
+    "--no-dropout",
+    "--memory-format",
+    "--max-image-pixels",
+    "--max-image-bytes",
+    "--epochs",
+    "--max-steps",
+    "--batch-size",
+    "--grad-accum",
+    "--warmup-steps",
+    "--val-samples",
+    "--seed",
+    "--deterministic",
+    "--optimizer",
+    "--lr",
+    "--momentum",
+    "--weight-decay",
+    "--lr-scaling",
+    "--warmup-epochs",
+    "--amp",
+    "--device",
+    "--bind",
+    "--threads",
+    "--workers",
+    "--malloc",
+    "--node-slots",
+    "--phase-sync",
+    "--allreduce",
+    "--overlap",
+    "--bucket-mb",
+    "--grad-dtype",
+    "--probe-iters",
+    "--out",
+    "--break-lock",
+    "--log-every",
+    "--telemetry-ms",
+    "--save-model",
+    "--watchdog-s",
+    "--trace",
+    "--trace-steps",
 ];
 
 /// What is trained, on what.
@@ -263,7 +326,9 @@ pub struct OptimConfig {
     #[arg(long, default_value_t = 0.0)]
     pub warmup_epochs: f64,
 
-    /// Automatic mixed precision for forward and backward (parameters and optimizer stay fp32).
+    /// Automatic mixed precision for forward and backward (parameters and optimizer keep
+    /// their dtypes: fp32 for the built-in networks). fp16 refuses a float16 parameter,
+    /// whose gradient its loss scaler cannot unscale (as torch.amp.GradScaler).
     #[arg(long, value_enum, default_value_t = AmpMode::Off)]
     pub amp: AmpMode,
 }
@@ -344,7 +409,9 @@ pub struct CommConfig {
     #[arg(long, default_value_t = 25.0)]
     pub bucket_mb: f64,
 
-    /// Data type of gradients on the wire (compression; `bytes` in the CSV counts what was sent).
+    /// Data type of gradients on the wire (compression; `bytes` in the CSV counts what was
+    /// sent). It casts fp32 gradients only: a TorchScript model's fp64, fp16 or bf16
+    /// parameters have buckets of their own, all-reduced in their own dtype.
     #[arg(long, value_enum, default_value_t = GradDtype::Fp32)]
     pub grad_dtype: GradDtype,
 
@@ -359,9 +426,9 @@ pub struct CommConfig {
 #[command(next_help_heading = "Output and monitoring")]
 pub struct OutputConfig {
     /// Output folder (default: results/<model>-<data>-n<ranks>-<time>[-j<job id>]-<4 random
-    /// hex digits>/). One job per folder: a folder that holds any file a run writes, or
-    /// whose lock (.ddpbench.lock) another job holds, is refused; a folder you made
-    /// empty is fine.
+    /// hex digits>/). Its name is the run id: letters, digits, `.`, `_` and `-` only. One
+    /// job per folder: a folder that holds any file a run writes, or whose lock
+    /// (.ddpbench.lock) another job holds, is refused; a folder you made empty is fine.
     #[arg(long)]
     pub out: Option<PathBuf>,
 
@@ -385,10 +452,13 @@ pub struct OutputConfig {
     #[arg(long)]
     pub save_model: bool,
 
-    /// Seconds a collective may take before the job is declared hung: the ranks write
-    /// rank-NNNNN.flight.json, one message names the ranks that never entered it, and the
-    /// job is aborted. Default: 1800 s during set-up, 600 s in the warm-up steps, then
-    /// 50 × the median step (at least 60 s).
+    /// Seconds a collective, or one phase of a step where no collective is pending
+    /// (forward, backward, data loading...), may take before the job is declared hung: the
+    /// ranks write rank-NNNNN.flight.json, one message names the ranks that never entered
+    /// it (or the phase a rank is stuck in), and the job is aborted. Default: 1800 s
+    /// during set-up, 600 s in the warm-up steps, then 50 × the median step (at least
+    /// 60 s); 300 s in the teardown (closing files, MPI_Finalize), where a rank that does
+    /// not arrive is named and the job ends with its records kept.
     #[arg(long)]
     pub watchdog_s: Option<f64>,
 
@@ -429,6 +499,12 @@ impl WorkloadConfig {
 }
 
 impl TrainConfig {
+    /// The command and flags compared across ranks at start-up: every flag but
+    /// [`RANK_LOCAL`]'s.
+    pub fn launch_flags(&self) -> LaunchFlags {
+        LaunchFlags::from_fields("train", self, RANK_LOCAL)
+    }
+
     /// The steps traced, when `--trace` or `--trace-steps` asked for a trace.
     pub fn trace_window(&self) -> Option<crate::trace::StepWindow> {
         let o = &self.output;
@@ -563,6 +639,16 @@ impl TrainConfig {
                 ));
             }
         }
+        if let Some(dir) = &out.out {
+            // The folder's name becomes the run id, which `reduce` takes as a file name.
+            let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if let Some(why) = crate::files::name_problem(&name) {
+                return Err(anyhow!(
+                    "--out {}: the run folder's name is the run id, and {why} (name the folder itself, e.g. results/my-run)",
+                    dir.display()
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -627,6 +713,20 @@ mod tests {
         let key = serde_json::to_value(crate::record::key::tests::unusual()).unwrap();
         for (f, field) in IN_KEY {
             assert!(key.get(field).is_some(), "{f}: the key has no field {field}");
+        }
+    }
+
+    /// Every `train` flag may differ per rank or must be the same on every rank, never
+    /// both, and each of the latter is compared: a new flag cannot be left out unnoticed.
+    #[test]
+    fn every_train_flag_is_compared_across_ranks_or_says_why_not() {
+        let cfg = Train::try_parse_from(["train"]).unwrap().cfg;
+        let launch = cfg.launch_flags();
+        let command = Train::command().name("train");
+        crate::job::same_flags::assert_every_flag_decided(&command, RANK_LOCAL, SAME_ON_EVERY_RANK, &launch);
+        let flags = crate::job::same_flags::flag_names(&command);
+        for f in launch.flags() {
+            assert!(flags.iter().any(|g| g == f), "{f} is compared across ranks but is no train flag");
         }
     }
 }

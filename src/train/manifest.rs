@@ -31,6 +31,10 @@ pub fn initial(
     let parameters: usize = model.param_tensors.iter().map(|t| t.numel()).sum();
     let mut config = serde_json::to_value(cfg)?;
     config["lr"] = serde_json::json!(cfg.learning_rate());
+    if dataset.stream.is_none() {
+        // Which shuffle the seed chose the order of samples with: another order before it.
+        config["sample_order"] = serde_json::json!(crate::data::SAMPLE_ORDER);
+    }
     let model_name = cfg.workload.model.name();
     let ranks = gathered_rank_infos(g, place, cfg)?;
     let model_file = model.net.script().map(|s| s.file().clone());
@@ -57,7 +61,11 @@ pub fn initial(
         dataset: dataset.name.clone(),
         dataset_source: dataset.source.clone(),
         parameters,
-        gradient_bytes: (parameters * 4) as u64,
+        gradient_bytes: model
+            .param_tensors
+            .iter()
+            .map(|t| t.numel() * t.kind().elt_size_in_bytes())
+            .sum::<usize>() as u64,
         comm_backend: comm.backend,
         comm: comm.info.clone(),
         buckets: comm.buckets,
@@ -78,6 +86,7 @@ pub fn initial(
         clock: None,
         comparison_key: Some(comparison_key),
         model_file,
+        log_lines_dropped: 0,
     })
 }
 

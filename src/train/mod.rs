@@ -19,6 +19,7 @@ mod faults;
 mod file_model;
 pub mod host_memory;
 mod manifest;
+mod nonfinite;
 mod params;
 mod placement;
 mod recording;
@@ -43,6 +44,8 @@ pub fn main(cfg: TrainConfig) -> Result<()> {
     let malloc = host_memory::apply(cfg.placement.malloc);
     let options = JobOptions {
         watchdog_limit_s: cfg.output.watchdog_s.unwrap_or(watchdog::SETUP_LIMIT_S),
+        teardown_limit_s: cfg.output.watchdog_s.unwrap_or(watchdog::TEARDOWN_LIMIT_S),
+        flags: cfg.launch_flags(),
     };
     job::run_job(options, |job| {
         tracing::debug!("{malloc}");
@@ -70,6 +73,8 @@ pub fn train(g: &Group, cfg: &TrainConfig, malloc: &str, watchdog: &Watchdog) ->
     match trainer.run() {
         Ok(stopped) => trainer.finish(stopped),
         Err(e) => {
+            // The step it stopped in is no longer watched (a study goes on to its next point).
+            crate::flight::phase(None);
             trainer.record_failure(&e, e.downcast_ref::<AgreedError>().is_some());
             Err(e)
         }

@@ -166,7 +166,7 @@ fn create_default(cfg: &TrainConfig, ranks: usize, started: SystemTime) -> Resul
     let job = lock::scheduler_job().map(|(_, id)| format!("-j{id}")).unwrap_or_default();
     let stem = format!(
         "{}-{}-n{}-{}{job}",
-        cfg.workload.model.name(),
+        crate::files::safe_component(&cfg.workload.model.name()),
         name(serde_json::to_value(cfg.workload.dataset)?),
         ranks,
         record::compact_utc(started)

@@ -1,7 +1,8 @@
 //! One training step, timed phase by phase. [`StepMachine::step`] reads as the
 //! sentence it measures: next batch → copy to device → forward → backward (staged
 //! buckets launched) → wait for the all-reduce → its bookkeeping → optimizer, each boundary one
-//! [`StepEvent`] on the [`PhaseClock`]. It returns what it measured ([`Measured`]);
+//! [`StepEvent`] on the [`PhaseClock`], and the watchdog told which [`Phase`] the rank
+//! is in (a phase that never ends is named). It returns what it measured ([`Measured`]);
 //! the epoch loop records it.
 //!
 //! Nothing here waits for the device: the loss, and with fp16 AMP the loss scale and
@@ -18,6 +19,7 @@ use crate::amp::{Autocast, LossScaler};
 use crate::comm::overlap::StagedPass;
 use crate::comm::CommStats;
 use crate::data::Loader;
+use crate::flight::{self, Phase};
 use crate::optim::Optimizer;
 use crate::record::MemoryFormat;
 use anyhow::Result;
@@ -102,6 +104,7 @@ impl StepMachine {
         // Queued before the optimizer, so the step's last event is behind the copy.
         let loss_sum = micro.loss_sum.as_ref().map(to_host);
         let backward_end = micro.backward_end.unwrap_or_else(Instant::now);
+        flight::phase(Some(Phase::AllReduceWait));
         let comm = self.comm.reducer.finish(&self.model.param_tensors, backward_end)?;
         if comm.done_on_stream {
             // The device orders this mark after the all-reduce's completion event.
@@ -112,6 +115,7 @@ impl StepMachine {
             self.clock.record_at(StepEvent::CommDone, comm.exposed_end(backward_end));
         }
         self.clock.record(StepEvent::CommRecorded);
+        flight::phase(Some(Phase::Optimizer));
         let found_inf = self.opt.step_unscaled(self.comm.reducer.reduced(), self.scaler.as_mut());
         let found_inf_host = found_inf.as_ref().map(to_host);
         self.comm.reducer.zero_grads();
@@ -170,16 +174,20 @@ impl StepMachine {
         let mut micro = MicroBatches::default();
 
         while micro.count < self.micro_batches {
+            flight::phase(Some(Phase::Data));
             let Some(batch) = loader.next_batch() else { break };
             let (x, y) = batch?;
             self.clock.record(StepEvent::DataReady);
+            flight::phase(Some(Phase::Copy));
             let (x, y) = to_device(x, y, self.device);
             let x = crate::model::in_format(&x, self.memory_format);
             self.clock.record(StepEvent::CopyDone);
+            flight::phase(Some(Phase::Forward));
             let last = micro.count + 1 == self.micro_batches;
             let mut staged = self.comm.launch.as_ref().filter(|_| last).map(StagedPass::new);
             let loss = self.forward(&x, &y, staged.as_mut())?;
             micro.backward_start = Some(self.clock.record(StepEvent::ForwardDone));
+            flight::phase(Some(Phase::Backward));
             let scaled = scale(&loss, self.loss_factor, amp_scale);
             match staged {
                 Some(pass) => pass.backward(&scaled, self.comm.reducer.as_mut())?,

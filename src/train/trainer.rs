@@ -12,6 +12,7 @@ use super::clock::{self, ClockLog};
 use super::communication::Communication;
 use super::config::TrainConfig;
 use super::faults::FaultHooks;
+use super::nonfinite::LossWatch;
 use super::params::{broadcast_from_rank0, check_in_sync};
 use super::placement::Placement;
 use super::recording::{BucketReady, ClockOffsets, Records, RowIdentity, StepAt};
@@ -20,6 +21,7 @@ use super::step::{Measured, StepMachine};
 use super::timer;
 use crate::amp::{AmpMode, Autocast, LossScaler};
 use crate::data::{self, Dataset, Loader};
+use crate::flight::Phase;
 use crate::job::signals;
 use crate::job::watchdog::{self, Watchdog};
 use crate::model::{self, ModelOptions, ModelSpec, Net};
@@ -80,6 +82,8 @@ pub(super) struct Progress {
     pub boot_id: u64,
     /// Steps done since the start of the run.
     pub global_step: usize,
+    /// The losses so far, to explain one that is not finite.
+    pub losses: LossWatch,
     /// The parameters' L2 norm and the validation accuracy at the last epoch's end.
     pub last_l2: f64,
     pub last_accuracy: Option<f64>,
@@ -213,6 +217,7 @@ impl<'g> Trainer<'g> {
                 clock_origin: clock::Origin::now(),
                 boot_id: clock::boot_id_hash(),
                 global_step: 0,
+                losses: LossWatch::default(),
                 last_l2: 0.0,
                 last_accuracy: None,
                 step_limit: StepLimit {
@@ -255,8 +260,12 @@ impl<'g> Trainer<'g> {
 
     /// After the last epoch, or a stop signal: each rank's end record, the final
     /// parameters (`--save-model`) and the manifest's outcome, then a barrier so no rank
-    /// leaves before rank 0 wrote them.
+    /// leaves before rank 0 wrote them, then the run's files closed. All of it is the
+    /// run's teardown, watched ([`crate::flight::Phase`]); once past the barrier the
+    /// records are final, and a stall later leaves them as they are.
     pub fn finish(mut self, stopped: Option<i32>) -> Result<()> {
+        crate::flight::recorder().begin_teardown();
+        crate::flight::phase(Some(Phase::LastRecords));
         let (status, error) = match stopped {
             None => (RunStatus::Completed, None),
             Some(sig) => (
@@ -291,6 +300,7 @@ impl<'g> Trainer<'g> {
             }
             m.final_val_accuracy = self.progress.last_accuracy;
             m.clock = Some(self.records.offsets.summary.clone());
+            m.log_lines_dropped = crate::stderr::lines_dropped();
             m.write(&self.facts.folder.dir)?;
             match &error {
                 None => info!(
@@ -301,8 +311,14 @@ impl<'g> Trainer<'g> {
                 Some(e) => warn!("interrupted by {e}: every row so far is in {}", self.facts.folder.dir.display()),
             }
         }
-        let _f = crate::flight::enter("barrier", "end of the run");
-        self.g.comm.barrier();
+        {
+            let _f = crate::flight::enter("barrier", "end of the run");
+            self.g.comm.barrier();
+        }
+        self.watchdog.records_final();
+        crate::flight::phase(Some(Phase::ClosingFiles));
+        drop(self);
+        crate::flight::phase(None);
         Ok(())
     }
 
@@ -347,6 +363,7 @@ impl<'g> Trainer<'g> {
             m.error = Some(text);
             m.end_utc = Some(record::rfc3339_utc(SystemTime::now()));
             m.wall_s = Some(self.facts.started.elapsed().as_secs_f64());
+            m.log_lines_dropped = crate::stderr::lines_dropped();
             let _ = m.write(&self.facts.folder.dir);
         }
     }
@@ -397,6 +414,7 @@ impl<'g> Trainer<'g> {
             self.inject_faults(at)?;
             let lr = schedule.lr(self.facts.cfg.learning_rate(), at.global_step);
             let measured = self.machine.step(&mut loader, lr, at)?;
+            crate::flight::phase(Some(Phase::StepRecords));
             if let Some(t) = self.records.trace.as_mut() {
                 t.batches(at.global_step, &loader.take_spans())?;
             }
@@ -416,6 +434,8 @@ impl<'g> Trainer<'g> {
         if let Some(m) = self.machine.flush() {
             loss_sum += self.after_step(&m, &bar)?;
         }
+        // The epoch's end is collectives and validation, each watched on its own.
+        crate::flight::phase(None);
         drop(bar);
         self.records.steps_log.sync()?;
         // Epoch end (checks, validation): set-up's limit, since ranks may differ there.
@@ -444,9 +464,8 @@ impl<'g> Trainer<'g> {
     fn after_step(&mut self, m: &Measured, bar: &crate::progress::Bar) -> Result<f64> {
         let at = m.at;
         let row = self.record_step(m, at)?;
-        if !row.loss.is_finite() {
-            anyhow::bail!("loss became {} at epoch {} step {}: lower --lr", row.loss, at.epoch, at.step);
-        }
+        let params = &self.machine.model.params;
+        self.progress.losses.check(at, row.loss, params, self.facts.cfg.optim.amp)?;
         if let Some(limit) = self.progress.step_limit.add(at.warmup, row.step_s) {
             self.watchdog.set_limit(limit);
         }
@@ -483,11 +502,10 @@ impl<'g> Trainer<'g> {
                 2 * self.facts.cfg.placement.workers.unwrap_or(0).max(2),
             )),
             None => {
-                let indices = data::shard_indices(self.facts.dataset.train.len(), g.size, g.rank, s.seed, epoch, true);
-                let micro: Vec<Vec<i64>> = indices.chunks(s.batch_size).map(<[i64]>::to_vec).collect();
+                let shard = data::Shard::new(self.facts.dataset.train.len(), g.size, g.rank, s.seed, epoch);
                 Loader::new(
                     &self.facts.dataset.train,
-                    micro.into_iter().take(steps * s.grad_accum).collect(),
+                    data::Batches::new(shard, s.batch_size, steps * s.grad_accum),
                     self.facts.cfg.placement.workers.unwrap_or(0),
                     self.facts.place.device,
                 )
@@ -727,6 +745,11 @@ fn build_model(g: &Group, cfg: &TrainConfig, place: &Placement, options: &ModelO
     }
     model::set_memory_format(&vs, cfg.memory_format_on(place.device));
     let params = model::ordered_parameters(&vs);
+    let trainable = super::params::check_dtypes(&params, cfg.optim.amp);
+    agree(
+        g,
+        trainable.map_err(|e| anyhow::anyhow!("--model {}: {e}", cfg.workload.model.name())),
+    )?;
     broadcast_from_rank0(g, &params);
     tch::manual_seed(seed + 1 + g.rank as i64);
     let param_tensors = params.iter().map(|(_, t)| t.shallow_clone()).collect();
@@ -749,7 +772,7 @@ fn schedule(g: &Group, cfg: &TrainConfig, dataset: &Dataset) -> Schedule {
             ((b - a) as usize / s.batch_size / s.grad_accum).max(1)
         }
         None => {
-            let per_rank = data::shard_indices(dataset.train.len(), g.size, g.rank, s.seed, 0, true).len();
+            let per_rank = data::Shard::new(dataset.train.len(), g.size, g.rank, s.seed, 0).len();
             data::steps_per_epoch(per_rank, cfg.samples_per_step())
         }
     };

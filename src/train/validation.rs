@@ -24,18 +24,24 @@ pub fn chunk_len(batch: usize, sample_bytes: usize) -> usize {
 /// (NaN, NaN, 0) when there are none.
 pub fn evaluate(g: &Group, net: &dyn Net, data: &Dataset, device: Device, limit: Option<usize>, batch: usize) -> Result<(f64, f64, usize)> {
     let n = data.test.len().min(limit.unwrap_or(usize::MAX));
-    let mine: Vec<i64> = (g.rank..n).step_by(g.size).map(|i| i as i64).collect();
+    // Samples rank, rank + size, ... below n, a chunk at a time: nothing held grows with n.
+    let mine = n.saturating_sub(g.rank).div_ceil(g.size);
+    let chunk = chunk_len(batch, data.test.sample_bytes());
     let (mut loss_sum, mut correct) = (0.0f64, 0.0f64);
     tch::no_grad(|| -> Result<()> {
-        for chunk in mine.chunks(chunk_len(batch, data.test.sample_bytes())) {
-            let (x, y) = data.test.batch(&Tensor::from_slice(chunk), device)?;
+        for first in (0..mine).step_by(chunk) {
+            // Each chunk is progress: only one that never ends is a stall.
+            crate::flight::phase(Some(crate::flight::Phase::Validation));
+            let idx: Vec<i64> = (first..(first + chunk).min(mine)).map(|k| (g.rank + k * g.size) as i64).collect();
+            let (x, y) = data.test.batch(&Tensor::from_slice(&idx), device)?;
             let (loss, right) = batch_loss_and_correct(net, &x, &y)?;
             loss_sum += loss;
             correct += right;
         }
         Ok(())
     })?;
-    let mine = [loss_sum, correct, mine.len() as f64];
+    crate::flight::phase(None);
+    let mine = [loss_sum, correct, mine as f64];
     let mut total = [0f64; 3];
     let _f = crate::flight::enter("all-reduce", "validation");
     g.comm.all_reduce_into(&mine[..], &mut total[..], SystemOperation::sum());

@@ -65,13 +65,40 @@ pub fn run_with_limit(mut cmd: Command, limit: Duration) -> Job {
 
 /// `mpirun -n ranks <program...>` with the settings a 2-core CI machine needs.
 pub fn mpirun_cmd(ranks: usize) -> Command {
+    let mut cmd = mpirun_settings();
+    cmd.args(["-n", &ranks.to_string()]);
+    cmd
+}
+
+/// `mpirun` with the settings a 2-core CI machine needs, before any `-n`.
+fn mpirun_settings() -> Command {
     let mut cmd = Command::new("mpirun");
-    cmd.args(["-n", &ranks.to_string(), "--bind-to", "none", "--oversubscribe"])
+    cmd.args(["--bind-to", "none", "--oversubscribe"])
         .args(["--mca", "btl", "self,vader,tcp"])
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .env("OMPI_MCA_rmaps_base_oversubscribe", "1");
     cmd
+}
+
+/// An MPMD launch, one rank per entry of `apps` (`mpirun -n 1 ddpbench A : -n 1 ddpbench
+/// B`), each rank under a shell that prints `rank-exit <rank> <code>`.
+pub fn mpmd_reporting_exits(apps: &[Vec<&str>], limit: Duration) -> Job {
+    let mut cmd = mpirun_settings();
+    for (i, args) in apps.iter().enumerate() {
+        if i > 0 {
+            cmd.arg(":");
+        }
+        let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+        cmd.args([
+            "-n",
+            "1",
+            "sh",
+            "-c",
+            &format!("'{BIN}' {}; echo \"rank-exit $OMPI_COMM_WORLD_RANK $?\"", quoted.join(" ")),
+        ]);
+    }
+    run_with_limit(cmd, limit)
 }
 
 /// [`mpirun_cmd`] with `env` set here and exported to every rank (`-x`, before the program).
@@ -148,4 +175,16 @@ pub fn path_str(p: &Path) -> String {
 
 pub fn join(p: &Path, s: &str) -> PathBuf {
     p.join(s)
+}
+
+/// The Python of the project's PyTorch venv (`job-scripts/setup.sh` exports it), which
+/// tests use to write TorchScript files.
+pub fn python() -> PathBuf {
+    if let Some(p) = std::env::var_os("DDPBENCH_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let home = std::env::var_os("HOME").expect("HOME");
+    let p = Path::new(&home).join(".cache/ddpbench/venv/bin/python");
+    assert!(p.exists(), "no PyTorch venv: source job-scripts/setup.sh first");
+    p
 }

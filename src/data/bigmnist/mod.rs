@@ -66,6 +66,17 @@ pub fn open(dir: &Path) -> Result<Index> {
     })?;
     let index: Index = serde_json::from_str(&text).with_context(|| format!("{} is not a bigMNIST index", path.display()))?;
     for s in &index.shards {
+        // A shard's name comes from the index: a path in its place would read outside the set.
+        if let Some(why) = crate::files::name_problem(&s.file) {
+            return Err(DataError::Invalid {
+                path: path.clone(),
+                what: format!(
+                    "shards[].file is {:?}: {why}; the index is damaged: run the same `ddpbench gen-bigmnist` command again to rewrite it",
+                    s.file
+                ),
+            }
+            .into());
+        }
         let p = dir.join(&s.file);
         let len = std::fs::metadata(&p)
             .map_err(|_| DataError::Missing {
@@ -115,4 +126,41 @@ pub fn load(dir: &Path) -> Result<Dataset> {
         test,
         classes: 10,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shard_named_by_a_path_is_refused_before_it_is_opened() {
+        let d = tempfile::tempdir().unwrap();
+        let set = d.path().join("set");
+        std::fs::create_dir(&set).unwrap();
+        // A file of the right size one level up, which the path would reach.
+        std::fs::write(d.path().join("outside.bin"), vec![0u8; RECORD_BYTES]).unwrap();
+        let index = |file: &str| Index {
+            format: "bigmnist-v1".into(),
+            samples: 1,
+            unique: 1,
+            augment: 1,
+            copies: 1,
+            seed: 0,
+            source: String::new(),
+            mean: 0.0,
+            std: 1.0,
+            shards: vec![ShardInfo {
+                file: file.into(),
+                first: 0,
+                samples: 1,
+                block_crc32: vec![0],
+            }],
+        };
+        std::fs::write(set.join("index.json"), serde_json::to_string(&index("../outside.bin")).unwrap()).unwrap();
+        let e = format!("{:#}", open(&set).unwrap_err());
+        assert!(e.contains("shards[].file is \"../outside.bin\""), "{e}");
+        std::fs::copy(d.path().join("outside.bin"), set.join("shard-00000.bin")).unwrap();
+        std::fs::write(set.join("index.json"), serde_json::to_string(&index("shard-00000.bin")).unwrap()).unwrap();
+        assert!(open(&set).is_ok());
+    }
 }

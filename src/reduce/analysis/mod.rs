@@ -1,12 +1,15 @@
 //! What a run's rows add up to: per rank and per node type, the phase times, the
 //! straggler wait and transfer time of every step (from the ranks' entry times into the
 //! all-reduce), and the job's step times ([`RunStats`]); then the summaries per node
-//! type and rank ([`summary`]) and the scaling across runs ([`scaling`]).
+//! type and rank ([`summary`]) and the scaling across runs ([`scaling`]) with the
+//! speedup's interval ([`interval`]).
 
+pub mod interval;
 pub mod projection;
 pub mod scaling;
 pub mod summary;
 
+pub use interval::Direction;
 pub use scaling::{scaling, ScalingMode, ScalingRow, StepBreakdown};
 pub use summary::{gating_type, rank_summaries, type_summaries, RankSummary, TypeSummary};
 

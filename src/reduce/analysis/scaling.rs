@@ -6,7 +6,11 @@
 //! ([`ComparisonKey`], written by `train`): a reference is never filled with a substitute. A point on
 //! several node types is compared with one 1-rank reference per node type: its ideal
 //! throughput is the sum over its ranks of their type's reference throughput.
+//!
+//! A point's throughput is the geometric mean of its runs' throughputs, the estimator the
+//! speedup's interval is built around ([`interval`]).
 
+use super::interval::{self, Direction, Spread, Term};
 use super::{gating_type, RunStats};
 use crate::record::{Backend, ComparisonKey, Phase};
 use crate::reduce::metrics;
@@ -27,9 +31,14 @@ pub struct ScalingPoint<'a> {
 }
 
 impl ScalingPoint<'_> {
-    /// Mean throughput over the repeats.
+    /// The geometric mean over the repeats of their throughputs.
     pub fn throughput(&self) -> f64 {
-        self.runs.iter().map(|r| samples_per_s(r)).sum::<f64>() / self.runs.len() as f64
+        stats::geometric_mean(&self.runs.iter().map(|r| samples_per_s(r)).collect::<Vec<_>>())
+    }
+
+    /// The log of each run's throughput.
+    pub fn log_throughputs(&self) -> Vec<f64> {
+        self.runs.iter().map(|r| samples_per_s(r).ln()).collect()
     }
 
     fn run_ids(&self) -> Vec<String> {
@@ -185,25 +194,45 @@ pub struct ScalingRow {
     pub steps: u64,
     /// Mean over repeats of the mean step time.
     pub step_s_mean: f64,
-    /// Mean over repeats of the throughput, and its range.
+    /// The geometric mean over repeats of the throughput, and its range.
     pub samples_per_s: f64,
     pub samples_per_s_min: f64,
     pub samples_per_s_max: f64,
     pub speedup: f64,
+    /// The speedup's 95 % interval ([`interval::speedup_interval`]); empty without one.
     pub speedup_low: f64,
     pub speedup_high: f64,
-    /// How speedup_low..speedup_high was found (see [`Interval`]).
+    /// How speedup_low..speedup_high was found, with its df, and what a direction needs
+    /// where none is claimed.
     pub interval_method: String,
+    /// The interval's Welch–Satterthwaite degrees of freedom.
+    pub interval_df: f64,
     /// 1 when that interval contains 1.
     pub within_noise: u8,
+    /// faster, slower, within noise, or no interval ([`Direction::of`]).
+    pub direction: Option<Direction>,
+    /// Without a direction: the fewest repeats per side that would give one for a
+    /// speedup this large at the spreads seen (a lower bound where there is no interval).
+    pub repeats_needed: Option<usize>,
     pub efficiency: f64,
-    /// Strong scaling only ([`metrics::karp_flatt`]).
+    /// Strong scaling only ([`metrics::karp_flatt`]), with the range it takes over the
+    /// speedup's interval; empty without one.
     pub karp_flatt: f64,
-    /// Strong scaling with at least two points beyond the reference: Amdahl's fit.
+    pub karp_flatt_low: f64,
+    pub karp_flatt_high: f64,
+    /// Strong scaling with at least two points beyond the reference, each with an
+    /// interval: Amdahl's fit, and the fits through the intervals' ends.
     pub amdahl_serial_fraction: f64,
+    pub amdahl_serial_fraction_low: f64,
+    pub amdahl_serial_fraction_high: f64,
     pub amdahl_speedup: f64,
-    /// Weak scaling only ([`metrics::gustafson_serial_fraction`]).
+    pub amdahl_speedup_low: f64,
+    pub amdahl_speedup_high: f64,
+    /// Weak scaling only ([`metrics::gustafson_serial_fraction`]), with its range over the
+    /// speedup's interval; empty without one.
     pub gustafson_serial_fraction: f64,
+    pub gustafson_serial_fraction_low: f64,
+    pub gustafson_serial_fraction_high: f64,
     /// The reference throughput times the rank counts (per node type).
     pub ideal_samples_per_s: f64,
     /// Throughput lost to each cause; the four add up to ideal minus measured.
@@ -235,30 +264,6 @@ pub fn waterfall(run: &StepBreakdown, base: &StepBreakdown, batch_ratio: f64, id
         return [0.0, 0.0, 0.0, lost];
     }
     d.map(|x| lost * x / total)
-}
-
-/// How a speedup's interval comes about, by the repeats there are.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Interval {
-    /// 3 or more repeats on both sides: the point's and the reference's repeats are
-    /// resampled independently (2000 bootstrap replicates, 2.5th to 97.5th percentile).
-    RunToRun,
-    /// 2 repeats on one side: the range of the ratios over all pairs of runs.
-    Range,
-    /// A single run on one side: blocks of consecutive steps resampled (length
-    /// `n^(1/3)`), and a side's repeats, where it has several, drawn with replacement:
-    /// the single run's side holds within-run noise only.
-    Blocks(usize),
-}
-
-impl Interval {
-    pub fn describe(&self) -> String {
-        match self {
-            Interval::RunToRun => "bootstrap over repeats (run-to-run)".into(),
-            Interval::Range => "range over 2 repeats".into(),
-            Interval::Blocks(l) => format!("blocks of {l} steps within runs (within-run noise only)"),
-        }
-    }
 }
 
 /// A point's references: per node type, the 1-rank point it is compared with.
@@ -297,6 +302,7 @@ fn find_reference<'p, 'a>(points: &'p [ScalingPoint<'a>], p: &ScalingPoint, t: &
 /// with instead (`--baseline`).
 pub fn scaling(runs: &[&RunStats], explicit: Option<&RunStats>) -> Vec<ScalingRow> {
     let pts = points(runs);
+    let pools = Pools::of(&pts);
     let mut rows = Vec::new();
     for (i, p) in pts.iter().enumerate() {
         let refs = references(&pts, p, explicit);
@@ -308,7 +314,7 @@ pub fn scaling(runs: &[&RunStats], explicit: Option<&RunStats>) -> Vec<ScalingRo
                 .filter(|t| COMPARED.iter().all(|&m| find_reference(&pts, p, t, m).is_none()))
                 .map(String::as_str)
                 .collect();
-            let mut r = row(p, None, i);
+            let mut r = row(p, None, &pools, i);
             r.missing_reference = missing
                 .iter()
                 .map(|t| {
@@ -322,7 +328,7 @@ pub fn scaling(runs: &[&RunStats], explicit: Option<&RunStats>) -> Vec<ScalingRo
             rows.push(r);
         }
         for r in &refs {
-            rows.push(row(p, Some(r), i));
+            rows.push(row(p, Some(r), &pools, i));
         }
     }
     fit_laws(&mut rows);
@@ -378,7 +384,7 @@ fn references<'p, 'a>(pts: &'p [ScalingPoint<'a>], p: &'p ScalingPoint<'a>, expl
         })
 }
 
-fn row(p: &ScalingPoint, reference: Option<&Reference>, index: usize) -> ScalingRow {
+fn row(p: &ScalingPoint, reference: Option<&Reference>, pools: &Pools, index: usize) -> ScalingRow {
     let thr: Vec<f64> = p.runs.iter().map(|r| samples_per_s(r)).collect();
     let measured = p.throughput();
     let first = p.runs[0];
@@ -406,12 +412,23 @@ fn row(p: &ScalingPoint, reference: Option<&Reference>, index: usize) -> Scaling
         speedup_low: f64::NAN,
         speedup_high: f64::NAN,
         interval_method: String::new(),
+        interval_df: f64::NAN,
         within_noise: 0,
+        direction: None,
+        repeats_needed: None,
         efficiency: f64::NAN,
         karp_flatt: f64::NAN,
+        karp_flatt_low: f64::NAN,
+        karp_flatt_high: f64::NAN,
         amdahl_serial_fraction: f64::NAN,
+        amdahl_serial_fraction_low: f64::NAN,
+        amdahl_serial_fraction_high: f64::NAN,
         amdahl_speedup: f64::NAN,
+        amdahl_speedup_low: f64::NAN,
+        amdahl_speedup_high: f64::NAN,
         gustafson_serial_fraction: f64::NAN,
+        gustafson_serial_fraction_low: f64::NAN,
+        gustafson_serial_fraction_high: f64::NAN,
         ideal_samples_per_s: f64::NAN,
         loss_comm_samples_per_s: f64::NAN,
         loss_data_samples_per_s: f64::NAN,
@@ -420,12 +437,12 @@ fn row(p: &ScalingPoint, reference: Option<&Reference>, index: usize) -> Scaling
         gating_node_type: gating_type(first).unwrap_or_default(),
     };
     let Some(reference) = reference else { return out };
-    compare(&mut out, p, reference, index);
+    compare(&mut out, p, reference, pools, index);
     out
 }
 
 /// Fills speedup, efficiency, interval and waterfall of `out` against `reference`.
-fn compare(out: &mut ScalingRow, p: &ScalingPoint, reference: &Reference, index: usize) {
+fn compare(out: &mut ScalingRow, p: &ScalingPoint, reference: &Reference, pools: &Pools, index: usize) {
     let ideal = reference.ideal(|q| q.throughput());
     let measured = p.throughput();
     let n = p.ranks as f64;
@@ -439,19 +456,13 @@ fn compare(out: &mut ScalingRow, p: &ScalingPoint, reference: &Reference, index:
     if reference.mode == ScalingMode::Baseline {
         return;
     }
-    let (lo, hi, method) = interval(p, reference, 17 + index as u64);
-    out.speedup_low = lo;
-    out.speedup_high = hi;
-    out.interval_method = method.describe();
-    out.within_noise = u8::from(lo <= 1.0 && 1.0 <= hi);
-    // Both laws share a gain out between serial and parallel work: below speedup 1 there
-    // is no gain and the fraction passes 1, so it is left undefined (not applicable).
-    match reference.mode {
-        _ if out.speedup < 1.0 => {}
-        ScalingMode::Strong => out.karp_flatt = metrics::karp_flatt(out.speedup, n),
-        ScalingMode::Weak => out.gustafson_serial_fraction = metrics::gustafson_serial_fraction(out.speedup, n),
-        _ => {}
-    }
+    let i = interval_of(p, reference, out.speedup, pools, 17 + index as u64);
+    (out.speedup_low, out.speedup_high, out.interval_df) = (i.low, i.high, i.df);
+    out.interval_method = i.method;
+    out.within_noise = u8::from(i.low <= 1.0 && 1.0 <= i.high);
+    out.direction = Some(i.direction);
+    out.repeats_needed = i.repeats_needed;
+    serial_fraction(out, n);
     if reference.per_type.len() == 1 {
         let base = StepBreakdown::mean(&base_runs);
         let ratio = p.batch_per_rank as f64 / reference.per_type[0].0.batch_per_rank as f64;
@@ -465,94 +476,110 @@ fn compare(out: &mut ScalingRow, p: &ScalingPoint, reference: &Reference, index:
     }
 }
 
-/// The speedup's interval, by the repeats on each side ([`Interval`]).
-fn interval(p: &ScalingPoint, reference: &Reference, seed: u64) -> (f64, f64, Interval) {
-    let repeats = reference
-        .per_type
-        .iter()
-        .map(|(q, _)| q.runs.len())
-        .chain([p.runs.len()])
-        .min()
-        .unwrap_or(1);
-    let n = p.ranks as f64;
-    let runs_thr = |q: &ScalingPoint| q.runs.iter().map(|r| samples_per_s(r)).collect::<Vec<f64>>();
-    let point_thr = runs_thr(p);
-    let ref_thr: Vec<(Vec<f64>, usize)> = reference.per_type.iter().map(|(q, k)| (runs_thr(q), *k)).collect();
-    let ratio = |point: f64, refs: &[f64]| point / (refs.iter().zip(&ref_thr).map(|(t, (_, k))| t * *k as f64).sum::<f64>() / n);
-    if repeats >= 3 {
-        let mut rng = Rng(seed);
-        let mut resample = |v: &[f64]| (0..v.len()).map(|_| v[rng.below(v.len() as u64) as usize]).sum::<f64>() / v.len() as f64;
-        let reps: Vec<f64> = (0..2000)
-            .map(|_| {
-                let pt = resample(&point_thr);
-                let refs: Vec<f64> = ref_thr.iter().map(|(v, _)| resample(v)).collect();
-                ratio(pt, &refs)
-            })
-            .collect();
-        return (stats::quantile(&reps, 0.025), stats::quantile(&reps, 0.975), Interval::RunToRun);
-    }
-    if repeats == 2 {
-        let mut all = Vec::new();
-        for &pt in &point_thr {
-            let combos = ref_thr.iter().fold(vec![Vec::new()], |acc: Vec<Vec<f64>>, (v, _)| {
-                acc.iter()
-                    .flat_map(|c| v.iter().map(move |&t| [c.clone(), vec![t]].concat()))
-                    .take(4096)
-                    .collect()
+/// The run-to-run spreads of one `scaling` call: one pool per comparison key and node
+/// types (so per rank count), over its points, which differ in batch only.
+struct Pools {
+    keys: Vec<(ComparisonKey, BTreeMap<String, usize>)>,
+    spreads: Vec<Spread>,
+}
+
+impl Pools {
+    fn of(pts: &[ScalingPoint]) -> Pools {
+        let mut keys: Vec<(ComparisonKey, BTreeMap<String, usize>)> = Vec::new();
+        let mut members: Vec<Vec<Vec<f64>>> = Vec::new();
+        for p in pts {
+            let k = (p.key.clone(), p.types.clone());
+            let at = keys.iter().position(|x| *x == k).unwrap_or_else(|| {
+                keys.push(k);
+                members.push(Vec::new());
+                keys.len() - 1
             });
-            all.extend(combos.iter().map(|refs| ratio(pt, refs)));
+            members[at].push(p.log_throughputs());
         }
-        let lo = all.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = all.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        return (lo, hi, Interval::Range);
+        let spreads = members.iter().map(|m| Spread::pooled(m.iter().map(Vec::as_slice))).collect();
+        Pools { keys, spreads }
     }
-    block_interval(p, reference, seed)
+
+    fn index(&self, p: &ScalingPoint) -> usize {
+        self.keys
+            .iter()
+            .position(|(key, types)| *key == p.key && *types == p.types)
+            .expect("every point has its pool")
+    }
 }
 
-/// A side's throughput in one replicate, by the point estimate's own estimator (the mean
-/// over runs of samples per step / mean step): its runs drawn with replacement where
-/// there are several (their spread), each run's steps resampled in blocks of `block`.
-fn resampled_throughput(runs: &[&RunStats], block: usize, rng: &mut Rng) -> f64 {
-    let k = runs.len();
-    let mut sum = 0.0;
-    for i in 0..k {
-        let r = if k > 1 { runs[rng.below(k as u64) as usize] } else { runs[i] };
-        let per_step = r.samples as f64 / r.steps.max(1) as f64;
-        sum += metrics::throughput(per_step, stats::block_resample_mean(&r.job_step_series, block, rng));
-    }
-    sum / k.max(1) as f64
+/// The variance of a run's log throughput from within-run noise alone: its step series
+/// resampled in blocks of `n^(1/3)` steps (neighbouring steps' dependence kept).
+fn within_run_variance(run: &RunStats, rng: &mut Rng) -> f64 {
+    let series = &run.job_step_series;
+    let block = ((series.len() as f64).cbrt().round() as usize).max(1);
+    let logs: Vec<f64> = (0..400).map(|_| stats::block_resample_mean(series, block, rng).ln()).collect();
+    stats::mean_variance(&logs).1
 }
 
-/// The interval where one side has a single run: each run's step series resampled in
-/// blocks of `n^(1/3)` steps, the runs of a side with repeats drawn with replacement too.
-fn block_interval(p: &ScalingPoint, reference: &Reference, seed: u64) -> (f64, f64, Interval) {
-    let longest = p.runs.iter().map(|r| r.job_step_series.len()).max().unwrap_or(1);
-    let block = ((longest as f64).cbrt().round() as usize).max(1);
+/// The interval of `p`'s speedup against `reference` ([`interval::speedup_interval`]):
+/// the point's term, then one per reference node type weighted by its share of the ideal.
+fn interval_of(p: &ScalingPoint, reference: &Reference, speedup: f64, pools: &Pools, seed: u64) -> interval::SpeedupInterval {
+    let ideal = reference.ideal(|q| q.throughput());
     let mut rng = Rng(seed);
-    let n = p.ranks as f64;
-    let reps: Vec<f64> = (0..2000)
-        .map(|_| {
-            let pt = resampled_throughput(&p.runs, block, &mut rng);
-            let ideal: f64 = reference
-                .per_type
-                .iter()
-                .map(|(q, k)| resampled_throughput(&q.runs, block, &mut rng) * *k as f64)
-                .sum();
-            pt / (ideal / n)
-        })
-        .collect();
-    (
-        stats::quantile(&reps, 0.025),
-        stats::quantile(&reps, 0.975),
-        Interval::Blocks(block),
-    )
+    let mut term = |q: &ScalingPoint, weight: f64| {
+        let pool = pools.index(q);
+        Term {
+            runs: q.runs.len(),
+            weight,
+            pool,
+            within_run_variance: if pools.spreads[pool].df > 0.0 {
+                f64::NAN
+            } else {
+                within_run_variance(q.runs[0], &mut rng)
+            },
+        }
+    };
+    let mut terms = vec![term(p, 1.0)];
+    for (q, k) in &reference.per_type {
+        terms.push(term(q, q.throughput() * *k as f64 / ideal));
+    }
+    interval::speedup_interval(speedup, &terms, &pools.spreads)
+}
+
+/// Karp–Flatt (strong) or Gustafson (weak) serial fraction of `out`'s speedup on `n`
+/// times the ranks, and the range it takes over the speedup's interval (both laws fall
+/// as the speedup rises). Both laws share a gain out between serial and parallel work,
+/// their fraction between 0 (speedup n) and 1 (speedup 1): the range stops there where
+/// the interval reaches beyond (unless the speedup itself does). Below speedup 1 there
+/// is no gain and the fraction passes 1, so it is left undefined (not applicable);
+/// without an interval it is not stated.
+fn serial_fraction(out: &mut ScalingRow, n: f64) {
+    if out.speedup < 1.0 || !out.speedup_low.is_finite() {
+        return;
+    }
+    let s = out.speedup;
+    let (low, high) = (out.speedup_low.max(1.0), out.speedup_high.min(n.max(s)));
+    match out.scaling_mode {
+        ScalingMode::Strong => {
+            let f = |s| metrics::karp_flatt(s, n);
+            (out.karp_flatt, out.karp_flatt_low, out.karp_flatt_high) = (f(s), f(high), f(low));
+        }
+        ScalingMode::Weak => {
+            let f = |s| metrics::gustafson_serial_fraction(s, n);
+            (
+                out.gustafson_serial_fraction,
+                out.gustafson_serial_fraction_low,
+                out.gustafson_serial_fraction_high,
+            ) = (f(s), f(high), f(low));
+        }
+        _ => {}
+    }
 }
 
 /// A strong series: model, data set, comparison, the reference's runs, global batch.
 type SeriesKey = (String, String, String, Vec<String>, usize);
 
 /// Amdahl's fit through each strong series (same key, node types and global batch)
-/// with at least two points beyond its reference.
+/// with at least two points beyond its reference, each with an interval: the fit through
+/// the speedups, and through their intervals' high and low ends (the fitted fraction
+/// falls as any speedup rises, so those bound it while every point stays inside its
+/// interval). Without every interval the fit is not stated.
 fn fit_laws(rows: &mut [ScalingRow]) {
     let mut series: BTreeMap<SeriesKey, Vec<usize>> = BTreeMap::new();
     for (i, r) in rows.iter().enumerate().filter(|(_, r)| r.scaling_mode == ScalingMode::Strong) {
@@ -568,11 +595,20 @@ fn fit_laws(rows: &mut [ScalingRow]) {
             .push(i);
     }
     for members in series.values().filter(|m| m.len() >= 2) {
-        let points: Vec<(f64, f64)> = members.iter().map(|&i| (rows[i].ranks as f64, rows[i].speedup)).collect();
-        let f = metrics::amdahl_fit(&points);
+        if members.iter().any(|&i| !rows[i].speedup_low.is_finite()) {
+            continue;
+        }
+        let fit = |end: fn(&ScalingRow) -> f64| {
+            let points: Vec<(f64, f64)> = members.iter().map(|&i| (rows[i].ranks as f64, end(&rows[i]))).collect();
+            metrics::amdahl_fit(&points)
+        };
+        let (f, low, high) = (fit(|r| r.speedup), fit(|r| r.speedup_high), fit(|r| r.speedup_low));
         for &i in members {
-            rows[i].amdahl_serial_fraction = f;
-            rows[i].amdahl_speedup = metrics::amdahl(f, rows[i].ranks as f64);
+            let r = &mut rows[i];
+            let p = r.ranks as f64;
+            (r.amdahl_serial_fraction, r.amdahl_serial_fraction_low, r.amdahl_serial_fraction_high) = (f, low, high);
+            (r.amdahl_speedup, r.amdahl_speedup_low, r.amdahl_speedup_high) =
+                (metrics::amdahl(f, p), metrics::amdahl(high, p), metrics::amdahl(low, p));
         }
     }
 }

@@ -5,6 +5,7 @@
 use crate::bounds::{self, clock_slack_s, shown, MAX_BUCKETS, MAX_BYTES_PER_STEP, MAX_RANKS, MAX_RUN_S, MAX_SAMPLES_PER_STEP};
 use crate::record::{AllreduceProbe, EpochRow, Manifest};
 use crate::train::clock::ClockRow;
+use std::path::Path;
 
 /// Steps of one epoch: 2^40, as many as samples a rank may process in one step.
 const MAX_STEPS_PER_EPOCH: usize = 1 << 40;
@@ -26,6 +27,39 @@ pub fn world_size(m: &Manifest) -> Result<usize, String> {
         ));
     }
     Ok(m.world_size)
+}
+
+/// The manifest's run id, or why it is none: a name of one path component
+/// ([`crate::files::name_problem`]), and the name of the folder that holds the run
+/// (`dir`, its symbolic links resolved), which `train` named the run after and every
+/// row repeats. Checked before the id is used anywhere (a file name, a table).
+pub fn run_id(m: &Manifest, dir: &Path) -> Result<(), String> {
+    let shown = shown_id(&m.run_id);
+    if let Some(why) = crate::files::name_problem(&m.run_id) {
+        return Err(format!(
+            "run_id is {shown}: {why}; a run id is the name of its run folder, not a path"
+        ));
+    }
+    let folder = dir
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve the run folder {}: {e}", dir.display()))?;
+    let name = folder.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    if name != m.run_id {
+        return Err(format!(
+            "run_id is {shown} but its folder is named {}: a run keeps the name it was written under (every row carries it); \
+             rename the folder back to {shown}, or reduce the folder it was copied from",
+            shown_id(&name)
+        ));
+    }
+    Ok(())
+}
+
+/// A run id as the messages show it: quoted, its first 80 characters.
+fn shown_id(id: &str) -> String {
+    match id.char_indices().nth(80) {
+        Some((at, _)) => format!("{:?}… ({} bytes)", &id[..at], id.len()),
+        None => format!("{id:?}"),
+    }
 }
 
 /// Every value of the manifest that `reduce` sizes, sums or prints, checked; one line
@@ -230,6 +264,38 @@ mod tests {
             ..row(1, 100.0, 0.0)
         };
         assert!(clock_row(&exact, 2, Some(200.0)).unwrap_err().contains("exact_error_s"));
+    }
+
+    #[test]
+    fn a_run_id_is_its_folders_name_and_never_a_path() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("run0");
+        std::fs::create_dir(&dir).unwrap();
+        let with_id = |id: &str| {
+            let mut m: Manifest = serde_json::from_value(serde_json::json!({
+                "run_id": id, "status": "completed", "error": null, "ddpbench_version": "0", "libtorch_version": "0",
+                "mpi_library": "", "command_line": [], "config": {}, "model": "m", "dataset": "d",
+                "dataset_source": "", "parameters": 1, "gradient_bytes": 4, "comm_backend": "mpi",
+                "buckets": 1, "world_size": 1, "nodes": 1, "batch_size_per_rank": 1,
+                "global_batch_size": 1, "steps_per_epoch": 1, "start_utc": "", "end_utc": null, "wall_s": null,
+                "final_param_l2": null, "final_val_accuracy": null, "allreduce_probe": null, "ranks": [],
+            }))
+            .unwrap();
+            m.run_id = id.into();
+            m
+        };
+        assert_eq!(run_id(&with_id("run0"), &dir), Ok(()));
+        assert_eq!(
+            run_id(&with_id("run0"), &dir.join(".")),
+            Ok(()),
+            "the folder's own name, however reached"
+        );
+        let e = run_id(&with_id("x/../../escape_pwn"), &dir).unwrap_err();
+        assert!(e.starts_with("run_id is \"x/../../escape_pwn\": it holds '/'"), "{e}");
+        let e = run_id(&with_id("run1"), &dir).unwrap_err();
+        assert!(e.contains("but its folder is named \"run0\""), "{e}");
+        let e = run_id(&with_id(&"a/".repeat(1000)), &dir).unwrap_err();
+        assert!(e.len() < 300 && e.contains("(2000 bytes)"), "{e}");
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! time), so memory is bounded by the number of ranks, not rows. The reader parses and
 //! checks: every value against what a real run can produce ([`crate::bounds`]; rows in
 //! [`row`], the rest in [`limits`]), every row's run id and rank against its file's; a
-//! run that fails is named with the file, row, column and value, and left out. Each
+//! run that fails is named with the file, row, column and value, and left out. Every
+//! file is opened only when it is a regular file ([`crate::files::open_regular`]): a
+//! FIFO or a device in a run folder is named as a damaged file, never waited on. Each
 //! step's rows of all ranks go to a visitor, and what they add up to is computed in
 //! [`super::analysis`].
 //!
@@ -15,25 +17,25 @@ mod row;
 
 pub use row::Row;
 
+use crate::files::open_regular_if_present;
 use crate::record::{ComparisonKey, EndRecord, EpochRow, Manifest, RunStatus};
 use row::{field, parse_row, Columns};
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-/// True when the file's last byte is a newline (a crash mid-write leaves a partial row).
-fn ends_with_newline(path: &Path) -> bool {
-    let Ok(mut f) = std::fs::File::open(path) else { return false };
-    if f.seek(SeekFrom::End(-1)).is_err() {
-        return false;
-    }
+/// True when the file's last byte is a newline (a crash mid-write leaves a partial row);
+/// the file is read from its start again after.
+fn ends_with_newline(f: &mut File) -> bool {
     let mut b = [0u8; 1];
-    f.read_exact(&mut b).is_ok() && b[0] == b'\n'
+    let last = f.seek(SeekFrom::End(-1)).is_ok() && f.read_exact(&mut b).is_ok() && b[0] == b'\n';
+    f.seek(SeekFrom::Start(0)).is_ok() && last
 }
 
 struct RankReader {
     rank: usize,
-    reader: csv::Reader<std::fs::File>,
+    reader: csv::Reader<File>,
     headers: csv::ByteRecord,
     cols: Columns,
     record: csv::ByteRecord,
@@ -129,13 +131,15 @@ pub struct RunFiles {
 }
 
 /// Opens a run folder. Err only when the folder is not a run at all (no readable
-/// manifest, or a world size no run has); holes (missing, empty or unreadable rank
+/// manifest, a run id that is not the folder's name ([`limits::run_id`]), or a world
+/// size no run has); holes (missing, empty or unreadable rank
 /// files, a job that did not finish, impossible values) are problems. Time and memory
 /// are bounded by the files present.
 pub fn open(dir: &Path) -> Result<RunFiles, String> {
     let manifest = Manifest::read(dir).map_err(|e| format!("{e:#}"))?;
-    limits::world_size(&manifest).map_err(|e| format!("{}: {e}", dir.display()))?;
     let manifest_path = dir.join("manifest.json");
+    limits::run_id(&manifest, dir).map_err(|e| format!("{}: {e}", manifest_path.display()))?;
+    limits::world_size(&manifest).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut problems: Vec<String> = limits::manifest(&manifest)
         .into_iter()
         .map(|e| format!("{}: {e}", manifest_path.display()))
@@ -200,9 +204,10 @@ pub fn open(dir: &Path) -> Result<RunFiles, String> {
 /// projected from the steps.
 fn read_epochs(dir: &Path, m: &Manifest, run_s: Option<f64>) -> Result<Vec<EpochRow>, String> {
     let path = dir.join("epochs.csv");
-    let Ok(mut r) = csv::Reader::from_path(&path) else {
+    let Some(file) = open_regular_if_present(&path)? else {
         return Ok(Vec::new());
     };
+    let mut r = csv::Reader::from_reader(file);
     let mut out = Vec::new();
     for (i, row) in r.deserialize::<EpochRow>().enumerate() {
         if i >= limits::MAX_TABLE_ROWS {
@@ -240,16 +245,17 @@ fn rank_files_present(dir: &Path, world_size: usize) -> Vec<usize> {
 /// Opens rank `r`'s file and finds its columns; Err says what is wrong with it.
 fn open_rank(dir: &Path, r: usize) -> Result<RankReader, String> {
     let path = dir.join(crate::record::rank_file_name(r));
-    if std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) == 0 {
+    let mut file = crate::files::open_regular(&path).map_err(|e| crate::files::read_error(&path, &e))?;
+    if file.metadata().map(|m| m.len()).unwrap_or(0) == 0 {
         return Err(format!(
             "{} is empty: rank {r} wrote nothing (it died before its first row?)",
             path.display()
         ));
     }
-    if !ends_with_newline(&path) {
+    if !ends_with_newline(&mut file) {
         return Err(format!("{}: last row is truncated (the rank stopped mid-write)", path.display()));
     }
-    let mut reader = csv::Reader::from_path(&path).map_err(|e| format!("{}: unreadable ({e})", path.display()))?;
+    let mut reader = csv::Reader::from_reader(file);
     let headers = reader.byte_headers().map_err(|e| format!("{}: {e}", path.display()))?.clone();
     let cols = Columns::find(&headers).map_err(|e| format!("{}: not a ddpbench rank file ({e})", path.display()))?;
     Ok(RankReader {
@@ -423,9 +429,12 @@ impl GpuTelemetry {
     /// rank's timed steps, (first start, last end) in seconds from the run's common start: utilisation
     /// and power samples outside it (set-up, warm-up, validation after the last step)
     /// are left out; None takes every sample. Err names the row and reading that no
-    /// GPU can give ([`limits::gpu_sample`]).
+    /// GPU can give ([`limits::gpu_sample`]), or a file there that is no regular file.
     pub fn add_file(&mut self, path: &Path, window: Option<(f64, f64)>) -> Result<(), String> {
-        let Ok(mut r) = csv::Reader::from_path(path) else { return Ok(()) };
+        let Some(file) = open_regular_if_present(path)? else {
+            return Ok(());
+        };
+        let mut r = csv::Reader::from_reader(file);
         let Ok(h) = r.headers().cloned() else { return Ok(()) };
         let pos = |n: &str| h.iter().position(|c| c == n);
         let (util, mem, power) = (pos("gpu_util_pct"), pos("mem_used_bytes"), pos("power_w"));
@@ -486,11 +495,12 @@ type Estimate = (f64, f64, f64);
 impl ClockOffsets {
     /// Reads `dir`'s `clock.csv` (no offsets without one) of a run of `world_size` ranks
     /// and `run_s` seconds (None: unknown); Err names the row and column that no clock
-    /// estimate can hold ([`limits::clock_row`]).
+    /// estimate can hold ([`limits::clock_row`]), or a `clock.csv` that is no regular file.
     pub fn read(dir: &Path, world_size: usize, run_s: Option<f64>) -> Result<ClockOffsets, String> {
         let path = dir.join("clock.csv");
         let mut by_rank: BTreeMap<usize, Vec<Estimate>> = BTreeMap::new();
-        if let Ok(mut r) = csv::Reader::from_path(&path) {
+        if let Some(file) = open_regular_if_present(&path)? {
+            let mut r = csv::Reader::from_reader(file);
             for (i, row) in r.deserialize::<crate::train::clock::ClockRow>().enumerate() {
                 let at = |why: String| format!("{} row {}: {why}", path.display(), i + 1);
                 if i >= limits::MAX_TABLE_ROWS {

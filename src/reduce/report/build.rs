@@ -2,8 +2,8 @@
 //! and the sentences said about them.
 
 use super::{
-    communication, efficiency, nodes, speedup, EpochBreakdown, Findings, LeftOut, ProbeReading, ProjectionReport, RankQuantiles, Report,
-    RunReport, StepPhases, REPORT_VERSION,
+    communication, efficiency, nodes, speedup, Duplicate, EpochBreakdown, Findings, LeftOut, ProbeReading, ProjectionReport, RankQuantiles,
+    Report, RunReport, StepPhases, REPORT_VERSION,
 };
 use crate::record::{Phase, SCHEMA_VERSION};
 use crate::reduce::analysis::{self, scaling::samples_per_s, RunStats, StepBreakdown, TypeStats};
@@ -11,13 +11,14 @@ use crate::reduce::metrics;
 use crate::stats::Sketch;
 use std::path::PathBuf;
 
-/// The report of `complete` runs (the figures), `incomplete` ones (named, left out) and
-/// `skipped` folders, every point compared with `explicit` where given (`--baseline`).
+/// The report of `complete` runs (the figures), `incomplete` ones (named, left out),
+/// `skipped` folders and `duplicates` (runs counted from another folder), every point compared with `explicit` where given (`--baseline`).
 pub fn build(
     folders: &[PathBuf],
     complete: &[&RunStats],
     incomplete: &[&RunStats],
     skipped: Vec<LeftOut>,
+    duplicates: Vec<Duplicate>,
     explicit: Option<&RunStats>,
     projection: Option<ProjectionReport>,
 ) -> Report {
@@ -50,6 +51,7 @@ pub fn build(
             })
             .collect(),
         skipped,
+        duplicates,
     }
 }
 

@@ -1,42 +1,61 @@
 //! The files written from a [`Report`]: the CSV tables, report.json, report.md, the plots.
+//! They replace a previous report all together or not at all ([`StagedFiles`]): a
+//! full disk or any other error on the way leaves every file of the folder as it was.
 
 use super::{markdown::markdown, plots, projection, Report};
+use crate::files::StagedFiles;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::Path;
 
 /// Writes every file of `report` into `out` (created when absent): summary.csv,
 /// scaling.csv, ranks.csv, projection.csv (when something was projected), report.md,
-/// report.json and, with `with_plots`, the SVG and PNG plots.
+/// report.json and, with `with_plots`, the SVG and PNG plots; each file is replaced only
+/// once all of them are written. Err names the file that could not be written.
 pub fn write(report: &Report, out: &Path, with_plots: bool) -> Result<()> {
-    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    write_csv(&out.join("summary.csv"), &report.summary)?;
-    write_csv(&out.join("scaling.csv"), &report.scaling)?;
-    write_csv(&out.join("ranks.csv"), &report.ranks)?;
+    let mut files = StagedFiles::new(out)?;
+    stage(report, &mut files, with_plots).with_context(|| not_written(out))?;
+    files.commit()?;
+    Ok(())
+}
+
+/// Stages every file of `report` into `files` ([`write`]'s files), for a caller that
+/// commits them with files of its own (a study's summary beside its report).
+pub fn stage(report: &Report, files: &mut StagedFiles, with_plots: bool) -> Result<()> {
+    files.write("summary.csv", &csv_bytes(&report.summary)?)?;
+    files.write("scaling.csv", &csv_bytes(&report.scaling)?)?;
+    files.write("ranks.csv", &csv_bytes(&report.ranks)?)?;
     let projected = report.projection.as_ref().filter(|p| !p.rows.is_empty());
     if let Some(p) = projected {
-        write_csv(&out.join("projection.csv"), &p.rows)?;
+        files.write("projection.csv", &csv_bytes(&p.rows)?)?;
     }
-    let md = out.join("report.md");
-    std::fs::write(&md, markdown(report, with_plots)).with_context(|| format!("cannot write {}", md.display()))?;
-    let json = out.join("report.json");
+    files.write("report.md", markdown(report, with_plots).as_bytes())?;
     let text = serde_json::to_string_pretty(report).context("cannot format report.json")? + "\n";
-    std::fs::write(&json, text).with_context(|| format!("cannot write {}", json.display()))?;
+    files.write("report.json", text.as_bytes())?;
     if with_plots {
+        let raster = crate::plot::Rasteriser::new();
         if let Some(p) = projected {
-            projection::projection_plot(out, &p.rows)?;
+            raster.stage(files, "projection", &projection::projection_svg(&p.rows)?)?;
         }
-        plots::plots(out, report)?;
+        plots::plots(&raster, files, report)?;
     }
     Ok(())
 }
 
+/// What an error while staging leaves: the folder's files as they were.
+pub fn not_written(out: &Path) -> String {
+    format!(
+        "the report was not written: every file in {} is as it was (free some space, or give another --out)",
+        out.display()
+    )
+}
+
 /// A CSV file of `rows`, each cell as [`crate::record::Cells`] writes it (plain
-/// decimals, lists joined).
-fn write_csv<R: Serialize>(path: &Path, rows: &[R]) -> Result<()> {
-    let mut log = crate::record::CsvLog::create(path)?;
+/// decimals, lists joined): a header and a line per row, nothing without rows.
+pub fn csv_bytes<R: Serialize>(rows: &[R]) -> Result<Vec<u8>> {
+    let mut w = csv::Writer::from_writer(Vec::new());
     for r in rows {
-        log.write(r)?;
+        w.serialize(crate::record::Cells(r)).context("cannot format a table row")?;
     }
-    log.flush()
+    w.into_inner().map_err(|e| anyhow::anyhow!("cannot format a table: {e}"))
 }

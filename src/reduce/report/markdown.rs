@@ -1,7 +1,7 @@
 //! report.md: the tables a scaling study is read from, each with the sentences the
 //! report found under it.
 
-use super::{communication, efficiency, nodes, projection, speedup, Report};
+use super::{communication, efficiency, nodes, projection, speedup, Duplicate, Report};
 use std::fmt::Write;
 
 /// report.md of `report` (with links to the plots when they are drawn).
@@ -24,6 +24,7 @@ pub fn markdown(report: &Report, with_plots: bool) -> String {
     nodes::node_types(&mut md, &report.summary, &f.node_types);
     nodes::stalls(&mut md, &report.runs);
     nodes::incomplete(&mut md, &report.incomplete);
+    duplicates(&mut md, &report.duplicates);
     if with_plots {
         let _ = writeln!(md, "\n## Plots\n\n![speedup](speedup.svg) ![efficiency](efficiency.svg) ![phases](phases.svg) ![bandwidth](bandwidth.svg)\n\nStep time per rank: `step_time_per_rank-<run>.svg`.");
     }
@@ -31,4 +32,24 @@ pub fn markdown(report: &Report, with_plots: bool) -> String {
         md.push_str(&projection::markdown(p));
     }
     md
+}
+
+/// The folders that held a run counted from another folder, and which one was kept.
+fn duplicates(md: &mut String, duplicates: &[Duplicate]) {
+    if duplicates.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\n## Runs reached twice (counted once)\n\n| folder | is | kept |\n|---|---|---|"
+    );
+    for d in duplicates {
+        let _ = writeln!(
+            md,
+            "| `{}` | {} | `{}` |",
+            d.dir.display(),
+            d.why.replace('|', "/"),
+            d.kept.display()
+        );
+    }
 }

@@ -20,7 +20,7 @@ pub mod verdict;
 pub use crate::record::Cells;
 pub use build::build;
 pub use communication::bandwidth_sentence;
-pub use files::write;
+pub use files::{csv_bytes, not_written, stage, write};
 pub use projection::{left_out as projection_left_out, section as projection_section};
 pub use terminal::print;
 
@@ -62,6 +62,9 @@ pub struct Report {
     pub incomplete: Vec<LeftOut>,
     /// Folders that are no run at all (no readable manifest), with why.
     pub skipped: Vec<LeftOut>,
+    /// Folders that are a run already counted (the same folder reached twice, a copy of
+    /// a run), left out of every figure.
+    pub duplicates: Vec<Duplicate>,
 }
 
 /// What one complete run adds up to, beyond its rows in the tables.
@@ -216,6 +219,31 @@ pub struct LeftOut {
     #[serde(serialize_with = "path")]
     pub dir: PathBuf,
     pub problems: Vec<String>,
+}
+
+/// A folder left out because the run it holds is counted already, from another folder.
+#[derive(Debug, Clone, Serialize)]
+pub struct Duplicate {
+    #[serde(serialize_with = "path")]
+    pub dir: PathBuf,
+    /// The folder counted instead.
+    #[serde(serialize_with = "path")]
+    pub kept: PathBuf,
+    /// What makes it the same: "the same folder", "the same run (...)", or another run
+    /// under the same id.
+    pub why: String,
+}
+
+impl Duplicate {
+    /// One line: the folder, why, and the folder kept.
+    pub fn sentence(&self) -> String {
+        format!(
+            "counted once: {} is {} as {} (kept)",
+            self.dir.display(),
+            self.why,
+            self.kept.display()
+        )
+    }
 }
 
 /// A path as text (a name that is not UTF-8 with its odd bytes replaced).

@@ -2,24 +2,23 @@
 //! message size, and each run's step time per rank.
 
 use super::{Report, RunReport, StepPhases};
+use crate::files::StagedFiles;
 use crate::plot::{self, LineChart, Point, Series, SeriesKind, XScale};
 use crate::reduce::analysis::{ScalingMode, ScalingRow, TypeSummary};
 use anyhow::Result;
 use std::collections::BTreeMap;
-use std::path::Path;
 
-/// Every plot of `report`, as SVG and PNG, into `out`.
-pub fn plots(out: &Path, report: &Report) -> Result<()> {
-    let raster = plot::Rasteriser::new();
-    scaling_plots(&raster, out, &report.scaling)?;
-    phases_plot(&raster, out, &report.runs)?;
-    bandwidth_plot(&raster, out, &report.runs, &report.summary)?;
-    step_time_plots(&raster, out, &report.runs)
+/// Every plot of `report`, as SVG and PNG, staged into `out`.
+pub fn plots(raster: &plot::Rasteriser, out: &mut StagedFiles, report: &Report) -> Result<()> {
+    scaling_plots(raster, out, &report.scaling)?;
+    phases_plot(raster, out, &report.runs)?;
+    bandwidth_plot(raster, out, &report.runs, &report.summary)?;
+    step_time_plots(raster, out, &report.runs)
 }
 
 /// Speedup and efficiency against ranks, one series per workload and batch per rank,
 /// with the speedup's interval as error bars and the ideal line.
-fn scaling_plots(raster: &plot::Rasteriser, out: &Path, scaling: &[ScalingRow]) -> Result<()> {
+fn scaling_plots(raster: &plot::Rasteriser, out: &mut StagedFiles, scaling: &[ScalingRow]) -> Result<()> {
     // One series per workload, mode, batch and comparison (runs that differ in anything
     // else are never one curve); the baseline (speedup 1) starts each.
     let mut groups: BTreeMap<(String, &str), Vec<&ScalingRow>> = BTreeMap::new();
@@ -75,7 +74,7 @@ fn scaling_plots(raster: &plot::Rasteriser, out: &Path, scaling: &[ScalingRow]) 
         series: s,
         bands: Vec::new(),
     };
-    raster.write(&plot::line_chart(&speedup)?, &out.join("speedup"))?;
+    raster.stage(out, "speedup", &plot::line_chart(&speedup)?)?;
     let mut e = mk(&|r| r.efficiency);
     e.push(Series::ideal("ideal (efficiency 1)", max_ranks, |_| 1.0));
     let efficiency = LineChart {
@@ -84,12 +83,12 @@ fn scaling_plots(raster: &plot::Rasteriser, out: &Path, scaling: &[ScalingRow]) 
         series: e,
         ..speedup
     };
-    raster.write(&plot::line_chart(&efficiency)?, &out.join("efficiency"))
+    raster.stage(out, "efficiency", &plot::line_chart(&efficiency)?)
 }
 
 /// Mean time per step by phase, stacked, one bar per rank count (and batch, and model
 /// where there are several): the mean over the runs there.
-fn phases_plot(raster: &plot::Rasteriser, out: &Path, runs: &[RunReport]) -> Result<()> {
+fn phases_plot(raster: &plot::Rasteriser, out: &mut StagedFiles, runs: &[RunReport]) -> Result<()> {
     let models: std::collections::BTreeSet<&str> = runs.iter().map(|r| r.model.as_str()).collect();
     let mut groups: BTreeMap<(usize, &str, usize), Vec<&RunReport>> = BTreeMap::new();
     for r in runs {
@@ -124,11 +123,11 @@ fn phases_plot(raster: &plot::Rasteriser, out: &Path, runs: &[RunReport]) -> Res
         &names,
         &stacks,
     )?;
-    raster.write(&svg, &out.join("phases"))
+    raster.stage(out, "phases", &svg)
 }
 
 /// Bus bandwidth against message size: the raw probe and the all-reduce inside training.
-fn bandwidth_plot(raster: &plot::Rasteriser, out: &Path, runs: &[RunReport], summaries: &[TypeSummary]) -> Result<()> {
+fn bandwidth_plot(raster: &plot::Rasteriser, out: &mut StagedFiles, runs: &[RunReport], summaries: &[TypeSummary]) -> Result<()> {
     let mut probe = Vec::new();
     let mut train = Vec::new();
     for r in runs.iter().filter(|r| r.ranks > 1) {
@@ -158,14 +157,14 @@ fn bandwidth_plot(raster: &plot::Rasteriser, out: &Path, runs: &[RunReport], sum
             series: vec![markers("raw MPI_Allreduce", probe), markers("inside training", train)],
             bands: Vec::new(),
         };
-        raster.write(&plot::line_chart(&chart)?, &out.join("bandwidth"))?;
+        raster.stage(out, "bandwidth", &plot::line_chart(&chart)?)?;
     }
 
     Ok(())
 }
 
 /// Each run's step time distribution per rank.
-fn step_time_plots(raster: &plot::Rasteriser, out: &Path, runs: &[RunReport]) -> Result<()> {
+fn step_time_plots(raster: &plot::Rasteriser, out: &mut StagedFiles, runs: &[RunReport]) -> Result<()> {
     for r in runs {
         let labels: Vec<String> = r.rank_step_quantiles_s.iter().map(|x| x.rank.to_string()).collect();
         let boxes: Vec<[f64; 5]> = r.rank_step_quantiles_s.iter().map(|x| x.step_s.map(|s| s * 1e3)).collect();
@@ -182,7 +181,8 @@ fn step_time_plots(raster: &plot::Rasteriser, out: &Path, runs: &[RunReport]) ->
             &groups,
             &r.node_types,
         )?;
-        raster.write(&svg, &out.join(format!("step_time_per_rank-{}", r.run_id)))?;
+        // The stem is made a file name of its own: a run id never makes it a path.
+        raster.stage(out, &format!("step_time_per_rank-{}", r.run_id), &svg)?;
     }
     Ok(())
 }

@@ -338,9 +338,9 @@ pub fn print_projection(rows: &[ProjectionRow]) {
     println!("(* extrapolated: beyond {EXTRAPOLATION_FACTOR}× the largest measured rank count)");
 }
 
-/// Efficiency against ranks (powers of two): the projection as a line, its band filled,
-/// the measured points as marks.
-pub fn projection_plot(out: &Path, rows: &[ProjectionRow]) -> Result<()> {
+/// The projection plot's SVG: efficiency against ranks (powers of two), the projection
+/// as a line, its band filled, the measured points as marks.
+pub fn projection_svg(rows: &[ProjectionRow]) -> Result<String> {
     let mut series = Vec::new();
     let mut bands = Vec::new();
     for (i, (workload, rs)) in by_workload(rows).into_iter().enumerate() {
@@ -382,6 +382,5 @@ pub fn projection_plot(out: &Path, rows: &[ProjectionRow]) -> Result<()> {
         series,
         bands,
     };
-    let svg = plot::line_chart(&chart)?;
-    plot::Rasteriser::new().write(&svg, &out.join("projection"))
+    plot::line_chart(&chart)
 }

@@ -2,7 +2,8 @@
 //! strong, with the interval and how it was found), what it says, and the batch × ranks grid.
 
 use super::{ms, pct, verdict, RunReport, WorkloadVerdict};
-use crate::reduce::analysis::{ScalingMode, ScalingRow, TypeSummary};
+use crate::reduce::analysis::interval::what_a_direction_needs;
+use crate::reduce::analysis::{Direction, ScalingMode, ScalingRow, TypeSummary};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
@@ -101,16 +102,30 @@ fn workload_table(md: &mut String, rows: &[&ScalingRow]) {
                 r.interval_method,
                 if r.within_noise == 1 { ", inside the noise" } else { "" }
             )
+        } else if !r.interval_method.is_empty() {
+            r.interval_method.clone()
         } else {
             "–".into()
+        };
+        let with_range = |law: &str, f: f64, low: f64, high: f64| {
+            if f.is_finite() {
+                format!("{law} {} ({}–{})", num(f, 3), num(low, 3), num(high, 3))
+            } else {
+                format!("{law}: not stated (no interval)")
+            }
         };
         let serial = match r.scaling_mode {
             // Both laws describe a gain shared out; below 1 their fraction exceeds 1.
             ScalingMode::Strong | ScalingMode::Weak if r.speedup < 1.0 => {
                 "not applicable (speedup < 1: the law assumes a gain)".to_string()
             }
-            ScalingMode::Strong => format!("Karp–Flatt {}", num(r.karp_flatt, 3)),
-            ScalingMode::Weak => format!("Gustafson {}", num(r.gustafson_serial_fraction, 3)),
+            ScalingMode::Strong => with_range("Karp–Flatt", r.karp_flatt, r.karp_flatt_low, r.karp_flatt_high),
+            ScalingMode::Weak => with_range(
+                "Gustafson",
+                r.gustafson_serial_fraction,
+                r.gustafson_serial_fraction_low,
+                r.gustafson_serial_fraction_high,
+            ),
             _ => "–".into(),
         };
         let _ = writeln!(
@@ -169,31 +184,56 @@ fn workload_verdict(rows: &[&ScalingRow], runs: &[RunReport]) -> String {
     }
     let slower: Vec<String> = compared
         .iter()
-        .filter(|r| r.speedup_high < 1.0)
+        .filter(|r| r.direction == Some(Direction::Slower))
         .map(|r| format!("{} ({:.2}×)", r.run_ids.join(" "), r.speedup))
         .collect();
     if !slower.is_empty() {
         let _ = write!(text, " Negative scaling: {} ran slower than its reference.", slower.join(", "));
     }
-    if let Some(r) = all.iter().find(|r| r.amdahl_serial_fraction.is_finite()) {
-        let f = r.amdahl_serial_fraction;
-        let largest = all.iter().map(|r| r.ranks).max().unwrap_or(1) as f64;
-        if f * largest < 0.01 {
-            let _ = write!(
-                text,
-                " An Amdahl fit through the strong-scaling points finds no serial fraction distinguishable from 0."
-            );
-        } else {
-            let _ = write!(text, " An Amdahl fit through the strong-scaling points puts the serial fraction at {f:.3}, which caps the strong speedup at {:.1}.", 1.0 / f);
-        }
-    }
-    if all.iter().any(|r| r.interval_method.contains("within runs")) {
-        let _ = write!(text, " Intervals from blocks within runs cover within-run noise only: repeat each point (3 runs or more) for intervals that include run-to-run variation.");
+    text.push_str(&amdahl_sentence(&all));
+    for r in compared.iter().filter(|r| r.direction == Some(Direction::NoInterval)) {
+        let _ = write!(
+            text,
+            " `{}` ({}, {} ranks): {}.",
+            r.run_ids.join(" "),
+            r.scaling_mode,
+            r.ranks,
+            what_a_direction_needs(Direction::NoInterval, r.repeats, r.baseline_repeats, r.repeats_needed)
+        );
     }
     for r in rows.iter().filter(|r| r.scaling_mode == ScalingMode::None) {
         let _ = write!(text, " `{}` has no reference: add {}.", r.run_ids.join(" "), r.missing_reference);
     }
     text
+}
+
+/// Amdahl's fit through the strong points with its range over their intervals, whether
+/// its serial fraction is distinguishable from 0, and the cap it implies; or that no fit
+/// is stated where a strong point it would go through has no interval.
+fn amdahl_sentence(all: &[&ScalingRow]) -> String {
+    let Some(r) = all.iter().find(|r| r.amdahl_serial_fraction.is_finite()) else {
+        let strong: Vec<&&ScalingRow> = all.iter().filter(|r| r.scaling_mode == ScalingMode::Strong).collect();
+        return if strong.len() >= 2 && strong.iter().any(|r| !r.speedup_low.is_finite()) {
+            " No Amdahl fit is stated: a strong point it would go through has no interval.".into()
+        } else {
+            String::new()
+        };
+    };
+    let (f, low, high) = (r.amdahl_serial_fraction, r.amdahl_serial_fraction_low, r.amdahl_serial_fraction_high);
+    let largest = all.iter().map(|r| r.ranks).max().unwrap_or(1) as f64;
+    let range = format!("{low:.3}–{high:.3} over the speedups' intervals");
+    if low * largest >= 0.01 {
+        format!(
+            " An Amdahl fit through the strong-scaling points puts the serial fraction at {f:.3} ({range}), which caps the strong speedup at {:.1} ({:.1}–{:.1}).",
+            1.0 / f,
+            1.0 / high,
+            1.0 / low
+        )
+    } else if f * largest < 0.01 {
+        format!(" An Amdahl fit through the strong-scaling points finds no serial fraction distinguishable from 0 ({range}).")
+    } else {
+        format!(" An Amdahl fit through the strong-scaling points puts the serial fraction at {f:.3}, but {range}: not distinguishable from 0, so it caps nothing.")
+    }
 }
 
 /// Speedup by per-rank batch × ranks in one mode, when its points differ in either.

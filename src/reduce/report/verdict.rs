@@ -1,11 +1,13 @@
 //! The sentence said of one compared point, made from the typed report alone: its
-//! direction (claimed only when the speedup's interval excludes 1), the largest measured
+//! direction (claimed only when the speedup's interval excludes 1, [`Direction::of`]),
+//! what a direction needs where none is claimed, the largest measured
 //! loss of its efficiency waterfall with its share of what was lost, and R with what it
 //! implies. report.md (each workload's verdict) and study.md print this same sentence.
 
 use super::{pct, RunReport};
 use crate::record::Overlap;
-use crate::reduce::analysis::ScalingRow;
+use crate::reduce::analysis::interval::what_a_direction_needs;
+use crate::reduce::analysis::{Direction, ScalingRow};
 use std::fmt::Write;
 
 /// The four measured losses of a point's waterfall, named as the verdict says them.
@@ -18,18 +20,19 @@ pub fn losses(row: &ScalingRow) -> [(&'static str, f64); 4] {
     ]
 }
 
-/// The speedup, with a direction only where its interval excludes 1.
+/// The speedup, with a direction only where its interval excludes 1 (the row's
+/// `direction`), and what a direction needs where none is claimed.
 pub fn direction(row: &ScalingRow) -> String {
     let (s, lo, hi) = (row.speedup, row.speedup_low, row.speedup_high);
-    if !(lo.is_finite() && hi.is_finite()) {
-        return format!("has speedup {s:.2} with no interval, so no direction is claimed");
-    }
-    if hi < 1.0 {
-        format!("scales negatively: speedup {s:.2} ({lo:.2}–{hi:.2})")
-    } else if lo > 1.0 {
-        format!("scales: speedup {s:.2} ({lo:.2}–{hi:.2}), efficiency {}", pct(row.efficiency))
-    } else {
-        format!("has speedup {s:.2} ({lo:.2}–{hi:.2}): indistinguishable from no speedup at this noise; add repeats")
+    let direction = row.direction.unwrap_or(Direction::NoInterval);
+    let needs = what_a_direction_needs(direction, row.repeats, row.baseline_repeats, row.repeats_needed);
+    match direction {
+        Direction::Slower => format!("scales negatively: speedup {s:.2} ({lo:.2}–{hi:.2})"),
+        Direction::Faster => format!("scales: speedup {s:.2} ({lo:.2}–{hi:.2}), efficiency {}", pct(row.efficiency)),
+        Direction::WithinNoise => {
+            format!("has speedup {s:.2} ({lo:.2}–{hi:.2}): indistinguishable from no speedup at this noise: {needs}")
+        }
+        Direction::NoInterval => format!("has speedup {s:.2} with no interval: {needs}"),
     }
 }
 
