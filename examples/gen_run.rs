@@ -28,6 +28,7 @@ fn main() -> anyhow::Result<()> {
         model: "mnist-cnn".into(),
         dataset: "synthetic".into(),
         dataset_source: String::new(),
+        warnings: Vec::new(),
         parameters: 1_199_882,
         gradient_bytes: 4_799_528,
         comm_backend: ddpbench::record::Backend::Mpi,

@@ -14,6 +14,7 @@
 //! (the files a run writes: CSV rows, the phase glossary, the manifest), [`reduce`]
 //! (from run folders to tables, report and plots), [`bandwidth`] (algbw and busbw, a
 //! leaf every layer uses), [`files`] (regular files only, exclusive creation: a leaf),
+//! [`cleanup`] (what a process removes on every way out: scratch folders, folder locks),
 //! [`stderr`] (stderr through a queue that never blocks its callers: a leaf),
 //! [`stats`] and [`plot`], and [`cli`] (the command line's root:
 //! one subcommand each, whose arguments live with the command).
@@ -22,6 +23,7 @@ pub mod allreduce;
 pub mod amp;
 pub mod bandwidth;
 pub mod bounds;
+pub mod cleanup;
 pub mod cli;
 pub mod comm;
 pub mod data;

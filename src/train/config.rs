@@ -112,6 +112,10 @@ pub const NOT_IN_KEY: &[(&str, &str)] = &[
     ("--node-slots", "it sets the binding; the threads it bound are the key's threads"),
     ("--probe-iters", "the probe runs before the first step"),
     ("--out", "where the files go"),
+    (
+        "--break-lock",
+        "whether a stale lock of the output folder is cleared, before anything runs",
+    ),
     ("--log-every", "a log line on rank 0 between steps, outside the timed phases"),
     ("--telemetry-ms", "NVML is sampled by a thread of its own, beside the step"),
     ("--save-model", "the parameters are written after the last step"),
@@ -181,6 +185,7 @@ pub const SAME_ON_EVERY_RANK: &[&str] = &[
     "--grad-dtype",
     "--probe-iters",
     "--out",
+    "--break-lock",
     "--log-every",
     "--telemetry-ms",
     "--save-model",
@@ -471,10 +476,19 @@ pub struct CommConfig {
 #[derive(Args, Debug, Clone, Serialize, Deserialize)]
 #[command(next_help_heading = "Output and monitoring")]
 pub struct OutputConfig {
-    /// Output folder (default: results/<run-id>/). Must not already hold a run. Its name
-    /// is the run id: letters, digits, `.`, `_` and `-` only.
+    /// Output folder (default: results/<model>-<data>-n<ranks>-<time>[-j<job id>]-<4 random
+    /// hex digits>/). Its name is the run id: letters, digits, `.`, `_` and `-` only. One
+    /// job per folder: a folder that holds any file a run writes, or whose lock
+    /// (.ddpbench.lock) another job holds, is refused; a folder you made empty is fine.
     #[arg(long)]
     pub out: Option<PathBuf>,
+
+    /// Remove the output folder's lock left by a job that was killed on another host
+    /// (a lock of this host is cleared by itself once its process is gone). Check first
+    /// that the job named in the refusal has ended.
+    #[arg(long)]
+    #[serde(default)]
+    pub break_lock: bool,
 
     /// Log progress on rank 0 every N steps (0: only per epoch).
     #[arg(long, default_value_t = 100)]

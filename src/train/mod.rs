@@ -31,7 +31,7 @@ mod trainer;
 mod validation;
 
 pub use config::TrainConfig;
-pub use run_folder::RunFolder;
+pub use run_folder::{is_run_file, RunFolder};
 pub use trainer::Trainer;
 
 use crate::job::{self, watchdog, watchdog::Watchdog, JobOptions};

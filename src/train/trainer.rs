@@ -335,14 +335,22 @@ impl<'g> Trainer<'g> {
     }
 
     /// The final parameters in the run folder: model.safetensors, or for a TorchScript
-    /// model model.pt, the module with its trained weights (and rank 0's buffers).
+    /// model model.pt, the module with its trained weights (and rank 0's buffers). Saved
+    /// into a file of a random name created exclusively, then given its name only where
+    /// nothing is ([`crate::files::rename_new`]): no file is overwritten, no link followed.
     fn save_model(&self) -> Result<()> {
-        match self.machine.model.net.script() {
-            Some(script) => script.save(&self.facts.folder.path("model.pt")),
-            None => {
-                model::save(&self.machine.model.vs, &self.facts.folder.path("model.safetensors")).context("cannot save model.safetensors")
-            }
+        let script = self.machine.model.net.script();
+        let name = if script.is_some() { "model.pt" } else { "model.safetensors" };
+        let path = self.facts.folder.path(name);
+        let tmp = self.facts.folder.path(&format!(".{name}.{}.tmp", crate::files::random_hex(8)));
+        crate::files::create_exclusive(&tmp).with_context(|| format!("cannot save {}", path.display()))?;
+        let saved = match script {
+            Some(script) => script.save(&tmp),
+            None => model::save(&self.machine.model.vs, &tmp).with_context(|| format!("cannot save {}", path.display())),
         }
+        .and_then(|()| crate::files::rename_new(&tmp, &path).with_context(|| format!("cannot save {}", path.display())));
+        let _ = std::fs::remove_file(&tmp);
+        saved
     }
 
     /// Records that the run failed with `err` on this rank: its end record, and the
@@ -683,8 +691,8 @@ impl<'g> Trainer<'g> {
 /// every rank opens its rows and arms its last gasp. Errors are agreed.
 fn open_records(g: &Group, folder: &RunFolder, node_type: &str, manifest: Manifest) -> Result<Records> {
     let reserve = agree(g, (g.rank == 0).then(|| reserve_and_write(&manifest, &folder.dir)).transpose())?;
-    let steps_log = agree(g, CsvLog::create(&folder.path(&record::rank_file_name(g.rank))))?;
-    let epochs_log = agree(g, (g.rank == 0).then(|| CsvLog::create(&folder.path("epochs.csv"))).transpose())?;
+    let steps_log = agree(g, CsvLog::create_new(&folder.path(&record::rank_file_name(g.rank))))?;
+    let epochs_log = agree(g, (g.rank == 0).then(|| CsvLog::create_new(&folder.path("epochs.csv"))).transpose())?;
     let last_gasp = agree(g, arm_last_gasp(g, folder, &manifest)).inspect_err(|_| {
         // Training will not start: no rank's record may say it is running.
         let _ = std::fs::remove_file(folder.path(&record::end_file_name(g.rank)));
@@ -732,7 +740,7 @@ fn arm_last_gasp(g: &Group, folder: &RunFolder, manifest: &Manifest) -> Result<L
     if g.rank == 0 {
         targets.push((folder.path("manifest.json"), Template::manifest(manifest)?));
     }
-    LastGasp::arm(targets, &folder.path(reserve::RESERVE_FILE))
+    LastGasp::arm(targets, &folder.path(reserve::RESERVE_FILE), folder.lock())
 }
 
 /// The model with the same seed on every rank, then rank 0's parameters win; dropout
