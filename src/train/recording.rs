@@ -98,6 +98,7 @@ impl RowIdentity {
             bytes: comm.bytes,
             loss_scale: m.loss_scale,
             step_skipped: u8::from(!m.stepped),
+            noise: m.noise,
             phases: m.times.phases,
         }
     }
