@@ -2,7 +2,7 @@
 //! and the sentences said about them.
 
 use super::{
-    communication, efficiency, nodes, speedup, Duplicate, EpochBreakdown, Findings, LeftOut, ProbeReading, ProjectionReport, RankQuantiles,
+    communication, efficiency, noise, nodes, speedup, Duplicate, EpochBreakdown, Findings, LeftOut, ProbeReading, ProjectionReport, RankQuantiles,
     Report, RunReport, StepPhases, REPORT_VERSION,
 };
 use crate::record::{Phase, SCHEMA_VERSION};
@@ -33,6 +33,7 @@ pub fn build(
         node_types: [nodes::node_type_sentences(&runs, &summary), nodes::arrival_sentences(complete)].concat(),
     };
     Report {
+        time_to_accuracy: noise::time_to_accuracy(&scaling, &runs),
         report_version: REPORT_VERSION,
         schema_version: SCHEMA_VERSION,
         folders: folders.to_vec(),
@@ -97,6 +98,7 @@ fn run_report(r: &RunStats) -> RunReport {
         stalls: r.stalls(),
         final_val_loss: last.and_then(|e| finite(e.val_loss)),
         final_val_accuracy: last.and_then(|e| finite(e.val_accuracy)),
+        noise_scale: noise::per_epoch(&r.epochs),
     }
 }
 

@@ -11,6 +11,7 @@ mod efficiency;
 mod files;
 mod markdown;
 mod nodes;
+pub mod noise;
 mod plots;
 mod projection;
 mod speedup;
@@ -56,6 +57,9 @@ pub struct Report {
     pub workloads: Vec<WorkloadVerdict>,
     /// The sentences under report.md's tables.
     pub findings: Findings,
+    /// Per compared point with a measured gradient noise scale: the predicted samples to
+    /// the same loss and the time-to-accuracy speedup.
+    pub time_to_accuracy: Vec<noise::TimeToAccuracyRow>,
     /// The projection beyond the allocation, when a link model was given or found.
     pub projection: Option<ProjectionReport>,
     /// Runs with holes, left out of every figure, with why.
@@ -111,6 +115,8 @@ pub struct RunReport {
     /// The last epoch's validation (None without validation).
     pub final_val_loss: Option<f64>,
     pub final_val_accuracy: Option<f64>,
+    /// B_simple per epoch that measured it (`--noise-scale`; empty otherwise).
+    pub noise_scale: Vec<noise::EpochNoiseScale>,
 }
 
 /// Seconds per epoch: compute (forward + backward), all-reduce work, its transfer (the
