@@ -2,8 +2,8 @@
 //! its epochs.csv), and for each compared point the samples a bigger global batch is
 //! predicted to need to reach the same loss, (1 + B/B_noise)/(1 + B0/B_noise), and
 //! the time-to-accuracy speedup it leaves of the samples/s speedup. The prediction is
-//! the noise-scale model's; whether it holds for a workload is measured by training to
-//! a target loss (BENCHMARKS.md), not by these runs.
+//! the noise-scale model's: these runs do not check it (that takes training to a
+//! target loss at several global batches), and the report says so.
 
 use super::RunReport;
 use crate::noise_scale::samples_factor;
