@@ -108,6 +108,7 @@ fn main() -> anyhow::Result<()> {
                 bytes: 4_799_528,
                 loss_scale: None,
                 step_skipped: 0,
+                noise: None,
             })?;
         }
         log.flush()?;

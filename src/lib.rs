@@ -8,7 +8,8 @@
 //! time), [`telemetry`] (NVML sampling), [`comm`] (gradient buckets, all-reduce
 //! backends, overlap with backward), [`allreduce`] (the all-reduce sweep and the fitted
 //! link model), [`data`] (data sets by format, sharding, loading), [`model`]
-//! (networks), [`optim`] and [`amp`] (optimizers, mixed precision), [`train`] (the
+//! (networks), [`optim`] and [`amp`] (optimizers, mixed precision), [`noise_scale`]
+//! (the gradient noise scale's estimators, a leaf), [`train`] (the
 //! configuration and the timed loop), [`bounds`] (what a value read back from a file may
 //! be), [`study`] (a whole scaling study on sub-communicators of one job), [`record`]
 //! (the files a run writes: CSV rows, the phase glossary, the manifest), [`reduce`]
@@ -33,6 +34,7 @@ pub mod files;
 pub mod flight;
 pub mod job;
 pub mod model;
+pub mod noise_scale;
 pub mod optim;
 pub mod plot;
 pub mod progress;

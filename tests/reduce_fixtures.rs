@@ -133,6 +133,7 @@ fn write(dir: &Path, f: &Fixture) {
                 bytes: 400,
                 loss_scale: None,
                 step_skipped: 0,
+                noise: None,
             })
             .unwrap();
         }

@@ -5,6 +5,7 @@
 //! repeated from its own folder. The trainer reads only this struct, never clap.
 
 use crate::amp::AmpMode;
+use crate::comm::noise::NoiseScaleMode;
 use crate::comm::{AllreduceChoice, GradDtype, OverlapMode};
 use crate::data::{DataSpec, DatasetKind, ImageCaps};
 use crate::device::DeviceChoice;
@@ -129,6 +130,10 @@ pub const NOT_IN_KEY: &[(&str, &str)] = &[
         "the trace draws the marks the step records anyway, written after the step's end mark",
     ),
     ("--trace-steps", "which steps the trace draws"),
+    (
+        "--noise-scale",
+        "two gradient norms beside the step; every:K keeps their cost under 1 % of a step (BENCHMARKS.md)",
+    ),
 ];
 
 /// The `train` flags that may differ between the ranks of one job, and why: every other
@@ -192,6 +197,7 @@ pub const SAME_ON_EVERY_RANK: &[&str] = &[
     "--watchdog-s",
     "--trace",
     "--trace-steps",
+    "--noise-scale",
 ];
 
 /// The environment variables that change what a `train` run does, and why: each is
@@ -465,6 +471,17 @@ pub struct CommConfig {
     /// parameters have buckets of their own, all-reduced in their own dtype.
     #[arg(long, value_enum, default_value_t = GradDtype::Fp32)]
     pub grad_dtype: GradDtype,
+
+    /// Measure the gradient noise scale in the all-reduce: on the steps it picks, the
+    /// squared norm of this rank's gradient before the all-reduce (batch b) and of the
+    /// averaged one after it (batch N·b), or with one rank of the first micro-batch and
+    /// the whole step (--grad-accum ≥ 2). From the two, epochs.csv estimates |G|², tr(Σ)
+    /// and B_simple = tr(Σ)/|G|², the global batch past which more ranks buy little
+    /// time to a given loss. `off`, `on` (every step) or `every:K` (every K-th step; the
+    /// default keeps the cost under 1 % of a step). `off` leaves the cells empty.
+    #[arg(long, value_name = "off|on|every:K", default_value = "every:10")]
+    #[serde(default)]
+    pub noise_scale: NoiseScaleMode,
 
     /// Iterations of the raw MPI_Allreduce probe run before training, cold and warm cache
     /// (each stops after 5 s once it has 10; 0 skips it). Its median and spread go to the manifest.

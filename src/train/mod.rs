@@ -20,6 +20,7 @@ mod file_model;
 pub mod guard;
 pub mod host_memory;
 mod manifest;
+mod noise;
 mod nonfinite;
 mod params;
 mod placement;

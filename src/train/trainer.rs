@@ -20,6 +20,7 @@ use super::run_folder::RunFolder;
 use super::step::{Measured, StepMachine};
 use super::timer;
 use crate::amp::{AmpMode, Autocast, LossScaler};
+use crate::comm::noise::{NoisePath, NoiseScaleMode};
 use crate::data::{self, Dataset, Loader};
 use crate::flight::Phase;
 use crate::job::signals;
@@ -88,6 +89,8 @@ pub(super) struct Progress {
     pub last_l2: f64,
     pub last_accuracy: Option<f64>,
     pub step_limit: StepLimit,
+    /// The gradient noise scale's norms of this epoch's steps that took them.
+    pub epoch_norms: Vec<crate::noise_scale::NormPair>,
 }
 
 /// The watchdog's limit for steps: fixed by `--watchdog-s`, or set from the first
@@ -191,6 +194,9 @@ impl<'g> Trainer<'g> {
         let machine = StepMachine {
             slow_forward: faults.slow_forward_ms.map(Duration::from_millis),
             loss_factor: 1.0 / (ranks_summed(g, &comm) * micro_batches) as f64,
+            noise_mode: cfg.comm.noise_scale,
+            noise_path: NoisePath::of(ranks_summed(g, &comm), micro_batches),
+            ranks_summed: ranks_summed(g, &comm),
             scaler: (cfg.optim.amp == AmpMode::Fp16).then(|| LossScaler::new(place.device)),
             clock,
             memory_format: cfg.memory_format_on(place.device),
@@ -224,6 +230,7 @@ impl<'g> Trainer<'g> {
                 losses: LossWatch::default(),
                 last_l2: 0.0,
                 last_accuracy: None,
+                epoch_norms: Vec::new(),
                 step_limit: StepLimit {
                     early_steps: Vec::new(),
                     limit_s: cfg.output.watchdog_s,
@@ -490,6 +497,7 @@ impl<'g> Trainer<'g> {
     /// to the all-reduce.
     fn record_step(&mut self, measured: &Measured, at: StepAt) -> Result<StepRow> {
         let row = self.records.rows.step_row(measured, at, self.progress.origin);
+        self.progress.epoch_norms.extend(measured.noise);
         self.records.steps_log.write(&row)?;
         if let Some(t) = self.records.trace.as_mut() {
             super::recording::trace_step(t, measured, self.machine.clock.marks().marks(), at)?;
@@ -568,7 +576,12 @@ impl<'g> Trainer<'g> {
             t.span("validation", val_start, Instant::now())?;
         }
         self.sync_clocks(epoch + 1)?;
-        let row = EpochRow {
+        let norms = std::mem::take(&mut self.progress.epoch_norms);
+        let norms = (self.facts.cfg.comm.noise_scale != NoiseScaleMode::Off)
+            .then(|| super::noise::gather_epoch(g, &norms))
+            .flatten()
+            .unwrap_or_default();
+        let mut row = EpochRow {
             epoch,
             time_utc: record::rfc3339_utc(SystemTime::now()),
             steps,
@@ -579,7 +592,15 @@ impl<'g> Trainer<'g> {
             val_samples: val_n,
             val_s: val_start.elapsed().as_secs_f64(),
             param_l2: self.progress.last_l2,
+            noise_steps: None,
+            noise_skipped: None,
+            grad_sq: None,
+            trace_sigma: None,
+            b_simple: None,
+            b_simple_low: None,
+            b_simple_high: None,
         };
+        row.set_noise(norms.len(), crate::noise_scale::estimate(&norms).as_ref());
         if let Some(log) = self.records.epochs_log.as_mut() {
             log.write(&row)?;
             log.sync()?;

@@ -12,6 +12,7 @@ mod files;
 pub mod html;
 mod markdown;
 mod nodes;
+pub mod noise;
 pub mod plots;
 mod projection;
 mod speedup;
@@ -59,6 +60,9 @@ pub struct Report {
     pub workloads: Vec<WorkloadVerdict>,
     /// The sentences under report.md's tables.
     pub findings: Findings,
+    /// Per compared point with a measured gradient noise scale: the predicted samples to
+    /// the same loss and the time-to-accuracy speedup.
+    pub time_to_accuracy: Vec<noise::TimeToAccuracyRow>,
     /// The projection beyond the allocation, when a link model was given or found.
     pub projection: Option<ProjectionReport>,
     /// Runs with holes, left out of every figure, with why.
@@ -124,6 +128,8 @@ pub struct RunReport {
     /// whose size must not grow with the ranks).
     #[serde(skip)]
     pub heatmap: StepHeatmap,
+    /// B_simple per epoch that measured it (`--noise-scale`; empty otherwise).
+    pub noise_scale: Vec<noise::EpochNoiseScale>,
 }
 
 /// Seconds per epoch: compute (forward + backward), all-reduce work, its transfer (the
