@@ -6,6 +6,7 @@
 
 pub mod interval;
 pub mod projection;
+pub mod recommend;
 pub mod scaling;
 pub mod summary;
 
