@@ -113,6 +113,11 @@ pub struct RankInfo {
     /// The same after the last step (a GPU that heated up and throttled shows here).
     #[serde(default)]
     pub gpu_clocks_end: Option<crate::device::nvml::GpuClocks>,
+    /// The first global step this rank's trace left out because its file reached its
+    /// byte bound (the trace file marks the same step); absent when the whole window was
+    /// traced, or nothing was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_stopped_before_step: Option<usize>,
 }
 
 /// `manifest.json`: everything needed to interpret, compare and repeat a run.

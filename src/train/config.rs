@@ -456,7 +456,8 @@ pub struct OutputConfig {
     pub trace: bool,
 
     /// Trace global steps A to B (B excluded, at most 10000 steps) instead of the first
-    /// 50 after warm-up; implies --trace.
+    /// 50 after warm-up; implies --trace. A rank's trace stops sooner if its file reaches
+    /// 512 MiB (about 1,300 steps of a 1,000-bucket model), and the log says at which step.
     #[arg(long, value_name = "A:B")]
     #[serde(default)]
     pub trace_steps: Option<crate::trace::StepWindow>,

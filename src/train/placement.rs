@@ -163,6 +163,7 @@ impl Placement {
             gpu_driver_version: self.gpu_bus_id.as_ref().and_then(|_| Nvml::load().ok()?.driver_version()),
             gpu_clocks_start: self.gpu_clocks(),
             gpu_clocks_end: None,
+            trace_stopped_before_step: None,
         })
     }
 

@@ -274,17 +274,25 @@ impl<'g> Trainer<'g> {
             ),
         };
         self.records.steps_log.sync()?;
-        if let Some(t) = self.records.trace.take() {
-            t.finish()?;
-        }
+        let trace_stopped = match self.records.trace.take() {
+            Some(t) => {
+                let stopped = t.stopped_before();
+                t.finish()?;
+                stopped
+            }
+            None => None,
+        };
         self.end_record(status, error.clone()).write(&self.facts.folder.dir)?;
-        // Every rank's GPU clocks after the last step (a collective: every rank sends
-        // "null" or its reading).
-        let mine = serde_json::to_string(&self.facts.place.gpu_clocks())?;
+        // Every rank's GPU clocks after the last step and the step its trace stopped
+        // before, if it did (a collective: every rank sends its pair, nulls or not).
+        let mine = serde_json::to_string(&(self.facts.place.gpu_clocks(), trace_stopped))?;
         let ends = gather_strings(self.g, &mine);
         if self.g.rank == 0 {
             for (info, text) in self.records.manifest.ranks.iter_mut().zip(ends.unwrap_or_default()) {
-                info.gpu_clocks_end = serde_json::from_str(&text).ok().flatten();
+                let (clocks, stopped): (Option<crate::device::nvml::GpuClocks>, Option<usize>) =
+                    serde_json::from_str(&text).unwrap_or_default();
+                info.gpu_clocks_end = clocks;
+                info.trace_stopped_before_step = stopped;
             }
             if self.facts.cfg.output.save_model && stopped.is_none() {
                 self.save_model()?;
