@@ -1135,6 +1135,7 @@ fn model_json(alpha_s: f64, beta: f64) -> String {
         residuals: Vec::new(),
         max_abs_rel_error: 0.1,
         rms_rel_error: 0.05,
+        nominal: None,
     };
     let file = LinkModelFile {
         formula: FORMULA.into(),

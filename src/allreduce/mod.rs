@@ -6,6 +6,7 @@
 //! [`probe`] times a training run's own buckets the same way.
 
 pub mod link_model;
+pub mod link_spec;
 pub mod probe;
 pub mod sweep;
 

@@ -845,6 +845,7 @@ fn finish(out: &Path, state: &State, plan: &Plan, repeat: usize, stopped: bool) 
         // A sweep the user ran into the study's folder (`ddpbench allreduce --out <study>/allreduce`).
         interconnect: crate::allreduce::link_model_path(&out.join("allreduce")).map(|_| out.join("allreduce")),
         project_to: 1024,
+        ..crate::reduce::ReduceRequest::default()
     };
     let report_dir = out.join("report");
     let reduced = match crate::reduce::run(&request) {

@@ -15,6 +15,7 @@ mod nodes;
 pub mod noise;
 pub mod plots;
 mod projection;
+pub mod recommendation;
 mod speedup;
 mod terminal;
 pub mod times;
@@ -24,7 +25,7 @@ pub use crate::record::Cells;
 pub use build::build;
 pub use communication::bandwidth_sentence;
 pub use files::{csv_bytes, not_written, stage, write};
-pub use projection::{left_out as projection_left_out, section as projection_section};
+pub use projection::{left_out as projection_left_out, section as projection_section, TARGET_EFFICIENCY};
 pub use terminal::print;
 
 use super::analysis::heatmap::StepHeatmap;
@@ -219,6 +220,10 @@ pub struct ProjectionReport {
     pub notes: Vec<String>,
     /// Per projected workload and mode: what the projection says.
     pub workloads: Vec<ProjectedWorkload>,
+    /// Per level, whether it was measured by a sweep or given by specification (nominal).
+    pub levels: Vec<String>,
+    /// Per workload (weak scaling): the shape to run, and each shape's epoch and cost.
+    pub recommendations: Vec<crate::reduce::analysis::recommend::Recommendation>,
 }
 
 /// One workload's projection (rows with its `from_run` and `scaling`), in sentences.
