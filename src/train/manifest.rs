@@ -121,6 +121,7 @@ fn comparison_key(
         input_shape: None,
         loss: cfg.workload.loss,
         model_sha256: None,
+        peer: None,
     }
 }
 
