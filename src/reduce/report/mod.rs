@@ -11,6 +11,7 @@ mod efficiency;
 mod files;
 mod markdown;
 mod nodes;
+mod peer;
 mod plots;
 mod projection;
 mod speedup;
