@@ -564,14 +564,16 @@ pub fn build_choice(
     }
 }
 
-/// `ddpbench models --file net.pt`: the file's parameter count and gradient bytes.
+/// `ddpbench models --file net.pt`: the file's parameter count and gradient bytes (each
+/// parameter's gradient takes its parameter's dtype), then one line per dtype.
 pub fn describe_file(path: &std::path::Path) -> anyhow::Result<()> {
     let file = script::ScriptFile::read(path)?;
     let vs = nn::VarStore::new(tch::Device::Cpu);
     let _net = script::ScriptNet::load(file.clone(), &vs.root(), LossKind::Nll, 1)?;
     let params = ordered_parameters(&vs);
-    let n: i64 = params.iter().map(|(_, t)| t.numel() as i64).sum();
     let buffers: i64 = ordered_buffers(&vs).iter().map(|(_, t)| t.numel() as i64).sum();
+    let by_dtype = gradient_bytes_by_dtype(&params);
+    let (n, bytes) = by_dtype.iter().fold((0, 0), |(n, b), (_, (pn, pb))| (n + pn, b + pb));
     println!(
         "{:<20} {:>14} {:>16} {:>14}  sha256",
         "file", "parameters", "gradient bytes", "buffer values"
@@ -580,11 +582,38 @@ pub fn describe_file(path: &std::path::Path) -> anyhow::Result<()> {
         "{:<20} {:>14} {:>16} {:>14}  {}",
         ModelChoice::File(path.to_path_buf()).name(),
         n,
-        4 * n,
+        bytes,
         buffers,
         file.sha256
     );
+    for (dtype, (n, bytes)) in by_dtype {
+        println!("  {dtype:<18} {n:>14} {bytes:>16}");
+    }
     Ok(())
+}
+
+/// Per dtype of `params` (by name, in the order first met): its parameters' elements
+/// and their gradients' bytes (a gradient has its parameter's dtype).
+pub fn gradient_bytes_by_dtype(params: &[(String, Tensor)]) -> Vec<(&'static str, (usize, usize))> {
+    let mut out: Vec<(&'static str, (usize, usize))> = Vec::new();
+    for (_, t) in params {
+        // A dtype the bindings do not know: named as such, its bytes as libtorch views them.
+        let (name, elem) = match t.f_kind() {
+            Ok(k) => (dtype_name(k), k.elt_size_in_bytes()),
+            Err(_) => {
+                let bytes = t.reshape([-1]).f_view_dtype(Kind::Uint8).map_or(0, |b| b.numel());
+                ("unknown dtype", bytes / t.numel().max(1))
+            }
+        };
+        match out.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, (n, b))) => {
+                *n += t.numel();
+                *b += t.numel() * elem;
+            }
+            None => out.push((name, (t.numel(), t.numel() * elem))),
+        }
+    }
+    out
 }
 
 /// `ddpbench models`: every model with its parameter count and gradient bytes.
@@ -604,6 +633,32 @@ pub fn list(o: &ModelOptions) {
         };
         let name = kind.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
         println!("{:<20} {:>14} {:>16}  {:<18} {}", name, n, 4 * n, input, s.classes);
+    }
+}
+
+/// The name a user knows a libtorch dtype by (PyTorch's, as `torch.complex64`).
+pub fn dtype_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Uint8 => "uint8",
+        Kind::Int8 => "int8",
+        Kind::Int16 => "int16",
+        Kind::Int => "int32",
+        Kind::Int64 => "int64",
+        Kind::Half => "float16",
+        Kind::Float => "float32",
+        Kind::Double => "float64",
+        Kind::ComplexHalf => "complex32",
+        Kind::ComplexFloat => "complex64",
+        Kind::ComplexDouble => "complex128",
+        Kind::Bool => "bool",
+        Kind::QInt8 => "qint8",
+        Kind::QUInt8 => "quint8",
+        Kind::QInt32 => "qint32",
+        Kind::BFloat16 => "bfloat16",
+        Kind::Float8e5m2 => "float8_e5m2",
+        Kind::Float8e4m3fn => "float8_e4m3fn",
+        Kind::Float8e5m2fnuz => "float8_e5m2fnuz",
+        Kind::Float8e4m3fnuz => "float8_e4m3fnuz",
     }
 }
 

@@ -133,8 +133,12 @@ fn channels_last_training_ends_where_contiguous_training_does() {
         moved += ta.abs().sum(tch::Kind::Double).double_value(&[]);
     }
     let rel = (diff / norm).sqrt();
+    // Channels-last convolutions sum in another order, so fp32 rounding
+    // (about 6e-8 per operation) differs and compounds over the six SGD
+    // steps. A wrong layout changes what each filter sees, not only the
+    // rounding; the end of this test shows a changed start ends far apart.
     assert!(
-        moved > 0.0 && rel < 1e-5,
+        moved > 0.0 && rel < 1e-3,
         "channels-last vs contiguous: relative L2 difference {rel:e}"
     );
     // And the comparison can fail: another seed ends far away.
@@ -146,7 +150,11 @@ fn channels_last_training_ends_where_contiguous_training_does() {
         .zip(&far)
         .map(|((_, x), (_, y))| (x - y).square().sum(tch::Kind::Double).double_value(&[]))
         .sum();
-    assert!((d / norm).sqrt() > 1e-2);
+    let far_rel = (d / norm).sqrt();
+    assert!(
+        far_rel > 1e-2 && far_rel > 100.0 * rel,
+        "another seed ends {far_rel:e} away, the layouts {rel:e} apart"
+    );
 }
 
 #[test]

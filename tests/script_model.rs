@@ -55,17 +55,6 @@ for name, net in [("mnist", Mnist()), ("bn", Bn()), ("pair", Pair()), ("own_loss
     torch.jit.script(net).save(f"{out}/{name}.pt")
 "#;
 
-/// The Python of the project's PyTorch venv (`job-scripts/setup.sh` exports it).
-fn python() -> PathBuf {
-    if let Some(p) = std::env::var_os("DDPBENCH_PYTHON") {
-        return PathBuf::from(p);
-    }
-    let home = std::env::var_os("HOME").expect("HOME");
-    let p = Path::new(&home).join(".cache/ddpbench/venv/bin/python");
-    assert!(p.exists(), "no PyTorch venv: source job-scripts/setup.sh first");
-    p
-}
-
 /// Writes the modules of [`MODULES`] into a new folder.
 fn modules() -> tempfile::TempDir {
     let d = tmp();

@@ -215,15 +215,19 @@ fn two_ranks_of_batch_32_equal_one_rank_of_batch_64() {
         final_params(&out)
     };
     // Both see the same samples each step; their fp32 sums round apart by about 1e-7,
-    // which steps of a loss that climbs amplify (seed 3 of the feistel-v1 order: 1.4e-5).
+    // which steps of a loss that climbs amplify (up to 1.4e-5 over the first seeds of
+    // the feistel-v1 order), so the bound is 1e-4 and the test requires another seed
+    // (other init, other shuffle) to end over 100 times farther away.
     let one = run(1, "64", "1", "one");
     let two = run(2, "32", "1", "two");
     let d = relative_difference(&one, &two);
-    assert!(d < 1e-5, "1×64 and 2×32 differ by {d:e} (relative L2)");
-    // The comparison can fail: another seed (other init, other shuffle) is far away.
+    assert!(d < 1e-4, "1×64 and 2×32 differ by {d:e} (relative L2)");
     let other = run(2, "32", "4", "other");
     let d_other = relative_difference(&one, &other);
-    assert!(d_other > 1e-2, "a different seed should differ: {d_other:e}");
+    assert!(
+        d_other > 1e-2 && d_other > 100.0 * d,
+        "a different seed ends {d_other:e} away, 1×64 and 2×32 {d:e}"
+    );
 }
 
 #[test]

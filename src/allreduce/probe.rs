@@ -40,9 +40,11 @@ pub fn probe_allreduce(
         device: Device::Cpu,
         transport: &mut transport,
     };
+    // Buckets of every dtype probed as fp32 buffers of the same bytes.
+    let numels: Vec<usize> = plan.bytes().iter().map(|b| b.div_ceil(4)).collect();
     let m = measure_set(
         &mut target,
-        &plan.numels,
+        &numels,
         GradDtype::Fp32,
         iters,
         PROBE_BUDGET_S,
@@ -56,7 +58,7 @@ pub fn probe_allreduce(
         );
     }
     let times = m.iter_s;
-    let bytes = (plan.total_numel() * 4) as u64;
+    let bytes = (numels.iter().sum::<usize>() * 4) as u64;
     let median_s = crate::stats::median(&times);
     Ok(AllreduceProbe {
         bytes,

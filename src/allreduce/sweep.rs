@@ -379,7 +379,7 @@ struct Op {
 
 impl Op {
     fn new(t: &mut Target, src: &Tensor, dst: &Tensor, in_place: bool, dtype: GradDtype) -> Result<Op> {
-        let slot = t.transport.slot(src, (!in_place).then_some(dst), dtype, false)?;
+        let slot = t.transport.slot(src, (!in_place).then_some(dst), dtype.into(), false)?;
         // The buffers were written on libtorch's stream: done before anything is timed.
         crate::device::sync(t.device);
         Ok(Op {

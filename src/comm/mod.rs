@@ -12,6 +12,7 @@
 //! sweep and the training probe time too.
 
 pub mod deferred;
+pub mod dtype;
 pub mod mpi;
 pub mod nccl;
 pub mod none;
@@ -24,6 +25,7 @@ mod layering_tests;
 /// Defined with the comparison key, which records it.
 pub use crate::record::{Backend, GradDtype};
 use anyhow::{bail, Result};
+pub use dtype::ReduceDtype;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 use tch::{Kind, Tensor};
@@ -56,51 +58,108 @@ pub enum OverlapMode {
     Force,
 }
 
-/// Parameters grouped into all-reduce buckets.
+/// Parameters grouped into all-reduce buckets, each bucket of one dtype.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BucketPlan {
     /// For each bucket, the indexes of its parameters (in the fixed parameter order).
     pub buckets: Vec<Vec<usize>>,
     /// Elements per bucket.
     pub numels: Vec<usize>,
+    /// Each bucket's dtype: its parameters' own, the same for all of them.
+    pub dtypes: Vec<ReduceDtype>,
 }
 
 impl BucketPlan {
     /// Fills buckets from the last parameter to the first (the order in which
-    /// backward produces gradients of a sequential network), closing a bucket when
-    /// the next parameter would push it over `cap_bytes`. A parameter larger than
-    /// the cap gets a bucket of its own.
-    pub fn new(numels: &[usize], elem_bytes: usize, cap_bytes: usize) -> BucketPlan {
+    /// backward produces gradients of a sequential network), as [`BucketPlan::in_order`].
+    pub fn new(numels: &[usize], dtypes: &[ReduceDtype], cap_bytes: usize) -> BucketPlan {
         let order: Vec<usize> = (0..numels.len()).rev().collect();
-        BucketPlan::in_order(numels, &order, elem_bytes, cap_bytes)
+        BucketPlan::in_order(numels, dtypes, &order, cap_bytes)
     }
 
     /// Fills buckets with parameters in `order` (the order their gradients become
-    /// final, as PyTorch DDP rebuilds its buckets after the first iteration).
-    pub fn in_order(numels: &[usize], order: &[usize], elem_bytes: usize, cap_bytes: usize) -> BucketPlan {
-        let mut buckets: Vec<Vec<usize>> = Vec::new();
-        let mut sizes: Vec<usize> = Vec::new();
-        let mut current: Vec<usize> = Vec::new();
-        let mut current_numel = 0usize;
-        for &i in order {
-            let bytes = (current_numel + numels[i]) * elem_bytes;
-            if !current.is_empty() && bytes > cap_bytes {
-                buckets.push(std::mem::take(&mut current));
-                sizes.push(current_numel);
-                current_numel = 0;
+    /// final, as PyTorch DDP rebuilds its buckets after the first iteration), `dtypes[i]`
+    /// being parameter i's. As c10d's `compute_bucket_assignment_by_size`, each dtype
+    /// fills a bucket of its own, closed when the next parameter of that dtype would push
+    /// it over `cap_bytes` (a parameter larger than the cap gets a bucket of its own, its
+    /// bytes counted in its dtype), and buckets are ordered by when their first
+    /// parameter comes in `order`. With one dtype: consecutive runs of `order`.
+    pub fn in_order(numels: &[usize], dtypes: &[ReduceDtype], order: &[usize], cap_bytes: usize) -> BucketPlan {
+        struct Filling {
+            dtype: ReduceDtype,
+            first: usize,
+            members: Vec<usize>,
+            numel: usize,
+        }
+        let mut done: Vec<Filling> = Vec::new();
+        let mut open: Vec<Filling> = Vec::new();
+        for (position, &i) in order.iter().enumerate() {
+            let dtype = dtypes[i];
+            let at = match open.iter().position(|f| f.dtype == dtype) {
+                Some(at) => at,
+                None => {
+                    open.push(Filling {
+                        dtype,
+                        first: position,
+                        members: Vec::new(),
+                        numel: 0,
+                    });
+                    open.len() - 1
+                }
+            };
+            let f = &mut open[at];
+            if !f.members.is_empty() && (f.numel + numels[i]) * dtype.bytes() > cap_bytes {
+                let fresh = Filling {
+                    dtype,
+                    first: position,
+                    members: Vec::new(),
+                    numel: 0,
+                };
+                done.push(std::mem::replace(f, fresh));
             }
-            current.push(i);
-            current_numel += numels[i];
+            f.members.push(i);
+            f.numel += numels[i];
         }
-        if !current.is_empty() {
-            buckets.push(current);
-            sizes.push(current_numel);
+        done.extend(open.into_iter().filter(|f| !f.members.is_empty()));
+        done.sort_by_key(|f| f.first);
+        BucketPlan {
+            numels: done.iter().map(|f| f.numel).collect(),
+            dtypes: done.iter().map(|f| f.dtype).collect(),
+            buckets: done.into_iter().map(|f| f.members).collect(),
         }
-        BucketPlan { buckets, numels: sizes }
     }
 
     pub fn total_numel(&self) -> usize {
         self.numels.iter().sum()
+    }
+
+    /// Bytes of each bucket in its own dtype: the gradients it holds.
+    pub fn bytes(&self) -> Vec<usize> {
+        self.numels.iter().zip(&self.dtypes).map(|(&n, d)| n * d.bytes()).collect()
+    }
+
+    /// Bytes of all gradients, each in its parameter's dtype.
+    pub fn total_bytes(&self) -> usize {
+        self.bytes().iter().sum()
+    }
+
+    /// What each bucket carries on the wire with `--grad-dtype wire` ([`ReduceDtype::on_wire`]).
+    pub fn wire_dtypes(&self, wire: GradDtype) -> Vec<ReduceDtype> {
+        self.dtypes.iter().map(|d| d.on_wire(wire)).collect()
+    }
+
+    /// Bytes each bucket puts on the wire with `--grad-dtype wire`.
+    pub fn wire_bytes(&self, wire: GradDtype) -> Vec<u64> {
+        self.numels
+            .iter()
+            .zip(self.wire_dtypes(wire))
+            .map(|(&n, d)| (n * d.bytes()) as u64)
+            .collect()
+    }
+
+    /// Bytes all buckets put on the wire in one step.
+    pub fn total_wire_bytes(&self, wire: GradDtype) -> u64 {
+        self.wire_bytes(wire).iter().sum()
     }
 }
 
@@ -222,17 +281,30 @@ pub(crate) struct FlatGrads {
 
 impl FlatGrads {
     /// Moves the (defined) gradients of `params` into set 0 and makes them views of it.
+    /// Each bucket is a buffer of its dtype ([`BucketPlan::dtypes`]), each parameter at
+    /// its offset in elements of that dtype. Set 1 is allocated once the gradients
+    /// backward made have moved into set 0 (and their own memory is freed), so that
+    /// attaching never holds three copies of the gradients.
     pub fn attach(plan: &BucketPlan, params: &[Tensor]) -> Result<FlatGrads> {
         let device = params[0].device();
-        let alloc = |n: usize| Tensor::zeros([n as i64], (Kind::Float, device));
-        let sets = [
-            plan.numels.iter().map(|&n| alloc(n)).collect(),
-            plan.numels.iter().map(|&n| alloc(n)).collect(),
-        ];
+        let alloc = || -> Vec<Tensor> {
+            plan.numels
+                .iter()
+                .zip(&plan.dtypes)
+                .map(|(&n, d)| Tensor::zeros([n as i64], (d.kind(), device)))
+                .collect()
+        };
         let mut slot = vec![(usize::MAX, 0); params.len()];
         for (b, members) in plan.buckets.iter().enumerate() {
             let mut offset = 0i64;
             for &p in members {
+                if params[p].kind() != plan.dtypes[b].kind() {
+                    bail!(
+                        "parameter {p} is {:?} in a bucket of {:?} (internal error in the bucket plan)",
+                        params[p].kind(),
+                        plan.dtypes[b]
+                    );
+                }
                 slot[p] = (b, offset);
                 offset += params[p].numel() as i64;
             }
@@ -241,7 +313,7 @@ impl FlatGrads {
             bail!("parameter {p} is in no gradient bucket (internal error in the bucket plan)");
         }
         let mut flat = FlatGrads {
-            sets,
+            sets: [alloc(), Vec::new()],
             current: 0,
             slot,
             strides: params.iter().map(bucket_strides).collect(),
@@ -261,6 +333,7 @@ impl FlatGrads {
             flat.view(0, p, param).copy_(&grad);
         }
         flat.point_grads_at(0, params);
+        flat.sets[1] = alloc();
         Ok(flat)
     }
 
@@ -383,19 +456,81 @@ pub fn wire_kind(dtype: GradDtype) -> Kind {
 mod tests {
     use super::*;
 
+    const F32: ReduceDtype = ReduceDtype::Fp32;
+
     #[test]
     fn buckets_fill_in_reverse_order_under_the_cap() {
         // 4-byte elements, cap 40 bytes = 10 elements.
-        let plan = BucketPlan::new(&[4, 4, 4, 20, 2], 4, 40);
+        let plan = BucketPlan::new(&[4, 4, 4, 20, 2], &[F32; 5], 40);
         assert_eq!(plan.buckets, vec![vec![4], vec![3], vec![2, 1], vec![0]]);
         assert_eq!(plan.numels, vec![2, 20, 8, 4]);
         assert_eq!(plan.total_numel(), 34);
+        assert_eq!(plan.total_bytes(), 34 * 4);
         // One bucket when everything fits; same plan every time (fixed order).
-        let plan = BucketPlan::new(&[1, 2, 3], 4, 1 << 20);
+        let plan = BucketPlan::new(&[1, 2, 3], &[F32; 3], 1 << 20);
         assert_eq!(plan.buckets, vec![vec![2, 1, 0]]);
-        assert_eq!(plan, BucketPlan::new(&[1, 2, 3], 4, 1 << 20));
+        assert_eq!(plan, BucketPlan::new(&[1, 2, 3], &[F32; 3], 1 << 20));
         // A zero cap degenerates to one parameter per bucket.
-        assert_eq!(BucketPlan::new(&[1, 2], 4, 0).buckets.len(), 2);
+        assert_eq!(BucketPlan::new(&[1, 2], &[F32; 2], 0).buckets.len(), 2);
+    }
+
+    #[test]
+    fn each_dtype_fills_buckets_of_its_own_counted_in_its_own_bytes() {
+        use ReduceDtype::{Bf16, Fp16, Fp64};
+        // Ready order 0..6; cap 32 bytes: 8 fp32, 4 fp64 or 16 fp16 elements.
+        let numels = [4, 4, 2, 3, 8, 4, 10];
+        let dtypes = [F32, Fp64, Fp16, Fp64, Fp16, F32, Fp16];
+        let plan = BucketPlan::in_order(&numels, &dtypes, &[0, 1, 2, 3, 4, 5, 6], 32);
+        // fp64: 4 elements (32 bytes) fill one bucket, the next 3 open another; fp16 takes
+        // 2 + 8 = 10 elements (20 bytes), and 10 more would pass 32 bytes.
+        assert_eq!(plan.buckets, vec![vec![0, 5], vec![1], vec![2, 4], vec![3], vec![6]]);
+        assert_eq!(plan.dtypes, vec![F32, Fp64, Fp16, Fp64, Fp16]);
+        assert_eq!(plan.numels, vec![8, 4, 10, 3, 10]);
+        assert_eq!(plan.bytes(), vec![32, 32, 20, 24, 20]);
+        assert_eq!(plan.total_bytes(), 128);
+        // The wire dtype casts the fp32 bucket only.
+        assert_eq!(plan.wire_bytes(GradDtype::Fp16), vec![16, 32, 20, 24, 20]);
+        assert_eq!(plan.total_wire_bytes(GradDtype::Fp32), 128);
+        // A parameter over the cap in its own bytes gets a bucket of its own: 5 fp64
+        // elements are 40 bytes, 5 bf16 are 10.
+        let plan = BucketPlan::in_order(&[5, 5, 1], &[Fp64, Bf16, Fp64], &[0, 1, 2], 32);
+        assert_eq!(plan.buckets, vec![vec![0], vec![1], vec![2]]);
+        // One dtype: exactly the consecutive runs of the order, as before dtypes counted.
+        let plan = BucketPlan::in_order(&[4; 6], &[F32; 6], &[5, 0, 4, 1, 3, 2], 32);
+        assert_eq!(plan.buckets, vec![vec![5, 0], vec![4, 1], vec![3, 2]]);
+    }
+
+    #[test]
+    fn bucket_buffers_take_their_dtype_and_views_alias_them_at_their_byte_offsets() {
+        // fp16 between fp32 parameters: an fp16 gradient must not land at an fp32 offset.
+        let opts = |k| (k, tch::Device::Cpu);
+        let ps = [
+            Tensor::ones([3], opts(Kind::Float)).set_requires_grad(true),
+            Tensor::ones([4], opts(Kind::Half)).set_requires_grad(true),
+            Tensor::ones([5], opts(Kind::Float)).set_requires_grad(true),
+        ];
+        let loss = (&ps[0] * 2.0).sum(Kind::Float) + (&ps[1] * 0.0).sum(Kind::Float) + (&ps[2] * 3.0).sum(Kind::Float);
+        loss.backward();
+        let plan = BucketPlan::new(&[3, 4, 5], &[F32, ReduceDtype::Fp16, F32], 1 << 20);
+        let mut flat = FlatGrads::attach(&plan, &ps).unwrap();
+        for set in [0, 1] {
+            flat.point_grads_at(set, &ps);
+            for (p, param) in ps.iter().enumerate() {
+                let (bucket, off) = flat.slot[p];
+                let buffer = &flat.sets[set][bucket];
+                assert_eq!(buffer.kind(), param.kind(), "set {set}, parameter {p}");
+                let at = buffer.data_ptr() as usize + off as usize * param.kind().elt_size_in_bytes();
+                assert_eq!(param.grad().data_ptr() as usize, at, "set {set}, parameter {p}");
+            }
+        }
+        flat.point_grads_at(0, &ps);
+        assert_eq!(Vec::<f32>::try_from(ps[0].grad()).unwrap(), [2.0; 3]);
+        assert_eq!(Vec::<f32>::try_from(ps[1].grad().to_kind(Kind::Float)).unwrap(), [0.0; 4]);
+        assert_eq!(Vec::<f32>::try_from(ps[2].grad()).unwrap(), [3.0; 5]);
+        // A plan that puts a parameter in a bucket of another dtype is refused.
+        let wrong = BucketPlan::new(&[3, 4, 5], &[F32; 3], 1 << 20);
+        let e = FlatGrads::attach(&wrong, &ps).err().expect("refused").to_string();
+        assert!(e.contains("internal error"), "{e}");
     }
 
     #[test]
@@ -434,7 +569,7 @@ mod tests {
         assert_eq!(w.grad().stride(), w.stride(), "autograd lays a gradient out as its parameter");
         let want: Vec<Tensor> = [&w, &b].iter().map(|p| p.grad().copy()).collect();
         let params = [w.shallow_clone(), b.shallow_clone()];
-        let plan = BucketPlan::new(&[48, 4], 4, 1 << 20);
+        let plan = BucketPlan::new(&[48, 4], &[F32; 2], 1 << 20);
         let mut flat = FlatGrads::attach(&plan, &params).unwrap();
         for set in [0, 1] {
             if set == 1 {
@@ -467,7 +602,7 @@ mod tests {
     #[test]
     fn buckets_follow_the_order_gradients_become_ready() {
         // Parameters 0 and 3 become ready first (a head registered early by name, say).
-        let plan = BucketPlan::in_order(&[4, 4, 4, 4], &[3, 0, 2, 1], 4, 32);
+        let plan = BucketPlan::in_order(&[4, 4, 4, 4], &[F32; 4], &[3, 0, 2, 1], 32);
         assert_eq!(plan.buckets, vec![vec![3, 0], vec![2, 1]]);
         assert_eq!(plan.numels, vec![8, 8]);
     }

@@ -1,6 +1,7 @@
 //! The CPU-staged fallback gradient reducer: each bucket goes through
-//! [`transport::mpi::Mpi`] (MPI_Allreduce over host memory; on a GPU, or with a 16-bit
-//! wire dtype, staged through host buffers of the wire dtype, the copies timed apart).
+//! [`transport::mpi::Mpi`] (MPI_Allreduce over host memory; on a GPU, or where the wire
+//! dtype is not the bucket's, staged through host buffers of the wire dtype, the copies
+//! timed apart).
 //!
 //! With `--overlap on` the all-reduces run on a communication thread, bucket by bucket
 //! as backward hands them over, on a duplicate of the world communicator. MPI must then
@@ -160,7 +161,8 @@ impl GradientReducer for MpiStaged {
         let slots = flat.sets[0]
             .iter()
             .zip(&flat.sets[1])
-            .map(|(a, b)| transport.slot(a, Some(b), self.dtype, false))
+            .zip(self.plan.wire_dtypes(self.dtype))
+            .map(|((a, b), wire)| transport.slot(a, Some(b), wire, false))
             .collect::<Result<Vec<_>>>()?;
         let lane = Lane { transport, slots };
         match self.overlap.take() {
@@ -231,7 +233,7 @@ impl GradientReducer for MpiStaged {
         Ok(CommStats {
             done_at,
             done_on_stream: false,
-            bytes: (self.plan.total_numel() * self.dtype.bytes()) as u64,
+            bytes: self.plan.total_wire_bytes(self.dtype),
             comm_s,
             hidden_s,
             stage_d2h_s,

@@ -13,7 +13,7 @@
 use super::deferred::{comm_seconds, DeferredBanks};
 use super::transport::{self, Dir, Slot, Transport};
 use super::GradDtype;
-use super::{wire_kind, BucketPlan, CommStats, FlatGrads, GradientReducer};
+use super::{BucketPlan, CommStats, FlatGrads, GradientReducer};
 use crate::device::cuda::{Event, NcclUniqueId, LEGACY_STREAM};
 use anyhow::{anyhow, Result};
 use mpi::topology::SimpleCommunicator;
@@ -26,8 +26,9 @@ pub struct NcclReducer {
     plan: BucketPlan,
     dtype: GradDtype,
     flat: Option<FlatGrads>,
-    /// Device buffers (send, receive) of the wire dtype, when it is not fp32.
-    wire: Vec<(Tensor, Tensor)>,
+    /// Per bucket, device buffers (send, receive) of the wire dtype when it is not the
+    /// bucket's own (an fp32 bucket cast by `--grad-dtype`).
+    wire: Vec<Option<(Tensor, Tensor)>>,
     /// Per bank, one timed slot per bucket: the flat sets, or the wire buffers.
     slots: [Vec<Slot>; 2],
     /// Per bank, recorded on libtorch's stream when `finish` is called: backward's end
@@ -104,24 +105,25 @@ impl GradientReducer for NcclReducer {
     fn attach(&mut self, params: &[Tensor]) -> Result<()> {
         let flat = FlatGrads::attach(&self.plan, params)?;
         let device = flat.sets[0][0].device();
-        if self.dtype != GradDtype::Fp32 {
-            let kind = wire_kind(self.dtype);
-            self.wire = self
-                .plan
-                .numels
-                .iter()
-                .map(|&n| (Tensor::zeros([n as i64], (kind, device)), Tensor::zeros([n as i64], (kind, device))))
-                .collect();
-        }
-        let pairs: Vec<(&Tensor, &Tensor)> = if self.wire.is_empty() {
-            flat.sets[0].iter().zip(&flat.sets[1]).collect()
-        } else {
-            self.wire.iter().map(|(s, r)| (s, r)).collect()
-        };
+        let wires = self.plan.wire_dtypes(self.dtype);
+        self.wire = (0..self.plan.numels.len())
+            .map(|b| {
+                let (n, wire) = (self.plan.numels[b] as i64, wires[b]);
+                (wire != self.plan.dtypes[b])
+                    .then(|| (Tensor::zeros([n], (wire.kind(), device)), Tensor::zeros([n], (wire.kind(), device))))
+            })
+            .collect();
+        let pairs: Vec<(&Tensor, &Tensor)> = (0..wires.len())
+            .map(|b| match &self.wire[b] {
+                Some((send, recv)) => (send, recv),
+                None => (&flat.sets[0][b], &flat.sets[1][b]),
+            })
+            .collect();
         for bank in 0..2 {
             self.slots[bank] = pairs
                 .iter()
-                .map(|(a, b)| self.transport.slot(a, Some(b), self.dtype, true))
+                .zip(&wires)
+                .map(|((a, b), &wire)| self.transport.slot(a, Some(b), wire, true))
                 .collect::<Result<Vec<_>>>()?;
         }
         self.flat = Some(flat);
@@ -136,11 +138,12 @@ impl GradientReducer for NcclReducer {
         let seq = flight.schedule("all-reduce", &format!("bucket {b}"));
         flight.start(seq);
         self.seqs[bank].push(seq);
-        let dir = if self.wire.is_empty() {
-            Dir::from_set(set)
-        } else {
-            self.wire[b].0.copy_(&flat.sets[set][b]); // the cast runs on libtorch's stream, before the ready event
-            Dir::AToB
+        let dir = match &mut self.wire[b] {
+            None => Dir::from_set(set),
+            Some((send, _)) => {
+                send.copy_(&flat.sets[set][b]); // the cast runs on libtorch's stream, before the ready event
+                Dir::AToB
+            }
         };
         self.transport.allreduce(&mut self.slots[bank][b], dir)?;
         Ok(())
@@ -169,12 +172,14 @@ impl GradientReducer for NcclReducer {
         let (first_launch, last_launch) = flat.claim_times();
         let launches = flat.claim_instants();
         let dst = 1 - flat.current;
-        for (b, (_, recv)) in self.wire.iter().enumerate() {
-            flat.sets[dst][b].copy_(recv);
+        for (b, wire) in self.wire.iter().enumerate() {
+            if let Some((_, recv)) = wire {
+                flat.sets[dst][b].copy_(recv);
+            }
         }
         flat.complete(params);
         Ok(CommStats {
-            bytes: (self.plan.total_numel() * self.dtype.bytes()) as u64,
+            bytes: self.plan.total_wire_bytes(self.dtype),
             comm_s,
             hidden_s,
             stage_d2h_s: 0.0,

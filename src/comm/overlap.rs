@@ -119,7 +119,7 @@ impl LaunchPlan {
         if plan.buckets.len() == 1 {
             format!(
                 "overlap off: all {:.1} MB of gradients fit one {} MiB bucket, ready only when backward ends; lower --bucket-mb to overlap",
-                (plan.total_numel() * 4) as f64 / 1e6,
+                plan.total_bytes() as f64 / 1e6,
                 bucket_mb
             )
         } else {
@@ -171,13 +171,14 @@ impl<'p> StagedPass<'p> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::comm::ReduceDtype;
 
     #[test]
     fn buckets_leave_after_the_stage_that_completes_them() {
         // Parameters 0..5 made by stages [0, 0, 1, 2, 2, 3]; ready order: 5, 4, 3, 2, 1, 0.
         let stage_of = [0, 0, 1, 2, 2, 3];
         assert_eq!(ready_order(&stage_of), vec![5, 4, 3, 2, 1, 0]);
-        let plan = BucketPlan::in_order(&[1; 6], &ready_order(&stage_of), 4, 8);
+        let plan = BucketPlan::in_order(&[1; 6], &[ReduceDtype::Fp32; 6], &ready_order(&stage_of), 8);
         assert_eq!(plan.buckets, vec![vec![5, 4], vec![3, 2], vec![1, 0]]);
         let lp = LaunchPlan::new(&stage_of, 4, &plan);
         // Bucket 0 is complete once stage 2 ran backward, bucket 1 after stage 1, bucket 2 at the end.
@@ -190,7 +191,7 @@ mod tests {
     #[test]
     fn one_bucket_has_nothing_to_overlap_and_says_why() {
         let stage_of = [0, 1, 2];
-        let plan = BucketPlan::in_order(&[1, 1, 1], &ready_order(&stage_of), 4, 1 << 20);
+        let plan = BucketPlan::in_order(&[1, 1, 1], &[ReduceDtype::Fp32; 3], &ready_order(&stage_of), 1 << 20);
         let lp = LaunchPlan::new(&stage_of, 3, &plan);
         assert!(!lp.can_overlap());
         assert!(lp.why_not(&plan, 25.0).contains("lower --bucket-mb"));

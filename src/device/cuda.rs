@@ -165,6 +165,7 @@ unsafe impl Send for NcclComm {}
 pub enum NcclDtype {
     Float16,
     Float32,
+    Float64,
     Bfloat16,
 }
 
@@ -173,6 +174,7 @@ impl NcclDtype {
         match self {
             NcclDtype::Float16 => ncsys::ncclDataType_t::ncclFloat16,
             NcclDtype::Float32 => ncsys::ncclDataType_t::ncclFloat32,
+            NcclDtype::Float64 => ncsys::ncclDataType_t::ncclFloat64,
             NcclDtype::Bfloat16 => ncsys::ncclDataType_t::ncclBfloat16,
         }
     }

@@ -529,7 +529,7 @@ fn give_up(s: &Shared, link: &mut Link, verdict: Verdict) -> ! {
         root.abort_all(message);
     }
     if let Verdict::Own(m) = &verdict {
-        eprintln!("watchdog: {m}. Aborting the job");
+        crate::stderr::say(&format!("watchdog: {m}. Aborting the job"));
     }
     let flight_dir = match &run {
         Some(run) => Some(run.dir.clone()),
@@ -542,14 +542,14 @@ fn give_up(s: &Shared, link: &mut Link, verdict: Verdict) -> ! {
         }
         let _ = dump.write(dir);
         if s.rank == 0 {
-            eprintln!("flight records: ddpbench diagnose {}", dir.display());
+            crate::stderr::say(&format!("flight records: ddpbench diagnose {}", dir.display()));
         }
     }
     match &run {
-        Some(run) if kept && s.rank == 0 => eprintln!(
+        Some(run) if kept && s.rank == 0 => crate::stderr::say(&format!(
             "watchdog: the run's records were final before the stall and are kept as they are in {}",
             run.dir.display()
-        ),
+        )),
         _ => {}
     }
     if let Some(run) = run.as_ref().filter(|_| !kept) {

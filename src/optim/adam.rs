@@ -5,7 +5,7 @@
 //! PyTorch's fused Adam keeps it, so a skipped step leaves the bias corrections as
 //! they were without the host reading anything.
 
-use super::update::Gate;
+use super::update::{pieces, widened, Gate, PerKind, PIECE_ELEMENTS};
 use tch::{Device, Kind, Tensor};
 
 pub struct Adam {
@@ -16,6 +16,8 @@ pub struct Adam {
     steps: Tensor,
     pub lr: f64,
     weight_decay: f64,
+    /// Elements updated at once ([`pieces`]).
+    pub(super) piece: usize,
 }
 
 /// Adam's state: the first and second moments and the steps taken.
@@ -23,6 +25,21 @@ pub struct AdamState<'a> {
     pub exp_avg: &'a [Tensor],
     pub exp_avg_sq: &'a [Tensor],
     pub steps: &'a Tensor,
+}
+
+/// One step's factors for the parameters of one dtype, as 0-d tensors of that dtype.
+struct Factors {
+    wd: Option<Tensor>,
+    beta1: Tensor,
+    beta2: Tensor,
+    c1: Tensor,
+    c2: Tensor,
+}
+
+/// One step's bias corrections, in double on the device, for every dtype.
+struct Corrections {
+    bc2_sqrt: Tensor,
+    neg_step_size: Tensor,
 }
 
 impl Adam {
@@ -39,6 +56,7 @@ impl Adam {
             steps: Tensor::zeros([], (Kind::Double, device)),
             lr,
             weight_decay,
+            piece: PIECE_ELEMENTS,
         }
     }
 
@@ -52,10 +70,9 @@ impl Adam {
 
     pub fn step(&mut self, gate: &Gate) {
         let Some(like) = self.params.first() else { return };
-        let wd = (self.weight_decay != 0.0).then(|| Tensor::full([], self.weight_decay, (like.kind(), like.device())));
         let count = gate.count(like);
-        let (beta1, beta2) = (gate.decay(Self::BETA1, like), gate.decay(Self::BETA2, like));
-        let (c1, c2) = (gate.update(1.0 - Self::BETA1, like), gate.update(1.0 - Self::BETA2, like));
+        let mut factors = PerKind::default();
+        let weight_decay = self.weight_decay;
         tch::no_grad(|| {
             // libtorch, in double: bc = 1 − β^step, step_size = lr / bc1, sqrt(bc2). A
             // skipped step is timed as the next one (finite even before the first step)
@@ -63,29 +80,47 @@ impl Adam {
             let next = &self.steps + 1.0;
             let bias_correction = |beta: f64| -> Tensor { 1.0 - next.full_like(beta).pow(&next) };
             let bc1 = bias_correction(Self::BETA1);
-            let bc2_sqrt = bias_correction(Self::BETA2).sqrt();
-            let neg_step_size = -(bc1.full_like(self.lr) / &bc1) * &count;
+            let corrections = Corrections {
+                bc2_sqrt: bias_correction(Self::BETA2).sqrt(),
+                neg_step_size: -(bc1.full_like(self.lr) / &bc1) * &count,
+            };
             for i in 0..self.params.len() {
                 let w = &self.params[i];
                 let g = w.grad();
                 if !g.defined() {
                     continue;
                 }
-                let g = match &wd {
-                    Some(wd) => g.addcmul(w, wd),
-                    None => g,
+                let make = |like: &Tensor| Factors {
+                    wd: (weight_decay != 0.0).then(|| Tensor::full([], weight_decay, (like.kind(), like.device()))),
+                    beta1: gate.decay(Self::BETA1, like),
+                    beta2: gate.decay(Self::BETA2, like),
+                    c1: gate.update(1.0 - Self::BETA1, like),
+                    c2: gate.update(1.0 - Self::BETA2, like),
                 };
-                let (mut m, mut v) = (self.exp_avg[i].shallow_clone(), self.exp_avg_sq[i].shallow_clone());
-                // exp_avg.mul_(β1).add_(g, 1 − β1); exp_avg_sq.mul_(β2).addcmul_(g, g, 1 − β2),
-                // whose kernel rounds (1 − β2)·g before multiplying by g, as here.
-                let _ = m.g_mul_(&beta1).addcmul_(&g, &c1);
-                let _ = v.g_mul_(&beta2).addcmul_(&(&g * &c2), &g);
-                // w.addcdiv_(exp_avg, sqrt(exp_avg_sq) / sqrt(bc2) + eps, −step_size).
-                let mut denom = v.sqrt() / &bc2_sqrt;
-                denom += Self::EPS;
-                let _ = w.shallow_clone().addcdiv_(&(&m * &neg_step_size), &denom);
+                for piece in pieces([w, &g, &self.exp_avg[i], &self.exp_avg_sq[i]], self.piece) {
+                    widened(piece, [true, false, true, true], |[w, g, m, v]| {
+                        update(w, g, m, v, factors.get(w, make), &corrections)
+                    });
+                }
             }
             let _ = self.steps.g_add_(&count);
         })
     }
+}
+
+/// libtorch's Adam update of `w` (or a piece of it) with moments `m` and `v`.
+fn update(w: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, f: &Factors, c: &Corrections) {
+    let g = match &f.wd {
+        Some(wd) => g.addcmul(w, wd),
+        None => g.shallow_clone(),
+    };
+    let (mut m, mut v) = (m.shallow_clone(), v.shallow_clone());
+    // exp_avg.mul_(β1).add_(g, 1 − β1); exp_avg_sq.mul_(β2).addcmul_(g, g, 1 − β2),
+    // whose kernel rounds (1 − β2)·g before multiplying by g, as here.
+    let _ = m.g_mul_(&f.beta1).addcmul_(&g, &f.c1);
+    let _ = v.g_mul_(&f.beta2).addcmul_(&(&g * &f.c2), &g);
+    // w.addcdiv_(exp_avg, sqrt(exp_avg_sq) / sqrt(bc2) + eps, −step_size).
+    let mut denom = v.sqrt() / &c.bc2_sqrt;
+    denom += Adam::EPS;
+    let _ = w.shallow_clone().addcdiv_(&(&m * &c.neg_step_size), &denom);
 }

@@ -4,7 +4,7 @@
 //! normalisation parameters (1-D tensors) get plain SGD with momentum, as usual.
 //! The trust ratios stay on the device, and a step can be skipped there ([`Gate`]).
 
-use super::update::Gate;
+use super::update::{pieces, widened, Gate, PerKind, PIECE_ELEMENTS};
 use tch::Tensor;
 
 pub struct Lars {
@@ -14,6 +14,15 @@ pub struct Lars {
     momentum: f64,
     weight_decay: f64,
     trust: f64,
+    /// Elements updated at once ([`pieces`]).
+    pub(super) piece: usize,
+}
+
+/// One step's factors for the parameters of one dtype, as 0-d tensors of that dtype.
+struct Factors {
+    keep: Tensor,
+    minus_one: Tensor,
+    momentum: Tensor,
 }
 
 impl Lars {
@@ -27,6 +36,7 @@ impl Lars {
             momentum,
             weight_decay,
             trust: Self::TRUST,
+            piece: PIECE_ELEMENTS,
         }
     }
 
@@ -55,10 +65,8 @@ impl Lars {
     }
 
     pub fn step(&mut self, gate: &Gate) {
-        let Some(like) = self.params.first() else { return };
-        let keep = gate.update(1.0, like);
-        let minus_one = gate.update(-1.0, like);
-        let momentum = gate.decay(self.momentum, like);
+        let mut factors = PerKind::default();
+        let momentum = self.momentum;
         tch::no_grad(|| {
             for i in 0..self.params.len() {
                 let w = &self.params[i];
@@ -66,19 +74,31 @@ impl Lars {
                 if !g.defined() {
                     continue;
                 }
-                let update = if self.weight_decay > 0.0 {
-                    &g + w * self.weight_decay
-                } else {
-                    g.shallow_clone()
+                let make = |like: &Tensor| Factors {
+                    keep: gate.update(1.0, like),
+                    minus_one: gate.update(-1.0, like),
+                    momentum: gate.decay(momentum, like),
                 };
-                let scaled = match self.trust_ratio_on_device(w, &g) {
-                    Some(local) => update * (local * self.lr),
-                    None => update * self.lr,
-                };
-                // v ← m·v + scaled; w ← w − v, each as one fused rounding (as `add_`/`sub_`).
-                let mut v = self.velocity[i].shallow_clone();
-                let _ = v.g_mul_(&momentum).addcmul_(&scaled, &keep);
-                let _ = w.shallow_clone().addcmul_(&v, &minus_one);
+                // The trust ratio takes the whole tensor's norms; the update is element-wise.
+                let local_lr = self.trust_ratio_on_device(w, &g).map(|local| local * self.lr);
+                let (lr, weight_decay) = (self.lr, self.weight_decay);
+                for piece in pieces([w, &g, &self.velocity[i]], self.piece) {
+                    widened(piece, [true, false, true], |[w, g, v]| {
+                        let f = factors.get(w, make);
+                        let update = if weight_decay > 0.0 {
+                            g + w * weight_decay
+                        } else {
+                            g.shallow_clone()
+                        };
+                        let scaled = match &local_lr {
+                            Some(local_lr) => update * local_lr,
+                            None => update * lr,
+                        };
+                        // v ← m·v + scaled; w ← w − v, each as one fused rounding (as `add_`/`sub_`).
+                        let _ = v.shallow_clone().g_mul_(&f.momentum).addcmul_(&scaled, &f.keep);
+                        let _ = w.shallow_clone().addcmul_(v, &f.minus_one);
+                    });
+                }
             }
         })
     }

@@ -162,40 +162,87 @@ mod tests {
         }
     }
 
+    /// Every element's bits, as u32 (fp32) or split in two u32 (fp64).
     fn bits(ts: &[Tensor]) -> Vec<u32> {
         ts.iter()
-            .flat_map(|t| Vec::<f32>::try_from(t.detach().reshape([-1])).unwrap())
-            .map(f32::to_bits)
+            .flat_map(|t| match t.kind() {
+                Kind::Double => Vec::<f64>::try_from(t.detach().reshape([-1]))
+                    .unwrap()
+                    .into_iter()
+                    .flat_map(|x| [x.to_bits() as u32, (x.to_bits() >> 32) as u32])
+                    .collect::<Vec<_>>(),
+                _ => Vec::<f32>::try_from(t.detach().reshape([-1]))
+                    .unwrap()
+                    .into_iter()
+                    .map(f32::to_bits)
+                    .collect(),
+            })
             .collect()
     }
 
+    /// Sets the elements an optimizer updates at once.
+    fn set_piece(opt: &mut Optimizer, elements: usize) {
+        match opt {
+            Optimizer::Sgd(o) => o.piece = elements,
+            Optimizer::Adam(o) => o.piece = elements,
+            Optimizer::Lars(o) => o.piece = elements,
+        }
+    }
+
+    /// What ours runs beside libtorch's in [`same_bits_as_libtorch`].
+    #[derive(Clone, Copy, Debug)]
+    enum Ours {
+        /// The same parameters, whole.
+        Alike,
+        /// The same parameters, updated in pieces of this many elements (an odd count,
+        /// so pieces end anywhere in a vector register).
+        InPieces(usize),
+        /// The same parameters after an fp16 one: the fp32 ones must not notice it.
+        AfterAnFp16Parameter,
+    }
+
     /// Five steps of random gradients through ours and libtorch's optimizer from the
-    /// same parameters, ours ungated and gated on a clear `found_inf`: every parameter
-    /// equal bit for bit after every step (as before ours replaced libtorch's).
-    fn same_bits_as_libtorch(kind: OptimizerKind, momentum: f64, config: impl nn::OptimizerConfig) {
+    /// same parameters (of dtype `dtype`), ours ungated and gated on a clear `found_inf`:
+    /// every parameter equal bit for bit after every step (as before ours replaced
+    /// libtorch's).
+    fn same_bits_as_libtorch(kind: OptimizerKind, momentum: f64, config: impl nn::OptimizerConfig, dtype: Kind, ours_are: Ours) {
         let (lr, wd) = (0.0123, 0.3);
-        let vs = nn::VarStore::new(tch::Device::Cpu);
+        let mut vs = nn::VarStore::new(tch::Device::Cpu);
         let theirs: Vec<Tensor> = params(3)
             .iter()
             .enumerate()
             .map(|(i, p)| vs.root().var_copy(&format!("p{i}"), p))
             .collect();
+        vs.set_kind(dtype);
+        let theirs: Vec<Tensor> = theirs.iter().map(|t| t.shallow_clone()).collect();
+        assert!(theirs.iter().all(|t| t.kind() == dtype));
         let mut their_opt = config.build(&vs, lr).unwrap();
-        let ours = copies(&theirs);
-        let gated = copies(&theirs);
+        let half = Tensor::ones([5], (Kind::Half, tch::Device::Cpu)).set_requires_grad(true);
+        let with_half = |ps: Vec<Tensor>| match ours_are {
+            Ours::AfterAnFp16Parameter => std::iter::once(half.detach().copy().set_requires_grad(true)).chain(ps).collect(),
+            _ => ps,
+        };
+        let (ours, gated) = (with_half(copies(&theirs)), with_half(copies(&theirs)));
         let mut our_opt = Optimizer::new(kind, &ours, lr, momentum, wd);
         let mut gated_opt = Optimizer::new(kind, &gated, lr, momentum, wd);
+        if let Ours::InPieces(n) = ours_are {
+            set_piece(&mut our_opt, n);
+            set_piece(&mut gated_opt, n);
+        }
+        let skip = ours.len() - theirs.len();
         let clear = Tensor::from(0.0f32);
         for step in 0..5 {
             let grads: Vec<Tensor> = ours.iter().map(|p| p.randn_like()).collect();
-            for ps in [&theirs, &ours, &gated] {
+            set_grads(&theirs, &grads[skip..]);
+            for ps in [&ours, &gated] {
                 set_grads(ps, &grads);
             }
             their_opt.step();
             our_opt.step(&Gate::always());
             gated_opt.step(&Gate::skip_if(&clear));
-            assert_eq!(bits(&ours), bits(&theirs), "{kind:?} step {step}: ours differs from libtorch's");
-            assert_eq!(bits(&gated), bits(&theirs), "{kind:?} step {step}: gated differs from libtorch's");
+            let why = format!("{kind:?} on {dtype:?}, {ours_are:?}, step {step}");
+            assert_eq!(bits(&ours[skip..]), bits(&theirs), "{why}: ours differs from libtorch's");
+            assert_eq!(bits(&gated[skip..]), bits(&theirs), "{why}: gated differs from libtorch's");
         }
     }
 
@@ -206,13 +253,73 @@ mod tests {
             wd: 0.3,
             ..Default::default()
         };
-        same_bits_as_libtorch(OptimizerKind::Sgd, 0.9, sgd(0.9));
-        same_bits_as_libtorch(OptimizerKind::Sgd, 0.0, sgd(0.0));
         let adam = nn::Adam {
             wd: 0.3,
             ..Default::default()
         };
-        same_bits_as_libtorch(OptimizerKind::Adam, 0.0, adam);
+        for ours in [Ours::Alike, Ours::InPieces(1001), Ours::AfterAnFp16Parameter] {
+            for dtype in [Kind::Float, Kind::Double] {
+                same_bits_as_libtorch(OptimizerKind::Sgd, 0.9, sgd(0.9), dtype, ours);
+                same_bits_as_libtorch(OptimizerKind::Sgd, 0.0, sgd(0.0), dtype, ours);
+                same_bits_as_libtorch(OptimizerKind::Adam, 0.0, adam, dtype, ours);
+            }
+        }
+    }
+
+    /// LARS has no libtorch counterpart: in pieces, or beside an fp16 parameter, it moves
+    /// its fp32 parameters exactly as whole and alone.
+    #[test]
+    fn lars_in_pieces_and_beside_fp16_moves_fp32_parameters_as_alone_and_whole() {
+        let reference = params(4);
+        let mut ref_opt = Optimizer::new(OptimizerKind::Lars, &reference, 0.5, 0.9, 1e-3);
+        let pieced = copies(&reference);
+        let mut pieced_opt = Optimizer::new(OptimizerKind::Lars, &pieced, 0.5, 0.9, 1e-3);
+        set_piece(&mut pieced_opt, 999);
+        let half = Tensor::ones([3, 3], (Kind::Half, tch::Device::Cpu)).set_requires_grad(true);
+        let mixed: Vec<Tensor> = std::iter::once(half).chain(copies(&reference)).collect();
+        let mut mixed_opt = Optimizer::new(OptimizerKind::Lars, &mixed, 0.5, 0.9, 1e-3);
+        for step in 0..4 {
+            let grads: Vec<Tensor> = mixed.iter().map(|p| p.randn_like()).collect();
+            set_grads(&reference, &grads[1..]);
+            set_grads(&pieced, &grads[1..]);
+            set_grads(&mixed, &grads);
+            for o in [&mut ref_opt, &mut pieced_opt, &mut mixed_opt] {
+                o.step(&Gate::always());
+            }
+            assert_eq!(bits(&pieced), bits(&reference), "step {step}: in pieces");
+            assert_eq!(bits(&mixed[1..]), bits(&reference), "step {step}: beside fp16");
+        }
+        assert!(
+            mixed[0].isfinite().all().int64_value(&[]) == 1,
+            "the fp16 parameter moved and stayed finite"
+        );
+    }
+
+    /// A 16-bit parameter is updated in fp32 and rounded once: in fp16 Adam's eps of 1e-8
+    /// is 0, and a zero gradient would make 0/0 = NaN.
+    #[test]
+    fn a_16_bit_parameter_with_a_zero_gradient_stays_exact_under_every_optimizer() {
+        for kind in [OptimizerKind::Sgd, OptimizerKind::Adam, OptimizerKind::Lars] {
+            for dtype in [Kind::Half, Kind::BFloat16] {
+                let p = Tensor::ones([3, 4], (dtype, tch::Device::Cpu)).set_requires_grad(true);
+                let mut opt = Optimizer::new(kind, &[p.shallow_clone()], 0.01, 0.9, 0.0);
+                for _ in 0..3 {
+                    set_grads(&[p.shallow_clone()], &[p.zeros_like()]);
+                    opt.step(&Gate::always());
+                }
+                assert_eq!(p.kind(), dtype);
+                let got = Vec::<f32>::try_from(p.detach().to_kind(Kind::Float).reshape([-1])).unwrap();
+                assert_eq!(got, [1.0; 12], "{kind:?} on {dtype:?}");
+            }
+        }
+        // A real gradient moves it as fp32 arithmetic rounded to fp16 would.
+        let p = Tensor::ones([1], (Kind::Half, tch::Device::Cpu)).set_requires_grad(true);
+        let mut opt = Optimizer::new(OptimizerKind::Sgd, &[p.shallow_clone()], 0.0123, 0.0, 0.0);
+        set_grads(&[p.shallow_clone()], &[Tensor::from_slice(&[0.3f32]).to_kind(Kind::Half)]);
+        opt.step(&Gate::always());
+        let g = half::f16::from_f32(0.3).to_f32();
+        let want = half::f16::from_f32(1.0 + g * -0.0123f32).to_f32();
+        assert_eq!(p.detach().to_kind(Kind::Float).double_value(&[0]) as f32, want);
     }
 
     /// Every tensor an optimizer holds: parameters, then its state.

@@ -3,7 +3,7 @@
 //! `torch::optim::SGD` (no dampening, no Nesterov) operation for operation, so the
 //! results are the same bits (checked against it in the tests).
 
-use super::update::Gate;
+use super::update::{pieces, widened, Gate, PerKind, PIECE_ELEMENTS};
 use tch::Tensor;
 
 pub struct Sgd {
@@ -16,6 +16,16 @@ pub struct Sgd {
     pub lr: f64,
     momentum: f64,
     weight_decay: f64,
+    /// Elements updated at once ([`pieces`]).
+    pub(super) piece: usize,
+}
+
+/// One step's factors for the parameters of one dtype, as 0-d tensors of that dtype.
+struct Factors {
+    wd: Option<Tensor>,
+    keep: Tensor,
+    neg_lr: Tensor,
+    momentum: Tensor,
 }
 
 impl Sgd {
@@ -30,6 +40,7 @@ impl Sgd {
             lr,
             momentum,
             weight_decay,
+            piece: PIECE_ELEMENTS,
         }
     }
 
@@ -39,32 +50,51 @@ impl Sgd {
     }
 
     pub fn step(&mut self, gate: &Gate) {
-        let Some(like) = self.params.first() else { return };
-        let wd = (self.weight_decay != 0.0).then(|| Tensor::full([], self.weight_decay, (like.kind(), like.device())));
-        let keep = gate.update(1.0, like);
-        let neg_lr = gate.update(-self.lr, like);
-        let momentum = gate.decay(self.momentum, like);
+        let mut factors = PerKind::default();
+        let (lr, momentum, weight_decay) = (self.lr, self.momentum, self.weight_decay);
         tch::no_grad(|| {
             for (i, w) in self.params.iter().enumerate() {
                 let g = w.grad();
                 if !g.defined() {
                     continue;
                 }
-                // libtorch: d = g.add(w, wd); buf.mul_(m).add_(d); w.add_(buf, −lr).
-                let d = match &wd {
-                    Some(wd) => g.addcmul(w, wd),
-                    None => g,
+                let make = |like: &Tensor| Factors {
+                    wd: (weight_decay != 0.0).then(|| Tensor::full([], weight_decay, (like.kind(), like.device()))),
+                    keep: gate.update(1.0, like),
+                    neg_lr: gate.update(-lr, like),
+                    momentum: gate.decay(momentum, like),
                 };
-                let d = match self.velocity.get(i) {
+                match self.velocity.get(i) {
                     Some(v) => {
-                        let mut v = v.shallow_clone();
-                        let _ = v.g_mul_(&momentum).addcmul_(&d, &keep);
-                        v
+                        for piece in pieces([w, &g, v], self.piece) {
+                            widened(piece, [true, false, true], |[w, g, v]| update(w, g, Some(v), factors.get(w, make)));
+                        }
                     }
-                    None => d,
-                };
-                let _ = w.shallow_clone().addcmul_(&d, &neg_lr);
+                    None => {
+                        for piece in pieces([w, &g], self.piece) {
+                            widened(piece, [true, false], |[w, g]| update(w, g, None, factors.get(w, make)));
+                        }
+                    }
+                }
             }
         })
     }
+}
+
+/// libtorch's update of `w` (or a piece of it): d = g.add(w, wd); buf.mul_(m).add_(d);
+/// w.add_(buf, −lr).
+fn update(w: &Tensor, g: &Tensor, velocity: Option<&Tensor>, f: &Factors) {
+    let d = match &f.wd {
+        Some(wd) => g.addcmul(w, wd),
+        None => g.shallow_clone(),
+    };
+    let d = match velocity {
+        Some(v) => {
+            let mut v = v.shallow_clone();
+            let _ = v.g_mul_(&f.momentum).addcmul_(&d, &f.keep);
+            v
+        }
+        None => d,
+    };
+    let _ = w.shallow_clone().addcmul_(&d, &f.neg_lr);
 }

@@ -36,7 +36,9 @@ impl Gate {
     pub fn update(&self, s: f64, like: &Tensor) -> Tensor {
         match &self.skip {
             None => Tensor::full([], s, (like.kind(), like.device())),
-            Some((_, keep)) => (keep * s).to_kind(like.kind()),
+            // In `like`'s dtype before `s` joins: an fp64 parameter's factor is not
+            // rounded through fp32.
+            Some((_, keep)) => keep.to_kind(like.kind()) * s,
         }
     }
 
@@ -44,7 +46,7 @@ impl Gate {
     pub fn decay(&self, beta: f64, like: &Tensor) -> Tensor {
         match &self.skip {
             None => Tensor::full([], beta, (like.kind(), like.device())),
-            Some((skip, _)) => Tensor::where_scalar(skip, 1.0, beta).to_kind(like.kind()),
+            Some((skip, _)) => Tensor::full([], beta, (like.kind(), like.device())).masked_fill(skip, 1.0),
         }
     }
 
@@ -53,6 +55,77 @@ impl Gate {
         match &self.skip {
             None => Tensor::ones([], (Kind::Double, like.device())),
             Some((_, keep)) => keep.to_kind(Kind::Double),
+        }
+    }
+}
+
+/// A step's factors for the parameters of each dtype, made on first use: a factor made
+/// in one parameter's dtype would round another's (an fp16 learning rate applied to an
+/// fp32 parameter).
+pub struct PerKind<T> {
+    made: Vec<(Kind, T)>,
+}
+
+impl<T> Default for PerKind<T> {
+    fn default() -> Self {
+        PerKind { made: Vec::new() }
+    }
+}
+
+impl<T> PerKind<T> {
+    /// The factors for parameters of `like`'s dtype (made from `like` the first time).
+    pub fn get(&mut self, like: &Tensor, make: impl FnOnce(&Tensor) -> T) -> &T {
+        let kind = like.kind();
+        let at = match self.made.iter().position(|(k, _)| *k == kind) {
+            Some(at) => at,
+            None => {
+                self.made.push((kind, make(like)));
+                self.made.len() - 1
+            }
+        };
+        &self.made[at].1
+    }
+}
+
+/// Elements of one parameter updated at once: a larger parameter is updated piece by
+/// piece, so the update's temporaries hold a piece (64 MiB of fp32) rather than copies
+/// of the whole parameter.
+pub const PIECE_ELEMENTS: usize = 1 << 24;
+
+/// A parameter and its state (`ts`: alike in shape and layout) as the pieces an
+/// element-wise update runs over one after another: flat runs of at most `piece`
+/// elements when every tensor is contiguous and larger than one piece, else the tensors
+/// whole. Each piece is a view: updating it updates the tensor.
+pub fn pieces<const N: usize>(ts: [&Tensor; N], piece: usize) -> Vec<[Tensor; N]> {
+    let numel = ts[0].numel();
+    if numel <= piece || !ts.iter().all(|t| t.is_contiguous() && t.numel() == numel) {
+        return vec![ts.map(Tensor::shallow_clone)];
+    }
+    let flat = ts.map(|t| t.view([-1]));
+    (0..numel)
+        .step_by(piece.max(1))
+        .map(|start| {
+            let len = piece.min(numel - start) as i64;
+            std::array::from_fn(|i| flat[i].narrow(0, start as i64, len))
+        })
+        .collect()
+}
+
+/// Runs an element-wise `update` on `piece` (a parameter's piece and its state's) in the
+/// dtype it computes in: float16 and bfloat16 widened to float32, then written back
+/// (rounded once) where `written` says, as PyTorch's fused optimizers compute 16-bit
+/// parameters in float32. In float16 Adam's eps of 1e-8 is 0, so a zero gradient would
+/// make 0/0; and a learning rate would be rounded to 3 digits. Other dtypes run as they are.
+pub fn widened<const N: usize>(piece: [Tensor; N], written: [bool; N], update: impl FnOnce(&[Tensor; N])) {
+    if !matches!(piece[0].kind(), Kind::Half | Kind::BFloat16) {
+        update(&piece);
+        return;
+    }
+    let wide = piece.each_ref().map(|t| t.to_kind(Kind::Float));
+    update(&wide);
+    for ((t, w), write) in piece.iter().zip(&wide).zip(written) {
+        if write {
+            t.shallow_clone().copy_(w);
         }
     }
 }

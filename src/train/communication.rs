@@ -9,7 +9,7 @@ use crate::comm::nccl::NcclReducer;
 use crate::comm::none::NoReduce;
 use crate::comm::overlap::{self, LaunchPlan};
 use crate::comm::transport::nccl::{prepare, shared_gpu};
-use crate::comm::{mpi::MpiStaged, AllreduceChoice, BucketPlan, GradientReducer, OverlapMode};
+use crate::comm::{mpi::MpiStaged, AllreduceChoice, BucketPlan, GradientReducer, OverlapMode, ReduceDtype};
 use crate::device::cuda;
 use crate::model::{ModelSpec, Net};
 use crate::record::{AllreduceProbe, Backend, CommInfo};
@@ -62,8 +62,13 @@ impl Communication {
             None => overlap::discover_stages(net, spec, device, params),
         };
         let numels: Vec<usize> = params.iter().map(Tensor::numel).collect();
+        let dtypes = params
+            .iter()
+            .map(|p| ReduceDtype::of(p.kind()))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| anyhow!("a parameter of a dtype the all-reduce cannot sum reached the buckets (internal error)"))?;
         let cap_bytes = (cfg.comm.bucket_mb * (1 << 20) as f64) as usize;
-        let plan = BucketPlan::in_order(&numels, &overlap::ready_order(&stage_of), 4, cap_bytes);
+        let plan = BucketPlan::in_order(&numels, &dtypes, &overlap::ready_order(&stage_of), cap_bytes);
         let launch = LaunchPlan::new(&stage_of, stages, &plan);
         if overlap && !launch.can_overlap() {
             overlap = false;
@@ -77,7 +82,7 @@ impl Communication {
             (None, None)
         };
         let buckets = plan.buckets.len();
-        let bucket_bytes: Vec<u64> = plan.numels.iter().map(|&n| (n * cfg.comm.grad_dtype.bytes()) as u64).collect();
+        let bucket_bytes = plan.wire_bytes(cfg.comm.grad_dtype);
         // Every rank must agree, since a rank without overlap cuts nothing.
         let mut all = 0i32;
         let f = crate::flight::enter("all-reduce", "overlap choice");

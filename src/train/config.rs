@@ -321,7 +321,9 @@ pub struct OptimConfig {
     #[arg(long, default_value_t = 0.0)]
     pub warmup_epochs: f64,
 
-    /// Automatic mixed precision for forward and backward (parameters and optimizer stay fp32).
+    /// Automatic mixed precision for forward and backward (parameters and optimizer keep
+    /// their dtypes: fp32 for the built-in networks). fp16 refuses a float16 parameter,
+    /// whose gradient its loss scaler cannot unscale (as torch.amp.GradScaler).
     #[arg(long, value_enum, default_value_t = AmpMode::Off)]
     pub amp: AmpMode,
 }
@@ -402,7 +404,9 @@ pub struct CommConfig {
     #[arg(long, default_value_t = 25.0)]
     pub bucket_mb: f64,
 
-    /// Data type of gradients on the wire (compression; `bytes` in the CSV counts what was sent).
+    /// Data type of gradients on the wire (compression; `bytes` in the CSV counts what was
+    /// sent). It casts fp32 gradients only: a TorchScript model's fp64, fp16 or bf16
+    /// parameters have buckets of their own, all-reduced in their own dtype.
     #[arg(long, value_enum, default_value_t = GradDtype::Fp32)]
     pub grad_dtype: GradDtype,
 

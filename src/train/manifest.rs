@@ -61,7 +61,11 @@ pub fn initial(
         dataset: dataset.name.clone(),
         dataset_source: dataset.source.clone(),
         parameters,
-        gradient_bytes: (parameters * 4) as u64,
+        gradient_bytes: model
+            .param_tensors
+            .iter()
+            .map(|t| t.numel() * t.kind().elt_size_in_bytes())
+            .sum::<usize>() as u64,
         comm_backend: comm.backend,
         comm: comm.info.clone(),
         buckets: comm.buckets,

@@ -19,6 +19,7 @@ mod faults;
 mod file_model;
 pub mod host_memory;
 mod manifest;
+mod nonfinite;
 mod params;
 mod placement;
 mod recording;

@@ -12,6 +12,7 @@ use super::clock::{self, ClockLog};
 use super::communication::Communication;
 use super::config::TrainConfig;
 use super::faults::FaultHooks;
+use super::nonfinite::LossWatch;
 use super::params::{broadcast_from_rank0, check_in_sync};
 use super::placement::Placement;
 use super::recording::{BucketReady, ClockOffsets, Records, RowIdentity, StepAt};
@@ -81,6 +82,8 @@ pub(super) struct Progress {
     pub boot_id: u64,
     /// Steps done since the start of the run.
     pub global_step: usize,
+    /// The losses so far, to explain one that is not finite.
+    pub losses: LossWatch,
     /// The parameters' L2 norm and the validation accuracy at the last epoch's end.
     pub last_l2: f64,
     pub last_accuracy: Option<f64>,
@@ -214,6 +217,7 @@ impl<'g> Trainer<'g> {
                 clock_origin: clock::Origin::now(),
                 boot_id: clock::boot_id_hash(),
                 global_step: 0,
+                losses: LossWatch::default(),
                 last_l2: 0.0,
                 last_accuracy: None,
                 step_limit: StepLimit {
@@ -452,9 +456,8 @@ impl<'g> Trainer<'g> {
     fn after_step(&mut self, m: &Measured, bar: &crate::progress::Bar) -> Result<f64> {
         let at = m.at;
         let row = self.record_step(m, at)?;
-        if !row.loss.is_finite() {
-            anyhow::bail!("loss became {} at epoch {} step {}: lower --lr", row.loss, at.epoch, at.step);
-        }
+        let params = &self.machine.model.params;
+        self.progress.losses.check(at, row.loss, params, self.facts.cfg.optim.amp)?;
         if let Some(limit) = self.progress.step_limit.add(at.warmup, row.step_s) {
             self.watchdog.set_limit(limit);
         }
@@ -734,6 +737,11 @@ fn build_model(g: &Group, cfg: &TrainConfig, place: &Placement, options: &ModelO
     }
     model::set_memory_format(&vs, cfg.memory_format_on(place.device));
     let params = model::ordered_parameters(&vs);
+    let trainable = super::params::check_dtypes(&params, cfg.optim.amp);
+    agree(
+        g,
+        trainable.map_err(|e| anyhow::anyhow!("--model {}: {e}", cfg.workload.model.name())),
+    )?;
     broadcast_from_rank0(g, &params);
     tch::manual_seed(seed + 1 + g.rank as i64);
     let param_tensors = params.iter().map(|(_, t)| t.shallow_clone()).collect();

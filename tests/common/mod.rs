@@ -176,3 +176,15 @@ pub fn path_str(p: &Path) -> String {
 pub fn join(p: &Path, s: &str) -> PathBuf {
     p.join(s)
 }
+
+/// The Python of the project's PyTorch venv (`job-scripts/setup.sh` exports it), which
+/// tests use to write TorchScript files.
+pub fn python() -> PathBuf {
+    if let Some(p) = std::env::var_os("DDPBENCH_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let home = std::env::var_os("HOME").expect("HOME");
+    let p = Path::new(&home).join(".cache/ddpbench/venv/bin/python");
+    assert!(p.exists(), "no PyTorch venv: source job-scripts/setup.sh first");
+    p
+}

@@ -16,7 +16,7 @@
 pub mod mpi;
 pub mod nccl;
 
-use super::{wire_kind, GradDtype};
+use super::ReduceDtype;
 use crate::device::cuda::{Driver, Stream};
 use anyhow::{bail, Result};
 use tch::{Device, Tensor};
@@ -47,7 +47,7 @@ pub struct Slot {
     b: Option<Tensor>,
     numel: usize,
     device: Device,
-    wire: GradDtype,
+    wire: ReduceDtype,
     /// MPI: host buffers (send, receive) of the wire dtype, when the buffers are on a GPU
     /// or travel in another dtype than they are held in.
     staging: Option<(Tensor, Tensor)>,
@@ -59,7 +59,7 @@ impl Slot {
     /// Binds `a` (and `b`, the other buffer of an out-of-place all-reduce): both contiguous,
     /// with the same number of elements on the same device, and of the wire dtype unless
     /// `casts` (the staged path converts while it copies to and from the host).
-    fn bind(a: &Tensor, b: Option<&Tensor>, wire: GradDtype, casts: bool) -> Result<Slot> {
+    fn bind(a: &Tensor, b: Option<&Tensor>, wire: ReduceDtype, casts: bool) -> Result<Slot> {
         let numel = a.numel();
         let device = a.device();
         for t in std::iter::once(a).chain(b) {
@@ -70,11 +70,11 @@ impl Slot {
                     t.device()
                 );
             }
-            if !casts && t.kind() != wire_kind(wire) {
+            if !casts && t.kind() != wire.kind() {
                 bail!(
                     "all-reduce buffer of {:?} where the wire carries {:?} (internal error in the caller)",
                     t.kind(),
-                    wire_kind(wire)
+                    wire.kind()
                 );
             }
         }
@@ -95,7 +95,7 @@ impl Slot {
     }
 
     /// The element type on the wire.
-    pub fn wire(&self) -> GradDtype {
+    pub fn wire(&self) -> ReduceDtype {
         self.wire
     }
 
@@ -143,7 +143,7 @@ pub trait Transport: Send {
     /// Binds `a` (summed in place) or `a` and `b` (summed from one into the other), sent
     /// as `wire`; `timed` asks for device-side timing of each all-reduce where the
     /// transport runs on a stream ([`nccl::Nccl::seconds`]). Made once per buffer.
-    fn slot(&mut self, a: &Tensor, b: Option<&Tensor>, wire: GradDtype, timed: bool) -> Result<Slot>;
+    fn slot(&mut self, a: &Tensor, b: Option<&Tensor>, wire: ReduceDtype, timed: bool) -> Result<Slot>;
 
     /// Sums the slot's source over the ranks into its destination (`dir`). MPI returns
     /// with the sum in place; NCCL returns once it is queued after libtorch's work so far

@@ -4,8 +4,7 @@
 //! `MPI_Allreduce`, a copy back (which casts back), the copies timed apart from MPI;
 //! the host buffers are pinned when the buffers are on a GPU.
 
-use super::{Dir, GradDtype, Slot, StagingTimes, Transport};
-use crate::comm::wire_kind;
+use super::{Dir, ReduceDtype, Slot, StagingTimes, Transport};
 use anyhow::{anyhow, bail, Result};
 use mpi::ffi;
 use mpi::raw::AsRaw;
@@ -92,14 +91,15 @@ unsafe fn allreduce_sum_raw(
     send: Option<*const c_void>,
     recv: *mut c_void,
     count: usize,
-    dtype: GradDtype,
+    dtype: ReduceDtype,
 ) -> Result<()> {
     let n = c_int::try_from(count)
         .map_err(|_| anyhow!("all-reduce of {count} elements exceeds MPI's int count: use smaller buckets or messages"))?;
     let (datatype, op) = match dtype {
-        GradDtype::Fp32 => (ffi::RSMPI_FLOAT, ffi::RSMPI_SUM),
-        GradDtype::Fp16 => (ffi::RSMPI_UINT16_T, half_ops().f16),
-        GradDtype::Bf16 => (ffi::RSMPI_UINT16_T, half_ops().bf16),
+        ReduceDtype::Fp32 => (ffi::RSMPI_FLOAT, ffi::RSMPI_SUM),
+        ReduceDtype::Fp64 => (ffi::RSMPI_DOUBLE, ffi::RSMPI_SUM),
+        ReduceDtype::Fp16 => (ffi::RSMPI_UINT16_T, half_ops().f16),
+        ReduceDtype::Bf16 => (ffi::RSMPI_UINT16_T, half_ops().bf16),
     };
     let send = match send {
         Some(p) => p,
@@ -149,15 +149,15 @@ impl Mpi<'static> {
 }
 
 impl Transport for Mpi<'_> {
-    fn slot(&mut self, a: &Tensor, b: Option<&Tensor>, wire: GradDtype, _timed: bool) -> Result<Slot> {
-        let direct = a.device() == Device::Cpu && a.kind() == wire_kind(wire);
+    fn slot(&mut self, a: &Tensor, b: Option<&Tensor>, wire: ReduceDtype, _timed: bool) -> Result<Slot> {
+        let direct = a.device() == Device::Cpu && a.kind() == wire.kind();
         let mut slot = Slot::bind(a, b, wire, !direct)?;
-        if wire != GradDtype::Fp32 {
+        if matches!(wire, ReduceDtype::Fp16 | ReduceDtype::Bf16) {
             half_ops();
         }
         if !direct {
             let buf = || {
-                let t = Tensor::zeros([slot.numel as i64], (wire_kind(wire), Device::Cpu));
+                let t = Tensor::zeros([slot.numel as i64], (wire.kind(), Device::Cpu));
                 match slot.device {
                     Device::Cpu => t,
                     d => t.pin_memory(d),

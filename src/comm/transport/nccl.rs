@@ -8,7 +8,7 @@
 //! done while the host goes on queueing work. A timed slot's all-reduce is bracketed by
 //! a pair of events on NCCL's stream ([`Nccl::seconds`]).
 
-use super::{Dir, GradDtype, Slot, StagingTimes, Transport};
+use super::{Dir, ReduceDtype, Slot, StagingTimes, Transport};
 use crate::device::cuda::{self, Driver, Event, NcclComm, NcclDtype, NcclUniqueId, Stream, LEGACY_STREAM};
 use crate::world::Group;
 use anyhow::{anyhow, Result};
@@ -17,11 +17,12 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use tch::{Device, Tensor};
 
 /// NCCL's name for each wire dtype.
-pub fn nccl_dtype(d: GradDtype) -> NcclDtype {
+pub fn nccl_dtype(d: ReduceDtype) -> NcclDtype {
     match d {
-        GradDtype::Fp32 => NcclDtype::Float32,
-        GradDtype::Fp16 => NcclDtype::Float16,
-        GradDtype::Bf16 => NcclDtype::Bfloat16,
+        ReduceDtype::Fp32 => NcclDtype::Float32,
+        ReduceDtype::Fp64 => NcclDtype::Float64,
+        ReduceDtype::Fp16 => NcclDtype::Float16,
+        ReduceDtype::Bf16 => NcclDtype::Bfloat16,
     }
 }
 
@@ -136,7 +137,7 @@ impl Nccl {
 }
 
 impl Transport for Nccl {
-    fn slot(&mut self, a: &Tensor, b: Option<&Tensor>, wire: GradDtype, timed: bool) -> Result<Slot> {
+    fn slot(&mut self, a: &Tensor, b: Option<&Tensor>, wire: ReduceDtype, timed: bool) -> Result<Slot> {
         let mut slot = Slot::bind(a, b, wire, false)?;
         let timing = if timed {
             Some((self.cuda.event(true)?, self.cuda.event(true)?))

@@ -6,7 +6,7 @@ use super::mpi::Mpi;
 use super::*;
 use crate::allreduce::sweep::{measure, measure_set, SweepIters, Target};
 use crate::comm::mpi::MpiStaged;
-use crate::comm::{BucketPlan, GradientReducer};
+use crate::comm::{BucketPlan, GradDtype, GradientReducer};
 use ::mpi::environment::Universe;
 use ::mpi::topology::SimpleCommunicator;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -27,7 +27,7 @@ fn with_world<R>(f: impl FnOnce(&SimpleCommunicator) -> R) -> R {
 #[derive(Debug, Clone, PartialEq)]
 struct Call {
     numel: usize,
-    wire: GradDtype,
+    wire: ReduceDtype,
     dir: Dir,
     in_place: bool,
 }
@@ -46,8 +46,9 @@ impl Recording {
 }
 
 impl Transport for Recording {
-    fn slot(&mut self, a: &Tensor, b: Option<&Tensor>, wire: GradDtype, _timed: bool) -> Result<Slot> {
-        Slot::bind(a, b, wire, false)
+    fn slot(&mut self, a: &Tensor, b: Option<&Tensor>, wire: ReduceDtype, _timed: bool) -> Result<Slot> {
+        // A wire dtype other than the buffers' is a cast, as the staged MPI path makes.
+        Slot::bind(a, b, wire, a.kind() != wire.kind())
     }
 
     fn allreduce(&mut self, slot: &mut Slot, dir: Dir) -> Result<StagingTimes> {
@@ -70,7 +71,7 @@ impl Transport for Recording {
 fn call(numel: usize, dir: Dir) -> Call {
     Call {
         numel,
-        wire: GradDtype::Fp32,
+        wire: ReduceDtype::Fp32,
         dir,
         in_place: false,
     }
@@ -98,7 +99,7 @@ fn training_and_the_sweep_all_reduce_through_one_transport() {
     // Training: a gradient reducer's step over buckets of 3, 10 and 6 elements (40-byte
     // cap, filled from the last parameter), launched in bucket order.
     let ps = params();
-    let plan = BucketPlan::new(&[6, 10, 3], 4, 40);
+    let plan = BucketPlan::new(&[6, 10, 3], &[ReduceDtype::Fp32; 3], 40);
     assert_eq!(plan.numels, vec![3, 10, 6]);
     let mut reducer = MpiStaged::with_transport(plan, GradDtype::Fp32, Box::new(rec.clone()), None);
     reducer.attach(&ps).unwrap();
@@ -154,14 +155,14 @@ fn mpi_sums_in_place_out_of_place_and_through_cast_staging() {
         let a = Tensor::from_slice(&[1.0f32, 2.5, -3.0]);
         let b = Tensor::zeros([3], (Kind::Float, Device::Cpu));
         // fp32 on the host: no staging; either direction; in place.
-        let mut slot = t.slot(&a, Some(&b), GradDtype::Fp32, false).unwrap();
+        let mut slot = t.slot(&a, Some(&b), ReduceDtype::Fp32, false).unwrap();
         assert!(slot.staging.is_none());
         assert_eq!(t.allreduce(&mut slot, Dir::AToB).unwrap(), StagingTimes::default());
         assert_eq!(Vec::<f32>::try_from(&b).unwrap(), [1.0, 2.5, -3.0]);
         let _ = b.shallow_clone().fill_(7.0);
         t.allreduce(&mut slot, Dir::BToA).unwrap();
         assert_eq!(Vec::<f32>::try_from(&a).unwrap(), [7.0, 7.0, 7.0]);
-        let mut alone = t.slot(&a, None, GradDtype::Fp32, false).unwrap();
+        let mut alone = t.slot(&a, None, ReduceDtype::Fp32, false).unwrap();
         t.allreduce(&mut alone, Dir::AToB).unwrap();
         assert_eq!(Vec::<f32>::try_from(&a).unwrap(), [7.0, 7.0, 7.0]);
         assert!(t.allreduce(&mut alone, Dir::BToA).is_err(), "an in-place slot has no second buffer");
@@ -169,7 +170,7 @@ fn mpi_sums_in_place_out_of_place_and_through_cast_staging() {
         // fp32 buffers with an fp16 wire: staged through host buffers that cast both ways.
         let g = Tensor::from_slice(&[0.1f32, 1000.0, 1.0 / 3.0]);
         let out = Tensor::zeros([3], (Kind::Float, Device::Cpu));
-        let mut slot = t.slot(&g, Some(&out), GradDtype::Fp16, false).unwrap();
+        let mut slot = t.slot(&g, Some(&out), ReduceDtype::Fp16, false).unwrap();
         let (send, _) = slot.staging.as_ref().expect("a cast is staged");
         assert_eq!(send.kind(), Kind::Half);
         t.allreduce(&mut slot, Dir::AToB).unwrap();
@@ -181,13 +182,78 @@ fn mpi_sums_in_place_out_of_place_and_through_cast_staging() {
 
         // Buffers that are not alike are refused when bound, not when summed.
         let short = Tensor::zeros([2], (Kind::Float, Device::Cpu));
-        assert!(t.slot(&a, Some(&short), GradDtype::Fp32, false).is_err());
+        assert!(t.slot(&a, Some(&short), ReduceDtype::Fp32, false).is_err());
         let h16 = Tensor::zeros([3], (Kind::Half, Device::Cpu));
         assert!(
-            Mpi::new(world).slot(&h16, None, GradDtype::Fp32, false).is_ok(),
+            Mpi::new(world).slot(&h16, None, ReduceDtype::Fp32, false).is_ok(),
             "cast staging takes any float"
         );
         let strided = Tensor::zeros([3, 2], (Kind::Float, Device::Cpu)).transpose(0, 1);
-        assert!(t.slot(&strided, None, GradDtype::Fp32, false).is_err());
+        assert!(t.slot(&strided, None, ReduceDtype::Fp32, false).is_err());
+    });
+}
+
+/// Parameters of three dtypes, each gradient distinct: fp32 [6], fp16 [4] (a zero
+/// gradient, as a buffer-like parameter the loss does not move), fp64 [5], fp32 [3].
+fn mixed_params() -> Vec<Tensor> {
+    let ps: Vec<Tensor> = [(6i64, Kind::Float), (4, Kind::Half), (5, Kind::Double), (3, Kind::Float)]
+        .iter()
+        .map(|&(n, k)| Tensor::ones([n], (k, Device::Cpu)).set_requires_grad(true))
+        .collect();
+    let loss = ps
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let weight = Tensor::arange(p.numel() as i64, (Kind::Double, Device::Cpu)) + 10.0 * i as f64;
+            let used = if i == 1 { 0.0 } else { 1.0 };
+            (p.to_kind(Kind::Double) * weight).sum(Kind::Double) * used
+        })
+        .reduce(|a, b| a + b)
+        .unwrap();
+    loss.backward();
+    ps
+}
+
+#[test]
+fn each_bucket_holds_one_dtype_and_only_fp32_buckets_are_cast_for_the_wire() {
+    let rec = Recording::default();
+    let ps = mixed_params();
+    let want: Vec<Tensor> = ps.iter().map(|p| p.grad().copy()).collect();
+    let numels: Vec<usize> = ps.iter().map(Tensor::numel).collect();
+    let dtypes = [ReduceDtype::Fp32, ReduceDtype::Fp16, ReduceDtype::Fp64, ReduceDtype::Fp32];
+    let plan = BucketPlan::new(&numels, &dtypes, 1 << 20);
+    // Filled from the last parameter: the fp32 bucket opens first, then fp64, then fp16.
+    assert_eq!(plan.buckets, vec![vec![3, 0], vec![2], vec![1]]);
+    assert_eq!(plan.dtypes, vec![ReduceDtype::Fp32, ReduceDtype::Fp64, ReduceDtype::Fp16]);
+    let mut reducer = MpiStaged::with_transport(plan, GradDtype::Bf16, Box::new(rec.clone()), None);
+    reducer.attach(&ps).unwrap();
+    let stats = reducer.finish(&ps, Instant::now()).unwrap();
+    // 9 fp32 elements as bf16, 5 fp64 as fp64, 4 fp16 as fp16.
+    assert_eq!(stats.bytes, 9 * 2 + 5 * 8 + 4 * 2);
+    let wires: Vec<(usize, ReduceDtype)> = rec.take().iter().map(|c| (c.numel, c.wire)).collect();
+    assert_eq!(wires, [(9, ReduceDtype::Bf16), (5, ReduceDtype::Fp64), (4, ReduceDtype::Fp16)]);
+    // Every gradient comes back whole in its own dtype: neighbours never overlap.
+    for (i, p) in ps.iter().enumerate() {
+        let g = p.grad();
+        assert_eq!(g.kind(), p.kind(), "parameter {i}");
+        assert!(g.equal(&want[i]), "parameter {i}: {g:?} against {:?}", want[i]);
+    }
+    assert_eq!(Vec::<f64>::try_from(ps[1].grad().to_kind(Kind::Double)).unwrap(), [0.0; 4]);
+    let reduced: Vec<Kind> = reducer.reduced().iter().map(Tensor::kind).collect();
+    assert_eq!(reduced, [Kind::Float, Kind::Double, Kind::Half]);
+}
+
+#[test]
+fn mpi_sums_fp64_in_fp64_without_staging() {
+    with_world(|world| {
+        let mut t = Mpi::new(world);
+        // 1 + 2^-40 has no fp32 neighbour: a sum through fp32 would round it to 1.
+        let fine = 1.0 + 2f64.powi(-40);
+        let a = Tensor::from_slice(&[fine, -1e300]);
+        let b = Tensor::zeros([2], (Kind::Double, Device::Cpu));
+        let mut slot = t.slot(&a, Some(&b), ReduceDtype::Fp64, false).unwrap();
+        assert!(slot.staging.is_none(), "fp64 is MPI_DOUBLE: summed where it lies");
+        t.allreduce(&mut slot, Dir::AToB).unwrap();
+        assert_eq!(Vec::<f64>::try_from(&b).unwrap(), [fine, -1e300]);
     });
 }
