@@ -715,6 +715,17 @@ pub fn ordered_parameters(vs: &nn::VarStore) -> Vec<(String, Tensor)> {
 mod tests {
     use super::*;
 
+    /// The comparison key keeps `--seq-len` and `--vocab-size` for the built-ins its list
+    /// names: exactly the networks that take token ids.
+    #[test]
+    fn the_key_names_every_network_that_takes_tokens() {
+        for &k in ModelKind::value_variants() {
+            let name = k.to_possible_value().unwrap().get_name().to_string();
+            let tokens = matches!(spec(k, &ModelOptions::default()).input, Input::Tokens { .. });
+            assert_eq!(crate::record::key::TOKEN_MODELS.contains(&name.as_str()), tokens, "{name}");
+        }
+    }
+
     #[test]
     fn channels_last_lays_out_convolution_weights_and_batches_and_nothing_else() {
         let vs = nn::VarStore::new(tch::Device::Cpu);

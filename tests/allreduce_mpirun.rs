@@ -321,7 +321,9 @@ fn reduce_projects_real_runs_with_the_fitted_model_and_checks_the_measured_point
     assert!((strong2[at("step_s")].parse::<f64>().unwrap() - step[weak2]).abs() < 1e-12);
     let report = std::fs::read_to_string(d.path().join("report.md")).unwrap();
     assert!(
-        report.contains("## Projection beyond the allocation") && report.contains("needs R ≥ 4.0"),
+        report.contains("## Projection beyond the allocation")
+            && report.contains("- At 1 node(s) × 2 (2 ranks): efficiency ")
+            && report.contains(". What if: "),
         "{report}"
     );
     assert!(

@@ -364,7 +364,8 @@ fn references_match_the_whole_configuration() {
     let lone = find("other-buckets", "none").expect("row without a reference");
     assert!(lone.speedup.is_nan() && lone.efficiency.is_nan());
     assert!(
-        lone.missing_reference.contains("a 1-rank run on A with batch 32 per rank"),
+        lone.missing_reference.contains("a 1-rank run on A, weak: `mpirun -n 1 ddpbench train ")
+            && lone.missing_reference.contains(" --batch-size 32 "),
         "{}",
         lone.missing_reference
     );
@@ -567,7 +568,7 @@ fn a_lone_multi_rank_run_gets_no_efficiency_and_epochs_without_validation_count(
         (String::new(), String::new(), "none".to_string())
     );
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
-    assert!(report.contains("`lone` has no reference: add a 1-rank run on A"), "{report}");
+    assert!(report.contains("`lone` (batch 10 per rank) has no reference: add a 1-rank run on A, weak: `mpirun -n 1 ddpbench train "), "{report}");
 }
 
 #[test]
@@ -698,7 +699,7 @@ fn cli_writes_spreadsheet_ready_files_report_and_plots() {
         "## Where the efficiency goes",
         "type \"B\"",
         "sets the job's pace",
-        "`mixed` has no reference: add a 1-rank run on B",
+        "has no reference: add a 1-rank run on B, weak: `mpirun -n 1 ddpbench train ",
     ] {
         assert!(report.contains(needle), "report lacks {needle:?}");
     }
@@ -1261,8 +1262,9 @@ fn the_verdict_names_the_largest_measured_loss_and_what_r_implies() {
     let v = &report.workloads[0].verdict;
     assert!(v.contains("the largest measured loss is waiting for a late rank"), "{v}");
     assert!(v.contains("2.5 of the 3.3 samples/s lost (75 %)"), "{v}");
-    // R = (fwd + bwd) / transfer = 0.75 / 0.1; without overlap efficiency ≤ R/(R+1) = 88 %.
-    assert!(v.contains("R = 7.50") && v.contains("R/(R+1) = 88 %"), "{v}");
+    // R = (fwd + bwd) / transfer = 0.75 / 0.1; without overlap the transfer alone limits
+    // efficiency to T1 / (T1 + transfer) = 1.0 / 1.1 = 91 %.
+    assert!(v.contains("R = 7.50") && v.contains("T1/(T1 + transfer) = 91 %"), "{v}");
     assert!(md.contains(v.as_str()), "report.md does not print the verdict:\n{md}");
     let c = &report.findings.compute_vs_comm;
     assert!(!c.contains("not what limits"), "{c}");
@@ -1486,12 +1488,17 @@ fn the_projection_is_against_the_measured_1_rank_point_with_its_terms_measured()
         (num("measured_speedup") - 20.0 / num("measured_step_s") / 5.0).abs() < 1e-9,
         "{row:?}"
     );
-    // The transfer after the last rank entered: 0.1 s; exposed: the mean of 0.4 and 0.1.
-    assert!((num("measured_comm_s") - 0.1).abs() < 1e-9 && (num("measured_comm_exposed_s") - 0.25).abs() < 1e-9);
+    // The transfer after the last rank entered: 0.1 s. Rank 0 waits 0.3 s for rank 1: a
+    // wait of 0.15 s per rank-step, its own term; the exposed all-reduce without it is the
+    // mean of 0.4 − 0.3 and 0.1, no more than the all-reduce it is part of.
+    assert!((num("measured_comm_s") - 0.1).abs() < 1e-9, "{row:?}");
+    assert!((num("measured_wait_s") - 0.15).abs() < 1e-9, "{row:?}");
+    assert!((num("measured_comm_exposed_s") - 0.1).abs() < 1e-9, "{row:?}");
+    assert!(num("measured_comm_exposed_s") <= num("measured_comm_s") + 1e-12, "{row:?}");
     let report = std::fs::read_to_string(runs.join("report.md")).unwrap();
     for term in [
         "own work (slowest rank)",
-        "of which straggler",
+        "| wait for a late rank |",
         "| all-reduce |",
         "exposed all-reduce",
         "| step |",
@@ -1543,4 +1550,261 @@ fn the_largest_of_three_rank_counts_is_held_out() {
         "{report}"
     );
     assert!(report.contains("In sample: at the reference's own shape the error is"), "{report}");
+}
+
+/// `reduce --no-plots <extra> <dir>` by the binary: its report.json.
+fn reduced(dir: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["--no-plots"];
+    args.extend_from_slice(extra);
+    let d = path_str(dir);
+    args.push(&d);
+    reduce(&args).assert_ok();
+    json(&dir.join("report.json"))
+}
+
+/// The row of `report`'s `table` (summary, ranks, scaling) where `key` is `value`.
+fn entry<'a>(report: &'a serde_json::Value, table: &str, key: &str, value: &serde_json::Value) -> &'a serde_json::Value {
+    report[table]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| &e[key] == value)
+        .unwrap_or_else(|| panic!("no {table} entry with {key} = {value}"))
+}
+
+/// The transfer alone limits efficiency to T1 / (T1 + transfer): a point whose step is the
+/// 1-rank step plus its transfer reaches that limit exactly, where R/(R+1) (3.2/4.2 = 76 %)
+/// would be passed by the measured 80 %: R leaves the optimizer and the rest out.
+#[test]
+fn the_limit_the_transfer_sets_is_one_a_point_reaches() {
+    let d = tmp();
+    // Both ranks: the 1.0 s step of BASE plus 0.25 s of all-reduce, no wait.
+    const EXACT: [RankSpec; 2] = [("A", [0.1, 0.3, 0.5, 0.25, 0.1, 0.0]), ("A", [0.1, 0.3, 0.5, 0.25, 0.1, 0.0])];
+    write_run(&d.path().join("base"), "base", "m", &BASE, 10, 4);
+    write_run(&d.path().join("exact"), "exact", "m", &EXACT, 10, 4);
+    let r = reduced(d.path(), &[]);
+    let row = entry(&r, "scaling", "scaling_mode", &"weak".into());
+    let (eff, limit) = (row["efficiency"].as_f64().unwrap(), row["transfer_limit_efficiency"].as_f64().unwrap());
+    assert!(close(eff, 0.8) && close(limit, 0.8), "efficiency {eff}, limit {limit}");
+    let v = r["workloads"][0]["verdict"].as_str().unwrap();
+    assert!(v.contains("R = 3.20") && v.contains("T1/(T1 + transfer) = 80 %"), "{v}");
+    assert!(!v.contains("R/(R+1)") && !v.contains("caps"), "{v}");
+    let c = r["findings"]["compute_vs_comm"].as_str().unwrap();
+    assert!(!c.contains("R/(R+1)") && c.contains("no limit on efficiency by itself"), "{c}");
+}
+
+/// A wait happens inside the waiting rank's all-reduce: where the clocks put the last
+/// entry further off than that rank's whole all-reduce (here 0.55 s against 0.4 s), the
+/// wait is that all-reduce and the transfer 0, so transfer + wait = comm_s still.
+#[test]
+fn a_wait_is_never_longer_than_the_all_reduce_it_is_in() {
+    let d = tmp();
+    let dir = d.path().join("late");
+    write_run(&dir, "late", "m", &TWO_A, 10, 4);
+    edit_rows(&dir, 1, |_, col, row| {
+        let at: f64 = row[col("comm_last_start_at_s")].parse().unwrap();
+        row[col("comm_last_start_at_s")] = (at + 0.25).to_string();
+    });
+    let r = reduced(&dir, &[]);
+    let rank0 = entry(&r, "ranks", "rank", &0.into());
+    assert!(close(rank0["comm_wait_s_mean"].as_f64().unwrap(), 0.4), "{rank0}");
+    let e = &r["runs"][0]["per_epoch"];
+    let (comm, transfer, wait) = (
+        e["comm_s"].as_f64().unwrap(),
+        e["comm_transfer_s"].as_f64().unwrap(),
+        e["comm_wait_s"].as_f64().unwrap(),
+    );
+    // Per step: comm (0.4 + 0.1)/2, wait (0.4 + 0)/2, transfer (0 + 0.1)/2; × 100 steps.
+    assert!(close(comm, 25.0) && close(wait, 20.0) && close(transfer, 5.0), "{e}");
+    let said = r["findings"]["node_types"].to_string();
+    assert!(said.contains("in 4 rank-steps the last rank entered the all-reduce later than"), "{said}");
+}
+
+/// Three ranks, the third 0.3 s late: each of the other two waits 0.3 s per step. "Each
+/// other rank waits for it" is that mean (not their sum, 0.6 s), and report.md names the
+/// late rank though the run has one node type.
+#[test]
+fn a_late_rank_is_named_with_the_mean_wait_of_the_others() {
+    let d = tmp();
+    const THREE: [RankSpec; 3] = [
+        ("A", [0.1, 0.3, 0.5, 0.4, 0.1, 0.1]),
+        ("A", [0.1, 0.3, 0.5, 0.4, 0.1, 0.1]),
+        ("A", [0.1, 0.5, 0.6, 0.1, 0.1, 0.1]),
+    ];
+    write_run(&d.path().join("three"), "three", "m", &THREE, 10, 4);
+    let r = reduced(&d.path().join("three"), &[]);
+    let s = &r["summary"][0];
+    assert!(close(s["caused_wait_s_mean"].as_f64().unwrap(), 0.3), "{s}");
+    let late = entry(&r, "ranks", "rank", &2.into());
+    assert!(close(late["caused_wait_s_mean"].as_f64().unwrap(), 0.3), "{late}");
+    let md = std::fs::read_to_string(d.path().join("three/report.md")).unwrap();
+    assert!(
+        md.contains("rank 2 (on host2) entered the all-reduce last in 100 % of the steps: each other rank waited 300.00 ms per step for it"),
+        "{md}"
+    );
+    assert!(md.contains("each other rank waits for it ms (mean)"), "{md}");
+}
+
+/// A workload whose table mixes batches and modes: the verdict says which point (ranks,
+/// mode, batch) it is about, and every point a list names carries its mode and batch.
+#[test]
+fn verdicts_and_lists_say_the_mode_and_the_batch_of_each_point() {
+    let d = tmp();
+    write_run(&d.path().join("base10"), "base10", "m", &BASE, 10, 4);
+    write_run(&d.path().join("base20"), "base20", "m", &BASE, 20, 4);
+    // 20 samples in 1.5 s: weak 13.3/10 = 1.33, strong 13.3/20 = 0.67; one run per side,
+    // so neither has a direction, and the list of such points says which is which.
+    write_run(&d.path().join("two"), "two", "m", &TWO_A, 10, 4);
+    let r = reduced(d.path(), &[]);
+    let v = r["workloads"][0]["verdict"].as_str().unwrap();
+    assert!(v.starts_with("At 2 ranks (weak, batch 10 per rank, global batch 20) it has speedup 1.33"), "{v}");
+    assert!(v.contains(" `two` (strong, batch 10 per rank) at 2 ranks: one run per side"), "{v}");
+}
+
+/// A bandwidth range gets a sentence at each end from what its columns show: below 90 %
+/// with nothing run during backward, no cause named; above 110 %, the probe is off.
+#[test]
+fn both_ends_of_the_bandwidth_range_are_explained() {
+    let d = tmp();
+    // busbw = 2(n−1)/n · 400 B / 0.1 s = 4000 B/s in both runs; probes of 8000 and 3077 B/s.
+    for (id, probe) in [("low", 8000.0), ("high", 4000.0 / 1.3)] {
+        let dir = d.path().join(id);
+        write_run(&dir, id, "m", &LATE, 10, 4);
+        let mut m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+        m["allreduce_probe"] = serde_json::json!({"bytes": 400, "iters": 5, "median_s": 0.05, "min_s": 0.05,
+            "busbw_bytes_per_s": probe, "algbw_bytes_per_s": probe, "cold_cache": true});
+        std::fs::write(dir.join("manifest.json"), m.to_string()).unwrap();
+    }
+    let r = reduced(d.path(), &[]);
+    let t = r["findings"]["bandwidth"].as_str().unwrap();
+    assert!(t.contains("reaches 50–130 %"), "{t}");
+    assert!(t.contains("At the low end, `low` (50 %): below 90 % training is slower than the probe, and none of its columns shows why"), "{t}");
+    assert!(t.contains("At the high end, `high` (130 %): above 110 % the probe, not training, is off"), "{t}");
+}
+
+/// The link model `model_json(1e-5, 1e-9)` with an intra-node fit as well, for
+/// `per_node` ranks on one node, written into `dir`; its path.
+fn intra_model(dir: &Path, per_node: usize) -> std::path::PathBuf {
+    let mut v: serde_json::Value = serde_json::from_str(&model_json(1e-5, 1e-9)).unwrap();
+    let mut intra = v["models"][0]["inter"].clone();
+    intra["level"] = "intra-node".into();
+    v["models"][0]["intra"] = intra;
+    v["models"][0]["ranks_per_node"] = per_node.into();
+    v["models"][0]["nodes"] = 1.into();
+    let model = dir.join("allreduce_model.json");
+    std::fs::write(&model, v.to_string()).unwrap();
+    model
+}
+
+/// Sets `nodes` and, when given, the wire dtype of the run in `dir`.
+fn set_manifest(dir: &Path, nodes: usize, grad_dtype: Option<&str>) {
+    let mut m = Manifest::read(dir).unwrap();
+    m.nodes = nodes;
+    if let Some(g) = grad_dtype {
+        m.comm.grad_dtype = g.into();
+    }
+    m.write(dir).unwrap();
+}
+
+/// The projection section of `md` for the workload projected from run `from` (weak):
+/// its table rows by rank count (their cells) and its what-if sentences.
+fn projected_workload(md: &str, from: &str) -> (std::collections::BTreeMap<String, Vec<String>>, Vec<String>) {
+    let head = format!("(from run {from})");
+    let start = md
+        .lines()
+        .position(|l| l.starts_with("### ") && l.contains(&head) && !l.contains("strong"))
+        .unwrap_or_else(|| panic!("no section {head} in {md}"));
+    let mut table = std::collections::BTreeMap::new();
+    let mut sentences = Vec::new();
+    for l in md.lines().skip(start + 1).take_while(|l| !l.starts_with("### ") && !l.starts_with("![")) {
+        let cells: Vec<String> = l.split('|').map(|c| c.trim().to_string()).collect();
+        if l.starts_with("| ") && cells.len() > 14 && cells[2].contains(" × ") && cells[1] != "ranks" {
+            let ranks = cells[1].split(' ').next().unwrap().to_string();
+            table.insert(ranks, cells);
+        } else if let Some(s) = l.strip_prefix("- At ") {
+            sentences.push(s.to_string());
+        }
+    }
+    (table, sentences)
+}
+
+/// Every efficiency a what-if sentence quotes is one the table above it shows, in the
+/// row of the same rank count, and both are against the measured 1-rank step (2.0 s),
+/// where the projection at 1 rank (2.25 s, the 2-rank run's own work) would say more. At
+/// or above 80 % no smaller batch is recommended.
+#[test]
+fn every_efficiency_a_what_if_sentence_quotes_is_in_its_table() {
+    let d = tmp();
+    let runs = d.path().join("runs");
+    write_run(&runs.join("base"), "base", "m", &BASE, 10, 4);
+    write_run(&runs.join("two"), "two", "m", &TWO_A, 10, 4);
+    add_common_noise(&runs.join("base"), 1, 2.0);
+    add_common_noise(&runs.join("two"), 2, 2.0);
+    set_manifest(&runs.join("two"), 1, None);
+    let model = intra_model(d.path(), 2);
+    reduce(&["--no-plots", "--interconnect", &path_str(&model), &path_str(&runs)]).assert_ok();
+    let md = std::fs::read_to_string(runs.join("report.md")).unwrap();
+    let (table, sentences) = projected_workload(&md, "two");
+    assert!(!sentences.is_empty(), "{md}");
+    for s in &sentences {
+        let ranks = s.split(" ranks)").next().and_then(|h| h.rsplit('(').next()).unwrap();
+        let row = table.get(ranks).unwrap_or_else(|| panic!("no row of {ranks} ranks for {s:?} in {table:?}"));
+        let quoted: Vec<&str> = s.match_indices("efficiency ").map(|(at, _)| &s[at + 11..]).collect();
+        assert!(quoted.len() >= 2, "{s}");
+        for q in quoted {
+            let pct = &q[..q.find('%').unwrap() + 1];
+            assert!(row.iter().any(|c| c == pct), "{s:?} quotes {pct:?}, not in its row {row:?}");
+        }
+        // The table's own efficiency column is the first one quoted.
+        assert!(s.contains(&format!("efficiency {};", row[8])), "{s} vs {row:?}");
+        assert!(!s.contains("per-rank batch of about"), "{s}");
+        assert!(s.contains("at or above 80 % at this batch"), "{s}");
+    }
+}
+
+/// Gradients that already travel as bf16 are not halved again by a what-if.
+#[test]
+fn gradients_already_at_two_bytes_are_not_halved_again() {
+    let d = tmp();
+    let runs = d.path().join("runs");
+    write_run(&runs.join("base"), "base", "m", &BASE, 10, 4);
+    write_run(&runs.join("two"), "two", "m", &TWO_A, 10, 4);
+    set_manifest(&runs.join("base"), 1, Some("bf16"));
+    set_manifest(&runs.join("two"), 1, Some("bf16"));
+    let model = intra_model(d.path(), 2);
+    reduce(&["--no-plots", "--interconnect", &path_str(&model), &path_str(&runs)]).assert_ok();
+    let md = std::fs::read_to_string(runs.join("report.md")).unwrap();
+    let (table, sentences) = projected_workload(&md, "two");
+    assert!(!sentences.is_empty(), "{md}");
+    for s in &sentences {
+        assert!(s.contains("the gradients already travel at 2 bytes") && !s.contains("fp16/bf16"), "{s}");
+    }
+    assert!(table.values().all(|row| row[9] == "already 2 bytes"), "{table:?}");
+    let (h, rows) = read_csv(&runs.join("projection.csv"));
+    let at = h.iter().position(|c| c == "efficiency_half_wire_bytes").unwrap();
+    assert!(rows.iter().all(|r| r[at].is_empty()), "{rows:?}");
+}
+
+/// Without a measured 1-rank run no speedup called measured is given (it would be a
+/// measurement over a projection), and the run to add is named as its command.
+#[test]
+fn a_measured_speedup_needs_a_measured_1_rank_run() {
+    let d = tmp();
+    let runs = d.path().join("runs");
+    write_run(&runs.join("two"), "two", "m", &TWO_A, 10, 4);
+    let model = d.path().join("allreduce_model.json");
+    std::fs::write(&model, model_json(1e-5, 1e-9)).unwrap();
+    reduce(&["--no-plots", "--interconnect", &path_str(&model), &path_str(&runs)]).assert_ok();
+    let (h, rows) = read_csv(&runs.join("projection.csv"));
+    let at = |c: &str| h.iter().position(|x| x == c).unwrap_or_else(|| panic!("no column {c} in {h:?}"));
+    let measured: Vec<&Vec<String>> = rows.iter().filter(|r| !r[at("measured_step_s")].is_empty()).collect();
+    assert!(!measured.is_empty(), "{rows:?}");
+    for r in &measured {
+        assert_eq!(r[at("speedup_against")], "projection at 1 rank (no 1-rank run measured)");
+        assert_eq!(r[at("measured_speedup")], "", "{r:?}");
+        assert!(r[at("missing_reference")].starts_with("`mpirun -n 1 ddpbench train "), "{r:?}");
+    }
+    let md = std::fs::read_to_string(runs.join("report.md")).unwrap();
+    assert!(md.contains("so no measured speedup is given") && md.contains("add `mpirun -n 1 ddpbench train "), "{md}");
+    assert!(!md.contains("| 2 × 1 | speedup |"), "{md}");
 }

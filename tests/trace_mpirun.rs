@@ -98,6 +98,11 @@ fn offset_s(clock: &(Vec<String>, Vec<Vec<String>>), rank: usize, t_s: f64) -> f
 
 /// `train` on 2 ranks into `out`: 12 steps (2 warm-up), steps 3..11 traced, and `extra`.
 fn train_window_3_to_11(out: &Path, extra: &[&str]) {
+    train_window_3_to_11_with_env(out, extra, &[]).assert_ok();
+}
+
+/// [`train_window_3_to_11`] with `env` exported to every rank; the job, whatever its end.
+fn train_window_3_to_11_with_env(out: &Path, extra: &[&str], env: &[(&str, &str)]) -> Job {
     let o = path_str(out);
     let mut args = vec![
         "--max-steps",
@@ -111,15 +116,43 @@ fn train_window_3_to_11(out: &Path, extra: &[&str]) {
     ];
     args.extend_from_slice(extra);
     args.extend(["--out", o.as_str()]);
-    train(2, &args, LIMIT).assert_ok();
+    let mut cmd = mpirun_cmd_with_env(2, env);
+    cmd.arg(BIN).arg("train").args(&args);
+    run_with_limit(cmd, LIMIT)
+}
+
+/// A copy, at `d/run`, of one traced run ([`train_window_3_to_11`], nothing added) that
+/// this test process trains once, under Cargo's test scratch folder: the tests that
+/// only read a traced run, or damage their own copy of it, share one training.
+fn traced_run_copy(d: &Path) -> std::path::PathBuf {
+    static RUN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let src = RUN.get_or_init(|| {
+        let scratch = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        // Runs of earlier test processes that have ended.
+        for e in std::fs::read_dir(scratch).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = name.strip_prefix("trace-fixture-") {
+                if !Path::new("/proc").join(pid).exists() {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+        let out = scratch.join(format!("trace-fixture-{}", std::process::id())).join("run");
+        let _ = std::fs::remove_dir_all(&out);
+        train_window_3_to_11(&out, &[]);
+        out
+    });
+    let to = d.join("run");
+    let cp = std::process::Command::new("cp").arg("-a").arg(src).arg(&to).status().unwrap();
+    assert!(cp.success(), "cp -a {} {}", src.display(), to.display());
+    to
 }
 
 #[test]
 fn traced_steps_are_well_formed_match_the_csv_and_merge_on_clock_csv_offsets() {
     let d = tmp();
-    let out = d.path().join("run");
+    let out = traced_run_copy(d.path());
     let o = path_str(&out);
-    train_window_3_to_11(&out, &[]);
     for rank in 0..2usize {
         let path = out.join(format!("trace/rank-{rank:05}.trace.json"));
         let text = std::fs::read_to_string(&path).unwrap();
@@ -458,4 +491,276 @@ print(json.dumps({str(r): {'rows': len(df), 'iterations': [int(i) for i in a.t.g
         assert_eq!(r["rows"], kept as u64, "rank {rank}: {r}");
         assert_eq!(r["iterations"], serde_json::json!([1, 2, 3, 4, 5, 6]), "rank {rank}: {r}");
     }
+}
+
+/// The text of the number under `key` at the top level of the JSON object `obj` (one
+/// event a line), as written: a viewer parses this text, not serde_json's reading of it.
+fn top_level_number<'a>(obj: &'a str, key: &str) -> Option<&'a str> {
+    let (b, want) = (obj.as_bytes(), format!("\"{key}\":"));
+    let (mut depth, mut i) = (0usize, 0usize);
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                if depth == 1 && obj[i..].starts_with(&want) {
+                    let rest = obj[i + want.len()..].trim_start();
+                    let n = rest
+                        .find(|c: char| !(c.is_ascii_digit() || "+-.eE".contains(c)))
+                        .unwrap_or(rest.len());
+                    return Some(&rest[..n]);
+                }
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// What a viewer such as speedscope does with the complete slices of `path` (one event a
+/// line): each `ts` and `dur` parsed to the nearest f64 and `ts + dur` added in f64;
+/// then on each (pid, tid) every slice that starts inside another ends at or before its
+/// end, which is also every slice ending at or before its next sibling's start (one
+/// that ends past it makes the sibling its child and ends after the sibling). No
+/// tolerance: the sums are compared as the viewer compares them. Returns the slices seen.
+fn assert_nests_as_a_viewer_adds(path: &Path) -> usize {
+    type Slice = (f64, f64, String);
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut tracks: BTreeMap<(u64, u64), Vec<Slice>> = BTreeMap::new();
+    for line in text.lines() {
+        let l = line.trim().trim_end_matches(',');
+        let Ok(e) = serde_json::from_str::<Value>(l) else { continue };
+        if e.get("ph") != Some(&Value::from("X")) {
+            continue;
+        }
+        let num = |k: &str| -> f64 {
+            top_level_number(l, k)
+                .and_then(|t| t.parse().ok())
+                .unwrap_or_else(|| panic!("{k} of {l}"))
+        };
+        let (ts, dur) = (num("ts"), num("dur"));
+        let key = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap());
+        let name = format!("{} at ts {}", e["name"], top_level_number(l, "ts").unwrap());
+        tracks.entry(key).or_default().push((ts, ts + dur, name));
+    }
+    let mut seen = 0;
+    for (track, mut slices) in tracks {
+        seen += slices.len();
+        slices.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+        let mut open: Vec<Slice> = Vec::new();
+        for s in slices {
+            while open.last().is_some_and(|p| s.0 >= p.1) {
+                open.pop();
+            }
+            if let Some(p) = open.last() {
+                assert!(
+                    s.1 <= p.1,
+                    "{}, track {track:?}: {} ends at {:?}, after {} that holds it ends at {:?}",
+                    path.display(),
+                    s.2,
+                    s.1,
+                    p.2,
+                    p.1
+                );
+            }
+            open.push(s);
+        }
+    }
+    seen
+}
+
+#[test]
+fn slices_nest_when_a_viewer_adds_ts_and_dur_in_f64_in_rank_files_and_timeline() {
+    let d = tmp();
+    let out = traced_run_copy(d.path());
+    ddpbench(&["trace", &path_str(&out)]).assert_ok();
+    for file in ["trace/rank-00000.trace.json", "trace/rank-00001.trace.json", "timeline.json"] {
+        // At least ten slices for each of the 8 traced steps of each rank in the file.
+        let slices = assert_nests_as_a_viewer_adds(&out.join(file));
+        let ranks = if file == "timeline.json" { 2 } else { 1 };
+        assert!(slices >= 80 * ranks, "{file}: {slices} slices");
+    }
+}
+
+/// The test hook that lowers the per-rank trace bound, and the bound it sets: room for
+/// the metadata and a few steps of the window 3..11 (about 1.5 kB each), not for all.
+const LOW_BOUND: (&str, &str) = ("DDPBENCH_TRACE_MAX_BYTES", "9000");
+
+/// The step N in `"trace of rank R stops at step N"`, from `text`.
+fn stop_step(text: &str, rank: usize) -> Option<usize> {
+    let at = format!("trace of rank {rank} stops at step ");
+    let rest = &text[text.find(&at)? + at.len()..];
+    rest[..rest.find(|c: char| !c.is_ascii_digit())?].parse().ok()
+}
+
+#[test]
+fn a_trace_that_reaches_its_byte_bound_stops_whole_and_says_at_which_step() {
+    let d = tmp();
+    let out = d.path().join("run");
+    let o = path_str(&out);
+    let job = train_window_3_to_11_with_env(&out, &[], &[LOW_BOUND]);
+    job.assert_ok();
+    // Rank 0 says it once, while the run goes on.
+    let said = stop_step(&job.stderr, 0).unwrap_or_else(|| panic!("no warning:\n{}", job.all()));
+    assert_eq!(job.stderr.matches("trace of rank 0 stops at step").count(), 1, "{}", job.stderr);
+    let bound: u64 = LOW_BOUND.1.parse().unwrap();
+    for rank in 0..2usize {
+        let path = out.join(format!("trace/rank-{rank:05}.trace.json"));
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert!(len <= bound, "rank {rank}: {len} bytes over the bound {bound}");
+        // A whole JSON document, completed by the run.
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+            .unwrap_or_else(|e| panic!("rank {rank}'s trace is not JSON: {e}"));
+        let ev = v["traceEvents"].as_array().unwrap().clone();
+        assert_well_formed_and_nested(&ev);
+        let stop = ev
+            .iter()
+            .find(|e| e["args"]["trace_stopped_before_step"].is_u64())
+            .unwrap_or_else(|| panic!("rank {rank}: no stop marker"));
+        let n = stop["args"]["trace_stopped_before_step"].as_u64().unwrap() as usize;
+        assert_eq!(stop["args"]["max_bytes"], bound, "{stop}");
+        if rank == 0 {
+            assert_eq!(n, said, "the warning and the file name the same step");
+        }
+        let manifest = json(&out.join("manifest.json"));
+        assert_eq!(
+            manifest["ranks"][rank]["trace_stopped_before_step"], n as u64,
+            "the manifest names the step of rank {rank}: {}",
+            manifest["ranks"][rank]
+        );
+        assert!((4..11).contains(&n), "rank {rank}: stopped before step {n}, not within the window 3..11");
+        // Every step before it whole, none from it on.
+        let mut steps: Vec<usize> = named(&ev, "ProfilerStep#")
+            .iter()
+            .map(|s| s["name"].as_str().unwrap()["ProfilerStep#".len()..].parse().unwrap())
+            .collect();
+        steps.sort_unstable();
+        assert_eq!(steps, (3..n).collect::<Vec<_>>(), "rank {rank}");
+        assert_eq!(ev.iter().filter(|e| e["name"] == "optimizer").count(), n - 3, "rank {rank}");
+    }
+    // `trace` and `reduce` read both files and say where each stops.
+    for cmd in [vec!["trace", o.as_str()], vec!["reduce", "--no-plots", o.as_str()]] {
+        let job = ddpbench(&cmd);
+        job.assert_ok();
+        assert_eq!(stop_step(&job.all(), 0), Some(said), "{cmd:?}: {}", job.all());
+        assert!(stop_step(&job.all(), 1).is_some(), "{cmd:?}: {}", job.all());
+        let merged = json(&out.join("timeline.json"));
+        assert_eq!(merged["otherData"]["trace_stopped_before_step"]["0"], said as u64, "{}", merged["otherData"]);
+    }
+}
+
+#[test]
+fn bad_lines_in_a_rank_trace_are_skipped_counted_and_named_and_the_rest_is_kept() {
+    let d = tmp();
+    let out = traced_run_copy(d.path());
+    let path = out.join("trace/rank-00001.trace.json");
+    let before = events(&path).len();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let some_event = lines.iter().find(|l| l.contains("\"name\":\"forward\"")).unwrap();
+    let deep = format!(
+        "{{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"deep\",\"pid\":1,\"tid\":1,\"ts\":1.000,\"dur\":1.000,\"args\":{}{}}},",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let bad = [
+        some_event.replace("\"pid\":1,", "\"pid\":99,"),
+        "{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"forward\",\"pid\":1,\"tid\":1,\"ts\":NaN,\"dur\":1.000},".to_string(),
+        deep,
+    ];
+    let middle = lines.len() / 2;
+    let mut damaged: Vec<String> = lines[..middle].iter().map(|l| l.to_string()).collect();
+    damaged.extend(bad.iter().cloned());
+    damaged.extend(lines[middle..].iter().map(|l| l.to_string()));
+    std::fs::write(&path, damaged.join("\n") + "\n").unwrap();
+
+    let job = ddpbench(&["reduce", "--no-plots", &path_str(&out)]);
+    job.assert_ok();
+    let all = job.all();
+    assert!(all.contains("rank 1: 3 line(s) of "), "{all}");
+    for why in ["pid 99", "not JSON", "nested"] {
+        assert!(all.contains(why), "the reason {why:?} is not named:\n{all}");
+    }
+    assert!(all.contains(&format!("line {}", middle + 1)), "the first bad line's number:\n{all}");
+    let merged = json(&out.join("timeline.json"));
+    let kept = merged["traceEvents"].as_array().unwrap().iter().filter(|e| e["pid"] == 1).count();
+    assert_eq!(kept, before, "every other event of rank 1 is merged");
+    assert_eq!(merged["otherData"]["skipped_lines"]["1"]["count"], 3, "{}", merged["otherData"]);
+}
+
+#[test]
+fn a_fifo_in_place_of_a_trace_file_is_refused_at_once_by_trace_and_reduce() {
+    let d = tmp();
+    let out = traced_run_copy(d.path());
+    let path = out.join("trace/rank-00001.trace.json");
+    std::fs::remove_file(&path).unwrap();
+    let c = std::ffi::CString::new(path_str(&path)).unwrap();
+    // SAFETY: a C string this test owns.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    for args in [vec!["trace", "RUN"], vec!["reduce", "--no-plots", "RUN"]] {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args(args.iter().map(|a| if *a == "RUN" { path_str(&out) } else { a.to_string() }));
+        let job = run_with_limit(cmd, Duration::from_secs(30));
+        assert!(!job.timed_out, "{args:?} waited on the FIFO");
+        assert_ne!(job.status, Some(0), "{args:?}: {}", job.all());
+        assert!(
+            job.stderr.contains(&path_str(&path)) && job.stderr.contains("FIFO"),
+            "{args:?}: {}",
+            job.all()
+        );
+    }
+    assert!(!out.join("timeline.json.tmp").exists());
+}
+
+#[test]
+fn a_full_disk_leaves_no_temporary_timeline_and_the_error_names_the_path() {
+    let d = tmp();
+    let run = traced_run_copy(d.path());
+    let mnt = d.path().join("tiny");
+    std::fs::create_dir(&mnt).unwrap();
+    // In a mount namespace of its own, so the tmpfs goes with the shell: copy the run
+    // in, fill the file system, merge, and list what the merge left.
+    let script = format!(
+        "mount -t tmpfs -o size=256k tmpfs '{m}' || exit 77; cp -a '{r}' '{m}/run' || exit 78; \
+         cat /dev/zero > '{m}/filler' 2>/dev/null; '{BIN}' trace '{m}/run'; echo \"trace-exit $?\"; ls -a '{m}/run'",
+        m = path_str(&mnt),
+        r = path_str(&run)
+    );
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["-m", "sh", "-c", &script]);
+    let job = run_with_limit(cmd, Duration::from_secs(60));
+    if matches!(job.status, Some(77)) || job.stderr.contains("unshare failed") {
+        eprintln!("skipped: a tmpfs in a mount namespace needs root: {}", job.all());
+        return;
+    }
+    assert!(job.stdout.contains("trace-exit 1"), "{}", job.all());
+    let timeline = format!("{}/run/timeline.json", path_str(&mnt));
+    assert!(job.stderr.contains(&timeline), "the error names the file:\n{}", job.all());
+    assert!(job.stderr.contains("No space left"), "{}", job.all());
+    let names: Vec<&str> = job.stdout.lines().skip_while(|l| !l.starts_with("trace-exit")).skip(1).collect();
+    assert!(names.contains(&"trace") && names.contains(&"manifest.json"), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("timeline")),
+        "the merge left {names:?}"
+    );
+}
+
+#[test]
+fn a_link_planted_as_the_temporary_timeline_is_not_written_through() {
+    let d = tmp();
+    let out = traced_run_copy(d.path());
+    let victim = d.path().join("victim.txt");
+    std::fs::write(&victim, "keep me\n").unwrap();
+    std::os::unix::fs::symlink(&victim, out.join("timeline.json.tmp")).unwrap();
+    ddpbench(&["trace", &path_str(&out)]).assert_ok();
+    let kept = std::fs::read_to_string(&victim).unwrap();
+    assert!(kept == "keep me\n", "the link's target was written: {} bytes", kept.len());
+    assert!(!out.join("timeline.json").is_symlink(), "timeline.json is a link");
+    assert!(json(&out.join("timeline.json"))["traceEvents"].as_array().is_some_and(|e| !e.is_empty()));
+    assert!(std::fs::symlink_metadata(out.join("timeline.json.tmp")).is_err(), "the link is left");
 }

@@ -89,6 +89,23 @@ fn infinite_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Er
 }
 
 impl LevelFit {
+    /// A warning when the fit is off by more than [`MAX_FIT_REL_ERROR`] at some measured
+    /// size: which, by how much, and what it means for projections.
+    pub fn warning(&self) -> Option<String> {
+        let worst = self.residuals.iter().max_by(|a, b| a.rel_error.abs().total_cmp(&b.rel_error.abs()))?;
+        (worst.rel_error.abs() > MAX_FIT_REL_ERROR).then(|| {
+            format!(
+                "warning: the {} fit is off by {:.1} % at {} B (beyond {:.0} %): it does not follow the sweep there, and \
+                 `ddpbench reduce` marks projections through it unreliable at those sizes; sweep again with more --iters, \
+                 or on a quieter machine",
+                self.level,
+                worst.rel_error.abs() * 100.0,
+                worst.bytes,
+                MAX_FIT_REL_ERROR * 100.0
+            )
+        })
+    }
+
     /// Err names the first key whose value no link has (`key is value: why`): α and β
     /// finite and from 0 (a fit may clamp them to 0) to [`MAX_ALPHA_S`] and
     /// [`MAX_BETA_S_PER_BYTE`], 2 or more ranks, sizes within a step's bytes, measured
@@ -433,6 +450,21 @@ mod tests {
             bytes *= 2;
         }
         out
+    }
+
+    /// A sweep on a busy 2-core machine (tests/fixtures/schema4-967f27a) fitted a line
+    /// 39.8 % off at 1 MiB: the sweep says so when it prints the fit; a fit within
+    /// [`MAX_FIT_REL_ERROR`] gets no warning.
+    #[test]
+    fn a_fit_beyond_its_error_is_warned_when_the_sweep_writes_it() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema4-967f27a/sweep/link_model.json");
+        let file = super::super::LinkModelFile::read(&path).unwrap();
+        let bad = file.models[0].model.intra.clone().unwrap();
+        let w = bad.warning().expect("a fit 39.8 % off is warned");
+        assert!(w.contains("off by 39.8 % at 1048576 B (beyond 25 %)"), "{w}");
+        assert!(w.contains("marks projections through it unreliable"), "{w}");
+        let good = fit("intra-node", Backend::Mpi, "fp32", 2, &synthetic(2, 5e-6, 1e-10, 0.03, 1)).unwrap();
+        assert_eq!(good.warning(), None, "{}", good.max_abs_rel_error);
     }
 
     #[test]

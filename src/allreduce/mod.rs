@@ -960,6 +960,9 @@ fn print_model(bm: &RouteLinkModel, rows: &[SweepRow]) {
             f.min_bytes,
             f.max_bytes
         );
+        if let Some(w) = f.warning() {
+            crate::stderr::line(format!("{}, {w}\n", bm.route().label()).into_bytes());
+        }
     }
     // The whole world measured against the two levels combined: the model's own check.
     let world: Vec<&SweepRow> = rows

@@ -1,8 +1,8 @@
 //! The raw all-reduce probe a training run records in its manifest: the run's own
-//! gradient buckets all-reduced back to back with the sweep's measurement
-//! ([`super::sweep::measure_set`]) on MPI and host memory, through the same transport
-//! training uses, so the all-reduce inside training can be compared with what the
-//! interconnect does without it.
+//! gradient buckets, in the dtype they travel in (`--grad-dtype`), all-reduced back to
+//! back with the sweep's measurement ([`super::sweep::measure_set`]) on MPI and host
+//! memory, through the same transport training uses, so the all-reduce inside training
+//! can be compared with what the interconnect does without it, byte for byte.
 
 use super::sweep::{measure_set, Target};
 use crate::bandwidth::{algbw, busbw};
@@ -21,7 +21,8 @@ pub const CACHE_FLUSH_BYTES: usize = 64 << 20;
 pub const PROBE_BUDGET_S: f64 = 5.0;
 pub const PROBE_MIN_ITERS: usize = 10;
 
-/// Times up to `iters` all-reduces of buffers shaped like `plan` (after one untimed
+/// Times up to `iters` all-reduces of buffers shaped like `plan`, elements of `dtype` (the
+/// run's wire dtype: the bytes training puts on the wire) (after one untimed
 /// round, within [`PROBE_BUDGET_S`]), ranks aligned by a barrier. With `flush_bytes` > 0,
 /// each iteration first writes that many bytes elsewhere, so the buffers come from
 /// memory rather than cache, as gradients do right after backward (on a 32 MiB-L3 EPYC:
@@ -30,6 +31,7 @@ pub fn probe_allreduce(
     comm: &SimpleCommunicator,
     world_size: usize,
     plan: &BucketPlan,
+    dtype: GradDtype,
     iters: usize,
     flush_bytes: usize,
 ) -> Result<AllreduceProbe> {
@@ -40,12 +42,17 @@ pub fn probe_allreduce(
         device: Device::Cpu,
         transport: &mut transport,
     };
-    // Buckets of every dtype probed as fp32 buffers of the same bytes.
-    let numels: Vec<usize> = plan.bytes().iter().map(|b| b.div_ceil(4)).collect();
+    // Each bucket probed as buffers of the wire dtype holding the bytes it puts on the
+    // wire (a bucket of another parameter dtype travels in its own: the same bytes).
+    let numels: Vec<usize> = plan
+        .wire_bytes(dtype)
+        .iter()
+        .map(|&b| (b as usize).div_ceil(dtype.bytes()))
+        .collect();
     let m = measure_set(
         &mut target,
         &numels,
-        GradDtype::Fp32,
+        dtype,
         iters,
         PROBE_BUDGET_S,
         PROBE_MIN_ITERS,
@@ -58,7 +65,7 @@ pub fn probe_allreduce(
         );
     }
     let times = m.iter_s;
-    let bytes = (numels.iter().sum::<usize>() * 4) as u64;
+    let bytes = (numels.iter().sum::<usize>() * dtype.bytes()) as u64;
     let median_s = crate::stats::median(&times);
     Ok(AllreduceProbe {
         bytes,
@@ -68,6 +75,7 @@ pub fn probe_allreduce(
         busbw_bytes_per_s: busbw(bytes as f64, world_size, median_s),
         algbw_bytes_per_s: algbw(bytes as f64, median_s),
         cold_cache: flush_bytes > 0,
+        dtype,
         p10_s: Some(crate::stats::quantile(&times, 0.1)),
         p90_s: Some(crate::stats::quantile(&times, 0.9)),
     })

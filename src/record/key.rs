@@ -340,10 +340,18 @@ pub struct ComparisonKey {
     /// are never one workload, and one file is the same wherever it lies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_sha256: Option<String>,
+    /// Environment variables that change what a run does (the test hooks, glibc's malloc
+    /// settings), as `NAME=value`, every value any rank saw, ascending (absent: none set).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
     /// The trainer, when it is not ddpbench (absent: ddpbench).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer: Option<Peer>,
 }
+
+/// The built-in networks that take token ids (`--seq-len` and `--vocab-size` shape them),
+/// by the name the key records; `model`'s tests hold this list to the networks' inputs.
+pub const TOKEN_MODELS: &[&str] = &["transformer-small", "transformer-medium"];
 
 /// A TorchScript model's `--input-shape` as the key holds it, with its dtype when that
 /// is not float32 (`3x224x224`, `int64 128`).
@@ -416,6 +424,7 @@ impl ComparisonKey {
             ("loss", (!self.loss.is_nll()).then(|| text(&self.loss)).flatten()),
             ("model_sha256", self.model_sha256.clone()),
             ("peer", self.peer.map(|p| p.name().to_string())),
+            ("env", (!self.env.is_empty()).then(|| self.env.join(","))),
         ];
         let mut out = format!("{} threads={}", text(&self.device).unwrap_or_default(), threads.join("/"));
         for (name, value) in settings {
@@ -443,13 +452,30 @@ impl ComparisonKey {
                 "comparison_key.input_shape is {}: not a sample shape (e.g. 3x224x224 or int64 128)",
                 shorten(&serde_json::json!(k.input_shape))
             )),
-            Some(k) => Ok(k.clone()),
+            Some(k) => Ok(k.clone().applicable()),
             None => ComparisonKey::derive(m),
         }
     }
 
+    /// The key without the settings its model does not read: `seq_len` only for a
+    /// built-in network that takes tokens, `vocab_size` for any model that takes tokens
+    /// (a built-in transformer, or a TorchScript model with int64 input). Manifests that
+    /// recorded them for every model read back as the same key as those that did not.
+    pub fn applicable(mut self) -> ComparisonKey {
+        let builtin_tokens = TOKEN_MODELS.contains(&self.model.as_str());
+        let script_tokens = self.input_shape.as_deref().is_some_and(|s| s.starts_with("int64 "));
+        if !builtin_tokens {
+            self.seq_len = None;
+        }
+        if !(builtin_tokens || script_tokens) {
+            self.vocab_size = None;
+        }
+        self
+    }
+
     /// The key of a manifest written before `comparison_key` existed, from `config` (the
-    /// flags as given), `comm` (what communication ran) and `ranks`.
+    /// flags as given), `comm` (what communication ran) and `ranks`, with only the fields
+    /// its model reads ([`Self::applicable`]).
     pub fn derive(m: &Manifest) -> Result<ComparisonKey, String> {
         let c = &m.config;
         let no_dropout: Option<bool> = config(c, "no_dropout")?;
@@ -489,7 +515,74 @@ impl ComparisonKey {
                 f => f.as_ref().map(|f| f.sha256.clone()),
             },
             peer: None,
-        })
+            env: env_of(&m.ranks),
+        }
+        .applicable())
+    }
+}
+
+/// The run-changing environment every rank recorded (`RankInfo::run_env`), every
+/// `NAME=value` once, ascending.
+pub fn env_of(ranks: &[RankInfo]) -> Vec<String> {
+    let mut e: Vec<String> = ranks.iter().flat_map(|r| r.run_env.iter().cloned()).collect();
+    e.sort_unstable();
+    e.dedup();
+    e
+}
+
+/// One `train` flag that makes a run of a key ([`ComparisonKey::flags`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyFlag {
+    /// `--flag value`.
+    Value(&'static str, String),
+    /// A switch: given (true) or left out (false).
+    Switch(&'static str, bool),
+}
+
+impl KeyFlag {
+    pub fn flag(&self) -> &'static str {
+        match self {
+            KeyFlag::Value(f, _) | KeyFlag::Switch(f, _) => f,
+        }
+    }
+}
+
+impl ComparisonKey {
+    /// The `train` flags that make a run of this key: each field as its flag with the
+    /// value that ran (the pairs `train`'s `IN_KEY` lists), a setting not recorded left
+    /// out. The model, the data set and a TorchScript model's input shape are not among
+    /// them (a run names them by path, as it was given), nor the environment ([`Self::env`]).
+    pub fn flags(&self) -> Vec<KeyFlag> {
+        let value = |flag: &'static str, v: Option<String>| v.map(|v| KeyFlag::Value(flag, v));
+        let threads = match self.threads_per_rank.as_slice() {
+            [t] => Some(t.to_string()),
+            _ => None,
+        };
+        [
+            value("--device", text(&self.device)),
+            value("--threads", threads),
+            value("--optimizer", text(&self.optimizer)),
+            value("--grad-accum", text(&self.grad_accum)),
+            value("--bucket-mb", text(&self.bucket_mb)),
+            value("--overlap", text(&self.overlap)),
+            value("--grad-dtype", text(&self.grad_dtype)),
+            value("--amp", text(&self.amp)),
+            value("--allreduce", text(&self.backend)),
+            value("--workers", text(&self.workers)),
+            value("--seq-len", text(&self.seq_len)),
+            value("--vocab-size", text(&self.vocab_size)),
+            value("--malloc", text(&self.malloc)),
+            self.deterministic.map(|d| KeyFlag::Switch("--deterministic", d)),
+            value("--phase-sync", text(&self.phase_sync)),
+            value("--memory-format", text(&self.memory_format)),
+            Some(KeyFlag::Switch("--no-dropout", !self.dropout)),
+            value("--momentum", text(&self.momentum)),
+            value("--weight-decay", text(&self.weight_decay)),
+            value("--loss", text(&self.loss)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 }
 
@@ -584,7 +677,7 @@ pub(crate) mod tests {
     /// A key with every field away from its default.
     pub(crate) fn unusual() -> ComparisonKey {
         ComparisonKey {
-            model: "resnet18".into(),
+            model: "transformer-small".into(),
             dataset: "cifar10".into(),
             device: DeviceKind::Cuda,
             threads_per_rank: vec![2, 4],
@@ -608,6 +701,7 @@ pub(crate) mod tests {
             input_shape: Some("int64 128".into()),
             loss: LossKind::None,
             model_sha256: Some("ab".repeat(32)),
+            env: vec!["DDPBENCH_SLOW_FORWARD=1:30".into()],
             peer: Some(Peer::PytorchDdp),
         }
     }
@@ -712,7 +806,7 @@ pub(crate) mod tests {
         let mut k = unusual();
         (k.phase_sync, k.dropout, k.momentum, k.weight_decay) = (PhaseSync::On, true, Real(0.9), Real(0.0));
         k.memory_format = MemoryFormat::Contiguous;
-        (k.input_shape, k.loss, k.model_sha256, k.peer) = (None, LossKind::Nll, None, None);
+        (k.input_shape, k.loss, k.model_sha256, k.env, k.peer) = (None, LossKind::Nll, None, Vec::new(), None);
         let json = serde_json::to_value(&k).unwrap();
         for absent in [
             "phase_sync",
@@ -723,11 +817,74 @@ pub(crate) mod tests {
             "input_shape",
             "loss",
             "model_sha256",
+            "env",
             "peer",
         ] {
             assert!(json.get(absent).is_none(), "{absent} in {json}");
             assert!(!k.describe().contains(absent), "{}", k.describe());
         }
         assert_eq!(serde_json::from_value::<ComparisonKey>(json).unwrap(), k);
+    }
+
+    /// The transformer fields belong to models that take tokens: a ResNet's or a
+    /// CNN's key has neither, whether its manifest recorded them (every run before) or
+    /// not, so old and new runs of one workload have one key.
+    #[test]
+    fn a_key_holds_only_the_fields_its_model_reads() {
+        let mut old = unusual();
+        (old.model, old.input_shape, old.model_sha256) = ("resnet18".into(), None, None);
+        old.threads_per_rank = vec![1];
+        let m = manifest_with(old.clone());
+        let read = ComparisonKey::of(&m).unwrap();
+        assert_eq!((read.seq_len, read.vocab_size), (None, None));
+        assert!(!read.describe().contains("seq_len") && !read.describe().contains("vocab_size"));
+        let mut new = old.clone();
+        (new.seq_len, new.vocab_size) = (None, None);
+        assert_eq!(ComparisonKey::of(&manifest_with(new)).unwrap(), read);
+        // Derived from an old manifest's config (no key recorded): the same.
+        let mut derived = manifest_with(old.clone());
+        derived.comparison_key = None;
+        derived.model = "mnist-cnn".into();
+        derived.config = serde_json::json!({"seq_len": 128, "vocab_size": 20000});
+        let k = ComparisonKey::of(&derived).unwrap();
+        assert_eq!((k.seq_len, k.vocab_size), (None, None));
+        // A transformer keeps both; a TorchScript model of token ids keeps the vocabulary.
+        let mut t = unusual();
+        t.threads_per_rank = vec![1];
+        let t = ComparisonKey::of(&manifest_with(t)).unwrap();
+        assert_eq!((t.seq_len, t.vocab_size), (Some(64), Some(1000)));
+        let mut script = unusual();
+        script.threads_per_rank = vec![1];
+        script.model = "net.pt".into();
+        let s = ComparisonKey::of(&manifest_with(script.clone())).unwrap();
+        assert_eq!((s.seq_len, s.vocab_size), (None, Some(1000)));
+        script.input_shape = Some("3x32x32".into());
+        let s = ComparisonKey::of(&manifest_with(script)).unwrap();
+        assert_eq!((s.seq_len, s.vocab_size), (None, None));
+    }
+
+    /// A run-changing environment variable tells runs apart: a slowed rank is no repeat.
+    #[test]
+    fn the_environment_a_run_had_is_part_of_its_key() {
+        let mut plain = unusual();
+        plain.env.clear();
+        let slowed = unusual();
+        assert_ne!(plain, slowed);
+        assert!(slowed.describe().ends_with(" env=DDPBENCH_SLOW_FORWARD=1:30"), "{}", slowed.describe());
+        // Derived for a manifest without a key: from what its ranks recorded.
+        let mut m = manifest_with(plain);
+        m.comparison_key = None;
+        m.ranks = vec![
+            RankInfo {
+                run_env: vec!["DDPBENCH_SLOW_FORWARD=1:30".into()],
+                ..Default::default()
+            },
+            RankInfo {
+                rank: 1,
+                run_env: vec!["DDPBENCH_SLOW_FORWARD=1:30".into()],
+                ..Default::default()
+            },
+        ];
+        assert_eq!(ComparisonKey::derive(&m).unwrap().env, vec!["DDPBENCH_SLOW_FORWARD=1:30".to_string()]);
     }
 }

@@ -1,6 +1,6 @@
 //! `manifest.json`: everything needed to interpret, compare and repeat a run.
 
-use super::key::Backend;
+use super::key::{Backend, GradDtype};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -13,6 +13,10 @@ use std::path::Path;
 /// all-reduce backend (`mpi` for `mpi-cpu-staged` and the sweep's `staged`, with where
 /// the buffers live in `allreduce.csv`'s `memory`).
 pub const SCHEMA_VERSION: u32 = 4;
+
+fn fp32() -> GradDtype {
+    GradDtype::Fp32
+}
 
 /// Manifests written before `schema_version` existed are version 1.
 fn schema_v1() -> u32 {
@@ -32,6 +36,9 @@ pub struct AllreduceProbe {
     /// True when caches were flushed before each iteration.
     #[serde(default)]
     pub cold_cache: bool,
+    /// The elements' type: the run's wire dtype (absent: fp32, all probes ran in before).
+    #[serde(default = "fp32")]
+    pub dtype: GradDtype,
     /// 10th and 90th percentile of the iterations: the probe's spread.
     #[serde(default)]
     pub p10_s: Option<f64>,
@@ -101,6 +108,10 @@ pub struct RankInfo {
     /// Every `NCCL_*` variable this rank saw (they change NCCL's algorithms and transports).
     #[serde(default)]
     pub nccl_env: Vec<(String, String)>,
+    /// The environment variables this rank saw that change what a run does (the test
+    /// hooks, glibc's malloc settings), as `NAME=value`: the comparison key's `env`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub run_env: Vec<String>,
     /// The CUDA version the driver supports (from the driver), on a GPU rank.
     #[serde(default)]
     pub cuda_driver_version: Option<String>,
@@ -113,6 +124,11 @@ pub struct RankInfo {
     /// The same after the last step (a GPU that heated up and throttled shows here).
     #[serde(default)]
     pub gpu_clocks_end: Option<crate::device::nvml::GpuClocks>,
+    /// The first global step this rank's trace left out because its file reached its
+    /// byte bound (the trace file marks the same step); absent when the whole window was
+    /// traced, or nothing was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_stopped_before_step: Option<usize>,
 }
 
 /// `manifest.json`: everything needed to interpret, compare and repeat a run.

@@ -120,7 +120,8 @@ pub struct StepRow {
     /// `comm_last_start_s` before schema 3.
     pub comm_last_start_at_s: f64,
     pub loss: f64,
-    /// Gradient bytes this rank put into the all-reduce (at --grad-dtype).
+    /// Gradient bytes this rank put into the all-reduce (at --grad-dtype); 0 for a lone
+    /// rank, whose all-reduce is a local copy that puts nothing on a wire.
     pub bytes: u64,
     /// fp16 AMP's loss scale during the step (empty without --amp fp16).
     pub loss_scale: Option<f64>,

@@ -45,6 +45,19 @@ pub fn compute_comm_ratio(forward_s: f64, backward_s: f64, comm_s: f64) -> f64 {
     }
 }
 
+/// The efficiency the transfer alone allows without overlap: `T1 / (T1 + transfer)`,
+/// with T1 the measured 1-rank step at the point's per-rank batch and `transfer` the
+/// point's all-reduce after the last rank entered, both per step. A point whose step is
+/// T1 plus its transfer, nothing else slower than alone, has exactly this efficiency.
+/// NaN without a step.
+pub fn transfer_limit_efficiency(t1_s: f64, transfer_s: f64) -> f64 {
+    if t1_s > 0.0 {
+        t1_s / (t1_s + transfer_s.max(0.0))
+    } else {
+        f64::NAN
+    }
+}
+
 /// Karp–Flatt experimentally determined serial fraction for speedup `s` on `p` times
 /// the baseline's ranks: `e = (1/s − 1/p) / (1 − 1/p)`. NaN for p ≤ 1.
 pub fn karp_flatt(speedup: f64, p: f64) -> f64 {
@@ -125,6 +138,9 @@ mod tests {
         // R = (0.3 + 0.5) / 0.4 = 2.
         assert!(close(compute_comm_ratio(0.3, 0.5, 0.4), 2.0));
         assert!(compute_comm_ratio(0.3, 0.5, 0.0).is_nan());
+        // A 1.0 s step alone plus 0.25 s of transfer: 80 %.
+        assert!(close(transfer_limit_efficiency(1.0, 0.25), 0.8));
+        assert!(transfer_limit_efficiency(0.0, 0.25).is_nan());
     }
 
     #[test]

@@ -262,5 +262,5 @@ fn project(req: &ReduceRequest, dirs: &[PathBuf], complete: &[&RunStats]) -> Res
         eprintln!("projection: no workload could be projected with {}", sweep.display());
         return Ok(None);
     }
-    Ok(Some(report::projection_section(rows, notes, complete, &models, &sweep)))
+    Ok(Some(report::projection_section(rows, notes, &models, &sweep)))
 }

@@ -279,8 +279,10 @@ fn manifest(pg: &Group, peer: Peer, cfg: &TrainConfig, run_id: &str, started: Sy
         input_shape: None,
         loss: cfg.workload.loss,
         model_sha256: None,
+        env: key::env_of(&ranks),
         peer: Some(peer),
-    };
+    }
+    .applicable();
     let mut config = serde_json::to_value(cfg).unwrap_or_default();
     config["peer"] = serde_json::json!(peer.name());
     Manifest {

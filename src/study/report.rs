@@ -29,8 +29,9 @@ pub struct PointSummary {
     pub global_batch: usize,
     pub repeats_completed: usize,
     pub repeats_planned: usize,
-    /// The median over the completed repeats of each run's throughput (samples per step
-    /// over its mean step, as `reduce` gives it).
+    /// The geometric mean over the completed repeats of each run's throughput (samples
+    /// per step over its mean step, as `reduce` gives it): the estimator the speedups are
+    /// ratios of.
     pub samples_per_s: Option<f64>,
     pub weak_speedup: Option<f64>,
     pub weak_speedup_low: Option<f64>,
@@ -43,9 +44,11 @@ pub struct PointSummary {
     pub strong_speedup_high: Option<f64>,
     pub strong_interval_method: Option<String>,
     pub strong_efficiency: Option<f64>,
-    /// R = (forward + backward) / all-reduce transfer, median over repeats (lowest node type).
+    /// R = (forward + backward) / all-reduce transfer, geometric mean over repeats
+    /// (lowest node type).
     pub compute_comm_ratio: Option<f64>,
-    /// Last epoch's validation loss and accuracy, medians over repeats.
+    /// Last epoch's validation loss and accuracy, medians over repeats (not throughputs:
+    /// the one figure of this table that is no geometric mean).
     pub val_loss: Option<f64>,
     pub val_accuracy: Option<f64>,
     /// The first failed repeat's error.
@@ -60,6 +63,10 @@ pub struct PointSummary {
 
 fn med(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| median(v))
+}
+
+fn geo(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| crate::stats::geometric_mean(v)).filter(|g| g.is_finite())
 }
 
 fn finite(v: f64) -> Option<f64> {
@@ -114,7 +121,7 @@ pub(super) fn summarise(report: &Report, plan: &Plan, repeat: usize, state: &Sta
                 global_batch: p.global_batch,
                 repeats_completed: done.len(),
                 repeats_planned: repeat,
-                samples_per_s: med(&of_runs(|r| finite(r.samples_per_s))),
+                samples_per_s: geo(&of_runs(|r| finite(r.samples_per_s))),
                 weak_speedup: one(get(ScalingMode::Weak, |r| r.speedup)),
                 weak_speedup_low: get(ScalingMode::Weak, |r| r.speedup_low),
                 weak_speedup_high: get(ScalingMode::Weak, |r| r.speedup_high),
@@ -125,7 +132,7 @@ pub(super) fn summarise(report: &Report, plan: &Plan, repeat: usize, state: &Sta
                 strong_speedup_high: get(ScalingMode::Strong, |r| r.speedup_high),
                 strong_interval_method: method(ScalingMode::Strong),
                 strong_efficiency: one(get(ScalingMode::Strong, |r| r.efficiency)),
-                compute_comm_ratio: med(&r),
+                compute_comm_ratio: geo(&r),
                 val_loss: med(&of_runs(|r| r.final_val_loss)),
                 val_accuracy: med(&of_runs(|r| r.final_val_accuracy)),
                 error,
@@ -262,8 +269,8 @@ pub(super) fn write(
     let mut md = String::from("# Study summary\n\n");
     let _ = writeln!(
         md,
-        "Each point's repeats together: throughput is the median over completed repeats, \
-         speedups are `reduce`'s ratios of geometric means over repeats (weak: against the 1-rank point of the same batch per rank; \
+        "Each point's repeats together: throughput and R are geometric means over completed repeats, \
+         speedups are `reduce`'s ratios of those geometric means (weak: against the 1-rank point of the same batch per rank; \
          strong: against the 1-rank point of the same global batch; in brackets the 95 % \
          t-interval on log throughput over repeats, whose method and degrees of freedom \
          study.csv gives; a direction is claimed only where it excludes 1), \

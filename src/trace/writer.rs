@@ -5,6 +5,11 @@
 //! the object form with `distributedInfo` on its own line (`"rank": N`, a space after
 //! the colon, as Holistic Trace Analysis's rank pattern wants).
 //!
+//! A file never passes [`MAX_RANK_BYTES`]: the first step whose events would take it
+//! past the bound is not written, a process-wide instant says where the trace stops
+//! (`args.trace_stopped_before_step`), the rank logs it once, and the run goes on
+//! untraced, so the file stays whole and readable.
+//!
 //! The trace times nothing itself: it draws the marks the step's phase clock recorded
 //! and the all-reduce's own readings, on the rank's clock (nanoseconds since the run's
 //! start, the clock of `step_start_at_s` in the rank's CSV).
@@ -14,17 +19,28 @@ use super::window::StepWindow;
 use crate::comm::CommStats;
 use crate::data::loader::BatchSpan;
 use crate::record::Phase;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use serde_json::json;
 use std::fs::File;
-use std::io::{BufWriter, Read, Write};
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// The trace folder inside a run folder.
 pub const TRACE_DIR: &str = "trace";
-/// The largest rank trace file read back (to complete it, or to merge it).
+/// The largest rank trace file read back to merge it.
 pub const MAX_FILE_BYTES: u64 = 1 << 30;
+/// The most bytes a rank's trace file takes: where tracing stops. Below the reader's
+/// [`MAX_FILE_BYTES`], so every file a run writes is read back.
+pub const MAX_RANK_BYTES: u64 = 512 << 20;
+const _: () = assert!(MAX_RANK_BYTES < MAX_FILE_BYTES);
+/// A test hook: a lower per-rank bound in bytes (never a higher one than
+/// [`MAX_RANK_BYTES`]), read once when the trace opens.
+pub const MAX_BYTES_ENV: &str = "DDPBENCH_TRACE_MAX_BYTES";
+/// The bytes kept below the bound for what follows the last step written: the instant
+/// that says where the trace stops and the object form's first and last lines (plus the
+/// backend's name, which the first line holds).
+const CLOSING_BYTES: u64 = 1024;
 
 pub fn file_name(rank: usize) -> String {
     format!("rank-{rank:05}.trace.json")
@@ -66,6 +82,29 @@ pub struct RankTrace {
     out: BufWriter<File>,
     /// The workers whose thread is named in the file already.
     named_workers: Vec<bool>,
+    /// The file's bound in bytes ([`MAX_RANK_BYTES`], or lower through [`MAX_BYTES_ENV`]).
+    max_bytes: u64,
+    /// Bytes in the file so far.
+    written: u64,
+    /// The last global step written whole.
+    last_step: Option<usize>,
+    /// The step before which tracing stopped at the bound.
+    stopped_before: Option<usize>,
+}
+
+/// The per-rank bound: [`MAX_RANK_BYTES`], or the lower one the test hook sets.
+fn max_bytes_from_env() -> Result<u64> {
+    let Ok(text) = std::env::var(MAX_BYTES_ENV) else {
+        return Ok(MAX_RANK_BYTES);
+    };
+    match text.trim().parse::<u64>() {
+        Ok(n) if n >= 4 * CLOSING_BYTES => Ok(n.min(MAX_RANK_BYTES)),
+        _ => bail!(
+            "{MAX_BYTES_ENV}={text:?} is not a whole number of bytes of at least {}, the least that holds a \
+             trace's metadata and closing lines; unset it, or give e.g. 65536",
+            4 * CLOSING_BYTES
+        ),
+    }
 }
 
 impl RankTrace {
@@ -75,6 +114,7 @@ impl RankTrace {
         let dir = run_dir.join(TRACE_DIR);
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the trace folder {}", dir.display()))?;
         let path = dir.join(file_name(id.rank));
+        let max_bytes = max_bytes_from_env()?;
         let file = File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
         let mut t = RankTrace {
             out: BufWriter::new(file),
@@ -83,6 +123,10 @@ impl RankTrace {
             window,
             origin,
             named_workers: Vec::new(),
+            max_bytes,
+            written: 2,
+            last_step: None,
+            stopped_before: None,
         };
         t.out.write_all(b"[\n")?;
         let name = format!("rank {} · {} · {}", t.id.rank, t.id.host, t.id.node_type);
@@ -99,18 +143,24 @@ impl RankTrace {
             meta.push(Event::metadata("thread_name", id, json!({ "name": name })));
             meta.push(Event::metadata("thread_sort_index", id, json!({ "sort_index": id })));
         }
-        t.write(&meta)?;
+        let first = t.window.first;
+        t.write(first, 0, &meta)?;
         Ok(t)
+    }
+
+    /// The global step before which tracing stopped at the file's byte bound, if it did.
+    pub fn stopped_before(&self) -> Option<usize> {
+        self.stopped_before
     }
 
     /// Whether global step `global_step` is traced.
     pub fn wants(&self, global_step: usize) -> bool {
-        self.window.contains(global_step)
+        self.stopped_before.is_none() && self.window.contains(global_step)
     }
 
     /// Whether global steps `from..to` include a traced one.
     pub fn overlaps(&self, from: usize, to: usize) -> bool {
-        from < self.window.end && to > self.window.first
+        self.stopped_before.is_none() && from < self.window.end && to > self.window.first
     }
 
     fn since_origin_ns(&self, t: Instant) -> i64 {
@@ -185,7 +235,10 @@ impl RankTrace {
         let mut loss = Event::slice("loss", "counter", tid::COUNTERS, end_ns, end_ns);
         loss.ph = 'C';
         ev.push(loss.with_args(json!({ "loss": if s.loss.is_finite() { json!(s.loss) } else { json!(null) } })));
-        self.write(&ev)
+        if self.write(s.global_step, start_ns, &ev)? {
+            self.last_step = Some(s.global_step);
+        }
+        Ok(())
     }
 
     /// The batches that global step `global_step` used, each on its worker's thread (named
@@ -195,6 +248,7 @@ impl RankTrace {
             return Ok(());
         }
         let mut ev = Vec::with_capacity(2 * batches.len());
+        let mut first_ns = i64::MAX;
         for b in batches {
             let tid = tid::WORKER_FIRST + b.worker as u64;
             if self.named_workers.len() <= b.worker {
@@ -206,60 +260,114 @@ impl RankTrace {
                 ev.push(Event::metadata("thread_sort_index", tid, json!({ "sort_index": tid })));
             }
             let (from, to) = (self.since_origin_ns(b.start), self.since_origin_ns(b.end));
+            first_ns = first_ns.min(from);
             ev.push(
                 Event::slice(format!("batch {}", b.batch), "cpu_op", tid, from, to)
                     .with_args(json!({ "worker": b.worker, "batch": b.batch, "step": global_step })),
             );
         }
-        self.write(&ev)
+        self.write(global_step, first_ns, &ev).map(drop)
     }
 
     /// A slice of the run outside the steps (validation), on the training thread.
     pub fn span(&mut self, name: &str, start: Instant, end: Instant) -> Result<()> {
-        let e = Event::slice(
-            name,
-            "user_annotation",
-            tid::STEP,
-            self.since_origin_ns(start),
-            self.since_origin_ns(end),
-        );
-        self.write(&[e])
+        let (from, to) = (self.since_origin_ns(start), self.since_origin_ns(end));
+        let e = Event::slice(name, "user_annotation", tid::STEP, from, to);
+        let next = self.last_step.map_or(self.window.first, |s| s + 1);
+        self.write(next, from, &[e]).map(drop)
     }
 
-    fn write(&mut self, events: &[Event]) -> Result<()> {
-        for e in events {
-            self.out.write_all(e.line(self.id.rank).as_bytes())?;
-            self.out.write_all(b",\n")?;
+    /// Appends `events`, all of global step `step` (or just before it), when they fit
+    /// below the bound with room to close the file; else stops the trace before `step`,
+    /// marked at `at_ns`. True when written.
+    fn write(&mut self, step: usize, at_ns: i64, events: &[Event]) -> Result<bool> {
+        if self.stopped_before.is_some() {
+            return Ok(false);
         }
-        self.out.flush().with_context(|| format!("cannot write {}", self.path.display()))
+        let mut lines = String::new();
+        for e in events {
+            lines.push_str(&e.line(self.id.rank));
+            lines.push_str(",\n");
+        }
+        let room = self.max_bytes.saturating_sub(CLOSING_BYTES + self.id.backend.len() as u64);
+        if self.written + lines.len() as u64 > room {
+            self.stop(step, at_ns)?;
+            return Ok(false);
+        }
+        self.append(&lines)?;
+        Ok(true)
     }
 
-    /// Completes the file into the object form with `distributedInfo`.
+    fn append(&mut self, lines: &str) -> Result<()> {
+        self.out.write_all(lines.as_bytes())?;
+        self.out.flush().with_context(|| format!("cannot write {}", self.path.display()))?;
+        self.written += lines.len() as u64;
+        Ok(())
+    }
+
+    /// Ends tracing before global step `step`: the instant that says so, and one log line
+    /// (a warning on rank 0, where the job's log shows it).
+    fn stop(&mut self, step: usize, at_ns: i64) -> Result<()> {
+        self.stopped_before = Some(step);
+        let bound = if self.max_bytes % (1 << 20) == 0 {
+            format!("{} MiB", self.max_bytes >> 20)
+        } else {
+            format!("{} bytes", self.max_bytes)
+        };
+        let why = format!("its file reached the per-rank bound of {bound}");
+        let mark = Event::instant(format!("trace stopped before step {step}: {why}"), "user_annotation", tid::STEP, at_ns)
+            .with_args(json!({ "trace_stopped_before_step": step, "max_bytes": self.max_bytes }));
+        self.append(&(mark.line(self.id.rank) + ",\n"))?;
+        let said = format!(
+            "trace of rank {} stops at step {step}: {why}; the steps before it are traced whole, the run goes on untraced \
+             (trace fewer steps with --trace-steps A:B)",
+            self.id.rank
+        );
+        if self.id.rank == 0 {
+            tracing::warn!("{said}");
+        } else {
+            tracing::info!("{said}");
+        }
+        Ok(())
+    }
+
+    /// Completes the file into the object form with `distributedInfo`, copying the
+    /// events through a temporary file a block at a time.
     pub fn finish(mut self) -> Result<PathBuf> {
         self.out.flush()?;
         drop(self.out);
-        let mut text = String::new();
-        File::open(&self.path)?
-            .take(MAX_FILE_BYTES)
-            .read_to_string(&mut text)
-            .with_context(|| format!("cannot read back {}", self.path.display()))?;
-        let body = text.trim_start_matches('[').trim_start().trim_end().trim_end_matches(',');
         let tmp = self.path.with_extension("json.tmp");
-        let mut w = BufWriter::new(File::create(&tmp)?);
-        writeln!(
-            w,
-            "{{\"distributedInfo\": {{\"rank\": {}, \"world_size\": {}, \"backend\": {}}},",
-            self.id.rank,
-            self.id.world_size,
-            serde_json::Value::String(self.id.backend.clone())
-        )?;
-        writeln!(w, "\"displayTimeUnit\": \"ms\",")?;
-        writeln!(w, "\"traceEvents\": [")?;
-        w.write_all(body.as_bytes())?;
-        w.write_all(b"\n]}\n")?;
-        w.flush()?;
-        drop(w);
+        let done = complete(&self.path, &tmp, &self.id, self.written);
+        if done.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        done.with_context(|| format!("cannot complete {}", self.path.display()))?;
         std::fs::rename(&tmp, &self.path).with_context(|| format!("cannot complete {}", self.path.display()))?;
         Ok(self.path)
     }
+}
+
+/// Writes `tmp`: the object form's first lines, the `written` bytes of the array form
+/// at `path` less its `[` line and last comma, and the closing lines.
+fn complete(path: &Path, tmp: &Path, id: &RankIdentity, written: u64) -> Result<()> {
+    let mut from = File::open(path)?;
+    from.seek(SeekFrom::Start(2))?;
+    let body = written.saturating_sub(4);
+    let mut w = BufWriter::new(File::create(tmp)?);
+    writeln!(
+        w,
+        "{{\"distributedInfo\": {{\"rank\": {}, \"world_size\": {}, \"backend\": {}}},",
+        id.rank,
+        id.world_size,
+        serde_json::Value::String(id.backend.clone())
+    )?;
+    writeln!(w, "\"displayTimeUnit\": \"ms\",")?;
+    writeln!(w, "\"traceEvents\": [")?;
+    let copied = std::io::copy(&mut from.take(body), &mut w)?;
+    if copied != body {
+        bail!("{} holds {copied} bytes of events where {body} were written", path.display());
+    }
+    w.write_all(b"\n]}\n")?;
+    w.flush()?;
+    Ok(())
 }

@@ -75,7 +75,7 @@ impl Communication {
             notes.push(launch.why_not(&plan, cfg.comm.bucket_mb));
         }
         let probing = cfg.comm.probe_iters > 0 && g.size > 1 && backend != Backend::None;
-        let probe = |flush| probe_allreduce(&g.comm, g.size, &plan, cfg.comm.probe_iters, flush);
+        let probe = |flush| probe_allreduce(&g.comm, g.size, &plan, cfg.comm.grad_dtype, cfg.comm.probe_iters, flush);
         let (probe, probe_warm) = if probing {
             (Some(agree(g, probe(CACHE_FLUSH_BYTES))?), Some(agree(g, probe(0))?))
         } else {
@@ -149,8 +149,8 @@ fn overlap_wanted(g: &Group, cfg: &TrainConfig, backend: Backend, place: &Placem
         (CommCore::Shared { cores, threads }, OverlapMode::On) => {
             notes.push(format!(
                 "overlap off: the all-reduce thread would share this rank's {cores} core(s) with its {threads} compute thread(s) and hide nothing; \
-                 leave a core free (--threads {}) or test the mechanism with --overlap force",
-                threads.saturating_sub(1).max(1)
+                 {} or test the mechanism with --overlap force",
+                free_core_advice(*cores, *threads)
             ));
             (false, false)
         }
@@ -162,6 +162,17 @@ fn overlap_wanted(g: &Group, cfg: &TrainConfig, backend: Backend, place: &Placem
             (true, true)
         }
         _ => (true, false),
+    }
+}
+
+/// How to give an all-reduce thread a core of its own, for a rank bound to `cores` cores
+/// running `threads` compute threads on them: fewer threads where the rank has a core to
+/// take from them, else more cores per rank.
+fn free_core_advice(cores: usize, threads: usize) -> String {
+    if cores > 1 {
+        format!("leave a core free (--threads {})", cores - 1)
+    } else {
+        format!("give each rank a second core (run fewer ranks per node: each is bound to 1 core and already runs {threads} compute thread(s))")
     }
 }
 
@@ -215,5 +226,21 @@ fn choose_backend(g: &Group, cfg: &TrainConfig, device: Device, bus_id: Option<&
             };
             Ok((Backend::Mpi, Some(format!("all-reduce: CPU-staged MPI ({why}; --allreduce auto)"))))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The advice frees a core: never `--threads 1` to a rank that runs 1 thread on 1 core,
+    /// never a thread count that still covers every core.
+    #[test]
+    fn the_advice_to_free_a_core_is_one_that_frees_it() {
+        let one = free_core_advice(1, 1);
+        assert!(!one.contains("--threads") && one.contains("fewer ranks per node"), "{one}");
+        assert_eq!(free_core_advice(2, 2), "leave a core free (--threads 1)");
+        assert_eq!(free_core_advice(2, 4), "leave a core free (--threads 1)");
+        assert_eq!(free_core_advice(8, 8), "leave a core free (--threads 7)");
     }
 }

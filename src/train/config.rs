@@ -184,6 +184,47 @@ pub const SAME_ON_EVERY_RANK: &[&str] = &[
     "--trace-steps",
 ];
 
+/// The environment variables that change what a `train` run does, and why: each is
+/// recorded per rank (`RankInfo::run_env`) and held by the comparison key's `env`, so a
+/// run with one set is never a repeat of, nor a reference for, a run without it.
+pub const ENV_IN_KEY: &[(&str, &str)] = &[
+    ("DDPBENCH_SLOW_FORWARD", "a rank sleeps in every forward pass: a straggler made on purpose"),
+    ("DDPBENCH_FAULT", "a rank fails at a step"),
+    ("DDPBENCH_AMP_OVERFLOW", "rank 0 fills a gradient with inf at a step, which is then skipped"),
+    ("MALLOC_MMAP_THRESHOLD_", "glibc's malloc as the environment sets it wins over --malloc"),
+    ("MALLOC_TRIM_THRESHOLD_", "glibc's malloc as the environment sets it wins over --malloc"),
+    ("MALLOC_TOP_PAD_", "glibc's malloc as the environment sets it wins over --malloc"),
+];
+
+/// The `DDPBENCH_*` variables the code reads that do not change a training step, and why.
+pub const ENV_NOT_IN_KEY: &[(&str, &str)] = &[
+    (
+        "DDPBENCH_PYTHON",
+        "the Python a study's PyTorch DDP twin runs: no ddpbench step reads it; the twin's key names the peer and its \
+         manifest the torch version",
+    ),
+    ("DDPBENCH_LOG", "which log lines are printed, between steps"),
+    (
+        "DDPBENCH_LOG_BUFFER_BYTES",
+        "how many bytes of log lines wait for stderr: what is printed, never when a step runs",
+    ),
+    (
+        "DDPBENCH_STOP_AT_EXIT",
+        "a rank stops itself after its records are final: the job's teardown, after every step",
+    ),
+    (
+        "DDPBENCH_NCCL_LIB",
+        "where libnccl is found: a path names no content (the version loaded is the manifest's comm.nccl_version)",
+    ),
+    (
+        "DDPBENCH_TRACE_MAX_BYTES",
+        "how many bytes of trace a rank writes: the trace is written after each step's end mark, as --trace",
+    ),
+    ("DDPBENCH_LIBTORCH_LIB", "read when ddpbench is built, not when it runs"),
+    ("DDPBENCH_GEN_FAULT_AFTER_SHARDS", "read by gen-bigmnist, not by train"),
+    ("DDPBENCH_TEST_CORRUPT_RANK", "read by the allreduce sweep, not by train"),
+];
+
 /// What is trained, on what.
 #[derive(Args, Debug, Clone, Serialize, Deserialize)]
 #[command(next_help_heading = "Workload")]
@@ -456,7 +497,8 @@ pub struct OutputConfig {
     pub trace: bool,
 
     /// Trace global steps A to B (B excluded, at most 10000 steps) instead of the first
-    /// 50 after warm-up; implies --trace.
+    /// 50 after warm-up; implies --trace. A rank's trace stops sooner if its file reaches
+    /// 512 MiB (about 1,300 steps of a 1,000-bucket model), and the log says at which step.
     #[arg(long, value_name = "A:B")]
     #[serde(default)]
     pub trace_steps: Option<crate::trace::StepWindow>,
@@ -672,6 +714,48 @@ mod tests {
         cfg: TrainConfig,
     }
 
+    /// Every `DDPBENCH_*` variable the code names is either held by the comparison key or
+    /// said not to change a step, never both; the key's glibc variables are the ones
+    /// `--malloc` yields to.
+    #[test]
+    fn every_environment_variable_read_is_in_the_key_or_says_why_not() {
+        let prefix = concat!("DDPBENCH", "_");
+        let mut named = std::collections::BTreeSet::new();
+        let mut dirs = vec![std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/src"))];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    let text = std::fs::read_to_string(&p).unwrap();
+                    for (at, _) in text.match_indices(&format!("\"{prefix}")) {
+                        let name: String = text[at + 1..].chars().take_while(|c| c.is_ascii_uppercase() || *c == '_').collect();
+                        if name.len() > prefix.len() {
+                            named.insert(name);
+                        }
+                    }
+                }
+            }
+        }
+        assert!(named.contains("DDPBENCH_SLOW_FORWARD"), "{named:?}");
+        let listed = |list: &[(&str, &str)], n: &str| list.iter().filter(|(v, _)| *v == n).count();
+        for n in &named {
+            let (key, not) = (listed(ENV_IN_KEY, n), listed(ENV_NOT_IN_KEY, n));
+            assert!(
+                key + not == 1,
+                "{n} must be listed once, in ENV_IN_KEY (it changes what a run does) or in ENV_NOT_IN_KEY (why it does \
+                 not); it is in ENV_IN_KEY {key} time(s) and in ENV_NOT_IN_KEY {not} time(s)"
+            );
+        }
+        for (n, _) in ENV_IN_KEY.iter().chain(ENV_NOT_IN_KEY).filter(|(n, _)| n.starts_with(prefix)) {
+            assert!(named.contains(*n), "{n} is listed but no code names it");
+        }
+        let malloc = crate::train::host_memory::MALLOC_ENV;
+        let in_key: Vec<&str> = ENV_IN_KEY.iter().map(|(n, _)| *n).filter(|n| n.starts_with("MALLOC_")).collect();
+        assert_eq!(in_key, malloc, "the key's glibc variables are the ones --malloc yields to");
+    }
+
     /// Every `train` flag is either a field of the comparison key or said not to change
     /// the step, never both: a new flag cannot merge different workloads unnoticed.
     #[test]
@@ -696,9 +780,23 @@ mod tests {
         }
         // Each key flag names a field the key writes (one with every field away from its
         // default, so none is left out).
-        let key = serde_json::to_value(crate::record::key::tests::unusual()).unwrap();
+        let unusual = crate::record::key::tests::unusual();
+        let key = serde_json::to_value(&unusual).unwrap();
         for (f, field) in IN_KEY {
             assert!(key.get(field).is_some(), "{f}: the key has no field {field}");
+        }
+        // Each key flag but those a run names as given is one the key can set again, so
+        // the command that adds a point's reference pins every field that ran.
+        let one_thread = crate::record::ComparisonKey {
+            threads_per_rank: vec![2],
+            ..unusual
+        };
+        let set: Vec<&str> = one_thread.flags().iter().map(|f| f.flag()).collect();
+        for (f, _) in IN_KEY.iter().filter(|(f, _)| !["--model", "--dataset", "--input-shape", "--input-dtype"].contains(f)) {
+            assert!(set.contains(f), "{f}: ComparisonKey::flags does not set it");
+        }
+        for f in &set {
+            assert!(IN_KEY.iter().any(|(g, _)| g == f), "{f} is set from the key but is not in IN_KEY");
         }
     }
 

@@ -28,6 +28,15 @@ impl FaultHooks {
     }
 }
 
+/// The variables of [`super::config::ENV_IN_KEY`] set in this process, as `NAME=value`:
+/// what the manifest records of them, and the comparison key holds.
+pub fn run_env() -> Vec<String> {
+    super::config::ENV_IN_KEY
+        .iter()
+        .filter_map(|(name, _)| std::env::var(name).ok().map(|v| format!("{name}={v}")))
+        .collect()
+}
+
 /// `RANK:STEP` -> STEP when RANK is `rank`.
 fn rank_step(spec: &str, rank: usize) -> Option<usize> {
     let (r, s) = spec.split_once(':')?;

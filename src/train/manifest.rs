@@ -47,6 +47,7 @@ pub fn initial(
             .as_ref()
             .map(|s| key::input_text(&s.to_string(), cfg.workload.input_dtype));
     }
+    let comparison_key = comparison_key.applicable();
     Ok(Manifest {
         schema_version: record::SCHEMA_VERSION,
         run_id: folder.run_id.clone(),
@@ -125,6 +126,7 @@ fn comparison_key(
         input_shape: None,
         loss: cfg.workload.loss,
         model_sha256: None,
+        env: key::env_of(ranks),
         peer: None,
     }
 }

@@ -156,6 +156,7 @@ impl Placement {
             workers_note: self.workers_note.clone(),
             launcher_env: launcher_env(),
             nccl_env: crate::device::cuda::nccl_env(),
+            run_env: super::faults::run_env(),
             cuda_driver_version: match self.device {
                 Device::Cuda(_) => crate::device::cuda::driver().ok().map(|d| d.version()),
                 _ => None,
@@ -163,6 +164,7 @@ impl Placement {
             gpu_driver_version: self.gpu_bus_id.as_ref().and_then(|_| Nvml::load().ok()?.driver_version()),
             gpu_clocks_start: self.gpu_clocks(),
             gpu_clocks_end: None,
+            trace_stopped_before_step: None,
         })
     }
 

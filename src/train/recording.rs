@@ -58,6 +58,9 @@ pub(super) struct RowIdentity {
     pub run_id: String,
     pub rank: usize,
     pub node_type: String,
+    /// The job has more than one rank: its all-reduce puts bytes on a wire (a lone
+    /// rank's is a local copy, and its rows say 0 bytes).
+    pub communicates: bool,
 }
 
 /// Where a step sits in the run.
@@ -95,7 +98,7 @@ impl RowIdentity {
             comm_last_start_at_s: comm.last_launch.map_or(f64::NAN, since_origin),
             comm_hidden_s: comm.hidden_s,
             loss: m.loss,
-            bytes: comm.bytes,
+            bytes: if self.communicates { comm.bytes } else { 0 },
             loss_scale: m.loss_scale,
             step_skipped: u8::from(!m.stepped),
             phases: m.times.phases,

@@ -274,17 +274,25 @@ impl<'g> Trainer<'g> {
             ),
         };
         self.records.steps_log.sync()?;
-        if let Some(t) = self.records.trace.take() {
-            t.finish()?;
-        }
+        let trace_stopped = match self.records.trace.take() {
+            Some(t) => {
+                let stopped = t.stopped_before();
+                t.finish()?;
+                stopped
+            }
+            None => None,
+        };
         self.end_record(status, error.clone()).write(&self.facts.folder.dir)?;
-        // Every rank's GPU clocks after the last step (a collective: every rank sends
-        // "null" or its reading).
-        let mine = serde_json::to_string(&self.facts.place.gpu_clocks())?;
+        // Every rank's GPU clocks after the last step and the step its trace stopped
+        // before, if it did (a collective: every rank sends its pair, nulls or not).
+        let mine = serde_json::to_string(&(self.facts.place.gpu_clocks(), trace_stopped))?;
         let ends = gather_strings(self.g, &mine);
         if self.g.rank == 0 {
             for (info, text) in self.records.manifest.ranks.iter_mut().zip(ends.unwrap_or_default()) {
-                info.gpu_clocks_end = serde_json::from_str(&text).ok().flatten();
+                let (clocks, stopped): (Option<crate::device::nvml::GpuClocks>, Option<usize>) =
+                    serde_json::from_str(&text).unwrap_or_default();
+                info.gpu_clocks_end = clocks;
+                info.trace_stopped_before_step = stopped;
             }
             if self.facts.cfg.output.save_model && stopped.is_none() {
                 self.save_model()?;
@@ -556,11 +564,7 @@ impl<'g> Trainer<'g> {
         if let Some(log) = self.records.epochs_log.as_mut() {
             log.write(&row)?;
             log.sync()?;
-            info!(
-                "epoch {epoch}: {steps} steps in {epoch_s:.2} s, train loss {:.4}, val loss {val_loss:.4}, val accuracy {:.2} %",
-                row.train_loss,
-                val_acc * 100.0
-            );
+            info!("{}", epoch_line(&row));
         }
         Ok(())
     }
@@ -684,6 +688,7 @@ fn open_records(g: &Group, folder: &RunFolder, node_type: &str, manifest: Manife
             run_id: folder.run_id.clone(),
             rank: g.rank,
             node_type: node_type.to_string(),
+            communicates: g.size > 1,
         },
         _reserve: reserve,
         _last_gasp: last_gasp,
@@ -818,4 +823,53 @@ pub(super) fn gathered_rank_infos(g: &Group, place: &Placement, cfg: &TrainConfi
         .iter()
         .map(|s| serde_json::from_str(s))
         .collect::<Result<_, _>>()?)
+}
+
+/// The log line of an epoch: its steps, time and training loss, and its validation, or
+/// that there was none (`--val-samples 0`), never a NaN loss for validation that did not run.
+fn epoch_line(row: &EpochRow) -> String {
+    let head = format!(
+        "epoch {}: {} steps in {:.2} s, train loss {:.4}",
+        row.epoch, row.steps, row.epoch_s, row.train_loss
+    );
+    if row.val_samples == 0 {
+        format!("{head}, no validation (--val-samples 0)")
+    } else {
+        format!(
+            "{head}, val loss {:.4}, val accuracy {:.2} %",
+            row.val_loss,
+            row.val_accuracy * 100.0
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Validation that did not run (`--val-samples 0`) is said, not logged as a NaN loss.
+    #[test]
+    fn an_epoch_without_validation_says_so() {
+        let row = EpochRow {
+            epoch: 0,
+            time_utc: String::new(),
+            steps: 30,
+            epoch_s: 7.36,
+            train_loss: 3.8111,
+            val_loss: f64::NAN,
+            val_accuracy: f64::NAN,
+            val_samples: 0,
+            val_s: 0.0,
+            param_l2: 1.0,
+        };
+        let line = epoch_line(&row);
+        assert_eq!(line, "epoch 0: 30 steps in 7.36 s, train loss 3.8111, no validation (--val-samples 0)");
+        let validated = EpochRow {
+            val_loss: 0.5,
+            val_accuracy: 0.875,
+            val_samples: 64,
+            ..row
+        };
+        assert!(epoch_line(&validated).ends_with("val loss 0.5000, val accuracy 87.50 %"));
+    }
 }

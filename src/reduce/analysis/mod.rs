@@ -4,6 +4,7 @@
 //! type and rank ([`summary`]) and the scaling across runs ([`scaling`]) with the
 //! speedup's interval ([`interval`]).
 
+pub mod advice;
 pub mod interval;
 pub mod projection;
 pub mod scaling;
@@ -34,6 +35,8 @@ pub struct RankStats {
     pub wait_sum: f64,
     /// Steps in which this rank was the last to enter the all-reduce.
     pub last_arrivals: u64,
+    /// Seconds the other ranks waited, summed over them, in the steps this rank entered last.
+    pub caused_wait_s: f64,
     /// The longest steps (global step, seconds), longest first, at most [`LONGEST_KEPT`].
     pub longest: Vec<(u64, f64)>,
 }
@@ -66,7 +69,8 @@ pub struct TypeStats {
     pub wait: Sketch,
     /// comm_s: all of the all-reduce work, hidden behind backward or not.
     pub comm: Sketch,
-    /// comm_hidden_s: all-reduce work before backward's end (0 where it shared backward's cores).
+    /// comm_hidden_s: all-reduce work before backward's end, as the rows say it (where the
+    /// all-reduce thread shared backward's cores it time-sliced with backward there).
     pub hidden: Sketch,
     pub last_arrivals: u64,
     /// Seconds the other ranks waited in steps where a rank of this type entered last.
@@ -203,6 +207,7 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
                 phase_sum: [0.0; Phase::COUNT],
                 wait_sum: 0.0,
                 last_arrivals: 0,
+                caused_wait_s: 0.0,
                 longest: Vec::new(),
             })
             .collect(),
@@ -231,7 +236,6 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
     let mut type_of: Vec<usize> = Vec::new();
     let clock = files.clock.clone();
     let communicates = run.manifest.comm_backend != Backend::None;
-    let shares_core = run.manifest.comm.overlap_shares_core;
     // Per rank, the span of its timed steps in elapsed_s: GPU telemetry is averaged there.
     let mut timed: Vec<Option<(f64, f64)>> = vec![None; ranks.len()];
     files.for_each_step(|rows, node_types| {
@@ -252,7 +256,7 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
                 error_s: clock.error_s(r, row.comm_last_start_s),
             })
             .collect();
-        run.add_step(rows, &entries, &type_of, communicates, shares_core)
+        run.add_step(rows, &entries, &type_of, communicates)
     });
     for (i, &r) in ranks.iter().enumerate() {
         if let Some(t) = type_of.get(i).and_then(|&t| run.types.get_mut(t)) {
@@ -294,16 +298,12 @@ impl RunStats {
     /// on rank 0's clock) to the last one; a run without all-reduce waits for nobody.
     /// A wait no larger than the two clocks' errors is not told apart from transfer:
     /// it counts as transfer (the two merged), and a last arrival is claimed only when
-    /// it entered later than every other rank by more than their clocks' errors.
+    /// it entered later than every other rank by more than their clocks' errors. A wait
+    /// happens inside the rank's all-reduce, so it is at most that all-reduce's time
+    /// (`comm_s`): where the clocks put the last entry further off, the wait is `comm_s`
+    /// and the transfer 0, so that transfer + wait = `comm_s` in every rank-step.
     /// Err when a count no longer fits its sum.
-    fn add_step(
-        &mut self,
-        rows: &[Row],
-        entries: &[Entry],
-        type_of: &[usize],
-        communicates: bool,
-        shares_core: bool,
-    ) -> Result<(), String> {
+    fn add_step(&mut self, rows: &[Row], entries: &[Entry], type_of: &[usize], communicates: bool) -> Result<(), String> {
         if rows[0].warmup {
             self.warmup_steps += 1;
             for row in rows {
@@ -329,9 +329,12 @@ impl RunStats {
         for (i, row) in rows.iter().enumerate() {
             let gap = metrics::straggler_wait(entries[last].at_s, entries[i].at_s);
             let resolved = gap > entries[i].error_s + entries[last].error_s;
-            let wait = if order && resolved { gap } else { 0.0 };
+            let wait = if order && resolved { gap.min(row.comm_s) } else { 0.0 };
             if order && gap > 0.0 && !resolved {
                 self.arrivals.waits_merged += 1;
+            }
+            if order && resolved && gap > row.comm_s {
+                self.arrivals.waits_capped += 1;
             }
             if order && i != last {
                 self.arrivals.max_error_s = self.arrivals.max_error_s.max(entries[i].error_s + entries[last].error_s);
@@ -356,7 +359,7 @@ impl RunStats {
             ts.transfer.push(metrics::transfer_time(row.comm_s, wait));
             ts.wait.push(wait);
             ts.comm.push(row.comm_s);
-            ts.hidden.push(if shares_core { 0.0 } else { row.comm_hidden_s });
+            ts.hidden.push(row.comm_hidden_s);
             add_count(&mut self.samples, row.samples, "samples of the run")?;
             step_mean += row.step_s;
         }
@@ -367,6 +370,7 @@ impl RunStats {
             self.arrivals.unresolved_steps += 1;
         }
         self.types[type_of[last]].caused_wait_s += waited;
+        self.ranks[last].caused_wait_s += waited;
         step_mean /= rows.len() as f64;
         self.job_step.push(step_mean);
         self.job_step_series.push(step_mean);
@@ -397,6 +401,9 @@ pub struct Arrivals {
     pub waits_merged: u64,
     /// The largest error of the difference of two ranks' entries (the sum of theirs).
     pub max_error_s: f64,
+    /// Rank-steps whose gap to the last entry exceeded the rank's whole all-reduce
+    /// (`comm_s`): the clocks disagree with the rows there, and the wait is capped at `comm_s`.
+    pub waits_capped: u64,
 }
 
 /// The index of the latest entry (the first of equal ones).

@@ -24,7 +24,7 @@
 //! nodes, the ring (or tree where faster) all-reduce of the model, no congestion from
 //! other jobs, compute per rank independent of N.
 
-use super::RunStats;
+use super::{advice, RunStats, StepBreakdown};
 use crate::allreduce::link_model::{Algorithm, LinkModel, MAX_FIT_REL_ERROR};
 use crate::allreduce::LinkModelFile;
 use crate::record::{Backend, ComparisonKey, Phase};
@@ -59,12 +59,22 @@ pub struct ProjectionRow {
     pub speedup: f64,
     pub efficiency: f64,
     pub speedup_against: String,
-    /// A measured run at this shape: its throughput against the same 1-rank point.
+    /// Without a measured 1-rank run: the exact command of the run to add
+    /// ([`super::advice::reference_command`]); empty with one.
+    pub missing_reference: String,
+    /// A measured run at this shape: its throughput against the measured 1-rank run;
+    /// None without one (a measured speedup is never against a projection).
     pub measured_speedup: Option<f64>,
+    /// What if: the efficiency against the same 1-rank step with half the gradient bytes
+    /// on the wire (fp16/bf16 gradients; None where they already travel at 2 bytes), and
+    /// with all gradients in one bucket (nothing overlaps).
+    pub efficiency_half_wire_bytes: Option<f64>,
+    pub efficiency_one_bucket: f64,
     /// The own work the slowest of N ranks does: the step's common part plus the
     /// straggler term.
     pub own_work_s: f64,
-    /// E[max of N draws] of a rank's deviation from its step's common part.
+    /// E[max of N draws] of a rank's deviation from its step's common part: how long the
+    /// mean rank waits for the slowest, the projected wait for a late rank.
     pub straggler_s: f64,
     pub comm_s: f64,
     pub comm_exposed_s: f64,
@@ -78,9 +88,12 @@ pub struct ProjectionRow {
     pub measured_step_s: Option<f64>,
     pub error_pct: Option<f64>,
     /// The measured runs' counterparts of `own_work_s` (per step, the largest own work
-    /// of any rank), `comm_s` (the all-reduce after the last rank entered) and
-    /// `comm_exposed_s`, means over steps.
+    /// of any rank), `straggler_s` (the wait for the last rank to enter the all-reduce,
+    /// mean over rank-steps), `comm_s` (the all-reduce after the last rank entered) and
+    /// `comm_exposed_s` (the exposed all-reduce without that wait), means over steps; the
+    /// all-reduce figures None at 1 rank, which communicates with nobody.
     pub measured_own_work_s: Option<f64>,
+    pub measured_wait_s: Option<f64>,
     pub measured_comm_s: Option<f64>,
     pub measured_comm_exposed_s: Option<f64>,
     /// The measured point at the largest rank count of a workload measured at three or
@@ -119,6 +132,8 @@ pub struct Workload {
     pub batch_per_rank: usize,
     /// Own work and backward scaled by this (strong scaling: another per-rank batch).
     pub own_scale: f64,
+    /// Gradients travel at 4 bytes an element (fp32): halving them is a what-if.
+    pub fp32_wire: bool,
 }
 
 impl Workload {
@@ -146,6 +161,27 @@ impl Workload {
             overlap: m.comm.overlap && !m.comm.overlap_shares_core,
             batch_per_rank: m.batch_size_per_rank,
             own_scale: 1.0,
+            fp32_wire: matches!(m.comm.grad_dtype.as_str(), "" | "fp32"),
+        }
+    }
+
+    /// The same with half the bytes of every bucket on the wire (fp16/bf16 gradients);
+    /// None where they already travel at 2 bytes.
+    pub fn half_wire_bytes(&self) -> Option<Workload> {
+        self.fp32_wire.then(|| Workload {
+            bucket_bytes: self.bucket_bytes.iter().map(|b| b / 2).collect(),
+            fp32_wire: false,
+            ..self.clone()
+        })
+    }
+
+    /// The same with every gradient in one bucket, ready only when backward ends.
+    pub fn one_bucket(&self) -> Workload {
+        Workload {
+            bucket_bytes: vec![self.bucket_bytes.iter().sum()],
+            ready_fraction: Vec::new(),
+            overlap: false,
+            ..self.clone()
         }
     }
 }
@@ -322,6 +358,11 @@ pub fn projections(runs: &[&RunStats], models: &LinkModelFile, project_to: usize
             Some(step) => (w.batch_per_rank as f64 / step, AGAINST_MEASURED),
             None => (w.batch_per_rank as f64 / single, AGAINST_PROJECTED),
         };
+        let missing_reference = if against == AGAINST_MEASURED {
+            String::new()
+        } else {
+            advice::reference_command(reference, &key, w.batch_per_rank).describe()
+        };
         for &(nodes, p) in &shapes {
             let ranks = nodes * p;
             let extrapolated = ranks > EXTRAPOLATION_FACTOR * measured_max;
@@ -347,17 +388,37 @@ pub fn projections(runs: &[&RunStats], models: &LinkModelFile, project_to: usize
                 global,
                 single_samples_per_s,
                 against,
+                missing_reference: missing_reference.clone(),
                 held_out_ranks,
                 extrapolated,
                 compute_extrapolated: false,
             };
-            rows.push(spec.row(nodes, p, &s, &measured));
+            let what_if = what_if_steps(&w, model, nodes, p, if extrapolated { 2.0 } else { 1.0 });
+            rows.push(spec.row(nodes, p, &s, what_if, &measured));
         }
         // Strong scaling of the reference's global batch over the same shapes.
         let same_key: Vec<&RunStats> = runs.iter().copied().filter(|r| r.key.as_ref() == Some(&key)).collect();
         rows.extend(strong_rows(&label, &key, reference, &same_key, &w, model, &shapes, measured_max));
     }
     (rows, notes)
+}
+
+/// The steps at `nodes` × `p` of the what-ifs: with half the wire bytes (None where the
+/// gradients already travel at 2 bytes, or the model cannot project it) and with one
+/// bucket (NaN where the model cannot project it).
+fn what_if_steps(w: &Workload, model: &LinkModel, nodes: usize, p: usize, widen: f64) -> (Option<f64>, f64) {
+    let half = w
+        .half_wire_bytes()
+        .and_then(|h| project(&h, model, nodes, p, widen).ok())
+        .map(|s| s.step_s);
+    let one = project(&w.one_bucket(), model, nodes, p, widen).map_or(f64::NAN, |s| s.step_s);
+    (half, one)
+}
+
+/// Mean over rank-steps of the wait for the last rank to enter the all-reduce.
+fn mean_wait(r: &RunStats) -> f64 {
+    let steps = r.ranks.iter().map(|x| x.steps).sum::<u64>().max(1) as f64;
+    r.ranks.iter().map(|x| x.wait_sum).sum::<f64>() / steps
 }
 
 /// What speedup is against: a measured 1-rank run, or the projection at 1 rank.
@@ -397,19 +458,25 @@ struct RowSpec<'a> {
     /// The throughput at 1 rank speedup is against, and what it is.
     single_samples_per_s: f64,
     against: &'static str,
+    /// Against the projection: the command of the 1-rank run to add.
+    missing_reference: String,
     held_out_ranks: Option<usize>,
     extrapolated: bool,
     compute_extrapolated: bool,
 }
 
 impl RowSpec<'_> {
-    /// The row of `nodes` × `p` ranks projected as `s`, with the `measured` runs of that shape.
-    fn row(&self, nodes: usize, p: usize, s: &Step, measured: &[&RunStats]) -> ProjectionRow {
+    /// The row of `nodes` × `p` ranks projected as `s` (its what-if steps `what_if`, as
+    /// [`what_if_steps`] gives them), with the `measured` runs of that shape.
+    fn row(&self, nodes: usize, p: usize, s: &Step, what_if: (Option<f64>, f64), measured: &[&RunStats]) -> ProjectionRow {
         let ranks = nodes * p;
         let measured_step_s = mean_step(measured);
         let samples_per_s = self.global / s.step_s;
         let speedup = samples_per_s / self.single_samples_per_s;
+        let efficiency_at = |step_s: f64| self.global / step_s / self.single_samples_per_s / ranks as f64;
         let is_reference = (nodes, p) == shape_of(self.reference);
+        let against_measured = self.against == AGAINST_MEASURED;
+        let communicated = |v: Option<f64>| v.filter(|_| ranks > 1);
         ProjectionRow {
             workload: self.label.clone(),
             comparison: self.key.describe(),
@@ -427,7 +494,12 @@ impl RowSpec<'_> {
             speedup,
             efficiency: speedup / ranks as f64,
             speedup_against: self.against.into(),
-            measured_speedup: measured_step_s.map(|m| self.global / m / self.single_samples_per_s),
+            missing_reference: self.missing_reference.clone(),
+            measured_speedup: measured_step_s
+                .filter(|_| against_measured)
+                .map(|m| self.global / m / self.single_samples_per_s),
+            efficiency_half_wire_bytes: what_if.0.map(efficiency_at),
+            efficiency_one_bucket: efficiency_at(what_if.1),
             own_work_s: s.own_s,
             straggler_s: s.straggler_s,
             comm_s: s.comm_s,
@@ -438,8 +510,9 @@ impl RowSpec<'_> {
             measured_step_s,
             error_pct: measured_step_s.map(|m| (s.step_s - m) / m * 100.0),
             measured_own_work_s: mean_of(measured, |r| r.own_max.mean()),
-            measured_comm_s: mean_of(measured, |r| r.transfer.mean()),
-            measured_comm_exposed_s: mean_of(measured, |r| r.phase_mean(Phase::CommExposed)),
+            measured_wait_s: communicated(mean_of(measured, mean_wait)),
+            measured_comm_s: communicated(mean_of(measured, |r| r.transfer.mean())),
+            measured_comm_exposed_s: communicated(mean_of(measured, |r| StepBreakdown::of(r).transfer_s)),
             held_out: !is_reference && !measured.is_empty() && self.held_out_ranks == Some(ranks),
             is_reference,
             fit_error_pct: s.fit_rel_error * 100.0,
@@ -525,6 +598,14 @@ fn strong_rows(
         Some(step) => (global / step, AGAINST_MEASURED),
         None => (global / single.step_s, AGAINST_PROJECTED),
     };
+    let accum = key.grad_accum.unwrap_or(1).max(1);
+    let missing_reference = match against {
+        AGAINST_MEASURED => String::new(),
+        _ if rm.global_batch_size % accum == 0 => {
+            advice::reference_command(reference, key, rm.global_batch_size / accum).describe()
+        }
+        _ => format!("none: --grad-accum {accum} does not divide the global batch {}", rm.global_batch_size),
+    };
     let mut rows = Vec::new();
     for &(nodes, p) in shapes {
         let ranks = nodes * p;
@@ -546,52 +627,15 @@ fn strong_rows(
             global,
             single_samples_per_s,
             against,
+            missing_reference: missing_reference.clone(),
             held_out_ranks: None,
             extrapolated,
             compute_extrapolated,
         };
-        rows.push(spec.row(nodes, p, &s, &measured));
+        let what_if = what_if_steps(&wn, model, nodes, p, if extrapolated { 2.0 } else { 1.0 });
+        rows.push(spec.row(nodes, p, &s, what_if, &measured));
     }
     rows
-}
-
-/// Straight answers for one workload at `nodes` × `per_node` ranks: the ratio R of own
-/// work to all-reduce the target efficiency needs with nothing hidden, and the projected
-/// efficiency with half the gradient bytes (fp16/bf16) and with one bucket.
-pub struct WhatIf {
-    pub efficiency: f64,
-    pub r_now: f64,
-    pub r_needed: f64,
-    /// Per-rank batch that reaches the target, own work taken as proportional to the batch.
-    pub batch_needed: f64,
-    pub efficiency_half_bytes: f64,
-    pub efficiency_one_bucket: f64,
-}
-
-pub fn what_if(w: &Workload, model: &LinkModel, nodes: usize, per_node: usize, target: f64) -> anyhow::Result<WhatIf> {
-    let single = project(w, model, 1, 1, 1.0)?.step_s;
-    let eff = |w: &Workload| -> anyhow::Result<f64> { Ok(single / project(w, model, nodes, per_node, 1.0)?.step_s) };
-    let s = project(w, model, nodes, per_node, 1.0)?;
-    let half = Workload {
-        bucket_bytes: w.bucket_bytes.iter().map(|b| b / 2).collect(),
-        ..w.clone()
-    };
-    let one = Workload {
-        bucket_bytes: vec![w.bucket_bytes.iter().sum()],
-        overlap: false,
-        ..w.clone()
-    };
-    // Efficiency with nothing hidden is own / (own + comm) = R / (R + 1).
-    let r_needed = target / (1.0 - target);
-    let own_needed = r_needed * s.comm_s;
-    Ok(WhatIf {
-        efficiency: single / s.step_s,
-        r_now: if s.comm_s > 0.0 { s.own_s / s.comm_s } else { f64::INFINITY },
-        r_needed,
-        batch_needed: w.batch_per_rank as f64 * own_needed / s.own_s.max(1e-12),
-        efficiency_half_bytes: eff(&half)?,
-        efficiency_one_bucket: eff(&one)?,
-    })
 }
 
 #[cfg(test)]
@@ -693,6 +737,7 @@ mod tests {
             overlap: false,
             batch_per_rank: 32,
             own_scale: 1.0,
+            fp32_wire: true,
         };
         // 2 nodes: ring over 2 = 2·10 µs + 1 MB·1 ns = 1.02 ms, all exposed.
         let s = project(&w, &model, 2, 1, 1.0).unwrap();
@@ -702,11 +747,11 @@ mod tests {
         assert!(s.step_s >= s.own_s && s.step_s <= s.own_s + s.comm_s + 1e-15);
         // No residuals: no error known, nothing clamped, a band under 100 %.
         assert!(s.fit_rel_error == 0.0 && !s.clamped && !s.band_low_clamped);
-        let q = what_if(&w, &model, 2, 1, 0.8).unwrap();
-        assert!((q.r_needed - 4.0).abs() < 1e-12);
-        assert!((q.efficiency - 0.1 / 0.10102).abs() < 1e-9);
-        assert!(q.efficiency_half_bytes > q.efficiency);
-        // R = 0.1 / 1.02 ms ≈ 98: a batch of 32 × 4/98 would do.
-        assert!((q.batch_needed - 32.0 * 4.0 * 1.02e-3 / 0.1).abs() < 1e-6);
+        // Half the wire bytes: 2·10 µs + 0.5 MB·1 ns = 0.52 ms; one bucket (there is one): the same step.
+        let half = project(&w.half_wire_bytes().unwrap(), &model, 2, 1, 1.0).unwrap();
+        assert!((half.comm_s - 0.52e-3).abs() < 1e-12, "{}", half.comm_s);
+        assert!((project(&w.one_bucket(), &model, 2, 1, 1.0).unwrap().step_s - s.step_s).abs() < 1e-15);
+        // Gradients already at 2 bytes are not halved again.
+        assert!(Workload { fp32_wire: false, ..w.clone() }.half_wire_bytes().is_none());
     }
 }

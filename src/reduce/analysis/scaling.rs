@@ -11,7 +11,7 @@
 //! speedup's interval is built around ([`interval`]).
 
 use super::interval::{self, Direction, Spread, Term};
-use super::{gating_type, RunStats};
+use super::{advice, gating_type, RunStats};
 use crate::record::{Backend, ComparisonKey, Phase};
 use crate::reduce::metrics;
 use crate::stats::{self, Rng};
@@ -192,9 +192,11 @@ pub struct ScalingRow {
     pub missing_reference: String,
     /// Steps per rank of the first run (warm-up excluded).
     pub steps: u64,
-    /// Mean over repeats of the mean step time.
+    /// Geometric mean over repeats of each run's mean step time.
     pub step_s_mean: f64,
-    /// The geometric mean over repeats of the throughput, and its range.
+    /// Geometric mean over repeats of each run's throughput (samples per step over its
+    /// mean step), and the range of those throughputs. Speedup, efficiency, the ideal and
+    /// the waterfall's total come from these geometric means: one estimator per row.
     pub samples_per_s: f64,
     pub samples_per_s_min: f64,
     pub samples_per_s_max: f64,
@@ -235,6 +237,14 @@ pub struct ScalingRow {
     pub gustafson_serial_fraction_high: f64,
     /// The reference throughput times the rank counts (per node type).
     pub ideal_samples_per_s: f64,
+    /// The efficiency the transfer alone allows without overlap
+    /// ([`metrics::transfer_limit_efficiency`]): T1 the reference's mean step at this
+    /// per-rank batch (its step × the batch ratio), the transfer the mean over a run's
+    /// rank-steps of the all-reduce after the last rank entered, each a geometric mean over
+    /// repeats. NaN on several node types
+    /// and where the all-reduce thread shared backward's cores (its transfer then
+    /// time-sliced with backward).
+    pub transfer_limit_efficiency: f64,
     /// Throughput lost to each cause; the four add up to ideal minus measured.
     pub loss_comm_samples_per_s: f64,
     pub loss_data_samples_per_s: f64,
@@ -315,16 +325,7 @@ pub fn scaling(runs: &[&RunStats], explicit: Option<&RunStats>) -> Vec<ScalingRo
                 .map(String::as_str)
                 .collect();
             let mut r = row(p, None, &pools, i);
-            r.missing_reference = missing
-                .iter()
-                .map(|t| {
-                    format!(
-                        "a 1-rank run on {t} with batch {} per rank (weak) or {} (strong), the same settings",
-                        p.batch_per_rank, p.global_batch
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("; ");
+            r.missing_reference = missing.iter().map(|t| reference_advice(p, t)).collect::<Vec<_>>().join("; ");
             rows.push(r);
         }
         for r in &refs {
@@ -333,6 +334,23 @@ pub fn scaling(runs: &[&RunStats], explicit: Option<&RunStats>) -> Vec<ScalingRo
     }
     fit_laws(&mut rows);
     rows
+}
+
+/// The runs that would give `p` its 1-rank references on node type `t`: for weak scaling
+/// at its per-rank batch, for strong scaling at its global batch (over its micro-batches
+/// when it accumulates gradients), each as the exact command ([`advice::reference_command`]).
+fn reference_advice(p: &ScalingPoint, t: &str) -> String {
+    let accum = p.key.grad_accum.unwrap_or(1).max(1);
+    let weak = advice::reference_command(p.runs[0], &p.key, p.batch_per_rank);
+    let strong = if p.global_batch % accum == 0 {
+        advice::reference_command(p.runs[0], &p.key, p.global_batch / accum).describe()
+    } else {
+        format!(
+            "none: no 1-rank run with --grad-accum {accum} has the global batch {}, which {accum} does not divide",
+            p.global_batch
+        )
+    };
+    format!("a 1-rank run on {t}, weak: {}; strong: {strong}", weak.describe())
 }
 
 /// `p`'s references: the explicit baseline's point, or its weak and strong 1-rank points
@@ -404,7 +422,7 @@ fn row(p: &ScalingPoint, reference: Option<&Reference>, pools: &Pools, index: us
         baseline_repeats: 0,
         missing_reference: String::new(),
         steps: first.steps,
-        step_s_mean: p.runs.iter().map(|r| r.job_step.mean()).sum::<f64>() / p.runs.len() as f64,
+        step_s_mean: stats::geometric_mean(&p.runs.iter().map(|r| r.job_step.mean()).collect::<Vec<_>>()),
         samples_per_s: measured,
         samples_per_s_min: thr.iter().copied().fold(f64::INFINITY, f64::min),
         samples_per_s_max: thr.iter().copied().fold(0.0, f64::max),
@@ -430,6 +448,7 @@ fn row(p: &ScalingPoint, reference: Option<&Reference>, pools: &Pools, index: us
         gustafson_serial_fraction_low: f64::NAN,
         gustafson_serial_fraction_high: f64::NAN,
         ideal_samples_per_s: f64::NAN,
+        transfer_limit_efficiency: f64::NAN,
         loss_comm_samples_per_s: f64::NAN,
         loss_data_samples_per_s: f64::NAN,
         loss_straggler_samples_per_s: f64::NAN,
@@ -467,6 +486,12 @@ fn compare(out: &mut ScalingRow, p: &ScalingPoint, reference: &Reference, pools:
         let base = StepBreakdown::mean(&base_runs);
         let ratio = p.batch_per_rank as f64 / reference.per_type[0].0.batch_per_rank as f64;
         let loss = waterfall(&StepBreakdown::mean(&p.runs), &base, ratio, ideal, measured);
+        if !p.runs.iter().any(|r| r.manifest.comm.overlap_shares_core) {
+            // Over repeats, geometric means: the estimator of step_s_mean.
+            let geo = |runs: &[&RunStats], f: fn(&RunStats) -> f64| stats::geometric_mean(&runs.iter().map(|r| f(r)).collect::<Vec<_>>());
+            let t1 = geo(&base_runs, |r| r.job_step.mean()) * ratio;
+            out.transfer_limit_efficiency = metrics::transfer_limit_efficiency(t1, geo(&p.runs, |r| r.transfer.mean()));
+        }
         [
             out.loss_comm_samples_per_s,
             out.loss_data_samples_per_s,

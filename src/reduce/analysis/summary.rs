@@ -8,8 +8,9 @@ use std::collections::BTreeSet;
 
 /// One row of summary.csv: one node type of one run. A rank-CSV column `x_s` appears
 /// as `x_s_median` (median over the type's rank-steps) and, for a phase, `x_share`
-/// (its mean over the mean step, so the shares add up to 1). Written as CSV, every real
-/// is a plain decimal and an undefined one (NaN) an empty cell.
+/// (its mean over the mean step, so the shares add up to 1; at 1 rank they leave out the
+/// local copy that stands for the all-reduce, whose share is empty). Written as CSV, every
+/// real is a plain decimal and an undefined one (NaN) an empty cell.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct TypeSummary {
     pub run_id: String,
@@ -41,8 +42,10 @@ pub struct TypeSummary {
     pub forward_share: f64,
     pub backward_s_median: f64,
     pub backward_share: f64,
-    /// The communication phase: waiting for the all-reduce after backward.
+    /// The communication phase: waiting for the all-reduce after backward (at 1 rank, the
+    /// local copy that stands for it).
     pub comm_exposed_s_median: f64,
+    /// Its share of the step; empty at 1 rank, which communicates with nobody.
     pub comm_exposed_share: f64,
     pub optimizer_s_median: f64,
     pub optimizer_share: f64,
@@ -52,16 +55,20 @@ pub struct TypeSummary {
     pub comm_s_median: f64,
     /// The straggler wait inside the all-reduce ([`metrics::straggler_wait`]).
     pub comm_wait_s_median: f64,
-    /// The all-reduce work without that wait ([`metrics::transfer_time`]).
+    /// The all-reduce work without that wait ([`metrics::transfer_time`]); empty at 1 rank,
+    /// which puts nothing on a wire.
     pub comm_transfer_s_median: f64,
     /// R ([`metrics::compute_comm_ratio`]) from mean forward, backward and transfer
     /// time: the wait for a late rank is not communication. NaN for a 1-rank run, whose
-    /// all-reduce is a local copy.
+    /// all-reduce is a local copy, and where the all-reduce thread shared backward's
+    /// cores (`--overlap force`): its time-sliced work is then inside backward_s and in
+    /// the transfer both, so R would count it twice.
     pub compute_comm_ratio: f64,
-    /// Mean comm_hidden_s: all-reduce work done while backward ran (0 where the
-    /// all-reduce thread shared backward's cores).
+    /// Mean comm_hidden_s: all-reduce work done while backward ran, as the rows say it
+    /// (where the all-reduce thread shared backward's cores, it time-sliced with backward).
     pub comm_hidden_s_mean: f64,
-    /// Mean comm_exposed_s minus mean comm_wait_s: the exposed all-reduce without the wait.
+    /// Mean comm_exposed_s minus mean comm_wait_s: the exposed all-reduce without the wait
+    /// (empty at 1 rank).
     pub comm_exposed_transfer_s_mean: f64,
     pub comm_wait_s_mean: f64,
     /// From the median transfer time ([`metrics::busbw`]).
@@ -72,11 +79,17 @@ pub struct TypeSummary {
     pub probe_busbw_bytes_per_s: f64,
     /// The same probe with warm caches (the best case).
     pub probe_warm_busbw_bytes_per_s: f64,
+    /// The probe's element type (fp32 in runs from before it followed `--grad-dtype`).
+    pub probe_dtype: String,
+    /// busbw over the cold probe's; empty where the probe ran in another dtype than the
+    /// gradients travel in (the same bytes at another element type are no comparison).
     pub busbw_vs_probe: f64,
     /// Share of steps in which a rank of this type was the last to enter the all-reduce
     /// (NaN for a 1-rank run: a lone rank arrives in no order).
     pub last_arrival_share: f64,
-    /// Seconds per step the other ranks waited because a rank of this type entered last.
+    /// Seconds per step each other rank waited, on average over them, because a rank of
+    /// this type entered last (the sum of their waits over the steps, divided by the steps
+    /// and by the ranks that could wait: all but one); empty at 1 rank.
     pub caused_wait_s_mean: f64,
     /// 1 for the node type that gates the job: of two or more types, the one whose late
     /// arrivals cost the others the most waiting.
@@ -128,8 +141,12 @@ fn type_summary(run: &RunStats, t: &TypeStats, gating: Option<&str>) -> TypeSumm
     let transfer = t.transfer.median();
     let bytes = run.bytes_per_step as f64;
     let multi = |v: f64| if n > 1 { v } else { f64::NAN };
+    let shares_core = m.comm.overlap_shares_core;
     let busbw = multi(metrics::busbw(bytes, n, transfer));
     let probe = m.allreduce_probe.as_ref().map_or(f64::NAN, |p| p.busbw_bytes_per_s);
+    let name = |d: crate::record::GradDtype| serde_json::to_value(d).ok().and_then(|v| v.as_str().map(String::from));
+    let probe_dtype = m.allreduce_probe.as_ref().and_then(|p| name(p.dtype)).unwrap_or_default();
+    let wire = if m.comm.grad_dtype.is_empty() { "fp32" } else { m.comm.grad_dtype.as_str() };
     TypeSummary {
         run_id: m.run_id.clone(),
         schema_version: SCHEMA_VERSION,
@@ -156,21 +173,21 @@ fn type_summary(run: &RunStats, t: &TypeStats, gating: Option<&str>) -> TypeSumm
         backward_s_median: med(Phase::Backward),
         backward_share: share(Phase::Backward),
         comm_exposed_s_median: med(Phase::CommExposed),
-        comm_exposed_share: share(Phase::CommExposed),
+        comm_exposed_share: multi(share(Phase::CommExposed)),
         optimizer_s_median: med(Phase::Optimizer),
         optimizer_share: share(Phase::Optimizer),
         other_s_median: med(Phase::Other),
         other_share: share(Phase::Other),
         comm_s_median: t.comm.median(),
         comm_wait_s_median: t.wait.median(),
-        comm_transfer_s_median: transfer,
-        compute_comm_ratio: multi(metrics::compute_comm_ratio(
-            mean(Phase::Forward),
-            mean(Phase::Backward),
-            t.transfer.mean(),
-        )),
+        comm_transfer_s_median: multi(transfer),
+        compute_comm_ratio: if shares_core {
+            f64::NAN
+        } else {
+            multi(metrics::compute_comm_ratio(mean(Phase::Forward), mean(Phase::Backward), t.transfer.mean()))
+        },
         comm_hidden_s_mean: t.hidden.mean(),
-        comm_exposed_transfer_s_mean: (mean(Phase::CommExposed) - t.wait.mean()).max(0.0),
+        comm_exposed_transfer_s_mean: multi((mean(Phase::CommExposed) - t.wait.mean()).max(0.0)),
         comm_wait_s_mean: t.wait.mean(),
         busbw_bytes_per_s: busbw,
         algbw_bytes_per_s: multi(if transfer > 0.0 {
@@ -180,9 +197,10 @@ fn type_summary(run: &RunStats, t: &TypeStats, gating: Option<&str>) -> TypeSumm
         }),
         probe_busbw_bytes_per_s: probe,
         probe_warm_busbw_bytes_per_s: m.allreduce_probe_warm.as_ref().map_or(f64::NAN, |p| p.busbw_bytes_per_s),
-        busbw_vs_probe: busbw / probe,
+        busbw_vs_probe: if probe_dtype == wire { busbw / probe } else { f64::NAN },
+        probe_dtype,
         last_arrival_share: multi(t.last_arrivals as f64 / run.steps.max(1) as f64),
-        caused_wait_s_mean: t.caused_wait_s / run.steps.max(1) as f64,
+        caused_wait_s_mean: multi(t.caused_wait_s / run.steps.max(1) as f64 / n.saturating_sub(1).max(1) as f64),
         gating: u8::from(gating == Some(t.node_type.as_str())),
         gpu_util_pct_mean: t.gpu.util_pct_mean(),
         gpu_mem_used_max_bytes: t.gpu.mem_used_max_bytes.map_or(f64::NAN, |b| b as f64),
@@ -202,6 +220,10 @@ pub struct RankSummary {
     pub step_s_p95: f64,
     pub comm_wait_s_mean: f64,
     pub last_arrival_share: f64,
+    /// Seconds per step each other rank waited for this one, on average over them (the
+    /// sum of their waits in the steps this rank entered last, over the steps and the
+    /// other ranks); NaN for a 1-rank run.
+    pub caused_wait_s_mean: f64,
 }
 
 pub fn rank_summaries(run: &RunStats) -> Vec<RankSummary> {
@@ -219,6 +241,11 @@ pub fn rank_summaries(run: &RunStats) -> Vec<RankSummary> {
             // A lone rank arrives in no order.
             last_arrival_share: if run.manifest.world_size > 1 {
                 r.last_arrivals as f64 / run.steps.max(1) as f64
+            } else {
+                f64::NAN
+            },
+            caused_wait_s_mean: if run.manifest.world_size > 1 {
+                r.caused_wait_s / run.steps.max(1) as f64 / (run.manifest.world_size - 1) as f64
             } else {
                 f64::NAN
             },

@@ -30,7 +30,12 @@ pub fn build(
         compute_vs_comm: communication::compute_vs_comm_sentence(&runs),
         bandwidth: communication::bandwidth_sentence(&summary),
         waterfall: efficiency::waterfall_sentences(&scaling),
-        node_types: [nodes::node_type_sentences(&runs, &summary), nodes::arrival_sentences(complete)].concat(),
+        node_types: [
+            nodes::node_type_sentences(&runs, &summary),
+            nodes::straggler_sentences(&ranks),
+            nodes::arrival_sentences(complete),
+        ]
+        .concat(),
     };
     Report {
         report_version: REPORT_VERSION,
@@ -101,7 +106,10 @@ fn run_report(r: &RunStats) -> RunReport {
 }
 
 /// Per epoch: compute, all-reduce work, hidden, exposed transfer and waiting, and R from
-/// the transfer alone (per-step means × steps per epoch, all ranks averaged).
+/// the transfer alone (per-step means × steps per epoch, all ranks averaged). A 1-rank
+/// run communicates with nobody: its all-reduce figures are NaN. R is NaN where the
+/// all-reduce thread shared backward's cores (`--overlap force`): its time-sliced work is
+/// inside backward and in the transfer both.
 fn per_epoch(r: &RunStats) -> EpochBreakdown {
     let b = StepBreakdown::of(r);
     let spe = r.manifest.steps_per_epoch as f64;
@@ -115,18 +123,18 @@ fn per_epoch(r: &RunStats) -> EpochBreakdown {
         }
     };
     let (work, hidden, transfer) = (mean_over(|t| &t.comm), mean_over(|t| &t.hidden), mean_over(|t| &t.transfer));
-    let alone = r.manifest.world_size <= 1;
+    let multi = |v: f64| if r.manifest.world_size > 1 { v } else { f64::NAN };
     EpochBreakdown {
         compute_s: (forward + backward) * spe,
-        comm_s: work * spe,
-        comm_transfer_s: transfer * spe,
-        comm_hidden_s: hidden * spe,
-        comm_exposed_transfer_s: b.transfer_s * spe,
-        comm_wait_s: b.wait_s * spe,
-        compute_comm_ratio: if alone {
+        comm_s: multi(work * spe),
+        comm_transfer_s: multi(transfer * spe),
+        comm_hidden_s: multi(hidden * spe),
+        comm_exposed_transfer_s: multi(b.transfer_s * spe),
+        comm_wait_s: multi(b.wait_s * spe),
+        compute_comm_ratio: if r.manifest.comm.overlap_shares_core {
             f64::NAN
         } else {
-            metrics::compute_comm_ratio(forward, backward, transfer)
+            multi(metrics::compute_comm_ratio(forward, backward, transfer))
         },
     }
 }

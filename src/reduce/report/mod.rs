@@ -116,7 +116,9 @@ pub struct RunReport {
 
 /// Seconds per epoch: compute (forward + backward), all-reduce work, its transfer (the
 /// work without the wait), the part of it hidden behind backward, the exposed transfer,
-/// the wait for a late rank; and R (NaN for a 1-rank run).
+/// the wait for a late rank; and R. Every all-reduce figure is NaN for a 1-rank run
+/// (its all-reduce is a local copy); R is NaN too where the all-reduce thread shared
+/// backward's cores.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct EpochBreakdown {
     pub compute_s: f64,
@@ -124,7 +126,9 @@ pub struct EpochBreakdown {
     pub comm_s: f64,
     /// The all-reduce's time after the last rank entered it: `comm_s` without the wait.
     pub comm_transfer_s: f64,
+    /// The transfer that ran before backward ended (comm_hidden_s, as the rows say it).
     pub comm_hidden_s: f64,
+    /// The exposed all-reduce without the wait: the transfer after backward ended.
     pub comm_exposed_transfer_s: f64,
     pub comm_wait_s: f64,
     /// (forward + backward) / transfer, from the means per step.
@@ -208,7 +212,8 @@ pub struct ProjectedWorkload {
     pub scaling: String,
     /// How the projection compares with the measured shapes.
     pub checked: String,
-    /// Weak scaling: R needed, the batch that reaches 80 %, fp16 gradients, one bucket.
+    /// Weak scaling, per full-node shape of its table: the efficiency, the per-rank batch
+    /// that reaches 80 %, and the what-ifs (2-byte gradients, one bucket), all from the rows.
     pub answers: Vec<String>,
     /// Strong scaling with per-rank batches outside those measured: how they were guessed.
     pub strong_note: Option<String>,

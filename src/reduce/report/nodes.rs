@@ -2,13 +2,13 @@
 
 use super::{ms, pct, LeftOut, RunReport};
 use crate::record::Backend;
-use crate::reduce::analysis::{TypeSummary, STALL_FACTOR};
+use crate::reduce::analysis::{RankSummary, TypeSummary, STALL_FACTOR};
 use std::fmt::Write;
 
 /// Per run and node type: step times, waits for others, last arrivals, the gating type;
 /// then `sentences`.
 pub fn node_types(md: &mut String, summaries: &[TypeSummary], sentences: &[String]) {
-    let _ = writeln!(md, "\n## Node types and stragglers\n\n| run | node type | ranks | nodes | step ms (median) | p95 ms | waits for others ms (mean) | last into all-reduce | others wait for it ms (mean) | gates the job |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    let _ = writeln!(md, "\n## Node types and stragglers\n\n| run | node type | ranks | nodes | step ms (median) | p95 ms | waits for others ms (mean) | last into all-reduce | each other rank waits for it ms (mean) | gates the job |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
     for s in summaries {
         let _ = writeln!(
             md,
@@ -37,12 +37,37 @@ pub fn node_type_sentences(runs: &[RunReport], summaries: &[TypeSummary]) -> Vec
         .filter_map(|r| {
             let g = summaries.iter().find(|s| s.run_id == r.run_id && s.gating == 1)?;
             Some(format!(
-                "In `{}`, the other types wait {} per step for ranks of type \"{}\" (they arrive last at {} of all-reduces): that type sets the job's pace.",
+                "In `{}`, each other rank waits {} per step (mean over them) for ranks of type \"{}\" (they arrive last at {} of all-reduces): that type sets the job's pace.",
                 r.run_id,
                 ms(g.caused_wait_s_mean).replace(' ', "") + " ms",
                 g.node_type,
                 pct(g.last_arrival_share)
             ))
+        })
+        .collect()
+}
+
+/// A rank is named the straggler of its run when it entered the all-reduce last in at
+/// least this share of the steps.
+pub const STRAGGLER_SHARE: f64 = 0.75;
+
+/// Per multi-rank run, the rank that entered the all-reduce last in at least
+/// [`STRAGGLER_SHARE`] of the steps, whatever the node types: how often, and how long
+/// each other rank waited for it.
+pub fn straggler_sentences(ranks: &[RankSummary]) -> Vec<String> {
+    ranks
+        .iter()
+        .filter(|r| r.last_arrival_share >= STRAGGLER_SHARE && r.caused_wait_s_mean.is_finite())
+        .map(|r| {
+            format!(
+                "In `{}`, rank {} (on {}) entered the all-reduce last in {} of the steps: each other rank waited {} ms per step for it \
+                 (mean over them), the wait in the waterfall's \"waiting for a late rank\".",
+                r.run_id,
+                r.rank,
+                r.host,
+                pct(r.last_arrival_share),
+                ms(r.caused_wait_s_mean)
+            )
         })
         .collect()
 }
@@ -56,6 +81,13 @@ pub fn arrival_sentences(runs: &[&crate::reduce::analysis::RunStats]) -> Vec<Str
         .filter(|r| r.manifest.world_size > 1 && r.manifest.comm_backend != Backend::None)
     {
         let a = &r.arrivals;
+        if a.waits_capped > 0 {
+            out.push(format!(
+                "In `{}`, in {} rank-steps the last rank entered the all-reduce later than the waiting rank's whole all-reduce took \
+                 (comm_s): there the wait is counted as that whole all-reduce and the transfer as 0, so that transfer + wait = comm_s.",
+                r.manifest.run_id, a.waits_capped
+            ));
+        }
         if !a.clocks_known {
             out.push(format!(
                 "In `{}`, there is no clock.csv: arrival order and waits assume the ranks' clocks agree, with an error unknown.",

@@ -5,8 +5,7 @@ use super::{ms, pct, ProjectedWorkload, ProjectionReport};
 use crate::allreduce::link_model::MAX_FIT_REL_ERROR;
 use crate::allreduce::LinkModelFile;
 use crate::plot::{self, Band, LineChart, Point, Series, SeriesKind, XScale};
-use crate::reduce::analysis::projection::{what_if, ProjectionRow, Workload, EXTRAPOLATION_FACTOR};
-use crate::reduce::analysis::RunStats;
+use crate::reduce::analysis::projection::{ProjectionRow, EXTRAPOLATION_FACTOR};
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -47,9 +46,9 @@ pub fn left_out(sweep: &Path, why: &str) -> ProjectionReport {
     }
 }
 
-/// The projection of `runs` with the model in `sweep`: its `rows`, the `notes` on what
-/// could not be projected, and per workload what the projection says.
-pub fn section(rows: Vec<ProjectionRow>, notes: Vec<String>, runs: &[&RunStats], models: &LinkModelFile, sweep: &Path) -> ProjectionReport {
+/// The projection with the model in `sweep`: its `rows`, the `notes` on what could not be
+/// projected, and per workload what the projection says (from its rows alone).
+pub fn section(rows: Vec<ProjectionRow>, notes: Vec<String>, models: &LinkModelFile, sweep: &Path) -> ProjectionReport {
     let workloads = by_workload(&rows)
         .into_iter()
         .map(|(name, rs)| {
@@ -60,7 +59,7 @@ pub fn section(rows: Vec<ProjectionRow>, notes: Vec<String>, runs: &[&RunStats],
                 from_run: rs[0].from_run.clone(),
                 scaling: rs[0].scaling.clone(),
                 checked,
-                answers: if weak { answers(rs[0], runs, models) } else { Vec::new() },
+                answers: if weak { answers(&rs) } else { Vec::new() },
                 strong_note: (!weak && rs.iter().any(|r| r.compute_extrapolated)).then(|| {
                     format!(
                         "Strong scaling: the global batch {} split over the ranks; at the per-rank batches marked *, outside those measured \
@@ -116,6 +115,13 @@ fn checked_sentence(rs: &[&ProjectionRow]) -> String {
         ));
     }
     out.push(format!("Speedup and efficiency are against the {}.", rs[0].speedup_against));
+    if !rs[0].missing_reference.is_empty() {
+        out.push(format!(
+            "No 1-rank run of this workload was measured, so no measured speedup is given (one against a projection \
+             would mix a measurement with a model): add {} to measure them.",
+            rs[0].missing_reference
+        ));
+    }
     out.join(" ")
 }
 
@@ -127,13 +133,16 @@ fn terms_table(md: &mut String, rs: &[&ProjectionRow]) {
     }
     let _ = writeln!(
         md,
-        "\nTerms at the measured shapes (ms per step; own work: per step, the slowest rank's; all-reduce: after the last rank entered):\n\n         | shape | term | projected | measured |\n|---|---|---:|---:|"
+        "\nTerms at the measured shapes (ms per step): own work, per step the slowest rank's; the wait for a late rank, \
+         what a rank waits on average for the last to enter the all-reduce (projected: the straggler term); the all-reduce after \
+         the last rank entered, and of it what ran past backward's end (exposed). Neither all-reduce term holds the wait, on \
+         either side.\n\n| shape | term | projected | measured |\n|---|---|---:|---:|"
     );
     for r in measured {
         let shape = format!("{} × {}", r.nodes, r.ranks_per_node);
         let terms = [
             ("own work (slowest rank)", r.own_work_s, r.measured_own_work_s),
-            ("of which straggler", r.straggler_s, None),
+            ("wait for a late rank", r.straggler_s, r.measured_wait_s),
             ("all-reduce", r.comm_s, r.measured_comm_s),
             ("exposed all-reduce", r.comm_exposed_s, r.measured_comm_exposed_s),
             ("step", r.step_s, r.measured_step_s),
@@ -201,12 +210,12 @@ own work independent of N.\n",
     }
     for ((name, rs), w) in by_workload(&p.rows).into_iter().zip(&p.workloads) {
         let _ = writeln!(md, "\n### {name} (from run {})\n\n{}\n", rs[0].from_run, rs[0].comparison);
-        let _ = writeln!(md, "| ranks | nodes × per node | batch per rank | step (ms) | band (ms) | samples/s | speedup | efficiency | exposed comm (ms) | algorithm | measured (ms) | error |");
-        let _ = writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|");
+        let _ = writeln!(md, "| ranks | nodes × per node | batch per rank | step (ms) | band (ms) | samples/s | speedup | efficiency | efficiency, 2-byte gradients | efficiency, one bucket | exposed comm (ms) | algorithm | measured (ms) | error |");
+        let _ = writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|");
         for r in &rs {
             let _ = writeln!(
                 md,
-                "| {}{}{}{} | {} × {} | {}{} | {} | {}–{}{} | {:.1} | {:.2} | {} | {} | {} | {} | {} |",
+                "| {}{}{}{} | {} × {} | {}{} | {} | {}–{}{} | {:.1} | {:.2} | {} | {} | {} | {} | {} | {} | {} |",
                 r.ranks,
                 if r.extrapolated { " (extrapolated)" } else { "" },
                 if r.is_reference { " (reference)" } else { "" },
@@ -222,6 +231,8 @@ own work independent of N.\n",
                 r.samples_per_s,
                 r.speedup,
                 pct(r.efficiency),
+                r.efficiency_half_wire_bytes.map_or("already 2 bytes".into(), pct),
+                pct(r.efficiency_one_bucket),
                 ms(r.comm_exposed_s),
                 r.algorithm,
                 r.measured_step_s.map(ms).unwrap_or_else(|| "–".into()),
@@ -232,6 +243,9 @@ own work independent of N.\n",
         let _ = writeln!(md, "\n{}", w.checked);
         for q in fit_quality_sentences(&rs) {
             let _ = writeln!(md, "\n{q}");
+        }
+        if !w.answers.is_empty() {
+            let _ = writeln!(md);
         }
         for a in &w.answers {
             let _ = writeln!(md, "- {a}");
@@ -278,41 +292,59 @@ fn fit_quality_sentences(rs: &[&ProjectionRow]) -> Vec<String> {
     out
 }
 
-/// R needed, the batch that reaches the target, and what fp16/bf16 gradients or one
-/// bucket would change, at the largest projected shape.
-fn answers(first: &ProjectionRow, runs: &[&RunStats], models: &LinkModelFile) -> Vec<String> {
-    let Some(run) = runs.iter().find(|r| r.manifest.run_id == first.from_run) else {
-        return Vec::new();
-    };
-    let Ok(bm) = models.for_manifest(&run.manifest) else {
-        return Vec::new();
-    };
-    let w = Workload::of(run);
-    let per_node = bm.model.ranks_per_node.max(1);
-    let shapes = [(1usize, per_node), (2, per_node), (16, per_node), (128, per_node)];
-    let mut out = Vec::new();
-    for (nodes, per_node) in shapes.into_iter().filter(|&(n, p)| n * p > 1) {
-        let Ok(q) = what_if(&w, &bm.model, nodes, per_node, TARGET_EFFICIENCY) else {
-            continue;
-        };
-        out.push(format!(
-            "At {} node(s) × {} ({} ranks): efficiency {}; R (own work / all-reduce) is {:.2}, and {:.0} % needs R ≥ {:.1} \
-with nothing hidden, i.e. a per-rank batch of about {:.0} (own work taken as proportional to the batch; measured at {}). \
-With fp16/bf16 gradients: {}; with one bucket: {}.",
-            nodes,
-            per_node,
-            nodes * per_node,
-            pct(q.efficiency),
-            q.r_now,
-            TARGET_EFFICIENCY * 100.0,
-            q.r_needed,
-            q.batch_needed.ceil(),
-            w.batch_per_rank,
-            pct(q.efficiency_half_bytes),
-            pct(q.efficiency_one_bucket)
-        ));
+/// What the projection says of a weak workload at full nodes (1, 2, 16 and 128 of them,
+/// where the table has them), made from its table's rows alone, so every efficiency said
+/// is the table's: the efficiency against the same 1-rank step, the per-rank batch that
+/// reaches [`TARGET_EFFICIENCY`], and the what-if efficiencies (half the wire bytes, one
+/// bucket).
+fn answers(rs: &[&ProjectionRow]) -> Vec<String> {
+    let full = rs.iter().map(|r| r.ranks_per_node).max().unwrap_or(1);
+    rs.iter()
+        .filter(|r| r.ranks > 1 && r.ranks_per_node == full && [1, 2, 16, 128].contains(&r.nodes))
+        .map(|r| {
+            let half = match r.efficiency_half_wire_bytes {
+                Some(e) => format!("with 2-byte (fp16/bf16) gradients, efficiency {}", pct(e)),
+                None => "the gradients already travel at 2 bytes".into(),
+            };
+            format!(
+                "At {} node(s) × {} ({} ranks): efficiency {}; {}. What if: {half}; with one bucket, efficiency {}.",
+                r.nodes,
+                r.ranks_per_node,
+                r.ranks,
+                pct(r.efficiency),
+                batch_for_target(r),
+                pct(r.efficiency_one_bucket)
+            )
+        })
+        .collect()
+}
+
+/// The per-rank batch that reaches [`TARGET_EFFICIENCY`] at a weak row's shape, from the
+/// row: a rank's own work and the 1-rank step taken as proportional to the batch, the
+/// exposed all-reduce as it is. Efficiency at k times the batch is
+/// k·T1 / (k·own + exposed), with T1 = batch / (samples/s ÷ speedup); it reaches τ from
+/// k = τ·exposed / (T1 − τ·own) when T1 > τ·own, and never otherwise.
+fn batch_for_target(r: &ProjectionRow) -> String {
+    let tau = TARGET_EFFICIENCY;
+    if r.efficiency >= tau {
+        return format!("it is at or above {:.0} % at this batch", tau * 100.0);
     }
-    out
+    let t1 = r.batch_per_rank / (r.samples_per_s / r.speedup);
+    let exposed = r.step_s - r.own_work_s;
+    if !(t1 > tau * r.own_work_s) || !(exposed > 0.0) {
+        return format!(
+            "no larger batch reaches {:.0} % (the slowest rank's own work alone is over {:.0} % of the 1-rank step's)",
+            tau * 100.0,
+            100.0 / tau
+        );
+    }
+    let k = tau * exposed / (t1 - tau * r.own_work_s);
+    format!(
+        "{:.0} % needs a per-rank batch of about {:.0} (own work taken as proportional to the batch; measured at {})",
+        tau * 100.0,
+        (k * r.batch_per_rank).ceil(),
+        r.batch_per_rank
+    )
 }
 
 pub fn print_projection(rows: &[ProjectionRow]) {

@@ -173,7 +173,7 @@ fn workload_verdict(rows: &[&ScalingRow], runs: &[RunReport]) -> String {
     let noisy: Vec<String> = compared
         .iter()
         .filter(|r| r.within_noise == 1)
-        .map(|r| r.run_ids.join(" "))
+        .map(|r| verdict::point_name(r))
         .collect();
     if !noisy.is_empty() {
         let _ = write!(
@@ -185,7 +185,7 @@ fn workload_verdict(rows: &[&ScalingRow], runs: &[RunReport]) -> String {
     let slower: Vec<String> = compared
         .iter()
         .filter(|r| r.direction == Some(Direction::Slower))
-        .map(|r| format!("{} ({:.2}×)", r.run_ids.join(" "), r.speedup))
+        .map(|r| format!("{} at {:.2}×", verdict::point_name(r), r.speedup))
         .collect();
     if !slower.is_empty() {
         let _ = write!(text, " Negative scaling: {} ran slower than its reference.", slower.join(", "));
@@ -194,15 +194,20 @@ fn workload_verdict(rows: &[&ScalingRow], runs: &[RunReport]) -> String {
     for r in compared.iter().filter(|r| r.direction == Some(Direction::NoInterval)) {
         let _ = write!(
             text,
-            " `{}` ({}, {} ranks): {}.",
-            r.run_ids.join(" "),
-            r.scaling_mode,
+            " {} at {} ranks: {}.",
+            verdict::point_name(r),
             r.ranks,
             what_a_direction_needs(Direction::NoInterval, r.repeats, r.baseline_repeats, r.repeats_needed)
         );
     }
     for r in rows.iter().filter(|r| r.scaling_mode == ScalingMode::None) {
-        let _ = write!(text, " `{}` has no reference: add {}.", r.run_ids.join(" "), r.missing_reference);
+        let _ = write!(
+            text,
+            " `{}` (batch {} per rank) has no reference: add {}.",
+            r.run_ids.join(" "),
+            r.batch_per_rank,
+            r.missing_reference
+        );
     }
     text
 }

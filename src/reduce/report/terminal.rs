@@ -28,8 +28,9 @@ fn print_tables(summaries: &[TypeSummary], scaling: &[ScalingRow]) {
     for s in summaries {
         let nt: String = s.node_type.chars().take(28).collect();
         let run: String = s.run_id.chars().take(34).collect();
+        let share = |v: f64| if v.is_finite() { format!("{:.0}", v * 100.0) } else { "–".into() };
         println!(
-            "{:<34} {:<28} {:>5} {:>7} {:>9} {:>9} {:>11.1} {:>6.0} {:>6.0} {:>7.0} {:>9}",
+            "{:<34} {:<28} {:>5} {:>7} {:>9} {:>9} {:>11.1} {:>6} {:>6} {:>7} {:>9}",
             run,
             nt,
             s.ranks,
@@ -37,9 +38,9 @@ fn print_tables(summaries: &[TypeSummary], scaling: &[ScalingRow]) {
             ms(s.step_s_median),
             ms(s.step_s_p95),
             s.samples_per_s,
-            s.forward_share * 100.0,
-            s.backward_share * 100.0,
-            s.comm_exposed_share * 100.0,
+            share(s.forward_share),
+            share(s.backward_share),
+            share(s.comm_exposed_share),
             gbs(s.busbw_bytes_per_s)
         );
     }

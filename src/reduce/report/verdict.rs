@@ -1,8 +1,9 @@
 //! The sentence said of one compared point, made from the typed report alone: its
 //! direction (claimed only when the speedup's interval excludes 1, [`Direction::of`]),
 //! what a direction needs where none is claimed, the largest measured
-//! loss of its efficiency waterfall with its share of what was lost, and R with what it
-//! implies. report.md (each workload's verdict) and study.md print this same sentence.
+//! loss of its efficiency waterfall with its share of what was lost, and R with the
+//! efficiency the transfer alone allows. report.md (each workload's verdict) and study.md
+//! print this same sentence.
 
 use super::{pct, RunReport};
 use crate::record::Overlap;
@@ -59,9 +60,20 @@ pub fn largest_loss(row: &ScalingRow) -> String {
     )
 }
 
-/// R of the point's runs (their median) and what it implies, or None without one.
+/// R of the point's runs (their median), and the efficiency the transfer alone allows
+/// without overlap (`T1 / (T1 + transfer)`, the row's `transfer_limit_efficiency`); where
+/// the all-reduce thread shared backward's cores, why neither is defined. None when no
+/// run of the point has an R.
 pub fn r_sentence(row: &ScalingRow, runs: &[RunReport]) -> Option<String> {
     let of_point: Vec<&RunReport> = runs.iter().filter(|r| row.run_ids.contains(&r.run_id)).collect();
+    let overlap = |o: Overlap| of_point.iter().any(|x| x.comparison_key.as_ref().is_some_and(|k| k.overlap == o));
+    if overlap(Overlap::Force) {
+        return Some(
+            "R and the limit the transfer sets are not defined here: the all-reduce thread shared backward's cores \
+             (--overlap force), so its time-sliced work is inside backward and in the transfer both."
+                .into(),
+        );
+    }
     let rs: Vec<f64> = of_point
         .iter()
         .map(|r| r.per_epoch.compute_comm_ratio)
@@ -71,28 +83,42 @@ pub fn r_sentence(row: &ScalingRow, runs: &[RunReport]) -> Option<String> {
         return None;
     }
     let r = crate::stats::median(&rs);
-    let cap = pct(r / (r + 1.0));
-    let overlapped = of_point
-        .iter()
-        .any(|x| x.comparison_key.as_ref().is_some_and(|k| k.overlap == Overlap::On));
-    let mut s = format!("R = {r:.2}: ");
-    if overlapped {
+    let mut s = format!("R = {r:.2} (forward + backward over the transfer).");
+    let limit = row.transfer_limit_efficiency;
+    if limit.is_finite() {
         let _ = write!(
             s,
-            "with overlap the transfer can hide behind backward; without it, efficiency ≤ R/(R+1) = {cap}."
+            " {} the transfer alone limits efficiency to T1/(T1 + transfer) = {}, with T1 the 1-rank step at this batch per \
+             rank and the rest of the step as alone.",
+            if overlap(Overlap::On) {
+                "With overlap the transfer can hide behind backward; without it,"
+            } else {
+                "Without overlap,"
+            },
+            pct(limit)
         );
-    } else {
-        let _ = write!(s, "without overlap, communication alone caps efficiency at R/(R+1) = {cap}.");
     }
     Some(s)
 }
 
-/// The whole sentence on `row`: ranks and mode, direction, largest loss, R.
+/// The point as lists and verdicts name it: its runs, its mode and its batch.
+pub fn point_name(row: &ScalingRow) -> String {
+    format!(
+        "`{}` ({}, batch {} per rank)",
+        row.run_ids.join(" "),
+        row.scaling_mode,
+        row.batch_per_rank
+    )
+}
+
+/// The whole sentence on `row`: ranks, mode and batch, direction, largest loss, R.
 pub fn point_verdict(row: &ScalingRow, runs: &[RunReport]) -> String {
     let mut s = format!(
-        "At {} ranks ({}) it {}. {}",
+        "At {} ranks ({}, batch {} per rank, global batch {}) it {}. {}",
         row.ranks,
         row.scaling_mode,
+        row.batch_per_rank,
+        row.global_batch,
         direction(row),
         largest_loss(row)
     );

@@ -16,7 +16,10 @@ use std::path::PathBuf;
 pub struct TraceArgs {
     /// A run folder written by `ddpbench train --trace`: its trace/rank-*.trace.json files
     /// are merged into RUN_DIR/timeline.json on rank 0's clock (open it in Perfetto UI or
-    /// chrome://tracing).
+    /// chrome://tracing). Each file is read a line at a time, so memory does not grow with
+    /// it; a line that is not a whole event of its rank is skipped, and stderr says how
+    /// many and why, per rank, as it says where a rank's trace stopped at its size bound.
+    /// timeline.json is replaced only once written whole; only regular files are read.
     pub run_dir: PathBuf,
 }
 
@@ -35,7 +38,14 @@ pub fn merge_traced(runs: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
-/// Logs what a merge wrote, and which ranks' files were cut short or absent.
+/// Most ranks named one per line in what a merge says; the rest are counted, and
+/// timeline.json's `otherData` lists every one.
+const RANKS_NAMED: usize = 8;
+/// About what Perfetto's UI loads in one browser tab.
+const PERFETTO_TAB_BYTES: u64 = 2_000_000_000;
+
+/// Logs what a merge wrote, which ranks' files were cut short or absent, where a rank's
+/// trace stops at its byte bound, and what lines were skipped.
 pub fn report(m: &merge::Merged) {
     println!("{}: {} events of {} rank(s) on one clock", m.path.display(), m.events, m.ranks);
     if !m.partial.is_empty() {
@@ -46,5 +56,33 @@ pub fn report(m: &merge::Merged) {
     }
     if !m.missing.is_empty() {
         eprintln!("rank(s) {:?} left no trace file", m.missing);
+    }
+    for (rank, step, bound) in m.stopped.iter().take(RANKS_NAMED) {
+        eprintln!(
+            "trace of rank {rank} stops at step {step}: its file reached the per-rank bound of {bound} bytes; \
+             the steps before are merged whole"
+        );
+    }
+    for (rank, s) in m.skipped.iter().take(RANKS_NAMED) {
+        eprintln!(
+            "rank {rank}: {} line(s) of {}/{} skipped, not whole events of this rank ({}{})",
+            s.count,
+            TRACE_DIR,
+            crate::trace::writer::file_name(*rank),
+            s.first.join("; "),
+            if s.count > s.first.len() { "; ..." } else { "" }
+        );
+    }
+    let more = m.stopped.len().saturating_sub(RANKS_NAMED) + m.skipped.len().saturating_sub(RANKS_NAMED);
+    if more > 0 {
+        eprintln!("... and {more} more as above: otherData in {} names every rank", m.path.display());
+    }
+    if m.bytes > PERFETTO_TAB_BYTES {
+        eprintln!(
+            "{} is {:.1} GB, more than Perfetto's UI holds in one tab (about 2 GB): trace fewer steps \
+             (--trace-steps A:B) or open it with Perfetto's trace_processor",
+            m.path.display(),
+            m.bytes as f64 / 1e9
+        );
     }
 }
