@@ -153,6 +153,10 @@ fn no_csv_ddpbench_writes_has_an_exponent_or_nan_text() {
         "bytes",
         "loss_scale",
         "step_skipped",
+        "noise_batch_small",
+        "grad_sq_small",
+        "noise_batch_big",
+        "grad_sq_big",
     ]);
     for f in files.iter().filter(|f| f.file_name().unwrap() == "rank-00001.csv") {
         assert_eq!(read_csv(f).0, want, "{}", f.display());
