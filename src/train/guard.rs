@@ -5,7 +5,7 @@
 
 use super::config::TrainConfig;
 use super::placement::Placement;
-use super::trainer::Schedule;
+use super::state::Schedule;
 use crate::amp::AmpMode;
 use crate::record::{RunWarning, WarningCode};
 use crate::world::{gather_strings, Group};

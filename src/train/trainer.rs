@@ -15,8 +15,9 @@ use super::faults::FaultHooks;
 use super::nonfinite::LossWatch;
 use super::params::{broadcast_from_rank0, check_in_sync};
 use super::placement::Placement;
-use super::recording::{BucketReady, ClockOffsets, Records, RowIdentity, StepAt};
+use super::recording::{BucketReady, ClockOffsets, Records, RowIdentity};
 use super::run_folder::RunFolder;
+use super::state::{ModelState, Schedule, StepAt};
 use super::step::{Measured, StepMachine};
 use super::timer;
 use crate::amp::{AmpMode, Autocast, LossScaler};
@@ -24,8 +25,8 @@ use crate::data::{self, Dataset, Loader};
 use crate::flight::Phase;
 use crate::job::signals;
 use crate::job::watchdog::{self, Watchdog};
-use crate::model::{self, ModelOptions, ModelSpec, Net};
-use crate::optim::{self, LrScaling, Optimizer};
+use crate::model::{self, ModelOptions, ModelSpec};
+use crate::optim::{LrScaling, Optimizer};
 use crate::record::last_gasp::{self, LastGasp, Template};
 use crate::record::reserve::{self, Reserve};
 use crate::record::Backend;
@@ -36,29 +37,8 @@ use crate::world::{agree, gather_strings, Group};
 use anyhow::{Context, Result};
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use std::time::{Duration, Instant, SystemTime};
-use tch::{nn, Tensor};
+use tch::nn;
 use tracing::{info, warn};
-
-/// The network, its parameters in one fixed order, and the store that owns them.
-pub(super) struct ModelState {
-    pub vs: nn::VarStore,
-    pub net: Box<dyn Net>,
-    pub spec: ModelSpec,
-    pub params: Vec<(String, Tensor)>,
-    pub param_tensors: Vec<Tensor>,
-}
-
-/// How long the run is, in steps.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Schedule {
-    pub steps_per_epoch: usize,
-    pub total_steps: usize,
-    pub epochs: usize,
-    /// Steps of linear learning-rate warm-up.
-    pub warmup_lr_steps: usize,
-    /// Factor on the learning rate (`--lr-scaling`).
-    pub lr_scale: f64,
-}
 
 /// What set-up established, fixed for the whole run.
 pub(super) struct RunFacts {
@@ -794,13 +774,6 @@ fn schedule(g: &Group, cfg: &TrainConfig, dataset: &Dataset) -> Schedule {
             LrScaling::None => 1.0,
             LrScaling::Linear => (g.size * s.grad_accum) as f64,
         },
-    }
-}
-
-impl Schedule {
-    /// The learning rate of global step `step`.
-    pub fn lr(&self, base: f64, step: usize) -> f64 {
-        optim::learning_rate(base, self.lr_scale, step, self.warmup_lr_steps)
     }
 }
 
