@@ -799,16 +799,6 @@ fn ranks_summed(g: &Group, comm: &Communication) -> usize {
     }
 }
 
-/// Every rank's placement, gathered on rank 0 (empty elsewhere).
-pub(super) fn gathered_rank_infos(g: &Group, place: &Placement, cfg: &TrainConfig) -> Result<Vec<record::RankInfo>> {
-    let mine = serde_json::to_string(&place.rank_info(g, cfg.placement.bind)?)?;
-    Ok(gather_strings(g, &mine)
-        .unwrap_or_default()
-        .iter()
-        .map(|s| serde_json::from_str(s))
-        .collect::<Result<_, _>>()?)
-}
-
 /// The log line of an epoch: its steps, time and training loss, and its validation, or
 /// that there was none (`--val-samples 0`), never a NaN loss for validation that did not run.
 fn epoch_line(row: &EpochRow) -> String {
