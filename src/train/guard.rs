@@ -11,15 +11,6 @@ use crate::record::{RunWarning, WarningCode};
 use crate::world::{gather_strings, Group};
 use tch::Device;
 
-/// The fewest measured steps a run's throughput is trusted from, unless
-/// `--min-measured-steps` says otherwise.
-pub const MIN_MEASURED_STEPS: usize = 20;
-
-/// [`MIN_MEASURED_STEPS`], for manifests written before the flag existed.
-pub fn min_measured_steps_default() -> usize {
-    MIN_MEASURED_STEPS
-}
-
 /// Every rank's warnings, on rank 0 (each code once, the first rank's message, with the
 /// ranks that share it); empty on the other ranks. A collective: every rank calls it.
 pub(super) fn run_warnings(g: &Group, cfg: &TrainConfig, place: &Placement, schedule: &Schedule) -> Vec<RunWarning> {
