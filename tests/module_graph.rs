@@ -1,8 +1,9 @@
-//! The library's top-level modules form no cycle: reads every `src/**/*.rs`, maps each
-//! file to its top-level module (`src/<m>.rs` or `src/<m>/...`), collects the paths
-//! that leave it (`crate::<m>` and `super::` climbing out of it, outside comments and
-//! string literals, and outside code under `#[cfg(test)]`), and fails naming every
-//! cycle of the graph with a reference that makes each of its edges.
+//! No module cycle at any level: reads every `src/**/*.rs`, resolves the paths each
+//! file writes (`crate::`, `super::`, `self::`, `use` groups; outside comments and
+//! string literals, and outside code under `#[cfg(test)]`), and builds one graph per
+//! folder whose nodes are the modules directly inside it (`src/` holds the top-level
+//! modules, `src/train/` the files and folders of `train`). It fails naming every
+//! cycle of every graph with a reference that makes each of its edges.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -143,36 +144,6 @@ fn file_module_path(rel: &Path) -> Vec<String> {
     parts
 }
 
-/// The first segment of each path inside `{ ... }` starting at `toks[at]` (which is `{`).
-fn group_heads(toks: &[(Tok, usize)], at: usize) -> Vec<(String, usize)> {
-    let (mut heads, mut depth, mut expect_head) = (Vec::new(), 0usize, true);
-    for (t, line) in &toks[at..] {
-        match t {
-            Tok::Punct('{') => {
-                depth += 1;
-                expect_head = depth == 1;
-            }
-            Tok::Punct('}') => {
-                depth -= 1;
-                if depth == 0 {
-                    break;
-                }
-            }
-            Tok::Punct(',') if depth == 1 => expect_head = true,
-            Tok::Ident(w) if depth == 1 && expect_head => {
-                heads.push((w.clone(), *line));
-                expect_head = false;
-            }
-            _ => {
-                if depth == 1 {
-                    expect_head = false;
-                }
-            }
-        }
-    }
-    heads
-}
-
 /// When `toks[at..]` starts with `#[cfg(test)]`: the index just past the item it
 /// marks (a `;`-ended item, or one whose outermost `{ ... }` closes), and the name of a
 /// module it declares in a file of its own (`mod tests;`).
@@ -221,13 +192,68 @@ fn test_only_children(src: &str) -> Vec<String> {
         .collect()
 }
 
-/// The top-level modules `src` (the file at module path `file_path`) references
-/// outside its own, each with a line; items under `#[cfg(test)]` are left out.
-fn references(src: &str, file_path: &[String], modules: &BTreeSet<String>) -> Vec<(String, usize)> {
+/// The path that follows `toks[j..]` (`a::b::c`, stopping before a non-ident), appended
+/// to `base`; a `{ ... }` group yields one path per member, nested groups too.
+fn path_tails(toks: &[(Tok, usize)], mut j: usize, base: Vec<String>, line: usize, out: &mut Vec<(Vec<String>, usize)>) {
+    let mut path = base;
+    let mut line = line;
+    loop {
+        match toks.get(j) {
+            Some((Tok::Ident(h), l)) => {
+                path.push(h.clone());
+                line = *l;
+                if toks.get(j + 1).map(|t| &t.0) == Some(&Tok::Path) {
+                    j += 2;
+                    continue;
+                }
+            }
+            Some((Tok::Punct('{'), _)) => {
+                let mut depth = 0usize;
+                let mut member_start = true;
+                for (k, (t, _)) in toks.iter().enumerate().skip(j) {
+                    match t {
+                        Tok::Punct('{') => {
+                            depth += 1;
+                            member_start = depth == 1;
+                            if depth == 1 {
+                                continue;
+                            }
+                        }
+                        Tok::Punct('}') => {
+                            depth -= 1;
+                            if depth == 0 {
+                                break;
+                            }
+                        }
+                        Tok::Punct(',') if depth == 1 => {
+                            member_start = true;
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    if member_start && depth == 1 {
+                        path_tails(toks, k, path.clone(), line, out);
+                    }
+                    member_start = false;
+                }
+                return;
+            }
+            _ => {}
+        }
+        break;
+    }
+    out.push((path, line));
+}
+
+/// Every path `src` (the file at module path `file_path`) writes from `crate::`,
+/// `super::` or `self::`, resolved to a path from the crate root, each with a line;
+/// items under `#[cfg(test)]` are left out.
+fn resolved_paths(src: &str, file_path: &[String]) -> Vec<(Vec<String>, usize)> {
     let toks = tokens(src);
     let mut found = Vec::new();
-    // Inline modules (`mod tests { ... }`) deepen the path `super::` climbs from.
-    let mut inline: Vec<usize> = Vec::new();
+    // Inline modules (`mod tests { ... }`) deepen the path `super::` climbs from:
+    // each with the brace depth it opened at.
+    let mut inline: Vec<(usize, String)> = Vec::new();
     let mut depth = 0usize;
     let mut i = 0;
     while i < toks.len() {
@@ -239,44 +265,38 @@ fn references(src: &str, file_path: &[String], modules: &BTreeSet<String>) -> Ve
             Tok::Punct('{') => depth += 1,
             Tok::Punct('}') => {
                 depth = depth.saturating_sub(1);
-                if inline.last() == Some(&depth) {
+                if inline.last().map(|m| m.0) == Some(depth) {
                     inline.pop();
                 }
             }
             Tok::Ident(w) if w == "mod" => {
-                if let (Some((Tok::Ident(_), _)), Some((Tok::Punct('{'), _))) = (toks.get(i + 1), toks.get(i + 2)) {
-                    inline.push(depth);
+                if let (Some((Tok::Ident(name), _)), Some((Tok::Punct('{'), _))) = (toks.get(i + 1), toks.get(i + 2)) {
+                    inline.push((depth, name.clone()));
                 }
             }
-            Tok::Ident(w) if (w == "crate" || w == "super") && toks.get(i + 1).map(|t| &t.0) == Some(&Tok::Path) => {
-                // A path segment of its own, not `foo::crate` (not valid Rust) or `$crate`.
-                let climbs_from = file_path.len() + inline.len();
-                let (mut j, mut up) = (i, 0usize);
-                let from_root = w == "crate";
-                if !from_root {
+            Tok::Ident(w)
+                if (w == "crate" || w == "super" || w == "self") && toks.get(i + 1).map(|t| &t.0) == Some(&Tok::Path) =>
+            {
+                let mut here: Vec<String> = file_path.to_vec();
+                here.extend(inline.iter().map(|m| m.1.clone()));
+                let (mut j, line) = (i, toks[i].1);
+                let base = if w == "crate" {
+                    j += 2;
+                    Vec::new()
+                } else if w == "self" {
+                    j += 2;
+                    here
+                } else {
+                    let mut up = 0usize;
                     while toks.get(j).map(|t| &t.0) == Some(&Tok::Ident("super".into()))
                         && toks.get(j + 1).map(|t| &t.0) == Some(&Tok::Path)
                     {
                         up += 1;
                         j += 2;
                     }
-                } else {
-                    j += 2;
-                }
-                // `super::` that stays inside the top-level module leaves nothing.
-                let leaves = from_root || up >= climbs_from;
-                if leaves {
-                    let heads = match toks.get(j) {
-                        Some((Tok::Ident(h), line)) => vec![(h.clone(), *line)],
-                        Some((Tok::Punct('{'), _)) => group_heads(&toks, j),
-                        _ => Vec::new(),
-                    };
-                    for (h, line) in heads {
-                        if modules.contains(&h) && Some(&h) != file_path.first() {
-                            found.push((h, line));
-                        }
-                    }
-                }
+                    here[..here.len().saturating_sub(up)].to_vec()
+                };
+                path_tails(&toks, j, base, line, &mut found);
                 i = j;
                 continue;
             }
@@ -285,6 +305,16 @@ fn references(src: &str, file_path: &[String], modules: &BTreeSet<String>) -> Ve
         i += 1;
     }
     found
+}
+
+/// The top-level modules `src` (the file at module path `file_path`) references
+/// outside its own, each with a line; items under `#[cfg(test)]` are left out.
+fn references(src: &str, file_path: &[String], modules: &BTreeSet<String>) -> Vec<(String, usize)> {
+    resolved_paths(src, file_path)
+        .into_iter()
+        .filter_map(|(p, line)| p.first().cloned().map(|h| (h, line)))
+        .filter(|(h, _)| modules.contains(h) && Some(h) != file_path.first())
+        .collect()
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -298,48 +328,79 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The graph of the library's top-level modules (the binary's `main.rs` and the crate
-/// root `lib.rs` are not modules of it).
-fn graph(src: &Path) -> Graph {
+/// The `.rs` files under `src`, each as its path relative to `src` and its text.
+fn read_sources(src: &Path) -> Vec<(PathBuf, String)> {
     let mut files = Vec::new();
     rust_files(src, &mut files);
     files.sort();
-    let rel: Vec<PathBuf> = files.iter().map(|f| f.strip_prefix(src).unwrap().to_path_buf()).collect();
-    let modules: BTreeSet<String> = rel
+    files
         .iter()
-        .filter(|r| r.as_os_str() != "main.rs" && r.as_os_str() != "lib.rs")
-        .filter_map(|r| file_module_path(r).first().cloned())
-        .collect();
-    let texts: Vec<String> = files.iter().map(|f| std::fs::read_to_string(f).unwrap()).collect();
+        .map(|f| (f.strip_prefix(src).unwrap().to_path_buf(), std::fs::read_to_string(f).unwrap()))
+        .collect()
+}
+
+/// The graph of the modules directly inside each folder (module path), `[]` being the
+/// library's top level: an edge `a -> b` in folder `f` is a path written in `f/a` (its
+/// file or anything under it) that names the module `f::b`. References to the folder's
+/// own items (its `mod.rs`) and into a module's own children make no edge. The binary's
+/// `main.rs` and the crate root `lib.rs` are not modules of it, nor files under
+/// `#[cfg(test)] mod x;`.
+fn folder_graphs(sources: &[(PathBuf, String)]) -> BTreeMap<Vec<String>, Graph> {
+    let is_root = |r: &PathBuf| r.as_os_str() == "main.rs" || r.as_os_str() == "lib.rs";
     // Module paths declared `#[cfg(test)] mod x;`: their files (and those under them) are tests.
-    let test_only: Vec<Vec<String>> = rel
+    let test_only: Vec<Vec<String>> = sources
         .iter()
-        .zip(&texts)
         .flat_map(|(r, text)| {
-            let parent = file_module_path(r);
+            let parent = if is_root(r) { Vec::new() } else { file_module_path(r) };
             test_only_children(text)
                 .into_iter()
                 .map(move |m| [parent.clone(), vec![m]].concat())
         })
         .collect();
-    let mut g = Graph::new();
-    for (text, r) in texts.iter().zip(&rel) {
-        let path = file_module_path(r);
-        let Some(top) = path.first().filter(|t| modules.contains(*t)) else {
-            continue;
-        };
-        if test_only.iter().any(|t| path.starts_with(t)) {
-            continue;
+    let files: Vec<(&PathBuf, Vec<String>, &String)> = sources
+        .iter()
+        .filter(|(r, _)| !is_root(r))
+        .map(|(r, text)| (r, file_module_path(r), text))
+        .filter(|(_, path, _)| !path.is_empty() && !test_only.iter().any(|t| path.starts_with(t)))
+        .collect();
+    let modules: BTreeSet<Vec<String>> = files
+        .iter()
+        .flat_map(|(_, path, _)| (1..=path.len()).map(|n| path[..n].to_vec()))
+        .collect();
+    let mut graphs: BTreeMap<Vec<String>, Graph> = BTreeMap::new();
+    for (r, path, text) in &files {
+        for (to, line) in resolved_paths(text, path) {
+            let shared = path.iter().zip(&to).take_while(|(a, b)| a == b).count();
+            if shared >= path.len() || shared >= to.len() || !modules.contains(&to[..=shared]) {
+                continue;
+            }
+            let folder = path[..shared].to_vec();
+            graphs
+                .entry(folder)
+                .or_default()
+                .entry(path[shared].clone())
+                .or_default()
+                .entry(to[shared].clone())
+                .or_insert(Edge {
+                    file: format!("src/{}", r.display()),
+                    line,
+                });
         }
-        let entry = g.entry(top.clone()).or_default();
-        for (to, line) in references(text, &path, &modules) {
-            entry.entry(to).or_insert(Edge {
-                file: format!("src/{}", r.display()),
-                line,
-            });
-        }
+        // Every module is a node of its folder's graph, referencing or not.
+        let (parent, name) = path.split_at(path.len() - 1);
+        graphs.entry(parent.to_vec()).or_default().entry(name[0].clone()).or_default();
     }
-    g
+    graphs
+}
+
+/// The graph of the library's top-level modules.
+fn graph(src: &Path) -> Graph {
+    folder_graphs(&read_sources(src)).remove(&Vec::new()).unwrap_or_default()
+}
+
+/// `src/` plus the folder's module path, as a reader finds it: `src/train/`.
+fn folder_name(folder: &[String]) -> String {
+    folder.iter().fold("src/".to_string(), |s, m| format!("{s}{m}/"))
 }
 
 /// The strongly connected components with more than one module (Tarjan's algorithm).
@@ -504,6 +565,48 @@ fn after() { crate::d::h(); }
     let refs: Vec<String> = references(src, &["m".into()], &modules).into_iter().map(|r| r.0).collect();
     assert_eq!(refs, vec!["a", "d"]);
     assert_eq!(test_only_children(src), vec!["more"]);
+}
+
+#[test]
+fn a_loop_between_two_files_of_one_folder_is_named() {
+    let sources: Vec<(PathBuf, String)> = [
+        ("lib.rs", "pub mod top;"),
+        ("top/mod.rs", "mod a;\nmod b;\npub use a::A;"),
+        ("top/a.rs", "use super::{b::B, c};\npub struct A;"),
+        ("top/b.rs", "// crate::top::a in a comment\n\nfn f() -> crate::top::a::A { todo!() }\npub struct B;"),
+        ("top/c.rs", "use self::inner::X;\nmod inner;"),
+        ("top/c/inner.rs", "use super::super::d;"),
+        ("top/d.rs", "pub fn d() {}"),
+    ]
+    .iter()
+    .map(|(f, text)| (PathBuf::from(f), text.to_string()))
+    .collect();
+    let graphs = folder_graphs(&sources);
+    let top = &graphs[&vec!["top".to_string()]];
+    let edges = |from: &str| top[from].keys().cloned().collect::<Vec<_>>();
+    // `top/c/inner.rs` is part of `c`; `self::inner` stays inside `c`.
+    assert_eq!((edges("a"), edges("b"), edges("c"), edges("d")), (vec!["b".into(), "c".into()], vec!["a".into()], vec!["d".to_string()], vec![]));
+    let found = cycles(top);
+    assert_eq!(found, vec![vec!["a".to_string(), "b".into()]]);
+    assert_eq!(
+        describe(top, &found[0]).lines().take(3).collect::<Vec<_>>(),
+        ["cycle among {a, b}:", "  a -> b (src/top/a.rs:1)", "  b -> a (src/top/b.rs:3)"]
+    );
+    assert_eq!(folder_name(&["top".to_string()]), "src/top/");
+}
+
+#[test]
+fn no_module_cycle_inside_any_folder_of_src() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graphs = folder_graphs(&read_sources(&src));
+    let train = graphs.get(&vec!["train".to_string()]).map_or(0, BTreeMap::len);
+    assert!(train > 10, "found only {train} modules under {}", src.join("train").display());
+    let text: Vec<String> = graphs
+        .iter()
+        .filter(|(folder, _)| !folder.is_empty())
+        .flat_map(|(folder, g)| cycles(g).into_iter().map(move |scc| format!("in {}: {}", folder_name(folder), describe(g, &scc))))
+        .collect();
+    assert!(text.is_empty(), "{} module cycle(s) inside folders of src/:\n{}", text.len(), text.join("\n"));
 }
 
 #[test]

@@ -31,6 +31,7 @@
 
 pub mod channel;
 
+use super::panic::abort_job;
 use super::signals;
 use crate::flight::{self, FlightDump, RankStatus};
 use crate::record::{self, EndRecord, Manifest, RunStatus};
@@ -571,7 +572,7 @@ fn give_up(s: &Shared, link: &mut Link, verdict: Verdict) -> ! {
     std::thread::sleep(Duration::from_millis(1500));
     // A rank blocked inside NCCL returns only once its communicators are aborted.
     crate::device::cuda::abort_all();
-    super::abort_job(3)
+    abort_job(3)
 }
 
 /// A stop signal that came while the rank is held inside a collective for more than

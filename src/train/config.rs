@@ -313,6 +313,15 @@ pub struct WorkloadConfig {
     pub image_caps: ImageCaps,
 }
 
+/// The fewest measured steps a run's throughput is trusted from, unless
+/// `--min-measured-steps` says otherwise.
+pub const MIN_MEASURED_STEPS: usize = 20;
+
+/// [`MIN_MEASURED_STEPS`], for manifests written before the flag existed.
+pub fn min_measured_steps_default() -> usize {
+    MIN_MEASURED_STEPS
+}
+
 /// How long, in what batches.
 #[derive(Args, Debug, Clone, Serialize, Deserialize)]
 #[command(next_help_heading = "Schedule")]
@@ -341,8 +350,8 @@ pub struct ScheduleConfig {
     /// with fewer is warned of, recorded (`too_few_measured_steps` in the manifest's
     /// `warnings`), and `reduce` claims no direction for its point. Raise --epochs or
     /// --max-steps, or lower --warmup-steps, rather than this.
-    #[arg(long, default_value_t = crate::train::guard::MIN_MEASURED_STEPS)]
-    #[serde(default = "crate::train::guard::min_measured_steps_default")]
+    #[arg(long, default_value_t = MIN_MEASURED_STEPS)]
+    #[serde(default = "min_measured_steps_default")]
     pub min_measured_steps: usize,
 
     /// Validate on the first N test samples after each epoch (0 skips validation). Default:

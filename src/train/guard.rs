@@ -5,20 +5,11 @@
 
 use super::config::TrainConfig;
 use super::placement::Placement;
-use super::trainer::Schedule;
+use super::state::Schedule;
 use crate::amp::AmpMode;
 use crate::record::{RunWarning, WarningCode};
 use crate::world::{gather_strings, Group};
 use tch::Device;
-
-/// The fewest measured steps a run's throughput is trusted from, unless
-/// `--min-measured-steps` says otherwise.
-pub const MIN_MEASURED_STEPS: usize = 20;
-
-/// [`MIN_MEASURED_STEPS`], for manifests written before the flag existed.
-pub fn min_measured_steps_default() -> usize {
-    MIN_MEASURED_STEPS
-}
 
 /// Every rank's warnings, on rank 0 (each code once, the first rank's message, with the
 /// ranks that share it); empty on the other ranks. A collective: every rank calls it.

@@ -4,9 +4,9 @@
 
 use super::communication::Communication;
 use super::config::TrainConfig;
-use super::placement::Placement;
+use super::placement::{gathered_rank_infos, Placement};
 use super::run_folder::RunFolder;
-use super::trainer::{gathered_rank_infos, ModelState, Schedule};
+use super::state::{ModelState, Schedule};
 use crate::data::Dataset;
 use crate::record::key::{self, ComparisonKey, DeviceKind, Overlap, Real};
 use crate::record::{self, Manifest, RankInfo};

@@ -26,6 +26,7 @@ mod params;
 mod placement;
 mod recording;
 mod run_folder;
+mod state;
 mod step;
 pub mod timer;
 mod trainer;

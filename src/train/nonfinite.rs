@@ -6,7 +6,7 @@
 //! parameter gone non-finite alike, is the divergence a too-high learning rate makes.
 //! The parameters are read only once the loss has failed, so a step pays nothing.
 
-use super::recording::StepAt;
+use super::state::StepAt;
 use crate::amp::AmpMode;
 use anyhow::{bail, Result};
 use tch::{Kind, Tensor};

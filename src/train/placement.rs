@@ -6,7 +6,7 @@ use crate::device::nvml::{GpuClocks, Nvml};
 use crate::device::{self, cuda};
 use crate::record::RankInfo;
 use crate::topology::{self, BindPolicy, Binding, NodeInfo};
-use crate::world::{agree, launcher_env, Group};
+use crate::world::{agree, gather_strings, launcher_env, Group};
 use anyhow::{anyhow, Result};
 use tch::Device;
 use tracing::warn;
@@ -230,4 +230,14 @@ fn gpu_places(ordinal: usize) -> (Option<String>, Result<Vec<Vec<u32>>>) {
         })
         .collect::<Result<Vec<_>>>();
     (mine.map(|b| b.to_lowercase()), near)
+}
+
+/// Every rank's placement, gathered on rank 0 (empty elsewhere).
+pub(super) fn gathered_rank_infos(g: &Group, place: &Placement, cfg: &TrainConfig) -> Result<Vec<RankInfo>> {
+    let mine = serde_json::to_string(&place.rank_info(g, cfg.placement.bind)?)?;
+    Ok(gather_strings(g, &mine)
+        .unwrap_or_default()
+        .iter()
+        .map(|s| serde_json::from_str(s))
+        .collect::<Result<_, _>>()?)
 }

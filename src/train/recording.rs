@@ -2,6 +2,7 @@
 //! clock offsets, and the all-reduce's per-bucket hand-over statistics.
 
 use super::clock::{ClockLog, ClockRow};
+use super::state::StepAt;
 use super::step::Measured;
 use super::timer::Mark;
 use crate::comm::CommStats;
@@ -61,17 +62,6 @@ pub(super) struct RowIdentity {
     /// The job has more than one rank: its all-reduce puts bytes on a wire (a lone
     /// rank's is a local copy, and its rows say 0 bytes).
     pub communicates: bool,
-}
-
-/// Where a step sits in the run.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct StepAt {
-    pub epoch: usize,
-    /// Step within the epoch.
-    pub step: usize,
-    pub global_step: usize,
-    /// One of the first `--warmup-steps` steps.
-    pub warmup: bool,
 }
 
 impl RowIdentity {

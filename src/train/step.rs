@@ -12,9 +12,8 @@
 //! [`StepMachine::flush`] the last one).
 
 use super::communication::Communication;
-use super::recording::StepAt;
+use super::state::{ModelState, StepAt};
 use super::timer::{PhaseClock, StepEvent, StepTimes};
-use super::trainer::ModelState;
 use crate::amp::{Autocast, LossScaler};
 use crate::comm::noise::{squared_norm, NoisePath, NoiseScaleMode, NormsTaken};
 use crate::comm::overlap::StagedPass;

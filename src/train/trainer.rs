@@ -15,8 +15,9 @@ use super::faults::FaultHooks;
 use super::nonfinite::LossWatch;
 use super::params::{broadcast_from_rank0, check_in_sync};
 use super::placement::Placement;
-use super::recording::{BucketReady, ClockOffsets, Records, RowIdentity, StepAt};
+use super::recording::{BucketReady, ClockOffsets, Records, RowIdentity};
 use super::run_folder::RunFolder;
+use super::state::{ModelState, Schedule, StepAt};
 use super::step::{Measured, StepMachine};
 use super::timer;
 use crate::amp::{AmpMode, Autocast, LossScaler};
@@ -25,8 +26,8 @@ use crate::data::{self, Dataset, Loader};
 use crate::flight::Phase;
 use crate::job::signals;
 use crate::job::watchdog::{self, Watchdog};
-use crate::model::{self, ModelOptions, ModelSpec, Net};
-use crate::optim::{self, LrScaling, Optimizer};
+use crate::model::{self, ModelOptions, ModelSpec};
+use crate::optim::{LrScaling, Optimizer};
 use crate::record::last_gasp::{self, LastGasp, Template};
 use crate::record::reserve::{self, Reserve};
 use crate::record::Backend;
@@ -37,29 +38,8 @@ use crate::world::{agree, gather_strings, Group};
 use anyhow::{Context, Result};
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use std::time::{Duration, Instant, SystemTime};
-use tch::{nn, Tensor};
+use tch::nn;
 use tracing::{info, warn};
-
-/// The network, its parameters in one fixed order, and the store that owns them.
-pub(super) struct ModelState {
-    pub vs: nn::VarStore,
-    pub net: Box<dyn Net>,
-    pub spec: ModelSpec,
-    pub params: Vec<(String, Tensor)>,
-    pub param_tensors: Vec<Tensor>,
-}
-
-/// How long the run is, in steps.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Schedule {
-    pub steps_per_epoch: usize,
-    pub total_steps: usize,
-    pub epochs: usize,
-    /// Steps of linear learning-rate warm-up.
-    pub warmup_lr_steps: usize,
-    /// Factor on the learning rate (`--lr-scaling`).
-    pub lr_scale: f64,
-}
 
 /// What set-up established, fixed for the whole run.
 pub(super) struct RunFacts {
@@ -826,13 +806,6 @@ fn schedule(g: &Group, cfg: &TrainConfig, dataset: &Dataset) -> Schedule {
     }
 }
 
-impl Schedule {
-    /// The learning rate of global step `step`.
-    pub fn lr(&self, base: f64, step: usize) -> f64 {
-        optim::learning_rate(base, self.lr_scale, step, self.warmup_lr_steps)
-    }
-}
-
 fn log_telemetry(t: GpuSampler) {
     match t.stop() {
         Ok(sum) => info!(
@@ -853,16 +826,6 @@ fn ranks_summed(g: &Group, comm: &Communication) -> usize {
         Backend::None => 1,
         _ => g.size,
     }
-}
-
-/// Every rank's placement, gathered on rank 0 (empty elsewhere).
-pub(super) fn gathered_rank_infos(g: &Group, place: &Placement, cfg: &TrainConfig) -> Result<Vec<record::RankInfo>> {
-    let mine = serde_json::to_string(&place.rank_info(g, cfg.placement.bind)?)?;
-    Ok(gather_strings(g, &mine)
-        .unwrap_or_default()
-        .iter()
-        .map(|s| serde_json::from_str(s))
-        .collect::<Result<_, _>>()?)
 }
 
 /// The log line of an epoch: its steps, time and training loss, and its validation, or
