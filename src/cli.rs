@@ -17,6 +17,7 @@ Typical use:\n  \
 mpirun -n 2 ddpbench train --epochs 1          # two ranks on CPU, Fashion-MNIST\n  \
 srun -N 2 --ntasks-per-node 4 --gpus-per-task 1 -c 8 ddpbench train\n                                               # one rank per GPU, 4 GPUs on each of two nodes\n  \
 ddpbench reduce results/<run-id>               # summary table and summary.csv\n  \
+ddpbench compare A B                           # two reports side by side (two clusters)\n  \
 ddpbench topo --ranks 4                        # the binding 4 local ranks would get"
 )]
 pub struct Cli {
@@ -44,6 +45,9 @@ pub enum Command {
     Loader(crate::data::pipeline::LoaderArgs),
     /// Summarise runs per node type, and scaling across runs (speedup, efficiency, waterfall, report, plots).
     Reduce(crate::reduce::ReduceArgs),
+    /// Compare two reports side by side (e.g. two clusters): per workload and shape, step,
+    /// phases, throughput, speedup and bus bandwidth, with ratios B / A and their intervals.
+    Compare(crate::compare::CompareArgs),
     /// Merge a traced run's per-rank traces (`train --trace`) into RUN_DIR/timeline.json on
     /// one clock, for Perfetto UI or chrome://tracing.
     Trace(crate::reduce::timeline::TraceArgs),

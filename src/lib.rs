@@ -13,7 +13,7 @@
 //! configuration and the timed loop), [`bounds`] (what a value read back from a file may
 //! be), [`study`] (a whole scaling study on sub-communicators of one job), [`record`]
 //! (the files a run writes: CSV rows, the phase glossary, the manifest), [`reduce`]
-//! (from run folders to tables, report and plots), [`bandwidth`] (algbw and busbw, a
+//! (from run folders to tables, report and plots), [`compare`] (two reports side by side), [`bandwidth`] (algbw and busbw, a
 //! leaf every layer uses), [`files`] (regular files only, exclusive creation: a leaf),
 //! [`cleanup`] (what a process removes on every way out: scratch folders, folder locks),
 //! [`stderr`] (stderr through a queue that never blocks its callers: a leaf),
@@ -27,6 +27,7 @@ pub mod bounds;
 pub mod cleanup;
 pub mod cli;
 pub mod comm;
+pub mod compare;
 pub mod data;
 pub mod device;
 pub mod diagnose;

@@ -18,6 +18,7 @@ fn run() -> anyhow::Result<()> {
             ddpbench::reduce::timeline::merge_traced(&runs)
         }
         Command::Loader(args) => ddpbench::data::pipeline::main(args),
+        Command::Compare(args) => ddpbench::compare::main(args),
         Command::Diagnose(args) => ddpbench::diagnose::main(args),
         Command::Trace(args) => ddpbench::reduce::timeline::main(args),
         Command::Topo(args) => ddpbench::topology::main(args),
@@ -39,7 +40,12 @@ fn main() {
         Ok(()) => 0,
         Err(err) => {
             ddpbench::stderr::say(&format!("Error: {err:#}"));
-            1
+            // Bad input to `compare` is a usage error, as clap's own are.
+            if err.is::<ddpbench::compare::Refusal>() {
+                ddpbench::compare::REFUSAL_EXIT
+            } else {
+                1
+            }
         }
     };
     // Queued log lines are written (or, when stderr is full, counted) before the end.

@@ -1,0 +1,150 @@
+//! One side of a comparison: report.json as `reduce` wrote it, read back with only the
+//! fields `compare` uses, every refusal a [`Refusal`].
+
+use super::Refusal;
+use crate::record::SCHEMA_VERSION;
+use crate::reduce::report::REPORT_VERSION;
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// The largest report.json read (its size does not grow with steps or ranks' rows).
+pub const MAX_REPORT_BYTES: u64 = 256 << 20;
+
+/// A report folder or report.json file, read.
+#[derive(Debug)]
+pub struct Side {
+    /// The report.json read.
+    pub file: PathBuf,
+    pub report: ReportFile,
+}
+
+/// The parts of report.json a comparison reads.
+#[derive(Debug, Deserialize)]
+pub struct ReportFile {
+    pub runs: Vec<RunEntry>,
+    pub summary: Vec<SummaryEntry>,
+    pub scaling: Vec<ScalingEntry>,
+}
+
+/// One complete run (report.json's `runs`).
+#[derive(Debug, Deserialize)]
+pub struct RunEntry {
+    pub run_id: String,
+    pub model: String,
+    pub dataset: String,
+    /// What the run is compared by; runs without one are left out.
+    pub comparison_key: Option<serde_json::Map<String, Value>>,
+    pub ranks: usize,
+    pub batch_per_rank: usize,
+    pub global_batch: usize,
+    #[serde(deserialize_with = "number")]
+    pub samples_per_s: f64,
+    pub per_step: StepPhases,
+}
+
+/// Mean seconds per rank-step by phase (report.json's `per_step`); NaN where it wrote null.
+#[derive(Debug, Deserialize, Clone, Copy)]
+pub struct StepPhases {
+    #[serde(deserialize_with = "number")]
+    pub data_s: f64,
+    #[serde(deserialize_with = "number")]
+    pub forward_s: f64,
+    #[serde(deserialize_with = "number")]
+    pub backward_s: f64,
+    #[serde(deserialize_with = "number")]
+    pub comm_transfer_s: f64,
+    #[serde(deserialize_with = "number")]
+    pub comm_wait_s: f64,
+    #[serde(deserialize_with = "number")]
+    pub optimizer_s: f64,
+    #[serde(deserialize_with = "number")]
+    pub other_s: f64,
+}
+
+/// One run and node type (report.json's `summary`).
+#[derive(Debug, Deserialize)]
+pub struct SummaryEntry {
+    pub run_id: String,
+    #[serde(deserialize_with = "number")]
+    pub busbw_bytes_per_s: f64,
+}
+
+/// One point and mode (report.json's `scaling`).
+#[derive(Debug, Deserialize)]
+pub struct ScalingEntry {
+    pub run_ids: Vec<String>,
+    #[serde(deserialize_with = "number")]
+    pub speedup: f64,
+}
+
+/// A number, or NaN where JSON holds null (how NaN is written).
+fn number<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+/// Reads `path`: a folder holding report.json, or a report.json file.
+pub fn side(path: &Path) -> Result<Side, Refusal> {
+    let file = if path.is_dir() { path.join("report.json") } else { path.to_path_buf() };
+    if path.is_dir() && std::fs::symlink_metadata(&file).is_err() {
+        return Err(Refusal(format!(
+            "{} holds no report.json: give a folder `ddpbench reduce` wrote into (its --out), or run `ddpbench reduce` on its runs first",
+            path.display()
+        )));
+    }
+    if !crate::files::is_regular_no_follow(&file) {
+        return Err(Refusal(match std::fs::symlink_metadata(&file) {
+            Err(_) => format!(
+                "{} does not exist: give a folder `ddpbench reduce` wrote into (its --out), or its report.json",
+                file.display()
+            ),
+            Ok(m) => format!(
+                "{} is {}, not a regular file: give the report folder or its report.json itself",
+                file.display(),
+                crate::files::describe(m.file_type())
+            ),
+        }));
+    }
+    let text = crate::files::read_regular_to_string(&file, MAX_REPORT_BYTES)
+        .map_err(|e| Refusal(crate::files::read_error(&file, &e)))?;
+    let report = parse(&file, &text)?;
+    Ok(Side { file, report })
+}
+
+/// report.json's text, its version checked before its fields are read.
+fn parse(file: &Path, text: &str) -> Result<ReportFile, Refusal> {
+    let value: Value = serde_json::from_str(text).map_err(|e| {
+        Refusal(format!(
+            "{} is not whole JSON ({e}): it is damaged or truncated; run `ddpbench reduce` on its runs again",
+            file.display()
+        ))
+    })?;
+    match value.get("report_version").map(Value::as_u64) {
+        None => Err(Refusal(format!(
+            "{} has no report_version: it is not a report.json of `ddpbench reduce`; run `ddpbench reduce` on its runs to write one",
+            file.display()
+        ))),
+        Some(None) => Err(Refusal(format!("{}: report_version is not a whole number: the file is damaged", file.display()))),
+        Some(Some(v)) if v > u64::from(REPORT_VERSION) => Err(Refusal(format!(
+            "{} is report_version {v}, written by a newer ddpbench; this one reads up to {REPORT_VERSION}: compare with the newer ddpbench, or run this one's `reduce` on the runs",
+            file.display()
+        ))),
+        Some(Some(_)) => match value.get("schema_version").and_then(Value::as_u64) {
+            Some(v) if v > u64::from(SCHEMA_VERSION) => Err(Refusal(format!(
+                "{} is of schema {v}, written by a newer ddpbench; this one reads up to schema {SCHEMA_VERSION}: compare with the newer ddpbench",
+                file.display()
+            ))),
+            _ => typed(file, text),
+        },
+    }
+}
+
+/// report.json's fields, read from its text so that an error names the line and column.
+fn typed(file: &Path, text: &str) -> Result<ReportFile, Refusal> {
+    serde_json::from_str(text).map_err(|e| {
+            Refusal(format!(
+                "{} is damaged: {e}; run `ddpbench reduce` on its runs again",
+                file.display()
+            ))
+        })
+}
