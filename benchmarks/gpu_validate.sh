@@ -36,8 +36,13 @@
 #                        PyTorch peers (eager and 1-rank DDP) in the same memory format;
 #                        batch_copy_s of pinned batches (--workers 2) against the pinned
 #                        host-to-device bandwidth for the batch's bytes
+#   i38-*                the gradient noise scale's cost: resnet50 fp16 AMP, 1 rank NCCL with
+#                        --grad-accum 2 (the micro-batch path) and 2 ranks CPU-staged MPI (the
+#                        ranks path), --noise-scale on, every:10 and off, three interleaved
+#                        repeats: the step's median against off (goal < 1 % for every:10),
+#                        and B_simple from epochs.csv
 #
-# benchmarks/gpu_validate.sh cpu-dry-run runs the i26-* runs here, on CPU, small (mnist-cnn,
+# benchmarks/gpu_validate.sh cpu-dry-run runs the i26-* and i38-* runs here, on CPU, small (mnist-cnn,
 # CPU-staged MPI, bf16, no PyTorch peers, no bandwidth probe), to check the script itself;
 # its figures mean nothing.
 #
@@ -169,6 +174,7 @@ PY
         train "r50-off-rep$rep" 1 "${r50[@]}" --allreduce nccl --amp off --max-steps 150
     done
     i26_runs
+    i38_runs
     # A study on the GPU: per-point communicators, repeats, and the study's report. Two
     # ranks share the one GPU at 2, where NCCL cannot run: every point uses CPU-staged MPI
     # so the ladder stays comparable.
@@ -297,7 +303,52 @@ for r in ("r50-2-mpi-fp16-ovoff", "r50-2-mpi-fp16"):
         print(f"{r}: no staged-copy figure ({e})")
 PY
     i26_summary | tee -a "$out/summary.txt"
+    i38_summary | tee -a "$out/summary.txt"
     pack
+}
+
+# Issue 38's runs: the noise scale's norms on, every 10th step and off, on the
+# micro-batch path (1 rank, NCCL, --grad-accum 2) and the ranks path (2 ranks sharing
+# the GPU, CPU-staged MPI); on a CPU dry run, mnist-cnn, a few steps.
+i38_runs() {
+    local big=(--model resnet50 --synthetic-samples 4096 --batch-size 64 --amp fp16) one=(--allreduce nccl) steps=60
+    if [ -n "$dry" ]; then
+        big=(--model mnist-cnn --synthetic-samples 512 --batch-size 16 --warmup-steps 1) one=(--allreduce mpi) steps=8
+    fi
+    local rep mode
+    for rep in 1 2 3; do
+        for mode in on every:10 off; do
+            train "i38-accum-${mode/:/}-rep$rep" 1 "${big[@]}" "${one[@]}" --grad-accum 2 --max-steps $steps --noise-scale "$mode"
+            train "i38-ranks-${mode/:/}-rep$rep" 2 "${big[@]}" --allreduce mpi --max-steps $steps --noise-scale "$mode"
+        done
+    done
+}
+
+# Issue 38's figures from i38_runs: per path, the median step with the norms against
+# without, repeats listed, and the last epoch's B_simple.
+i38_summary() {
+    python3 - "$out" "${dry:+dry}" <<'PY'
+import csv, glob, os, statistics, sys
+out, dry = sys.argv[1], len(sys.argv) > 2 and sys.argv[2] == "dry"
+def med(run):
+    v = []
+    for f in sorted(glob.glob(f"{out}/runs/{run}/rank-*[0-9].csv")):
+        v += [float(x["step_s"]) for x in csv.DictReader(open(f)) if x["warmup"] == "0"]
+    return statistics.median(v) if v else float("nan")
+print("== issue 38" + (" (CPU dry run: the script's mechanics only; these numbers mean nothing)" if dry else ""))
+for path in ("accum", "ranks"):
+    off = [med(f"i38-{path}-off-rep{k}") for k in (1, 2, 3)]
+    for mode in ("on", "every10"):
+        m = [med(f"i38-{path}-{mode}-rep{k}") for k in (1, 2, 3)]
+        costs = [(a / b - 1) * 100 for a, b in zip(m, off)]
+        shown = ", ".join(f"{c:+.2f}" for c in costs)
+        print(f"noise scale {mode}, {path} path: step cost against off {statistics.median(costs):+.2f} % ({shown}) (goal < 1 % for every10)")
+    e = f"{out}/runs/i38-{path}-on-rep1/epochs.csv"
+    if os.path.exists(e):
+        last = list(csv.DictReader(open(e)))[-1]
+        print(f"  B_simple ({path}, on, rep 1, last epoch): {last.get('b_simple') or 'undetermined'} "
+              f"[{last.get('b_simple_low')}, {last.get('b_simple_high') or 'unbounded'}] over {last.get('noise_steps')} steps")
+PY
 }
 
 # Issue 26's runs (called by device, whose variables and functions they use): three
@@ -417,7 +468,7 @@ device) device ;;
 cpu-dry-run)
     # shellcheck disable=SC1091
     source job-scripts/setup.sh >/dev/null
-    GV_CPU_DRY_RUN=1 GV_ONLY=${GV_ONLY:-^i26-} device
+    GV_CPU_DRY_RUN=1 GV_ONLY=${GV_ONLY:-^(i26|i38)-} device
     ;;
 *)
     sed -n '2,45p' "$0"

@@ -28,6 +28,7 @@ fn main() -> anyhow::Result<()> {
         model: "mnist-cnn".into(),
         dataset: "synthetic".into(),
         dataset_source: String::new(),
+        warnings: Vec::new(),
         parameters: 1_199_882,
         gradient_bytes: 4_799_528,
         comm_backend: ddpbench::record::Backend::Mpi,
@@ -107,6 +108,7 @@ fn main() -> anyhow::Result<()> {
                 bytes: 4_799_528,
                 loss_scale: None,
                 step_skipped: 0,
+                noise: None,
             })?;
         }
         log.flush()?;

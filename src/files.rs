@@ -82,6 +82,82 @@ pub fn create_exclusive(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// `bytes` random bytes from the kernel (`getrandom`), as lowercase hex: names that no
+/// one can guess ahead (a scratch folder, a temporary file) or that two jobs started in
+/// the same second do not share.
+pub fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    let mut filled = 0;
+    while filled < buf.len() {
+        // SAFETY: getrandom writes at most the given length into the buffer's tail.
+        let n = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), buf.len() - filled, 0) };
+        if n > 0 {
+            filled += n as usize;
+        } else if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            break;
+        }
+    }
+    if filled < buf.len() {
+        // No getrandom (a kernel before 3.17): the clock's nanoseconds and the pid,
+        // mixed, are still unknown ahead to anyone else.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let mut x = (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32) ^ 0x9E37_79B9_7F4A_7C15;
+        for b in &mut buf[filled..] {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Creates a new folder `<parent>/<prefix>-<random hex>` (`random_bytes` of randomness)
+/// with `mode` (before the umask), and only a new one: `mkdir` never follows a symlink
+/// at its last component and fails on anything already there, in which case another
+/// random name is tried. The parent must exist.
+pub fn create_dir_fresh(parent: &Path, prefix: &str, random_bytes: usize, mode: u32) -> io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut last = None;
+    for _ in 0..64 {
+        let dir = parent.join(format!("{prefix}-{}", random_hex(random_bytes)));
+        match std::fs::DirBuilder::new().mode(mode).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("no free name")))
+}
+
+/// Gives the finished file `tmp` the name `path` only when nothing is at `path`: a hard
+/// link (which fails on anything there, a dangling symlink too), then `tmp` unlinked.
+/// Where the file system makes no hard links, a rename after checking that `path` is free.
+pub fn rename_new(tmp: &Path, path: &Path) -> io::Result<()> {
+    match std::fs::hard_link(tmp, path) {
+        Ok(()) => std::fs::remove_file(tmp),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "{} is already there (ddpbench overwrites no file and writes through no link)",
+                path.display()
+            ),
+        )),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EOPNOTSUPP | libc::EXDEV | libc::EMLINK)) => {
+            match std::fs::symlink_metadata(path) {
+                Err(m) if m.kind() == io::ErrorKind::NotFound => std::fs::rename(tmp, path),
+                _ => Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{} is already there", path.display()),
+                )),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// What a file type is, in words, for error messages.
 pub fn describe(kind: std::fs::FileType) -> &'static str {
     if kind.is_file() {
@@ -298,6 +374,46 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&fresh).unwrap(), "new");
         assert!(is_regular_no_follow(&fresh) && !is_regular_no_follow(&link));
     }
+    #[test]
+    fn a_fresh_folder_never_reuses_a_name_and_never_follows_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        assert_eq!(random_hex(8).len(), 16);
+        assert_ne!(random_hex(8), random_hex(8));
+        let a = create_dir_fresh(dir.path(), "x", 8, 0o700).unwrap();
+        let b = create_dir_fresh(dir.path(), "x", 8, 0o700).unwrap();
+        assert_ne!(a, b);
+        assert!(a.file_name().unwrap().to_str().unwrap().starts_with("x-"));
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&a).unwrap().permissions().mode() & 0o077, 0);
+        // With one random byte and every even name taken by a symlink, an odd one is made
+        // and nothing is made through a link.
+        for i in (0..=255u8).step_by(2) {
+            std::os::unix::fs::symlink(outside.path(), dir.path().join(format!("y-{i:02x}"))).unwrap();
+        }
+        for _ in 0..8 {
+            let c = create_dir_fresh(dir.path(), "y", 1, 0o755).unwrap();
+            let last = u8::from_str_radix(&c.file_name().unwrap().to_str().unwrap()[2..], 16).unwrap();
+            assert!(last % 2 == 1 && std::fs::symlink_metadata(&c).unwrap().is_dir(), "{c:?}");
+        }
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_finished_file_takes_only_a_free_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tmp, path, target) = (dir.path().join(".m.tmp"), dir.path().join("model.pt"), dir.path().join("t"));
+        std::fs::write(&target, "keep").unwrap();
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        std::fs::write(&tmp, "new").unwrap();
+        assert!(rename_new(&tmp, &path).is_err());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+        std::fs::remove_file(&path).unwrap();
+        rename_new(&tmp, &path).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+        assert!(!tmp.exists());
+    }
+
     #[test]
     fn names_from_data_never_leave_their_folder() {
         assert_eq!(name_problem("mnist-cnn-fashion-mnist-n2-20260101T000000Z"), None);

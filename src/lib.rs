@@ -8,12 +8,14 @@
 //! time), [`telemetry`] (NVML sampling), [`comm`] (gradient buckets, all-reduce
 //! backends, overlap with backward), [`allreduce`] (the all-reduce sweep and the fitted
 //! link model), [`data`] (data sets by format, sharding, loading), [`model`]
-//! (networks), [`optim`] and [`amp`] (optimizers, mixed precision), [`train`] (the
+//! (networks), [`optim`] and [`amp`] (optimizers, mixed precision), [`noise_scale`]
+//! (the gradient noise scale's estimators, a leaf), [`train`] (the
 //! configuration and the timed loop), [`bounds`] (what a value read back from a file may
 //! be), [`study`] (a whole scaling study on sub-communicators of one job), [`record`]
 //! (the files a run writes: CSV rows, the phase glossary, the manifest), [`reduce`]
 //! (from run folders to tables, report and plots), [`bandwidth`] (algbw and busbw, a
 //! leaf every layer uses), [`files`] (regular files only, exclusive creation: a leaf),
+//! [`cleanup`] (what a process removes on every way out: scratch folders, folder locks),
 //! [`stderr`] (stderr through a queue that never blocks its callers: a leaf),
 //! [`stats`] and [`plot`], and [`cli`] (the command line's root:
 //! one subcommand each, whose arguments live with the command).
@@ -22,6 +24,7 @@ pub mod allreduce;
 pub mod amp;
 pub mod bandwidth;
 pub mod bounds;
+pub mod cleanup;
 pub mod cli;
 pub mod comm;
 pub mod data;
@@ -31,6 +34,7 @@ pub mod files;
 pub mod flight;
 pub mod job;
 pub mod model;
+pub mod noise_scale;
 pub mod optim;
 pub mod plot;
 pub mod progress;

@@ -141,7 +141,7 @@ impl GpuSampler {
     /// (pass the run's common start to line rows up with the step CSVs).
     pub fn start_with<S: GpuSource>(source: S, rank: usize, path: &Path, period: Duration, origin: Instant) -> Result<GpuSampler> {
         ensure!(!period.is_zero(), "the GPU sampling period must be above zero");
-        let log = CsvLog::<TelemetryRow>::create(path)?;
+        let log = CsvLog::<TelemetryRow>::create_new(path)?;
         let (stop_tx, stop_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name(format!("gpu-telemetry-{rank}"))
@@ -342,6 +342,8 @@ mod tests {
             readings: readings(),
             calls: calls2.clone(),
         };
+        // A file of its own: a sampler creates its file exclusively.
+        let path = dir.path().join("t2.csv");
         let s = GpuSampler::start_with(fake, 0, &path, period, Instant::now()).unwrap();
         wait_for(&calls2, 1);
         let t = Instant::now();

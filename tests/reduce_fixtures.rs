@@ -133,6 +133,7 @@ fn write(dir: &Path, f: &Fixture) {
                 bytes: 400,
                 loss_scale: None,
                 step_skipped: 0,
+                noise: None,
             })
             .unwrap();
         }
@@ -1134,6 +1135,7 @@ fn model_json(alpha_s: f64, beta: f64) -> String {
         residuals: Vec::new(),
         max_abs_rel_error: 0.1,
         rms_rel_error: 0.05,
+        nominal: None,
     };
     let file = LinkModelFile {
         formula: FORMULA.into(),

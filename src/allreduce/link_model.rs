@@ -66,6 +66,10 @@ pub struct LevelFit {
     pub residuals: Vec<Residual>,
     pub max_abs_rel_error: f64,
     pub rms_rel_error: f64,
+    /// The link specification this level was made from (`--link`, `--link-intra`):
+    /// nominal α and β, no sweep behind them, an optimistic bound. Absent for a fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nominal: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -358,6 +362,7 @@ pub fn fit(level: &str, backend: Backend, dtype: &str, ranks: usize, points: &[(
         residuals,
         max_abs_rel_error,
         rms_rel_error,
+        nominal: None,
     })
 }
 
@@ -405,9 +410,13 @@ impl LinkModel {
             (
                 ranks_per_node,
                 &self.intra,
-                "intra-node fit: run `ddpbench allreduce` with 2 or more ranks per node",
+                "intra-node fit: run `ddpbench allreduce` with 2 or more ranks per node, or give `reduce --link-intra`",
             ),
-            (nodes, &self.inter, "inter-node fit: run `ddpbench allreduce` on 2 or more nodes"),
+            (
+                nodes,
+                &self.inter,
+                "inter-node fit: run `ddpbench allreduce` on 2 or more nodes, or give `reduce --link`",
+            ),
         ];
         let mut time_s = 0.0;
         let mut rel_band: f64 = 0.0;
@@ -608,6 +617,7 @@ mod tests {
             residuals: Vec::new(),
             max_abs_rel_error: err,
             rms_rel_error: err,
+            nominal: None,
         };
         let m = LinkModel {
             formula: FORMULA.into(),

@@ -6,6 +6,7 @@
 //! [`probe`] times a training run's own buckets the same way.
 
 pub mod link_model;
+pub mod link_spec;
 pub mod probe;
 pub mod sweep;
 
@@ -92,8 +93,9 @@ pub struct AllreduceArgs {
     /// teardown (MPI_Finalize) is watched with it too, at most 300 s.
     #[arg(long, default_value_t = watchdog::WARMUP_LIMIT_S)]
     pub watchdog_s: f64,
-    /// Output folder (default: results/allreduce-<time>): allreduce.csv, allreduce.json,
-    /// link_model.json.
+    /// Output folder (default: results/allreduce-<time>[-j<job id>]-<4 random hex
+    /// digits>): allreduce.csv, allreduce.json, link_model.json. A folder that holds any
+    /// of them (or a rank's flight record) is refused.
     #[arg(long)]
     pub out: Option<PathBuf>,
 }
@@ -407,13 +409,14 @@ pub fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> R
     };
     let routes = agree(g, routes_for(args, device))?;
 
-    // Rank 0's output folder.
-    let out = agree(
+    // Rank 0's output folder, and its allreduce.csv, created exclusively: the one
+    // sweep that made it writes the folder.
+    let (out, csv) = agree(
         g,
         if g.rank == 0 {
-            prepare_out(args.out.as_deref())
+            prepare_out(args.out.as_deref()).map(|(dir, csv)| (dir, Some(csv)))
         } else {
-            Ok(PathBuf::new())
+            Ok((PathBuf::new(), None))
         },
     )?;
     let out = PathBuf::from(crate::world::broadcast_string(g, &out.to_string_lossy()));
@@ -423,11 +426,6 @@ pub fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> R
             run_id: "allreduce".into(),
         });
     }
-    let csv = if g.rank == 0 {
-        Some(crate::record::CsvLog::create(&out.join("allreduce.csv"))?)
-    } else {
-        None
-    };
     let mut sweep = Sweep {
         args,
         device,
@@ -783,19 +781,47 @@ pub fn sizes(min: u64, max: u64, factor: u64, element: u64) -> Vec<u64> {
     out
 }
 
-fn prepare_out(out: Option<&Path>) -> Result<PathBuf> {
+/// The sweep's folder (`--out`, else a new one under `results/`, made exclusively so
+/// that two sweeps started in the same second never share one) and its allreduce.csv.
+/// A folder that holds a file a sweep writes is refused, naming it.
+fn prepare_out(out: Option<&Path>) -> Result<(PathBuf, crate::record::CsvLog<SweepRow>)> {
     let dir = match out {
-        Some(d) => d.to_path_buf(),
-        None => Path::new("results").join(format!("allreduce-{}", crate::record::compact_utc(std::time::SystemTime::now()))),
+        Some(d) => {
+            std::fs::create_dir_all(d).with_context(|| format!("cannot create output folder {} (choose another --out)", d.display()))?;
+            d.to_path_buf()
+        }
+        None => {
+            let parent = Path::new("results");
+            std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+            let job = crate::record::lock::scheduler_job()
+                .map(|(_, id)| format!("-j{id}"))
+                .unwrap_or_default();
+            let stem = format!("allreduce-{}{job}", crate::record::compact_utc(std::time::SystemTime::now()));
+            crate::files::create_dir_fresh(parent, &stem, 2, 0o777)
+                .with_context(|| format!("cannot create a sweep folder in {} (give --out)", parent.display()))?
+        }
     };
-    if dir.join("allreduce.csv").exists() {
+    let held = |name: &str| std::fs::symlink_metadata(dir.join(name)).is_ok();
+    if held("allreduce.csv") {
         bail!(
             "{} already holds a sweep (allreduce.csv): choose another --out or move it away",
             dir.display()
         );
     }
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create output folder {} (choose another --out)", dir.display()))?;
-    Ok(dir)
+    let written = std::fs::read_dir(&dir)
+        .with_context(|| format!("cannot list output folder {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .find(|n| n == "allreduce.json" || n == LINK_MODEL_FILE || n.starts_with("rank-"));
+    if let Some(name) = written {
+        bail!(
+            "{} already holds {name}, a file a sweep writes (ddpbench overwrites no file and writes through no link): \
+             choose another --out or move it away",
+            dir.display()
+        );
+    }
+    let csv = crate::record::CsvLog::create_new(&dir.join("allreduce.csv"))
+        .with_context(|| format!("{} is being written by another sweep: choose another --out", dir.display()))?;
+    Ok((dir, csv))
 }
 
 /// Whether `backend` can run on this rank (CPU runs only reach here with `mpi`): NCCL

@@ -15,6 +15,7 @@ pub mod deferred;
 pub mod dtype;
 pub mod mpi;
 pub mod nccl;
+pub mod noise;
 pub mod none;
 pub mod overlap;
 pub mod transport;
@@ -244,6 +245,12 @@ pub trait GradientReducer {
     fn finish(&mut self, params: &[Tensor], backward_end: Instant) -> Result<CommStats>;
     /// The flat buffers holding the reduced gradients after [`GradientReducer::finish`].
     fn reduced(&self) -> &[Tensor];
+    /// After [`GradientReducer::finish`], until the next step's all-reduce: the flat
+    /// buffers still holding this rank's own gradients as they entered the all-reduce;
+    /// None where nothing was reduced.
+    fn local(&self) -> Option<&[Tensor]> {
+        None
+    }
     /// Zeroes the gradients for the next step without freeing them.
     fn zero_grads(&mut self);
     /// With `on`, [`GradientReducer::finish`] does not wait for the device: its
@@ -394,6 +401,12 @@ impl FlatGrads {
     /// The buffers holding the current (after `complete`, the reduced) gradients.
     pub fn current_set(&self) -> &[Tensor] {
         &self.sets[self.current]
+    }
+
+    /// After [`FlatGrads::complete`], the buffers the all-reduce read: this rank's own
+    /// gradients, untouched until the next step's all-reduce writes into them.
+    pub fn previous_set(&self) -> &[Tensor] {
+        &self.sets[1 - self.current]
     }
 
     pub fn zero(&mut self) {

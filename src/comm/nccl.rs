@@ -197,6 +197,10 @@ impl GradientReducer for NcclReducer {
         self.flat.as_ref().expect("attached").current_set()
     }
 
+    fn local(&self) -> Option<&[Tensor]> {
+        self.flat.as_ref().map(FlatGrads::previous_set)
+    }
+
     fn zero_grads(&mut self) {
         if let Some(flat) = self.flat.as_mut() {
             flat.zero();

@@ -3,7 +3,9 @@
 //! records the signal and writes the run's last records ([`crate::record::last_gasp`]),
 //! in case the rank is ended before its step does; the training loop sees the signal
 //! between steps, the ranks agree to stop after the same step, and the run ends as
-//! `interrupted` with every row kept, its records rewritten with that outcome.
+//! `interrupted` with every row kept, its records rewritten with that outcome. During the
+//! study's dry run the handler also removes the dry run's scratch folder and ends the
+//! process ([`crate::cleanup::on_signal`]).
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -14,6 +16,8 @@ extern "C" fn on_signal(sig: libc::c_int) {
     // An atomic store is async-signal-safe, and so is the last record's write.
     RECEIVED.store(sig, Ordering::SeqCst);
     crate::record::last_gasp::fire(name_bytes(sig));
+    // A scratch folder armed (the study's dry run) is removed, and the process ends.
+    crate::cleanup::on_signal(sig);
 }
 
 /// The signals that stop a run.

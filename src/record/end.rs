@@ -79,32 +79,49 @@ impl EndRecord {
     }
 }
 
-/// Writes `text` to `path` through a temporary file in the same folder (named after this
-/// process, so ranks that write the same file at once never share one), synced before
-/// the rename, so a reader sees the old or the new file, whole. A write that fails
-/// leaves no temporary file; one that finds the disk full takes room from the folder's
-/// reserve ([`super::reserve`]) and tries once more.
+/// Writes `text` to `path` through a temporary file in the same folder, synced before
+/// the rename, so a reader sees the old or the new file, whole. The temporary file has a
+/// random name and is created exclusively ([`crate::files::create_exclusive`]): ranks
+/// that write the same file at once never share one, and nothing planted ahead (a
+/// symlink) is written through; the rename replaces whatever is at `path` itself,
+/// never a file a symlink there points to. A write that fails leaves no temporary
+/// file; one that finds the disk full takes room from the folder's reserve
+/// ([`super::reserve`]) and tries once more.
 pub fn write_atomic(path: &Path, text: &str) -> Result<()> {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp: PathBuf = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
     let dir = path.parent().unwrap_or(Path::new("."));
-    let mut result = write_then_rename(&tmp, path, text.as_bytes());
+    let mut result = write_then_rename(path, text.as_bytes());
     if result.as_ref().is_err_and(is_full) {
         // Another rank, or a signal handler emptying the reserve, may have freed room
         // meanwhile: try again even when this one finds no reserve left.
         super::reserve::release(dir, text.len() as u64);
-        result = write_then_rename(&tmp, path, text.as_bytes());
+        result = write_then_rename(path, text.as_bytes());
     }
     result.with_context(|| format!("cannot write {} (is the file system full or gone?)", path.display()))
 }
 
-fn write_then_rename(tmp: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// `.NAME.<random>.tmp` beside `path`.
+fn temporary_name(path: &Path) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.{}.tmp", crate::files::random_hex(8)))
+}
+
+fn write_then_rename(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    let written = std::fs::File::create(tmp)
-        .and_then(|mut f| f.write_all(bytes).and_then(|_| f.sync_data()))
-        .and_then(|_| std::fs::rename(tmp, path));
+    let (tmp, file) = loop {
+        let tmp = temporary_name(path);
+        match crate::files::create_exclusive(&tmp) {
+            Ok(f) => break (tmp, f),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    let mut file = file;
+    let written = file
+        .write_all(bytes)
+        .and_then(|_| file.sync_data())
+        .and_then(|_| std::fs::rename(&tmp, path));
     if written.is_err() {
-        let _ = std::fs::remove_file(tmp);
+        let _ = std::fs::remove_file(&tmp);
     }
     written
 }
@@ -134,6 +151,25 @@ mod tests {
         assert!(write_atomic(&target, "{}\n").is_err());
         let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names.len(), 2, "{names:?}");
+    }
+
+    #[test]
+    fn an_atomic_write_replaces_a_planted_symlink_and_leaves_its_target_alone() {
+        let d = tempfile::tempdir().unwrap();
+        let outside = d.path().join("outside.txt");
+        std::fs::write(&outside, "keep").unwrap();
+        let path = d.path().join("manifest.json");
+        std::os::unix::fs::symlink(&outside, &path).unwrap();
+        // The temporary names of the old scheme, planted as links too.
+        let pid = std::process::id();
+        std::os::unix::fs::symlink(&outside, d.path().join(format!(".manifest.json.{pid}.tmp"))).unwrap();
+        write_atomic(&path, "{}\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep");
+        assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_file());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{}\n");
+        let a = temporary_name(&path);
+        assert_ne!(a, temporary_name(&path), "a random name each time");
+        assert!(a.file_name().unwrap().to_str().unwrap().starts_with(".manifest.json."));
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! slots (the signal's error, the time and the steps done). The handler copies it into a
 //! buffer made beforehand, the slots filled by plain arithmetic, and writes each file
 //! with one `pwrite` at offset 0: no allocation, lock or formatting, only
-//! async-signal-safe calls.
+//! async-signal-safe calls. Last, rank 0's handler removes the run folder's lock
+//! ([`super::lock`]) when it still holds what rank 0 wrote: a rank ended before it could
+//! stop leaves no lock behind, and the run's files refuse any later job on the folder.
 //!
 //! The version written is never shorter than the file it overwrites (it is padded with
 //! spaces, which JSON ignores), so no old byte stays at its end. Every other writer of
@@ -20,6 +22,7 @@ use anyhow::{bail, Context, Result};
 use std::ffi::CString;
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
@@ -220,6 +223,47 @@ struct Armed {
     /// The run folder's reserve ([`super::reserve`]), open, and its path: emptied and
     /// removed first, so the writes have room on a full disk.
     reserve: Option<(File, CString)>,
+    /// The run folder's lock, on rank 0: removed last.
+    lock: Option<HeldLock>,
+}
+
+/// The run folder's lock ([`super::lock`]) as the handler removes it: its path, what it
+/// holds, and room to read it back.
+struct HeldLock {
+    path: CString,
+    bytes: Box<[u8]>,
+    /// One byte longer than `bytes`, so a longer file does not compare equal.
+    buf: Box<[u8]>,
+}
+
+impl HeldLock {
+    /// Unlinks the lock when it still holds `bytes` (another job may hold it now).
+    /// Called from a signal handler: open, read, compare, close, unlink.
+    fn release(&mut self) {
+        // SAFETY: a NUL-terminated path, a buffer of buf.len() bytes this struct owns,
+        // and a descriptor opened here; each call is async-signal-safe.
+        unsafe {
+            let fd = libc::open(
+                self.path.as_ptr(),
+                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            );
+            if fd < 0 {
+                return;
+            }
+            let mut got = 0usize;
+            while got < self.buf.len() {
+                let n = libc::read(fd, self.buf[got..].as_mut_ptr().cast(), self.buf.len() - got);
+                if n <= 0 {
+                    break;
+                }
+                got += n as usize;
+            }
+            libc::close(fd);
+            if self.buf[..got] == self.bytes[..] {
+                libc::unlink(self.path.as_ptr());
+            }
+        }
+    }
 }
 
 /// The handler's records while a run trains; disarmed when dropped.
@@ -229,22 +273,37 @@ pub struct LastGasp(());
 impl LastGasp {
     /// Opens each file (which must exist: the handler overwrites it), makes room for its
     /// record (at least the file's length) and arms the handler with them. `reserve` is the
-    /// run folder's reserve file (opened when it is there).
-    pub fn arm(targets: Vec<(PathBuf, Template)>, reserve: &Path) -> Result<LastGasp> {
+    /// run folder's reserve file (opened when it is there); `lock`, the run folder's lock
+    /// this process holds, which the handler removes after the records: the run's files
+    /// then refuse any other job, and a rank ended before it could stop leaves no lock.
+    pub fn arm(targets: Vec<(PathBuf, Template)>, reserve: &Path, lock: Option<&super::lock::FolderLock>) -> Result<LastGasp> {
         let mut files = Vec::with_capacity(targets.len());
         for (path, t) in targets {
             let file = std::fs::OpenOptions::new()
                 .write(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                 .open(&path)
                 .with_context(|| format!("cannot open {} for the signal handler's record", path.display()))?;
             let min_len = file.metadata()?.len() as usize;
             let out = vec![0u8; min_len.max(t.bytes.len())].into_boxed_slice();
             files.push(Ready { file, t, out, min_len });
         }
-        let reserve_fd = std::fs::OpenOptions::new().write(true).open(reserve).ok();
+        let reserve_fd = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(reserve)
+            .ok()
+            .filter(|f| f.metadata().is_ok_and(|m| m.is_file()));
         let armed = Box::new(Armed {
             files,
             reserve: reserve_fd.zip(CString::new(reserve.as_os_str().as_bytes()).ok()),
+            lock: lock.and_then(|l| {
+                Some(HeldLock {
+                    path: CString::new(l.path().as_os_str().as_bytes()).ok()?,
+                    bytes: l.bytes().into(),
+                    buf: vec![0u8; l.bytes().len() + 1].into_boxed_slice(),
+                })
+            }),
         });
         STEPS.store(0, Ordering::SeqCst);
         replace(Box::into_raw(armed));
@@ -298,6 +357,9 @@ pub fn fire(signal: &[u8]) {
     for f in armed.files.iter_mut() {
         f.write(signal, steps, &stamp);
     }
+    if let Some(lock) = armed.lock.as_mut() {
+        lock.release();
+    }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
 }
@@ -344,7 +406,7 @@ mod tests {
         let path = d.path().join(super::super::end_file_name(3));
         let reserve = d.path().join("reserve");
         std::fs::write(&reserve, b"room").unwrap();
-        let gasp = LastGasp::arm(vec![(path.clone(), Template::end_record(&rec).unwrap())], &reserve).unwrap();
+        let gasp = LastGasp::arm(vec![(path.clone(), Template::end_record(&rec).unwrap())], &reserve, None).unwrap();
         set_steps(12_345);
         fire(b"SIGUSR2");
         let end = EndRecord::read(d.path(), 3).unwrap();
@@ -368,10 +430,38 @@ mod tests {
         drop(gasp);
         // Disarmed: nothing written.
         let rec = running(d.path());
-        let gasp = LastGasp::arm(vec![(path.clone(), Template::end_record(&rec).unwrap())], &reserve).unwrap();
+        let gasp = LastGasp::arm(vec![(path.clone(), Template::end_record(&rec).unwrap())], &reserve, None).unwrap();
         drop(gasp);
         fire(b"SIGTERM");
         assert_eq!(EndRecord::read(d.path(), 3).unwrap().status, RunStatus::Running);
+    }
+
+    #[test]
+    fn the_handler_removes_the_run_folders_lock_last_and_only_while_it_is_ours() {
+        use super::super::lock::{FolderLock, LOCK_FILE};
+        let _turn = turn();
+        let d = tempfile::tempdir().unwrap();
+        let rec = running(d.path());
+        let path = d.path().join(super::super::end_file_name(3));
+        let lock = FolderLock::take(d.path(), "run folder", false).unwrap();
+        let gasp = LastGasp::arm(
+            vec![(path.clone(), Template::end_record(&rec).unwrap())],
+            &d.path().join("r"),
+            Some(&lock),
+        )
+        .unwrap();
+        fire(b"SIGTERM");
+        assert!(!d.path().join(LOCK_FILE).exists());
+        assert_eq!(EndRecord::read(d.path(), 3).unwrap().status, RunStatus::Interrupted);
+        drop((gasp, lock));
+        // Taken over by another job meanwhile: it stays.
+        let rec = running(d.path());
+        let lock = FolderLock::take(d.path(), "run folder", false).unwrap();
+        let gasp = LastGasp::arm(vec![(path, Template::end_record(&rec).unwrap())], &d.path().join("r"), Some(&lock)).unwrap();
+        std::fs::write(d.path().join(LOCK_FILE), "another job's").unwrap();
+        fire(b"SIGTERM");
+        drop((gasp, lock));
+        assert_eq!(std::fs::read_to_string(d.path().join(LOCK_FILE)).unwrap(), "another job's");
     }
 
     #[test]
@@ -380,7 +470,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let rec = running(d.path());
         let path = d.path().join(super::super::end_file_name(3));
-        let _gasp = LastGasp::arm(vec![(path, Template::end_record(&rec).unwrap())], &d.path().join("r")).unwrap();
+        let _gasp = LastGasp::arm(vec![(path, Template::end_record(&rec).unwrap())], &d.path().join("r"), None).unwrap();
         let done = EndRecord {
             status: RunStatus::Completed,
             steps: 9,
@@ -401,7 +491,7 @@ mod tests {
         rec.write(d.path()).unwrap();
         rec.host = "h".into();
         let path = d.path().join(super::super::end_file_name(3));
-        let _gasp = LastGasp::arm(vec![(path, Template::end_record(&rec).unwrap())], &d.path().join("r")).unwrap();
+        let _gasp = LastGasp::arm(vec![(path, Template::end_record(&rec).unwrap())], &d.path().join("r"), None).unwrap();
         fire(b"SIGINT");
         let end = EndRecord::read(d.path(), 3).unwrap();
         assert_eq!((end.status, end.host.as_str()), (RunStatus::Interrupted, "h"));

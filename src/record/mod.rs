@@ -11,6 +11,7 @@ mod cells;
 mod end;
 pub mod key;
 pub mod last_gasp;
+pub mod lock;
 mod manifest;
 pub mod reserve;
 mod rows;
@@ -78,33 +79,63 @@ pub struct CsvLog<R: serde::Serialize> {
 }
 
 impl<R: serde::Serialize> CsvLog<R> {
+    /// Creates `path`, or truncates the file there.
     pub fn create(path: &Path) -> Result<CsvLog<R>> {
         let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-        Ok(CsvLog {
+        Ok(CsvLog::on(file, path))
+    }
+
+    /// Creates `path` only when nothing is there ([`crate::files::create_exclusive`]):
+    /// never through a symlink, never over another file. Every CSV file of a run is made so.
+    pub fn create_new(path: &Path) -> Result<CsvLog<R>> {
+        let file = crate::files::create_exclusive(path).map_err(|e| {
+            let why = if e.kind() == std::io::ErrorKind::AlreadyExists {
+                format!(
+                    "{} is already there (a file, a link or another job's file; ddpbench writes through none)",
+                    path.display()
+                )
+            } else {
+                format!("cannot create {}", path.display())
+            };
+            anyhow::Error::new(e).context(why)
+        })?;
+        Ok(CsvLog::on(file, path))
+    }
+
+    fn on(file: File, path: &Path) -> CsvLog<R> {
+        CsvLog {
             file,
             path: path.to_path_buf(),
             header_written: false,
             len: 0,
             buf: Vec::with_capacity(1 << 10),
             _row: std::marker::PhantomData,
-        })
+        }
     }
 
-    /// Appends to `path`, creating it (with a header) when it is absent or empty.
+    /// Appends to `path`, creating it (with a header) when it is absent or empty; a
+    /// symlink or anything but a regular file there is refused, not written through.
     pub fn append_or_create(path: &Path) -> Result<CsvLog<R>> {
+        use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(path)
-            .with_context(|| format!("cannot open {}", path.display()))?;
-        let len = file.metadata().with_context(|| format!("cannot open {}", path.display()))?.len();
+            .with_context(|| format!("cannot open {} (ddpbench writes through no symbolic link)", path.display()))?;
+        let meta = file.metadata().with_context(|| format!("cannot open {}", path.display()))?;
+        if !meta.file_type().is_file() {
+            anyhow::bail!(
+                "{} is {}, not a regular file: move it away",
+                path.display(),
+                crate::files::describe(meta.file_type())
+            );
+        }
+        let len = meta.len();
         Ok(CsvLog {
-            file,
-            path: path.to_path_buf(),
             header_written: len > 0,
             len,
-            buf: Vec::with_capacity(1 << 10),
-            _row: std::marker::PhantomData,
+            ..CsvLog::on(file, path)
         })
     }
 

@@ -29,10 +29,15 @@ impl Reserve {
     pub fn make(dir: &Path, manifest_bytes: u64) -> Result<Reserve> {
         let bytes = (manifest_bytes + MARGIN_BYTES).div_ceil(MARGIN_BYTES) * MARGIN_BYTES;
         let path = dir.join(RESERVE_FILE);
-        let written = write_filler(&path, bytes);
-        if written.is_err() {
-            let _ = std::fs::remove_file(&path);
-        }
+        // Created exclusively: a file already there (planted, or a link) is refused, not
+        // written through, and not removed.
+        let written = crate::files::create_exclusive(&path).and_then(|f| {
+            let filled = write_filler(f, bytes);
+            if filled.is_err() {
+                let _ = std::fs::remove_file(&path);
+            }
+            filled
+        });
         written.with_context(|| {
             format!(
                 "cannot keep {} KiB free in {} for the run's last records (is the file system full or gone?)",
@@ -57,12 +62,25 @@ pub fn release(dir: &Path, bytes: u64) -> u64 {
     use std::os::unix::fs::MetadataExt;
     use std::os::unix::io::AsRawFd;
     let path = dir.join(RESERVE_FILE);
-    let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) else {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(f) = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(&path)
+    else {
         return 0;
     };
     // SAFETY: locks a descriptor this function owns; the lock goes when `f` is closed.
     unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
-    let Ok(meta) = f.metadata() else { return 0 };
+    let Ok(meta) = f.metadata().and_then(|m| {
+        if m.is_file() {
+            Ok(m)
+        } else {
+            Err(std::io::ErrorKind::InvalidInput.into())
+        }
+    }) else {
+        return 0;
+    };
     let block = meta.blksize().max(512);
     let need = bytes.div_ceil(block) * block + 2 * block;
     let keep = meta.len().saturating_sub(need);
@@ -76,7 +94,7 @@ pub fn release(dir: &Path, bytes: u64) -> u64 {
 
 /// `bytes` of data that no file system stores in less room (zeros and repeated bytes are
 /// compressed or kept as holes by some), synced so the space is really taken.
-fn write_filler(path: &Path, bytes: u64) -> std::io::Result<()> {
+fn write_filler(mut f: std::fs::File, bytes: u64) -> std::io::Result<()> {
     let mut chunk = vec![0u8; MARGIN_BYTES as usize];
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     for b in chunk.iter_mut() {
@@ -86,7 +104,6 @@ fn write_filler(path: &Path, bytes: u64) -> std::io::Result<()> {
         x ^= x << 17;
         *b = x as u8;
     }
-    let mut f = std::fs::File::create(path)?;
     let mut left = bytes;
     while left > 0 {
         let n = left.min(chunk.len() as u64) as usize;

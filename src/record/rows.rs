@@ -127,6 +127,11 @@ pub struct StepRow {
     pub loss_scale: Option<f64>,
     /// 1 when fp16 AMP found inf/NaN gradients and skipped the optimizer step.
     pub step_skipped: u8,
+    /// The gradient noise scale's two squared norms of this step (`--noise-scale`),
+    /// columns `noise_batch_small`, `grad_sq_small`, `noise_batch_big`, `grad_sq_big`;
+    /// all four empty when the step did not measure, a norm's cell alone empty when it
+    /// was not finite.
+    pub noise: Option<crate::noise_scale::NormPair>,
 }
 
 impl StepRow {
@@ -144,7 +149,7 @@ impl StepRow {
         "samples",
     ];
     /// The columns after the phases.
-    pub const TRAILING: [&'static str; 11] = [
+    pub const TRAILING: [&'static str; 15] = [
         "step_s",
         "comm_s",
         "comm_stage_d2h_s",
@@ -156,6 +161,10 @@ impl StepRow {
         "bytes",
         "loss_scale",
         "step_skipped",
+        "noise_batch_small",
+        "grad_sq_small",
+        "noise_batch_big",
+        "grad_sq_big",
     ];
 
     /// Every column of a rank file, in order.
@@ -188,7 +197,8 @@ impl Serialize for StepRow {
         for p in Phase::ALL {
             st.serialize_field(p.column(), &self.phases[p.index()])?;
         }
-        let [step_s, comm_s, d2h, h2d, hidden, comm_at, last_at, loss, bytes, scale, skipped] = Self::TRAILING;
+        let [step_s, comm_s, d2h, h2d, hidden, comm_at, last_at, loss, bytes, scale, skipped, b_small, sq_small, b_big, sq_big] =
+            Self::TRAILING;
         st.serialize_field(step_s, &self.step_s)?;
         st.serialize_field(comm_s, &self.comm_s)?;
         st.serialize_field(d2h, &self.comm_stage_d2h_s)?;
@@ -200,6 +210,11 @@ impl Serialize for StepRow {
         st.serialize_field(bytes, &self.bytes)?;
         st.serialize_field(scale, &self.loss_scale)?;
         st.serialize_field(skipped, &self.step_skipped)?;
+        let n = self.noise.as_ref();
+        st.serialize_field(b_small, &n.map(|n| n.batch_small))?;
+        st.serialize_field(sq_small, &n.map(|n| n.sq_small))?;
+        st.serialize_field(b_big, &n.map(|n| n.batch_big))?;
+        st.serialize_field(sq_big, &n.map(|n| n.sq_big))?;
         st.end()
     }
 }
@@ -228,6 +243,51 @@ pub struct EpochRow {
     pub val_s: f64,
     /// L2 norm of all parameters (identical on every rank, checked).
     pub param_l2: f64,
+    // The epoch's gradient noise scale ([`crate::noise_scale`], ranks' small norms
+    // averaged per step): every cell empty with `--noise-scale off` or without two
+    // batch sizes. Files written before it have none of these columns.
+    /// Measured steps averaged in.
+    #[serde(default)]
+    pub noise_steps: Option<usize>,
+    /// Measured steps left out: a norm not finite on some rank (fp16 overflow).
+    #[serde(default)]
+    pub noise_skipped: Option<usize>,
+    /// Estimate of |G|², the squared norm of the true gradient.
+    #[serde(default)]
+    pub grad_sq: Option<f64>,
+    /// Estimate of tr(Σ), the per-sample gradient variance summed over parameters.
+    #[serde(default)]
+    pub trace_sigma: Option<f64>,
+    /// B_simple = tr(Σ)/|G|², in samples; empty (undetermined) when the |G|² estimate
+    /// is not positive.
+    #[serde(default)]
+    pub b_simple: Option<f64>,
+    /// 95 % interval of b_simple (delta method on the two means).
+    #[serde(default)]
+    pub b_simple_low: Option<f64>,
+    /// Its upper end; empty when unbounded (the |G|² interval reaches 0).
+    #[serde(default)]
+    pub b_simple_high: Option<f64>,
+}
+
+impl EpochRow {
+    /// Fills the noise scale's cells: `measured` steps took the norms, `estimate` is
+    /// what the usable ones give (None: none was usable). Nothing measured: all empty.
+    pub fn set_noise(&mut self, measured: usize, estimate: Option<&crate::noise_scale::NoiseEstimate>) {
+        if measured == 0 {
+            return;
+        }
+        let used = estimate.map_or(0, |e| e.steps);
+        self.noise_steps = Some(used);
+        self.noise_skipped = Some(measured - used);
+        if let Some(e) = estimate {
+            self.grad_sq = Some(e.grad_sq);
+            self.trace_sigma = Some(e.trace_sigma);
+            self.b_simple = e.b_simple;
+            self.b_simple_low = e.interval.map(|i| i.0);
+            self.b_simple_high = e.interval.and_then(|i| i.1);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -279,6 +339,7 @@ mod tests {
             bytes: 4_799_528,
             loss_scale: None,
             step_skipped: 0,
+            noise: None,
         }
     }
 
@@ -299,7 +360,7 @@ mod tests {
             lines.next().unwrap(),
             "r1,3,\"Xeon, 48c\",0,1,1,1,2026-01-01T00:00:00.000000Z,0.5,64,\
              0.001,0,0.01,0.02,0.003,0.004,0.0005,\
-             0.0385,0.003,0,0,0,0.53,0.000008787,2.3,4799528,,0"
+             0.0385,0.003,0,0,0,0.53,0.000008787,2.3,4799528,,0,,,,"
         );
         for p in Phase::ALL {
             assert_eq!(row.phase(p), row.phases[p.index()]);

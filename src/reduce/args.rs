@@ -1,5 +1,8 @@
 //! `ddpbench reduce`'s command line, and the request it makes of [`super::run`].
 
+use super::analysis::recommend::Shape;
+use super::report::TARGET_EFFICIENCY;
+use crate::allreduce::link_spec::LinkSpec;
 use clap::Args;
 use std::path::{Path, PathBuf};
 
@@ -32,6 +35,51 @@ pub struct ReduceArgs {
     /// Project up to this many ranks (powers of two from 1).
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     pub project_to: u64,
+
+    /// The link between nodes, by specification instead of an inter-node sweep: a preset
+    /// (eth-10g, eth-25g, eth-100g, roce-100g, ib-hdr, ib-ndr, pcie3-x16, pcie4-x16,
+    /// pcie5-x16, nvlink-v100, nvlink-a100, nvlink-h100; figures in results/README.md) or
+    /// BANDWIDTH,LATENCY (`100Gbit/s,5us`, `25GB/s,2us`). A nominal link is an optimistic
+    /// bound: an all-reduce does not reach line rate, so the projected step is a lower bound.
+    #[arg(long, value_name = "SPEC", value_parser = LinkSpec::parse, allow_hyphen_values = true)]
+    pub link: Option<LinkSpec>,
+
+    /// The link inside a node, by specification (same forms as --link); default: the
+    /// intra-node level `ddpbench allreduce` measured on the node you have.
+    #[arg(long, value_name = "SPEC", value_parser = LinkSpec::parse, allow_hyphen_values = true)]
+    pub link_intra: Option<LinkSpec>,
+
+    /// Project to NODESxRANKS_PER_NODE (`16x4`): the ladder 1x1, 1x2, … 1x4, 2x4, 4x4, …
+    /// 16x4 (node counts doubling), instead of --project-to's rank counts. Repeat it for
+    /// more than one ladder.
+    #[arg(long, value_name = "NODESxPER_NODE", value_parser = Shape::parse, allow_hyphen_values = true)]
+    pub project_shape: Vec<Shape>,
+
+    /// The parallel efficiency a shape must keep to be recommended (above 0, at most 1);
+    /// the same target the projection's "R needed" line aims at.
+    #[arg(long, default_value_t = TARGET_EFFICIENCY, value_parser = parse_target_efficiency, allow_hyphen_values = true)]
+    pub target_efficiency: f64,
+
+    /// What one GPU (one rank) costs per hour, in any currency: the recommendation then
+    /// gives each shape's cost per epoch.
+    #[arg(long, value_name = "PRICE", value_parser = parse_price, allow_hyphen_values = true)]
+    pub price_per_gpu_hour: Option<f64>,
+}
+
+/// `--target-efficiency`: a number above 0 and at most 1.
+fn parse_target_efficiency(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
+        _ => Err(format!("'{s}' is no efficiency: give a number above 0 and at most 1 (0.8 is 80 %)")),
+    }
+}
+
+/// `--price-per-gpu-hour`: a finite number from 0.
+fn parse_price(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("'{s}' is no price: give a number from 0 (what one GPU costs per hour, e.g. 2.5)")),
+    }
 }
 
 /// What to reduce: the folders, the reference, the link model (where the files
@@ -46,6 +94,32 @@ pub struct ReduceRequest {
     pub interconnect: Option<PathBuf>,
     /// Project up to this many ranks.
     pub project_to: u64,
+    /// The inter-node and intra-node levels by specification (nominal), where given.
+    pub link: Option<LinkSpec>,
+    pub link_intra: Option<LinkSpec>,
+    /// Ladders of nodes × ranks per node to project to (empty: `project_to`'s ranks).
+    pub project_shape: Vec<Shape>,
+    /// The efficiency a recommended shape keeps.
+    pub target_efficiency: f64,
+    /// What one GPU costs per hour, for the cost per epoch.
+    pub price_per_gpu_hour: Option<f64>,
+}
+
+impl Default for ReduceRequest {
+    /// Nothing named, projecting to 1024 ranks, the default target efficiency.
+    fn default() -> ReduceRequest {
+        ReduceRequest {
+            runs: Vec::new(),
+            baseline: None,
+            interconnect: None,
+            project_to: 1024,
+            link: None,
+            link_intra: None,
+            project_shape: Vec::new(),
+            target_efficiency: TARGET_EFFICIENCY,
+            price_per_gpu_hour: None,
+        }
+    }
 }
 
 impl ReduceArgs {
@@ -55,6 +129,11 @@ impl ReduceArgs {
             baseline: self.baseline.clone(),
             interconnect: self.interconnect.clone(),
             project_to: self.project_to,
+            link: self.link.clone(),
+            link_intra: self.link_intra.clone(),
+            project_shape: self.project_shape.clone(),
+            target_efficiency: self.target_efficiency,
+            price_per_gpu_hour: self.price_per_gpu_hour,
         }
     }
 

@@ -226,17 +226,20 @@ fn one_folder_per_run(runs: Vec<RunStats>) -> (Vec<RunStats>, Vec<report::Duplic
     (runs, duplicates)
 }
 
-/// The projection to more ranks, when a link model is given or found; None when
-/// none is, or no workload could be projected with it.
+/// The projection to more ranks, when a link model is given or found, or links are
+/// given by specification (`--link`, `--link-intra`); None when none is, or no
+/// workload could be projected with it.
 fn project(req: &ReduceRequest, dirs: &[PathBuf], complete: &[&RunStats]) -> Result<Option<report::ProjectionReport>> {
+    let by_spec = req.link.is_some() || req.link_intra.is_some();
     let sweep = match &req.interconnect {
-        Some(p) => p.clone(),
+        Some(p) => Some(p.clone()),
         None => {
             let mut found = discover_sweeps(&req.runs);
             found.retain(|s| !dirs.contains(s));
             match found.len() {
+                0 if by_spec => None,
                 0 => return Ok(None),
-                1 => found.remove(0),
+                1 => Some(found.remove(0)),
                 _ => bail!(
                     "{} interconnect sweeps among the folders given ({}): name one with --interconnect",
                     found.len(),
@@ -247,20 +250,32 @@ fn project(req: &ReduceRequest, dirs: &[PathBuf], complete: &[&RunStats]) -> Res
     };
     // A model that cannot be read or holds values no link has takes the projection out,
     // not the report: the rest stands without it.
-    let models = match crate::allreduce::LinkModelFile::read(&sweep) {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("projection left out: {e:#}");
-            return Ok(Some(report::projection_left_out(&sweep, &format!("{e:#}"))));
-        }
+    let measured = match &sweep {
+        Some(s) => match crate::allreduce::LinkModelFile::read(s) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                eprintln!("projection left out: {e:#}");
+                return Ok(Some(report::projection_left_out(s, &format!("{e:#}"))));
+            }
+        },
+        None => None,
     };
-    let (rows, notes) = analysis::projection::projections(complete, &models, req.project_to as usize);
+    let models = if by_spec {
+        report::recommendation::with_specs(req, measured, complete)
+    } else {
+        measured.expect("a sweep was found")
+    };
+    let source = sweep.clone().unwrap_or_default();
+    let ladder = analysis::recommend::ladders(&req.project_shape);
+    let (rows, notes) = analysis::projection::projections_on(complete, &models, req.project_to as usize, &ladder);
     for n in &notes {
         eprintln!("projection: {n}");
     }
     if rows.is_empty() {
-        eprintln!("projection: no workload could be projected with {}", sweep.display());
+        eprintln!("projection: no workload could be projected with {}", report::recommendation::source_words(req, sweep.as_deref()));
         return Ok(None);
     }
-    Ok(Some(report::projection_section(rows, notes, &models, &sweep)))
+    let mut section = report::projection_section(rows, notes, &models, &source);
+    report::recommendation::attach(&mut section, req, sweep.as_deref(), complete);
+    Ok(Some(section))
 }

@@ -5,6 +5,7 @@
 
 use super::plan::{self, Plan, Point};
 use super::{run_point, wait_without_spinning};
+use crate::cleanup::ScratchDir;
 use crate::job::watchdog::Watchdog;
 use crate::record::{Manifest, RunWarning};
 use crate::world::broadcast_string;
@@ -108,10 +109,22 @@ fn read_timing(dir: &Path, point: &Point) -> Result<WorkloadTiming, String> {
 /// Times each workload's first point (its fewest ranks) on rank 0 while the other ranks
 /// wait, until `budget_s` is spent (rank 0's clock decides, for every rank); every rank
 /// calls it. The result is rank 0's (empty elsewhere): the workloads not reached say so.
+///
+/// The timing runs write into a scratch folder of rank 0's, `$TMPDIR/ddpbench-estimate-`
+/// and 16 random hex digits, created exclusively (nothing planted ahead stands in for
+/// it) and removed on every way out ([`ScratchDir`]): at the end, on a panic or an
+/// aborted job, and on a stop signal, which ends the dry run at once.
 pub fn time_workloads(g: &Group, plan: &Plan, budget_s: f64, watchdog: &Watchdog) -> BTreeMap<String, Result<WorkloadTiming, String>> {
     let mut out = BTreeMap::new();
-    let scratch = std::env::temp_dir().join(format!("ddpbench-estimate-{}", std::process::id()));
     let started = std::time::Instant::now();
+    let scratch = if g.rank == 0 {
+        Some(
+            ScratchDir::create("ddpbench-estimate")
+                .map_err(|e| format!("cannot create a scratch folder in {}: {e}", std::env::temp_dir().display())),
+        )
+    } else {
+        None
+    };
     for (k, (workload, points)) in plan::by_workload(&plan.points).into_iter().enumerate() {
         let Some(point) = points.iter().min_by_key(|p| p.ranks) else {
             continue;
@@ -130,22 +143,24 @@ pub fn time_workloads(g: &Group, plan: &Plan, budget_s: f64, watchdog: &Watchdog
         crate::flight::recorder().begin_part(base, g.rank != 0);
         let color = if g.rank == 0 { Color::with_value(0) } else { Color::undefined() };
         let sub = g.comm.split_by_color(color);
-        if let Some(comm) = sub {
+        if let (Some(comm), Some(scratch)) = (sub, scratch.as_ref()) {
             let pg = Group::new(comm, g.threading);
-            let dir = scratch.join(&point.id);
             let timing_point = Point {
                 args: timing_args(point),
                 ..(*point).clone()
             };
-            let result = run_point(&pg, &timing_point, &dir, watchdog)
-                .map_err(|e| format!("{e:#}"))
-                .and_then(|()| read_timing(&dir, point));
+            let result = scratch.as_ref().map_err(Clone::clone).and_then(|s| {
+                let dir = s.path().join(&point.id);
+                run_point(&pg, &timing_point, &dir, watchdog)
+                    .map_err(|e| format!("{e:#}"))
+                    .and_then(|()| read_timing(&dir, point))
+            });
             out.insert(workload, result);
         }
         wait_without_spinning(g, "timing a workload");
         crate::flight::recorder().begin_part(base + (1 << 31), false);
     }
-    let _ = std::fs::remove_dir_all(&scratch);
+    drop(scratch);
     out
 }
 

@@ -17,6 +17,7 @@ mod state;
 
 use crate::allreduce::Swept;
 use crate::job::{self, signals, watchdog, watchdog::Watchdog, JobOptions};
+use crate::record::lock::{FolderLock, LOCK_FILE};
 use crate::record::{self, CsvLog, RunStatus};
 use crate::reduce::ReduceRequest;
 use crate::train;
@@ -78,9 +79,16 @@ pub struct StudyArgs {
     #[arg(long, alias = "repeat")]
     pub repeats: Option<usize>,
 
-    /// Study folder (default: results/study-<name>). Run again to resume.
+    /// Study folder (default: results/study-<name>). Run again to resume, once the job
+    /// before has ended: one job per study folder (its lock is .ddpbench.lock).
     #[arg(long)]
     pub out: Option<PathBuf>,
+
+    /// Remove the study folder's lock left by a job that was killed on another host (a
+    /// lock of this host is cleared by itself once its process is gone). Check first that
+    /// the job named in the refusal has ended.
+    #[arg(long)]
+    pub break_lock: bool,
 
     /// Print the points, their ranks and nodes, time each workload for a few steps on
     /// one rank, print an estimate of the study's time, and stop.
@@ -131,6 +139,7 @@ pub const SAME_ON_EVERY_RANK: &[&str] = &[
     "--node-fill",
     "--repeats",
     "--out",
+    "--break-lock",
     "--dry-run",
     "--budget-s",
     "--retry-failed",
@@ -153,6 +162,7 @@ pub fn launch_flags(spec: &StudySpec, args: &StudyArgs) -> job::same_flags::Laun
         .with("study key threads_per_rank", json!(spec.threads_per_rank))
         .with("study key data_dirs", json!(spec.data_dirs))
         .with("--out", json!(args.out))
+        .with("--break-lock", json!(args.break_lock))
         .with("--dry-run", json!(args.dry_run))
         .with("--budget-s", json!(args.budget_s))
         .with("--retry-failed", json!(args.retry_failed))
@@ -316,11 +326,12 @@ fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Re
         .map(|&(pi, rep)| plan::run_name(&plan.points[pi], rep))
         .collect();
     let opened = if g.rank == 0 {
-        open_folder(&out, spec, &plan, &resolved, &layout, &names)
+        open_folder(&out, spec, &plan, &resolved, &layout, &names, args.break_lock).map(|(s, l)| (s, Some(l)))
     } else {
-        Ok(State::new())
+        Ok((State::new(), None))
     };
-    let state = agree(g, opened)?;
+    // Rank 0 holds the study folder's lock until the study ends (dropped on return).
+    let (state, _lock) = agree(g, opened)?;
     // Between points a hang's flight records go to the study's folder.
     watchdog.set_flight_dir(out.clone());
     if g.rank == 0 {
@@ -615,11 +626,33 @@ impl IdleMeter {
     }
 }
 
-/// Creates the study folder, or checks that the one there holds this same study.
-fn open_folder(out: &Path, spec: &StudySpec, plan: &Plan, resolved: &str, layout: &Layout, names: &[String]) -> Result<State> {
+/// Creates the study folder and takes its lock, or checks that the folder there holds
+/// this same study (and takes its lock: a study resumes once the job before has ended).
+fn open_folder(
+    out: &Path,
+    spec: &StudySpec,
+    plan: &Plan,
+    resolved: &str,
+    layout: &Layout,
+    names: &[String],
+    break_lock: bool,
+) -> Result<(State, FolderLock)> {
+    let created = !out.exists();
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let lock = FolderLock::take(out, "study folder", break_lock).inspect_err(|_| {
+        if created {
+            let _ = std::fs::remove_dir(out);
+        }
+    })?;
+    Ok((start_or_resume(out, spec, plan, resolved, layout, names)?, lock))
+}
+
+/// The state of the study in `out` (locked): a new study's files written, or a resumed
+/// study's state read.
+fn start_or_resume(out: &Path, spec: &StudySpec, plan: &Plan, resolved: &str, layout: &Layout, names: &[String]) -> Result<State> {
     let hash = plan::study_hash(resolved);
     let json = out.join("study.json");
-    if json.is_file() {
+    if crate::files::is_regular_no_follow(&json) {
         let before: StudyFile = serde_json::from_str(&std::fs::read_to_string(&json)?)
             .with_context(|| format!("{} is not a ddpbench study file", json.display()))?;
         // A folder made before schema 4 holds the same study under the old keys.
@@ -632,10 +665,19 @@ fn open_folder(out: &Path, spec: &StudySpec, plan: &Plan, resolved: &str, layout
         }
         return state::load(out, names);
     }
-    if out.exists() && std::fs::read_dir(out).map(|mut d| d.next().is_some()).unwrap_or(false) {
-        bail!("{} exists and is not a study folder: choose another --out", out.display());
+    let other = std::fs::read_dir(out)
+        .with_context(|| format!("cannot list {}", out.display()))?
+        .filter_map(|e| e.ok().map(|e| e.file_name()))
+        // The lock, and another job's attempts at it (`.ddpbench.lock.*`), are not the folder's.
+        .find(|n| !n.to_string_lossy().starts_with(LOCK_FILE));
+    if let Some(name) = other {
+        bail!(
+            "{} exists and is not a study folder (it holds {}): choose another --out",
+            out.display(),
+            name.to_string_lossy()
+        );
     }
-    std::fs::create_dir_all(out.join("runs")).with_context(|| format!("cannot create {}", out.display()))?;
+    std::fs::create_dir(out.join("runs")).with_context(|| format!("cannot create {}", out.join("runs").display()))?;
     record::write_atomic(&out.join("study.toml"), resolved)?;
     let file = StudyFile {
         name: spec.name.clone(),
@@ -803,6 +845,7 @@ fn finish(out: &Path, state: &State, plan: &Plan, repeat: usize, stopped: bool) 
         // A sweep the user ran into the study's folder (`ddpbench allreduce --out <study>/allreduce`).
         interconnect: crate::allreduce::link_model_path(&out.join("allreduce")).map(|_| out.join("allreduce")),
         project_to: 1024,
+        ..crate::reduce::ReduceRequest::default()
     };
     let report_dir = out.join("report");
     let reduced = match crate::reduce::run(&request) {

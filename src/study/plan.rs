@@ -216,6 +216,7 @@ impl StudySpec {
                 }
             }
             "out" => bail!("study key `out`: the study's points are written under the study folder (--out of `ddpbench study`)"),
+            "break_lock" => bail!("study key `break_lock`: a study's points each start in a new folder; pass --break-lock to `ddpbench study` for the study folder's lock"),
             "node_slots" => bail!("study key `node_slots` is set by the study itself"),
             _ => {
                 let name = option_name(key);

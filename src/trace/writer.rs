@@ -115,7 +115,7 @@ impl RankTrace {
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the trace folder {}", dir.display()))?;
         let path = dir.join(file_name(id.rank));
         let max_bytes = max_bytes_from_env()?;
-        let file = File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+        let file = crate::files::create_exclusive(&path).with_context(|| format!("cannot create {}", path.display()))?;
         let mut t = RankTrace {
             out: BufWriter::new(file),
             path,
@@ -353,7 +353,7 @@ fn complete(path: &Path, tmp: &Path, id: &RankIdentity, written: u64) -> Result<
     let mut from = File::open(path)?;
     from.seek(SeekFrom::Start(2))?;
     let body = written.saturating_sub(4);
-    let mut w = BufWriter::new(File::create(tmp)?);
+    let mut w = BufWriter::new(crate::files::create_exclusive(tmp)?);
     writeln!(
         w,
         "{{\"distributedInfo\": {{\"rank\": {}, \"world_size\": {}, \"backend\": {}}},",

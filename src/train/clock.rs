@@ -230,7 +230,7 @@ pub struct ClockLog(CsvLog<ClockRow>);
 
 impl ClockLog {
     pub fn create(path: &std::path::Path) -> Result<ClockLog> {
-        Ok(ClockLog(CsvLog::create(path)?))
+        Ok(ClockLog(CsvLog::create_new(path)?))
     }
 
     pub fn write(&mut self, rows: &[ClockRow]) -> Result<()> {

@@ -5,6 +5,7 @@
 //! repeated from its own folder. The trainer reads only this struct, never clap.
 
 use crate::amp::AmpMode;
+use crate::comm::noise::NoiseScaleMode;
 use crate::comm::{AllreduceChoice, GradDtype, OverlapMode};
 use crate::data::{DataSpec, DatasetKind, ImageCaps};
 use crate::device::DeviceChoice;
@@ -112,6 +113,10 @@ pub const NOT_IN_KEY: &[(&str, &str)] = &[
     ("--node-slots", "it sets the binding; the threads it bound are the key's threads"),
     ("--probe-iters", "the probe runs before the first step"),
     ("--out", "where the files go"),
+    (
+        "--break-lock",
+        "whether a stale lock of the output folder is cleared, before anything runs",
+    ),
     ("--log-every", "a log line on rank 0 between steps, outside the timed phases"),
     ("--telemetry-ms", "NVML is sampled by a thread of its own, beside the step"),
     ("--save-model", "the parameters are written after the last step"),
@@ -125,6 +130,10 @@ pub const NOT_IN_KEY: &[(&str, &str)] = &[
         "the trace draws the marks the step records anyway, written after the step's end mark",
     ),
     ("--trace-steps", "which steps the trace draws"),
+    (
+        "--noise-scale",
+        "two gradient norms beside the step; every:K keeps their cost under 1 % of a step (BENCHMARKS.md)",
+    ),
 ];
 
 /// The `train` flags that may differ between the ranks of one job, and why: every other
@@ -181,12 +190,14 @@ pub const SAME_ON_EVERY_RANK: &[&str] = &[
     "--grad-dtype",
     "--probe-iters",
     "--out",
+    "--break-lock",
     "--log-every",
     "--telemetry-ms",
     "--save-model",
     "--watchdog-s",
     "--trace",
     "--trace-steps",
+    "--noise-scale",
 ];
 
 /// The environment variables that change what a `train` run does, and why: each is
@@ -461,6 +472,17 @@ pub struct CommConfig {
     #[arg(long, value_enum, default_value_t = GradDtype::Fp32)]
     pub grad_dtype: GradDtype,
 
+    /// Measure the gradient noise scale in the all-reduce: on the steps it picks, the
+    /// squared norm of this rank's gradient before the all-reduce (batch b) and of the
+    /// averaged one after it (batch N·b), or with one rank of the first micro-batch and
+    /// the whole step (--grad-accum ≥ 2). From the two, epochs.csv estimates |G|², tr(Σ)
+    /// and B_simple = tr(Σ)/|G|², the global batch past which more ranks buy little
+    /// time to a given loss. `off`, `on` (every step) or `every:K` (every K-th step; the
+    /// default keeps the cost under 1 % of a step). `off` leaves the cells empty.
+    #[arg(long, value_name = "off|on|every:K", default_value = "every:10")]
+    #[serde(default)]
+    pub noise_scale: NoiseScaleMode,
+
     /// Iterations of the raw MPI_Allreduce probe run before training, cold and warm cache
     /// (each stops after 5 s once it has 10; 0 skips it). Its median and spread go to the manifest.
     #[arg(long, default_value_t = 50)]
@@ -471,10 +493,19 @@ pub struct CommConfig {
 #[derive(Args, Debug, Clone, Serialize, Deserialize)]
 #[command(next_help_heading = "Output and monitoring")]
 pub struct OutputConfig {
-    /// Output folder (default: results/<run-id>/). Must not already hold a run. Its name
-    /// is the run id: letters, digits, `.`, `_` and `-` only.
+    /// Output folder (default: results/<model>-<data>-n<ranks>-<time>[-j<job id>]-<4 random
+    /// hex digits>/). Its name is the run id: letters, digits, `.`, `_` and `-` only. One
+    /// job per folder: a folder that holds any file a run writes, or whose lock
+    /// (.ddpbench.lock) another job holds, is refused; a folder you made empty is fine.
     #[arg(long)]
     pub out: Option<PathBuf>,
+
+    /// Remove the output folder's lock left by a job that was killed on another host
+    /// (a lock of this host is cleared by itself once its process is gone). Check first
+    /// that the job named in the refusal has ended.
+    #[arg(long)]
+    #[serde(default)]
+    pub break_lock: bool,
 
     /// Log progress on rank 0 every N steps (0: only per epoch).
     #[arg(long, default_value_t = 100)]

@@ -20,6 +20,7 @@ mod file_model;
 pub mod guard;
 pub mod host_memory;
 mod manifest;
+mod noise;
 mod nonfinite;
 mod params;
 mod placement;
@@ -31,7 +32,7 @@ mod trainer;
 mod validation;
 
 pub use config::TrainConfig;
-pub use run_folder::RunFolder;
+pub use run_folder::{is_run_file, RunFolder};
 pub use trainer::Trainer;
 
 use crate::job::{self, watchdog, watchdog::Watchdog, JobOptions};

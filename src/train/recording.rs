@@ -101,6 +101,7 @@ impl RowIdentity {
             bytes: if self.communicates { comm.bytes } else { 0 },
             loss_scale: m.loss_scale,
             step_skipped: u8::from(!m.stepped),
+            noise: m.noise,
             phases: m.times.phases,
         }
     }

@@ -16,10 +16,12 @@ use super::recording::StepAt;
 use super::timer::{PhaseClock, StepEvent, StepTimes};
 use super::trainer::ModelState;
 use crate::amp::{Autocast, LossScaler};
+use crate::comm::noise::{squared_norm, NoisePath, NoiseScaleMode, NormsTaken};
 use crate::comm::overlap::StagedPass;
 use crate::comm::CommStats;
 use crate::data::Loader;
 use crate::flight::{self, Phase};
+use crate::noise_scale::NormPair;
 use crate::optim::Optimizer;
 use crate::record::MemoryFormat;
 use anyhow::Result;
@@ -47,6 +49,12 @@ pub(super) struct StepMachine {
     pub unread: VecDeque<Measured>,
     /// A test's straggler: sleep this long in every forward pass (`DDPBENCH_SLOW_FORWARD`).
     pub slow_forward: Option<std::time::Duration>,
+    /// Which steps take the gradient noise scale's norms (`--noise-scale`).
+    pub noise_mode: NoiseScaleMode,
+    /// Where its two batch sizes come from; None when the run has one batch size.
+    pub noise_path: Option<NoisePath>,
+    /// Ranks whose gradients the all-reduce sums (1 without an all-reduce).
+    pub ranks_summed: usize,
 }
 
 /// What one step measured on this rank.
@@ -67,6 +75,10 @@ pub(super) struct Measured {
     pub stepped: bool,
     /// When the last backward started and ended (None when no batch came).
     pub backward: Option<(Instant, Instant)>,
+    /// The gradient noise scale's two squared norms (None when the step took none).
+    pub noise: Option<NormPair>,
+    /// The same as the device had them, read into `noise` with the loss.
+    noise_taken: Option<NormsTaken>,
     /// The micro-batches' loss sum in host memory (its copy queued behind the step's
     /// work), and how many there were; read into `loss` once the step's marks are final.
     loss_sum: Option<Tensor>,
@@ -86,6 +98,9 @@ struct MicroBatches {
     /// When the last backward started and ended.
     backward_start: Option<Instant>,
     backward_end: Option<Instant>,
+    /// On the micro-batch path of the noise scale: the first micro-batch's squared
+    /// gradient norm (its copy to host queued) and its samples.
+    first_norm: Option<(Tensor, usize)>,
 }
 
 impl StepMachine {
@@ -100,7 +115,8 @@ impl StepMachine {
         // The scale this step multiplies its loss by, as the device has it now.
         let scale_host = self.scaler.as_ref().map(|sc| to_host(sc.scale()));
         let amp_scale = self.scaler.as_ref().map(|sc| sc.scale().shallow_clone());
-        let micro = self.micro_batches(loader, amp_scale.as_ref())?;
+        let measure = self.noise_path.is_some() && self.noise_mode.measures(at.global_step);
+        let mut micro = self.micro_batches(loader, amp_scale.as_ref(), measure)?;
         // Queued before the optimizer, so the step's last event is behind the copy.
         let loss_sum = micro.loss_sum.as_ref().map(to_host);
         let backward_end = micro.backward_end.unwrap_or_else(Instant::now);
@@ -116,6 +132,8 @@ impl StepMachine {
         }
         self.clock.record(StepEvent::CommRecorded);
         flight::phase(Some(Phase::Optimizer));
+        // Before the optimizer, which may unscale the reduced gradients in place.
+        let noise_taken = if measure { self.take_norms(&mut micro) } else { None };
         let found_inf = self.opt.step_unscaled(self.comm.reducer.reduced(), self.scaler.as_mut());
         let found_inf_host = found_inf.as_ref().map(to_host);
         self.comm.reducer.zero_grads();
@@ -135,6 +153,8 @@ impl StepMachine {
             loss_sum,
             micro_count: micro.count,
             amp: scale_host.zip(found_inf_host),
+            noise: None,
+            noise_taken,
         });
         Ok(self.read(false))
     }
@@ -164,13 +184,14 @@ impl StepMachine {
             m.loss_scale = Some(scale.double_value(&[]));
             m.stepped = found_inf.double_value(&[]) == 0.0;
         }
+        m.noise = m.noise_taken.take().map(|t| t.read(self.loss_factor, m.loss_scale.unwrap_or(1.0)));
         Some(m)
     }
 
     /// The step's micro-batches, each: next batch → copy to device → forward → backward.
     /// Gradients accumulate in the flat buckets; only the last micro-batch's backward
     /// hands buckets to the all-reduce.
-    fn micro_batches(&mut self, loader: &mut Loader, amp_scale: Option<&Tensor>) -> Result<MicroBatches> {
+    fn micro_batches(&mut self, loader: &mut Loader, amp_scale: Option<&Tensor>, measure: bool) -> Result<MicroBatches> {
         let mut micro = MicroBatches::default();
 
         while micro.count < self.micro_batches {
@@ -195,6 +216,11 @@ impl StepMachine {
             }
             micro.backward_end = Some(self.clock.record(StepEvent::BackwardDone));
             micro.samples += y.size()[0] as usize;
+            if measure && micro.count == 0 && self.noise_path == Some(NoisePath::MicroBatches) {
+                // Before finish the buckets hold the gradients accumulated so far: the first micro-batch's alone.
+                let norm = squared_norm(self.comm.reducer.reduced());
+                micro.first_norm = Some((to_host(&norm), y.size()[0] as usize));
+            }
             micro.loss_sum = Some(match micro.loss_sum.take() {
                 None => loss.detach(),
                 Some(sum) => sum + loss.detach(),
@@ -202,6 +228,31 @@ impl StepMachine {
             micro.count += 1;
         }
         Ok(micro)
+    }
+
+    /// The noise scale's two squared norms of the step just all-reduced, their copies to
+    /// host queued; None when a buffer is missing (nothing was reduced, or no batch came).
+    fn take_norms(&self, micro: &mut MicroBatches) -> Option<NormsTaken> {
+        let reducer = self.comm.reducer.as_ref();
+        let (raw_small, batch_small, summed_small, batch_big, summed_big) = match self.noise_path? {
+            NoisePath::Ranks => {
+                let local = to_host(&squared_norm(reducer.local()?));
+                let ranks = self.ranks_summed;
+                (local, micro.samples, micro.count, micro.samples * ranks, micro.count * ranks)
+            }
+            NoisePath::MicroBatches => {
+                let (first, samples) = micro.first_norm.take()?;
+                (first, samples, 1, micro.samples, micro.count)
+            }
+        };
+        (micro.count > 0).then(|| NormsTaken {
+            raw_small,
+            raw_big: to_host(&squared_norm(reducer.reduced())),
+            batch_small,
+            batch_big,
+            summed_small,
+            summed_big,
+        })
     }
 
     /// The forward pass and the loss, under autocast with `--amp`, cut into stages when

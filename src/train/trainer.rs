@@ -20,6 +20,7 @@ use super::run_folder::RunFolder;
 use super::step::{Measured, StepMachine};
 use super::timer;
 use crate::amp::{AmpMode, Autocast, LossScaler};
+use crate::comm::noise::{NoisePath, NoiseScaleMode};
 use crate::data::{self, Dataset, Loader};
 use crate::flight::Phase;
 use crate::job::signals;
@@ -88,6 +89,8 @@ pub(super) struct Progress {
     pub last_l2: f64,
     pub last_accuracy: Option<f64>,
     pub step_limit: StepLimit,
+    /// The gradient noise scale's norms of this epoch's steps that took them.
+    pub epoch_norms: Vec<crate::noise_scale::NormPair>,
 }
 
 /// The watchdog's limit for steps: fixed by `--watchdog-s`, or set from the first
@@ -191,6 +194,9 @@ impl<'g> Trainer<'g> {
         let machine = StepMachine {
             slow_forward: faults.slow_forward_ms.map(Duration::from_millis),
             loss_factor: 1.0 / (ranks_summed(g, &comm) * micro_batches) as f64,
+            noise_mode: cfg.comm.noise_scale,
+            noise_path: NoisePath::of(ranks_summed(g, &comm), micro_batches),
+            ranks_summed: ranks_summed(g, &comm),
             scaler: (cfg.optim.amp == AmpMode::Fp16).then(|| LossScaler::new(place.device)),
             clock,
             memory_format: cfg.memory_format_on(place.device),
@@ -224,6 +230,7 @@ impl<'g> Trainer<'g> {
                 losses: LossWatch::default(),
                 last_l2: 0.0,
                 last_accuracy: None,
+                epoch_norms: Vec::new(),
                 step_limit: StepLimit {
                     early_steps: Vec::new(),
                     limit_s: cfg.output.watchdog_s,
@@ -335,14 +342,22 @@ impl<'g> Trainer<'g> {
     }
 
     /// The final parameters in the run folder: model.safetensors, or for a TorchScript
-    /// model model.pt, the module with its trained weights (and rank 0's buffers).
+    /// model model.pt, the module with its trained weights (and rank 0's buffers). Saved
+    /// into a file of a random name created exclusively, then given its name only where
+    /// nothing is ([`crate::files::rename_new`]): no file is overwritten, no link followed.
     fn save_model(&self) -> Result<()> {
-        match self.machine.model.net.script() {
-            Some(script) => script.save(&self.facts.folder.path("model.pt")),
-            None => {
-                model::save(&self.machine.model.vs, &self.facts.folder.path("model.safetensors")).context("cannot save model.safetensors")
-            }
+        let script = self.machine.model.net.script();
+        let name = if script.is_some() { "model.pt" } else { "model.safetensors" };
+        let path = self.facts.folder.path(name);
+        let tmp = self.facts.folder.path(&format!(".{name}.{}.tmp", crate::files::random_hex(8)));
+        crate::files::create_exclusive(&tmp).with_context(|| format!("cannot save {}", path.display()))?;
+        let saved = match script {
+            Some(script) => script.save(&tmp),
+            None => model::save(&self.machine.model.vs, &tmp).with_context(|| format!("cannot save {}", path.display())),
         }
+        .and_then(|()| crate::files::rename_new(&tmp, &path).with_context(|| format!("cannot save {}", path.display())));
+        let _ = std::fs::remove_file(&tmp);
+        saved
     }
 
     /// Records that the run failed with `err` on this rank: its end record, and the
@@ -482,6 +497,7 @@ impl<'g> Trainer<'g> {
     /// to the all-reduce.
     fn record_step(&mut self, measured: &Measured, at: StepAt) -> Result<StepRow> {
         let row = self.records.rows.step_row(measured, at, self.progress.origin);
+        self.progress.epoch_norms.extend(measured.noise);
         self.records.steps_log.write(&row)?;
         if let Some(t) = self.records.trace.as_mut() {
             super::recording::trace_step(t, measured, self.machine.clock.marks().marks(), at)?;
@@ -560,7 +576,12 @@ impl<'g> Trainer<'g> {
             t.span("validation", val_start, Instant::now())?;
         }
         self.sync_clocks(epoch + 1)?;
-        let row = EpochRow {
+        let norms = std::mem::take(&mut self.progress.epoch_norms);
+        let norms = (self.facts.cfg.comm.noise_scale != NoiseScaleMode::Off)
+            .then(|| super::noise::gather_epoch(g, &norms))
+            .flatten()
+            .unwrap_or_default();
+        let mut row = EpochRow {
             epoch,
             time_utc: record::rfc3339_utc(SystemTime::now()),
             steps,
@@ -571,7 +592,15 @@ impl<'g> Trainer<'g> {
             val_samples: val_n,
             val_s: val_start.elapsed().as_secs_f64(),
             param_l2: self.progress.last_l2,
+            noise_steps: None,
+            noise_skipped: None,
+            grad_sq: None,
+            trace_sigma: None,
+            b_simple: None,
+            b_simple_low: None,
+            b_simple_high: None,
         };
+        row.set_noise(norms.len(), crate::noise_scale::estimate(&norms).as_ref());
         if let Some(log) = self.records.epochs_log.as_mut() {
             log.write(&row)?;
             log.sync()?;
@@ -683,8 +712,8 @@ impl<'g> Trainer<'g> {
 /// every rank opens its rows and arms its last gasp. Errors are agreed.
 fn open_records(g: &Group, folder: &RunFolder, node_type: &str, manifest: Manifest) -> Result<Records> {
     let reserve = agree(g, (g.rank == 0).then(|| reserve_and_write(&manifest, &folder.dir)).transpose())?;
-    let steps_log = agree(g, CsvLog::create(&folder.path(&record::rank_file_name(g.rank))))?;
-    let epochs_log = agree(g, (g.rank == 0).then(|| CsvLog::create(&folder.path("epochs.csv"))).transpose())?;
+    let steps_log = agree(g, CsvLog::create_new(&folder.path(&record::rank_file_name(g.rank))))?;
+    let epochs_log = agree(g, (g.rank == 0).then(|| CsvLog::create_new(&folder.path("epochs.csv"))).transpose())?;
     let last_gasp = agree(g, arm_last_gasp(g, folder, &manifest)).inspect_err(|_| {
         // Training will not start: no rank's record may say it is running.
         let _ = std::fs::remove_file(folder.path(&record::end_file_name(g.rank)));
@@ -732,7 +761,7 @@ fn arm_last_gasp(g: &Group, folder: &RunFolder, manifest: &Manifest) -> Result<L
     if g.rank == 0 {
         targets.push((folder.path("manifest.json"), Template::manifest(manifest)?));
     }
-    LastGasp::arm(targets, &folder.path(reserve::RESERVE_FILE))
+    LastGasp::arm(targets, &folder.path(reserve::RESERVE_FILE), folder.lock())
 }
 
 /// The model with the same seed on every rank, then rank 0's parameters win; dropout

@@ -8,6 +8,7 @@ pub mod advice;
 pub mod heatmap;
 pub mod interval;
 pub mod projection;
+pub mod recommend;
 pub mod scaling;
 pub mod summary;
 

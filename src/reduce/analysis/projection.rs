@@ -300,6 +300,17 @@ fn project(w: &Workload, model: &LinkModel, nodes: usize, per_node: usize, widen
 /// ranks, with every measured point of the workload compared with its projection.
 /// Second: notes on workloads that could not be projected.
 pub fn projections(runs: &[&RunStats], models: &LinkModelFile, project_to: usize) -> (Vec<ProjectionRow>, Vec<String>) {
+    projections_on(runs, models, project_to, &[])
+}
+
+/// [`projections`] at the shapes of `ladder` (nodes, ranks per node) where it is not
+/// empty, instead of `project_to`'s powers of two.
+pub fn projections_on(
+    runs: &[&RunStats],
+    models: &LinkModelFile,
+    project_to: usize,
+    ladder: &[(usize, usize)],
+) -> (Vec<ProjectionRow>, Vec<String>) {
     let mut groups: BTreeMap<(ComparisonKey, usize), Vec<&RunStats>> = BTreeMap::new();
     for r in runs.iter().filter(|r| r.manifest.comm_backend != Backend::None) {
         if let Some(key) = &r.key {
@@ -338,9 +349,9 @@ pub fn projections(runs: &[&RunStats], models: &LinkModelFile, project_to: usize
         let w = Workload::of(reference);
         let per_node = model.ranks_per_node.max(1);
         let measured_max = group.iter().map(|r| r.manifest.world_size).max().unwrap_or(1);
-        let mut shapes: Vec<(usize, usize)> = Vec::new();
+        let mut shapes: Vec<(usize, usize)> = ladder.to_vec();
         let mut n = 1;
-        while n <= project_to.max(1) {
+        while ladder.is_empty() && n <= project_to.max(1) {
             shapes.push(if n < per_node { (1, n) } else { (n / per_node, per_node) });
             n *= 2;
         }
@@ -718,6 +729,7 @@ mod tests {
             residuals: Vec::new(),
             max_abs_rel_error: 0.1,
             rms_rel_error: 0.05,
+            nominal: None,
         };
         let model = LinkModel {
             formula: FORMULA.into(),

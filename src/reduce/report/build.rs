@@ -2,7 +2,7 @@
 //! and the sentences said about them.
 
 use super::{
-    communication, efficiency, nodes, speedup, Duplicate, EpochBreakdown, Findings, LeftOut, ProbeReading, ProjectionReport, RankQuantiles,
+    communication, efficiency, noise, nodes, speedup, Duplicate, EpochBreakdown, Findings, LeftOut, ProbeReading, ProjectionReport, RankQuantiles,
     Report, RunReport, StepPhases, REPORT_VERSION,
 };
 use crate::record::{Phase, SCHEMA_VERSION};
@@ -38,6 +38,7 @@ pub fn build(
         .concat(),
     };
     Report {
+        time_to_accuracy: noise::time_to_accuracy(&scaling, &runs),
         report_version: REPORT_VERSION,
         schema_version: SCHEMA_VERSION,
         folders: folders.to_vec(),
@@ -106,6 +107,7 @@ fn run_report(r: &RunStats) -> RunReport {
         val_s_per_epoch: val_s_per_epoch(r),
         wall_s: m.wall_s.filter(|v| v.is_finite()),
         heatmap: r.heatmap.clone(),
+        noise_scale: noise::per_epoch(&r.epochs),
     }
 }
 

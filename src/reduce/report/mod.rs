@@ -12,8 +12,10 @@ mod files;
 pub mod html;
 mod markdown;
 mod nodes;
+pub mod noise;
 pub mod plots;
 mod projection;
+pub mod recommendation;
 mod speedup;
 mod terminal;
 pub mod times;
@@ -23,7 +25,7 @@ pub use crate::record::Cells;
 pub use build::build;
 pub use communication::bandwidth_sentence;
 pub use files::{csv_bytes, not_written, stage, write};
-pub use projection::{left_out as projection_left_out, section as projection_section};
+pub use projection::{left_out as projection_left_out, section as projection_section, TARGET_EFFICIENCY};
 pub use terminal::print;
 
 use super::analysis::heatmap::StepHeatmap;
@@ -59,6 +61,9 @@ pub struct Report {
     pub workloads: Vec<WorkloadVerdict>,
     /// The sentences under report.md's tables.
     pub findings: Findings,
+    /// Per compared point with a measured gradient noise scale: the predicted samples to
+    /// the same loss and the time-to-accuracy speedup.
+    pub time_to_accuracy: Vec<noise::TimeToAccuracyRow>,
     /// The projection beyond the allocation, when a link model was given or found.
     pub projection: Option<ProjectionReport>,
     /// Runs with holes, left out of every figure, with why.
@@ -124,6 +129,8 @@ pub struct RunReport {
     /// whose size must not grow with the ranks).
     #[serde(skip)]
     pub heatmap: StepHeatmap,
+    /// B_simple per epoch that measured it (`--noise-scale`; empty otherwise).
+    pub noise_scale: Vec<noise::EpochNoiseScale>,
 }
 
 /// Seconds per epoch: compute (forward + backward), all-reduce work, its transfer (the
@@ -213,6 +220,10 @@ pub struct ProjectionReport {
     pub notes: Vec<String>,
     /// Per projected workload and mode: what the projection says.
     pub workloads: Vec<ProjectedWorkload>,
+    /// Per level, whether it was measured by a sweep or given by specification (nominal).
+    pub levels: Vec<String>,
+    /// Per workload (weak scaling): the shape to run, and each shape's epoch and cost.
+    pub recommendations: Vec<crate::reduce::analysis::recommend::Recommendation>,
 }
 
 /// One workload's projection (rows with its `from_run` and `scaling`), in sentences.

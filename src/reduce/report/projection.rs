@@ -43,6 +43,8 @@ pub fn left_out(sweep: &Path, why: &str) -> ProjectionReport {
         rows: Vec::new(),
         notes: Vec::new(),
         workloads: Vec::new(),
+        levels: Vec::new(),
+        recommendations: Vec::new(),
     }
 }
 
@@ -78,6 +80,8 @@ pub fn section(rows: Vec<ProjectionRow>, notes: Vec<String>, models: &LinkModelF
         rows,
         notes,
         workloads,
+        levels: Vec::new(),
+        recommendations: Vec::new(),
     }
 }
 
@@ -188,6 +192,10 @@ own work independent of N.\n",
     );
     for bm in &p.models {
         for f in [&bm.model.intra, &bm.model.inter].into_iter().flatten() {
+            if let Some(spec) = &f.nominal {
+                let _ = writeln!(md, "- {}, {}: nominal, {spec}: no sweep behind it, an optimistic bound", bm.route().label(), f.level);
+                continue;
+            }
             let _ = writeln!(
                 md,
                 "- {}, {}: α = {:.2} µs, 1/β = {} over {} ranks, sizes {}–{} B, |relative error| max {:.1} %, rms {:.1} %{}",
@@ -257,6 +265,7 @@ own work independent of N.\n",
     for n in &p.notes {
         let _ = writeln!(md, "\n- not projected: {n}");
     }
+    md.push_str(&super::recommendation::markdown(p));
     let _ = writeln!(md, "\n![projection](projection.svg)");
     md
 }

@@ -11,6 +11,7 @@ pub fn print(report: &Report, out: &Path, plots: bool) {
     let projected = report.projection.as_ref().is_some_and(|p| !p.rows.is_empty());
     if let Some(p) = report.projection.as_ref().filter(|_| projected) {
         print_projection(&p.rows);
+        super::recommendation::print(p);
     }
     println!(
         "\nwrote {}/{{summary.csv, scaling.csv, ranks.csv, times.csv, report.md, report.html, report.json{}{}}}",

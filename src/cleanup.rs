@@ -1,0 +1,252 @@
+//! What a process removes on its way out, however it ends: a scratch folder
+//! ([`ScratchDir`], the study's dry run times its workloads in one) and the locks of the
+//! folders it writes ([`crate::record::lock`]). On the normal ways out their owners are
+//! dropped and remove them; the other ways out call here: an aborted job ([`on_abort`]:
+//! a panic, the watchdog's verdict, a rank's own error) and, for a scratch folder, a
+//! stop signal ([`on_signal`]), whose handler removes it with system calls alone and
+//! ends the process at once, so that nothing writes into the folder again and the
+//! SIGKILL that follows a SIGTERM finds nothing left. A leaf beside [`crate::files`].
+
+use std::ffi::{c_char, CStr, CString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Mutex;
+
+/// The folder locks this process holds, each with the bytes it wrote: removed on abort
+/// when the file still holds them.
+static LOCKS: Mutex<Vec<(PathBuf, Vec<u8>)>> = Mutex::new(Vec::new());
+
+/// The scratch folder a stop signal removes, as a C string from `CString::into_raw`;
+/// taken (swapped for null) by whoever removes it.
+static SCRATCH: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Folder depth the signal handler descends to (a scratch run folder and its trace
+/// folder are 2 and 3 deep).
+const MAX_DEPTH: usize = 12;
+
+/// Says that this process holds the lock file `path`, which holds `bytes`.
+pub fn hold_lock(path: &Path, bytes: &[u8]) {
+    locks().push((path.to_path_buf(), bytes.to_vec()));
+}
+
+/// Says that this process no longer holds the lock file `path`.
+pub fn release_lock(path: &Path) {
+    locks().retain(|(p, _)| p != path);
+}
+
+fn locks() -> std::sync::MutexGuard<'static, Vec<(PathBuf, Vec<u8>)>> {
+    LOCKS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// For a job about to be aborted: removes the armed scratch folder and every lock this
+/// process holds that still holds what it wrote (a lock taken over by another job stays).
+pub fn on_abort() {
+    if let Some(path) = take_scratch() {
+        let _ = std::fs::remove_dir_all(Path::new(std::ffi::OsStr::from_bytes(path.as_bytes())));
+    }
+    // The registry is not waited for: the thread that holds it may be the one aborting.
+    let held = match LOCKS.try_lock() {
+        Ok(mut l) => std::mem::take(&mut *l),
+        Err(std::sync::TryLockError::Poisoned(p)) => std::mem::take(&mut *p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => Vec::new(),
+    };
+    for (path, bytes) in held {
+        if std::fs::read(&path).is_ok_and(|now| now == bytes) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// Called by the stop signals' handler: when a scratch folder is armed, removes it and
+/// ends the process by the signal `sig` itself (its default action). Async-signal-safe:
+/// system calls on buffers on the stack, no allocation or lock.
+pub fn on_signal(sig: libc::c_int) {
+    let p = SCRATCH.swap(std::ptr::null_mut(), Ordering::SeqCst);
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: the swap made this call the pointer's only holder; it came from
+    // CString::into_raw and is never freed now (a handler frees nothing).
+    let path = unsafe { CStr::from_ptr(p) };
+    remove_tree(libc::AT_FDCWD, path.as_ptr(), MAX_DEPTH);
+    // SAFETY: signal and raise are async-signal-safe; the signal is blocked while its
+    // handler runs, so it ends the process as soon as the handler returns.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
+
+fn take_scratch() -> Option<CString> {
+    let p = SCRATCH.swap(std::ptr::null_mut(), Ordering::SeqCst);
+    // SAFETY: from CString::into_raw, and the swap made this its only holder.
+    (!p.is_null()).then(|| unsafe { CString::from_raw(p) })
+}
+
+/// Removes `name` in the folder `dirfd`: a file or a symlink (never followed) is
+/// unlinked, a folder emptied (at most `depth` levels down) and removed. System calls
+/// only, for a signal handler.
+fn remove_tree(dirfd: libc::c_int, name: *const c_char, depth: usize) {
+    // SAFETY: every call below takes a NUL-terminated name and descriptors this function
+    // opened; the directory entries are read into a buffer on the stack.
+    unsafe {
+        if libc::unlinkat(dirfd, name, 0) == 0 || *libc::__errno_location() != libc::EISDIR || depth == 0 {
+            return;
+        }
+        let fd = libc::openat(dirfd, name, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC);
+        if fd < 0 {
+            return;
+        }
+        // linux_dirent64: inode (8 bytes), offset (8), record length (2), type (1), name.
+        let mut buf = [0u64; 256];
+        for _pass in 0..4 {
+            let mut seen = false;
+            libc::lseek(fd, 0, libc::SEEK_SET);
+            loop {
+                let n = libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), std::mem::size_of_val(&buf));
+                if n <= 0 {
+                    break;
+                }
+                let bytes = buf.as_ptr().cast::<u8>();
+                let mut at = 0usize;
+                while at < n as usize {
+                    let reclen = u16::from_ne_bytes([*bytes.add(at + 16), *bytes.add(at + 17)]) as usize;
+                    let entry = bytes.add(at + 19).cast::<c_char>();
+                    let dot = *entry == b'.' as c_char && (*entry.add(1) == 0 || (*entry.add(1) == b'.' as c_char && *entry.add(2) == 0));
+                    if !dot {
+                        seen = true;
+                        remove_tree(fd, entry, depth - 1);
+                    }
+                    at += reclen.max(1);
+                }
+            }
+            if !seen {
+                break;
+            }
+        }
+        libc::close(fd);
+        libc::unlinkat(dirfd, name, libc::AT_REMOVEDIR);
+    }
+}
+
+/// A folder of this process's own in `$TMPDIR`, made with a random name (created
+/// exclusively, mode 0700: nothing planted ahead can stand in for it) and removed on
+/// every way out: when dropped, on abort ([`on_abort`]), and by a stop signal
+/// ([`on_signal`]), which then ends the process.
+#[derive(Debug)]
+pub struct ScratchDir {
+    path: PathBuf,
+}
+
+impl ScratchDir {
+    /// Makes `$TMPDIR/<prefix>-<16 random hex digits>` and arms its removal.
+    pub fn create(prefix: &str) -> std::io::Result<ScratchDir> {
+        let path = crate::files::create_dir_fresh(&std::env::temp_dir(), prefix, 8, 0o700)?;
+        if let Ok(c) = CString::new(path.as_os_str().as_bytes()) {
+            let old = SCRATCH.swap(c.into_raw(), Ordering::SeqCst);
+            if !old.is_null() {
+                // SAFETY: from CString::into_raw, and the swap made this its only holder.
+                drop(unsafe { CString::from_raw(old) });
+            }
+        }
+        Ok(ScratchDir { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let armed = SCRATCH.load(Ordering::SeqCst);
+        // SAFETY: read only to compare; freed below only by the one that swaps it out.
+        let ours = !armed.is_null() && unsafe { CStr::from_ptr(armed) }.to_bytes() == self.path.as_os_str().as_bytes();
+        if ours
+            && SCRATCH
+                .compare_exchange(armed, std::ptr::null_mut(), Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            // SAFETY: the exchange made this its only holder.
+            drop(unsafe { CString::from_raw(armed) });
+        }
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// The scratch folder and the handler's state are one per process: tests take turns.
+#[cfg(test)]
+static TEST_TURN: Mutex<()> = Mutex::new(());
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn turn() -> std::sync::MutexGuard<'static, ()> {
+        TEST_TURN.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A tree three levels deep with a symlink to a folder outside and one to a file outside.
+    fn tree(root: &Path, outside: &Path) {
+        std::fs::create_dir_all(root.join("run/trace")).unwrap();
+        std::fs::write(root.join("run/rank-00000.csv"), "a\n").unwrap();
+        std::fs::write(root.join("run/trace/rank-00000.trace.json"), "[").unwrap();
+        for i in 0..300 {
+            std::fs::write(root.join(format!("run/f{i:03}")), "x").unwrap();
+        }
+        std::fs::write(outside.join("keep.txt"), "keep").unwrap();
+        std::os::unix::fs::symlink(outside, root.join("run/to-dir")).unwrap();
+        std::os::unix::fs::symlink(outside.join("keep.txt"), root.join("to-file")).unwrap();
+    }
+
+    #[test]
+    fn the_handlers_removal_takes_the_whole_tree_and_follows_no_link() {
+        let d = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let root = d.path().join("scratch");
+        tree(&root, outside.path());
+        let c = CString::new(root.as_os_str().as_bytes()).unwrap();
+        remove_tree(libc::AT_FDCWD, c.as_ptr(), MAX_DEPTH);
+        assert!(!root.exists() && std::fs::symlink_metadata(&root).is_err());
+        assert_eq!(std::fs::read_to_string(outside.path().join("keep.txt")).unwrap(), "keep");
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_scratch_folder_goes_when_dropped_and_on_abort() {
+        let _t = turn();
+        let outside = tempfile::tempdir().unwrap();
+        let s = ScratchDir::create("ddpbench-test-scratch").unwrap();
+        let path = s.path().to_path_buf();
+        assert!(path.starts_with(std::env::temp_dir()));
+        tree(&path, outside.path());
+        drop(s);
+        assert!(!path.exists());
+        assert!(SCRATCH.load(Ordering::SeqCst).is_null(), "disarmed when dropped");
+        let s = ScratchDir::create("ddpbench-test-scratch").unwrap();
+        let path = s.path().to_path_buf();
+        tree(&path, outside.path());
+        on_abort();
+        assert!(!path.exists());
+        drop(s);
+        assert_eq!(std::fs::read_to_string(outside.path().join("keep.txt")).unwrap(), "keep");
+    }
+
+    #[test]
+    fn on_abort_removes_only_the_locks_that_are_still_ours() {
+        let _t = turn();
+        let d = tempfile::tempdir().unwrap();
+        let (mine, taken, released) = (d.path().join("a.lock"), d.path().join("b.lock"), d.path().join("c.lock"));
+        for p in [&mine, &taken, &released] {
+            std::fs::write(p, "me").unwrap();
+            hold_lock(p, b"me");
+        }
+        std::fs::write(&taken, "another job").unwrap();
+        release_lock(&released);
+        on_abort();
+        assert!(!mine.exists());
+        assert_eq!(std::fs::read_to_string(&taken).unwrap(), "another job");
+        assert!(released.exists());
+    }
+}

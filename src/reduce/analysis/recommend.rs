@@ -1,0 +1,369 @@
+//! The recommendation per workload: from its weak-scaling projection (the measured
+//! per-rank batch at every shape), the largest shape that keeps a target efficiency,
+//! the shape with the shortest epoch, and per shape the epoch's time, GPU-hours and
+//! cost. The sentence that says the decision is made from the same rows as the table
+//! ([`Recommendation::shapes`]), with the same figures.
+
+use super::projection::{ProjectionRow, EXTRAPOLATION_FACTOR};
+use crate::bounds::MAX_RANKS;
+use serde::Serialize;
+
+/// Nodes × ranks per node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Shape {
+    pub nodes: usize,
+    pub ranks_per_node: usize,
+}
+
+impl Shape {
+    /// `16x4` (or `16×4`): 16 nodes of 4 ranks each; Err says the form.
+    pub fn parse(s: &str) -> Result<Shape, String> {
+        let why = || format!("'{s}' is no shape: give NODESxRANKS_PER_NODE, both 1 or more, e.g. 16x4 (16 nodes of 4 ranks)");
+        let (n, p) = s.trim().split_once(['x', 'X', '×']).ok_or_else(why)?;
+        let (Ok(nodes), Ok(ranks_per_node)) = (n.trim().parse::<usize>(), p.trim().parse::<usize>()) else {
+            return Err(why());
+        };
+        if nodes == 0 || ranks_per_node == 0 {
+            return Err(why());
+        }
+        if nodes.saturating_mul(ranks_per_node) > MAX_RANKS {
+            return Err(format!("'{s}': more than {MAX_RANKS} ranks"));
+        }
+        Ok(Shape { nodes, ranks_per_node })
+    }
+
+    /// The ladder up to this shape: 1 × 1, 1 × 2, 1 × 4 … 1 × p (ranks per node
+    /// doubling), then 2 × p, 4 × p … n × p (nodes doubling); p and n are on it.
+    pub fn ladder(self) -> Vec<(usize, usize)> {
+        let doubling = |top: usize| {
+            let mut v: Vec<usize> = std::iter::successors(Some(1usize), |k| Some(k * 2)).take_while(|&k| k < top).collect();
+            v.push(top);
+            v
+        };
+        let p = self.ranks_per_node;
+        let mut out: Vec<(usize, usize)> = doubling(p).into_iter().map(|k| (1, k)).collect();
+        out.extend(doubling(self.nodes).into_iter().skip(1).map(|m| (m, p)));
+        out
+    }
+
+    pub fn label(self) -> String {
+        format!("{} × {}", self.nodes, self.ranks_per_node)
+    }
+}
+
+/// The shapes of every ladder, ordered by ranks then nodes, each once.
+pub fn ladders(shapes: &[Shape]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = shapes.iter().flat_map(|s| s.ladder()).collect();
+    out.sort_unstable_by_key(|&(m, p)| (m * p, m));
+    out.dedup();
+    out
+}
+
+/// One shape of the recommendation's table.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ShapeCost {
+    pub shape: Shape,
+    pub ranks: usize,
+    pub step_s: f64,
+    pub efficiency: f64,
+    /// Samples of an epoch / the projected samples per second.
+    pub epoch_s: f64,
+    /// ranks × epoch_s / 3600.
+    pub gpu_hours_per_epoch: f64,
+    /// gpu_hours_per_epoch × `--price-per-gpu-hour`.
+    pub cost_per_epoch: Option<f64>,
+    /// Against the shape before it in the table: the part of the epoch saved, and the
+    /// GPU-hours as a multiple.
+    pub epoch_saved_fraction: Option<f64>,
+    pub gpu_hours_ratio: Option<f64>,
+    pub extrapolated: bool,
+    pub unreliable: bool,
+    pub measured_step_s: Option<f64>,
+}
+
+/// What to run, for one workload.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Recommendation {
+    pub workload: String,
+    pub from_run: String,
+    pub batch_per_rank: f64,
+    pub target_efficiency: f64,
+    /// Samples one epoch trains on (the reference's steps per epoch × its global batch).
+    pub epoch_samples: f64,
+    /// The inter-node (or, on one node, intra-node) link, in words.
+    pub link: String,
+    /// A level used is nominal (a link's specification, an optimistic bound).
+    pub nominal: bool,
+    /// What efficiency is against (the measured 1-rank run, else the projection at 1 rank).
+    pub against: String,
+    pub shapes: Vec<ShapeCost>,
+    /// The largest shape whose efficiency is at least the target (None: none beyond 1 rank).
+    pub keeps_target: Option<Shape>,
+    pub shortest_epoch: Shape,
+    /// A row up to the shapes named is extrapolated or unreliable: figures to 2 digits.
+    pub rough: bool,
+    pub sentence: String,
+}
+
+/// The inputs of a recommendation that are not the rows.
+pub struct Ask<'a> {
+    pub epoch_samples: f64,
+    pub target_efficiency: f64,
+    pub price_per_gpu_hour: Option<f64>,
+    pub link: &'a str,
+    pub nominal: bool,
+}
+
+/// A number to `digits` significant digits, as text.
+fn sig(v: f64, digits: i32) -> String {
+    if !v.is_finite() || v == 0.0 {
+        return format!("{v}");
+    }
+    let decimals = (digits - 1 - v.abs().log10().floor() as i32).max(0) as usize;
+    format!("{v:.decimals$}")
+}
+
+/// The figures of the table and the sentence, written one way for both.
+pub struct Figures {
+    pub rough: bool,
+}
+
+impl Figures {
+    fn digits(&self) -> i32 {
+        if self.rough {
+            2
+        } else {
+            3
+        }
+    }
+    pub fn epoch(&self, s: f64) -> String {
+        let (v, unit) = if s >= 7200.0 {
+            (s / 3600.0, "h")
+        } else if s >= 120.0 {
+            (s / 60.0, "min")
+        } else {
+            (s, "s")
+        };
+        format!("{} {unit}", sig(v, self.digits()))
+    }
+    pub fn gpu_hours(&self, h: f64) -> String {
+        sig(h, self.digits())
+    }
+    pub fn efficiency(&self, e: f64) -> String {
+        format!("{} %", sig(e * 100.0, self.digits()))
+    }
+    pub fn fraction(&self, f: f64) -> String {
+        format!("{} %", sig(f * 100.0, 2))
+    }
+    pub fn ratio(&self, r: f64) -> String {
+        format!("{}×", sig(r, 2))
+    }
+    pub fn money(&self, c: f64) -> String {
+        sig(c, self.digits())
+    }
+}
+
+/// The recommendation from one workload's weak-scaling rows; None without rows.
+pub fn recommend(rows: &[&ProjectionRow], ask: &Ask) -> Option<Recommendation> {
+    let mut rows: Vec<&ProjectionRow> = rows.to_vec();
+    rows.sort_by_key(|r| (r.ranks, r.nodes));
+    let first = *rows.first()?;
+    let mut shapes: Vec<ShapeCost> = Vec::new();
+    for r in &rows {
+        let epoch_s = ask.epoch_samples / r.samples_per_s;
+        let gpu_hours_per_epoch = r.ranks as f64 * epoch_s / 3600.0;
+        let before = shapes.last();
+        shapes.push(ShapeCost {
+            shape: Shape {
+                nodes: r.nodes,
+                ranks_per_node: r.ranks_per_node,
+            },
+            ranks: r.ranks,
+            step_s: r.step_s,
+            efficiency: r.efficiency,
+            epoch_s,
+            gpu_hours_per_epoch,
+            cost_per_epoch: ask.price_per_gpu_hour.map(|p| p * gpu_hours_per_epoch),
+            epoch_saved_fraction: before.map(|b| 1.0 - epoch_s / b.epoch_s),
+            gpu_hours_ratio: before.map(|b| gpu_hours_per_epoch / b.gpu_hours_per_epoch),
+            extrapolated: r.extrapolated,
+            unreliable: r.unreliable,
+            measured_step_s: r.measured_step_s,
+        });
+    }
+    let keep = shapes.iter().rposition(|s| s.ranks > 1 && s.efficiency >= ask.target_efficiency);
+    let fastest = (0..shapes.len()).min_by(|&a, &b| shapes[a].epoch_s.total_cmp(&shapes[b].epoch_s))?;
+    let named = keep.unwrap_or(0).max(fastest);
+    let rough = shapes[..=named].iter().any(|s| s.extrapolated || s.unreliable);
+    let mut rec = Recommendation {
+        workload: first.workload.clone(),
+        from_run: first.from_run.clone(),
+        batch_per_rank: first.batch_per_rank,
+        target_efficiency: ask.target_efficiency,
+        epoch_samples: ask.epoch_samples,
+        link: ask.link.into(),
+        nominal: ask.nominal,
+        against: first.speedup_against.clone(),
+        keeps_target: keep.map(|i| shapes[i].shape),
+        shortest_epoch: shapes[fastest].shape,
+        shapes,
+        rough,
+        sentence: String::new(),
+    };
+    rec.sentence = sentence(&rec, keep, fastest);
+    Some(rec)
+}
+
+/// The decision in one sentence, from the rows of the table: where the target holds,
+/// what each larger shape buys beyond it, and the shortest epoch.
+fn sentence(rec: &Recommendation, keep: Option<usize>, fastest: usize) -> String {
+    let f = Figures { rough: rec.rough };
+    let s = &rec.shapes;
+    let target = format!("{:.0} %", rec.target_efficiency * 100.0);
+    let mut out = format!("On {}, {} at batch {} per rank ", rec.link, rec.workload, rec.batch_per_rank);
+    match keep {
+        Some(k) => {
+            let at = &s[k];
+            out += &format!(
+                "keeps ≥ {target} efficiency up to {} ({} efficiency, {} per epoch, {} GPU-hours per epoch)",
+                at.shape.label(),
+                f.efficiency(at.efficiency),
+                f.epoch(at.epoch_s),
+                f.gpu_hours(at.gpu_hours_per_epoch)
+            );
+            let beyond = &s[k + 1..];
+            let saved = beyond.iter().filter_map(|b| b.epoch_saved_fraction).fold(f64::NEG_INFINITY, f64::max);
+            let costs = beyond.iter().filter_map(|b| b.gpu_hours_ratio).fold(f64::INFINITY, f64::min);
+            let doublings = s[k..].windows(2).all(|w| w[1].ranks == 2 * w[0].ranks);
+            if beyond.is_empty() {
+                out += ", the largest shape projected";
+            } else if saved.is_finite() && costs.is_finite() {
+                out += &format!(
+                    "; beyond that each {} saves at most {} of the epoch for {} the GPU-hours or more",
+                    if doublings { "doubling" } else { "larger shape" },
+                    f.fraction(saved),
+                    f.ratio(costs)
+                );
+            }
+        }
+        None => out += &format!("keeps ≥ {target} efficiency at no shape beyond 1 rank"),
+    }
+    let fast = &s[fastest];
+    out += &format!(
+        ". The shortest epoch is {} at {} ({} GPU-hours).",
+        f.epoch(fast.epoch_s),
+        fast.shape.label(),
+        f.gpu_hours(fast.gpu_hours_per_epoch)
+    );
+    if rec.rough {
+        out += &format!(
+            " Rough: rows up to these shapes are extrapolated (beyond {EXTRAPOLATION_FACTOR}× the ranks measured) or rest on an unreliable fit, \
+             so the figures are given to 2 digits: trust the shapes' order, not the amounts."
+        );
+    }
+    if rec.nominal {
+        out += " A level is nominal (a link's specification): an optimistic bound, since an all-reduce does not reach line rate; the epochs will be longer.";
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_parse_into_ladders_and_bad_ones_say_the_form() {
+        assert_eq!(
+            Shape::parse("16x4").unwrap().ladder(),
+            vec![(1, 1), (1, 2), (1, 4), (2, 4), (4, 4), (8, 4), (16, 4)]
+        );
+        assert_eq!(Shape::parse("3×3").unwrap().ladder(), vec![(1, 1), (1, 2), (1, 3), (2, 3), (3, 3)]);
+        assert_eq!(ladders(&[Shape::parse("2x2").unwrap(), Shape::parse("1x4").unwrap()]), vec![(1, 1), (1, 2), (1, 4), (2, 2)]);
+        for bad in ["16", "16x", "x4", "0x4", "4x0", "-1x4", "2.5x4", "4*4"] {
+            let e = Shape::parse(bad).unwrap_err();
+            assert!(e.contains("NODESxRANKS_PER_NODE"), "{bad}: {e}");
+        }
+        assert!(Shape::parse("1000000000x1000").unwrap_err().contains("more than"));
+    }
+
+    fn row(nodes: usize, per_node: usize, efficiency: f64) -> ProjectionRow {
+        let ranks = nodes * per_node;
+        // 100 samples/s at 1 rank; a batch of 10 per rank.
+        let samples_per_s = 100.0 * ranks as f64 * efficiency;
+        ProjectionRow {
+            workload: "w/d/b10".into(),
+            comparison: String::new(),
+            from_run: "r".into(),
+            scaling: "weak".into(),
+            batch_per_rank: 10.0,
+            global_batch: 10.0 * ranks as f64,
+            nodes,
+            ranks_per_node: per_node,
+            ranks,
+            step_s: 10.0 * ranks as f64 / samples_per_s,
+            step_low_s: 0.0,
+            step_high_s: 0.0,
+            samples_per_s,
+            speedup: ranks as f64 * efficiency,
+            efficiency,
+            speedup_against: "measured 1-rank run".into(),
+            measured_speedup: None,
+            own_work_s: 0.0,
+            straggler_s: 0.0,
+            comm_s: 0.0,
+            comm_exposed_s: 0.0,
+            algorithm: "ring".into(),
+            extrapolated: false,
+            compute_extrapolated: false,
+            measured_step_s: None,
+            error_pct: None,
+            measured_own_work_s: None,
+            measured_comm_s: None,
+            measured_comm_exposed_s: None,
+            held_out: false,
+            is_reference: false,
+            fit_error_pct: 0.0,
+            unreliable: false,
+            fit_clamped: false,
+            band_low_clamped: false,
+        }
+    }
+
+    #[test]
+    fn the_largest_shape_keeping_the_target_and_what_each_doubling_buys_beyond_it() {
+        let rows = [row(1, 1, 1.0), row(1, 2, 0.95), row(2, 2, 0.85), row(4, 2, 0.7), row(8, 2, 0.45)];
+        let refs: Vec<&ProjectionRow> = rows.iter().collect();
+        let ask = Ask {
+            epoch_samples: 360_000.0,
+            target_efficiency: 0.8,
+            price_per_gpu_hour: Some(2.0),
+            link: "roce-100g",
+            nominal: true,
+        };
+        let r = recommend(&refs, &ask).unwrap();
+        assert_eq!(r.keeps_target, Some(Shape { nodes: 2, ranks_per_node: 2 }));
+        // Epoch: 360,000 samples at 100·N·E samples/s; 1 rank: 3600 s, 1 GPU-hour.
+        assert!((r.shapes[0].epoch_s - 3600.0).abs() < 1e-9 && (r.shapes[0].gpu_hours_per_epoch - 1.0).abs() < 1e-12);
+        assert_eq!(r.shapes[0].cost_per_epoch, Some(2.0));
+        // 4 → 8 ranks: the epoch goes from 900/0.85 to 450/0.7 s; GPU-hours (ranks × epoch)
+        // from 1/0.85 to 1/0.7.
+        let s = &r.shapes[3];
+        assert!((s.epoch_saved_fraction.unwrap() - (1.0 - 0.85 / (2.0 * 0.7))).abs() < 1e-12);
+        assert!((s.gpu_hours_ratio.unwrap() - 0.85 / 0.7).abs() < 1e-12);
+        // The shortest epoch is at the largest shape here, 8 × 2.
+        assert_eq!(r.shortest_epoch, Shape { nodes: 8, ranks_per_node: 2 });
+        assert!(r.sentence.contains("up to 2 × 2 (85.0 % efficiency") && r.sentence.contains("each doubling saves at most"), "{}", r.sentence);
+        assert!(r.sentence.contains("nominal") && !r.rough, "{}", r.sentence);
+        // Extrapolated rows up to a shape named make the figures rough.
+        let mut rows2 = rows.clone();
+        rows2[4].extrapolated = true;
+        let refs: Vec<&ProjectionRow> = rows2.iter().collect();
+        let r = recommend(&refs, &Ask { nominal: false, ..ask }).unwrap();
+        assert!(r.rough && r.sentence.contains("Rough") && r.sentence.contains("(85 % efficiency"), "{}", r.sentence);
+        // No shape beyond 1 rank keeps the target: said so.
+        let low = [row(1, 1, 1.0), row(1, 2, 0.5)];
+        let refs: Vec<&ProjectionRow> = low.iter().collect();
+        let r = recommend(&refs, &ask).unwrap();
+        assert!(r.keeps_target.is_none() && r.sentence.contains("at no shape beyond 1 rank"), "{}", r.sentence);
+    }
+}

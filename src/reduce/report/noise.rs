@@ -1,0 +1,193 @@
+//! The gradient noise scale in the report: each run's B_simple epoch by epoch (from
+//! its epochs.csv), and for each compared point the samples a bigger global batch is
+//! predicted to need to reach the same loss, (1 + B/B_noise)/(1 + B0/B_noise), and
+//! the time-to-accuracy speedup it leaves of the samples/s speedup. The prediction is
+//! the noise-scale model's: these runs do not check it (that takes training to a
+//! target loss at several global batches), and the report says so.
+
+use super::RunReport;
+use crate::noise_scale::samples_factor;
+use crate::record::EpochRow;
+use crate::reduce::analysis::{ScalingMode, ScalingRow};
+use serde::Serialize;
+use std::fmt::Write;
+
+/// One epoch's noise scale, as its epochs.csv row gives it.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct EpochNoiseScale {
+    pub epoch: usize,
+    /// Measured steps averaged, and those left out (a norm not finite).
+    pub steps: usize,
+    pub skipped: usize,
+    /// B_simple in samples; None when undetermined (the |G|² estimate not positive).
+    pub b_simple: Option<f64>,
+    /// Its 95 % interval; the upper end None when unbounded.
+    pub b_simple_low: Option<f64>,
+    pub b_simple_high: Option<f64>,
+}
+
+/// The epochs of `epochs` that measured the noise scale.
+pub fn per_epoch(epochs: &[EpochRow]) -> Vec<EpochNoiseScale> {
+    epochs
+        .iter()
+        .filter_map(|e| {
+            Some(EpochNoiseScale {
+                epoch: e.epoch,
+                steps: e.noise_steps?,
+                skipped: e.noise_skipped.unwrap_or(0),
+                b_simple: e.b_simple,
+                b_simple_low: e.b_simple_low,
+                b_simple_high: e.b_simple_high,
+            })
+        })
+        .collect()
+}
+
+/// A compared point's time to accuracy against its reference.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TimeToAccuracyRow {
+    pub run_ids: Vec<String>,
+    pub scaling_mode: ScalingMode,
+    pub global_batch: usize,
+    /// The reference's global batch (B0).
+    pub baseline_global_batch: usize,
+    /// The noise scale used: the last epoch's B_simple of the run it came from.
+    pub b_noise: f64,
+    pub b_noise_low: Option<f64>,
+    pub b_noise_high: Option<f64>,
+    /// The run whose last epoch measured it.
+    pub b_noise_run: String,
+    /// Throughput speedup over the reference.
+    pub samples_per_s_speedup: f64,
+    /// Predicted samples to the same loss, relative to the reference's batch.
+    pub samples_factor: f64,
+    /// samples_per_s_speedup / samples_factor.
+    pub time_to_accuracy_speedup: f64,
+    /// Samples/s that buy no progress: samples_per_s × (1 − 1/samples_factor).
+    pub statistical_loss_samples_per_s: f64,
+}
+
+/// The last epoch's determined noise scale of `run`, with its interval.
+fn last_noise(run: &RunReport) -> Option<(f64, Option<f64>, Option<f64>)> {
+    let last = run.noise_scale.last()?;
+    Some((last.b_simple?, last.b_simple_low, last.b_simple_high))
+}
+
+/// One row per compared point whose run or reference measured a noise scale: from
+/// the point's own run when its last epoch has one (the training state its batch
+/// reached), else from the reference's.
+pub fn time_to_accuracy(scaling: &[ScalingRow], runs: &[RunReport]) -> Vec<TimeToAccuracyRow> {
+    let run = |id: &String| runs.iter().find(|r| &r.run_id == id);
+    scaling
+        .iter()
+        .filter(|r| !matches!(r.scaling_mode, ScalingMode::Baseline | ScalingMode::None) && r.speedup.is_finite())
+        .filter_map(|r| {
+            let own = r.run_ids.first().and_then(run)?;
+            let base = r.baseline_run_ids.first().and_then(run)?;
+            let (from, (b, low, high)) = [own, base].into_iter().find_map(|x| last_noise(x).map(|n| (x, n)))?;
+            let factor = samples_factor(r.global_batch as f64, base.global_batch as f64, b);
+            Some(TimeToAccuracyRow {
+                run_ids: r.run_ids.clone(),
+                scaling_mode: r.scaling_mode,
+                global_batch: r.global_batch,
+                baseline_global_batch: base.global_batch,
+                b_noise: b,
+                b_noise_low: low,
+                b_noise_high: high,
+                b_noise_run: from.run_id.clone(),
+                samples_per_s_speedup: r.speedup,
+                samples_factor: factor,
+                time_to_accuracy_speedup: r.speedup / factor,
+                statistical_loss_samples_per_s: r.samples_per_s * (1.0 - 1.0 / factor),
+            })
+        })
+        .collect()
+}
+
+fn cell(v: Option<f64>) -> String {
+    v.map_or_else(|| "–".into(), |v| format!("{v:.0}"))
+}
+
+/// report.md's section: B_simple per run and epoch, then the time-to-accuracy table.
+pub fn section(md: &mut String, runs: &[RunReport], rows: &[TimeToAccuracyRow]) {
+    let measured: Vec<&RunReport> = runs.iter().filter(|r| !r.noise_scale.is_empty()).collect();
+    if measured.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\n## Gradient noise scale and time to accuracy\n\nB_simple = tr(Σ)/|G|² in samples, from two squared gradient norms per measured step (a rank's before the all-reduce and the mean after it, or one micro-batch's and the step's), numerator and denominator averaged over the epoch's steps; the interval is the delta method's at 95 %. Past B_simple, a bigger global batch needs proportionally more samples to reach the same loss.\n\n| run | global batch | epoch | steps (skipped) | B_simple | 95 % interval |\n|---|---:|---:|---:|---:|---|"
+    );
+    for r in &measured {
+        for e in &r.noise_scale {
+            let interval = match (e.b_simple_low, e.b_simple_high) {
+                (Some(l), Some(h)) => format!("{l:.0} – {h:.0}"),
+                (Some(l), None) => format!("{l:.0} – unbounded"),
+                _ => "–".into(),
+            };
+            let b = e.b_simple.map_or_else(|| "undetermined".into(), |b| format!("{b:.0}"));
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} ({}) | {b} | {interval} |",
+                r.run_id, r.global_batch, e.epoch, e.steps, e.skipped
+            );
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\nPredicted time to accuracy: samples to the same loss relative to the reference's batch B0, (1 + B/B_noise)/(1 + B0/B_noise), and the time-to-accuracy speedup = samples/s speedup ÷ that factor. The statistical loss (samples/s that buy no progress) sits beside the efficiency waterfall above, not inside it. These are predictions of the noise-scale model, not checked against training to a target loss in these runs.\n\n| point | mode | B | B0 | B_noise (interval) | samples/s speedup | samples factor | time-to-accuracy speedup | statistical loss samples/s |\n|---|---|---:|---:|---|---:|---:|---:|---:|"
+    );
+    for t in rows {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {:.0} ({} – {}) from `{}` | {:.2} | {:.2} | {:.2} | {:.1} |",
+            t.run_ids.join(" "),
+            t.scaling_mode,
+            t.global_batch,
+            t.baseline_global_batch,
+            t.b_noise,
+            cell(t.b_noise_low),
+            t.b_noise_high.map_or_else(|| "unbounded".into(), |v| format!("{v:.0}")),
+            t.b_noise_run,
+            t.samples_per_s_speedup,
+            t.samples_factor,
+            t.time_to_accuracy_speedup,
+            t.statistical_loss_samples_per_s
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epochs_without_a_measurement_are_left_out_and_undetermined_kept() {
+        let row = |epoch, steps: Option<usize>, b: Option<f64>| EpochRow {
+            epoch,
+            time_utc: String::new(),
+            steps: 10,
+            epoch_s: 1.0,
+            train_loss: 1.0,
+            val_loss: f64::NAN,
+            val_accuracy: f64::NAN,
+            val_samples: 0,
+            val_s: 0.0,
+            param_l2: 1.0,
+            noise_steps: steps,
+            noise_skipped: steps.map(|_| 1),
+            grad_sq: None,
+            trace_sigma: None,
+            b_simple: b,
+            b_simple_low: b.map(|b| b / 2.0),
+            b_simple_high: None,
+        };
+        let got = per_epoch(&[row(0, None, None), row(1, Some(9), None), row(2, Some(9), Some(100.0))]);
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].epoch, got[0].b_simple, got[0].skipped), (1, None, 1));
+        assert_eq!((got[1].b_simple, got[1].b_simple_low, got[1].b_simple_high), (Some(100.0), Some(50.0), None));
+    }
+}

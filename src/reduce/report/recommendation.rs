@@ -1,0 +1,204 @@
+//! Links by specification in the report, and the recommendation per workload: which
+//! levels are measured and which nominal, the shape to run, and each shape's epoch,
+//! GPU-hours and cost (report.md, report.json, the terminal).
+
+use super::{ms, ProjectionReport};
+use crate::allreduce::link_model::LevelFit;
+use crate::allreduce::{link_spec, LinkModelFile};
+use crate::record::{Backend, DeviceKind, Memory};
+use crate::reduce::analysis::recommend::{recommend, Ask, Figures, Recommendation};
+use crate::reduce::analysis::RunStats;
+use crate::reduce::ReduceRequest;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::Path;
+
+/// The link models of a projection where `--link`/`--link-intra` name a level: the
+/// sweep's (`measured`) with those levels replaced, else one per route the runs used.
+pub fn with_specs(req: &ReduceRequest, measured: Option<LinkModelFile>, runs: &[&RunStats]) -> LinkModelFile {
+    let mut routes: Vec<(Backend, Memory)> = runs
+        .iter()
+        .filter(|r| r.manifest.comm_backend != Backend::None)
+        .map(|r| {
+            let device = DeviceKind::of_ranks(r.manifest.ranks.get(..1).unwrap_or_default());
+            (r.manifest.comm_backend, Memory::of_device(device))
+        })
+        .collect();
+    routes.sort_by_key(|&(b, m)| (b.to_string(), m));
+    routes.dedup();
+    let per_node = match (req.project_shape.first(), &measured) {
+        (Some(s), _) => s.ranks_per_node,
+        (None, Some(m)) => m.models.iter().map(|m| m.model.ranks_per_node).max().unwrap_or(1),
+        (None, None) => runs.iter().map(|r| r.manifest.world_size / r.manifest.nodes.max(1)).max().unwrap_or(1),
+    };
+    link_spec::with_specs(measured, req.link.as_ref(), req.link_intra.as_ref(), &routes, per_node)
+}
+
+/// Where the link model came from, in words.
+pub fn source_words(req: &ReduceRequest, sweep: Option<&Path>) -> String {
+    let mut parts: Vec<String> = sweep.map(|s| s.display().to_string()).into_iter().collect();
+    parts.extend(req.link.as_ref().map(|l| format!("--link {}", l.name)));
+    parts.extend(req.link_intra.as_ref().map(|l| format!("--link-intra {}", l.name)));
+    parts.join(" and ")
+}
+
+/// One level in words: nominal (its spec), or measured by the sweep.
+fn level_words(fit: Option<&LevelFit>, sweep: Option<&Path>) -> String {
+    match (fit, fit.and_then(|f| f.nominal.as_ref())) {
+        (None, _) => "absent".into(),
+        (Some(_), Some(spec)) => format!("nominal, from the specification {spec}"),
+        (Some(_), None) => format!(
+            "measured by `ddpbench allreduce`{}",
+            sweep.map(|s| format!(" in `{}`", s.display())).unwrap_or_default()
+        ),
+    }
+}
+
+/// The levels and the recommendation per weak-scaling workload, added to `p`.
+pub fn attach(p: &mut ProjectionReport, req: &ReduceRequest, sweep: Option<&Path>, runs: &[&RunStats]) {
+    let file = LinkModelFile {
+        formula: String::new(),
+        models: p.models.clone(),
+    };
+    for m in &file.models {
+        p.levels.push(format!(
+            "{}: intra-node {}; inter-node {}.",
+            m.route().label(),
+            level_words(m.model.intra.as_ref(), sweep),
+            level_words(m.model.inter.as_ref(), sweep)
+        ));
+    }
+    if file.models.iter().any(|m| [&m.model.intra, &m.model.inter].into_iter().flatten().any(|f| f.nominal.is_some())) {
+        p.levels.push(
+            "A nominal level is an optimistic bound: an all-reduce does not reach a link's line rate, so steps projected through it \
+             are lower bounds and efficiencies upper bounds."
+                .into(),
+        );
+    }
+    let mut weak: BTreeMap<&str, Vec<&crate::reduce::analysis::projection::ProjectionRow>> = BTreeMap::new();
+    for r in p.rows.iter().filter(|r| r.scaling == "weak") {
+        weak.entry(r.from_run.as_str()).or_default().push(r);
+    }
+    let mut recs = Vec::new();
+    for (run_id, rows) in weak {
+        let Some(run) = runs.iter().find(|r| r.manifest.run_id == run_id) else { continue };
+        let Ok(bm) = file.for_manifest(&run.manifest) else { continue };
+        let m = &run.manifest;
+        let across_nodes = rows.iter().any(|r| r.nodes > 1);
+        let used: Vec<&LevelFit> = if across_nodes {
+            [&bm.model.intra, &bm.model.inter].into_iter().flatten().collect()
+        } else {
+            bm.model.intra.iter().collect()
+        };
+        let main = if across_nodes { bm.model.inter.as_ref() } else { bm.model.intra.as_ref() };
+        let link = match main {
+            Some(f) => match &f.nominal {
+                Some(spec) => spec.clone(),
+                None => format!("the {} link measured by `ddpbench allreduce`", f.level),
+            },
+            None => "the links of the model".into(),
+        };
+        let ask = Ask {
+            epoch_samples: (m.steps_per_epoch.max(1) * m.global_batch_size.max(1)) as f64,
+            target_efficiency: req.target_efficiency,
+            price_per_gpu_hour: req.price_per_gpu_hour,
+            link: &link,
+            nominal: used.iter().any(|f| f.nominal.is_some()),
+        };
+        recs.extend(recommend(&rows, &ask));
+    }
+    p.recommendations = recs;
+}
+
+/// The recommendation's table rows, in the figures its sentence uses.
+fn table_rows(r: &Recommendation) -> Vec<[String; 10]> {
+    let f = Figures { rough: r.rough };
+    r.shapes
+        .iter()
+        .map(|s| {
+            let mut note = Vec::new();
+            if Some(s.shape) == r.keeps_target {
+                note.push("largest keeping the target");
+            }
+            if s.shape == r.shortest_epoch {
+                note.push("shortest epoch");
+            }
+            if s.extrapolated {
+                note.push("extrapolated");
+            }
+            if s.unreliable {
+                note.push("unreliable");
+            }
+            [
+                s.shape.label(),
+                s.ranks.to_string(),
+                ms(s.step_s),
+                f.efficiency(s.efficiency),
+                f.epoch(s.epoch_s),
+                f.gpu_hours(s.gpu_hours_per_epoch),
+                s.cost_per_epoch.map(|c| f.money(c)).unwrap_or_else(|| "–".into()),
+                s.epoch_saved_fraction.map(|x| f.fraction(x)).unwrap_or_else(|| "–".into()),
+                s.gpu_hours_ratio.map(|x| f.ratio(x)).unwrap_or_else(|| "–".into()),
+                note.join(", "),
+            ]
+        })
+        .collect()
+}
+
+const HEADERS: [&str; 10] = [
+    "nodes × per node",
+    "ranks",
+    "step (ms)",
+    "efficiency",
+    "epoch",
+    "GPU-hours per epoch",
+    "cost per epoch",
+    "epoch saved vs the row above",
+    "GPU-hours vs the row above",
+    "note",
+];
+
+/// report.md's levels and recommendations (empty when there are none).
+pub fn markdown(p: &ProjectionReport) -> String {
+    let mut md = String::new();
+    if !p.levels.is_empty() {
+        let _ = writeln!(md, "\nLevels of the link model:\n");
+        for l in &p.levels {
+            let _ = writeln!(md, "- {l}");
+        }
+    }
+    for r in &p.recommendations {
+        let _ = writeln!(
+            md,
+            "\n### Recommendation: {} (weak scaling, batch {} per rank)\n\n{}\n\nEfficiency is against the {}; an epoch is {} samples; \
+             GPU-hours are ranks × the epoch's hours.\n",
+            r.workload, r.batch_per_rank, r.sentence, r.against, r.epoch_samples
+        );
+        let _ = writeln!(md, "| {} |", HEADERS.join(" | "));
+        let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+        for row in table_rows(r) {
+            let _ = writeln!(md, "| {} |", row.join(" | "));
+        }
+    }
+    md
+}
+
+/// The recommendations on the terminal.
+pub fn print(p: &ProjectionReport) {
+    for l in &p.levels {
+        println!("{l}");
+    }
+    for r in &p.recommendations {
+        println!("\nRecommendation for {}: {}", r.workload, r.sentence);
+        println!(
+            "{:>10} {:>6} {:>11} {:>10} {:>11} {:>10} {:>10} {:>8} {:>8}  note",
+            "shape", "ranks", "step ms", "efficiency", "epoch", "GPU-h", "cost", "saved", "GPU-h×"
+        );
+        for row in table_rows(r) {
+            println!(
+                "{:>10} {:>6} {:>11} {:>10} {:>11} {:>10} {:>10} {:>8} {:>8}  {}",
+                row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9]
+            );
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! Planning a cluster from one node: `reduce --link SPEC` projects real 1-node runs
+//! across nodes from a link's specification alone, writes the recommendation (its
+//! sentence made of its table's figures), and bad specs are refused with the forms.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(300);
+const ARGS: [&str; 14] = [
+    "--dataset",
+    "synthetic",
+    "--synthetic-samples",
+    "2048",
+    "--max-steps",
+    "15",
+    "--val-samples",
+    "0",
+    "--batch-size",
+    "32",
+    "--threads",
+    "1",
+    "--bucket-mb",
+    "0.5",
+];
+
+/// The cells of the markdown table row of report.md that starts with `label`, in the
+/// section after `after`.
+fn row_cells(md: &str, after: &str, label: &str) -> Vec<String> {
+    let section = &md[md.find(after).unwrap_or_else(|| panic!("no {after:?} in:\n{md}"))..];
+    let line = section
+        .lines()
+        .find(|l| l.starts_with(&format!("| {label} |")))
+        .unwrap_or_else(|| panic!("no row {label:?} in:\n{section}"));
+    line.trim_matches('|').split(" | ").map(|c| c.trim().to_string()).collect()
+}
+
+#[test]
+fn reduce_with_a_link_spec_projects_one_node_across_nodes_and_recommends_a_shape() {
+    let d = tmp();
+    let runs = d.path().join("runs");
+    for (ranks, name) in [(1, "n1"), (2, "n2")] {
+        let o = path_str(&runs.join(name));
+        let mut a = ARGS.to_vec();
+        a.extend(["--out", &o]);
+        train(ranks, &a, LIMIT).assert_ok();
+    }
+    // Only specifications: no sweep at all.
+    let out = path_str(&d.path().join("spec"));
+    let job = ddpbench(&[
+        "reduce",
+        "--no-plots",
+        "--link",
+        "roce-100g",
+        "--link-intra",
+        "10GB/s,2us",
+        "--project-shape",
+        "4x2",
+        "--price-per-gpu-hour",
+        "2.5",
+        "--out",
+        &out,
+        &path_str(&runs),
+    ]);
+    job.assert_ok();
+    let (h, rows) = read_csv(&d.path().join("spec/projection.csv"));
+    let at = |name: &str| h.iter().position(|c| c == name).unwrap();
+    let weak: Vec<&Vec<String>> = rows.iter().filter(|r| r[at("scaling")] == "weak" && r[at("from_run")] == "n2").collect();
+    let shapes: Vec<String> = weak.iter().map(|r| format!("{}x{}", r[at("nodes")], r[at("ranks_per_node")])).collect();
+    assert_eq!(shapes, ["1x1", "1x2", "2x2", "4x2"], "the ladder of 4x2");
+    let report = json(&d.path().join("spec/report.json"));
+    let p = &report["projection"];
+    let levels = p["levels"].to_string();
+    assert!(levels.contains("inter-node nominal, from the specification roce-100g") && levels.contains("optimistic bound"), "{levels}");
+    assert!(levels.contains("intra-node nominal, from the specification 10GB/s,2us"), "{levels}");
+    let recs = p["recommendations"].as_array().unwrap();
+    let rec = recs.iter().find(|r| r["from_run"] == "n2").unwrap_or_else(|| panic!("{recs:?}"));
+    assert_eq!(rec["shapes"].as_array().unwrap().len(), 4);
+    assert_eq!(rec["target_efficiency"], 0.8);
+    assert_eq!(rec["nominal"], true);
+    for s in rec["shapes"].as_array().unwrap() {
+        // GPU-hours per epoch are ranks × epoch hours, the cost 2.5 per GPU-hour.
+        let (ranks, epoch, gpuh) = (s["ranks"].as_f64().unwrap(), s["epoch_s"].as_f64().unwrap(), s["gpu_hours_per_epoch"].as_f64().unwrap());
+        assert!((gpuh - ranks * epoch / 3600.0).abs() <= 1e-12 * gpuh.max(1.0), "{s}");
+        assert!((s["cost_per_epoch"].as_f64().unwrap() - 2.5 * gpuh).abs() <= 1e-12 * gpuh.max(1.0), "{s}");
+    }
+    // The sentence is in report.md and on the terminal, and its figures are its table's.
+    let sentence = rec["sentence"].as_str().unwrap();
+    let md = std::fs::read_to_string(d.path().join("spec/report.md")).unwrap();
+    assert!(md.contains(sentence) && job.stdout.contains(sentence), "{sentence}\n{md}");
+    // The table follows its own sentence (the 1-rank run is a workload of its own).
+    let heading = sentence;
+    let label = |s: &serde_json::Value| format!("{} × {}", s["nodes"], s["ranks_per_node"]);
+    let fastest = row_cells(&md, heading, &label(&rec["shortest_epoch"]));
+    assert!(sentence.contains(&format!("The shortest epoch is {} at {} ({} GPU-hours)", fastest[4], fastest[0], fastest[5])), "{sentence}\n{fastest:?}");
+    if rec["keeps_target"].is_null() {
+        assert!(sentence.contains("at no shape beyond 1 rank"), "{sentence}");
+    } else {
+        let keep = row_cells(&md, heading, &label(&rec["keeps_target"]));
+        let words = format!("up to {} ({} efficiency, {} per epoch, {} GPU-hours per epoch)", keep[0], keep[3], keep[4], keep[5]);
+        assert!(sentence.contains(&words), "{sentence}\nwants {words}");
+    }
+    if let Some((_, rest)) = sentence.split_once("saves at most ") {
+        let saved = rest.split(" of the epoch").next().unwrap();
+        assert!(md.contains(&format!("| {saved} |")), "{saved} not in the table:\n{md}");
+    }
+
+    // With a sweep on the one node: its intra-node level is measured, the inter-node nominal.
+    let sw = path_str(&runs.join("sweep"));
+    let mut cmd = mpirun_cmd(2);
+    cmd.args([BIN, "allreduce", "--max-bytes", "4M", "--iters", "5", "--budget-s", "0.3", "--out", &sw]);
+    run_with_limit(cmd, LIMIT).assert_ok();
+    let out2 = path_str(&d.path().join("swept"));
+    let job = ddpbench(&["reduce", "--no-plots", "--link", "100Gbit/s,5us", "--out", &out2, &path_str(&runs)]);
+    job.assert_ok();
+    let levels = json(&d.path().join("swept/report.json"))["projection"]["levels"].to_string();
+    assert!(levels.contains("intra-node measured by `ddpbench allreduce`") && levels.contains("inter-node nominal"), "{levels}");
+    let (h, rows) = read_csv(&d.path().join("swept/projection.csv"));
+    let nodes = h.iter().position(|c| c == "nodes").unwrap();
+    assert!(rows.iter().any(|r| r[nodes] != "1"), "projected across nodes from one node");
+}
+
+#[test]
+fn bad_link_specs_shapes_targets_and_prices_are_refused_before_anything_is_written() {
+    let d = tmp();
+    let out = d.path().join("out");
+    let o = path_str(&out);
+    let runs = path_str(d.path());
+    for (flag, value, says) in [
+        ("--link", "fast", "'fast' is no preset"),
+        ("--link", "100Gbit", "'100Gbit' has no latency"),
+        ("--link", "-5Gbit/s,5us", "a bandwidth is above 0"),
+        ("--link", "0GB/s,1us", "a bandwidth is above 0"),
+        ("--link", "10GB/s,2s", "a latency lies from 0 to 1 s"),
+        ("--link", "ib-xdr", "'ib-xdr' is no preset"),
+        ("--link-intra", "fast", "'fast' is no preset"),
+        ("--project-shape", "16", "NODESxRANKS_PER_NODE"),
+        ("--project-shape", "0x4", "NODESxRANKS_PER_NODE"),
+        ("--target-efficiency", "0", "above 0 and at most 1"),
+        ("--target-efficiency", "1.5", "above 0 and at most 1"),
+        ("--project-shape", "-2x4", "NODESxRANKS_PER_NODE"),
+        ("--target-efficiency", "-0.5", "above 0 and at most 1"),
+        ("--price-per-gpu-hour", "-1", "a number from 0"),
+    ] {
+        let job = ddpbench(&["reduce", flag, value, "--out", &o, &runs]);
+        let err = &job.stderr;
+        assert_eq!(job.status, Some(2), "{flag} {value}: {}", job.all());
+        assert!(err.contains(says), "{flag} {value}: {err}");
+        assert_eq!(err.matches("error:").count(), 1, "one message: {err}");
+        if flag.starts_with("--link") {
+            assert!(err.contains("BANDWIDTH,LATENCY") && err.contains("eth-10g, eth-25g"), "{err}");
+        }
+        assert!(!out.exists(), "{flag} {value}: something was written");
+    }
+}

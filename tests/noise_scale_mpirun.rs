@@ -1,0 +1,220 @@
+//! The gradient noise scale measured in the all-reduce, on real `mpirun` runs: the rank
+//! files' norm columns, epochs.csv's estimates, the two ways of getting two batch sizes
+//! (ranks, micro-batches) agreeing on the same data, AMP's loss scale taken out, and
+//! `--noise-scale off` leaving the cells empty.
+
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(300);
+
+/// A short deterministic mnist-cnn run on synthetic data, into `dir/name`.
+fn run(dir: &Path, name: &str, ranks: usize, extra: &[&str], env: &[(&str, &str)]) -> PathBuf {
+    let out = dir.join(name);
+    let out_s = path_str(&out);
+    let mut args = vec![
+        "--dataset",
+        "synthetic",
+        "--synthetic-samples",
+        "512",
+        "--batch-size",
+        "16",
+        "--deterministic",
+        "--no-dropout",
+        "--optimizer",
+        "sgd",
+        "--lr",
+        "0.01",
+        "--val-samples",
+        "0",
+        "--probe-iters",
+        "0",
+        "--out",
+        &out_s,
+    ];
+    if extra.contains(&"--lr") {
+        // The caller's learning rate instead.
+        let at = args.iter().position(|a| *a == "--lr").unwrap();
+        args.drain(at..at + 2);
+    }
+    args.extend(extra);
+    let job = train_reporting_exits(ranks, &args, env, LIMIT);
+    for r in 0..ranks {
+        assert!(job.all().contains(&format!("rank-exit {r} 0")), "{}", job.all());
+    }
+    out
+}
+
+/// Column `name` of a CSV file as text cells.
+fn cells(path: &Path, name: &str) -> Vec<String> {
+    let (h, rows) = read_csv(path);
+    let i = h.iter().position(|c| c == name).unwrap_or_else(|| panic!("no column {name} in {h:?}"));
+    rows.into_iter().map(|r| r[i].clone()).collect()
+}
+
+fn numbers(path: &Path, name: &str) -> Vec<f64> {
+    cells(path, name).iter().map(|c| c.parse().unwrap_or(f64::NAN)).collect()
+}
+
+const NORM_COLUMNS: [&str; 4] = ["noise_batch_small", "grad_sq_small", "noise_batch_big", "grad_sq_big"];
+const EPOCH_COLUMNS: [&str; 7] = [
+    "noise_steps",
+    "noise_skipped",
+    "grad_sq",
+    "trace_sigma",
+    "b_simple",
+    "b_simple_low",
+    "b_simple_high",
+];
+
+#[test]
+fn two_ranks_write_the_norms_every_kth_step_and_epochs_the_noise_scale() {
+    let dir = tmp();
+    let out = run(dir.path(), "every3", 2, &["--max-steps", "12", "--noise-scale", "every:3"], &[]);
+    let big: Vec<Vec<f64>> = (0..2)
+        .map(|r| {
+            let file = out.join(format!("rank-{r:05}.csv"));
+            let steps = numbers(&file, "global_step");
+            for c in NORM_COLUMNS {
+                let v = cells(&file, c);
+                for (s, cell) in steps.iter().zip(&v) {
+                    let measured = *s as usize % 3 == 0;
+                    assert_eq!(!cell.is_empty(), measured, "rank {r}, step {s}, {c}: {cell:?}");
+                }
+            }
+            let measured = |c| numbers(&file, c).into_iter().filter(|v| v.is_finite()).collect::<Vec<_>>();
+            assert_eq!(measured("noise_batch_small"), [16.0; 4], "rank {r}");
+            assert_eq!(measured("noise_batch_big"), [32.0; 4], "rank {r}");
+            let small = measured("grad_sq_small");
+            let big = measured("grad_sq_big");
+            assert!(small.iter().chain(&big).all(|v| *v > 0.0), "{small:?} {big:?}");
+            big
+        })
+        .collect();
+    // The averaged gradient is the same on both ranks.
+    for (a, b) in big[0].iter().zip(&big[1]) {
+        assert!((a - b).abs() <= 1e-9 * a, "{a} vs {b}");
+    }
+    let epochs = out.join("epochs.csv");
+    assert_eq!(numbers(&epochs, "noise_steps"), [4.0]);
+    assert_eq!(numbers(&epochs, "noise_skipped"), [0.0]);
+    for c in ["grad_sq", "trace_sigma", "b_simple", "b_simple_low"] {
+        assert!(numbers(&epochs, c)[0].is_finite(), "{c}: {:?}", cells(&epochs, c));
+    }
+    let b = numbers(&epochs, "b_simple")[0];
+    let tr = numbers(&epochs, "trace_sigma")[0];
+    let g = numbers(&epochs, "grad_sq")[0];
+    assert!((b - tr / g).abs() <= 1e-6 * b.abs(), "b_simple {b} is tr(Σ)/|G|² = {tr}/{g}");
+}
+
+#[test]
+fn noise_scale_off_writes_empty_cells_not_zeros() {
+    let dir = tmp();
+    let out = run(dir.path(), "off", 2, &["--max-steps", "4", "--noise-scale", "off"], &[]);
+    for r in 0..2 {
+        let file = out.join(format!("rank-{r:05}.csv"));
+        for c in NORM_COLUMNS {
+            assert_eq!(cells(&file, c), ["", "", "", ""], "rank {r}, {c}");
+        }
+    }
+    for c in EPOCH_COLUMNS {
+        assert_eq!(cells(&out.join("epochs.csv"), c), [""], "{c}");
+    }
+}
+
+#[test]
+fn one_rank_of_two_micro_batches_and_two_ranks_measure_the_same_mean_gradient() {
+    let dir = tmp();
+    let accum = run(dir.path(), "accum", 1, &["--max-steps", "1", "--grad-accum", "2", "--noise-scale", "on"], &[]);
+    let ranks = run(dir.path(), "ranks", 2, &["--max-steps", "1", "--noise-scale", "on"], &[]);
+    let one = accum.join("rank-00000.csv");
+    let two = ranks.join("rank-00000.csv");
+    // Both: a batch of 16 (a micro-batch, a rank's) and the 32 samples of the step.
+    for f in [&one, &two] {
+        assert_eq!(numbers(f, "noise_batch_small"), [16.0]);
+        assert_eq!(numbers(f, "noise_batch_big"), [32.0]);
+    }
+    // The same 32 samples from the same initial weights: the same mean gradient,
+    // whatever the loss was pre-divided by (2 micro-batches, or 2 ranks).
+    let (a, b) = (numbers(&one, "grad_sq_big")[0], numbers(&two, "grad_sq_big")[0]);
+    assert!((a - b).abs() <= 1e-5 * a, "1 rank × 2 micro-batches: {a}; 2 ranks: {b}");
+    // A batch of 16 is noisier than the 32 it is part of, on either path (tr(Σ) > 0).
+    assert!(numbers(&one, "grad_sq_small")[0] > a);
+    let ranks_small: f64 = (0..2)
+        .map(|r| numbers(&ranks.join(format!("rank-{r:05}.csv")), "grad_sq_small")[0])
+        .sum::<f64>()
+        / 2.0;
+    assert!(ranks_small > b);
+}
+
+#[test]
+fn fp16_loss_scale_is_taken_out_and_overflow_steps_are_skipped_and_counted() {
+    let dir = tmp();
+    // A learning rate so small the weights stay put: step k's gradient is the initial
+    // weights' on batch k in both runs, whichever steps fp16 AMP skips.
+    let common = ["--max-steps", "4", "--noise-scale", "on", "--lr", "1e-9"];
+    let plain = run(dir.path(), "fp32", 2, &common, &[]);
+    let mut amp_args = common.to_vec();
+    amp_args.extend(["--amp", "fp16"]);
+    let amp = run(dir.path(), "fp16", 2, &amp_args, &[("DDPBENCH_AMP_OVERFLOW", "2")]);
+    let file = amp.join("rank-00000.csv");
+    let skipped = numbers(&file, "step_skipped");
+    let scale = numbers(&file, "loss_scale");
+    // Compared where fp16 AMP stepped: autocast changes the forward pass's rounding, not
+    // the gradient's size (the loss scale left in would make it scale² times larger).
+    let stepped: Vec<usize> = (0..4).filter(|&s| skipped[s] == 0.0).collect();
+    assert!(!stepped.is_empty(), "{skipped:?}");
+    for s in stepped {
+        let a = numbers(&file, "grad_sq_big")[s];
+        let p = numbers(&plain.join("rank-00000.csv"), "grad_sq_big")[s];
+        assert!(scale[s] >= 1024.0 && (a / p - 1.0).abs() < 0.05, "step {s}, scale {}: fp16 {a} vs fp32 {p}", scale[s]);
+    }
+    // Step 2's gradient was made infinite on rank 0: its norms are empty cells, the step
+    // measured all the same (its batch sizes written), and left out of the epoch's
+    // estimate with every other step fp16 AMP skipped (their reduced gradient overflowed).
+    assert_eq!(skipped[2], 1.0);
+    assert_eq!(cells(&file, "grad_sq_small")[2], "");
+    assert_eq!(cells(&file, "grad_sq_big")[2], "");
+    assert_eq!(cells(&file, "noise_batch_big")[2], "32");
+    let overflowed = skipped.iter().sum::<f64>();
+    let epochs = amp.join("epochs.csv");
+    assert_eq!(numbers(&epochs, "noise_skipped"), [overflowed]);
+    assert_eq!(numbers(&epochs, "noise_steps"), [4.0 - overflowed]);
+}
+
+#[test]
+fn reduce_reports_b_simple_with_its_interval_and_the_time_to_accuracy_table() {
+    let dir = tmp();
+    let runs = dir.path().join("runs");
+    std::fs::create_dir(&runs).unwrap();
+    // The weak-scaling reference (1 rank: one batch size, nothing measured) and its
+    // 2-rank point, which measures every step; one thread each, so they compare.
+    let steps = ["--max-steps", "16", "--noise-scale", "on", "--threads", "1"];
+    run(&runs, "one", 1, &steps, &[]);
+    run(&runs, "two", 2, &steps, &[]);
+    let job = ddpbench(&["reduce", "--no-plots", &path_str(&runs)]);
+    job.assert_ok();
+    let report = json(&runs.join("report.json"));
+    let two = report["runs"].as_array().unwrap().iter().find(|r| r["run_id"] == "two").unwrap();
+    let epoch = &two["noise_scale"][0];
+    assert_eq!(epoch["steps"], 16, "{two}");
+    let b = epoch["b_simple"].as_f64().expect("determined");
+    let low = epoch["b_simple_low"].as_f64().expect("an interval");
+    assert!(low < b, "{epoch}");
+    let one = report["runs"].as_array().unwrap().iter().find(|r| r["run_id"] == "one").unwrap();
+    assert_eq!(one["noise_scale"], serde_json::json!([]), "one rank, one micro-batch: nothing measured");
+    let rows = report["time_to_accuracy"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let t = &rows[0];
+    assert_eq!((t["global_batch"].as_u64(), t["baseline_global_batch"].as_u64()), (Some(32), Some(16)));
+    assert_eq!(t["b_noise_run"], "two");
+    let factor = (1.0 + 32.0 / b) / (1.0 + 16.0 / b);
+    assert!((t["samples_factor"].as_f64().unwrap() - factor).abs() < 1e-9, "{t}");
+    let speedup = t["samples_per_s_speedup"].as_f64().unwrap();
+    assert!((t["time_to_accuracy_speedup"].as_f64().unwrap() - speedup / factor).abs() < 1e-9);
+    let md = std::fs::read_to_string(runs.join("report.md")).unwrap();
+    assert!(md.contains("## Gradient noise scale and time to accuracy"), "{md}");
+    assert!(md.contains("time-to-accuracy speedup"));
+}
