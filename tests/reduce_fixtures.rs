@@ -1239,6 +1239,7 @@ fn report_of(dir: &Path) -> (ddpbench::reduce::Report, String) {
         baseline: None,
         interconnect: None,
         project_to: 1024,
+        ..Default::default()
     };
     let report = ddpbench::reduce::run(&req).unwrap();
     let out = dir.join("report");

@@ -641,3 +641,98 @@ fn a_study_folder_with_the_old_keys_resumes_without_running_again() {
     );
     assert_eq!(started(&out), before);
 }
+
+const PEER: &str = r#"
+name = "peer"
+datasets = ["synthetic"]
+ranks = [1, 2]
+repeats = 1
+optimizer = "sgd"
+max_steps = 8
+warmup_steps = 2
+val_samples = 0
+probe_iters = 0
+peer = "pytorch-ddp"
+"#;
+
+/// A study with `peer = "pytorch-ddp"` runs PyTorch DDP's twin of every point on the same
+/// ranks, into run folders `reduce` reads, whose key names the peer: neither trainer's
+/// runs are pooled with the other's, and both rows are in the report.
+#[test]
+fn a_study_with_the_pytorch_peer_writes_both_sets_of_points_and_both_rows() {
+    let d = tmp();
+    let file = d.path().join("peer.toml");
+    std::fs::write(&file, PEER).unwrap();
+    let out = d.path().join("study");
+    let job = study(&file, &out, &[]);
+    job.assert_ok();
+    let runs = out.join("runs");
+    for (run, ranks) in [
+        ("000-mnist-cnn-synthetic-b64-r1-rep0", 1),
+        ("000-mnist-cnn-synthetic-b64-r1-pytorch-ddp-rep0", 1),
+        ("001-mnist-cnn-synthetic-b64-r2-rep0", 2),
+        ("001-mnist-cnn-synthetic-b64-r2-pytorch-ddp-rep0", 2),
+    ] {
+        let m = json(&runs.join(run).join("manifest.json"));
+        assert_eq!(m["status"], "completed", "{run}: {m}");
+        assert_eq!(rank_files(&runs.join(run)), ranks, "{run}");
+        let peer = run.contains("pytorch-ddp");
+        let (backend, key_peer) = if peer { ("gloo", "pytorch-ddp") } else { ("mpi", "") };
+        assert_eq!(m["comm_backend"], backend, "{run}");
+        assert_eq!(m["comparison_key"]["peer"].as_str().unwrap_or(""), key_peer, "{run}");
+        if peer {
+            // The script that ran is kept with the run, and it trained every step.
+            assert!(runs.join(run).join("peer/pytorch_ddp_mnist.py").is_file());
+            let (h, rows) = read_csv(&runs.join(run).join("rank-00000.csv"));
+            assert_eq!(rows.len(), 8, "{run}");
+            assert!(col(&h, &rows, "forward_s").iter().all(|&s| s > 0.0), "{run}");
+        }
+    }
+    assert!(points(&out).iter().all(|p| p["status"] == "completed"), "{:?}", points(&out));
+    // scaling.csv: each trainer's 2-rank point against its own 1-rank point, never pooled.
+    let (h, rows) = read_csv(&out.join("report/scaling.csv"));
+    let at = |name: &str| h.iter().position(|c| c == name).unwrap();
+    let weak: Vec<&Vec<String>> = rows.iter().filter(|r| r[at("scaling_mode")] == "weak").collect();
+    assert_eq!(weak.len(), 2, "{rows:?}");
+    for r in &weak {
+        let ids = format!("{} | {}", r[at("run_ids")], r[at("baseline_run_ids")]);
+        let peer = r[at("run_ids")].contains("pytorch-ddp");
+        assert_eq!(ids.matches("pytorch-ddp").count(), if peer { 2 } else { 0 }, "{ids}");
+        assert!(r[at("speedup")].parse::<f64>().unwrap() > 0.0, "{ids}");
+    }
+    // report.md says what its figures are and sets the two trainers side by side;
+    // study.md has a section and a curve per trainer.
+    let report = std::fs::read_to_string(out.join("report/report.md")).unwrap();
+    assert!(report.contains("These figures are the scaling of ddpbench, a lean data-parallel trainer"), "{report}");
+    assert!(
+        report.contains("mnist-cnn on synthetic, 2 rank(s) (weak, batch 64 per rank): ddpbench's efficiency")
+            && report.contains("; PyTorch DDP's efficiency"),
+        "{report}"
+    );
+    let study_md = std::fs::read_to_string(out.join("report/study.md")).unwrap();
+    for section in ["## mnist-cnn-synthetic-b64\n", "## mnist-cnn-synthetic-b64-pytorch-ddp\n"] {
+        assert!(study_md.contains(section), "{section:?} not in\n{study_md}");
+    }
+    assert!(out.join("report/speedup-mnist-cnn-synthetic-b64-pytorch-ddp.svg").is_file());
+}
+
+/// Without a Python that imports torch, a study with a peer is refused on every rank
+/// before any point runs, with what to do.
+#[test]
+fn a_study_with_a_peer_and_no_pytorch_is_refused_before_any_point() {
+    let d = tmp();
+    let file = d.path().join("peer.toml");
+    std::fs::write(&file, PEER).unwrap();
+    let out = d.path().join("study");
+    let mut cmd = mpirun_cmd_with_env(2, &[("DDPBENCH_PYTHON", "/nonexistent/python")]);
+    cmd.arg(BIN).arg("study").arg(&file).arg("--out").arg(&out);
+    let job = run_with_limit(cmd, LIMIT);
+    assert!(!job.ok(), "{}", job.all());
+    assert!(
+        job.all().contains("study key `peer = \"pytorch-ddp\"`: cannot run /nonexistent/python")
+            && job.all().contains("set DDPBENCH_PYTHON to a Python with torch"),
+        "{}",
+        job.all()
+    );
+    assert!(!out.join("runs").exists(), "no point ran");
+}

@@ -510,6 +510,7 @@ fn routes_for(args: &AllreduceArgs, device: Device) -> Result<Vec<Route>> {
             }
             (Backend::Nccl, true) => {}
             (Backend::None, _) => bail!("--backends none: nothing to sweep; name mpi or nccl"),
+            (Backend::Gloo, _) => bail!("--backends gloo: PyTorch's all-reduce, which ddpbench does not run; name mpi or nccl"),
         }
         if on_gpu {
             routes.push(Route {
@@ -846,6 +847,7 @@ fn make_transport<'a>(route: Route, comm: &'a SimpleCommunicator, device: Device
         (Backend::Nccl, _, Device::Cuda(i)) => (Box::new(Nccl::join(comm, i, |id| id)?), device),
         (Backend::Nccl, _, _) => bail!("nccl needs a GPU"),
         (Backend::None, _, _) => bail!("`none` all-reduces nothing"),
+        (Backend::Gloo, _, _) => bail!("gloo is PyTorch's all-reduce, which ddpbench does not run"),
     })
 }
 

@@ -141,6 +141,10 @@ pub enum Backend {
     /// No all-reduce (`--allreduce none`): never a point of a scaling study.
     #[value(skip)]
     None,
+    /// PyTorch's gloo all-reduce: what a peer run ([`Peer`]) records on CPU, never an
+    /// all-reduce ddpbench runs.
+    #[value(skip)]
+    Gloo,
 }
 
 impl Backend {
@@ -150,14 +154,17 @@ impl Backend {
             Backend::Mpi => "mpi",
             Backend::Nccl => "nccl",
             Backend::None => "none",
+            Backend::Gloo => "gloo",
         }
     }
 
     /// The backend named `name` by any schema (`mpi-cpu-staged` and `staged` are `mpi`);
     /// Err names what it can be.
     pub fn from_name(name: &str) -> Result<Backend, String> {
-        serde_json::from_value(serde_json::Value::String(name.into()))
-            .map_err(|_| format!("{name:?}: not an all-reduce ddpbench runs (mpi, nccl or none)"))
+        match serde_json::from_value(serde_json::Value::String(name.into())) {
+            Ok(Backend::Gloo) | Err(_) => Err(format!("{name:?}: not an all-reduce ddpbench runs (mpi, nccl or none)")),
+            Ok(b) => Ok(b),
+        }
     }
 }
 
@@ -214,6 +221,33 @@ impl Overlap {
             (false, _) => Overlap::Off,
             (true, false) => Overlap::On,
             (true, true) => Overlap::Force,
+        }
+    }
+}
+
+/// Another trainer run on the same workload beside ddpbench's points (`study` with
+/// `peer`): its runs carry it in the key, so they are never repeats of ddpbench's runs
+/// nor their reference, and ddpbench's never theirs.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Peer {
+    /// PyTorch's DistributedDataParallel (gloo on CPU, NCCL on GPUs), one process per
+    /// rank: `benchmarks/pytorch_ddp_mnist.py`.
+    PytorchDdp,
+}
+
+impl Peer {
+    /// The name the study key, the key and the files use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Peer::PytorchDdp => "pytorch-ddp",
+        }
+    }
+
+    /// The name reports show.
+    pub fn title(self) -> &'static str {
+        match self {
+            Peer::PytorchDdp => "PyTorch DDP",
         }
     }
 }
@@ -310,6 +344,9 @@ pub struct ComparisonKey {
     /// settings), as `NAME=value`, every value any rank saw, ascending (absent: none set).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<String>,
+    /// The trainer, when it is not ddpbench (absent: ddpbench).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<Peer>,
 }
 
 /// The built-in networks that take token ids (`--seq-len` and `--vocab-size` shape them),
@@ -386,6 +423,7 @@ impl ComparisonKey {
             ("input_shape", self.input_shape.clone()),
             ("loss", (!self.loss.is_nll()).then(|| text(&self.loss)).flatten()),
             ("model_sha256", self.model_sha256.clone()),
+            ("peer", self.peer.map(|p| p.name().to_string())),
             ("env", (!self.env.is_empty()).then(|| self.env.join(","))),
         ];
         let mut out = format!("{} threads={}", text(&self.device).unwrap_or_default(), threads.join("/"));
@@ -476,6 +514,7 @@ impl ComparisonKey {
                 }
                 f => f.as_ref().map(|f| f.sha256.clone()),
             },
+            peer: None,
             env: env_of(&m.ranks),
         }
         .applicable())
@@ -663,6 +702,7 @@ pub(crate) mod tests {
             loss: LossKind::None,
             model_sha256: Some("ab".repeat(32)),
             env: vec!["DDPBENCH_SLOW_FORWARD=1:30".into()],
+            peer: Some(Peer::PytorchDdp),
         }
     }
 
@@ -766,7 +806,7 @@ pub(crate) mod tests {
         let mut k = unusual();
         (k.phase_sync, k.dropout, k.momentum, k.weight_decay) = (PhaseSync::On, true, Real(0.9), Real(0.0));
         k.memory_format = MemoryFormat::Contiguous;
-        (k.input_shape, k.loss, k.model_sha256, k.env) = (None, LossKind::Nll, None, Vec::new());
+        (k.input_shape, k.loss, k.model_sha256, k.env, k.peer) = (None, LossKind::Nll, None, Vec::new(), None);
         let json = serde_json::to_value(&k).unwrap();
         for absent in [
             "phase_sync",
@@ -778,6 +818,7 @@ pub(crate) mod tests {
             "loss",
             "model_sha256",
             "env",
+            "peer",
         ] {
             assert!(json.get(absent).is_none(), "{absent} in {json}");
             assert!(!k.describe().contains(absent), "{}", k.describe());

@@ -204,6 +204,7 @@ mod tests {
             global_batch: per_rank * ranks,
             scaling: "weak".into(),
             args: args.iter().map(|s| s.to_string()).collect(),
+            peer: None,
         }
     }
 

@@ -11,6 +11,7 @@
 //! `--retry-failed`, and refuses a study whose resolved file changed.
 
 mod estimate;
+pub mod peer;
 pub mod plan;
 mod report;
 mod state;
@@ -161,6 +162,7 @@ pub fn launch_flags(spec: &StudySpec, args: &StudyArgs) -> job::same_flags::Laun
         .with("--repeats", json!(spec.repeats))
         .with("study key threads_per_rank", json!(spec.threads_per_rank))
         .with("study key data_dirs", json!(spec.data_dirs))
+        .with("study key peer", json!(spec.peer))
         .with("--out", json!(args.out))
         .with("--break-lock", json!(args.break_lock))
         .with("--dry-run", json!(args.dry_run))
@@ -304,6 +306,13 @@ fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Re
     }
     let (layout, cores) = layout(g)?;
     let plan = agree(g, plan::plan(spec, &layout, cores))?;
+    if let Some(p) = spec.peer {
+        // Every rank starts the peer's processes: each checks its own Python.
+        let version = agree(g, peer::torch_version(p))?;
+        if g.rank == 0 {
+            info!("peer {}: PyTorch {version} from {}", p.title(), peer::python().display());
+        }
+    }
     let resolved = spec.to_toml(&plan.ladder, plan.threads_per_rank);
     let out = args
         .out
@@ -558,6 +567,9 @@ fn run_point(pg: &Group, point: &Point, dir: &Path, watchdog: &Watchdog) -> Resu
     argv.push("--out".into());
     argv.push(dir.to_string_lossy().into_owned());
     let cfg = agree(pg, plan::parse_train(&argv))?;
+    if let Some(p) = point.peer {
+        return peer::run(pg, p, &cfg, dir);
+    }
     let malloc = train::host_memory::apply(cfg.placement.malloc);
     train::train(pg, &cfg, &malloc, watchdog)
 }

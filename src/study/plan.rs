@@ -7,6 +7,7 @@ use clap::{Parser, ValueEnum};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use crate::record::Peer;
 use crate::train::TrainConfig;
 
 /// How a point's ranks fill the nodes (`node_fill`; `placement` before schema 4, a word
@@ -34,7 +35,7 @@ pub enum Scaling {
 }
 
 /// Keys of a study file that are not `train` options.
-pub const STUDY_KEYS: [&str; 11] = [
+pub const STUDY_KEYS: [&str; 12] = [
     "name",
     "data_dirs",
     "models",
@@ -46,6 +47,7 @@ pub const STUDY_KEYS: [&str; 11] = [
     "repeats",
     "threads_per_rank",
     "description",
+    "peer",
 ];
 
 /// A study as written (file, then command-line overrides), before it is laid out.
@@ -67,6 +69,9 @@ pub struct StudySpec {
     pub train: Vec<(String, Vec<toml::Value>)>,
     /// A sentence per old key the study was given under ([`RENAMED_KEYS`]), each once.
     pub renamed: Vec<String>,
+    /// Another trainer whose points run beside ddpbench's, one twin per point
+    /// (`peer = "pytorch-ddp"`).
+    pub peer: Option<Peer>,
 }
 
 /// Study keys renamed in schema 4 (old, new): still read, and said once to be renamed.
@@ -169,6 +174,7 @@ impl StudySpec {
             data_dirs: BTreeMap::new(),
             train: Vec::new(),
             renamed: Vec::new(),
+            peer: None,
         };
         for (key, v) in &table {
             s.set(key, v)?;
@@ -198,6 +204,7 @@ impl StudySpec {
             "datasets" | "dataset" => self.datasets = strings(key, v)?,
             "batch_sizes" | "batch_size" => self.batch_sizes = counts(key, v)?,
             "scaling" => self.scaling = one_enum(key, v)?,
+            "peer" => self.peer = Some(one_enum(key, v)?),
             "node_fill" => self.node_fill = one_enum(key, v)?,
             "ranks" => self.ranks = Some(counts(key, v)?),
             "repeats" => self.repeats = *counts(key, v)?.first().ok_or_else(|| anyhow!("study key `repeats` is empty"))?,
@@ -282,6 +289,9 @@ impl StudySpec {
             t.insert("data_dirs".into(), toml::Value::Table(dirs));
         }
         t.insert("threads_per_rank".into(), (threads_per_rank as i64).into());
+        if let Some(peer) = self.peer {
+            t.insert("peer".into(), peer.name().into());
+        }
         for (k, v) in &self.train {
             let v = if v.len() == 1 { v[0].clone() } else { list(v.clone()) };
             t.insert(k.replace('-', "_"), v);
@@ -462,6 +472,10 @@ pub struct Point {
     pub scaling: String,
     /// The `train` options of the point (without --out, which the runner adds).
     pub args: Vec<String>,
+    /// The trainer when it is not ddpbench: the point is the twin of ddpbench's point
+    /// with the same options, trained by the peer on the same ranks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer: Option<Peer>,
 }
 
 /// A point left out, and why.
@@ -641,6 +655,7 @@ impl Grid<'_> {
             global_batch: per_rank * k,
             scaling: at.mode.to_string(),
             args: key.0,
+            peer: None,
         });
     }
 }
@@ -743,9 +758,13 @@ pub fn plan(spec: &StudySpec, layout: &Layout, cores_per_node: usize) -> Result<
     let mut checked: HashSet<&Vec<String>> = HashSet::new();
     for p in &points {
         if checked.insert(&p.args) {
-            parse_train(&p.args).with_context(|| format!("point {}", p.id))?;
+            let cfg = parse_train(&p.args).with_context(|| format!("point {}", p.id))?;
+            if let Some(peer) = spec.peer {
+                super::peer::check_point(peer, &cfg).with_context(|| format!("point {}", p.id))?;
+            }
         }
     }
+    let points = with_twins(points, spec.peer);
     Ok(Plan {
         points,
         skipped,
@@ -753,6 +772,24 @@ pub fn plan(spec: &StudySpec, layout: &Layout, cores_per_node: usize) -> Result<
         threads_per_rank,
         node_slots,
     })
+}
+
+/// Each point followed by its twin trained by `peer` (same options and ranks), so that
+/// the schedule alternates the two trainers point by point.
+fn with_twins(points: Vec<Point>, peer: Option<Peer>) -> Vec<Point> {
+    let Some(peer) = peer else { return points };
+    points
+        .into_iter()
+        .flat_map(|p| {
+            let twin = Point {
+                id: format!("{}-{}", p.id, peer.name()),
+                workload: format!("{}-{}", p.workload, peer.name()),
+                peer: Some(peer),
+                ..p.clone()
+            };
+            [p, twin]
+        })
+        .collect()
 }
 
 /// The order points run in: repeat after repeat over all points (interleaved, so slow
@@ -989,6 +1026,53 @@ mod tests {
         let again = plan(&StudySpec::from_toml(&text, "other").unwrap(), &hosts(1, 2), 2).unwrap();
         assert_eq!(p.points, again.points);
         assert_ne!(study_hash(&text), study_hash(&text.replace("3", "4")));
+    }
+
+    #[test]
+    fn a_peer_gives_every_point_a_twin_on_the_same_ranks_right_after_it() {
+        let text = "datasets = [\"synthetic\"]\noptimizer = \"sgd\"\nmax_steps = 5\npeer = \"pytorch-ddp\"\n";
+        let spec = StudySpec::from_toml(text, "p").unwrap();
+        let p = plan(&spec, &hosts(1, 2), 2).unwrap();
+        let ids: Vec<&str> = p.points.iter().map(|q| q.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "000-mnist-cnn-synthetic-b64-r1",
+                "000-mnist-cnn-synthetic-b64-r1-pytorch-ddp",
+                "001-mnist-cnn-synthetic-b64-r2",
+                "001-mnist-cnn-synthetic-b64-r2-pytorch-ddp"
+            ]
+        );
+        for pair in p.points.chunks(2) {
+            let (own, twin) = (&pair[0], &pair[1]);
+            assert_eq!((own.peer, twin.peer), (None, Some(Peer::PytorchDdp)));
+            assert_eq!((&own.args, &own.world_ranks), (&twin.args, &twin.world_ranks));
+            assert_eq!(twin.workload, format!("{}-pytorch-ddp", own.workload));
+        }
+        // The resolved study keeps the peer, and reads back to the same points.
+        let resolved = spec.to_toml(&p.ladder, p.threads_per_rank);
+        assert!(resolved.contains("peer = \"pytorch-ddp\""), "{resolved}");
+        let again = plan(&StudySpec::from_toml(&resolved, "p").unwrap(), &hosts(1, 2), 2).unwrap();
+        assert_eq!(p.points, again.points);
+        let without = StudySpec::from_toml(&text.replace("peer = \"pytorch-ddp\"\n", ""), "p").unwrap();
+        assert!(plan(&without, &hosts(1, 2), 2).unwrap().points.iter().all(|q| q.peer.is_none()));
+    }
+
+    #[test]
+    fn a_peer_refuses_a_point_it_has_no_twin_for_and_says_what_to_change() {
+        let refused = |extra: &str| {
+            let text = format!("datasets = [\"synthetic\"]\nmax_steps = 5\npeer = \"pytorch-ddp\"\n{extra}");
+            let spec = StudySpec::from_toml(&text, "p").unwrap();
+            format!("{:#}", plan(&spec, &hosts(1, 2), 2).unwrap_err())
+        };
+        let e = refused("optimizer = \"sgd\"\nmodels = [\"resnet18\"]\n");
+        assert!(e.contains("the model `resnet18` has no PyTorch twin") && e.contains("drop `peer`"), "{e}");
+        let e = refused("optimizer = \"adam\"\n");
+        assert!(e.contains("optimizer other than sgd"), "{e}");
+        let e = refused("optimizer = \"sgd\"\ngrad_accum = 2\n");
+        assert!(e.contains("grad_accum above 1"), "{e}");
+        let spec = StudySpec::from_toml("peer = \"tensorflow\"\n", "p");
+        assert!(format!("{:#}", spec.unwrap_err()).contains("`tensorflow` is not one of pytorch-ddp"));
     }
 
     #[test]

@@ -214,6 +214,11 @@ pub const ENV_IN_KEY: &[(&str, &str)] = &[
 
 /// The `DDPBENCH_*` variables the code reads that do not change a training step, and why.
 pub const ENV_NOT_IN_KEY: &[(&str, &str)] = &[
+    (
+        "DDPBENCH_PYTHON",
+        "the Python a study's PyTorch DDP twin runs: no ddpbench step reads it; the twin's key names the peer and its \
+         manifest the torch version",
+    ),
     ("DDPBENCH_LOG", "which log lines are printed, between steps"),
     (
         "DDPBENCH_LOG_BUFFER_BYTES",

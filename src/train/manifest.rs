@@ -128,6 +128,7 @@ fn comparison_key(
         loss: cfg.workload.loss,
         model_sha256: None,
         env: key::env_of(ranks),
+        peer: None,
     }
 }
 

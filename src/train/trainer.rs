@@ -901,6 +901,13 @@ mod tests {
             val_samples: 0,
             val_s: 0.0,
             param_l2: 1.0,
+            noise_steps: None,
+            noise_skipped: None,
+            grad_sq: None,
+            trace_sigma: None,
+            b_simple: None,
+            b_simple_low: None,
+            b_simple_high: None,
         };
         let line = epoch_line(&row);
         assert_eq!(line, "epoch 0: 30 steps in 7.36 s, train loss 3.8111, no validation (--val-samples 0)");

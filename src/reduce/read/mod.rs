@@ -139,6 +139,13 @@ pub fn open(dir: &Path) -> Result<RunFiles, String> {
     let manifest = Manifest::read(dir).map_err(|e| format!("{e:#}"))?;
     let manifest_path = dir.join("manifest.json");
     limits::run_id(&manifest, dir).map_err(|e| format!("{}: {e}", manifest_path.display()))?;
+    // gloo is PyTorch's all-reduce: only a peer trainer's run (a study's twin) records it.
+    if manifest.comm_backend == crate::record::Backend::Gloo && manifest.comparison_key.as_ref().and_then(|k| k.peer).is_none() {
+        return Err(format!(
+            "{}: comm_backend is gloo, which ddpbench never runs (`mpi`, `nccl` or `none`), and comparison_key names no peer trainer",
+            manifest_path.display()
+        ));
+    }
     limits::world_size(&manifest).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut problems: Vec<String> = limits::manifest(&manifest)
         .into_iter()

@@ -1,7 +1,7 @@
 //! report.md: the tables a scaling study is read from, each with the sentences the
 //! report found under it.
 
-use super::{communication, efficiency, nodes, noise, projection, speedup, times, Duplicate, Report};
+use super::{communication, efficiency, nodes, noise, peer, projection, speedup, times, Duplicate, Report};
 use std::fmt::Write;
 
 /// report.md of `report` (with links to the plots when they are drawn).
@@ -14,6 +14,7 @@ pub fn markdown(report: &Report, with_plots: bool) -> String {
         report.runs.len(),
         report.incomplete.len()
     );
+    peer::what_the_figures_are(&mut md, report);
     let f = &report.findings;
     speedup::runs_table(&mut md, &report.runs, &report.summary);
     speedup::per_workload(&mut md, &report.scaling, &report.workloads);

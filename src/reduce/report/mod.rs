@@ -13,6 +13,7 @@ pub mod html;
 mod markdown;
 mod nodes;
 pub mod noise;
+mod peer;
 pub mod plots;
 mod projection;
 pub mod recommendation;

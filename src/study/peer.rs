@@ -1,0 +1,437 @@
+//! A peer trainer's points beside ddpbench's (`peer = "pytorch-ddp"` in a study): the
+//! same workload trained by PyTorch's DistributedDataParallel, one Python process per
+//! rank of the point, launched by those ranks themselves. Its per-step timings become a
+//! run folder `reduce` reads like any other, whose comparison key names the peer, so
+//! its runs are never pooled with ddpbench's nor taken as their reference.
+//!
+//! A peer run folder holds `manifest.json` (backend `gloo` on CPU, `nccl` on GPUs;
+//! `comparison_key.peer`), `rank-NNNNN.csv` in ddpbench's columns, and `peer/`: the
+//! script that ran, its own per-rank CSVs, `peer.json` and each process's log.
+
+use crate::data::DatasetKind;
+use crate::optim::OptimizerKind;
+use crate::record::key::{self, ComparisonKey, DeviceKind, Overlap, Real};
+use crate::record::{self, Backend, CsvLog, Manifest, Peer, Phase, RankInfo, RunStatus, StepRow};
+use crate::train::config::TrainConfig;
+use crate::world::{agree, all_strings, broadcast_string, Group};
+use anyhow::{bail, ensure, Context, Result};
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime};
+
+/// The PyTorch DDP twin of `mnist-cnn` (`benchmarks/pytorch_ddp_mnist.py`), kept in the
+/// binary so that a study runs the script it was built with and copies it into each run.
+pub const PYTORCH_DDP_SCRIPT: &str = include_str!("../../benchmarks/pytorch_ddp_mnist.py");
+
+/// The script's name in a run's `peer/` folder.
+const SCRIPT_FILE: &str = "pytorch_ddp_mnist.py";
+
+/// The models the peer has a twin of.
+const TWINS: [&str; 1] = ["mnist-cnn"];
+
+/// The Python that runs the peer: `DDPBENCH_PYTHON` (set by job-scripts/setup.sh), else
+/// `python3` on the PATH.
+pub fn python() -> PathBuf {
+    std::env::var_os("DDPBENCH_PYTHON")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("python3"))
+}
+
+/// PyTorch's version as the peer's Python imports it; Err says how to get one.
+pub fn torch_version(peer: Peer) -> Result<String> {
+    let py = python();
+    let out = std::process::Command::new(&py)
+        .args(["-c", "import torch, torch.distributed; print(torch.__version__)"])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout).trim().to_string()),
+        Ok(o) => bail!(
+            "study key `peer = \"{}\"`: {} cannot import torch ({}): run job-scripts/setup.sh (it installs PyTorch \
+             into a venv and exports DDPBENCH_PYTHON), point DDPBENCH_PYTHON at a Python with torch, or drop `peer`",
+            peer.name(),
+            py.display(),
+            String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("no message").trim()
+        ),
+        Err(e) => bail!(
+            "study key `peer = \"{}\"`: cannot run {} ({e}): set DDPBENCH_PYTHON to a Python with torch \
+             (job-scripts/setup.sh makes one), or drop `peer`",
+            peer.name(),
+            py.display()
+        ),
+    }
+}
+
+/// Err when `peer` cannot train the point `cfg` describes: what differs, and what to change.
+pub fn check_point(peer: Peer, cfg: &TrainConfig) -> Result<()> {
+    let model = cfg.workload.model.name();
+    let what = format!("study key `peer = \"{}\"`", peer.name());
+    ensure!(
+        TWINS.contains(&model.as_str()),
+        "{what}: the model `{model}` has no PyTorch twin (the peer script trains {} only): study {} or drop `peer`",
+        TWINS.join(", "),
+        TWINS.join(", ")
+    );
+    ensure!(
+        matches!(cfg.workload.dataset, DatasetKind::Synthetic | DatasetKind::FashionMnist),
+        "{what}: the peer reads synthetic data or Fashion-MNIST only, not {:?}: use one of them or drop `peer`",
+        cfg.workload.dataset
+    );
+    let unlike: Vec<&str> = [
+        (cfg.optim.optimizer != OptimizerKind::Sgd, "optimizer other than sgd"),
+        (cfg.schedule.grad_accum != 1, "grad_accum above 1"),
+        (cfg.optim.amp != crate::amp::AmpMode::Off, "amp"),
+        (cfg.comm.grad_dtype != key::GradDtype::Fp32, "grad_dtype other than fp32"),
+        (cfg.schedule.max_steps.is_none(), "no max_steps (the peer runs a bounded number of steps)"),
+    ]
+    .into_iter()
+    .filter_map(|(differs, what)| differs.then_some(what))
+    .collect();
+    ensure!(
+        unlike.is_empty(),
+        "{what}: the peer script cannot run this point as ddpbench does ({}): change those settings or drop `peer`",
+        unlike.join(", ")
+    );
+    Ok(())
+}
+
+/// What the peer's rank 0 wrote about itself (`peer/peer.json`).
+#[derive(serde::Deserialize)]
+struct PeerInfo {
+    torch_version: String,
+    backend: String,
+    device: String,
+    parameters: usize,
+}
+
+/// Trains the point `cfg` with `peer` on the ranks of `pg` into the run folder `dir`.
+/// Err is agreed: every rank of the point returns the same one.
+pub fn run(pg: &Group, peer: Peer, cfg: &TrainConfig, dir: &Path) -> Result<()> {
+    let started = SystemTime::now();
+    let clock = Instant::now();
+    let run_id = dir.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let peer_dir = dir.join("peer");
+    let prepared = if pg.rank == 0 { prepare(&peer_dir) } else { Ok(String::new()) };
+    let rendezvous = broadcast_string(pg, &agree(pg, prepared)?);
+    let local_rank = {
+        let hosts = all_strings(pg, &pg.host);
+        hosts[..pg.rank].iter().filter(|h| **h == pg.host).count()
+    };
+    let node_type = cfg
+        .placement
+        .node_type
+        .clone()
+        .unwrap_or_else(|| {
+            let cores = hwloc2::Topology::new()
+                .map(|t| crate::topology::discover_cores(&t))
+                .unwrap_or_default();
+            crate::topology::NodeInfo::detect(&cores).node_type()
+        });
+    let threads = cfg.placement.threads.unwrap_or(1);
+    let me = RankInfo {
+        rank: pg.rank,
+        local_rank,
+        host: pg.host.clone(),
+        node_type: node_type.clone(),
+        threads,
+        binding: "none (the peer's processes are not bound)".into(),
+        ..RankInfo::default()
+    };
+    let ranks: Vec<RankInfo> = all_strings(pg, &serde_json::to_string(&me)?)
+        .iter()
+        .map(|s| serde_json::from_str(s))
+        .collect::<Result<_, _>>()?;
+    let mut manifest = manifest(pg, peer, cfg, &run_id, started, ranks);
+    if pg.rank == 0 {
+        agree(pg, manifest.write(dir))?;
+    } else {
+        agree(pg, Ok(()))?;
+    }
+    let trained = launch(pg, cfg, &peer_dir, &rendezvous, local_rank, threads)
+        .and_then(|()| convert(&peer_dir, dir, pg.rank, &run_id, &node_type, cfg.schedule.warmup_steps, started));
+    let trained = agree(pg, trained);
+    if pg.rank == 0 {
+        let finished = trained.as_ref().map_err(|e| format!("{e:#}")).and_then(|()| {
+            let info: PeerInfo = std::fs::read_to_string(peer_dir.join("peer.json"))
+                .map_err(|e| e.to_string())
+                .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+                .map_err(|e| format!("{}: {e}", peer_dir.join("peer.json").display()))?;
+            fill_from(&mut manifest, &info);
+            Ok(())
+        });
+        manifest.wall_s = Some(clock.elapsed().as_secs_f64());
+        manifest.end_utc = Some(record::rfc3339_utc(SystemTime::now()));
+        match &finished {
+            Ok(()) => manifest.status = RunStatus::Completed.as_str().into(),
+            Err(e) => {
+                manifest.status = RunStatus::Failed.as_str().into();
+                manifest.error = Some(e.clone());
+            }
+        }
+        let written = manifest.write(dir);
+        trained?;
+        written?;
+        finished.map_err(|e| anyhow::anyhow!(e))
+    } else {
+        trained
+    }
+}
+
+/// Rank 0: the peer folder with the script in it, and the rendezvous (`host:port`, a
+/// port free on this host now).
+fn prepare(peer_dir: &Path) -> Result<String> {
+    std::fs::create_dir_all(peer_dir).with_context(|| format!("cannot create {}", peer_dir.display()))?;
+    record::write_atomic(&peer_dir.join(SCRIPT_FILE), PYTORCH_DDP_SCRIPT)?;
+    let port = std::net::TcpListener::bind(("0.0.0.0", 0))
+        .and_then(|l| l.local_addr())
+        .context("cannot find a free TCP port for the peer's rendezvous")?
+        .port();
+    let host = hostname();
+    Ok(format!("{host}:{port}"))
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// Runs this rank's peer process and waits for it.
+fn launch(pg: &Group, cfg: &TrainConfig, peer_dir: &Path, rendezvous: &str, local_rank: usize, threads: usize) -> Result<()> {
+    let (addr, port) = rendezvous.rsplit_once(':').context("no rendezvous address")?;
+    let log = peer_dir.join(format!("rank-{:05}.log", pg.rank));
+    let log_file = std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+    let mut cmd = std::process::Command::new(python());
+    cmd.arg(peer_dir.join(SCRIPT_FILE))
+        .args(["--batch-size", &cfg.schedule.batch_size.to_string()])
+        .args(["--max-steps", &cfg.schedule.max_steps.unwrap_or(0).to_string()])
+        .args(["--lr", &cfg.learning_rate().to_string()])
+        .args(["--momentum", &cfg.optim.momentum.to_string()])
+        .args(["--weight-decay", &cfg.optim.weight_decay.to_string()])
+        .args(["--bucket-mb", &cfg.comm.bucket_mb.to_string()])
+        .args(["--threads", &threads.to_string()])
+        .args(["--seed", &cfg.schedule.seed.to_string()])
+        .arg("--out")
+        .arg(peer_dir);
+    match cfg.workload.dataset {
+        DatasetKind::Synthetic => {
+            cmd.arg("--synthetic");
+        }
+        _ => {
+            if let Some(d) = &cfg.workload.data_dir {
+                cmd.arg("--data-dir").arg(d);
+            }
+        }
+    }
+    if cfg.workload.no_dropout {
+        cmd.arg("--no-dropout");
+    }
+    if cfg.placement.device == crate::device::DeviceChoice::Cpu {
+        cmd.env("CUDA_VISIBLE_DEVICES", "");
+    }
+    cmd.env("RANK", pg.rank.to_string())
+        .env("WORLD_SIZE", pg.size.to_string())
+        .env("LOCAL_RANK", local_rank.to_string())
+        .env("MASTER_ADDR", addr)
+        .env("MASTER_PORT", port)
+        .env("OMP_NUM_THREADS", threads.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(log_file.try_clone()?)
+        .stderr(log_file);
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {} for the peer", python().display()))?;
+    if !status.success() {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
+        bail!("the peer's rank {} exited with {status}: {last} (all of it in {})", pg.rank, log.display());
+    }
+    Ok(())
+}
+
+/// The manifest of a peer run as it starts (status running); rank 0's copy is written.
+fn manifest(pg: &Group, peer: Peer, cfg: &TrainConfig, run_id: &str, started: SystemTime, ranks: Vec<RankInfo>) -> Manifest {
+    // What the peer's Python finds is filled in when it ends ([`fill_from`]).
+    let cpu = cfg.placement.device == crate::device::DeviceChoice::Cpu || !tch::Cuda::is_available();
+    let backend = if cpu { Backend::Gloo } else { Backend::Nccl };
+    let key = ComparisonKey {
+        model: cfg.workload.model.name(),
+        dataset: dataset_name(cfg),
+        device: if cpu { DeviceKind::Cpu } else { DeviceKind::Cuda },
+        threads_per_rank: key::threads_of(&ranks),
+        optimizer: Some(cfg.optim.optimizer),
+        grad_accum: Some(1),
+        bucket_mb: Some(Real(cfg.comm.bucket_mb)),
+        // DDP all-reduces each bucket as backward finishes it, on gloo's or NCCL's own thread.
+        overlap: Overlap::On,
+        grad_dtype: Some(key::GradDtype::Fp32),
+        amp: Some(crate::amp::AmpMode::Off),
+        backend,
+        workers: Some(0),
+        seq_len: Some(cfg.workload.seq_len),
+        vocab_size: Some(cfg.workload.vocab_size),
+        malloc: Some(record::key::MallocMode::Default),
+        deterministic: Some(cfg.schedule.deterministic),
+        phase_sync: record::PhaseSync::On,
+        memory_format: record::MemoryFormat::Contiguous,
+        dropout: !cfg.workload.no_dropout,
+        momentum: Real(cfg.optim.momentum),
+        weight_decay: Real(cfg.optim.weight_decay),
+        input_shape: None,
+        loss: cfg.workload.loss,
+        model_sha256: None,
+        env: key::env_of(&ranks),
+        peer: Some(peer),
+    }
+    .applicable();
+    let mut config = serde_json::to_value(cfg).unwrap_or_default();
+    config["peer"] = serde_json::json!(peer.name());
+    Manifest {
+        schema_version: record::SCHEMA_VERSION,
+        run_id: run_id.into(),
+        status: RunStatus::Running.as_str().into(),
+        error: None,
+        ddpbench_version: env!("CARGO_PKG_VERSION").into(),
+        libtorch_version: String::new(),
+        mpi_library: String::new(),
+        command_line: vec![python().to_string_lossy().into_owned(), SCRIPT_FILE.into()],
+        config,
+        model: key.model.clone(),
+        dataset: key.dataset.clone(),
+        dataset_source: String::new(),
+        parameters: 0,
+        gradient_bytes: 0,
+        comm_backend: backend,
+        comm: record::CommInfo {
+            overlap: true,
+            backward_stages: 1,
+            grad_dtype: "fp32".into(),
+            amp: "off".into(),
+            note: Some(format!(
+                "{}: backward_s holds DDP's all-reduce, which runs inside backward; comm_s, comm_hidden_s and bytes are not \
+                 measured (0), comm_start_at_s and comm_last_start_at_s are backward's start",
+                peer.title()
+            )),
+            ..record::CommInfo::default()
+        },
+        buckets: 0,
+        world_size: pg.size,
+        nodes: pg.nodes,
+        batch_size_per_rank: cfg.schedule.batch_size,
+        global_batch_size: cfg.schedule.batch_size * pg.size,
+        steps_per_epoch: steps_per_epoch(cfg, pg.size),
+        start_utc: record::rfc3339_utc(started),
+        end_utc: None,
+        wall_s: None,
+        final_param_l2: None,
+        final_val_accuracy: None,
+        allreduce_probe: None,
+        allreduce_probe_warm: None,
+        ranks,
+        host_malloc: None,
+        clock: None,
+        comparison_key: Some(key),
+        model_file: None,
+        log_lines_dropped: 0,
+    }
+}
+
+/// The data set's name as ddpbench's runs record it.
+fn dataset_name(cfg: &TrainConfig) -> String {
+    match cfg.workload.dataset {
+        DatasetKind::Synthetic => "synthetic".into(),
+        _ => "fashion-mnist".into(),
+    }
+}
+
+/// Steps per epoch of the peer: 60,000 samples (both data sources it reads) sharded over
+/// the ranks by DistributedSampler, in batches of the per-rank batch.
+fn steps_per_epoch(cfg: &TrainConfig, world: usize) -> usize {
+    60_000usize.div_ceil(world).div_ceil(cfg.schedule.batch_size.max(1))
+}
+
+/// What the peer said about itself, into the manifest.
+fn fill_from(m: &mut Manifest, info: &PeerInfo) {
+    m.libtorch_version = info.torch_version.clone();
+    m.parameters = info.parameters;
+    m.gradient_bytes = (info.parameters * 4) as u64;
+    let backend = match info.backend.as_str() {
+        "nccl" => Backend::Nccl,
+        _ => Backend::Gloo,
+    };
+    m.comm_backend = backend;
+    let cuda = info.device.starts_with("cuda");
+    for r in &mut m.ranks {
+        r.device = if cuda { format!("Cuda({})", r.local_rank) } else { "Cpu".into() };
+    }
+    if let Some(k) = m.comparison_key.as_mut() {
+        k.backend = backend;
+        k.device = if cuda { DeviceKind::Cuda } else { DeviceKind::Cpu };
+    }
+}
+
+/// One row of the peer's own `rank-NNNNN.csv`.
+#[derive(serde::Deserialize)]
+struct PeerRow {
+    epoch: usize,
+    step: usize,
+    global_step: usize,
+    step_start_at_s: f64,
+    samples: usize,
+    data_s: f64,
+    forward_s: f64,
+    fwd_bwd_comm_s: f64,
+    optimizer_s: f64,
+    step_s: f64,
+    loss: f64,
+}
+
+/// The peer's rows of `rank` as ddpbench's `rank-NNNNN.csv` in `dir`: data, forward,
+/// backward (with DDP's all-reduce inside it), optimizer, and the rest as other_s.
+fn convert(peer_dir: &Path, dir: &Path, rank: usize, run_id: &str, node_type: &str, warmup: usize, started: SystemTime) -> Result<()> {
+    let from = peer_dir.join(record::rank_file_name(rank));
+    let text = crate::files::read_regular_to_string(&from, 1 << 30).map_err(|e| anyhow::anyhow!(crate::files::read_error(&from, &e)))?;
+    let mut out = CsvLog::<StepRow>::create(&dir.join(record::rank_file_name(rank)))?;
+    let mut n = 0;
+    for row in csv::Reader::from_reader(text.as_bytes()).deserialize::<PeerRow>() {
+        let r = row.with_context(|| format!("{}: not a row of the peer script", from.display()))?;
+        let mut phases = [0.0; Phase::COUNT];
+        phases[Phase::Data.index()] = r.data_s;
+        phases[Phase::Forward.index()] = r.forward_s;
+        phases[Phase::Backward.index()] = (r.fwd_bwd_comm_s - r.forward_s).max(0.0);
+        phases[Phase::Optimizer.index()] = r.optimizer_s;
+        let named: f64 = phases.iter().sum();
+        phases[Phase::Other.index()] = (r.step_s - named).max(0.0);
+        let at = started + std::time::Duration::from_secs_f64(r.step_start_at_s.max(0.0));
+        // DDP hands buckets to its all-reduce inside backward, unseen: both entries are
+        // backward's start, the earliest they can be.
+        let backward_at = r.step_start_at_s + r.data_s + r.forward_s;
+        out.write(&StepRow {
+            run_id: run_id.into(),
+            rank,
+            node_type: node_type.into(),
+            epoch: r.epoch,
+            step: r.step,
+            global_step: r.global_step,
+            warmup: u8::from(r.global_step < warmup),
+            time_utc: record::rfc3339_utc(at),
+            step_start_at_s: r.step_start_at_s,
+            samples: r.samples,
+            step_s: phases.iter().sum(),
+            phases,
+            comm_s: 0.0,
+            comm_stage_d2h_s: 0.0,
+            comm_stage_h2d_s: 0.0,
+            comm_hidden_s: 0.0,
+            comm_start_at_s: backward_at,
+            comm_last_start_at_s: backward_at,
+            loss: r.loss,
+            bytes: 0,
+            loss_scale: None,
+            step_skipped: 0,
+        })?;
+        n += 1;
+    }
+    out.sync()?;
+    ensure!(n > 0, "{}: the peer recorded no step", from.display());
+    Ok(())
+}
