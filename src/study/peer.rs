@@ -287,6 +287,7 @@ fn manifest(pg: &Group, peer: Peer, cfg: &TrainConfig, run_id: &str, started: Sy
     config["peer"] = serde_json::json!(peer.name());
     Manifest {
         schema_version: record::SCHEMA_VERSION,
+        warnings: Vec::new(),
         run_id: run_id.into(),
         status: RunStatus::Running.as_str().into(),
         error: None,
@@ -406,6 +407,7 @@ fn convert(peer_dir: &Path, dir: &Path, rank: usize, run_id: &str, node_type: &s
         // backward's start, the earliest they can be.
         let backward_at = r.step_start_at_s + r.data_s + r.forward_s;
         out.write(&StepRow {
+            noise: None,
             run_id: run_id.into(),
             rank,
             node_type: node_type.into(),
