@@ -633,6 +633,107 @@ fn colour_bar(root: &DrawingArea<SVGBackend<'_>, Shift>, (x, top, bottom): (i32,
     Ok(())
 }
 
+/// Which row of its rank's lane a [`LaneSlice`] is drawn in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaneRow {
+    /// The upper row: the training thread's phases.
+    Phases,
+    /// The lower row: the all-reduce.
+    Comm,
+}
+
+/// One coloured span of a [`lanes`] picture, in ms from the window's start.
+#[derive(Debug, Clone)]
+pub struct LaneSlice {
+    pub lane: usize,
+    pub row: LaneRow,
+    pub from_ms: f64,
+    pub to_ms: f64,
+    pub colour: RGBColor,
+}
+
+/// Width of a [`lanes`] picture in pixels.
+pub const LANES_W_PX: u32 = 1400;
+/// Height of one lane of a [`lanes`] picture up to [`LANES_TALL_MAX`] lanes.
+const LANE_TALL_PX: u32 = 36;
+/// Height of one lane beyond [`LANES_TALL_MAX`] lanes.
+const LANE_SHORT_PX: u32 = 16;
+/// Lanes drawn [`LANE_TALL_PX`] high; more are drawn [`LANE_SHORT_PX`] high.
+const LANES_TALL_MAX: usize = 16;
+/// Caption, axis and legend around the lanes, in pixels of height.
+const LANES_FRAME_PX: u32 = 150;
+
+/// Height of a [`lanes`] picture of `n` lanes, in pixels.
+pub fn lanes_height_px(n: usize) -> u32 {
+    let per_lane = if n <= LANES_TALL_MAX { LANE_TALL_PX } else { LANE_SHORT_PX };
+    LANES_FRAME_PX + per_lane * n.max(1) as u32
+}
+
+/// A timeline of one lane per label (lane 0 at the top), each lane an upper row of
+/// [`LaneRow::Phases`] and a lower row of [`LaneRow::Comm`] slices, on an x axis in ms
+/// from 0 to `span_ms`, with `legend` (name and colour) in a row under the axis.
+pub fn lanes(title: &str, lane_labels: &[String], span_ms: f64, slices: &[LaneSlice], legend: &[(String, RGBColor)]) -> Result<String> {
+    let err = fail(title);
+    let n = lane_labels.len().max(1);
+    let height = lanes_height_px(n);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (LANES_W_PX, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+        let mut ctx = ChartBuilder::on(&root)
+            .caption(title, (FONT, 19))
+            .margin(12)
+            .margin_bottom(52)
+            .x_label_area_size(44)
+            .y_label_area_size(84)
+            .build_cartesian_2d(
+                0.0..span_ms.max(1e-3),
+                Ticked { inner: (n as f64..0.0).into(), ticks: sparse_ticks(n, 32) },
+            )
+            .map_err(|e| err(e.to_string()))?;
+        let pick = |v: f64| lane_labels.get(v.floor().max(0.0) as usize).cloned().unwrap_or_default();
+        ctx.configure_mesh()
+            .x_desc("time from the window's start (ms)")
+            .y_desc("rank")
+            .x_label_formatter(&|v| fmt_tick(*v))
+            .y_label_formatter(&|v| pick(*v))
+            .label_style((FONT, 13))
+            .axis_desc_style((FONT, 15))
+            .disable_y_mesh()
+            .light_line_style(WHITE)
+            .draw()
+            .map_err(|e| err(e.to_string()))?;
+        let rects = slices.iter().map(|s| {
+            let lane = s.lane as f64;
+            let (top, bottom) = match s.row {
+                LaneRow::Phases => (lane + 0.08, lane + 0.58),
+                LaneRow::Comm => (lane + 0.64, lane + 0.92),
+            };
+            Rectangle::new([(s.from_ms, top), (s.to_ms, bottom)], s.colour.filled())
+        });
+        ctx.draw_series(rects).map_err(|e| err(e.to_string()))?;
+        let (xs, _) = ctx.plotting_area().get_pixel_range();
+        lanes_legend(&root, (xs.start, height as i32 - 24), legend).map_err(|e| err(e.to_string()))?;
+        root.present().map_err(|e| err(e.to_string()))?;
+    }
+    Ok(svg)
+}
+
+/// `entries` in one row from `(x, y)` (the swatches' centre line), each a swatch and
+/// its name.
+fn lanes_legend(root: &DrawingArea<SVGBackend<'_>, Shift>, (mut x, y): (i32, i32), entries: &[(String, RGBColor)]) -> Result<(), String> {
+    let style = TextStyle::from((FONT, 14).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+    for (name, colour) in entries {
+        root.draw(&Rectangle::new([(x, y - 6), (x + 16, y + 6)], colour.filled()))
+            .map_err(|e| e.to_string())?;
+        root.draw(&Text::new(name.clone(), (x + 22, y), style.clone()))
+            .map_err(|e| e.to_string())?;
+        // DejaVu Sans at 14 px averages under 8 px a character.
+        x += 22 + name.chars().count() as i32 * 8 + 16;
+    }
+    Ok(())
+}
+
 /// Renders SVG documents to PNG; loads the system fonts once.
 pub struct Rasteriser {
     options: resvg::usvg::Options<'static>,

@@ -764,3 +764,94 @@ fn a_link_planted_as_the_temporary_timeline_is_not_written_through() {
     assert!(json(&out.join("timeline.json"))["traceEvents"].as_array().is_some_and(|e| !e.is_empty()));
     assert!(std::fs::symlink_metadata(out.join("timeline.json.tmp")).is_err(), "the link is left");
 }
+
+/// A PNG's width and height from its IHDR chunk, which the format puts first.
+fn png_size(bytes: &[u8]) -> (u32, u32) {
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "not a PNG signature");
+    assert_eq!(&bytes[12..16], b"IHDR", "the first chunk is not IHDR");
+    let be = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
+    (be(16), be(20))
+}
+
+/// The bands (first and last pixel row, top to bottom) of consecutive rows of `png`
+/// holding at least `min_px` pixels of `colour`.
+fn bands_of(png: &resvg::tiny_skia::Pixmap, colour: (u8, u8, u8), min_px: usize) -> Vec<(u32, u32)> {
+    let w = png.width() as usize;
+    let mut bands: Vec<(u32, u32)> = Vec::new();
+    for (y, row) in png.pixels().chunks(w).enumerate() {
+        let n = row.iter().filter(|p| (p.red(), p.green(), p.blue()) == colour).count();
+        if n < min_px {
+            continue;
+        }
+        match bands.last_mut() {
+            Some(b) if b.1 + 1 == y as u32 => b.1 = y as u32,
+            _ => bands.push((y as u32, y as u32)),
+        }
+    }
+    bands
+}
+
+/// What `ddpbench trace RUN --png ...` did, for a check of its refusals.
+fn trace_png(run: &Path, png: &[&str]) -> Job {
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.arg("trace").arg(run).arg("--png").args(png);
+    run_with_limit(cmd, Duration::from_secs(60))
+}
+
+#[test]
+fn trace_png_draws_one_lane_per_rank_with_each_step_phases() {
+    let d = tmp();
+    let run = traced_run_copy(d.path());
+    let job = trace_png(&run, &[]);
+    job.assert_ok();
+    // The trace holds steps 3 to 10 (--trace-steps 3:11), all drawn.
+    assert!(job.stdout.contains("steps 3-10 drawn"), "{}", job.all());
+    let bytes = std::fs::read(run.join("timeline.png")).unwrap();
+    // 1400 px wide, 150 px plus 36 px a rank high, as --help states.
+    assert_eq!(png_size(&bytes), (1400, 150 + 2 * 36));
+    let png = resvg::tiny_skia::Pixmap::decode_png(&bytes).unwrap();
+    // Forward (orange) in one band of rows per rank, wider than the legend's swatch.
+    let forward = bands_of(&png, (0xff, 0x7f, 0x0e), 40);
+    assert_eq!(forward.len(), 2, "bands of forward rows: {forward:?}");
+    // Backward (green) in the same lanes: a lane holds every phase of its rank.
+    let backward = bands_of(&png, (0x2c, 0xa0, 0x2c), 40);
+    assert_eq!(backward, forward, "backward rows {backward:?}, forward rows {forward:?}");
+    // A window asked for: its first steps, to another file.
+    let other = d.path().join("steps-5-6.png");
+    let job = trace_png(&run, &[&path_str(&other), "--png-steps", "5:7"]);
+    job.assert_ok();
+    assert!(job.stdout.contains("steps 5-6 drawn"), "{}", job.all());
+    assert_eq!(png_size(&std::fs::read(&other).unwrap()), (1400, 222));
+}
+
+#[test]
+fn trace_png_refuses_an_existing_file_a_fifo_an_unwritable_path_and_a_run_without_trace() {
+    let d = tmp();
+    let run = traced_run_copy(d.path());
+    let refused = |job: &Job, what: &str, says: &[&str]| {
+        assert!(!job.timed_out && job.status == Some(1), "{what}: {}", job.all());
+        assert_eq!(job.stderr.matches("Error:").count(), 1, "{what}: one message: {}", job.all());
+        for s in says {
+            assert!(job.stderr.contains(s), "{what}: no {s:?} in {}", job.all());
+        }
+    };
+    let kept = d.path().join("kept.png");
+    std::fs::write(&kept, b"not to be overwritten").unwrap();
+    let k = path_str(&kept);
+    refused(&trace_png(&run, &[&k]), "an existing file", &[&k, "never overwritten"]);
+    assert_eq!(std::fs::read(&kept).unwrap(), b"not to be overwritten");
+    let fifo = d.path().join("fifo.png");
+    let c = std::ffi::CString::new(path_str(&fifo)).unwrap();
+    // SAFETY: a C string this test owns.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    refused(&trace_png(&run, &[&path_str(&fifo)]), "a FIFO", &[&path_str(&fifo), "never overwritten"]);
+    let nowhere = d.path().join("no/such/folder/t.png");
+    refused(&trace_png(&run, &[&path_str(&nowhere)]), "a missing folder", &[&path_str(&nowhere), "folder you can write"]);
+    // A run without its trace: refused by the merge, and the PNG created for it removed.
+    std::fs::remove_dir_all(run.join("trace")).unwrap();
+    refused(&trace_png(&run, &[]), "no trace", &["no trace/ folder", "--trace"]);
+    assert!(!run.join("timeline.png").exists(), "an empty PNG was left");
+    let job = trace_png(&run, &["--png-steps", "9:3"]);
+    assert_eq!(job.status, Some(2), "bad --png-steps: {}", job.all());
+    assert!(job.stderr.contains("--png-steps"), "{}", job.all());
+}

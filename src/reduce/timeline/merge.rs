@@ -44,6 +44,11 @@ pub struct Merged {
 
 /// Merges `run_dir/trace/rank-*.trace.json` into `run_dir/timeline.json`.
 pub fn merge(run_dir: &Path) -> Result<Merged> {
+    merge_seeing(run_dir, &mut |_, _| {})
+}
+
+/// [`merge`], handing `see` each event as written (on rank 0's clock) with its rank.
+pub fn merge_seeing(run_dir: &Path, see: &mut dyn FnMut(usize, &Map<String, Value>)) -> Result<Merged> {
     let manifest =
         Manifest::read(run_dir).with_context(|| format!("{} is not a run folder written by `ddpbench train`", run_dir.display()))?;
     let world = manifest.world_size;
@@ -85,7 +90,7 @@ pub fn merge(run_dir: &Path) -> Result<Merged> {
                 bytes: 0,
                 path: &path,
             };
-            write_timeline(&mut out, &order, &file_of, &manifest, &offsets, &mut merged)?;
+            write_timeline(&mut out, (&order, &file_of, see), &manifest, &offsets, &mut merged)?;
             out.w.flush().map_err(cannot_write)?;
             merged.bytes = out.bytes;
             Ok(())
@@ -119,8 +124,7 @@ impl Out<'_> {
 /// Writes every present rank's events, in `order`, then what the merge found.
 fn write_timeline(
     out: &mut Out<'_>,
-    order: &[(String, usize)],
-    file_of: &dyn Fn(usize) -> PathBuf,
+    (order, file_of, see): (&[(String, usize)], &dyn Fn(usize) -> PathBuf, &mut dyn FnMut(usize, &Map<String, Value>)),
     m: &Manifest,
     offsets: &ClockOffsets,
     merged: &mut Merged,
@@ -134,7 +138,9 @@ fn write_timeline(
         let (host, node_type) = host_of(m, rank);
         let label = format!("rank {rank} · {host} · {node_type}");
         let read: RankRead = each_event(&file_of(rank), rank, |e| {
-            let line = serde_json::to_string(&placed(e, rank, sort_index, &label, offsets))?;
+            let e = placed(e, rank, sort_index, &label, offsets);
+            see(rank, &e);
+            let line = serde_json::to_string(&e)?;
             out.put(if merged.events == 0 { "" } else { ",\n" })?;
             merged.events += 1;
             out.put(&line)
