@@ -47,6 +47,7 @@ pub enum Command {
     Reduce(crate::reduce::ReduceArgs),
     /// Compare two reports side by side (e.g. two clusters): per workload and shape, step,
     /// phases, throughput, speedup and bus bandwidth, with ratios B / A and their intervals.
+    #[command(long_about = crate::compare::LONG_ABOUT)]
     Compare(crate::compare::CompareArgs),
     /// Merge a traced run's per-rank traces (`train --trace`) into RUN_DIR/timeline.json on
     /// one clock, for Perfetto UI or chrome://tracing.

@@ -14,9 +14,8 @@ pub use read::MAX_REPORT_BYTES;
 use clap::Args;
 use std::path::PathBuf;
 
-/// `ddpbench compare`'s command line.
-#[derive(Args, Debug, Clone)]
-#[command(long_about = "Compare two reports side by side, e.g. the same study run on two clusters.\n\n\
+/// `ddpbench compare --help`'s long text.
+pub const LONG_ABOUT: &str = "Compare two reports side by side, e.g. the same study run on two clusters.\n\n\
 A and B are each a folder `ddpbench reduce` wrote (holding report.json) or a report.json itself. \
 Runs are matched by workload and shape: their comparison key (model, data set, batch, precision, \
 optimizer, backend, overlap, ...) and rank count; threads per rank and data workers may differ, \
@@ -26,7 +25,11 @@ sides have 2 or more repeats, the throughput ratio gets a 95 % t-interval on log
 (Welch), and a direction only when that interval excludes 1.\n\n\
 Reports that share no point are refused with the fields that differ. Exit status 2 for \
 every refusal (bad input), with nothing written.\n\n\
-Example:\n  ddpbench compare results/v100-report results/a40-report --out results/v100-vs-a40")]
+Example:\n  ddpbench compare results/v100-report results/a40-report --out results/v100-vs-a40";
+
+/// `ddpbench compare`'s command line.
+#[derive(Args, Debug, Clone)]
+#[command(long_about = LONG_ABOUT)]
 pub struct CompareArgs {
     /// The first report: a folder `ddpbench reduce` wrote, or its report.json (ratios are B / A).
     pub a: PathBuf,
