@@ -1857,3 +1857,25 @@ fn a_run_whose_warning_invalidates_it_is_given_no_direction() {
     let i = h.iter().position(|c| c == "direction").unwrap();
     assert!(rows.iter().any(|r| r[i] == "invalidated"), "{rows:?}");
 }
+
+/// A point of one run a side has no interval; when a run carries a warning that
+/// invalidates it, the verdict and `interval_method` still name the warning, so a
+/// reader of study.md or report.md is not left with "no interval" alone.
+#[test]
+fn a_single_run_point_with_an_invalidating_warning_names_it() {
+    use ddpbench::record::{RunWarning, WarningCode};
+    let d = tmp();
+    for (id, ranks) in [("base", &BASE[..]), ("two", &TWO_A[..])] {
+        write(&d.path().join(id), &fixture(id, ranks, 10));
+    }
+    let dir = d.path().join("two");
+    let mut m = Manifest::read(&dir).unwrap();
+    m.warnings.push(RunWarning::new(WarningCode::TooFewMeasuredSteps, "1 measured step(s)"));
+    m.write(&dir).unwrap();
+    let (report, _) = report_of(d.path());
+    let row = report.scaling.iter().find(|r| r.scaling_mode == ScalingMode::Weak).unwrap();
+    assert_eq!(row.direction, Some(Direction::NoInterval), "{row:?}");
+    assert!(row.interval_method.ends_with("(two: too_few_measured_steps)"), "{}", row.interval_method);
+    let v = &report.workloads[0].verdict;
+    assert!(v.contains("no direction would be claimed: its runs carry warnings that invalidate them (two: too_few_measured_steps)"), "{v}");
+}

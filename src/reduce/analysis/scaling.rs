@@ -487,7 +487,7 @@ fn compare(out: &mut ScalingRow, p: &ScalingPoint, reference: &Reference, pools:
     out.within_noise = u8::from(i.low <= 1.0 && 1.0 <= i.high);
     out.invalidated_by = invalidating_warnings(p.runs.iter().chain(&base_runs).copied());
     out.direction = Some(i.direction.unless_invalidated(!out.invalidated_by.is_empty()));
-    if out.direction == Some(Direction::Invalidated) {
+    if !out.invalidated_by.is_empty() {
         out.interval_method = format!(
             "{}; no direction: runs carry warnings that invalidate them ({})",
             out.interval_method,

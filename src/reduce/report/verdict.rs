@@ -33,6 +33,10 @@ pub fn direction(row: &ScalingRow) -> String {
         Direction::WithinNoise => {
             format!("has speedup {s:.2} ({lo:.2}–{hi:.2}): indistinguishable from no speedup at this noise: {needs}")
         }
+        Direction::NoInterval if !row.invalidated_by.is_empty() => format!(
+            "has speedup {s:.2} with no interval, and no direction would be claimed: its runs carry warnings that invalidate them ({})",
+            row.invalidated_by.join(", ")
+        ),
         Direction::NoInterval => format!("has speedup {s:.2} with no interval: {needs}"),
         Direction::Invalidated => format!(
             "has speedup {s:.2} ({lo:.2}–{hi:.2}), but no direction is claimed: its runs carry warnings that invalidate them ({})",
