@@ -51,7 +51,9 @@ fn repeat(events: &[Value], info: &Value, path: &Path, target_bytes: u64) -> Res
     let last = timed.iter().map(|e| ns(e, "ts") + ns(e, "dur")).max().unwrap_or(0);
     let period_ns = last - first + 1_000_000;
     let mut w = Counted(BufWriter::new(std::fs::File::create(path)?), 0);
-    w.put(&format!("{{\"distributedInfo\": {info},\n\"displayTimeUnit\": \"ms\",\n\"traceEvents\": [\n"))?;
+    w.put(&format!(
+        "{{\"distributedInfo\": {info},\n\"displayTimeUnit\": \"ms\",\n\"traceEvents\": [\n"
+    ))?;
     let lines: Vec<String> = meta.iter().map(|e| line(e)).collect();
     w.put(&lines.join(",\n"))?;
     let mut copy = 0i64;

@@ -36,10 +36,7 @@ pub struct NormPair {
 impl NormPair {
     /// Usable: both norms finite and two different batch sizes.
     pub fn is_usable(&self) -> bool {
-        self.sq_small.is_finite()
-            && self.sq_big.is_finite()
-            && self.batch_small > 0.0
-            && self.batch_big > self.batch_small
+        self.sq_small.is_finite() && self.sq_big.is_finite() && self.batch_small > 0.0 && self.batch_big > self.batch_small
     }
 
     /// This step's unbiased estimate of |G|².
@@ -162,7 +159,11 @@ mod tests {
         let g_se = se(pairs.iter().map(NormPair::grad_sq).collect());
         let s_se = se(pairs.iter().map(NormPair::trace_sigma).collect());
         assert!((e.grad_sq - g_true).abs() < 4.0 * g_se, "{} vs {g_true} ± {g_se}", e.grad_sq);
-        assert!((e.trace_sigma - s_true).abs() < 4.0 * s_se, "{} vs {s_true} ± {s_se}", e.trace_sigma);
+        assert!(
+            (e.trace_sigma - s_true).abs() < 4.0 * s_se,
+            "{} vs {s_true} ± {s_se}",
+            e.trace_sigma
+        );
         assert_eq!((e.steps, e.skipped), (400, 0));
         let b_true = s_true / g_true;
         let (low, high) = e.interval.unwrap();

@@ -560,7 +560,13 @@ fn sparse_ticks(n: usize, want: usize) -> Vec<f64> {
 /// smallest value to the largest, with a colour bar whose ends and middle are labelled
 /// with their value; rows are labelled with `row_labels` (row 0 at the top), columns
 /// with `column_labels`.
-pub fn heatmap(labels: (&str, &str, &str), value_label: &str, row_labels: &[String], column_labels: &[String], cells: &[Vec<f64>]) -> Result<String> {
+pub fn heatmap(
+    labels: (&str, &str, &str),
+    value_label: &str,
+    row_labels: &[String],
+    column_labels: &[String],
+    cells: &[Vec<f64>],
+) -> Result<String> {
     let (title, x_desc, y_desc) = labels;
     let err = fail(title);
     let (lo, hi) = cells
@@ -581,8 +587,14 @@ pub fn heatmap(labels: (&str, &str, &str), value_label: &str, row_labels: &[Stri
             .x_label_area_size(44)
             .y_label_area_size(84)
             .build_cartesian_2d(
-                Ticked { inner: (0.0..cols as f64).into(), ticks: sparse_ticks(cols, 8) },
-                Ticked { inner: (rows as f64..0.0).into(), ticks: sparse_ticks(rows, 16) },
+                Ticked {
+                    inner: (0.0..cols as f64).into(),
+                    ticks: sparse_ticks(cols, 8),
+                },
+                Ticked {
+                    inner: (rows as f64..0.0).into(),
+                    ticks: sparse_ticks(rows, 16),
+                },
             )
             .map_err(|e| err(e.to_string()))?;
         let pick = |names: &[String], v: f64| names.get(v.floor().max(0.0) as usize).cloned().unwrap_or_default();
@@ -598,7 +610,11 @@ pub fn heatmap(labels: (&str, &str, &str), value_label: &str, row_labels: &[Stri
             .map_err(|e| err(e.to_string()))?;
         let rects = cells.iter().enumerate().flat_map(|(r, row)| {
             row.iter().enumerate().map(move |(c, v)| {
-                let colour = if v.is_finite() { heat((v - lo) / (hi - lo)) } else { RGBColor(0xdd, 0xdd, 0xdd) };
+                let colour = if v.is_finite() {
+                    heat((v - lo) / (hi - lo))
+                } else {
+                    RGBColor(0xdd, 0xdd, 0xdd)
+                };
                 Rectangle::new([(c as f64, r as f64), (c as f64 + 1.0, r as f64 + 1.0)], colour.filled())
             })
         });
@@ -613,7 +629,12 @@ pub fn heatmap(labels: (&str, &str, &str), value_label: &str, row_labels: &[Stri
 
 /// A vertical colour bar at `x` from `top` to `bottom` pixels, its value at the top,
 /// middle and bottom written beside it, and `label` above it.
-fn colour_bar(root: &DrawingArea<SVGBackend<'_>, Shift>, (x, top, bottom): (i32, i32, i32), (lo, hi): (f64, f64), label: &str) -> Result<(), String> {
+fn colour_bar(
+    root: &DrawingArea<SVGBackend<'_>, Shift>,
+    (x, top, bottom): (i32, i32, i32),
+    (lo, hi): (f64, f64),
+    label: &str,
+) -> Result<(), String> {
     const STEPS: i32 = 24;
     let h = ((bottom - top) / STEPS).max(1);
     for k in 0..STEPS {
@@ -629,7 +650,8 @@ fn colour_bar(root: &DrawingArea<SVGBackend<'_>, Shift>, (x, top, bottom): (i32,
             .map_err(|e| e.to_string())?;
     }
     let above = TextStyle::from((FONT, 13).into_font()).pos(Pos::new(HPos::Left, VPos::Bottom));
-    root.draw(&Text::new(label.to_string(), (x - 10, top - 6), above)).map_err(|e| e.to_string())?;
+    root.draw(&Text::new(label.to_string(), (x - 10, top - 6), above))
+        .map_err(|e| e.to_string())?;
     Ok(())
 }
 
@@ -688,7 +710,10 @@ pub fn lanes(title: &str, lane_labels: &[String], span_ms: f64, slices: &[LaneSl
             .y_label_area_size(84)
             .build_cartesian_2d(
                 0.0..span_ms.max(1e-3),
-                Ticked { inner: (n as f64..0.0).into(), ticks: sparse_ticks(n, 32) },
+                Ticked {
+                    inner: (n as f64..0.0).into(),
+                    ticks: sparse_ticks(n, 32),
+                },
             )
             .map_err(|e| err(e.to_string()))?;
         let pick = |v: f64| lane_labels.get(v.floor().max(0.0) as usize).cloned().unwrap_or_default();

@@ -355,7 +355,8 @@ mod tests {
             f();
             let _ = tx.send(());
         });
-        rx.recv_timeout(Duration::from_secs(10)).expect("the caller blocked on a full output");
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the caller blocked on a full output");
     }
 
     #[test]
@@ -363,9 +364,11 @@ mod tests {
         let (q, gate) = blocked(100, "first\n");
         let q2 = Arc::clone(&q);
         // 8 bytes a line: 12 fit in 100 bytes, the other 38 are dropped.
-        returns(move || (0..50).for_each(|i| {
-            q2.line(format!("line {i:02}\n").into_bytes());
-        }));
+        returns(move || {
+            (0..50).for_each(|i| {
+                q2.line(format!("line {i:02}\n").into_bytes());
+            })
+        });
         assert_eq!(q.lines_dropped(), 38);
         gate.open();
         assert!(q.drain(Duration::from_secs(10)));

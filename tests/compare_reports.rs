@@ -110,9 +110,20 @@ fn two_reports_of_real_runs_side_by_side_with_ratios_and_intervals() {
     }
     let out = d.path().join("cmp");
     // A as its folder, B as its report.json: both forms are read.
-    let job = ddpbench(&["compare", &path_str(&reports[0]), &path_str(&reports[1].join("report.json")), "--out", &path_str(&out)]);
+    let job = ddpbench(&[
+        "compare",
+        &path_str(&reports[0]),
+        &path_str(&reports[1].join("report.json")),
+        "--out",
+        &path_str(&out),
+    ]);
     job.assert_ok();
-    assert!(job.stdout.contains("The biggest difference is mnist-cnn on synthetic, 2 ranks × 16 per rank"), "{}", job.stdout);
+    assert!(
+        job.stdout
+            .contains("The biggest difference is mnist-cnn on synthetic, 2 ranks × 16 per rank"),
+        "{}",
+        job.stdout
+    );
 
     let (ja, jb) = (json(&reports[0].join("report.json")), json(&reports[1].join("report.json")));
     let (ra, rb) = (runs_at(&ja, 2), runs_at(&jb, 2));
@@ -153,7 +164,11 @@ fn reports_of_other_settings_are_refused_naming_what_differs() {
     let job = ddpbench(&["compare", &path_str(&a), &path_str(&b), "--out", &path_str(&out)]);
     assert_eq!(job.status, Some(2), "{}", job.all());
     assert!(job.stderr.contains("not comparable"), "{}", job.stderr);
-    assert!(job.stderr.contains("dataset (\"synthetic\" in A, \"fashion-mnist\" in B)"), "{}", job.stderr);
+    assert!(
+        job.stderr.contains("dataset (\"synthetic\" in A, \"fashion-mnist\" in B)"),
+        "{}",
+        job.stderr
+    );
     assert!(job.stderr.contains("batch per rank (16 in A, 32 in B)"), "{}", job.stderr);
     assert!(!out.exists(), "nothing written");
 
@@ -207,7 +222,10 @@ fn each_bad_input_is_one_message_exit_2_and_nothing_written() {
         (vec![a_s.clone(), path_str(&fifo)], "is a FIFO"),
         (vec![a_s.clone(), path_str(&link)], "is a symbolic link"),
         (vec![path_str(&truncated), a_s.clone()], "damaged or truncated"),
-        (vec![a_s.clone(), path_str(&newer)], "report_version 99, written by a newer ddpbench"),
+        (
+            vec![a_s.clone(), path_str(&newer)],
+            "report_version 99, written by a newer ddpbench",
+        ),
         (vec![a_s.clone(), path_str(&newer_schema)], "schema 99, written by a newer ddpbench"),
         (vec![a_s.clone(), path_str(&wrong_type)], "expected usize"),
         (vec![a_s.clone(), path_str(&unversioned)], "has no report_version"),
@@ -223,7 +241,11 @@ fn each_bad_input_is_one_message_exit_2_and_nothing_written() {
         let job = ddpbench(&full.iter().map(String::as_str).collect::<Vec<_>>());
         assert_eq!(job.status, Some(2), "{args:?}: {}", job.all());
         assert!(job.stderr.contains(expected), "{args:?}: {}", job.stderr);
-        let errors = job.stderr.lines().filter(|l| l.starts_with("Error") || l.starts_with("error")).count();
+        let errors = job
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("Error") || l.starts_with("error"))
+            .count();
         assert_eq!(errors, 1, "{args:?}: one message: {}", job.stderr);
         assert!(!out.exists(), "{args:?}: nothing written");
     }

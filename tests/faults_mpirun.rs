@@ -168,16 +168,15 @@ fn a_rank_0_killed_outright_leaves_a_manifest_that_reduce_settles() {
     // Read later, as a user would: the end records are older than the settling delay.
     let long_ago = std::time::SystemTime::now() - Duration::from_secs(120);
     for r in 0..2 {
-        let f = std::fs::File::options().write(true).open(out.join(format!("rank-{r:05}.end.json"))).unwrap();
+        let f = std::fs::File::options()
+            .write(true)
+            .open(out.join(format!("rank-{r:05}.end.json")))
+            .unwrap();
         f.set_modified(long_ago).unwrap();
     }
     let job = ddpbench(&["reduce", "--no-plots", &path_str(&out)]);
     assert!(!job.all().contains("panicked"), "{}", job.all());
-    assert!(
-        job.stderr.contains("manifest.json said running; it now says"),
-        "{}",
-        job.stderr
-    );
+    assert!(job.stderr.contains("manifest.json said running; it now says"), "{}", job.stderr);
     let m = json(&out.join("manifest.json"));
     assert_eq!(m["status"], end1["status"], "{m}");
     let error = m["error"].as_str().unwrap_or_default();

@@ -65,13 +65,22 @@ fn reduce_with_a_link_spec_projects_one_node_across_nodes_and_recommends_a_shape
     job.assert_ok();
     let (h, rows) = read_csv(&d.path().join("spec/projection.csv"));
     let at = |name: &str| h.iter().position(|c| c == name).unwrap();
-    let weak: Vec<&Vec<String>> = rows.iter().filter(|r| r[at("scaling")] == "weak" && r[at("from_run")] == "n2").collect();
-    let shapes: Vec<String> = weak.iter().map(|r| format!("{}x{}", r[at("nodes")], r[at("ranks_per_node")])).collect();
+    let weak: Vec<&Vec<String>> = rows
+        .iter()
+        .filter(|r| r[at("scaling")] == "weak" && r[at("from_run")] == "n2")
+        .collect();
+    let shapes: Vec<String> = weak
+        .iter()
+        .map(|r| format!("{}x{}", r[at("nodes")], r[at("ranks_per_node")]))
+        .collect();
     assert_eq!(shapes, ["1x1", "1x2", "2x2", "4x2"], "the ladder of 4x2");
     let report = json(&d.path().join("spec/report.json"));
     let p = &report["projection"];
     let levels = p["levels"].to_string();
-    assert!(levels.contains("inter-node nominal, from the specification roce-100g") && levels.contains("optimistic bound"), "{levels}");
+    assert!(
+        levels.contains("inter-node nominal, from the specification roce-100g") && levels.contains("optimistic bound"),
+        "{levels}"
+    );
     assert!(levels.contains("intra-node nominal, from the specification 10GB/s,2us"), "{levels}");
     let recs = p["recommendations"].as_array().unwrap();
     let rec = recs.iter().find(|r| r["from_run"] == "n2").unwrap_or_else(|| panic!("{recs:?}"));
@@ -80,9 +89,16 @@ fn reduce_with_a_link_spec_projects_one_node_across_nodes_and_recommends_a_shape
     assert_eq!(rec["nominal"], true);
     for s in rec["shapes"].as_array().unwrap() {
         // GPU-hours per epoch are ranks × epoch hours, the cost 2.5 per GPU-hour.
-        let (ranks, epoch, gpuh) = (s["ranks"].as_f64().unwrap(), s["epoch_s"].as_f64().unwrap(), s["gpu_hours_per_epoch"].as_f64().unwrap());
+        let (ranks, epoch, gpuh) = (
+            s["ranks"].as_f64().unwrap(),
+            s["epoch_s"].as_f64().unwrap(),
+            s["gpu_hours_per_epoch"].as_f64().unwrap(),
+        );
         assert!((gpuh - ranks * epoch / 3600.0).abs() <= 1e-12 * gpuh.max(1.0), "{s}");
-        assert!((s["cost_per_epoch"].as_f64().unwrap() - 2.5 * gpuh).abs() <= 1e-12 * gpuh.max(1.0), "{s}");
+        assert!(
+            (s["cost_per_epoch"].as_f64().unwrap() - 2.5 * gpuh).abs() <= 1e-12 * gpuh.max(1.0),
+            "{s}"
+        );
     }
     // The sentence is in report.md and on the terminal, and its figures are its table's.
     let sentence = rec["sentence"].as_str().unwrap();
@@ -92,12 +108,21 @@ fn reduce_with_a_link_spec_projects_one_node_across_nodes_and_recommends_a_shape
     let heading = sentence;
     let label = |s: &serde_json::Value| format!("{} × {}", s["nodes"], s["ranks_per_node"]);
     let fastest = row_cells(&md, heading, &label(&rec["shortest_epoch"]));
-    assert!(sentence.contains(&format!("The shortest epoch is {} at {} ({} GPU-hours)", fastest[4], fastest[0], fastest[5])), "{sentence}\n{fastest:?}");
+    assert!(
+        sentence.contains(&format!(
+            "The shortest epoch is {} at {} ({} GPU-hours)",
+            fastest[4], fastest[0], fastest[5]
+        )),
+        "{sentence}\n{fastest:?}"
+    );
     if rec["keeps_target"].is_null() {
         assert!(sentence.contains("at no shape beyond 1 rank"), "{sentence}");
     } else {
         let keep = row_cells(&md, heading, &label(&rec["keeps_target"]));
-        let words = format!("up to {} ({} efficiency, {} per epoch, {} GPU-hours per epoch)", keep[0], keep[3], keep[4], keep[5]);
+        let words = format!(
+            "up to {} ({} efficiency, {} per epoch, {} GPU-hours per epoch)",
+            keep[0], keep[3], keep[4], keep[5]
+        );
         assert!(sentence.contains(&words), "{sentence}\nwants {words}");
     }
     if let Some((_, rest)) = sentence.split_once("saves at most ") {
@@ -108,13 +133,27 @@ fn reduce_with_a_link_spec_projects_one_node_across_nodes_and_recommends_a_shape
     // With a sweep on the one node: its intra-node level is measured, the inter-node nominal.
     let sw = path_str(&runs.join("sweep"));
     let mut cmd = mpirun_cmd(2);
-    cmd.args([BIN, "allreduce", "--max-bytes", "4M", "--iters", "5", "--budget-s", "0.3", "--out", &sw]);
+    cmd.args([
+        BIN,
+        "allreduce",
+        "--max-bytes",
+        "4M",
+        "--iters",
+        "5",
+        "--budget-s",
+        "0.3",
+        "--out",
+        &sw,
+    ]);
     run_with_limit(cmd, LIMIT).assert_ok();
     let out2 = path_str(&d.path().join("swept"));
     let job = ddpbench(&["reduce", "--no-plots", "--link", "100Gbit/s,5us", "--out", &out2, &path_str(&runs)]);
     job.assert_ok();
     let levels = json(&d.path().join("swept/report.json"))["projection"]["levels"].to_string();
-    assert!(levels.contains("intra-node measured by `ddpbench allreduce`") && levels.contains("inter-node nominal"), "{levels}");
+    assert!(
+        levels.contains("intra-node measured by `ddpbench allreduce`") && levels.contains("inter-node nominal"),
+        "{levels}"
+    );
     let (h, rows) = read_csv(&d.path().join("swept/projection.csv"));
     let nodes = h.iter().position(|c| c == "nodes").unwrap();
     assert!(rows.iter().any(|r| r[nodes] != "1"), "projected across nodes from one node");

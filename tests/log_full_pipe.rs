@@ -36,9 +36,7 @@ fn full_terminal() -> (OwnedFd, OwnedFd) {
     use std::os::unix::fs::OpenOptionsExt;
     let (mut master, mut slave) = (0, 0);
     // SAFETY: openpty fills two descriptors, owned below and nowhere else.
-    let made = unsafe {
-        libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), std::ptr::null())
-    };
+    let made = unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) };
     assert_eq!(made, 0, "openpty");
     // SAFETY: as above.
     let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
@@ -156,7 +154,12 @@ fn a_pipe_read_late_gets_the_count_of_lines_dropped_where_they_went_missing() {
     // The step lines present, and at each gap a note of exactly the lines it lost.
     let (mut next, mut said) = (0u64, 0u64);
     for line in text.lines() {
-        if let Some(n) = line.split(" step ").nth(1).and_then(|s| s.split('/').next()).and_then(|s| s.parse::<u64>().ok()) {
+        if let Some(n) = line
+            .split(" step ")
+            .nth(1)
+            .and_then(|s| s.split('/').next())
+            .and_then(|s| s.parse::<u64>().ok())
+        {
             assert_eq!(n, next, "step line {n} after {next} missing lines without a note:\n{text}");
             next += 1;
         } else if let Some(gap) = note_count(line, "dropped here") {

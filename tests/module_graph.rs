@@ -274,9 +274,7 @@ fn resolved_paths(src: &str, file_path: &[String]) -> Vec<(Vec<String>, usize)> 
                     inline.push((depth, name.clone()));
                 }
             }
-            Tok::Ident(w)
-                if (w == "crate" || w == "super" || w == "self") && toks.get(i + 1).map(|t| &t.0) == Some(&Tok::Path) =>
-            {
+            Tok::Ident(w) if (w == "crate" || w == "super" || w == "self") && toks.get(i + 1).map(|t| &t.0) == Some(&Tok::Path) => {
                 let mut here: Vec<String> = file_path.to_vec();
                 here.extend(inline.iter().map(|m| m.1.clone()));
                 let (mut j, line) = (i, toks[i].1);
@@ -573,7 +571,10 @@ fn a_loop_between_two_files_of_one_folder_is_named() {
         ("lib.rs", "pub mod top;"),
         ("top/mod.rs", "mod a;\nmod b;\npub use a::A;"),
         ("top/a.rs", "use super::{b::B, c};\npub struct A;"),
-        ("top/b.rs", "// crate::top::a in a comment\n\nfn f() -> crate::top::a::A { todo!() }\npub struct B;"),
+        (
+            "top/b.rs",
+            "// crate::top::a in a comment\n\nfn f() -> crate::top::a::A { todo!() }\npub struct B;",
+        ),
         ("top/c.rs", "use self::inner::X;\nmod inner;"),
         ("top/c/inner.rs", "use super::super::d;"),
         ("top/d.rs", "pub fn d() {}"),
@@ -585,7 +586,10 @@ fn a_loop_between_two_files_of_one_folder_is_named() {
     let top = &graphs[&vec!["top".to_string()]];
     let edges = |from: &str| top[from].keys().cloned().collect::<Vec<_>>();
     // `top/c/inner.rs` is part of `c`; `self::inner` stays inside `c`.
-    assert_eq!((edges("a"), edges("b"), edges("c"), edges("d")), (vec!["b".into(), "c".into()], vec!["a".into()], vec!["d".to_string()], vec![]));
+    assert_eq!(
+        (edges("a"), edges("b"), edges("c"), edges("d")),
+        (vec!["b".into(), "c".into()], vec!["a".into()], vec!["d".to_string()], vec![])
+    );
     let found = cycles(top);
     assert_eq!(found, vec![vec!["a".to_string(), "b".into()]]);
     assert_eq!(
@@ -604,9 +608,18 @@ fn no_module_cycle_inside_any_folder_of_src() {
     let text: Vec<String> = graphs
         .iter()
         .filter(|(folder, _)| !folder.is_empty())
-        .flat_map(|(folder, g)| cycles(g).into_iter().map(move |scc| format!("in {}: {}", folder_name(folder), describe(g, &scc))))
+        .flat_map(|(folder, g)| {
+            cycles(g)
+                .into_iter()
+                .map(move |scc| format!("in {}: {}", folder_name(folder), describe(g, &scc)))
+        })
         .collect();
-    assert!(text.is_empty(), "{} module cycle(s) inside folders of src/:\n{}", text.len(), text.join("\n"));
+    assert!(
+        text.is_empty(),
+        "{} module cycle(s) inside folders of src/:\n{}",
+        text.len(),
+        text.join("\n")
+    );
 }
 
 #[test]

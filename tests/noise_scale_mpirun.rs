@@ -50,7 +50,10 @@ fn run(dir: &Path, name: &str, ranks: usize, extra: &[&str], env: &[(&str, &str)
 /// Column `name` of a CSV file as text cells.
 fn cells(path: &Path, name: &str) -> Vec<String> {
     let (h, rows) = read_csv(path);
-    let i = h.iter().position(|c| c == name).unwrap_or_else(|| panic!("no column {name} in {h:?}"));
+    let i = h
+        .iter()
+        .position(|c| c == name)
+        .unwrap_or_else(|| panic!("no column {name} in {h:?}"));
     rows.into_iter().map(|r| r[i].clone()).collect()
 }
 
@@ -127,7 +130,13 @@ fn noise_scale_off_writes_empty_cells_not_zeros() {
 #[test]
 fn one_rank_of_two_micro_batches_and_two_ranks_measure_the_same_mean_gradient() {
     let dir = tmp();
-    let accum = run(dir.path(), "accum", 1, &["--max-steps", "1", "--grad-accum", "2", "--noise-scale", "on"], &[]);
+    let accum = run(
+        dir.path(),
+        "accum",
+        1,
+        &["--max-steps", "1", "--grad-accum", "2", "--noise-scale", "on"],
+        &[],
+    );
     let ranks = run(dir.path(), "ranks", 2, &["--max-steps", "1", "--noise-scale", "on"], &[]);
     let one = accum.join("rank-00000.csv");
     let two = ranks.join("rank-00000.csv");
@@ -169,7 +178,11 @@ fn fp16_loss_scale_is_taken_out_and_overflow_steps_are_skipped_and_counted() {
     for s in stepped {
         let a = numbers(&file, "grad_sq_big")[s];
         let p = numbers(&plain.join("rank-00000.csv"), "grad_sq_big")[s];
-        assert!(scale[s] >= 1024.0 && (a / p - 1.0).abs() < 0.05, "step {s}, scale {}: fp16 {a} vs fp32 {p}", scale[s]);
+        assert!(
+            scale[s] >= 1024.0 && (a / p - 1.0).abs() < 0.05,
+            "step {s}, scale {}: fp16 {a} vs fp32 {p}",
+            scale[s]
+        );
     }
     // Step 2's gradient was made infinite on rank 0: its norms are empty cells, the step
     // measured all the same (its batch sizes written), and left out of the epoch's
@@ -204,11 +217,18 @@ fn reduce_reports_b_simple_with_its_interval_and_the_time_to_accuracy_table() {
     let low = epoch["b_simple_low"].as_f64().expect("an interval");
     assert!(low < b, "{epoch}");
     let one = report["runs"].as_array().unwrap().iter().find(|r| r["run_id"] == "one").unwrap();
-    assert_eq!(one["noise_scale"], serde_json::json!([]), "one rank, one micro-batch: nothing measured");
+    assert_eq!(
+        one["noise_scale"],
+        serde_json::json!([]),
+        "one rank, one micro-batch: nothing measured"
+    );
     let rows = report["time_to_accuracy"].as_array().unwrap();
     assert_eq!(rows.len(), 1, "{rows:?}");
     let t = &rows[0];
-    assert_eq!((t["global_batch"].as_u64(), t["baseline_global_batch"].as_u64()), (Some(32), Some(16)));
+    assert_eq!(
+        (t["global_batch"].as_u64(), t["baseline_global_batch"].as_u64()),
+        (Some(32), Some(16))
+    );
     assert_eq!(t["b_noise_run"], "two");
     let factor = (1.0 + 32.0 / b) / (1.0 + 16.0 / b);
     assert!((t["samples_factor"].as_f64().unwrap() - factor).abs() < 1e-9, "{t}");

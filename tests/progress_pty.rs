@@ -41,9 +41,19 @@ fn under_terminal_with(d: &Path, launched: bool, args: &[&str], env: &[(&str, &s
 /// A short run's arguments, into `d`/`name`.
 fn short_run(d: &Path, name: &str) -> Vec<String> {
     let out = path_str(&d.join(name));
-    ["train", "--max-steps", "8", "--log-every", "3", "--val-samples", "100", "--out", &out]
-        .map(String::from)
-        .to_vec()
+    [
+        "train",
+        "--max-steps",
+        "8",
+        "--log-every",
+        "3",
+        "--val-samples",
+        "100",
+        "--out",
+        &out,
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 /// Every log line (`INFO`) of `text` starts on a line of its own: after the bar's last
@@ -194,13 +204,16 @@ fn no_color_takes_the_colours_and_leaves_the_bars() {
 fn rank_0_draws_a_validation_bar_and_says_what_it_validates() {
     let d = tmp();
     let out = path_str(&d.path().join("run"));
-    let text = under_terminal(
-        d.path(),
-        &["train", "--max-steps", "2", "--val-samples", "10000", "--out", &out],
-    );
+    let text = under_terminal(d.path(), &["train", "--max-steps", "2", "--val-samples", "10000", "--out", &out]);
     assert!(text.contains("rank 0 · validation ["), "no validation bar: {text:?}");
-    assert!(text.contains("/5000 samples (rank 0's share)"), "10,000 samples over 2 ranks: {text:?}");
+    assert!(
+        text.contains("/5000 samples (rank 0's share)"),
+        "10,000 samples over 2 ranks: {text:?}"
+    );
     assert!(!text.contains("rank 1 ·"), "rank 1 drew a bar: {text:?}");
-    assert!(text.contains("validating on 10000 of 10000 test samples (--val-samples)"), "{text:?}");
+    assert!(
+        text.contains("validating on 10000 of 10000 test samples (--val-samples)"),
+        "{text:?}"
+    );
     assert_log_lines_whole(&text);
 }

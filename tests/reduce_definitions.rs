@@ -8,7 +8,9 @@ use common::*;
 use std::path::{Path, PathBuf};
 
 fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema4-967f27a").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/schema4-967f27a")
+        .join(rel)
 }
 
 /// `reduce --no-plots <runs> [--interconnect sweep] --out <out>`: report.json.
@@ -62,15 +64,24 @@ fn a_forced_overlap_keeps_what_its_rows_say() {
     assert!(rows_hidden > 0.01, "the fixture's rows hide {rows_hidden} s");
     let s = summary_of(&r, "two-force");
     let hidden = s["comm_hidden_s_mean"].as_f64().unwrap();
-    assert!((hidden - rows_hidden).abs() <= 1e-9 * rows_hidden, "summary {hidden} vs rows {rows_hidden}");
+    assert!(
+        (hidden - rows_hidden).abs() <= 1e-9 * rows_hidden,
+        "summary {hidden} vs rows {rows_hidden}"
+    );
     assert!(s["compute_comm_ratio"].is_null(), "{s}");
     let e = &run_of(&r, "two-force")["per_epoch"];
     let f = |k: &str| e[k].as_f64().unwrap_or_else(|| panic!("{k} in {e}"));
     let (transfer, sum) = (f("comm_transfer_s"), f("comm_hidden_s") + f("comm_exposed_transfer_s"));
-    assert!((transfer - sum).abs() <= 1e-6 * transfer, "transfer {transfer}, hidden + exposed {sum}: {e}");
+    assert!(
+        (transfer - sum).abs() <= 1e-6 * transfer,
+        "transfer {transfer}, hidden + exposed {sum}: {e}"
+    );
     assert!(e["compute_comm_ratio"].is_null(), "{e}");
     let c = r["findings"]["compute_vs_comm"].as_str().unwrap();
-    assert!(c.contains("two-force ran with --overlap force") && c.contains("R, which would count it twice, is not defined"), "{c}");
+    assert!(
+        c.contains("two-force ran with --overlap force") && c.contains("R, which would count it twice, is not defined"),
+        "{c}"
+    );
     let b = r["findings"]["bandwidth"].as_str().unwrap();
     assert!(!b.contains("nothing ran during backward"), "{b}");
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
@@ -85,11 +96,22 @@ fn a_lone_rank_has_no_communication_figures_anywhere() {
     let out = d.path().join("report");
     let r = reduce_into(&out, &[fixture("runs/one"), fixture("runs/two")], true);
     let s = summary_of(&r, "one");
-    for k in ["comm_transfer_s_median", "comm_exposed_share", "comm_exposed_transfer_s_mean", "caused_wait_s_mean"] {
+    for k in [
+        "comm_transfer_s_median",
+        "comm_exposed_share",
+        "comm_exposed_transfer_s_mean",
+        "caused_wait_s_mean",
+    ] {
         assert!(s[k].is_null(), "{k}: {}", s[k]);
     }
     let e = &run_of(&r, "one")["per_epoch"];
-    for k in ["comm_s", "comm_transfer_s", "comm_hidden_s", "comm_exposed_transfer_s", "comm_wait_s"] {
+    for k in [
+        "comm_s",
+        "comm_transfer_s",
+        "comm_hidden_s",
+        "comm_exposed_transfer_s",
+        "comm_wait_s",
+    ] {
         assert!(e[k].is_null(), "{k}: {e}");
     }
     // The 2-rank run keeps its figures.
@@ -119,7 +141,9 @@ fn a_probe_in_another_dtype_than_the_wire_is_no_comparison() {
     // The same run under another id: its rows and end records name it too.
     for e in std::fs::read_dir(fixture("runs/two")).unwrap().map(|e| e.unwrap()) {
         let text = std::fs::read_to_string(e.path()).unwrap();
-        let renamed = text.replace("\ntwo,", "\ntwo-bf16,").replace("\"run_id\": \"two\"", "\"run_id\": \"two-bf16\"");
+        let renamed = text
+            .replace("\ntwo,", "\ntwo-bf16,")
+            .replace("\"run_id\": \"two\"", "\"run_id\": \"two-bf16\"");
         std::fs::write(run.join(e.file_name()), renamed).unwrap();
     }
     let mut m = json(&run.join("manifest.json"));
@@ -131,8 +155,14 @@ fn a_probe_in_another_dtype_than_the_wire_is_no_comparison() {
     let r = reduce_into(&out, &[run.clone(), fixture("runs/two")], false);
     let s = summary_of(&r, "two-bf16");
     assert_eq!(s["probe_dtype"], "fp32");
-    assert!(s["probe_busbw_bytes_per_s"].as_f64().unwrap() > 0.0 && s["busbw_vs_probe"].is_null(), "{s}");
+    assert!(
+        s["probe_busbw_bytes_per_s"].as_f64().unwrap() > 0.0 && s["busbw_vs_probe"].is_null(),
+        "{s}"
+    );
     assert!(summary_of(&r, "two")["busbw_vs_probe"].as_f64().is_some());
     let b = r["findings"]["bandwidth"].as_str().unwrap();
-    assert!(b.contains("two-bf16 probed the all-reduce in another dtype than its gradients travel in"), "{b}");
+    assert!(
+        b.contains("two-bf16 probed the all-reduce in another dtype than its gradients travel in"),
+        "{b}"
+    );
 }

@@ -290,7 +290,10 @@ fn weak_scaling_by_hand_with_its_waterfall() {
     // speedup, and Gustafson's serial fraction (2 − 4/3)/(2 − 1) = 2/3 is stated with it.
     write_run(&d.path().join("base-b"), "base-b", "m", &BASE, 10, 4);
     write_run(&d.path().join("two-b"), "two-b", "m", &TWO_A, 10, 4);
-    let runs: Vec<_> = ["base", "two", "base-b", "two-b"].iter().map(|n| read_run(&d.path().join(n)).unwrap()).collect();
+    let runs: Vec<_> = ["base", "two", "base-b", "two-b"]
+        .iter()
+        .map(|n| read_run(&d.path().join(n)).unwrap())
+        .collect();
     let rows = scaling(&runs.iter().collect::<Vec<_>>(), None);
     let r2 = rows.iter().find(|r| r.scaling_mode == ScalingMode::Weak).unwrap();
     assert!(close(r2.speedup_low, 4.0 / 3.0) && close(r2.speedup_high, 4.0 / 3.0), "{r2:?}");
@@ -366,7 +369,8 @@ fn references_match_the_whole_configuration() {
     let lone = find("other-buckets", "none").expect("row without a reference");
     assert!(lone.speedup.is_nan() && lone.efficiency.is_nan());
     assert!(
-        lone.missing_reference.contains("a 1-rank run on A, weak: `mpirun -n 1 ddpbench train ")
+        lone.missing_reference
+            .contains("a 1-rank run on A, weak: `mpirun -n 1 ddpbench train ")
             && lone.missing_reference.contains(" --batch-size 32 "),
         "{}",
         lone.missing_reference
@@ -482,15 +486,29 @@ fn repeats_give_t_intervals_on_log_throughput() {
     let two = row_of(&["base-0", "base-1", "two-0", "two-1"]);
     let (lo, hi) = by_hand(2, 4.302_652_7);
     assert!(close(two.speedup, 4.0 / 3.0), "{two:?}");
-    assert!((two.speedup_low - lo).abs() < 1e-6 && (two.speedup_high - hi).abs() < 1e-6, "{two:?} vs {lo} {hi}");
-    assert!((two.interval_df - 2.0).abs() < 1e-9 && two.interval_method.contains("df 2.0"), "{}", two.interval_method);
+    assert!(
+        (two.speedup_low - lo).abs() < 1e-6 && (two.speedup_high - hi).abs() < 1e-6,
+        "{two:?} vs {lo} {hi}"
+    );
+    assert!(
+        (two.interval_df - 2.0).abs() < 1e-9 && two.interval_method.contains("df 2.0"),
+        "{}",
+        two.interval_method
+    );
     assert_eq!((two.direction, two.within_noise), (Some(Direction::WithinNoise), 1));
-    assert!(two.interval_method.contains("no direction possible from 2 repeats at this spread"), "{}", two.interval_method);
+    assert!(
+        two.interval_method.contains("no direction possible from 2 repeats at this spread"),
+        "{}",
+        two.interval_method
+    );
     assert_eq!(two.repeats_needed, Some(3), "{}", two.interval_method);
     // Three a side: df 4, t(0.975, 4) = 2.7764; now it excludes 1.
     let three = row_of(&["base-0", "base-1", "base-2", "two-0", "two-1", "two-2"]);
     let (lo, hi) = by_hand(3, 2.776_445_1);
-    assert!((three.speedup_low - lo).abs() < 1e-6 && (three.speedup_high - hi).abs() < 1e-6, "{three:?}");
+    assert!(
+        (three.speedup_low - lo).abs() < 1e-6 && (three.speedup_high - hi).abs() < 1e-6,
+        "{three:?}"
+    );
     assert_eq!((three.direction, three.repeats_needed), (Some(Direction::Faster), None));
 }
 
@@ -502,7 +520,10 @@ fn a_point_of_three_noisy_repeats_claims_no_direction() {
     let d = tmp();
     // A run's throughput is 20 samples per 1.5·scale s (2 ranks) or 10 per scale s (1).
     for (i, (two, one)) in [(955.5, 436.7), (602.8, 466.5), (685.5, 516.5)].iter().enumerate() {
-        for (id, ranks, per_step, thr) in [(format!("two-{i}"), &TWO_A[..], 20.0 / 1.5, two), (format!("base-{i}"), &BASE[..], 10.0, one)] {
+        for (id, ranks, per_step, thr) in [
+            (format!("two-{i}"), &TWO_A[..], 20.0 / 1.5, two),
+            (format!("base-{i}"), &BASE[..], 10.0, one),
+        ] {
             let mut f = fixture(&id, ranks, 10);
             f.scale = per_step / thr;
             write(&d.path().join(&id), &f);
@@ -515,10 +536,16 @@ fn a_point_of_three_noisy_repeats_claims_no_direction() {
     // Gustafson's fraction over the interval stops at 0 (speedup 2) and 1 (speedup 1).
     assert_eq!((row.gustafson_serial_fraction_low, row.gustafson_serial_fraction_high), (0.0, 1.0));
     // Welch on log throughput: 1.554 (0.923–2.616), df 2.50 (the interval's own test).
-    assert!((row.speedup_low - 0.923).abs() < 0.001 && (row.speedup_high - 2.616).abs() < 0.001, "{row:?}");
+    assert!(
+        (row.speedup_low - 0.923).abs() < 0.001 && (row.speedup_high - 2.616).abs() < 0.001,
+        "{row:?}"
+    );
     assert!((row.interval_df - 2.498).abs() < 0.001, "{row:?}");
     let v = &report.workloads[0].verdict;
-    assert!(v.contains("indistinguishable from no speedup at this noise: no direction possible from 3 repeats at this spread"), "{v}");
+    assert!(
+        v.contains("indistinguishable from no speedup at this noise: no direction possible from 3 repeats at this spread"),
+        "{v}"
+    );
     assert!(!v.contains("scales"), "{v}");
     assert!(md.contains("t on log throughput, df 2."), "{md}");
 }
@@ -570,7 +597,10 @@ fn a_lone_multi_rank_run_gets_no_efficiency_and_epochs_without_validation_count(
         (String::new(), String::new(), "none".to_string())
     );
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
-    assert!(report.contains("`lone` (batch 10 per rank) has no reference: add a 1-rank run on A, weak: `mpirun -n 1 ddpbench train "), "{report}");
+    assert!(
+        report.contains("`lone` (batch 10 per rank) has no reference: add a 1-rank run on A, weak: `mpirun -n 1 ddpbench train "),
+        "{report}"
+    );
 }
 
 #[test]
@@ -585,7 +615,10 @@ fn amdahl_is_fitted_through_two_strong_points_and_no_cap_is_claimed_for_zero() {
         write(&d.path().join(format!("one{rep}")), &fixture(&format!("one{rep}"), &ONE, 40));
         write(&d.path().join(format!("two{rep}")), &fixture(&format!("two{rep}"), &HALF, 20));
     }
-    let runs: Vec<_> = ["one", "two", "one-b", "two-b"].iter().map(|n| read_run(&d.path().join(n)).unwrap()).collect();
+    let runs: Vec<_> = ["one", "two", "one-b", "two-b"]
+        .iter()
+        .map(|n| read_run(&d.path().join(n)).unwrap())
+        .collect();
     let rows = scaling(&runs.iter().collect::<Vec<_>>(), None);
     let two = rows.iter().find(|r| r.run_ids == ["two", "two-b"]).unwrap();
     assert!(close(two.speedup, 2.0) && two.amdahl_serial_fraction.is_nan(), "one point: no fit");
@@ -626,7 +659,10 @@ fn fitted_laws_carry_intervals_or_are_not_stated() {
     for r in &strong {
         assert!(r.karp_flatt.is_nan() && r.amdahl_serial_fraction.is_nan(), "{r:?}");
     }
-    assert!(md.contains("No Amdahl fit is stated: a strong point it would go through has no interval"), "{md}");
+    assert!(
+        md.contains("No Amdahl fit is stated: a strong point it would go through has no interval"),
+        "{md}"
+    );
     assert!(md.contains("Karp–Flatt: not stated (no interval)"), "{md}");
     std::fs::remove_dir_all(d.path().join("report")).unwrap();
     for (i, scale) in [1.03, 0.98].iter().enumerate() {
@@ -640,10 +676,20 @@ fn fitted_laws_carry_intervals_or_are_not_stated() {
         let kf = |s: f64| ddpbench::reduce::metrics::karp_flatt(s, r.ranks as f64);
         assert!(r.speedup_low.is_finite(), "{r:?}");
         assert!(close(r.karp_flatt, kf(r.speedup)), "{r:?}");
-        assert!(close(r.karp_flatt_low, kf(r.speedup_high)) && close(r.karp_flatt_high, kf(r.speedup_low.max(1.0))), "{r:?}");
-        let (f, lo, hi) = (r.amdahl_serial_fraction, r.amdahl_serial_fraction_low, r.amdahl_serial_fraction_high);
+        assert!(
+            close(r.karp_flatt_low, kf(r.speedup_high)) && close(r.karp_flatt_high, kf(r.speedup_low.max(1.0))),
+            "{r:?}"
+        );
+        let (f, lo, hi) = (
+            r.amdahl_serial_fraction,
+            r.amdahl_serial_fraction_low,
+            r.amdahl_serial_fraction_high,
+        );
         assert!(lo < f && f < hi, "{lo} {f} {hi}");
-        assert!(r.amdahl_speedup_low <= r.amdahl_speedup && r.amdahl_speedup <= r.amdahl_speedup_high, "{r:?}");
+        assert!(
+            r.amdahl_speedup_low <= r.amdahl_speedup && r.amdahl_speedup <= r.amdahl_speedup_high,
+            "{r:?}"
+        );
     }
     let (lo, hi) = (strong[0].amdahl_serial_fraction_low, strong[0].amdahl_serial_fraction_high);
     assert!(md.contains(&format!("({lo:.3}–{hi:.3} over the speedups' intervals)")), "{md}");
@@ -1381,7 +1427,11 @@ fn a_single_run_against_repeats_has_no_interval() {
     // 13.33/s against √(10 · 3.33) = 5.77 samples/s: speedup 2.31.
     assert!(close(row.speedup, (20.0 / 1.5) / (10.0f64 * 10.0 / 3.0).sqrt()), "{}", row.speedup);
     assert!(row.speedup_low.is_nan() && row.direction == Some(Direction::NoInterval), "{row:?}");
-    assert!(row.interval_method.starts_with("none: a single run on one side"), "{}", row.interval_method);
+    assert!(
+        row.interval_method.starts_with("none: a single run on one side"),
+        "{}",
+        row.interval_method
+    );
     let v = &report.workloads[0].verdict;
     assert!(v.contains("with no interval: a single run on one side"), "{v}");
 }
@@ -1588,7 +1638,10 @@ fn the_limit_the_transfer_sets_is_one_a_point_reaches() {
     write_run(&d.path().join("exact"), "exact", "m", &EXACT, 10, 4);
     let r = reduced(d.path(), &[]);
     let row = entry(&r, "scaling", "scaling_mode", &"weak".into());
-    let (eff, limit) = (row["efficiency"].as_f64().unwrap(), row["transfer_limit_efficiency"].as_f64().unwrap());
+    let (eff, limit) = (
+        row["efficiency"].as_f64().unwrap(),
+        row["transfer_limit_efficiency"].as_f64().unwrap(),
+    );
     assert!(close(eff, 0.8) && close(limit, 0.8), "efficiency {eff}, limit {limit}");
     let v = r["workloads"][0]["verdict"].as_str().unwrap();
     assert!(v.contains("R = 3.20") && v.contains("T1/(T1 + transfer) = 80 %"), "{v}");
@@ -1621,7 +1674,10 @@ fn a_wait_is_never_longer_than_the_all_reduce_it_is_in() {
     // Per step: comm (0.4 + 0.1)/2, wait (0.4 + 0)/2, transfer (0 + 0.1)/2; × 100 steps.
     assert!(close(comm, 25.0) && close(wait, 20.0) && close(transfer, 5.0), "{e}");
     let said = r["findings"]["node_types"].to_string();
-    assert!(said.contains("in 4 rank-steps the last rank entered the all-reduce later than"), "{said}");
+    assert!(
+        said.contains("in 4 rank-steps the last rank entered the all-reduce later than"),
+        "{said}"
+    );
 }
 
 /// Three ranks, the third 0.3 s late: each of the other two waits 0.3 s per step. "Each
@@ -1643,7 +1699,9 @@ fn a_late_rank_is_named_with_the_mean_wait_of_the_others() {
     assert!(close(late["caused_wait_s_mean"].as_f64().unwrap(), 0.3), "{late}");
     let md = std::fs::read_to_string(d.path().join("three/report.md")).unwrap();
     assert!(
-        md.contains("rank 2 (on host2) entered the all-reduce last in 100 % of the steps: each other rank waited 300.00 ms per step for it"),
+        md.contains(
+            "rank 2 (on host2) entered the all-reduce last in 100 % of the steps: each other rank waited 300.00 ms per step for it"
+        ),
         "{md}"
     );
     assert!(md.contains("each other rank waits for it ms (mean)"), "{md}");
@@ -1661,7 +1719,10 @@ fn verdicts_and_lists_say_the_mode_and_the_batch_of_each_point() {
     write_run(&d.path().join("two"), "two", "m", &TWO_A, 10, 4);
     let r = reduced(d.path(), &[]);
     let v = r["workloads"][0]["verdict"].as_str().unwrap();
-    assert!(v.starts_with("At 2 ranks (weak, batch 10 per rank, global batch 20) it has speedup 1.33"), "{v}");
+    assert!(
+        v.starts_with("At 2 ranks (weak, batch 10 per rank, global batch 20) it has speedup 1.33"),
+        "{v}"
+    );
     assert!(v.contains(" `two` (strong, batch 10 per rank) at 2 ranks: one run per side"), "{v}");
 }
 
@@ -1682,8 +1743,14 @@ fn both_ends_of_the_bandwidth_range_are_explained() {
     let r = reduced(d.path(), &[]);
     let t = r["findings"]["bandwidth"].as_str().unwrap();
     assert!(t.contains("reaches 50–130 %"), "{t}");
-    assert!(t.contains("At the low end, `low` (50 %): below 90 % training is slower than the probe, and none of its columns shows why"), "{t}");
-    assert!(t.contains("At the high end, `high` (130 %): above 110 % the probe, not training, is off"), "{t}");
+    assert!(
+        t.contains("At the low end, `low` (50 %): below 90 % training is slower than the probe, and none of its columns shows why"),
+        "{t}"
+    );
+    assert!(
+        t.contains("At the high end, `high` (130 %): above 110 % the probe, not training, is off"),
+        "{t}"
+    );
 }
 
 /// The link model `model_json(1e-5, 1e-9)` with an intra-node fit as well, for
@@ -1720,7 +1787,11 @@ fn projected_workload(md: &str, from: &str) -> (std::collections::BTreeMap<Strin
         .unwrap_or_else(|| panic!("no section {head} in {md}"));
     let mut table = std::collections::BTreeMap::new();
     let mut sentences = Vec::new();
-    for l in md.lines().skip(start + 1).take_while(|l| !l.starts_with("### ") && !l.starts_with("![")) {
+    for l in md
+        .lines()
+        .skip(start + 1)
+        .take_while(|l| !l.starts_with("### ") && !l.starts_with("!["))
+    {
         let cells: Vec<String> = l.split('|').map(|c| c.trim().to_string()).collect();
         if l.starts_with("| ") && cells.len() > 14 && cells[2].contains(" × ") && cells[1] != "ranks" {
             let ranks = cells[1].split(' ').next().unwrap().to_string();
@@ -1752,7 +1823,9 @@ fn every_efficiency_a_what_if_sentence_quotes_is_in_its_table() {
     assert!(!sentences.is_empty(), "{md}");
     for s in &sentences {
         let ranks = s.split(" ranks)").next().and_then(|h| h.rsplit('(').next()).unwrap();
-        let row = table.get(ranks).unwrap_or_else(|| panic!("no row of {ranks} ranks for {s:?} in {table:?}"));
+        let row = table
+            .get(ranks)
+            .unwrap_or_else(|| panic!("no row of {ranks} ranks for {s:?} in {table:?}"));
         let quoted: Vec<&str> = s.match_indices("efficiency ").map(|(at, _)| &s[at + 11..]).collect();
         assert!(quoted.len() >= 2, "{s}");
         for q in quoted {
@@ -1781,7 +1854,10 @@ fn gradients_already_at_two_bytes_are_not_halved_again() {
     let (table, sentences) = projected_workload(&md, "two");
     assert!(!sentences.is_empty(), "{md}");
     for s in &sentences {
-        assert!(s.contains("the gradients already travel at 2 bytes") && !s.contains("fp16/bf16"), "{s}");
+        assert!(
+            s.contains("the gradients already travel at 2 bytes") && !s.contains("fp16/bf16"),
+            "{s}"
+        );
     }
     assert!(table.values().all(|row| row[9] == "already 2 bytes"), "{table:?}");
     let (h, rows) = read_csv(&runs.join("projection.csv"));
@@ -1809,7 +1885,10 @@ fn a_measured_speedup_needs_a_measured_1_rank_run() {
         assert!(r[at("missing_reference")].starts_with("`mpirun -n 1 ddpbench train "), "{r:?}");
     }
     let md = std::fs::read_to_string(runs.join("report.md")).unwrap();
-    assert!(md.contains("so no measured speedup is given") && md.contains("add `mpirun -n 1 ddpbench train "), "{md}");
+    assert!(
+        md.contains("so no measured speedup is given") && md.contains("add `mpirun -n 1 ddpbench train "),
+        "{md}"
+    );
     assert!(!md.contains("| 2 × 1 | speedup |"), "{md}");
 }
 
@@ -1835,24 +1914,36 @@ fn a_run_whose_warning_invalidates_it_is_given_no_direction() {
         m.warnings.push(w);
         m.write(&dir).unwrap();
     };
-    let weak = |report: &ddpbench::reduce::Report| {
-        report.scaling.iter().find(|r| r.scaling_mode == ScalingMode::Weak).unwrap().clone()
-    };
+    let weak = |report: &ddpbench::reduce::Report| report.scaling.iter().find(|r| r.scaling_mode == ScalingMode::Weak).unwrap().clone();
     warn("two-0", RunWarning::new(WarningCode::Fp16OnCpu, "fp16 on CPU"));
     let (report, md) = report_of(d.path());
     assert_eq!(weak(&report).direction, Some(Direction::Faster), "a cost, not an invalid run");
-    assert!(md.contains("- `two-0`: `fp16_on_cpu` (its figures stand, with this cost): fp16 on CPU"), "{md}");
+    assert!(
+        md.contains("- `two-0`: `fp16_on_cpu` (its figures stand, with this cost): fp16 on CPU"),
+        "{md}"
+    );
     // A warning on the reference invalidates the point compared with it.
     warn("base-1", RunWarning::new(WarningCode::TooFewMeasuredSteps, "1 measured step(s)"));
     let (report, md) = report_of(d.path());
     let row = weak(&report);
     assert_eq!(row.direction, Some(Direction::Invalidated), "{row:?}");
     assert!(row.speedup_low > 1.0, "the interval alone would say faster: {row:?}");
-    assert!(row.interval_method.ends_with("no direction: runs carry warnings that invalidate them (base-1: too_few_measured_steps)"), "{}", row.interval_method);
+    assert!(
+        row.interval_method
+            .ends_with("no direction: runs carry warnings that invalidate them (base-1: too_few_measured_steps)"),
+        "{}",
+        row.interval_method
+    );
     let v = &report.workloads[0].verdict;
-    assert!(v.contains("no direction is claimed: its runs carry warnings that invalidate them (base-1: too_few_measured_steps)"), "{v}");
+    assert!(
+        v.contains("no direction is claimed: its runs carry warnings that invalidate them (base-1: too_few_measured_steps)"),
+        "{v}"
+    );
     assert!(!v.contains("scales"), "{v}");
-    assert!(md.contains("- `base-1`: `too_few_measured_steps` (no direction is claimed for its points): 1 measured step(s)"), "{md}");
+    assert!(
+        md.contains("- `base-1`: `too_few_measured_steps` (no direction is claimed for its points): 1 measured step(s)"),
+        "{md}"
+    );
     let (h, rows) = read_csv(&d.path().join("report/scaling.csv"));
     let i = h.iter().position(|c| c == "direction").unwrap();
     assert!(rows.iter().any(|r| r[i] == "invalidated"), "{rows:?}");
@@ -1870,12 +1961,20 @@ fn a_single_run_point_with_an_invalidating_warning_names_it() {
     }
     let dir = d.path().join("two");
     let mut m = Manifest::read(&dir).unwrap();
-    m.warnings.push(RunWarning::new(WarningCode::TooFewMeasuredSteps, "1 measured step(s)"));
+    m.warnings
+        .push(RunWarning::new(WarningCode::TooFewMeasuredSteps, "1 measured step(s)"));
     m.write(&dir).unwrap();
     let (report, _) = report_of(d.path());
     let row = report.scaling.iter().find(|r| r.scaling_mode == ScalingMode::Weak).unwrap();
     assert_eq!(row.direction, Some(Direction::NoInterval), "{row:?}");
-    assert!(row.interval_method.ends_with("(two: too_few_measured_steps)"), "{}", row.interval_method);
+    assert!(
+        row.interval_method.ends_with("(two: too_few_measured_steps)"),
+        "{}",
+        row.interval_method
+    );
     let v = &report.workloads[0].verdict;
-    assert!(v.contains("no direction would be claimed: its runs carry warnings that invalidate them (two: too_few_measured_steps)"), "{v}");
+    assert!(
+        v.contains("no direction would be claimed: its runs carry warnings that invalidate them (two: too_few_measured_steps)"),
+        "{v}"
+    );
 }

@@ -50,11 +50,18 @@ fn commands(text: &str) -> Vec<String> {
 /// ddpbench train <flags>`), the binary under test for `ddpbench`, writing into `out`.
 fn run_advised(command: &str, out: &Path) -> Job {
     let words: Vec<&str> = command.split_whitespace().collect();
-    let at = words.iter().position(|w| *w == "mpirun").unwrap_or_else(|| panic!("no mpirun in {command}"));
+    let at = words
+        .iter()
+        .position(|w| *w == "mpirun")
+        .unwrap_or_else(|| panic!("no mpirun in {command}"));
     let env: Vec<(&str, &str)> = words[..at].iter().map(|w| w.split_once('=').unwrap()).collect();
     let mut rest = &words[at + 1..];
     while rest.first() == Some(&"-x") {
-        assert!(env.iter().any(|(n, _)| *n == rest[1]), "{command}: -x {} without its value", rest[1]);
+        assert!(
+            env.iter().any(|(n, _)| *n == rest[1]),
+            "{command}: -x {} without its value",
+            rest[1]
+        );
         rest = &rest[2..];
     }
     assert_eq!(&rest[..4], ["-n", "1", "ddpbench", "train"], "{command}");
@@ -72,7 +79,18 @@ fn the_advised_commands_give_a_point_its_references() {
     let d = tmp();
     let runs = d.path().join("runs");
     let env = [("DDPBENCH_SLOW_FORWARD", "1:2")];
-    let flags = ["--threads", "1", "--overlap", "force", "--bucket-mb", "1", "--grad-accum", "2", "--grad-dtype", "bf16"];
+    let flags = [
+        "--threads",
+        "1",
+        "--overlap",
+        "force",
+        "--bucket-mb",
+        "1",
+        "--grad-accum",
+        "2",
+        "--grad-dtype",
+        "bf16",
+    ];
     let job = train_with(2, &env, &flags, &runs.join("two"));
     job.assert_ok();
     assert!(
@@ -81,7 +99,12 @@ fn the_advised_commands_give_a_point_its_references() {
         job.all()
     );
     let m = json(&runs.join("two/manifest.json"));
-    assert_eq!(m["comparison_key"]["env"], serde_json::json!(["DDPBENCH_SLOW_FORWARD=1:2"]), "{}", m["comparison_key"]);
+    assert_eq!(
+        m["comparison_key"]["env"],
+        serde_json::json!(["DDPBENCH_SLOW_FORWARD=1:2"]),
+        "{}",
+        m["comparison_key"]
+    );
     for r in m["ranks"].as_array().unwrap() {
         assert_eq!(r["run_env"], serde_json::json!(["DDPBENCH_SLOW_FORWARD=1:2"]), "{r}");
     }
@@ -97,7 +120,10 @@ fn the_advised_commands_give_a_point_its_references() {
     assert_eq!(rows.len(), 1, "{rows:?}");
     let advice = &rows[0][at("missing_reference")];
     let [weak, strong] = <[String; 2]>::try_from(commands(advice)).unwrap_or_else(|c| panic!("{c:?} in {advice}"));
-    assert!(weak.contains(" --batch-size 8 ") && strong.contains(" --batch-size 16 "), "{advice}");
+    assert!(
+        weak.contains(" --batch-size 8 ") && strong.contains(" --batch-size 16 "),
+        "{advice}"
+    );
     for (name, command) in [("weak-ref", &weak), ("strong-ref", &strong)] {
         run_advised(command, &runs.join(name)).assert_ok();
     }
@@ -137,6 +163,9 @@ fn a_run_changing_environment_is_recorded_and_never_pooled() {
     assert!(slowed[at("comparison")].ends_with(" env=DDPBENCH_SLOW_FORWARD=1:2"), "{slowed:?}");
     let log = plain.all();
     if log.contains("would share this rank's 1 core(s) with its 1 compute thread(s)") {
-        assert!(!log.contains("(--threads 1)") && log.contains("give each rank a second core"), "{log}");
+        assert!(
+            !log.contains("(--threads 1)") && log.contains("give each rank a second core"),
+            "{log}"
+        );
     }
 }

@@ -32,14 +32,23 @@ fn reduce_fixtures(out: &Path) -> Job {
 /// Chromium headless on `page` with `args`; its stdout and stderr.
 fn chromium(dir: &Path, page: &Path, args: &[&str]) -> (String, String) {
     let out = Command::new("chromium")
-        .args(["--headless=new", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0"])
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
         .arg(format!("--user-data-dir={}", dir.join("chromium-profile").display()))
         .args(args)
         .arg(format!("file://{}", page.display()))
         .output()
         .expect("chromium not found: install it (apt-get install chromium; job-scripts/run-tests.sh does)");
     assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
-    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// The value of attribute `name` in the tag text `tag`.
@@ -63,7 +72,10 @@ fn report_page_renders_in_a_browser() {
     let verdict = report["workloads"][0]["verdict"].as_str().unwrap();
     let words: String = verdict.chars().take(60).collect::<String>().replace('&', "&amp;");
     assert!(dom.contains(&words), "verdict {words:?} not in the rendered page");
-    let svgs: Vec<&str> = dom.match_indices("<svg").map(|(i, _)| &dom[i..i + dom[i..].find('>').unwrap()]).collect();
+    let svgs: Vec<&str> = dom
+        .match_indices("<svg")
+        .map(|(i, _)| &dom[i..i + dom[i..].find('>').unwrap()])
+        .collect();
     assert!(svgs.len() >= 6, "{} inline SVGs", svgs.len());
     for s in &svgs {
         for d in ["width", "height"] {
@@ -73,19 +85,48 @@ fn report_page_renders_in_a_browser() {
     }
     // The sections in the order a reader needs them.
     let at = |t: &str| dom.find(t).unwrap_or_else(|| panic!("{t:?} not in the page"));
-    let order = ["Verdict", "Speedup and efficiency", "Where the ideal throughput went", "Where the step goes", "Who is late", "Projection", "Tables", "Files"];
+    let order = [
+        "Verdict",
+        "Speedup and efficiency",
+        "Where the ideal throughput went",
+        "Where the step goes",
+        "Who is late",
+        "Projection",
+        "Tables",
+        "Files",
+    ];
     for pair in order.windows(2) {
-        assert!(at(&format!(">{}", pair[0])) < at(&format!(">{}", pair[1])), "{} after {}", pair[0], pair[1]);
+        assert!(
+            at(&format!(">{}", pair[0])) < at(&format!(">{}", pair[1])),
+            "{} after {}",
+            pair[0],
+            pair[1]
+        );
     }
     let shot = dir.join("report-first-screen.png");
-    chromium(&dir, &page, &[&format!("--screenshot={}", shot.display()), "--window-size=1200,900"]);
+    chromium(
+        &dir,
+        &page,
+        &[&format!("--screenshot={}", shot.display()), "--window-size=1200,900"],
+    );
     let png = resvg::tiny_skia::Pixmap::decode_png(&std::fs::read(&shot).unwrap()).unwrap();
-    let inked = png.pixels().iter().filter(|p| (p.red() as u32 + p.green() as u32 + p.blue() as u32) < 600).count();
+    let inked = png
+        .pixels()
+        .iter()
+        .filter(|p| (p.red() as u32 + p.green() as u32 + p.blue() as u32) < 600)
+        .count();
     let share = inked as f64 / png.pixels().len() as f64;
-    assert!(share > 0.01, "the screenshot is blank ({share:.4} of its pixels inked): {}", shot.display());
+    assert!(
+        share > 0.01,
+        "the screenshot is blank ({share:.4} of its pixels inked): {}",
+        shot.display()
+    );
     println!("screenshot kept: {}", shot.display());
     // The terminal tables print each run id whole: repeats differ in their last characters.
-    for id in ["002-mnist-cnn-fashion-mnist-b32-strong-b16-r2-rep0", "002-mnist-cnn-fashion-mnist-b32-strong-b16-r2-rep2"] {
+    for id in [
+        "002-mnist-cnn-fashion-mnist-b32-strong-b16-r2-rep0",
+        "002-mnist-cnn-fashion-mnist-b32-strong-b16-r2-rep2",
+    ] {
         assert!(job.stdout.lines().any(|l| l.starts_with(id)), "{id} cut in:\n{}", job.stdout);
     }
 }
@@ -116,17 +157,26 @@ fn times_add_validation_and_the_whole_run() {
         let at = |h: &[String], rows: &[Vec<String>], col: &str| -> f64 {
             let id = h.iter().position(|c| c == "run_id").unwrap();
             let r = rows.iter().find(|r| r[id] == run).unwrap_or_else(|| panic!("no row for {run}"));
-            r[h.iter().position(|c| c == col).unwrap_or_else(|| panic!("no column {col}"))].parse().unwrap()
+            r[h.iter().position(|c| c == col).unwrap_or_else(|| panic!("no column {col}"))]
+                .parse()
+                .unwrap()
         };
         let (eh, erows) = read_csv(&f.join("single").join(run).join("epochs.csv"));
         let mut vals = col(&eh, &erows, "val_s");
         vals.sort_by(f64::total_cmp);
-        let median = if vals.len() % 2 == 1 { vals[vals.len() / 2] } else { (vals[vals.len() / 2 - 1] + vals[vals.len() / 2]) / 2.0 };
+        let median = if vals.len() % 2 == 1 {
+            vals[vals.len() / 2]
+        } else {
+            (vals[vals.len() / 2 - 1] + vals[vals.len() / 2]) / 2.0
+        };
         let wall = json(&f.join("single").join(run).join("manifest.json"))["wall_s"].as_f64().unwrap();
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs().max(1.0);
         assert!(close(at(&h, &rows, "val_s_per_epoch"), median), "{run}: validation");
         assert!(close(at(&h, &rows, "epoch_s"), at(&sh, &srows, "epoch_s")), "{run}: epoch");
-        assert!(close(at(&h, &rows, "epoch_with_val_s"), at(&h, &rows, "epoch_s") + median), "{run}: sum");
+        assert!(
+            close(at(&h, &rows, "epoch_with_val_s"), at(&h, &rows, "epoch_s") + median),
+            "{run}: sum"
+        );
         assert!(close(at(&h, &rows, "run_wall_s"), wall), "{run}: wall");
     }
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
@@ -140,7 +190,14 @@ fn times_add_validation_and_the_whole_run() {
 fn speedup_grid_has_the_1_rank_time() {
     let dir = tmp();
     let out = dir.path().join("r");
-    ddpbench(&["reduce", &path_str(&fixtures().join("study/runs")), "--out", &path_str(&out), "--no-plots"]).assert_ok();
+    ddpbench(&[
+        "reduce",
+        &path_str(&fixtures().join("study/runs")),
+        "--out",
+        &path_str(&out),
+        "--no-plots",
+    ])
+    .assert_ok();
     let (h, rows) = read_csv(&out.join("scaling.csv"));
     let c = |name: &str| h.iter().position(|x| x == name).unwrap();
     let alone = rows
@@ -150,7 +207,10 @@ fn speedup_grid_has_the_1_rank_time() {
     let step_ms: f64 = alone[c("step_s_mean")].parse::<f64>().unwrap() * 1e3;
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("| batch/rank | 1-rank step ms |"), "{md}");
-    assert!(md.contains(&format!("| 32 | {step_ms:.2} |")), "no 1-rank time {step_ms:.2} ms for batch 32:\n{md}");
+    assert!(
+        md.contains(&format!("| 32 | {step_ms:.2} |")),
+        "no 1-rank time {step_ms:.2} ms for batch 32:\n{md}"
+    );
 }
 
 /// bandwidth.svg names each batch per rank in its legend, so dots of two batches are
@@ -162,7 +222,10 @@ fn plots_name_what_they_show() {
     ddpbench(&["reduce", &path_str(&fixtures().join("study/runs")), "--out", &path_str(&out)]).assert_ok();
     let bw = std::fs::read_to_string(out.join("bandwidth.svg")).unwrap();
     for batch in [16, 32] {
-        assert!(bw.contains(&format!("inside training, batch {batch}/rank")), "batch {batch} not named:\n{bw}");
+        assert!(
+            bw.contains(&format!("inside training, batch {batch}/rank")),
+            "batch {batch} not named:\n{bw}"
+        );
     }
     let heat = std::fs::read_to_string(out.join("heatmap-001-mnist-cnn-fashion-mnist-b32-r2-rep0.svg")).unwrap();
     let texts: Vec<&str> = heat.lines().map(str::trim).collect();

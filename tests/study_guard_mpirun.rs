@@ -81,9 +81,14 @@ probe_iters = 0
     let dry = study(&file, &d.path().join("study"), &["--dry-run"]);
     dry.assert_ok();
     let text = &dry.stdout;
-    assert_eq!(text.matches("  warning: --amp fp16 on CPU").count(), 1, "once, for its workload:\n{text}");
     assert_eq!(
-        text.matches("warning: 0 measured step(s) per rank (3 in all, 5 of warm-up)").count(),
+        text.matches("  warning: --amp fp16 on CPU").count(),
+        1,
+        "once, for its workload:\n{text}"
+    );
+    assert_eq!(
+        text.matches("warning: 0 measured step(s) per rank (3 in all, 5 of warm-up)")
+            .count(),
         2,
         "for each point:\n{text}"
     );

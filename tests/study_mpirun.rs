@@ -264,8 +264,16 @@ fn two_points_of_a_study_train_as_one_rank_of_twice_the_batch() {
     let (h, summary) = read_csv(&out.join("report/study.csv"));
     let cell = |name: &str| summary[0][h.iter().position(|c| c == name).unwrap()].clone();
     assert_eq!(cell("ranks"), "1", "{summary:?}");
-    assert_eq!((cell("strong_speedup"), cell("strong_efficiency")), ("1".into(), "1".into()), "{h:?} {summary:?}");
-    assert_eq!((cell("weak_speedup"), cell("weak_efficiency")), (String::new(), String::new()), "{h:?} {summary:?}");
+    assert_eq!(
+        (cell("strong_speedup"), cell("strong_efficiency")),
+        ("1".into(), "1".into()),
+        "{h:?} {summary:?}"
+    );
+    assert_eq!(
+        (cell("weak_speedup"), cell("weak_efficiency")),
+        (String::new(), String::new()),
+        "{h:?} {summary:?}"
+    );
     let (a, b) = (params(&one["run"]), params(&two["run"]));
     let (mut diff, mut norm) = (0.0, 0.0);
     for ((na, ta), (nb, tb)) in a.iter().zip(&b) {
@@ -514,7 +522,10 @@ fn study_csv_has_one_estimator_the_geometric_mean_of_the_repeats() {
             "{}: {got}, the geometric mean of {thr:?} is {geometric}",
             row[i("point")]
         );
-        got_of.insert((row[i("ranks")].clone(), row[i("batch_per_rank")].clone()), (got, row[i("weak_speedup")].clone()));
+        got_of.insert(
+            (row[i("ranks")].clone(), row[i("batch_per_rank")].clone()),
+            (got, row[i("weak_speedup")].clone()),
+        );
     }
     let (two, weak) = &got_of[&("2".to_string(), "32".to_string())];
     let (one, _) = &got_of[&("1".to_string(), "32".to_string())];
@@ -541,7 +552,9 @@ fn study_csv_says_how_each_interval_was_found() {
                 continue;
             }
             let point = &row[at(&h, "point")];
-            let same = scaling.iter().find(|r| r[at(&sh, "scaling_mode")] == mode && r[at(&sh, "run_ids")].contains(point.as_str()));
+            let same = scaling
+                .iter()
+                .find(|r| r[at(&sh, "scaling_mode")] == mode && r[at(&sh, "run_ids")].contains(point.as_str()));
             let same = same.unwrap_or_else(|| panic!("no {mode} row of {point}"));
             assert_eq!(method, &same[at(&sh, "interval_method")]);
             assert!(method.starts_with("t on log throughput, df "), "{method}");
@@ -703,7 +716,10 @@ fn a_study_with_the_pytorch_peer_writes_both_sets_of_points_and_both_rows() {
     // report.md says what its figures are and sets the two trainers side by side;
     // study.md has a section and a curve per trainer.
     let report = std::fs::read_to_string(out.join("report/report.md")).unwrap();
-    assert!(report.contains("These figures are the scaling of ddpbench, a lean data-parallel trainer"), "{report}");
+    assert!(
+        report.contains("These figures are the scaling of ddpbench, a lean data-parallel trainer"),
+        "{report}"
+    );
     assert!(
         report.contains("mnist-cnn on synthetic, 2 rank(s) (weak, batch 64 per rank): ddpbench's efficiency")
             && report.contains("; PyTorch DDP's efficiency"),
@@ -729,7 +745,8 @@ fn a_study_with_a_peer_and_no_pytorch_is_refused_before_any_point() {
     let job = run_with_limit(cmd, LIMIT);
     assert!(!job.ok(), "{}", job.all());
     assert!(
-        job.all().contains("study key `peer = \"pytorch-ddp\"`: cannot run /nonexistent/python")
+        job.all()
+            .contains("study key `peer = \"pytorch-ddp\"`: cannot run /nonexistent/python")
             && job.all().contains("set DDPBENCH_PYTHON to a Python with torch"),
         "{}",
         job.all()

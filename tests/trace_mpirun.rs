@@ -633,7 +633,10 @@ fn a_trace_that_reaches_its_byte_bound_stops_whole_and_says_at_which_step() {
             "the manifest names the step of rank {rank}: {}",
             manifest["ranks"][rank]
         );
-        assert!((4..11).contains(&n), "rank {rank}: stopped before step {n}, not within the window 3..11");
+        assert!(
+            (4..11).contains(&n),
+            "rank {rank}: stopped before step {n}, not within the window 3..11"
+        );
         // Every step before it whole, none from it on.
         let mut steps: Vec<usize> = named(&ev, "ProfilerStep#")
             .iter()
@@ -650,7 +653,11 @@ fn a_trace_that_reaches_its_byte_bound_stops_whole_and_says_at_which_step() {
         assert_eq!(stop_step(&job.all(), 0), Some(said), "{cmd:?}: {}", job.all());
         assert!(stop_step(&job.all(), 1).is_some(), "{cmd:?}: {}", job.all());
         let merged = json(&out.join("timeline.json"));
-        assert_eq!(merged["otherData"]["trace_stopped_before_step"]["0"], said as u64, "{}", merged["otherData"]);
+        assert_eq!(
+            merged["otherData"]["trace_stopped_before_step"]["0"], said as u64,
+            "{}",
+            merged["otherData"]
+        );
     }
 }
 
@@ -744,10 +751,7 @@ fn a_full_disk_leaves_no_temporary_timeline_and_the_error_names_the_path() {
     assert!(job.stderr.contains("No space left"), "{}", job.all());
     let names: Vec<&str> = job.stdout.lines().skip_while(|l| !l.starts_with("trace-exit")).skip(1).collect();
     assert!(names.contains(&"trace") && names.contains(&"manifest.json"), "{names:?}");
-    assert!(
-        !names.iter().any(|n| n.starts_with("timeline")),
-        "the merge left {names:?}"
-    );
+    assert!(!names.iter().any(|n| n.starts_with("timeline")), "the merge left {names:?}");
 }
 
 #[test]
@@ -761,8 +765,13 @@ fn a_link_planted_as_the_temporary_timeline_is_not_written_through() {
     let kept = std::fs::read_to_string(&victim).unwrap();
     assert!(kept == "keep me\n", "the link's target was written: {} bytes", kept.len());
     assert!(!out.join("timeline.json").is_symlink(), "timeline.json is a link");
-    assert!(json(&out.join("timeline.json"))["traceEvents"].as_array().is_some_and(|e| !e.is_empty()));
-    assert!(std::fs::symlink_metadata(out.join("timeline.json.tmp")).is_err(), "the link is left");
+    assert!(json(&out.join("timeline.json"))["traceEvents"]
+        .as_array()
+        .is_some_and(|e| !e.is_empty()));
+    assert!(
+        std::fs::symlink_metadata(out.join("timeline.json.tmp")).is_err(),
+        "the link is left"
+    );
 }
 
 /// A PNG's width and height from its IHDR chunk, which the format puts first.
@@ -844,9 +853,17 @@ fn trace_png_refuses_an_existing_file_a_fifo_an_unwritable_path_and_a_run_withou
     let c = std::ffi::CString::new(path_str(&fifo)).unwrap();
     // SAFETY: a C string this test owns.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
-    refused(&trace_png(&run, &[&path_str(&fifo)]), "a FIFO", &[&path_str(&fifo), "never overwritten"]);
+    refused(
+        &trace_png(&run, &[&path_str(&fifo)]),
+        "a FIFO",
+        &[&path_str(&fifo), "never overwritten"],
+    );
     let nowhere = d.path().join("no/such/folder/t.png");
-    refused(&trace_png(&run, &[&path_str(&nowhere)]), "a missing folder", &[&path_str(&nowhere), "folder you can write"]);
+    refused(
+        &trace_png(&run, &[&path_str(&nowhere)]),
+        "a missing folder",
+        &[&path_str(&nowhere), "folder you can write"],
+    );
     // A run without its trace: refused by the merge, and the PNG created for it removed.
     std::fs::remove_dir_all(run.join("trace")).unwrap();
     refused(&trace_png(&run, &[]), "no trace", &["no trace/ folder", "--trace"]);

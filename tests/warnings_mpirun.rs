@@ -47,7 +47,11 @@ fn accepted_misconfigurations_are_warned_of_once_and_recorded() {
     let job = run_with_limit(cmd, LIMIT);
     job.assert_ok();
     let m = json(&out.join("manifest.json"));
-    assert_eq!(codes(&m), ["fp16_on_cpu", "too_few_measured_steps", "fewer_cores_than_allocated"], "{m}");
+    assert_eq!(
+        codes(&m),
+        ["fp16_on_cpu", "too_few_measured_steps", "fewer_cores_than_allocated"],
+        "{m}"
+    );
     let w = m["warnings"].as_array().unwrap();
     let invalidates: Vec<bool> = w.iter().map(|w| w["invalidates_direction"].as_bool().unwrap()).collect();
     assert_eq!(invalidates, [false, true, false]);
@@ -57,11 +61,20 @@ fn accepted_misconfigurations_are_warned_of_once_and_recorded() {
         assert_eq!(all.matches(message).count(), 1, "printed once, by rank 0: {message}\n{all}");
     }
     assert!(all.contains("--amp bf16"), "{all}");
-    assert!(all.contains("2 measured step(s) per rank (3 in all, 1 of warm-up), fewer than --min-measured-steps 20"), "{all}");
-    assert!(all.contains("fewer than the 4096 Slurm allocated per task (SLURM_CPUS_PER_TASK)"), "{all}");
+    assert!(
+        all.contains("2 measured step(s) per rank (3 in all, 1 of warm-up), fewer than --min-measured-steps 20"),
+        "{all}"
+    );
+    assert!(
+        all.contains("fewer than the 4096 Slurm allocated per task (SLURM_CPUS_PER_TASK)"),
+        "{all}"
+    );
     let (h, rows) = read_csv(&out.join("epochs.csv"));
     assert_eq!(col(&h, &rows, "val_samples"), vec![48.0]);
-    assert!(all.contains("validating on 48 of 200 test samples (as many as the epoch trained"), "{all}");
+    assert!(
+        all.contains("validating on 48 of 200 test samples (as many as the epoch trained"),
+        "{all}"
+    );
 }
 
 /// The same kind of run without any of those: no warning; `--min-measured-steps` lowers
@@ -99,5 +112,9 @@ fn a_run_without_misconfigurations_carries_no_warning() {
     assert_eq!(codes(&m), Vec::<String>::new(), "{m}");
     let (h, rows) = read_csv(&out.join("epochs.csv"));
     assert_eq!(col(&h, &rows, "val_samples"), vec![100.0]);
-    assert!(job.all().contains("validating on 100 of 200 test samples (--val-samples)"), "{}", job.all());
+    assert!(
+        job.all().contains("validating on 100 of 200 test samples (--val-samples)"),
+        "{}",
+        job.all()
+    );
 }

@@ -96,7 +96,10 @@ impl LevelFit {
     /// A warning when the fit is off by more than [`MAX_FIT_REL_ERROR`] at some measured
     /// size: which, by how much, and what it means for projections.
     pub fn warning(&self) -> Option<String> {
-        let worst = self.residuals.iter().max_by(|a, b| a.rel_error.abs().total_cmp(&b.rel_error.abs()))?;
+        let worst = self
+            .residuals
+            .iter()
+            .max_by(|a, b| a.rel_error.abs().total_cmp(&b.rel_error.abs()))?;
         (worst.rel_error.abs() > MAX_FIT_REL_ERROR).then(|| {
             format!(
                 "warning: the {} fit is off by {:.1} % at {} B (beyond {:.0} %): it does not follow the sweep there, and \

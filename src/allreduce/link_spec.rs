@@ -212,7 +212,12 @@ impl LinkSpec {
 
     /// The spec in words: `roce-100g (12.5 GB/s, 5 µs)`.
     pub fn describe(&self) -> String {
-        format!("{} ({:.3} GB/s per direction, {:.2} µs)", self.name, self.bandwidth_bytes_per_s / 1e9, self.alpha_s * 1e6)
+        format!(
+            "{} ({:.3} GB/s per direction, {:.2} µs)",
+            self.name,
+            self.bandwidth_bytes_per_s / 1e9,
+            self.alpha_s * 1e6
+        )
     }
 
     /// The α–β model of one level with this spec's α and β: no residuals, no error, the
@@ -363,7 +368,10 @@ mod tests {
             ("ib-xdr", "'ib-xdr' is no preset"),
         ] {
             let e = LinkSpec::parse(bad).unwrap_err();
-            assert!(e.contains(why) && e.contains("BANDWIDTH,LATENCY") && e.contains("roce-100g, ib-hdr"), "{bad}: {e}");
+            assert!(
+                e.contains(why) && e.contains("BANDWIDTH,LATENCY") && e.contains("roce-100g, ib-hdr"),
+                "{bad}: {e}"
+            );
         }
     }
 }

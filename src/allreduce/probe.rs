@@ -49,15 +49,7 @@ pub fn probe_allreduce(
         .iter()
         .map(|&b| (b as usize).div_ceil(dtype.bytes()))
         .collect();
-    let m = measure_set(
-        &mut target,
-        &numels,
-        dtype,
-        iters,
-        PROBE_BUDGET_S,
-        PROBE_MIN_ITERS,
-        flush_bytes,
-    )?;
+    let m = measure_set(&mut target, &numels, dtype, iters, PROBE_BUDGET_S, PROBE_MIN_ITERS, flush_bytes)?;
     if m.wrong > 0 {
         bail!(
             "the all-reduce probe summed {} elements wrong over {world_size} ranks: MPI's all-reduce gives wrong results on this allocation (check the MPI installation and its network settings)",

@@ -69,6 +69,10 @@ pub fn main(args: CompareArgs) -> anyhow::Result<()> {
     files.write("compare.csv", &write::csv(&shared)?)?;
     files.commit()?;
     print!("{}", write::terminal(&labels, &shared, &only, &sentence));
-    println!("wrote {} and {}", dir.join("compare.md").display(), dir.join("compare.csv").display());
+    println!(
+        "wrote {} and {}",
+        dir.join("compare.md").display(),
+        dir.join("compare.csv").display()
+    );
     Ok(())
 }

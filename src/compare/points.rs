@@ -102,7 +102,9 @@ pub fn compare(a: &ReportFile, b: &ReportFile) -> Result<(Vec<Compared>, Vec<Str
     let (pa, pb) = (points(a), points(b));
     if pa.is_empty() || pb.is_empty() {
         let which = if pa.is_empty() { "A" } else { "B" };
-        return Err(Refusal(format!("{which} holds no complete run with a comparison key: nothing to compare")));
+        return Err(Refusal(format!(
+            "{which} holds no complete run with a comparison key: nothing to compare"
+        )));
     }
     let mut shared = Vec::new();
     let mut only = Vec::new();
@@ -124,7 +126,10 @@ pub fn compare(a: &ReportFile, b: &ReportFile) -> Result<(Vec<Compared>, Vec<Str
 }
 
 fn shape(run: &RunEntry) -> String {
-    format!("{} on {}, {} ranks × {} per rank", run.model, run.dataset, run.ranks, run.batch_per_rank)
+    format!(
+        "{} on {}, {} ranks × {} per rank",
+        run.model, run.dataset, run.ranks, run.batch_per_rank
+    )
 }
 
 /// What differs between the closest pair of points (fewest differing fields).
@@ -174,10 +179,23 @@ fn compared(p: &PointKey, runs_a: &[&RunEntry], runs_b: &[&RunEntry], a: &Report
     let (fa, fb) = (figures(runs_a, a), figures(runs_b, b));
     let ratio = fb.values[THROUGHPUT] / fa.values[THROUGHPUT];
     let terms = [
-        Term { runs: runs_b.len(), weight: 1.0, pool: 0, within_run_variance: f64::NAN },
-        Term { runs: runs_a.len(), weight: 1.0, pool: 1, within_run_variance: f64::NAN },
+        Term {
+            runs: runs_b.len(),
+            weight: 1.0,
+            pool: 0,
+            within_run_variance: f64::NAN,
+        },
+        Term {
+            runs: runs_a.len(),
+            weight: 1.0,
+            pool: 1,
+            within_run_variance: f64::NAN,
+        },
     ];
-    let pools = [Spread::pooled([fb.log_throughputs.as_slice()]), Spread::pooled([fa.log_throughputs.as_slice()])];
+    let pools = [
+        Spread::pooled([fb.log_throughputs.as_slice()]),
+        Spread::pooled([fa.log_throughputs.as_slice()]),
+    ];
     let interval = speedup_interval(ratio, &terms, &pools);
     Compared {
         model: runs_a[0].model.clone(),
@@ -223,7 +241,11 @@ fn figures(runs: &[&RunEntry], report: &ReportFile) -> SideFigures {
         mean(|r| r.per_step.other_s),
         throughput,
         speedup,
-        if busbw.is_empty() { f64::NAN } else { stats::geometric_mean(&busbw) },
+        if busbw.is_empty() {
+            f64::NAN
+        } else {
+            stats::geometric_mean(&busbw)
+        },
     ];
     SideFigures {
         run_ids,
@@ -259,7 +281,10 @@ mod tests {
         let (shared, only) = compare(&report(&[(1, 16, 100.0)]), &report(&[(4, 16, 150.0), (4, 32, 1.0)])).unwrap();
         assert_eq!(shared.len(), 1);
         assert!((shared[0].ratio(THROUGHPUT) - 1.5).abs() < 1e-12);
-        assert_eq!((shared[0].machine_a.as_str(), shared[0].machine_b.as_str()), ("threads [1], workers 0", "threads [4], workers 0"));
+        assert_eq!(
+            (shared[0].machine_a.as_str(), shared[0].machine_b.as_str()),
+            ("threads [1], workers 0", "threads [4], workers 0")
+        );
         assert_eq!(only, vec!["only in B: m on d, 2 ranks × 32 per rank"]);
         let refused = compare(&report(&[(1, 16, 100.0)]), &report(&[(1, 32, 100.0)])).unwrap_err();
         assert!(refused.0.contains("batch per rank (16 in A, 32 in B)"), "{refused}");
@@ -267,7 +292,11 @@ mod tests {
 
     #[test]
     fn repeats_on_both_sides_give_an_interval_and_one_run_none() {
-        let (shared, _) = compare(&report(&[(1, 16, 100.0), (1, 16, 102.0)]), &report(&[(1, 16, 150.0), (1, 16, 151.0)])).unwrap();
+        let (shared, _) = compare(
+            &report(&[(1, 16, 100.0), (1, 16, 102.0)]),
+            &report(&[(1, 16, 150.0), (1, 16, 151.0)]),
+        )
+        .unwrap();
         let c = &shared[0];
         assert!(c.throughput_low > 1.0 && c.throughput_low < c.ratio(THROUGHPUT) && c.ratio(THROUGHPUT) < c.throughput_high);
         assert_eq!(c.direction, Direction::Faster);

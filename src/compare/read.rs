@@ -85,7 +85,11 @@ fn number<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
 
 /// Reads `path`: a folder holding report.json, or a report.json file.
 pub fn side(path: &Path) -> Result<Side, Refusal> {
-    let file = if path.is_dir() { path.join("report.json") } else { path.to_path_buf() };
+    let file = if path.is_dir() {
+        path.join("report.json")
+    } else {
+        path.to_path_buf()
+    };
     if path.is_dir() && std::fs::symlink_metadata(&file).is_err() {
         return Err(Refusal(format!(
             "{} holds no report.json: give a folder `ddpbench reduce` wrote into (its --out), or run `ddpbench reduce` on its runs first",
@@ -105,8 +109,7 @@ pub fn side(path: &Path) -> Result<Side, Refusal> {
             ),
         }));
     }
-    let text = crate::files::read_regular_to_string(&file, MAX_REPORT_BYTES)
-        .map_err(|e| Refusal(crate::files::read_error(&file, &e)))?;
+    let text = crate::files::read_regular_to_string(&file, MAX_REPORT_BYTES).map_err(|e| Refusal(crate::files::read_error(&file, &e)))?;
     let report = parse(&file, &text)?;
     Ok(Side { file, report })
 }
@@ -142,9 +145,9 @@ fn parse(file: &Path, text: &str) -> Result<ReportFile, Refusal> {
 /// report.json's fields, read from its text so that an error names the line and column.
 fn typed(file: &Path, text: &str) -> Result<ReportFile, Refusal> {
     serde_json::from_str(text).map_err(|e| {
-            Refusal(format!(
-                "{} is damaged: {e}; run `ddpbench reduce` on its runs again",
-                file.display()
-            ))
-        })
+        Refusal(format!(
+            "{} is damaged: {e}; run `ddpbench reduce` on its runs again",
+            file.display()
+        ))
+    })
 }

@@ -65,7 +65,11 @@ fn interval_words(c: &Compared) -> String {
 /// seconds differ most there, and their figures.
 pub fn biggest_difference(points: &[Compared]) -> String {
     let far = |c: &Compared| c.ratio(0).ln().abs();
-    let Some(c) = points.iter().filter(|c| far(c).is_finite()).max_by(|x, y| far(x).total_cmp(&far(y))) else {
+    let Some(c) = points
+        .iter()
+        .filter(|c| far(c).is_finite())
+        .max_by(|x, y| far(x).total_cmp(&far(y)))
+    else {
         return "No point has a step time on both sides.".into();
     };
     let mut text = format!(
@@ -105,7 +109,12 @@ pub fn markdown(labels: &(String, String), points: &[Compared], only: &[String],
             interval_words(c)
         );
         for (i, (_, what)) in METRICS.iter().enumerate() {
-            md += &format!("| {what} | {} | {} | {} |\n", num(c.a.values[i]), num(c.b.values[i]), num(c.ratio(i)));
+            md += &format!(
+                "| {what} | {} | {} | {} |\n",
+                num(c.a.values[i]),
+                num(c.b.values[i]),
+                num(c.ratio(i))
+            );
         }
     }
     if !only.is_empty() {
@@ -123,7 +132,12 @@ pub fn terminal(labels: &(String, String), points: &[Compared], only: &[String],
     for c in points {
         out += &format!("\n{}\n  {:<34} {:>14} {:>14} {:>9}\n", point_title(c), "figure", "A", "B", "B / A");
         for (i, (_, what)) in METRICS.iter().enumerate() {
-            out += &format!("  {what:<34} {:>14} {:>14} {:>9}\n", num(c.a.values[i]), num(c.b.values[i]), num(c.ratio(i)));
+            out += &format!(
+                "  {what:<34} {:>14} {:>14} {:>9}\n",
+                num(c.a.values[i]),
+                num(c.b.values[i]),
+                num(c.ratio(i))
+            );
         }
         out += &format!("  throughput B / A: {}\n", interval_words(c));
     }
@@ -144,7 +158,9 @@ fn cell(v: f64) -> String {
 /// compare.csv: one row per point; per figure its A, B and B / A columns.
 pub fn csv(points: &[Compared]) -> anyhow::Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    let mut header: Vec<String> = ["model", "dataset", "ranks", "batch_per_rank", "runs_a", "runs_b"].map(String::from).to_vec();
+    let mut header: Vec<String> = ["model", "dataset", "ranks", "batch_per_rank", "runs_a", "runs_b"]
+        .map(String::from)
+        .to_vec();
     for (m, _) in METRICS {
         header.extend([format!("{m}_a"), format!("{m}_b"), format!("{m}_ratio")]);
     }

@@ -32,8 +32,8 @@ pub use panic::{abort_job, panic_message};
 
 use crate::world::{AgreedError, Group, World};
 use anyhow::Result;
-use same_flags::LaunchFlags;
 use mpi::collective::CommunicatorCollectives;
+use same_flags::LaunchFlags;
 use watchdog::Watchdog;
 
 /// What differs between the commands run as an MPI job.
@@ -96,7 +96,12 @@ pub fn run_job(options: JobOptions, command: impl FnOnce(&Job) -> Result<()>) ->
         Some(agreed) if agreed.rank == 0 => end_agreed(world, watchdog, options.teardown_limit_s, err),
         Some(agreed) => {
             let origin = agreed.rank;
-            end_agreed(world, watchdog, options.teardown_limit_s, err.context(format!("rank {origin} reported")))
+            end_agreed(
+                world,
+                watchdog,
+                options.teardown_limit_s,
+                err.context(format!("rank {origin} reported")),
+            )
         }
         None => {
             crate::stderr::say(&format!("Error on rank {} ({}): {err:#}. Aborting the job.", g.rank, g.host));

@@ -28,7 +28,10 @@ pub fn abort_job(code: i32) -> ! {
 pub(super) fn abort_on_panic(rank: usize, host: &str) {
     let host = host.to_string();
     std::panic::set_hook(Box::new(move |info| {
-        crate::stderr::say(&format!("Error on rank {rank} ({host}): {}. Aborting the job.", panic_message(info)));
+        crate::stderr::say(&format!(
+            "Error on rank {rank} ({host}): {}. Aborting the job.",
+            panic_message(info)
+        ));
         abort_job(2)
     }));
 }

@@ -870,7 +870,11 @@ pub(crate) mod tests {
         plain.env.clear();
         let slowed = unusual();
         assert_ne!(plain, slowed);
-        assert!(slowed.describe().ends_with(" env=DDPBENCH_SLOW_FORWARD=1:30"), "{}", slowed.describe());
+        assert!(
+            slowed.describe().ends_with(" env=DDPBENCH_SLOW_FORWARD=1:30"),
+            "{}",
+            slowed.describe()
+        );
         // Derived for a manifest without a key: from what its ranks recorded.
         let mut m = manifest_with(plain);
         m.comparison_key = None;
@@ -885,6 +889,9 @@ pub(crate) mod tests {
                 ..Default::default()
             },
         ];
-        assert_eq!(ComparisonKey::derive(&m).unwrap().env, vec!["DDPBENCH_SLOW_FORWARD=1:30".to_string()]);
+        assert_eq!(
+            ComparisonKey::derive(&m).unwrap().env,
+            vec!["DDPBENCH_SLOW_FORWARD=1:30".to_string()]
+        );
     }
 }

@@ -98,10 +98,7 @@ fn outcome(m: &Manifest, ended: &[(EndRecord, SystemTime)], command: &str) -> Se
     }
     Settled {
         status,
-        error: format!(
-            "{} (written from the ranks' end records by ddpbench {command})",
-            parts.join("; ")
-        ),
+        error: format!("{} (written from the ranks' end records by ddpbench {command})", parts.join("; ")),
     }
 }
 
@@ -251,6 +248,10 @@ mod tests {
         let d = run(2, &[(0, RunStatus::Completed, ""), (1, RunStatus::Completed, "")]);
         let settled = settle(d.path(), "reduce", later()).unwrap().unwrap();
         assert_eq!(settled.status, RunStatus::Failed);
-        assert!(settled.error.contains("rank 0 did not write the run's outcome"), "{}", settled.error);
+        assert!(
+            settled.error.contains("rank 0 did not write the run's outcome"),
+            "{}",
+            settled.error
+        );
     }
 }

@@ -92,8 +92,7 @@ mod tests {
 
     #[test]
     fn a_newer_code_is_read_with_the_writers_verdict() {
-        let w: RunWarning =
-            serde_json::from_str(r#"{"code":"spread_on_one_node","message":"m","invalidates_direction":true}"#).unwrap();
+        let w: RunWarning = serde_json::from_str(r#"{"code":"spread_on_one_node","message":"m","invalidates_direction":true}"#).unwrap();
         assert_eq!((w.code, w.invalidates_direction), (WarningCode::Unknown, true));
     }
 }

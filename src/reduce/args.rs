@@ -78,7 +78,9 @@ fn parse_target_efficiency(s: &str) -> Result<f64, String> {
 fn parse_price(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(format!("'{s}' is no price: give a number from 0 (what one GPU costs per hour, e.g. 2.5)")),
+        _ => Err(format!(
+            "'{s}' is no price: give a number from 0 (what one GPU costs per hour, e.g. 2.5)"
+        )),
     }
 }
 

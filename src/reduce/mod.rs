@@ -272,7 +272,10 @@ fn project(req: &ReduceRequest, dirs: &[PathBuf], complete: &[&RunStats]) -> Res
         eprintln!("projection: {n}");
     }
     if rows.is_empty() {
-        eprintln!("projection: no workload could be projected with {}", report::recommendation::source_words(req, sweep.as_deref()));
+        eprintln!(
+            "projection: no workload could be projected with {}",
+            report::recommendation::source_words(req, sweep.as_deref())
+        );
         return Ok(None);
     }
     let mut section = report::projection_section(rows, notes, &models, &source);

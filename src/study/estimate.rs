@@ -134,7 +134,9 @@ pub fn time_workloads(g: &Group, plan: &Plan, budget_s: f64, watchdog: &Watchdog
         if broadcast_string(g, if spent { "spent" } else { "" }) == "spent" {
             out.insert(
                 workload,
-                Err(format!("--budget-s {budget_s} spent ({spent_s:.0} s timing the workloads before it)")),
+                Err(format!(
+                    "--budget-s {budget_s} spent ({spent_s:.0} s timing the workloads before it)"
+                )),
             );
             continue;
         }

@@ -81,7 +81,10 @@ pub fn check_point(peer: Peer, cfg: &TrainConfig) -> Result<()> {
         (cfg.schedule.grad_accum != 1, "grad_accum above 1"),
         (cfg.optim.amp != crate::amp::AmpMode::Off, "amp"),
         (cfg.comm.grad_dtype != key::GradDtype::Fp32, "grad_dtype other than fp32"),
-        (cfg.schedule.max_steps.is_none(), "no max_steps (the peer runs a bounded number of steps)"),
+        (
+            cfg.schedule.max_steps.is_none(),
+            "no max_steps (the peer runs a bounded number of steps)",
+        ),
     ]
     .into_iter()
     .filter_map(|(differs, what)| differs.then_some(what))
@@ -116,16 +119,12 @@ pub fn run(pg: &Group, peer: Peer, cfg: &TrainConfig, dir: &Path) -> Result<()> 
         let hosts = all_strings(pg, &pg.host);
         hosts[..pg.rank].iter().filter(|h| **h == pg.host).count()
     };
-    let node_type = cfg
-        .placement
-        .node_type
-        .clone()
-        .unwrap_or_else(|| {
-            let cores = hwloc2::Topology::new()
-                .map(|t| crate::topology::discover_cores(&t))
-                .unwrap_or_default();
-            crate::topology::NodeInfo::detect(&cores).node_type()
-        });
+    let node_type = cfg.placement.node_type.clone().unwrap_or_else(|| {
+        let cores = hwloc2::Topology::new()
+            .map(|t| crate::topology::discover_cores(&t))
+            .unwrap_or_default();
+        crate::topology::NodeInfo::detect(&cores).node_type()
+    });
     let threads = cfg.placement.threads.unwrap_or(1);
     let me = RankInfo {
         rank: pg.rank,
@@ -243,7 +242,11 @@ fn launch(pg: &Group, cfg: &TrainConfig, peer_dir: &Path, rendezvous: &str, loca
     if !status.success() {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
-        bail!("the peer's rank {} exited with {status}: {last} (all of it in {})", pg.rank, log.display());
+        bail!(
+            "the peer's rank {} exited with {status}: {last} (all of it in {})",
+            pg.rank,
+            log.display()
+        );
     }
     Ok(())
 }

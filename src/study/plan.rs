@@ -845,9 +845,15 @@ mod tests {
     fn spread_on_one_node_is_named_with_the_allocation() {
         let one = Layout::from_hosts(&["a".to_string(), "a".to_string()]);
         let c = one.node_fill_concern(&[1, 2], NodeFill::Spread).unwrap();
-        assert!(c.contains("the allocation has 1 node (a, 2 rank(s))") && c.contains("sbatch -N 2"), "{c}");
+        assert!(
+            c.contains("the allocation has 1 node (a, 2 rank(s))") && c.contains("sbatch -N 2"),
+            "{c}"
+        );
         assert!(one.node_fill_concern(&[1, 2], NodeFill::Pack).is_none());
-        assert!(one.node_fill_concern(&[1], NodeFill::Spread).is_none(), "one rank spans one node anyway");
+        assert!(
+            one.node_fill_concern(&[1], NodeFill::Spread).is_none(),
+            "one rank spans one node anyway"
+        );
         let two = Layout::from_hosts(&["a".to_string(), "b".to_string()]);
         assert!(two.node_fill_concern(&[1, 2], NodeFill::Spread).is_none());
     }
@@ -1066,7 +1072,10 @@ mod tests {
             format!("{:#}", plan(&spec, &hosts(1, 2), 2).unwrap_err())
         };
         let e = refused("optimizer = \"sgd\"\nmodels = [\"resnet18\"]\n");
-        assert!(e.contains("the model `resnet18` has no PyTorch twin") && e.contains("drop `peer`"), "{e}");
+        assert!(
+            e.contains("the model `resnet18` has no PyTorch twin") && e.contains("drop `peer`"),
+            "{e}"
+        );
         let e = refused("optimizer = \"adam\"\n");
         assert!(e.contains("optimizer other than sgd"), "{e}");
         let e = refused("optimizer = \"sgd\"\ngrad_accum = 2\n");

@@ -15,7 +15,9 @@ mod node;
 mod pci;
 mod report;
 
-pub use binding::{allowed_pus, apply_binding, launcher_pus, pin_this_thread, plan_binding, plan_gpu_binding, plan_gpu_bindings, BindPolicy, Binding};
+pub use binding::{
+    allowed_pus, apply_binding, launcher_pus, pin_this_thread, plan_binding, plan_gpu_binding, plan_gpu_bindings, BindPolicy, Binding,
+};
 pub use gpu::{gpu_inventory, GpuInfo};
 pub use node::{gpu_label, NodeInfo};
 pub use pci::{parse_pci_bus_id, pci_locality, GpuPlace, PciBusId};

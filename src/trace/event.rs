@@ -202,7 +202,10 @@ mod tests {
         assert_eq!(v["name"], "forward \"x\"");
         assert_eq!(v["args"]["k"], 1);
         let i: Value = serde_json::from_str(&Event::instant("stop", "user_annotation", tid::STEP, 7_000).line(0)).unwrap();
-        assert_eq!((i["ph"].as_str(), i["s"].as_str(), i["ts"].as_f64(), i["dur"].as_f64()), (Some("i"), Some("p"), Some(7.0), Some(0.0)));
+        assert_eq!(
+            (i["ph"].as_str(), i["s"].as_str(), i["ts"].as_f64(), i["dur"].as_f64()),
+            (Some("i"), Some("p"), Some(7.0), Some(0.0))
+        );
     }
 
     /// Random slices over ten hours of nanoseconds, each with a child ending with it: from

@@ -315,8 +315,13 @@ impl RankTrace {
             format!("{} bytes", self.max_bytes)
         };
         let why = format!("its file reached the per-rank bound of {bound}");
-        let mark = Event::instant(format!("trace stopped before step {step}: {why}"), "user_annotation", tid::STEP, at_ns)
-            .with_args(json!({ "trace_stopped_before_step": step, "max_bytes": self.max_bytes }));
+        let mark = Event::instant(
+            format!("trace stopped before step {step}: {why}"),
+            "user_annotation",
+            tid::STEP,
+            at_ns,
+        )
+        .with_args(json!({ "trace_stopped_before_step": step, "max_bytes": self.max_bytes }));
         self.append(&(mark.line(self.id.rank) + ",\n"))?;
         let said = format!(
             "trace of rank {} stops at step {step}: {why}; the steps before it are traced whole, the run goes on untraced \

@@ -172,7 +172,9 @@ fn free_core_advice(cores: usize, threads: usize) -> String {
     if cores > 1 {
         format!("leave a core free (--threads {})", cores - 1)
     } else {
-        format!("give each rank a second core (run fewer ranks per node: each is bound to 1 core and already runs {threads} compute thread(s))")
+        format!(
+            "give each rank a second core (run fewer ranks per node: each is bound to 1 core and already runs {threads} compute thread(s))"
+        )
     }
 }
 

@@ -204,11 +204,23 @@ pub const SAME_ON_EVERY_RANK: &[&str] = &[
 /// recorded per rank (`RankInfo::run_env`) and held by the comparison key's `env`, so a
 /// run with one set is never a repeat of, nor a reference for, a run without it.
 pub const ENV_IN_KEY: &[(&str, &str)] = &[
-    ("DDPBENCH_SLOW_FORWARD", "a rank sleeps in every forward pass: a straggler made on purpose"),
+    (
+        "DDPBENCH_SLOW_FORWARD",
+        "a rank sleeps in every forward pass: a straggler made on purpose",
+    ),
     ("DDPBENCH_FAULT", "a rank fails at a step"),
-    ("DDPBENCH_AMP_OVERFLOW", "rank 0 fills a gradient with inf at a step, which is then skipped"),
-    ("MALLOC_MMAP_THRESHOLD_", "glibc's malloc as the environment sets it wins over --malloc"),
-    ("MALLOC_TRIM_THRESHOLD_", "glibc's malloc as the environment sets it wins over --malloc"),
+    (
+        "DDPBENCH_AMP_OVERFLOW",
+        "rank 0 fills a gradient with inf at a step, which is then skipped",
+    ),
+    (
+        "MALLOC_MMAP_THRESHOLD_",
+        "glibc's malloc as the environment sets it wins over --malloc",
+    ),
+    (
+        "MALLOC_TRIM_THRESHOLD_",
+        "glibc's malloc as the environment sets it wins over --malloc",
+    ),
     ("MALLOC_TOP_PAD_", "glibc's malloc as the environment sets it wins over --malloc"),
 ];
 
@@ -847,7 +859,10 @@ mod tests {
             ..unusual
         };
         let set: Vec<&str> = one_thread.flags().iter().map(|f| f.flag()).collect();
-        for (f, _) in IN_KEY.iter().filter(|(f, _)| !["--model", "--dataset", "--input-shape", "--input-dtype"].contains(f)) {
+        for (f, _) in IN_KEY
+            .iter()
+            .filter(|(f, _)| !["--model", "--dataset", "--input-shape", "--input-dtype"].contains(f))
+        {
             assert!(set.contains(f), "{f}: ComparisonKey::flags does not set it");
         }
         for f in &set {

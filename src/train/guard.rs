@@ -128,7 +128,10 @@ pub fn cores_against_allocation(launcher_pus: usize, local_ranks: usize, env: im
         Some(n) => (n, "SLURM_CPUS_PER_TASK".to_string()),
         None => {
             let on_node = number("SLURM_CPUS_ON_NODE")?;
-            (on_node / local_ranks.max(1), format!("SLURM_CPUS_ON_NODE {on_node} over {local_ranks} rank(s)"))
+            (
+                on_node / local_ranks.max(1),
+                format!("SLURM_CPUS_ON_NODE {on_node} over {local_ranks} rank(s)"),
+            )
         }
     };
     (launcher_pus < allocated).then(|| {
@@ -157,7 +160,11 @@ mod tests {
         assert!(fp16_on_cpu(AmpMode::Fp16, Device::Cuda(0)).is_none());
         assert!(fp16_on_cpu(AmpMode::Bf16, Device::Cpu).is_none());
         let w = fp16_on_cpu(AmpMode::Fp16, Device::Cpu).unwrap();
-        assert!(w.message.contains("--amp bf16") && w.message.contains("--device cuda"), "{}", w.message);
+        assert!(
+            w.message.contains("--amp bf16") && w.message.contains("--device cuda"),
+            "{}",
+            w.message
+        );
         assert!(!w.invalidates_direction);
     }
 
@@ -177,7 +184,11 @@ mod tests {
     fn idle_and_shared_gpus_are_warned_of_with_the_fix() {
         let idle = gpu_use(1, 1, 4).unwrap();
         assert_eq!((idle.code, idle.invalidates_direction), (WarningCode::IdleGpus, true));
-        assert!(idle.message.contains("3 GPU(s) idle") && idle.message.contains("--ntasks-per-node 4"), "{}", idle.message);
+        assert!(
+            idle.message.contains("3 GPU(s) idle") && idle.message.contains("--ntasks-per-node 4"),
+            "{}",
+            idle.message
+        );
         let shared = gpu_use(2, 2, 1).unwrap();
         assert_eq!(shared.code, WarningCode::SharedGpu);
         assert!(shared.message.contains("--gpus-per-task 1"), "{}", shared.message);
@@ -190,7 +201,11 @@ mod tests {
     fn a_rank_bound_to_fewer_cpus_than_slurm_allocated_is_warned_of() {
         let w = cores_against_allocation(1, 2, env(&[("SLURM_CPUS_PER_TASK", "8")])).unwrap();
         assert_eq!(w.code, WarningCode::FewerCoresThanAllocated);
-        assert!(w.message.contains("SRUN_CPUS_PER_TASK") && w.message.contains("-c 8"), "{}", w.message);
+        assert!(
+            w.message.contains("SRUN_CPUS_PER_TASK") && w.message.contains("-c 8"),
+            "{}",
+            w.message
+        );
         assert!(cores_against_allocation(8, 2, env(&[("SLURM_CPUS_PER_TASK", "8")])).is_none());
         // Without --cpus-per-task: the node's CPUs shared among its ranks.
         assert!(cores_against_allocation(2, 4, env(&[("SLURM_CPUS_ON_NODE", "16")])).is_some());

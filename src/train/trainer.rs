@@ -873,7 +873,10 @@ mod tests {
             b_simple_high: None,
         };
         let line = epoch_line(&row);
-        assert_eq!(line, "epoch 0: 30 steps in 7.36 s, train loss 3.8111, no validation (--val-samples 0)");
+        assert_eq!(
+            line,
+            "epoch 0: 30 steps in 7.36 s, train loss 3.8111, no validation (--val-samples 0)"
+        );
         let validated = EpochRow {
             val_loss: 0.5,
             val_accuracy: 0.875,

@@ -112,7 +112,11 @@ pub fn reference_command(run: &RunStats, key: &ComparisonKey, batch_size: usize)
     for (k, v) in &settings {
         let flag = format!("--{}", k.replace('_', "-"));
         let Some(value) = arg(v) else { continue };
-        let said = if value.is_empty() { flag.clone() } else { format!("{flag} {}", quoted(&value)) };
+        let said = if value.is_empty() {
+            flag.clone()
+        } else {
+            format!("{flag} {}", quoted(&value))
+        };
         // What the point ran with: its own setting, or the default where it had none.
         if given.get(k).or_else(|| defaults.get(k)).and_then(arg).as_ref() != Some(&value) {
             changes.push(said.clone());

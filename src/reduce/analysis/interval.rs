@@ -186,9 +186,9 @@ pub fn what_a_direction_needs(direction: Direction, repeats: usize, baseline_rep
         (Direction::WithinNoise, Some(m)) => {
             format!("no direction possible from {from} at this spread; {m} per side would resolve a speedup this large")
         }
-        (Direction::WithinNoise, None) => format!(
-            "no direction possible from {from} at this spread; not even {MAX_REPEATS} per side would resolve one this close to 1"
-        ),
+        (Direction::WithinNoise, None) => {
+            format!("no direction possible from {from} at this spread; not even {MAX_REPEATS} per side would resolve one this close to 1")
+        }
         (Direction::NoInterval, needed) => {
             let which = if repeats.max(baseline_repeats) == 1 {
                 "one run per side"
@@ -222,14 +222,21 @@ pub fn speedup_interval(speedup: f64, terms: &[Term], pools: &[Spread]) -> Speed
                 (if p.df > 0.0 { p.variance } else { t.within_run_variance }, t.weight)
             })
             .collect();
-        let needed = bounds.iter().all(|b| b.0.is_finite()).then(|| repeats_for_direction(log_s, &bounds)).flatten();
+        let needed = bounds
+            .iter()
+            .all(|b| b.0.is_finite())
+            .then(|| repeats_for_direction(log_s, &bounds))
+            .flatten();
         return SpeedupInterval {
             low: f64::NAN,
             high: f64::NAN,
             df: f64::NAN,
             direction: Direction::NoInterval,
             repeats_needed: needed,
-            method: format!("none: {}", what_a_direction_needs(Direction::NoInterval, repeats, baseline_repeats, needed)),
+            method: format!(
+                "none: {}",
+                what_a_direction_needs(Direction::NoInterval, repeats, baseline_repeats, needed)
+            ),
         };
     }
     // Per pool (in the terms' order), the variance its terms add to log speedup.
@@ -242,7 +249,11 @@ pub fn speedup_interval(speedup: f64, terms: &[Term], pools: &[Spread]) -> Speed
     let parts: Vec<(f64, f64)> = used
         .iter()
         .map(|&p| {
-            let share: f64 = terms.iter().filter(|t| t.pool == p).map(|t| t.weight * t.weight / t.runs as f64).sum();
+            let share: f64 = terms
+                .iter()
+                .filter(|t| t.pool == p)
+                .map(|t| t.weight * t.weight / t.runs as f64)
+                .sum();
             (pools[p].variance * share, pools[p].df)
         })
         .collect();
@@ -331,7 +342,11 @@ mod tests {
         assert!((i.low - 0.923).abs() < 0.001 && (i.high - 2.616).abs() < 0.001, "{i:?}");
         assert!((i.df - 2.498).abs() < 0.001, "{i:?}");
         assert_eq!(i.direction, Direction::WithinNoise);
-        assert!(i.method.contains("no direction possible from 3 repeats at this spread"), "{}", i.method);
+        assert!(
+            i.method.contains("no direction possible from 3 repeats at this spread"),
+            "{}",
+            i.method
+        );
         let m = i.repeats_needed.unwrap();
         // At m per side the same spreads resolve 1.58: m − 1 would not.
         assert!(m > 3, "{m}");
@@ -353,9 +368,16 @@ mod tests {
         let i = speedup_interval(0.87, &[term(0), term(1)], &pools);
         assert_eq!(i.direction, Direction::NoInterval);
         assert!(i.low.is_nan() && i.high.is_nan());
-        assert!(i.method.contains("one run per side") && i.method.contains("at least 2 repeats"), "{}", i.method);
+        assert!(
+            i.method.contains("one run per side") && i.method.contains("at least 2 repeats"),
+            "{}",
+            i.method
+        );
         // A spread from another point at the point's rank count gives it an interval.
-        let pools = [Spread::pooled([&[6.0][..], &[6.1, 6.2, 6.15][..]]), Spread::pooled([&[5.0][..], &[5.0, 5.02][..]])];
+        let pools = [
+            Spread::pooled([&[6.0][..], &[6.1, 6.2, 6.15][..]]),
+            Spread::pooled([&[5.0][..], &[5.0, 5.02][..]]),
+        ];
         assert_eq!((pools[0].df, pools[1].df), (2.0, 1.0));
         let i = speedup_interval(0.87, &[term(0), term(1)], &pools);
         assert!(i.low < 0.87 && 0.87 < i.high && i.df.is_finite(), "{i:?}");
@@ -489,7 +511,9 @@ mod tests {
                 let (cover, false_direction) = coverage(n, *pooled, TRIALS, &mut rng, draw);
                 eprintln!("{name}, {n} a side: covers {cover:.3}, a direction at 1 {false_direction:.3}");
                 if cover < 0.90 || false_direction > 0.10 {
-                    failures.push(format!("{name}, {n} a side: covers {cover:.3}, a direction at 1 {false_direction:.3}"));
+                    failures.push(format!(
+                        "{name}, {n} a side: covers {cover:.3}, a direction at 1 {false_direction:.3}"
+                    ));
                 }
             }
         }

@@ -612,10 +612,11 @@ fn strong_rows(
     let accum = key.grad_accum.unwrap_or(1).max(1);
     let missing_reference = match against {
         AGAINST_MEASURED => String::new(),
-        _ if rm.global_batch_size % accum == 0 => {
-            advice::reference_command(reference, key, rm.global_batch_size / accum).describe()
-        }
-        _ => format!("none: --grad-accum {accum} does not divide the global batch {}", rm.global_batch_size),
+        _ if rm.global_batch_size % accum == 0 => advice::reference_command(reference, key, rm.global_batch_size / accum).describe(),
+        _ => format!(
+            "none: --grad-accum {accum} does not divide the global batch {}",
+            rm.global_batch_size
+        ),
     };
     let mut rows = Vec::new();
     for &(nodes, p) in shapes {
@@ -764,6 +765,11 @@ mod tests {
         assert!((half.comm_s - 0.52e-3).abs() < 1e-12, "{}", half.comm_s);
         assert!((project(&w.one_bucket(), &model, 2, 1, 1.0).unwrap().step_s - s.step_s).abs() < 1e-15);
         // Gradients already at 2 bytes are not halved again.
-        assert!(Workload { fp32_wire: false, ..w.clone() }.half_wire_bytes().is_none());
+        assert!(Workload {
+            fp32_wire: false,
+            ..w.clone()
+        }
+        .half_wire_bytes()
+        .is_none());
     }
 }

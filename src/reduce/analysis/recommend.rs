@@ -36,7 +36,9 @@ impl Shape {
     /// doubling), then 2 × p, 4 × p … n × p (nodes doubling); p and n are on it.
     pub fn ladder(self) -> Vec<(usize, usize)> {
         let doubling = |top: usize| {
-            let mut v: Vec<usize> = std::iter::successors(Some(1usize), |k| Some(k * 2)).take_while(|&k| k < top).collect();
+            let mut v: Vec<usize> = std::iter::successors(Some(1usize), |k| Some(k * 2))
+                .take_while(|&k| k < top)
+                .collect();
             v.push(top);
             v
         };
@@ -232,7 +234,10 @@ fn sentence(rec: &Recommendation, keep: Option<usize>, fastest: usize) -> String
                 f.gpu_hours(at.gpu_hours_per_epoch)
             );
             let beyond = &s[k + 1..];
-            let saved = beyond.iter().filter_map(|b| b.epoch_saved_fraction).fold(f64::NEG_INFINITY, f64::max);
+            let saved = beyond
+                .iter()
+                .filter_map(|b| b.epoch_saved_fraction)
+                .fold(f64::NEG_INFINITY, f64::max);
             let costs = beyond.iter().filter_map(|b| b.gpu_hours_ratio).fold(f64::INFINITY, f64::min);
             let doublings = s[k..].windows(2).all(|w| w[1].ranks == 2 * w[0].ranks);
             if beyond.is_empty() {
@@ -278,7 +283,10 @@ mod tests {
             vec![(1, 1), (1, 2), (1, 4), (2, 4), (4, 4), (8, 4), (16, 4)]
         );
         assert_eq!(Shape::parse("3×3").unwrap().ladder(), vec![(1, 1), (1, 2), (1, 3), (2, 3), (3, 3)]);
-        assert_eq!(ladders(&[Shape::parse("2x2").unwrap(), Shape::parse("1x4").unwrap()]), vec![(1, 1), (1, 2), (1, 4), (2, 2)]);
+        assert_eq!(
+            ladders(&[Shape::parse("2x2").unwrap(), Shape::parse("1x4").unwrap()]),
+            vec![(1, 1), (1, 2), (1, 4), (2, 2)]
+        );
         for bad in ["16", "16x", "x4", "0x4", "4x0", "-1x4", "2.5x4", "4*4"] {
             let e = Shape::parse(bad).unwrap_err();
             assert!(e.contains("NODESxRANKS_PER_NODE"), "{bad}: {e}");
@@ -345,7 +353,13 @@ mod tests {
             nominal: true,
         };
         let r = recommend(&refs, &ask).unwrap();
-        assert_eq!(r.keeps_target, Some(Shape { nodes: 2, ranks_per_node: 2 }));
+        assert_eq!(
+            r.keeps_target,
+            Some(Shape {
+                nodes: 2,
+                ranks_per_node: 2
+            })
+        );
         // Epoch: 360,000 samples at 100·N·E samples/s; 1 rank: 3600 s, 1 GPU-hour.
         assert!((r.shapes[0].epoch_s - 3600.0).abs() < 1e-9 && (r.shapes[0].gpu_hours_per_epoch - 1.0).abs() < 1e-12);
         assert_eq!(r.shapes[0].cost_per_epoch, Some(2.0));
@@ -355,19 +369,37 @@ mod tests {
         assert!((s.epoch_saved_fraction.unwrap() - (1.0 - 0.85 / (2.0 * 0.7))).abs() < 1e-12);
         assert!((s.gpu_hours_ratio.unwrap() - 0.85 / 0.7).abs() < 1e-12);
         // The shortest epoch is at the largest shape here, 8 × 2.
-        assert_eq!(r.shortest_epoch, Shape { nodes: 8, ranks_per_node: 2 });
-        assert!(r.sentence.contains("up to 2 × 2 (85.0 % efficiency") && r.sentence.contains("each doubling saves at most"), "{}", r.sentence);
+        assert_eq!(
+            r.shortest_epoch,
+            Shape {
+                nodes: 8,
+                ranks_per_node: 2
+            }
+        );
+        assert!(
+            r.sentence.contains("up to 2 × 2 (85.0 % efficiency") && r.sentence.contains("each doubling saves at most"),
+            "{}",
+            r.sentence
+        );
         assert!(r.sentence.contains("nominal") && !r.rough, "{}", r.sentence);
         // Extrapolated rows up to a shape named make the figures rough.
         let mut rows2 = rows.clone();
         rows2[4].extrapolated = true;
         let refs: Vec<&ProjectionRow> = rows2.iter().collect();
         let r = recommend(&refs, &Ask { nominal: false, ..ask }).unwrap();
-        assert!(r.rough && r.sentence.contains("Rough") && r.sentence.contains("(85 % efficiency"), "{}", r.sentence);
+        assert!(
+            r.rough && r.sentence.contains("Rough") && r.sentence.contains("(85 % efficiency"),
+            "{}",
+            r.sentence
+        );
         // No shape beyond 1 rank keeps the target: said so.
         let low = [row(1, 1, 1.0), row(1, 2, 0.5)];
         let refs: Vec<&ProjectionRow> = low.iter().collect();
         let r = recommend(&refs, &ask).unwrap();
-        assert!(r.keeps_target.is_none() && r.sentence.contains("at no shape beyond 1 rank"), "{}", r.sentence);
+        assert!(
+            r.keeps_target.is_none() && r.sentence.contains("at no shape beyond 1 rank"),
+            "{}",
+            r.sentence
+        );
     }
 }

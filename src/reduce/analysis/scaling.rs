@@ -659,7 +659,11 @@ fn fit_laws(rows: &mut [ScalingRow]) {
         for &i in members {
             let r = &mut rows[i];
             let p = r.ranks as f64;
-            (r.amdahl_serial_fraction, r.amdahl_serial_fraction_low, r.amdahl_serial_fraction_high) = (f, low, high);
+            (
+                r.amdahl_serial_fraction,
+                r.amdahl_serial_fraction_low,
+                r.amdahl_serial_fraction_high,
+            ) = (f, low, high);
             (r.amdahl_speedup, r.amdahl_speedup_low, r.amdahl_speedup_high) =
                 (metrics::amdahl(f, p), metrics::amdahl(high, p), metrics::amdahl(low, p));
         }

@@ -146,7 +146,11 @@ fn type_summary(run: &RunStats, t: &TypeStats, gating: Option<&str>) -> TypeSumm
     let probe = m.allreduce_probe.as_ref().map_or(f64::NAN, |p| p.busbw_bytes_per_s);
     let name = |d: crate::record::GradDtype| serde_json::to_value(d).ok().and_then(|v| v.as_str().map(String::from));
     let probe_dtype = m.allreduce_probe.as_ref().and_then(|p| name(p.dtype)).unwrap_or_default();
-    let wire = if m.comm.grad_dtype.is_empty() { "fp32" } else { m.comm.grad_dtype.as_str() };
+    let wire = if m.comm.grad_dtype.is_empty() {
+        "fp32"
+    } else {
+        m.comm.grad_dtype.as_str()
+    };
     TypeSummary {
         run_id: m.run_id.clone(),
         schema_version: SCHEMA_VERSION,
@@ -184,7 +188,11 @@ fn type_summary(run: &RunStats, t: &TypeStats, gating: Option<&str>) -> TypeSumm
         compute_comm_ratio: if shares_core {
             f64::NAN
         } else {
-            multi(metrics::compute_comm_ratio(mean(Phase::Forward), mean(Phase::Backward), t.transfer.mean()))
+            multi(metrics::compute_comm_ratio(
+                mean(Phase::Forward),
+                mean(Phase::Backward),
+                t.transfer.mean(),
+            ))
         },
         comm_hidden_s_mean: t.hidden.mean(),
         comm_exposed_transfer_s_mean: multi((mean(Phase::CommExposed) - t.wait.mean()).max(0.0)),

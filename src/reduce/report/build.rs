@@ -2,8 +2,8 @@
 //! and the sentences said about them.
 
 use super::{
-    communication, efficiency, noise, nodes, speedup, Duplicate, EpochBreakdown, Findings, LeftOut, ProbeReading, ProjectionReport, RankQuantiles,
-    Report, RunReport, StepPhases, REPORT_VERSION,
+    communication, efficiency, nodes, noise, speedup, Duplicate, EpochBreakdown, Findings, LeftOut, ProbeReading, ProjectionReport,
+    RankQuantiles, Report, RunReport, StepPhases, REPORT_VERSION,
 };
 use crate::record::{Phase, SCHEMA_VERSION};
 use crate::reduce::analysis::{self, scaling::samples_per_s, RunStats, StepBreakdown, TypeStats};
@@ -113,7 +113,12 @@ fn run_report(r: &RunStats) -> RunReport {
 
 /// The median validation time of the epochs that validated, None without any.
 fn val_s_per_epoch(r: &RunStats) -> Option<f64> {
-    let v: Vec<f64> = r.epochs.iter().filter(|e| e.val_samples > 0 && e.val_s.is_finite()).map(|e| e.val_s).collect();
+    let v: Vec<f64> = r
+        .epochs
+        .iter()
+        .filter(|e| e.val_samples > 0 && e.val_s.is_finite())
+        .map(|e| e.val_s)
+        .collect();
     (!v.is_empty()).then(|| crate::stats::median(&v))
 }
 

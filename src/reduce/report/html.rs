@@ -19,7 +19,8 @@ pub const PAGE_BYTES_MAX: usize = 5_000_000;
 /// written as files with the plots.
 pub const HEATMAPS_SHOWN: usize = 2;
 
-const STYLE: &str = "body{font-family:'DejaVu Sans',Arial,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;line-height:1.45}\
+const STYLE: &str =
+    "body{font-family:'DejaVu Sans',Arial,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;line-height:1.45}\
 h1{font-size:1.7em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}\
 table{border-collapse:collapse;margin:.8em 0;font-size:.88em}td,th{border:1px solid #ccc;padding:.25em .5em;text-align:right}\
 td:first-child,th:first-child{text-align:left}th{background:#f3f3f3}code{background:#f3f3f3;padding:0 .2em}\
@@ -38,17 +39,29 @@ pub fn page(report: &Report, pictures: &[Picture], with_plots: bool) -> String {
     );
     verdict(&mut h, report);
     let f = &report.findings;
-    section(&mut h, "Speedup and efficiency", "Speedup is throughput over the reference's; the bars are its 95 % interval. Efficiency is speedup over the rank ratio.");
+    section(
+        &mut h,
+        "Speedup and efficiency",
+        "Speedup is throughput over the reference's; the bars are its 95 % interval. Efficiency is speedup over the rank ratio.",
+    );
     figures(&mut h, pictures, &["speedup", "efficiency"]);
     let mut md = String::new();
     speedup::per_workload(&mut md, &report.scaling, &report.workloads);
     h.push_str(&markdown_html(&md));
-    section(&mut h, "Where the ideal throughput went", "Each bar is the ideal throughput (the reference × the rank count): the measured part at the bottom, each cause's loss above it.");
+    section(
+        &mut h,
+        "Where the ideal throughput went",
+        "Each bar is the ideal throughput (the reference × the rank count): the measured part at the bottom, each cause's loss above it.",
+    );
     figures(&mut h, pictures, &["waterfall"]);
     let mut md = String::new();
     efficiency::waterfall(&mut md, &report.scaling, &f.waterfall);
     h.push_str(&markdown_html(&md));
-    section(&mut h, "Where the step goes, per rank count", "Each phase's share of the mean step, one panel per model and batch per rank.");
+    section(
+        &mut h,
+        "Where the step goes, per rank count",
+        "Each phase's share of the mean step, one panel per model and batch per rank.",
+    );
     figures(&mut h, pictures, &["phase_shares-"]);
     heatmaps(&mut h, report, pictures);
     if let Some(p) = &report.projection {
@@ -65,14 +78,20 @@ pub fn page(report: &Report, pictures: &[Picture], with_plots: bool) -> String {
 /// study.html: study.md as a page (its image lines left out), each workload's speedup
 /// curve inline after it, and a link to the report of the study's runs beside it.
 pub fn study_page<'a>(study_md: &str, curves: impl Iterator<Item = &'a str>) -> String {
-    let md: String = study_md.lines().filter(|l| !l.trim_start().starts_with("![")).map(|l| format!("{l}\n")).collect();
+    let md: String = study_md
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("!["))
+        .map(|l| format!("{l}\n"))
+        .collect();
     let mut h = format!("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>ddpbench study</title><style>{STYLE}</style></head><body>\n");
     h.push_str(&markdown_html(&md).replacen("<h3>", "<h1>", 1).replacen("</h3>", "</h1>", 1));
     section(&mut h, "Speedup per workload", "");
     for svg in curves {
         let _ = writeln!(h, "<figure>{}</figure>", strip_prolog(svg));
     }
-    h.push_str("<p>Every figure of the study's runs, with pictures and tables: <a href=\"report.html\">report.html</a>.</p>\n</body></html>\n");
+    h.push_str(
+        "<p>Every figure of the study's runs, with pictures and tables: <a href=\"report.html\">report.html</a>.</p>\n</body></html>\n",
+    );
     h
 }
 
@@ -184,7 +203,11 @@ fn links(h: &mut String, report: &Report, with_plots: bool) {
                 esc(&abs.to_string_lossy())
             );
         } else {
-            let _ = writeln!(h, "<li>{}: no timeline (not traced, or <code>ddpbench trace</code> not run)</li>", esc(&r.run_id));
+            let _ = writeln!(
+                h,
+                "<li>{}: no timeline (not traced, or <code>ddpbench trace</code> not run)</li>",
+                esc(&r.run_id)
+            );
         }
     }
     h.push_str("</ul>\n");
@@ -200,7 +223,10 @@ fn section(h: &mut String, title: &str, lead: &str) {
 /// The pictures whose stem is one of `stems` or starts with one that ends in `-`.
 fn figures(h: &mut String, pictures: &[Picture], stems: &[&str]) {
     for stem in stems {
-        for p in pictures.iter().filter(|p| p.stem == *stem || (stem.ends_with('-') && p.stem.starts_with(stem))) {
+        for p in pictures
+            .iter()
+            .filter(|p| p.stem == *stem || (stem.ends_with('-') && p.stem.starts_with(stem)))
+        {
             let _ = writeln!(h, "<figure>{}</figure>", strip_prolog(&p.svg));
         }
     }

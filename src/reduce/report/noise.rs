@@ -188,6 +188,9 @@ mod tests {
         let got = per_epoch(&[row(0, None, None), row(1, Some(9), None), row(2, Some(9), Some(100.0))]);
         assert_eq!(got.len(), 2);
         assert_eq!((got[0].epoch, got[0].b_simple, got[0].skipped), (1, None, 1));
-        assert_eq!((got[1].b_simple, got[1].b_simple_low, got[1].b_simple_high), (Some(100.0), Some(50.0), None));
+        assert_eq!(
+            (got[1].b_simple, got[1].b_simple_low, got[1].b_simple_high),
+            (Some(100.0), Some(50.0), None)
+        );
     }
 }

@@ -3,8 +3,8 @@
 //! trainer's runs of the same points (`study` with `peer`), the two side by side.
 
 use super::Report;
-use crate::reduce::analysis::{ScalingMode, ScalingRow};
 use crate::record::Peer;
+use crate::reduce::analysis::{ScalingMode, ScalingRow};
 use std::fmt::Write;
 
 /// The trainer of a scaling row's runs: None for ddpbench.
@@ -48,7 +48,9 @@ pub fn side_by_side(report: &Report) -> Vec<String> {
                 && r.scaling_mode == peer_row.scaling_mode
                 && trainer(report, r).is_none()
         };
-        let Some(own) = report.scaling.iter().filter(compared).find(same_point) else { continue };
+        let Some(own) = report.scaling.iter().filter(compared).find(same_point) else {
+            continue;
+        };
         out.push(format!(
             "{} on {}, {} rank(s) ({}, batch {} per rank): ddpbench's {}; {}'s {}.",
             peer_row.model,

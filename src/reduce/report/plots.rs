@@ -42,7 +42,10 @@ pub fn plots(raster: &plot::Rasteriser, out: &mut StagedFiles, pictures: &[Pictu
 }
 
 fn picture(stem: &str, svg: String) -> Picture {
-    Picture { stem: stem.to_string(), svg }
+    Picture {
+        stem: stem.to_string(),
+        svg,
+    }
 }
 
 /// Speedup and efficiency against ranks, one series per workload and batch per rank,
@@ -267,7 +270,12 @@ fn waterfall_plot(out: &mut Vec<Picture>, scaling: &[ScalingRow]) -> Result<()> 
 fn phase_share_plots(out: &mut Vec<Picture>, runs: &[RunReport]) -> Result<()> {
     let mut panels: BTreeMap<(&str, usize), BTreeMap<usize, Vec<&RunReport>>> = BTreeMap::new();
     for r in runs {
-        panels.entry((r.model.as_str(), r.batch_per_rank)).or_default().entry(r.ranks).or_default().push(r);
+        panels
+            .entry((r.model.as_str(), r.batch_per_rank))
+            .or_default()
+            .entry(r.ranks)
+            .or_default()
+            .push(r);
     }
     for ((model, batch), by_ranks) in panels {
         let names: Vec<String> = by_ranks.keys().map(|n| format!("{n} ranks")).collect();
@@ -320,7 +328,10 @@ fn heatmap_plots(out: &mut Vec<Picture>, runs: &[RunReport]) -> Result<()> {
         let columns: Vec<String> = (0..h.columns()).map(|c| h.column_step(c).to_string()).collect();
         let cells: Vec<Vec<f64>> = h.cells_s.iter().map(|row| row.iter().map(|v| v * 1e3).collect()).collect();
         let binned = if h.ranks_per_row > 1 || h.steps_per_column > 1 {
-            format!(" ({} rank(s) × {} step(s) a cell, its largest)", h.ranks_per_row, h.steps_per_column)
+            format!(
+                " ({} rank(s) × {} step(s) a cell, its largest)",
+                h.ranks_per_row, h.steps_per_column
+            )
         } else {
             String::new()
         };

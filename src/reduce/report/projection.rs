@@ -193,7 +193,12 @@ own work independent of N.\n",
     for bm in &p.models {
         for f in [&bm.model.intra, &bm.model.inter].into_iter().flatten() {
             if let Some(spec) = &f.nominal {
-                let _ = writeln!(md, "- {}, {}: nominal, {spec}: no sweep behind it, an optimistic bound", bm.route().label(), f.level);
+                let _ = writeln!(
+                    md,
+                    "- {}, {}: nominal, {spec}: no sweep behind it, an optimistic bound",
+                    bm.route().label(),
+                    f.level
+                );
                 continue;
             }
             let _ = writeln!(

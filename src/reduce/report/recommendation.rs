@@ -29,7 +29,11 @@ pub fn with_specs(req: &ReduceRequest, measured: Option<LinkModelFile>, runs: &[
     let per_node = match (req.project_shape.first(), &measured) {
         (Some(s), _) => s.ranks_per_node,
         (None, Some(m)) => m.models.iter().map(|m| m.model.ranks_per_node).max().unwrap_or(1),
-        (None, None) => runs.iter().map(|r| r.manifest.world_size / r.manifest.nodes.max(1)).max().unwrap_or(1),
+        (None, None) => runs
+            .iter()
+            .map(|r| r.manifest.world_size / r.manifest.nodes.max(1))
+            .max()
+            .unwrap_or(1),
     };
     link_spec::with_specs(measured, req.link.as_ref(), req.link_intra.as_ref(), &routes, per_node)
 }
@@ -68,7 +72,11 @@ pub fn attach(p: &mut ProjectionReport, req: &ReduceRequest, sweep: Option<&Path
             level_words(m.model.inter.as_ref(), sweep)
         ));
     }
-    if file.models.iter().any(|m| [&m.model.intra, &m.model.inter].into_iter().flatten().any(|f| f.nominal.is_some())) {
+    if file
+        .models
+        .iter()
+        .any(|m| [&m.model.intra, &m.model.inter].into_iter().flatten().any(|f| f.nominal.is_some()))
+    {
         p.levels.push(
             "A nominal level is an optimistic bound: an all-reduce does not reach a link's line rate, so steps projected through it \
              are lower bounds and efficiencies upper bounds."
@@ -81,7 +89,9 @@ pub fn attach(p: &mut ProjectionReport, req: &ReduceRequest, sweep: Option<&Path
     }
     let mut recs = Vec::new();
     for (run_id, rows) in weak {
-        let Some(run) = runs.iter().find(|r| r.manifest.run_id == run_id) else { continue };
+        let Some(run) = runs.iter().find(|r| r.manifest.run_id == run_id) else {
+            continue;
+        };
         let Ok(bm) = file.for_manifest(&run.manifest) else { continue };
         let m = &run.manifest;
         let across_nodes = rows.iter().any(|r| r.nodes > 1);
@@ -90,7 +100,11 @@ pub fn attach(p: &mut ProjectionReport, req: &ReduceRequest, sweep: Option<&Path
         } else {
             bm.model.intra.iter().collect()
         };
-        let main = if across_nodes { bm.model.inter.as_ref() } else { bm.model.intra.as_ref() };
+        let main = if across_nodes {
+            bm.model.inter.as_ref()
+        } else {
+            bm.model.intra.as_ref()
+        };
         let link = match main {
             Some(f) => match &f.nominal {
                 Some(spec) => spec.clone(),

@@ -245,7 +245,11 @@ fn amdahl_sentence(all: &[&ScalingRow]) -> String {
             String::new()
         };
     };
-    let (f, low, high) = (r.amdahl_serial_fraction, r.amdahl_serial_fraction_low, r.amdahl_serial_fraction_high);
+    let (f, low, high) = (
+        r.amdahl_serial_fraction,
+        r.amdahl_serial_fraction_low,
+        r.amdahl_serial_fraction_high,
+    );
     let largest = all.iter().map(|r| r.ranks).max().unwrap_or(1) as f64;
     let range = format!("{low:.3}–{high:.3} over the speedups' intervals");
     if low * largest >= 0.01 {
@@ -285,7 +289,10 @@ fn batch_grid(md: &mut String, rows: &[&ScalingRow], mode: ScalingMode) {
     let _ = writeln!(md);
     for b in &batches {
         // The 1-rank time: what the batch costs before any communication.
-        let alone = cells.iter().find(|r| r.batch_per_rank == *b && r.ranks == 1).map_or("–".into(), |r| super::ms(r.step_s_mean));
+        let alone = cells
+            .iter()
+            .find(|r| r.batch_per_rank == *b && r.ranks == 1)
+            .map_or("–".into(), |r| super::ms(r.step_s_mean));
         let _ = write!(md, "| {b} | {alone} |");
         for n in &rank_counts {
             match cells.iter().find(|r| r.batch_per_rank == *b && r.ranks == *n) {

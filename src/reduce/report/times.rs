@@ -98,7 +98,10 @@ fn one_rank_by_batch(md: &mut String, rows: &[RunTimes]) {
             mean(|t| t.epoch_with_val_s)
         );
     }
-    let _ = writeln!(md, "\nOne rank alone: what each batch size costs before any communication (the mean over its runs).");
+    let _ = writeln!(
+        md,
+        "\nOne rank alone: what each batch size costs before any communication (the mean over its runs)."
+    );
 }
 
 /// Epoch time by data workers, per model, data set, ranks and batch, where runs differ

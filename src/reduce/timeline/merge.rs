@@ -124,7 +124,11 @@ impl Out<'_> {
 /// Writes every present rank's events, in `order`, then what the merge found.
 fn write_timeline(
     out: &mut Out<'_>,
-    (order, file_of, see): (&[(String, usize)], &dyn Fn(usize) -> PathBuf, &mut dyn FnMut(usize, &Map<String, Value>)),
+    (order, file_of, see): (
+        &[(String, usize)],
+        &dyn Fn(usize) -> PathBuf,
+        &mut dyn FnMut(usize, &Map<String, Value>),
+    ),
     m: &Manifest,
     offsets: &ClockOffsets,
     merged: &mut Merged,

@@ -39,7 +39,10 @@ pub const EXPOSED: RGBColor = RGBColor(0xe3, 0x77, 0xc2);
 
 /// A phase's colour in the picture.
 pub fn phase_colour(phase: Phase) -> RGBColor {
-    PHASE_COLOURS.iter().find(|(p, _)| *p == phase).map_or(RGBColor(0xaa, 0xaa, 0xaa), |(_, c)| *c)
+    PHASE_COLOURS
+        .iter()
+        .find(|(p, _)| *p == phase)
+        .map_or(RGBColor(0xaa, 0xaa, 0xaa), |(_, c)| *c)
 }
 
 /// One span of one rank in one step, in µs on rank 0's clock.
@@ -111,7 +114,13 @@ impl Picture {
         }
         let ts = e.get("ts").and_then(Value::as_f64).unwrap_or(0.0);
         let dur = e.get("dur").and_then(Value::as_f64).unwrap_or(0.0);
-        let span = Span { rank, row, colour, from_us: ts, to_us: ts + dur };
+        let span = Span {
+            rank,
+            row,
+            colour,
+            from_us: ts,
+            to_us: ts + dur,
+        };
         let spans = self.steps.entry(step).or_default();
         // One all-reduce span of each kind per rank and step: its buckets' union, so a
         // model of a thousand buckets draws two spans a step, not a thousand.
@@ -179,7 +188,10 @@ impl Picture {
             format!("{} ranks", self.ranks)
         };
         let title = format!("{run}: steps {first}-{last}, {ranks}, on rank 0's clock");
-        let mut legend: Vec<(String, RGBColor)> = PHASE_COLOURS.iter().map(|(p, c)| (p.column().trim_end_matches("_s").to_string(), *c)).collect();
+        let mut legend: Vec<(String, RGBColor)> = PHASE_COLOURS
+            .iter()
+            .map(|(p, c)| (p.column().trim_end_matches("_s").to_string(), *c))
+            .collect();
         legend.push(("all-reduce, hidden".into(), HIDDEN));
         legend.push(("all-reduce, exposed".into(), EXPOSED));
         plot::lanes(&title, &labels, (t1_us - t0_us) / 1e3, &slices, &legend)
@@ -192,7 +204,10 @@ mod tests {
     use serde_json::json;
 
     fn ev(name: &str, thread: u64, ts: f64, dur: f64) -> Map<String, Value> {
-        json!({"ph": "X", "name": name, "tid": thread, "ts": ts, "dur": dur}).as_object().unwrap().clone()
+        json!({"ph": "X", "name": name, "tid": thread, "ts": ts, "dur": dur})
+            .as_object()
+            .unwrap()
+            .clone()
     }
 
     /// `steps` steps of `ranks` ranks, each step a forward and two buckets' exposed

@@ -84,7 +84,11 @@ pub fn each_event(path: &Path, rank: usize, mut each: impl FnMut(Map<String, Val
             }
         };
         out.complete = false;
-        if let Some(step) = event.get("args").and_then(|a| a.get("trace_stopped_before_step")).and_then(Value::as_u64) {
+        if let Some(step) = event
+            .get("args")
+            .and_then(|a| a.get("trace_stopped_before_step"))
+            .and_then(Value::as_u64)
+        {
             let bound = event["args"].get("max_bytes").and_then(Value::as_u64).unwrap_or(0);
             out.stopped = Some((step as usize, bound));
         }
@@ -231,7 +235,11 @@ mod tests {
         assert_eq!((events.len(), read.events, read.skipped.count), (2, 2, 5));
         assert_eq!(
             read.skipped.first,
-            ["line 3: pid 99, not rank 1", "line 4: longer than 1024 KiB", "line 5: nested more than 128 levels deep"]
+            [
+                "line 3: pid 99, not rank 1",
+                "line 4: longer than 1024 KiB",
+                "line 5: nested more than 128 levels deep"
+            ]
         );
         assert!(!read.complete && read.stopped.is_none());
     }
@@ -241,7 +249,8 @@ mod tests {
         let (events, read) = read_text(&format!("[\n{EVENT}\n{EVENT}\n{}", &EVENT[..30]));
         assert_eq!((events.len(), read.skipped.count, read.complete), (2, 0, false));
         let stop = r#"{"ph":"i","cat":"user_annotation","name":"stop","pid":1,"tid":1,"ts":9.000,"dur":0.000,"s":"p","args":{"trace_stopped_before_step":7,"max_bytes":9000}}"#;
-        let object = format!("{{\"distributedInfo\": {{\"rank\": 1}},\n\"displayTimeUnit\": \"ms\",\n\"traceEvents\": [\n{EVENT}\n{stop}\n]}}\n");
+        let object =
+            format!("{{\"distributedInfo\": {{\"rank\": 1}},\n\"displayTimeUnit\": \"ms\",\n\"traceEvents\": [\n{EVENT}\n{stop}\n]}}\n");
         let (events, read) = read_text(&object);
         assert_eq!((events.len(), read.skipped.count, read.complete), (2, 0, true));
         assert_eq!(read.stopped, Some((7, 9000)));
