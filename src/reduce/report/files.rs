@@ -9,7 +9,7 @@ use serde::Serialize;
 use std::path::Path;
 
 /// Writes every file of `report` into `out` (created when absent): summary.csv,
-/// scaling.csv, ranks.csv, times.csv, projection.csv (when something was projected),
+/// scaling.csv, ranks.csv, times.csv, compute_comm_grid.csv, projection.csv (when something was projected),
 /// report.md, report.html, report.json and, with `with_plots`, the SVG and PNG plots; each file is replaced only
 /// once all of them are written. Err names the file that could not be written.
 pub fn write(report: &Report, out: &Path, with_plots: bool) -> Result<()> {
@@ -26,6 +26,7 @@ pub fn stage(report: &Report, files: &mut StagedFiles, with_plots: bool) -> Resu
     files.write("scaling.csv", &csv_bytes(&report.scaling)?)?;
     files.write("ranks.csv", &csv_bytes(&report.ranks)?)?;
     files.write("times.csv", &csv_bytes(&super::times::rows(&report.runs))?)?;
+    files.write("compute_comm_grid.csv", &csv_bytes(&super::compute_comm_grid::cells(&report.runs))?)?;
     let projected = report.projection.as_ref().filter(|p| !p.rows.is_empty());
     if let Some(p) = projected {
         files.write("projection.csv", &csv_bytes(&p.rows)?)?;

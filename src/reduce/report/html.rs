@@ -7,7 +7,7 @@
 //! disagree.
 
 use super::plots::Picture;
-use super::{communication, efficiency, nodes, projection, speedup, times, Report};
+use super::{communication, compute_comm_grid, efficiency, nodes, projection, speedup, times, Report};
 use std::fmt::Write;
 
 /// Pages over this many bytes are a fault: the heatmaps are binned
@@ -155,6 +155,7 @@ fn tables(h: &mut String, report: &Report, pictures: &[Picture]) {
     let mut md = String::new();
     speedup::runs_table(&mut md, &report.runs, &report.summary);
     communication::compute_vs_comm(&mut md, &report.runs, &f.compute_vs_comm);
+    compute_comm_grid::markdown(&mut md, &report.runs);
     communication::bandwidth(&mut md, &report.runs, &report.summary, &f.bandwidth);
     h.push_str(&markdown_html(&md));
     figures(h, pictures, &["bandwidth"]);
@@ -179,6 +180,7 @@ fn links(h: &mut String, report: &Report, with_plots: bool) {
         ("scaling.csv", "one row per compared point and mode"),
         ("ranks.csv", "one row per rank"),
         ("times.csv", "one row per run: an epoch's training and validation, the whole run"),
+        ("compute_comm_grid.csv", "one row per workload, configuration and batch per rank: compute and communication per epoch"),
         ("report.md", "this report as Markdown"),
         ("report.json", "this report as data (what <code>study</code> and scripts read)"),
     ] {

@@ -1,12 +1,13 @@
 //! The report: one typed value ([`Report`]) holding every figure and sentence `reduce`
 //! finds, built once from the runs ([`build`]), and everything written from it:
 //! summary.csv, scaling.csv, ranks.csv, projection.csv and report.json ([`files`]),
-//! report.md ([`markdown`], its sections in [`speedup`], [`communication`],
+//! compute_comm_grid.csv ([`compute_comm_grid`]), report.md ([`markdown`], its sections in [`speedup`], [`communication`],
 //! [`efficiency`], [`nodes`] and [`projection`]), the plots ([`plots`]) and the terminal
 //! tables ([`terminal`]). Nothing written reads a run again: a study takes the same value.
 
 mod build;
 mod communication;
+pub mod compute_comm_grid;
 mod efficiency;
 mod files;
 pub mod html;
