@@ -129,7 +129,7 @@ fn two_reports_of_real_runs_side_by_side_with_ratios_and_intervals() {
     let (ra, rb) = (runs_at(&ja, 2), runs_at(&jb, 2));
     assert_eq!((ra.len(), rb.len()), (2, 2));
     let thr = |r: &[(f64, f64, f64)]| geomean(&r.iter().map(|x| x.0).collect::<Vec<_>>());
-    let backward = |r: &[(f64, f64, f64)]| r.iter().map(|x| x.2).sum::<f64>() / r.len() as f64;
+    let backward = |r: &[(f64, f64, f64)]| geomean(&r.iter().map(|x| x.2).collect::<Vec<_>>());
     let (h, rows) = read_csv(&out.join("compare.csv"));
     assert_eq!(rows.len(), 1, "one shared point: {rows:?}");
     let c = |name: &str| col(&h, &rows, name)[0];
@@ -139,21 +139,45 @@ fn two_reports_of_real_runs_side_by_side_with_ratios_and_intervals() {
     assert!(close(c("samples_per_s_ratio"), ratio), "{} vs {ratio}", c("samples_per_s_ratio"));
     // The step is the global batch over the geometric mean throughput: its ratio is the inverse.
     assert!(close(c("step_s_a"), ra[0].1 / thr(&ra)) && close(c("step_s_ratio"), 1.0 / ratio));
+    // Phases are geometric means over the runs, like throughput.
     assert!(close(c("backward_s_ratio"), backward(&rb) / backward(&ra)));
-    // Two repeats on each side: an interval around the ratio, and the one direction rule.
-    let (low, high) = (c("samples_per_s_ratio_low"), c("samples_per_s_ratio_high"));
-    assert!(low < ratio && ratio < high, "{low} < {ratio} < {high}");
-    let direction = &rows[0][h.iter().position(|x| x == "direction").unwrap()];
-    let expected = if low > 1.0 {
-        "faster"
-    } else if high < 1.0 {
-        "slower"
-    } else {
-        "within noise"
-    };
-    assert_eq!(direction, expected);
+    let text = |name: &str| rows[0][h.iter().position(|x| x == name).unwrap_or_else(|| panic!("no {name}"))].clone();
+    // Two repeats on each side: an interval around each ratio, and the one direction rule
+    // (a time's interval below 1 is B faster).
+    for (stem, time) in [("samples_per_s", false), ("step_s", true), ("forward_s", true), ("backward_s", true)] {
+        let r = c(&format!("{stem}_ratio"));
+        let (low, high) = (c(&format!("{stem}_ratio_low")), c(&format!("{stem}_ratio_high")));
+        assert!(low < r && r < high, "{stem}: {low} < {r} < {high}");
+        let (faster, slower) = if time { (high < 1.0, low > 1.0) } else { (low > 1.0, high < 1.0) };
+        let expected = if faster {
+            "faster"
+        } else if slower {
+            "slower"
+        } else {
+            "within noise"
+        };
+        assert_eq!(text(&format!("{stem}_direction")), expected, "{stem}");
+    }
+    // The step is the global batch over throughput: its interval is throughput's inverted.
+    assert!(close(c("step_s_ratio_low") * c("samples_per_s_ratio_high"), 1.0));
+    assert!(!h.iter().any(|x| x == "speedup_ratio_low"), "a speedup has no value per run");
     let md = std::fs::read_to_string(out.join("compare.md")).unwrap();
-    assert!(md.contains("95 % interval") && md.contains("| throughput (samples/s) |"), "{md}");
+    assert!(md.contains("| figure | A | B | B / A | 95 % interval of B / A | direction |"), "{md}");
+    // A direction word stands only where the row's interval excludes 1.
+    for line in md.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| figure")) {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        let (interval, direction) = (cells[4], cells[5]);
+        if let Some((low, high)) = interval.split_once('–').filter(|_| interval != "–") {
+            let (low, high): (f64, f64) = (low.parse().unwrap(), high.parse().unwrap());
+            // Printed to 3 decimals: an end within rounding of 1 is not checked.
+            if (low - 1.0).abs() > 1e-3 && (high - 1.0).abs() > 1e-3 {
+                let holds_1 = low < 1.0 && high > 1.0;
+                assert_eq!(direction == "within noise", holds_1, "{line}");
+            }
+        } else {
+            assert_eq!(direction, "", "no interval, no direction: {line}");
+        }
+    }
 }
 
 #[test]
@@ -181,7 +205,8 @@ fn reports_of_other_settings_are_refused_naming_what_differs() {
         assert_eq!(col(&h, &rows, "ranks"), vec![1.0, 2.0]);
         assert_eq!(col(&h, &rows, "samples_per_s_ratio"), vec![1.0, 1.0]);
         // One run per side: no interval, so no direction.
-        assert_eq!(rows[0][h.iter().position(|x| x == "direction").unwrap()], "no interval");
+        assert_eq!(rows[0][h.iter().position(|x| x == "samples_per_s_direction").unwrap()], "no interval");
+        assert_eq!(rows[0][h.iter().position(|x| x == "step_s_direction").unwrap()], "no interval");
     }
 }
 

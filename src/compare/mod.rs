@@ -21,8 +21,9 @@ Runs are matched by workload and shape: their comparison key (model, data set, b
 optimizer, backend, overlap, ...) and rank count; threads per rank and data workers may differ, \
 since they follow each machine's cores (the table names both sides'). For every point in both: \
 step time, phases, throughput, speedup and bus bandwidth of A and of B, and B / A. Where both \
-sides have 2 or more repeats, the throughput ratio gets a 95 % t-interval on log throughput \
-(Welch), and a direction only when that interval excludes 1.\n\n\
+sides have 2 or more repeats, the ratios of throughput, step time and each phase get a 95 % \
+t-interval on the logs of the runs' values (Welch), and a direction (B faster or slower) only \
+when that interval excludes 1.\n\n\
 Reports that share no point are refused with the fields that differ. Exit status 2 for \
 every refusal (bad input), with nothing written.\n\n\
 Example:\n  ddpbench compare results/v100-report results/a40-report --out results/v100-vs-a40";

@@ -1,5 +1,6 @@
 //! The points two reports share (one workload at one shape), each side's figures for
-//! them, and their ratios B / A with intervals where both sides have repeats.
+//! them, and their ratios B / A with intervals where both sides have repeats: throughput,
+//! the step and each phase, each Welch's on the logs of its runs' values.
 
 use super::read::{ReportFile, RunEntry};
 use super::Refusal;
@@ -34,8 +35,19 @@ pub const THROUGHPUT: usize = 8;
 pub struct SideFigures {
     pub run_ids: Vec<String>,
     pub values: Vec<f64>,
-    /// Each run's log throughput: the interval's input.
-    pub log_throughputs: Vec<f64>,
+    /// Per metric, each run's log value: an interval's input. Empty where a metric has
+    /// no value per run (speedup, bus bandwidth) or a run's value is not above 0.
+    pub logs: Vec<Vec<f64>>,
+}
+
+/// A ratio B / A's 95 % interval (NaN without repeats on both sides) and the direction
+/// [`Direction::of`] gives B: for a time (the step, a phase), B is faster where the
+/// time's interval lies below 1.
+#[derive(Debug, Clone, Copy)]
+pub struct RatioInterval {
+    pub low: f64,
+    pub high: f64,
+    pub direction: Direction,
 }
 
 /// A point both reports hold, compared.
@@ -50,11 +62,8 @@ pub struct Compared {
     pub machine_b: String,
     pub a: SideFigures,
     pub b: SideFigures,
-    /// The throughput ratio's 95 % interval (NaN without repeats on both sides), and
-    /// the direction [`Direction::of`] gives it.
-    pub throughput_low: f64,
-    pub throughput_high: f64,
-    pub direction: Direction,
+    /// Per metric of [`METRICS`], its ratio's interval.
+    pub intervals: Vec<RatioInterval>,
 }
 
 impl Compared {
@@ -62,6 +71,17 @@ impl Compared {
     pub fn ratio(&self, i: usize) -> f64 {
         self.b.values[i] / self.a.values[i]
     }
+
+    /// The throughput ratio's interval.
+    pub fn throughput(&self) -> RatioInterval {
+        self.intervals[THROUGHPUT]
+    }
+}
+
+/// Whether metric `i` is a time (the step or a phase, before throughput in
+/// [`METRICS`]): a ratio above 1 is B slower.
+pub fn is_time(i: usize) -> bool {
+    i < THROUGHPUT
 }
 
 /// A run's point: its key without [`MACHINE_FIELDS`], its rank count and per-rank batch.
@@ -177,26 +197,9 @@ fn machine(run: &RunEntry) -> String {
 
 fn compared(p: &PointKey, runs_a: &[&RunEntry], runs_b: &[&RunEntry], a: &ReportFile, b: &ReportFile) -> Compared {
     let (fa, fb) = (figures(runs_a, a), figures(runs_b, b));
-    let ratio = fb.values[THROUGHPUT] / fa.values[THROUGHPUT];
-    let terms = [
-        Term {
-            runs: runs_b.len(),
-            weight: 1.0,
-            pool: 0,
-            within_run_variance: f64::NAN,
-        },
-        Term {
-            runs: runs_a.len(),
-            weight: 1.0,
-            pool: 1,
-            within_run_variance: f64::NAN,
-        },
-    ];
-    let pools = [
-        Spread::pooled([fb.log_throughputs.as_slice()]),
-        Spread::pooled([fa.log_throughputs.as_slice()]),
-    ];
-    let interval = speedup_interval(ratio, &terms, &pools);
+    let intervals = (0..METRICS.len())
+        .map(|i| ratio_interval(fb.values[i] / fa.values[i], &fa.logs[i], &fb.logs[i], is_time(i)))
+        .collect();
     Compared {
         model: runs_a[0].model.clone(),
         dataset: runs_a[0].dataset.clone(),
@@ -206,19 +209,60 @@ fn compared(p: &PointKey, runs_a: &[&RunEntry], runs_b: &[&RunEntry], a: &Report
         machine_b: machine(runs_b[0]),
         a: fa,
         b: fb,
-        throughput_low: interval.low,
-        throughput_high: interval.high,
-        direction: Direction::of(interval.low, interval.high),
+        intervals,
+    }
+}
+
+/// The interval of `ratio` (B / A) from each side's per-run logs, Welch's as a speedup's
+/// ([`speedup_interval`]); none unless both sides have 2 or more runs with a log each.
+/// For a time the direction is B's speed's: its interval is the time's inverted.
+fn ratio_interval(ratio: f64, logs_a: &[f64], logs_b: &[f64], time: bool) -> RatioInterval {
+    let none = RatioInterval {
+        low: f64::NAN,
+        high: f64::NAN,
+        direction: Direction::NoInterval,
+    };
+    if logs_a.len() < 2 || logs_b.len() < 2 || !ratio.is_finite() || ratio <= 0.0 {
+        return none;
+    }
+    let term = |runs: usize, pool: usize| Term {
+        runs,
+        weight: 1.0,
+        pool,
+        within_run_variance: f64::NAN,
+    };
+    let pools = [Spread::pooled([logs_b]), Spread::pooled([logs_a])];
+    let i = speedup_interval(ratio, &[term(logs_b.len(), 0), term(logs_a.len(), 1)], &pools);
+    let direction = if time {
+        Direction::of(1.0 / i.high, 1.0 / i.low)
+    } else {
+        Direction::of(i.low, i.high)
+    };
+    RatioInterval {
+        low: i.low,
+        high: i.high,
+        direction,
+    }
+}
+
+/// `values`' geometric mean and each one's log where every value is above 0 (finite);
+/// else their arithmetic mean and no logs.
+fn mean_and_logs(values: &[f64]) -> (f64, Vec<f64>) {
+    if values.iter().all(|v| v.is_finite() && *v > 0.0) {
+        (stats::geometric_mean(values), values.iter().map(|v| v.ln()).collect())
+    } else {
+        (values.iter().sum::<f64>() / values.len() as f64, Vec::new())
     }
 }
 
 /// One side's figures at a point: geometric means over its runs of throughput (the step
-/// time is the global batch over it), arithmetic means of the phases, the speedup of
-/// the scaling row holding its runs, the geometric mean of its runs' bus bandwidth.
+/// time is the global batch over it) and of each phase (arithmetic where a run has a
+/// phase at 0), the speedup of the scaling row holding its runs, the geometric mean of
+/// its runs' bus bandwidth.
 fn figures(runs: &[&RunEntry], report: &ReportFile) -> SideFigures {
     let run_ids: Vec<String> = runs.iter().map(|r| r.run_id.clone()).collect();
-    let throughput = stats::geometric_mean(&runs.iter().map(|r| r.samples_per_s).collect::<Vec<_>>());
-    let mean = |f: fn(&RunEntry) -> f64| runs.iter().map(|r| f(r)).sum::<f64>() / runs.len() as f64;
+    let per_run = |f: &dyn Fn(&RunEntry) -> f64| mean_and_logs(&runs.iter().map(|r| f(r)).collect::<Vec<_>>());
+    let (throughput, throughput_logs) = per_run(&|r| r.samples_per_s);
     let speedup = report
         .scaling
         .iter()
@@ -230,15 +274,24 @@ fn figures(runs: &[&RunEntry], report: &ReportFile) -> SideFigures {
         .filter(|s| run_ids.contains(&s.run_id) && s.busbw_bytes_per_s > 0.0)
         .map(|s| s.busbw_bytes_per_s)
         .collect();
-    let values = vec![
-        runs[0].global_batch as f64 / throughput,
-        mean(|r| r.per_step.data_s),
-        mean(|r| r.per_step.forward_s),
-        mean(|r| r.per_step.backward_s),
-        mean(|r| r.per_step.comm_transfer_s),
-        mean(|r| r.per_step.comm_wait_s),
-        mean(|r| r.per_step.optimizer_s),
-        mean(|r| r.per_step.other_s),
+    let phases: [(f64, Vec<f64>); 7] = [
+        per_run(&|r| r.per_step.data_s),
+        per_run(&|r| r.per_step.forward_s),
+        per_run(&|r| r.per_step.backward_s),
+        per_run(&|r| r.per_step.comm_transfer_s),
+        per_run(&|r| r.per_step.comm_wait_s),
+        per_run(&|r| r.per_step.optimizer_s),
+        per_run(&|r| r.per_step.other_s),
+    ];
+    // A step is the global batch over a run's throughput: its logs are the throughput's negated.
+    let step_logs = throughput_logs.iter().map(|l| (runs[0].global_batch as f64).ln() - l).collect();
+    let mut values = vec![runs[0].global_batch as f64 / throughput];
+    let mut logs = vec![step_logs];
+    for (v, l) in phases {
+        values.push(v);
+        logs.push(l);
+    }
+    values.extend([
         throughput,
         speedup,
         if busbw.is_empty() {
@@ -246,12 +299,9 @@ fn figures(runs: &[&RunEntry], report: &ReportFile) -> SideFigures {
         } else {
             stats::geometric_mean(&busbw)
         },
-    ];
-    SideFigures {
-        run_ids,
-        values,
-        log_throughputs: runs.iter().map(|r| r.samples_per_s.ln()).collect(),
-    }
+    ]);
+    logs.extend([throughput_logs, Vec::new(), Vec::new()]);
+    SideFigures { run_ids, values, logs }
 }
 
 #[cfg(test)]
@@ -298,10 +348,59 @@ mod tests {
         )
         .unwrap();
         let c = &shared[0];
-        assert!(c.throughput_low > 1.0 && c.throughput_low < c.ratio(THROUGHPUT) && c.ratio(THROUGHPUT) < c.throughput_high);
-        assert_eq!(c.direction, Direction::Faster);
+        let t = c.throughput();
+        assert!(t.low > 1.0 && t.low < c.ratio(THROUGHPUT) && c.ratio(THROUGHPUT) < t.high);
+        assert_eq!(t.direction, Direction::Faster);
+        // The step is the global batch over throughput: its interval is the inverse, and
+        // a shorter step is B faster.
+        let step = c.intervals[0];
+        assert!((step.low * t.high - 1.0).abs() < 1e-12 && (step.high * t.low - 1.0).abs() < 1e-12);
+        assert_eq!(step.direction, Direction::Faster);
         let (shared, _) = compare(&report(&[(1, 16, 100.0)]), &report(&[(1, 16, 150.0), (1, 16, 151.0)])).unwrap();
-        assert_eq!(shared[0].direction, Direction::NoInterval);
-        assert!(shared[0].throughput_low.is_nan());
+        assert!(shared[0].intervals.iter().all(|i| i.direction == Direction::NoInterval && i.low.is_nan()));
+    }
+
+    /// A report of 2-rank runs at batch 16 with the given (throughput, backward_s) each.
+    fn report_phases(runs: &[(f64, f64)]) -> ReportFile {
+        let runs: Vec<Value> = runs
+            .iter()
+            .enumerate()
+            .map(|(i, (thr, backward))| {
+                serde_json::json!({
+                    "run_id": format!("r{i}"), "model": "m", "dataset": "d", "ranks": 2,
+                    "batch_per_rank": 16, "global_batch": 32, "samples_per_s": thr,
+                    "comparison_key": {"model": "m", "threads": [1], "workers": 0},
+                    "per_step": {"data_s": 0.0, "forward_s": 0.1, "backward_s": backward, "comm_transfer_s": 0.01,
+                                 "comm_wait_s": 0.0, "optimizer_s": 0.02, "other_s": 0.001}
+                })
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({"runs": runs, "summary": [], "scaling": []})).unwrap()
+    }
+
+    #[test]
+    fn phases_with_repeats_get_intervals_and_a_direction_only_outside_1() {
+        let backward = METRICS.iter().position(|m| m.0 == "backward_s").unwrap();
+        let data = METRICS.iter().position(|m| m.0 == "data_s").unwrap();
+        // Backward twice as long in B, tightly: B slower there; the ratio is the
+        // geometric means'.
+        let (shared, _) = compare(
+            &report_phases(&[(100.0, 0.20), (101.0, 0.21)]),
+            &report_phases(&[(100.0, 0.40), (101.0, 0.41)]),
+        )
+        .unwrap();
+        let c = &shared[0];
+        let geo = ((0.40f64 * 0.41).sqrt()) / ((0.20f64 * 0.21).sqrt());
+        assert!((c.ratio(backward) - geo).abs() < 1e-12);
+        let b = c.intervals[backward];
+        assert!(b.low < geo && geo < b.high && b.low > 1.0, "{b:?}");
+        assert_eq!(b.direction, Direction::Slower);
+        // A phase at 0 has no logs: no interval, its mean arithmetic.
+        assert_eq!(c.intervals[data].direction, Direction::NoInterval);
+        // Throughput alike within their spread: an interval holding 1, no direction.
+        let t = c.throughput();
+        assert!(t.low < 1.0 && t.high > 1.0);
+        assert_eq!(t.direction, Direction::WithinNoise);
+        assert_eq!(c.intervals[0].direction, Direction::WithinNoise);
     }
 }

@@ -1,7 +1,7 @@
 //! What `compare` writes: the terminal table, compare.md, compare.csv, the sentence on
 //! the biggest difference, and the new folder they go into.
 
-use super::points::{Compared, METRICS, THROUGHPUT};
+use super::points::{Compared, RatioInterval, METRICS, THROUGHPUT};
 use super::Refusal;
 use crate::reduce::analysis::interval::Direction;
 use std::path::{Path, PathBuf};
@@ -47,18 +47,49 @@ fn point_title(c: &Compared) -> String {
     format!("{} on {}, {} ranks × {} per rank", c.model, c.dataset, c.ranks, c.batch_per_rank)
 }
 
+/// The metrics whose ratio can have an interval (the step, the phases, throughput: a
+/// value per run), in [`METRICS`]' order.
+fn has_interval(i: usize) -> bool {
+    i <= THROUGHPUT
+}
+
+/// The direction B takes, as a word; none where the interval holds 1 or there is none.
+fn direction_word(iv: &RatioInterval) -> &'static str {
+    match iv.direction {
+        Direction::Faster => "B is faster",
+        Direction::Slower => "B is slower",
+        _ => "",
+    }
+}
+
 /// The throughput ratio's interval and direction, in words.
 fn interval_words(c: &Compared) -> String {
-    match c.direction {
+    let iv = c.throughput();
+    match iv.direction {
         Direction::NoInterval => format!(
             "no interval ({} vs {} runs: an interval needs 2 or more on each side)",
             c.b.run_ids.len(),
             c.a.run_ids.len()
         ),
-        Direction::Faster => format!("95 % interval {:.3}–{:.3}: B is faster", c.throughput_low, c.throughput_high),
-        Direction::Slower => format!("95 % interval {:.3}–{:.3}: B is slower", c.throughput_low, c.throughput_high),
-        _ => format!("95 % interval {:.3}–{:.3}: within noise", c.throughput_low, c.throughput_high),
+        Direction::Faster | Direction::Slower => {
+            format!("95 % interval {:.3}–{:.3}: {}", iv.low, iv.high, direction_word(&iv))
+        }
+        _ => format!("95 % interval {:.3}–{:.3}: within noise", iv.low, iv.high),
     }
+}
+
+/// Metric `i`'s interval as a table cell ("–" without one) and its direction
+/// ("within noise" where the interval holds 1).
+fn interval_cells(c: &Compared, i: usize) -> (String, String) {
+    let iv = &c.intervals[i];
+    if !has_interval(i) || iv.direction == Direction::NoInterval {
+        return ("–".into(), String::new());
+    }
+    let word = match direction_word(iv) {
+        "" => "within noise",
+        w => w,
+    };
+    (format!("{:.3}–{:.3}", iv.low, iv.high), word.into())
 }
 
 /// The point whose step time differs most (by its ratio's logarithm), the phase whose
@@ -98,7 +129,7 @@ pub fn markdown(labels: &(String, String), points: &[Compared], only: &[String],
     let mut md = format!("# Comparison\n\nA: `{}`  \nB: `{}`\n\n{sentence}\n", labels.0, labels.1);
     for c in points {
         md += &format!(
-            "\n## {}\n\nA: {} ({}; runs {}). B: {} ({}; runs {}). Throughput B / A: {}.\n\n| figure | A | B | B / A |\n|---|---:|---:|---:|\n",
+            "\n## {}\n\nA: {} ({}; runs {}). B: {} ({}; runs {}). Throughput B / A: {}.\n\n| figure | A | B | B / A | 95 % interval of B / A | direction |\n|---|---:|---:|---:|---:|---|\n",
             point_title(c),
             c.a.run_ids.len(),
             c.machine_a,
@@ -109,13 +140,17 @@ pub fn markdown(labels: &(String, String), points: &[Compared], only: &[String],
             interval_words(c)
         );
         for (i, (_, what)) in METRICS.iter().enumerate() {
+            let (interval, direction) = interval_cells(c, i);
             md += &format!(
-                "| {what} | {} | {} | {} |\n",
+                "| {what} | {} | {} | {} | {interval} | {direction} |\n",
                 num(c.a.values[i]),
                 num(c.b.values[i]),
                 num(c.ratio(i))
             );
         }
+    }
+    if !points.is_empty() {
+        md += "\nThe intervals are 95 % t-intervals (Welch) on the logs of each side's per-run values, for the ratio of their geometric means; a figure has one where both sides have 2 or more runs, each with a value above 0 (a phase at 0 is averaged arithmetically and has none). A direction is named only where the interval excludes 1; a time's interval below 1 is B faster.\n";
     }
     if !only.is_empty() {
         md += "\n## Not compared (in one report only)\n\n";
@@ -130,10 +165,19 @@ pub fn markdown(labels: &(String, String), points: &[Compared], only: &[String],
 pub fn terminal(labels: &(String, String), points: &[Compared], only: &[String], sentence: &str) -> String {
     let mut out = format!("A: {}\nB: {}\n", labels.0, labels.1);
     for c in points {
-        out += &format!("\n{}\n  {:<34} {:>14} {:>14} {:>9}\n", point_title(c), "figure", "A", "B", "B / A");
+        out += &format!(
+            "\n{}\n  {:<34} {:>14} {:>14} {:>9} {:>13}  direction\n",
+            point_title(c),
+            "figure",
+            "A",
+            "B",
+            "B / A",
+            "95 % interval"
+        );
         for (i, (_, what)) in METRICS.iter().enumerate() {
+            let (interval, direction) = interval_cells(c, i);
             out += &format!(
-                "  {what:<34} {:>14} {:>14} {:>9}\n",
+                "  {what:<34} {:>14} {:>14} {:>9} {interval:>13}  {direction}\n",
                 num(c.a.values[i]),
                 num(c.b.values[i]),
                 num(c.ratio(i))
@@ -155,16 +199,19 @@ fn cell(v: f64) -> String {
     }
 }
 
-/// compare.csv: one row per point; per figure its A, B and B / A columns.
+/// compare.csv: one row per point; per figure its A, B and B / A columns, and for the
+/// step, the phases and throughput the interval of B / A and its direction.
 pub fn csv(points: &[Compared]) -> anyhow::Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(Vec::new());
     let mut header: Vec<String> = ["model", "dataset", "ranks", "batch_per_rank", "runs_a", "runs_b"]
         .map(String::from)
         .to_vec();
-    for (m, _) in METRICS {
+    for (i, (m, _)) in METRICS.iter().enumerate() {
         header.extend([format!("{m}_a"), format!("{m}_b"), format!("{m}_ratio")]);
+        if has_interval(i) {
+            header.extend([format!("{m}_ratio_low"), format!("{m}_ratio_high"), format!("{m}_direction")]);
+        }
     }
-    header.extend(["samples_per_s_ratio_low", "samples_per_s_ratio_high", "direction"].map(String::from));
     w.write_record(&header)?;
     for c in points {
         let mut row = vec![
@@ -175,11 +222,13 @@ pub fn csv(points: &[Compared]) -> anyhow::Result<Vec<u8>> {
             c.a.run_ids.len().to_string(),
             c.b.run_ids.len().to_string(),
         ];
-        for i in 0..METRICS.len() {
+        for (i, iv) in c.intervals.iter().enumerate() {
             row.extend([cell(c.a.values[i]), cell(c.b.values[i]), cell(c.ratio(i))]);
+            if has_interval(i) {
+                let direction = serde_json::to_value(iv.direction)?.as_str().unwrap_or_default().to_string();
+                row.extend([cell(iv.low), cell(iv.high), direction]);
+            }
         }
-        let direction = serde_json::to_value(c.direction)?.as_str().unwrap_or_default().to_string();
-        row.extend([cell(c.throughput_low), cell(c.throughput_high), direction]);
         w.write_record(&row)?;
     }
     Ok(w.into_inner()?)
