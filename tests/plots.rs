@@ -1,7 +1,7 @@
 //! The plots `reduce` writes, read back as SVG: rank axes tick at powers of two labelled
 //! as integers, error bars stand exactly where scaling.csv has an interval, the ideal
 //! line runs from 1 rank to the largest, the projection's band is drawn where a
-//! projection is, and the phases are one stacked bar per rank count.
+//! projection is, and the phases are one panel per batch, one stacked bar per rank count.
 //! Inputs: the schema-2 run folders in tests/fixtures/schema2 (see its README).
 
 mod common;
@@ -212,32 +212,43 @@ fn projection_plot_fills_one_band_per_projected_workload() {
     assert_power_of_two_ticks(&x_tick_labels(&els, "ranks"), "projection");
 }
 
+/// The phases are one panel per model and batch per rank (phases-MODEL-bBATCH.svg,
+/// its title naming both), one stacked bar per rank count there: a batch's step is
+/// never set beside another batch's on one axis.
 #[test]
-fn phases_are_one_stacked_bar_per_rank_count_and_batch() {
+fn phases_are_one_panel_per_batch_and_one_bar_per_rank_count() {
     let d = tmp();
     reduce_fixture(d.path(), false);
     let (h, rows) = read_csv(&d.path().join("summary.csv"));
     let at = |name: &str| h.iter().position(|c| c == name).unwrap();
-    let shapes: BTreeSet<(u64, u64)> = rows
-        .iter()
-        .map(|r| (r[at("ranks")].parse().unwrap(), r[at("batch_per_rank")].parse().unwrap()))
-        .collect();
-    let els = read_svg(d.path(), "phases");
-    let labels: Vec<String> = x_tick_labels(&els, "ranks ·").into_iter().map(|t| t.1).collect();
-    let want: Vec<String> = shapes.iter().map(|(r, b)| format!("{r} r · b{b}")).collect();
-    assert_eq!(labels, want);
-    // Every bar has one forward segment (the second colour): the runs of a rank count are
-    // averaged into one bar, not drawn side by side.
+    let mut panels: BTreeMap<(String, u64), BTreeSet<u64>> = BTreeMap::new();
+    for r in &rows {
+        panels
+            .entry((r[at("model")].clone(), r[at("batch_per_rank")].parse().unwrap()))
+            .or_default()
+            .insert(r[at("ranks")].parse().unwrap());
+    }
+    assert!(panels.len() >= 2, "the fixtures hold two batches: {panels:?}");
+    assert!(!d.path().join("phases.svg").exists(), "no panel mixing the batches");
     let forward = format!(
         "#{:02X}{:02X}{:02X}",
         ddpbench::plot::PALETTE[1].0,
         ddpbench::plot::PALETTE[1].1,
         ddpbench::plot::PALETTE[1].2
     );
-    let rects = els
-        .iter()
-        .filter(|e| e.tag == "rect" && e.attrs.get("fill") == Some(&forward))
-        .count();
-    // The legend's swatch is one more.
-    assert_eq!(rects, shapes.len() + 1);
+    for ((model, batch), ranks) in &panels {
+        let els = read_svg(d.path(), &format!("phases-{model}-b{batch}"));
+        let title = format!("Mean time per step by phase: {model}, batch {batch}/rank");
+        assert!(els.iter().any(|e| e.tag == "text" && e.text == title), "{model} b{batch}: no title {title:?}");
+        let labels: Vec<String> = x_tick_labels(&els, "ranks (").into_iter().map(|t| t.1).collect();
+        let want: Vec<String> = ranks.iter().map(|r| format!("{r} ranks")).collect();
+        assert_eq!(labels, want, "{model} b{batch}");
+        // Every bar has one forward segment (the second colour): the runs of a rank
+        // count are averaged into one bar; the legend's swatch is one more.
+        let rects = els
+            .iter()
+            .filter(|e| e.tag == "rect" && e.attrs.get("fill") == Some(&forward))
+            .count();
+        assert_eq!(rects, ranks.len() + 1, "{model} b{batch}");
+    }
 }

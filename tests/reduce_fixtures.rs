@@ -751,7 +751,14 @@ fn cli_writes_spreadsheet_ready_files_report_and_plots() {
     ] {
         assert!(report.contains(needle), "report lacks {needle:?}");
     }
-    for plot in ["speedup", "efficiency", "phases", "bandwidth", "step_time_per_rank-two"] {
+    // The phases are one panel per model and batch per rank: phases-MODEL-bBATCH.
+    let phases = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("phases-") && n.ends_with(".svg"))
+        .expect("a phases-MODEL-bBATCH.svg panel");
+    let phases = phases.trim_end_matches(".svg");
+    for plot in ["speedup", "efficiency", phases, "bandwidth", "step_time_per_rank-two"] {
         let svg = std::fs::read_to_string(d.path().join(format!("{plot}.svg"))).unwrap();
         resvg::usvg::Tree::from_str(&svg, &resvg::usvg::Options::default()).unwrap_or_else(|e| panic!("{plot}.svg: {e}"));
         let png = std::fs::read(d.path().join(format!("{plot}.png"))).unwrap();

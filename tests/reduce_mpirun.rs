@@ -118,7 +118,14 @@ fn scaling_across_real_runs_with_two_node_types() {
     for r in &of_run {
         assert!(r[bi].parse::<f64>().unwrap() > 0.0 && r[pi].parse::<f64>().unwrap() > 0.0);
     }
-    for plot in ["speedup", "efficiency", "phases", "bandwidth", "step_time_per_rank-hetero"] {
+    // The phases are one panel per model and batch per rank: phases-MODEL-bBATCH.
+    let phases = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("phases-") && n.ends_with(".svg"))
+        .expect("a phases-MODEL-bBATCH.svg panel");
+    let phases = phases.trim_end_matches(".svg");
+    for plot in ["speedup", "efficiency", phases, "bandwidth", "step_time_per_rank-hetero"] {
         let png = std::fs::read(d.path().join(format!("{plot}.png"))).unwrap();
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
         let svg = std::fs::read_to_string(d.path().join(format!("{plot}.svg"))).unwrap();

@@ -19,6 +19,7 @@ pub fn markdown(report: &Report, with_plots: bool) -> String {
     speedup::runs_table(&mut md, &report.runs, &report.summary);
     speedup::per_workload(&mut md, &report.scaling, &report.workloads);
     communication::compute_vs_comm(&mut md, &report.runs, &f.compute_vs_comm);
+    compute_comm_grid::markdown(&mut md, &report.runs);
     communication::bandwidth(&mut md, &report.runs, &report.summary, &f.bandwidth);
     efficiency::epoch_times(&mut md, &report.runs);
     times::markdown(&mut md, &report.runs);
@@ -29,7 +30,7 @@ pub fn markdown(report: &Report, with_plots: bool) -> String {
     nodes::incomplete(&mut md, &report.incomplete);
     duplicates(&mut md, &report.duplicates);
     if with_plots {
-        let _ = writeln!(md, "\n## Plots\n\n![speedup](speedup.svg) ![efficiency](efficiency.svg) ![phases](phases.svg) ![bandwidth](bandwidth.svg)\n\nStep time per rank: `step_time_per_rank-<run>.svg`.");
+        let _ = writeln!(md, "\n## Plots\n\n![speedup](speedup.svg) ![efficiency](efficiency.svg) ![bandwidth](bandwidth.svg)\n\nMean time per step by phase, one panel per model and batch per rank: `phases-<model>-b<batch>.svg`. Step time per rank: `step_time_per_rank-<run>.svg`.");
     }
     if let Some(p) = &report.projection {
         md.push_str(&projection::markdown(p));

@@ -1,5 +1,5 @@
 //! The plots: speedup and efficiency against ranks, the efficiency waterfall, phases per
-//! run and per batch, bandwidth against message size, and each run's step time per rank
+//! rank count (a panel per batch), bandwidth against message size, and each run's step time per rank
 //! and own work per rank and step (the heatmap).
 
 use super::{Report, RunReport, StepPhases};
@@ -22,7 +22,7 @@ pub fn pictures(report: &Report) -> Result<Vec<Picture>> {
     let mut out = Vec::new();
     scaling_plots(&mut out, &report.scaling)?;
     waterfall_plot(&mut out, &report.scaling)?;
-    phases_plot(&mut out, &report.runs)?;
+    phases_plots(&mut out, &report.runs)?;
     phase_share_plots(&mut out, &report.runs)?;
     bandwidth_plot(&mut out, &report.runs, &report.summary)?;
     step_time_plots(&mut out, &report.runs)?;
@@ -119,45 +119,42 @@ fn scaling_plots(out: &mut Vec<Picture>, scaling: &[ScalingRow]) -> Result<()> {
     Ok(())
 }
 
-/// Mean time per step by phase, stacked, one bar per rank count (and batch, and model
-/// where there are several): the mean over the runs there.
-fn phases_plot(out: &mut Vec<Picture>, runs: &[RunReport]) -> Result<()> {
-    let models: std::collections::BTreeSet<&str> = runs.iter().map(|r| r.model.as_str()).collect();
-    let mut groups: BTreeMap<(usize, &str, usize), Vec<&RunReport>> = BTreeMap::new();
-    for r in runs {
-        groups.entry((r.ranks, r.model.as_str(), r.batch_per_rank)).or_default().push(r);
+/// Mean time per step by phase, stacked, one panel per model and batch per rank (a
+/// batch's step is never set beside another batch's), one bar per rank count: the mean
+/// over the runs there.
+fn phases_plots(out: &mut Vec<Picture>, runs: &[RunReport]) -> Result<()> {
+    for ((model, batch), by_ranks) in panels(runs) {
+        let names: Vec<String> = by_ranks.keys().map(|n| format!("{n} ranks")).collect();
+        let ms = |f: fn(&StepPhases) -> f64| -> Vec<f64> {
+            by_ranks
+                .values()
+                .map(|rs| rs.iter().map(|r| f(&r.per_step)).sum::<f64>() / rs.len() as f64 * 1e3)
+                .collect()
+        };
+        let svg = plot::stacked_bars(
+            &format!("Mean time per step by phase: {model}, batch {batch}/rank"),
+            "ranks (mean over the runs)",
+            "ms per step",
+            &names,
+            &phase_stacks(ms),
+        )?;
+        out.push(picture(&format!("phases-{model}-b{batch}"), svg));
     }
-    let names: Vec<String> = groups
-        .keys()
-        .map(|(ranks, model, batch)| match models.len() {
-            1 => format!("{ranks} r · b{batch}"),
-            _ => format!("{model} {ranks} r · b{batch}"),
-        })
-        .collect();
-    let ms = |f: fn(&StepPhases) -> f64| -> Vec<f64> {
-        groups
-            .values()
-            .map(|rs| rs.iter().map(|r| f(&r.per_step)).sum::<f64>() / rs.len() as f64 * 1e3)
-            .collect()
-    };
-    let stacks = vec![
-        ("data".to_string(), ms(|p| p.data_s)),
-        ("forward".to_string(), ms(|p| p.forward_s)),
-        ("backward".to_string(), ms(|p| p.backward_s)),
-        ("comm: transfer".to_string(), ms(|p| p.comm_transfer_s)),
-        ("comm: waiting".to_string(), ms(|p| p.comm_wait_s)),
-        ("optimizer".to_string(), ms(|p| p.optimizer_s)),
-        ("other".to_string(), ms(|p| p.other_s)),
-    ];
-    let svg = plot::stacked_bars(
-        "Mean time per step by phase",
-        "ranks · batch per rank (mean over the runs)",
-        "ms per step",
-        &names,
-        &stacks,
-    )?;
-    out.push(picture("phases", svg));
     Ok(())
+}
+
+/// The runs by model and batch per rank (a panel each), then by rank count (a bar each).
+fn panels(runs: &[RunReport]) -> BTreeMap<(&str, usize), BTreeMap<usize, Vec<&RunReport>>> {
+    let mut panels: BTreeMap<(&str, usize), BTreeMap<usize, Vec<&RunReport>>> = BTreeMap::new();
+    for r in runs {
+        panels
+            .entry((r.model.as_str(), r.batch_per_rank))
+            .or_default()
+            .entry(r.ranks)
+            .or_default()
+            .push(r);
+    }
+    panels
 }
 
 /// Bus bandwidth against message size: the raw probe and the all-reduce inside training.
@@ -268,16 +265,7 @@ fn waterfall_plot(out: &mut Vec<Picture>, scaling: &[ScalingRow]) -> Result<()> 
 /// Each phase's share of the step, one panel per model and batch per rank, one bar
 /// per rank count (the mean over the runs there).
 fn phase_share_plots(out: &mut Vec<Picture>, runs: &[RunReport]) -> Result<()> {
-    let mut panels: BTreeMap<(&str, usize), BTreeMap<usize, Vec<&RunReport>>> = BTreeMap::new();
-    for r in runs {
-        panels
-            .entry((r.model.as_str(), r.batch_per_rank))
-            .or_default()
-            .entry(r.ranks)
-            .or_default()
-            .push(r);
-    }
-    for ((model, batch), by_ranks) in panels {
+    for ((model, batch), by_ranks) in panels(runs) {
         let names: Vec<String> = by_ranks.keys().map(|n| format!("{n} ranks")).collect();
         let share = |f: fn(&StepPhases) -> f64| -> Vec<f64> {
             by_ranks
