@@ -144,7 +144,12 @@ fn two_reports_of_real_runs_side_by_side_with_ratios_and_intervals() {
     let text = |name: &str| rows[0][h.iter().position(|x| x == name).unwrap_or_else(|| panic!("no {name}"))].clone();
     // Two repeats on each side: an interval around each ratio, and the one direction rule
     // (a time's interval below 1 is B faster).
-    for (stem, time) in [("samples_per_s", false), ("step_s", true), ("forward_s", true), ("backward_s", true)] {
+    for (stem, time) in [
+        ("samples_per_s", false),
+        ("step_s", true),
+        ("forward_s", true),
+        ("backward_s", true),
+    ] {
         let r = c(&format!("{stem}_ratio"));
         let (low, high) = (c(&format!("{stem}_ratio_low")), c(&format!("{stem}_ratio_high")));
         assert!(low < r && r < high, "{stem}: {low} < {r} < {high}");
@@ -162,7 +167,10 @@ fn two_reports_of_real_runs_side_by_side_with_ratios_and_intervals() {
     assert!(close(c("step_s_ratio_low") * c("samples_per_s_ratio_high"), 1.0));
     assert!(!h.iter().any(|x| x == "speedup_ratio_low"), "a speedup has no value per run");
     let md = std::fs::read_to_string(out.join("compare.md")).unwrap();
-    assert!(md.contains("| figure | A | B | B / A | 95 % interval of B / A | direction |"), "{md}");
+    assert!(
+        md.contains("| figure | A | B | B / A | 95 % interval of B / A | direction |"),
+        "{md}"
+    );
     // A direction word stands only where the row's interval excludes 1.
     for line in md.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| figure")) {
         let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
@@ -205,7 +213,10 @@ fn reports_of_other_settings_are_refused_naming_what_differs() {
         assert_eq!(col(&h, &rows, "ranks"), vec![1.0, 2.0]);
         assert_eq!(col(&h, &rows, "samples_per_s_ratio"), vec![1.0, 1.0]);
         // One run per side: no interval, so no direction.
-        assert_eq!(rows[0][h.iter().position(|x| x == "samples_per_s_direction").unwrap()], "no interval");
+        assert_eq!(
+            rows[0][h.iter().position(|x| x == "samples_per_s_direction").unwrap()],
+            "no interval"
+        );
         assert_eq!(rows[0][h.iter().position(|x| x == "step_s_direction").unwrap()], "no interval");
     }
 }

@@ -239,7 +239,10 @@ fn phases_are_one_panel_per_batch_and_one_bar_per_rank_count() {
     for ((model, batch), ranks) in &panels {
         let els = read_svg(d.path(), &format!("phases-{model}-b{batch}"));
         let title = format!("Mean time per step by phase: {model}, batch {batch}/rank");
-        assert!(els.iter().any(|e| e.tag == "text" && e.text == title), "{model} b{batch}: no title {title:?}");
+        assert!(
+            els.iter().any(|e| e.tag == "text" && e.text == title),
+            "{model} b{batch}: no title {title:?}"
+        );
         let labels: Vec<String> = x_tick_labels(&els, "ranks (").into_iter().map(|t| t.1).collect();
         let want: Vec<String> = ranks.iter().map(|r| format!("{r} ranks")).collect();
         assert_eq!(labels, want, "{model} b{batch}");

@@ -357,7 +357,10 @@ mod tests {
         assert!((step.low * t.high - 1.0).abs() < 1e-12 && (step.high * t.low - 1.0).abs() < 1e-12);
         assert_eq!(step.direction, Direction::Faster);
         let (shared, _) = compare(&report(&[(1, 16, 100.0)]), &report(&[(1, 16, 150.0), (1, 16, 151.0)])).unwrap();
-        assert!(shared[0].intervals.iter().all(|i| i.direction == Direction::NoInterval && i.low.is_nan()));
+        assert!(shared[0]
+            .intervals
+            .iter()
+            .all(|i| i.direction == Direction::NoInterval && i.low.is_nan()));
     }
 
     /// A report of 2-rank runs at batch 16 with the given (throughput, backward_s) each.

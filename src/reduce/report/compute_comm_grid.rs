@@ -97,8 +97,16 @@ pub fn cells(runs: &[RunReport]) -> Vec<GridCell> {
 }
 
 fn configuration(c: &GridCell) -> String {
-    let ranks = if c.ranks == 1 { "1 rank".to_string() } else { format!("{} ranks", c.ranks) };
-    let nodes = if c.nodes > 1 { format!(" on {} nodes", c.nodes) } else { String::new() };
+    let ranks = if c.ranks == 1 {
+        "1 rank".to_string()
+    } else {
+        format!("{} ranks", c.ranks)
+    };
+    let nodes = if c.nodes > 1 {
+        format!(" on {} nodes", c.nodes)
+    } else {
+        String::new()
+    };
     format!("{ranks}{nodes}, {}", c.communication)
 }
 
@@ -162,7 +170,14 @@ fn share_sentence(cells: &[&GridCell]) -> String {
     let with: Vec<&&GridCell> = cells.iter().filter(|c| c.comm_share.is_finite()).collect();
     let hi = with.iter().max_by(|a, b| a.comm_share.total_cmp(&b.comm_share));
     let lo = with.iter().min_by(|a, b| a.comm_share.total_cmp(&b.comm_share));
-    let at = |c: &GridCell| format!("{} at batch {}/rank ({})", configuration(c), c.batch_per_rank, super::pct(c.comm_share));
+    let at = |c: &GridCell| {
+        format!(
+            "{} at batch {}/rank ({})",
+            configuration(c),
+            c.batch_per_rank,
+            super::pct(c.comm_share)
+        )
+    };
     match (lo, hi) {
         (Some(lo), Some(hi)) if with.len() > 1 => format!(
             "The all-reduce takes the largest share with {} and the smallest with {}.",
