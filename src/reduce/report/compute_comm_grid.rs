@@ -48,7 +48,12 @@ fn comparison_without_comm(key: Option<&ComparisonKey>) -> String {
         k.overlap = Overlap::Off;
         k.grad_dtype = None;
         k.amp = None;
+        // The two settings that stay in the key, at the values set above, say nothing.
         k.describe()
+            .split(' ')
+            .filter(|w| !w.starts_with("overlap=") && !w.starts_with("backend="))
+            .collect::<Vec<_>>()
+            .join(" ")
     })
 }
 
