@@ -434,7 +434,9 @@ pub struct PlacementConfig {
 
     /// Threads preparing batches ahead of the step (0: prepare each batch inline). The queue
     /// holds two batches per worker; data_s is the time a step waited for its batch.
-    /// Default: 0 for data sets held in memory; for image folders (JPEG decoding), the
+    /// Default: for data sets held in memory, 0 on a CPU and on a GPU 2 (fewer where the
+    /// binding has fewer spare cores), which gather batches into page-locked memory so the
+    /// copy to the GPU does not hold the host; for image folders (JPEG decoding), the
     /// cores of the rank's binding its compute does not use (on a GPU all but one), at
     /// least 1. Workers run inside the rank's binding; the manifest records the number.
     #[arg(long)]
