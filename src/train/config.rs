@@ -5,13 +5,13 @@
 //! repeated from its own folder. The trainer reads only this struct, never clap.
 
 use crate::amp::AmpMode;
-use crate::comm::noise::NoiseScaleMode;
 use crate::comm::{AllreduceChoice, GradDtype, OverlapMode};
 use crate::data::{DataSpec, DatasetKind, ImageCaps};
 use crate::device::DeviceChoice;
 use crate::job::same_flags::LaunchFlags;
 use crate::model::{self, InputDtype, InputShape, LossKind, ModelChoice, ModelOptions, ShapeFlags};
 use crate::optim::{LrScaling, OptimizerKind};
+use crate::record::NoiseScaleMode;
 use crate::topology::BindPolicy;
 use crate::train::host_memory::MallocMode;
 use anyhow::{anyhow, Result};
@@ -63,6 +63,10 @@ pub const IN_KEY: &[(&str, &str)] = &[
     ("--malloc", "malloc"),
     ("--deterministic", "deterministic"),
     ("--phase-sync", "phase_sync"),
+    // Two gradient norms beside the step: a cost under 1 % at every:K, but a cost, so
+    // runs that asked for different norms are never pooled. The key holds the flag as
+    // asked, so a 1-rank run that takes none stays the reference of N-rank runs.
+    ("--noise-scale", "noise_scale"),
     ("--memory-format", "memory_format"),
     ("--no-dropout", "dropout"),
     // 0 skips SGD's momentum buffer; the value is kept whole, so runs never pool updates
@@ -130,10 +134,6 @@ pub const NOT_IN_KEY: &[(&str, &str)] = &[
         "the trace draws the marks the step records anyway, written after the step's end mark",
     ),
     ("--trace-steps", "which steps the trace draws"),
-    (
-        "--noise-scale",
-        "two gradient norms beside the step; every:K keeps their cost under 1 % of a step (BENCHMARKS.md)",
-    ),
 ];
 
 /// The `train` flags that may differ between the ranks of one job, and why: every other
