@@ -74,6 +74,7 @@ fn manifest(f: &Fixture, status: &str) -> Manifest {
         model_file: None,
         log_lines_dropped: 0,
         warnings: Vec::new(),
+        target: None,
         ranks: f
             .ranks
             .iter()

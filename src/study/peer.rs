@@ -294,6 +294,7 @@ fn manifest(pg: &Group, peer: Peer, cfg: &TrainConfig, run_id: &str, started: Sy
     Manifest {
         schema_version: record::SCHEMA_VERSION,
         warnings: Vec::new(),
+        target: None,
         run_id: run_id.into(),
         status: RunStatus::Running.as_str().into(),
         error: None,

@@ -101,6 +101,10 @@ pub const NOT_IN_KEY: &[(&str, &str)] = &[
     ),
     ("--epochs", "how long the run is, not what a step does"),
     ("--max-steps", "how long the run is, not what a step does"),
+    (
+        "--target-loss",
+        "how long the run is, not what a step does (one all-reduce of one number between steps)",
+    ),
     ("--batch-size", "a dimension of the point of its own (batch per rank, global batch)"),
     ("--warmup-steps", "which steps are left out of the figures"),
     (
@@ -163,6 +167,7 @@ pub const SAME_ON_EVERY_RANK: &[&str] = &[
     "--max-image-bytes",
     "--epochs",
     "--max-steps",
+    "--target-loss",
     "--batch-size",
     "--grad-accum",
     "--warmup-steps",
@@ -345,6 +350,18 @@ pub struct ScheduleConfig {
     /// Stop after this many steps in total (per rank), whatever --epochs says.
     #[arg(long)]
     pub max_steps: Option<usize>,
+
+    /// Stop once the smoothed training loss is at or below this: each step's loss,
+    /// averaged over the ranks and then over the last 20 measured steps (every rank
+    /// holds the same mean, so every rank stops after the same step). The manifest's
+    /// `target` records whether and when: steps, samples over all ranks and seconds
+    /// since the start of training. Not reached within --epochs/--max-steps: the run
+    /// ends as usual and says so, with no figure of the reach. The learning rate is the
+    /// run's own (--lr, --lr-scaling, --warmup-epochs, written into `target.lr_rule`):
+    /// to compare global batches, give --lr-scaling linear with --warmup-epochs.
+    #[arg(long, value_name = "LOSS", value_parser = super::target::positive_loss)]
+    #[serde(default)]
+    pub target_loss: Option<f64>,
 
     /// Samples per step on each rank (the global batch is this times the number of ranks).
     #[arg(long, default_value_t = 64)]

@@ -89,6 +89,7 @@ pub fn initial(
         model_file,
         log_lines_dropped: 0,
         warnings: Vec::new(),
+        target: None,
     })
 }
 
