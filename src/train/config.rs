@@ -357,8 +357,9 @@ pub struct ScheduleConfig {
     /// `target` records whether and when: steps, samples over all ranks and seconds
     /// since the start of training. Not reached within --epochs/--max-steps: the run
     /// ends as usual and says so, with no figure of the reach. The learning rate is the
-    /// run's own (--lr, --lr-scaling, --warmup-epochs, written into `target.lr_rule`):
-    /// to compare global batches, give --lr-scaling linear with --warmup-epochs.
+    /// run's own (--lr, --lr-scaling, --warmup-epochs, written into `target.lr_rule`);
+    /// --lr-scaling linear scales by ranks × --grad-accum only, so to compare global
+    /// batches that differ in --batch-size, scale --lr with the batch by hand.
     #[arg(long, value_name = "LOSS", value_parser = super::target::positive_loss)]
     #[serde(default)]
     pub target_loss: Option<f64>,
