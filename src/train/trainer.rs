@@ -150,7 +150,7 @@ impl<'g> Trainer<'g> {
         if let Some(script) = model.net.script() {
             super::file_model::check_script(g, cfg, script, &model.spec, &dataset, place.device)?;
         }
-        let opt = Optimizer::new(
+        let mut opt = Optimizer::new(
             cfg.optim.optimizer,
             &model.param_tensors,
             cfg.learning_rate(),
@@ -158,6 +158,9 @@ impl<'g> Trainer<'g> {
             cfg.optim.weight_decay,
         );
         let mut comm = Communication::setup(g, cfg, &place, model.net.as_ref(), &model.spec, &model.param_tensors)?;
+        if let Some(layout) = comm.reducer.layout() {
+            opt.use_flat_buckets(&layout);
+        }
         let autocast = agree(g, Autocast::new(cfg.optim.amp, place.device))?;
         let schedule = schedule(g, cfg, &dataset);
         let mut manifest = super::manifest::initial(g, cfg, &folder, started, &place, &dataset, &model, &comm, &schedule)?;
