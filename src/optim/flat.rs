@@ -169,6 +169,11 @@ impl Flat {
         self.buckets.iter().map(|(b, t, _)| (*b, t))
     }
 
+    /// How many buckets are updated whole.
+    pub fn count(&self) -> usize {
+        self.buckets.len()
+    }
+
     /// What one step updates, in order: each flat bucket's parameter buffer with its
     /// gradient buffer from `grads` (bucket b's at index b) and its buffers of
     /// `flat_state`, then each parameter alone with its gradient and its tensors of

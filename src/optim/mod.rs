@@ -89,6 +89,15 @@ impl Optimizer {
         }
     }
 
+    /// Flat buckets the step updates whole (0: every parameter alone).
+    pub fn flat_buckets(&self) -> usize {
+        match self {
+            Optimizer::Sgd(o) => o.flat_buckets(),
+            Optimizer::Adam(o) => o.flat_buckets(),
+            Optimizer::Lars(_) => 0,
+        }
+    }
+
     /// Element-wise updates the last step issued, each a fixed few kernels over one
     /// piece of a flat bucket or of one parameter: per bucket once laid out flat, else
     /// per parameter.

@@ -54,6 +54,11 @@ impl Sgd {
         }
     }
 
+    /// Flat buckets updated whole.
+    pub fn flat_buckets(&self) -> usize {
+        self.flat.count()
+    }
+
     /// Updates bucket by bucket from now on ([`Flat::adopt`]).
     pub fn use_flat_buckets(&mut self, layout: &FlatLayout) {
         self.flat = Flat::adopt(&self.params, layout);

@@ -665,6 +665,15 @@ impl<'g> Trainer<'g> {
             self.facts.cfg.comm.grad_dtype,
             self.facts.cfg.optim.amp
         );
+        let opt = &self.machine.opt;
+        info!(
+            "optimizer: {:?}, {}",
+            self.facts.cfg.optim.optimizer,
+            match opt.flat_buckets() {
+                0 => "updated parameter by parameter".to_string(),
+                n => format!("updated bucket by bucket over {n} of {} flat gradient bucket(s)", m.buckets),
+            }
+        );
         info!(
             "run {}: {} ranks on {} node(s), {:?}, {} params in {} bucket(s), batch {}×{}, {} steps/epoch, {} epoch(s) → {}",
             m.run_id,
