@@ -139,7 +139,10 @@ PY
         shift 2
         want "$name" || return 0
         echo "[$(date -u +%T)] $name" >&2
-        timeout -k 10 150 "${mpi[@]}" -n "$ranks" "$bin" train --dataset synthetic --device "$gdev" --optimizer sgd \
+        # SGD unless the run names its optimizer.
+        local opt=(--optimizer sgd)
+        [[ " $* " != *" --optimizer "* ]] || opt=()
+        timeout -k 10 150 "${mpi[@]}" -n "$ranks" "$bin" train --dataset synthetic --device "$gdev" "${opt[@]}" \
             --val-samples 0 --out "$runs/$name" "$@" >"$out/$name.log" 2>&1 ||
             echo "FAILED: $name (see $name.log)" | tee -a "$out/failures.txt"
         pack
