@@ -44,7 +44,11 @@
 #                        repeats: the step's median against off (goal < 1 % for every:10),
 #                        and B_simple from epochs.csv
 #
-# benchmarks/gpu_validate.sh cpu-dry-run runs the i26-* and i38-* runs here, on CPU, small (mnist-cnn,
+#   i41-*                the optimizer over flat buckets: resnet50 fp16 AMP, batch 64, 1 rank
+#                        NCCL, --optimizer adam and sgd, three interleaved repeats:
+#                        optimizer_s median per repeat (libtorch's Adam took 8.1 ms on an H200)
+#
+# benchmarks/gpu_validate.sh cpu-dry-run runs the i26-*, i38-* and i41-* runs here, on CPU, small (mnist-cnn,
 # CPU-staged MPI, bf16, no PyTorch peers, no bandwidth probe), to check the script itself;
 # its figures mean nothing.
 #
@@ -137,7 +141,10 @@ PY
         shift 2
         want "$name" || return 0
         echo "[$(date -u +%T)] $name" >&2
-        timeout -k 10 150 "${mpi[@]}" -n "$ranks" "$bin" train --dataset synthetic --device "$gdev" --optimizer sgd \
+        # SGD unless the run names its optimizer.
+        local opt=(--optimizer sgd)
+        [[ " $* " != *" --optimizer "* ]] || opt=()
+        timeout -k 10 150 "${mpi[@]}" -n "$ranks" "$bin" train --dataset synthetic --device "$gdev" "${opt[@]}" \
             --val-samples 0 --out "$runs/$name" "$@" >"$out/$name.log" 2>&1 ||
             echo "FAILED: $name (see $name.log)" | tee -a "$out/failures.txt"
         pack
@@ -178,6 +185,7 @@ PY
     done
     i26_runs
     i38_runs
+    i41_runs
     # A study on the GPU: per-point communicators, repeats, and the study's report. Two
     # ranks share the one GPU at 2, where NCCL cannot run: every point uses CPU-staged MPI
     # so the ladder stays comparable.
@@ -307,6 +315,7 @@ for r in ("r50-2-mpi-fp16-ovoff", "r50-2-mpi-fp16"):
 PY
     i26_summary | tee -a "$out/summary.txt"
     i38_summary | tee -a "$out/summary.txt"
+    i41_summary | tee -a "$out/summary.txt"
     pack
 }
 
@@ -352,6 +361,41 @@ for path in ("accum", "ranks"):
         last = list(csv.DictReader(open(e)))[-1]
         print(f"  B_simple ({path}, on, rep 1, last epoch): {last.get('b_simple') or 'undetermined'} "
               f"[{last.get('b_simple_low')}, {last.get('b_simple_high') or 'unbounded'}] over {last.get('noise_steps')} steps")
+PY
+}
+
+# Issue 41's runs: the optimizer phase of resnet50 fp16 AMP at batch 64, 1 rank NCCL,
+# with SGD and with Adam (each updated bucket by bucket over flat buffers); on a CPU dry
+# run, mnist-cnn, a few steps.
+i41_runs() {
+    local big=(--model resnet50 --synthetic-samples 4096 --batch-size 64 --amp fp16 --allreduce nccl) steps=60
+    if [ -n "$dry" ]; then
+        big=(--model mnist-cnn --synthetic-samples 512 --batch-size 16 --warmup-steps 1 --allreduce mpi) steps=8
+    fi
+    local rep opt
+    for rep in 1 2 3; do
+        for opt in adam sgd; do
+            train "i41-$opt-rep$rep" 1 "${big[@]}" --optimizer "$opt" --max-steps $steps
+        done
+    done
+}
+
+# Issue 41's figures from i41_runs: optimizer_s and step_s medians after warm-up, per repeat.
+i41_summary() {
+    python3 - "$out" "${dry:+dry}" <<'PY'
+import csv, glob, statistics, sys
+out, dry = sys.argv[1], len(sys.argv) > 2 and sys.argv[2] == "dry"
+def med(run, col):
+    v = []
+    for f in sorted(glob.glob(f"{out}/runs/{run}/rank-*[0-9].csv")):
+        v += [float(x[col]) for x in csv.DictReader(open(f)) if x["warmup"] == "0"]
+    return statistics.median(v) * 1e3 if v else float("nan")
+print("== issue 41" + (" (CPU dry run: the script's mechanics only; these numbers mean nothing)" if dry else ""))
+for opt in ("adam", "sgd"):
+    o = [med(f"i41-{opt}-rep{k}", "optimizer_s") for k in (1, 2, 3)]
+    s = [med(f"i41-{opt}-rep{k}", "step_s") for k in (1, 2, 3)]
+    print(f"--optimizer {opt}: optimizer_s median {statistics.median(o):.2f} ms ({', '.join(f'{x:.2f}' for x in o)}), "
+          f"step_s {statistics.median(s):.2f} ms ({', '.join(f'{x:.2f}' for x in s)})")
 PY
 }
 
@@ -480,7 +524,7 @@ device) device ;;
 cpu-dry-run)
     # shellcheck disable=SC1091
     source job-scripts/setup.sh >/dev/null
-    GV_CPU_DRY_RUN=1 GV_ONLY=${GV_ONLY:-^(i26|i38)-} device
+    GV_CPU_DRY_RUN=1 GV_ONLY=${GV_ONLY:-^(i26|i38|i41)-} device
     ;;
 *)
     sed -n '2,45p' "$0"

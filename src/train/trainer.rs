@@ -153,7 +153,7 @@ impl<'g> Trainer<'g> {
         if let Some(script) = model.net.script() {
             super::file_model::check_script(g, cfg, script, &model.spec, &dataset, place.device)?;
         }
-        let opt = Optimizer::new(
+        let mut opt = Optimizer::new(
             cfg.optim.optimizer,
             &model.param_tensors,
             cfg.learning_rate(),
@@ -161,6 +161,9 @@ impl<'g> Trainer<'g> {
             cfg.optim.weight_decay,
         );
         let mut comm = Communication::setup(g, cfg, &place, model.net.as_ref(), &model.spec, &model.param_tensors)?;
+        if let Some(layout) = comm.reducer.layout() {
+            opt.use_flat_buckets(&layout);
+        }
         let autocast = agree(g, Autocast::new(cfg.optim.amp, place.device))?;
         let schedule = schedule(g, cfg, &dataset);
         let mut manifest = super::manifest::initial(g, cfg, &folder, started, &place, &dataset, &model, &comm, &schedule)?;
@@ -696,6 +699,15 @@ impl<'g> Trainer<'g> {
             },
             self.facts.cfg.comm.grad_dtype,
             self.facts.cfg.optim.amp
+        );
+        let opt = &self.machine.opt;
+        info!(
+            "optimizer: {:?}, {}",
+            self.facts.cfg.optim.optimizer,
+            match opt.flat_buckets() {
+                0 => "updated parameter by parameter".to_string(),
+                n => format!("updated bucket by bucket over {n} of {} flat gradient bucket(s)", m.buckets),
+            }
         );
         info!(
             "run {}: {} ranks on {} node(s), {:?}, {} params in {} bucket(s), batch {}×{}, {} steps/epoch, {} epoch(s) → {}",
