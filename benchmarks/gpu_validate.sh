@@ -33,16 +33,22 @@
 #                        from events (read a step late, and at the step's end) against
 #                        --phase-sync on (each phase within 5 % or 0.2 ms) and off (the
 #                        timers' cost); channels-last against contiguous; batch 256; the
-#                        PyTorch peers (eager and 1-rank DDP) in the same memory format;
-#                        batch_copy_s of pinned batches (--workers 2) against the pinned
-#                        host-to-device bandwidth for the batch's bytes
+#                        PyTorch peers (eager, eager with a pinned pool, 1-rank DDP) in
+#                        the same memory format; batch_copy_s of the default pinned
+#                        batches (a GPU rank's 2 workers) against the pinned
+#                        host-to-device bandwidth for the batch's bytes, and the step
+#                        with batches gathered inline (--workers 0)
 #   i38-*                the gradient noise scale's cost: resnet50 fp16 AMP, 1 rank NCCL with
 #                        --grad-accum 2 (the micro-batch path) and 2 ranks CPU-staged MPI (the
 #                        ranks path), --noise-scale on, every:10 and off, three interleaved
 #                        repeats: the step's median against off (goal < 1 % for every:10),
 #                        and B_simple from epochs.csv
 #
-# benchmarks/gpu_validate.sh cpu-dry-run runs the i26-* and i38-* runs here, on CPU, small (mnist-cnn,
+#   i41-*                the optimizer over flat buckets: resnet50 fp16 AMP, batch 64, 1 rank
+#                        NCCL, --optimizer adam and sgd, three interleaved repeats:
+#                        optimizer_s median per repeat (libtorch's Adam took 8.1 ms on an H200)
+#
+# benchmarks/gpu_validate.sh cpu-dry-run runs the i26-*, i38-* and i41-* runs here, on CPU, small (mnist-cnn,
 # CPU-staged MPI, bf16, no PyTorch peers, no bandwidth probe), to check the script itself;
 # its figures mean nothing.
 #
@@ -135,7 +141,10 @@ PY
         shift 2
         want "$name" || return 0
         echo "[$(date -u +%T)] $name" >&2
-        timeout -k 10 150 "${mpi[@]}" -n "$ranks" "$bin" train --dataset synthetic --device "$gdev" --optimizer sgd \
+        # SGD unless the run names its optimizer.
+        local opt=(--optimizer sgd)
+        [[ " $* " != *" --optimizer "* ]] || opt=()
+        timeout -k 10 150 "${mpi[@]}" -n "$ranks" "$bin" train --dataset synthetic --device "$gdev" "${opt[@]}" \
             --val-samples 0 --out "$runs/$name" "$@" >"$out/$name.log" 2>&1 ||
             echo "FAILED: $name (see $name.log)" | tee -a "$out/failures.txt"
         pack
@@ -150,7 +159,8 @@ PY
             echo "FAILED: $name (see $name.log)" | tee -a "$out/failures.txt"
         pack
     }
-    local r50=(--model resnet50 --batch-size 64 --synthetic-samples 4096)
+    # 9600 samples: one epoch holds 150 steps of one rank (75 of two).
+    local r50=(--model resnet50 --batch-size 64 --synthetic-samples 9600)
     for amp in off fp16 bf16; do
         train "mnist-1-nccl-$amp" 1 --model mnist-cnn --allreduce nccl --amp "$amp" --max-steps 400
         train "mnist-2-mpi-$amp" 2 --model mnist-cnn --allreduce mpi --amp "$amp" --max-steps 300
@@ -175,6 +185,7 @@ PY
     done
     i26_runs
     i38_runs
+    i41_runs
     # A study on the GPU: per-point communicators, repeats, and the study's report. Two
     # ranks share the one GPU at 2, where NCCL cannot run: every point uses CPU-staged MPI
     # so the ladder stays comparable.
@@ -304,6 +315,7 @@ for r in ("r50-2-mpi-fp16-ovoff", "r50-2-mpi-fp16"):
 PY
     i26_summary | tee -a "$out/summary.txt"
     i38_summary | tee -a "$out/summary.txt"
+    i41_summary | tee -a "$out/summary.txt"
     pack
 }
 
@@ -311,7 +323,8 @@ PY
 # micro-batch path (1 rank, NCCL, --grad-accum 2) and the ranks path (2 ranks sharing
 # the GPU, CPU-staged MPI); on a CPU dry run, mnist-cnn, a few steps.
 i38_runs() {
-    local big=(--model resnet50 --synthetic-samples 4096 --batch-size 64 --amp fp16) one=(--allreduce nccl) steps=60
+    # 60 steps of 128 samples (2 micro-batches or 2 ranks of 64) fit in one epoch.
+    local big=(--model resnet50 --synthetic-samples 7680 --batch-size 64 --amp fp16) one=(--allreduce nccl) steps=60
     if [ -n "$dry" ]; then
         big=(--model mnist-cnn --synthetic-samples 512 --batch-size 16 --warmup-steps 1) one=(--allreduce mpi) steps=8
     fi
@@ -351,14 +364,52 @@ for path in ("accum", "ranks"):
 PY
 }
 
+# Issue 41's runs: the optimizer phase of resnet50 fp16 AMP at batch 64, 1 rank NCCL,
+# with SGD and with Adam (each updated bucket by bucket over flat buffers); on a CPU dry
+# run, mnist-cnn, a few steps.
+i41_runs() {
+    local big=(--model resnet50 --synthetic-samples 4096 --batch-size 64 --amp fp16 --allreduce nccl) steps=60
+    if [ -n "$dry" ]; then
+        big=(--model mnist-cnn --synthetic-samples 512 --batch-size 16 --warmup-steps 1 --allreduce mpi) steps=8
+    fi
+    local rep opt
+    for rep in 1 2 3; do
+        for opt in adam sgd; do
+            train "i41-$opt-rep$rep" 1 "${big[@]}" --optimizer "$opt" --max-steps $steps
+        done
+    done
+}
+
+# Issue 41's figures from i41_runs: optimizer_s and step_s medians after warm-up, per repeat.
+i41_summary() {
+    python3 - "$out" "${dry:+dry}" <<'PY'
+import csv, glob, statistics, sys
+out, dry = sys.argv[1], len(sys.argv) > 2 and sys.argv[2] == "dry"
+def med(run, col):
+    v = []
+    for f in sorted(glob.glob(f"{out}/runs/{run}/rank-*[0-9].csv")):
+        v += [float(x[col]) for x in csv.DictReader(open(f)) if x["warmup"] == "0"]
+    return statistics.median(v) * 1e3 if v else float("nan")
+print("== issue 41" + (" (CPU dry run: the script's mechanics only; these numbers mean nothing)" if dry else ""))
+for opt in ("adam", "sgd"):
+    o = [med(f"i41-{opt}-rep{k}", "optimizer_s") for k in (1, 2, 3)]
+    s = [med(f"i41-{opt}-rep{k}", "step_s") for k in (1, 2, 3)]
+    print(f"--optimizer {opt}: optimizer_s median {statistics.median(o):.2f} ms ({', '.join(f'{x:.2f}' for x in o)}), "
+          f"step_s {statistics.median(s):.2f} ms ({', '.join(f'{x:.2f}' for x in s)})")
+PY
+}
+
 # Issue 26's runs (called by device, whose variables and functions they use): three
 # interleaved repeats of resnet50 fp16 on 1 rank with NCCL; on a CPU dry run, mnist-cnn
 # with CPU-staged MPI and bf16, a few steps, and no peers.
 i26_runs() {
-    local big=(--model resnet50 --synthetic-samples 4096) g=(--allreduce nccl --amp fp16) s64=150 s256=80
+    # One epoch holds every step (--max-steps stops within the first epoch): samples =
+    # steps x batch, from the 256 MiB pool.
+    local big=(--model resnet50) g=(--allreduce nccl --amp fp16) s64=150 s256=80 n64=9600 n256=20480
     if [ -n "$dry" ]; then
-        big=(--model mnist-cnn --synthetic-samples 512 --warmup-steps 1) g=(--allreduce mpi --amp bf16) s64=8 s256=4
+        big=(--model mnist-cnn --warmup-steps 1) g=(--allreduce mpi --amp bf16) s64=8 s256=4 n64=512 n256=1024
     fi
+    big64=("${big[@]}" --synthetic-samples $n64) big256=("${big[@]}" --synthetic-samples $n256)
     # The pinned host-to-device copy of one batch's bytes (resnet50, batch 64, fp32).
     [ -n "$dry" ] || python3 - >"$out/i26_h2d.json" 2>"$out/i26_h2d.log" <<'PY' || echo '{}' >"$out/i26_h2d.json"
 import json, time, torch
@@ -372,18 +423,21 @@ print(json.dumps({"bytes": 4 * n, "h2d_bytes_per_s": 20 * 4 * n / (time.perf_cou
 PY
     local rep b
     for rep in 1 2 3; do
-        train "i26-ev-b64-rep$rep" 1 "${big[@]}" "${g[@]}" --batch-size 64 --max-steps $s64 --phase-sync events
-        train "i26-evend-b64-rep$rep" 1 "${big[@]}" "${g[@]}" --batch-size 64 --max-steps $s64 --phase-sync events-at-end
-        train "i26-on-b64-rep$rep" 1 "${big[@]}" "${g[@]}" --batch-size 64 --max-steps $s64 --phase-sync on
-        train "i26-off-b64-rep$rep" 1 "${big[@]}" "${g[@]}" --batch-size 64 --max-steps $s64 --phase-sync off
-        train "i26-nchw-b64-rep$rep" 1 "${big[@]}" "${g[@]}" --batch-size 64 --max-steps $s64 --memory-format contiguous
-        train "i26-pin-b64-rep$rep" 1 "${big[@]}" "${g[@]}" --batch-size 64 --max-steps $s64 --workers 2
-        train "i26-ev-b256-rep$rep" 1 "${big[@]}" "${g[@]}" --batch-size 256 --max-steps $s256
+        train "i26-ev-b64-rep$rep" 1 "${big64[@]}" "${g[@]}" --batch-size 64 --max-steps $s64 --phase-sync events
+        train "i26-evend-b64-rep$rep" 1 "${big64[@]}" "${g[@]}" --batch-size 64 --max-steps $s64 --phase-sync events-at-end
+        train "i26-on-b64-rep$rep" 1 "${big64[@]}" "${g[@]}" --batch-size 64 --max-steps $s64 --phase-sync on
+        train "i26-off-b64-rep$rep" 1 "${big64[@]}" "${g[@]}" --batch-size 64 --max-steps $s64 --phase-sync off
+        train "i26-nchw-b64-rep$rep" 1 "${big64[@]}" "${g[@]}" --batch-size 64 --max-steps $s64 --memory-format contiguous
+        # Batches gathered inline and copied from pageable memory (the default before a
+        # GPU rank got 2 workers).
+        train "i26-inline-b64-rep$rep" 1 "${big64[@]}" "${g[@]}" --batch-size 64 --max-steps $s64 --workers 0
+        train "i26-ev-b256-rep$rep" 1 "${big256[@]}" "${g[@]}" --batch-size 256 --max-steps $s256
         for b in 64 256; do
             local steps=$s64
             [ "$b" = 256 ] && steps=$s256
             peer "i26-pt-eager-cl-b$b-rep$rep" --model resnet50 --batch-size "$b" --amp fp16 --steps "$steps" --samples 4096
             peer "i26-pt-ddp-cl-b$b-rep$rep" --model resnet50 --batch-size "$b" --amp fp16 --steps "$steps" --samples 4096 --ddp
+            peer "i26-pt-eager-pin-b$b-rep$rep" --model resnet50 --batch-size "$b" --amp fp16 --steps "$steps" --samples 4096 --pin-memory
         done
         peer "i26-pt-eager-nchw-b64-rep$rep" --model resnet50 --batch-size 64 --amp fp16 --steps $s64 --samples 4096 \
             --memory-format contiguous
@@ -425,9 +479,11 @@ print("== issue 26" + (" (CPU dry run: the script's mechanics only; these number
 for b in ("b64", "b256"):
     t, m = show(reps(f"i26-ev-{b}"))
     print(f"ddpbench resnet50 fp16 {b} channels-last, events: step {t}")
-    for p in ("eager-cl", "ddp-cl"):
+    for p in ("eager-cl", "ddp-cl", "eager-pin"):
         tp, mp = show(peer_reps(f"i26-pt-{p}-{b}"))
         print(f"  PyTorch {p} {b}: {tp}; ddpbench / peer = {m/mp:.3f}" if mp == mp else f"  PyTorch {p} {b}: {tp}")
+ti, mi = show(reps("i26-inline-b64"))
+print(f"batches inline from pageable memory (--workers 0) b64: step {ti}; default (workers) / inline = {show(reps('i26-ev-b64'))[1]/mi:.3f}")
 tn, mn = show(reps("i26-nchw-b64"))
 tc, mc = show(reps("i26-ev-b64"))
 tpn, mpn = show(peer_reps("i26-pt-eager-nchw-b64"))
@@ -450,9 +506,9 @@ for mode in ("ev", "evend"):
     print(f"phases {mode} vs on (within 5 % or 0.2 ms): " + "; ".join(worst))
 try:
     h2d = json.load(open(f"{out}/i26_h2d.json"))
-    t, m = show(reps("i26-pin-b64", "batch_copy_s"))
+    t, m = show(reps("i26-ev-b64", "batch_copy_s"))
     batch_bytes = 64 * 3 * 224 * 224 * 4 + 64 * 8
-    print(f"pinned batches (--workers 2): batch_copy_s {t}: {batch_bytes/m/1e9:.2f} GB/s against pinned h2d "
+    print(f"pinned batches (default workers on a GPU): batch_copy_s {t}: {batch_bytes/m/1e9:.2f} GB/s against pinned h2d "
           f"{h2d['h2d_bytes_per_s']/1e9:.2f} GB/s = {batch_bytes/m/h2d['h2d_bytes_per_s']:.2f} (goal >= 0.8)")
 except Exception as e:
     print(f"pinned batches: no figure ({e!r})")
@@ -468,7 +524,7 @@ device) device ;;
 cpu-dry-run)
     # shellcheck disable=SC1091
     source job-scripts/setup.sh >/dev/null
-    GV_CPU_DRY_RUN=1 GV_ONLY=${GV_ONLY:-^(i26|i38)-} device
+    GV_CPU_DRY_RUN=1 GV_ONLY=${GV_ONLY:-^(i26|i38|i41)-} device
     ;;
 *)
     sed -n '2,45p' "$0"

@@ -175,17 +175,24 @@ impl Drop for ScratchDir {
     }
 }
 
-/// The scratch folder and the handler's state are one per process: tests take turns.
+/// What a process does on its way out is one per process: the locks it holds (which
+/// [`on_abort`] removes), its scratch folder, the stop signals' handler and the last
+/// records that handler writes. Every test that takes a folder lock, arms a scratch
+/// folder or the last records, raises a stop signal or calls [`on_abort`] takes its turn
+/// here: another test's `on_abort` would remove its lock, and a signal raised while a
+/// scratch folder is armed ends the test process.
 #[cfg(test)]
 static TEST_TURN: Mutex<()> = Mutex::new(());
+
+/// Waits for this test's turn at the process's exit-path state ([`TEST_TURN`]).
+#[cfg(test)]
+pub(crate) fn test_turn() -> std::sync::MutexGuard<'static, ()> {
+    TEST_TURN.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn turn() -> std::sync::MutexGuard<'static, ()> {
-        TEST_TURN.lock().unwrap_or_else(|p| p.into_inner())
-    }
 
     /// A tree three levels deep with a symlink to a folder outside and one to a file outside.
     fn tree(root: &Path, outside: &Path) {
@@ -215,7 +222,7 @@ mod tests {
 
     #[test]
     fn a_scratch_folder_goes_when_dropped_and_on_abort() {
-        let _t = turn();
+        let _t = test_turn();
         let outside = tempfile::tempdir().unwrap();
         let s = ScratchDir::create("ddpbench-test-scratch").unwrap();
         let path = s.path().to_path_buf();
@@ -235,7 +242,7 @@ mod tests {
 
     #[test]
     fn on_abort_removes_only_the_locks_that_are_still_ours() {
-        let _t = turn();
+        let _t = test_turn();
         let d = tempfile::tempdir().unwrap();
         let (mine, taken, released) = (d.path().join("a.lock"), d.path().join("b.lock"), d.path().join("c.lock"));
         for p in [&mine, &taken, &released] {

@@ -34,9 +34,9 @@ fn run(dir: &Path, name: &str, ranks: usize, extra: &[&str], env: &[(&str, &str)
         "--out",
         &out_s,
     ];
-    if extra.contains(&"--lr") {
-        // The caller's learning rate instead.
-        let at = args.iter().position(|a| *a == "--lr").unwrap();
+    for own in ["--lr", "--batch-size"].iter().filter(|f| extra.contains(f)) {
+        // The caller's value instead.
+        let at = args.iter().position(|a| a == own).unwrap();
         args.drain(at..at + 2);
     }
     args.extend(extra);
@@ -237,4 +237,107 @@ fn reduce_reports_b_simple_with_its_interval_and_the_time_to_accuracy_table() {
     let md = std::fs::read_to_string(runs.join("report.md")).unwrap();
     assert!(md.contains("## Gradient noise scale and time to accuracy"), "{md}");
     assert!(md.contains("time-to-accuracy speedup"));
+}
+
+/// The rows of a rank file.
+fn rows_of(run: &Path, rank: usize) -> usize {
+    read_csv(&run.join(format!("rank-{rank:05}.csv"))).1.len()
+}
+
+/// `--target-loss` reached: every rank stops after the same step, the first whose
+/// 20-step mean loss is at or below the target (a target above any loss: step 20), and
+/// the manifest records steps, samples and seconds; `reduce` sets the samples of two
+/// global batches side by side, with the prediction from the smaller batch's B_simple.
+#[test]
+fn a_target_loss_stops_every_rank_at_one_step_and_reduce_compares_the_batches() {
+    let dir = tmp();
+    let runs = dir.path().join("runs");
+    std::fs::create_dir(&runs).unwrap();
+    let common = [
+        "--max-steps",
+        "60",
+        "--epochs",
+        "5",
+        "--noise-scale",
+        "on",
+        "--threads",
+        "1",
+        "--target-loss",
+        "100",
+    ];
+    let small = run(&runs, "b16", 2, &[&common[..], &["--batch-size", "8"]].concat(), &[]);
+    let big = run(&runs, "b32", 2, &common, &[]);
+    for (dir, batch) in [(&small, 16u64), (&big, 32)] {
+        assert_eq!((rows_of(dir, 0), rows_of(dir, 1)), (20, 20), "every rank stops after step 20");
+        let m = json(&dir.join("manifest.json"));
+        let t = &m["target"];
+        assert_eq!(t["reached"], true, "{t}");
+        assert_eq!(t["steps_to_target"], 20);
+        assert_eq!(t["samples_to_target"].as_u64(), Some(20 * batch));
+        assert!(t["seconds_to_target"].as_f64().unwrap() > 0.0, "{t}");
+        assert!(t["smoothed_loss"].as_f64().unwrap() <= 100.0, "{t}");
+        assert!(t["lr_rule"].as_str().unwrap().contains("sgd learning rate 0.01"), "{t}");
+        assert_eq!(m["status"], "completed");
+        assert_eq!(numbers(&dir.join("epochs.csv"), "steps").iter().sum::<f64>(), 20.0);
+    }
+    let job = ddpbench(&["reduce", "--no-plots", &path_str(&runs)]);
+    job.assert_ok();
+    let report = json(&runs.join("report.json"));
+    let rows = report["target_loss"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let (r16, r32) = (&rows[0], &rows[1]);
+    assert_eq!((r16["global_batch"].as_u64(), r32["global_batch"].as_u64()), (Some(16), Some(32)));
+    assert_eq!(r32["baseline_global_batch"].as_u64(), Some(16));
+    assert_eq!(r16["measured_ratio"].as_f64(), Some(1.0));
+    assert_eq!(r32["measured_ratio"].as_f64(), Some(2.0), "{r32}");
+    // The prediction takes the B0 run's last epoch's B_simple.
+    let b16 = report["runs"].as_array().unwrap().iter().find(|r| r["run_id"] == "b16").unwrap();
+    let b = b16["noise_scale"][0]["b_simple"].as_f64().expect("B_simple determined at B0");
+    assert_eq!(r32["b_noise_run"], "b16");
+    let predicted = (1.0 + 32.0 / b) / (1.0 + 16.0 / b);
+    assert!((r32["predicted_ratio"].as_f64().unwrap() - predicted).abs() < 1e-9, "{r32}");
+    assert!((r32["relative_error"].as_f64().unwrap() - (2.0 / predicted - 1.0)).abs() < 1e-9);
+    let md = std::fs::read_to_string(runs.join("report.md")).unwrap();
+    assert!(md.contains("## Samples to a target loss: measured against predicted"), "{md}");
+    let out = &job.stdout;
+    assert!(
+        out.contains("target loss 100 mnist-cnn on synthetic (B 32, B0 16): 1 of 1 run(s) reached it; 640 samples to target, 2.00× B0's"),
+        "{out}"
+    );
+    // The noise figures report.md shows are printed too.
+    assert!(out.contains("noise scale b16 (global batch 16): B_simple "), "{out}");
+}
+
+/// A target never reached: the run ends as usual after its steps, says so, and records
+/// no figure of the reach; a target that is not a positive loss is refused (exit 2).
+#[test]
+fn a_target_never_reached_ends_as_usual_and_a_non_positive_one_is_refused() {
+    let dir = tmp();
+    let never = run(
+        dir.path(),
+        "never",
+        2,
+        &["--max-steps", "24", "--epochs", "2", "--target-loss", "1e-9"],
+        &[],
+    );
+    assert_eq!((rows_of(&never, 0), rows_of(&never, 1)), (24, 24));
+    let t = json(&never.join("manifest.json"))["target"].clone();
+    assert_eq!(t["reached"], false, "{t}");
+    for absent in ["steps_to_target", "samples_to_target", "seconds_to_target"] {
+        assert!(t[absent].is_null(), "{absent} in {t}");
+    }
+    assert!(t["smoothed_loss"].as_f64().unwrap() > 1e-9, "{t}");
+    for bad in ["0", "-0.5", "nan"] {
+        let out = dir.path().join(format!("bad{}", bad.len()));
+        let job = train_reporting_exits(2, &["--target-loss", bad, "--out", &path_str(&out)], &[], LIMIT);
+        for r in 0..2 {
+            assert!(job.all().contains(&format!("rank-exit {r} 2")), "{bad}: {}", job.all());
+        }
+        assert!(
+            job.all().contains("is not a training loss a run can reach") || job.all().contains("is not a number"),
+            "{}",
+            job.all()
+        );
+        assert!(!out.exists(), "{bad}: a refused run writes no folder");
+    }
 }

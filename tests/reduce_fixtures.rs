@@ -74,6 +74,7 @@ fn manifest(f: &Fixture, status: &str) -> Manifest {
         model_file: None,
         log_lines_dropped: 0,
         warnings: Vec::new(),
+        target: None,
         ranks: f
             .ranks
             .iter()
@@ -407,6 +408,38 @@ fn overlap_force_and_off_are_different_points() {
         assert_eq!(r.repeats, 1);
         assert!(r.comparison.contains(overlap), "{id}: {}", r.comparison);
     }
+}
+
+/// Runs that asked for the gradient noise scale's norms and runs that did not are
+/// different points, never repeats of one (the norms cost a little of the step), and
+/// a run whose recorded key predates the field is compared by the flag its config holds.
+#[test]
+fn noise_scale_on_and_off_are_different_points() {
+    let d = tmp();
+    let mut off = fixture("off", &TWO_A, 10);
+    off.config["noise_scale"] = serde_json::json!("off");
+    write(&d.path().join("off"), &off);
+    let mut on = fixture("on", &TWO_A, 10);
+    on.config["noise_scale"] = serde_json::json!("every:10");
+    on.scale = 1.01;
+    write(&d.path().join("on"), &on);
+    let mut same = fixture("same", &TWO_A, 10);
+    same.config["noise_scale"] = serde_json::json!("every:10");
+    write(&d.path().join("same"), &same);
+    // "same" records a key without the field, as runs before it did; its config says every:10.
+    let mut m = Manifest::read(&d.path().join("same")).unwrap();
+    let mut key = ddpbench::record::ComparisonKey::derive(&m).unwrap();
+    key.noise_scale = ddpbench::record::NoiseScaleMode::Off;
+    m.comparison_key = Some(key);
+    m.write(&d.path().join("same")).unwrap();
+    let runs: Vec<_> = ["off", "on", "same"].iter().map(|n| read_run(&d.path().join(n)).unwrap()).collect();
+    let rows = scaling(&runs.iter().collect::<Vec<_>>(), None);
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    let alone = rows.iter().find(|r| r.run_ids == ["off"]).unwrap_or_else(|| panic!("{rows:#?}"));
+    assert!(!alone.comparison.contains("noise_scale"), "{}", alone.comparison);
+    let pooled = rows.iter().find(|r| r.run_ids.len() == 2).unwrap_or_else(|| panic!("{rows:#?}"));
+    assert_eq!(pooled.repeats, 2);
+    assert!(pooled.comparison.contains("noise_scale=every:10"), "{}", pooled.comparison);
 }
 
 /// The key a manifest records is what its run is compared by; a manifest without one

@@ -580,9 +580,35 @@ fn study_md_and_report_md_give_one_verdict() {
     let d = tmp();
     let out = d.path().join("study");
     copy_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema2/study"), &out);
+    // The 2-rank weak point's runs measured a noise scale, and one run of the 1-rank
+    // point was trained to a target loss: study.md shows what report.md shows of them.
+    for rep in 0..3 {
+        let epochs = out.join(format!("runs/001-mnist-cnn-fashion-mnist-b32-r2-rep{rep}/epochs.csv"));
+        let text = std::fs::read_to_string(&epochs).unwrap();
+        let mut lines = text.lines();
+        let head = format!(
+            "{},noise_steps,noise_skipped,grad_sq,trace_sigma,b_simple,b_simple_low,b_simple_high",
+            lines.next().unwrap()
+        );
+        let rows: Vec<String> = lines.map(|l| format!("{l},12,0,0.5,40,80,60,120")).collect();
+        std::fs::write(&epochs, format!("{head}\n{}\n", rows.join("\n"))).unwrap();
+    }
+    let reference = out.join("runs/000-mnist-cnn-fashion-mnist-b32-r1-rep0/manifest.json");
+    let mut m = json(&reference);
+    m["target"] = serde_json::json!({"target_loss": 4.0, "window_steps": 20, "reached": true, "steps_to_target": 12,
+        "samples_to_target": 384, "seconds_to_target": 0.7, "smoothed_loss": 3.9, "lr_rule": "adam learning rate 0.001"});
+    std::fs::write(&reference, serde_json::to_string(&m).unwrap()).unwrap();
     study(&out.join("study.toml"), &out, &[]).assert_ok();
     let study_md = std::fs::read_to_string(out.join("report/study.md")).unwrap();
     let report_md = std::fs::read_to_string(out.join("report/report.md")).unwrap();
+    for section in [
+        "## Gradient noise scale and time to accuracy",
+        "Predicted time to accuracy",
+        "## Samples to a target loss: measured against predicted",
+    ] {
+        assert!(report_md.contains(section), "{section:?} not in report.md:\n{report_md}");
+        assert!(study_md.contains(section), "{section:?} not in study.md:\n{study_md}");
+    }
     let loss = clause(&study_md, "the largest measured loss is").unwrap_or_else(|| panic!("{study_md}"));
     assert!(report_md.contains(loss), "{loss:?} not in report.md:\n{report_md}");
     let r = clause(&study_md, "R = ").unwrap_or_else(|| panic!("{study_md}"));

@@ -23,6 +23,7 @@ pub mod transport;
 #[cfg(test)]
 mod layering_tests;
 
+use crate::optim::{is_dense, FlatLayout, Slot};
 /// Defined with the comparison key, which records it.
 pub use crate::record::{Backend, GradDtype};
 use anyhow::{bail, Result};
@@ -253,6 +254,10 @@ pub trait GradientReducer {
     }
     /// Zeroes the gradients for the next step without freeing them.
     fn zero_grads(&mut self);
+    /// After [`GradientReducer::attach`]: where each parameter's gradient sits in the
+    /// flat buckets ([`GradientReducer::reduced`] holds bucket b's at index b), for the
+    /// optimizer to lay the parameters out alike; None before.
+    fn layout(&self) -> Option<FlatLayout>;
     /// With `on`, [`GradientReducer::finish`] does not wait for the device: its
     /// `comm_s` and `hidden_s` are 0 and each step's are read later, oldest first, by
     /// [`GradientReducer::read_deferred`] (once the phase clock has given that step, so
@@ -361,6 +366,23 @@ impl FlatGrads {
         self.current = set;
     }
 
+    /// Where each parameter's gradient sits: its bucket, offset and strides.
+    pub fn layout(&self) -> FlatLayout {
+        FlatLayout {
+            numels: self.sets[0].iter().map(Tensor::numel).collect(),
+            slots: self
+                .slot
+                .iter()
+                .zip(&self.strides)
+                .map(|(&(bucket, offset), strides)| Slot {
+                    bucket,
+                    offset,
+                    strides: strides.clone(),
+                })
+                .collect(),
+        }
+    }
+
     /// The set holding bucket `b`'s gradients (the other set receives the reduced
     /// values), the first time it is asked for in a step; None when it was already launched.
     pub fn claim(&mut self, b: usize) -> Option<usize> {
@@ -427,25 +449,6 @@ pub fn bucket_strides(param: &Tensor) -> Vec<i64> {
     } else {
         contiguous_strides(&size)
     }
-}
-
-/// True when `stride` visits each of the `size` elements once with no gap: sorted by
-/// stride, each dimension's stride is the product of the sizes before it (dimensions
-/// of size 1 are never stepped and may have any stride).
-fn is_dense(size: &[i64], stride: &[i64]) -> bool {
-    if size.len() != stride.len() {
-        return false;
-    }
-    let mut dims: Vec<usize> = (0..size.len()).filter(|&d| size[d] != 1).collect();
-    dims.sort_by_key(|&d| stride[d]);
-    let mut expected = 1i64;
-    for d in dims {
-        if stride[d] != expected {
-            return false;
-        }
-        expected = expected.saturating_mul(size[d]);
-    }
-    true
 }
 
 fn contiguous_strides(size: &[i64]) -> Vec<i64> {

@@ -201,6 +201,10 @@ impl GradientReducer for NcclReducer {
         self.flat.as_ref().map(FlatGrads::previous_set)
     }
 
+    fn layout(&self) -> Option<crate::optim::FlatLayout> {
+        self.flat.as_ref().map(FlatGrads::layout)
+    }
+
     fn zero_grads(&mut self) {
         if let Some(flat) = self.flat.as_mut() {
             flat.zero();

@@ -8,78 +8,11 @@
 //! events, so measuring never makes the host wait for the device.
 
 use crate::noise_scale::NormPair;
-use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
 use tch::{Kind, Tensor};
 
-/// Which steps measure the two squared norms (`--noise-scale`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub enum NoiseScaleMode {
-    /// No norms (also what a manifest written before the flag existed means): the rank file's and epochs.csv's noise cells are empty.
-    Off,
-    /// Every K-th global step (K = 1: every step).
-    Every(u32),
-}
-
-impl Default for NoiseScaleMode {
-    fn default() -> NoiseScaleMode {
-        NoiseScaleMode::Off
-    }
-}
-
-impl NoiseScaleMode {
-    /// Whether global step `global_step` measures.
-    pub fn measures(self, global_step: usize) -> bool {
-        match self {
-            NoiseScaleMode::Off => false,
-            NoiseScaleMode::Every(k) => global_step % k.max(1) as usize == 0,
-        }
-    }
-}
-
-impl FromStr for NoiseScaleMode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<NoiseScaleMode, String> {
-        let bad = |why: &str| format!("--noise-scale {s:?}: {why}; give off, on (every step) or every:K (every K-th step, K ≥ 1)");
-        match s.trim() {
-            "off" => Ok(NoiseScaleMode::Off),
-            "on" => Ok(NoiseScaleMode::Every(1)),
-            t => {
-                let k = t.strip_prefix("every:").ok_or_else(|| bad("not off, on or every:K"))?;
-                match k.trim().parse::<u32>() {
-                    Ok(k) if k >= 1 => Ok(NoiseScaleMode::Every(k)),
-                    _ => Err(bad("K is not a whole number of at least 1")),
-                }
-            }
-        }
-    }
-}
-
-impl fmt::Display for NoiseScaleMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NoiseScaleMode::Off => f.write_str("off"),
-            NoiseScaleMode::Every(1) => f.write_str("on"),
-            NoiseScaleMode::Every(k) => write!(f, "every:{k}"),
-        }
-    }
-}
-
-impl TryFrom<String> for NoiseScaleMode {
-    type Error = String;
-    fn try_from(s: String) -> Result<NoiseScaleMode, String> {
-        s.parse()
-    }
-}
-
-impl From<NoiseScaleMode> for String {
-    fn from(m: NoiseScaleMode) -> String {
-        m.to_string()
-    }
-}
+/// Which steps measure the two squared norms: defined with the comparison key, which
+/// records it.
+pub use crate::record::NoiseScaleMode;
 
 /// Where a rank's two batch sizes come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -51,6 +51,10 @@ impl GradientReducer for NoReduce {
         self.flat.as_ref().expect("attached").current_set()
     }
 
+    fn layout(&self) -> Option<crate::optim::FlatLayout> {
+        self.flat.as_ref().map(FlatGrads::layout)
+    }
+
     fn zero_grads(&mut self) {
         if let Some(flat) = self.flat.as_mut() {
             flat.zero();

@@ -66,7 +66,7 @@ mod tests {
 
     #[test]
     fn a_signal_is_recorded_not_fatal() {
-        let _turn = crate::record::last_gasp::TEST_TURN.lock().unwrap_or_else(|p| p.into_inner());
+        let _turn = crate::cleanup::test_turn();
         install();
         assert_eq!(received(), None);
         // SAFETY: raising a signal whose handler was just installed.

@@ -5,6 +5,7 @@
 //! PyTorch's fused Adam keeps it, so a skipped step leaves the bias corrections as
 //! they were without the host reading anything.
 
+use super::flat::{Flat, FlatLayout};
 use super::update::{pieces, widened, Gate, PerKind, PIECE_ELEMENTS};
 use tch::{Device, Kind, Tensor};
 
@@ -12,12 +13,19 @@ pub struct Adam {
     params: Vec<Tensor>,
     exp_avg: Vec<Tensor>,
     exp_avg_sq: Vec<Tensor>,
+    /// Which parameters are updated over flat buckets, and the moments laid out alike
+    /// (one buffer per flat bucket; the per-parameter moments are views of them).
+    flat: Flat,
+    flat_exp_avg: Vec<Tensor>,
+    flat_exp_avg_sq: Vec<Tensor>,
     /// Steps taken, a 0-d double on the device.
     steps: Tensor,
     pub lr: f64,
     weight_decay: f64,
     /// Elements updated at once ([`pieces`]).
     pub(super) piece: usize,
+    /// Element-wise updates the last step issued (each a fixed few kernels).
+    pub(super) updates: usize,
 }
 
 /// Adam's state: the first and second moments and the steps taken.
@@ -53,11 +61,27 @@ impl Adam {
             params: params.iter().map(Tensor::shallow_clone).collect(),
             exp_avg: params.iter().map(Tensor::zeros_like).collect(),
             exp_avg_sq: params.iter().map(Tensor::zeros_like).collect(),
+            flat: Flat::none(params.len()),
+            flat_exp_avg: Vec::new(),
+            flat_exp_avg_sq: Vec::new(),
             steps: Tensor::zeros([], (Kind::Double, device)),
             lr,
             weight_decay,
             piece: PIECE_ELEMENTS,
+            updates: 0,
         }
+    }
+
+    /// Flat buckets updated whole.
+    pub fn flat_buckets(&self) -> usize {
+        self.flat.count()
+    }
+
+    /// Updates bucket by bucket from now on ([`Flat::adopt`]).
+    pub fn use_flat_buckets(&mut self, layout: &FlatLayout) {
+        self.flat = Flat::adopt(&self.params, layout);
+        self.flat_exp_avg = self.flat.lay_out(&mut self.exp_avg);
+        self.flat_exp_avg_sq = self.flat.lay_out(&mut self.exp_avg_sq);
     }
 
     pub fn state(&self) -> AdamState<'_> {
@@ -68,11 +92,14 @@ impl Adam {
         }
     }
 
-    pub fn step(&mut self, gate: &Gate) {
+    /// One step from the gradients: the flat buckets' in `grads` (bucket b's buffer at
+    /// index b), the other parameters' their own.
+    pub fn step(&mut self, gate: &Gate, grads: &[Tensor]) {
         let Some(like) = self.params.first() else { return };
         let count = gate.count(like);
         let mut factors = PerKind::default();
         let weight_decay = self.weight_decay;
+        let mut updates = 0;
         tch::no_grad(|| {
             // libtorch, in double: bc = 1 − β^step, step_size = lr / bc1, sqrt(bc2). A
             // skipped step is timed as the next one (finite even before the first step)
@@ -84,12 +111,9 @@ impl Adam {
                 bc2_sqrt: bias_correction(Self::BETA2).sqrt(),
                 neg_step_size: -(bc1.full_like(self.lr) / &bc1) * &count,
             };
-            for i in 0..self.params.len() {
-                let w = &self.params[i];
-                let g = w.grad();
-                if !g.defined() {
-                    continue;
-                }
+            let flat_state: [&[Tensor]; 2] = [&self.flat_exp_avg, &self.flat_exp_avg_sq];
+            let state: [&[Tensor]; 2] = [&self.exp_avg, &self.exp_avg_sq];
+            for t in self.flat.targets(&self.params, grads, &flat_state, &state) {
                 let make = |like: &Tensor| Factors {
                     wd: (weight_decay != 0.0).then(|| Tensor::full([], weight_decay, (like.kind(), like.device()))),
                     beta1: gate.decay(Self::BETA1, like),
@@ -97,14 +121,16 @@ impl Adam {
                     c1: gate.update(1.0 - Self::BETA1, like),
                     c2: gate.update(1.0 - Self::BETA2, like),
                 };
-                for piece in pieces([w, &g, &self.exp_avg[i], &self.exp_avg_sq[i]], self.piece) {
+                for piece in pieces([&t.w, &t.g, &t.state[0], &t.state[1]], self.piece) {
                     widened(piece, [true, false, true, true], |[w, g, m, v]| {
                         update(w, g, m, v, factors.get(w, make), &corrections)
                     });
+                    updates += 1;
                 }
             }
             let _ = self.steps.g_add_(&count);
-        })
+        });
+        self.updates = updates;
     }
 }
 

@@ -16,6 +16,8 @@ pub struct Lars {
     trust: f64,
     /// Elements updated at once ([`pieces`]).
     pub(super) piece: usize,
+    /// Element-wise updates the last step issued (each a fixed few kernels).
+    pub(super) updates: usize,
 }
 
 /// One step's factors for the parameters of one dtype, as 0-d tensors of that dtype.
@@ -37,6 +39,7 @@ impl Lars {
             weight_decay,
             trust: Self::TRUST,
             piece: PIECE_ELEMENTS,
+            updates: 0,
         }
     }
 
@@ -67,6 +70,7 @@ impl Lars {
     pub fn step(&mut self, gate: &Gate) {
         let mut factors = PerKind::default();
         let momentum = self.momentum;
+        let mut updates = 0;
         tch::no_grad(|| {
             for i in 0..self.params.len() {
                 let w = &self.params[i];
@@ -98,8 +102,10 @@ impl Lars {
                         let _ = v.shallow_clone().g_mul_(&f.momentum).addcmul_(&scaled, &f.keep);
                         let _ = w.shallow_clone().addcmul_(v, &f.minus_one);
                     });
+                    updates += 1;
                 }
             }
-        })
+        });
+        self.updates = updates;
     }
 }

@@ -1,12 +1,17 @@
 //! Optimizers: SGD, Adam and LARS, written here so that fp16 AMP can skip a step on
 //! the device ([`update::Gate`]); SGD and Adam are libtorch's arithmetic, bit for bit.
+//! Given the flat gradient buckets' layout, SGD and Adam update bucket by bucket over
+//! flat buffers ([`flat`]); LARS, whose trust ratio takes each layer's norms, updates
+//! parameter by parameter.
 
 mod adam;
+mod flat;
 mod lars;
 mod sgd;
 mod update;
 
 pub use adam::{Adam, AdamState};
+pub use flat::{is_dense, FlatLayout, Slot};
 pub use lars::Lars;
 pub use sgd::Sgd;
 pub use update::Gate;
@@ -60,12 +65,47 @@ impl Optimizer {
         }
     }
 
-    /// One step, or (on the device) none where `gate` says the step is skipped.
-    pub fn step(&mut self, gate: &Gate) {
+    /// Lays the parameters and the state out as the flat gradient buckets of `layout`
+    /// (each parameter's data becomes a view of its bucket's parameter buffer), so that
+    /// each step updates a bucket at a time: a few kernels per bucket rather than per
+    /// parameter. LARS stays per parameter (its trust ratio takes each layer's norms).
+    pub fn use_flat_buckets(&mut self, layout: &FlatLayout) {
         match self {
-            Optimizer::Sgd(o) => o.step(gate),
-            Optimizer::Adam(o) => o.step(gate),
+            Optimizer::Sgd(o) => o.use_flat_buckets(layout),
+            Optimizer::Adam(o) => o.use_flat_buckets(layout),
+            Optimizer::Lars(_) => {}
+        }
+    }
+
+    /// One step, or (on the device) none where `gate` says the step is skipped. `grads`:
+    /// the flat gradient buffers, bucket b's at index b, which parameters laid out by
+    /// [`Optimizer::use_flat_buckets`] are updated from (any slice otherwise: the
+    /// others' gradients are their own `.grad`).
+    pub fn step(&mut self, gate: &Gate, grads: &[Tensor]) {
+        match self {
+            Optimizer::Sgd(o) => o.step(gate, grads),
+            Optimizer::Adam(o) => o.step(gate, grads),
             Optimizer::Lars(o) => o.step(gate),
+        }
+    }
+
+    /// Flat buckets the step updates whole (0: every parameter alone).
+    pub fn flat_buckets(&self) -> usize {
+        match self {
+            Optimizer::Sgd(o) => o.flat_buckets(),
+            Optimizer::Adam(o) => o.flat_buckets(),
+            Optimizer::Lars(_) => 0,
+        }
+    }
+
+    /// Element-wise updates the last step issued, each a fixed few kernels over one
+    /// piece of a flat bucket or of one parameter: per bucket once laid out flat, else
+    /// per parameter.
+    pub fn updates_last_step(&self) -> usize {
+        match self {
+            Optimizer::Sgd(o) => o.updates,
+            Optimizer::Adam(o) => o.updates,
+            Optimizer::Lars(o) => o.updates,
         }
     }
 
@@ -78,12 +118,12 @@ impl Optimizer {
     pub fn step_unscaled(&mut self, reduced: &[Tensor], scaler: Option<&mut LossScaler>) -> Option<Tensor> {
         match scaler {
             None => {
-                self.step(&Gate::always());
+                self.step(&Gate::always(), reduced);
                 None
             }
             Some(sc) => {
                 let found_inf = sc.unscale(reduced);
-                self.step(&Gate::skip_if(&found_inf));
+                self.step(&Gate::skip_if(&found_inf), reduced);
                 sc.update(&found_inf);
                 Some(found_inf)
             }
@@ -101,6 +141,9 @@ pub fn learning_rate(base: f64, scale: f64, step: usize, warmup_steps: usize) ->
         target * (step + 1) as f64 / warmup_steps as f64
     }
 }
+
+#[cfg(test)]
+mod flat_tests;
 
 #[cfg(test)]
 mod tests {
@@ -138,7 +181,7 @@ mod tests {
     }
 
     /// Parameters of several shapes (a matrix, a vector), filled from a seed.
-    fn params(seed: i64) -> Vec<Tensor> {
+    pub(super) fn params(seed: i64) -> Vec<Tensor> {
         tch::manual_seed(seed);
         [vec![64, 37], vec![37]]
             .into_iter()
@@ -148,12 +191,12 @@ mod tests {
 
     /// Leaf copies of `params`: equal bits whatever other tests draw from libtorch's one
     /// random generator meanwhile (tests run in parallel threads).
-    fn copies(params: &[Tensor]) -> Vec<Tensor> {
+    pub(super) fn copies(params: &[Tensor]) -> Vec<Tensor> {
         params.iter().map(|p| p.detach().copy().set_requires_grad(true)).collect()
     }
 
     /// Gives each of `params` the gradient `grads[i]` (made on first use by a backward).
-    fn set_grads(params: &[Tensor], grads: &[Tensor]) {
+    pub(super) fn set_grads(params: &[Tensor], grads: &[Tensor]) {
         for (p, g) in params.iter().zip(grads) {
             if !p.grad().defined() {
                 (p * 0.0).sum(Kind::Float).backward();
@@ -162,8 +205,9 @@ mod tests {
         }
     }
 
-    /// Every element's bits, as u32 (fp32) or split in two u32 (fp64).
-    fn bits(ts: &[Tensor]) -> Vec<u32> {
+    /// Every element's bits, as u32 (fp32, and fp16 and bf16 widened exactly to fp32) or
+    /// split in two u32 (fp64).
+    pub(super) fn bits(ts: &[Tensor]) -> Vec<u32> {
         ts.iter()
             .flat_map(|t| match t.kind() {
                 Kind::Double => Vec::<f64>::try_from(t.detach().reshape([-1]))
@@ -171,7 +215,7 @@ mod tests {
                     .into_iter()
                     .flat_map(|x| [x.to_bits() as u32, (x.to_bits() >> 32) as u32])
                     .collect::<Vec<_>>(),
-                _ => Vec::<f32>::try_from(t.detach().reshape([-1]))
+                _ => Vec::<f32>::try_from(t.detach().to_kind(Kind::Float).reshape([-1]))
                     .unwrap()
                     .into_iter()
                     .map(f32::to_bits)
@@ -181,7 +225,7 @@ mod tests {
     }
 
     /// Sets the elements an optimizer updates at once.
-    fn set_piece(opt: &mut Optimizer, elements: usize) {
+    pub(super) fn set_piece(opt: &mut Optimizer, elements: usize) {
         match opt {
             Optimizer::Sgd(o) => o.piece = elements,
             Optimizer::Adam(o) => o.piece = elements,
@@ -238,8 +282,8 @@ mod tests {
                 set_grads(ps, &grads);
             }
             their_opt.step();
-            our_opt.step(&Gate::always());
-            gated_opt.step(&Gate::skip_if(&clear));
+            our_opt.step(&Gate::always(), &[]);
+            gated_opt.step(&Gate::skip_if(&clear), &[]);
             let why = format!("{kind:?} on {dtype:?}, {ours_are:?}, step {step}");
             assert_eq!(bits(&ours[skip..]), bits(&theirs), "{why}: ours differs from libtorch's");
             assert_eq!(bits(&gated[skip..]), bits(&theirs), "{why}: gated differs from libtorch's");
@@ -284,7 +328,7 @@ mod tests {
             set_grads(&pieced, &grads[1..]);
             set_grads(&mixed, &grads);
             for o in [&mut ref_opt, &mut pieced_opt, &mut mixed_opt] {
-                o.step(&Gate::always());
+                o.step(&Gate::always(), &[]);
             }
             assert_eq!(bits(&pieced), bits(&reference), "step {step}: in pieces");
             assert_eq!(bits(&mixed[1..]), bits(&reference), "step {step}: beside fp16");
@@ -305,7 +349,7 @@ mod tests {
                 let mut opt = Optimizer::new(kind, &[p.shallow_clone()], 0.01, 0.9, 0.0);
                 for _ in 0..3 {
                     set_grads(&[p.shallow_clone()], &[p.zeros_like()]);
-                    opt.step(&Gate::always());
+                    opt.step(&Gate::always(), &[]);
                 }
                 assert_eq!(p.kind(), dtype);
                 let got = Vec::<f32>::try_from(p.detach().to_kind(Kind::Float).reshape([-1])).unwrap();
@@ -316,14 +360,14 @@ mod tests {
         let p = Tensor::ones([1], (Kind::Half, tch::Device::Cpu)).set_requires_grad(true);
         let mut opt = Optimizer::new(OptimizerKind::Sgd, &[p.shallow_clone()], 0.0123, 0.0, 0.0);
         set_grads(&[p.shallow_clone()], &[Tensor::from_slice(&[0.3f32]).to_kind(Kind::Half)]);
-        opt.step(&Gate::always());
+        opt.step(&Gate::always(), &[]);
         let g = half::f16::from_f32(0.3).to_f32();
         let want = half::f16::from_f32(1.0 + g * -0.0123f32).to_f32();
         assert_eq!(p.detach().to_kind(Kind::Float).double_value(&[0]) as f32, want);
     }
 
     /// Every tensor an optimizer holds: parameters, then its state.
-    fn everything(opt: &Optimizer, params: &[Tensor]) -> Vec<u32> {
+    pub(super) fn everything(opt: &Optimizer, params: &[Tensor]) -> Vec<u32> {
         let mut all = bits(params);
         match opt {
             Optimizer::Sgd(o) => all.extend(bits(o.velocity())),

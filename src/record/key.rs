@@ -27,6 +27,8 @@ use clap::ValueEnum;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
+use std::fmt;
+use std::str::FromStr;
 
 /// Data type of gradients on the wire (`--grad-dtype`).
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,6 +85,74 @@ pub enum PhaseSync {
 impl PhaseSync {
     fn is_on(&self) -> bool {
         *self == PhaseSync::On
+    }
+}
+
+/// Which steps measure the two squared norms (`--noise-scale`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum NoiseScaleMode {
+    /// No norms (also what a manifest written before the flag existed means): the rank
+    /// file's and epochs.csv's noise cells are empty.
+    #[default]
+    Off,
+    /// Every K-th global step (K = 1: every step).
+    Every(u32),
+}
+
+impl NoiseScaleMode {
+    fn is_off(&self) -> bool {
+        *self == NoiseScaleMode::Off
+    }
+
+    /// Whether global step `global_step` measures.
+    pub fn measures(self, global_step: usize) -> bool {
+        match self {
+            NoiseScaleMode::Off => false,
+            NoiseScaleMode::Every(k) => global_step % k.max(1) as usize == 0,
+        }
+    }
+}
+
+impl FromStr for NoiseScaleMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<NoiseScaleMode, String> {
+        let bad = |why: &str| format!("--noise-scale {s:?}: {why}; give off, on (every step) or every:K (every K-th step, K ≥ 1)");
+        match s.trim() {
+            "off" => Ok(NoiseScaleMode::Off),
+            "on" => Ok(NoiseScaleMode::Every(1)),
+            t => {
+                let k = t.strip_prefix("every:").ok_or_else(|| bad("not off, on or every:K"))?;
+                match k.trim().parse::<u32>() {
+                    Ok(k) if k >= 1 => Ok(NoiseScaleMode::Every(k)),
+                    _ => Err(bad("K is not a whole number of at least 1")),
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for NoiseScaleMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NoiseScaleMode::Off => f.write_str("off"),
+            NoiseScaleMode::Every(1) => f.write_str("on"),
+            NoiseScaleMode::Every(k) => write!(f, "every:{k}"),
+        }
+    }
+}
+
+impl TryFrom<String> for NoiseScaleMode {
+    type Error = String;
+    fn try_from(s: String) -> Result<NoiseScaleMode, String> {
+        s.parse()
+    }
+}
+
+impl From<NoiseScaleMode> for String {
+    fn from(m: NoiseScaleMode) -> String {
+        m.to_string()
     }
 }
 
@@ -318,6 +388,13 @@ pub struct ComparisonKey {
     /// How phases were timed (absent: on, the device waited for at every boundary).
     #[serde(default, skip_serializing_if = "PhaseSync::is_on")]
     pub phase_sync: PhaseSync,
+    /// Which steps took the gradient noise scale's norms, as `--noise-scale` asked
+    /// (absent: off, or a run that recorded its key before this field, whose config
+    /// says what it asked: [`Self::of`] reads it there). A 1-rank run without
+    /// micro-batches takes no norms but keeps the flag, so that it stays the reference
+    /// of the N-rank runs that asked for the same.
+    #[serde(default, skip_serializing_if = "NoiseScaleMode::is_off")]
+    pub noise_scale: NoiseScaleMode,
     /// The batch's and convolution weights' layout (absent: contiguous).
     #[serde(default, skip_serializing_if = "MemoryFormat::is_contiguous")]
     pub memory_format: MemoryFormat,
@@ -407,6 +484,7 @@ impl ComparisonKey {
             ("malloc", text(&self.malloc)),
             ("deterministic", text(&self.deterministic)),
             ("phase_sync", (!self.phase_sync.is_on()).then(|| text(&self.phase_sync)).flatten()),
+            ("noise_scale", (!self.noise_scale.is_off()).then(|| self.noise_scale.to_string())),
             (
                 "memory_format",
                 (!self.memory_format.is_contiguous()).then(|| text(&self.memory_format)).flatten(),
@@ -452,7 +530,15 @@ impl ComparisonKey {
                 "comparison_key.input_shape is {}: not a sample shape (e.g. 3x224x224 or int64 128)",
                 shorten(&serde_json::json!(k.input_shape))
             )),
-            Some(k) => Ok(k.clone().applicable()),
+            Some(k) => {
+                let mut k = k.clone();
+                if k.noise_scale.is_off() {
+                    // Keys recorded before the field left it out whatever ran; the
+                    // config records the flag as given, `off` included.
+                    k.noise_scale = config(&m.config, "noise_scale")?.unwrap_or_default();
+                }
+                Ok(k.applicable())
+            }
             None => ComparisonKey::derive(m),
         }
     }
@@ -497,6 +583,7 @@ impl ComparisonKey {
             malloc: config(c, "malloc")?,
             deterministic: config(c, "deterministic")?,
             phase_sync: config(c, "phase_sync")?.unwrap_or_default(),
+            noise_scale: config(c, "noise_scale")?.unwrap_or_default(),
             memory_format: config(c, "memory_format")?.unwrap_or_default(),
             dropout: !no_dropout.unwrap_or(false),
             momentum: config(c, "momentum")?.unwrap_or_else(default_momentum),
@@ -574,6 +661,7 @@ impl ComparisonKey {
             value("--malloc", text(&self.malloc)),
             self.deterministic.map(|d| KeyFlag::Switch("--deterministic", d)),
             value("--phase-sync", text(&self.phase_sync)),
+            value("--noise-scale", Some(self.noise_scale.to_string())),
             value("--memory-format", text(&self.memory_format)),
             Some(KeyFlag::Switch("--no-dropout", !self.dropout)),
             value("--momentum", text(&self.momentum)),
@@ -694,6 +782,7 @@ pub(crate) mod tests {
             malloc: Some(MallocMode::Default),
             deterministic: Some(true),
             phase_sync: PhaseSync::Events,
+            noise_scale: NoiseScaleMode::Every(3),
             memory_format: MemoryFormat::ChannelsLast,
             dropout: false,
             momentum: Real(0.0),
@@ -805,11 +894,13 @@ pub(crate) mod tests {
     fn later_fields_default_to_what_older_runs_ran_with() {
         let mut k = unusual();
         (k.phase_sync, k.dropout, k.momentum, k.weight_decay) = (PhaseSync::On, true, Real(0.9), Real(0.0));
+        k.noise_scale = NoiseScaleMode::Off;
         k.memory_format = MemoryFormat::Contiguous;
         (k.input_shape, k.loss, k.model_sha256, k.env, k.peer) = (None, LossKind::Nll, None, Vec::new(), None);
         let json = serde_json::to_value(&k).unwrap();
         for absent in [
             "phase_sync",
+            "noise_scale",
             "memory_format",
             "dropout",
             "momentum",
@@ -824,6 +915,40 @@ pub(crate) mod tests {
             assert!(!k.describe().contains(absent), "{}", k.describe());
         }
         assert_eq!(serde_json::from_value::<ComparisonKey>(json).unwrap(), k);
+    }
+
+    /// Runs that asked for different gradient norms are different keys, and a key
+    /// recorded before it held the flag reads the flag from the run's config (what the
+    /// run asked, `off` included), so those runs keep pooling with new ones.
+    #[test]
+    fn the_noise_scale_asked_for_is_part_of_the_key() {
+        let mut on = unusual();
+        on.threads_per_rank = vec![1];
+        let mut off = on.clone();
+        off.noise_scale = NoiseScaleMode::Off;
+        assert_ne!(on, off);
+        assert!(on.describe().contains(" noise_scale=every:3 "), "{}", on.describe());
+        assert!(!off.describe().contains("noise_scale"), "{}", off.describe());
+        assert!(on.flags().contains(&KeyFlag::Value("--noise-scale", "every:3".into())));
+        assert!(off.flags().contains(&KeyFlag::Value("--noise-scale", "off".into())));
+        for (asked, reads) in [
+            (Some("every:10"), NoiseScaleMode::Every(10)),
+            (Some("on"), NoiseScaleMode::Every(1)),
+            (Some("off"), NoiseScaleMode::Off),
+            (None, NoiseScaleMode::Off),
+        ] {
+            let mut m = manifest_with(off.clone());
+            m.config = match asked {
+                Some(a) => serde_json::json!({ "noise_scale": a }),
+                None => serde_json::json!({}),
+            };
+            assert_eq!(ComparisonKey::of(&m).unwrap().noise_scale, reads, "recorded key, config {asked:?}");
+            m.comparison_key = None;
+            assert_eq!(ComparisonKey::derive(&m).unwrap().noise_scale, reads, "derived, config {asked:?}");
+        }
+        let mut m = manifest_with(off);
+        m.config = serde_json::json!({ "noise_scale": "every:0" });
+        assert!(ComparisonKey::of(&m).unwrap_err().contains("config.noise_scale"));
     }
 
     /// The transformer fields belong to models that take tokens: a ResNet's or a

@@ -372,16 +372,13 @@ fn now_stamp() -> [u8; 27] {
     super::rfc3339_utc_bytes(ts.tv_sec, (ts.tv_nsec / 1000) as u32)
 }
 
-/// The handler's state is one per process: tests that arm it or raise a signal take turns.
-#[cfg(test)]
-pub(crate) static TEST_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The handler is one per process ([`crate::cleanup::test_turn`]).
     fn turn() -> std::sync::MutexGuard<'static, ()> {
-        TEST_TURN.lock().unwrap_or_else(|p| p.into_inner())
+        crate::cleanup::test_turn()
     }
 
     fn running(dir: &Path) -> EndRecord {

@@ -379,6 +379,7 @@ mod tests {
 
     #[test]
     fn a_lock_is_exclusive_and_goes_when_dropped() {
+        let _turn = crate::cleanup::test_turn();
         let d = tempfile::tempdir().unwrap();
         let lock = FolderLock::take(d.path(), "run folder", false).unwrap();
         let on_disk: Holder = serde_json::from_slice(&std::fs::read(d.path().join(LOCK_FILE)).unwrap()).unwrap();
@@ -399,6 +400,7 @@ mod tests {
 
     #[test]
     fn a_dead_or_reused_pid_on_this_host_is_cleared_and_another_hosts_lock_needs_the_flag() {
+        let _turn = crate::cleanup::test_turn();
         let d = tempfile::tempdir().unwrap();
         let me = Holder::me();
         for stale in [
@@ -459,6 +461,7 @@ mod tests {
 
     #[test]
     fn a_lock_being_cleared_by_another_job_is_left_to_it() {
+        let _turn = crate::cleanup::test_turn();
         let d = tempfile::tempdir().unwrap();
         plant(
             d.path(),
@@ -476,6 +479,7 @@ mod tests {
 
     #[test]
     fn a_lock_taken_over_is_not_removed_by_its_old_holder() {
+        let _turn = crate::cleanup::test_turn();
         let d = tempfile::tempdir().unwrap();
         let lock = FolderLock::take(d.path(), "run folder", false).unwrap();
         std::fs::write(d.path().join(LOCK_FILE), "another job's").unwrap();
@@ -485,6 +489,7 @@ mod tests {
 
     #[test]
     fn a_batch_job_is_named_by_its_scheduler() {
+        let _turn = crate::cleanup::test_turn();
         let env =
             |pairs: &'static [(&'static str, &'static str)]| move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string());
         let array = env(&[("SLURM_ARRAY_JOB_ID", "777"), ("SLURM_ARRAY_TASK_ID", "3"), ("SLURM_JOB_ID", "780")]);

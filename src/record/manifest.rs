@@ -198,6 +198,39 @@ pub struct Manifest {
     /// rank 0; empty in runs from before warnings were recorded.
     #[serde(default)]
     pub warnings: Vec<super::RunWarning>,
+    /// What `--target-loss` asked and whether the run reached it; absent without the flag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<TargetOutcome>,
+}
+
+/// A run to a target training loss (`train --target-loss`): the target, how the loss
+/// was smoothed, and when it was reached. Not reached: `reached` false and no figures
+/// of the reach, never a figure made up.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct TargetOutcome {
+    /// The training loss asked for.
+    pub target_loss: f64,
+    /// The smoothing: the mean over the ranks of each step's training loss, averaged
+    /// over this many of the last measured steps (a full window is needed).
+    pub window_steps: usize,
+    pub reached: bool,
+    /// Optimizer steps done when the smoothed loss first was at or below the target.
+    #[serde(default)]
+    pub steps_to_target: Option<usize>,
+    /// Samples trained over all ranks by then (steps × the global batch).
+    #[serde(default)]
+    pub samples_to_target: Option<u64>,
+    /// Seconds from the start of training (the ranks leave a barrier together) to then,
+    /// epoch-end validation included.
+    #[serde(default)]
+    pub seconds_to_target: Option<f64>,
+    /// The smoothed loss at the stop, or at the run's end when the target was not
+    /// reached (None when fewer steps than the window were measured).
+    #[serde(default)]
+    pub smoothed_loss: Option<f64>,
+    /// The learning rate the run followed, in words (`--lr`, `--lr-scaling`,
+    /// `--warmup-epochs` as run).
+    pub lr_rule: String,
 }
 
 /// The clock offsets to rank 0 estimated during a run.

@@ -21,10 +21,10 @@ pub mod warning;
 
 pub use cells::Cells;
 pub use end::{end_file_name, write_atomic, EndRecord, RunStatus};
-pub use key::{Backend, ComparisonKey, DeviceKind, GradDtype, MallocMode, Memory, MemoryFormat, Overlap, Peer, PhaseSync};
+pub use key::{Backend, ComparisonKey, DeviceKind, GradDtype, MallocMode, Memory, MemoryFormat, NoiseScaleMode, Overlap, Peer, PhaseSync};
 
-pub use manifest::{AllreduceProbe, ClockSummary, CommInfo, Manifest, RankInfo, ScriptFile, SCHEMA_VERSION};
-pub use rows::{EpochRow, Phase, PhaseTimes, StepRow};
+pub use manifest::{AllreduceProbe, ClockSummary, CommInfo, Manifest, RankInfo, ScriptFile, TargetOutcome, SCHEMA_VERSION};
+pub use rows::{EpochRow, Phase, PhaseRole, PhaseTimes, StepRow};
 pub use sweep::{Buffer, SweepRow};
 pub use warning::{RunWarning, WarningCode};
 

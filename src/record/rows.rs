@@ -56,10 +56,27 @@ impl Phase {
         self as usize
     }
 
-    /// True for the phases that are the network's own computation (forward, backward).
-    pub fn is_compute(self) -> bool {
-        matches!(self, Phase::Forward | Phase::Backward)
+    /// What the phase is spent on, for the step's breakdown into data, communication
+    /// and compute. A match with no catch-all: a new phase does not compile until it is
+    /// given a role, so it can never drop out of the breakdown's sum.
+    pub fn role(self) -> PhaseRole {
+        match self {
+            Phase::Data | Phase::BatchCopy => PhaseRole::Data,
+            Phase::CommExposed => PhaseRole::Communication,
+            Phase::Forward | Phase::Backward | Phase::Optimizer | Phase::Other => PhaseRole::Compute,
+        }
     }
+}
+
+/// What a phase's time is spent on ([`Phase::role`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PhaseRole {
+    /// Waiting for and copying the batch.
+    Data,
+    /// The exposed all-reduce (split by `reduce` into transfer and the wait for a late rank).
+    Communication,
+    /// The rank's own work: the network, the optimizer and the rest of the step.
+    Compute,
 }
 
 impl fmt::Display for Phase {
@@ -313,6 +330,15 @@ mod tests {
         for (i, p) in Phase::ALL.iter().enumerate() {
             assert_eq!(p.index(), i);
         }
+    }
+
+    /// Each phase counts in one part of the step's breakdown: the batch's wait and copy
+    /// as data, the exposed all-reduce as communication, the rest as compute.
+    #[test]
+    fn every_phase_has_its_role_in_the_breakdown() {
+        use PhaseRole::{Communication, Compute, Data};
+        let roles: Vec<PhaseRole> = Phase::ALL.iter().map(|p| p.role()).collect();
+        assert_eq!(roles, [Data, Data, Compute, Compute, Communication, Compute, Compute]);
     }
 
     fn row() -> StepRow {

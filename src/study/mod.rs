@@ -71,7 +71,8 @@ pub struct StudyArgs {
     pub ranks: Option<Vec<usize>>,
 
     /// How a point's ranks fill the nodes: pack, as few nodes as they can; spread, one
-    /// per node first (`--placement` before).
+    /// per node (a point of more ranks than the allocation has nodes is refused)
+    /// (`--placement` before).
     #[arg(long, value_enum, alias = "placement")]
     pub node_fill: Option<NodeFill>,
 

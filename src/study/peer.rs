@@ -275,6 +275,8 @@ fn manifest(pg: &Group, peer: Peer, cfg: &TrainConfig, run_id: &str, started: Sy
         malloc: Some(record::key::MallocMode::Default),
         deterministic: Some(cfg.schedule.deterministic),
         phase_sync: record::PhaseSync::On,
+        // The peer takes no gradient norms, whatever the study's flags say.
+        noise_scale: record::NoiseScaleMode::Off,
         memory_format: record::MemoryFormat::Contiguous,
         dropout: !cfg.workload.no_dropout,
         momentum: Real(cfg.optim.momentum),
@@ -288,9 +290,11 @@ fn manifest(pg: &Group, peer: Peer, cfg: &TrainConfig, run_id: &str, started: Sy
     .applicable();
     let mut config = serde_json::to_value(cfg).unwrap_or_default();
     config["peer"] = serde_json::json!(peer.name());
+    config["noise_scale"] = serde_json::json!(record::NoiseScaleMode::Off);
     Manifest {
         schema_version: record::SCHEMA_VERSION,
         warnings: Vec::new(),
+        target: None,
         run_id: run_id.into(),
         status: RunStatus::Running.as_str().into(),
         error: None,

@@ -18,7 +18,8 @@ pub enum NodeFill {
     /// k ranks fill ⌈k / ranks-per-node⌉ nodes: intra-node links first.
     #[default]
     Pack,
-    /// One rank per node first, then a second on each, ...: inter-node links first.
+    /// One rank per node: inter-node links first. A study refuses a point of more ranks
+    /// than the allocation has nodes, which would put two of them on one node.
     Spread,
 }
 
@@ -431,20 +432,43 @@ impl Layout {
         Ok(out)
     }
 
-    /// Why a study of `ladder` with `fill` would not measure what it says: `spread` puts a
-    /// point's ranks one per node first, so on an allocation of one node every point of
-    /// 2 ranks or more is an intra-node run that a study about nodes would conclude from.
+    /// Why a study of `ladder` with `fill` would not measure what it says: `spread` puts
+    /// each rank of a point on a node of its own, so a point of more ranks than the
+    /// allocation has nodes puts some of them on one node, and a study about nodes would
+    /// conclude from links it did not cross (on one node, every point of 2 ranks or more
+    /// is an intra-node run).
     pub fn node_fill_concern(&self, ladder: &[usize], fill: NodeFill) -> Option<String> {
-        let widest = ladder.iter().copied().max().unwrap_or(1);
-        (fill == NodeFill::Spread && widest >= 2 && self.nodes.len() < 2).then(|| {
-            format!(
-                "node_fill = \"spread\" puts a point's ranks on different nodes, but the allocation has 1 node ({}, \
-                 {} rank(s)): its {widest}-rank point would share that node; submit on as many nodes as the point has \
-                 ranks (sbatch -N {widest}, mpirun --host <one per node>), or use node_fill = \"pack\"",
-                self.hosts.first().map_or("?", String::as_str),
-                self.world_size()
-            )
-        })
+        if fill != NodeFill::Spread {
+            return None;
+        }
+        let nodes = self.nodes.len().max(1);
+        let mut over: Vec<usize> = ladder.iter().copied().filter(|&k| k > nodes).collect();
+        over.sort_unstable();
+        over.dedup();
+        let (&first, &widest) = (over.first()?, over.last()?);
+        let others = match &over[1..] {
+            [] => String::new(),
+            rest => format!(", as would its points of {} ranks", and_list(rest)),
+        };
+        let fewer = if nodes > 1 {
+            format!(", keep every point within {nodes} ranks (study key `ranks`, study --ranks)")
+        } else {
+            String::new()
+        };
+        let allocation = if nodes == 1 {
+            "1 node".to_string()
+        } else {
+            format!("{nodes} nodes")
+        };
+        Some(format!(
+            "node_fill = \"spread\" puts each rank of a point on a node of its own, but the allocation has {allocation} ({}, \
+             {} rank(s)): its {first}-rank point needs {first} nodes and would put {} of its ranks on one node{others}; \
+             submit on as many nodes as the widest point has ranks (sbatch -N {widest}, mpirun --host <one per node>)\
+             {fewer}, or use node_fill = \"pack\"",
+            host_list(&self.hosts),
+            self.world_size(),
+            first.div_ceil(nodes),
+        ))
     }
 
     /// The most ranks `members` put on one node.
@@ -454,6 +478,25 @@ impl Layout {
             .map(|n| n.iter().filter(|r| members.contains(r)).count())
             .max()
             .unwrap_or(0)
+    }
+}
+
+/// `2`, `2 and 4`, `2, 4 and 8`.
+fn and_list(counts: &[usize]) -> String {
+    let words: Vec<String> = counts.iter().map(usize::to_string).collect();
+    match words.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => words.join(""),
+    }
+}
+
+/// The allocation's host names for a message: the first four, then how many more.
+fn host_list(hosts: &[String]) -> String {
+    const SHOWN: usize = 4;
+    match hosts.len() {
+        0 => "?".into(),
+        n if n <= SHOWN => hosts.join(", "),
+        n => format!("{}, and {} more", hosts[..SHOWN].join(", "), n - SHOWN),
     }
 }
 
@@ -856,6 +899,32 @@ mod tests {
         );
         let two = Layout::from_hosts(&["a".to_string(), "b".to_string()]);
         assert!(two.node_fill_concern(&[1, 2], NodeFill::Spread).is_none());
+    }
+
+    /// A spread point of more ranks than the allocation has nodes puts two of them on one
+    /// node: named with its ranks, the nodes it needs, the allocation and the fixes.
+    #[test]
+    fn a_spread_point_wider_than_the_allocation_is_named_with_the_nodes_it_needs() {
+        let l = hosts(2, 4);
+        assert!(l.node_fill_concern(&[1, 2], NodeFill::Spread).is_none(), "one rank per node");
+        assert!(l.node_fill_concern(&[1, 2, 4, 8], NodeFill::Pack).is_none());
+        let c = l.node_fill_concern(&[8, 1, 2, 4], NodeFill::Spread).unwrap();
+        for part in [
+            "the allocation has 2 nodes (n0, n1, 8 rank(s))",
+            "its 4-rank point needs 4 nodes and would put 2 of its ranks on one node",
+            "as would its points of 8 ranks",
+            "sbatch -N 8",
+            "keep every point within 2 ranks",
+            "node_fill = \"pack\"",
+        ] {
+            assert!(c.contains(part), "{part}: {c}");
+        }
+        let c = hosts(6, 2).node_fill_concern(&[1, 2, 4, 8, 12], NodeFill::Spread).unwrap();
+        assert!(
+            c.contains("6 nodes (n0, n1, n2, n3, and 2 more, 12 rank(s)): its 8-rank point needs 8 nodes")
+                && c.contains("as would its points of 12 ranks;"),
+            "{c}"
+        );
     }
 
     #[test]

@@ -325,6 +325,8 @@ pub(super) fn write(
             let _ = writeln!(md, "\n![speedup of {workload}]({}.png)", plot_stem(workload));
         }
     }
+    crate::reduce::report::noise::section(&mut md, &reduced.runs, &reduced.time_to_accuracy);
+    crate::reduce::report::target::section(&mut md, &reduced.target_loss);
     files.write("study.md", md.as_bytes())?;
     let mut curves = Vec::new();
     for (workload, ps) in &by {

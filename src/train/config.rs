@@ -5,13 +5,13 @@
 //! repeated from its own folder. The trainer reads only this struct, never clap.
 
 use crate::amp::AmpMode;
-use crate::comm::noise::NoiseScaleMode;
 use crate::comm::{AllreduceChoice, GradDtype, OverlapMode};
 use crate::data::{DataSpec, DatasetKind, ImageCaps};
 use crate::device::DeviceChoice;
 use crate::job::same_flags::LaunchFlags;
 use crate::model::{self, InputDtype, InputShape, LossKind, ModelChoice, ModelOptions, ShapeFlags};
 use crate::optim::{LrScaling, OptimizerKind};
+use crate::record::NoiseScaleMode;
 use crate::topology::BindPolicy;
 use crate::train::host_memory::MallocMode;
 use anyhow::{anyhow, Result};
@@ -63,6 +63,10 @@ pub const IN_KEY: &[(&str, &str)] = &[
     ("--malloc", "malloc"),
     ("--deterministic", "deterministic"),
     ("--phase-sync", "phase_sync"),
+    // Two gradient norms beside the step: a cost under 1 % at every:K, but a cost, so
+    // runs that asked for different norms are never pooled. The key holds the flag as
+    // asked, so a 1-rank run that takes none stays the reference of N-rank runs.
+    ("--noise-scale", "noise_scale"),
     ("--memory-format", "memory_format"),
     ("--no-dropout", "dropout"),
     // 0 skips SGD's momentum buffer; the value is kept whole, so runs never pool updates
@@ -97,6 +101,10 @@ pub const NOT_IN_KEY: &[(&str, &str)] = &[
     ),
     ("--epochs", "how long the run is, not what a step does"),
     ("--max-steps", "how long the run is, not what a step does"),
+    (
+        "--target-loss",
+        "how long the run is, not what a step does (one all-reduce of one number between steps)",
+    ),
     ("--batch-size", "a dimension of the point of its own (batch per rank, global batch)"),
     ("--warmup-steps", "which steps are left out of the figures"),
     (
@@ -130,10 +138,6 @@ pub const NOT_IN_KEY: &[(&str, &str)] = &[
         "the trace draws the marks the step records anyway, written after the step's end mark",
     ),
     ("--trace-steps", "which steps the trace draws"),
-    (
-        "--noise-scale",
-        "two gradient norms beside the step; every:K keeps their cost under 1 % of a step (BENCHMARKS.md)",
-    ),
 ];
 
 /// The `train` flags that may differ between the ranks of one job, and why: every other
@@ -163,6 +167,7 @@ pub const SAME_ON_EVERY_RANK: &[&str] = &[
     "--max-image-bytes",
     "--epochs",
     "--max-steps",
+    "--target-loss",
     "--batch-size",
     "--grad-accum",
     "--warmup-steps",
@@ -346,6 +351,19 @@ pub struct ScheduleConfig {
     #[arg(long)]
     pub max_steps: Option<usize>,
 
+    /// Stop once the smoothed training loss is at or below this: each step's loss,
+    /// averaged over the ranks and then over the last 20 measured steps (every rank
+    /// holds the same mean, so every rank stops after the same step). The manifest's
+    /// `target` records whether and when: steps, samples over all ranks and seconds
+    /// since the start of training. Not reached within --epochs/--max-steps: the run
+    /// ends as usual and says so, with no figure of the reach. The learning rate is the
+    /// run's own (--lr, --lr-scaling, --warmup-epochs, written into `target.lr_rule`);
+    /// --lr-scaling linear scales by ranks × --grad-accum only, so to compare global
+    /// batches that differ in --batch-size, scale --lr with the batch by hand.
+    #[arg(long, value_name = "LOSS", value_parser = super::target::positive_loss)]
+    #[serde(default)]
+    pub target_loss: Option<f64>,
+
     /// Samples per step on each rank (the global batch is this times the number of ranks).
     #[arg(long, default_value_t = 64)]
     pub batch_size: usize,
@@ -434,7 +452,9 @@ pub struct PlacementConfig {
 
     /// Threads preparing batches ahead of the step (0: prepare each batch inline). The queue
     /// holds two batches per worker; data_s is the time a step waited for its batch.
-    /// Default: 0 for data sets held in memory; for image folders (JPEG decoding), the
+    /// Default: for data sets held in memory, 0 on a CPU and on a GPU 2 (fewer where the
+    /// binding has fewer spare cores), which gather batches into page-locked memory so the
+    /// copy to the GPU does not hold the host; for image folders (JPEG decoding), the
     /// cores of the rank's binding its compute does not use (on a GPU all but one), at
     /// least 1. Workers run inside the rank's binding; the manifest records the number.
     #[arg(long)]

@@ -14,26 +14,61 @@ use tch::Device;
 /// Every rank's warnings, on rank 0 (each code once, the first rank's message, with the
 /// ranks that share it); empty on the other ranks. A collective: every rank calls it.
 pub(super) fn run_warnings(g: &Group, cfg: &TrainConfig, place: &Placement, schedule: &Schedule) -> Vec<RunWarning> {
-    let s = &cfg.schedule;
-    let visible_gpus = match place.device {
-        Device::Cuda(_) => tch::Cuda::device_count().max(0) as usize,
-        _ => 0,
+    let facts = RankFacts {
+        device: place.device,
+        local_ranks: g.local_size,
+        launcher_pus: place.launcher_pus,
+        total_steps: schedule.total_steps,
+        env: &|k| std::env::var(k).ok(),
+        cuda_devices: &|| tch::Cuda::device_count().max(0) as usize,
     };
-    let mine: Vec<RunWarning> = [
-        fp16_on_cpu(cfg.optim.amp, place.device),
-        too_few_measured_steps(schedule.total_steps, s.warmup_steps, s.min_measured_steps),
-        gpu_use(cfg.placement.node_slots.unwrap_or(g.local_size), g.local_size, visible_gpus),
-        cores_against_allocation(place.launcher_pus, g.local_size, |k| std::env::var(k).ok()),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
+    let mine = rank_warnings(cfg, &facts);
     let text = serde_json::to_string(&mine).unwrap_or_else(|_| "[]".into());
     let Some(all) = gather_strings(g, &text) else {
         return Vec::new();
     };
     let per_rank: Vec<Vec<RunWarning>> = all.iter().map(|t| serde_json::from_str(t).unwrap_or_default()).collect();
     merge(&per_rank)
+}
+
+/// What one rank's warnings are decided from, as its caller reads them (the MPI group,
+/// the placement, the environment, the CUDA runtime), so that the decisions and which
+/// fact feeds which are tested with made-up facts on a machine without a GPU.
+pub(super) struct RankFacts<'a> {
+    /// The device this rank trains on.
+    pub device: Device,
+    /// Ranks on this rank's node.
+    pub local_ranks: usize,
+    /// CPUs the launcher gave this rank, before ddpbench binds it.
+    pub launcher_pus: usize,
+    /// Steps this run takes, warm-up included.
+    pub total_steps: usize,
+    /// An environment variable's value, if set.
+    pub env: &'a dyn Fn(&str) -> Option<String>,
+    /// CUDA devices this process sees: asked only when the rank trains on CUDA.
+    pub cuda_devices: &'a dyn Fn() -> usize,
+}
+
+/// One rank's warnings, from its configuration and facts.
+pub(super) fn rank_warnings(cfg: &TrainConfig, facts: &RankFacts) -> Vec<RunWarning> {
+    let s = &cfg.schedule;
+    let visible_gpus = match facts.device {
+        Device::Cuda(_) => (facts.cuda_devices)(),
+        _ => 0,
+    };
+    [
+        fp16_on_cpu(cfg.optim.amp, facts.device),
+        too_few_measured_steps(facts.total_steps, s.warmup_steps, s.min_measured_steps),
+        gpu_use(
+            cfg.placement.node_slots.unwrap_or(facts.local_ranks),
+            facts.local_ranks,
+            visible_gpus,
+        ),
+        cores_against_allocation(facts.launcher_pus, facts.local_ranks, facts.env),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// One warning per code, the lowest rank's message, naming the ranks it came from
@@ -211,6 +246,77 @@ mod tests {
         assert!(cores_against_allocation(2, 4, env(&[("SLURM_CPUS_ON_NODE", "16")])).is_some());
         assert!(cores_against_allocation(4, 4, env(&[("SLURM_CPUS_ON_NODE", "16")])).is_none());
         assert!(cores_against_allocation(1, 1, env(&[])).is_none(), "not under Slurm");
+    }
+
+    /// `ddpbench train`'s flags, parsed as the command line is.
+    fn config(flags: &[&str]) -> TrainConfig {
+        #[derive(clap::Parser)]
+        struct Line {
+            #[command(flatten)]
+            cfg: TrainConfig,
+        }
+        <Line as clap::Parser>::try_parse_from(std::iter::once("train").chain(flags.iter().copied()))
+            .unwrap()
+            .cfg
+    }
+
+    /// The codes a rank of `facts` warns of; the CUDA count is `gpus`, and asking it on a
+    /// CPU rank fails the test.
+    fn codes(cfg: &TrainConfig, device: Device, local_ranks: usize, gpus: usize) -> Vec<WarningCode> {
+        let cuda_devices = move || {
+            assert!(device != Device::Cpu, "the CUDA runtime is asked on a CPU rank");
+            gpus
+        };
+        let facts = RankFacts {
+            device,
+            local_ranks,
+            launcher_pus: 64,
+            total_steps: 1000,
+            env: &|_| None,
+            cuda_devices: &cuda_devices,
+        };
+        rank_warnings(cfg, &facts).iter().map(|w| w.code).collect()
+    }
+
+    /// The call site's wiring, with made-up facts: the device count reaches the GPU
+    /// decision only on a CUDA rank, the node's ranks are the plan unless a study set
+    /// `--node-slots`, and the other facts reach their own decisions.
+    #[test]
+    fn a_ranks_facts_reach_the_gpu_decision() {
+        let train = config(&[]);
+        // `srun -N 2 --gpus-per-node 4 ddpbench train`: one task per node, 3 GPUs idle.
+        assert_eq!(codes(&train, Device::Cuda(0), 1, 4), [WarningCode::IdleGpus]);
+        assert_eq!(codes(&train, Device::Cuda(0), 4, 4), []);
+        assert_eq!(codes(&train, Device::Cuda(1), 2, 1), [WarningCode::SharedGpu]);
+        assert_eq!(codes(&train, Device::Cpu, 1, 4), [], "a CPU rank leaves no GPU idle");
+        // A study's 1-GPU point planned for a node of 4 ranks uses part of it by plan;
+        // a plan of 2 ranks on that node leaves GPUs idle still.
+        assert_eq!(codes(&config(&["--node-slots", "4"]), Device::Cuda(0), 1, 4), []);
+        assert_eq!(
+            codes(&config(&["--node-slots", "2"]), Device::Cuda(0), 1, 4),
+            [WarningCode::IdleGpus]
+        );
+        // The other facts: steps, the environment and the launcher's CPUs.
+        let few = RankFacts {
+            device: Device::Cpu,
+            local_ranks: 2,
+            launcher_pus: 1,
+            total_steps: 6,
+            env: &|k| (k == "SLURM_CPUS_PER_TASK").then(|| "8".to_string()),
+            cuda_devices: &|| panic!("the CUDA runtime is asked on a CPU rank"),
+        };
+        let got: Vec<WarningCode> = rank_warnings(&config(&["--amp", "fp16", "--warmup-steps", "5"]), &few)
+            .iter()
+            .map(|w| w.code)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                WarningCode::Fp16OnCpu,
+                WarningCode::TooFewMeasuredSteps,
+                WarningCode::FewerCoresThanAllocated
+            ]
+        );
     }
 
     #[test]

@@ -89,6 +89,7 @@ pub fn initial(
         model_file,
         log_lines_dropped: 0,
         warnings: Vec::new(),
+        target: None,
     })
 }
 
@@ -120,6 +121,7 @@ fn comparison_key(
         malloc: Some(cfg.placement.malloc),
         deterministic: Some(cfg.schedule.deterministic),
         phase_sync: cfg.phase_sync_on(device),
+        noise_scale: cfg.comm.noise_scale,
         memory_format: cfg.memory_format_on(device),
         dropout: !cfg.workload.no_dropout,
         momentum: Real(cfg.optim.momentum),

@@ -28,6 +28,7 @@ mod recording;
 mod run_folder;
 mod state;
 mod step;
+mod target;
 pub mod timer;
 mod trainer;
 mod validation;

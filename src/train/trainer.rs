@@ -19,6 +19,7 @@ use super::recording::{BucketReady, ClockOffsets, Records, RowIdentity};
 use super::run_folder::RunFolder;
 use super::state::{ModelState, Schedule, StepAt};
 use super::step::{Measured, StepMachine};
+use super::target::{StepDone, TargetWatch};
 use super::timer;
 use crate::amp::{AmpMode, Autocast, LossScaler};
 use crate::comm::noise::{NoisePath, NoiseScaleMode};
@@ -71,6 +72,8 @@ pub(super) struct Progress {
     pub step_limit: StepLimit,
     /// The gradient noise scale's norms of this epoch's steps that took them.
     pub epoch_norms: Vec<crate::noise_scale::NormPair>,
+    /// The smoothed loss `--target-loss` watches, when given.
+    pub target: Option<TargetWatch>,
 }
 
 /// The watchdog's limit for steps: fixed by `--watchdog-s`, or set from the first
@@ -150,7 +153,7 @@ impl<'g> Trainer<'g> {
         if let Some(script) = model.net.script() {
             super::file_model::check_script(g, cfg, script, &model.spec, &dataset, place.device)?;
         }
-        let opt = Optimizer::new(
+        let mut opt = Optimizer::new(
             cfg.optim.optimizer,
             &model.param_tensors,
             cfg.learning_rate(),
@@ -158,6 +161,9 @@ impl<'g> Trainer<'g> {
             cfg.optim.weight_decay,
         );
         let mut comm = Communication::setup(g, cfg, &place, model.net.as_ref(), &model.spec, &model.param_tensors)?;
+        if let Some(layout) = comm.reducer.layout() {
+            opt.use_flat_buckets(&layout);
+        }
         let autocast = agree(g, Autocast::new(cfg.optim.amp, place.device))?;
         let schedule = schedule(g, cfg, &dataset);
         let mut manifest = super::manifest::initial(g, cfg, &folder, started, &place, &dataset, &model, &comm, &schedule)?;
@@ -188,6 +194,10 @@ impl<'g> Trainer<'g> {
             autocast,
             comm,
         };
+        let target = cfg
+            .schedule
+            .target_loss
+            .map(|t| TargetWatch::new(t, super::target::lr_rule(cfg, &schedule)));
         let trainer = Trainer {
             g,
             watchdog,
@@ -211,6 +221,7 @@ impl<'g> Trainer<'g> {
                 last_l2: 0.0,
                 last_accuracy: None,
                 epoch_norms: Vec::new(),
+                target,
                 step_limit: StepLimit {
                     early_steps: Vec::new(),
                     limit_s: cfg.output.watchdog_s,
@@ -239,8 +250,15 @@ impl<'g> Trainer<'g> {
         let mut stopped = None;
         for epoch in 0..self.facts.schedule.epochs {
             stopped = self.run_epoch(epoch)?;
-            if stopped.is_some() {
+            if stopped.is_some() || self.progress.target.as_ref().is_some_and(TargetWatch::reached) {
                 break;
+            }
+        }
+        if let Some(t) = self.progress.target.as_ref().filter(|_| self.g.rank == 0) {
+            if t.reached() {
+                info!("{}", t.line(self.progress.global_step));
+            } else {
+                warn!("{}", t.line(self.progress.global_step));
             }
         }
         if let Some(t) = telemetry {
@@ -298,6 +316,7 @@ impl<'g> Trainer<'g> {
                 m.comm.bucket_ready_fraction = means;
             }
             m.final_val_accuracy = self.progress.last_accuracy;
+            m.target = self.progress.target.as_ref().map(|t| t.outcome().clone());
             m.clock = Some(self.records.offsets.summary.clone());
             m.log_lines_dropped = crate::stderr::lines_dropped();
             m.write(&self.facts.folder.dir)?;
@@ -403,6 +422,7 @@ impl<'g> Trainer<'g> {
         }
         let bar = crate::progress::Bar::epoch(epoch, schedule.epochs, steps);
         let mut loss_sum = 0.0;
+        let mut done = steps;
         for step in 0..steps {
             let at = StepAt {
                 epoch,
@@ -429,6 +449,10 @@ impl<'g> Trainer<'g> {
                 }
                 return Ok(Some(sig));
             }
+            if self.progress.target.as_ref().is_some_and(TargetWatch::reached) {
+                done = step + 1;
+                break;
+            }
         }
         if let Some(m) = self.machine.flush() {
             loss_sum += self.after_step(&m, &bar)?;
@@ -440,7 +464,7 @@ impl<'g> Trainer<'g> {
         // Epoch end (checks, validation): set-up's limit, since ranks may differ there.
         self.watchdog
             .set_limit(self.facts.cfg.output.watchdog_s.unwrap_or(watchdog::SETUP_LIMIT_S));
-        self.end_epoch(epoch, steps, loss_sum, epoch_start)?;
+        self.end_epoch(epoch, done, loss_sum, epoch_start)?;
         Ok(None)
     }
 
@@ -463,6 +487,7 @@ impl<'g> Trainer<'g> {
     fn after_step(&mut self, m: &Measured, bar: &crate::progress::Bar) -> Result<f64> {
         let at = m.at;
         let row = self.record_step(m, at)?;
+        self.watch_target(at, row.loss);
         let params = &self.machine.model.params;
         self.progress.losses.check(at, row.loss, params, self.facts.cfg.optim.amp)?;
         if let Some(limit) = self.progress.step_limit.add(at.warmup, row.step_s) {
@@ -471,6 +496,19 @@ impl<'g> Trainer<'g> {
         self.log_progress(at.epoch, at.step, &row);
         bar.step(at.step + 1, (m.samples * self.g.size) as u64, row.loss);
         Ok(row.loss)
+    }
+
+    /// Adds a measured step's loss to `--target-loss`'s window: a collective, which every
+    /// rank makes for the same steps.
+    fn watch_target(&mut self, at: StepAt, loss: f64) {
+        let done = StepDone {
+            steps: at.global_step + 1,
+            global_batch: self.facts.cfg.samples_per_step() * self.g.size,
+            elapsed_s: self.progress.origin.elapsed().as_secs_f64(),
+        };
+        if let Some(t) = self.progress.target.as_mut() {
+            t.add(self.g, loss, done);
+        }
     }
 
     /// Writes a measured step's row and, after warm-up, adds when each bucket was handed
@@ -661,6 +699,15 @@ impl<'g> Trainer<'g> {
             },
             self.facts.cfg.comm.grad_dtype,
             self.facts.cfg.optim.amp
+        );
+        let opt = &self.machine.opt;
+        info!(
+            "optimizer: {:?}, {}",
+            self.facts.cfg.optim.optimizer,
+            match opt.flat_buckets() {
+                0 => "updated parameter by parameter".to_string(),
+                n => format!("updated bucket by bucket over {n} of {} flat gradient bucket(s)", m.buckets),
+            }
         );
         info!(
             "run {}: {} ranks on {} node(s), {:?}, {} params in {} bucket(s), batch {}×{}, {} steps/epoch, {} epoch(s) → {}",

@@ -6,12 +6,16 @@
 # veth shaped to 1 Gbit/s by tc tbf (both directions), and on the shaped link with
 # --overlap off and with --overlap off --grad-dtype bf16; then `ddpbench allreduce` on
 # the shaped and the bare link, a 1-rank run, and `reduce` projecting the 2-node runs from
-# it with each link's fitted model. Checks that the runs complete
+# it with each link's fitted model. Then the link by specification alone: at two tbf rates
+# (1 and 4 Gbit/s), `reduce --link RATE,LATENCY` (the tbf rate, and half the veth's
+# measured round trip as the latency) projects the 2-node step from the 1-rank run, with
+# no sweep; a nominal link is an optimistic bound, so that projection must not be slower
+# than the measured 2-node step. Checks that the runs complete
 # across two hosts, that traffic really crossed the veth and the shaping qdisc, the
 # order of each step's clocks with and without overlap, and the halved wire bytes.
 # The timings themselves (busbw, exposed communication) are printed, not asserted.
 #
-#   tests/cluster/netns.sh                     # as root; ~20-40 s
+#   tests/cluster/netns.sh                     # as root; ~1-3 min (2 shared cores)
 #   DDPBENCH_TEST_KEEP=/tmp/keep tests/cluster/netns.sh   # also keep the run folders there
 #
 # Prints the busbw and median comm figures, then `N passed, M failed`;
@@ -29,7 +33,11 @@ for c in ip tc unshare flock python3; do command -v "$c" >/dev/null || die "$c n
 
 NS1=node1; NS2=node2
 NET=10.213.77          # the /24, inside the namespaces only
-RATE="rate 1gbit burst 128kb latency 20ms"
+# The two shaped links: tc's rate units are decimal (1gbit = 10^9 bit/s), as are
+# `reduce --link`'s (SPEC_BW); the burst is kept at 128 kB per Gbit/s.
+RATE_1G="rate 1gbit burst 128kb latency 20ms";  SPEC_BW_1G=1Gbit/s
+RATE_4G="rate 4gbit burst 512kb latency 20ms";  SPEC_BW_4G=4Gbit/s
+RATE=$RATE_1G
 STEPS=12; WARMUP=2
 # 1 MiB buckets, so that overlap has buckets to send while backward still runs.
 TRAIN_FLAGS=(--dataset synthetic --synthetic-samples 4096 --batch-size 16 --max-steps "$STEPS" --bucket-mb 1
@@ -122,6 +130,30 @@ for _ in range(100):
 else: raise SystemExit(1)' || die "node1 cannot reach node2 over the veth"
 wait "$probe"
 
+# The veth's round trip: median of 400 one-byte TCP ping-pongs (Nagle off) between
+# node1 and node2; half of it is the latency `reduce --link` is given (α, one way).
+timeout 20 ip netns exec "$NS2" python3 -c '
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("'"$NET.2"'", 47001)); s.listen(1); c, _ = s.accept()
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while (b := c.recv(1)): c.sendall(b)' &
+probe=$!
+RTT_US=$(timeout 20 ip netns exec "$NS1" python3 -c '
+import socket, statistics, time
+for _ in range(100):
+    try: s = socket.create_connection(("'"$NET.2"'", 47001), timeout=1); break
+    except OSError: time.sleep(0.05)
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+t = []
+for i in range(450):
+    a = time.perf_counter(); s.sendall(b"x"); s.recv(1); t.append(time.perf_counter() - a)
+s.close()
+print("%.1f" % (statistics.median(t[50:]) * 1e6))') || die "could not time the round trip over the veth"
+wait "$probe"
+LAT_US=$(python3 -c "print('%.2f' % ($RTT_US / 2))")
+tlog "veth round trip: median ${RTT_US} us; latency given to reduce --link: ${LAT_US} us"
+
 # ssh stand-in for Open MPI: `agent HOST CMD...` runs CMD on "node" HOST (its namespace,
 # its own host name), as ssh would run it through a remote shell.
 AGENT=$T/ns-agent.sh
@@ -158,7 +190,7 @@ check_run() {  # check_run NAME (run folder $D/NAME)
   check "$1: 2 rank CSVs with $STEPS rows each" py "r = rows(sys.argv[1]); sys.exit(not (len(r) == 2 and all(len(f) == $STEPS for f in r)))" "$d"
 }
 
-shape() {  # shape add|del: tbf on both ends of the veth (a symmetric 1 Gbit/s link)
+shape() {  # MODE=add|del shape: tbf $RATE on both ends of the veth (a symmetric link)
   local pair
   for pair in "$NS1 veth-n1" "$NS2 veth-n2"; do
     set -- $pair
@@ -218,6 +250,11 @@ run_one() {  # run_one NAME [FLAGS...]: 1 rank on node1; sets RC
 }
 run_sweep sweep-shaped; RC_SS=$RC
 MODE=del shape
+# The second rate, for the link by specification (and its sweep, for BENCHMARKS.md).
+RATE=$RATE_4G; MODE=add shape
+run_train shaped4-no-overlap --overlap off; RC_N4=$RC
+run_sweep sweep-shaped4; RC_SS4=$RC
+MODE=del shape; RATE=$RATE_1G
 run_sweep sweep-unshaped; RC_SU=$RC
 run_train unshaped-off --overlap off; RC_UO=$RC
 run_one one-node; RC_1=$RC
@@ -230,6 +267,25 @@ mkdir -p "$D/held-shaped" "$D/held-unshaped"
   "$D/one-node-off" "$D/pack-off" "$D/shaped-no-overlap" >"$D/held-shaped.log" 2>&1; RC_HS=$?
 "$DDPBENCH_BIN" reduce --no-plots --project-to 2 --interconnect "$D/sweep-unshaped" --out "$D/held-unshaped" \
   "$D/one-node-off" "$D/pack-off" "$D/unshaped-off" >"$D/held-unshaped.log" 2>&1; RC_HU=$?
+# The link by specification alone (no sweep): 2 nodes × 1 projected at each tbf rate
+# from each 1-node run (1 rank; 1 node × 2 ranks, the cores the 2-node run uses); and the
+# same from each rate's sweep, for BENCHMARKS.md.
+proj_reduce() {  # proj_reduce NAME MEASURED REF FLAGS...: `reduce FLAGS` into $D/NAME; failures in REDUCE_FAILED
+  local name=$1 measured=$2 ref=$3 runs
+  shift 3
+  runs=("$D/one-node-off")   # given the 1-rank run too, reduce projects from the pack run
+  [ "$ref" = pack-off ] && runs+=("$D/pack-off")
+  mkdir -p "$D/$name"
+  "$DDPBENCH_BIN" reduce --no-plots "$@" --out "$D/$name" "${runs[@]}" "$D/$measured" >"$D/$name.log" 2>&1 \
+    || { REDUCE_FAILED+=" $name"; tail -5 "$D/$name.log" >&2; }
+}
+REDUCE_FAILED=
+for ref in one-node-off pack-off; do
+  proj_reduce "spec-1g-$ref" shaped-no-overlap "$ref" --link "$SPEC_BW_1G,${LAT_US}us" --project-shape 2x1
+  proj_reduce "spec-4g-$ref" shaped4-no-overlap "$ref" --link "$SPEC_BW_4G,${LAT_US}us" --project-shape 2x1
+  proj_reduce "swept-1g-$ref" shaped-no-overlap "$ref" --interconnect "$D/sweep-shaped" --project-to 2
+  proj_reduce "swept-4g-$ref" shaped4-no-overlap "$ref" --interconnect "$D/sweep-shaped4" --project-to 2
+done
 mkdir -p "$D/proj-shaped" "$D/proj-unshaped"
 "$DDPBENCH_BIN" reduce --no-plots --project-to 16 --interconnect "$D/sweep-shaped" --out "$D/proj-shaped" \
   "$D/one-node" "$D/one-node-off" "$D/shaped" "$D/shaped-no-overlap" >"$D/proj-shaped.log" 2>&1; RC_PS=$?
@@ -340,6 +396,48 @@ for name, d in (("tbf 1gbit", sys.argv[1]), ("bare veth", sys.argv[2])):
         f("straggler_s"), f("comm_s"), f("measured_comm_s"), f("comm_exposed_s"), f("measured_comm_exposed_s"),
         p["speedup"], ms, p["speedup_against"], float(p["fit_error_pct"]), " UNRELIABLE" if p["unreliable"] == "true" else ""))
 ' "$D/held-shaped" "$D/held-unshaped"
+
+# The link by specification: the projection exists, says its level is nominal, and is
+# an optimistic bound on the measured 2-node step (both overlap off, 2 nodes × 1).
+RC=$RC_N4; check_run shaped4-no-overlap
+check "sweep at 4 Gbit/s: exit 0" test "$RC_SS4" = 0
+check "link by spec and by sweep: every reduce exits 0 (failed:${REDUCE_FAILED:- none})" test -z "$REDUCE_FAILED"
+SPEC='
+def two_nodes(d, ref):
+    rid = m(ref)["run_id"]
+    r = [x for x in csv.DictReader(open(d + "/projection.csv"))
+         if x["scaling"] == "weak" and x["nodes"] == "2" and x["ranks_per_node"] == "1" and x["from_run"] == rid]
+    assert len(r) == 1, (d, r)
+    return r[0]
+'
+for r in 1g 4g; do
+  check "link by spec ($r): 2 nodes × 1 projected from each 1-node run, beside the measured 2-node step" py "$SPEC"'
+for ref in sys.argv[2:]:
+    p = two_nodes(sys.argv[1] + "-" + os.path.basename(ref), ref)
+    assert p["is_reference"] == "false" and p["measured_step_s"] != "" and float(p["step_s"]) > 0, p' "$D/spec-$r" "$D/one-node-off" "$D/pack-off"
+  check "link by spec ($r): report.json and report.md say the inter-node level is nominal, an optimistic bound" py '
+for ref in ("one-node-off", "pack-off"):
+    d = sys.argv[1] + "-" + ref
+    lv = " ".join(json.load(open(d + "/report.json"))["projection"]["levels"]); md = open(d + "/report.md").read()
+    assert "inter-node nominal, from the specification" in lv and "optimistic bound" in lv, lv
+    assert "nominal, from the specification" in md and "optimistic bound" in md, d' "$D/spec-$r"
+  check "link by spec ($r): the projected 2-node step is not slower than the measured one" py "$SPEC"'
+for ref in sys.argv[2:]:
+    p = two_nodes(sys.argv[1] + "-" + os.path.basename(ref), ref)
+    assert float(p["step_s"]) <= float(p["measured_step_s"]), (ref, p["step_s"], p["measured_step_s"])' "$D/spec-$r" "$D/one-node-off" "$D/pack-off"
+done
+py "$SPEC"'
+print("link by spec: latency %s us (half the veth round trip)" % sys.argv[1])
+for name, r in (("tbf 1gbit", "1g"), ("tbf 4gbit", "4g")):
+    for ref in sys.argv[3:]:
+        b = os.path.basename(ref)
+        p, w = two_nodes("%s/spec-%s-%s" % (sys.argv[2], r, b), ref), two_nodes("%s/swept-%s-%s" % (sys.argv[2], r, b), ref)
+        f = lambda x, c: float(x[c]) * 1e3
+        print("  %s, 2 nodes x 1 from %s, overlap off: step from spec %.2f ms (own work %.2f, comm %.2f), from sweep %.2f ms "
+              "(comm %.2f), measured %.2f ms (own work %.2f, comm %.2f); spec %+.1f %%, sweep %+.1f %% against measured" % (
+            name, b, f(p, "step_s"), f(p, "own_work_s"), f(p, "comm_s"), f(w, "step_s"), f(w, "comm_s"),
+            f(p, "measured_step_s"), f(p, "measured_own_work_s"), f(p, "measured_comm_s"), float(p["error_pct"]), float(w["error_pct"])))
+' "$LAT_US" "$D" "$D/one-node-off" "$D/pack-off"
 
 echo "$pass passed, $fail failed"
 ((fail == 0))

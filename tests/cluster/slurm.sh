@@ -2,9 +2,10 @@
 # Runs the Slurm job scripts for real on a private, throw-away Slurm cluster on this
 # one machine: 2 fake nodes (n1, n2) × 4 fake GPUs, each slurmd in its own UTS
 # namespace so that the nodes have their own host names (see
-# /work/shared/cluster-emulation.md). Submits job-scripts/slurm-2node-4gpu.sbatch and
-# job-scripts/slurm-1gpu.sbatch with `sbatch --wait`, checks the run folders, then
-# tears everything down (also on failure or Ctrl-C).
+# /work/shared/cluster-emulation.md). Submits job-scripts/slurm-2node-4gpu.sbatch,
+# job-scripts/slurm-1gpu.sbatch and job-scripts/study.sbatch (packed, then spread) with
+# `sbatch --wait`, checks the run folders, then tears everything down (also on failure
+# or Ctrl-C).
 #
 #   tests/cluster/slurm.sh            # as root, Debian/Ubuntu; ~1 min once installed
 #   DDPBENCH_TEST_KEEP=/tmp/keep tests/cluster/slurm.sh   # also copy logs, config and run folders there
@@ -311,6 +312,26 @@ sys.exit(0 if len(ms) == 3 and all(r['threads'] == 1 for m in ms for r in m['ran
 check "study: report/study.md and the speedup table" \
   both_in "$st/report/study.md" "^| 002-mnist-cnn-synthetic-b16-r8 " "has speedup\\|scales: speedup\\|scales negatively"
 tlog "study took $((SECONDS - t0)) s"
+
+# 5d. node_fill = "spread" in the same allocation: the 2-rank point puts one rank on each
+# node; a 4-rank point would put two on one of the 2 nodes, and is refused before any
+# point runs, the refusal said once.
+t0=$SECONDS
+submit study.sbatch "$REPO/job-scripts/studies/slurm-test.toml" --node-fill spread --ranks 1,2 \
+  --out results/study-slurm-spread
+check "spread: sbatch --wait exit code 0" test "$JOBRC" = 0
+check "spread: the 2-rank point's ranks sit on n1 and n2" \
+  py_check results/study-slurm-spread/runs/001-mnist-cnn-synthetic-b16-r2-spread-rep0 \
+  'm["world_size"] == 2 and sorted(r["host"] for r in m["ranks"]) == ["n1", "n2"]'
+submit study.sbatch "$REPO/job-scripts/studies/slurm-test.toml" --node-fill spread --ranks 1,4 \
+  --out results/study-slurm-spread-4
+outf=ddpbench-study-$JOBID.out
+check "spread: a 4-rank point on 2 nodes is refused (non-zero exit)" test "$JOBRC" != 0
+check "spread: the refusal names the point and the allocation, once, in $outf" \
+  test "$(grep -c "its 4-rank point needs 4 nodes.*the widest point has ranks (sbatch -N 4" "$outf")" = 1
+check "spread: the refusal names the allocation of 2 nodes" grep -q "the allocation has 2 nodes (n1, n2, 8 rank(s))" "$outf"
+check "spread: no point of the refused study ran" test ! -e results/study-slurm-spread-4/runs
+tlog "spread took $((SECONDS - t0)) s"
 
 cd / || true
 echo "$pass passed, $fail failed"

@@ -819,6 +819,20 @@ mod tests {
         drop(held);
     }
 
+    /// Reads `f` until it holds `held` bytes of an unfinished line, collecting its lines.
+    fn read_until_held(f: &mut Frames, held: &[u8]) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut lines = Vec::new();
+        loop {
+            lines.extend(f.lines(10));
+            if f.buf == held {
+                return lines;
+            }
+            assert!(Instant::now() < deadline, "holds {:?}, not {held:?}", f.buf);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     #[test]
     fn line_splitting_is_exact_across_reads() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -826,14 +840,11 @@ mod tests {
         let (r, _) = l.accept().unwrap();
         let mut f = Frames::new(r);
         w.write_all(b"ab").unwrap();
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(f.lines(10).is_empty());
+        assert!(read_until_held(&mut f, b"ab").is_empty());
         w.write_all(b"c\nd\n\nef").unwrap();
-        std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(f.lines(10), vec!["abc", "d", ""]);
+        assert_eq!(read_until_held(&mut f, b"ef"), vec!["abc", "d", ""]);
         w.write_all(b"g\n").unwrap();
-        std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(f.lines(10), vec!["efg"]);
+        assert_eq!(read_until_held(&mut f, b""), vec!["efg"]);
     }
 
     #[test]

@@ -12,7 +12,7 @@
 
 use super::interval::{self, Direction, Spread, Term};
 use super::{advice, gating_type, RunStats};
-use crate::record::{Backend, ComparisonKey, Phase};
+use crate::record::{Backend, ComparisonKey, Phase, PhaseRole};
 use crate::reduce::metrics;
 use crate::stats::{self, Rng};
 use serde::Serialize;
@@ -104,12 +104,15 @@ impl StepBreakdown {
     pub fn of(run: &RunStats) -> StepBreakdown {
         let n = run.ranks.iter().map(|r| r.steps).sum::<u64>().max(1) as f64;
         let wait = run.ranks.iter().map(|r| r.wait_sum).sum::<f64>() / n;
-        let p = |ph: Phase| run.phase_mean(ph);
+        let of = |role: PhaseRole| -> f64 {
+            Phase::ALL.iter().filter(|p| p.role() == role).map(|p| run.phase_mean(*p)).sum()
+        };
+        let comm = of(PhaseRole::Communication);
         StepBreakdown {
-            data_s: p(Phase::Data) + p(Phase::BatchCopy),
-            transfer_s: (p(Phase::CommExposed) - wait).max(0.0),
-            wait_s: wait.min(p(Phase::CommExposed)),
-            compute_s: p(Phase::Forward) + p(Phase::Backward) + p(Phase::Optimizer) + p(Phase::Other),
+            data_s: of(PhaseRole::Data),
+            transfer_s: (comm - wait).max(0.0),
+            wait_s: wait.min(comm),
+            compute_s: of(PhaseRole::Compute),
         }
     }
 

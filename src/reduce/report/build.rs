@@ -2,7 +2,7 @@
 //! and the sentences said about them.
 
 use super::{
-    communication, efficiency, nodes, noise, speedup, Duplicate, EpochBreakdown, Findings, LeftOut, ProbeReading, ProjectionReport,
+    communication, efficiency, nodes, noise, speedup, target, Duplicate, EpochBreakdown, Findings, LeftOut, ProbeReading, ProjectionReport,
     RankQuantiles, Report, RunReport, StepPhases, REPORT_VERSION,
 };
 use crate::record::{Phase, SCHEMA_VERSION};
@@ -39,6 +39,7 @@ pub fn build(
     };
     Report {
         time_to_accuracy: noise::time_to_accuracy(&scaling, &runs),
+        target_loss: target::rows(&runs),
         report_version: REPORT_VERSION,
         schema_version: SCHEMA_VERSION,
         folders: folders.to_vec(),
@@ -108,6 +109,7 @@ fn run_report(r: &RunStats) -> RunReport {
         wall_s: m.wall_s.filter(|v| v.is_finite()),
         heatmap: r.heatmap.clone(),
         noise_scale: noise::per_epoch(&r.epochs),
+        target: m.target.clone(),
     }
 }
 

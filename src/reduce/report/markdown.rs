@@ -1,7 +1,9 @@
 //! report.md: the tables a scaling study is read from, each with the sentences the
 //! report found under it.
 
-use super::{communication, compute_comm_grid, efficiency, nodes, noise, peer, projection, speedup, times, Duplicate, Report};
+use super::{
+    communication, compute_comm_grid, efficiency, nodes, noise, peer, projection, speedup, target, times, Duplicate, Report,
+};
 use std::fmt::Write;
 
 /// report.md of `report` (with links to the plots when they are drawn).
@@ -25,6 +27,7 @@ pub fn markdown(report: &Report, with_plots: bool) -> String {
     times::markdown(&mut md, &report.runs);
     efficiency::waterfall(&mut md, &report.scaling, &f.waterfall);
     noise::section(&mut md, &report.runs, &report.time_to_accuracy);
+    target::section(&mut md, &report.target_loss);
     nodes::node_types(&mut md, &report.summary, &f.node_types);
     nodes::stalls(&mut md, &report.runs);
     nodes::incomplete(&mut md, &report.incomplete);

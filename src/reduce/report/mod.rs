@@ -19,6 +19,7 @@ pub mod plots;
 mod projection;
 pub mod recommendation;
 mod speedup;
+pub mod target;
 mod terminal;
 pub mod times;
 pub mod verdict;
@@ -66,6 +67,9 @@ pub struct Report {
     /// Per compared point with a measured gradient noise scale: the predicted samples to
     /// the same loss and the time-to-accuracy speedup.
     pub time_to_accuracy: Vec<noise::TimeToAccuracyRow>,
+    /// Per workload, target loss and global batch of runs trained with `--target-loss`:
+    /// the measured samples to the target against the predicted ratio.
+    pub target_loss: Vec<target::TargetRow>,
     /// The projection beyond the allocation, when a link model was given or found.
     pub projection: Option<ProjectionReport>,
     /// Runs with holes, left out of every figure, with why.
@@ -133,6 +137,8 @@ pub struct RunReport {
     pub heatmap: StepHeatmap,
     /// B_simple per epoch that measured it (`--noise-scale`; empty otherwise).
     pub noise_scale: Vec<noise::EpochNoiseScale>,
+    /// What `--target-loss` asked and whether the run reached it (its manifest's `target`).
+    pub target: Option<crate::record::TargetOutcome>,
 }
 
 /// Seconds per epoch: compute (forward + backward), all-reduce work, its transfer (the

@@ -104,6 +104,43 @@ pub fn time_to_accuracy(scaling: &[ScalingRow], runs: &[RunReport]) -> Vec<TimeT
         .collect()
 }
 
+/// What `reduce` prints of the noise scale: each measuring run's last epoch, then each
+/// compared point's predicted time to accuracy.
+pub fn terminal_lines(runs: &[RunReport], rows: &[TimeToAccuracyRow]) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in runs {
+        let Some(e) = r.noise_scale.last() else { continue };
+        let b = e.b_simple.map_or_else(|| "undetermined".into(), |b| format!("{b:.0}"));
+        out.push(format!(
+            "noise scale {} (global batch {}): B_simple {b} (95 % {} – {}) in epoch {}, {} step(s) measured, {} skipped",
+            r.run_id,
+            r.global_batch,
+            cell(e.b_simple_low),
+            e.b_simple_high.map_or_else(|| "unbounded".into(), |h| format!("{h:.0}")),
+            e.epoch,
+            e.steps,
+            e.skipped
+        ));
+    }
+    for t in rows {
+        out.push(format!(
+            "time to accuracy {} (B {} against B0 {}, B_noise {:.0}): samples/s speedup {:.2}, predicted samples factor {:.2}, \
+             time-to-accuracy speedup {:.2} (a prediction of the noise-scale model)",
+            t.run_ids.join(" "),
+            t.global_batch,
+            t.baseline_global_batch,
+            t.b_noise,
+            t.samples_per_s_speedup,
+            t.samples_factor,
+            t.time_to_accuracy_speedup
+        ));
+    }
+    if !out.is_empty() {
+        out.insert(0, String::new());
+    }
+    out
+}
+
 fn cell(v: Option<f64>) -> String {
     v.map_or_else(|| "–".into(), |v| format!("{v:.0}"))
 }

@@ -8,6 +8,12 @@ use std::path::Path;
 /// The tables of `report`, then the files written into `out`.
 pub fn print(report: &Report, out: &Path, plots: bool) {
     print_tables(&report.summary, &report.scaling);
+    for line in super::noise::terminal_lines(&report.runs, &report.time_to_accuracy) {
+        println!("{line}");
+    }
+    for line in super::target::terminal_lines(&report.target_loss) {
+        println!("{line}");
+    }
     let projected = report.projection.as_ref().is_some_and(|p| !p.rows.is_empty());
     if let Some(p) = report.projection.as_ref().filter(|_| projected) {
         print_projection(&p.rows);
