@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
 
-/// The efficiency the straight answers aim at.
+/// The efficiency the per-shape answers and the recommendation aim at unless
+/// `--target-efficiency` says another.
 pub const TARGET_EFFICIENCY: f64 = 0.8;
 
 /// The rows of each projected workload (one per reference run), keyed by that run, with
@@ -49,8 +50,9 @@ pub fn left_out(sweep: &Path, why: &str) -> ProjectionReport {
 }
 
 /// The projection with the model in `sweep`: its `rows`, the `notes` on what could not be
-/// projected, and per workload what the projection says (from its rows alone).
-pub fn section(rows: Vec<ProjectionRow>, notes: Vec<String>, models: &LinkModelFile, sweep: &Path) -> ProjectionReport {
+/// projected, and per workload what the projection says (from its rows alone), the
+/// batch for a target aiming at `target_efficiency` (the recommendation's target too).
+pub fn section(rows: Vec<ProjectionRow>, notes: Vec<String>, models: &LinkModelFile, sweep: &Path, target_efficiency: f64) -> ProjectionReport {
     let workloads = by_workload(&rows)
         .into_iter()
         .map(|(name, rs)| {
@@ -61,7 +63,7 @@ pub fn section(rows: Vec<ProjectionRow>, notes: Vec<String>, models: &LinkModelF
                 from_run: rs[0].from_run.clone(),
                 scaling: rs[0].scaling.clone(),
                 checked,
-                answers: if weak { answers(&rs) } else { Vec::new() },
+                answers: if weak { answers(&rs, target_efficiency) } else { Vec::new() },
                 strong_note: (!weak && rs.iter().any(|r| r.compute_extrapolated)).then(|| {
                     format!(
                         "Strong scaling: the global batch {} split over the ranks; at the per-rank batches marked *, outside those measured \
@@ -309,9 +311,9 @@ fn fit_quality_sentences(rs: &[&ProjectionRow]) -> Vec<String> {
 /// What the projection says of a weak workload at full nodes (1, 2, 16 and 128 of them,
 /// where the table has them), made from its table's rows alone, so every efficiency said
 /// is the table's: the efficiency against the same 1-rank step, the per-rank batch that
-/// reaches [`TARGET_EFFICIENCY`], and the what-if efficiencies (half the wire bytes, one
-/// bucket).
-fn answers(rs: &[&ProjectionRow]) -> Vec<String> {
+/// reaches `target` (`--target-efficiency`), and the what-if efficiencies (half the wire
+/// bytes, one bucket).
+fn answers(rs: &[&ProjectionRow], target: f64) -> Vec<String> {
     let full = rs.iter().map(|r| r.ranks_per_node).max().unwrap_or(1);
     rs.iter()
         .filter(|r| r.ranks > 1 && r.ranks_per_node == full && [1, 2, 16, 128].contains(&r.nodes))
@@ -326,20 +328,19 @@ fn answers(rs: &[&ProjectionRow]) -> Vec<String> {
                 r.ranks_per_node,
                 r.ranks,
                 pct(r.efficiency),
-                batch_for_target(r),
+                batch_for_target(r, target),
                 pct(r.efficiency_one_bucket)
             )
         })
         .collect()
 }
 
-/// The per-rank batch that reaches [`TARGET_EFFICIENCY`] at a weak row's shape, from the
-/// row: a rank's own work and the 1-rank step taken as proportional to the batch, the
-/// exposed all-reduce as it is. Efficiency at k times the batch is
+/// The per-rank batch that reaches efficiency `tau` at a weak row's shape, from the row:
+/// a rank's own work and the 1-rank step taken as proportional to the batch, the exposed
+/// all-reduce as it is. Efficiency at k times the batch is
 /// k·T1 / (k·own + exposed), with T1 = batch / (samples/s ÷ speedup); it reaches τ from
 /// k = τ·exposed / (T1 − τ·own) when T1 > τ·own, and never otherwise.
-fn batch_for_target(r: &ProjectionRow) -> String {
-    let tau = TARGET_EFFICIENCY;
+fn batch_for_target(r: &ProjectionRow, tau: f64) -> String {
     if r.efficiency >= tau {
         return format!("it is at or above {:.0} % at this batch", tau * 100.0);
     }
