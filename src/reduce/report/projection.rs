@@ -4,7 +4,7 @@
 use super::{ms, pct, ProjectedWorkload, ProjectionReport};
 use crate::allreduce::link_model::MAX_FIT_REL_ERROR;
 use crate::allreduce::LinkModelFile;
-use crate::plot::{self, Band, LineChart, Point, Series, SeriesKind, XScale};
+use crate::plot::{self, Band, ChartLayout, LegendAt, LineChart, Point, Series, SeriesKind, XScale};
 use crate::reduce::analysis::projection::{ProjectionRow, EXTRAPOLATION_FACTOR};
 use anyhow::Result;
 use std::collections::BTreeMap;
@@ -385,14 +385,20 @@ pub fn print_projection(rows: &[ProjectionRow]) {
     println!("(* extrapolated: beyond {EXTRAPOLATION_FACTOR}× the largest measured rank count)");
 }
 
-/// The projection plot's SVG: efficiency against ranks (powers of two), the projection
-/// as a line, its band filled, the measured points as marks.
+/// The projection plot's SVG: efficiency against ranks (powers of two, each tick written
+/// as the shapes projected there, nodes × ranks per node), every workload's projection
+/// as a line with its band filled, then the measured points as marks over the lines in
+/// the line's colour, and the legend (one entry per workload, named by its line) inside
+/// the plotting area. At 1 rank efficiency is 1 by definition (the
+/// rows say so); a measured point is its measured speedup over its ranks where that is
+/// against a measured 1-rank run.
 pub fn projection_svg(rows: &[ProjectionRow]) -> Result<String> {
-    let mut series = Vec::new();
+    let mut lines = Vec::new();
+    let mut marks = Vec::new();
     let mut bands = Vec::new();
     for (i, (workload, rs)) in by_workload(rows).into_iter().enumerate() {
-        series.push(Series {
-            name: format!("{workload} projected"),
+        lines.push(Series {
+            name: workload.clone(),
             points: rs.iter().map(|r| Point::new(r.ranks as f64, r.efficiency)).collect(),
             kind: SeriesKind::Line,
             colour: Some(i),
@@ -401,7 +407,7 @@ pub fn projection_svg(rows: &[ProjectionRow]) -> Result<String> {
         // (weak and strong alike), so a step time maps to efficiency × step_s / it.
         let eff_at = |step: f64, r: &ProjectionRow| r.efficiency * r.step_s / step;
         bands.push(Band {
-            name: format!("{workload} band"),
+            name: String::new(),
             points: rs
                 .iter()
                 .map(|r| (r.ranks as f64, eff_at(r.step_high_s, r), eff_at(r.step_low_s, r)))
@@ -410,24 +416,46 @@ pub fn projection_svg(rows: &[ProjectionRow]) -> Result<String> {
         });
         let measured: Vec<Point> = rs
             .iter()
-            .filter_map(|r| Some(Point::new(r.ranks as f64, eff_at(r.measured_step_s?, r))))
+            .filter_map(|r| {
+                let e = r.measured_speedup.map(|s| s / r.ranks as f64).unwrap_or(eff_at(r.measured_step_s?, r));
+                Some(Point::new(r.ranks as f64, e))
+            })
             .collect();
         if !measured.is_empty() {
-            series.push(Series {
-                name: format!("{workload} measured"),
+            marks.push(Series {
+                name: String::new(),
                 points: measured,
                 kind: SeriesKind::Markers,
                 colour: Some(i),
             });
         }
     }
+    let mut shapes: BTreeMap<usize, Vec<(usize, usize)>> = BTreeMap::new();
+    for r in rows {
+        let at = shapes.entry(r.ranks).or_default();
+        if !at.contains(&(r.nodes, r.ranks_per_node)) {
+            at.push((r.nodes, r.ranks_per_node));
+        }
+    }
+    let x_tick_text = shapes
+        .into_iter()
+        .map(|(ranks, mut at)| {
+            at.sort_unstable();
+            let words: Vec<String> = at.iter().map(|(m, p)| format!("{m} × {p}")).collect();
+            (ranks as f64, words.join(", "))
+        })
+        .collect();
     let chart = LineChart {
-        title: "Projected parallel efficiency".into(),
-        x_label: "ranks (homogeneous nodes, ring/tree all-reduce, no congestion)".into(),
+        title: "Parallel efficiency: projected (lines, bands) and measured (dots)".into(),
+        x_label: "nodes × ranks per node (log2 of the ranks; homogeneous nodes, ring/tree all-reduce, no congestion)".into(),
         y_label: "efficiency".into(),
         x_scale: XScale::Ranks,
-        series,
+        series: lines.into_iter().chain(marks).collect(),
         bands,
     };
-    plot::line_chart(&chart)
+    let layout = ChartLayout {
+        legend: LegendAt::Inside,
+        x_tick_text,
+    };
+    plot::line_chart_laid_out(&chart, &layout)
 }
