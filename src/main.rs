@@ -40,7 +40,7 @@ fn main() {
         Ok(()) => 0,
         Err(err) => {
             ddpbench::stderr::say(&format!("Error: {err:#}"));
-            // Bad input to `compare` is a usage error, as clap's own are.
+            // Bad input refused before anything is written is a usage error, as clap's own are.
             if err.is::<ddpbench::compare::Refusal>() {
                 ddpbench::compare::REFUSAL_EXIT
             } else {

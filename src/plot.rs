@@ -100,6 +100,7 @@ impl Series {
 /// A filled range: (x, low, high) per point, as a projection's uncertainty.
 #[derive(Debug, Clone)]
 pub struct Band {
+    /// Its legend entry (none when empty).
     pub name: String,
     pub points: Vec<(f64, f64, f64)>,
     /// Its palette index (drawn lighter).
@@ -115,6 +116,29 @@ pub struct LineChart {
     pub x_scale: XScale,
     pub series: Vec<Series>,
     pub bands: Vec<Band>,
+}
+
+/// Where a line chart's legend goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LegendAt {
+    /// Right of the plotting area, on the picture, with room kept for it.
+    #[default]
+    Right,
+    /// Inside the plotting area, on a white box with a [`LEGEND_BORDER`] edge, in the
+    /// corner the chart's points and bands leave emptiest.
+    Inside,
+}
+
+/// The edge of a legend drawn inside the plotting area, `#999999` in the SVG.
+pub const LEGEND_BORDER: RGBColor = RGBColor(0x99, 0x99, 0x99);
+
+/// How a line chart is laid out beyond its data.
+#[derive(Debug, Clone, Default)]
+pub struct ChartLayout {
+    pub legend: LegendAt,
+    /// Text of x ticks in place of the scale's own, by the value the tick stands at
+    /// (rank count 8 written as the shape `2 × 4`).
+    pub x_tick_text: Vec<(f64, String)>,
 }
 
 fn fail(title: &str) -> impl Fn(String) -> anyhow::Error + '_ {
@@ -243,13 +267,14 @@ fn frame<'a, 'b>(
     x_ticks: Vec<f64>,
     x_text: &dyn Fn(f64) -> String,
     y: std::ops::Range<f64>,
+    legend: LegendAt,
 ) -> Result<ChartWithKeys<'a, 'b>> {
     let err = fail(labels.title);
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
     let mut ctx = ChartBuilder::on(root)
         .caption(labels.title, (FONT, 19))
         .margin(12)
-        .margin_right(LEGEND_W_PX)
+        .margin_right(if legend == LegendAt::Right { LEGEND_W_PX } else { 24 })
         .x_label_area_size(44)
         .y_label_area_size(64)
         .build_cartesian_2d(
@@ -260,6 +285,10 @@ fn frame<'a, 'b>(
             y,
         )
         .map_err(|e| err(e.to_string()))?;
+    if legend == LegendAt::Inside {
+        // The plotting area as a rectangle of its own: what a legend inside it lies in.
+        ctx.plotting_area().fill(&WHITE).map_err(|e| err(e.to_string()))?;
+    }
     ctx.configure_mesh()
         .x_desc(labels.x)
         .y_desc(labels.y)
@@ -282,31 +311,38 @@ enum Swatch {
     Fill(RGBAColor),
 }
 
-/// The legend, drawn on the whole picture right of the plotting area (plotters' own
-/// legend is clipped to the plotting area).
+/// Width of a legend entry's swatch and the gap after it, in pixels.
+const SWATCH_PX: i32 = 28;
+/// Height of a legend entry, in pixels.
+const ENTRY_PX: i32 = 18;
+/// DejaVu Sans at 14 px averages under 8 px a character.
+const CHAR_PX: i32 = 8;
+
+/// The legend, drawn on the whole picture (plotters' own legend is clipped to the
+/// plotting area) from `x`, its first entry centred 8 px below `top_px`; names longer
+/// than `max_chars` are cut with an ellipsis.
 fn legend(
     root: &DrawingArea<SVGBackend<'_>, Shift>,
-    plot_right_px: i32,
-    top_px: i32,
+    (x, top_px): (i32, i32),
     entries: &[(String, Swatch)],
+    max_chars: usize,
     title: &str,
 ) -> Result<()> {
-    let x = plot_right_px + 14;
     for (i, (name, swatch)) in entries.iter().enumerate() {
-        let y = top_px + 8 + 18 * i as i32;
+        let y = top_px + 8 + ENTRY_PX * i as i32;
         let shape: DynElement<'static, SVGBackend<'_>, (i32, i32)> = match *swatch {
             Swatch::Line(c, w) => PathElement::new(vec![(x, y), (x + 22, y)], c.stroke_width(w.max(2))).into_dyn(),
             Swatch::Mark(c) => Circle::new((x + 11, y), 4, c.filled()).into_dyn(),
             Swatch::Fill(c) => Rectangle::new([(x, y - 5), (x + 22, y + 5)], c.filled()).into_dyn(),
         };
-        let short: String = if name.chars().count() > 40 {
-            name.chars().take(39).chain(['…']).collect()
+        let short: String = if name.chars().count() > max_chars {
+            name.chars().take(max_chars.saturating_sub(1)).chain(['…']).collect()
         } else {
             name.clone()
         };
         let text = Text::new(
             short,
-            (x + 28, y),
+            (x + SWATCH_PX, y),
             TextStyle::from((FONT, 14).into_font()).pos(Pos::new(HPos::Left, VPos::Center)),
         );
         root.draw(&shape)
@@ -322,8 +358,14 @@ fn plot_corner(ctx: &ChartWithKeys<'_, '_>) -> (i32, i32) {
     (x.end, y.start)
 }
 
-/// Lines, marks, error bars and bands on one set of axes, as an SVG document.
+/// Lines, marks, error bars and bands on one set of axes, as an SVG document, the
+/// legend right of the plotting area.
 pub fn line_chart(chart: &LineChart) -> Result<String> {
+    line_chart_laid_out(chart, &ChartLayout::default())
+}
+
+/// [`line_chart`] laid out as `layout` says: where the legend goes, the x ticks' text.
+pub fn line_chart_laid_out(chart: &LineChart, layout: &ChartLayout) -> Result<String> {
     let xs: Vec<f64> = chart
         .series
         .iter()
@@ -346,13 +388,18 @@ pub fn line_chart(chart: &LineChart) -> Result<String> {
             x: &chart.x_label,
             y: &chart.y_label,
         };
+        let tick_text = |v: f64| {
+            let given = layout.x_tick_text.iter().find(|(x, _)| axis.usable(*x) && (axis.to_axis(*x) - v).abs() < 1e-9);
+            given.map_or_else(|| axis.label(v), |(_, t)| t.clone())
+        };
         let mut ctx = frame(
             &root,
             &labels,
             axis.range.clone(),
             axis.ticks.clone(),
-            &|v| axis.label(v),
+            &tick_text,
             y_range(ys),
+            layout.legend,
         )?;
         let mut entries = draw_bands(&mut ctx, chart, &axis)?;
         let mut colour = 0;
@@ -369,11 +416,72 @@ pub fn line_chart(chart: &LineChart) -> Result<String> {
                 entries.push((s.name.clone(), e));
             }
         }
-        let (right, top) = plot_corner(&ctx);
-        legend(&root, right, top, &entries, &chart.title)?;
+        match layout.legend {
+            LegendAt::Right => {
+                let (right, top) = plot_corner(&ctx);
+                legend(&root, (right + 14, top), &entries, 40, &chart.title)?;
+            }
+            LegendAt::Inside => legend_inside(&root, &ctx, chart, &axis, &entries)?,
+        }
         root.present().map_err(|e| fail(&chart.title)(e.to_string()))?;
     }
     Ok(svg)
+}
+
+/// The legend on a white box inside the plotting area, in the corner holding the fewest
+/// of the chart's points, bands and line segments (ties: lower left first, where an
+/// efficiency falling with the ranks leaves room); names cut to the area's width.
+fn legend_inside(
+    root: &DrawingArea<SVGBackend<'_>, Shift>,
+    ctx: &ChartWithKeys<'_, '_>,
+    chart: &LineChart,
+    axis: &XAxis,
+    entries: &[(String, Swatch)],
+) -> Result<()> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let (xs, ys) = ctx.plotting_area().get_pixel_range();
+    const PAD: i32 = 8;
+    let room_chars = ((xs.end - xs.start - 2 * PAD - SWATCH_PX - 2 * PAD) / CHAR_PX).max(4) as usize;
+    let longest = entries.iter().map(|(n, _)| n.chars().count()).max().unwrap_or(0);
+    let max_chars = longest.min(room_chars).min(48);
+    let (w, h) = (
+        PAD + SWATCH_PX + max_chars as i32 * CHAR_PX + PAD,
+        ENTRY_PX * entries.len() as i32 + 6,
+    );
+    let (left, right) = (xs.start + PAD, xs.end - PAD - w);
+    let (top, bottom) = (ys.start + PAD, ys.end - PAD - h);
+    let corners = [(left, bottom), (right, bottom), (right, top), (left, top)];
+    // The chart's points, and points along each line, in pixels.
+    let mut at: Vec<(i32, i32)> = Vec::new();
+    for s in &chart.series {
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .filter(|p| axis.usable(p.x) && p.y.is_finite())
+            .map(|p| (axis.to_axis(p.x), p.y))
+            .collect();
+        for w in pts.windows(2).filter(|_| s.kind != SeriesKind::Markers) {
+            at.extend((1..8).map(|k| {
+                let t = k as f64 / 8.0;
+                ctx.backend_coord(&(w[0].0 + t * (w[1].0 - w[0].0), w[0].1 + t * (w[1].1 - w[0].1)))
+            }));
+        }
+        at.extend(pts.iter().map(|p| ctx.backend_coord(p)));
+    }
+    for b in &chart.bands {
+        for p in b.points.iter().filter(|p| axis.usable(p.0)) {
+            at.extend([p.1, p.2].iter().filter(|y| y.is_finite()).map(|y| ctx.backend_coord(&(axis.to_axis(p.0), *y))));
+        }
+    }
+    let inside = |&(x0, y0): &(i32, i32)| at.iter().filter(|(x, y)| (x0..=x0 + w).contains(x) && (y0..=y0 + h).contains(y)).count();
+    let (x0, y0) = corners.iter().copied().min_by_key(|c| inside(c)).unwrap_or((left, bottom));
+    let err = fail(&chart.title);
+    root.draw(&Rectangle::new([(x0, y0), (x0 + w, y0 + h)], WHITE.mix(0.9).filled()))
+        .and_then(|_| root.draw(&Rectangle::new([(x0, y0), (x0 + w, y0 + h)], LEGEND_BORDER.stroke_width(1))))
+        .map_err(|e| err(e.to_string()))?;
+    legend(root, (x0 + PAD, y0 + 4), entries, max_chars, &chart.title)
 }
 
 /// Each band as one filled polygon: along its highs, back along its lows.
@@ -398,7 +506,9 @@ fn draw_bands(ctx: &mut ChartWithKeys<'_, '_>, chart: &LineChart, axis: &XAxis) 
         let fill = PALETTE[b.colour % PALETTE.len()].mix(0.2);
         ctx.draw_series(std::iter::once(Polygon::new(outline, fill.filled())))
             .map_err(|e| fail(&chart.title)(e.to_string()))?;
-        entries.push((b.name.clone(), Swatch::Fill(fill)));
+        if !b.name.is_empty() {
+            entries.push((b.name.clone(), Swatch::Fill(fill)));
+        }
     }
     Ok(entries)
 }
@@ -469,6 +579,7 @@ pub fn stacked_bars(title: &str, x_label: &str, y_label: &str, categories: &[Str
             x_ticks,
             &|v| category_label(categories, v),
             y_range(totals),
+            LegendAt::Right,
         )?;
         let mut base = vec![0.0; categories.len()];
         let mut entries = Vec::new();
@@ -488,7 +599,7 @@ pub fn stacked_bars(title: &str, x_label: &str, y_label: &str, categories: &[Str
             entries.push((stack.0.clone(), Swatch::Fill(c.to_rgba())));
         }
         let (right, top) = plot_corner(&ctx);
-        legend(&root, right, top, &entries, title)?;
+        legend(&root, (right + 14, top), &entries, 40, title)?;
         root.present().map_err(|e| fail(title)(e.to_string()))?;
     }
     Ok(svg)
@@ -513,7 +624,15 @@ pub fn box_plot(
     {
         let root = SVGBackend::with_string(&mut svg, (W_PX, H_PX)).into_drawing_area();
         let ys = boxes.iter().map(|b| b[4]);
-        let mut ctx = frame(&root, &text, x_range, x_ticks, &|v| category_label(labels, v), y_range(ys))?;
+        let mut ctx = frame(
+            &root,
+            &text,
+            x_range,
+            x_ticks,
+            &|v| category_label(labels, v),
+            y_range(ys),
+            LegendAt::Right,
+        )?;
         let err = fail(title);
         for (i, b) in boxes.iter().enumerate() {
             if b.iter().any(|v| !v.is_finite()) {
@@ -536,7 +655,7 @@ pub fn box_plot(
             .map(|(k, name)| (name.clone(), Swatch::Fill(PALETTE[k % PALETTE.len()].mix(0.35))))
             .collect();
         let (right, top) = plot_corner(&ctx);
-        legend(&root, right, top, &entries, title)?;
+        legend(&root, (right + 14, top), &entries, 40, title)?;
         root.present().map_err(|e| err(e.to_string()))?;
     }
     Ok(svg)

@@ -130,6 +130,42 @@ fn reduce_with_a_link_spec_projects_one_node_across_nodes_and_recommends_a_shape
         assert!(md.contains(&format!("| {saved} |")), "{saved} not in the table:\n{md}");
     }
 
+    // One target for both: the per-shape answers under the projection's tables aim at
+    // --target-efficiency, as the recommendation does (80 % by default, 37 % here).
+    let aims_at = |md: &str, pct: &str| {
+        let answers: Vec<&str> = md.lines().filter(|l| l.starts_with("- At ") && l.contains(" node(s) × ")).collect();
+        assert!(!answers.is_empty(), "no per-shape answer in:\n{md}");
+        answers.iter().all(|a| {
+            [format!("at or above {pct}"), format!("{pct} needs a per-rank batch"), format!("reaches {pct}")]
+                .iter()
+                .any(|w| a.contains(w.as_str()))
+        })
+    };
+    assert!(aims_at(&md, "80 %"), "{md}");
+    let out3 = path_str(&d.path().join("target"));
+    let job = ddpbench(&[
+        "reduce",
+        "--no-plots",
+        "--link",
+        "roce-100g",
+        "--link-intra",
+        "10GB/s,2us",
+        "--project-shape",
+        "4x2",
+        "--target-efficiency",
+        "0.37",
+        "--out",
+        &out3,
+        &path_str(&runs),
+    ]);
+    job.assert_ok();
+    let md3 = std::fs::read_to_string(d.path().join("target/report.md")).unwrap();
+    assert!(aims_at(&md3, "37 %"), "{md3}");
+    let recs = json(&d.path().join("target/report.json"))["projection"]["recommendations"].clone();
+    let rec3 = recs.as_array().unwrap().iter().find(|r| r["from_run"] == "n2").unwrap().clone();
+    assert_eq!(rec3["target_efficiency"], 0.37);
+    assert!(rec3["sentence"].as_str().unwrap().contains("≥ 37 % efficiency"), "{rec3}");
+
     // With a sweep on the one node: its intra-node level is measured, the inter-node nominal.
     let sw = path_str(&runs.join("sweep"));
     let mut cmd = mpirun_cmd(2);

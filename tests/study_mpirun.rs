@@ -305,6 +305,75 @@ fn bad_study_files_are_refused_before_anything_runs() {
     }
 }
 
+/// A study's report keys are `reduce`'s flags: a bad value is refused as the flag is, with
+/// the flag's message (the accepted forms, the presets), exit status 2 on every rank, and
+/// nothing written.
+#[test]
+fn bad_report_keys_are_refused_with_the_flags_messages_and_exit_status_2() {
+    let d = tmp();
+    let never = d.path().join("never");
+    for (text, says) in [
+        ("link = \"fast\"\n", "'fast' is no preset"),
+        ("link_intra = \"100Gbit\"\n", "'100Gbit' has no latency"),
+        ("link = \"10GB/s,2s\"\n", "a latency lies from 0 to 1 s"),
+        ("project_shape = [\"2x2\", \"16\"]\n", "NODESxRANKS_PER_NODE"),
+        ("target_efficiency = 1.5\n", "above 0 and at most 1"),
+        ("price_per_gpu_hour = -1\n", "a number from 0"),
+    ] {
+        let file = d.path().join("bad.toml");
+        std::fs::write(&file, text).unwrap();
+        let job = study(&file, &never, &[]);
+        let all = job.all();
+        assert_eq!(job.status, Some(2), "{text}: {all}");
+        assert!(all.contains(says), "{text}: expected `{says}` in:\n{all}");
+        assert_eq!(all.matches(says).count(), 1, "said once, not once per rank:\n{all}");
+        if text.starts_with("link") {
+            assert!(all.contains("BANDWIDTH,LATENCY") && all.contains("eth-10g, eth-25g"), "{all}");
+        }
+        assert!(!never.exists(), "{text}: something was written");
+    }
+}
+
+/// The report keys reach the study's report: study.md says what to run as report.md
+/// does (the levels, each workload's sentence and table), and a finished study takes new
+/// report keys without running any point again; its study.toml then holds them.
+#[test]
+fn a_study_with_a_link_says_what_to_run_in_study_md() {
+    let d = tmp();
+    let out = d.path().join("study");
+    copy_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema2/study"), &out);
+    let before = run_starts(&out);
+    let saved = std::fs::read_to_string(out.join("study.toml")).unwrap();
+    assert!(!saved.contains("link"), "{saved}");
+    let file = d.path().join("planned.toml");
+    let keys = "link = \"roce-100g\"\nproject_shape = \"2x2\"\ntarget_efficiency = 0.6\nprice_per_gpu_hour = 2.5\n";
+    std::fs::write(&file, format!("{saved}{keys}")).unwrap();
+    study(&file, &out, &[]).assert_ok();
+    assert_eq!(run_starts(&out), before, "a point ran again");
+    let report = json(&out.join("report/report.json"));
+    let recs = report["projection"]["recommendations"].as_array().cloned().unwrap_or_default();
+    assert!(!recs.is_empty(), "no recommendation: {}", report["projection"]);
+    let study_md = std::fs::read_to_string(out.join("report/study.md")).unwrap();
+    let report_md = std::fs::read_to_string(out.join("report/report.md")).unwrap();
+    let what_to_run = &study_md[study_md.find("## What to run").unwrap_or_else(|| panic!("{study_md}"))..];
+    assert!(what_to_run.contains("nominal, from the specification roce-100g"), "{what_to_run}");
+    for r in &recs {
+        assert_eq!(r["target_efficiency"], 0.6);
+        let sentence = r["sentence"].as_str().unwrap();
+        assert!(sentence.contains("≥ 60 % efficiency"), "{sentence}");
+        assert!(what_to_run.contains(sentence) && report_md.contains(sentence), "{sentence}\n{what_to_run}");
+        // The same table as report.md's, each of its shapes a row: 1 × 1 … 2 × 2.
+        for s in r["shapes"].as_array().unwrap() {
+            let label = format!("| {} × {} |", s["shape"]["nodes"], s["shape"]["ranks_per_node"]);
+            let row = |md: &str| md[md.find(sentence).unwrap()..].lines().find(|l| l.starts_with(&label)).map(str::to_string);
+            assert_eq!(row(what_to_run), row(&report_md), "{label}");
+            assert!(row(what_to_run).is_some(), "{label} not in:\n{what_to_run}");
+        }
+    }
+    let resolved = std::fs::read_to_string(out.join("study.toml")).unwrap();
+    assert!(resolved.contains("link = \"roce-100g\"") && resolved.contains("target_efficiency = 0.6"), "{resolved}");
+}
+
 /// Start times of every run folder of a study, by name.
 fn run_starts(out: &Path) -> std::collections::BTreeMap<String, String> {
     std::fs::read_dir(out.join("runs"))

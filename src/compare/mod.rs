@@ -42,7 +42,8 @@ pub struct CompareArgs {
     pub out: Option<PathBuf>,
 }
 
-/// Bad input to `compare`: said in one line, exit status 2, nothing written.
+/// Bad input (to `compare`, a study file's report keys): said in one line, exit status 2,
+/// nothing written.
 #[derive(Debug)]
 pub struct Refusal(pub String);
 

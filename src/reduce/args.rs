@@ -66,16 +66,16 @@ pub struct ReduceArgs {
     pub price_per_gpu_hour: Option<f64>,
 }
 
-/// `--target-efficiency`: a number above 0 and at most 1.
-fn parse_target_efficiency(s: &str) -> Result<f64, String> {
+/// `--target-efficiency` (and a study's `target_efficiency`): a number above 0 and at most 1.
+pub fn parse_target_efficiency(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
         _ => Err(format!("'{s}' is no efficiency: give a number above 0 and at most 1 (0.8 is 80 %)")),
     }
 }
 
-/// `--price-per-gpu-hour`: a finite number from 0.
-fn parse_price(s: &str) -> Result<f64, String> {
+/// `--price-per-gpu-hour` (and a study's `price_per_gpu_hour`): a finite number from 0.
+pub fn parse_price(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
         _ => Err(format!(

@@ -18,7 +18,7 @@ pub mod report;
 pub mod timeline;
 
 pub use analysis::{read_run, RunStats};
-pub use args::{ReduceArgs, ReduceRequest};
+pub use args::{parse_price, parse_target_efficiency, ReduceArgs, ReduceRequest};
 pub use report::{stage, write, Report};
 
 use anyhow::{bail, Context, Result};
@@ -278,7 +278,7 @@ fn project(req: &ReduceRequest, dirs: &[PathBuf], complete: &[&RunStats]) -> Res
         );
         return Ok(None);
     }
-    let mut section = report::projection_section(rows, notes, &models, &source);
+    let mut section = report::projection_section(rows, notes, &models, &source, req.target_efficiency);
     report::recommendation::attach(&mut section, req, sweep.as_deref(), complete);
     Ok(Some(section))
 }

@@ -164,6 +164,11 @@ pub fn launch_flags(spec: &StudySpec, args: &StudyArgs) -> job::same_flags::Laun
         .with("study key threads_per_rank", json!(spec.threads_per_rank))
         .with("study key data_dirs", json!(spec.data_dirs))
         .with("study key peer", json!(spec.peer))
+        .with("study key link", json!(spec.report.link.as_ref().map(|l| &l.name)))
+        .with("study key link_intra", json!(spec.report.link_intra.as_ref().map(|l| &l.name)))
+        .with("study key project_shape", json!(spec.report.project_shape))
+        .with("study key target_efficiency", json!(spec.report.target_efficiency))
+        .with("study key price_per_gpu_hour", json!(spec.report.price_per_gpu_hour))
         .with("--out", json!(args.out))
         .with("--break-lock", json!(args.break_lock))
         .with("--dry-run", json!(args.dry_run))
@@ -258,7 +263,13 @@ struct PointRow {
 
 /// Entry point of `ddpbench study`.
 pub fn main(args: StudyArgs) -> Result<()> {
-    let spec = job::check_before_mpi(spec_of(&args))?;
+    let spec = match spec_of(&args) {
+        // Under a launcher every rank reads the same study: rank 0 says what is wrong.
+        Err(e) if e.is::<crate::compare::Refusal>() && crate::world::launcher_rank().is_some_and(|r| r != 0) => {
+            std::process::exit(crate::compare::REFUSAL_EXIT)
+        }
+        checked => job::check_before_mpi(checked)?,
+    };
     let options = JobOptions {
         watchdog_limit_s: watchdog::SETUP_LIMIT_S,
         teardown_limit_s: watchdog::TEARDOWN_LIMIT_S,
@@ -390,7 +401,7 @@ fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Re
     }
     drop(bar);
     let verdict = if g.rank == 0 {
-        finish(&out, &book.state, &plan, spec.repeats, stopped)
+        finish(&out, &book.state, &plan, spec, stopped)
     } else {
         None
     };
@@ -663,18 +674,28 @@ fn open_folder(
 /// The state of the study in `out` (locked): a new study's files written, or a resumed
 /// study's state read.
 fn start_or_resume(out: &Path, spec: &StudySpec, plan: &Plan, resolved: &str, layout: &Layout, names: &[String]) -> Result<State> {
-    let hash = plan::study_hash(resolved);
+    // The report keys change no point: a study resumes under other values of them.
+    let points_only = plan::without_report_keys(resolved);
+    let hash = plan::study_hash(&points_only);
     let json = out.join("study.json");
     if crate::files::is_regular_no_follow(&json) {
         let before: StudyFile = serde_json::from_str(&std::fs::read_to_string(&json)?)
             .with_context(|| format!("{} is not a ddpbench study file", json.display()))?;
         // A folder made before schema 4 holds the same study under the old keys.
-        if before.hash != hash && before.hash != plan::study_hash(&plan::with_old_keys(resolved)) {
+        if before.hash != hash && before.hash != plan::study_hash(&plan::with_old_keys(&points_only)) {
             bail!(
                 "{} holds a different study (its study.toml differs from this one's): use another --out, \
                  or remove the folder to start over",
                 out.display()
             );
+        }
+        // study.toml says what this launch's report is made with.
+        let saved = out.join("study.toml");
+        if let Some(updated) = crate::files::read_regular_to_string(&saved, 1 << 20)
+            .ok()
+            .and_then(|text| plan::with_report_keys_of(&text, resolved))
+        {
+            record::write_atomic(&saved, &updated)?;
         }
         return state::load(out, names);
     }
@@ -833,7 +854,8 @@ fn human_seconds(s: f64) -> String {
 /// The end of a study on rank 0: failures named, then the report over every point.
 /// Returns why the study must exit non-zero: no run of it completed, or its report
 /// could not be written.
-fn finish(out: &Path, state: &State, plan: &Plan, repeat: usize, stopped: bool) -> Option<String> {
+fn finish(out: &Path, state: &State, plan: &Plan, spec: &StudySpec, stopped: bool) -> Option<String> {
+    let repeat = spec.repeats;
     let failed: Vec<(&String, &PointOutcome)> = state.iter().filter(|(_, o)| o.status == RunStatus::Failed).collect();
     for (name, o) in &failed {
         eprintln!("failed point {name}: {}", o.error.as_deref().unwrap_or(""));
@@ -858,6 +880,11 @@ fn finish(out: &Path, state: &State, plan: &Plan, repeat: usize, stopped: bool) 
         // A sweep the user ran into the study's folder (`ddpbench allreduce --out <study>/allreduce`).
         interconnect: crate::allreduce::link_model_path(&out.join("allreduce")).map(|_| out.join("allreduce")),
         project_to: 1024,
+        link: spec.report.link.clone(),
+        link_intra: spec.report.link_intra.clone(),
+        project_shape: spec.report.project_shape.clone(),
+        target_efficiency: spec.report.target_efficiency.unwrap_or(crate::reduce::report::TARGET_EFFICIENCY),
+        price_per_gpu_hour: spec.report.price_per_gpu_hour,
         ..crate::reduce::ReduceRequest::default()
     };
     let report_dir = out.join("report");

@@ -7,7 +7,10 @@ use clap::{Parser, ValueEnum};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use crate::allreduce::link_spec::LinkSpec;
+use crate::compare::Refusal;
 use crate::record::Peer;
+use crate::reduce::analysis::recommend::Shape;
 use crate::train::TrainConfig;
 
 /// How a point's ranks fill the nodes (`node_fill`; `placement` before schema 4, a word
@@ -36,7 +39,7 @@ pub enum Scaling {
 }
 
 /// Keys of a study file that are not `train` options.
-pub const STUDY_KEYS: [&str; 12] = [
+pub const STUDY_KEYS: [&str; 17] = [
     "name",
     "data_dirs",
     "models",
@@ -49,7 +52,69 @@ pub const STUDY_KEYS: [&str; 12] = [
     "threads_per_rank",
     "description",
     "peer",
+    "link",
+    "link_intra",
+    "project_shape",
+    "target_efficiency",
+    "price_per_gpu_hour",
 ];
+
+/// The study keys that only say how the study's report projects and recommends
+/// (`reduce`'s flags of the same names): no point depends on them, so a study resumes
+/// under other values of them.
+pub const REPORT_KEYS: [&str; 5] = ["link", "link_intra", "project_shape", "target_efficiency", "price_per_gpu_hour"];
+
+/// What the study's report is asked for beyond its runs ([`REPORT_KEYS`]), each checked
+/// by the parser of `reduce`'s flag of the same name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReportKeys {
+    pub link: Option<LinkSpec>,
+    pub link_intra: Option<LinkSpec>,
+    pub project_shape: Vec<Shape>,
+    pub target_efficiency: Option<f64>,
+    pub price_per_gpu_hour: Option<f64>,
+}
+
+impl ReportKeys {
+    /// Sets report key `key` from `v` with the parser of `reduce`'s flag: a bad value is
+    /// a [`Refusal`] (exit status 2) saying what the flag would. Ok(false): not a report key.
+    fn set(&mut self, key: &str, v: &toml::Value) -> Result<bool> {
+        let text = |x: &toml::Value| x.as_str().map_or_else(|| x.to_string(), str::to_string);
+        let refuse = |why: String| anyhow::Error::new(Refusal(format!("study key `{key}`: {why}")));
+        match key {
+            "link" => self.link = Some(LinkSpec::parse(&text(v)).map_err(refuse)?),
+            "link_intra" => self.link_intra = Some(LinkSpec::parse(&text(v)).map_err(refuse)?),
+            "project_shape" => {
+                self.project_shape = as_list(v).iter().map(|x| Shape::parse(&text(x))).collect::<Result<_, _>>().map_err(refuse)?
+            }
+            "target_efficiency" => {
+                self.target_efficiency = Some(crate::reduce::parse_target_efficiency(&text(v)).map_err(refuse)?)
+            }
+            "price_per_gpu_hour" => self.price_per_gpu_hour = Some(crate::reduce::parse_price(&text(v)).map_err(refuse)?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The keys set, as the resolved study.toml holds them.
+    fn insert_into(&self, t: &mut toml::Table) {
+        for (key, link) in [("link", &self.link), ("link_intra", &self.link_intra)] {
+            if let Some(l) = link {
+                t.insert(key.into(), l.name.clone().into());
+            }
+        }
+        if !self.project_shape.is_empty() {
+            let shapes = self.project_shape.iter().map(|s| format!("{}x{}", s.nodes, s.ranks_per_node).into());
+            t.insert("project_shape".into(), toml::Value::Array(shapes.collect()));
+        }
+        if let Some(e) = self.target_efficiency {
+            t.insert("target_efficiency".into(), e.into());
+        }
+        if let Some(p) = self.price_per_gpu_hour {
+            t.insert("price_per_gpu_hour".into(), p.into());
+        }
+    }
+}
 
 /// A study as written (file, then command-line overrides), before it is laid out.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,6 +138,8 @@ pub struct StudySpec {
     /// Another trainer whose points run beside ddpbench's, one twin per point
     /// (`peer = "pytorch-ddp"`).
     pub peer: Option<Peer>,
+    /// How the study's report projects and recommends ([`REPORT_KEYS`]).
+    pub report: ReportKeys,
 }
 
 /// Study keys renamed in schema 4 (old, new): still read, and said once to be renamed.
@@ -176,6 +243,7 @@ impl StudySpec {
             train: Vec::new(),
             renamed: Vec::new(),
             peer: None,
+            report: ReportKeys::default(),
         };
         for (key, v) in &table {
             s.set(key, v)?;
@@ -194,6 +262,9 @@ impl StudySpec {
             return self.set(new, v);
         }
         let key = key.as_str();
+        if self.report.set(key, v)? {
+            return Ok(());
+        }
         match key {
             "name" => {
                 let name = strings(key, v)?.join("-");
@@ -293,6 +364,7 @@ impl StudySpec {
         if let Some(peer) = self.peer {
             t.insert("peer".into(), peer.name().into());
         }
+        self.report.insert_into(&mut t);
         for (k, v) in &self.train {
             let v = if v.len() == 1 { v[0].clone() } else { list(v.clone()) };
             t.insert(k.replace('-', "_"), v);
@@ -313,6 +385,37 @@ pub fn with_old_keys(resolved: &str) -> String {
         }
     }
     toml::to_string(&t).unwrap_or_default()
+}
+
+/// A resolved study.toml without its [`REPORT_KEYS`]: what its hash is taken of, so the
+/// report keys may change between launches of one study.
+pub fn without_report_keys(resolved: &str) -> String {
+    let Ok(mut t) = toml::from_str::<toml::Table>(resolved) else {
+        return resolved.to_string();
+    };
+    for key in REPORT_KEYS {
+        t.remove(key);
+    }
+    toml::to_string(&t).unwrap_or_default()
+}
+
+/// `saved` (a study folder's study.toml) with the [`REPORT_KEYS`] of `resolved`; None
+/// when they are the same already.
+pub fn with_report_keys_of(saved: &str, resolved: &str) -> Option<String> {
+    let (Ok(mut saved_t), Ok(new_t)) = (toml::from_str::<toml::Table>(saved), toml::from_str::<toml::Table>(resolved)) else {
+        return None;
+    };
+    let keys = |t: &toml::Table| REPORT_KEYS.map(|k| t.get(k).cloned());
+    if keys(&saved_t) == keys(&new_t) {
+        return None;
+    }
+    for key in REPORT_KEYS {
+        match new_t.get(key) {
+            Some(v) => saved_t.insert(key.into(), v.clone()),
+            None => saved_t.remove(key),
+        };
+    }
+    toml::to_string(&saved_t).ok()
 }
 
 fn enum_name<T: ValueEnum>(v: T) -> String {
@@ -1019,6 +1122,53 @@ mod tests {
             n += 1;
         }
         assert!(n >= 7, "{n} study files");
+    }
+
+    /// The report keys read as `reduce`'s flags of the same names, change no point (nor
+    /// the hash a resume compares), and a bad value is refused with the flag's message.
+    #[test]
+    fn report_keys_read_as_reduce_flags_and_change_no_point() {
+        let text = "link = \"roce-100g\"\nlink_intra = \"10GB/s,2us\"\nproject_shape = [\"4x2\", \"2x4\"]\n\
+                    target_efficiency = 0.6\nprice_per_gpu_hour = 3\n";
+        let spec = StudySpec::from_toml(text, "x").unwrap();
+        let r = &spec.report;
+        assert_eq!(r.link, Some(LinkSpec::parse("roce-100g").unwrap()));
+        assert_eq!(r.link_intra, Some(LinkSpec::parse("10GB/s,2us").unwrap()));
+        assert_eq!(r.project_shape, vec![Shape::parse("4x2").unwrap(), Shape::parse("2x4").unwrap()]);
+        assert_eq!((r.target_efficiency, r.price_per_gpu_hour), (Some(0.6), Some(3.0)));
+        let plain = StudySpec::from_toml("", "x").unwrap();
+        let (with_keys, without) = (spec.to_toml(&[1, 2], 1), plain.to_toml(&[1, 2], 1));
+        assert_eq!(StudySpec::from_toml(&with_keys, "x").unwrap().report, spec.report);
+        assert_eq!(
+            plan(&spec, &hosts(1, 2), 2).unwrap().points,
+            plan(&plain, &hosts(1, 2), 2).unwrap().points
+        );
+        // A folder made before these keys hashes the same; the keys do not move the hash.
+        assert_eq!(without_report_keys(&without), without);
+        assert_eq!(study_hash(&without_report_keys(&with_keys)), study_hash(&without));
+        // Resumed with other report keys, study.toml takes them, and only them.
+        assert_eq!(with_report_keys_of(&without, &without), None);
+        let updated = with_report_keys_of(&without, &with_keys).unwrap();
+        assert_eq!(StudySpec::from_toml(&updated, "x").unwrap().report, spec.report);
+        // On the command line after `--`, as in the file.
+        let mut flagged = StudySpec::from_toml("", "x").unwrap();
+        flagged.apply_flags(&["--target-efficiency".into(), "0.6".into(), "--link".into(), "roce-100g".into()]).unwrap();
+        assert_eq!((flagged.report.target_efficiency, flagged.report.link), (Some(0.6), r.link.clone()));
+        let flag_says = |e: Result<f64, String>| e.unwrap_err();
+        for (text, says) in [
+            ("link = \"fast\"", LinkSpec::parse("fast").unwrap_err()),
+            ("link_intra = \"100Gbit\"", LinkSpec::parse("100Gbit").unwrap_err()),
+            ("link = \"10GB/s,2s\"", LinkSpec::parse("10GB/s,2s").unwrap_err()),
+            ("project_shape = [\"2x2\", \"16\"]", Shape::parse("16").unwrap_err()),
+            ("target_efficiency = 1.5", flag_says(crate::reduce::parse_target_efficiency("1.5"))),
+            ("target_efficiency = 0", flag_says(crate::reduce::parse_target_efficiency("0"))),
+            ("price_per_gpu_hour = -1", flag_says(crate::reduce::parse_price("-1"))),
+        ] {
+            let e = StudySpec::from_toml(text, "x").unwrap_err();
+            assert!(e.is::<Refusal>(), "{text}: {e:#}");
+            let key = text.split(' ').next().unwrap();
+            assert_eq!(e.to_string(), format!("study key `{key}`: {says}"), "{text}");
+        }
     }
 
     #[test]

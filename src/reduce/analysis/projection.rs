@@ -55,7 +55,7 @@ pub struct ProjectionRow {
     pub step_high_s: f64,
     pub samples_per_s: f64,
     /// Against the measured 1-rank run of the workload where there is one, else the
-    /// projection at 1 rank (`speedup_against` says which).
+    /// projection at 1 rank (`speedup_against` says which); 1 at 1 rank by definition.
     pub speedup: f64,
     pub efficiency: f64,
     pub speedup_against: String,
@@ -483,7 +483,13 @@ impl RowSpec<'_> {
         let ranks = nodes * p;
         let measured_step_s = mean_step(measured);
         let samples_per_s = self.global / s.step_s;
-        let speedup = samples_per_s / self.single_samples_per_s;
+        // One rank against one rank: speedup and efficiency are 1 by definition; how far
+        // the step projected there lies from the measured one is the error column's.
+        let speedup = if ranks == 1 {
+            1.0
+        } else {
+            samples_per_s / self.single_samples_per_s
+        };
         let efficiency_at = |step_s: f64| self.global / step_s / self.single_samples_per_s / ranks as f64;
         let is_reference = (nodes, p) == shape_of(self.reference);
         let against_measured = self.against == AGAINST_MEASURED;

@@ -244,7 +244,8 @@ pub struct ProjectedWorkload {
     /// How the projection compares with the measured shapes.
     pub checked: String,
     /// Weak scaling, per full-node shape of its table: the efficiency, the per-rank batch
-    /// that reaches 80 %, and the what-ifs (2-byte gradients, one bucket), all from the rows.
+    /// that reaches the target efficiency (`--target-efficiency`, the recommendation's
+    /// target), and the what-ifs (2-byte gradients, one bucket), all from the rows.
     pub answers: Vec<String>,
     /// Strong scaling with per-rank batches outside those measured: how they were guessed.
     pub strong_note: Option<String>,

@@ -4,14 +4,15 @@
 use super::{ms, pct, ProjectedWorkload, ProjectionReport};
 use crate::allreduce::link_model::MAX_FIT_REL_ERROR;
 use crate::allreduce::LinkModelFile;
-use crate::plot::{self, Band, LineChart, Point, Series, SeriesKind, XScale};
+use crate::plot::{self, Band, ChartLayout, LegendAt, LineChart, Point, Series, SeriesKind, XScale};
 use crate::reduce::analysis::projection::{ProjectionRow, EXTRAPOLATION_FACTOR};
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
 
-/// The efficiency the straight answers aim at.
+/// The efficiency the per-shape answers and the recommendation aim at unless
+/// `--target-efficiency` says another.
 pub const TARGET_EFFICIENCY: f64 = 0.8;
 
 /// The rows of each projected workload (one per reference run), keyed by that run, with
@@ -49,8 +50,9 @@ pub fn left_out(sweep: &Path, why: &str) -> ProjectionReport {
 }
 
 /// The projection with the model in `sweep`: its `rows`, the `notes` on what could not be
-/// projected, and per workload what the projection says (from its rows alone).
-pub fn section(rows: Vec<ProjectionRow>, notes: Vec<String>, models: &LinkModelFile, sweep: &Path) -> ProjectionReport {
+/// projected, and per workload what the projection says (from its rows alone), the
+/// batch for a target aiming at `target_efficiency` (the recommendation's target too).
+pub fn section(rows: Vec<ProjectionRow>, notes: Vec<String>, models: &LinkModelFile, sweep: &Path, target_efficiency: f64) -> ProjectionReport {
     let workloads = by_workload(&rows)
         .into_iter()
         .map(|(name, rs)| {
@@ -61,7 +63,7 @@ pub fn section(rows: Vec<ProjectionRow>, notes: Vec<String>, models: &LinkModelF
                 from_run: rs[0].from_run.clone(),
                 scaling: rs[0].scaling.clone(),
                 checked,
-                answers: if weak { answers(&rs) } else { Vec::new() },
+                answers: if weak { answers(&rs, target_efficiency) } else { Vec::new() },
                 strong_note: (!weak && rs.iter().any(|r| r.compute_extrapolated)).then(|| {
                     format!(
                         "Strong scaling: the global batch {} split over the ranks; at the per-rank batches marked *, outside those measured \
@@ -309,9 +311,9 @@ fn fit_quality_sentences(rs: &[&ProjectionRow]) -> Vec<String> {
 /// What the projection says of a weak workload at full nodes (1, 2, 16 and 128 of them,
 /// where the table has them), made from its table's rows alone, so every efficiency said
 /// is the table's: the efficiency against the same 1-rank step, the per-rank batch that
-/// reaches [`TARGET_EFFICIENCY`], and the what-if efficiencies (half the wire bytes, one
-/// bucket).
-fn answers(rs: &[&ProjectionRow]) -> Vec<String> {
+/// reaches `target` (`--target-efficiency`), and the what-if efficiencies (half the wire
+/// bytes, one bucket).
+fn answers(rs: &[&ProjectionRow], target: f64) -> Vec<String> {
     let full = rs.iter().map(|r| r.ranks_per_node).max().unwrap_or(1);
     rs.iter()
         .filter(|r| r.ranks > 1 && r.ranks_per_node == full && [1, 2, 16, 128].contains(&r.nodes))
@@ -326,20 +328,19 @@ fn answers(rs: &[&ProjectionRow]) -> Vec<String> {
                 r.ranks_per_node,
                 r.ranks,
                 pct(r.efficiency),
-                batch_for_target(r),
+                batch_for_target(r, target),
                 pct(r.efficiency_one_bucket)
             )
         })
         .collect()
 }
 
-/// The per-rank batch that reaches [`TARGET_EFFICIENCY`] at a weak row's shape, from the
-/// row: a rank's own work and the 1-rank step taken as proportional to the batch, the
-/// exposed all-reduce as it is. Efficiency at k times the batch is
+/// The per-rank batch that reaches efficiency `tau` at a weak row's shape, from the row:
+/// a rank's own work and the 1-rank step taken as proportional to the batch, the exposed
+/// all-reduce as it is. Efficiency at k times the batch is
 /// k·T1 / (k·own + exposed), with T1 = batch / (samples/s ÷ speedup); it reaches τ from
 /// k = τ·exposed / (T1 − τ·own) when T1 > τ·own, and never otherwise.
-fn batch_for_target(r: &ProjectionRow) -> String {
-    let tau = TARGET_EFFICIENCY;
+fn batch_for_target(r: &ProjectionRow, tau: f64) -> String {
     if r.efficiency >= tau {
         return format!("it is at or above {:.0} % at this batch", tau * 100.0);
     }
@@ -384,14 +385,20 @@ pub fn print_projection(rows: &[ProjectionRow]) {
     println!("(* extrapolated: beyond {EXTRAPOLATION_FACTOR}× the largest measured rank count)");
 }
 
-/// The projection plot's SVG: efficiency against ranks (powers of two), the projection
-/// as a line, its band filled, the measured points as marks.
+/// The projection plot's SVG: efficiency against ranks (powers of two, each tick written
+/// as the shapes projected there, nodes × ranks per node), every workload's projection
+/// as a line with its band filled, then the measured points as marks over the lines in
+/// the line's colour, and the legend (one entry per workload, named by its line) inside
+/// the plotting area. At 1 rank efficiency is 1 by definition (the
+/// rows say so); a measured point is its measured speedup over its ranks where that is
+/// against a measured 1-rank run.
 pub fn projection_svg(rows: &[ProjectionRow]) -> Result<String> {
-    let mut series = Vec::new();
+    let mut lines = Vec::new();
+    let mut marks = Vec::new();
     let mut bands = Vec::new();
     for (i, (workload, rs)) in by_workload(rows).into_iter().enumerate() {
-        series.push(Series {
-            name: format!("{workload} projected"),
+        lines.push(Series {
+            name: workload.clone(),
             points: rs.iter().map(|r| Point::new(r.ranks as f64, r.efficiency)).collect(),
             kind: SeriesKind::Line,
             colour: Some(i),
@@ -400,7 +407,7 @@ pub fn projection_svg(rows: &[ProjectionRow]) -> Result<String> {
         // (weak and strong alike), so a step time maps to efficiency × step_s / it.
         let eff_at = |step: f64, r: &ProjectionRow| r.efficiency * r.step_s / step;
         bands.push(Band {
-            name: format!("{workload} band"),
+            name: String::new(),
             points: rs
                 .iter()
                 .map(|r| (r.ranks as f64, eff_at(r.step_high_s, r), eff_at(r.step_low_s, r)))
@@ -409,24 +416,46 @@ pub fn projection_svg(rows: &[ProjectionRow]) -> Result<String> {
         });
         let measured: Vec<Point> = rs
             .iter()
-            .filter_map(|r| Some(Point::new(r.ranks as f64, eff_at(r.measured_step_s?, r))))
+            .filter_map(|r| {
+                let e = r.measured_speedup.map(|s| s / r.ranks as f64).unwrap_or(eff_at(r.measured_step_s?, r));
+                Some(Point::new(r.ranks as f64, e))
+            })
             .collect();
         if !measured.is_empty() {
-            series.push(Series {
-                name: format!("{workload} measured"),
+            marks.push(Series {
+                name: String::new(),
                 points: measured,
                 kind: SeriesKind::Markers,
                 colour: Some(i),
             });
         }
     }
+    let mut shapes: BTreeMap<usize, Vec<(usize, usize)>> = BTreeMap::new();
+    for r in rows {
+        let at = shapes.entry(r.ranks).or_default();
+        if !at.contains(&(r.nodes, r.ranks_per_node)) {
+            at.push((r.nodes, r.ranks_per_node));
+        }
+    }
+    let x_tick_text = shapes
+        .into_iter()
+        .map(|(ranks, mut at)| {
+            at.sort_unstable();
+            let words: Vec<String> = at.iter().map(|(m, p)| format!("{m} × {p}")).collect();
+            (ranks as f64, words.join(", "))
+        })
+        .collect();
     let chart = LineChart {
-        title: "Projected parallel efficiency".into(),
-        x_label: "ranks (homogeneous nodes, ring/tree all-reduce, no congestion)".into(),
+        title: "Parallel efficiency: projected (lines, bands) and measured (dots)".into(),
+        x_label: "nodes × ranks per node (log2 of the ranks; homogeneous nodes, ring/tree all-reduce, no congestion)".into(),
         y_label: "efficiency".into(),
         x_scale: XScale::Ranks,
-        series,
+        series: lines.into_iter().chain(marks).collect(),
         bands,
     };
-    plot::line_chart(&chart)
+    let layout = ChartLayout {
+        legend: LegendAt::Inside,
+        x_tick_text,
+    };
+    plot::line_chart_laid_out(&chart, &layout)
 }
