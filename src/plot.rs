@@ -389,7 +389,10 @@ pub fn line_chart_laid_out(chart: &LineChart, layout: &ChartLayout) -> Result<St
             y: &chart.y_label,
         };
         let tick_text = |v: f64| {
-            let given = layout.x_tick_text.iter().find(|(x, _)| axis.usable(*x) && (axis.to_axis(*x) - v).abs() < 1e-9);
+            let given = layout
+                .x_tick_text
+                .iter()
+                .find(|(x, _)| axis.usable(*x) && (axis.to_axis(*x) - v).abs() < 1e-9);
             given.map_or_else(|| axis.label(v), |(_, t)| t.clone())
         };
         let mut ctx = frame(
@@ -472,10 +475,19 @@ fn legend_inside(
     }
     for b in &chart.bands {
         for p in b.points.iter().filter(|p| axis.usable(p.0)) {
-            at.extend([p.1, p.2].iter().filter(|y| y.is_finite()).map(|y| ctx.backend_coord(&(axis.to_axis(p.0), *y))));
+            at.extend(
+                [p.1, p.2]
+                    .iter()
+                    .filter(|y| y.is_finite())
+                    .map(|y| ctx.backend_coord(&(axis.to_axis(p.0), *y))),
+            );
         }
     }
-    let inside = |&(x0, y0): &(i32, i32)| at.iter().filter(|(x, y)| (x0..=x0 + w).contains(x) && (y0..=y0 + h).contains(y)).count();
+    let inside = |&(x0, y0): &(i32, i32)| {
+        at.iter()
+            .filter(|(x, y)| (x0..=x0 + w).contains(x) && (y0..=y0 + h).contains(y))
+            .count()
+    };
     let (x0, y0) = corners.iter().copied().min_by_key(|c| inside(c)).unwrap_or((left, bottom));
     let err = fail(&chart.title);
     root.draw(&Rectangle::new([(x0, y0), (x0 + w, y0 + h)], WHITE.mix(0.9).filled()))

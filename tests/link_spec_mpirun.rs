@@ -136,9 +136,13 @@ fn reduce_with_a_link_spec_projects_one_node_across_nodes_and_recommends_a_shape
         let answers: Vec<&str> = md.lines().filter(|l| l.starts_with("- At ") && l.contains(" node(s) × ")).collect();
         assert!(!answers.is_empty(), "no per-shape answer in:\n{md}");
         answers.iter().all(|a| {
-            [format!("at or above {pct}"), format!("{pct} needs a per-rank batch"), format!("reaches {pct}")]
-                .iter()
-                .any(|w| a.contains(w.as_str()))
+            [
+                format!("at or above {pct}"),
+                format!("{pct} needs a per-rank batch"),
+                format!("reaches {pct}"),
+            ]
+            .iter()
+            .any(|w| a.contains(w.as_str()))
         })
     };
     assert!(aims_at(&md, "80 %"), "{md}");

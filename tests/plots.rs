@@ -234,7 +234,10 @@ fn the_projection_plot_names_shapes_draws_measured_over_projected_and_keeps_its_
     for r in &one {
         assert_eq!((r[at("efficiency")].as_str(), r[at("speedup")].as_str()), ("1", "1"), "{r:?}");
     }
-    assert!(one.iter().any(|r| r[at("error_pct")].parse::<f64>().is_ok_and(|e| e != 0.0)), "{one:?}");
+    assert!(
+        one.iter().any(|r| r[at("error_pct")].parse::<f64>().is_ok_and(|e| e != 0.0)),
+        "{one:?}"
+    );
 
     let els = read_svg(d.path(), "projection");
     let ticks = x_tick_labels(&els, "nodes × ranks per node");
@@ -275,24 +278,36 @@ fn the_projection_plot_names_shapes_draws_measured_over_projected_and_keeps_its_
     let measured = rows.iter().filter(|r| !r[at("measured_step_s")].is_empty()).count();
     assert!(measured > 0);
     let marks_after = drawn.iter().filter(|d| d.1 == "mark" && d.0 > last_line).count();
-    assert!(marks_after >= measured, "{measured} measured points, {marks_after} marks after the last line: {drawn:?}");
+    assert!(
+        marks_after >= measured,
+        "{measured} measured points, {marks_after} marks after the last line: {drawn:?}"
+    );
 
     // The legend: a box edged #999999 inside the plotting area (the second white
     // rectangle, after the picture's), and every legend text inside the box.
-    let white: Vec<&Element> = els.iter().filter(|e| e.tag == "rect" && e.attrs.get("fill").map(String::as_str) == Some("#FFFFFF")).collect();
+    let white: Vec<&Element> = els
+        .iter()
+        .filter(|e| e.tag == "rect" && e.attrs.get("fill").map(String::as_str) == Some("#FFFFFF"))
+        .collect();
     let area = white.get(1).unwrap_or_else(|| panic!("no plotting area: {white:?}"));
     let (ax, ay, aw, ah) = (area.num("x"), area.num("y"), area.num("width"), area.num("height"));
     let picture = els.iter().find(|e| e.tag == "svg").unwrap();
     assert!(aw < picture.num("width") && ah < picture.num("height"), "{area:?}");
     let edge = &els[legend_at];
     let (lx, ly, lw, lh) = (edge.num("x"), edge.num("y"), edge.num("width"), edge.num("height"));
-    assert!(lx >= ax && ly >= ay && lx + lw <= ax + aw && ly + lh <= ay + ah, "legend {edge:?} outside {area:?}");
+    assert!(
+        lx >= ax && ly >= ay && lx + lw <= ax + aw && ly + lh <= ay + ah,
+        "legend {edge:?} outside {area:?}"
+    );
     // One entry per projected workload, named by it.
     let names: Vec<&Element> = els[legend_at..].iter().filter(|e| e.tag == "text").collect();
     assert_eq!(names.len(), workloads_of(&h, &rows).len(), "{names:?}");
     for t in names {
         let (x, y) = (t.num("x"), t.num("y"));
-        assert!(x > lx && x < lx + lw && y > ly && y < ly + lh, "legend text {t:?} outside its box {edge:?}");
+        assert!(
+            x > lx && x < lx + lw && y > ly && y < ly + lh,
+            "legend text {t:?} outside its box {edge:?}"
+        );
     }
 
     // At 1 rank the projected line and the measured mark stand where efficiency 1 is:
@@ -303,9 +318,17 @@ fn the_projection_plot_names_shapes_draws_measured_over_projected_and_keeps_its_
         let (x, y) = p.split_once(',').unwrap();
         (x.parse().unwrap(), y.parse().unwrap())
     };
-    let palette: Vec<String> = ddpbench::plot::PALETTE.iter().map(|c| format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)).collect();
+    let palette: Vec<String> = ddpbench::plot::PALETTE
+        .iter()
+        .map(|c| format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2))
+        .collect();
     let data_line = |e: &&Element| e.tag == "polyline" && e.attrs.get("stroke").is_some_and(|c| palette.contains(c));
-    let line_starts: Vec<(f64, f64)> = els[..legend_at].iter().filter(data_line).map(first_point).filter(|p| (p.0 - x1).abs() < 1.0).collect();
+    let line_starts: Vec<(f64, f64)> = els[..legend_at]
+        .iter()
+        .filter(data_line)
+        .map(first_point)
+        .filter(|p| (p.0 - x1).abs() < 1.0)
+        .collect();
     let marks_at_1: Vec<f64> = els
         .iter()
         .filter(|e| e.tag == "circle" && e.attrs.get("fill").is_some_and(|f| f != "none") && (e.num("cx") - x1).abs() < 1.0)
@@ -313,7 +336,10 @@ fn the_projection_plot_names_shapes_draws_measured_over_projected_and_keeps_its_
         .collect();
     assert!(!line_starts.is_empty() && !marks_at_1.is_empty(), "{line_starts:?} {marks_at_1:?}");
     let y1 = line_starts[0].1;
-    assert!(line_starts.iter().all(|p| p.1 == y1) && marks_at_1.iter().all(|&y| y == y1), "{line_starts:?} {marks_at_1:?}");
+    assert!(
+        line_starts.iter().all(|p| p.1 == y1) && marks_at_1.iter().all(|&y| y == y1),
+        "{line_starts:?} {marks_at_1:?}"
+    );
 }
 
 /// The phases are one panel per model and batch per rank (phases-MODEL-bBATCH.svg,

@@ -361,17 +361,28 @@ fn a_study_with_a_link_says_what_to_run_in_study_md() {
         assert_eq!(r["target_efficiency"], 0.6);
         let sentence = r["sentence"].as_str().unwrap();
         assert!(sentence.contains("≥ 60 % efficiency"), "{sentence}");
-        assert!(what_to_run.contains(sentence) && report_md.contains(sentence), "{sentence}\n{what_to_run}");
+        assert!(
+            what_to_run.contains(sentence) && report_md.contains(sentence),
+            "{sentence}\n{what_to_run}"
+        );
         // The same table as report.md's, each of its shapes a row: 1 × 1 … 2 × 2.
         for s in r["shapes"].as_array().unwrap() {
             let label = format!("| {} × {} |", s["shape"]["nodes"], s["shape"]["ranks_per_node"]);
-            let row = |md: &str| md[md.find(sentence).unwrap()..].lines().find(|l| l.starts_with(&label)).map(str::to_string);
+            let row = |md: &str| {
+                md[md.find(sentence).unwrap()..]
+                    .lines()
+                    .find(|l| l.starts_with(&label))
+                    .map(str::to_string)
+            };
             assert_eq!(row(what_to_run), row(&report_md), "{label}");
             assert!(row(what_to_run).is_some(), "{label} not in:\n{what_to_run}");
         }
     }
     let resolved = std::fs::read_to_string(out.join("study.toml")).unwrap();
-    assert!(resolved.contains("link = \"roce-100g\"") && resolved.contains("target_efficiency = 0.6"), "{resolved}");
+    assert!(
+        resolved.contains("link = \"roce-100g\"") && resolved.contains("target_efficiency = 0.6"),
+        "{resolved}"
+    );
 }
 
 /// Start times of every run folder of a study, by name.

@@ -85,11 +85,13 @@ impl ReportKeys {
             "link" => self.link = Some(LinkSpec::parse(&text(v)).map_err(refuse)?),
             "link_intra" => self.link_intra = Some(LinkSpec::parse(&text(v)).map_err(refuse)?),
             "project_shape" => {
-                self.project_shape = as_list(v).iter().map(|x| Shape::parse(&text(x))).collect::<Result<_, _>>().map_err(refuse)?
+                self.project_shape = as_list(v)
+                    .iter()
+                    .map(|x| Shape::parse(&text(x)))
+                    .collect::<Result<_, _>>()
+                    .map_err(refuse)?
             }
-            "target_efficiency" => {
-                self.target_efficiency = Some(crate::reduce::parse_target_efficiency(&text(v)).map_err(refuse)?)
-            }
+            "target_efficiency" => self.target_efficiency = Some(crate::reduce::parse_target_efficiency(&text(v)).map_err(refuse)?),
             "price_per_gpu_hour" => self.price_per_gpu_hour = Some(crate::reduce::parse_price(&text(v)).map_err(refuse)?),
             _ => return Ok(false),
         }
@@ -104,7 +106,10 @@ impl ReportKeys {
             }
         }
         if !self.project_shape.is_empty() {
-            let shapes = self.project_shape.iter().map(|s| format!("{}x{}", s.nodes, s.ranks_per_node).into());
+            let shapes = self
+                .project_shape
+                .iter()
+                .map(|s| format!("{}x{}", s.nodes, s.ranks_per_node).into());
             t.insert("project_shape".into(), toml::Value::Array(shapes.collect()));
         }
         if let Some(e) = self.target_efficiency {
@@ -1152,7 +1157,9 @@ mod tests {
         assert_eq!(StudySpec::from_toml(&updated, "x").unwrap().report, spec.report);
         // On the command line after `--`, as in the file.
         let mut flagged = StudySpec::from_toml("", "x").unwrap();
-        flagged.apply_flags(&["--target-efficiency".into(), "0.6".into(), "--link".into(), "roce-100g".into()]).unwrap();
+        flagged
+            .apply_flags(&["--target-efficiency".into(), "0.6".into(), "--link".into(), "roce-100g".into()])
+            .unwrap();
         assert_eq!((flagged.report.target_efficiency, flagged.report.link), (Some(0.6), r.link.clone()));
         let flag_says = |e: Result<f64, String>| e.unwrap_err();
         for (text, says) in [

@@ -329,11 +329,7 @@ pub(super) fn write(
     crate::reduce::report::target::section(&mut md, &reduced.target_loss);
     // What to run, as report.md says it: the levels and each workload's recommendation.
     if let Some(p) = reduced.projection.as_ref().filter(|p| !p.recommendations.is_empty()) {
-        let _ = write!(
-            md,
-            "\n## What to run\n{}",
-            crate::reduce::report::recommendation::markdown(p)
-        );
+        let _ = write!(md, "\n## What to run\n{}", crate::reduce::report::recommendation::markdown(p));
     }
     files.write("study.md", md.as_bytes())?;
     let mut curves = Vec::new();

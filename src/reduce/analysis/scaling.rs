@@ -104,9 +104,7 @@ impl StepBreakdown {
     pub fn of(run: &RunStats) -> StepBreakdown {
         let n = run.ranks.iter().map(|r| r.steps).sum::<u64>().max(1) as f64;
         let wait = run.ranks.iter().map(|r| r.wait_sum).sum::<f64>() / n;
-        let of = |role: PhaseRole| -> f64 {
-            Phase::ALL.iter().filter(|p| p.role() == role).map(|p| run.phase_mean(*p)).sum()
-        };
+        let of = |role: PhaseRole| -> f64 { Phase::ALL.iter().filter(|p| p.role() == role).map(|p| run.phase_mean(*p)).sum() };
         let comm = of(PhaseRole::Communication);
         StepBreakdown {
             data_s: of(PhaseRole::Data),

@@ -180,7 +180,10 @@ fn links(h: &mut String, report: &Report, with_plots: bool) {
         ("scaling.csv", "one row per compared point and mode"),
         ("ranks.csv", "one row per rank"),
         ("times.csv", "one row per run: an epoch's training and validation, the whole run"),
-        ("compute_comm_grid.csv", "one row per workload, configuration and batch per rank: compute and communication per epoch"),
+        (
+            "compute_comm_grid.csv",
+            "one row per workload, configuration and batch per rank: compute and communication per epoch",
+        ),
         ("report.md", "this report as Markdown"),
         ("report.json", "this report as data (what <code>study</code> and scripts read)"),
     ] {

@@ -1,9 +1,7 @@
 //! report.md: the tables a scaling study is read from, each with the sentences the
 //! report found under it.
 
-use super::{
-    communication, compute_comm_grid, efficiency, nodes, noise, peer, projection, speedup, target, times, Duplicate, Report,
-};
+use super::{communication, compute_comm_grid, efficiency, nodes, noise, peer, projection, speedup, target, times, Duplicate, Report};
 use std::fmt::Write;
 
 /// report.md of `report` (with links to the plots when they are drawn).

@@ -52,7 +52,13 @@ pub fn left_out(sweep: &Path, why: &str) -> ProjectionReport {
 /// The projection with the model in `sweep`: its `rows`, the `notes` on what could not be
 /// projected, and per workload what the projection says (from its rows alone), the
 /// batch for a target aiming at `target_efficiency` (the recommendation's target too).
-pub fn section(rows: Vec<ProjectionRow>, notes: Vec<String>, models: &LinkModelFile, sweep: &Path, target_efficiency: f64) -> ProjectionReport {
+pub fn section(
+    rows: Vec<ProjectionRow>,
+    notes: Vec<String>,
+    models: &LinkModelFile,
+    sweep: &Path,
+    target_efficiency: f64,
+) -> ProjectionReport {
     let workloads = by_workload(&rows)
         .into_iter()
         .map(|(name, rs)| {
@@ -417,7 +423,10 @@ pub fn projection_svg(rows: &[ProjectionRow]) -> Result<String> {
         let measured: Vec<Point> = rs
             .iter()
             .filter_map(|r| {
-                let e = r.measured_speedup.map(|s| s / r.ranks as f64).unwrap_or(eff_at(r.measured_step_s?, r));
+                let e = r
+                    .measured_speedup
+                    .map(|s| s / r.ranks as f64)
+                    .unwrap_or(eff_at(r.measured_step_s?, r));
                 Some(Point::new(r.ranks as f64, e))
             })
             .collect();
