@@ -130,7 +130,7 @@ pub fn markdown(md: &mut String, runs: &[RunReport]) {
     if cells.is_empty() {
         return;
     }
-    let _ = writeln!(md, "\n## Compute and communication by batch and configuration\n\nSeconds per epoch (per-step means × steps per epoch, all ranks averaged, the mean over the runs of a cell): compute is forward + backward, comm is the all-reduce's whole time, the wait for a late rank included (the transfer and the wait apart are in compute_comm_grid.csv), share = comm / (compute + comm). Part of comm can run while backward does (overlap), so the two need not add up to the step. A 1-rank run all-reduces with nobody: its comm is empty.");
+    let _ = writeln!(md, "\n## Compute and communication by batch and configuration\n\nSeconds per epoch (per-step means × steps per epoch, all ranks averaged, the mean over the runs of a cell): compute is forward + backward, comm is the all-reduce's whole time, the wait for a late rank included (the transfer and the wait apart are in compute_comm_grid.csv), share = comm / (compute + comm). Part of comm can run while backward does (overlap), so the two need not add up to the step. With one rank there is nothing to exchange: its comm cell is empty.");
     let mut workloads: BTreeMap<(&str, &str, &str), Vec<&GridCell>> = BTreeMap::new();
     for c in &cells {
         workloads.entry((&c.model, &c.dataset, &c.comparison)).or_default().push(c);
