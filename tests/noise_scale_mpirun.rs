@@ -237,6 +237,8 @@ fn reduce_reports_b_simple_with_its_interval_and_the_time_to_accuracy_table() {
     let md = std::fs::read_to_string(runs.join("report.md")).unwrap();
     assert!(md.contains("## Gradient noise scale and time to accuracy"), "{md}");
     assert!(md.contains("time-to-accuracy speedup"));
+    // Every prediction is read beside how far the one check against training was off.
+    assert!(md.contains("The prediction against training to a target loss"), "{md}");
 }
 
 /// The rows of a rank file.
