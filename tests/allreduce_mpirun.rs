@@ -268,19 +268,19 @@ fn reduce_projects_real_runs_with_the_fitted_model_and_checks_the_measured_point
             hi[i]
         );
     }
-    // The 1-rank point has no all-reduce. Its efficiency is 1 by definition against the
-    // projection at 1 rank; against a measured 1-rank run it is that run's step over the
-    // projected one (the 1-rank run of its own workload is measured).
+    // The 1-rank point has no all-reduce. Its speedup and efficiency are 1 by definition,
+    // also against a measured 1-rank run: the projected step's gap to that run's is its
+    // error_pct.
     assert_eq!(comm[0], 0.0);
     let eff = col(&h, &rows, "efficiency");
     for (i, r) in rows.iter().enumerate().filter(|(_, r)| r[at("ranks")] == "1") {
-        match r[at("speedup_against")].as_str() {
-            "measured 1-rank run" => {
-                let m: f64 = r[at("measured_step_s")].parse().unwrap();
-                // Cells carry 9 decimals: the quotient of two rounded cells is good to ~1e-7.
-                assert!((eff[i] - m / step[i]).abs() < 1e-6, "{r:?}");
-            }
-            _ => assert_eq!(eff[i], 1.0, "{r:?}"),
+        assert_eq!(eff[i], 1.0, "{r:?}");
+        assert_eq!(r[at("speedup")], "1", "{r:?}");
+        if r[at("speedup_against")] == "measured 1-rank run" {
+            let m: f64 = r[at("measured_step_s")].parse().unwrap();
+            let e: f64 = r[at("error_pct")].parse().unwrap();
+            // Cells carry 9 decimals: the quotient of two rounded cells is good to ~1e-7.
+            assert!((e - (step[i] - m) / m * 100.0).abs() < 1e-4, "{r:?}");
         }
     }
     assert!(rows.iter().any(|r| r[at("speedup_against")] == "measured 1-rank run"));
