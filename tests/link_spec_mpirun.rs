@@ -24,6 +24,9 @@ const ARGS: [&str; 14] = [
     "0.5",
 ];
 
+/// The links of both levels given by specification, and the shape projected to.
+const SPEC_LINKS: &[&str] = &["--link", "roce-100g", "--link-intra", "10GB/s,2us", "--project-shape", "4x2"];
+
 /// The cells of the markdown table row of report.md that starts with `label`, in the
 /// section after `after`.
 fn row_cells(md: &str, after: &str, label: &str) -> Vec<String> {
@@ -47,21 +50,15 @@ fn reduce_with_a_link_spec_projects_one_node_across_nodes_and_recommends_a_shape
     }
     // Only specifications: no sweep at all.
     let out = path_str(&d.path().join("spec"));
-    let job = ddpbench(&[
-        "reduce",
-        "--no-plots",
-        "--link",
-        "roce-100g",
-        "--link-intra",
-        "10GB/s,2us",
-        "--project-shape",
-        "4x2",
-        "--price-per-gpu-hour",
-        "2.5",
-        "--out",
-        &out,
-        &path_str(&runs),
-    ]);
+    let runs_arg = path_str(&runs);
+    let job = ddpbench(
+        &[
+            &["reduce", "--no-plots"],
+            SPEC_LINKS,
+            &["--price-per-gpu-hour", "2.5", "--out", &out, &runs_arg],
+        ]
+        .concat(),
+    );
     job.assert_ok();
     let (h, rows) = read_csv(&d.path().join("spec/projection.csv"));
     let at = |name: &str| h.iter().position(|c| c == name).unwrap();
@@ -147,21 +144,14 @@ fn reduce_with_a_link_spec_projects_one_node_across_nodes_and_recommends_a_shape
     };
     assert!(aims_at(&md, "80 %"), "{md}");
     let out3 = path_str(&d.path().join("target"));
-    let job = ddpbench(&[
-        "reduce",
-        "--no-plots",
-        "--link",
-        "roce-100g",
-        "--link-intra",
-        "10GB/s,2us",
-        "--project-shape",
-        "4x2",
-        "--target-efficiency",
-        "0.37",
-        "--out",
-        &out3,
-        &path_str(&runs),
-    ]);
+    let job = ddpbench(
+        &[
+            &["reduce", "--no-plots"],
+            SPEC_LINKS,
+            &["--target-efficiency", "0.37", "--out", &out3, &runs_arg],
+        ]
+        .concat(),
+    );
     job.assert_ok();
     let md3 = std::fs::read_to_string(d.path().join("target/report.md")).unwrap();
     assert!(aims_at(&md3, "37 %"), "{md3}");
