@@ -251,7 +251,7 @@ fn fixture_report() -> ddpbench::reduce::Report {
 /// names its SVG file, which is beside the page.
 #[test]
 fn report_page_stays_under_a_lowered_bound() {
-    use ddpbench::reduce::report::html::PageLimits;
+    use ddpbench::reduce::PageLimits;
     let report = fixture_report();
     let dir = tmp();
     let whole = dir.path().join("whole");
@@ -303,8 +303,8 @@ fn heat(t: f64) -> [u8; 3] {
 /// covers, recomputed here from the rank files.
 #[test]
 fn the_page_heatmap_bins_a_real_run_as_its_rows_say() {
-    use ddpbench::reduce::analysis::heatmap::HeatmapLimits;
-    use ddpbench::reduce::report::html::PageLimits;
+    use ddpbench::reduce::HeatmapLimits;
+    use ddpbench::reduce::PageLimits;
     let d = tmp();
     let run = d.path().join("run");
     let args = [
