@@ -3,8 +3,9 @@
 //! waiting for other ranks and validation are not in it, so it is a lower bound for
 //! points of several ranks.
 
+use super::broadcast::wait_without_spinning;
 use super::plan::{self, Plan, Point};
-use super::{run_point, wait_without_spinning};
+use super::point::run_point;
 use crate::cleanup::ScratchDir;
 use crate::job::watchdog::Watchdog;
 use crate::record::{Manifest, RunWarning};

@@ -5,7 +5,7 @@
 //! [`Report`] (its runs, summary and scaling rows), so it says what `reduce` says.
 
 use super::plan::{self, Plan};
-use super::State;
+use super::state::State;
 use crate::files::StagedFiles;
 use crate::plot::{self, LineChart, Point, Rasteriser, Series, SeriesKind, XScale};
 use crate::record::RunStatus;

@@ -1,0 +1,25 @@
+//! One point run on the ranks of its sub-communicator: by ddpbench's trainer, or by
+//! its peer.
+
+use super::{
+    peer,
+    plan::{self, Point},
+};
+use crate::job::watchdog::Watchdog;
+use crate::train;
+use crate::world::{agree, Group};
+use anyhow::Result;
+use std::path::Path;
+
+/// Runs one point on the ranks of `pg`.
+pub(super) fn run_point(pg: &Group, point: &Point, dir: &Path, watchdog: &Watchdog) -> Result<()> {
+    let mut argv = point.args.clone();
+    argv.push("--out".into());
+    argv.push(dir.to_string_lossy().into_owned());
+    let cfg = agree(pg, plan::parse_train(&argv))?;
+    if let Some(p) = point.peer {
+        return peer::run(pg, p, &cfg, dir);
+    }
+    let malloc = train::host_memory::apply(cfg.placement.malloc);
+    train::train(pg, &cfg, &malloc, watchdog)
+}
