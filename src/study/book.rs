@@ -3,7 +3,7 @@
 
 use super::plan::{Layout, Point};
 use super::state::{self, PointOutcome, State};
-use crate::record::{self, CsvLog};
+use crate::record::{self, CsvLog, PointId};
 use anyhow::Result;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -12,7 +12,7 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Serialize)]
 pub(super) struct PointRow {
     run: String,
-    point: String,
+    point: PointId,
     workload: String,
     scaling: String,
     repeat: usize,

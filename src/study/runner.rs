@@ -15,7 +15,7 @@ use super::state::{self, Decision, PointOutcome, State};
 use super::{estimate, peer};
 use crate::allreduce::Swept;
 use crate::job::{self, signals, watchdog, watchdog::Watchdog, JobOptions};
-use crate::record::{self, CsvLog, RunStatus};
+use crate::record::{self, CsvLog, RunStatus, StudyRun};
 use crate::world::{agree, all_strings, broadcast_string, gather_strings, AgreedError, Group};
 use anyhow::Result;
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
@@ -192,7 +192,11 @@ fn run_scheduled(g: &Group, part: usize, point: &Point, rep: usize, book: &mut B
     let (outcome, idle) = match sub {
         Some(comm) => {
             let pg = Group::new(comm, g.threading);
-            let outcome = match run_point(&pg, point, &dir, watchdog) {
+            let study_run = StudyRun {
+                point: point.id.clone(),
+                repeat: rep,
+            };
+            let outcome = match run_point(&pg, point, Some(study_run), &dir, watchdog) {
                 Ok(()) if signals::received().is_some() => PointOutcome::new(RunStatus::Interrupted, None),
                 Ok(()) => PointOutcome::new(RunStatus::Completed, None),
                 Err(e) if e.downcast_ref::<AgreedError>().is_some() => PointOutcome::new(RunStatus::Failed, Some(format!("{e:#}"))),
