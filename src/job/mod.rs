@@ -23,11 +23,11 @@
 //! folder ([`crate::record::last_gasp`]); the handlers installed here fire them.
 
 mod abort;
-pub mod logging;
+pub(crate) mod logging;
 mod panic;
-pub mod same_flags;
-pub mod signals;
-pub mod watchdog;
+pub(crate) mod same_flags;
+pub(crate) mod signals;
+pub(crate) mod watchdog;
 
 pub use abort::abort_job;
 pub use panic::panic_message;
