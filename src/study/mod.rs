@@ -32,6 +32,5 @@ mod report;
 mod runner;
 mod state;
 
-pub use args::{launch_flags, spec_of, StudyArgs, DRY_RUN_BUDGET_S, RANK_LOCAL, SAME_ON_EVERY_RANK};
-pub use broadcast::wait_without_spinning;
+pub use args::StudyArgs;
 pub use runner::main;
