@@ -103,7 +103,9 @@ pub const RANK_LOCAL: &[(&str, &str)] = &[(
 )];
 
 /// The `study` arguments every rank of a job must be given alike (`--`: the `train`
-/// options, each compared but those `train` lets differ per rank).
+/// options, each compared but those `train` lets differ per rank): what the completeness
+/// test checks [`launch_flags`] against.
+#[cfg(test)]
 pub const SAME_ON_EVERY_RANK: &[&str] = &[
     "--name",
     "--models",
