@@ -391,6 +391,52 @@ fn folder_graphs(sources: &[(PathBuf, String)]) -> BTreeMap<Vec<String>, Graph> 
     graphs
 }
 
+/// Every reference from a module to an item of a folder it sits in rather than to one of
+/// that folder's modules: `a::b` (its file or anything under it) naming `a::X`, an item of
+/// `a/mod.rs` (or `crate::X`, of `lib.rs`). Each is keyed by the module that writes it,
+/// with the item's path, where it is written first. Such a reference points up: the
+/// folder's `mod.rs` declares the module, so the two depend on each other.
+fn upward_references(sources: &[(PathBuf, String)]) -> BTreeMap<Vec<String>, BTreeMap<Vec<String>, Edge>> {
+    let is_root = |r: &PathBuf| r.as_os_str() == "main.rs" || r.as_os_str() == "lib.rs";
+    let test_only: Vec<Vec<String>> = sources
+        .iter()
+        .flat_map(|(r, text)| {
+            let parent = if is_root(r) { Vec::new() } else { file_module_path(r) };
+            test_only_children(text)
+                .into_iter()
+                .map(move |m| [parent.clone(), vec![m]].concat())
+        })
+        .collect();
+    let files: Vec<(&PathBuf, Vec<String>, &String)> = sources
+        .iter()
+        .filter(|(r, _)| !is_root(r))
+        .map(|(r, text)| (r, file_module_path(r), text))
+        .filter(|(_, path, _)| !path.is_empty() && !test_only.iter().any(|t| path.starts_with(t)))
+        .collect();
+    let modules: BTreeSet<Vec<String>> = files
+        .iter()
+        .flat_map(|(_, path, _)| (1..=path.len()).map(|n| path[..n].to_vec()))
+        .collect();
+    let mut found: BTreeMap<Vec<String>, BTreeMap<Vec<String>, Edge>> = BTreeMap::new();
+    for (r, path, text) in &files {
+        for (to, line) in resolved_paths(text, path) {
+            let shared = path.iter().zip(&to).take_while(|(a, b)| a == b).count();
+            if shared >= path.len() || shared >= to.len() || modules.contains(&to[..=shared]) {
+                continue;
+            }
+            found
+                .entry(path[..=shared].to_vec())
+                .or_default()
+                .entry(to[..=shared].to_vec())
+                .or_insert(Edge {
+                    file: format!("src/{}", r.display()),
+                    line,
+                });
+        }
+    }
+    found
+}
+
 /// The graph of the library's top-level modules.
 fn graph(src: &Path) -> Graph {
     folder_graphs(&read_sources(src)).remove(&Vec::new()).unwrap_or_default()
@@ -630,4 +676,86 @@ fn no_module_cycle_in_src() {
     let found = cycles(&g);
     let text: Vec<String> = found.iter().map(|scc| describe(&g, scc)).collect();
     assert!(found.is_empty(), "{} module cycle(s) in src/:\n{}", found.len(), text.join("\n"));
+}
+
+#[test]
+fn a_module_naming_an_item_of_its_folders_mod_rs_is_found() {
+    let sources: Vec<(PathBuf, String)> = [
+        ("lib.rs", "pub mod job;\npub fn root_item() {}"),
+        (
+            "job/mod.rs",
+            "mod abort;\nmod watchdog;\npub use abort::abort_job;\npub fn run_job() {}",
+        ),
+        ("job/abort.rs", "pub fn abort_job() {}"),
+        (
+            "job/watchdog.rs",
+            "use super::abort::abort_job;\nfn f() { super::abort_job(); }\nmod inner;\n// super::run_job in a comment",
+        ),
+        (
+            "job/watchdog/inner.rs",
+            "fn g() { crate::job::run_job(); crate::root_item(); super::super::abort::abort_job(); }",
+        ),
+    ]
+    .iter()
+    .map(|(f, text)| (PathBuf::from(f), text.to_string()))
+    .collect();
+    let up = upward_references(&sources);
+    let named = |m: &[&str]| -> Vec<String> {
+        let key: Vec<String> = m.iter().map(|s| s.to_string()).collect();
+        up.get(&key)
+            .map(|items| items.keys().map(|k| k.join("::")).collect())
+            .unwrap_or_default()
+    };
+    // The re-export `job::abort_job` is `mod.rs`'s item; `job::abort` is a module beside it.
+    assert_eq!(named(&["job", "watchdog"]), vec!["job::abort_job", "job::run_job"]);
+    assert_eq!(named(&["job"]), vec!["root_item"]);
+    assert_eq!(
+        up[&vec!["job".to_string(), "watchdog".to_string()]][&vec!["job".to_string(), "abort_job".to_string()]].line,
+        2
+    );
+    assert!(named(&["job", "abort"]).is_empty());
+}
+
+/// The modules below which their folder's own code runs, so that they must not reach up
+/// to it: the watchdog (it ends the job), `job::abort` (everything that ends a job calls
+/// it), and the files of `study` (its `mod.rs` only lists them).
+const BELOW_THEIR_FOLDER: &[&str] = &[
+    "job::abort",
+    "job::watchdog",
+    "study::args",
+    "study::book",
+    "study::broadcast",
+    "study::estimate",
+    "study::finish",
+    "study::folder",
+    "study::idle",
+    "study::peer",
+    "study::plan",
+    "study::point",
+    "study::print",
+    "study::report",
+    "study::runner",
+    "study::state",
+];
+
+#[test]
+fn the_watchdog_and_the_study_files_name_no_item_of_their_folder() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let up = upward_references(&read_sources(&src));
+    let text: Vec<String> = BELOW_THEIR_FOLDER
+        .iter()
+        .flat_map(|m| {
+            let key: Vec<String> = m.split("::").map(String::from).collect();
+            up.get(&key)
+                .into_iter()
+                .flatten()
+                .map(move |(item, e)| format!("  {m} names {} ({}:{})", item.join("::"), e.file, e.line))
+        })
+        .collect();
+    assert!(
+        text.is_empty(),
+        "{} reference(s) up to an item of the folder (import it from the module beside that defines it):\n{}",
+        text.len(),
+        text.join("\n")
+    );
 }

@@ -75,6 +75,7 @@ fn manifest(f: &Fixture, status: &str) -> Manifest {
         log_lines_dropped: 0,
         warnings: Vec::new(),
         target: None,
+        study_run: None,
         ranks: f
             .ranks
             .iter()

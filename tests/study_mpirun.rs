@@ -571,6 +571,49 @@ fn run_throughput(run: &Path) -> f64 {
     samples / (step_sum / ranks)
 }
 
+/// Each run of a study names its point and repeat in its manifest (`study_run`), and the
+/// study's report joins the run to the point it names, not to the one its folder's name
+/// says: with the two runs' `study_run` swapped, each point reports the other's throughput.
+#[test]
+fn a_studys_report_joins_each_run_to_the_point_its_manifest_names() {
+    let d = tmp();
+    let file = d.path().join("ids.toml");
+    std::fs::write(
+        &file,
+        "name = \"ids\"\nbatch_sizes = [32]\nranks = [1, 2]\nmax_steps = 8\nval_samples = 0\nprobe_iters = 0\n",
+    )
+    .unwrap();
+    let out = d.path().join("study");
+    study(&file, &out, &[]).assert_ok();
+    let rows = points(&out);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let manifest = |run: &str| out.join("runs").join(run).join("manifest.json");
+    for r in &rows {
+        let named = &json(&manifest(&r["run"]))["study_run"];
+        assert_eq!(named, &serde_json::json!({"point": r["point"], "repeat": 0}), "{}", r["run"]);
+    }
+    let (a, b) = (&rows[0]["run"], &rows[1]["run"]);
+    let (ma, mb) = (json(&manifest(a)), json(&manifest(b)));
+    for (run, mut m, other) in [(a, ma.clone(), &mb), (b, mb.clone(), &ma)] {
+        m["study_run"] = other["study_run"].clone();
+        std::fs::write(manifest(run), serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    }
+    // Resumed with nothing to run: only the report is made again.
+    study(&file, &out, &[]).assert_ok();
+    let (h, summary) = read_csv(&out.join("report/study.csv"));
+    let cell = |row: &Vec<String>, name: &str| row[h.iter().position(|c| c == name).unwrap()].clone();
+    for (r, other) in [(&rows[0], b), (&rows[1], a)] {
+        let row = summary.iter().find(|s| cell(s, "point") == r["point"]).unwrap();
+        let got: f64 = cell(row, "samples_per_s").parse().unwrap();
+        let want = run_throughput(&out.join("runs").join(other));
+        assert!(
+            (got - want).abs() <= 1e-6 * want,
+            "{}: {got}, {other}'s throughput is {want}",
+            r["point"]
+        );
+    }
+}
+
 /// study.csv has one estimator, the geometric mean of a point's repeats: its throughput
 /// is the geometric mean of the repeats' throughputs, and its weak speedup the ratio of two
 /// such columns (2 ranks against the 1-rank point of the same batch per rank). The

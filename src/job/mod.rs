@@ -22,13 +22,15 @@
 //! The last records a stop signal writes are armed by the command once it has a run
 //! folder ([`crate::record::last_gasp`]); the handlers installed here fire them.
 
+mod abort;
 pub(crate) mod logging;
 mod panic;
 pub(crate) mod same_flags;
 pub(crate) mod signals;
 pub(crate) mod watchdog;
 
-pub use panic::{abort_job, panic_message};
+pub use abort::abort_job;
+pub use panic::panic_message;
 
 use crate::world::{AgreedError, Group, World};
 use anyhow::Result;

@@ -1,26 +1,6 @@
-//! Panics in a job, and the one way a job is aborted.
+//! Panics in a job: one line for a user, then the job aborted ([`abort_job`]).
 
-/// Ends every rank of the job with exit status `code`: the hook below, a rank's own
-/// error and the watchdog's verdict all end a job here, once this rank's queued lines
-/// are written (waiting [`crate::stderr::DRAIN_WAIT`] at most: a full stderr must not
-/// keep the job alive). Once MPI_Finalize has returned, MPI can no longer abort: the
-/// rank exits with `code`, and the launcher ends the job's other ranks (`mpirun` does
-/// when a rank exits non-zero; `srun` with `--kill-on-bad-exit`).
-pub fn abort_job(code: i32) -> ! {
-    // The scratch folder and the folder locks this process holds go first.
-    crate::cleanup::on_abort();
-    crate::stderr::finish();
-    if crate::flight::recorder().finalized() {
-        std::process::exit(code)
-    }
-    // SAFETY: MPI is initialised (every caller runs inside `run_job`, after World::init);
-    // MPI_Abort ends every rank of the job, which a rank that cannot go on needs, since
-    // its peers may be waiting in a collective.
-    unsafe {
-        mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, code);
-    }
-    std::process::exit(code)
-}
+use super::abort::abort_job;
 
 /// A panic on one rank (libtorch reports most of its errors, out of memory among them,
 /// as one) must not leave the others blocked in a collective: the rank says what went

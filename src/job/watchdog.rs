@@ -31,7 +31,7 @@
 
 pub(crate) mod channel;
 
-use super::panic::abort_job;
+use super::abort::abort_job;
 use super::signals;
 use crate::flight::{self, FlightDump, RankStatus};
 use crate::record::{self, EndRecord, Manifest, RunStatus};

@@ -201,6 +201,43 @@ pub struct Manifest {
     /// What `--target-loss` asked and whether the run reached it; absent without the flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<TargetOutcome>,
+    /// The study point and repeat the run is (`ddpbench study` writes it): what the
+    /// study's report joins the run by. Absent in a run of `train`, and in study runs
+    /// written before it was recorded, whose folder name (`<point>-rep<N>`) says it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub study_run: Option<StudyRun>,
+}
+
+/// A point of a study, as its plan names it: safe as a folder name, unique in the study,
+/// the same in every launch of the same study.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PointId(pub String);
+
+impl PointId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for PointId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `pad`: a width and alignment given in the format apply.
+        f.pad(&self.0)
+    }
+}
+
+impl From<&str> for PointId {
+    fn from(s: &str) -> PointId {
+        PointId(s.to_string())
+    }
+}
+
+/// Which run of a study a run is: its point, and which repeat of it (from 0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StudyRun {
+    pub point: PointId,
+    pub repeat: usize,
 }
 
 /// A run to a target training loss (`train --target-loss`): the target, how the loss

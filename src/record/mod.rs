@@ -23,7 +23,9 @@ pub use cells::Cells;
 pub use end::{end_file_name, write_atomic, EndRecord, RunStatus};
 pub use key::{Backend, ComparisonKey, DeviceKind, GradDtype, MallocMode, Memory, MemoryFormat, NoiseScaleMode, Overlap, Peer, PhaseSync};
 
-pub use manifest::{AllreduceProbe, ClockSummary, CommInfo, Manifest, RankInfo, ScriptFile, TargetOutcome, SCHEMA_VERSION};
+pub use manifest::{
+    AllreduceProbe, ClockSummary, CommInfo, Manifest, PointId, RankInfo, ScriptFile, StudyRun, TargetOutcome, SCHEMA_VERSION,
+};
 pub use rows::{EpochRow, Phase, PhaseRole, PhaseTimes, StepRow};
 pub use sweep::{Buffer, SweepRow};
 pub use warning::{RunWarning, WarningCode};

@@ -3,8 +3,9 @@
 //! waiting for other ranks and validation are not in it, so it is a lower bound for
 //! points of several ranks.
 
+use super::broadcast::wait_without_spinning;
 use super::plan::{self, Plan, Point};
-use super::{run_point, wait_without_spinning};
+use super::point::run_point;
 use crate::cleanup::ScratchDir;
 use crate::job::watchdog::Watchdog;
 use crate::record::{Manifest, RunWarning};
@@ -152,8 +153,8 @@ pub fn time_workloads(g: &Group, plan: &Plan, budget_s: f64, watchdog: &Watchdog
                 ..(*point).clone()
             };
             let result = scratch.as_ref().map_err(Clone::clone).and_then(|s| {
-                let dir = s.path().join(&point.id);
-                run_point(&pg, &timing_point, &dir, watchdog)
+                let dir = s.path().join(point.id.as_str());
+                run_point(&pg, &timing_point, None, &dir, watchdog)
                     .map_err(|e| format!("{e:#}"))
                     .and_then(|()| read_timing(&dir, point))
             });

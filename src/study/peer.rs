@@ -295,6 +295,7 @@ fn manifest(pg: &Group, peer: Peer, cfg: &TrainConfig, run_id: &str, started: Sy
         schema_version: record::SCHEMA_VERSION,
         warnings: Vec::new(),
         target: None,
+        study_run: cfg.study_run.clone(),
         run_id: run_id.into(),
         status: RunStatus::Running.as_str().into(),
         error: None,

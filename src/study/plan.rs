@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::allreduce::link_spec::LinkSpec;
 use crate::compare::Refusal;
-use crate::record::Peer;
+use crate::record::{Peer, PointId};
 use crate::reduce::analysis::recommend::Shape;
 use crate::train::TrainConfig;
 
@@ -612,7 +612,7 @@ fn host_list(hosts: &[String]) -> String {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Point {
     /// Folder-safe, unique in the study, stable across runs of the same study.
-    pub id: String,
+    pub id: PointId,
     /// The workload and settings, without the rank count (points of one curve share it).
     pub workload: String,
     pub ranks: usize,
@@ -798,7 +798,7 @@ impl Grid<'_> {
         };
         self.index.insert(key.clone(), self.points.len());
         self.points.push(Point {
-            id: format!("{:03}-{}{suffix}-r{k}{spread}", self.points.len(), at.workload),
+            id: PointId(format!("{:03}-{}{suffix}-r{k}{spread}", self.points.len(), at.workload)),
             workload: at.workload.to_string(),
             ranks: k,
             world_ranks: key.1,
@@ -933,7 +933,7 @@ fn with_twins(points: Vec<Point>, peer: Option<Peer>) -> Vec<Point> {
         .into_iter()
         .flat_map(|p| {
             let twin = Point {
-                id: format!("{}-{}", p.id, peer.name()),
+                id: PointId(format!("{}-{}", p.id, peer.name())),
                 workload: format!("{}-{}", p.workload, peer.name()),
                 peer: Some(peer),
                 ..p.clone()

@@ -5,10 +5,10 @@
 //! [`Report`] (its runs, summary and scaling rows), so it says what `reduce` says.
 
 use super::plan::{self, Plan};
-use super::State;
+use super::state::State;
 use crate::files::StagedFiles;
 use crate::plot::{self, LineChart, Point, Rasteriser, Series, SeriesKind, XScale};
-use crate::record::RunStatus;
+use crate::record::{PointId, RunStatus, StudyRun};
 use crate::reduce::analysis::{ScalingMode, ScalingRow};
 use crate::reduce::report::{html, verdict, RunReport};
 use crate::reduce::Report;
@@ -21,7 +21,7 @@ use std::fmt::Write as _;
 /// One row of `report/study.csv`.
 #[derive(Debug, Clone, Serialize)]
 pub struct PointSummary {
-    pub point: String,
+    pub point: PointId,
     pub workload: String,
     pub scaling: String,
     pub ranks: usize,
@@ -79,17 +79,35 @@ fn finite(v: f64) -> Option<f64> {
     v.is_finite().then_some(v)
 }
 
+/// Which of `runs` (each a run id and the study run its manifest names) is repeat `rep`
+/// of `point`: the run whose manifest names them, or else one from before manifests
+/// named them (none) in the folder named for them ([`plan::run_name`]). A run whose
+/// manifest names another point or repeat is never taken by its folder's name.
+fn joined(runs: &[(&str, Option<&StudyRun>)], point: &PointId, rep: usize, run_name: &str) -> Option<usize> {
+    let by_id = |(_, s): &(&str, Option<&StudyRun>)| s.is_some_and(|s| s.point == *point && s.repeat == rep);
+    let by_name = |(id, s): &(&str, Option<&StudyRun>)| s.is_none() && *id == run_name;
+    runs.iter().position(by_id).or_else(|| runs.iter().position(by_name))
+}
+
 /// Summarises every point of `plan` from `report`, `reduce`'s report of the study's runs.
 pub(super) fn summarise(report: &Report, plan: &Plan, repeat: usize, state: &State) -> Vec<PointSummary> {
-    let runs: BTreeMap<&str, &RunReport> = report.runs.iter().map(|r| (r.run_id.as_str(), r)).collect();
+    let keys: Vec<(&str, Option<&StudyRun>)> = report.runs.iter().map(|r| (r.run_id.as_str(), r.study_run.as_ref())).collect();
     plan.points
         .iter()
         .map(|p| {
             let names: Vec<String> = (0..repeat).map(|r| plan::run_name(p, r)).collect();
-            let done: Vec<&String> = names
+            // The repeats the study recorded as completed, each joined to its run in the report.
+            let done = names
                 .iter()
                 .filter(|n| state.get(*n).is_some_and(|o| o.status == RunStatus::Completed))
+                .count();
+            let runs: Vec<&RunReport> = names
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| state.get(*n).is_some_and(|o| o.status == RunStatus::Completed))
+                .filter_map(|(rep, n)| joined(&keys, &p.id, rep, n).map(|i| &report.runs[i]))
                 .collect();
+            let ids: Vec<&str> = runs.iter().map(|r| r.run_id.as_str()).collect();
             let error = names
                 .iter()
                 .find_map(|n| state.get(n).filter(|o| o.status == RunStatus::Failed).and_then(|o| o.error.clone()));
@@ -97,21 +115,19 @@ pub(super) fn summarise(report: &Report, plan: &Plan, repeat: usize, state: &Sta
                 report
                     .scaling
                     .iter()
-                    .find(|row| row.scaling_mode == mode && row.run_ids.iter().any(|id| done.contains(&id)))
+                    .find(|row| row.scaling_mode == mode && row.run_ids.iter().any(|id| ids.contains(&id.as_str())))
             };
             let get = |mode: ScalingMode, f: fn(&ScalingRow) -> f64| row_of(mode).and_then(|r| finite(f(r)));
             let method = |mode: ScalingMode| row_of(mode).map(|r| r.interval_method.clone()).filter(|m| !m.is_empty());
-            let of_runs = |f: fn(&RunReport) -> Option<f64>| -> Vec<f64> {
-                done.iter().filter_map(|n| runs.get(n.as_str()).and_then(|r| f(r))).collect()
-            };
+            let of_runs = |f: fn(&RunReport) -> Option<f64>| -> Vec<f64> { runs.iter().filter_map(|r| f(r)).collect() };
             // R of a run: its lowest over node types.
-            let r: Vec<f64> = done
+            let r: Vec<f64> = ids
                 .iter()
-                .filter_map(|n| {
+                .filter_map(|id| {
                     report
                         .summary
                         .iter()
-                        .filter(|row| row.run_id == **n)
+                        .filter(|row| row.run_id == *id)
                         .filter_map(|row| finite(row.compute_comm_ratio))
                         .reduce(f64::min)
                 })
@@ -130,7 +146,7 @@ pub(super) fn summarise(report: &Report, plan: &Plan, repeat: usize, state: &Sta
                 ranks: p.ranks,
                 batch_per_rank: p.batch_per_rank,
                 global_batch: p.global_batch,
-                repeats_completed: done.len(),
+                repeats_completed: done,
                 repeats_planned: repeat,
                 samples_per_s: geo(&of_runs(|r| finite(r.samples_per_s))),
                 weak_speedup: one("weak", get(ScalingMode::Weak, |r| r.speedup)),
@@ -147,7 +163,7 @@ pub(super) fn summarise(report: &Report, plan: &Plan, repeat: usize, state: &Sta
                 val_loss: med(&of_runs(|r| r.final_val_loss)),
                 val_accuracy: med(&of_runs(|r| r.final_val_accuracy)),
                 error,
-                run_ids: done.iter().map(|n| n.to_string()).collect(),
+                run_ids: ids.iter().map(|id| id.to_string()).collect(),
                 samples_trained: med(&of_runs(|r| Some(r.samples_trained as f64))),
             }
         })
@@ -402,7 +418,7 @@ mod tests {
 
     fn point(ranks: usize, global: usize, weak: Option<f64>, acc: Option<f64>, samples: f64) -> PointSummary {
         PointSummary {
-            point: format!("p{ranks}"),
+            point: PointId(format!("p{ranks}")),
             workload: "w".into(),
             scaling: "weak".into(),
             ranks,
@@ -428,6 +444,25 @@ mod tests {
             run_ids: vec![format!("run{ranks}")],
             samples_trained: Some(samples),
         }
+    }
+
+    #[test]
+    fn a_run_joins_the_point_and_repeat_its_manifest_names_and_an_old_run_its_folders() {
+        let p = PointId::from("000-w-r1");
+        let at = |point: &str, repeat| StudyRun {
+            point: point.into(),
+            repeat,
+        };
+        let (mine, other) = (at("000-w-r1", 1), at("001-w-r2", 0));
+        // A run's id is its folder's name, whatever it is: its manifest says which run it is.
+        let runs = [("elsewhere", Some(&mine)), ("000-w-r1-rep0", Some(&other)), ("000-w-r1-rep2", None)];
+        assert_eq!(joined(&runs, &p, 1, "000-w-r1-rep1"), Some(0));
+        // A folder named for repeat 0 whose manifest names another point is that point's run.
+        assert_eq!(joined(&runs, &p, 0, "000-w-r1-rep0"), None);
+        assert_eq!(joined(&runs, &PointId::from("001-w-r2"), 0, "001-w-r2-rep0"), Some(1));
+        // A run from before manifests named their point joins by its folder's name.
+        assert_eq!(joined(&runs, &p, 2, "000-w-r1-rep2"), Some(2));
+        assert_eq!(joined(&runs, &p, 3, "000-w-r1-rep3"), None);
     }
 
     #[test]

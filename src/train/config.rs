@@ -40,6 +40,11 @@ pub struct TrainConfig {
     #[command(flatten)]
     #[serde(flatten)]
     pub output: OutputConfig,
+    /// The study point and repeat this run is, set by `ddpbench study` (no flag): its
+    /// manifest's `study_run`.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub study_run: Option<crate::record::StudyRun>,
 }
 
 /// The `train` flags that change the work of a step, each with the field of the

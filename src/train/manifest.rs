@@ -90,6 +90,7 @@ pub fn initial(
         log_lines_dropped: 0,
         warnings: Vec::new(),
         target: None,
+        study_run: cfg.study_run.clone(),
     })
 }
 

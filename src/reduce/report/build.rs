@@ -110,6 +110,7 @@ fn run_report(r: &RunStats) -> RunReport {
         heatmap: r.heatmap.clone(),
         noise_scale: noise::per_epoch(&r.epochs),
         target: m.target.clone(),
+        study_run: m.study_run.clone(),
     }
 }
 

@@ -137,6 +137,9 @@ pub struct RunReport {
     pub noise_scale: Vec<noise::EpochNoiseScale>,
     /// What `--target-loss` asked and whether the run reached it (its manifest's `target`).
     pub target: Option<crate::record::TargetOutcome>,
+    /// The study point and repeat it is (its manifest's `study_run`; not in report.json).
+    #[serde(skip)]
+    pub study_run: Option<crate::record::StudyRun>,
 }
 
 /// Seconds per epoch: compute (forward + backward), all-reduce work, its transfer (the

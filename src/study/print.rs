@@ -1,0 +1,124 @@
+//! What a study prints: the plan and the dry run's estimate on stdout, the start in the log.
+
+use super::estimate;
+use super::plan::{self, Layout, Plan, StudySpec};
+use clap::ValueEnum;
+use std::collections::BTreeMap;
+use std::path::Path;
+use tracing::{info, warn};
+
+pub(super) fn announce(spec: &StudySpec, plan: &Plan, layout: &Layout, world: usize, out: &Path) {
+    info!(
+        "study {}: {} points × {} repeat(s) on {} ranks ({} node(s)), {} thread(s) per rank, into {}",
+        spec.name,
+        plan.points.len(),
+        spec.repeats,
+        world,
+        layout.nodes.len(),
+        plan.threads_per_rank,
+        out.display()
+    );
+    for s in &plan.skipped {
+        warn!("skipped: {} at {} ranks: {}", s.workload, s.ranks, s.why);
+    }
+}
+
+pub(super) fn print_plan(spec: &StudySpec, plan: &Plan, layout: &Layout, out: &Path) {
+    println!(
+        "study {}: {} point(s) × {} repeat(s) = {} runs, ladder {:?}, {} thread(s) per rank, node fill {}, into {}",
+        spec.name,
+        plan.points.len(),
+        spec.repeats,
+        plan.points.len() * spec.repeats,
+        plan.ladder,
+        plan.threads_per_rank,
+        spec.node_fill
+            .to_possible_value()
+            .map(|v| v.get_name().to_string())
+            .unwrap_or_default(),
+        out.display()
+    );
+    for (workload, points) in plan::by_workload(&plan.points) {
+        println!("{workload}");
+        for p in points {
+            let hosts: Vec<&str> = layout
+                .nodes
+                .iter()
+                .zip(&layout.hosts)
+                .filter(|(ranks, _)| ranks.iter().any(|r| p.world_ranks.contains(r)))
+                .map(|(_, h)| h.as_str())
+                .collect();
+            println!(
+                "  {:<48} {:>3} ranks {:<12} batch {:>5}/rank {:>6} global  {:<12} on {}",
+                p.id,
+                p.ranks,
+                crate::topology::compact_list(&p.world_ranks.iter().map(|&r| r as u32).collect::<Vec<_>>()),
+                p.batch_per_rank,
+                p.global_batch,
+                p.scaling,
+                hosts.join(",")
+            );
+        }
+    }
+    for s in &plan.skipped {
+        println!("skipped: {} at {} ranks: {}", s.workload, s.ranks, s.why);
+    }
+}
+
+/// The dry run's estimate per point and in all, from each workload's timing.
+pub(super) fn print_estimate(plan: &Plan, repeat: usize, timings: &BTreeMap<String, Result<estimate::WorkloadTiming, String>>) {
+    let mut total = 0.0;
+    let mut unknown = 0;
+    for (workload, points) in plan::by_workload(&plan.points) {
+        match timings.get(&workload) {
+            Some(Ok(t)) => {
+                println!(
+                    "{workload}: {:.1} ms per step at batch {} on 1 rank, {:.1} s set-up",
+                    t.step_s * 1e3,
+                    t.batch_per_rank,
+                    t.setup_s
+                );
+                for w in &t.warnings {
+                    println!("  warning: {}", w.message);
+                }
+                for p in points {
+                    match estimate::point_seconds(p, t) {
+                        Some(s) => {
+                            println!("  {:<48} ~{s:.0} s per run", p.id);
+                            total += s * repeat as f64;
+                        }
+                        None => unknown += 1,
+                    }
+                    if let Some(w) = estimate::too_few_steps(p, t) {
+                        println!("    warning: {}", w.message);
+                    }
+                }
+            }
+            Some(Err(e)) => {
+                println!("{workload}: not timed: {e}");
+                unknown += points.len();
+            }
+            None => unknown += points.len(),
+        }
+    }
+    println!(
+        "estimate: about {} for {} run(s){}; compute only (communication, waiting and validation come on top)",
+        human_seconds(total),
+        plan.points.len() * repeat,
+        if unknown > 0 {
+            format!(", {unknown} point(s) not estimated")
+        } else {
+            String::new()
+        }
+    );
+}
+
+fn human_seconds(s: f64) -> String {
+    if s < 120.0 {
+        format!("{s:.0} s")
+    } else if s < 7200.0 {
+        format!("{:.0} min", s / 60.0)
+    } else {
+        format!("{:.1} h", s / 3600.0)
+    }
+}
