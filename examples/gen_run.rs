@@ -30,6 +30,7 @@ fn main() -> anyhow::Result<()> {
         dataset_source: String::new(),
         warnings: Vec::new(),
         target: None,
+        study_run: None,
         parameters: 1_199_882,
         gradient_bytes: 4_799_528,
         comm_backend: ddpbench::record::Backend::Mpi,
