@@ -24,7 +24,7 @@ pub use end::{end_file_name, write_atomic, EndRecord, RunStatus};
 pub use key::{Backend, ComparisonKey, DeviceKind, GradDtype, MallocMode, Memory, MemoryFormat, NoiseScaleMode, Overlap, Peer, PhaseSync};
 
 pub use manifest::{AllreduceProbe, ClockSummary, CommInfo, Manifest, RankInfo, ScriptFile, TargetOutcome, SCHEMA_VERSION};
-pub use rows::{EpochRow, Phase, PhaseRole, PhaseTimes, StepRow};
+pub use rows::{EpochRow, Phase, PhaseArray, PhaseRole, PhaseTimes, StepRow};
 pub use sweep::{Buffer, SweepRow};
 pub use warning::{RunWarning, WarningCode};
 

@@ -19,6 +19,7 @@ pub mod plots;
 mod projection;
 pub mod recommendation;
 mod speedup;
+mod step_phases;
 pub mod target;
 mod terminal;
 pub mod times;
@@ -29,6 +30,7 @@ pub use build::build;
 pub use communication::bandwidth_sentence;
 pub use files::{csv_bytes, not_written, stage, write};
 pub use projection::{left_out as projection_left_out, section as projection_section, TARGET_EFFICIENCY};
+pub use step_phases::{StepPart, StepPhases};
 pub use terminal::print;
 
 use super::analysis::heatmap::StepHeatmap;
@@ -160,20 +162,6 @@ pub struct EpochBreakdown {
     pub comm_wait_s: f64,
     /// (forward + backward) / transfer, from the means per step.
     pub compute_comm_ratio: f64,
-}
-
-/// Mean seconds per rank-step of each phase, the exposed all-reduce split into the
-/// transfer and the wait for a late rank.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct StepPhases {
-    /// Waiting for and copying the batch.
-    pub data_s: f64,
-    pub forward_s: f64,
-    pub backward_s: f64,
-    pub comm_transfer_s: f64,
-    pub comm_wait_s: f64,
-    pub optimizer_s: f64,
-    pub other_s: f64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
