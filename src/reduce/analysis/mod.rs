@@ -14,7 +14,7 @@ pub(crate) mod summary;
 
 pub use interval::Direction;
 pub use scaling::{scaling, ScalingMode, ScalingRow, StepBreakdown};
-pub use summary::{gating_type, rank_summaries, type_summaries, PhaseFigures, RankSummary, TypeSummary};
+pub use summary::{gating_type, rank_summaries, type_summaries, RankSummary, TypeSummary};
 
 use super::metrics;
 use super::read::{self, GpuTelemetry, Row};
