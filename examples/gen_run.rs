@@ -98,7 +98,7 @@ fn main() -> anyhow::Result<()> {
                 time_utc: "2026-01-01T00:00:00.000000Z".into(),
                 step_start_at_s: t,
                 samples: 64,
-                phases: [data, 0.0, fwd, bwd, comm, opt, 0.0001],
+                phases: ddpbench::record::PhaseArray([data, 0.0, fwd, bwd, comm, opt, 0.0001]),
                 comm_s: comm,
                 comm_stage_d2h_s: 0.0,
                 comm_stage_h2d_s: 0.0,

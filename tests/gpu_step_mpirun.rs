@@ -74,16 +74,7 @@ fn rows_read_a_step_late_hold_each_steps_own_loss_and_add_up() {
         assert!(a.windows(2).any(|w| w[0] != w[1]), "the losses change from step to step");
         // Each row adds up to its step (the CSV rounds each column to 1e-9 s).
         let step_s = column(&late, r, "step_s");
-        let phases = [
-            "data_s",
-            "batch_copy_s",
-            "forward_s",
-            "backward_s",
-            "comm_exposed_s",
-            "optimizer_s",
-            "other_s",
-        ];
-        let cols: Vec<Vec<f64>> = phases.iter().map(|p| column(&late, r, p)).collect();
+        let cols: Vec<Vec<f64>> = ddpbench::record::Phase::ALL.iter().map(|p| column(&late, r, p.column())).collect();
         for (k, total) in step_s.iter().enumerate() {
             let sum: f64 = cols.iter().map(|c| c[k]).sum();
             assert!((sum - total).abs() <= 4e-9, "rank {r} row {k}: phases {sum} vs step {total}");

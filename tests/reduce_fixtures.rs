@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use ddpbench::record::{CsvLog, Manifest, RankInfo, StepRow};
+use ddpbench::record::{CsvLog, Manifest, Phase, PhaseArray, RankInfo, StepRow};
 use ddpbench::reduce::read_run;
 use ddpbench::reduce::{rank_summaries, scaling, type_summaries, Direction, ScalingMode, StepBreakdown};
 use std::path::Path;
@@ -123,7 +123,7 @@ fn write(dir: &Path, f: &Fixture) {
                 time_utc: "2026-01-01T00:00:00.000000Z".into(),
                 step_start_at_s: start,
                 samples: f.batch,
-                phases: [ph[0], 0.0, ph[1], ph[2], ph[3], ph[4], ph[5]],
+                phases: PhaseArray([ph[0], 0.0, ph[1], ph[2], ph[3], ph[4], ph[5]]),
                 comm_s: ph[3],
                 comm_stage_d2h_s: 0.0,
                 comm_stage_h2d_s: 0.0,
@@ -179,10 +179,10 @@ fn every_figure_matches_hand_values() {
     assert!(close(a.step_s_median, 1.5) && close(a.step_s_p95, 1.5) && close(a.step_s_max, 1.5));
     // Rank 0 alone: 10 samples per 1.5 s.
     assert!(close(a.samples_per_s, 10.0 / 1.5));
-    assert!(close(a.comm_exposed_s_median, 0.4) && close(a.comm_exposed_share, 0.4 / 1.5));
+    let exposed = a.phases[Phase::CommExposed];
+    assert!(close(exposed.median_s, 0.4) && close(exposed.share, 0.4 / 1.5));
     // Shares are means over the mean step: they add up to 1.
-    let shares =
-        a.data_share + a.batch_copy_share + a.forward_share + a.backward_share + a.comm_exposed_share + a.optimizer_share + a.other_share;
+    let shares: f64 = a.phases.values().map(|f| f.share).sum();
     assert!(close(shares, 1.0));
     // A waits 0.3 s for B; the transfer after B's entry takes 0.1 s on both.
     assert!(close(a.comm_wait_s_mean, 0.3) && close(b.comm_wait_s_mean, 0.0));
@@ -923,7 +923,7 @@ fn overlapped_communication_and_gpu_telemetry() {
     let s = type_summaries(&run);
     let (a, b) = (&s[0], &s[1]);
     // The phase is the exposed part; all of the work is comm_s.
-    assert!(close(a.comm_exposed_s_median, 0.4) && close(a.comm_s_median, 0.6));
+    assert!(close(a.phases[Phase::CommExposed].median_s, 0.4) && close(a.comm_s_median, 0.6));
     // R uses the transfer, the work after the last rank entered: (0.3 + 0.5) / 0.3.
     assert!(close(a.compute_comm_ratio, 0.8 / 0.3));
     // A waited 0.3 s of its 0.4 s exposed for B; the transfer is the work minus that wait.
@@ -976,9 +976,9 @@ fn schema_1_run_folders_still_reduce() {
     assert!(run.complete(), "{:?}", run.problems);
     assert_eq!((run.steps, run.warmup_steps), (3, 1));
     let s = &type_summaries(&run)[0];
-    assert!(close(s.data_s_median, 0.2) && close(s.forward_s_median, 0.4));
-    assert_eq!(s.batch_copy_s_median, 0.0, "schema 1 has no batch copy column: it is 0");
-    assert!(close(s.comm_exposed_s_median, 0.05) && close(s.comm_s_median, 0.05));
+    assert!(close(s.phases[Phase::Data].median_s, 0.2) && close(s.phases[Phase::Forward].median_s, 0.4));
+    assert_eq!(s.phases[Phase::BatchCopy].median_s, 0.0, "schema 1 has no batch copy column: it is 0");
+    assert!(close(s.phases[Phase::CommExposed].median_s, 0.05) && close(s.comm_s_median, 0.05));
     assert!(close(s.step_s_median, 0.2 + 0.4 + 0.3));
     assert_eq!(
         s.schema_version,

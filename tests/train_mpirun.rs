@@ -104,18 +104,7 @@ fn two_ranks_write_complete_consistent_files() {
         assert!(col(&h, &rows, "samples").iter().all(|&s| s == 64.0));
         assert!(col(&h, &rows, "bytes").iter().all(|&b| b == 4.0 * 1_199_882.0));
         let step = col(&h, &rows, "step_s");
-        let phases: Vec<Vec<f64>> = [
-            "data_s",
-            "batch_copy_s",
-            "forward_s",
-            "backward_s",
-            "comm_exposed_s",
-            "optimizer_s",
-            "other_s",
-        ]
-        .iter()
-        .map(|p| col(&h, &rows, p))
-        .collect();
+        let phases: Vec<Vec<f64>> = ddpbench::record::Phase::ALL.iter().map(|p| col(&h, &rows, p.column())).collect();
         for i in 0..rows.len() {
             let sum: f64 = phases.iter().map(|p| p[i]).sum();
             assert!(
@@ -154,17 +143,8 @@ fn two_ranks_write_complete_consistent_files() {
     assert_eq!(rows.len(), 1);
     assert_eq!(col(&h, &rows, "ranks")[0], 2.0);
     assert_eq!(col(&h, &rows, "rank_steps")[0], 50.0);
-    let shares: f64 = [
-        "data_share",
-        "forward_share",
-        "backward_share",
-        "comm_exposed_share",
-        "optimizer_share",
-        "other_share",
-    ]
-    .iter()
-    .map(|c| col(&h, &rows, c)[0])
-    .sum();
+    let share_of = |p: &ddpbench::record::Phase| format!("{}_share", p.column().trim_end_matches("_s"));
+    let shares: f64 = ddpbench::record::Phase::ALL.iter().map(|p| col(&h, &rows, &share_of(p))[0]).sum();
     // Medians of parts need not add to the median of the whole, but stay close.
     assert!((shares - 1.0).abs() < 0.25, "shares add to {shares}");
     assert!(col(&h, &rows, "samples_per_s")[0] > 0.0);

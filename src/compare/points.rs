@@ -5,30 +5,36 @@
 use super::read::{ReportFile, RunEntry};
 use super::Refusal;
 use crate::reduce::analysis::interval::{speedup_interval, Direction, Spread, Term};
+use crate::reduce::report::StepPhases;
 use crate::stats;
+use std::sync::LazyLock;
 use serde_json::{Map, Value};
 
 /// Comparison-key fields that follow each machine's cores (threads bound per rank, data
 /// workers): two clusters differ in them, so points are matched without them.
 pub const MACHINE_FIELDS: &[&str] = &["threads", "workers"];
 
-/// The figures compared, in the table's order: (column stem, what it is).
-pub const METRICS: &[(&str, &str)] = &[
-    ("step_s", "mean step time (s)"),
-    ("data_s", "data per step (s)"),
-    ("forward_s", "forward per step (s)"),
-    ("backward_s", "backward per step (s)"),
-    ("comm_transfer_s", "all-reduce transfer per step (s)"),
-    ("comm_wait_s", "all-reduce wait per step (s)"),
-    ("optimizer_s", "optimizer per step (s)"),
-    ("other_s", "other per step (s)"),
-    ("samples_per_s", "throughput (samples/s)"),
-    ("speedup", "speedup"),
-    ("busbw_bytes_per_s", "bus bandwidth (B/s)"),
-];
+/// The figures compared, in the table's order: (column stem, what it is). The step,
+/// then its parts as report.json's `per_step` holds them ([`StepPhases::layout`]), then
+/// throughput, speedup and bus bandwidth.
+pub static METRICS: LazyLock<Vec<(&'static str, String)>> = LazyLock::new(|| {
+    let mut metrics = vec![("step_s", "mean step time (s)".to_string())];
+    metrics.extend(StepPhases::layout().into_iter().map(|p| (p.key, format!("{} per step (s)", p.what))));
+    metrics.extend([
+        ("samples_per_s", "throughput (samples/s)".to_string()),
+        ("speedup", "speedup".to_string()),
+        ("busbw_bytes_per_s", "bus bandwidth (B/s)".to_string()),
+    ]);
+    metrics
+});
 
-/// The index of `samples_per_s` in [`METRICS`].
-pub const THROUGHPUT: usize = 8;
+/// The index of `samples_per_s` in [`METRICS`]: after the step and its parts.
+pub static THROUGHPUT: LazyLock<usize> = LazyLock::new(|| 1 + StepPhases::layout().len());
+
+/// The metrics that are parts of a step (between `step_s` and `samples_per_s` in [`METRICS`]).
+pub fn step_parts() -> std::ops::Range<usize> {
+    1..*THROUGHPUT
+}
 
 /// One side's figures at a point, in [`METRICS`]' order.
 #[derive(Debug, Clone)]
@@ -74,14 +80,14 @@ impl Compared {
 
     /// The throughput ratio's interval.
     pub fn throughput(&self) -> RatioInterval {
-        self.intervals[THROUGHPUT]
+        self.intervals[*THROUGHPUT]
     }
 }
 
 /// Whether metric `i` is a time (the step or a phase, before throughput in
 /// [`METRICS`]): a ratio above 1 is B slower.
 pub fn is_time(i: usize) -> bool {
-    i < THROUGHPUT
+    i < *THROUGHPUT
 }
 
 /// A run's point: its key without [`MACHINE_FIELDS`], its rank count and per-rank batch.
@@ -274,15 +280,7 @@ fn figures(runs: &[&RunEntry], report: &ReportFile) -> SideFigures {
         .filter(|s| run_ids.contains(&s.run_id) && s.busbw_bytes_per_s > 0.0)
         .map(|s| s.busbw_bytes_per_s)
         .collect();
-    let phases: [(f64, Vec<f64>); 7] = [
-        per_run(&|r| r.per_step.data_s),
-        per_run(&|r| r.per_step.forward_s),
-        per_run(&|r| r.per_step.backward_s),
-        per_run(&|r| r.per_step.comm_transfer_s),
-        per_run(&|r| r.per_step.comm_wait_s),
-        per_run(&|r| r.per_step.optimizer_s),
-        per_run(&|r| r.per_step.other_s),
-    ];
+    let phases: Vec<(f64, Vec<f64>)> = METRICS[step_parts()].iter().map(|(key, _)| per_run(&|r| r.per_step.seconds(key))).collect();
     // A step is the global batch over a run's throughput: its logs are the throughput's negated.
     let step_logs = throughput_logs.iter().map(|l| (runs[0].global_batch as f64).ln() - l).collect();
     let mut values = vec![runs[0].global_batch as f64 / throughput];
@@ -330,7 +328,7 @@ mod tests {
     fn threads_may_differ_and_a_batch_that_differs_is_named() {
         let (shared, only) = compare(&report(&[(1, 16, 100.0)]), &report(&[(4, 16, 150.0), (4, 32, 1.0)])).unwrap();
         assert_eq!(shared.len(), 1);
-        assert!((shared[0].ratio(THROUGHPUT) - 1.5).abs() < 1e-12);
+        assert!((shared[0].ratio(*THROUGHPUT) - 1.5).abs() < 1e-12);
         assert_eq!(
             (shared[0].machine_a.as_str(), shared[0].machine_b.as_str()),
             ("threads [1], workers 0", "threads [4], workers 0")
@@ -349,7 +347,7 @@ mod tests {
         .unwrap();
         let c = &shared[0];
         let t = c.throughput();
-        assert!(t.low > 1.0 && t.low < c.ratio(THROUGHPUT) && c.ratio(THROUGHPUT) < t.high);
+        assert!(t.low > 1.0 && t.low < c.ratio(*THROUGHPUT) && c.ratio(*THROUGHPUT) < t.high);
         assert_eq!(t.direction, Direction::Faster);
         // The step is the global batch over throughput: its interval is the inverse, and
         // a shorter step is B faster.

@@ -6,6 +6,7 @@ use crate::record::SCHEMA_VERSION;
 use crate::reduce::report::REPORT_VERSION;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The largest report.json read (its size does not grow with steps or ranks' rows).
@@ -43,23 +44,18 @@ pub struct RunEntry {
     pub per_step: StepPhases,
 }
 
-/// Mean seconds per rank-step by phase (report.json's `per_step`); NaN where it wrote null.
-#[derive(Debug, Deserialize, Clone, Copy)]
-pub struct StepPhases {
-    #[serde(deserialize_with = "number")]
-    pub data_s: f64,
-    #[serde(deserialize_with = "number")]
-    pub forward_s: f64,
-    #[serde(deserialize_with = "number")]
-    pub backward_s: f64,
-    #[serde(deserialize_with = "number")]
-    pub comm_transfer_s: f64,
-    #[serde(deserialize_with = "number")]
-    pub comm_wait_s: f64,
-    #[serde(deserialize_with = "number")]
-    pub optimizer_s: f64,
-    #[serde(deserialize_with = "number")]
-    pub other_s: f64,
+/// Mean seconds per rank-step by part of the step (report.json's `per_step`, keyed as
+/// [`crate::reduce::report::StepPhases::layout`] names them); None where it wrote null.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(transparent)]
+pub struct StepPhases(BTreeMap<String, Option<f64>>);
+
+impl StepPhases {
+    /// The seconds of part `key`: NaN where the report wrote null, 0 where it has no such
+    /// key (a report written before that phase existed).
+    pub fn seconds(&self, key: &str) -> f64 {
+        self.0.get(key).map_or(0.0, |v| v.unwrap_or(f64::NAN))
+    }
 }
 
 /// One run and node type (report.json's `summary`).

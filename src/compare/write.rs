@@ -1,13 +1,10 @@
 //! What `compare` writes: the terminal table, compare.md, compare.csv, the sentence on
 //! the biggest difference, and the new folder they go into.
 
-use super::points::{Compared, RatioInterval, METRICS, THROUGHPUT};
+use super::points::{step_parts, Compared, RatioInterval, METRICS, THROUGHPUT};
 use super::Refusal;
 use crate::reduce::analysis::interval::Direction;
 use std::path::{Path, PathBuf};
-
-/// The metrics that are phases of a step (between step_s and samples_per_s in [`METRICS`]).
-const PHASES: std::ops::Range<usize> = 1..8;
 
 /// Creates the output folder: `out`, which must not exist, or the first of ./compare,
 /// ./compare-2, ... that does not.
@@ -50,7 +47,7 @@ fn point_title(c: &Compared) -> String {
 /// The metrics whose ratio can have an interval (the step, the phases, throughput: a
 /// value per run), in [`METRICS`]' order.
 fn has_interval(i: usize) -> bool {
-    i <= THROUGHPUT
+    i <= *THROUGHPUT
 }
 
 /// The direction B takes, as a word; none where the interval holds 1 or there is none.
@@ -109,11 +106,11 @@ pub fn biggest_difference(points: &[Compared]) -> String {
         num(c.b.values[0]),
         num(c.a.values[0]),
         c.ratio(0),
-        c.ratio(THROUGHPUT),
+        c.ratio(*THROUGHPUT),
         interval_words(c)
     );
     let gap = |i: &usize| (c.b.values[*i] - c.a.values[*i]).abs();
-    if let Some(i) = PHASES.filter(|i| gap(i).is_finite()).max_by(|x, y| gap(x).total_cmp(&gap(y))) {
+    if let Some(i) = step_parts().filter(|i| gap(i).is_finite()).max_by(|x, y| gap(x).total_cmp(&gap(y))) {
         text += &format!(
             " The phase that differs most is {}: {} s in B against {} s in A.",
             METRICS[i].0,

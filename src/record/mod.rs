@@ -26,7 +26,7 @@ pub use key::{Backend, ComparisonKey, DeviceKind, GradDtype, MallocMode, Memory,
 pub use manifest::{
     AllreduceProbe, ClockSummary, CommInfo, Manifest, PointId, RankInfo, ScriptFile, StudyRun, TargetOutcome, SCHEMA_VERSION,
 };
-pub use rows::{EpochRow, Phase, PhaseRole, PhaseTimes, StepRow};
+pub use rows::{EpochRow, Phase, PhaseArray, PhaseRole, PhaseTimes, StepRow};
 pub use sweep::{Buffer, SweepRow};
 pub use warning::{RunWarning, WarningCode};
 

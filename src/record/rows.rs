@@ -85,8 +85,48 @@ impl fmt::Display for Phase {
     }
 }
 
-/// Seconds per phase of one step, indexed by [`Phase::index`].
-pub type PhaseTimes = [f64; Phase::COUNT];
+/// One value per phase, indexed by [`Phase`], in [`Phase::ALL`]'s order: a new phase
+/// is a new entry everywhere one of these is kept, with no other edit.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PhaseArray<T>(pub [T; Phase::COUNT]);
+
+impl<T> PhaseArray<T> {
+    /// The array whose entry for each phase is `f(phase)`.
+    pub fn from_fn(mut f: impl FnMut(Phase) -> T) -> Self {
+        PhaseArray(Phase::ALL.map(&mut f))
+    }
+
+    /// Each phase with its value, in [`Phase::ALL`]'s order.
+    pub fn iter(&self) -> impl Iterator<Item = (Phase, &T)> {
+        Phase::ALL.into_iter().zip(self.0.iter())
+    }
+
+    /// The values in [`Phase::ALL`]'s order.
+    pub fn values(&self) -> std::slice::Iter<'_, T> {
+        self.0.iter()
+    }
+
+    /// The values in [`Phase::ALL`]'s order, to change in place.
+    pub fn values_mut(&mut self) -> std::slice::IterMut<'_, T> {
+        self.0.iter_mut()
+    }
+}
+
+impl<T> std::ops::Index<Phase> for PhaseArray<T> {
+    type Output = T;
+    fn index(&self, p: Phase) -> &T {
+        &self.0[p.index()]
+    }
+}
+
+impl<T> std::ops::IndexMut<Phase> for PhaseArray<T> {
+    fn index_mut(&mut self, p: Phase) -> &mut T {
+        &mut self.0[p.index()]
+    }
+}
+
+/// Seconds per phase of one step.
+pub type PhaseTimes = PhaseArray<f64>;
 
 /// One training step on one rank: a row of `rank-NNNNN.csv`. Its columns, in order, are
 /// [`StepRow::LEADING`], one per phase of [`Phase::ALL`] named by [`Phase::column`], and
@@ -111,7 +151,7 @@ pub struct StepRow {
     pub step_start_at_s: f64,
     /// Samples this rank processed in the step.
     pub samples: usize,
-    /// Seconds per phase, indexed by [`Phase::index`]; they add up to `step_s`.
+    /// Seconds per phase; they add up to `step_s`.
     pub phases: PhaseTimes,
     /// Wall time of the whole step: the sum of the phases.
     pub step_s: f64,
@@ -192,7 +232,7 @@ impl StepRow {
 
     /// The seconds of `phase` in this step.
     pub fn phase(&self, phase: Phase) -> f64 {
-        self.phases[phase.index()]
+        self.phases[phase]
     }
 }
 
@@ -212,7 +252,7 @@ impl Serialize for StepRow {
         st.serialize_field(start_at, &self.step_start_at_s)?;
         st.serialize_field(samples, &self.samples)?;
         for p in Phase::ALL {
-            st.serialize_field(p.column(), &self.phases[p.index()])?;
+            st.serialize_field(p.column(), &self.phases[p])?;
         }
         let [step_s, comm_s, d2h, h2d, hidden, comm_at, last_at, loss, bytes, scale, skipped, b_small, sq_small, b_big, sq_big] =
             Self::TRAILING;
@@ -341,6 +381,35 @@ mod tests {
         assert_eq!(roles, [Data, Data, Compute, Compute, Communication, Compute, Compute]);
     }
 
+    /// results/README.md, the one glossary of the phases (README.md and docs point to
+    /// it), has a row for each phase column of the rank file, in the step's order.
+    #[test]
+    fn the_glossary_defines_every_phase_in_order() {
+        let glossary = include_str!("../../results/README.md");
+        let start = glossary.find("### `rank-NNNNN.csv`").expect("results/README.md has the rank file's section");
+        let section = &glossary[start..];
+        let section = &section[..section[4..].find("\n### ").map_or(section.len(), |end| end + 4)];
+        let rows: Vec<&str> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
+            .collect();
+        let phases: Vec<&str> = rows.iter().copied().filter(|c| Phase::ALL.iter().any(|p| p.column() == *c)).collect();
+        let all: Vec<&str> = Phase::ALL.iter().map(|p| p.column()).collect();
+        assert_eq!(phases, all, "results/README.md's rank-file glossary: one row per phase, in Phase::ALL's order");
+    }
+
+    /// A phase indexes its own entry, and iteration follows the step's order.
+    #[test]
+    fn phase_arrays_are_indexed_by_phase_in_step_order() {
+        let mut a = PhaseArray::from_fn(|p| p.column());
+        assert_eq!(a[Phase::Backward], "backward_s");
+        a[Phase::Other] = "last";
+        assert_eq!(a.0[Phase::COUNT - 1], "last");
+        let order: Vec<Phase> = a.iter().map(|(p, _)| p).collect();
+        assert_eq!(order, Phase::ALL);
+        assert_eq!(a.values().count(), Phase::COUNT);
+    }
+
     fn row() -> StepRow {
         StepRow {
             run_id: "r1".into(),
@@ -353,7 +422,7 @@ mod tests {
             time_utc: "2026-01-01T00:00:00.000000Z".into(),
             step_start_at_s: 0.5,
             samples: 64,
-            phases: [0.001, 0.0, 0.01, 0.02, 0.003, 0.004, 0.0005],
+            phases: PhaseArray([0.001, 0.0, 0.01, 0.02, 0.003, 0.004, 0.0005]),
             step_s: 0.0385,
             comm_s: 0.003,
             comm_stage_d2h_s: 0.0,
@@ -389,7 +458,7 @@ mod tests {
              0.0385,0.003,0,0,0,0.53,0.000008787,2.3,4799528,,0,,,,"
         );
         for p in Phase::ALL {
-            assert_eq!(row.phase(p), row.phases[p.index()]);
+            assert_eq!(row.phase(p), row.phases.0[p.index()]);
         }
     }
 }

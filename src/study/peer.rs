@@ -403,13 +403,13 @@ fn convert(peer_dir: &Path, dir: &Path, rank: usize, run_id: &str, node_type: &s
     let mut n = 0;
     for row in csv::Reader::from_reader(text.as_bytes()).deserialize::<PeerRow>() {
         let r = row.with_context(|| format!("{}: not a row of the peer script", from.display()))?;
-        let mut phases = [0.0; Phase::COUNT];
-        phases[Phase::Data.index()] = r.data_s;
-        phases[Phase::Forward.index()] = r.forward_s;
-        phases[Phase::Backward.index()] = (r.fwd_bwd_comm_s - r.forward_s).max(0.0);
-        phases[Phase::Optimizer.index()] = r.optimizer_s;
-        let named: f64 = phases.iter().sum();
-        phases[Phase::Other.index()] = (r.step_s - named).max(0.0);
+        let mut phases = crate::record::PhaseTimes::default();
+        phases[Phase::Data] = r.data_s;
+        phases[Phase::Forward] = r.forward_s;
+        phases[Phase::Backward] = (r.fwd_bwd_comm_s - r.forward_s).max(0.0);
+        phases[Phase::Optimizer] = r.optimizer_s;
+        let named: f64 = phases.values().sum();
+        phases[Phase::Other] = (r.step_s - named).max(0.0);
         let at = started + std::time::Duration::from_secs_f64(r.step_start_at_s.max(0.0));
         // DDP hands buckets to its all-reduce inside backward, unseen: both entries are
         // backward's start, the earliest they can be.
@@ -426,7 +426,7 @@ fn convert(peer_dir: &Path, dir: &Path, rank: usize, run_id: &str, node_type: &s
             time_utc: record::rfc3339_utc(at),
             step_start_at_s: r.step_start_at_s,
             samples: r.samples,
-            step_s: phases.iter().sum(),
+            step_s: phases.values().sum(),
             phases,
             comm_s: 0.0,
             comm_stage_d2h_s: 0.0,

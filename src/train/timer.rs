@@ -23,7 +23,8 @@ use std::time::Instant;
 use tch::Device;
 
 /// A boundary inside one step, in the order a step meets them. The four from
-/// `DataReady` to `BackwardDone` repeat once per micro-batch.
+/// `DataReady` to `BackwardDone` repeat once per micro-batch ([`StepEvent::repeats`]).
+/// `End` stays the last variant: [`StepEvent::COUNT`] is counted from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StepEvent {
     /// The step begins: waiting for the first batch starts.
@@ -48,6 +49,25 @@ pub enum StepEvent {
     End,
 }
 
+/// How often a step records an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repeats {
+    /// Once per step.
+    OncePerStep,
+    /// Once per micro-batch.
+    PerMicroBatch,
+}
+
+// Every event is in `StepEvent::ALL`, at its declaration's position: a variant added
+// before `End` raises `COUNT`, and the array's length no longer matches.
+const _: () = {
+    let mut i = 0;
+    while i < StepEvent::COUNT {
+        assert!(StepEvent::ALL[i] as usize == i, "StepEvent::ALL must list the events in declaration order");
+        i += 1;
+    }
+};
+
 /// Where an event happens: the thread or stream whose progress it marks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Track {
@@ -60,6 +80,20 @@ pub enum Track {
 }
 
 impl StepEvent {
+    pub const COUNT: usize = StepEvent::End as usize + 1;
+    /// Every event, in the order a step meets them.
+    pub const ALL: [StepEvent; StepEvent::COUNT] = [
+        StepEvent::Start,
+        StepEvent::DataReady,
+        StepEvent::CopyDone,
+        StepEvent::ForwardDone,
+        StepEvent::BackwardDone,
+        StepEvent::CommDone,
+        StepEvent::CommRecorded,
+        StepEvent::OptimizerDone,
+        StepEvent::End,
+    ];
+
     /// The phase that ends at this boundary; `Start` ends none.
     pub fn ends(self) -> Option<Phase> {
         match self {
@@ -83,9 +117,27 @@ impl StepEvent {
         }
     }
 
-    /// How many marks a step of `micro_batches` micro-batches records at most.
+    /// Whether a step records the event once or once per micro-batch. A match with
+    /// no catch-all, so a new event is counted in [`StepEvent::per_step`].
+    pub fn repeats(self) -> Repeats {
+        match self {
+            StepEvent::DataReady | StepEvent::CopyDone | StepEvent::ForwardDone | StepEvent::BackwardDone => Repeats::PerMicroBatch,
+            StepEvent::Start | StepEvent::CommDone | StepEvent::CommRecorded | StepEvent::OptimizerDone | StepEvent::End => {
+                Repeats::OncePerStep
+            }
+        }
+    }
+
+    /// How many marks a step of `micro_batches` micro-batches records at most: every
+    /// event of [`StepEvent::ALL`], as often as it [`StepEvent::repeats`].
     pub fn per_step(micro_batches: usize) -> usize {
-        4 * micro_batches + 5
+        StepEvent::ALL
+            .iter()
+            .map(|e| match e.repeats() {
+                Repeats::OncePerStep => 1,
+                Repeats::PerMicroBatch => micro_batches,
+            })
+            .sum()
     }
 }
 
@@ -159,13 +211,13 @@ impl StepMarks {
     /// its step exactly, not to within rounding; it is the first mark to the last up to
     /// that rounding. Depends on the marks alone.
     pub fn times(&self) -> StepTimes {
-        let mut phases = [0.0; Phase::COUNT];
+        let mut phases = PhaseTimes::default();
         for pair in self.marks.windows(2) {
             if let Some(p) = pair[1].event.ends() {
-                phases[p.index()] += pair[1].at_s - pair[0].at_s;
+                phases[p] += pair[1].at_s - pair[0].at_s;
             }
         }
-        let step_s = phases.iter().sum();
+        let step_s = phases.values().sum();
         StepTimes {
             phases,
             step_s,
@@ -349,8 +401,24 @@ mod tests {
         v
     }
 
+    /// The count of marks follows the event list: a step replays every event of
+    /// [`StepEvent::ALL`], the per-micro-batch ones once per micro-batch.
+    #[test]
+    fn per_step_counts_the_events_a_step_records() {
+        for micro in 1..=4 {
+            assert_eq!(StepEvent::per_step(micro), step_events(micro).len(), "{micro} micro-batches");
+        }
+        let mut replayed: Vec<StepEvent> = step_events(2);
+        replayed.dedup();
+        let mut listed: Vec<StepEvent> = StepEvent::ALL.to_vec();
+        listed.retain(|e| replayed.contains(e));
+        assert_eq!(listed, StepEvent::ALL, "every event is replayed");
+        let per_micro: Vec<StepEvent> = StepEvent::ALL.into_iter().filter(|e| e.repeats() == Repeats::PerMicroBatch).collect();
+        assert_eq!(step_events(3).iter().filter(|e| per_micro.contains(e)).count(), 3 * per_micro.len());
+    }
+
     fn phase(t: &StepTimes, p: Phase) -> f64 {
-        t.phases[p.index()]
+        t.phases[p]
     }
 
     #[test]
@@ -371,7 +439,7 @@ mod tests {
         assert_eq!(phase(&t, Phase::Optimizer), 0.4375);
         assert_eq!(phase(&t, Phase::Other), 0.1875);
         assert_eq!(t.step_s, 3.625);
-        assert_eq!(t.phases.iter().sum::<f64>(), t.step_s);
+        assert_eq!(t.phases.values().sum::<f64>(), t.step_s);
     }
 
     #[test]
@@ -388,7 +456,7 @@ mod tests {
             assert_eq!(phase(&t, p), want[p.index()], "{p}");
         }
         assert_eq!(t.step_s, 6.5);
-        assert_eq!(t.phases.iter().sum::<f64>(), t.step_s);
+        assert_eq!(t.phases.values().sum::<f64>(), t.step_s);
         assert_eq!(c.marks().marks().len(), StepEvent::per_step(2));
     }
 
@@ -423,7 +491,7 @@ mod tests {
         assert!(phase(&s, Phase::Data) >= 0.004);
         assert!(phase(&s, Phase::Forward) >= 0.002);
         assert_eq!(phase(&s, Phase::Backward), 0.0);
-        let sum: f64 = s.phases.iter().sum();
+        let sum: f64 = s.phases.values().sum();
         assert!((sum - s.step_s).abs() < 1e-9, "{sum} vs {}", s.step_s);
         // A new step starts from zero.
         c.record(StepEvent::Start);

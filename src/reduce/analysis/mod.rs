@@ -18,7 +18,7 @@ pub use summary::{gating_type, rank_summaries, type_summaries, RankSummary, Type
 
 use super::metrics;
 use super::read::{self, GpuTelemetry, Row};
-use crate::record::{Backend, ComparisonKey, EpochRow, Manifest, Phase, PhaseTimes};
+use crate::record::{Backend, ComparisonKey, EpochRow, Manifest, Phase, PhaseArray, PhaseTimes};
 use crate::stats::Sketch;
 use std::path::{Path, PathBuf};
 
@@ -64,7 +64,7 @@ pub struct TypeStats {
     pub node_type: String,
     pub ranks: Vec<usize>,
     pub step: Sketch,
-    pub phase: [Sketch; Phase::COUNT],
+    pub phase: PhaseArray<Sketch>,
     /// The transfer time of each rank-step ([`metrics::transfer_time`]).
     pub transfer: Sketch,
     /// The straggler wait of each rank-step ([`metrics::straggler_wait`]).
@@ -87,7 +87,7 @@ impl TypeStats {
             node_type: node_type.into(),
             ranks: Vec::new(),
             step: Sketch::new(),
-            phase: std::array::from_fn(|_| Sketch::new()),
+            phase: PhaseArray::from_fn(|_| Sketch::new()),
             transfer: Sketch::new(),
             wait: Sketch::new(),
             comm: Sketch::new(),
@@ -188,7 +188,7 @@ impl RunStats {
     /// Mean over rank-steps of phase `p`, seconds.
     pub fn phase_mean(&self, p: Phase) -> f64 {
         let n = self.ranks.iter().map(|r| r.steps).sum::<u64>().max(1) as f64;
-        self.ranks.iter().map(|r| r.phase_sum[p.index()]).sum::<f64>() / n
+        self.ranks.iter().map(|r| r.phase_sum[p]).sum::<f64>() / n
     }
 }
 
@@ -208,7 +208,7 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
                 steps: 0,
                 samples: 0,
                 step: Sketch::new(),
-                phase_sum: [0.0; Phase::COUNT],
+                phase_sum: PhaseTimes::default(),
                 wait_sum: 0.0,
                 last_arrivals: 0,
                 caused_wait_s: 0.0,
@@ -323,7 +323,7 @@ impl RunStats {
         let mut waited = 0.0;
         let own: Vec<f64> = rows
             .iter()
-            .map(|row| (row.step_s - row.phases[Phase::CommExposed.index()]).max(0.0))
+            .map(|row| (row.step_s - row.phases[Phase::CommExposed]).max(0.0))
             .collect();
         let own_mean = own.iter().sum::<f64>() / own.len() as f64;
         self.own_common.push(own_mean);
@@ -351,7 +351,7 @@ impl RunStats {
             rs.steps += 1;
             add_count(&mut rs.samples, row.samples, "samples of one rank")?;
             rs.step.push(row.step_s);
-            for (sum, v) in rs.phase_sum.iter_mut().zip(row.phases) {
+            for (sum, v) in rs.phase_sum.values_mut().zip(row.phases.values()) {
                 *sum += v;
             }
             rs.wait_sum += wait;
@@ -359,8 +359,8 @@ impl RunStats {
             ts.step.push(row.step_s);
             self.local_work.push(own[i]);
             self.transfer.push(metrics::transfer_time(row.comm_s, wait));
-            for (sketch, v) in ts.phase.iter_mut().zip(row.phases) {
-                sketch.push(v);
+            for (sketch, v) in ts.phase.values_mut().zip(row.phases.values()) {
+                sketch.push(*v);
             }
             ts.transfer.push(metrics::transfer_time(row.comm_s, wait));
             ts.wait.push(wait);

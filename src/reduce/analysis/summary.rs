@@ -1,17 +1,18 @@
 //! `summary.csv` (one row per run and node type) and `ranks.csv` (one row per rank).
 
 use super::{RunStats, TypeStats};
-use crate::record::{Phase, SCHEMA_VERSION};
+use crate::record::{Phase, PhaseArray, PhaseRole, SCHEMA_VERSION};
 use crate::reduce::metrics;
 use serde::Serialize;
 use std::collections::BTreeSet;
+use std::sync::LazyLock;
 
 /// One row of summary.csv: one node type of one run. A rank-CSV column `x_s` appears
 /// as `x_s_median` (median over the type's rank-steps) and, for a phase, `x_share`
 /// (its mean over the mean step, so the shares add up to 1; at 1 rank they leave out the
 /// local copy that stands for the all-reduce, whose share is empty). Written as CSV, every
 /// real is a plain decimal and an undefined one (NaN) an empty cell.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct TypeSummary {
     pub run_id: String,
     /// The schema of this file (`record::SCHEMA_VERSION` of the reducer).
@@ -34,23 +35,12 @@ pub struct TypeSummary {
     /// ran whole, steps per epoch × mean step (then `epoch_s_projected` is 1).
     pub epoch_s: f64,
     pub epoch_s_projected: u8,
-    pub data_s_median: f64,
-    pub data_share: f64,
-    pub batch_copy_s_median: f64,
-    pub batch_copy_share: f64,
-    pub forward_s_median: f64,
-    pub forward_share: f64,
-    pub backward_s_median: f64,
-    pub backward_share: f64,
-    /// The communication phase: waiting for the all-reduce after backward (at 1 rank, the
-    /// local copy that stands for it).
-    pub comm_exposed_s_median: f64,
-    /// Its share of the step; empty at 1 rank, which communicates with nobody.
-    pub comm_exposed_share: f64,
-    pub optimizer_s_median: f64,
-    pub optimizer_share: f64,
-    pub other_s_median: f64,
-    pub other_share: f64,
+    /// Per phase, in the step's order: columns `<phase>_median` and `<phase without
+    /// _s>_share` (`data_s_median`, `data_share`). The communication phase
+    /// (`comm_exposed_s`: waiting for the all-reduce after backward, at 1 rank the local
+    /// copy that stands for it) has an empty share at 1 rank, which communicates with
+    /// nobody.
+    pub phases: PhaseArray<PhaseFigures>,
     /// All of the all-reduce work per step (comm_s), hidden behind backward or not.
     pub comm_s_median: f64,
     /// The straggler wait inside the all-reduce ([`metrics::straggler_wait`]).
@@ -103,6 +93,120 @@ pub struct TypeSummary {
     pub gpu_power_w_mean: f64,
 }
 
+/// One phase's figures in a [`TypeSummary`].
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PhaseFigures {
+    /// Median over the type's rank-steps, seconds.
+    pub median_s: f64,
+    /// Its mean over the mean step.
+    pub share: f64,
+}
+
+/// summary.csv's two columns per phase: `<column>_median` and `<column without _s>_share`.
+static PHASE_COLUMNS: LazyLock<PhaseArray<[String; 2]>> = LazyLock::new(|| {
+    PhaseArray::from_fn(|p| {
+        let column = p.column();
+        let stem = column.strip_suffix("_s").unwrap_or(column);
+        [format!("{column}_median"), format!("{stem}_share")]
+    })
+});
+
+/// Writes every field under its own name, in order, with the phases' columns
+/// ([`PHASE_COLUMNS`]) after `epoch_s_projected`. The pattern names every field, so a
+/// field added to the struct does not compile until it is written here.
+impl Serialize for TypeSummary {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let TypeSummary {
+            run_id,
+            schema_version,
+            model,
+            dataset,
+            node_type,
+            ranks,
+            nodes,
+            batch_per_rank,
+            global_batch,
+            rank_steps,
+            step_s_median,
+            step_s_p95,
+            step_s_max,
+            samples_per_s,
+            epoch_s,
+            epoch_s_projected,
+            phases,
+            comm_s_median,
+            comm_wait_s_median,
+            comm_transfer_s_median,
+            compute_comm_ratio,
+            comm_hidden_s_mean,
+            comm_exposed_transfer_s_mean,
+            comm_wait_s_mean,
+            busbw_bytes_per_s,
+            algbw_bytes_per_s,
+            probe_busbw_bytes_per_s,
+            probe_warm_busbw_bytes_per_s,
+            probe_dtype,
+            busbw_vs_probe,
+            last_arrival_share,
+            caused_wait_s_mean,
+            gating,
+            gpu_util_pct_mean,
+            gpu_mem_used_max_bytes,
+            gpu_power_w_mean,
+        } = self;
+        let mut st = s.serialize_struct("TypeSummary", 35 + 2 * Phase::COUNT)?;
+        macro_rules! fields {
+            ($($f:ident),*) => { $( st.serialize_field(stringify!($f), $f)?; )* };
+        }
+        fields!(
+            run_id,
+            schema_version,
+            model,
+            dataset,
+            node_type,
+            ranks,
+            nodes,
+            batch_per_rank,
+            global_batch,
+            rank_steps,
+            step_s_median,
+            step_s_p95,
+            step_s_max,
+            samples_per_s,
+            epoch_s,
+            epoch_s_projected
+        );
+        for (p, f) in phases.iter() {
+            let [median, share] = &PHASE_COLUMNS[p];
+            st.serialize_field(median, &f.median_s)?;
+            st.serialize_field(share, &f.share)?;
+        }
+        fields!(
+            comm_s_median,
+            comm_wait_s_median,
+            comm_transfer_s_median,
+            compute_comm_ratio,
+            comm_hidden_s_mean,
+            comm_exposed_transfer_s_mean,
+            comm_wait_s_mean,
+            busbw_bytes_per_s,
+            algbw_bytes_per_s,
+            probe_busbw_bytes_per_s,
+            probe_warm_busbw_bytes_per_s,
+            probe_dtype,
+            busbw_vs_probe,
+            last_arrival_share,
+            caused_wait_s_mean,
+            gating,
+            gpu_util_pct_mean,
+            gpu_mem_used_max_bytes,
+            gpu_power_w_mean
+        );
+        st.end()
+    }
+}
+
 /// Of two or more node types, the one whose late arrivals made the others wait longest
 /// in all (ties: the slower median step); None with fewer than two types.
 pub fn gating_type(run: &RunStats) -> Option<String> {
@@ -127,8 +231,8 @@ pub fn type_summaries(run: &RunStats) -> Vec<TypeSummary> {
 fn type_summary(run: &RunStats, t: &TypeStats, gating: Option<&str>) -> TypeSummary {
     let m = &run.manifest;
     let n = m.world_size;
-    let med = |p: Phase| t.phase[p.index()].median();
-    let mean = |p: Phase| t.phase[p.index()].mean();
+    let med = |p: Phase| t.phase[p].median();
+    let mean = |p: Phase| t.phase[p].mean();
     let step_median = t.step.median();
     let step_mean = t.step.mean();
     let share = |p: Phase| if step_mean > 0.0 { mean(p) / step_mean } else { f64::NAN };
@@ -168,20 +272,15 @@ fn type_summary(run: &RunStats, t: &TypeStats, gating: Option<&str>) -> TypeSumm
         samples_per_s,
         epoch_s: run.epoch_s().0,
         epoch_s_projected: u8::from(run.epoch_s().1),
-        data_s_median: med(Phase::Data),
-        data_share: share(Phase::Data),
-        batch_copy_s_median: med(Phase::BatchCopy),
-        batch_copy_share: share(Phase::BatchCopy),
-        forward_s_median: med(Phase::Forward),
-        forward_share: share(Phase::Forward),
-        backward_s_median: med(Phase::Backward),
-        backward_share: share(Phase::Backward),
-        comm_exposed_s_median: med(Phase::CommExposed),
-        comm_exposed_share: multi(share(Phase::CommExposed)),
-        optimizer_s_median: med(Phase::Optimizer),
-        optimizer_share: share(Phase::Optimizer),
-        other_s_median: med(Phase::Other),
-        other_share: share(Phase::Other),
+        phases: PhaseArray::from_fn(|p| PhaseFigures {
+            median_s: med(p),
+            // A lone rank's all-reduce is a local copy: it has no share of communication.
+            share: if p.role() == PhaseRole::Communication {
+                multi(share(p))
+            } else {
+                share(p)
+            },
+        }),
         comm_s_median: t.comm.median(),
         comm_wait_s_median: t.wait.median(),
         comm_transfer_s_median: multi(transfer),
@@ -259,4 +358,29 @@ pub fn rank_summaries(run: &RunStats) -> Vec<RankSummary> {
             },
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each phase has its two columns, `<column>_median` then `<stem>_share`, in the
+    /// step's order, between the epoch's and the all-reduce's columns.
+    #[test]
+    fn summary_columns_follow_the_phases_in_step_order() {
+        let json = serde_json::to_string(&TypeSummary::default()).unwrap();
+        let at = |key: &str| json.find(&format!("\"{key}\":")).unwrap_or_else(|| panic!("no {key} in {json}"));
+        let mut last = at("epoch_s_projected");
+        for p in Phase::ALL {
+            let column = p.column();
+            let stem = column.strip_suffix("_s").unwrap();
+            for key in [format!("{column}_median"), format!("{stem}_share")] {
+                let here = at(&key);
+                assert!(here > last, "{key} out of order in {json}");
+                last = here;
+            }
+        }
+        assert!(at("comm_s_median") > last);
+        assert!(json.contains(r#""comm_exposed_s_median":0.0,"comm_exposed_share":0.0,"optimizer_s_median""#), "{json}");
+    }
 }

@@ -5,7 +5,7 @@
 //! against the run (no step ends after the run did).
 
 use crate::bounds::{self, clock_slack_s, shown, tolerance_s, MAX_BYTES_PER_STEP, MAX_RUN_S, MAX_SAMPLES_PER_STEP};
-use crate::record::{format_plain, Phase, PhaseTimes};
+use crate::record::{format_plain, Phase, PhaseArray, PhaseTimes};
 
 /// One parsed rank-file row: the fields the analysis uses.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -38,7 +38,7 @@ pub(super) struct Columns {
     warmup: usize,
     samples: usize,
     /// Each phase's column; None for a phase the file's schema lacks (it is 0 there).
-    phases: [Option<usize>; Phase::COUNT],
+    phases: PhaseArray<Option<usize>>,
     step_s: usize,
     comm_start_s: usize,
     comm_last_start_s: Option<usize>,
@@ -54,9 +54,9 @@ impl Columns {
     pub(super) fn find(headers: &csv::ByteRecord) -> Result<Columns, String> {
         let opt = |name: &str| headers.iter().position(|h| h == name.as_bytes());
         let pos = |name: &str| opt(name).ok_or_else(|| format!("no column {name}"));
-        let mut phases = [None; Phase::COUNT];
+        let mut phases = PhaseArray::default();
         for p in Phase::ALL {
-            phases[p.index()] = match p {
+            phases[p] = match p {
                 // Schema 1 had no batch copy column: the copy is inside data_s.
                 Phase::BatchCopy => opt(p.column()),
                 // Before overlap existed, comm_s was the (all exposed) communication phase.
@@ -97,10 +97,10 @@ pub(super) fn parse_row(rec: &csv::ByteRecord, c: &Columns, headers: &csv::ByteR
     let seconds = |i: usize| -> Result<f64, String> { bounds::seconds(&name(i), get(i)?, MAX_RUN_S) };
     let whole = |i: usize| -> Result<u64, String> { field::<u64>(rec, i).ok_or_else(|| format!("{} is not a whole number", name(i))) };
     let per_step = |i: usize, max: u64| -> Result<u64, String> { bounds::at_most(&name(i), whole(i)?, max, "per step") };
-    let mut phases = [0.0; Phase::COUNT];
-    for (k, col) in c.phases.iter().enumerate() {
+    let mut phases = PhaseTimes::default();
+    for (p, col) in c.phases.iter() {
         if let Some(i) = col {
-            phases[k] = seconds(*i)?;
+            phases[p] = seconds(*i)?;
         }
     }
     let comm_start_s = seconds(c.comm_start_s)?;
@@ -125,7 +125,7 @@ pub(super) fn parse_row(rec: &csv::ByteRecord, c: &Columns, headers: &csv::ByteR
         },
         comm_s: match c.comm_s {
             Some(i) => seconds(i)?,
-            None => phases[Phase::CommExposed.index()],
+            None => phases[Phase::CommExposed],
         },
         phases,
     };
@@ -143,12 +143,12 @@ impl Row {
         let step = self.step_s;
         let tol = |a: f64, b: f64| tolerance_s(a, b);
         for p in Phase::ALL {
-            let v = self.phases[p.index()];
+            let v = self.phases[p];
             if v > step + tol(v, step) {
                 return Err(format!("{p} is {}, longer than the step (step_s is {})", shown(v), shown(step)));
             }
         }
-        let sum: f64 = self.phases.iter().sum();
+        let sum: f64 = self.phases.values().sum();
         if (sum - step).abs() > tol(sum, step) {
             return Err(format!(
                 "the phases add up to {} s where step_s is {}: they must add up to the step",
@@ -245,7 +245,7 @@ mod tests {
         Row {
             global_step: 3,
             samples: 32,
-            phases: [0.1, 0.0, 0.3, 0.5, 0.4, 0.1, 0.1],
+            phases: PhaseArray([0.1, 0.0, 0.3, 0.5, 0.4, 0.1, 0.1]),
             step_s: 1.5,
             comm_s: 0.4,
             comm_start_s: 10.9,
@@ -261,7 +261,7 @@ mod tests {
         assert_eq!(step().check(), Ok(()));
         // Rounded to nanoseconds, as the CSV holds them: still one step.
         let mut r = step();
-        r.phases[Phase::Other.index()] += 3e-9;
+        r.phases[Phase::Other] += 3e-9;
         assert_eq!(r.check(), Ok(()));
         let broken = |f: fn(&mut Row), needle: &str| {
             let mut r = step();
@@ -269,9 +269,9 @@ mod tests {
             let e = r.check().unwrap_err();
             assert!(e.contains(needle), "{e}");
         };
-        broken(|r| r.phases[Phase::Forward.index()] = 2.0, "forward_s is 2, longer than the step");
+        broken(|r| r.phases[Phase::Forward] = 2.0, "forward_s is 2, longer than the step");
         broken(
-            |r| r.phases[Phase::Other.index()] = 0.0,
+            |r| r.phases[Phase::Other] = 0.0,
             "the phases add up to 1.4 s where step_s is 1.5",
         );
         broken(|r| r.comm_s = 1.6, "comm_s is 1.6, longer than the step");

@@ -5,7 +5,7 @@ use super::{
     communication, efficiency, nodes, noise, speedup, target, Duplicate, EpochBreakdown, Findings, LeftOut, ProbeReading, ProjectionReport,
     RankQuantiles, Report, RunReport, StepPhases, REPORT_VERSION,
 };
-use crate::record::{Phase, SCHEMA_VERSION};
+use crate::record::{Phase, PhaseArray, SCHEMA_VERSION};
 use crate::reduce::analysis::{self, scaling::samples_per_s, RunStats, StepBreakdown, TypeStats};
 use crate::reduce::metrics;
 use crate::stats::Sketch;
@@ -163,13 +163,9 @@ fn per_epoch(r: &RunStats) -> EpochBreakdown {
 fn per_step(r: &RunStats) -> StepPhases {
     let b = StepBreakdown::of(r);
     StepPhases {
-        data_s: b.data_s,
-        forward_s: r.phase_mean(Phase::Forward),
-        backward_s: r.phase_mean(Phase::Backward),
+        phases: PhaseArray::from_fn(|p| r.phase_mean(p)),
         comm_transfer_s: b.transfer_s,
         comm_wait_s: b.wait_s,
-        optimizer_s: r.phase_mean(Phase::Optimizer),
-        other_s: r.phase_mean(Phase::Other),
     }
 }
 

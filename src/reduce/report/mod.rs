@@ -19,6 +19,7 @@ pub(crate) mod plots;
 mod projection;
 pub(crate) mod recommendation;
 mod speedup;
+mod step_phases;
 pub(crate) mod target;
 mod terminal;
 pub(crate) mod times;
@@ -27,6 +28,7 @@ pub(crate) mod verdict;
 pub use build::build;
 pub use files::{csv_bytes, not_written, stage, stage_within, write, write_within};
 pub use projection::{left_out as projection_left_out, section as projection_section, TARGET_EFFICIENCY};
+pub use step_phases::StepPhases;
 pub use terminal::print;
 
 use super::analysis::heatmap::StepHeatmap;
@@ -161,20 +163,6 @@ pub struct EpochBreakdown {
     pub comm_wait_s: f64,
     /// (forward + backward) / transfer, from the means per step.
     pub compute_comm_ratio: f64,
-}
-
-/// Mean seconds per rank-step of each phase, the exposed all-reduce split into the
-/// transfer and the wait for a late rank.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct StepPhases {
-    /// Waiting for and copying the batch.
-    pub data_s: f64,
-    pub forward_s: f64,
-    pub backward_s: f64,
-    pub comm_transfer_s: f64,
-    pub comm_wait_s: f64,
-    pub optimizer_s: f64,
-    pub other_s: f64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]

@@ -126,10 +126,10 @@ fn scaling_plots(out: &mut Vec<Picture>, scaling: &[ScalingRow]) -> Result<()> {
 fn phases_plots(out: &mut Vec<Picture>, runs: &[RunReport]) -> Result<()> {
     for ((model, batch), by_ranks) in panels(runs) {
         let names: Vec<String> = by_ranks.keys().map(|n| format!("{n} ranks")).collect();
-        let ms = |f: fn(&StepPhases) -> f64| -> Vec<f64> {
+        let ms = |part: usize| -> Vec<f64> {
             by_ranks
                 .values()
-                .map(|rs| rs.iter().map(|r| f(&r.per_step)).sum::<f64>() / rs.len() as f64 * 1e3)
+                .map(|rs| rs.iter().map(|r| r.per_step.parts()[part].1).sum::<f64>() / rs.len() as f64 * 1e3)
                 .collect()
         };
         let svg = plot::stacked_bars(
@@ -268,11 +268,11 @@ fn waterfall_plot(out: &mut Vec<Picture>, scaling: &[ScalingRow]) -> Result<()> 
 fn phase_share_plots(out: &mut Vec<Picture>, runs: &[RunReport]) -> Result<()> {
     for ((model, batch), by_ranks) in panels(runs) {
         let names: Vec<String> = by_ranks.keys().map(|n| format!("{n} ranks")).collect();
-        let share = |f: fn(&StepPhases) -> f64| -> Vec<f64> {
+        let share = |part: usize| -> Vec<f64> {
             by_ranks
                 .values()
                 .map(|rs| {
-                    let part: f64 = rs.iter().map(|r| f(&r.per_step)).sum();
+                    let part: f64 = rs.iter().map(|r| r.per_step.parts()[part].1).sum();
                     let whole: f64 = rs.iter().map(|r| phase_total(&r.per_step)).sum();
                     100.0 * part / whole
                 })
@@ -290,21 +290,15 @@ fn phase_share_plots(out: &mut Vec<Picture>, runs: &[RunReport]) -> Result<()> {
     Ok(())
 }
 
-/// The phases in the order a step runs them, each as `value` gives it.
-fn phase_stacks(value: impl Fn(fn(&StepPhases) -> f64) -> Vec<f64>) -> Vec<(String, Vec<f64>)> {
-    vec![
-        ("data".to_string(), value(|p| p.data_s)),
-        ("forward".to_string(), value(|p| p.forward_s)),
-        ("backward".to_string(), value(|p| p.backward_s)),
-        ("comm: transfer".to_string(), value(|p| p.comm_transfer_s)),
-        ("comm: waiting for a late rank".to_string(), value(|p| p.comm_wait_s)),
-        ("optimizer".to_string(), value(|p| p.optimizer_s)),
-        ("other".to_string(), value(|p| p.other_s)),
-    ]
+/// The parts of the step ([`StepPhases::parts`]) in the order a step runs them, each
+/// as `value` gives it from the part's position.
+fn phase_stacks(value: impl Fn(usize) -> Vec<f64>) -> Vec<(String, Vec<f64>)> {
+    StepPhases::layout().into_iter().enumerate().map(|(i, part)| (part.label, value(i))).collect()
 }
 
+/// The sum of the step's parts, in their order.
 fn phase_total(p: &StepPhases) -> f64 {
-    p.data_s + p.forward_s + p.backward_s + p.comm_transfer_s + p.comm_wait_s + p.optimizer_s + p.other_s
+    p.parts().iter().map(|(_, seconds)| seconds).sum()
 }
 
 /// Per run of several ranks, each rank's own work per step (step time less the exposed

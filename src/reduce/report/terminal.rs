@@ -2,6 +2,7 @@
 
 use super::projection::print_projection;
 use super::{gbs, ms, pct, Report};
+use crate::record::Phase;
 use crate::reduce::analysis::{ScalingMode, ScalingRow, TypeSummary};
 use std::path::Path;
 
@@ -51,9 +52,9 @@ fn print_tables(summaries: &[TypeSummary], scaling: &[ScalingRow]) {
             ms(s.step_s_median),
             ms(s.step_s_p95),
             s.samples_per_s,
-            share(s.forward_share),
-            share(s.backward_share),
-            share(s.comm_exposed_share),
+            share(s.phases[Phase::Forward].share),
+            share(s.phases[Phase::Backward].share),
+            share(s.phases[Phase::CommExposed].share),
             gbs(s.busbw_bytes_per_s)
         );
     }

@@ -22,27 +22,23 @@ pub const MAX_RANKS_DRAWN: usize = 64;
 /// The most steps drawn: the first 20 of the window; stderr says which were left out.
 pub const MAX_STEPS_DRAWN: usize = 20;
 
-/// Each phase's colour, in [`Phase::ALL`]'s order.
-const PHASE_COLOURS: [(Phase, RGBColor); 7] = [
-    (Phase::Data, RGBColor(0x8c, 0x56, 0x4b)),
-    (Phase::BatchCopy, RGBColor(0xc4, 0x9c, 0x94)),
-    (Phase::Forward, RGBColor(0xff, 0x7f, 0x0e)),
-    (Phase::Backward, RGBColor(0x2c, 0xa0, 0x2c)),
-    (Phase::CommExposed, RGBColor(0xd6, 0x27, 0x28)),
-    (Phase::Optimizer, RGBColor(0x94, 0x67, 0xbd)),
-    (Phase::Other, RGBColor(0xbc, 0xbd, 0x22)),
-];
 /// The all-reduce while backward still runs (hidden behind it).
 pub const HIDDEN: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
 /// The all-reduce once backward has ended (exposed).
 pub const EXPOSED: RGBColor = RGBColor(0xe3, 0x77, 0xc2);
 
-/// A phase's colour in the picture.
+/// A phase's colour in the picture. A match with no catch-all: a new phase does not
+/// compile until it has its own colour.
 pub fn phase_colour(phase: Phase) -> RGBColor {
-    PHASE_COLOURS
-        .iter()
-        .find(|(p, _)| *p == phase)
-        .map_or(RGBColor(0xaa, 0xaa, 0xaa), |(_, c)| *c)
+    match phase {
+        Phase::Data => RGBColor(0x8c, 0x56, 0x4b),
+        Phase::BatchCopy => RGBColor(0xc4, 0x9c, 0x94),
+        Phase::Forward => RGBColor(0xff, 0x7f, 0x0e),
+        Phase::Backward => RGBColor(0x2c, 0xa0, 0x2c),
+        Phase::CommExposed => RGBColor(0xd6, 0x27, 0x28),
+        Phase::Optimizer => RGBColor(0x94, 0x67, 0xbd),
+        Phase::Other => RGBColor(0xbc, 0xbd, 0x22),
+    }
 }
 
 /// One span of one rank in one step, in µs on rank 0's clock.
@@ -188,9 +184,9 @@ impl Picture {
             format!("{} ranks", self.ranks)
         };
         let title = format!("{run}: steps {first}-{last}, {ranks}, on rank 0's clock");
-        let mut legend: Vec<(String, RGBColor)> = PHASE_COLOURS
+        let mut legend: Vec<(String, RGBColor)> = Phase::ALL
             .iter()
-            .map(|(p, c)| (p.column().trim_end_matches("_s").to_string(), *c))
+            .map(|p| (p.column().trim_end_matches("_s").to_string(), phase_colour(*p)))
             .collect();
         legend.push(("all-reduce, hidden".into(), HIDDEN));
         legend.push(("all-reduce, exposed".into(), EXPOSED));

@@ -349,7 +349,7 @@ mod tests {
     ];
 
     fn phases(m: &StepMarks) -> Vec<f64> {
-        m.times().phases.to_vec()
+        m.times().phases.0.to_vec()
     }
 
     /// Step 1 from 0 s on both clocks, step 2 from 10 s: host times for all eight marks,
@@ -386,7 +386,7 @@ mod tests {
         let first = c.finished(false).expect("step 1 after step 2's end").clone();
         assert_eq!(phases(&first), WANT);
         assert_eq!(first.times().step_s, 6.0);
-        assert_eq!(first.times().phases.iter().sum::<f64>(), first.times().step_s);
+        assert_eq!(first.times().phases.values().sum::<f64>(), first.times().step_s);
         assert_eq!(c.source.waits.len(), 1, "one wait, for step 1's last event");
         assert!(c.finished(false).is_none(), "step 2 waits for step 3, or a flush");
         let last = c.finished(true).expect("the flush reads the last step").clone();
@@ -428,10 +428,10 @@ mod tests {
         // The device knows the forward (at 1.0) but not the backward (host 0.75, moved to 1.0).
         assemble(&step, |s| (s == 2).then_some(1.0), &mut out);
         let t = out.times();
-        assert_eq!(t.phases[Phase::Data.index()], 0.25);
-        assert_eq!(t.phases[Phase::Forward.index()], 0.75);
-        assert_eq!(t.phases[Phase::Backward.index()], 0.0);
-        assert_eq!(t.phases[Phase::Other.index()], 3.0);
+        assert_eq!(t.phases[Phase::Data], 0.25);
+        assert_eq!(t.phases[Phase::Forward], 0.75);
+        assert_eq!(t.phases[Phase::Backward], 0.0);
+        assert_eq!(t.phases[Phase::Other], 3.0);
         assert_eq!(t.step_s, 4.0);
     }
 
