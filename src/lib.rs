@@ -6,8 +6,8 @@
 //! the watchdog, how a job ends), [`topology`] (the node's hardware, node type, hwloc
 //! binding, GPU locality), [`device`] (CPU or CUDA, and the GPU libraries opened at run
 //! time), [`telemetry`] (NVML sampling), [`comm`] (gradient buckets, all-reduce
-//! backends, overlap with backward), [`allreduce`] (the all-reduce sweep and the fitted
-//! link model), [`data`] (data sets by format, sharding, loading), [`model`]
+//! backends, overlap with backward), [`allreduce`] (the all-reduce sweep), [`link`] (the fitted
+//! link model and its file), [`data`] (data sets by format, sharding, loading), [`model`]
 //! (networks), [`optim`] and [`amp`] (optimizers, mixed precision), [`noise_scale`]
 //! (the gradient noise scale's estimators, a leaf), [`train`] (the
 //! configuration and the timed loop), [`bounds`] (what a value read back from a file may
@@ -34,6 +34,7 @@ pub mod diagnose;
 pub mod files;
 pub mod flight;
 pub mod job;
+pub mod link;
 pub mod model;
 pub mod noise_scale;
 pub mod optim;

@@ -553,7 +553,7 @@ fn announce(spec: &StudySpec, plan: &Plan, layout: &Layout, world: usize, out: &
 /// stop signal ended has no model, and is swept again).
 fn sweep(g: &Group, out: &Path) -> Result<Swept> {
     let sweep_dir = out.join("allreduce");
-    let done = g.rank == 0 && crate::allreduce::link_model_path(&sweep_dir).is_some();
+    let done = g.rank == 0 && crate::link::link_model_path(&sweep_dir).is_some();
     if broadcast_string(g, if done { "done" } else { "" }) == "done" {
         return Ok(Swept::Whole);
     }
@@ -878,7 +878,7 @@ fn finish(out: &Path, state: &State, plan: &Plan, spec: &StudySpec, stopped: boo
         runs: vec![out.join("runs")],
         baseline: None,
         // A sweep the user ran into the study's folder (`ddpbench allreduce --out <study>/allreduce`).
-        interconnect: crate::allreduce::link_model_path(&out.join("allreduce")).map(|_| out.join("allreduce")),
+        interconnect: crate::link::link_model_path(&out.join("allreduce")).map(|_| out.join("allreduce")),
         project_to: 1024,
         link: spec.report.link.clone(),
         link_intra: spec.report.link_intra.clone(),

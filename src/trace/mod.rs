@@ -5,6 +5,7 @@
 //! to the clock offsets it corrects by).
 
 pub mod event;
+pub mod files;
 pub mod window;
 pub mod writer;
 

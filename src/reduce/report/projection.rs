@@ -2,8 +2,8 @@
 //! the plot (projected efficiency as a line with its band, measured points as marks).
 
 use super::{ms, pct, ProjectedWorkload, ProjectionReport};
-use crate::allreduce::link_model::MAX_FIT_REL_ERROR;
-use crate::allreduce::LinkModelFile;
+use crate::link::model::MAX_FIT_REL_ERROR;
+use crate::link::LinkModelFile;
 use crate::plot::{self, Band, ChartLayout, LegendAt, LineChart, Point, Series, SeriesKind, XScale};
 use crate::reduce::analysis::projection::{ProjectionRow, EXTRAPOLATION_FACTOR};
 use anyhow::Result;
