@@ -7,7 +7,9 @@
 pub mod event;
 pub mod files;
 pub mod window;
+#[cfg(feature = "train")]
 pub mod writer;
 
 pub use window::StepWindow;
+#[cfg(feature = "train")]
 pub use writer::{RankIdentity, RankTrace, TracedStep};
