@@ -47,16 +47,17 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 same_output() {
   local name=$1 fixture=$2 command=$3
-  for bin in "$full" "$report"; do
+  for side in full report; do
+    local bin=$full
+    [ "$side" = report ] && bin=$report
     rm -rf "$work/run"
     cp -r "$fixture" "$work/run"
     local status=0
     (cd "$work/run" && ddpbench="$here/$bin" env -u LD_LIBRARY_PATH sh -c "$command" >"$work/stdout" 2>"$work/stderr") || status=$?
     echo "$status" >"$work/status"
-    local side=$work/$([ "$bin" = "$full" ] && echo full || echo report)
-    mkdir -p "$side"
-    mv "$work/run" "$side/$name"
-    mv "$work/stdout" "$work/stderr" "$work/status" "$side/$name/"
+    mkdir -p "$work/$side"
+    mv "$work/run" "$work/$side/$name"
+    mv "$work/stdout" "$work/stderr" "$work/status" "$work/$side/$name/"
   done
   if ! diff -r "$work/full/$name" "$work/report/$name"; then
     echo "FAIL: $name: the report-only binary's output differs from the full binary's" >&2
@@ -68,5 +69,5 @@ same_output schema2 tests/fixtures/schema2 '$ddpbench reduce single study/runs -
 same_output schema2-94331d7 tests/fixtures/schema2-94331d7 '$ddpbench reduce single --interconnect sweep --out out'
 same_output schema4 tests/fixtures/schema4-967f27a '$ddpbench reduce runs/one runs/two runs/two-force --interconnect sweep --out out'
 same_output compare tests/fixtures/schema4-967f27a \
-  '$ddpbench reduce runs/one runs/two --no-plots --out a && $ddpbench reduce runs/two-force --no-plots --out b && $ddpbench compare a b --out out'
+  '$ddpbench reduce runs/one runs/two --no-plots --out a && $ddpbench reduce runs/one runs/two-force --no-plots --out b && $ddpbench compare a b --out out'
 echo "report-only build: all checks passed"
