@@ -5,8 +5,8 @@
 //! size runs through the transport training uses ([`crate::comm::transport`]), and
 //! [`probe`] times a training run's own buckets the same way.
 
-pub mod probe;
-pub mod sweep;
+pub(crate) mod probe;
+pub(crate) mod sweep;
 
 use crate::bandwidth::{algbw, busbw};
 use crate::comm::transport::{mpi::Mpi, nccl::Nccl, Transport};

@@ -3,7 +3,8 @@
 //! What `reduce` projects with and `allreduce` fits; it uses neither libtorch nor MPI.
 
 mod file;
-pub mod model;
-pub mod spec;
+pub(crate) mod model;
+pub(crate) mod spec;
 
 pub use file::{link_model_path, LinkModelFile, Route, RouteLinkModel, LINK_MODEL_FILE};
+pub use model::{LevelFit, LinkModel, FORMULA};

@@ -10,15 +10,17 @@
 //! A run whose rank 0 died before writing the outcome gets it first, from the ranks'
 //! end records ([`crate::record::settle`]).
 
-pub mod analysis;
+pub(crate) mod analysis;
 mod args;
-pub mod metrics;
-pub mod read;
-pub mod report;
+pub(crate) mod metrics;
+pub(crate) mod read;
+pub(crate) mod report;
 pub mod timeline;
 
+pub use analysis::{rank_summaries, scaling, type_summaries, Direction, ScalingMode, StepBreakdown};
 pub use analysis::{read_run, RunStats};
 pub use args::{parse_price, parse_target_efficiency, ReduceArgs, ReduceRequest};
+pub use metrics::karp_flatt;
 pub use report::{stage, write, Report};
 
 use anyhow::{bail, Context, Result};

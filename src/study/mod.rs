@@ -11,8 +11,8 @@
 //! `--retry-failed`, and refuses a study whose resolved file changed.
 
 mod estimate;
-pub mod peer;
-pub mod plan;
+pub(crate) mod peer;
+pub(crate) mod plan;
 mod report;
 mod state;
 

@@ -4,12 +4,13 @@
 //! run) merges them on one clock into `timeline.json` (`crate::reduce::timeline`, next
 //! to the clock offsets it corrects by).
 
-pub mod event;
-pub mod files;
-pub mod window;
+pub(crate) mod event;
+pub(crate) mod files;
+pub(crate) mod window;
 #[cfg(feature = "train")]
-pub mod writer;
+pub(crate) mod writer;
 
+pub use event::viewer_times;
 pub use window::StepWindow;
 #[cfg(feature = "train")]
 pub use writer::{RankIdentity, RankTrace, TracedStep};
