@@ -25,7 +25,7 @@ pub(crate) mod times;
 pub(crate) mod verdict;
 
 pub use build::build;
-pub use files::{csv_bytes, not_written, stage, write};
+pub use files::{csv_bytes, not_written, stage, stage_within, write, write_within};
 pub use projection::{left_out as projection_left_out, section as projection_section, TARGET_EFFICIENCY};
 pub use terminal::print;
 
