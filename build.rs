@@ -6,8 +6,14 @@
 //! Also compiles the small C shim over libjpeg(-turbo) that decodes image regions
 //! (src/data/jpeg_shim.c) and links the system libjpeg, and the C++ shim over
 //! TorchScript modules (src/model/script_shim.cpp: buffers, typed forward) against
-//! libtorch's headers, with the flags torch-sys builds its own C++ with.
+//! libtorch's headers, with the flags torch-sys builds its own C++ with. All of it only
+//! with the `train` feature.
 fn main() {
+    // The analysis alone (`--no-default-features --features report`) decodes no image and
+    // links no libtorch: neither shim, no rpath.
+    if std::env::var_os("CARGO_FEATURE_TRAIN").is_none() {
+        return;
+    }
     cc::Build::new()
         .file("src/data/jpeg_shim.c")
         .opt_level(2)

@@ -3,9 +3,11 @@
 #  0. clippy's function-length check (no function over 120 lines outside tests);
 #  1. cargo tests: unit tests and integration tests that launch real `mpirun -n 2`
 #     jobs on CPU (training, equivalence, bad input, reducer, models, bigMNIST, studies);
-#  2. the cluster emulation (as root only): the sbatch scripts on a private Slurm with
+#  2. the report-only build (no libtorch, MPI or hwloc) and its checks:
+#     job-scripts/report-build.sh;
+#  3. the cluster emulation (as root only): the sbatch scripts on a private Slurm with
 #     2 fake nodes × 4 fake GPUs, and 2 ranks in network namespaces over a shaped link.
-# Set DDPBENCH_CLUSTER_TESTS=0 to skip part 2.
+# Set DDPBENCH_CLUSTER_TESTS=0 to skip part 3.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$here/job-scripts/setup.sh" || exit 1
@@ -27,6 +29,7 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 # One test at a time: each launches MPI jobs that want the machine's cores.
 cargo test --release -- --test-threads=1 "$@"
+job-scripts/report-build.sh
 if [ "${DDPBENCH_CLUSTER_TESTS:-1}" = 0 ]; then
   echo "cluster emulation tests skipped (DDPBENCH_CLUSTER_TESTS=0)"
 elif [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null 2>&1; then

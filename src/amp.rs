@@ -12,19 +12,7 @@ use anyhow::{bail, Result};
 use std::ffi::{c_void, CString};
 use tch::{Device, Kind, Tensor};
 
-use clap::ValueEnum;
-use serde::{Deserialize, Serialize};
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AmpMode {
-    /// Full fp32.
-    Off,
-    /// Autocast to float16 with dynamic loss scaling (as torch.amp.GradScaler).
-    Fp16,
-    /// Autocast to bfloat16; no loss scaling needed.
-    Bf16,
-}
+use crate::record::AmpMode;
 
 type SetEnabled = unsafe extern "C" fn(i8, bool);
 type SetDtype = unsafe extern "C" fn(i8, i8);

@@ -541,7 +541,7 @@ fn silent_list(silent: &[usize]) -> String {
 /// `ranks 0, 2-7` / `rank 3`.
 pub fn rank_list(ranks: &[usize]) -> String {
     let ids: Vec<u32> = ranks.iter().map(|&r| r as u32).collect();
-    let list = crate::topology::compact_list(&ids).replace(',', ", ");
+    let list = crate::record::compact_list(&ids).replace(',', ", ");
     if ranks.len() == 1 {
         format!("rank {list}")
     } else {

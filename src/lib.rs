@@ -6,8 +6,8 @@
 //! the watchdog, how a job ends), [`topology`] (the node's hardware, node type, hwloc
 //! binding, GPU locality), [`device`] (CPU or CUDA, and the GPU libraries opened at run
 //! time), [`telemetry`] (NVML sampling), [`comm`] (gradient buckets, all-reduce
-//! backends, overlap with backward), [`allreduce`] (the all-reduce sweep and the fitted
-//! link model), [`data`] (data sets by format, sharding, loading), [`model`]
+//! backends, overlap with backward), [`allreduce`] (the all-reduce sweep), [`link`] (the fitted
+//! link model and its file), [`data`] (data sets by format, sharding, loading), [`model`]
 //! (networks), [`optim`] and [`amp`] (optimizers, mixed precision), [`noise_scale`]
 //! (the gradient noise scale's estimators, a leaf), [`train`] (the
 //! configuration and the timed loop), [`bounds`] (what a value read back from a file may
@@ -19,35 +19,64 @@
 //! [`stderr`] (stderr through a queue that never blocks its callers: a leaf),
 //! [`stats`] and [`plot`], and [`cli`] (the command line's root:
 //! one subcommand each, whose arguments live with the command).
+//!
+//! Features: `train` (the default) builds the trainer and everything that runs under MPI
+//! or on libtorch; `report` (which `train` includes) the analysis: [`reduce`],
+//! [`compare`], [`diagnose`], the [`trace`] merge and [`plot`]. The analysis and the
+//! file formats it reads ([`record`], [`link`], [`trace`]'s files and events) use
+//! neither libtorch nor MPI, so `--no-default-features --features report` builds a
+//! binary that analyses run folders without either.
 
+#[cfg(not(feature = "report"))]
+compile_error!("ddpbench needs the `report` feature, or `train` (the default), which includes it");
+
+#[cfg(feature = "train")]
 pub mod allreduce;
+#[cfg(feature = "train")]
 pub mod amp;
 pub mod bandwidth;
 pub mod bounds;
 pub mod cleanup;
 pub mod cli;
+#[cfg(feature = "train")]
 pub mod comm;
+#[cfg(feature = "report")]
 pub mod compare;
+#[cfg(feature = "train")]
 pub mod data;
+#[cfg(feature = "train")]
 pub mod device;
+#[cfg(feature = "report")]
 pub mod diagnose;
 pub mod files;
 pub mod flight;
+#[cfg(feature = "train")]
 pub mod job;
+pub mod link;
+#[cfg(feature = "train")]
 pub mod model;
 pub mod noise_scale;
+#[cfg(feature = "train")]
 pub mod optim;
+#[cfg(feature = "report")]
 pub mod plot;
+#[cfg(feature = "train")]
 pub mod progress;
 pub mod record;
+#[cfg(feature = "report")]
 pub mod reduce;
 pub mod stats;
 pub mod stderr;
+#[cfg(feature = "train")]
 pub mod study;
+#[cfg(feature = "train")]
 pub mod telemetry;
+#[cfg(feature = "train")]
 pub mod topology;
 pub mod trace;
+#[cfg(feature = "train")]
 pub mod train;
+#[cfg(feature = "train")]
 pub mod world;
 
 /// Seconds, as every duration in ddpbench's output is measured.

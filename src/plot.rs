@@ -507,8 +507,7 @@ fn legend_below(
 }
 
 /// An open circle at `at`: white inside, a ring in `c`.
-fn open_mark<'b, C: Clone + 'static>(at: C, c: RGBColor) -> [DynElement<'static, SVGBackend<'b>, C>; 2]
-{
+fn open_mark<'b, C: Clone + 'static>(at: C, c: RGBColor) -> [DynElement<'static, SVGBackend<'b>, C>; 2] {
     [
         Circle::new(at.clone(), 4, WHITE.filled()).into_dyn(),
         Circle::new(at, 4, c.stroke_width(2)).into_dyn(),

@@ -87,6 +87,7 @@ fn close(x: f64, y: f64) -> bool {
 }
 
 #[test]
+#[cfg_attr(not(feature = "train"), ignore = "trains its runs: needs the `train` feature")]
 fn two_reports_of_real_runs_side_by_side_with_ratios_and_intervals() {
     let d = tmp();
     // Two repeats per side, each a real 2-rank run of the same settings.

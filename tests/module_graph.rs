@@ -249,6 +249,11 @@ fn path_tails(toks: &[(Tok, usize)], mut j: usize, base: Vec<String>, line: usiz
 /// `super::` or `self::`, resolved to a path from the crate root, each with a line;
 /// items under `#[cfg(test)]` are left out.
 fn resolved_paths(src: &str, file_path: &[String]) -> Vec<(Vec<String>, usize)> {
+    paths_in(src, file_path, false)
+}
+
+/// [`resolved_paths`], with the items under `#[cfg(test)]` when `with_tests`.
+fn paths_in(src: &str, file_path: &[String], with_tests: bool) -> Vec<(Vec<String>, usize)> {
     let toks = tokens(src);
     let mut found = Vec::new();
     // Inline modules (`mod tests { ... }`) deepen the path `super::` climbs from:
@@ -257,7 +262,7 @@ fn resolved_paths(src: &str, file_path: &[String]) -> Vec<(Vec<String>, usize)> 
     let mut depth = 0usize;
     let mut i = 0;
     while i < toks.len() {
-        if let Some((end, _)) = cfg_test_item(&toks, i) {
+        if let Some((end, _)) = cfg_test_item(&toks, i).filter(|_| !with_tests) {
             i = end;
             continue;
         }
@@ -563,6 +568,132 @@ fn describe(g: &Graph, scc: &[String]) -> String {
         edges.join("\n"),
         within.join("\n")
     )
+}
+
+/// The modules the analysis is made of (what `--no-default-features --features report`
+/// builds), as module paths.
+const ANALYSIS: &[&str] = &[
+    "reduce",
+    "record",
+    "stats",
+    "plot",
+    "bounds",
+    "compare",
+    "link",
+    "diagnose",
+    "flight",
+    "noise_scale",
+    "bandwidth",
+    "files",
+    "stderr",
+    "cleanup",
+    "trace::event",
+    "trace::files",
+    "trace::window",
+];
+
+/// What the analysis must not reach: the trainer's modules (libtorch, MPI, hwloc and the
+/// GPU libraries live there), as module paths.
+const TRAINER: &[&str] = &[
+    "train",
+    "allreduce",
+    "trace::writer",
+    "amp",
+    "optim",
+    "comm",
+    "device",
+    "data",
+    "model",
+    "world",
+    "job",
+    "study",
+    "topology",
+    "telemetry",
+    "progress",
+];
+
+/// The crates only the trainer links.
+const TRAINER_CRATES: &[&str] = &["mpi", "tch", "torch_sys", "hwloc2", "cudarc", "nvml_wrapper"];
+
+/// Whether module path `path` is `module` (`a::b`) or lies inside it.
+fn inside(path: &[String], module: &str) -> bool {
+    let m: Vec<&str> = module.split("::").collect();
+    path.len() >= m.len() && path.iter().zip(&m).all(|(a, b)| a == b)
+}
+
+/// Every reference from an analysis module (its tests included: the report build runs
+/// them) to a trainer module or crate, as `file:line: what`.
+fn analysis_reaches_trainer(sources: &[(PathBuf, String)]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (rel, text) in sources {
+        let path = file_module_path(rel);
+        if !ANALYSIS.iter().any(|m| inside(&path, m)) {
+            continue;
+        }
+        for (to, line) in paths_in(text, &path, true) {
+            if let Some(m) = TRAINER.iter().find(|m| inside(&to, m)) {
+                found.push(format!("src/{}:{line}: {} (in {m})", rel.display(), to.join("::")));
+            }
+        }
+        let toks = tokens(text);
+        for (k, (t, line)) in toks.iter().enumerate() {
+            let Tok::Ident(name) = t else { continue };
+            let starts_path = toks.get(k + 1).map(|t| &t.0) == Some(&Tok::Path);
+            let after_path = k > 0 && toks[k - 1].0 == Tok::Path;
+            if starts_path && !after_path && TRAINER_CRATES.contains(&name.as_str()) {
+                found.push(format!("src/{}:{line}: the crate {name}", rel.display()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn a_planted_import_of_the_trainer_in_the_analysis_is_named() {
+    let sources: Vec<(PathBuf, String)> = [
+        (
+            "reduce/read/mod.rs",
+            "use crate::record::clock::ClockRow;\nuse crate::trace::files::TRACE_DIR;\nfn f() {}",
+        ),
+        (
+            "reduce/read/limits.rs",
+            "// crate::train in a comment\nfn f() -> crate::train::clock::Origin { todo!() }",
+        ),
+        ("record/key.rs", "#[cfg(test)]\nmod tests { use crate::amp::AmpMode; }"),
+        ("compare/mod.rs", "use crate::trace::{event::tid, writer::RankTrace};"),
+        ("plot.rs", "fn f(c: &mpi::topology::SimpleCommunicator) { crate::comm::mpi::x(); }"),
+        ("train/step.rs", "use crate::comm::CommStats; use tch::Tensor;"),
+        ("trace/writer.rs", "use crate::data::loader::BatchSpan;"),
+    ]
+    .iter()
+    .map(|(f, text)| (PathBuf::from(f), text.to_string()))
+    .collect();
+    assert_eq!(
+        analysis_reaches_trainer(&sources),
+        [
+            "src/reduce/read/limits.rs:2: train::clock::Origin (in train)",
+            "src/record/key.rs:2: amp::AmpMode (in amp)",
+            "src/compare/mod.rs:1: trace::writer::RankTrace (in trace::writer)",
+            "src/plot.rs:1: comm::mpi::x (in comm)",
+            "src/plot.rs:1: the crate mpi",
+        ]
+    );
+}
+
+/// `reduce`, `compare`, `diagnose`, the trace merge and the file formats they read build
+/// without libtorch, MPI or hwloc: none of them names the trainer's modules or crates.
+#[test]
+fn the_analysis_reaches_nothing_of_the_trainer() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let sources = read_sources(&src);
+    assert!(sources.iter().filter(|(r, _)| r.starts_with("reduce")).count() > 10);
+    let found = analysis_reaches_trainer(&sources);
+    assert!(
+        found.is_empty(),
+        "{} reference(s) from the analysis to the trainer (move what they need into `record` or `link`):\n{}",
+        found.len(),
+        found.join("\n")
+    );
 }
 
 #[test]

@@ -1207,8 +1207,7 @@ fn comm_last_start_before_origin_is_refused() {
 
 /// A link model file (`link_model.json`) with one inter-node fit of `alpha_s` and `beta` (seconds per byte).
 fn model_json(alpha_s: f64, beta: f64) -> String {
-    use ddpbench::allreduce::{LevelFit, LinkModel, FORMULA};
-    use ddpbench::allreduce::{LinkModelFile, RouteLinkModel};
+    use ddpbench::link::{LevelFit, LinkModel, LinkModelFile, RouteLinkModel, FORMULA};
     let fit = LevelFit {
         level: "inter-node".into(),
         backend: ddpbench::record::Backend::Mpi,

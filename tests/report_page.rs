@@ -302,6 +302,7 @@ fn heat(t: f64) -> [u8; 3] {
 /// the one of the largest own work (step_s less comm_exposed_s) of the rank-steps it
 /// covers, recomputed here from the rank files.
 #[test]
+#[cfg_attr(not(feature = "train"), ignore = "trains its run: needs the `train` feature")]
 fn the_page_heatmap_bins_a_real_run_as_its_rows_say() {
     use ddpbench::reduce::HeatmapLimits;
     use ddpbench::reduce::PageLimits;

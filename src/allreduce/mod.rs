@@ -1,16 +1,12 @@
 //! `ddpbench allreduce`: an nccl-tests-style sweep of all-reduce sizes on every backend
 //! the node supports, at every level of the allocation (within a node, across nodes with
 //! one rank per node, the whole world), each sum checked, and the link model (α–β) fitted to
-//! each level ([`model`]), which `reduce` uses to project a workload to more nodes. Every
+//! each level ([`crate::link::model`]), which `reduce` uses to project a workload to more nodes. Every
 //! size runs through the transport training uses ([`crate::comm::transport`]), and
 //! [`probe`] times a training run's own buckets the same way.
 
-pub(crate) mod link_model;
-pub(crate) mod link_spec;
 pub(crate) mod probe;
 pub(crate) mod sweep;
-
-pub use link_model::{LevelFit, LinkModel, FORMULA};
 
 use crate::bandwidth::{algbw, busbw};
 use crate::comm::transport::{mpi::Mpi, nccl::Nccl, Transport};
@@ -19,7 +15,9 @@ use crate::device::DeviceChoice;
 use crate::job::same_flags::LaunchFlags;
 use crate::job::watchdog::{self, Watchdog, WatchdogRun};
 use crate::job::{self, signals, JobOptions};
-use crate::record::{Backend, Buffer, DeviceKind, Memory, RunStatus, SweepRow};
+use crate::link::model::{LevelFit, LinkModel};
+use crate::link::{LinkModelFile, Route, RouteLinkModel, LINK_MODEL_FILE};
+use crate::record::{Backend, Buffer, Memory, RunStatus, SweepRow};
 use crate::world::{agree, Group};
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -28,7 +26,7 @@ use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use sweep::{Idle, Route, SweepIters};
+use sweep::{Idle, SweepIters};
 use tch::Device;
 
 #[derive(Args, Debug, Clone)]
@@ -250,117 +248,6 @@ pub struct SweepFile {
 
 fn completed() -> RunStatus {
     RunStatus::Completed
-}
-
-/// `link_model.json` (`allreduce_model.json` before schema 4): the link model, α–β fits
-/// per level, of each route swept. "Model" alone is the network trained.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct LinkModelFile {
-    pub formula: String,
-    pub models: Vec<RouteLinkModel>,
-}
-
-/// The fits of one all-reduce path: a backend, and where its buffers lived.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(try_from = "RouteLinkModelAsRead")]
-pub struct RouteLinkModel {
-    pub backend: Backend,
-    pub memory: Memory,
-    #[serde(flatten)]
-    pub model: LinkModel,
-}
-
-impl RouteLinkModel {
-    pub fn route(&self) -> Route {
-        Route {
-            backend: self.backend,
-            memory: self.memory,
-        }
-    }
-}
-
-/// A [`RouteLinkModel`] as any schema wrote it: before schema 4, `backend` was `mpi` (host
-/// buffers), `staged` (device buffers through host) or `nccl`, and `memory` was absent.
-#[derive(Deserialize)]
-struct RouteLinkModelAsRead {
-    backend: String,
-    memory: Option<Memory>,
-    #[serde(flatten)]
-    model: LinkModel,
-}
-
-impl TryFrom<RouteLinkModelAsRead> for RouteLinkModel {
-    type Error = String;
-
-    fn try_from(m: RouteLinkModelAsRead) -> std::result::Result<RouteLinkModel, String> {
-        let backend = Backend::from_name(&m.backend).map_err(|e| format!("backend {e}"))?;
-        let memory = match (m.memory, m.backend.as_str(), backend) {
-            (Some(memory), _, _) => memory,
-            (None, "staged", _) | (None, _, Backend::Nccl) => Memory::Device,
-            (None, _, _) => Memory::Host,
-        };
-        Ok(RouteLinkModel {
-            backend,
-            memory,
-            model: m.model,
-        })
-    }
-}
-
-impl LinkModelFile {
-    /// Reads `link_model.json` (or a folder's `allreduce_model.json`, its name before
-    /// schema 4) from a file or a sweep folder, no larger than
-    /// [`crate::bounds::MAX_JSON_BYTES`], and checks every fit ([`LinkModel::check`]);
-    /// Err names the file, and the key that no link has.
-    pub fn read(path: &Path) -> Result<LinkModelFile> {
-        let file = if path.is_dir() {
-            link_model_path(path).unwrap_or_else(|| path.join(LINK_MODEL_FILE))
-        } else {
-            path.to_path_buf()
-        };
-        let text =
-            crate::bounds::read_json_text(&file).map_err(|e| anyhow::anyhow!("{e} (a folder written by `ddpbench allreduce` holds it)"))?;
-        let mf: LinkModelFile = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not a link model written by `ddpbench allreduce`", file.display()))?;
-        for (i, m) in mf.models.iter().enumerate() {
-            m.model
-                .check()
-                .map_err(|e| anyhow::anyhow!("{}: models[{i}] ({}): {e}: the file is damaged", file.display(), m.backend))?;
-        }
-        Ok(mf)
-    }
-
-    /// The model for a run that all-reduced with `backend` from gradients on `device`.
-    pub fn for_run(&self, backend: Backend, device: DeviceKind) -> Option<&RouteLinkModel> {
-        let memory = Memory::of_device(device);
-        self.models.iter().find(|m| m.backend == backend && m.memory == memory)
-    }
-
-    /// The model for the run of `manifest`: its backend, from rank 0's device; else what
-    /// is missing and the sweep that measures it.
-    pub fn for_manifest(&self, manifest: &crate::record::Manifest) -> Result<&RouteLinkModel, String> {
-        let device = DeviceKind::of_ranks(manifest.ranks.get(..1).unwrap_or_default());
-        self.for_run(manifest.comm_backend, device).ok_or_else(|| {
-            let (backend, memory) = (manifest.comm_backend, Memory::of_device(device));
-            let flag = if memory == Memory::Device { " --device cuda" } else { "" };
-            format!(
-                "no link model for its all-reduce ({backend} on {} memory): sweep it with `ddpbench allreduce --backends {backend}{flag}`",
-                memory.name()
-            )
-        })
-    }
-}
-
-/// The link model's file in a sweep folder.
-pub const LINK_MODEL_FILE: &str = "link_model.json";
-
-/// The link model's file in sweep folder `dir`, under its name or the one before schema 4
-/// (`allreduce_model.json`); None when there is neither.
-pub fn link_model_path(dir: &Path) -> Option<PathBuf> {
-    [LINK_MODEL_FILE, "allreduce_model.json"]
-        .iter()
-        .map(|name| dir.join(name))
-        .find(|p| p.is_file())
 }
 
 /// Collective numbers of the sweep's parts: part p starts at p << PART_SHIFT (well below
@@ -676,7 +563,7 @@ fn write_whole(out: &Path, file: &SweepFile) -> Result<Swept> {
     let rows = &file.rows;
     let models = fit_models(rows, file.nodes, file.ranks_per_node, &file.node_type);
     let mf = LinkModelFile {
-        formula: link_model::FORMULA.into(),
+        formula: crate::link::model::FORMULA.into(),
         models: models.iter().filter_map(|m| m.as_ref().ok().cloned()).collect(),
     };
     println!();
@@ -941,7 +828,7 @@ pub fn fit_models(rows: &[SweepRow], nodes: usize, per_node: usize, node_type: &
                     .collect();
                 let first = pts.first()?;
                 let points: Vec<(u64, f64)> = pts.iter().map(|r| (r.bytes, r.time_s)).collect();
-                let fitted = link_model::fit(level, b, &first.dtype, first.ranks, &points).map(|mut f| {
+                let fitted = crate::link::model::fit(level, b, &first.dtype, first.ranks, &points).map(|mut f| {
                     for (res, row) in f.residuals.iter_mut().zip(&pts) {
                         res.idle_before_s = row.idle_before_s;
                         if row.iter_median_s > 0.0 {
@@ -961,7 +848,7 @@ pub fn fit_models(rows: &[SweepRow], nodes: usize, per_node: usize, node_type: &
                 backend: b,
                 memory,
                 model: LinkModel {
-                    formula: link_model::FORMULA.into(),
+                    formula: crate::link::model::FORMULA.into(),
                     ranks_per_node: per_node,
                     nodes,
                     intra,
@@ -1070,39 +957,6 @@ mod tests {
         let e = routes_for(&args, Device::Cpu).unwrap_err().to_string();
         assert!(e.contains("--backends nccl: needs GPU buffers"), "{e}");
         assert!(<Backend as clap::ValueEnum>::from_str("none", false).is_err());
-    }
-
-    /// A link model file of the schema-3 binary (`mpi` on host memory, `staged` from a
-    /// GPU's memory) joins runs as before: a CPU run to the host fit, a GPU run with
-    /// `--allreduce mpi` to the staged one; a new file says `memory` itself.
-    #[test]
-    fn old_model_files_map_staged_to_mpi_on_device_memory() {
-        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema2/sweep/allreduce_model.json");
-        let mut file: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
-        let mut staged = file["models"][0].clone();
-        staged["backend"] = "staged".into();
-        staged["intra"]["backend"] = "staged".into();
-        staged["ranks_per_node"] = 7.into();
-        file["models"].as_array_mut().unwrap().push(staged);
-        let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join("allreduce_model.json"), file.to_string()).unwrap();
-        let mf = LinkModelFile::read(d.path()).unwrap();
-        let cpu = mf.for_run(Backend::Mpi, DeviceKind::Cpu).unwrap();
-        assert_eq!((cpu.memory, cpu.model.ranks_per_node), (Memory::Host, 2));
-        let gpu = mf.for_run(Backend::Mpi, DeviceKind::Cuda).unwrap();
-        assert_eq!((gpu.memory, gpu.model.ranks_per_node), (Memory::Device, 7));
-        assert_eq!(gpu.model.intra.as_ref().unwrap().backend, Backend::Mpi);
-        assert!(mf.for_run(Backend::Nccl, DeviceKind::Cuda).is_none());
-        let written = serde_json::to_value(gpu).unwrap();
-        assert_eq!(
-            (written["backend"].as_str(), written["memory"].as_str()),
-            (Some("mpi"), Some("device"))
-        );
-        // A name no schema wrote is refused, named.
-        file["models"][0]["backend"] = "gloo".into();
-        std::fs::write(d.path().join("allreduce_model.json"), file.to_string()).unwrap();
-        let e = format!("{:#}", LinkModelFile::read(d.path()).unwrap_err());
-        assert!(e.contains("\"gloo\": not an all-reduce"), "{e}");
     }
 
     #[test]

@@ -17,28 +17,12 @@
 use crate::comm::transport::{Dir, Slot, Transport};
 use crate::comm::{wire_kind, GradDtype};
 use crate::device::cuda::Event;
-use crate::record::{Backend, Memory};
+use crate::link::model::MAX_IDLE_S;
 use anyhow::Result;
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
-
-/// What one part of the sweep all-reduces with: a backend (the one training names the
-/// same way) and where the buffers live. MPI on device memory is the CPU-staged path
-/// (device → pinned host → MPI → device) that `train --allreduce mpi` runs on a GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Route {
-    pub backend: Backend,
-    pub memory: Memory,
-}
-
-impl Route {
-    /// In a sentence: `mpi on host memory`.
-    pub fn label(self) -> String {
-        format!("{} on {} memory", self.backend, self.memory.name())
-    }
-}
 
 /// What a measurement runs on: the transport under test (the one training uses), the
 /// communicator whose members take part (barriers, agreeing on times and counts), and
@@ -77,8 +61,6 @@ pub enum Idle {
 /// The longest idle [`Idle::Auto`] chooses: longer than the queueing delay a shaping
 /// qdisc or a switch buffer is set to hold (milliseconds to tens of milliseconds).
 pub const MAX_AUTO_IDLE_S: f64 = 0.05;
-/// The longest idle `--idle-ms` takes.
-pub const MAX_IDLE_S: f64 = 10.0;
 
 impl Idle {
     /// Seconds of idle before each timed iteration, given the warm-up's seconds per

@@ -7,8 +7,8 @@ use super::Refusal;
 use crate::reduce::analysis::interval::{speedup_interval, Direction, Spread, Term};
 use crate::reduce::report::StepPhases;
 use crate::stats;
-use std::sync::LazyLock;
 use serde_json::{Map, Value};
+use std::sync::LazyLock;
 
 /// Comparison-key fields that follow each machine's cores (threads bound per rank, data
 /// workers): two clusters differ in them, so points are matched without them.
@@ -19,7 +19,11 @@ pub const MACHINE_FIELDS: &[&str] = &["threads", "workers"];
 /// throughput, speedup and bus bandwidth.
 pub static METRICS: LazyLock<Vec<(&'static str, String)>> = LazyLock::new(|| {
     let mut metrics = vec![("step_s", "mean step time (s)".to_string())];
-    metrics.extend(StepPhases::layout().into_iter().map(|p| (p.key, format!("{} per step (s)", p.what))));
+    metrics.extend(
+        StepPhases::layout()
+            .into_iter()
+            .map(|p| (p.key, format!("{} per step (s)", p.what))),
+    );
     metrics.extend([
         ("samples_per_s", "throughput (samples/s)".to_string()),
         ("speedup", "speedup".to_string()),
@@ -280,7 +284,10 @@ fn figures(runs: &[&RunEntry], report: &ReportFile) -> SideFigures {
         .filter(|s| run_ids.contains(&s.run_id) && s.busbw_bytes_per_s > 0.0)
         .map(|s| s.busbw_bytes_per_s)
         .collect();
-    let phases: Vec<(f64, Vec<f64>)> = METRICS[step_parts()].iter().map(|(key, _)| per_run(&|r| r.per_step.seconds(key))).collect();
+    let phases: Vec<(f64, Vec<f64>)> = METRICS[step_parts()]
+        .iter()
+        .map(|(key, _)| per_run(&|r| r.per_step.seconds(key)))
+        .collect();
     // A step is the global batch over a run's throughput: its logs are the throughput's negated.
     let step_logs = throughput_logs.iter().map(|l| (runs[0].global_batch as f64).ln() - l).collect();
     let mut values = vec![runs[0].global_batch as f64 / throughput];

@@ -2,11 +2,12 @@
 //! `nvml-wrapper` crate, which opens the library at run time: where there is no driver,
 //! [`Nvml::load`] is an error saying telemetry is off, never a crash.
 
+use crate::record::GpuClocks;
 use anyhow::{anyhow, Result};
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::error::NvmlError;
-use serde::{Deserialize, Serialize};
+
 use std::ffi::OsStr;
 
 /// The NVML library looked for (the driver's soname; no development package needed).
@@ -32,20 +33,6 @@ pub struct GpuReading {
     pub sm_clock_mhz: Option<u32>,
     pub power_w: Option<f64>,
     pub temperature_c: Option<u32>,
-}
-
-/// A GPU's clocks and why they are held down, as the manifest records them at the start
-/// and the end of a run (a throttled GPU explains a slow rank).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct GpuClocks {
-    pub bus_id: String,
-    pub sm_clock_mhz: Option<u32>,
-    pub mem_clock_mhz: Option<u32>,
-    pub max_sm_clock_mhz: Option<u32>,
-    pub temperature_c: Option<u32>,
-    /// NVML's throttle reasons by name (e.g. `SW_POWER_CAP`, `HW_SLOWDOWN`); empty when
-    /// none is active; `None` when the reading failed.
-    pub throttle_reasons: Option<Vec<String>>,
 }
 
 /// An initialised NVML (`nvmlShutdown` when it drops).

@@ -17,20 +17,11 @@ pub use sgd::Sgd;
 pub use update::Gate;
 
 use crate::amp::LossScaler;
+use crate::record::OptimizerKind;
 use tch::Tensor;
 
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum OptimizerKind {
-    /// SGD with --momentum and --weight-decay.
-    Sgd,
-    Adam,
-    /// LARS (You et al. 2017): SGD with momentum and a per-layer trust ratio, for large batches.
-    Lars,
-}
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

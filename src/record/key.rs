@@ -21,8 +21,6 @@
 //! reading it, need neither `comm` nor `train`; those modules re-export them.
 
 use super::{Manifest, RankInfo};
-use crate::amp::AmpMode;
-use crate::optim::OptimizerKind;
 use clap::ValueEnum;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -173,6 +171,29 @@ impl MemoryFormat {
     fn is_contiguous(&self) -> bool {
         *self == MemoryFormat::Contiguous
     }
+}
+
+/// The optimizer (`--optimizer`).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OptimizerKind {
+    /// SGD with --momentum and --weight-decay.
+    Sgd,
+    Adam,
+    /// LARS (You et al. 2017): SGD with momentum and a per-layer trust ratio, for large batches.
+    Lars,
+}
+
+/// Mixed precision (`--amp`).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AmpMode {
+    /// Full fp32.
+    Off,
+    /// Autocast to float16 with dynamic loss scaling (as torch.amp.GradScaler).
+    Fp16,
+    /// Autocast to bfloat16; no loss scaling needed.
+    Bf16,
 }
 
 /// The kind of device the ranks trained on.
@@ -878,7 +899,7 @@ pub(crate) mod tests {
         }
         let mut derived = manifest_with(k);
         derived.comparison_key = None;
-        derived.model_file = Some(crate::model::script::ScriptFile {
+        derived.model_file = Some(crate::record::ScriptFile {
             path: "net.pt".into(),
             bytes: 1,
             sha256: "not a hash".into(),

@@ -120,10 +120,10 @@ pub struct RankInfo {
     pub gpu_driver_version: Option<String>,
     /// This rank's GPU clocks and throttle reasons before the first step.
     #[serde(default)]
-    pub gpu_clocks_start: Option<crate::device::nvml::GpuClocks>,
+    pub gpu_clocks_start: Option<GpuClocks>,
     /// The same after the last step (a GPU that heated up and throttled shows here).
     #[serde(default)]
-    pub gpu_clocks_end: Option<crate::device::nvml::GpuClocks>,
+    pub gpu_clocks_end: Option<GpuClocks>,
     /// The first global step this rank's trace left out because its file reached its
     /// byte bound (the trace file marks the same step); absent when the whole window was
     /// traced, or nothing was.
@@ -308,6 +308,20 @@ impl Manifest {
             .map_err(|e| anyhow::anyhow!(crate::files::read_error(&path, &e)))?;
         serde_json::from_str(&text).with_context(|| format!("{} is not a ddpbench manifest", path.display()))
     }
+}
+
+/// A GPU's clocks and why they are held down, as the manifest records them at the start
+/// and the end of a run (a throttled GPU explains a slow rank).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuClocks {
+    pub bus_id: String,
+    pub sm_clock_mhz: Option<u32>,
+    pub mem_clock_mhz: Option<u32>,
+    pub max_sm_clock_mhz: Option<u32>,
+    pub temperature_c: Option<u32>,
+    /// NVML's throttle reasons by name (e.g. `SW_POWER_CAP`, `HW_SLOWDOWN`); empty when
+    /// none is active; `None` when the reading failed.
+    pub throttle_reasons: Option<Vec<String>>,
 }
 
 /// The TorchScript file a run trained: where it was, its size and its SHA-256 (the

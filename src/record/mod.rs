@@ -8,6 +8,7 @@
 //! every number as a number.
 
 mod cells;
+pub(crate) mod clock;
 mod end;
 pub(crate) mod key;
 pub(crate) mod last_gasp;
@@ -21,10 +22,13 @@ pub(crate) mod warning;
 
 pub use cells::Cells;
 pub use end::{end_file_name, write_atomic, EndRecord, RunStatus};
-pub use key::{Backend, ComparisonKey, DeviceKind, GradDtype, MallocMode, Memory, MemoryFormat, NoiseScaleMode, Overlap, Peer, PhaseSync};
+pub use key::{
+    AmpMode, Backend, ComparisonKey, DeviceKind, GradDtype, MallocMode, Memory, MemoryFormat, NoiseScaleMode, OptimizerKind, Overlap, Peer,
+    PhaseSync,
+};
 
 pub use manifest::{
-    AllreduceProbe, ClockSummary, CommInfo, Manifest, PointId, RankInfo, ScriptFile, StudyRun, TargetOutcome, SCHEMA_VERSION,
+    AllreduceProbe, ClockSummary, CommInfo, GpuClocks, Manifest, PointId, RankInfo, ScriptFile, StudyRun, TargetOutcome, SCHEMA_VERSION,
 };
 pub use rows::{EpochRow, Phase, PhaseArray, PhaseRole, PhaseTimes, StepRow};
 pub use sweep::{Buffer, SweepRow};
@@ -177,6 +181,38 @@ impl<R: serde::Serialize> CsvLog<R> {
     }
 }
 
+/// `train`'s settings at their defaults, as a manifest's `config` holds them (what
+/// `reduce` tells a run's own settings from). A test of `train`'s flags holds this file
+/// to them and prints the new text when a default changes.
+pub const TRAIN_DEFAULTS_JSON: &str = include_str!("train_defaults.json");
+
+/// [`TRAIN_DEFAULTS_JSON`] as a JSON object.
+pub fn train_defaults() -> serde_json::Map<String, serde_json::Value> {
+    serde_json::from_str(TRAIN_DEFAULTS_JSON).unwrap_or_default()
+}
+
+/// A list of ids as the files and messages write it: `[0,1,2,3,8]` -> `0-3,8`.
+pub fn compact_list(ids: &[u32]) -> String {
+    let mut sorted = ids.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let mut j = i;
+        while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            sorted[i].to_string()
+        } else {
+            format!("{}-{}", sorted[i], sorted[j])
+        });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
 pub fn rank_file_name(rank: usize) -> String {
     format!("rank-{rank:05}.csv")
 }
@@ -244,6 +280,12 @@ mod tests {
         let t = UNIX_EPOCH + Duration::from_millis(1_709_210_096_500);
         assert_eq!(rfc3339_utc(t), "2024-02-29T12:34:56.500000Z");
         assert_eq!(compact_utc(t), "20240229T123456Z");
+    }
+
+    #[test]
+    fn compact_lists() {
+        assert_eq!(compact_list(&[3, 0, 1, 2, 8, 10, 11]), "0-3,8,10-11");
+        assert_eq!(compact_list(&[]), "");
     }
 }
 

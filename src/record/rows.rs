@@ -386,16 +386,22 @@ mod tests {
     #[test]
     fn the_glossary_defines_every_phase_in_order() {
         let glossary = include_str!("../../results/README.md");
-        let start = glossary.find("### `rank-NNNNN.csv`").expect("results/README.md has the rank file's section");
+        let start = glossary
+            .find("### `rank-NNNNN.csv`")
+            .expect("results/README.md has the rank file's section");
         let section = &glossary[start..];
         let section = &section[..section[4..].find("\n### ").map_or(section.len(), |end| end + 4)];
-        let rows: Vec<&str> = section
-            .lines()
-            .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
+        let rows: Vec<&str> = section.lines().filter_map(|l| l.strip_prefix("| `")?.split('`').next()).collect();
+        let phases: Vec<&str> = rows
+            .iter()
+            .copied()
+            .filter(|c| Phase::ALL.iter().any(|p| p.column() == *c))
             .collect();
-        let phases: Vec<&str> = rows.iter().copied().filter(|c| Phase::ALL.iter().any(|p| p.column() == *c)).collect();
         let all: Vec<&str> = Phase::ALL.iter().map(|p| p.column()).collect();
-        assert_eq!(phases, all, "results/README.md's rank-file glossary: one row per phase, in Phase::ALL's order");
+        assert_eq!(
+            phases, all,
+            "results/README.md's rank-file glossary: one row per phase, in Phase::ALL's order"
+        );
     }
 
     /// A phase indexes its own entry, and iteration follows the step's order.

@@ -2,7 +2,7 @@
 
 use super::analysis::recommend::Shape;
 use super::report::TARGET_EFFICIENCY;
-use crate::allreduce::link_spec::LinkSpec;
+use crate::link::spec::LinkSpec;
 use clap::Args;
 use std::path::{Path, PathBuf};
 

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 /// A folder `ddpbench allreduce` wrote.
 fn is_sweep(p: &Path) -> bool {
-    crate::allreduce::link_model_path(p).is_some()
+    crate::link::link_model_path(p).is_some()
 }
 
 /// The sweep folders among `paths` and their direct subfolders.
@@ -258,7 +258,7 @@ fn project(req: &ReduceRequest, dirs: &[PathBuf], complete: &[&RunStats]) -> Res
     // A model that cannot be read or holds values no link has takes the projection out,
     // not the report: the rest stands without it.
     let measured = match &sweep {
-        Some(s) => match crate::allreduce::LinkModelFile::read(s) {
+        Some(s) => match crate::link::LinkModelFile::read(s) {
             Ok(m) => Some(m),
             Err(e) => {
                 eprintln!("projection left out: {e:#}");

@@ -37,7 +37,7 @@ pub(super) fn finish(out: &Path, state: &State, plan: &Plan, spec: &StudySpec, s
         runs: vec![out.join("runs")],
         baseline: None,
         // A sweep the user ran into the study's folder (`ddpbench allreduce --out <study>/allreduce`).
-        interconnect: crate::allreduce::link_model_path(&out.join("allreduce")).map(|_| out.join("allreduce")),
+        interconnect: crate::link::link_model_path(&out.join("allreduce")).map(|_| out.join("allreduce")),
         project_to: 1024,
         link: spec.report.link.clone(),
         link_intra: spec.report.link_intra.clone(),

@@ -9,8 +9,8 @@
 //! script that ran, its own per-rank CSVs, `peer.json` and each process's log.
 
 use crate::data::DatasetKind;
-use crate::optim::OptimizerKind;
 use crate::record::key::{self, ComparisonKey, DeviceKind, Overlap, Real};
+use crate::record::OptimizerKind;
 use crate::record::{self, Backend, CsvLog, Manifest, Peer, Phase, RankInfo, RunStatus, StepRow};
 use crate::train::config::TrainConfig;
 use crate::world::{agree, all_strings, broadcast_string, Group};
@@ -79,7 +79,7 @@ pub fn check_point(peer: Peer, cfg: &TrainConfig) -> Result<()> {
     let unlike: Vec<&str> = [
         (cfg.optim.optimizer != OptimizerKind::Sgd, "optimizer other than sgd"),
         (cfg.schedule.grad_accum != 1, "grad_accum above 1"),
-        (cfg.optim.amp != crate::amp::AmpMode::Off, "amp"),
+        (cfg.optim.amp != crate::record::AmpMode::Off, "amp"),
         (cfg.comm.grad_dtype != key::GradDtype::Fp32, "grad_dtype other than fp32"),
         (
             cfg.schedule.max_steps.is_none(),
@@ -267,7 +267,7 @@ fn manifest(pg: &Group, peer: Peer, cfg: &TrainConfig, run_id: &str, started: Sy
         // DDP all-reduces each bucket as backward finishes it, on gloo's or NCCL's own thread.
         overlap: Overlap::On,
         grad_dtype: Some(key::GradDtype::Fp32),
-        amp: Some(crate::amp::AmpMode::Off),
+        amp: Some(crate::record::AmpMode::Off),
         backend,
         workers: Some(0),
         seq_len: Some(cfg.workload.seq_len),

@@ -7,8 +7,8 @@ use clap::{Parser, ValueEnum};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::allreduce::link_spec::LinkSpec;
 use crate::compare::Refusal;
+use crate::link::spec::LinkSpec;
 use crate::record::{Peer, PointId};
 use crate::reduce::analysis::recommend::Shape;
 use crate::train::TrainConfig;

@@ -277,7 +277,7 @@ fn dry_run(g: &Group, spec: &StudySpec, plan: &Plan, layout: &Layout, out: &Path
 /// stop signal ended has no model, and is swept again).
 fn sweep(g: &Group, out: &Path) -> Result<Swept> {
     let sweep_dir = out.join("allreduce");
-    let done = g.rank == 0 && crate::allreduce::link_model_path(&sweep_dir).is_some();
+    let done = g.rank == 0 && crate::link::link_model_path(&sweep_dir).is_some();
     if broadcast_string(g, if done { "done" } else { "" }) == "done" {
         return Ok(Swept::Whole);
     }

@@ -22,6 +22,8 @@ pub use gpu::{gpu_inventory, GpuInfo};
 pub use node::{gpu_label, NodeInfo};
 pub use pci::{parse_pci_bus_id, pci_locality, GpuPlace, PciBusId};
 pub use report::{main, TopoArgs};
+// Lists of ids as text are a file format: `record` owns it.
+pub use crate::record::compact_list;
 
 use hwloc2::{ObjectType, Topology};
 use serde::Serialize;
@@ -75,38 +77,5 @@ pub fn online_cpus() -> usize {
         n as usize
     } else {
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
-    }
-}
-
-/// `[0,1,2,3,8]` -> `0-3,8`.
-pub fn compact_list(ids: &[u32]) -> String {
-    let mut sorted = ids.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < sorted.len() {
-        let mut j = i;
-        while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
-            j += 1;
-        }
-        out.push(if i == j {
-            sorted[i].to_string()
-        } else {
-            format!("{}-{}", sorted[i], sorted[j])
-        });
-        i = j + 1;
-    }
-    out.join(",")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn compact_lists() {
-        assert_eq!(compact_list(&[3, 0, 1, 2, 8, 10, 11]), "0-3,8,10-11");
-        assert_eq!(compact_list(&[]), "");
     }
 }

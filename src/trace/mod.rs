@@ -5,9 +5,12 @@
 //! to the clock offsets it corrects by).
 
 pub(crate) mod event;
+pub(crate) mod files;
 pub(crate) mod window;
+#[cfg(feature = "train")]
 pub(crate) mod writer;
 
 pub use event::viewer_times;
 pub use window::StepWindow;
+#[cfg(feature = "train")]
 pub use writer::{RankIdentity, RankTrace, TracedStep};

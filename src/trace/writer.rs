@@ -15,6 +15,7 @@
 //! start, the clock of `step_start_at_s` in the rank's CSV).
 
 use super::event::{ns, tid, Event};
+use super::files::{file_name, MAX_FILE_BYTES, TRACE_DIR};
 use super::window::StepWindow;
 use crate::comm::CommStats;
 use crate::data::loader::BatchSpan;
@@ -26,10 +27,6 @@ use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// The trace folder inside a run folder.
-pub const TRACE_DIR: &str = "trace";
-/// The largest rank trace file read back to merge it.
-pub const MAX_FILE_BYTES: u64 = 1 << 30;
 /// The most bytes a rank's trace file takes: where tracing stops. Below the reader's
 /// [`MAX_FILE_BYTES`], so every file a run writes is read back.
 pub const MAX_RANK_BYTES: u64 = 512 << 20;
@@ -41,10 +38,6 @@ pub const MAX_BYTES_ENV: &str = "DDPBENCH_TRACE_MAX_BYTES";
 /// that says where the trace stops and the object form's first and last lines (plus the
 /// backend's name, which the first line holds).
 const CLOSING_BYTES: u64 = 1024;
-
-pub fn file_name(rank: usize) -> String {
-    format!("rank-{rank:05}.trace.json")
-}
 
 /// Who wrote a trace.
 #[derive(Debug, Clone)]

@@ -15,18 +15,14 @@
 //! `reduce` corrects times with the exact offset where there is one, else by
 //! interpolating the estimates, and claims an arrival order only beyond the error.
 
-use crate::record::CsvLog;
+use crate::record::clock::{ClockRow, MAX_ROUNDS};
 use crate::world::Group;
-use anyhow::Result;
 use mpi::point_to_point::{Destination, Source};
 use mpi::topology::Communicator;
-use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
 /// Round trips at least, per rank and estimate.
 pub const MIN_ROUNDS: usize = 8;
-/// Round trips at most, per rank and estimate (bounds the rows' work whatever the link).
-pub const MAX_ROUNDS: usize = 100_000;
 /// Round trips stop once the error bound is below this.
 pub const TARGET_ERROR_S: f64 = 50e-6;
 /// Or once this much time was spent on one rank's estimate.
@@ -79,53 +75,6 @@ pub fn boot_id_hash() -> u64 {
             h.finish().max(1)
         }
         _ => 0,
-    }
-}
-
-/// One rank's offset at one synchronisation point (a row of `clock.csv`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ClockRow {
-    /// 0 at the start of training, k after epoch k-1.
-    pub sync: usize,
-    pub rank: usize,
-    /// Rank 0's clock (seconds since its start of the run) at this estimate
-    /// (`rank0_elapsed_s` before schema 3).
-    #[serde(alias = "rank0_elapsed_s")]
-    pub rank0_at_s: f64,
-    /// Rank 0's clock minus this rank's clock, estimated by round trips: add it to this
-    /// rank's times.
-    pub offset_s: f64,
-    /// Half the shortest round trip: the estimate is right to within this.
-    pub error_s: f64,
-    /// Round trips made for this estimate (absent in older files).
-    #[serde(default)]
-    pub rounds: Option<usize>,
-    /// The exact offset, from the ranks' origins on one `CLOCK_MONOTONIC`; empty where
-    /// this rank runs under another kernel than rank 0 (or in older files).
-    #[serde(default, deserialize_with = "empty_as_none")]
-    pub exact_offset_s: Option<f64>,
-    /// What `exact_offset_s` is right to within: the two origins' reading error.
-    #[serde(default, deserialize_with = "empty_as_none")]
-    pub exact_error_s: Option<f64>,
-}
-
-impl ClockRow {
-    /// The offset to use and its error: the exact one where there is one.
-    pub fn best(&self) -> (f64, f64) {
-        match (self.exact_offset_s, self.exact_error_s) {
-            (Some(o), Some(e)) => (o, e),
-            (Some(o), None) => (o, 0.0),
-            _ => (self.offset_s, self.error_s),
-        }
-    }
-}
-
-/// An empty CSV cell reads as None.
-fn empty_as_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
-    let s = Option::<String>::deserialize(d)?;
-    match s.as_deref().map(str::trim) {
-        None | Some("") => Ok(None),
-        Some(t) => t.parse::<f64>().map(Some).map_err(serde::de::Error::custom),
     }
 }
 
@@ -223,20 +172,4 @@ pub fn estimate(g: &Group, origin: &Origin, boot_id: u64, sync: usize) -> Vec<Cl
         });
     }
     rows
-}
-
-/// `clock.csv` in the run folder, written by rank 0.
-pub struct ClockLog(CsvLog<ClockRow>);
-
-impl ClockLog {
-    pub fn create(path: &std::path::Path) -> Result<ClockLog> {
-        Ok(ClockLog(CsvLog::create_new(path)?))
-    }
-
-    pub fn write(&mut self, rows: &[ClockRow]) -> Result<()> {
-        for r in rows {
-            self.0.write(r)?;
-        }
-        self.0.flush()
-    }
 }

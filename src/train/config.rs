@@ -4,14 +4,15 @@
 //! verbatim (flat, one key per flag) into `manifest.json`, so every run can be
 //! repeated from its own folder. The trainer reads only this struct, never clap.
 
-use crate::amp::AmpMode;
 use crate::comm::{AllreduceChoice, GradDtype, OverlapMode};
 use crate::data::{DataSpec, DatasetKind, ImageCaps};
 use crate::device::DeviceChoice;
 use crate::job::same_flags::LaunchFlags;
 use crate::model::{self, InputDtype, InputShape, LossKind, ModelChoice, ModelOptions, ShapeFlags};
-use crate::optim::{LrScaling, OptimizerKind};
+use crate::optim::LrScaling;
+use crate::record::AmpMode;
 use crate::record::NoiseScaleMode;
+use crate::record::OptimizerKind;
 use crate::topology::BindPolicy;
 use crate::train::host_memory::MallocMode;
 use anyhow::{anyhow, Result};
@@ -808,6 +809,25 @@ mod tests {
     struct Train {
         #[command(flatten)]
         cfg: TrainConfig,
+    }
+
+    /// The defaults `reduce` reads (`record/train_defaults.json`, for a binary without
+    /// `train`) are these flags' own.
+    #[test]
+    fn the_recorded_defaults_are_the_flags_own() {
+        let cfg = Train::try_parse_from(["train"]).unwrap().cfg;
+        let now = serde_json::to_value(cfg).unwrap();
+        let text = serde_json::to_string_pretty(&now).unwrap() + "\n";
+        assert_eq!(
+            serde_json::Value::Object(crate::record::train_defaults()),
+            now,
+            "a default of `train` changed: replace src/record/train_defaults.json with\n{text}"
+        );
+        assert_eq!(
+            crate::record::TRAIN_DEFAULTS_JSON,
+            text,
+            "src/record/train_defaults.json: write it as\n{text}"
+        );
     }
 
     /// Every `DDPBENCH_*` variable the code names is either held by the comparison key or

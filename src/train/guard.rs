@@ -6,7 +6,7 @@
 use super::config::TrainConfig;
 use super::placement::Placement;
 use super::state::Schedule;
-use crate::amp::AmpMode;
+use crate::record::AmpMode;
 use crate::record::{RunWarning, WarningCode};
 use crate::world::{gather_strings, Group};
 use tch::Device;

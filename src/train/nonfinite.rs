@@ -7,7 +7,7 @@
 //! The parameters are read only once the loss has failed, so a step pays nothing.
 
 use super::state::StepAt;
-use crate::amp::AmpMode;
+use crate::record::AmpMode;
 use anyhow::{bail, Result};
 use tch::{Kind, Tensor};
 

@@ -3,9 +3,9 @@
 //! every tensor in its own dtype and in pieces of at most [`PIECE_BYTES`], so neither
 //! holds a second copy of a large parameter.
 
-use crate::amp::AmpMode;
 use crate::comm::dtype::gradient_dtypes;
 use crate::comm::ReduceDtype;
+use crate::record::AmpMode;
 use crate::world::{AgreedError, Group};
 use anyhow::{bail, Result};
 use mpi::collective::{CommunicatorCollectives, Root};

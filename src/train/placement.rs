@@ -2,8 +2,9 @@
 //! is bound to, then the size of libtorch's thread pool; and the node type it reports.
 
 use super::config::{PlacementConfig, TrainConfig};
-use crate::device::nvml::{GpuClocks, Nvml};
+use crate::device::nvml::Nvml;
 use crate::device::{self, cuda};
+use crate::record::GpuClocks;
 use crate::record::RankInfo;
 use crate::topology::{self, BindPolicy, Binding, NodeInfo};
 use crate::world::{agree, gather_strings, launcher_env, Group};

@@ -1,11 +1,11 @@
 //! What a run writes as it goes: the manifest, one row per step and per epoch, rank 0's
 //! clock offsets, and the all-reduce's per-bucket hand-over statistics.
 
-use super::clock::{ClockLog, ClockRow};
 use super::state::StepAt;
 use super::step::Measured;
 use super::timer::Mark;
 use crate::comm::CommStats;
+use crate::record::clock::{ClockLog, ClockRow};
 use crate::record::last_gasp::LastGasp;
 use crate::record::reserve::Reserve;
 use crate::record::{self, ClockSummary, CsvLog, EpochRow, Manifest, Phase, StepRow};

@@ -94,7 +94,7 @@ pub fn is_run_file(name: &str) -> bool {
             "clock.csv",
             "model.safetensors",
             "model.pt",
-            crate::trace::writer::TRACE_DIR,
+            crate::trace::files::TRACE_DIR,
             reserve::RESERVE_FILE,
         ]
         .contains(&name)

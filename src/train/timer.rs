@@ -63,7 +63,10 @@ pub enum Repeats {
 const _: () = {
     let mut i = 0;
     while i < StepEvent::COUNT {
-        assert!(StepEvent::ALL[i] as usize == i, "StepEvent::ALL must list the events in declaration order");
+        assert!(
+            StepEvent::ALL[i] as usize == i,
+            "StepEvent::ALL must list the events in declaration order"
+        );
         i += 1;
     }
 };
@@ -413,7 +416,10 @@ mod tests {
         let mut listed: Vec<StepEvent> = StepEvent::ALL.to_vec();
         listed.retain(|e| replayed.contains(e));
         assert_eq!(listed, StepEvent::ALL, "every event is replayed");
-        let per_micro: Vec<StepEvent> = StepEvent::ALL.into_iter().filter(|e| e.repeats() == Repeats::PerMicroBatch).collect();
+        let per_micro: Vec<StepEvent> = StepEvent::ALL
+            .into_iter()
+            .filter(|e| e.repeats() == Repeats::PerMicroBatch)
+            .collect();
         assert_eq!(step_events(3).iter().filter(|e| per_micro.contains(e)).count(), 3 * per_micro.len());
     }
 

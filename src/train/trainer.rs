@@ -8,7 +8,7 @@
 //! [`StepMachine`] (what a step runs on), [`Records`] (what the run writes) and
 //! [`Progress`] (where the run is).
 
-use super::clock::{self, ClockLog};
+use super::clock;
 use super::communication::Communication;
 use super::config::TrainConfig;
 use super::faults::FaultHooks;
@@ -21,7 +21,7 @@ use super::state::{ModelState, Schedule, StepAt};
 use super::step::{Measured, StepMachine};
 use super::target::{StepDone, TargetWatch};
 use super::timer;
-use crate::amp::{AmpMode, Autocast, LossScaler};
+use crate::amp::{Autocast, LossScaler};
 use crate::comm::noise::{NoisePath, NoiseScaleMode};
 use crate::data::{self, Dataset, Loader};
 use crate::flight::Phase;
@@ -29,8 +29,10 @@ use crate::job::signals;
 use crate::job::watchdog::{self, Watchdog};
 use crate::model::{self, ModelOptions, ModelSpec};
 use crate::optim::{LrScaling, Optimizer};
+use crate::record::clock::ClockLog;
 use crate::record::last_gasp::{self, LastGasp, Template};
 use crate::record::reserve::{self, Reserve};
+use crate::record::AmpMode;
 use crate::record::Backend;
 use crate::record::{self, CsvLog, EndRecord, EpochRow, Manifest, RunStatus, StepRow};
 use crate::telemetry::GpuSampler;
@@ -298,8 +300,7 @@ impl<'g> Trainer<'g> {
         let ends = gather_strings(self.g, &mine);
         if self.g.rank == 0 {
             for (info, text) in self.records.manifest.ranks.iter_mut().zip(ends.unwrap_or_default()) {
-                let (clocks, stopped): (Option<crate::device::nvml::GpuClocks>, Option<usize>) =
-                    serde_json::from_str(&text).unwrap_or_default();
+                let (clocks, stopped): (Option<crate::record::GpuClocks>, Option<usize>) = serde_json::from_str(&text).unwrap_or_default();
                 info.gpu_clocks_end = clocks;
                 info.trace_stopped_before_step = stopped;
             }

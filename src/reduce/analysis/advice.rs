@@ -11,15 +11,7 @@
 use super::RunStats;
 use crate::record::key::KeyFlag;
 use crate::record::ComparisonKey;
-use clap::Parser;
 use serde_json::{Map, Value};
-
-/// `train`'s flags, to read their defaults.
-#[derive(Parser)]
-struct TrainFlags {
-    #[command(flatten)]
-    cfg: crate::train::config::TrainConfig,
-}
 
 /// A point's 1-rank reference as a command: all of it, and what it changes of the point's
 /// own settings.
@@ -47,15 +39,6 @@ impl ReferenceCommand {
     }
 }
 
-/// `train`'s settings at their defaults, as a manifest's `config` holds them.
-fn defaults() -> Map<String, Value> {
-    TrainFlags::try_parse_from(["train"])
-        .ok()
-        .and_then(|f| serde_json::to_value(f.cfg).ok())
-        .and_then(|v| v.as_object().cloned())
-        .unwrap_or_default()
-}
-
 /// A setting's value as a command line gives it; None for a switch that is off or a
 /// setting left at nothing.
 fn arg(v: &Value) -> Option<String> {
@@ -80,7 +63,7 @@ fn quoted(s: &str) -> String {
 /// has `key`, the comparison key of `run`'s point (whose config it starts from).
 pub fn reference_command(run: &RunStats, key: &ComparisonKey, batch_size: usize) -> ReferenceCommand {
     let m = &run.manifest;
-    let defaults = defaults();
+    let defaults = crate::record::train_defaults();
     let given = m.config.as_object().cloned().unwrap_or_default();
     // The point's settings that are flags of this binary, without where its files went.
     let mut settings: Map<String, Value> = given
@@ -157,6 +140,7 @@ mod tests {
         assert_eq!(quoted("DDPBENCH_SLOW_FORWARD=1:30"), "DDPBENCH_SLOW_FORWARD=1:30");
         assert_eq!(quoted("my data"), "'my data'");
         assert_eq!(quoted("it's"), r"'it'\''s'");
-        assert!(defaults().contains_key("batch_size") && defaults().contains_key("node_slots"));
+        let defaults = crate::record::train_defaults();
+        assert!(defaults.contains_key("batch_size") && defaults.contains_key("node_slots"));
     }
 }

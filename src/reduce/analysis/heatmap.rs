@@ -180,7 +180,10 @@ mod tests {
         assert_eq!((coarse.ranks_per_row, coarse.steps_per_column), (4, 16));
         assert_eq!((coarse.cells_s.len(), coarse.columns(), coarse.cell_count()), (3, 4, 12));
         assert_eq!(coarse.cells_s, direct.cells_s);
-        assert_eq!((coarse.ranks_per_row, coarse.steps_per_column), (direct.ranks_per_row, direct.steps_per_column));
+        assert_eq!(
+            (coarse.ranks_per_row, coarse.steps_per_column),
+            (direct.ranks_per_row, direct.steps_per_column)
+        );
         assert_eq!(coarse.row_label(2), "8–9");
         assert_eq!(coarse.column_step(1), 116);
         // Within its limits already: unchanged.

@@ -1,6 +1,6 @@
 //! `projection.csv`: a workload's step time at more ranks than were measured, from one
 //! measured run (its ranks' own work per step, its buckets, its backward time) and the
-//! link model `ddpbench allreduce` fitted ([`crate::allreduce::link_model`]).
+//! link model `ddpbench allreduce` fitted ([`crate::link::model`]).
 //! Weak scaling keeps the measured per-rank batch; strong scaling splits the reference's
 //! global batch over N ranks, a rank's own work at each per-rank batch taken from the
 //! runs of the same configuration on the reference's ranks ([`own_at`]).
@@ -25,8 +25,8 @@
 //! other jobs, compute per rank independent of N.
 
 use super::{advice, RunStats, StepBreakdown};
-use crate::allreduce::link_model::{Algorithm, LinkModel, MAX_FIT_REL_ERROR};
-use crate::allreduce::LinkModelFile;
+use crate::link::model::{Algorithm, LinkModel, MAX_FIT_REL_ERROR};
+use crate::link::LinkModelFile;
 use crate::record::{Backend, ComparisonKey, Phase};
 use crate::stats::Sketch;
 use serde::Serialize;
@@ -717,7 +717,7 @@ mod tests {
 
     #[test]
     fn a_projection_by_hand() {
-        use crate::allreduce::link_model::{LevelFit, FORMULA};
+        use crate::link::model::{LevelFit, FORMULA};
         let fit = |level: &str| LevelFit {
             level: level.into(),
             backend: crate::record::Backend::Mpi,

@@ -381,6 +381,9 @@ mod tests {
             }
         }
         assert!(at("comm_s_median") > last);
-        assert!(json.contains(r#""comm_exposed_s_median":0.0,"comm_exposed_share":0.0,"optimizer_s_median""#), "{json}");
+        assert!(
+            json.contains(r#""comm_exposed_s_median":0.0,"comm_exposed_share":0.0,"optimizer_s_median""#),
+            "{json}"
+        );
     }
 }

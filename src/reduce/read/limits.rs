@@ -3,8 +3,8 @@
 //! the key or column and the value, and leaves the run out.
 
 use crate::bounds::{self, clock_slack_s, shown, MAX_BUCKETS, MAX_BYTES_PER_STEP, MAX_RANKS, MAX_RUN_S, MAX_SAMPLES_PER_STEP};
+use crate::record::clock::ClockRow;
 use crate::record::{AllreduceProbe, EpochRow, Manifest};
-use crate::train::clock::ClockRow;
 use std::path::Path;
 
 /// Steps of one epoch: 2^40, as many as samples a rank may process in one step.
@@ -186,10 +186,10 @@ pub fn clock_row(row: &ClockRow, world_size: usize, run_s: Option<f64>) -> Resul
     if let Some(e) = row.exact_error_s {
         bounds::seconds("exact_error_s", e, clock_slack_s(at))?;
     }
-    if row.rounds.is_some_and(|n| n > crate::train::clock::MAX_ROUNDS) {
+    if row.rounds.is_some_and(|n| n > crate::record::clock::MAX_ROUNDS) {
         return Err(format!(
             "rounds is more than {}: not a file ddpbench wrote",
-            crate::train::clock::MAX_ROUNDS
+            crate::record::clock::MAX_ROUNDS
         ));
     }
     Ok(())

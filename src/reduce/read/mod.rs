@@ -506,7 +506,7 @@ impl ClockOffsets {
         let mut by_rank: BTreeMap<usize, Vec<Estimate>> = BTreeMap::new();
         if let Some(file) = open_regular_if_present(&path)? {
             let mut r = csv::Reader::from_reader(file);
-            for (i, row) in r.deserialize::<crate::train::clock::ClockRow>().enumerate() {
+            for (i, row) in r.deserialize::<crate::record::clock::ClockRow>().enumerate() {
                 let at = |why: String| format!("{} row {}: {why}", path.display(), i + 1);
                 if i >= limits::MAX_TABLE_ROWS {
                     return Err(at(format!("more than {} rows: not a file ddpbench wrote", limits::MAX_TABLE_ROWS)));

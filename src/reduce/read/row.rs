@@ -270,10 +270,7 @@ mod tests {
             assert!(e.contains(needle), "{e}");
         };
         broken(|r| r.phases[Phase::Forward] = 2.0, "forward_s is 2, longer than the step");
-        broken(
-            |r| r.phases[Phase::Other] = 0.0,
-            "the phases add up to 1.4 s where step_s is 1.5",
-        );
+        broken(|r| r.phases[Phase::Other] = 0.0, "the phases add up to 1.4 s where step_s is 1.5");
         broken(|r| r.comm_s = 1.6, "comm_s is 1.6, longer than the step");
         broken(|r| r.comm_hidden_s = 0.5, "comm_hidden_s is 0.5, more than");
         broken(|r| r.comm_start_s = 11.0, "before the first bucket's entry");

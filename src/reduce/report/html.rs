@@ -102,10 +102,7 @@ pub fn page(report: &Report, pictures: &[Picture], with_plots: bool, limits: &Pa
                 notes: notes.into_iter().map(|n| n.1).collect(),
             };
         }
-        let largest = shown
-            .iter_mut()
-            .filter(|s| s.drawn && s.used.get())
-            .max_by_key(|s| s.body.len());
+        let largest = shown.iter_mut().filter(|s| s.drawn && s.used.get()).max_by_key(|s| s.body.len());
         let Some(picture) = largest else {
             let over = format!(
                 "the page is {} bytes with every picture left out, over its bound of {} bytes: its tables alone are larger",
@@ -583,7 +580,11 @@ mod tests {
         // A bound the text alone is over: every curve left out, and said.
         let tiny = study_page(md, &curves, true, 100);
         assert_eq!(tiny.html.matches("<svg").count(), 0);
-        assert!(tiny.notes.last().unwrap().contains("its tables alone are larger"), "{:?}", tiny.notes);
+        assert!(
+            tiny.notes.last().unwrap().contains("its tables alone are larger"),
+            "{:?}",
+            tiny.notes
+        );
     }
 
     #[test]

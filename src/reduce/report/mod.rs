@@ -34,7 +34,7 @@ pub use terminal::print;
 use super::analysis::heatmap::StepHeatmap;
 use super::analysis::projection::ProjectionRow;
 use super::analysis::{RankSummary, ScalingRow, Stall, TypeSummary};
-use crate::allreduce::RouteLinkModel;
+use crate::link::RouteLinkModel;
 use crate::record::ComparisonKey;
 use serde::{Serialize, Serializer};
 use std::path::{Path, PathBuf};

@@ -293,7 +293,11 @@ fn phase_share_plots(out: &mut Vec<Picture>, runs: &[RunReport]) -> Result<()> {
 /// The parts of the step ([`StepPhases::parts`]) in the order a step runs them, each
 /// as `value` gives it from the part's position.
 fn phase_stacks(value: impl Fn(usize) -> Vec<f64>) -> Vec<(String, Vec<f64>)> {
-    StepPhases::layout().into_iter().enumerate().map(|(i, part)| (part.label, value(i))).collect()
+    StepPhases::layout()
+        .into_iter()
+        .enumerate()
+        .map(|(i, part)| (part.label, value(i)))
+        .collect()
 }
 
 /// The sum of the step's parts, in their order.

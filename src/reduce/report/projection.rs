@@ -2,8 +2,8 @@
 //! the plot (projected efficiency as a line with its band, measured points as marks).
 
 use super::{ms, pct, ProjectedWorkload, ProjectionReport};
-use crate::allreduce::link_model::MAX_FIT_REL_ERROR;
-use crate::allreduce::LinkModelFile;
+use crate::link::model::MAX_FIT_REL_ERROR;
+use crate::link::LinkModelFile;
 use crate::plot::{self, Band, ChartLayout, LegendAt, LineChart, Point, Series, SeriesKind, XScale};
 use crate::reduce::analysis::projection::{ProjectionRow, EXTRAPOLATION_FACTOR};
 use anyhow::Result;
@@ -467,7 +467,10 @@ pub fn projection_svg(rows: &[ProjectionRow]) -> Result<String> {
         legend: LegendAt::Below,
         x_tick_text,
         key: vec![
-            (SeriesKind::Projected, "projected: open circles on the line, the band its uncertainty".into()),
+            (
+                SeriesKind::Projected,
+                "projected: open circles on the line, the band its uncertainty".into(),
+            ),
             (SeriesKind::Markers, "measured: filled dots, in their workload's colour".into()),
         ],
     };

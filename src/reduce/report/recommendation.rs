@@ -3,8 +3,8 @@
 //! GPU-hours and cost (report.md, report.json, the terminal).
 
 use super::{ms, ProjectionReport};
-use crate::allreduce::link_model::LevelFit;
-use crate::allreduce::{link_spec, LinkModelFile};
+use crate::link::model::LevelFit;
+use crate::link::{spec as link_spec, LinkModelFile};
 use crate::record::{Backend, DeviceKind, Memory};
 use crate::reduce::analysis::recommend::{recommend, Ask, Figures, Recommendation};
 use crate::reduce::analysis::RunStats;

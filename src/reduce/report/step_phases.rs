@@ -59,7 +59,10 @@ impl StepPhases {
                     out.push((StepPart::new("data_s", "data", "data"), data_s));
                 }
                 PhaseRole::Communication => {
-                    out.push((StepPart::new("comm_transfer_s", "comm: transfer", "all-reduce transfer"), self.comm_transfer_s));
+                    out.push((
+                        StepPart::new("comm_transfer_s", "comm: transfer", "all-reduce transfer"),
+                        self.comm_transfer_s,
+                    ));
                     let wait = StepPart::new("comm_wait_s", "comm: waiting for a late rank", "all-reduce wait");
                     out.push((wait, self.comm_wait_s));
                 }
@@ -104,14 +107,26 @@ mod tests {
         };
         let parts = p.parts();
         let keys: Vec<&str> = parts.iter().map(|(part, _)| part.key).collect();
-        let kept = ["data_s", "forward_s", "backward_s", "comm_transfer_s", "comm_wait_s", "optimizer_s", "other_s"];
+        let kept = [
+            "data_s",
+            "forward_s",
+            "backward_s",
+            "comm_transfer_s",
+            "comm_wait_s",
+            "optimizer_s",
+            "other_s",
+        ];
         let mut rest = keys.iter();
         assert!(kept.iter().all(|k| rest.any(|key| key == k)), "{keys:?}");
         let of = |key: &str| parts.iter().find(|(part, _)| part.key == key).unwrap().clone();
         assert_eq!(of("data_s").1, p.phases[Phase::Data] + p.phases[Phase::BatchCopy]);
         assert_eq!(of("forward_s").1, p.phases[Phase::Forward]);
         assert_eq!((of("comm_transfer_s").1, of("comm_wait_s").1), (1.0, 0.5));
-        let comm: f64 = Phase::ALL.iter().filter(|q| q.role() == PhaseRole::Communication).map(|q| p.phases[*q]).sum();
+        let comm: f64 = Phase::ALL
+            .iter()
+            .filter(|q| q.role() == PhaseRole::Communication)
+            .map(|q| p.phases[*q])
+            .sum();
         let total: f64 = parts.iter().map(|(_, s)| s).sum();
         assert_eq!(total, p.phases.values().sum::<f64>() - comm + 1.5);
         let labels: Vec<(&str, String)> = StepPhases::layout().into_iter().map(|part| (part.key, part.label)).collect();

@@ -14,7 +14,7 @@ use super::read::{each_event, RankRead, Skipped};
 use crate::record::Manifest;
 use crate::reduce::read::ClockOffsets;
 use crate::trace::event::viewer_times;
-use crate::trace::writer::{file_name, TRACE_DIR};
+use crate::trace::files::{file_name, TRACE_DIR};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Map, Value};
 use std::fs::File;

@@ -1,5 +1,5 @@
 //! `ddpbench trace RUN_DIR`, and `reduce` on a traced run: every rank's trace file
-//! ([`crate::trace::writer`]) merged on rank 0's clock into `timeline.json` ([`merge`]),
+//! (`train --trace` writes them) merged on rank 0's clock into `timeline.json` ([`merge`]),
 //! corrected by the same [`super::read::ClockOffsets`] that `reduce` compares the
 //! ranks' CSV times with (exact offsets where ranks share rank 0's kernel).
 
@@ -7,7 +7,7 @@ pub(crate) mod merge;
 pub(crate) mod picture;
 pub(crate) mod read;
 
-use crate::trace::writer::TRACE_DIR;
+use crate::trace::files::TRACE_DIR;
 use crate::trace::StepWindow;
 use anyhow::{Context, Result};
 use clap::Args;
@@ -129,7 +129,7 @@ pub fn report(m: &merge::Merged) {
             "rank {rank}: {} line(s) of {}/{} skipped, not whole events of this rank ({}{})",
             s.count,
             TRACE_DIR,
-            crate::trace::writer::file_name(*rank),
+            crate::trace::files::file_name(*rank),
             s.first.join("; "),
             if s.count > s.first.len() { "; ..." } else { "" }
         );

@@ -9,7 +9,7 @@
 //! a deeply nested line is one skipped line, not a stack overflow.
 
 use crate::files;
-use crate::trace::writer::MAX_FILE_BYTES;
+use crate::trace::files::MAX_FILE_BYTES;
 use anyhow::{bail, Context, Result};
 use serde_json::{Map, Value};
 use std::io::{BufRead, BufReader};

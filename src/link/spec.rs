@@ -6,7 +6,7 @@
 //! rate (protocol overheads, the reduction itself, congestion), so a step projected
 //! from a spec is a lower bound on the step the link gives.
 
-use super::link_model::{LevelFit, LinkModel, FORMULA, MAX_ALPHA_S};
+use super::model::{LevelFit, LinkModel, FORMULA, MAX_ALPHA_S};
 use super::{LinkModelFile, RouteLinkModel};
 use crate::bounds::MAX_BYTES_PER_STEP;
 use crate::record::{Backend, Memory};
@@ -291,7 +291,7 @@ pub fn with_specs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::allreduce::link_model::{fit, ring_s};
+    use crate::link::model::{fit, ring_s};
 
     #[test]
     fn every_preset_parses_into_the_model_the_sweep_would_fit_for_its_alpha_and_beta() {

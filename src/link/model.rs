@@ -29,6 +29,10 @@ use crate::record::Backend;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
+/// The longest idle before an all-reduce: what `allreduce --idle-ms` takes and a fit
+/// read back may hold.
+pub const MAX_IDLE_S: f64 = 10.0;
+
 /// The latency of one message step: at most 1 s (a link slower than that is down).
 pub const MAX_ALPHA_S: f64 = 1.0;
 /// Seconds per byte: at most 1 (a link of 1 byte/s).
@@ -151,7 +155,7 @@ impl LevelFit {
             within(
                 &key("idle_before_s"),
                 r.idle_before_s,
-                super::sweep::MAX_IDLE_S,
+                MAX_IDLE_S,
                 "an idle before an all-reduce (s)",
             )?;
         }
