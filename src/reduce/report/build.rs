@@ -110,6 +110,7 @@ fn run_report(r: &RunStats) -> RunReport {
         heatmap: r.heatmap.clone(),
         noise_scale: noise::per_epoch(&r.epochs),
         target: m.target.clone(),
+        noise_windows: analysis::noise_window::windows(&r.noise_steps, m.target.as_ref()),
     }
 }
 

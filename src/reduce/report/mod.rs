@@ -82,7 +82,7 @@ pub struct Report {
 }
 
 /// What one complete run adds up to, beyond its rows in the tables.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct RunReport {
     pub run_id: String,
     #[serde(serialize_with = "path")]
@@ -139,6 +139,10 @@ pub struct RunReport {
     pub noise_scale: Vec<noise::EpochNoiseScale>,
     /// What `--target-loss` asked and whether the run reached it (its manifest's `target`).
     pub target: Option<crate::record::TargetOutcome>,
+    /// B_simple over windows of the run's measured steps, from its rank files: the
+    /// thirds (the drift), then the last 50 steps to the target when it reached one
+    /// ([`crate::reduce::analysis::noise_window`]); empty without `--noise-scale`.
+    pub noise_windows: Vec<crate::reduce::analysis::noise_window::NoiseWindow>,
 }
 
 /// Seconds per epoch: compute (forward + backward), all-reduce work, its transfer (the
@@ -146,7 +150,7 @@ pub struct RunReport {
 /// the wait for a late rank; and R. Every all-reduce figure is NaN for a 1-rank run
 /// (its all-reduce is a local copy); R is NaN too where the all-reduce thread shared
 /// backward's cores.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct EpochBreakdown {
     pub compute_s: f64,
     /// All of the all-reduce's time, the wait for a late rank included.
@@ -164,7 +168,7 @@ pub struct EpochBreakdown {
 
 /// Mean seconds per rank-step of each phase, the exposed all-reduce split into the
 /// transfer and the wait for a late rank.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct StepPhases {
     /// Waiting for and copying the batch.
     pub data_s: f64,
