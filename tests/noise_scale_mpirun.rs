@@ -241,6 +241,8 @@ fn reduce_reports_b_simple_with_its_interval_and_the_time_to_accuracy_table() {
     assert!(md.contains("time-to-accuracy speedup"));
     // Every prediction is read beside how far the one check against training was off.
     assert!(md.contains("The prediction against training to a target loss"), "{md}");
+    assert!(md.contains("was within 30 % at 4 × B0 (+3 %) and missed by 60 % at 16 × B0"), "{md}");
+    assert!(md.contains("from `two`, the last epoch (0), 16 measured step(s) |"), "{md}");
 }
 
 /// The rows of a rank file.

@@ -341,6 +341,21 @@ mod tests {
     }
 
     #[test]
+    fn noise_cells_read_as_a_pair_empty_as_unmeasured_and_impossible_ones_named() {
+        let headers = csv::ByteRecord::from(vec!["noise_batch_small", "grad_sq_small", "noise_batch_big", "grad_sq_big"]);
+        let name = |i: usize| String::from_utf8_lossy(headers.get(i).unwrap()).into_owned();
+        let read = |cells: [&str; 4]| noise_pair(&csv::ByteRecord::from(cells.to_vec()), [0, 1, 2, 3], &name);
+        let p = read(["32", "2.5", "64", ""]).unwrap().unwrap();
+        assert_eq!((p.batch_small, p.sq_small, p.batch_big), (32.0, 2.5, 64.0));
+        assert!(p.sq_big.is_nan() && !p.is_usable(), "an empty norm: not finite when taken");
+        assert_eq!(read(["", "", "", ""]), Ok(None));
+        let e = read(["32", "-1", "64", "1"]).unwrap_err();
+        assert!(e.contains("grad_sq_small is -1: a squared norm is not negative"), "{e}");
+        let e = read(["0", "1", "64", "1"]).unwrap_err();
+        assert!(e.contains("noise_batch_small is \"0\": not a count of samples"), "{e}");
+    }
+
+    #[test]
     fn rows_follow_each_other_within_the_run() {
         let first = step();
         let mut next = step();
