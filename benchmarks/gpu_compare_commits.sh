@@ -15,6 +15,7 @@
 # optimizer_s medians per binary with every repeat listed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source benchmarks/gpu_env.sh
 mode=${1:-}
 shift || true
 
@@ -50,12 +51,7 @@ device() {
     done
     cp .gpu/ddpbench /tmp/ddpbench-HEAD
     bins+=(HEAD)
-    local torch_lib
-    torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
-    mkdir -p .gpu/nccl && ln -sfn "$torch_lib/../../nvidia/nccl/lib/libnccl.so.2" .gpu/nccl/libnccl.so
-    export LD_LIBRARY_PATH="$PWD/.gpu/nccl:$PWD/.gpu/lib:$torch_lib:${LD_LIBRARY_PATH:-}"
-    export OPAL_PREFIX="$PWD/.gpu/ompi" PATH="$PWD/.gpu/ompi/bin:$PATH"
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    gpu_device_env
     local out
     if [ -n "${OUT:-}" ]; then out=$(mktemp -d)/cmp; else out=results/gpu-compare-$(date -u +%Y%m%dT%H%M%SZ); fi
     mkdir -p "$out"

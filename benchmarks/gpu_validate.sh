@@ -57,6 +57,7 @@
 # GV_ONLY='^(mnist|r50-[12]-|eq-)' and GV_ONLY='^(ov-|sync-|pytorch-|r50-off|r50-2-mpi-fp16-ovoff)'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source benchmarks/gpu_env.sh
 mode=${1:-}
 
 prepare() {
@@ -108,12 +109,7 @@ device() {
     if [ -n "$dry" ]; then
         bin="$PWD/target/release/ddpbench" gdev=cpu
     else
-        torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
-        export LD_LIBRARY_PATH="$PWD/.gpu/lib:$torch_lib:${LD_LIBRARY_PATH:-}"
-        export OPAL_PREFIX="$PWD/.gpu/ompi" PATH="$PWD/.gpu/ompi/bin:$PATH"
-        # The wheel ships libnccl.so.2; the loader (cudarc) opens libnccl.so.
-        mkdir -p .gpu/nccl && ln -sfn "$torch_lib/../../nvidia/nccl/lib/libnccl.so.2" .gpu/nccl/libnccl.so
-        export LD_LIBRARY_PATH="$PWD/.gpu/nccl:$LD_LIBRARY_PATH"
+        gpu_device_env
     fi
     local mpi=(mpirun --bind-to none --oversubscribe --mca btl self,vader,tcp -x LD_LIBRARY_PATH)
     local runs="$out/runs"

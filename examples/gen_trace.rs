@@ -7,7 +7,7 @@
 //! placed after the previous one on the rank's clock, until the file holds MB_PER_RANK
 //! megabytes (10^6 bytes).
 use anyhow::{ensure, Context, Result};
-use ddpbench::trace::event::viewer_times;
+use ddpbench::trace::viewer_times;
 use serde_json::{json, Value};
 use std::io::{BufWriter, Write};
 use std::path::Path;

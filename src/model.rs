@@ -11,8 +11,8 @@
 //! Or a TorchScript file saved from PyTorch ([`script`]), which returns class logits
 //! (or its own loss), named by `--model path.pt` ([`ModelChoice`]).
 
-pub mod choice;
-pub mod script;
+pub(crate) mod choice;
+pub(crate) mod script;
 
 pub use choice::{InputDtype, InputShape, LossKind, ModelChoice};
 

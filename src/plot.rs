@@ -74,6 +74,9 @@ pub enum SeriesKind {
     Markers,
     /// The reference a reader compares with: a thin line in [`IDEAL`], no marks.
     Ideal,
+    /// Values computed, not measured: a line through the points, an open circle on each
+    /// (a measured point is a filled one).
+    Projected,
 }
 
 #[derive(Debug, Clone)]
@@ -118,18 +121,19 @@ pub struct LineChart {
     pub bands: Vec<Band>,
 }
 
-/// Where a line chart's legend goes.
+/// Where a line chart's legend goes; never on the plotting area, where it would hide
+/// a line or a point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LegendAt {
     /// Right of the plotting area, on the picture, with room kept for it.
     #[default]
     Right,
-    /// Inside the plotting area, on a white box with a [`LEGEND_BORDER`] edge, in the
-    /// corner the chart's points and bands leave emptiest.
-    Inside,
+    /// Under the x axis, one entry a line in a box with a [`LEGEND_BORDER`] edge, the
+    /// picture made taller for it and the names given the picture's width.
+    Below,
 }
 
-/// The edge of a legend drawn inside the plotting area, `#999999` in the SVG.
+/// The edge of a legend drawn under the plotting area, `#999999` in the SVG.
 pub const LEGEND_BORDER: RGBColor = RGBColor(0x99, 0x99, 0x99);
 
 /// How a line chart is laid out beyond its data.
@@ -139,6 +143,9 @@ pub struct ChartLayout {
     /// Text of x ticks in place of the scale's own, by the value the tick stands at
     /// (rank count 8 written as the shape `2 × 4`).
     pub x_tick_text: Vec<(f64, String)>,
+    /// Legend entries after the series', each saying what a kind of mark means (a
+    /// [`SeriesKind::Markers`] dot: measured), drawn in [`IDEAL`]'s grey.
+    pub key: Vec<(SeriesKind, String)>,
 }
 
 fn fail(title: &str) -> impl Fn(String) -> anyhow::Error + '_ {
@@ -267,14 +274,16 @@ fn frame<'a, 'b>(
     x_ticks: Vec<f64>,
     x_text: &dyn Fn(f64) -> String,
     y: std::ops::Range<f64>,
-    legend: LegendAt,
+    legend: (LegendAt, u32),
 ) -> Result<ChartWithKeys<'a, 'b>> {
     let err = fail(labels.title);
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+    let (legend, below_px) = legend;
     let mut ctx = ChartBuilder::on(root)
         .caption(labels.title, (FONT, 19))
         .margin(12)
         .margin_right(if legend == LegendAt::Right { LEGEND_W_PX } else { 24 })
+        .margin_bottom(12 + below_px)
         .x_label_area_size(44)
         .y_label_area_size(64)
         .build_cartesian_2d(
@@ -285,8 +294,8 @@ fn frame<'a, 'b>(
             y,
         )
         .map_err(|e| err(e.to_string()))?;
-    if legend == LegendAt::Inside {
-        // The plotting area as a rectangle of its own: what a legend inside it lies in.
+    if legend == LegendAt::Below {
+        // The plotting area as a rectangle of its own: what the legend stays out of.
         ctx.plotting_area().fill(&WHITE).map_err(|e| err(e.to_string()))?;
     }
     ctx.configure_mesh()
@@ -308,6 +317,8 @@ fn frame<'a, 'b>(
 enum Swatch {
     Line(RGBColor, u32),
     Mark(RGBColor),
+    /// A line with an open circle on it: a projection.
+    OpenMarkLine(RGBColor),
     Fill(RGBAColor),
 }
 
@@ -330,10 +341,15 @@ fn legend(
 ) -> Result<()> {
     for (i, (name, swatch)) in entries.iter().enumerate() {
         let y = top_px + 8 + ENTRY_PX * i as i32;
-        let shape: DynElement<'static, SVGBackend<'_>, (i32, i32)> = match *swatch {
-            Swatch::Line(c, w) => PathElement::new(vec![(x, y), (x + 22, y)], c.stroke_width(w.max(2))).into_dyn(),
-            Swatch::Mark(c) => Circle::new((x + 11, y), 4, c.filled()).into_dyn(),
-            Swatch::Fill(c) => Rectangle::new([(x, y - 5), (x + 22, y + 5)], c.filled()).into_dyn(),
+        let shapes: Vec<DynElement<'static, SVGBackend<'_>, (i32, i32)>> = match *swatch {
+            Swatch::Line(c, w) => vec![PathElement::new(vec![(x, y), (x + 22, y)], c.stroke_width(w.max(2))).into_dyn()],
+            Swatch::Mark(c) => vec![Circle::new((x + 11, y), 4, c.filled()).into_dyn()],
+            Swatch::OpenMarkLine(c) => {
+                let mut line = vec![PathElement::new(vec![(x, y), (x + 22, y)], c.stroke_width(2)).into_dyn()];
+                line.extend(open_mark((x + 11, y), c));
+                line
+            }
+            Swatch::Fill(c) => vec![Rectangle::new([(x, y - 5), (x + 22, y + 5)], c.filled()).into_dyn()],
         };
         let short: String = if name.chars().count() > max_chars {
             name.chars().take(max_chars.saturating_sub(1)).chain(['…']).collect()
@@ -345,7 +361,9 @@ fn legend(
             (x + SWATCH_PX, y),
             TextStyle::from((FONT, 14).into_font()).pos(Pos::new(HPos::Left, VPos::Center)),
         );
-        root.draw(&shape)
+        shapes
+            .iter()
+            .try_for_each(|s| root.draw(s))
             .and_then(|_| root.draw(&text))
             .map_err(|e| fail(title)(e.to_string()))?;
     }
@@ -380,9 +398,17 @@ pub fn line_chart_laid_out(chart: &LineChart, layout: &ChartLayout) -> Result<St
         .filter(|p| axis.usable(p.x))
         .flat_map(|p| [p.y, p.interval.map_or(p.y, |i| i.1)])
         .chain(chart.bands.iter().flat_map(|b| b.points.iter().flat_map(|p| [p.1, p.2])));
+    let named = chart.bands.iter().filter(|b| !b.name.is_empty()).count()
+        + chart.series.iter().filter(|s| !s.name.is_empty()).count()
+        + layout.key.len();
+    let below_px = if layout.legend == LegendAt::Below {
+        legend_below_px(named)
+    } else {
+        0
+    };
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (W_PX, H_PX)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (W_PX, H_PX + below_px)).into_drawing_area();
         let labels = Labels {
             title: &chart.title,
             x: &chart.x_label,
@@ -402,7 +428,7 @@ pub fn line_chart_laid_out(chart: &LineChart, layout: &ChartLayout) -> Result<St
             axis.ticks.clone(),
             &tick_text,
             y_range(ys),
-            layout.legend,
+            (layout.legend, below_px),
         )?;
         let mut entries = draw_bands(&mut ctx, chart, &axis)?;
         let mut colour = 0;
@@ -419,81 +445,74 @@ pub fn line_chart_laid_out(chart: &LineChart, layout: &ChartLayout) -> Result<St
                 entries.push((s.name.clone(), e));
             }
         }
+        entries.extend(layout.key.iter().map(|(kind, name)| {
+            let swatch = match kind {
+                SeriesKind::Markers => Swatch::Mark(IDEAL),
+                SeriesKind::Projected => Swatch::OpenMarkLine(IDEAL),
+                SeriesKind::Line | SeriesKind::Ideal => Swatch::Line(IDEAL, 2),
+            };
+            (name.clone(), swatch)
+        }));
         match layout.legend {
             LegendAt::Right => {
                 let (right, top) = plot_corner(&ctx);
                 legend(&root, (right + 14, top), &entries, 40, &chart.title)?;
             }
-            LegendAt::Inside => legend_inside(&root, &ctx, chart, &axis, &entries)?,
+            LegendAt::Below => legend_below(&root, &ctx, &entries, &chart.title)?,
         }
         root.present().map_err(|e| fail(&chart.title)(e.to_string()))?;
     }
     Ok(svg)
 }
 
-/// The legend on a white box inside the plotting area, in the corner holding the fewest
-/// of the chart's points, bands and line segments (ties: lower left first, where an
-/// efficiency falling with the ranks leaves room); names cut to the area's width.
-fn legend_inside(
+/// Pixels of height a legend of `entries` entries takes under the x axis.
+fn legend_below_px(entries: usize) -> u32 {
+    if entries == 0 {
+        0
+    } else {
+        (ENTRY_PX * entries as i32 + 6 + 2 * LEGEND_GAP_PX) as u32
+    }
+}
+
+/// Pixels between the x axis's description and a legend under it, and under the legend.
+const LEGEND_GAP_PX: i32 = 8;
+
+/// The legend on a white box under the x axis (its description included), from the
+/// plotting area's left edge; names cut to the picture's width.
+fn legend_below(
     root: &DrawingArea<SVGBackend<'_>, Shift>,
     ctx: &ChartWithKeys<'_, '_>,
-    chart: &LineChart,
-    axis: &XAxis,
     entries: &[(String, Swatch)],
+    title: &str,
 ) -> Result<()> {
     if entries.is_empty() {
         return Ok(());
     }
     let (xs, ys) = ctx.plotting_area().get_pixel_range();
     const PAD: i32 = 8;
-    let room_chars = ((xs.end - xs.start - 2 * PAD - SWATCH_PX - 2 * PAD) / CHAR_PX).max(4) as usize;
+    let room_chars = ((W_PX as i32 - 12 - xs.start - 2 * PAD - SWATCH_PX) / CHAR_PX).max(4) as usize;
     let longest = entries.iter().map(|(n, _)| n.chars().count()).max().unwrap_or(0);
-    let max_chars = longest.min(room_chars).min(48);
+    let max_chars = longest.min(room_chars);
     let (w, h) = (
         PAD + SWATCH_PX + max_chars as i32 * CHAR_PX + PAD,
         ENTRY_PX * entries.len() as i32 + 6,
     );
-    let (left, right) = (xs.start + PAD, xs.end - PAD - w);
-    let (top, bottom) = (ys.start + PAD, ys.end - PAD - h);
-    let corners = [(left, bottom), (right, bottom), (right, top), (left, top)];
-    // The chart's points, and points along each line, in pixels.
-    let mut at: Vec<(i32, i32)> = Vec::new();
-    for s in &chart.series {
-        let pts: Vec<(f64, f64)> = s
-            .points
-            .iter()
-            .filter(|p| axis.usable(p.x) && p.y.is_finite())
-            .map(|p| (axis.to_axis(p.x), p.y))
-            .collect();
-        for w in pts.windows(2).filter(|_| s.kind != SeriesKind::Markers) {
-            at.extend((1..8).map(|k| {
-                let t = k as f64 / 8.0;
-                ctx.backend_coord(&(w[0].0 + t * (w[1].0 - w[0].0), w[0].1 + t * (w[1].1 - w[0].1)))
-            }));
-        }
-        at.extend(pts.iter().map(|p| ctx.backend_coord(p)));
-    }
-    for b in &chart.bands {
-        for p in b.points.iter().filter(|p| axis.usable(p.0)) {
-            at.extend(
-                [p.1, p.2]
-                    .iter()
-                    .filter(|y| y.is_finite())
-                    .map(|y| ctx.backend_coord(&(axis.to_axis(p.0), *y))),
-            );
-        }
-    }
-    let inside = |&(x0, y0): &(i32, i32)| {
-        at.iter()
-            .filter(|(x, y)| (x0..=x0 + w).contains(x) && (y0..=y0 + h).contains(y))
-            .count()
-    };
-    let (x0, y0) = corners.iter().copied().min_by_key(|c| inside(c)).unwrap_or((left, bottom));
-    let err = fail(&chart.title);
-    root.draw(&Rectangle::new([(x0, y0), (x0 + w, y0 + h)], WHITE.mix(0.9).filled()))
+    // The x axis's labels and description take the 44 px under the plotting area.
+    let (x0, y0) = (xs.start, ys.end + 44 + LEGEND_GAP_PX);
+    let err = fail(title);
+    root.draw(&Rectangle::new([(x0, y0), (x0 + w, y0 + h)], WHITE.filled()))
         .and_then(|_| root.draw(&Rectangle::new([(x0, y0), (x0 + w, y0 + h)], LEGEND_BORDER.stroke_width(1))))
         .map_err(|e| err(e.to_string()))?;
-    legend(root, (x0 + PAD, y0 + 4), entries, max_chars, &chart.title)
+    legend(root, (x0 + PAD, y0 + 4), entries, max_chars, title)
+}
+
+/// An open circle at `at`: white inside, a ring in `c`.
+fn open_mark<'b, C: Clone + 'static>(at: C, c: RGBColor) -> [DynElement<'static, SVGBackend<'b>, C>; 2]
+{
+    [
+        Circle::new(at.clone(), 4, WHITE.filled()).into_dyn(),
+        Circle::new(at, 4, c.stroke_width(2)).into_dyn(),
+    ]
 }
 
 /// Each band as one filled polygon: along its highs, back along its lows.
@@ -537,9 +556,16 @@ fn draw_series(ctx: &mut ChartWithKeys<'_, '_>, title: &str, s: &Series, c: RGBC
         ctx.draw_series(LineSeries::new(pts.iter().map(at), c.stroke_width(width)))
             .map_err(|e| err(e.to_string()))?;
     }
-    if s.kind != SeriesKind::Ideal {
-        ctx.draw_series(pts.iter().map(|p| Circle::new(at(p), 4, c.filled())))
-            .map_err(|e| err(e.to_string()))?;
+    match s.kind {
+        SeriesKind::Ideal => {}
+        SeriesKind::Projected => {
+            ctx.draw_series(pts.iter().flat_map(|p| open_mark(at(p), c)))
+                .map_err(|e| err(e.to_string()))?;
+        }
+        SeriesKind::Line | SeriesKind::Markers => {
+            ctx.draw_series(pts.iter().map(|p| Circle::new(at(p), 4, c.filled())))
+                .map_err(|e| err(e.to_string()))?;
+        }
     }
     let bars = pts.iter().filter_map(|p| {
         let (lo, hi) = p.interval?;
@@ -555,7 +581,8 @@ fn draw_series(ctx: &mut ChartWithKeys<'_, '_>, title: &str, s: &Series, c: RGBC
     ctx.draw_series(bars).map_err(|e| err(e.to_string()))?;
     Ok((!s.name.is_empty()).then_some(match s.kind {
         SeriesKind::Markers => Swatch::Mark(c),
-        _ => Swatch::Line(c, width),
+        SeriesKind::Projected => Swatch::OpenMarkLine(c),
+        SeriesKind::Line | SeriesKind::Ideal => Swatch::Line(c, width),
     }))
 }
 
@@ -591,7 +618,7 @@ pub fn stacked_bars(title: &str, x_label: &str, y_label: &str, categories: &[Str
             x_ticks,
             &|v| category_label(categories, v),
             y_range(totals),
-            LegendAt::Right,
+            (LegendAt::Right, 0),
         )?;
         let mut base = vec![0.0; categories.len()];
         let mut entries = Vec::new();
@@ -643,7 +670,7 @@ pub fn box_plot(
             x_ticks,
             &|v| category_label(labels, v),
             y_range(ys),
-            LegendAt::Right,
+            (LegendAt::Right, 0),
         )?;
         let err = fail(title);
         for (i, b) in boxes.iter().enumerate() {

@@ -219,10 +219,12 @@ fn workloads_of(h: &[String], rows: &[Vec<String>]) -> BTreeSet<(String, String)
 
 /// The projection plot as the issue asks for it: the x ticks are the shapes projected
 /// (nodes × ranks per node, their products powers of two), every measured mark is drawn
-/// after every projected line (so over it), the legend lies inside the plotting area,
-/// and at 1 rank the projected line and the measured mark stand at efficiency 1 exactly.
+/// after every projected line (so over it), projected points are open circles and
+/// measured ones filled dots (and the legend says which is which), the legend lies under
+/// the plotting area, clear of it and of every line and mark, and at 1 rank the
+/// projected line and the measured mark stand at efficiency 1 exactly.
 #[test]
-fn the_projection_plot_names_shapes_draws_measured_over_projected_and_keeps_its_legend_inside() {
+fn the_projection_plot_names_shapes_marks_projected_apart_and_keeps_its_legend_off_the_data() {
     let d = tmp();
     reduce_fixture(d.path(), true);
     let (h, rows) = read_csv(&d.path().join("projection.csv"));
@@ -259,32 +261,37 @@ fn the_projection_plot_names_shapes_draws_measured_over_projected_and_keeps_its_
     assert!(ranks.windows(2).all(|w| w[0] < w[1]), "{ticks:?}");
     assert_eq!(ticks[0].1, "1 × 1");
 
-    // Lines (polylines) and marks (filled circles) in document order, up to the legend's
-    // box (its swatches follow it): every line first, then the measured marks.
+    let palette: Vec<String> = ddpbench::plot::PALETTE
+        .iter()
+        .map(|c| format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2))
+        .collect();
+    let in_palette = |e: &Element, a: &str| e.attrs.get(a).is_some_and(|c| palette.contains(c));
+    // Measured: a dot filled in a workload's colour. Projected: a ring in a workload's
+    // colour, nothing filled in it.
+    let dot = |e: &Element| e.tag == "circle" && in_palette(e, "fill");
+    let ring = |e: &Element| {
+        e.tag == "circle" && in_palette(e, "stroke") && e.attrs.get("fill").map(String::as_str) == Some("none")
+    };
+    // Lines (polylines) and marks in document order, up to the legend's box (its
+    // swatches follow it): every line first, then the measured dots.
     let legend_at = els
         .iter()
         .position(|e| e.tag == "rect" && e.attrs.get("stroke").map(String::as_str) == Some("#999999"))
         .unwrap_or_else(|| panic!("no legend box"));
-    let drawn: Vec<(usize, &str)> = els[..legend_at]
-        .iter()
-        .enumerate()
-        .filter_map(|(i, e)| match e.tag.as_str() {
-            "polyline" => Some((i, "line")),
-            "circle" if e.attrs.get("fill").is_some_and(|f| f != "none") => Some((i, "mark")),
-            _ => None,
-        })
-        .collect();
-    let last_line = drawn.iter().rfind(|d| d.1 == "line").unwrap().0;
+    let data = &els[..legend_at];
+    let last_line = data.iter().rposition(|e| e.tag == "polyline").unwrap();
     let measured = rows.iter().filter(|r| !r[at("measured_step_s")].is_empty()).count();
     assert!(measured > 0);
-    let marks_after = drawn.iter().filter(|d| d.1 == "mark" && d.0 > last_line).count();
-    assert!(
-        marks_after >= measured,
-        "{measured} measured points, {marks_after} marks after the last line: {drawn:?}"
-    );
+    let dots: Vec<usize> = (0..data.len()).filter(|&i| dot(&data[i])).collect();
+    assert_eq!(dots.len(), measured, "one filled dot per measured point");
+    assert!(dots.iter().all(|&i| i > last_line), "a measured dot under a line: {dots:?}");
+    let rings = data.iter().filter(|e| ring(e)).count();
+    assert_eq!(rings, rows.len(), "one open circle per projected point");
+    assert!(data.iter().all(|e| !(ring(e) && dot(e))));
 
-    // The legend: a box edged #999999 inside the plotting area (the second white
-    // rectangle, after the picture's), and every legend text inside the box.
+    // The legend: a box edged #999999 under the plotting area (the second white
+    // rectangle, after the picture's), every line and mark inside the area, every legend
+    // text inside the box.
     let white: Vec<&Element> = els
         .iter()
         .filter(|e| e.tag == "rect" && e.attrs.get("fill").map(String::as_str) == Some("#FFFFFF"))
@@ -295,13 +302,24 @@ fn the_projection_plot_names_shapes_draws_measured_over_projected_and_keeps_its_
     assert!(aw < picture.num("width") && ah < picture.num("height"), "{area:?}");
     let edge = &els[legend_at];
     let (lx, ly, lw, lh) = (edge.num("x"), edge.num("y"), edge.num("width"), edge.num("height"));
-    assert!(
-        lx >= ax && ly >= ay && lx + lw <= ax + aw && ly + lh <= ay + ah,
-        "legend {edge:?} outside {area:?}"
-    );
-    // One entry per projected workload, named by it.
+    assert!(ly > ay + ah, "legend {edge:?} overlaps the plotting area {area:?}");
+    assert!(lx + lw <= picture.num("width") && ly + lh <= picture.num("height"), "legend {edge:?} off the picture");
+    for e in data.iter().filter(|e| dot(e) || ring(e)) {
+        let (x, y) = (e.num("cx"), e.num("cy"));
+        assert!(x >= ax && x <= ax + aw && y >= ay && y <= ay + ah, "mark {e:?} off the plotting area");
+    }
+    for e in data.iter().filter(|e| e.tag == "polyline" && in_palette(e, "stroke")) {
+        for p in e.attrs["points"].split_whitespace() {
+            let (_, y) = p.split_once(',').unwrap();
+            assert!(y.parse::<f64>().unwrap() <= ay + ah, "line {e:?} under the plotting area");
+        }
+    }
+    // One entry per projected workload, named by it, and one each for what the open
+    // circles and the dots mean.
     let names: Vec<&Element> = els[legend_at..].iter().filter(|e| e.tag == "text").collect();
-    assert_eq!(names.len(), workloads_of(&h, &rows).len(), "{names:?}");
+    assert_eq!(names.len(), workloads_of(&h, &rows).len() + 2, "{names:?}");
+    assert!(names.iter().any(|t| t.text.starts_with("projected: open circles")), "{names:?}");
+    assert!(names.iter().any(|t| t.text.starts_with("measured: filled dots")), "{names:?}");
     for t in names {
         let (x, y) = (t.num("x"), t.num("y"));
         assert!(
@@ -318,20 +336,15 @@ fn the_projection_plot_names_shapes_draws_measured_over_projected_and_keeps_its_
         let (x, y) = p.split_once(',').unwrap();
         (x.parse().unwrap(), y.parse().unwrap())
     };
-    let palette: Vec<String> = ddpbench::plot::PALETTE
+    let line_starts: Vec<(f64, f64)> = data
         .iter()
-        .map(|c| format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2))
-        .collect();
-    let data_line = |e: &&Element| e.tag == "polyline" && e.attrs.get("stroke").is_some_and(|c| palette.contains(c));
-    let line_starts: Vec<(f64, f64)> = els[..legend_at]
-        .iter()
-        .filter(data_line)
+        .filter(|e| e.tag == "polyline" && in_palette(e, "stroke"))
         .map(first_point)
         .filter(|p| (p.0 - x1).abs() < 1.0)
         .collect();
-    let marks_at_1: Vec<f64> = els
+    let marks_at_1: Vec<f64> = data
         .iter()
-        .filter(|e| e.tag == "circle" && e.attrs.get("fill").is_some_and(|f| f != "none") && (e.num("cx") - x1).abs() < 1.0)
+        .filter(|e| (dot(e) || ring(e)) && (e.num("cx") - x1).abs() < 1.0)
         .map(|e| e.num("cy"))
         .collect();
     assert!(!line_starts.is_empty() && !marks_at_1.is_empty(), "{line_starts:?} {marks_at_1:?}");

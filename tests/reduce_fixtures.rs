@@ -4,8 +4,8 @@
 mod common;
 use common::*;
 use ddpbench::record::{CsvLog, Manifest, RankInfo, StepRow};
-use ddpbench::reduce::analysis::{rank_summaries, scaling, type_summaries, Direction, ScalingMode, StepBreakdown};
 use ddpbench::reduce::read_run;
+use ddpbench::reduce::{rank_summaries, scaling, type_summaries, Direction, ScalingMode, StepBreakdown};
 use std::path::Path;
 
 /// Per-rank step phases: (node type, [data, fwd, bwd, comm, opt, other]).
@@ -706,7 +706,7 @@ fn fitted_laws_carry_intervals_or_are_not_stated() {
     let (report, md) = report_of(d.path());
     let strong: Vec<_> = report.scaling.iter().filter(|r| r.scaling_mode == ScalingMode::Strong).collect();
     for r in &strong {
-        let kf = |s: f64| ddpbench::reduce::metrics::karp_flatt(s, r.ranks as f64);
+        let kf = |s: f64| ddpbench::reduce::karp_flatt(s, r.ranks as f64);
         assert!(r.speedup_low.is_finite(), "{r:?}");
         assert!(close(r.karp_flatt, kf(r.speedup)), "{r:?}");
         assert!(
@@ -1206,7 +1206,7 @@ fn comm_last_start_before_origin_is_refused() {
 
 /// A link model file (`link_model.json`) with one inter-node fit of `alpha_s` and `beta` (seconds per byte).
 fn model_json(alpha_s: f64, beta: f64) -> String {
-    use ddpbench::allreduce::link_model::{LevelFit, LinkModel, FORMULA};
+    use ddpbench::allreduce::{LevelFit, LinkModel, FORMULA};
     use ddpbench::allreduce::{LinkModelFile, RouteLinkModel};
     let fit = LevelFit {
         level: "inter-node".into(),

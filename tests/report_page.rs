@@ -7,6 +7,7 @@
 
 mod common;
 use common::*;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -231,5 +232,167 @@ fn plots_name_what_they_show() {
     let texts: Vec<&str> = heat.lines().map(str::trim).collect();
     for t in ["rank", "global step", "own work ms", "0", "1"] {
         assert!(texts.contains(&t), "no text {t:?} in the heatmap:\n{heat}");
+    }
+}
+
+/// The reduce of every fixture run (the study's, the two single runs, the sweep).
+fn fixture_report() -> ddpbench::reduce::Report {
+    let f = fixtures();
+    let req = ddpbench::reduce::ReduceRequest {
+        runs: vec![f.join("study/runs"), f.join("single"), f.join("sweep")],
+        ..Default::default()
+    };
+    ddpbench::reduce::run(&req).unwrap()
+}
+
+/// With its bound lowered under what the whole page takes, report.html stays under it:
+/// its largest pictures are binned further or left out, the page says so at its top, the
+/// writer returns the same sentences (what `reduce` prints), and each picture left out
+/// names its SVG file, which is beside the page.
+#[test]
+fn report_page_stays_under_a_lowered_bound() {
+    use ddpbench::reduce::PageLimits;
+    let report = fixture_report();
+    let dir = tmp();
+    let whole = dir.path().join("whole");
+    let notes = ddpbench::reduce::write(&report, &whole, true).unwrap();
+    assert!(notes.is_empty(), "the whole page is under 5 MB: {notes:?}");
+    let whole_page = std::fs::read_to_string(whole.join("report.html")).unwrap();
+    assert!(!whole_page.contains("This page is kept under"));
+    let bound = whole_page.len() * 6 / 10;
+    let out = dir.path().join("bounded");
+    let limits = PageLimits {
+        bytes_max: bound,
+        ..Default::default()
+    };
+    let notes = ddpbench::reduce::write_within(&report, &out, true, &limits).unwrap();
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(page.len() <= bound, "{} bytes over the bound {bound}", page.len());
+    assert!(!notes.is_empty(), "nothing said about a page cut to {bound} bytes");
+    assert!(
+        page.contains(&format!("This page is kept under {bound} bytes")),
+        "no note on the page"
+    );
+    for n in &notes {
+        let words: String = n.chars().take(50).collect();
+        assert!(page.contains(&words), "{n:?} not on the page");
+    }
+    let left_out: Vec<&str> = notes
+        .iter()
+        .filter_map(|n| n.split_once(" is left out (it is ")?.1.strip_suffix(" beside this page)"))
+        .collect();
+    assert!(!left_out.is_empty(), "{notes:?}");
+    for file in left_out {
+        assert!(out.join(file).is_file(), "{file} named but not beside the page");
+        let stem = file.strip_suffix(".svg").unwrap();
+        assert!(page.contains(&format!("The picture <code>{stem}</code> is left out here")));
+    }
+    assert!(page.matches("<svg").count() < whole_page.matches("<svg").count());
+}
+
+/// The heatmap's colour for `t` in 0..=1 as the plot draws it: pale yellow to dark red.
+fn heat(t: f64) -> [u8; 3] {
+    let mix = |a: u8, b: u8| (a as f64 + (b as f64 - a as f64) * t).round() as u8;
+    [mix(0xff, 0x80), mix(0xf5, 0x00), mix(0xc0, 0x26)]
+}
+
+/// A real 2-rank run of more steps than a lowered heatmap limit (1 row, 5 columns),
+/// reduced: the page's heatmap has 1 row of both ranks and the binned number of columns
+/// (the fewest steps per column, a power of two, that fit 5), and each cell's colour is
+/// the one of the largest own work (step_s less comm_exposed_s) of the rank-steps it
+/// covers, recomputed here from the rank files.
+#[test]
+fn the_page_heatmap_bins_a_real_run_as_its_rows_say() {
+    use ddpbench::reduce::HeatmapLimits;
+    use ddpbench::reduce::PageLimits;
+    let d = tmp();
+    let run = d.path().join("run");
+    let args = [
+        "--dataset",
+        "synthetic",
+        "--synthetic-samples",
+        "4096",
+        "--max-steps",
+        "40",
+        "--val-samples",
+        "0",
+        "--batch-size",
+        "8",
+        "--threads",
+        "1",
+        "--out",
+        &path_str(&run),
+    ];
+    train(2, &args, std::time::Duration::from_secs(300)).assert_ok();
+    // Own work per counted step, the largest of the two ranks, in ms.
+    let mut own: BTreeMap<u64, f64> = BTreeMap::new();
+    for rank in 0..2 {
+        let (h, rows) = read_csv(&run.join(format!("rank-{rank:05}.csv")));
+        let (steps, warm) = (col(&h, &rows, "global_step"), col(&h, &rows, "warmup"));
+        let (step_s, exposed) = (col(&h, &rows, "step_s"), col(&h, &rows, "comm_exposed_s"));
+        for i in (0..rows.len()).filter(|&i| warm[i] == 0.0) {
+            let v = (step_s[i] - exposed[i]).max(0.0) * 1e3;
+            let at = own.entry(steps[i] as u64).or_insert(f64::NEG_INFINITY);
+            *at = at.max(v);
+        }
+    }
+    let counted: Vec<f64> = own.into_values().collect();
+    let columns_max = 5;
+    assert!(counted.len() > 2 * columns_max, "{} counted steps", counted.len());
+    let mut per_column = 1;
+    while counted.len().div_ceil(per_column) > columns_max {
+        per_column *= 2;
+    }
+    let cells: Vec<f64> = counted
+        .chunks(per_column)
+        .map(|c| c.iter().copied().fold(f64::NEG_INFINITY, f64::max))
+        .collect();
+    let (lo, hi) = cells.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |a, v| (a.0.min(*v), a.1.max(*v)));
+
+    let req = ddpbench::reduce::ReduceRequest {
+        runs: vec![run.clone()],
+        ..Default::default()
+    };
+    let report = ddpbench::reduce::run(&req).unwrap();
+    let out = d.path().join("report");
+    let limits = PageLimits {
+        heatmap: HeatmapLimits {
+            rows: 1,
+            columns: columns_max,
+        },
+        ..Default::default()
+    };
+    ddpbench::reduce::write_within(&report, &out, false, &limits).unwrap();
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    let title = page.find("Own work per rank and step").expect("no heatmap on the page");
+    let svg = &page[page[..title].rfind("<svg").unwrap()..];
+    let svg = &svg[..svg.find("</svg>").unwrap()];
+    assert!(
+        svg.contains(&format!("(2 rank(s) × {per_column} step(s) a cell, its largest)")),
+        "{svg}"
+    );
+    // The cells: rects left of the colour bar (the rightmost rects), not the background.
+    let rects: Vec<(f64, f64, String)> = svg
+        .match_indices("<rect")
+        .map(|(i, _)| {
+            let tag = &svg[i..i + svg[i..].find('>').unwrap()];
+            let num = |n: &str| attr(tag, n).unwrap().parse::<f64>().unwrap();
+            (num("x"), num("width"), attr(tag, "fill").unwrap())
+        })
+        .collect();
+    let bar_x = rects.iter().map(|r| r.0).fold(f64::NEG_INFINITY, f64::max);
+    let mut drawn: Vec<(f64, String)> = rects
+        .iter()
+        .skip(1)
+        .filter(|r| r.0 < bar_x)
+        .map(|r| (r.0, r.2.clone()))
+        .collect();
+    drawn.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert_eq!(drawn.len(), cells.len(), "1 row × {} columns: {drawn:?}", cells.len());
+    for ((_, fill), v) in drawn.iter().zip(&cells) {
+        let want = heat((v - lo) / (hi - lo).max(1e-12));
+        let got: Vec<u8> = (0..3).map(|k| u8::from_str_radix(&fill[1 + 2 * k..3 + 2 * k], 16).unwrap()).collect();
+        let close = got.iter().zip(want).all(|(g, w)| g.abs_diff(w) <= 1);
+        assert!(close, "cell {v} ms drawn {fill}, want {want:02X?} (cells {cells:?})");
     }
 }

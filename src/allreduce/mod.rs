@@ -5,10 +5,12 @@
 //! size runs through the transport training uses ([`crate::comm::transport`]), and
 //! [`probe`] times a training run's own buckets the same way.
 
-pub mod link_model;
-pub mod link_spec;
-pub mod probe;
-pub mod sweep;
+pub(crate) mod link_model;
+pub(crate) mod link_spec;
+pub(crate) mod probe;
+pub(crate) mod sweep;
+
+pub use link_model::{LevelFit, LinkModel, FORMULA};
 
 use crate::bandwidth::{algbw, busbw};
 use crate::comm::transport::{mpi::Mpi, nccl::Nccl, Transport};
@@ -21,7 +23,6 @@ use crate::record::{Backend, Buffer, DeviceKind, Memory, RunStatus, SweepRow};
 use crate::world::{agree, Group};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use link_model::{LevelFit, LinkModel};
 use mpi::collective::CommunicatorCollectives;
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use serde::{Deserialize, Serialize};

@@ -11,14 +11,14 @@
 //! through [`transport`], the one all-reduce of a buffer that the `ddpbench allreduce`
 //! sweep and the training probe time too.
 
-pub mod deferred;
-pub mod dtype;
-pub mod mpi;
-pub mod nccl;
-pub mod noise;
-pub mod none;
-pub mod overlap;
-pub mod transport;
+pub(crate) mod deferred;
+pub(crate) mod dtype;
+pub(crate) mod mpi;
+pub(crate) mod nccl;
+pub(crate) mod noise;
+pub(crate) mod none;
+pub(crate) mod overlap;
+pub(crate) mod transport;
 
 #[cfg(test)]
 mod layering_tests;

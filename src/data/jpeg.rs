@@ -27,6 +27,7 @@ extern "C" {
         msg: *mut c_char,
         msg_len: usize,
     ) -> c_int;
+    #[cfg(test)]
     fn ddp_jpeg_encode(
         pixels: *const u8,
         width: c_int,
@@ -39,6 +40,7 @@ extern "C" {
         msg: *mut c_char,
         msg_len: usize,
     ) -> c_int;
+    #[cfg(test)]
     fn ddp_jpeg_free(buffer: *mut u8);
 }
 
@@ -132,11 +134,13 @@ pub fn decode_region(bytes: &[u8], denom: usize, x: usize, y: usize, w: usize, h
 
 /// Encodes packed pixels (`components` 1: gray, 3: RGB, 4: CMYK, written with an Adobe
 /// marker) of a `width`×`height` image as a baseline JPEG of `quality` (1–100).
+#[cfg(test)]
 pub fn encode(pixels: &[u8], width: usize, height: usize, components: usize, quality: u8) -> Result<Vec<u8>, JpegError> {
     encode_as(pixels, width, height, components, quality, false)
 }
 
 /// As [`encode`], progressive when `progressive` (libjpeg's default scan script).
+#[cfg(test)]
 pub fn encode_as(
     pixels: &[u8],
     width: usize,

@@ -13,19 +13,19 @@
 //! reader, and apart from it the generator); [`sampler`] orders an epoch's samples and
 //! shards them; [`loader`] prepares an epoch's batches.
 
-pub mod agnews;
+pub(crate) mod agnews;
 pub mod bigmnist;
-pub mod cifar;
-pub mod idx;
-pub mod image_caps;
-pub mod imagenet;
-pub mod jpeg;
-pub mod loader;
-pub mod mnist;
+pub(crate) mod cifar;
+pub(crate) mod idx;
+pub(crate) mod image_caps;
+pub(crate) mod imagenet;
+pub(crate) mod jpeg;
+pub(crate) mod loader;
+pub(crate) mod mnist;
 pub mod pipeline;
-pub mod resample;
-pub mod sampler;
-pub mod synthetic;
+pub(crate) mod resample;
+pub(crate) mod sampler;
+pub(crate) mod synthetic;
 
 pub use idx::{read_idx, DataError};
 pub use image_caps::ImageCaps;

@@ -57,10 +57,6 @@ impl Permutation {
         self.n
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.n == 0
-    }
-
     /// What place `i` (below [`Permutation::len`]) holds. The Feistel network permutes the
     /// 4^half_bits values of its domain; values at or above n are walked on until one is
     /// below (the cycle through i comes back below n, at i itself at the latest).

@@ -3,8 +3,8 @@
 //! libraries opened at run time ([`cuda`]: driver and NCCL; [`nvml`]: NVML), never
 //! linked, so that CPU runs, `reduce` and `topo` start fast and work without a driver.
 
-pub mod cuda;
-pub mod nvml;
+pub(crate) mod cuda;
+pub(crate) mod nvml;
 
 use anyhow::{bail, Result};
 use clap::ValueEnum;

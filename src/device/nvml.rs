@@ -87,11 +87,6 @@ impl Nvml {
         self.inner.sys_driver_version().ok()
     }
 
-    /// The highest CUDA version the driver supports, e.g. `13.0`.
-    pub fn cuda_driver_version(&self) -> Option<String> {
-        self.inner.sys_cuda_driver_version().ok().map(cuda_version_text)
-    }
-
     fn device(&self, bus_id: &str) -> Result<nvml_wrapper::Device<'_>> {
         self.inner
             .device_by_pci_bus_id(bus_id)
@@ -144,11 +139,6 @@ impl Nvml {
     }
 }
 
-/// NVML's CUDA version integer (`1000 × major + 10 × minor`) as `major.minor`.
-pub fn cuda_version_text(v: i32) -> String {
-    format!("{}.{}", v / 1000, v % 1000 / 10)
-}
-
 /// The names of the active throttle reasons, `GPU_IDLE` and the rest as NVML's flags name them.
 pub fn throttle_names(reasons: ThrottleReasons) -> Vec<String> {
     reasons.iter_names().map(|(name, _)| name.to_string()).collect()
@@ -157,13 +147,6 @@ pub fn throttle_names(reasons: ThrottleReasons) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cuda_versions_read_as_major_minor() {
-        assert_eq!(cuda_version_text(13000), "13.0");
-        assert_eq!(cuda_version_text(12040), "12.4");
-        assert_eq!(cuda_version_text(11080), "11.8");
-    }
 
     #[test]
     fn throttle_reasons_are_named() {

@@ -22,11 +22,11 @@
 //! The last records a stop signal writes are armed by the command once it has a run
 //! folder ([`crate::record::last_gasp`]); the handlers installed here fire them.
 
-pub mod logging;
+pub(crate) mod logging;
 mod panic;
-pub mod same_flags;
-pub mod signals;
-pub mod watchdog;
+pub(crate) mod same_flags;
+pub(crate) mod signals;
+pub(crate) mod watchdog;
 
 pub use panic::{abort_job, panic_message};
 

@@ -29,7 +29,7 @@
 //! rank is held inside a collective (a peer died): it records the rank's end at once,
 //! since the job may be killed before the step could end.
 
-pub mod channel;
+pub(crate) mod channel;
 
 use super::panic::abort_job;
 use super::signals;

@@ -9,15 +9,15 @@
 
 mod cells;
 mod end;
-pub mod key;
-pub mod last_gasp;
-pub mod lock;
+pub(crate) mod key;
+pub(crate) mod last_gasp;
+pub(crate) mod lock;
 mod manifest;
-pub mod reserve;
+pub(crate) mod reserve;
 mod rows;
-pub mod settle;
+pub(crate) mod settle;
 mod sweep;
-pub mod warning;
+pub(crate) mod warning;
 
 pub use cells::Cells;
 pub use end::{end_file_name, write_atomic, EndRecord, RunStatus};

@@ -10,16 +10,20 @@
 //! A run whose rank 0 died before writing the outcome gets it first, from the ranks'
 //! end records ([`crate::record::settle`]).
 
-pub mod analysis;
+pub(crate) mod analysis;
 mod args;
-pub mod metrics;
-pub mod read;
-pub mod report;
+pub(crate) mod metrics;
+pub(crate) mod read;
+pub(crate) mod report;
 pub mod timeline;
 
+pub use analysis::heatmap::HeatmapLimits;
+pub use analysis::{rank_summaries, scaling, type_summaries, Direction, ScalingMode, StepBreakdown};
 pub use analysis::{read_run, RunStats};
 pub use args::{parse_price, parse_target_efficiency, ReduceArgs, ReduceRequest};
-pub use report::{stage, write, Report};
+pub use metrics::karp_flatt;
+pub use report::html::PageLimits;
+pub use report::{stage, stage_within, write, write_within, Report};
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -97,8 +101,11 @@ fn explicit_baseline<'a>(runs: &[&'a RunStats], path: Option<&Path>) -> Result<O
 pub fn main(args: ReduceArgs) -> Result<()> {
     let report = run(&args.request())?;
     let out = args.out(&report.folders);
-    write(&report, &out, !args.no_plots)?;
+    let page_notes = write(&report, &out, !args.no_plots)?;
     report::print(&report, &out, !args.no_plots);
+    for n in &page_notes {
+        eprintln!("report.html: {n}");
+    }
     Ok(())
 }
 

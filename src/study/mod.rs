@@ -11,8 +11,8 @@
 //! `--retry-failed`, and refuses a study whose resolved file changed.
 
 mod estimate;
-pub mod peer;
-pub mod plan;
+pub(crate) mod peer;
+pub(crate) mod plan;
 mod report;
 mod state;
 
@@ -896,7 +896,9 @@ fn finish(out: &Path, state: &State, plan: &Plan, spec: &StudySpec, stopped: boo
     let written = crate::files::StagedFiles::new(&report_dir)
         .map_err(anyhow::Error::from)
         .and_then(|mut files| {
-            crate::reduce::stage(&reduced, &mut files, true)?;
+            for n in crate::reduce::stage(&reduced, &mut files, true)? {
+                eprintln!("report.html: {n}");
+            }
             let verdicts = report::write(&mut files, plan, repeat, state, &reduced, true)?;
             files.commit()?;
             Ok(verdicts)

@@ -10,7 +10,7 @@ use crate::files::StagedFiles;
 use crate::plot::{self, LineChart, Point, Rasteriser, Series, SeriesKind, XScale};
 use crate::record::RunStatus;
 use crate::reduce::analysis::{ScalingMode, ScalingRow};
-use crate::reduce::report::{verdict, RunReport};
+use crate::reduce::report::{html, verdict, RunReport};
 use crate::reduce::Report;
 use crate::stats::median;
 use anyhow::Result;
@@ -336,8 +336,11 @@ pub(super) fn write(
     for (workload, ps) in &by {
         curves.push((plot_stem(workload), speedup_chart(workload, ps)?));
     }
-    let page = crate::reduce::report::html::study_page(&md, curves.iter().map(|c| c.1.as_str()));
-    files.write("study.html", page.as_bytes())?;
+    let page = html::study_page(&md, &curves, plots, html::PAGE_BYTES_MAX);
+    for n in &page.notes {
+        eprintln!("study.html: {n}");
+    }
+    files.write("study.html", page.html.as_bytes())?;
     if plots {
         let r = Rasteriser::new();
         for (stem, svg) in &curves {

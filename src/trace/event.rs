@@ -10,7 +10,7 @@
 use serde_json::Value;
 
 /// The threads (`tid`) of one rank's trace.
-pub mod tid {
+pub(crate) mod tid {
     /// The training thread: steps, their phases, validation.
     pub const STEP: u64 = 1;
     /// Each bucket's all-reduce, from its start to its end.

@@ -4,9 +4,10 @@
 //! run) merges them on one clock into `timeline.json` (`crate::reduce::timeline`, next
 //! to the clock offsets it corrects by).
 
-pub mod event;
-pub mod window;
-pub mod writer;
+pub(crate) mod event;
+pub(crate) mod window;
+pub(crate) mod writer;
 
+pub use event::viewer_times;
 pub use window::StepWindow;
 pub use writer::{RankIdentity, RankTrace, TracedStep};

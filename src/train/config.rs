@@ -45,6 +45,7 @@ pub struct TrainConfig {
 /// The `train` flags that change the work of a step, each with the field of the
 /// comparison key ([`crate::record::ComparisonKey`]) that records what it made run: runs
 /// that differ in one are never repeats of one point, nor each other's reference.
+#[cfg(test)]
 pub const IN_KEY: &[(&str, &str)] = &[
     ("--model", "model"),
     ("--dataset", "dataset"),
@@ -82,6 +83,7 @@ pub const IN_KEY: &[(&str, &str)] = &[
 
 /// The `train` flags that do not change the work of a step, and why: runs that differ
 /// only in these are repeats of one point.
+#[cfg(test)]
 pub const NOT_IN_KEY: &[(&str, &str)] = &[
     (
         "--data-dir",
@@ -150,6 +152,7 @@ pub const RANK_LOCAL: &[(&str, &str)] = &[(
 )];
 
 /// The `train` flags every rank of a job must be given alike.
+#[cfg(test)]
 pub const SAME_ON_EVERY_RANK: &[&str] = &[
     "--model",
     "--input-shape",
@@ -230,6 +233,7 @@ pub const ENV_IN_KEY: &[(&str, &str)] = &[
 ];
 
 /// The `DDPBENCH_*` variables the code reads that do not change a training step, and why.
+#[cfg(test)]
 pub const ENV_NOT_IN_KEY: &[(&str, &str)] = &[
     (
         "DDPBENCH_PYTHON",

@@ -12,13 +12,13 @@
 //! message; an error on one rank during training aborts the job so no rank waits
 //! forever in a collective.
 
-pub mod clock;
+pub(crate) mod clock;
 mod communication;
-pub mod config;
+pub(crate) mod config;
 mod faults;
 mod file_model;
-pub mod guard;
-pub mod host_memory;
+pub(crate) mod guard;
+pub(crate) mod host_memory;
 mod manifest;
 mod noise;
 mod nonfinite;
@@ -29,7 +29,7 @@ mod run_folder;
 mod state;
 mod step;
 mod target;
-pub mod timer;
+pub(crate) mod timer;
 mod trainer;
 mod validation;
 

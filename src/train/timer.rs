@@ -15,7 +15,7 @@
 //! Recording and reading are separate calls: a clock whose marks become readable later
 //! (device events) records without waiting and is read when its marks are final.
 
-pub mod events;
+pub(crate) mod events;
 
 use crate::device;
 use crate::record::{Phase, PhaseTimes};

@@ -13,8 +13,8 @@
 //! buffers, CUDA events) is a [`Slot`], made and checked once before the timed steps, so
 //! the per-step path neither allocates nor re-checks.
 
-pub mod mpi;
-pub mod nccl;
+pub(crate) mod mpi;
+pub(crate) mod nccl;
 
 use super::ReduceDtype;
 use crate::device::cuda::{Driver, Stream};
@@ -90,11 +90,13 @@ impl Slot {
     }
 
     /// Elements per all-reduce.
+    #[cfg(test)]
     pub fn numel(&self) -> usize {
         self.numel
     }
 
     /// The element type on the wire.
+    #[cfg(test)]
     pub fn wire(&self) -> ReduceDtype {
         self.wire
     }

@@ -10,8 +10,8 @@
 //! complete once its `.done` file exists, so an interrupted run resumes where it
 //! stopped. Readers verify each block's CRC as they stream it.
 
-pub mod reader;
-pub mod writer;
+pub(crate) mod reader;
+pub(crate) mod writer;
 
 pub use reader::{records_to_batch, BlockStream};
 pub use writer::{generate, GenBigMnistArgs};

@@ -465,6 +465,7 @@ impl Hub {
     }
 
     /// Open connections: authenticated ones and handshakes.
+    #[cfg(test)]
     pub fn connections(&self) -> usize {
         self.peers.iter().flatten().count() + self.handshakes.len()
     }

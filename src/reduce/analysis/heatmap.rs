@@ -96,6 +96,44 @@ impl StepHeatmap {
         }
     }
 
+    /// The same grid binned further to fit `limits`: neighbouring columns merged in
+    /// pairs until at most `limits.columns` are left (the steps per column stay a power
+    /// of two), groups of neighbouring rows merged into one until at most `limits.rows`
+    /// are left. A cell keeps the largest value of the cells merged into it: still the
+    /// largest own work of the rank-steps it covers. Its columns are the ones
+    /// [`StepHeatmap::new`] with `limits` would have built from the same rows.
+    pub fn coarsened(&self, limits: HeatmapLimits) -> StepHeatmap {
+        let (rows, columns) = (limits.rows.max(1), limits.columns.max(1));
+        let mut h = self.clone();
+        while h.columns() > columns {
+            h.halve();
+        }
+        let merge = h.cells_s.len().div_ceil(rows);
+        if merge > 1 {
+            h.ranks_per_row *= merge;
+            h.cells_s = h
+                .cells_s
+                .chunks(merge)
+                .map(|group| {
+                    let width = group.iter().map(Vec::len).max().unwrap_or(0);
+                    (0..width)
+                        .map(|c| group.iter().filter_map(|r| r.get(c)).copied().fold(f64::NAN, f64::max))
+                        .collect()
+                })
+                .collect();
+        }
+        h.limits = HeatmapLimits {
+            rows,
+            columns: columns.max(2),
+        };
+        h
+    }
+
+    /// Cells drawn: rows × columns filled so far.
+    pub fn cell_count(&self) -> usize {
+        self.cells_s.len() * self.columns()
+    }
+
     /// Columns filled so far.
     pub fn columns(&self) -> usize {
         self.cells_s.iter().map(Vec::len).max().unwrap_or(0)
@@ -132,6 +170,28 @@ mod tests {
         assert_eq!(h.cells_s.len(), 3);
         assert_eq!(h.cells_s[1], [2.0, 3.0, 4.0, 5.0, 6.0]);
         assert_eq!(h.row_label(2), "2");
+    }
+
+    #[test]
+    fn coarsening_gives_the_grid_smaller_limits_would_have_built() {
+        let own = |s: u64| -> Vec<f64> { (0..10).map(|r| ((s * 7 + r * 13) % 23) as f64).collect() };
+        let mut fine = StepHeatmap::new(10, HeatmapLimits { rows: 10, columns: 64 });
+        let mut direct = StepHeatmap::new(10, HeatmapLimits { rows: 3, columns: 5 });
+        for s in 0..50u64 {
+            fine.push(100 + s, &own(s));
+            direct.push(100 + s, &own(s));
+        }
+        assert_eq!((fine.ranks_per_row, fine.steps_per_column, fine.columns()), (1, 1, 50));
+        let coarse = fine.coarsened(HeatmapLimits { rows: 3, columns: 5 });
+        // 10 rows into at most 3: 4 ranks a row; 50 columns into at most 5: 16 steps a column.
+        assert_eq!((coarse.ranks_per_row, coarse.steps_per_column), (4, 16));
+        assert_eq!((coarse.cells_s.len(), coarse.columns(), coarse.cell_count()), (3, 4, 12));
+        assert_eq!(coarse.cells_s, direct.cells_s);
+        assert_eq!((coarse.ranks_per_row, coarse.steps_per_column), (direct.ranks_per_row, direct.steps_per_column));
+        assert_eq!(coarse.row_label(2), "8–9");
+        assert_eq!(coarse.column_step(1), 116);
+        // Within its limits already: unchanged.
+        assert_eq!(fine.coarsened(HeatmapLimits { rows: 64, columns: 200 }).cells_s, fine.cells_s);
     }
 
     #[test]

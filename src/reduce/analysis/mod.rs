@@ -4,14 +4,14 @@
 //! type and rank ([`summary`]) and the scaling across runs ([`scaling`]) with the
 //! speedup's interval ([`interval`]).
 
-pub mod advice;
-pub mod heatmap;
-pub mod interval;
-pub mod noise_window;
-pub mod projection;
-pub mod recommend;
-pub mod scaling;
-pub mod summary;
+pub(crate) mod advice;
+pub(crate) mod heatmap;
+pub(crate) mod interval;
+pub(crate) mod noise_window;
+pub(crate) mod projection;
+pub(crate) mod recommend;
+pub(crate) mod scaling;
+pub(crate) mod summary;
 
 pub use interval::Direction;
 pub use scaling::{scaling, ScalingMode, ScalingRow, StepBreakdown};

@@ -297,14 +297,9 @@ fn project(w: &Workload, model: &LinkModel, nodes: usize, per_node: usize, widen
 }
 
 /// The projections of every workload among `runs` that the model covers, to `project_to`
-/// ranks, with every measured point of the workload compared with its projection.
-/// Second: notes on workloads that could not be projected.
-pub fn projections(runs: &[&RunStats], models: &LinkModelFile, project_to: usize) -> (Vec<ProjectionRow>, Vec<String>) {
-    projections_on(runs, models, project_to, &[])
-}
-
-/// [`projections`] at the shapes of `ladder` (nodes, ranks per node) where it is not
-/// empty, instead of `project_to`'s powers of two.
+/// ranks (or at the shapes of `ladder`, nodes × ranks per node, where it is not empty),
+/// with every measured point of the workload compared with its projection. Second:
+/// notes on workloads that could not be projected.
 pub fn projections_on(
     runs: &[&RunStats],
     models: &LinkModelFile,

@@ -23,7 +23,7 @@ use row::{field, parse_row, Columns};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// True when the file's last byte is a newline (a crash mid-write leaves a partial row);
 /// the file is read from its start again after.
@@ -113,7 +113,6 @@ impl RankReader {
 
 /// A run folder opened for reading.
 pub struct RunFiles {
-    pub dir: PathBuf,
     pub manifest: Manifest,
     /// What the run is compared by: the manifest's, or derived from its fields (None when
     /// a field holds what no run has: a problem says which).
@@ -194,7 +193,6 @@ pub fn open(dir: &Path) -> Result<RunFiles, String> {
         problems.push("no rank file could be read".into());
     }
     Ok(RunFiles {
-        dir: dir.to_path_buf(),
         manifest,
         key,
         epochs,

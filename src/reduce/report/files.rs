@@ -11,17 +11,30 @@ use std::path::Path;
 /// Writes every file of `report` into `out` (created when absent): summary.csv,
 /// scaling.csv, ranks.csv, times.csv, compute_comm_grid.csv, projection.csv (when something was projected),
 /// report.md, report.html, report.json and, with `with_plots`, the SVG and PNG plots; each file is replaced only
-/// once all of them are written. Err names the file that could not be written.
-pub fn write(report: &Report, out: &Path, with_plots: bool) -> Result<()> {
+/// once all of them are written. report.html is kept under [`html::PAGE_BYTES_MAX`]
+/// ([`write_within`]). Returns what was done to keep it there (empty when nothing was);
+/// Err names the file that could not be written.
+pub fn write(report: &Report, out: &Path, with_plots: bool) -> Result<Vec<String>> {
+    write_within(report, out, with_plots, &html::PageLimits::default())
+}
+
+/// [`write`] with report.html and the heatmaps bounded by `limits`.
+pub fn write_within(report: &Report, out: &Path, with_plots: bool, limits: &html::PageLimits) -> Result<Vec<String>> {
     let mut files = StagedFiles::new(out)?;
-    stage(report, &mut files, with_plots).with_context(|| not_written(out))?;
+    let notes = stage_within(report, &mut files, with_plots, limits).with_context(|| not_written(out))?;
     files.commit()?;
-    Ok(())
+    Ok(notes)
 }
 
 /// Stages every file of `report` into `files` ([`write`]'s files), for a caller that
-/// commits them with files of its own (a study's summary beside its report).
-pub fn stage(report: &Report, files: &mut StagedFiles, with_plots: bool) -> Result<()> {
+/// commits them with files of its own (a study's summary beside its report); returns
+/// what was done to keep report.html under its bound.
+pub fn stage(report: &Report, files: &mut StagedFiles, with_plots: bool) -> Result<Vec<String>> {
+    stage_within(report, files, with_plots, &html::PageLimits::default())
+}
+
+/// [`stage`] with report.html and the heatmaps bounded by `limits`.
+pub fn stage_within(report: &Report, files: &mut StagedFiles, with_plots: bool, limits: &html::PageLimits) -> Result<Vec<String>> {
     files.write("summary.csv", &csv_bytes(&report.summary)?)?;
     files.write("scaling.csv", &csv_bytes(&report.scaling)?)?;
     files.write("ranks.csv", &csv_bytes(&report.ranks)?)?;
@@ -34,12 +47,13 @@ pub fn stage(report: &Report, files: &mut StagedFiles, with_plots: bool) -> Resu
     files.write("report.md", markdown(report, with_plots).as_bytes())?;
     let text = serde_json::to_string_pretty(report).context("cannot format report.json")? + "\n";
     files.write("report.json", text.as_bytes())?;
-    let pictures = plots::pictures(report)?;
-    files.write("report.html", html::page(report, &pictures, with_plots).as_bytes())?;
+    let pictures = plots::pictures(report, limits.heatmap)?;
+    let page = html::page(report, &pictures, with_plots, limits);
+    files.write("report.html", page.html.as_bytes())?;
     if with_plots {
         plots::plots(&crate::plot::Rasteriser::new(), files, &pictures)?;
     }
-    Ok(())
+    Ok(page.notes)
 }
 
 /// What an error while staging leaves: the folder's files as they were.

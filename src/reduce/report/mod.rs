@@ -7,27 +7,25 @@
 
 mod build;
 mod communication;
-pub mod compute_comm_grid;
+pub(crate) mod compute_comm_grid;
 mod efficiency;
 mod files;
-pub mod html;
+pub(crate) mod html;
 mod markdown;
 mod nodes;
-pub mod noise;
+pub(crate) mod noise;
 mod peer;
-pub mod plots;
+pub(crate) mod plots;
 mod projection;
-pub mod recommendation;
+pub(crate) mod recommendation;
 mod speedup;
-pub mod target;
+pub(crate) mod target;
 mod terminal;
-pub mod times;
-pub mod verdict;
+pub(crate) mod times;
+pub(crate) mod verdict;
 
-pub use crate::record::Cells;
 pub use build::build;
-pub use communication::bandwidth_sentence;
-pub use files::{csv_bytes, not_written, stage, write};
+pub use files::{csv_bytes, not_written, stage, stage_within, write, write_within};
 pub use projection::{left_out as projection_left_out, section as projection_section, TARGET_EFFICIENCY};
 pub use terminal::print;
 

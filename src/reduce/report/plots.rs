@@ -5,6 +5,7 @@
 use super::{Report, RunReport, StepPhases};
 use crate::files::StagedFiles;
 use crate::plot::{self, LineChart, Point, Series, SeriesKind, XScale};
+use crate::reduce::analysis::heatmap::{HeatmapLimits, StepHeatmap};
 use crate::reduce::analysis::{ScalingMode, ScalingRow, TypeSummary};
 use anyhow::Result;
 use std::collections::BTreeMap;
@@ -17,8 +18,8 @@ pub struct Picture {
 }
 
 /// Every plot of `report` (report.html shows them inline; with plots they are also
-/// written as files).
-pub fn pictures(report: &Report) -> Result<Vec<Picture>> {
+/// written as files), the heatmaps binned to at most `heatmap` cells.
+pub fn pictures(report: &Report, heatmap: HeatmapLimits) -> Result<Vec<Picture>> {
     let mut out = Vec::new();
     scaling_plots(&mut out, &report.scaling)?;
     waterfall_plot(&mut out, &report.scaling)?;
@@ -26,7 +27,7 @@ pub fn pictures(report: &Report) -> Result<Vec<Picture>> {
     phase_share_plots(&mut out, &report.runs)?;
     bandwidth_plot(&mut out, &report.runs, &report.summary)?;
     step_time_plots(&mut out, &report.runs)?;
-    heatmap_plots(&mut out, &report.runs)?;
+    heatmap_plots(&mut out, &report.runs, heatmap)?;
     if let Some(p) = report.projection.as_ref().filter(|p| !p.rows.is_empty()) {
         out.push(picture("projection", super::projection::projection_svg(&p.rows)?));
     }
@@ -307,34 +308,42 @@ fn phase_total(p: &StepPhases) -> f64 {
 }
 
 /// Per run of several ranks, each rank's own work per step (step time less the exposed
-/// all-reduce), binned as the run's heatmap holds it: a late rank is a dark row, a
-/// slow stretch of the run a dark column.
-fn heatmap_plots(out: &mut Vec<Picture>, runs: &[RunReport]) -> Result<()> {
+/// all-reduce), binned as the run's heatmap holds it and then to `limits`: a late rank is
+/// a dark row, a slow stretch of the run a dark column.
+fn heatmap_plots(out: &mut Vec<Picture>, runs: &[RunReport], limits: HeatmapLimits) -> Result<()> {
     for r in runs.iter().filter(|r| r.ranks > 1) {
-        let h = &r.heatmap;
-        let rows: Vec<String> = (0..h.cells_s.len()).map(|i| h.row_label(i)).collect();
-        let columns: Vec<String> = (0..h.columns()).map(|c| h.column_step(c).to_string()).collect();
-        let cells: Vec<Vec<f64>> = h.cells_s.iter().map(|row| row.iter().map(|v| v * 1e3).collect()).collect();
-        let binned = if h.ranks_per_row > 1 || h.steps_per_column > 1 {
-            format!(
-                " ({} rank(s) × {} step(s) a cell, its largest)",
-                h.ranks_per_row, h.steps_per_column
-            )
-        } else {
-            String::new()
-        };
-        let svg = plot::heatmap(
-            (
-                &format!("Own work per rank and step: {}", r.run_id),
-                &format!("global step{binned}"),
-                "rank",
-            ),
-            "own work ms",
-            &rows,
-            &columns,
-            &cells,
-        )?;
-        out.push(picture(&format!("heatmap-{}", r.run_id), svg));
+        out.push(heatmap_picture(&r.run_id, &r.heatmap.coarsened(limits))?);
     }
     Ok(())
 }
+
+/// The heatmap of run `run_id` drawn from `h` (`heatmap-RUN`), its x axis saying how
+/// many ranks and steps a cell holds when it holds more than one.
+pub fn heatmap_picture(run_id: &str, h: &StepHeatmap) -> Result<Picture> {
+    let rows: Vec<String> = (0..h.cells_s.len()).map(|i| h.row_label(i)).collect();
+    let columns: Vec<String> = (0..h.columns()).map(|c| h.column_step(c).to_string()).collect();
+    let cells: Vec<Vec<f64>> = h.cells_s.iter().map(|row| row.iter().map(|v| v * 1e3).collect()).collect();
+    let binned = if h.ranks_per_row > 1 || h.steps_per_column > 1 {
+        format!(
+            " ({} rank(s) × {} step(s) a cell, its largest)",
+            h.ranks_per_row, h.steps_per_column
+        )
+    } else {
+        String::new()
+    };
+    let svg = plot::heatmap(
+        (
+            &format!("Own work per rank and step: {run_id}"),
+            &format!("global step{binned}"),
+            "rank",
+        ),
+        "own work ms",
+        &rows,
+        &columns,
+        &cells,
+    )?;
+    Ok(picture(&format!("{HEATMAP_STEM}{run_id}"), svg))
+}
+
+/// What every heatmap's stem starts with; the run id follows.
+pub const HEATMAP_STEM: &str = "heatmap-";

@@ -393,9 +393,10 @@ pub fn print_projection(rows: &[ProjectionRow]) {
 
 /// The projection plot's SVG: efficiency against ranks (powers of two, each tick written
 /// as the shapes projected there, nodes × ranks per node), every workload's projection
-/// as a line with its band filled, then the measured points as marks over the lines in
-/// the line's colour, and the legend (one entry per workload, named by its line) inside
-/// the plotting area. At 1 rank efficiency is 1 by definition (the
+/// as a line with an open circle at each projected point and its band filled, then the
+/// measured points as filled dots over the lines in the line's colour, and under the x
+/// axis the legend: one entry per workload, named by its line, and what each mark means.
+/// At 1 rank efficiency is 1 by definition (the
 /// rows say so); a measured point is its measured speedup over its ranks where that is
 /// against a measured 1-rank run.
 pub fn projection_svg(rows: &[ProjectionRow]) -> Result<String> {
@@ -406,7 +407,7 @@ pub fn projection_svg(rows: &[ProjectionRow]) -> Result<String> {
         lines.push(Series {
             name: workload.clone(),
             points: rs.iter().map(|r| Point::new(r.ranks as f64, r.efficiency)).collect(),
-            kind: SeriesKind::Line,
+            kind: SeriesKind::Projected,
             colour: Some(i),
         });
         // Efficiency is inversely proportional to the step time at a given rank count
@@ -455,7 +456,7 @@ pub fn projection_svg(rows: &[ProjectionRow]) -> Result<String> {
         })
         .collect();
     let chart = LineChart {
-        title: "Parallel efficiency: projected (lines, bands) and measured (dots)".into(),
+        title: "Parallel efficiency: projected (open circles, bands) and measured (dots)".into(),
         x_label: "nodes × ranks per node (log2 of the ranks; homogeneous nodes, ring/tree all-reduce, no congestion)".into(),
         y_label: "efficiency".into(),
         x_scale: XScale::Ranks,
@@ -463,8 +464,12 @@ pub fn projection_svg(rows: &[ProjectionRow]) -> Result<String> {
         bands,
     };
     let layout = ChartLayout {
-        legend: LegendAt::Inside,
+        legend: LegendAt::Below,
         x_tick_text,
+        key: vec![
+            (SeriesKind::Projected, "projected: open circles on the line, the band its uncertainty".into()),
+            (SeriesKind::Markers, "measured: filled dots, in their workload's colour".into()),
+        ],
     };
     plot::line_chart_laid_out(&chart, &layout)
 }

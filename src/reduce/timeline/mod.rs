@@ -3,9 +3,9 @@
 //! corrected by the same [`super::read::ClockOffsets`] that `reduce` compares the
 //! ranks' CSV times with (exact offsets where ranks share rank 0's kernel).
 
-pub mod merge;
-pub mod picture;
-pub mod read;
+pub(crate) mod merge;
+pub(crate) mod picture;
+pub(crate) mod read;
 
 use crate::trace::writer::TRACE_DIR;
 use crate::trace::StepWindow;
