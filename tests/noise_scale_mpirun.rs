@@ -34,7 +34,7 @@ fn run(dir: &Path, name: &str, ranks: usize, extra: &[&str], env: &[(&str, &str)
         "--out",
         &out_s,
     ];
-    for own in ["--lr", "--batch-size"].iter().filter(|f| extra.contains(f)) {
+    for own in ["--lr", "--batch-size", "--synthetic-samples"].iter().filter(|f| extra.contains(f)) {
         // The caller's value instead.
         let at = args.iter().position(|a| a == own).unwrap();
         args.drain(at..at + 2);
@@ -230,6 +230,8 @@ fn reduce_reports_b_simple_with_its_interval_and_the_time_to_accuracy_table() {
         (Some(32), Some(16))
     );
     assert_eq!(t["b_noise_run"], "two");
+    // No target: the figure is the last epoch's, and the row says so.
+    assert_eq!(t["b_noise_window"], "the last epoch (0), 16 measured step(s)", "{t}");
     let factor = (1.0 + 32.0 / b) / (1.0 + 16.0 / b);
     assert!((t["samples_factor"].as_f64().unwrap() - factor).abs() < 1e-9, "{t}");
     let speedup = t["samples_per_s_speedup"].as_f64().unwrap();
@@ -239,6 +241,8 @@ fn reduce_reports_b_simple_with_its_interval_and_the_time_to_accuracy_table() {
     assert!(md.contains("time-to-accuracy speedup"));
     // Every prediction is read beside how far the one check against training was off.
     assert!(md.contains("The prediction against training to a target loss"), "{md}");
+    assert!(md.contains("was within 30 % at 4 × B0 (+3 %) and missed by 60 % at 16 × B0"), "{md}");
+    assert!(md.contains("from `two`, the last epoch (0), 16 measured step(s) |"), "{md}");
 }
 
 /// The rows of a rank file.
@@ -249,7 +253,8 @@ fn rows_of(run: &Path, rank: usize) -> usize {
 /// `--target-loss` reached: every rank stops after the same step, the first whose
 /// 20-step mean loss is at or below the target (a target above any loss: step 20), and
 /// the manifest records steps, samples and seconds; `reduce` sets the samples of two
-/// global batches side by side, with the prediction from the smaller batch's B_simple.
+/// global batches side by side, with the prediction from the smaller batch's B_simple
+/// over its steps to the target (here all 20, over two epochs: not its last epoch's).
 #[test]
 fn a_target_loss_stops_every_rank_at_one_step_and_reduce_compares_the_batches() {
     let dir = tmp();
@@ -267,7 +272,14 @@ fn a_target_loss_stops_every_rank_at_one_step_and_reduce_compares_the_batches() 
         "--target-loss",
         "100",
     ];
-    let small = run(&runs, "b16", 2, &[&common[..], &["--batch-size", "8"]].concat(), &[]);
+    // 256 samples at 16 a step: 16 steps an epoch, so the last epoch holds 4 steps.
+    let small = run(
+        &runs,
+        "b16",
+        2,
+        &[&common[..], &["--batch-size", "8", "--synthetic-samples", "256"]].concat(),
+        &[],
+    );
     let big = run(&runs, "b32", 2, &common, &[]);
     for (dir, batch) in [(&small, 16u64), (&big, 32)] {
         assert_eq!((rows_of(dir, 0), rows_of(dir, 1)), (20, 20), "every rank stops after step 20");
@@ -292,15 +304,34 @@ fn a_target_loss_stops_every_rank_at_one_step_and_reduce_compares_the_batches() 
     assert_eq!(r32["baseline_global_batch"].as_u64(), Some(16));
     assert_eq!(r16["measured_ratio"].as_f64(), Some(1.0));
     assert_eq!(r32["measured_ratio"].as_f64(), Some(2.0), "{r32}");
-    // The prediction takes the B0 run's last epoch's B_simple.
+    // The prediction takes the B0 run's B_simple over its steps to the target, the
+    // window report.json records, not its last epoch's.
     let b16 = report["runs"].as_array().unwrap().iter().find(|r| r["run_id"] == "b16").unwrap();
-    let b = b16["noise_scale"][0]["b_simple"].as_f64().expect("B_simple determined at B0");
+    let windows = b16["noise_windows"].as_array().unwrap();
+    let kinds: Vec<&str> = windows.iter().map(|w| w["window"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["first_third", "middle_third", "last_third", "target"], "{b16}");
+    let w = &windows[3];
+    assert_eq!((&w["first_step"], &w["last_step"], &w["steps"], &w["skipped"]), (&0.into(), &19.into(), &20.into(), &0.into()), "{w}");
+    let b = w["b_simple"].as_f64().expect("B_simple determined in the window");
+    assert!(w["b_simple_low"].as_f64().unwrap() <= b, "{w}");
+    let epochs = b16["noise_scale"].as_array().unwrap();
+    assert_eq!((epochs.len(), &epochs[1]["steps"]), (2, &4.into()), "{b16}");
+    let last_epoch = epochs[1]["b_simple"].as_f64();
+    assert_ne!(last_epoch, Some(b), "the last epoch's figure is another window's");
     assert_eq!(r32["b_noise_run"], "b16");
+    assert!((r32["b_noise"].as_f64().unwrap() - b).abs() <= 1e-9 * b, "{r32}");
+    let from = &r32["b_noise_from"];
+    assert_eq!(from["window"], "the last 50 steps to the target of `b16` steps 0–19", "{from}");
+    assert_eq!(from["measured_steps"], 20);
     let predicted = (1.0 + 32.0 / b) / (1.0 + 16.0 / b);
     assert!((r32["predicted_ratio"].as_f64().unwrap() - predicted).abs() < 1e-9, "{r32}");
     assert!((r32["relative_error"].as_f64().unwrap() - (2.0 / predicted - 1.0)).abs() < 1e-9);
     let md = std::fs::read_to_string(runs.join("report.md")).unwrap();
     assert!(md.contains("## Samples to a target loss: measured against predicted"), "{md}");
+    assert!(md.contains(&format!("\nB_noise {b:.0} (95 % ")), "{md}");
+    assert!(md.contains("from the last 50 steps to the target of `b16` steps 0–19, 20 measured step(s), 0 skipped."), "{md}");
+    assert!(md.contains("| b16 | the last 50 steps to the target | 0–19 | 20 (0) |"), "{md}");
+    assert!(md.contains("`b16`: B_simple drifted ×"), "{md}");
     let out = &job.stdout;
     assert!(
         out.contains("target loss 100 mnist-cnn on synthetic (B 32, B0 16): 1 of 1 run(s) reached it; 640 samples to target, 2.00× B0's"),

@@ -269,9 +269,7 @@ fn the_projection_plot_names_shapes_marks_projected_apart_and_keeps_its_legend_o
     // Measured: a dot filled in a workload's colour. Projected: a ring in a workload's
     // colour, nothing filled in it.
     let dot = |e: &Element| e.tag == "circle" && in_palette(e, "fill");
-    let ring = |e: &Element| {
-        e.tag == "circle" && in_palette(e, "stroke") && e.attrs.get("fill").map(String::as_str) == Some("none")
-    };
+    let ring = |e: &Element| e.tag == "circle" && in_palette(e, "stroke") && e.attrs.get("fill").map(String::as_str) == Some("none");
     // Lines (polylines) and marks in document order, up to the legend's box (its
     // swatches follow it): every line first, then the measured dots.
     let legend_at = els
@@ -303,10 +301,16 @@ fn the_projection_plot_names_shapes_marks_projected_apart_and_keeps_its_legend_o
     let edge = &els[legend_at];
     let (lx, ly, lw, lh) = (edge.num("x"), edge.num("y"), edge.num("width"), edge.num("height"));
     assert!(ly > ay + ah, "legend {edge:?} overlaps the plotting area {area:?}");
-    assert!(lx + lw <= picture.num("width") && ly + lh <= picture.num("height"), "legend {edge:?} off the picture");
+    assert!(
+        lx + lw <= picture.num("width") && ly + lh <= picture.num("height"),
+        "legend {edge:?} off the picture"
+    );
     for e in data.iter().filter(|e| dot(e) || ring(e)) {
         let (x, y) = (e.num("cx"), e.num("cy"));
-        assert!(x >= ax && x <= ax + aw && y >= ay && y <= ay + ah, "mark {e:?} off the plotting area");
+        assert!(
+            x >= ax && x <= ax + aw && y >= ay && y <= ay + ah,
+            "mark {e:?} off the plotting area"
+        );
     }
     for e in data.iter().filter(|e| e.tag == "polyline" && in_palette(e, "stroke")) {
         for p in e.attrs["points"].split_whitespace() {

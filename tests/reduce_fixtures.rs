@@ -977,7 +977,11 @@ fn schema_1_run_folders_still_reduce() {
     assert_eq!((run.steps, run.warmup_steps), (3, 1));
     let s = &type_summaries(&run)[0];
     assert!(close(s.phases[Phase::Data].median_s, 0.2) && close(s.phases[Phase::Forward].median_s, 0.4));
-    assert_eq!(s.phases[Phase::BatchCopy].median_s, 0.0, "schema 1 has no batch copy column: it is 0");
+    assert_eq!(
+        s.phases[Phase::BatchCopy].median_s,
+        0.0,
+        "schema 1 has no batch copy column: it is 0"
+    );
     assert!(close(s.phases[Phase::CommExposed].median_s, 0.05) && close(s.comm_s_median, 0.05));
     assert!(close(s.step_s_median, 0.2 + 0.4 + 0.3));
     assert_eq!(

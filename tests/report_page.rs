@@ -348,7 +348,9 @@ fn the_page_heatmap_bins_a_real_run_as_its_rows_say() {
         .chunks(per_column)
         .map(|c| c.iter().copied().fold(f64::NEG_INFINITY, f64::max))
         .collect();
-    let (lo, hi) = cells.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |a, v| (a.0.min(*v), a.1.max(*v)));
+    let (lo, hi) = cells
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |a, v| (a.0.min(*v), a.1.max(*v)));
 
     let req = ddpbench::reduce::ReduceRequest {
         runs: vec![run.clone()],
@@ -382,17 +384,14 @@ fn the_page_heatmap_bins_a_real_run_as_its_rows_say() {
         })
         .collect();
     let bar_x = rects.iter().map(|r| r.0).fold(f64::NEG_INFINITY, f64::max);
-    let mut drawn: Vec<(f64, String)> = rects
-        .iter()
-        .skip(1)
-        .filter(|r| r.0 < bar_x)
-        .map(|r| (r.0, r.2.clone()))
-        .collect();
+    let mut drawn: Vec<(f64, String)> = rects.iter().skip(1).filter(|r| r.0 < bar_x).map(|r| (r.0, r.2.clone())).collect();
     drawn.sort_by(|a, b| a.0.total_cmp(&b.0));
     assert_eq!(drawn.len(), cells.len(), "1 row × {} columns: {drawn:?}", cells.len());
     for ((_, fill), v) in drawn.iter().zip(&cells) {
         let want = heat((v - lo) / (hi - lo).max(1e-12));
-        let got: Vec<u8> = (0..3).map(|k| u8::from_str_radix(&fill[1 + 2 * k..3 + 2 * k], 16).unwrap()).collect();
+        let got: Vec<u8> = (0..3)
+            .map(|k| u8::from_str_radix(&fill[1 + 2 * k..3 + 2 * k], 16).unwrap())
+            .collect();
         let close = got.iter().zip(want).all(|(g, w)| g.abs_diff(w) <= 1);
         assert!(close, "cell {v} ms drawn {fill}, want {want:02X?} (cells {cells:?})");
     }

@@ -40,6 +40,13 @@ pub struct StepHeatmap {
     limits: HeatmapLimits,
 }
 
+impl Default for StepHeatmap {
+    /// An empty heatmap of one rank at [`HEATMAP_LIMITS`].
+    fn default() -> StepHeatmap {
+        StepHeatmap::new(1, HEATMAP_LIMITS)
+    }
+}
+
 impl StepHeatmap {
     pub fn new(ranks: usize, limits: HeatmapLimits) -> StepHeatmap {
         let rows = limits.rows.max(1);

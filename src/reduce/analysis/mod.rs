@@ -7,6 +7,7 @@
 pub(crate) mod advice;
 pub(crate) mod heatmap;
 pub(crate) mod interval;
+pub(crate) mod noise_window;
 pub(crate) mod projection;
 pub(crate) mod recommend;
 pub(crate) mod scaling;
@@ -140,6 +141,9 @@ pub struct RunStats {
     pub heatmap: heatmap::StepHeatmap,
     /// Why the run cannot be used (empty when it is complete).
     pub problems: Vec<String>,
+    /// Every step that measured the gradient noise scale's norms, warm-up included
+    /// (training steps like any other), in step order.
+    pub noise_steps: Vec<noise_window::NoiseStep>,
 }
 
 impl RunStats {
@@ -237,6 +241,7 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
         problems: Vec::new(),
         manifest: files.manifest.clone(),
         key: files.key.clone(),
+        noise_steps: Vec::new(),
     };
     let mut type_of: Vec<usize> = Vec::new();
     let clock = files.clock.clone();
@@ -253,6 +258,7 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
         if type_of.is_empty() {
             type_of = run.assign_types(node_types);
         }
+        run.noise_steps.extend(noise_window::NoiseStep::of(rows));
         let entries: Vec<Entry> = rows
             .iter()
             .zip(&ranks)

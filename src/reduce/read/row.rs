@@ -5,6 +5,7 @@
 //! against the run (no step ends after the run did).
 
 use crate::bounds::{self, clock_slack_s, shown, tolerance_s, MAX_BYTES_PER_STEP, MAX_RUN_S, MAX_SAMPLES_PER_STEP};
+use crate::noise_scale::NormPair;
 use crate::record::{format_plain, Phase, PhaseArray, PhaseTimes};
 
 /// One parsed rank-file row: the fields the analysis uses.
@@ -28,6 +29,14 @@ pub struct Row {
     /// When the step started, seconds from the run's common origin (NaN where the
     /// file has no `elapsed_s`).
     pub elapsed_s: f64,
+    /// The rank's training loss of the step (NaN where the cell is empty or the file
+    /// has no `loss` column).
+    pub loss: f64,
+    /// The gradient noise scale's two squared norms (`noise_batch_small`,
+    /// `grad_sq_small`, `noise_batch_big`, `grad_sq_big`); None where the step did not
+    /// measure them or the file has no such columns. A norm's empty cell (not finite
+    /// when it was taken) reads as NaN, which the estimate skips and counts.
+    pub noise: Option<NormPair>,
 }
 
 /// Column positions in a rank file.
@@ -48,6 +57,9 @@ pub(super) struct Columns {
     bytes: usize,
     /// `comm_s`, the whole all-reduce, when the exposed phase has its own column.
     comm_s: Option<usize>,
+    loss: Option<usize>,
+    /// The four noise-scale columns, in [`Row::noise`]'s order, when the file has them.
+    noise: Option<[usize; 4]>,
 }
 
 impl Columns {
@@ -80,6 +92,11 @@ impl Columns {
             run_id: opt("run_id"),
             bytes: pos("bytes")?,
             comm_s: opt("comm_exposed_s").and(opt("comm_s")),
+            loss: opt("loss"),
+            noise: match ["noise_batch_small", "grad_sq_small", "noise_batch_big", "grad_sq_big"].map(opt) {
+                [Some(a), Some(b), Some(c), Some(d)] => Some([a, b, c, d]),
+                _ => None,
+            },
         })
     }
 }
@@ -127,10 +144,49 @@ pub(super) fn parse_row(rec: &csv::ByteRecord, c: &Columns, headers: &csv::ByteR
             Some(i) => seconds(i)?,
             None => phases[Phase::CommExposed],
         },
+        loss: c.loss.and_then(|i| field::<f64>(rec, i)).unwrap_or(f64::NAN),
+        noise: match c.noise {
+            Some(cols) => noise_pair(rec, cols, &name)?,
+            None => None,
+        },
         phases,
     };
     row.check()?;
     Ok(row)
+}
+
+/// A step's two squared norms: None when the step did not measure them (its batch
+/// cells empty); Err for a batch size that is not a count of samples or a
+/// squared norm that is negative. An empty norm cell reads as NaN (not finite when it
+/// was taken).
+fn noise_pair(rec: &csv::ByteRecord, cols: [usize; 4], name: &dyn Fn(usize) -> String) -> Result<Option<NormPair>, String> {
+    let [b_small, sq_small, b_big, sq_big] = cols;
+    if rec.get(b_small).is_none_or(<[u8]>::is_empty) {
+        return Ok(None);
+    }
+    let batch = |i: usize| -> Result<f64, String> {
+        match field::<f64>(rec, i) {
+            Some(v) if v >= 1.0 && v <= MAX_SAMPLES_PER_STEP as f64 => Ok(v),
+            _ => Err(format!(
+                "{} is {:?}: not a count of samples from 1 to {MAX_SAMPLES_PER_STEP}",
+                name(i),
+                String::from_utf8_lossy(rec.get(i).unwrap_or_default())
+            )),
+        }
+    };
+    let norm = |i: usize| -> Result<f64, String> {
+        match field::<f64>(rec, i) {
+            None => Ok(f64::NAN),
+            Some(v) if v < 0.0 => Err(format!("{} is {}: a squared norm is not negative", name(i), shown(v))),
+            Some(v) => Ok(v),
+        }
+    };
+    Ok(Some(NormPair {
+        batch_small: batch(b_small)?,
+        sq_small: norm(sq_small)?,
+        batch_big: batch(b_big)?,
+        sq_big: norm(sq_big)?,
+    }))
 }
 
 impl Row {
@@ -279,6 +335,21 @@ mod tests {
             "comm_start_at_s is 9, outside its step, which ran from 10 to 11.5 s",
         );
         broken(|r| r.comm_last_start_s = 12.0, "comm_last_start_at_s is 12, outside its step");
+    }
+
+    #[test]
+    fn noise_cells_read_as_a_pair_empty_as_unmeasured_and_impossible_ones_named() {
+        let headers = csv::ByteRecord::from(vec!["noise_batch_small", "grad_sq_small", "noise_batch_big", "grad_sq_big"]);
+        let name = |i: usize| String::from_utf8_lossy(headers.get(i).unwrap()).into_owned();
+        let read = |cells: [&str; 4]| noise_pair(&csv::ByteRecord::from(cells.to_vec()), [0, 1, 2, 3], &name);
+        let p = read(["32", "2.5", "64", ""]).unwrap().unwrap();
+        assert_eq!((p.batch_small, p.sq_small, p.batch_big), (32.0, 2.5, 64.0));
+        assert!(p.sq_big.is_nan() && !p.is_usable(), "an empty norm: not finite when taken");
+        assert_eq!(read(["", "", "", ""]), Ok(None));
+        let e = read(["32", "-1", "64", "1"]).unwrap_err();
+        assert!(e.contains("grad_sq_small is -1: a squared norm is not negative"), "{e}");
+        let e = read(["0", "1", "64", "1"]).unwrap_err();
+        assert!(e.contains("noise_batch_small is \"0\": not a count of samples"), "{e}");
     }
 
     #[test]

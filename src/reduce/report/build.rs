@@ -111,6 +111,7 @@ fn run_report(r: &RunStats) -> RunReport {
         noise_scale: noise::per_epoch(&r.epochs),
         target: m.target.clone(),
         study_run: m.study_run.clone(),
+        noise_windows: analysis::noise_window::windows(&r.noise_steps, m.target.as_ref()),
     }
 }
 

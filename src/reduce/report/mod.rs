@@ -82,7 +82,7 @@ pub struct Report {
 }
 
 /// What one complete run adds up to, beyond its rows in the tables.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct RunReport {
     pub run_id: String,
     #[serde(serialize_with = "path")]
@@ -142,6 +142,10 @@ pub struct RunReport {
     /// The study point and repeat it is (its manifest's `study_run`; not in report.json).
     #[serde(skip)]
     pub study_run: Option<crate::record::StudyRun>,
+    /// B_simple over windows of the run's measured steps, from its rank files: the
+    /// thirds (the drift), then the last 50 steps to the target when it reached one
+    /// ([`crate::reduce::analysis::noise_window`]); empty without `--noise-scale`.
+    pub noise_windows: Vec<crate::reduce::analysis::noise_window::NoiseWindow>,
 }
 
 /// Seconds per epoch: compute (forward + backward), all-reduce work, its transfer (the
@@ -149,7 +153,7 @@ pub struct RunReport {
 /// the wait for a late rank; and R. Every all-reduce figure is NaN for a 1-rank run
 /// (its all-reduce is a local copy); R is NaN too where the all-reduce thread shared
 /// backward's cores.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct EpochBreakdown {
     pub compute_s: f64,
     /// All of the all-reduce's time, the wait for a late rank included.

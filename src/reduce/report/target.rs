@@ -4,10 +4,42 @@
 //! (1 + B/B_noise)/(1 + B0/B_noise), and the prediction's error.
 
 use super::RunReport;
+use crate::reduce::analysis::noise_window::{pooled, NoiseWindow, WindowKind};
 use crate::noise_scale::samples_factor;
 use crate::record::TargetOutcome;
 use serde::Serialize;
 use std::fmt::Write;
+
+/// One learning rate of one global batch: its runs and their median reach.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LrPoint {
+    /// The learning rate the runs followed, in words (their `target.lr_rule`).
+    pub lr_rule: String,
+    pub run_ids: Vec<String>,
+    /// How many of them reached the target.
+    pub reached: usize,
+    /// The median over the runs, a run that did not reach the target counted as never
+    /// reaching it: None unless more than half of them reached it (with two runs, both).
+    pub samples_to_target: Option<f64>,
+    pub seconds_to_target: Option<f64>,
+}
+
+/// Where the prediction's noise scale comes from.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NoiseSource {
+    /// In words, for report.md: which window of which runs.
+    pub window: String,
+    /// The runs, and per run the global steps (from 0) of its window's first and last
+    /// measured step.
+    pub run_ids: Vec<String>,
+    pub steps: Vec<(u64, u64)>,
+    /// Measured steps averaged over all of them, and those skipped.
+    pub measured_steps: usize,
+    pub skipped: usize,
+    /// B_simple's 95 % interval; the upper end None when unbounded.
+    pub b_simple_low: Option<f64>,
+    pub b_simple_high: Option<f64>,
+}
 
 /// One global batch of one workload and target.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -21,27 +53,39 @@ pub struct TargetRow {
     /// The runs at this global batch, and how many reached the target.
     pub run_ids: Vec<String>,
     pub reached: usize,
-    /// The learning rate the first of them followed.
+    /// Each learning rate the runs at this batch followed (a grid), in the order met.
+    pub learning_rates: Vec<LrPoint>,
+    /// The best learning rate: the one of the fewest median samples to target (the
+    /// first one's when none reached it).
     pub lr_rule: String,
-    /// Geometric mean over the runs that reached the target; None when none did.
+    /// The best learning rate's median samples and seconds to target; None when no
+    /// learning rate's runs reached it.
     pub samples_to_target: Option<f64>,
     pub seconds_to_target: Option<f64>,
     /// The smallest global batch of the workload and target whose runs reached it (B0).
     pub baseline_global_batch: Option<usize>,
     /// samples_to_target / B0's.
     pub measured_ratio: Option<f64>,
-    /// The noise scale the prediction uses: the last epoch's B_simple of a B0 run
-    /// (that run ended near the target loss), and that run.
+    /// The smallest and largest ratio of one run's samples to one B0 run's, over the
+    /// best learning rates' runs that reached the target: the spread of the repeats.
+    pub measured_ratio_low: Option<f64>,
+    pub measured_ratio_high: Option<f64>,
+    /// The noise scale the prediction uses: B_simple pooled over the target windows
+    /// (the last 50 steps to the target) of B0's best-learning-rate runs; a B0 run's
+    /// last epoch only where no such window measured the norms.
     pub b_noise: Option<f64>,
+    /// The first run it came from (all of them in `b_noise_from`).
     pub b_noise_run: Option<String>,
+    pub b_noise_from: Option<NoiseSource>,
     /// (1 + B/B_noise)/(1 + B0/B_noise).
     pub predicted_ratio: Option<f64>,
     /// measured_ratio / predicted_ratio − 1.
     pub relative_error: Option<f64>,
 }
 
-fn geometric_mean(v: &[f64]) -> Option<f64> {
-    (!v.is_empty()).then(|| (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp())
+/// The median of `v` (not empty), None when not finite.
+fn median(v: &[f64]) -> Option<f64> {
+    Some(crate::stats::median(v)).filter(|m| m.is_finite())
 }
 
 /// The groups of runs that share model, data set, key and target, each sorted by batch.
@@ -66,42 +110,161 @@ fn groups(runs: &[RunReport]) -> Vec<Vec<(&RunReport, &TargetOutcome)>> {
     groups
 }
 
+type Run<'a> = (&'a RunReport, &'a TargetOutcome);
+
+/// The runs of one global batch grouped by learning rate, and the best of them.
+struct Batch<'a> {
+    points: Vec<(LrPoint, Vec<Run<'a>>)>,
+    best: usize,
+}
+
+impl<'a> Batch<'a> {
+    fn of(runs: &[Run<'a>]) -> Batch<'a> {
+        let mut by_lr: Vec<Vec<Run<'a>>> = Vec::new();
+        for &run in runs {
+            match by_lr.iter_mut().find(|g| g[0].1.lr_rule == run.1.lr_rule) {
+                Some(g) => g.push(run),
+                None => by_lr.push(vec![run]),
+            }
+        }
+        let figure = |g: &[Run], f: fn(&TargetOutcome) -> Option<f64>| {
+            let v: Vec<f64> = g.iter().map(|(_, t)| f(t).filter(|_| t.reached).unwrap_or(f64::INFINITY)).collect();
+            median(&v)
+        };
+        let points: Vec<(LrPoint, Vec<Run>)> = by_lr
+            .into_iter()
+            .map(|g| {
+                let point = LrPoint {
+                    lr_rule: g[0].1.lr_rule.clone(),
+                    run_ids: g.iter().map(|(r, _)| r.run_id.clone()).collect(),
+                    reached: g.iter().filter(|(_, t)| t.reached).count(),
+                    samples_to_target: figure(&g, |t| t.samples_to_target.map(|s| s as f64)),
+                    seconds_to_target: figure(&g, |t| t.seconds_to_target),
+                };
+                (point, g)
+            })
+            .collect();
+        let best = (0..points.len())
+            .filter(|&i| points[i].0.samples_to_target.is_some())
+            .min_by(|&a, &b| points[a].0.samples_to_target.unwrap().total_cmp(&points[b].0.samples_to_target.unwrap()))
+            .unwrap_or(0);
+        Batch { points, best }
+    }
+
+    fn best(&self) -> &LrPoint {
+        &self.points[self.best].0
+    }
+
+    /// Samples to target of the best learning rate's runs that reached it.
+    fn best_samples(&self) -> Vec<f64> {
+        self.points[self.best]
+            .1
+            .iter()
+            .filter(|(_, t)| t.reached)
+            .filter_map(|(_, t)| t.samples_to_target.map(|s| s as f64))
+            .collect()
+    }
+
+    /// The noise scale of the best learning rate's runs: their target windows pooled,
+    /// else the first one's last epoch.
+    fn noise(&self) -> Option<(f64, NoiseSource)> {
+        let runs: Vec<&RunReport> = self.points[self.best].1.iter().map(|(r, _)| *r).collect();
+        let windows: Vec<(&RunReport, &NoiseWindow)> = runs
+            .iter()
+            .filter_map(|r| Some((*r, r.noise_windows.iter().find(|w| w.window == WindowKind::Target)?)))
+            .collect();
+        if !windows.is_empty() {
+            let pairs: Vec<_> = windows.iter().flat_map(|(_, w)| w.pairs.iter().copied()).collect();
+            let pooled = pooled(WindowKind::Target, &pairs);
+            let spans: Vec<String> = windows
+                .iter()
+                .map(|(r, w)| format!("`{}` steps {}–{}", r.run_id, w.first_step, w.last_step))
+                .collect();
+            return Some((
+                pooled.b_simple?,
+                NoiseSource {
+                    window: format!("the last 50 steps to the target of {}", spans.join(", ")),
+                    run_ids: windows.iter().map(|(r, _)| r.run_id.clone()).collect(),
+                    steps: windows.iter().map(|(_, w)| (w.first_step, w.last_step)).collect(),
+                    measured_steps: pooled.steps,
+                    skipped: pooled.skipped,
+                    b_simple_low: pooled.b_simple_low,
+                    b_simple_high: pooled.b_simple_high,
+                },
+            ));
+        }
+        runs.iter().find_map(|r| {
+            let e = r.noise_scale.last()?;
+            Some((
+                e.b_simple?,
+                NoiseSource {
+                    window: format!(
+                        "the last epoch ({}) of `{}`: its rank files hold no norms of the steps to the target",
+                        e.epoch, r.run_id
+                    ),
+                    run_ids: vec![r.run_id.clone()],
+                    steps: Vec::new(),
+                    measured_steps: e.steps,
+                    skipped: e.skipped,
+                    b_simple_low: e.b_simple_low,
+                    b_simple_high: e.b_simple_high,
+                },
+            ))
+        })
+    }
+}
+
+/// The smallest and largest ratio of a sample count of `runs` to one of `base`.
+fn ratio_range(runs: &[f64], base: &[f64]) -> Option<(f64, f64)> {
+    if runs.is_empty() || base.is_empty() {
+        return None;
+    }
+    let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+    Some((min(runs) / max(base), max(runs) / min(base)))
+}
+
 /// One row per global batch of every workload and target the runs were trained to.
 pub fn rows(runs: &[RunReport]) -> Vec<TargetRow> {
     let mut out = Vec::new();
     for group in groups(runs) {
         let mut batches: Vec<usize> = group.iter().map(|(r, _)| r.global_batch).collect();
         batches.dedup();
-        let at = |b: usize| group.iter().filter(move |(r, _)| r.global_batch == b);
-        let samples = |b: usize| {
-            let v: Vec<f64> = at(b)
-                .filter_map(|(_, t)| t.samples_to_target.filter(|_| t.reached))
-                .map(|s| s as f64)
-                .collect();
-            geometric_mean(&v)
+        let of = |b: usize| {
+            let at: Vec<Run> = group.iter().filter(|(r, _)| r.global_batch == b).copied().collect();
+            let batch = Batch::of(&at);
+            (at, batch)
         };
-        let base = batches.iter().copied().find(|&b| samples(b).is_some());
-        let noise = base.and_then(|b0| at(b0).find_map(|(r, _)| Some((r.noise_scale.last()?.b_simple?, r.run_id.clone()))));
+        let base = batches.iter().copied().find(|&b| of(b).1.best().samples_to_target.is_some());
+        let base_batch = base.map(|b0| of(b0).1);
+        let noise = base_batch.as_ref().and_then(Batch::noise);
         for &b in &batches {
-            let (first, t) = at(b).next().map(|(r, t)| (*r, *t)).unwrap();
-            let measured = samples(b).zip(base.and_then(|b0| samples(b0))).map(|(s, s0)| s / s0);
+            let (at, batch) = of(b);
+            let best = batch.best();
+            let (first, t) = at[0];
+            let s0 = base_batch.as_ref().and_then(|x| x.best().samples_to_target);
+            let measured = best.samples_to_target.zip(s0).map(|(s, s0)| s / s0);
+            let range = base_batch.as_ref().and_then(|x| ratio_range(&batch.best_samples(), &x.best_samples()));
             let predicted = base.zip(noise.as_ref()).map(|(b0, (n, _))| samples_factor(b as f64, b0 as f64, *n));
-            let seconds: Vec<f64> = at(b).filter_map(|(_, t)| t.seconds_to_target.filter(|_| t.reached)).collect();
             out.push(TargetRow {
                 model: first.model.clone(),
                 dataset: first.dataset.clone(),
                 key: first.comparison_key.as_ref().map(|k| k.describe()).unwrap_or_default(),
                 target_loss: t.target_loss,
                 global_batch: b,
-                run_ids: at(b).map(|(r, _)| r.run_id.clone()).collect(),
-                reached: at(b).filter(|(_, t)| t.reached).count(),
-                lr_rule: t.lr_rule.clone(),
-                samples_to_target: samples(b),
-                seconds_to_target: geometric_mean(&seconds),
+                run_ids: at.iter().map(|(r, _)| r.run_id.clone()).collect(),
+                reached: at.iter().filter(|(_, t)| t.reached).count(),
+                lr_rule: best.lr_rule.clone(),
+                samples_to_target: best.samples_to_target,
+                seconds_to_target: best.seconds_to_target,
+                learning_rates: batch.points.iter().map(|(p, _)| p.clone()).collect(),
                 baseline_global_batch: base,
                 measured_ratio: measured,
+                measured_ratio_low: range.filter(|_| measured.is_some()).map(|r| r.0),
+                measured_ratio_high: range.filter(|_| measured.is_some()).map(|r| r.1),
                 b_noise: noise.as_ref().map(|(n, _)| *n),
-                b_noise_run: noise.as_ref().map(|(_, id)| id.clone()),
+                b_noise_run: noise.as_ref().map(|(_, from)| from.run_ids[0].clone()),
+                b_noise_from: noise.as_ref().map(|(_, from)| from.clone()),
                 predicted_ratio: predicted,
                 relative_error: measured.zip(predicted).map(|(m, p)| m / p - 1.0),
             });
@@ -143,6 +306,10 @@ fn cell(v: Option<f64>, digits: usize) -> String {
     v.map_or_else(|| "–".into(), |v| format!("{v:.digits$}"))
 }
 
+/// What the one check of the prediction against training found (BENCHMARKS.md, "The
+/// prediction against training to a target loss"): said beside every prediction.
+pub const CHECKED_ERROR: &str = "The check of this prediction against training recorded with ddpbench (BENCHMARKS.md, \"The prediction against training to a target loss\": mnist-cnn on Fashion-MNIST, the best of a 3-value learning-rate grid per batch, 3 seeds, B_noise from the last 50 steps to the target at B0 = 64) was within 30 % at 4 × B0 (+3 %) and missed by 60 % at 16 × B0, where training needed more samples than predicted; B_simple drifts several-fold as training goes: read these factors as rough beyond a few times B0, and measure with `--target-loss` where the decision rests on them.";
+
 /// report.md's section; nothing when no run was trained to a target.
 pub fn section(md: &mut String, rows: &[TargetRow]) {
     if rows.is_empty() {
@@ -150,17 +317,21 @@ pub fn section(md: &mut String, rows: &[TargetRow]) {
     }
     let _ = writeln!(
         md,
-        "\n## Samples to a target loss: measured against predicted\n\nRuns trained with `--target-loss` stop when the training loss, averaged over the ranks and over the last 20 measured steps, is at or below the target. Per global batch B: the samples to the target (geometric mean of the runs that reached it), their ratio to the smallest global batch B0 that reached it, the noise-scale model's prediction (1 + B/B_noise)/(1 + B0/B_noise) with B_noise the last epoch's B_simple of a B0 run, and the prediction's error (measured ÷ predicted − 1). A batch whose runs did not reach the target has no figure.\n\n| model | data | target loss | B | runs (reached) | samples to target | seconds to target | measured ratio | predicted ratio (B_noise) | error | learning rate |\n|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|"
+        "\n## Samples to a target loss: measured against predicted\n\nRuns trained with `--target-loss` stop when the training loss, averaged over the ranks and over the last 20 measured steps, is at or below the target. Per global batch B and learning rate: the median samples to the target over its runs (a run that did not reach it counts as never reaching it, so a median needs more than half of them). A batch's figure is its best learning rate's (the fewest median samples); its ratio to the smallest global batch B0 that reached the target, with the range over pairs of single runs; the noise-scale model's prediction (1 + B/B_noise)/(1 + B0/B_noise), with B_noise the B_simple of the training near the target: the last 50 steps to the target of B0's best-learning-rate runs, numerator and denominator averaged over their measured steps; and the prediction's error (measured ÷ predicted − 1). A batch whose runs did not reach the target has no figure. {CHECKED_ERROR}\n\n| model | data | target loss | B | runs (reached) | samples to target | seconds to target | measured ratio (range) | predicted ratio (B_noise) | error | best learning rate |\n|---|---|---:|---:|---:|---:|---:|---|---|---:|---|"
     );
     for t in rows {
-        let predicted = match (t.predicted_ratio, t.b_noise, t.b_noise_run.as_deref()) {
-            (Some(p), Some(n), Some(run)) => format!("{p:.2} ({n:.0} from `{run}`)"),
+        let predicted = match (t.predicted_ratio, t.b_noise) {
+            (Some(p), Some(n)) => format!("{p:.2} ({n:.0})"),
             _ => "– (no B_simple measured at B0)".into(),
         };
         let error = t.relative_error.map_or_else(|| "–".into(), |e| format!("{:+.0} %", e * 100.0));
+        let measured = match (t.measured_ratio, t.measured_ratio_low, t.measured_ratio_high) {
+            (Some(m), Some(l), Some(h)) => format!("{m:.2} ({l:.2} – {h:.2})"),
+            (m, _, _) => cell(m, 2),
+        };
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} ({}) | {} | {} | {} | {predicted} | {error} | {} |",
+            "| {} | {} | {} | {} | {} ({}) | {} | {} | {measured} | {predicted} | {error} | {} |",
             t.model,
             t.dataset,
             t.target_loss,
@@ -169,8 +340,167 @@ pub fn section(md: &mut String, rows: &[TargetRow]) {
             t.reached,
             cell(t.samples_to_target, 0),
             cell(t.seconds_to_target, 1),
-            cell(t.measured_ratio, 2),
             t.lr_rule.replace('|', "/"),
         );
+    }
+    let mut sources: Vec<&NoiseSource> = Vec::new();
+    for t in rows {
+        if let (Some(n), Some(from)) = (t.b_noise, t.b_noise_from.as_ref()) {
+            if !sources.contains(&from) {
+                sources.push(from);
+                let high = from.b_simple_high.map_or_else(|| "unbounded".into(), |h| format!("{h:.0}"));
+                let _ = writeln!(
+                    md,
+                    "\nB_noise {n:.0} (95 % {} – {high}) for target loss {} of {}: from {}, {} measured step(s), {} skipped.",
+                    cell(from.b_simple_low, 0),
+                    t.target_loss,
+                    t.model,
+                    from.window,
+                    from.measured_steps,
+                    from.skipped
+                );
+            }
+        }
+    }
+    if rows.iter().any(|t| t.learning_rates.len() > 1) {
+        let _ = writeln!(
+            md,
+            "\nEvery learning rate tried (median over its runs):\n\n| model | target loss | B | learning rate | runs (reached) | samples to target | seconds to target |\n|---|---:|---:|---|---:|---:|---:|"
+        );
+        for t in rows {
+            for p in &t.learning_rates {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} | {} ({}) | {} | {} |",
+                    t.model,
+                    t.target_loss,
+                    t.global_batch,
+                    p.lr_rule.replace('|', "/"),
+                    p.run_ids.len(),
+                    p.reached,
+                    cell(p.samples_to_target, 0),
+                    cell(p.seconds_to_target, 1)
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::noise_scale::NormPair;
+    use crate::reduce::analysis::noise_window::{pooled, NoiseWindow};
+
+    /// A window whose every step's norms are their expectations for |G|² = `grad_sq`
+    /// and tr(Σ) = 64 at batches 32 and 64: B_simple 64/grad_sq.
+    fn window(kind: WindowKind, grad_sq: f64, steps: usize) -> NoiseWindow {
+        let pair = NormPair {
+            batch_small: 32.0,
+            sq_small: grad_sq + 2.0,
+            batch_big: 64.0,
+            sq_big: grad_sq + 1.0,
+        };
+        NoiseWindow {
+            first_step: 100,
+            last_step: 100 + steps as u64 - 1,
+            ..pooled(kind, &vec![pair; steps])
+        }
+    }
+
+    /// A run at global batch `batch` with learning rate `lr` that reached the target
+    /// after `samples` (None: never), its target window's B_simple 64/`grad_sq`, and a
+    /// last epoch whose B_simple is 10 (the whole epoch's, which the prediction must
+    /// not use).
+    fn run(id: &str, batch: usize, lr: &str, samples: Option<u64>, grad_sq: f64) -> RunReport {
+        RunReport {
+            run_id: id.into(),
+            model: "mnist-cnn".into(),
+            dataset: "fashion-mnist".into(),
+            global_batch: batch,
+            noise_scale: vec![super::super::noise::EpochNoiseScale {
+                epoch: 0,
+                steps: 300,
+                skipped: 0,
+                b_simple: Some(10.0),
+                b_simple_low: Some(9.0),
+                b_simple_high: Some(11.0),
+            }],
+            noise_windows: samples.map(|_| window(WindowKind::Target, grad_sq, 50)).into_iter().collect(),
+            target: Some(TargetOutcome {
+                target_loss: 0.6,
+                window_steps: 20,
+                reached: samples.is_some(),
+                steps_to_target: samples.map(|s| s as usize / batch),
+                samples_to_target: samples,
+                seconds_to_target: samples.map(|s| s as f64 / 1000.0),
+                smoothed_loss: Some(0.6),
+                lr_rule: lr.into(),
+            }),
+            ..RunReport::default()
+        }
+    }
+
+    #[test]
+    fn the_best_learning_rate_of_each_batch_by_median_and_b_noise_from_its_target_windows() {
+        let runs = [
+            // B0 = 64: lr a's median 20,000 (two runs), lr b's 15,000 (best), lr c's
+            // runs did not all reach the target: no median.
+            run("64a1", 64, "a", Some(19_000), 1.0),
+            run("64a2", 64, "a", Some(21_000), 1.0),
+            run("64b1", 64, "b", Some(14_000), 0.25),
+            run("64b2", 64, "b", Some(16_000), 0.5),
+            run("64c1", 64, "c", Some(1_000), 1.0),
+            run("64c2", 64, "c", None, 1.0),
+            // 256: one learning rate, two runs.
+            run("256a1", 256, "a", Some(30_000), 1.0),
+            run("256a2", 256, "a", Some(36_000), 1.0),
+        ];
+        let rows = rows(&runs);
+        assert_eq!(rows.len(), 2);
+        let (r64, r256) = (&rows[0], &rows[1]);
+        let medians: Vec<(&str, Option<f64>, usize)> = r64
+            .learning_rates
+            .iter()
+            .map(|p| (p.lr_rule.as_str(), p.samples_to_target, p.reached))
+            .collect();
+        assert_eq!(medians, [("a", Some(20_000.0), 2), ("b", Some(15_000.0), 2), ("c", None, 1)]);
+        assert_eq!((r64.lr_rule.as_str(), r64.samples_to_target), ("b", Some(15_000.0)));
+        assert_eq!((r64.run_ids.len(), r64.reached), (6, 5));
+        assert_eq!(r256.baseline_global_batch, Some(64));
+        assert_eq!(r256.measured_ratio, Some(33_000.0 / 15_000.0));
+        // The spread: the smallest and largest ratio of one run to one B0 run (of the
+        // best learning rate at each batch).
+        assert_eq!(
+            (r256.measured_ratio_low, r256.measured_ratio_high),
+            (Some(30_000.0 / 16_000.0), Some(36_000.0 / 14_000.0))
+        );
+        // B_noise: the two best-learning-rate B0 runs' target windows pooled, numerator
+        // and denominator averaged over their 100 steps: tr(Σ) 64, |G|² (0.25 + 0.5)/2.
+        let b = r256.b_noise.unwrap();
+        assert!((b - 64.0 / 0.375).abs() < 1e-9, "{b}");
+        let from = r256.b_noise_from.as_ref().unwrap();
+        assert_eq!(from.run_ids, ["64b1", "64b2"]);
+        assert_eq!((from.measured_steps, from.steps[0]), (100, (100, 149)));
+        assert!(from.window.starts_with("the last 50 steps to the target of `64b1` steps 100–149"), "{}", from.window);
+        let predicted = samples_factor(256.0, 64.0, b);
+        assert_eq!(r256.predicted_ratio, Some(predicted));
+        assert!((r256.relative_error.unwrap() - (33_000.0 / 15_000.0 / predicted - 1.0)).abs() < 1e-12);
+        let mut md = String::new();
+        section(&mut md, &rows);
+        assert!(md.contains("| 2.20 (1.88 – 2.57) |"), "{md}");
+        assert!(md.contains("B_noise 171 (95 % "), "{md}");
+        assert!(md.contains("Every learning rate tried"), "{md}");
+        assert!(md.contains(CHECKED_ERROR), "{md}");
+    }
+
+    #[test]
+    fn without_a_target_window_the_last_epoch_is_used_and_named() {
+        let mut runs = [run("64", 64, "a", Some(10_000), 1.0), run("128", 128, "a", Some(15_000), 1.0)];
+        runs[0].noise_windows.clear();
+        let rows = rows(&runs);
+        assert_eq!(rows[1].b_noise, Some(10.0));
+        let from = rows[1].b_noise_from.as_ref().unwrap();
+        assert!(from.window.starts_with("the last epoch (0) of `64`"), "{}", from.window);
     }
 }
