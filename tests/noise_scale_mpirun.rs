@@ -241,7 +241,10 @@ fn reduce_reports_b_simple_with_its_interval_and_the_time_to_accuracy_table() {
     assert!(md.contains("time-to-accuracy speedup"));
     // Every prediction is read beside how far the one check against training was off.
     assert!(md.contains("The prediction against training to a target loss"), "{md}");
-    assert!(md.contains("was within 30 % at 4 × B0 (+3 %) and missed by 60 % at 16 × B0"), "{md}");
+    assert!(
+        md.contains("was within 30 % at 4 × B0 (+3 %) and missed by 60 % at 16 × B0"),
+        "{md}"
+    );
     assert!(md.contains("from `two`, the last epoch (0), 16 measured step(s) |"), "{md}");
 }
 
@@ -311,7 +314,11 @@ fn a_target_loss_stops_every_rank_at_one_step_and_reduce_compares_the_batches() 
     let kinds: Vec<&str> = windows.iter().map(|w| w["window"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["first_third", "middle_third", "last_third", "target"], "{b16}");
     let w = &windows[3];
-    assert_eq!((&w["first_step"], &w["last_step"], &w["steps"], &w["skipped"]), (&0.into(), &19.into(), &20.into(), &0.into()), "{w}");
+    assert_eq!(
+        (&w["first_step"], &w["last_step"], &w["steps"], &w["skipped"]),
+        (&0.into(), &19.into(), &20.into(), &0.into()),
+        "{w}"
+    );
     let b = w["b_simple"].as_f64().expect("B_simple determined in the window");
     assert!(w["b_simple_low"].as_f64().unwrap() <= b, "{w}");
     let epochs = b16["noise_scale"].as_array().unwrap();
@@ -329,7 +336,10 @@ fn a_target_loss_stops_every_rank_at_one_step_and_reduce_compares_the_batches() 
     let md = std::fs::read_to_string(runs.join("report.md")).unwrap();
     assert!(md.contains("## Samples to a target loss: measured against predicted"), "{md}");
     assert!(md.contains(&format!("\nB_noise {b:.0} (95 % ")), "{md}");
-    assert!(md.contains("from the last 50 steps to the target of `b16` steps 0–19, 20 measured step(s), 0 skipped."), "{md}");
+    assert!(
+        md.contains("from the last 50 steps to the target of `b16` steps 0–19, 20 measured step(s), 0 skipped."),
+        "{md}"
+    );
     assert!(md.contains("| b16 | the last 50 steps to the target | 0–19 | 20 (0) |"), "{md}");
     assert!(md.contains("`b16`: B_simple drifted ×"), "{md}");
     let out = &job.stdout;

@@ -9,13 +9,15 @@ use tracing::{info, warn};
 
 pub(super) fn announce(spec: &StudySpec, plan: &Plan, layout: &Layout, world: usize, out: &Path) {
     info!(
-        "study {}: {} points × {} repeat(s) on {} ranks ({} node(s)), {} thread(s) per rank, into {}",
+        "study {}: {} points × {} repeat(s) on {} ranks ({} node(s)), {} thread(s) per rank \
+         (a node's cores shared by up to {} rank(s) of a point), into {}",
         spec.name,
         plan.points.len(),
         spec.repeats,
         world,
         layout.nodes.len(),
         plan.threads_per_rank,
+        plan.node_slots,
         out.display()
     );
     for s in &plan.skipped {

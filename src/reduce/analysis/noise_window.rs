@@ -142,7 +142,9 @@ pub fn thirds(steps: &[NoiseStep]) -> Vec<NoiseWindow> {
         return Vec::new();
     }
     let kinds = [WindowKind::FirstThird, WindowKind::MiddleThird, WindowKind::LastThird];
-    (0..3).map(|k| NoiseWindow::of(kinds[k], &steps[k * n / 3..(k + 1) * n / 3])).collect()
+    (0..3)
+        .map(|k| NoiseWindow::of(kinds[k], &steps[k * n / 3..(k + 1) * n / 3]))
+        .collect()
 }
 
 /// The target window of a run that reached its target after `steps_to_target` steps;
@@ -206,7 +208,10 @@ mod tests {
         // go on to 299 (a step late on a GPU, or a later flush): they are left out.
         let steps: Vec<NoiseStep> = (0..300).map(drifting).collect();
         let w = target_window(&steps, 241).unwrap();
-        assert_eq!((w.window, w.first_step, w.last_step, w.steps, w.skipped), (WindowKind::Target, 191, 240, 50, 0));
+        assert_eq!(
+            (w.window, w.first_step, w.last_step, w.steps, w.skipped),
+            (WindowKind::Target, 191, 240, 50, 0)
+        );
         let b = w.b_simple.unwrap();
         assert!((b - ratio_of_means(191, 240)).abs() < 1e-6 * b, "{b}");
         // Not the mean of the per-step ratios, and far from the whole run's figure.

@@ -7,8 +7,8 @@
 
 use super::RunReport;
 use crate::noise_scale::samples_factor;
-use crate::reduce::analysis::noise_window::{drift, WindowKind};
 use crate::record::EpochRow;
+use crate::reduce::analysis::noise_window::{drift, WindowKind};
 use crate::reduce::analysis::{ScalingMode, ScalingRow};
 use serde::Serialize;
 use std::fmt::Write;

@@ -4,9 +4,9 @@
 //! (1 + B/B_noise)/(1 + B0/B_noise), and the prediction's error.
 
 use super::RunReport;
-use crate::reduce::analysis::noise_window::{pooled, NoiseWindow, WindowKind};
 use crate::noise_scale::samples_factor;
 use crate::record::TargetOutcome;
+use crate::reduce::analysis::noise_window::{pooled, NoiseWindow, WindowKind};
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -146,7 +146,13 @@ impl<'a> Batch<'a> {
             .collect();
         let best = (0..points.len())
             .filter(|&i| points[i].0.samples_to_target.is_some())
-            .min_by(|&a, &b| points[a].0.samples_to_target.unwrap().total_cmp(&points[b].0.samples_to_target.unwrap()))
+            .min_by(|&a, &b| {
+                points[a]
+                    .0
+                    .samples_to_target
+                    .unwrap()
+                    .total_cmp(&points[b].0.samples_to_target.unwrap())
+            })
             .unwrap_or(0);
         Batch { points, best }
     }
@@ -244,7 +250,9 @@ pub fn rows(runs: &[RunReport]) -> Vec<TargetRow> {
             let (first, t) = at[0];
             let s0 = base_batch.as_ref().and_then(|x| x.best().samples_to_target);
             let measured = best.samples_to_target.zip(s0).map(|(s, s0)| s / s0);
-            let range = base_batch.as_ref().and_then(|x| ratio_range(&batch.best_samples(), &x.best_samples()));
+            let range = base_batch
+                .as_ref()
+                .and_then(|x| ratio_range(&batch.best_samples(), &x.best_samples()));
             let predicted = base.zip(noise.as_ref()).map(|(b0, (n, _))| samples_factor(b as f64, b0 as f64, *n));
             out.push(TargetRow {
                 model: first.model.clone(),
@@ -482,7 +490,11 @@ mod tests {
         let from = r256.b_noise_from.as_ref().unwrap();
         assert_eq!(from.run_ids, ["64b1", "64b2"]);
         assert_eq!((from.measured_steps, from.steps[0]), (100, (100, 149)));
-        assert!(from.window.starts_with("the last 50 steps to the target of `64b1` steps 100–149"), "{}", from.window);
+        assert!(
+            from.window.starts_with("the last 50 steps to the target of `64b1` steps 100–149"),
+            "{}",
+            from.window
+        );
         let predicted = samples_factor(256.0, 64.0, b);
         assert_eq!(r256.predicted_ratio, Some(predicted));
         assert!((r256.relative_error.unwrap() - (33_000.0 / 15_000.0 / predicted - 1.0)).abs() < 1e-12);
