@@ -342,13 +342,10 @@ fn read_sources(src: &Path) -> Vec<(PathBuf, String)> {
         .collect()
 }
 
-/// The graph of the modules directly inside each folder (module path), `[]` being the
-/// library's top level: an edge `a -> b` in folder `f` is a path written in `f/a` (its
-/// file or anything under it) that names the module `f::b`. References to the folder's
-/// own items (its `mod.rs`) and into a module's own children make no edge. The binary's
-/// `main.rs` and the crate root `lib.rs` are not modules of it, nor files under
-/// `#[cfg(test)] mod x;`.
-fn folder_graphs(sources: &[(PathBuf, String)]) -> BTreeMap<Vec<String>, Graph> {
+/// The library's module files (not `main.rs`, `lib.rs`, nor files under
+/// `#[cfg(test)] mod x;`), each with its module path and text, and every module path
+/// they make, folders included.
+fn library_files(sources: &[(PathBuf, String)]) -> (Vec<(&PathBuf, Vec<String>, &String)>, BTreeSet<Vec<String>>) {
     let is_root = |r: &PathBuf| r.as_os_str() == "main.rs" || r.as_os_str() == "lib.rs";
     // Module paths declared `#[cfg(test)] mod x;`: their files (and those under them) are tests.
     let test_only: Vec<Vec<String>> = sources
@@ -370,6 +367,17 @@ fn folder_graphs(sources: &[(PathBuf, String)]) -> BTreeMap<Vec<String>, Graph> 
         .iter()
         .flat_map(|(_, path, _)| (1..=path.len()).map(|n| path[..n].to_vec()))
         .collect();
+    (files, modules)
+}
+
+/// The graph of the modules directly inside each folder (module path), `[]` being the
+/// library's top level: an edge `a -> b` in folder `f` is a path written in `f/a` (its
+/// file or anything under it) that names the module `f::b`. References to the folder's
+/// own items (its `mod.rs`) and into a module's own children make no edge. The binary's
+/// `main.rs` and the crate root `lib.rs` are not modules of it, nor files under
+/// `#[cfg(test)] mod x;`.
+fn folder_graphs(sources: &[(PathBuf, String)]) -> BTreeMap<Vec<String>, Graph> {
+    let (files, modules) = library_files(sources);
     let mut graphs: BTreeMap<Vec<String>, Graph> = BTreeMap::new();
     for (r, path, text) in &files {
         for (to, line) in resolved_paths(text, path) {
@@ -402,26 +410,7 @@ fn folder_graphs(sources: &[(PathBuf, String)]) -> BTreeMap<Vec<String>, Graph> 
 /// with the item's path, where it is written first. Such a reference points up: the
 /// folder's `mod.rs` declares the module, so the two depend on each other.
 fn upward_references(sources: &[(PathBuf, String)]) -> BTreeMap<Vec<String>, BTreeMap<Vec<String>, Edge>> {
-    let is_root = |r: &PathBuf| r.as_os_str() == "main.rs" || r.as_os_str() == "lib.rs";
-    let test_only: Vec<Vec<String>> = sources
-        .iter()
-        .flat_map(|(r, text)| {
-            let parent = if is_root(r) { Vec::new() } else { file_module_path(r) };
-            test_only_children(text)
-                .into_iter()
-                .map(move |m| [parent.clone(), vec![m]].concat())
-        })
-        .collect();
-    let files: Vec<(&PathBuf, Vec<String>, &String)> = sources
-        .iter()
-        .filter(|(r, _)| !is_root(r))
-        .map(|(r, text)| (r, file_module_path(r), text))
-        .filter(|(_, path, _)| !path.is_empty() && !test_only.iter().any(|t| path.starts_with(t)))
-        .collect();
-    let modules: BTreeSet<Vec<String>> = files
-        .iter()
-        .flat_map(|(_, path, _)| (1..=path.len()).map(|n| path[..n].to_vec()))
-        .collect();
+    let (files, modules) = library_files(sources);
     let mut found: BTreeMap<Vec<String>, BTreeMap<Vec<String>, Edge>> = BTreeMap::new();
     for (r, path, text) in &files {
         for (to, line) in resolved_paths(text, path) {
