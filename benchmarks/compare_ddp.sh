@@ -10,9 +10,11 @@
 # DATA: synthetic (random-normal inputs in both tools) or fashion-mnist.
 # MALLOC=tuned|default: ddpbench's --malloc. PT_MALLOC=tuned runs PyTorch with the same
 # glibc settings (MALLOC_MMAP_THRESHOLD_=32 MiB, MALLOC_TRIM_THRESHOLD_ max); default: none.
+# BIN=path: the ddpbench binary to time (default: the one set-up builds), e.g. an older build.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$here/job-scripts/setup.sh" || exit 1
+bin=${BIN:-$DDPBENCH_BIN}
 ranks=${1:-2}; steps=${2:-200}; batch=${3:-64}; repeats=${4:-5}; data=${5:-synthetic}
 malloc=${MALLOC:-tuned}; pt_malloc=${PT_MALLOC:-default}
 threads=$(( $(nproc) / ranks )); ((threads >= 1)) || threads=1
@@ -27,7 +29,7 @@ pt_env=()
 [ "$pt_malloc" = tuned ] && pt_env=(MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=2147483647)
 ddpbench() {  # ddpbench NAME [flags]
   local name=$1; shift
-  mpirun -n "$ranks" --bind-to none --oversubscribe "$DDPBENCH_BIN" train "${dd_data[@]}" --optimizer sgd --lr 0.01 \
+  mpirun -n "$ranks" --bind-to none --oversubscribe "$bin" train "${dd_data[@]}" --optimizer sgd --lr 0.01 \
     --max-steps "$steps" --batch-size "$batch" --threads "$threads" --val-samples 0 --warmup-steps 10 \
     --malloc "$malloc" --out "$work/$name" "$@" 2>/dev/null
 }
@@ -43,7 +45,7 @@ for i in $(seq 1 "$repeats"); do
   ddpbench "ddpbench_none-$i" --allreduce none
   pytorch "pytorch_noddp-$i" --no-ddp
 done
-echo "ranks $ranks, steps $steps, batch $batch per rank, threads $threads per rank, data $data, ddpbench --malloc $malloc, PyTorch malloc $pt_malloc, $repeats alternations"
+echo "ddpbench: $bin; ranks $ranks, steps $steps, batch $batch per rank, threads $threads per rank, data $data, ddpbench --malloc $malloc, PyTorch malloc $pt_malloc, $repeats alternations"
 "$DDPBENCH_PYTHON" - "$work" "$repeats" <<'PY'
 import csv, glob, statistics as st, sys, os
 work, repeats = sys.argv[1], int(sys.argv[2])
