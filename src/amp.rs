@@ -36,7 +36,7 @@ fn lookup(mangled: &str) -> Result<*mut c_void> {
 }
 
 /// Autocast for one device and dtype, switched on around each forward pass.
-pub struct Autocast {
+pub(crate) struct Autocast {
     set_enabled: SetEnabled,
     clear_cache: ClearCache,
     device_type: i8,
@@ -44,7 +44,7 @@ pub struct Autocast {
 
 impl Autocast {
     /// None for `--amp off`.
-    pub fn new(mode: AmpMode, device: Device) -> Result<Option<Autocast>> {
+    pub(crate) fn new(mode: AmpMode, device: Device) -> Result<Option<Autocast>> {
         let dtype = match mode {
             AmpMode::Off => return Ok(None),
             AmpMode::Fp16 => SCALAR_HALF,
@@ -73,7 +73,7 @@ impl Autocast {
     /// Runs `f` (the forward pass) under autocast. The cast-weight cache is cleared on
     /// the way out, as PyTorch does when leaving `torch.autocast`, so the next step
     /// casts the updated weights.
-    pub fn run<T>(&self, f: impl FnOnce() -> T) -> T {
+    pub(crate) fn run<T>(&self, f: impl FnOnce() -> T) -> T {
         // SAFETY: plain setters of libtorch's thread-local autocast state.
         unsafe { (self.set_enabled)(self.device_type, true) };
         let out = f();
@@ -90,7 +90,7 @@ impl Autocast {
 /// its count of clean steps and each step's check live on the device, as GradScaler
 /// keeps them, so no step waits for the host to read them.
 #[derive(Debug)]
-pub struct LossScaler {
+pub(crate) struct LossScaler {
     /// 0-d float32 on the training device.
     scale: Tensor,
     /// Clean steps in a row since the scale last changed, 0-d int32 on the device.
@@ -98,10 +98,10 @@ pub struct LossScaler {
 }
 
 impl LossScaler {
-    pub const INITIAL: f64 = 65536.0;
-    pub const GROWTH_INTERVAL: i64 = 2000;
+    pub(crate) const INITIAL: f64 = 65536.0;
+    pub(crate) const GROWTH_INTERVAL: i64 = 2000;
 
-    pub fn new(device: Device) -> LossScaler {
+    pub(crate) fn new(device: Device) -> LossScaler {
         LossScaler {
             scale: Tensor::full([], Self::INITIAL, (Kind::Float, device)),
             growth_tracker: Tensor::zeros([], (Kind::Int, device)),
@@ -109,7 +109,7 @@ impl LossScaler {
     }
 
     /// The scale the loss is multiplied by (a 0-d float on the device).
-    pub fn scale(&self) -> &Tensor {
+    pub(crate) fn scale(&self) -> &Tensor {
         &self.scale
     }
 
@@ -117,7 +117,7 @@ impl LossScaler {
     /// float on the device, 1 when any of them is inf/NaN. The gradients of such a step
     /// are zeroed, so that an optimizer gated on `found_inf` multiplies finite updates
     /// by 0 ([`crate::optim::Gate`]).
-    pub fn unscale(&self, grads: &[Tensor]) -> Tensor {
+    pub(crate) fn unscale(&self, grads: &[Tensor]) -> Tensor {
         tch::no_grad(|| {
             let finite = grads
                 .iter()
@@ -137,7 +137,7 @@ impl LossScaler {
 
     /// Halves the scale after a step whose gradients held inf/NaN, doubles it after
     /// 2000 clean steps in a row (libtorch's `_amp_update_scale_`, on the device).
-    pub fn update(&mut self, found_inf: &Tensor) {
+    pub(crate) fn update(&mut self, found_inf: &Tensor) {
         let _ = self
             .scale
             .internal_amp_update_scale_(&self.growth_tracker, found_inf, 2.0, 0.5, Self::GROWTH_INTERVAL);

@@ -3,7 +3,7 @@
 //! so every layer may use it without a cycle.
 
 /// Algorithm bandwidth, bytes/s: `bytes / seconds` (0 when no time was measured).
-pub fn algbw(bytes: f64, seconds: f64) -> f64 {
+pub(crate) fn algbw(bytes: f64, seconds: f64) -> f64 {
     if seconds > 0.0 {
         bytes / seconds
     } else {
@@ -13,7 +13,7 @@ pub fn algbw(bytes: f64, seconds: f64) -> f64 {
 
 /// Bus bandwidth of an all-reduce of `bytes` over `ranks` ranks, as nccl-tests defines
 /// it: `algbw · 2(ranks − 1)/ranks`, the bytes each link carries in a ring; 0 for one rank.
-pub fn busbw(bytes: f64, ranks: usize, seconds: f64) -> f64 {
+pub(crate) fn busbw(bytes: f64, ranks: usize, seconds: f64) -> f64 {
     if ranks <= 1 {
         return 0.0;
     }

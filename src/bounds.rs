@@ -8,45 +8,45 @@ use std::path::Path;
 
 /// Ranks of one job: 2^22 (4,194,304), over ten times the largest MPI jobs run, and
 /// small enough that a vector per rank stays within tens of MiB.
-pub const MAX_RANKS: usize = 1 << 22;
+pub(crate) const MAX_RANKS: usize = 1 << 22;
 
 /// Gradient bytes one rank all-reduces in a step: 2^50 (1 PiB), the fp32 gradients of
 /// 2^48 parameters, beyond any device's memory.
-pub const MAX_BYTES_PER_STEP: u64 = 1 << 50;
+pub(crate) const MAX_BYTES_PER_STEP: u64 = 1 << 50;
 
 /// Samples one rank processes in a step: 2^40. A step of 2^40 samples of even one byte
 /// is a TiB of input per rank; sums over 2^22 ranks stay below 2^63.
-pub const MAX_SAMPLES_PER_STEP: u64 = 1 << 40;
+pub(crate) const MAX_SAMPLES_PER_STEP: u64 = 1 << 40;
 
 /// Gradient buckets of a run: 2^20. A bucket holds at least one parameter tensor, and
 /// networks have thousands of tensors, not millions.
-pub const MAX_BUCKETS: usize = 1 << 20;
+pub(crate) const MAX_BUCKETS: usize = 1 << 20;
 
 /// Seconds a run, a step or a collective may last: 10^8 s (over three years), longer
 /// than any allocation runs.
-pub const MAX_RUN_S: f64 = 1e8;
+pub(crate) const MAX_RUN_S: f64 = 1e8;
 
 /// Bytes of a JSON file read whole (`link_model.json`, a flight record): 64 MiB,
 /// hundreds of times what ddpbench writes into one.
-pub const MAX_JSON_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_JSON_BYTES: u64 = 64 << 20;
 
 /// How far two times of one row may disagree and still be equal: 1 µs plus 1 ppm of
 /// the larger. The CSV holds nanoseconds (9 decimals), so seven phases summed differ
 /// from `step_s` by under 4 ns from rounding; 1 µs leaves room for other writers.
-pub fn tolerance_s(a: f64, b: f64) -> f64 {
+pub(crate) fn tolerance_s(a: f64, b: f64) -> f64 {
     1e-6 + 1e-6 * a.abs().max(b.abs())
 }
 
 /// How far an instant of a rank may lie beyond the run's wall time on rank 0 and still
 /// be real: 1 s plus 10^-4 of the run. The ranks leave the start barrier within
 /// milliseconds of each other, and their clocks drift apart by parts per million.
-pub fn clock_slack_s(run_s: f64) -> f64 {
+pub(crate) fn clock_slack_s(run_s: f64) -> f64 {
     1.0 + 1e-4 * run_s.abs()
 }
 
 /// A number as a message shows it: plain decimals in the usual range, exponent
 /// notation beyond it (1e300 rather than 301 digits).
-pub fn shown(v: f64) -> String {
+pub(crate) fn shown(v: f64) -> String {
     let a = v.abs();
     if v == 0.0 || !v.is_finite() || (1e-7..1e15).contains(&a) {
         format!("{v}")
@@ -56,7 +56,7 @@ pub fn shown(v: f64) -> String {
 }
 
 /// `v` when it is a finite number of seconds from 0 to `max_s`; Err says `key` is not.
-pub fn seconds(key: &str, v: f64, max_s: f64) -> Result<f64, String> {
+pub(crate) fn seconds(key: &str, v: f64, max_s: f64) -> Result<f64, String> {
     if v.is_finite() && (0.0..=max_s).contains(&v) {
         Ok(v)
     } else {
@@ -69,7 +69,7 @@ pub fn seconds(key: &str, v: f64, max_s: f64) -> Result<f64, String> {
 }
 
 /// `n` when it is at most `max`; Err says `key` is not and what it counts.
-pub fn at_most<T: PartialOrd + std::fmt::Display>(key: &str, n: T, max: T, what: &str) -> Result<T, String> {
+pub(crate) fn at_most<T: PartialOrd + std::fmt::Display>(key: &str, n: T, max: T, what: &str) -> Result<T, String> {
     if n <= max {
         Ok(n)
     } else {
@@ -79,7 +79,7 @@ pub fn at_most<T: PartialOrd + std::fmt::Display>(key: &str, n: T, max: T, what:
 
 /// The text of a JSON file no larger than [`MAX_JSON_BYTES`], checked before it is read;
 /// only a regular file is read (a FIFO or a device in its place is named, not waited on).
-pub fn read_json_text(path: &Path) -> Result<String, String> {
+pub(crate) fn read_json_text(path: &Path) -> Result<String, String> {
     use std::io::Read;
     let file = crate::files::open_regular(path).map_err(|e| crate::files::read_error(path, &e))?;
     let len = file.metadata().map_err(|e| crate::files::read_error(path, &e))?.len();

@@ -26,12 +26,12 @@ static SCRATCH: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
 const MAX_DEPTH: usize = 12;
 
 /// Says that this process holds the lock file `path`, which holds `bytes`.
-pub fn hold_lock(path: &Path, bytes: &[u8]) {
+pub(crate) fn hold_lock(path: &Path, bytes: &[u8]) {
     locks().push((path.to_path_buf(), bytes.to_vec()));
 }
 
 /// Says that this process no longer holds the lock file `path`.
-pub fn release_lock(path: &Path) {
+pub(crate) fn release_lock(path: &Path) {
     locks().retain(|(p, _)| p != path);
 }
 
@@ -41,7 +41,7 @@ fn locks() -> std::sync::MutexGuard<'static, Vec<(PathBuf, Vec<u8>)>> {
 
 /// For a job about to be aborted: removes the armed scratch folder and every lock this
 /// process holds that still holds what it wrote (a lock taken over by another job stays).
-pub fn on_abort() {
+pub(crate) fn on_abort() {
     if let Some(path) = take_scratch() {
         let _ = std::fs::remove_dir_all(Path::new(std::ffi::OsStr::from_bytes(path.as_bytes())));
     }
@@ -61,7 +61,7 @@ pub fn on_abort() {
 /// Called by the stop signals' handler: when a scratch folder is armed, removes it and
 /// ends the process by the signal `sig` itself (its default action). Async-signal-safe:
 /// system calls on buffers on the stack, no allocation or lock.
-pub fn on_signal(sig: libc::c_int) {
+pub(crate) fn on_signal(sig: libc::c_int) {
     let p = SCRATCH.swap(std::ptr::null_mut(), Ordering::SeqCst);
     if p.is_null() {
         return;
@@ -135,13 +135,13 @@ fn remove_tree(dirfd: libc::c_int, name: *const c_char, depth: usize) {
 /// every way out: when dropped, on abort ([`on_abort`]), and by a stop signal
 /// ([`on_signal`]), which then ends the process.
 #[derive(Debug)]
-pub struct ScratchDir {
+pub(crate) struct ScratchDir {
     path: PathBuf,
 }
 
 impl ScratchDir {
     /// Makes `$TMPDIR/<prefix>-<16 random hex digits>` and arms its removal.
-    pub fn create(prefix: &str) -> std::io::Result<ScratchDir> {
+    pub(crate) fn create(prefix: &str) -> std::io::Result<ScratchDir> {
         let path = crate::files::create_dir_fresh(&std::env::temp_dir(), prefix, 8, 0o700)?;
         if let Ok(c) = CString::new(path.as_os_str().as_bytes()) {
             let old = SCRATCH.swap(c.into_raw(), Ordering::SeqCst);
@@ -153,7 +153,7 @@ impl ScratchDir {
         Ok(ScratchDir { path })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 }

@@ -13,7 +13,7 @@ use std::path::Path;
 /// The file is opened without blocking and checked through its open descriptor, so a
 /// FIFO with no writer cannot stall the open and nothing can swap the file between the
 /// check and the read.
-pub fn open_regular(path: &Path) -> io::Result<File> {
+pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
@@ -31,7 +31,7 @@ pub fn open_regular(path: &Path) -> io::Result<File> {
 
 /// Reads a whole regular file as text, at most `max_bytes` of it (a longer file is an
 /// error naming the bound, before anything past it is read).
-pub fn read_regular_to_string(path: &Path, max_bytes: u64) -> io::Result<String> {
+pub(crate) fn read_regular_to_string(path: &Path, max_bytes: u64) -> io::Result<String> {
     use std::io::Read;
     let file = open_regular(path)?;
     let mut text = String::new();
@@ -47,7 +47,7 @@ pub fn read_regular_to_string(path: &Path, max_bytes: u64) -> io::Result<String>
 
 /// A message for `e`, met opening or reading `path` with [`open_regular`] or
 /// [`read_regular_to_string`], that names the file once.
-pub fn read_error(path: &Path, e: &io::Error) -> String {
+pub(crate) fn read_error(path: &Path, e: &io::Error) -> String {
     let text = e.to_string();
     if text.contains(&*path.to_string_lossy()) {
         text
@@ -58,7 +58,7 @@ pub fn read_error(path: &Path, e: &io::Error) -> String {
 
 /// Opens `path` with [`open_regular`]: None when nothing is there, Err ([`read_error`])
 /// when what is there is no regular file or cannot be read.
-pub fn open_regular_if_present(path: &Path) -> Result<Option<File>, String> {
+pub(crate) fn open_regular_if_present(path: &Path) -> Result<Option<File>, String> {
     match open_regular(path) {
         Ok(f) => Ok(Some(f)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -67,13 +67,13 @@ pub fn open_regular_if_present(path: &Path) -> Result<Option<File>, String> {
 }
 
 /// Whether `path` names a regular file, not following a symlink at the last component.
-pub fn is_regular_no_follow(path: &Path) -> bool {
+pub(crate) fn is_regular_no_follow(path: &Path) -> bool {
     std::fs::symlink_metadata(path).map(|m| m.file_type().is_file()).unwrap_or(false)
 }
 
 /// Creates `path` for writing only when nothing is there: not a file, not a symlink
 /// (dangling or not), not a FIFO. Mode 0644 before the umask.
-pub fn create_exclusive(path: &Path) -> io::Result<File> {
+pub(crate) fn create_exclusive(path: &Path) -> io::Result<File> {
     OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -85,7 +85,7 @@ pub fn create_exclusive(path: &Path) -> io::Result<File> {
 /// `bytes` random bytes from the kernel (`getrandom`), as lowercase hex: names that no
 /// one can guess ahead (a scratch folder, a temporary file) or that two jobs started in
 /// the same second do not share.
-pub fn random_hex(bytes: usize) -> String {
+pub(crate) fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     let mut filled = 0;
     while filled < buf.len() {
@@ -118,7 +118,7 @@ pub fn random_hex(bytes: usize) -> String {
 /// with `mode` (before the umask), and only a new one: `mkdir` never follows a symlink
 /// at its last component and fails on anything already there, in which case another
 /// random name is tried. The parent must exist.
-pub fn create_dir_fresh(parent: &Path, prefix: &str, random_bytes: usize, mode: u32) -> io::Result<std::path::PathBuf> {
+pub(crate) fn create_dir_fresh(parent: &Path, prefix: &str, random_bytes: usize, mode: u32) -> io::Result<std::path::PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
     let mut last = None;
     for _ in 0..64 {
@@ -135,7 +135,7 @@ pub fn create_dir_fresh(parent: &Path, prefix: &str, random_bytes: usize, mode: 
 /// Gives the finished file `tmp` the name `path` only when nothing is at `path`: a hard
 /// link (which fails on anything there, a dangling symlink too), then `tmp` unlinked.
 /// Where the file system makes no hard links, a rename after checking that `path` is free.
-pub fn rename_new(tmp: &Path, path: &Path) -> io::Result<()> {
+pub(crate) fn rename_new(tmp: &Path, path: &Path) -> io::Result<()> {
     match std::fs::hard_link(tmp, path) {
         Ok(()) => std::fs::remove_file(tmp),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(io::Error::new(
@@ -159,7 +159,7 @@ pub fn rename_new(tmp: &Path, path: &Path) -> io::Result<()> {
 }
 
 /// What a file type is, in words, for error messages.
-pub fn describe(kind: std::fs::FileType) -> &'static str {
+pub(crate) fn describe(kind: std::fs::FileType) -> &'static str {
     if kind.is_file() {
         "a regular file"
     } else if kind.is_dir() {
@@ -178,11 +178,11 @@ pub fn describe(kind: std::fs::FileType) -> &'static str {
 }
 
 /// The longest name one path component may have (Linux's `NAME_MAX`), in bytes.
-pub const MAX_NAME_BYTES: usize = 255;
+pub(crate) const MAX_NAME_BYTES: usize = 255;
 
 /// Whether `c` may stand in a name ddpbench uses as one path component as it is: an
 /// ASCII letter or digit, `.`, `_` or `-`.
-pub fn is_name_char(c: char) -> bool {
+pub(crate) fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
 }
 
@@ -190,7 +190,7 @@ pub fn is_name_char(c: char) -> bool {
 /// is, or None when it can: it must be 1 to [`MAX_NAME_BYTES`] bytes of
 /// [`is_name_char`] characters, and neither `.` nor `..`. Such a name holds no `/`,
 /// so a path it is joined into stays in its folder.
-pub fn name_problem(name: &str) -> Option<String> {
+pub(crate) fn name_problem(name: &str) -> Option<String> {
     if name.is_empty() {
         return Some("it is empty".into());
     }
@@ -216,7 +216,7 @@ pub fn name_problem(name: &str) -> Option<String> {
 /// and an extension still fit in [`MAX_NAME_BYTES`] and two long texts stay apart.
 /// A text of [`is_name_char`] characters only, not starting with `.`, of at most 200
 /// bytes, comes back as it is.
-pub fn safe_component(text: &str) -> String {
+pub(crate) fn safe_component(text: &str) -> String {
     const KEEP_BYTES: usize = 200;
     let mut name: String = text.chars().map(|c| if is_name_char(c) { c } else { '_' }).collect();
     if name.starts_with('.') {

@@ -23,7 +23,7 @@ const RING: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum State {
+pub(crate) enum State {
     /// Handed over (a bucket queued for the all-reduce thread or stream), not yet entered.
     Scheduled,
     /// Entered: the rank is inside the collective, waiting for its peers or moving data.
@@ -33,7 +33,7 @@ pub enum State {
 
 /// One collective on one rank.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Record {
+pub(crate) struct Record {
     pub seq: u64,
     /// e.g. `all-reduce`, `broadcast`, `barrier`.
     pub kind: String,
@@ -53,7 +53,7 @@ pub struct Record {
 
 impl Record {
     /// `all-reduce #4812 (bucket 2, epoch 3 step 120)`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut what = vec![self.detail.clone()].into_iter().filter(|d| !d.is_empty()).collect::<Vec<_>>();
         match (self.teardown, self.epoch, self.step) {
             (true, _, _) => what.push("teardown".into()),
@@ -75,7 +75,7 @@ impl Record {
 /// advance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Phase {
+pub(crate) enum Phase {
     Data = 1,
     Copy,
     Forward,
@@ -103,7 +103,7 @@ impl Phase {
     ];
 
     /// How a message names it.
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             Phase::Data => "data loading",
             Phase::Copy => "the copy to the device",
@@ -135,14 +135,14 @@ static FINALIZED: AtomicBool = AtomicBool::new(false);
 /// Says that this rank's main thread enters `phase` now (None: nothing to watch, as in
 /// set-up, where loading a data set may take long and only collectives are watched).
 #[inline]
-pub fn phase(phase: Option<Phase>) {
+pub(crate) fn phase(phase: Option<Phase>) {
     let at_ns = recorder().origin.elapsed().as_nanos() as u64;
     PHASE.store((at_ns << 8) | phase.map_or(0, |p| p as u64), Ordering::Relaxed);
 }
 
 /// Where a rank's main thread is, as its watchdog reports it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct PhaseStatus {
+pub(crate) struct PhaseStatus {
     /// [`Phase::describe`].
     pub name: String,
     pub epoch: Option<usize>,
@@ -156,7 +156,7 @@ pub struct PhaseStatus {
 
 impl PhaseStatus {
     /// `forward of epoch 0 step 3`, `validation of epoch 2`, `teardown (closing the run's files)`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match (self.teardown, self.epoch, self.step) {
             (false, Some(e), Some(s)) => format!("{} of epoch {e} step {s}", self.name),
             (false, Some(e), None) => format!("{} of epoch {e}", self.name),
@@ -186,18 +186,18 @@ static PROGRESS: AtomicU64 = AtomicU64::new(0);
 /// Says that the rank's pending entry has moved on (one more operation of a loop
 /// recorded as one entry), so its wait counts from now.
 #[inline]
-pub fn progress() {
+pub(crate) fn progress() {
     PROGRESS.fetch_add(1, Ordering::Relaxed);
 }
 
 /// The process's recorder ([`recorder`]).
-pub struct Recorder {
+pub(crate) struct Recorder {
     origin: Instant,
     inner: Mutex<Inner>,
 }
 
 /// The process-wide recorder.
-pub fn recorder() -> &'static Recorder {
+pub(crate) fn recorder() -> &'static Recorder {
     static R: OnceLock<Recorder> = OnceLock::new();
     R.get_or_init(|| Recorder {
         origin: Instant::now(),
@@ -215,7 +215,7 @@ pub fn recorder() -> &'static Recorder {
 }
 
 /// A started collective; completed when dropped.
-pub struct Entered(u64);
+pub(crate) struct Entered(u64);
 
 impl Drop for Entered {
     fn drop(&mut self) {
@@ -224,7 +224,7 @@ impl Drop for Entered {
 }
 
 /// Records entry into a blocking collective made now; it completes when the guard drops.
-pub fn enter(kind: &str, detail: &str) -> Entered {
+pub(crate) fn enter(kind: &str, detail: &str) -> Entered {
     let r = recorder();
     let seq = r.schedule(kind, detail);
     r.start(seq);
@@ -241,7 +241,7 @@ impl Recorder {
     }
 
     /// Where training is: later records carry this epoch and step.
-    pub fn set_position(&self, epoch: Option<usize>, step: Option<usize>) {
+    pub(crate) fn set_position(&self, epoch: Option<usize>, step: Option<usize>) {
         let mut i = self.lock();
         i.epoch = epoch;
         i.step = step;
@@ -250,17 +250,17 @@ impl Recorder {
 
     /// The work has ended: later records are the teardown's (final records, closing
     /// files, MPI_Finalize).
-    pub fn begin_teardown(&self) {
+    pub(crate) fn begin_teardown(&self) {
         self.lock().teardown = true;
     }
 
     /// This rank is past MPI_Finalize: only its exit is left.
-    pub fn mark_finalized(&self) {
+    pub(crate) fn mark_finalized(&self) {
         FINALIZED.store(true, Ordering::Relaxed);
     }
 
     /// True once MPI_Finalize has returned on this rank ([`Recorder::mark_finalized`]).
-    pub fn finalized(&self) -> bool {
+    pub(crate) fn finalized(&self) -> bool {
         // Not under the lock: a panic hook asks, whatever the panicking thread holds.
         FINALIZED.load(Ordering::Relaxed)
     }
@@ -269,7 +269,7 @@ impl Recorder {
     /// collectives are numbered from `base` on every rank, so members' numbers agree
     /// whatever each rank did before; `idle` marks a rank that takes no part in it, which
     /// a hang diagnosis then leaves out.
-    pub fn begin_part(&self, base: u64, idle: bool) {
+    pub(crate) fn begin_part(&self, base: u64, idle: bool) {
         let mut i = self.lock();
         i.next_seq = i.next_seq.max(base);
         i.idle = idle;
@@ -277,12 +277,12 @@ impl Recorder {
     }
 
     /// Whether this rank sits out the current part ([`Recorder::begin_part`]).
-    pub fn idle(&self) -> bool {
+    pub(crate) fn idle(&self) -> bool {
         self.lock().idle
     }
 
     /// A collective handed over (not entered yet); returns its sequence number.
-    pub fn schedule(&self, kind: &str, detail: &str) -> u64 {
+    pub(crate) fn schedule(&self, kind: &str, detail: &str) -> u64 {
         let now = self.now();
         let mut i = self.lock();
         let seq = i.next_seq;
@@ -306,7 +306,7 @@ impl Recorder {
         seq
     }
 
-    pub fn start(&self, seq: u64) {
+    pub(crate) fn start(&self, seq: u64) {
         let now = self.now();
         if let Some(r) = self.lock().ring.iter_mut().rev().find(|r| r.seq == seq) {
             r.state = State::Started;
@@ -314,7 +314,7 @@ impl Recorder {
         }
     }
 
-    pub fn complete(&self, seq: u64) {
+    pub(crate) fn complete(&self, seq: u64) {
         let now = self.now();
         if let Some(r) = self.lock().ring.iter_mut().rev().find(|r| r.seq == seq) {
             r.state = State::Completed;
@@ -326,7 +326,7 @@ impl Recorder {
     /// The collective this rank is held in: its oldest one not completed, with the
     /// seconds since it was started (or scheduled, or last made [`progress`]). None
     /// when nothing is pending.
-    pub fn pending(&self) -> Option<(Record, f64)> {
+    pub(crate) fn pending(&self) -> Option<(Record, f64)> {
         let now = self.now();
         let mut i = self.lock();
         let p = PROGRESS.load(Ordering::Relaxed);
@@ -340,17 +340,17 @@ impl Recorder {
     }
 
     /// The last completed sequence number (None before the first collective).
-    pub fn last_completed(&self) -> Option<u64> {
+    pub(crate) fn last_completed(&self) -> Option<u64> {
         let i = self.lock();
         i.ring.iter().rev().find(|r| r.state == State::Completed).map(|r| r.seq)
     }
 
-    pub fn snapshot(&self) -> Vec<Record> {
+    pub(crate) fn snapshot(&self) -> Vec<Record> {
         self.lock().ring.iter().cloned().collect()
     }
 
     /// The phase this rank's main thread is in ([`phase`]), None outside watched work.
-    pub fn phase(&self) -> Option<PhaseStatus> {
+    pub(crate) fn phase(&self) -> Option<PhaseStatus> {
         let word = PHASE.load(Ordering::Relaxed);
         let p = Phase::ALL.into_iter().find(|p| *p as u64 == word & 0xff)?;
         let for_s = (self.now() - (word >> 8) as f64 * 1e-9).max(0.0);
@@ -367,7 +367,7 @@ impl Recorder {
 
 /// What one rank knows about where it is, as its watchdog reports it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct RankStatus {
+pub(crate) struct RankStatus {
     pub rank: usize,
     pub host: String,
     /// The collective it is held in, if any, and for how long.
@@ -392,7 +392,7 @@ pub struct RankStatus {
 
 impl RankStatus {
     /// This process's status.
-    pub fn here(rank: usize, host: &str) -> RankStatus {
+    pub(crate) fn here(rank: usize, host: &str) -> RankStatus {
         let r = recorder();
         let (pending, waited_s) = match r.pending() {
             Some((rec, w)) => (Some(rec), w),
@@ -443,7 +443,7 @@ impl RankStatus {
 /// The analysis of a hang: the collective the waiting ranks are held in, and the ranks
 /// that never entered it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Diagnosis {
+pub(crate) struct Diagnosis {
     pub collective: Record,
     /// Ranks that never entered it: (rank, host, seconds silent).
     pub missing: Vec<(usize, String, f64)>,
@@ -466,7 +466,7 @@ const WHEREABOUTS_LISTED: usize = 8;
 
 impl Diagnosis {
     /// `rank 1 on node2 has not entered all-reduce #4812 (bucket 2, epoch 3 step 120); ranks 0, 2-7 waited 312 s`.
-    pub fn message(&self) -> String {
+    pub(crate) fn message(&self) -> String {
         let name = |(r, h, silent): &(usize, String, f64)| {
             if *silent > 0.0 {
                 format!("rank {r} on {h} (silent for {silent:.0} s)")
@@ -539,7 +539,7 @@ fn silent_list(silent: &[usize]) -> String {
 }
 
 /// `ranks 0, 2-7` / `rank 3`.
-pub fn rank_list(ranks: &[usize]) -> String {
+pub(crate) fn rank_list(ranks: &[usize]) -> String {
     let ids: Vec<u32> = ranks.iter().map(|&r| r as u32).collect();
     let list = crate::record::compact_list(&ids).replace(',', ", ");
     if ranks.len() == 1 {
@@ -552,7 +552,7 @@ pub fn rank_list(ranks: &[usize]) -> String {
 /// Which collective the job is held in (the lowest-numbered one a rank has started and
 /// not completed) and which of `size` ranks have not entered it. `statuses` holds what
 /// is known (a rank without one is silent). None when no rank waits in a collective.
-pub fn diagnose(all: &[RankStatus], size: usize) -> Option<Diagnosis> {
+pub(crate) fn diagnose(all: &[RankStatus], size: usize) -> Option<Diagnosis> {
     // Ranks sitting out the current part are no party to its collectives, unless they
     // went silent: a stopped rank's last report is stale (the part it sat out may have
     // ended), and it will hold every collective of the job.
@@ -642,7 +642,7 @@ fn split_by_collective(statuses: &[RankStatus]) -> Vec<(Record, Vec<usize>)> {
 
 /// The ranks that report and whose main thread has been in one phase longer than
 /// `limit_s` with no collective pending ([`Phase`]), lowest rank first.
-pub fn stalled(all: &[RankStatus], limit_s: f64) -> Vec<&RankStatus> {
+pub(crate) fn stalled(all: &[RankStatus], limit_s: f64) -> Vec<&RankStatus> {
     let mut out: Vec<&RankStatus> = all.iter().filter(|s| s.stalled(limit_s)).collect();
     out.sort_by_key(|s| s.rank);
     out
@@ -651,7 +651,7 @@ pub fn stalled(all: &[RankStatus], limit_s: f64) -> Vec<&RankStatus> {
 /// `rank 1 on node2 has made no progress for 12 s: it is in forward of epoch 0 step 3
 /// (no collective pending; the watchdog's limit is 10 s)`; without `limit_s` (read back
 /// from flight records) the limit is left out.
-pub fn stall_message(stalled: &[&RankStatus], limit_s: Option<f64>) -> String {
+pub(crate) fn stall_message(stalled: &[&RankStatus], limit_s: Option<f64>) -> String {
     let parts: Vec<String> = stalled
         .iter()
         .take(WHEREABOUTS_LISTED)
@@ -673,7 +673,7 @@ pub fn stall_message(stalled: &[&RankStatus], limit_s: Option<f64>) -> String {
 
 /// `rank-NNNNN.flight.json`: a rank's recorder when its watchdog fired.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct FlightDump {
+pub(crate) struct FlightDump {
     pub status: RankStatus,
     /// What the watchdog concluded, as it printed it.
     pub message: String,
@@ -686,13 +686,13 @@ pub struct FlightDump {
     pub known: Vec<RankStatus>,
 }
 
-pub fn flight_file_name(rank: usize) -> String {
+pub(crate) fn flight_file_name(rank: usize) -> String {
     format!("rank-{rank:05}.flight.json")
 }
 
 impl FlightDump {
     /// This process's dump.
-    pub fn here(rank: usize, host: &str, message: &str) -> FlightDump {
+    pub(crate) fn here(rank: usize, host: &str, message: &str) -> FlightDump {
         FlightDump {
             status: RankStatus::here(rank, host),
             message: message.into(),
@@ -702,7 +702,7 @@ impl FlightDump {
         }
     }
 
-    pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
+    pub(crate) fn write(&self, dir: &Path) -> anyhow::Result<()> {
         crate::record::write_atomic(&dir.join(flight_file_name(self.status.rank)), &serde_json::to_string_pretty(self)?)
     }
 }

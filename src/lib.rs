@@ -30,6 +30,9 @@
 // Without the trainer, the writer side of the file formats (rows, manifests, traces
 // written during a run) has no caller: it is dead in that build by design.
 #![cfg_attr(not(feature = "train"), allow(dead_code))]
+// `pub` only where a name leaves the crate (main.rs, tests, examples): everything else is
+// `pub(crate)` or narrower. Checked in the full build, where every re-export exists.
+#![cfg_attr(feature = "train", warn(unreachable_pub))]
 
 #[cfg(not(feature = "report"))]
 compile_error!("ddpbench needs the `report` feature, or `train` (the default), which includes it");
@@ -37,44 +40,44 @@ compile_error!("ddpbench needs the `report` feature, or `train` (the default), w
 #[cfg(feature = "train")]
 pub mod allreduce;
 #[cfg(feature = "train")]
-pub mod amp;
-pub mod bandwidth;
-pub mod bounds;
-pub mod cleanup;
+pub(crate) mod amp;
+pub(crate) mod bandwidth;
+pub(crate) mod bounds;
+pub(crate) mod cleanup;
 pub mod cli;
 #[cfg(feature = "train")]
-pub mod comm;
+pub(crate) mod comm;
 #[cfg(feature = "report")]
 pub mod compare;
 #[cfg(feature = "train")]
 pub mod data;
 #[cfg(feature = "train")]
-pub mod device;
+pub(crate) mod device;
 #[cfg(feature = "report")]
 pub mod diagnose;
-pub mod files;
-pub mod flight;
+pub(crate) mod files;
+pub(crate) mod flight;
 #[cfg(feature = "train")]
 pub mod job;
 pub mod link;
 #[cfg(feature = "train")]
 pub mod model;
-pub mod noise_scale;
+pub(crate) mod noise_scale;
 #[cfg(feature = "train")]
-pub mod optim;
+pub(crate) mod optim;
 #[cfg(feature = "report")]
 pub mod plot;
 #[cfg(feature = "train")]
-pub mod progress;
+pub(crate) mod progress;
 pub mod record;
 #[cfg(feature = "report")]
 pub mod reduce;
-pub mod stats;
+pub(crate) mod stats;
 pub mod stderr;
 #[cfg(feature = "train")]
 pub mod study;
 #[cfg(feature = "train")]
-pub mod telemetry;
+pub(crate) mod telemetry;
 #[cfg(feature = "train")]
 pub mod topology;
 pub mod trace;

@@ -70,7 +70,7 @@ pub struct NoiseEstimate {
 }
 
 /// The noise scale of `pairs`; None when no step is usable.
-pub fn estimate(pairs: &[NormPair]) -> Option<NoiseEstimate> {
+pub(crate) fn estimate(pairs: &[NormPair]) -> Option<NoiseEstimate> {
     let usable: Vec<&NormPair> = pairs.iter().filter(|p| p.is_usable()).collect();
     let skipped = pairs.len() - usable.len();
     if usable.is_empty() {
@@ -105,7 +105,7 @@ pub fn estimate(pairs: &[NormPair]) -> Option<NoiseEstimate> {
 
 /// Samples to reach a given loss at global batch `batch`, relative to `batch0`, for a
 /// noise scale `b_noise`: (1 + B/B_noise)/(1 + B0/B_noise).
-pub fn samples_factor(batch: f64, batch0: f64, b_noise: f64) -> f64 {
+pub(crate) fn samples_factor(batch: f64, batch0: f64, b_noise: f64) -> f64 {
     (1.0 + batch / b_noise) / (1.0 + batch0 / b_noise)
 }
 

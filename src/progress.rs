@@ -55,7 +55,7 @@ fn dumb_terminal() -> bool {
 
 /// Whether log lines on a terminal may be coloured: not with `NO_COLOR` set to anything
 /// but the empty string, nor on a dumb terminal.
-pub fn colours_allowed() -> bool {
+pub(crate) fn colours_allowed() -> bool {
     !dumb_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
@@ -156,7 +156,7 @@ impl TermLike for Stderr {
 /// ([`crate::stderr::line`]: dropped and counted when stderr is not read), with the bars
 /// hidden around it.
 #[derive(Clone, Copy, Default)]
-pub struct LogWriter;
+pub(crate) struct LogWriter;
 
 impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
     type Writer = LogLine;
@@ -166,7 +166,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
 }
 
 /// One log event's bytes, written when dropped.
-pub struct LogLine(Vec<u8>);
+pub(crate) struct LogLine(Vec<u8>);
 
 impl Write for LogLine {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -191,7 +191,7 @@ impl Drop for LogLine {
 
 /// Runs `f`, which prints to stdout or stderr itself, with the bars hidden: the
 /// clearing is written out first (waiting [`crate::stderr::DRAIN_WAIT`] at most).
-pub fn suspend<R>(f: impl FnOnce() -> R) -> R {
+pub(crate) fn suspend<R>(f: impl FnOnce() -> R) -> R {
     match bars() {
         Some(m) => m.suspend(|| {
             crate::stderr::drain();
@@ -203,7 +203,7 @@ pub fn suspend<R>(f: impl FnOnce() -> R) -> R {
 
 /// One bar, shown on rank 0 where a terminal is watched; elsewhere every call does
 /// nothing. Cleared from the screen when dropped.
-pub struct Bar {
+pub(crate) struct Bar {
     bar: Option<ProgressBar>,
     start: Instant,
     /// Samples done over all ranks, for samples/s.
@@ -212,13 +212,13 @@ pub struct Bar {
 
 impl Bar {
     /// A bar of `len` steps of `unit` (e.g. "points"), its line starting with `what`.
-    pub fn new(what: &str, len: u64, unit: &str) -> Bar {
+    pub(crate) fn new(what: &str, len: u64, unit: &str) -> Bar {
         let template = format!("{{prefix}} [{{wide_bar}}] {{pos}}/{{len}} {unit} · {{msg}} · ETA {{eta}}");
         Bar::styled(what, len, &template)
     }
 
     /// A bar in percent of `len` (samples to write, say).
-    pub fn percent(what: &str, len: u64) -> Bar {
+    pub(crate) fn percent(what: &str, len: u64) -> Bar {
         Bar::styled(what, len, "{prefix} [{wide_bar}] {percent:>3} % · {msg} · ETA {eta}")
     }
 
@@ -245,18 +245,18 @@ impl Bar {
     }
 
     /// The bar of epoch `epoch` (from 0) of `epochs`, of `steps` steps.
-    pub fn epoch(epoch: usize, epochs: usize, steps: usize) -> Bar {
+    pub(crate) fn epoch(epoch: usize, epochs: usize, steps: usize) -> Bar {
         Bar::new(&format!("epoch {}/{epochs}", epoch + 1), steps as u64, "steps")
     }
 
     /// Whether the bar is drawn.
-    pub fn shown(&self) -> bool {
+    pub(crate) fn shown(&self) -> bool {
         self.bar.is_some()
     }
 
     /// `done` steps of the epoch measured, the last of `samples` samples over all ranks
     /// with loss `loss`: steps/s, samples/s and the loss on the bar.
-    pub fn step(&self, done: usize, samples: u64, loss: f64) {
+    pub(crate) fn step(&self, done: usize, samples: u64, loss: f64) {
         let Some(b) = &self.bar else { return };
         self.samples.set(self.samples.get() + samples);
         let s = self.start.elapsed().as_secs_f64().max(1e-9);
@@ -270,7 +270,7 @@ impl Bar {
     }
 
     /// `done` of the bar's length reached; `msg` says what follows it on the line.
-    pub fn set(&self, done: u64, msg: impl Into<String>) {
+    pub(crate) fn set(&self, done: u64, msg: impl Into<String>) {
         if let Some(b) = &self.bar {
             b.set_position(done);
             b.set_message(msg.into());

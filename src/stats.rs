@@ -4,7 +4,7 @@
 /// Value at quantile `q` (0..=1) of `sorted` (ascending) by linear interpolation
 /// between closest ranks, as numpy's default and spreadsheets' PERCENTILE.INC do.
 /// NaN for an empty slice.
-pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
@@ -15,19 +15,19 @@ pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// Sorts a copy of `values` and returns the quantile `q`.
-pub fn quantile(values: &[f64], q: f64) -> f64 {
+pub(crate) fn quantile(values: &[f64], q: f64) -> f64 {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
     quantile_sorted(&v, q)
 }
 
-pub fn median(values: &[f64]) -> f64 {
+pub(crate) fn median(values: &[f64]) -> f64 {
     quantile(values, 0.5)
 }
 
 /// Mean and sample variance (divisor n − 1) of `values`; the variance is NaN for fewer
 /// than two values.
-pub fn mean_variance(values: &[f64]) -> (f64, f64) {
+pub(crate) fn mean_variance(values: &[f64]) -> (f64, f64) {
     let n = values.len() as f64;
     let mean = values.iter().sum::<f64>() / n;
     if values.len() < 2 {
@@ -37,7 +37,7 @@ pub fn mean_variance(values: &[f64]) -> (f64, f64) {
 }
 
 /// The geometric mean of positive `values`: exp of the mean log; NaN for none.
-pub fn geometric_mean(values: &[f64]) -> f64 {
+pub(crate) fn geometric_mean(values: &[f64]) -> f64 {
     (values.iter().map(|v| v.ln()).sum::<f64>() / values.len() as f64).exp()
 }
 
@@ -106,7 +106,7 @@ fn incomplete_beta(a: f64, b: f64, x: f64) -> f64 {
 }
 
 /// P(T ≤ t) for Student's t with `df` > 0 degrees of freedom (not necessarily whole).
-pub fn student_t_cdf(t: f64, df: f64) -> f64 {
+pub(crate) fn student_t_cdf(t: f64, df: f64) -> f64 {
     let tail = 0.5 * incomplete_beta(df / 2.0, 0.5, df / (df + t * t));
     if t > 0.0 {
         1.0 - tail
@@ -125,7 +125,7 @@ fn student_t_density(t: f64, df: f64) -> f64 {
 /// Welch–Satterthwaite df need not be whole): 12.706 at df 1, 4.303 at df 2, 3.182 at
 /// df 3 for p = 0.975. Newton steps on the distribution function, kept inside a bracket
 /// that bisection narrows where a step would leave it; NaN for df ≤ 0 or NaN.
-pub fn student_t_quantile(p: f64, df: f64) -> f64 {
+pub(crate) fn student_t_quantile(p: f64, df: f64) -> f64 {
     if !(df > 0.0) || !(p > 0.0 && p < 1.0) {
         return f64::NAN;
     }
@@ -163,7 +163,7 @@ pub fn student_t_quantile(p: f64, df: f64) -> f64 {
 /// The Welch–Satterthwaite degrees of freedom of a sum of independent variance
 /// estimates, each given as (its value, its degrees of freedom): (Σ v)² / Σ (v² / df).
 /// NaN when a term has no degrees of freedom.
-pub fn welch_satterthwaite_df(terms: &[(f64, f64)]) -> f64 {
+pub(crate) fn welch_satterthwaite_df(terms: &[(f64, f64)]) -> f64 {
     let total: f64 = terms.iter().map(|t| t.0).sum();
     let denominator: f64 = terms.iter().map(|&(v, df)| if v == 0.0 { 0.0 } else { v * v / df }).sum();
     if terms.iter().any(|t| !(t.1 > 0.0)) {
@@ -378,78 +378,26 @@ impl Sketch {
     }
 }
 
-/// A uniform sample of at most `cap` values of a stream (Vitter's algorithm R),
-/// with a fixed seed so reports are reproducible.
-#[derive(Debug, Clone)]
-pub struct Reservoir {
-    pub values: Vec<f64>,
-    pub seen: u64,
-    cap: usize,
-    rng: Rng,
-}
-
-impl Reservoir {
-    pub fn new(cap: usize) -> Reservoir {
-        Reservoir {
-            values: Vec::new(),
-            seen: 0,
-            cap,
-            rng: Rng(0x5eed_0f_ddb),
-        }
-    }
-    pub fn push(&mut self, v: f64) {
-        self.seen += 1;
-        if self.values.len() < self.cap {
-            self.values.push(v);
-        } else {
-            let j = self.rng.below(self.seen);
-            if (j as usize) < self.cap {
-                self.values[j as usize] = v;
-            }
-        }
-    }
-}
-
 /// SplitMix64: small, seedable, good enough for resampling.
 #[derive(Debug, Clone)]
-pub struct Rng(pub u64);
+pub(crate) struct Rng(pub u64);
 impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     }
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n.max(1)
     }
-}
-
-/// Bootstrap replicates of the mean of a stream of `n` values from a uniform sample
-/// of it: each replicate is the mean of a resample (with replacement) of `sample`,
-/// its deviation from the sample mean shrunk by sqrt(m/n) when the sample (m values)
-/// is smaller than the stream, so the spread is that of a mean of n values.
-pub fn bootstrap_means(sample: &[f64], n: u64, replicates: usize, seed: u64) -> Vec<f64> {
-    if sample.is_empty() {
-        return Vec::new();
-    }
-    let m = sample.len();
-    let centre = sample.iter().sum::<f64>() / m as f64;
-    let shrink = ((m as f64) / (n.max(m as u64) as f64)).sqrt();
-    let mut rng = Rng(seed);
-    (0..replicates)
-        .map(|_| {
-            let s: f64 = (0..m).map(|_| sample[rng.below(m as u64) as usize]).sum();
-            centre + (s / m as f64 - centre) * shrink
-        })
-        .collect()
 }
 
 /// The mean of a block-bootstrap resample of `series`: as many blocks of `block`
 /// consecutive values as fit the series, each starting at a random position, so the
 /// dependence between neighbouring steps is kept within a block.
-pub fn block_resample_mean(series: &[f64], block: usize, rng: &mut Rng) -> f64 {
+pub(crate) fn block_resample_mean(series: &[f64], block: usize, rng: &mut Rng) -> f64 {
     if series.is_empty() {
         return f64::NAN;
     }
@@ -500,19 +448,5 @@ mod sketch_tests {
         // A block as long as the series is the series itself.
         assert_eq!(block_resample_mean(&series, 1000, &mut rng), 4.5);
         assert!(block_resample_mean(&[], 3, &mut rng).is_nan());
-    }
-
-    #[test]
-    fn bootstrap_centres_on_the_mean_and_shrinks_for_long_streams() {
-        let sample: Vec<f64> = (0..100).map(|i| (i % 10) as f64).collect();
-        let reps = bootstrap_means(&sample, 100, 2000, 1);
-        let mean = reps.iter().sum::<f64>() / reps.len() as f64;
-        assert!((mean - 4.5).abs() < 0.05, "{mean}");
-        let spread = quantile(&reps, 0.975) - quantile(&reps, 0.025);
-        // SE of the mean = 2.87/sqrt(100) = 0.287: the 95 % interval is about 1.1 wide.
-        assert!(spread > 0.9 && spread < 1.35, "{spread}");
-        let reps = bootstrap_means(&sample, 10_000, 2000, 1);
-        let narrow = quantile(&reps, 0.975) - quantile(&reps, 0.025);
-        assert!((narrow / spread - 0.1).abs() < 0.02, "{narrow}");
     }
 }

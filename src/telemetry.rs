@@ -2,7 +2,7 @@
 //! memory, SM clock, power, temperature) of the rank's GPU.
 //!
 //! NVML is loaded at run time ([`crate::device::nvml`]), so where there is no driver
-//! [`GpuSampler::start`] returns an error saying telemetry is off. The sampler reads
+//! [`NvmlGpu::open`] returns an error saying telemetry is off. The sampler reads
 //! through the small [`GpuSource`] trait, so its thread and CSV writing are tested
 //! with a fake source.
 
@@ -17,19 +17,19 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 /// Something that reads a GPU's counters: NVML ([`NvmlGpu`]) or a test's fake.
-pub trait GpuSource: Send + 'static {
+pub(crate) trait GpuSource: Send + 'static {
     fn read(&mut self) -> GpuReading;
 }
 
 /// One GPU opened through NVML by its PCI bus id.
-pub struct NvmlGpu {
+pub(crate) struct NvmlGpu {
     nvml: nvml::Nvml,
     bus_id: String,
 }
 
 impl NvmlGpu {
     /// Loads NVML and opens the GPU at `bus_id` (any form [`parse_pci_bus_id`] accepts).
-    pub fn open(bus_id: &str) -> Result<NvmlGpu> {
+    pub(crate) fn open(bus_id: &str) -> Result<NvmlGpu> {
         let id = parse_pci_bus_id(bus_id)?.to_string();
         let nvml = nvml::Nvml::load()?;
         nvml.clocks(&id)?; // fails now, with the bus id, when NVML has no such GPU
@@ -66,7 +66,7 @@ fn optional_plain<S: serde::Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, 
 
 /// What a sampler saw, over the readings that succeeded.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct TelemetrySummary {
+pub(crate) struct TelemetrySummary {
     /// Rows written.
     pub samples: usize,
     /// Mean GPU utilisation, percent; `None` when no reading succeeded.
@@ -120,26 +120,16 @@ impl Totals {
 /// row is flushed as written, so a crash keeps what was sampled. [`GpuSampler::stop`]
 /// wakes the thread at once (it never waits out a period); dropping the sampler
 /// stops it too, discarding the summary.
-pub struct GpuSampler {
+pub(crate) struct GpuSampler {
     stop_tx: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<Result<TelemetrySummary>>>,
     path: PathBuf,
 }
 
 impl GpuSampler {
-    /// Samples the GPU at `bus_id` through NVML every `period_ms` into `path`, from now.
-    ///
-    /// Fails before creating `path` when NVML is absent (the error names
-    /// [`NVML_LIBRARY`] and says telemetry is off) or has no GPU at `bus_id`.
-    pub fn start(bus_id: &str, rank: usize, path: &Path, period_ms: u64) -> Result<GpuSampler> {
-        ensure!(period_ms > 0, "the GPU sampling period must be at least 1 ms");
-        let gpu = NvmlGpu::open(bus_id)?;
-        GpuSampler::start_with(gpu, rank, path, Duration::from_millis(period_ms), Instant::now())
-    }
-
     /// Samples `source` every `period` into `path`; `sample_at_s` counts from `origin`
     /// (pass the run's common start to line rows up with the step CSVs).
-    pub fn start_with<S: GpuSource>(source: S, rank: usize, path: &Path, period: Duration, origin: Instant) -> Result<GpuSampler> {
+    pub(crate) fn start_with<S: GpuSource>(source: S, rank: usize, path: &Path, period: Duration, origin: Instant) -> Result<GpuSampler> {
         ensure!(!period.is_zero(), "the GPU sampling period must be above zero");
         let log = CsvLog::<TelemetryRow>::create_new(path)?;
         let (stop_tx, stop_rx) = mpsc::channel();
@@ -156,7 +146,7 @@ impl GpuSampler {
 
     /// Stops the thread (within one period: it is woken, not waited for) and
     /// returns what it saw, or the first write error.
-    pub fn stop(mut self) -> Result<TelemetrySummary> {
+    pub(crate) fn stop(mut self) -> Result<TelemetrySummary> {
         self.finish()
     }
 
@@ -404,8 +394,6 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.to_string().contains("period"), "{e}");
-        let e = GpuSampler::start("0000:3b:00.0", 0, &dir.path().join("y.csv"), 0).err().unwrap();
-        assert!(e.to_string().contains("period"), "{e}");
     }
 
     #[test]
@@ -422,7 +410,11 @@ mod tests {
         let nvml_here = nvml::Nvml::load().is_ok();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gpu.csv");
-        match GpuSampler::start("0000:3b:00.0", 0, &path, 100) {
+        // As the trainer starts it: open the GPU, then sample it.
+        let start = |bus: &str| {
+            NvmlGpu::open(bus).and_then(|gpu| GpuSampler::start_with(gpu, 0, &path, Duration::from_millis(100), Instant::now()))
+        };
+        match start("0000:3b:00.0") {
             Err(e) if !nvml_here => {
                 let e = format!("{e:#}");
                 assert!(e.contains(NVML_LIBRARY) && e.contains("telemetry is off"), "{e}");
@@ -431,7 +423,7 @@ mod tests {
             Err(e) => assert!(format!("{e:#}").contains("0000:3b:00.0"), "{e:#}"),
             Ok(s) => drop(s.stop()),
         }
-        let e = GpuSampler::start("not-a-bus-id", 0, &path, 100).err().unwrap();
+        let e = start("not-a-bus-id").err().unwrap();
         assert!(e.to_string().contains("not a PCI bus id"), "{e}");
     }
 }

@@ -85,12 +85,12 @@ pub struct AllreduceArgs {
 
 /// The `allreduce` flags that may differ between the ranks of one job: none, since every
 /// flag shapes the sweep every rank takes part in.
-pub const RANK_LOCAL: &[(&str, &str)] = &[];
+pub(super) const RANK_LOCAL: &[(&str, &str)] = &[];
 
 /// The `allreduce` flags every rank of a job must be given alike (compared at start-up).
 // Read by the test that every flag is decided; launch_flags() is what runs.
 #[cfg_attr(not(test), allow(dead_code))]
-pub const SAME_ON_EVERY_RANK: &[&str] = &[
+pub(super) const SAME_ON_EVERY_RANK: &[&str] = &[
     "--min-bytes",
     "--max-bytes",
     "--factor",
@@ -174,7 +174,7 @@ impl AllreduceArgs {
 }
 
 /// Parses "4096", "64K", "16M", "1G" (powers of 1024).
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
+pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (num, mult) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
         Some('K') => (&t[..t.len() - 1], 1u64 << 10),
@@ -215,7 +215,7 @@ impl Level {
 /// Sizes from `min` to `max`, each `factor` times the previous, rounded down to whole
 /// elements of `element` bytes (at least one), each size once: 1, 2 and 4 bytes of fp32
 /// are one 4-byte all-reduce, measured once.
-pub fn sizes(min: u64, max: u64, factor: u64, element: u64) -> Vec<u64> {
+pub(super) fn sizes(min: u64, max: u64, factor: u64, element: u64) -> Vec<u64> {
     let mut out: Vec<u64> = Vec::new();
     let mut s = min;
     while s <= max {

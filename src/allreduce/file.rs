@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 /// `allreduce.json`: the sweep and what it ran on.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SweepFile {
+pub(super) struct SweepFile {
     pub command_line: Vec<String>,
     /// `completed`, or `interrupted` (a stop signal ended the sweep after a size; `rows`
     /// hold the sizes measured). Files written before this field were complete.
@@ -36,7 +36,7 @@ fn completed() -> RunStatus {
 
 /// How a sweep ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Swept {
+pub(crate) enum Swept {
     /// Every size of every backend and level.
     Whole,
     /// A stop signal (its number) ended it on every rank after the same size.

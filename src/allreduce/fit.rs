@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 
 /// One model per route swept (backend and memory): the intra-node and inter-node fits of
 /// its out-of-place times.
-pub fn fit_models(rows: &[SweepRow], nodes: usize, per_node: usize, node_type: &str) -> Vec<Result<RouteLinkModel>> {
+pub(super) fn fit_models(rows: &[SweepRow], nodes: usize, per_node: usize, node_type: &str) -> Vec<Result<RouteLinkModel>> {
     let mut routes: Vec<(Backend, Memory)> = rows.iter().map(|r| (r.backend, r.memory)).collect();
     routes.sort_unstable();
     routes.dedup();

@@ -15,11 +15,11 @@ use tch::Device;
 
 /// Bytes written between cold-cache probe iterations: larger than the last-level
 /// cache of most CPUs, as the activations a backward pass streams through it.
-pub const CACHE_FLUSH_BYTES: usize = 64 << 20;
+pub(crate) const CACHE_FLUSH_BYTES: usize = 64 << 20;
 
 /// The probe stops after this long (and at least [`PROBE_MIN_ITERS`] iterations).
-pub const PROBE_BUDGET_S: f64 = 5.0;
-pub const PROBE_MIN_ITERS: usize = 10;
+pub(crate) const PROBE_BUDGET_S: f64 = 5.0;
+pub(crate) const PROBE_MIN_ITERS: usize = 10;
 
 /// Times up to `iters` all-reduces of buffers shaped like `plan`, elements of `dtype` (the
 /// run's wire dtype: the bytes training puts on the wire) (after one untimed
@@ -27,7 +27,7 @@ pub const PROBE_MIN_ITERS: usize = 10;
 /// each iteration first writes that many bytes elsewhere, so the buffers come from
 /// memory rather than cache, as gradients do right after backward (on a 32 MiB-L3 EPYC:
 /// 1.9 ms cold vs 1.0 ms warm for 4.8 MB on shared memory). Fails when the sums are wrong.
-pub fn probe_allreduce(
+pub(crate) fn probe_allreduce(
     comm: &SimpleCommunicator,
     world_size: usize,
     plan: &BucketPlan,

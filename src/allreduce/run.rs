@@ -34,7 +34,7 @@ pub fn main(args: AllreduceArgs) -> Result<()> {
 /// The sweep on `g` (every member calls it), its files under `args.out`; `watchdog`, when
 /// given, writes its flight records there. A stop signal ends it after the size in
 /// progress ([`Swept::Interrupted`]).
-pub fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> Result<Swept> {
+pub(crate) fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> Result<Swept> {
     agree(g, args.validate())?;
     let device = agree(g, crate::device::resolve_device(args.device, g.local_rank))?;
     if device == Device::Cpu {
@@ -172,7 +172,7 @@ fn routes_for(args: &AllreduceArgs, device: Device) -> Result<Vec<Route>> {
 const PART_SHIFT: u32 = 24;
 
 /// The levels that differ on an allocation of `nodes` × `per_node` ranks.
-pub fn distinct_levels(nodes: usize, per_node: usize) -> Vec<Level> {
+pub(super) fn distinct_levels(nodes: usize, per_node: usize) -> Vec<Level> {
     match (nodes > 1, per_node > 1) {
         (false, _) => vec![Level::IntraNode],
         (true, false) => vec![Level::InterNode],

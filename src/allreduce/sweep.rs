@@ -27,7 +27,7 @@ use tch::{Device, Kind, Tensor};
 /// What a measurement runs on: the transport under test (the one training uses), the
 /// communicator whose members take part (barriers, agreeing on times and counts), and
 /// where the buffers live.
-pub struct Target<'a> {
+pub(crate) struct Target<'a> {
     pub comm: &'a SimpleCommunicator,
     pub device: Device,
     pub transport: &'a mut dyn Transport,
@@ -35,7 +35,7 @@ pub struct Target<'a> {
 
 /// How long and how often one size is timed.
 #[derive(Debug, Clone, Copy)]
-pub struct SweepIters {
+pub(crate) struct SweepIters {
     /// Untimed all-reduces before the timed loop.
     pub warmup_iters: usize,
     /// Timed iterations at most.
@@ -60,7 +60,7 @@ pub enum Idle {
 
 /// The longest idle [`Idle::Auto`] chooses: longer than the queueing delay a shaping
 /// qdisc or a switch buffer is set to hold (milliseconds to tens of milliseconds).
-pub const MAX_AUTO_IDLE_S: f64 = 0.05;
+pub(crate) const MAX_AUTO_IDLE_S: f64 = 0.05;
 
 impl Idle {
     /// Seconds of idle before each timed iteration, given the warm-up's seconds per
@@ -91,7 +91,7 @@ impl Idle {
 
 /// One size's result, the same on every rank.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Measured {
+pub(crate) struct Measured {
     pub bytes: u64,
     pub count: u64,
     pub in_place: bool,
@@ -173,7 +173,7 @@ fn count_wrong(result: &Tensor, ranks: usize, dtype: GradDtype) -> u64 {
 
 /// Times the all-reduce of `bytes` (rounded down to whole elements of `dtype`, at least
 /// one) on `t`, every rank of its communicator taking part, and checks the sum.
-pub fn measure(t: &mut Target, bytes: u64, dtype: GradDtype, in_place: bool, timing: SweepIters) -> Result<Measured> {
+pub(crate) fn measure(t: &mut Target, bytes: u64, dtype: GradDtype, in_place: bool, timing: SweepIters) -> Result<Measured> {
     let comm = t.comm;
     let (rank, ranks) = (comm.rank() as usize, comm.size() as usize);
     let count = (bytes as usize / dtype.bytes()).max(1);
@@ -286,7 +286,7 @@ fn timed_paced(op: &mut Op, t: &mut dyn Transport, comm: &SimpleCommunicator, it
 /// A set of buffers all-reduced back to back per iteration, as training sends its
 /// buckets: the same buffers, values and check as [`measure`].
 #[derive(Debug, Clone)]
-pub struct SetMeasured {
+pub(crate) struct SetMeasured {
     /// The slowest rank's time for the whole set, per timed iteration.
     pub iter_s: Vec<f64>,
     /// Elements whose sum was wrong, over all ranks and buffers.
@@ -299,7 +299,7 @@ pub struct SetMeasured {
 /// writes `flush_bytes` bytes elsewhere (so the buffers come from memory rather than
 /// cache, as gradients do after backward), then aligns the ranks by a barrier. Every
 /// rank of the target's communicator takes part. The sums are checked at the end.
-pub fn measure_set(
+pub(crate) fn measure_set(
     t: &mut Target,
     counts: &[usize],
     dtype: GradDtype,

@@ -18,7 +18,7 @@ use tch::{Kind, Tensor};
 /// the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ReduceDtype {
+pub(crate) enum ReduceDtype {
     Fp32,
     Fp64,
     Fp16,
@@ -27,10 +27,11 @@ pub enum ReduceDtype {
 
 impl ReduceDtype {
     /// Every dtype the all-reduce sums.
-    pub const ALL: [ReduceDtype; 4] = [ReduceDtype::Fp32, ReduceDtype::Fp64, ReduceDtype::Fp16, ReduceDtype::Bf16];
+    #[cfg(test)]
+    pub(crate) const ALL: [ReduceDtype; 4] = [ReduceDtype::Fp32, ReduceDtype::Fp64, ReduceDtype::Fp16, ReduceDtype::Bf16];
 
     /// The reducible dtype of libtorch's `kind`; None where the all-reduce cannot sum it.
-    pub fn of(kind: Kind) -> Option<ReduceDtype> {
+    pub(crate) fn of(kind: Kind) -> Option<ReduceDtype> {
         match kind {
             Kind::Float => Some(ReduceDtype::Fp32),
             Kind::Double => Some(ReduceDtype::Fp64),
@@ -41,7 +42,7 @@ impl ReduceDtype {
     }
 
     /// libtorch's dtype.
-    pub fn kind(self) -> Kind {
+    pub(crate) fn kind(self) -> Kind {
         match self {
             ReduceDtype::Fp32 => Kind::Float,
             ReduceDtype::Fp64 => Kind::Double,
@@ -51,7 +52,7 @@ impl ReduceDtype {
     }
 
     /// Bytes per element.
-    pub fn bytes(self) -> usize {
+    pub(crate) fn bytes(self) -> usize {
         match self {
             ReduceDtype::Fp64 => 8,
             ReduceDtype::Fp32 => 4,
@@ -59,20 +60,10 @@ impl ReduceDtype {
         }
     }
 
-    /// The name users read (`--grad-dtype`'s spelling).
-    pub fn name(self) -> &'static str {
-        match self {
-            ReduceDtype::Fp32 => "fp32",
-            ReduceDtype::Fp64 => "fp64",
-            ReduceDtype::Fp16 => "fp16",
-            ReduceDtype::Bf16 => "bf16",
-        }
-    }
-
     /// What a bucket of this dtype carries on the wire with `--grad-dtype wire`: the
     /// wire dtype for fp32 buckets, the bucket's own dtype for every other (an fp64
     /// gradient is not rounded to 16 bits, a 16-bit one is not widened).
-    pub fn on_wire(self, wire: GradDtype) -> ReduceDtype {
+    pub(crate) fn on_wire(self, wire: GradDtype) -> ReduceDtype {
         match self {
             ReduceDtype::Fp32 => wire.into(),
             other => other,
@@ -92,7 +83,7 @@ impl From<GradDtype> for ReduceDtype {
 
 /// The dtype of each trainable parameter of `params` (named, in training order), or one
 /// error naming every parameter whose gradient the all-reduce cannot sum, with its dtype.
-pub fn gradient_dtypes(params: &[(String, Tensor)]) -> Result<Vec<ReduceDtype>> {
+pub(crate) fn gradient_dtypes(params: &[(String, Tensor)]) -> Result<Vec<ReduceDtype>> {
     let mut dtypes = Vec::with_capacity(params.len());
     let mut refused: Vec<String> = Vec::new();
     for (name, t) in params {

@@ -25,9 +25,9 @@ mod layering_tests;
 
 use crate::optim::{is_dense, FlatLayout, Slot};
 /// Defined with the comparison key, which records it.
-pub use crate::record::{Backend, GradDtype};
+pub(crate) use crate::record::GradDtype;
 use anyhow::{bail, Result};
-pub use dtype::ReduceDtype;
+pub(crate) use dtype::ReduceDtype;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 use tch::{Kind, Tensor};
@@ -62,7 +62,7 @@ pub enum OverlapMode {
 
 /// Parameters grouped into all-reduce buckets, each bucket of one dtype.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct BucketPlan {
+pub(crate) struct BucketPlan {
     /// For each bucket, the indexes of its parameters (in the fixed parameter order).
     pub buckets: Vec<Vec<usize>>,
     /// Elements per bucket.
@@ -74,7 +74,8 @@ pub struct BucketPlan {
 impl BucketPlan {
     /// Fills buckets from the last parameter to the first (the order in which
     /// backward produces gradients of a sequential network), as [`BucketPlan::in_order`].
-    pub fn new(numels: &[usize], dtypes: &[ReduceDtype], cap_bytes: usize) -> BucketPlan {
+    #[cfg(test)]
+    pub(crate) fn new(numels: &[usize], dtypes: &[ReduceDtype], cap_bytes: usize) -> BucketPlan {
         let order: Vec<usize> = (0..numels.len()).rev().collect();
         BucketPlan::in_order(numels, dtypes, &order, cap_bytes)
     }
@@ -86,7 +87,7 @@ impl BucketPlan {
     /// it over `cap_bytes` (a parameter larger than the cap gets a bucket of its own, its
     /// bytes counted in its dtype), and buckets are ordered by when their first
     /// parameter comes in `order`. With one dtype: consecutive runs of `order`.
-    pub fn in_order(numels: &[usize], dtypes: &[ReduceDtype], order: &[usize], cap_bytes: usize) -> BucketPlan {
+    pub(crate) fn in_order(numels: &[usize], dtypes: &[ReduceDtype], order: &[usize], cap_bytes: usize) -> BucketPlan {
         struct Filling {
             dtype: ReduceDtype,
             first: usize,
@@ -131,27 +132,28 @@ impl BucketPlan {
         }
     }
 
-    pub fn total_numel(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn total_numel(&self) -> usize {
         self.numels.iter().sum()
     }
 
     /// Bytes of each bucket in its own dtype: the gradients it holds.
-    pub fn bytes(&self) -> Vec<usize> {
+    pub(crate) fn bytes(&self) -> Vec<usize> {
         self.numels.iter().zip(&self.dtypes).map(|(&n, d)| n * d.bytes()).collect()
     }
 
     /// Bytes of all gradients, each in its parameter's dtype.
-    pub fn total_bytes(&self) -> usize {
+    pub(crate) fn total_bytes(&self) -> usize {
         self.bytes().iter().sum()
     }
 
     /// What each bucket carries on the wire with `--grad-dtype wire` ([`ReduceDtype::on_wire`]).
-    pub fn wire_dtypes(&self, wire: GradDtype) -> Vec<ReduceDtype> {
+    pub(crate) fn wire_dtypes(&self, wire: GradDtype) -> Vec<ReduceDtype> {
         self.dtypes.iter().map(|d| d.on_wire(wire)).collect()
     }
 
     /// Bytes each bucket puts on the wire with `--grad-dtype wire`.
-    pub fn wire_bytes(&self, wire: GradDtype) -> Vec<u64> {
+    pub(crate) fn wire_bytes(&self, wire: GradDtype) -> Vec<u64> {
         self.numels
             .iter()
             .zip(self.wire_dtypes(wire))
@@ -160,7 +162,7 @@ impl BucketPlan {
     }
 
     /// Bytes all buckets put on the wire in one step.
-    pub fn total_wire_bytes(&self, wire: GradDtype) -> u64 {
+    pub(crate) fn total_wire_bytes(&self, wire: GradDtype) -> u64 {
         self.wire_bytes(wire).iter().sum()
     }
 }
@@ -223,7 +225,7 @@ impl CommStats {
 }
 
 /// Seconds of `[start, end]` before `cut`.
-pub fn seconds_before(start: Instant, end: Instant, cut: Instant) -> f64 {
+pub(crate) fn seconds_before(start: Instant, end: Instant, cut: Instant) -> f64 {
     if cut <= start {
         0.0
     } else {
@@ -233,7 +235,7 @@ pub fn seconds_before(start: Instant, end: Instant, cut: Instant) -> f64 {
 
 /// Sums gradients across all ranks (the loss is pre-divided by the world size before
 /// backward, so the sum is the mean, as Horovod's predivide does).
-pub trait GradientReducer {
+pub(crate) trait GradientReducer {
     /// Moves the (defined) gradients of `params` into flat buckets and makes them views
     /// of those; from then on backward accumulates straight into the buckets.
     fn attach(&mut self, params: &[Tensor]) -> Result<()>;
@@ -297,7 +299,7 @@ impl FlatGrads {
     /// its offset in elements of that dtype. Set 1 is allocated once the gradients
     /// backward made have moved into set 0 (and their own memory is freed), so that
     /// attaching never holds three copies of the gradients.
-    pub fn attach(plan: &BucketPlan, params: &[Tensor]) -> Result<FlatGrads> {
+    pub(crate) fn attach(plan: &BucketPlan, params: &[Tensor]) -> Result<FlatGrads> {
         let device = params[0].device();
         let alloc = || -> Vec<Tensor> {
             plan.numels
@@ -351,12 +353,12 @@ impl FlatGrads {
 
     /// Parameter `p`'s place in bucket set `set`: a view of the flat buffer with the
     /// parameter's shape and layout (what c10d's bucket views are).
-    pub fn view(&self, set: usize, p: usize, param: &Tensor) -> Tensor {
+    pub(crate) fn view(&self, set: usize, p: usize, param: &Tensor) -> Tensor {
         let (b, off) = self.slot[p];
         self.sets[set][b].as_strided(param.size().as_slice(), self.strides[p].as_slice(), off)
     }
 
-    pub fn point_grads_at(&mut self, set: usize, params: &[Tensor]) {
+    pub(crate) fn point_grads_at(&mut self, set: usize, params: &[Tensor]) {
         for (p, param) in params.iter().enumerate() {
             let (b, off) = self.slot[p];
             let size = param.size();
@@ -367,7 +369,7 @@ impl FlatGrads {
     }
 
     /// Where each parameter's gradient sits: its bucket, offset and strides.
-    pub fn layout(&self) -> FlatLayout {
+    pub(crate) fn layout(&self) -> FlatLayout {
         FlatLayout {
             numels: self.sets[0].iter().map(Tensor::numel).collect(),
             slots: self
@@ -385,7 +387,7 @@ impl FlatGrads {
 
     /// The set holding bucket `b`'s gradients (the other set receives the reduced
     /// values), the first time it is asked for in a step; None when it was already launched.
-    pub fn claim(&mut self, b: usize) -> Option<usize> {
+    pub(crate) fn claim(&mut self, b: usize) -> Option<usize> {
         if std::mem::replace(&mut self.launched[b], true) {
             return None;
         }
@@ -397,7 +399,7 @@ impl FlatGrads {
     }
 
     /// The step is over without any reduction: the gradients stay where they are.
-    pub fn keep(&mut self) {
+    pub(crate) fn keep(&mut self) {
         self.launched.iter_mut().for_each(|l| *l = false);
         self.claimed_at.iter_mut().for_each(|c| *c = None);
         self.first_claim = None;
@@ -405,33 +407,33 @@ impl FlatGrads {
     }
 
     /// When each bucket was claimed in this step (None: not yet).
-    pub fn claim_instants(&self) -> Vec<Option<Instant>> {
+    pub(crate) fn claim_instants(&self) -> Vec<Option<Instant>> {
         self.claimed_at.clone()
     }
 
     /// When the step's first and last bucket were claimed.
-    pub fn claim_times(&self) -> (Option<Instant>, Option<Instant>) {
+    pub(crate) fn claim_times(&self) -> (Option<Instant>, Option<Instant>) {
         (self.first_claim, self.last_claim)
     }
 
     /// Every bucket is reduced: the gradients of `params` become views of the results.
-    pub fn complete(&mut self, params: &[Tensor]) {
+    pub(crate) fn complete(&mut self, params: &[Tensor]) {
         self.point_grads_at(1 - self.current, params);
         self.keep();
     }
 
     /// The buffers holding the current (after `complete`, the reduced) gradients.
-    pub fn current_set(&self) -> &[Tensor] {
+    pub(crate) fn current_set(&self) -> &[Tensor] {
         &self.sets[self.current]
     }
 
     /// After [`FlatGrads::complete`], the buffers the all-reduce read: this rank's own
     /// gradients, untouched until the next step's all-reduce writes into them.
-    pub fn previous_set(&self) -> &[Tensor] {
+    pub(crate) fn previous_set(&self) -> &[Tensor] {
         &self.sets[1 - self.current]
     }
 
-    pub fn zero(&mut self) {
+    pub(crate) fn zero(&mut self) {
         for t in self.sets[self.current].iter_mut() {
             let _ = t.zero_();
         }
@@ -442,7 +444,7 @@ impl FlatGrads {
 /// lay its elements out densely in some order of dimensions (row-major, channels-last),
 /// as c10d makes its bucket views; row-major otherwise. Either way the view covers
 /// exactly the parameter's `numel` elements of the bucket from its offset.
-pub fn bucket_strides(param: &Tensor) -> Vec<i64> {
+pub(crate) fn bucket_strides(param: &Tensor) -> Vec<i64> {
     let (size, stride) = (param.size(), param.stride());
     if is_dense(&size, &stride) {
         stride
@@ -460,7 +462,7 @@ fn contiguous_strides(size: &[i64]) -> Vec<i64> {
 }
 
 /// libtorch's dtype for gradients on the wire.
-pub fn wire_kind(dtype: GradDtype) -> Kind {
+pub(crate) fn wire_kind(dtype: GradDtype) -> Kind {
     match dtype {
         GradDtype::Fp32 => Kind::Float,
         GradDtype::Fp16 => Kind::Half,

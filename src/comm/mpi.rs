@@ -103,7 +103,7 @@ impl Drop for Worker {
 }
 
 /// Buckets all-reduced through one transport, inline or on a communication thread.
-pub struct MpiStaged {
+pub(crate) struct MpiStaged {
     plan: BucketPlan,
     dtype: GradDtype,
     flat: Option<FlatGrads>,
@@ -127,7 +127,7 @@ impl MpiStaged {
     /// `overlap` runs the all-reduces on a thread (pinned to `overlap`'s PUs when there
     /// are any), which needs MPI_THREAD_SERIALIZED or better; without it the caller must
     /// not ask for overlap.
-    pub fn new(world: &SimpleCommunicator, plan: BucketPlan, dtype: GradDtype, overlap: Option<Vec<u32>>) -> Result<MpiStaged> {
+    pub(crate) fn new(world: &SimpleCommunicator, plan: BucketPlan, dtype: GradDtype, overlap: Option<Vec<u32>>) -> Result<MpiStaged> {
         let dup = world.duplicate();
         // SAFETY: `dup` is kept in the reducer and freed after the lane and the worker
         // that hold the transport (field order).
@@ -138,7 +138,12 @@ impl MpiStaged {
     }
 
     /// The reducer over any transport (a test's recording one included).
-    pub fn with_transport(plan: BucketPlan, dtype: GradDtype, transport: Box<dyn Transport>, overlap: Option<Vec<u32>>) -> MpiStaged {
+    pub(crate) fn with_transport(
+        plan: BucketPlan,
+        dtype: GradDtype,
+        transport: Box<dyn Transport>,
+        overlap: Option<Vec<u32>>,
+    ) -> MpiStaged {
         MpiStaged {
             plan,
             dtype,

@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 use tch::Tensor;
 
-pub struct NcclReducer {
+pub(crate) struct NcclReducer {
     transport: transport::nccl::Nccl,
     plan: BucketPlan,
     dtype: GradDtype,
@@ -49,7 +49,7 @@ pub struct NcclReducer {
 impl NcclReducer {
     /// Joins the NCCL communicator over the members of `comm` (every member calls this),
     /// rank 0's unique id passed through `agree` before MPI broadcasts it.
-    pub fn join(
+    pub(crate) fn join(
         comm: &SimpleCommunicator,
         device_index: usize,
         plan: BucketPlan,

@@ -12,11 +12,11 @@ use tch::{Kind, Tensor};
 
 /// Which steps measure the two squared norms: defined with the comparison key, which
 /// records it.
-pub use crate::record::NoiseScaleMode;
+pub(crate) use crate::record::NoiseScaleMode;
 
 /// Where a rank's two batch sizes come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NoisePath {
+pub(crate) enum NoisePath {
     /// Several ranks summed: this rank's gradient before the all-reduce, the mean after.
     Ranks,
     /// One rank (or no all-reduce) with `--grad-accum` ≥ 2: the first micro-batch's own
@@ -27,7 +27,7 @@ pub enum NoisePath {
 impl NoisePath {
     /// The path of a run summing gradients over `ranks_summed` ranks with
     /// `micro_batches` per step; None when the run has a single batch size.
-    pub fn of(ranks_summed: usize, micro_batches: usize) -> Option<NoisePath> {
+    pub(crate) fn of(ranks_summed: usize, micro_batches: usize) -> Option<NoisePath> {
         if ranks_summed >= 2 {
             Some(NoisePath::Ranks)
         } else if micro_batches >= 2 {
@@ -41,7 +41,7 @@ impl NoisePath {
 /// One step's two squared norms as the buckets held them, their copies to host memory
 /// queued behind the step's work, and what each buffer summed.
 #[derive(Debug)]
-pub struct NormsTaken {
+pub(crate) struct NormsTaken {
     /// Squared norm of the small batch's buffer (fp64, host memory once the step is read).
     pub raw_small: Tensor,
     /// Squared norm of the big batch's buffer.
@@ -58,7 +58,7 @@ impl NormsTaken {
     /// The squared norms of the two mean gradients, for a step whose loss was multiplied
     /// by `loss_factor` and by fp16 AMP's `amp_scale` (1 without). Reads the copies: call
     /// once the step's device work is done.
-    pub fn read(&self, loss_factor: f64, amp_scale: f64) -> NormPair {
+    pub(crate) fn read(&self, loss_factor: f64, amp_scale: f64) -> NormPair {
         NormPair {
             batch_small: self.batch_small as f64,
             batch_big: self.batch_big as f64,
@@ -71,7 +71,7 @@ impl NormsTaken {
 /// The squared L2 norm of all gradients in `buckets`: each bucket's norm taken in fp32
 /// (fp16 and bf16 buckets widened, fp64 ones kept in fp64), squared and summed in fp64. A 0-dimensional fp64 tensor on the
 /// buckets' device; nothing waits for it.
-pub fn squared_norm(buckets: &[Tensor]) -> Tensor {
+pub(crate) fn squared_norm(buckets: &[Tensor]) -> Tensor {
     let per_bucket: Vec<Tensor> = buckets
         .iter()
         .map(|b| {
@@ -86,7 +86,7 @@ pub fn squared_norm(buckets: &[Tensor]) -> Tensor {
 /// holds `summed` micro-batch gradients, each of a loss multiplied by `loss_factor`
 /// (the pre-division by ranks × micro-batches) and by fp16 AMP's `amp_scale` (1
 /// without): the buffer is `loss_factor · amp_scale · summed` times the mean.
-pub fn mean_grad_sq(raw_sq: f64, loss_factor: f64, amp_scale: f64, summed: usize) -> f64 {
+pub(crate) fn mean_grad_sq(raw_sq: f64, loss_factor: f64, amp_scale: f64, summed: usize) -> f64 {
     raw_sq / (loss_factor * amp_scale * summed as f64).powi(2)
 }
 

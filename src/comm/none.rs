@@ -8,13 +8,13 @@ use std::time::Instant;
 use tch::Tensor;
 
 /// Keeps every rank's gradients to itself.
-pub struct NoReduce {
+pub(crate) struct NoReduce {
     plan: BucketPlan,
     flat: Option<FlatGrads>,
 }
 
 impl NoReduce {
-    pub fn new(plan: BucketPlan) -> NoReduce {
+    pub(crate) fn new(plan: BucketPlan) -> NoReduce {
         NoReduce { plan, flat: None }
     }
 }

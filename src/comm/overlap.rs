@@ -42,7 +42,7 @@ fn backward_through_cut((out, leaf): &Cut) {
 /// statistics and dropout untouched) and returns, per parameter, the stage whose
 /// backward made its gradient (the loss's stage is the last), and the stage count.
 /// Leaves every gradient defined.
-pub fn discover_stages(net: &dyn Net, spec: &model::ModelSpec, device: Device, params: &[Tensor]) -> (Vec<usize>, usize) {
+pub(crate) fn discover_stages(net: &dyn Net, spec: &model::ModelSpec, device: Device, params: &[Tensor]) -> (Vec<usize>, usize) {
     let x = match spec.input {
         model::Input::Image([c, h, w]) => Tensor::zeros([2, c, h, w], (Kind::Float, device)),
         model::Input::Tokens { seq_len, .. } => Tensor::full([2, seq_len], model::UNK_TOKEN, (Kind::Int64, device)),
@@ -71,7 +71,7 @@ pub fn discover_stages(net: &dyn Net, spec: &model::ModelSpec, device: Device, p
 
 /// The order in which parameters' gradients become final: later stages first, and
 /// within a stage the later-registered parameter first.
-pub fn ready_order(stage_of: &[usize]) -> Vec<usize> {
+pub(crate) fn ready_order(stage_of: &[usize]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..stage_of.len()).collect();
     order.sort_by_key(|&i| (std::cmp::Reverse(stage_of[i]), std::cmp::Reverse(i)));
     order
@@ -79,7 +79,7 @@ pub fn ready_order(stage_of: &[usize]) -> Vec<usize> {
 
 /// When each bucket leaves, and where backward is cut for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LaunchPlan {
+pub(crate) struct LaunchPlan {
     /// Stages of the model's forward pass.
     pub stages: usize,
     /// `launch_after[k]`: the buckets whose last gradient is made by stage k's backward.
@@ -91,7 +91,7 @@ pub struct LaunchPlan {
 }
 
 impl LaunchPlan {
-    pub fn new(stage_of: &[usize], stages: usize, plan: &BucketPlan) -> LaunchPlan {
+    pub(crate) fn new(stage_of: &[usize], stages: usize, plan: &BucketPlan) -> LaunchPlan {
         let mut launch_after: Vec<Vec<usize>> = vec![Vec::new(); stages];
         for (b, members) in plan.buckets.iter().enumerate() {
             launch_after[members.iter().map(|&p| stage_of[p]).min().unwrap_or(0)].push(b);
@@ -105,17 +105,17 @@ impl LaunchPlan {
     }
 
     /// True when some bucket is ready before backward ends, so there is something to overlap.
-    pub fn can_overlap(&self) -> bool {
+    pub(crate) fn can_overlap(&self) -> bool {
         !self.cut_at.is_empty()
     }
 
     /// Segments backward runs in with overlap.
-    pub fn segments(&self) -> usize {
+    pub(crate) fn segments(&self) -> usize {
         self.cut_at.len() + 1
     }
 
     /// Why overlap has nothing to do, for the run's notes.
-    pub fn why_not(&self, plan: &BucketPlan, bucket_mb: f64) -> String {
+    pub(crate) fn why_not(&self, plan: &BucketPlan, bucket_mb: f64) -> String {
         if plan.buckets.len() == 1 {
             format!(
                 "overlap off: all {:.1} MB of gradients fit one {} MiB bucket, ready only when backward ends; lower --bucket-mb to overlap",
@@ -129,18 +129,18 @@ impl LaunchPlan {
 }
 
 /// One forward pass cut where [`LaunchPlan::cut_at`] says, and its staged backward.
-pub struct StagedPass<'p> {
+pub(crate) struct StagedPass<'p> {
     plan: &'p LaunchPlan,
     cuts: Vec<Cut>,
 }
 
 impl<'p> StagedPass<'p> {
-    pub fn new(plan: &'p LaunchPlan) -> StagedPass<'p> {
+    pub(crate) fn new(plan: &'p LaunchPlan) -> StagedPass<'p> {
         StagedPass { plan, cuts: Vec::new() }
     }
 
     /// The forward pass, cut at the plan's boundaries.
-    pub fn forward(&mut self, net: &dyn Net, x: &Tensor, train: bool) -> Tensor {
+    pub(crate) fn forward(&mut self, net: &dyn Net, x: &Tensor, train: bool) -> Tensor {
         let mut boundary = 0usize;
         let (cut_at, cuts) = (&self.plan.cut_at, &mut self.cuts);
         net.forward_cut(x, train, &mut |h| {
@@ -155,7 +155,7 @@ impl<'p> StagedPass<'p> {
 
     /// Backward from `loss`, segment by segment from the last: the buckets a segment
     /// completed leave before the backward of the segment below it starts.
-    pub fn backward(self, loss: &Tensor, reducer: &mut dyn GradientReducer) -> Result<()> {
+    pub(crate) fn backward(self, loss: &Tensor, reducer: &mut dyn GradientReducer) -> Result<()> {
         loss.backward();
         for j in (0..self.cuts.len()).rev() {
             let upper = self.plan.cut_at.get(j + 1).copied().unwrap_or(self.plan.stages);

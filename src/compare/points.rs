@@ -33,10 +33,10 @@ pub static METRICS: LazyLock<Vec<(&'static str, String)>> = LazyLock::new(|| {
 });
 
 /// The index of `samples_per_s` in [`METRICS`]: after the step and its parts.
-pub static THROUGHPUT: LazyLock<usize> = LazyLock::new(|| 1 + StepPhases::layout().len());
+pub(super) static THROUGHPUT: LazyLock<usize> = LazyLock::new(|| 1 + StepPhases::layout().len());
 
 /// The metrics that are parts of a step (between `step_s` and `samples_per_s` in [`METRICS`]).
-pub fn step_parts() -> std::ops::Range<usize> {
+pub(super) fn step_parts() -> std::ops::Range<usize> {
     1..*THROUGHPUT
 }
 
@@ -90,7 +90,7 @@ impl Compared {
 
 /// Whether metric `i` is a time (the step or a phase, before throughput in
 /// [`METRICS`]): a ratio above 1 is B slower.
-pub fn is_time(i: usize) -> bool {
+pub(super) fn is_time(i: usize) -> bool {
     i < *THROUGHPUT
 }
 
@@ -128,7 +128,7 @@ fn points(report: &ReportFile) -> Vec<(PointKey, Vec<&RunEntry>)> {
 
 /// The points both reports hold, compared; or the refusal naming what differs when they
 /// share none.
-pub fn compare(a: &ReportFile, b: &ReportFile) -> Result<(Vec<Compared>, Vec<String>), Refusal> {
+pub(super) fn compare(a: &ReportFile, b: &ReportFile) -> Result<(Vec<Compared>, Vec<String>), Refusal> {
     let (pa, pb) = (points(a), points(b));
     if pa.is_empty() || pb.is_empty() {
         let which = if pa.is_empty() { "A" } else { "B" };

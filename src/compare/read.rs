@@ -14,7 +14,7 @@ pub const MAX_REPORT_BYTES: u64 = 256 << 20;
 
 /// A report folder or report.json file, read.
 #[derive(Debug)]
-pub struct Side {
+pub(super) struct Side {
     /// The report.json read.
     pub file: PathBuf,
     pub report: ReportFile,
@@ -22,7 +22,7 @@ pub struct Side {
 
 /// The parts of report.json a comparison reads.
 #[derive(Debug, Deserialize)]
-pub struct ReportFile {
+pub(super) struct ReportFile {
     pub runs: Vec<RunEntry>,
     pub summary: Vec<SummaryEntry>,
     pub scaling: Vec<ScalingEntry>,
@@ -30,7 +30,7 @@ pub struct ReportFile {
 
 /// One complete run (report.json's `runs`).
 #[derive(Debug, Deserialize)]
-pub struct RunEntry {
+pub(super) struct RunEntry {
     pub run_id: String,
     pub model: String,
     pub dataset: String,
@@ -48,19 +48,19 @@ pub struct RunEntry {
 /// [`crate::reduce::report::StepPhases::layout`] names them); None where it wrote null.
 #[derive(Debug, Deserialize, Clone)]
 #[serde(transparent)]
-pub struct StepPhases(BTreeMap<String, Option<f64>>);
+pub(super) struct StepPhases(BTreeMap<String, Option<f64>>);
 
 impl StepPhases {
     /// The seconds of part `key`: NaN where the report wrote null, 0 where it has no such
     /// key (a report written before that phase existed).
-    pub fn seconds(&self, key: &str) -> f64 {
+    pub(super) fn seconds(&self, key: &str) -> f64 {
         self.0.get(key).map_or(0.0, |v| v.unwrap_or(f64::NAN))
     }
 }
 
 /// One run and node type (report.json's `summary`).
 #[derive(Debug, Deserialize)]
-pub struct SummaryEntry {
+pub(super) struct SummaryEntry {
     pub run_id: String,
     #[serde(deserialize_with = "number")]
     pub busbw_bytes_per_s: f64,
@@ -68,7 +68,7 @@ pub struct SummaryEntry {
 
 /// One point and mode (report.json's `scaling`).
 #[derive(Debug, Deserialize)]
-pub struct ScalingEntry {
+pub(super) struct ScalingEntry {
     pub run_ids: Vec<String>,
     #[serde(deserialize_with = "number")]
     pub speedup: f64,
@@ -80,7 +80,7 @@ fn number<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
 }
 
 /// Reads `path`: a folder holding report.json, or a report.json file.
-pub fn side(path: &Path) -> Result<Side, Refusal> {
+pub(super) fn side(path: &Path) -> Result<Side, Refusal> {
     let file = if path.is_dir() {
         path.join("report.json")
     } else {

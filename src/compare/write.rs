@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// Creates the output folder: `out`, which must not exist, or the first of ./compare,
 /// ./compare-2, ... that does not.
-pub fn new_folder(out: Option<&Path>) -> Result<PathBuf, Refusal> {
+pub(super) fn new_folder(out: Option<&Path>) -> Result<PathBuf, Refusal> {
     if let Some(dir) = out {
         return match std::fs::create_dir(dir) {
             Ok(()) => Ok(dir.to_path_buf()),
@@ -91,7 +91,7 @@ fn interval_cells(c: &Compared, i: usize) -> (String, String) {
 
 /// The point whose step time differs most (by its ratio's logarithm), the phase whose
 /// seconds differ most there, and their figures.
-pub fn biggest_difference(points: &[Compared]) -> String {
+pub(super) fn biggest_difference(points: &[Compared]) -> String {
     let far = |c: &Compared| c.ratio(0).ln().abs();
     let Some(c) = points
         .iter()
@@ -122,7 +122,7 @@ pub fn biggest_difference(points: &[Compared]) -> String {
 }
 
 /// compare.md: the two files, the sentence, then per point its table.
-pub fn markdown(labels: &(String, String), points: &[Compared], only: &[String], sentence: &str) -> String {
+pub(super) fn markdown(labels: &(String, String), points: &[Compared], only: &[String], sentence: &str) -> String {
     let mut md = format!("# Comparison\n\nA: `{}`  \nB: `{}`\n\n{sentence}\n", labels.0, labels.1);
     for c in points {
         md += &format!(
@@ -159,7 +159,7 @@ pub fn markdown(labels: &(String, String), points: &[Compared], only: &[String],
 }
 
 /// The terminal's table: per point, one line per figure.
-pub fn terminal(labels: &(String, String), points: &[Compared], only: &[String], sentence: &str) -> String {
+pub(super) fn terminal(labels: &(String, String), points: &[Compared], only: &[String], sentence: &str) -> String {
     let mut out = format!("A: {}\nB: {}\n", labels.0, labels.1);
     for c in points {
         out += &format!(
@@ -198,7 +198,7 @@ fn cell(v: f64) -> String {
 
 /// compare.csv: one row per point; per figure its A, B and B / A columns, and for the
 /// step, the phases and throughput the interval of B / A and its direction.
-pub fn csv(points: &[Compared]) -> anyhow::Result<Vec<u8>> {
+pub(super) fn csv(points: &[Compared]) -> anyhow::Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(Vec::new());
     let mut header: Vec<String> = ["model", "dataset", "ranks", "batch_per_rank", "runs_a", "runs_b"]
         .map(String::from)

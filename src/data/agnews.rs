@@ -10,7 +10,7 @@ use std::path::Path;
 use tch::Tensor;
 
 /// Lower-cased alphanumeric words.
-pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+pub(crate) fn words(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .map(|w| w.to_lowercase())
@@ -70,7 +70,7 @@ fn read_agnews(path: &Path) -> Result<Vec<(i64, String)>> {
 
 /// Word-level vocabulary of the `size - 2` most frequent training words (ties by
 /// word), after padding (0) and unknown (1).
-pub fn build_vocab<'a>(texts: impl Iterator<Item = &'a str>, size: usize) -> HashMap<String, i64> {
+pub(crate) fn build_vocab<'a>(texts: impl Iterator<Item = &'a str>, size: usize) -> HashMap<String, i64> {
     let mut counts: HashMap<String, u64> = HashMap::new();
     for t in texts {
         for w in words(t) {
@@ -88,13 +88,13 @@ pub fn build_vocab<'a>(texts: impl Iterator<Item = &'a str>, size: usize) -> Has
 }
 
 /// Token ids of `text`, truncated or padded to `seq_len`.
-pub fn encode(text: &str, vocab: &HashMap<String, i64>, seq_len: usize) -> Vec<i64> {
+pub(crate) fn encode(text: &str, vocab: &HashMap<String, i64>, seq_len: usize) -> Vec<i64> {
     let mut ids: Vec<i64> = words(text).take(seq_len).map(|w| *vocab.get(&w).unwrap_or(&UNK_TOKEN)).collect();
     ids.resize(seq_len, PAD_TOKEN);
     ids
 }
 
-pub fn load_agnews(dir: &Path, seq_len: usize, vocab_size: usize) -> Result<Dataset> {
+pub(crate) fn load_agnews(dir: &Path, seq_len: usize, vocab_size: usize) -> Result<Dataset> {
     let train_rows = read_agnews(&dir.join("train.csv"))?;
     let test_rows = read_agnews(&dir.join("test.csv"))?;
     let vocab = build_vocab(train_rows.iter().map(|(_, t)| t.as_str()), vocab_size);

@@ -7,7 +7,7 @@ use std::path::Path;
 use tch::{Kind, Tensor};
 
 /// CIFAR-10 binary version: records of 1 label byte + 3072 pixel bytes (R, G, B planes of 32×32).
-pub fn load_cifar10(dir: &Path) -> Result<Dataset> {
+pub(crate) fn load_cifar10(dir: &Path) -> Result<Dataset> {
     const RECORD: usize = 1 + 3 * 32 * 32;
     let hint = "Point --data-dir at the extracted cifar-10-batches-bin folder";
     let read = |names: &[String]| -> Result<Split> {

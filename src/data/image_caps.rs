@@ -11,13 +11,13 @@ use std::path::Path;
 
 /// Pillow's decompression-bomb limit (twice `Image.MAX_IMAGE_PIXELS`, where Pillow stops
 /// warning and refuses): about 13,377 × 13,377 pixels.
-pub const DEFAULT_MAX_PIXELS: u64 = 178_956_970;
+pub(crate) const DEFAULT_MAX_PIXELS: u64 = 178_956_970;
 /// 64 MiB.
-pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
+pub(crate) const DEFAULT_MAX_BYTES: u64 = 64 << 20;
 /// 65,536²: above what a JPEG header can declare (65,535 a side).
-pub const MOST_PIXELS: u64 = 1 << 32;
+pub(crate) const MOST_PIXELS: u64 = 1 << 32;
 /// 64 GiB.
-pub const MOST_BYTES: u64 = 1 << 36;
+pub(crate) const MOST_BYTES: u64 = 1 << 36;
 
 /// The caps on each image file of an image folder (`train` and `loader`).
 #[derive(Args, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,7 +48,7 @@ impl Default for ImageCaps {
 }
 
 /// `path` refused as an image, in the words used for a file that does not decode.
-pub fn refused(path: &Path, why: &str) -> DataError {
+pub(crate) fn refused(path: &Path, why: &str) -> DataError {
     DataError::Invalid {
         path: path.into(),
         what: format!("cannot decode image ({why}); remove or replace the file"),

@@ -17,15 +17,15 @@ const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
 const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
 
 /// The side of a prepared image.
-pub const CROP: usize = 224;
+pub(crate) const CROP: usize = 224;
 /// Validation resizes the shorter side to this, then keeps the centre CROP × CROP.
-pub const RESIZE: usize = 256;
+pub(crate) const RESIZE: usize = 256;
 
 /// Where one prepared image's pixels come from: the box `[x0, y0, x1, y1]` of the
 /// original image (pixels) is resized to `out_w` × `out_h`, of which the CROP × CROP
 /// window at (`win_x`, `win_y`) is kept, mirrored when `flip`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Geometry {
+pub(crate) struct Geometry {
     pub bbox: [f64; 4],
     pub out_w: usize,
     pub out_h: usize,
@@ -35,7 +35,7 @@ pub struct Geometry {
 }
 
 /// torchvision's RandomResizedCrop(224) and RandomHorizontalFlip for an h×w image.
-pub fn train_geometry(h: usize, w: usize, rng: &mut Rng) -> Geometry {
+pub(crate) fn train_geometry(h: usize, w: usize, rng: &mut Rng) -> Geometry {
     let (top, left, ch, cw) = random_resized_crop(h as i64, w as i64, rng);
     Geometry {
         bbox: [left as f64, top as f64, (left + cw) as f64, (top + ch) as f64],
@@ -50,7 +50,7 @@ pub fn train_geometry(h: usize, w: usize, rng: &mut Rng) -> Geometry {
 /// torchvision's Resize(256) then CenterCrop(224) for an h×w image: the shorter side
 /// becomes 256 and the longer one int(256 · long / short); the window starts at
 /// round((side − 224) / 2), halves rounded to even as Python's round does.
-pub fn eval_geometry(h: usize, w: usize) -> Geometry {
+pub(crate) fn eval_geometry(h: usize, w: usize) -> Geometry {
     let (out_w, out_h) = if w <= h {
         (RESIZE, RESIZE * h / w)
     } else {
@@ -78,7 +78,7 @@ pub fn eval_geometry(h: usize, w: usize) -> Geometry {
 /// The DCT-domain scale 1/d to decode at: the largest d of 8, 4, 2, 1 that leaves the
 /// box at least as many pixels as its resized size along both axes, so no resolution
 /// the output can hold is lost.
-pub fn dct_scale(g: &Geometry) -> usize {
+pub(crate) fn dct_scale(g: &Geometry) -> usize {
     let (bw, bh) = (g.bbox[2] - g.bbox[0], g.bbox[3] - g.bbox[1]);
     [8usize, 4, 2]
         .into_iter()
@@ -96,7 +96,7 @@ enum Source<'a> {
 /// Decodes `bytes` (a JPEG or any format libtorch reads), applies `how` and writes the
 /// normalised 3 × 224 × 224 result into `out`. The image's size is read from its header
 /// and checked against `caps` before anything is decoded.
-pub fn prepare_image(bytes: &[u8], how: Augment, rng: &mut Rng, out: &mut [f32], caps: &ImageCaps) -> Result<(), String> {
+pub(crate) fn prepare_image(bytes: &[u8], how: Augment, rng: &mut Rng, out: &mut [f32], caps: &ImageCaps) -> Result<(), String> {
     let (w, h, source) = if jpeg::is_jpeg(bytes) {
         let hd = jpeg::header(bytes).map_err(|e| e.to_string())?;
         caps.check_pixels(hd.width, hd.height)?;
@@ -180,7 +180,7 @@ fn decode_other(bytes: &[u8]) -> Result<(usize, usize, Vec<u8>), String> {
 
 /// Reads the image file `path` within `caps` and prepares it into `out` (as
 /// [`prepare_image`]); a file that cannot be read, is over a cap or does not decode is named.
-pub fn load_image(path: &Path, how: Augment, rng: &mut Rng, out: &mut [f32], caps: &ImageCaps) -> Result<(), DataError> {
+pub(crate) fn load_image(path: &Path, how: Augment, rng: &mut Rng, out: &mut [f32], caps: &ImageCaps) -> Result<(), DataError> {
     let bytes = caps.read(path)?;
     prepare_image(&bytes, how, rng, out, caps).map_err(|e| image_caps::refused(path, &e))
 }
@@ -209,7 +209,7 @@ pub(crate) fn decode_images(files: &[PathBuf], indices: &Tensor, how: Augment, p
 
 /// torchvision's RandomResizedCrop box (top, left, height, width) for an h×w image
 /// (scale 0.08–1, ratio 3/4–4/3, 10 tries, then the centre crop clamped to the ratio).
-pub fn random_resized_crop(h: i64, w: i64, rng: &mut Rng) -> (i64, i64, i64, i64) {
+pub(crate) fn random_resized_crop(h: i64, w: i64, rng: &mut Rng) -> (i64, i64, i64, i64) {
     let area = (h * w) as f64;
     let uniform = |rng: &mut Rng| (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
     let (lo, hi) = (3f64 / 4.0, 4f64 / 3.0);
@@ -239,7 +239,7 @@ pub fn random_resized_crop(h: i64, w: i64, rng: &mut Rng) -> (i64, i64, i64, i64
 /// An ImageNet-style folder: `train/<class>/*.JPEG` and `val/<class>/*.JPEG`; classes
 /// are the sorted names of train's sub-folders. Images stay on disk and are decoded
 /// per batch (on `--workers` threads), each file within `caps`.
-pub fn load_image_folder(dir: &Path, caps: ImageCaps) -> Result<Dataset> {
+pub(crate) fn load_image_folder(dir: &Path, caps: ImageCaps) -> Result<Dataset> {
     let hint = "--data-dir must hold train/<class>/*.JPEG and val/<class>/*.JPEG (ImageNet layout)";
     let train_dir = dir.join("train");
     if !train_dir.is_dir() {

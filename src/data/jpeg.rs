@@ -46,7 +46,7 @@ extern "C" {
 
 /// What the header says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Header {
+pub(crate) struct Header {
     pub width: usize,
     pub height: usize,
     /// 1 (grayscale), 3 (YCbCr or RGB) or 4 (CMYK, YCCK).
@@ -55,7 +55,7 @@ pub struct Header {
 
 /// Why a file did not decode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum JpegError {
+pub(crate) enum JpegError {
     #[error("truncated JPEG ({0})")]
     Truncated(String),
     #[error("invalid JPEG ({0})")]
@@ -63,7 +63,7 @@ pub enum JpegError {
 }
 
 /// True when `bytes` start with a JPEG's start-of-image marker.
-pub fn is_jpeg(bytes: &[u8]) -> bool {
+pub(crate) fn is_jpeg(bytes: &[u8]) -> bool {
     bytes.starts_with(&[0xFF, 0xD8, 0xFF])
 }
 
@@ -73,7 +73,7 @@ fn message(buf: &[u8]) -> String {
 }
 
 /// The image's size and components.
-pub fn header(bytes: &[u8]) -> Result<Header, JpegError> {
+pub(crate) fn header(bytes: &[u8]) -> Result<Header, JpegError> {
     let (mut w, mut h, mut c) = (0, 0, 0);
     let mut msg = [0u8; 256];
     // SAFETY: the shim reads `bytes` within its length and writes at most msg.len() bytes.
@@ -99,13 +99,13 @@ pub fn header(bytes: &[u8]) -> Result<Header, JpegError> {
 }
 
 /// The size of one side of the image decoded at 1/`denom` (libjpeg rounds up).
-pub fn scaled_len(len: usize, denom: usize) -> usize {
+pub(crate) fn scaled_len(len: usize, denom: usize) -> usize {
     len.div_ceil(denom)
 }
 
 /// A region `w`×`h` at (`x`, `y`) of the image scaled by 1/`denom` (1, 2, 4 or 8), as
 /// packed RGB rows. Grayscale and CMYK come out as RGB.
-pub fn decode_region(bytes: &[u8], denom: usize, x: usize, y: usize, w: usize, h: usize) -> Result<Vec<u8>, JpegError> {
+pub(crate) fn decode_region(bytes: &[u8], denom: usize, x: usize, y: usize, w: usize, h: usize) -> Result<Vec<u8>, JpegError> {
     assert!(matches!(denom, 1 | 2 | 4 | 8), "scale 1/{denom} is not one libjpeg offers");
     let mut out = vec![0u8; w * h * 3];
     let mut msg = [0u8; 256];
@@ -135,13 +135,13 @@ pub fn decode_region(bytes: &[u8], denom: usize, x: usize, y: usize, w: usize, h
 /// Encodes packed pixels (`components` 1: gray, 3: RGB, 4: CMYK, written with an Adobe
 /// marker) of a `width`×`height` image as a baseline JPEG of `quality` (1–100).
 #[cfg(test)]
-pub fn encode(pixels: &[u8], width: usize, height: usize, components: usize, quality: u8) -> Result<Vec<u8>, JpegError> {
+pub(crate) fn encode(pixels: &[u8], width: usize, height: usize, components: usize, quality: u8) -> Result<Vec<u8>, JpegError> {
     encode_as(pixels, width, height, components, quality, false)
 }
 
 /// As [`encode`], progressive when `progressive` (libjpeg's default scan script).
 #[cfg(test)]
-pub fn encode_as(
+pub(crate) fn encode_as(
     pixels: &[u8],
     width: usize,
     height: usize,

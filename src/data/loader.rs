@@ -27,7 +27,7 @@ type Prepared = (Result<(Tensor, Tensor)>, BatchSpan);
 /// The most batch-preparing threads one process may start on a node with `online_cpus`
 /// hardware threads: 4 per hardware thread (room for threads that wait on reads), at
 /// most 256 and at least 8, so a typo such as 100000 is refused before a thread starts.
-pub fn max_workers(online_cpus: usize) -> usize {
+pub(crate) fn max_workers(online_cpus: usize) -> usize {
     256.min(4 * online_cpus).max(8)
 }
 

@@ -70,7 +70,7 @@ pub(crate) fn load_idx_split(dir: &Path, prefix: &str, mean: f64, std: f64, hint
 }
 
 /// MNIST or Fashion-MNIST from `data_dir` (Fashion-MNIST: Debian's package by default).
-pub fn load(kind: DatasetKind, data_dir: Option<&Path>) -> Result<Dataset> {
+pub(crate) fn load(kind: DatasetKind, data_dir: Option<&Path>) -> Result<Dataset> {
     let (dir, hint, mean, std) = match (kind, data_dir) {
         (DatasetKind::FashionMnist, None) => (
             PathBuf::from(FASHION_MNIST_DIR),

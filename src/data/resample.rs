@@ -6,7 +6,7 @@
 
 /// The input pixels and weights of each output pixel along one axis.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Taps {
+pub(crate) struct Taps {
     /// First input pixel of each output pixel.
     pub start: Vec<usize>,
     /// Number of input pixels of each output pixel.
@@ -21,7 +21,7 @@ impl Taps {
     /// edges allowed) of an axis of `in_size` pixels onto `out_size` pixels. Pillow's
     /// coefficients: centre = in0 + (i + 0.5)·scale, support = max(scale, 1), weights
     /// triangle((j + 0.5 − centre) / max(scale, 1)).
-    pub fn new(in_size: usize, in0: f64, in1: f64, out_size: usize, from: usize, count: usize) -> Taps {
+    pub(crate) fn new(in_size: usize, in0: f64, in1: f64, out_size: usize, from: usize, count: usize) -> Taps {
         let scale = (in1 - in0) / out_size as f64;
         let support = scale.max(1.0);
         let ksize = support.ceil() as usize * 2 + 1;
@@ -53,14 +53,14 @@ impl Taps {
     }
 
     /// The input pixels any output pixel reads: `lo..hi`.
-    pub fn span(&self) -> (usize, usize) {
+    pub(crate) fn span(&self) -> (usize, usize) {
         let lo = self.start.iter().copied().min().unwrap_or(0);
         let hi = self.start.iter().zip(&self.len).map(|(s, l)| s + l).max().unwrap_or(0);
         (lo, hi)
     }
 
     /// The same taps with input positions counted from `offset`.
-    pub fn shifted(mut self, offset: usize) -> Taps {
+    pub(crate) fn shifted(mut self, offset: usize) -> Taps {
         for s in &mut self.start {
             *s -= offset;
         }
@@ -70,14 +70,14 @@ impl Taps {
 
 /// Per-channel affine map from 0..255 pixel values: v·scale[c] + shift[c].
 #[derive(Debug, Clone, Copy)]
-pub struct Normalize {
+pub(crate) struct Normalize {
     pub scale: [f32; 3],
     pub shift: [f32; 3],
 }
 
 impl Normalize {
     /// (v/255 − mean) / std, as ToTensor then Normalize(mean, std).
-    pub fn new(mean: [f32; 3], std: [f32; 3]) -> Normalize {
+    pub(crate) fn new(mean: [f32; 3], std: [f32; 3]) -> Normalize {
         Normalize {
             scale: [0, 1, 2].map(|c| 1.0 / (255.0 * std[c])),
             shift: [0, 1, 2].map(|c| -mean[c] / std[c]),
@@ -88,7 +88,7 @@ impl Normalize {
 /// Resamples packed RGB `src` (`width` pixels per row) with `rows` and `cols` taps
 /// (positions within `src`) into `out`: 3 planes of rows.len() × cols.len() f32,
 /// normalised, mirrored left-right when `flip`.
-pub fn resample_into(src: &[u8], width: usize, rows: &Taps, cols: &Taps, norm: Normalize, flip: bool, out: &mut [f32]) {
+pub(crate) fn resample_into(src: &[u8], width: usize, rows: &Taps, cols: &Taps, norm: Normalize, flip: bool, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {

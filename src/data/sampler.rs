@@ -20,7 +20,7 @@ const ROUNDS: usize = 6;
 /// A permutation of [0, n) chosen by a seed and an epoch, computed place by place in
 /// constant memory and time per place (a few Feistel evaluations on average).
 #[derive(Debug, Clone, Copy)]
-pub struct Permutation {
+pub(crate) struct Permutation {
     n: u64,
     /// Bits of each half of the Feistel network's domain (of 4^half_bits values ≥ n).
     half_bits: u32,
@@ -37,7 +37,7 @@ fn mix(mut z: u64) -> u64 {
 
 impl Permutation {
     /// The permutation of `n` places (n ≥ 1) for `seed` and `epoch`.
-    pub fn new(n: u64, seed: u64, epoch: u64) -> Permutation {
+    pub(crate) fn new(n: u64, seed: u64, epoch: u64) -> Permutation {
         assert!(n > 0, "a permutation of no places");
         let bits = u64::BITS - (n - 1).leading_zeros();
         let mut state = mix(seed ^ 0xddb0_5eed) ^ mix(epoch.wrapping_add(0x9e37_79b9_7f4a_7c15));
@@ -53,14 +53,14 @@ impl Permutation {
     }
 
     /// Places permuted.
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.n
     }
 
     /// What place `i` (below [`Permutation::len`]) holds. The Feistel network permutes the
     /// 4^half_bits values of its domain; values at or above n are walked on until one is
     /// below (the cycle through i comes back below n, at i itself at the latest).
-    pub fn at(&self, i: u64) -> u64 {
+    pub(crate) fn at(&self, i: u64) -> u64 {
         debug_assert!(i < self.n);
         let mut x = i;
         loop {

@@ -10,7 +10,7 @@ use crate::model::{Input, ModelSpec};
 use tch::{Device, Kind, Tensor};
 
 /// Memory for each split's pool of distinct samples.
-pub const POOL_BYTES: usize = 256 << 20;
+pub(crate) const POOL_BYTES: usize = 256 << 20;
 
 /// Rows of a pool of samples shaped `input`, at most `samples`.
 fn pool_rows(input: &Input, samples: usize) -> usize {
@@ -33,7 +33,7 @@ fn split(spec: &ModelSpec, samples: usize) -> Split {
 }
 
 /// `samples` training samples and a sixth as many test samples, seeded by `seed`.
-pub fn load(samples: usize, spec: &ModelSpec, seed: u64) -> Dataset {
+pub(crate) fn load(samples: usize, spec: &ModelSpec, seed: u64) -> Dataset {
     tch::manual_seed(seed as i64 ^ 0x5eed);
     let n = samples.max(1);
     Dataset {

@@ -24,17 +24,17 @@ use std::sync::{Mutex, OnceLock};
 /// A CUDA stream handle (`CUstream`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(transparent)]
-pub struct Stream(cusys::CUstream);
+pub(crate) struct Stream(cusys::CUstream);
 // SAFETY: CUDA handles may be used from any thread once created.
 unsafe impl Send for Stream {}
 
 /// The legacy default stream (`CU_STREAM_LEGACY`, the handle value 1), where libtorch
 /// runs its kernels.
 #[allow(clippy::manual_dangling_ptr)] // a documented handle value, never dereferenced
-pub const LEGACY_STREAM: Stream = Stream(0x1 as cusys::CUstream);
+pub(crate) const LEGACY_STREAM: Stream = Stream(0x1 as cusys::CUstream);
 
 /// A CUDA event handle. Events live as long as the run (a few per bucket).
-pub struct Event(cusys::CUevent);
+pub(crate) struct Event(cusys::CUevent);
 // SAFETY: CUDA handles may be used from any thread once created.
 unsafe impl Send for Event {}
 
@@ -43,7 +43,7 @@ fn driver_error(call: &str, e: cu::DriverError) -> anyhow::Error {
 }
 
 /// The CUDA driver, initialised.
-pub struct Driver {
+pub(crate) struct Driver {
     _initialised: (),
 }
 
@@ -58,7 +58,7 @@ impl Driver {
     }
 
     /// The driver's CUDA version, e.g. `13.0`.
-    pub fn version(&self) -> String {
+    pub(crate) fn version(&self) -> String {
         let mut v: c_int = 0;
         // SAFETY: an out-pointer to a local; the library is present (load).
         let rc = unsafe { cusys::cuDriverGetVersion(&mut v) };
@@ -69,7 +69,7 @@ impl Driver {
     }
 
     /// Makes device `ordinal`'s primary context (the one libtorch uses) current on this thread.
-    pub fn use_device(&self, ordinal: usize) -> Result<()> {
+    pub(crate) fn use_device(&self, ordinal: usize) -> Result<()> {
         let dev = cu::device::get(ordinal as c_int).map_err(|e| driver_error("cuDeviceGet", e))?;
         // SAFETY: a valid device; the retained context is the one libtorch also uses.
         unsafe {
@@ -79,7 +79,7 @@ impl Driver {
     }
 
     /// The PCI bus id of device `ordinal` (as CUDA numbers it here), e.g. `0000:3B:00.0`.
-    pub fn pci_bus_id(&self, ordinal: usize) -> Result<String> {
+    pub(crate) fn pci_bus_id(&self, ordinal: usize) -> Result<String> {
         let dev = cu::device::get(ordinal as c_int).map_err(|e| driver_error("cuDeviceGet", e))?;
         let mut buf = [0 as c_char; 32];
         // SAFETY: the buffer's length is passed; CUDA NUL-terminates within it.
@@ -93,18 +93,18 @@ impl Driver {
     }
 
     /// A stream that does not synchronise implicitly with the legacy default stream.
-    pub fn non_blocking_stream(&self) -> Result<Stream> {
+    pub(crate) fn non_blocking_stream(&self) -> Result<Stream> {
         let s = cu::stream::create(cu::stream::StreamKind::NonBlocking).map_err(|e| driver_error("cuStreamCreate", e))?;
         Ok(Stream(s))
     }
 
     /// Waits for the work queued so far on `stream` (and only that stream).
-    pub fn synchronize(&self, stream: Stream) -> Result<()> {
+    pub(crate) fn synchronize(&self, stream: Stream) -> Result<()> {
         // SAFETY: a valid stream handle.
         unsafe { cu::stream::synchronize(stream.0) }.map_err(|e| driver_error("cuStreamSynchronize", e))
     }
 
-    pub fn event(&self, timing: bool) -> Result<Event> {
+    pub(crate) fn event(&self, timing: bool) -> Result<Event> {
         let flags = if timing {
             cusys::CUevent_flags::CU_EVENT_DEFAULT
         } else {
@@ -113,25 +113,25 @@ impl Driver {
         Ok(Event(cu::event::create(flags).map_err(|e| driver_error("cuEventCreate", e))?))
     }
 
-    pub fn record(&self, event: &Event, stream: Stream) -> Result<()> {
+    pub(crate) fn record(&self, event: &Event, stream: Stream) -> Result<()> {
         // SAFETY: valid event and stream handles.
         unsafe { cu::event::record(event.0, stream.0) }.map_err(|e| driver_error("cuEventRecord", e))
     }
 
     /// Makes `stream` wait (on the device, not the host) for `event`.
-    pub fn wait(&self, stream: Stream, event: &Event) -> Result<()> {
+    pub(crate) fn wait(&self, stream: Stream, event: &Event) -> Result<()> {
         // SAFETY: valid handles.
         unsafe { cu::stream::wait_event(stream.0, event.0, cusys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
             .map_err(|e| driver_error("cuStreamWaitEvent", e))
     }
 
-    pub fn event_synchronize(&self, event: &Event) -> Result<()> {
+    pub(crate) fn event_synchronize(&self, event: &Event) -> Result<()> {
         // SAFETY: a valid event handle.
         unsafe { cu::event::synchronize(event.0) }.map_err(|e| driver_error("cuEventSynchronize", e))
     }
 
     /// Seconds between two completed timing events.
-    pub fn elapsed_s(&self, start: &Event, end: &Event) -> Result<f64> {
+    pub(crate) fn elapsed_s(&self, start: &Event, end: &Event) -> Result<f64> {
         // SAFETY: both events were created with timing and recorded.
         let ms = unsafe { cu::event::elapsed(start.0, end.0) }.map_err(|e| driver_error("cuEventElapsedTime", e))?;
         Ok(ms as f64 * 1e-3)
@@ -139,7 +139,7 @@ impl Driver {
 }
 
 /// The driver, loaded once per process.
-pub fn driver() -> Result<&'static Driver> {
+pub(crate) fn driver() -> Result<&'static Driver> {
     static DRIVER: OnceLock<std::result::Result<Driver, String>> = OnceLock::new();
     DRIVER
         .get_or_init(|| Driver::load().map_err(|e| format!("{e:#}")))
@@ -149,20 +149,20 @@ pub fn driver() -> Result<&'static Driver> {
 
 /// Makes libtorch's legacy default stream on the current device finish its queued work,
 /// without waiting for NCCL's stream (cudaDeviceSynchronize would wait for both).
-pub fn sync_torch_stream() -> Result<()> {
+pub(crate) fn sync_torch_stream() -> Result<()> {
     driver()?.synchronize(LEGACY_STREAM)
 }
 
 /// An NCCL communicator handle (`ncclComm_t`).
 #[derive(Debug, Clone, Copy)]
 #[repr(transparent)]
-pub struct NcclComm(ncsys::ncclComm_t);
+pub(crate) struct NcclComm(ncsys::ncclComm_t);
 // SAFETY: an NCCL communicator may be used from any thread of its process.
 unsafe impl Send for NcclComm {}
 
 /// NCCL data types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NcclDtype {
+pub(crate) enum NcclDtype {
     Float16,
     Float32,
     Float64,
@@ -182,14 +182,14 @@ impl NcclDtype {
 
 /// `ncclUniqueId`: 128 opaque bytes that rank 0 makes and every rank must receive.
 #[derive(Clone, Copy)]
-pub struct NcclUniqueId {
+pub(crate) struct NcclUniqueId {
     pub internal: [u8; 128],
 }
 
 /// Where a `libnccl.so.2` is looked for when the loader finds no `libnccl.so` (the name
 /// cudarc opens): `DDPBENCH_NCCL_LIB`, then the torch wheel's `nvidia/nccl/lib` beside
 /// libtorch. Used to say what to link where.
-pub fn nccl_candidates(env_override: Option<String>, libtorch_lib: Option<&str>) -> Vec<PathBuf> {
+pub(crate) fn nccl_candidates(env_override: Option<String>, libtorch_lib: Option<&str>) -> Vec<PathBuf> {
     let mut c = Vec::new();
     if let Some(path) = env_override.filter(|p| !p.is_empty()) {
         c.push(PathBuf::from(path));
@@ -206,7 +206,7 @@ fn nccl_error(call: &str, e: nc::NcclError) -> anyhow::Error {
 }
 
 /// NCCL, opened (through cudarc).
-pub struct Nccl {
+pub(crate) struct Nccl {
     _present: (),
 }
 
@@ -234,7 +234,7 @@ impl Nccl {
     }
 
     /// NCCL's version as `major.minor.patch`.
-    pub fn version(&self) -> String {
+    pub(crate) fn version(&self) -> String {
         match nc::get_nccl_version() {
             Ok(v) => {
                 let (major, rest) = if v >= 10000 { (v / 10000, v % 10000) } else { (v / 1000, v % 1000) };
@@ -244,7 +244,7 @@ impl Nccl {
         }
     }
 
-    pub fn unique_id(&self) -> Result<NcclUniqueId> {
+    pub(crate) fn unique_id(&self) -> Result<NcclUniqueId> {
         let id = nc::get_uniqueid().map_err(|e| nccl_error("ncclGetUniqueId", e))?;
         Ok(NcclUniqueId {
             internal: id.internal.map(|c| c as u8),
@@ -252,7 +252,7 @@ impl Nccl {
     }
 
     /// Joins the communicator of `ranks` ranks named by `id` (a collective: every rank calls it).
-    pub fn init_rank(&self, ranks: usize, id: NcclUniqueId, rank: usize) -> Result<NcclComm> {
+    pub(crate) fn init_rank(&self, ranks: usize, id: NcclUniqueId, rank: usize) -> Result<NcclComm> {
         let sys_id = ncsys::ncclUniqueId {
             internal: id.internal.map(|b| b as c_char),
         };
@@ -268,7 +268,7 @@ impl Nccl {
     /// # Safety
     /// `send` and `recv` must be device pointers to `count` elements of `dtype`
     /// that stay allocated until the stream has run the operation.
-    pub unsafe fn all_reduce_sum(
+    pub(crate) unsafe fn all_reduce_sum(
         &self,
         send: *const c_void,
         recv: *mut c_void,
@@ -290,7 +290,7 @@ impl Nccl {
         .map_err(|e| nccl_error("ncclAllReduce", e))
     }
 
-    pub fn destroy(&self, comm: NcclComm) {
+    pub(crate) fn destroy(&self, comm: NcclComm) {
         unregister(comm.0);
         // SAFETY: a communicator made by init_rank, destroyed once.
         unsafe {
@@ -300,7 +300,7 @@ impl Nccl {
 }
 
 /// NCCL, checked for once per process.
-pub fn nccl() -> Result<&'static Nccl> {
+pub(crate) fn nccl() -> Result<&'static Nccl> {
     static NCCL: OnceLock<std::result::Result<Nccl, String>> = OnceLock::new();
     NCCL.get_or_init(|| Nccl::load().map_err(|e| format!("{e:#}")))
         .as_ref()
@@ -326,7 +326,7 @@ fn unregister(comm: ncsys::ncclComm_t) {
 
 /// The first asynchronous error NCCL reports on a live communicator (a peer gone, a
 /// network failure), for the watchdog to poll.
-pub fn async_error() -> Option<String> {
+pub(crate) fn async_error() -> Option<String> {
     let live = live_comms().lock().unwrap_or_else(|p| p.into_inner()).clone();
     if live.is_empty() || nccl().is_err() {
         return None;
@@ -344,7 +344,7 @@ pub fn async_error() -> Option<String> {
 
 /// Aborts every live communicator, so a rank blocked in NCCL returns (the watchdog's
 /// last step before ending the job).
-pub fn abort_all() {
+pub(crate) fn abort_all() {
     let live = std::mem::take(&mut *live_comms().lock().unwrap_or_else(|p| p.into_inner()));
     if live.is_empty() || nccl().is_err() {
         return;
@@ -358,7 +358,7 @@ pub fn abort_all() {
 }
 
 /// Every `NCCL_*` variable of this process's environment, for the manifest.
-pub fn nccl_env() -> Vec<(String, String)> {
+pub(crate) fn nccl_env() -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k.starts_with("NCCL_")).collect();
     v.sort();
     v

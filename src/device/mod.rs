@@ -29,7 +29,7 @@ fn nvidia_driver_present() -> bool {
 
 /// Loads libtorch's CUDA backend. The binary does not link it, so that CPU runs,
 /// `reduce` and `topo` start fast; its static initialisers register CUDA with libtorch.
-pub fn load_cuda_backend() -> Result<()> {
+pub(crate) fn load_cuda_backend() -> Result<()> {
     let dir = option_env!("DDPBENCH_LIBTORCH_LIB").unwrap_or("");
     let candidates = [format!("{dir}/libtorch_cuda.so"), "libtorch_cuda.so".to_string()];
     let mut errors = Vec::new();
@@ -50,7 +50,7 @@ pub fn load_cuda_backend() -> Result<()> {
     )
 }
 
-pub fn resolve_device(choice: DeviceChoice, local_rank: usize) -> Result<Device> {
+pub(crate) fn resolve_device(choice: DeviceChoice, local_rank: usize) -> Result<Device> {
     let gpus = match choice {
         DeviceChoice::Cpu => 0,
         DeviceChoice::Auto if !nvidia_driver_present() => 0,
@@ -81,7 +81,7 @@ pub fn resolve_device(choice: DeviceChoice, local_rank: usize) -> Result<Device>
 /// its kernels. On CUDA this synchronises libtorch's stream only, not NCCL's (so an
 /// overlapped all-reduce keeps running); that costs the CPU/GPU pipelining across
 /// phase boundaries, a few kernel launches' worth per phase.
-pub fn sync(device: Device) {
+pub(crate) fn sync(device: Device) {
     if let Device::Cuda(i) = device {
         if cuda::sync_torch_stream().is_err() {
             tch::Cuda::synchronize(i as i64);

@@ -11,11 +11,11 @@ use nvml_wrapper::error::NvmlError;
 use std::ffi::OsStr;
 
 /// The NVML library looked for (the driver's soname; no development package needed).
-pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
+pub(crate) const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
 
 /// One GPU as NVML lists it: its index, the bus id as NVML writes it, name and memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NvmlGpuEntry {
+pub(crate) struct NvmlGpuEntry {
     pub index: usize,
     pub bus_id: String,
     pub name: String,
@@ -24,7 +24,7 @@ pub struct NvmlGpuEntry {
 
 /// One reading of a GPU's counters; `None` where the reading failed or is unsupported.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct GpuReading {
+pub(crate) struct GpuReading {
     /// Percent of the last sample period in which a kernel ran.
     pub gpu_util_pct: Option<u32>,
     /// Percent of the last sample period in which device memory was read or written.
@@ -36,7 +36,7 @@ pub struct GpuReading {
 }
 
 /// An initialised NVML (`nvmlShutdown` when it drops).
-pub struct Nvml {
+pub(crate) struct Nvml {
     inner: nvml_wrapper::Nvml,
 }
 
@@ -56,12 +56,12 @@ fn load_error(library: &str, e: NvmlError) -> anyhow::Error {
 
 impl Nvml {
     /// Loads [`NVML_LIBRARY`] and initialises it.
-    pub fn load() -> Result<Nvml> {
+    pub(crate) fn load() -> Result<Nvml> {
         Nvml::load_from(NVML_LIBRARY)
     }
 
     /// Loads NVML from `library` (a soname the loader searches for, or a path).
-    pub fn load_from(library: &str) -> Result<Nvml> {
+    pub(crate) fn load_from(library: &str) -> Result<Nvml> {
         let inner = nvml_wrapper::Nvml::builder()
             .lib_path(OsStr::new(library))
             .init()
@@ -70,7 +70,7 @@ impl Nvml {
     }
 
     /// The driver's version, e.g. `580.65.06`.
-    pub fn driver_version(&self) -> Option<String> {
+    pub(crate) fn driver_version(&self) -> Option<String> {
         self.inner.sys_driver_version().ok()
     }
 
@@ -81,7 +81,7 @@ impl Nvml {
     }
 
     /// Every GPU NVML sees, in its index order.
-    pub fn inventory(&self) -> Result<Vec<NvmlGpuEntry>> {
+    pub(crate) fn inventory(&self) -> Result<Vec<NvmlGpuEntry>> {
         let count = self.inner.device_count().map_err(|e| anyhow!("NVML device count: {e}"))?;
         let mut out = Vec::with_capacity(count as usize);
         for index in 0..count {
@@ -97,7 +97,7 @@ impl Nvml {
     }
 
     /// One reading of the GPU at `bus_id`; each counter that fails is `None`.
-    pub fn read(&self, bus_id: &str) -> GpuReading {
+    pub(crate) fn read(&self, bus_id: &str) -> GpuReading {
         let Ok(dev) = self.device(bus_id) else {
             return GpuReading::default();
         };
@@ -113,7 +113,7 @@ impl Nvml {
     }
 
     /// Clocks and throttle reasons of the GPU at `bus_id`.
-    pub fn clocks(&self, bus_id: &str) -> Result<GpuClocks> {
+    pub(crate) fn clocks(&self, bus_id: &str) -> Result<GpuClocks> {
         let dev = self.device(bus_id)?;
         Ok(GpuClocks {
             bus_id: bus_id.to_string(),
@@ -127,7 +127,7 @@ impl Nvml {
 }
 
 /// The names of the active throttle reasons, `GPU_IDLE` and the rest as NVML's flags name them.
-pub fn throttle_names(reasons: ThrottleReasons) -> Vec<String> {
+pub(crate) fn throttle_names(reasons: ThrottleReasons) -> Vec<String> {
     reasons.iter_names().map(|(name, _)| name.to_string()).collect()
 }
 

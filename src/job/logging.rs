@@ -9,7 +9,7 @@ use tracing_subscriber::EnvFilter;
 
 /// Starts logging for the process of rank `rank` (0 outside MPI). A second call keeps
 /// the first set-up.
-pub fn init(rank: usize) {
+pub(crate) fn init(rank: usize) {
     let default = if rank == 0 { "info" } else { "warn" };
     let filter = EnvFilter::try_from_env("DDPBENCH_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     crate::stderr::set_label(&format!("ddpbench rank {rank}"));

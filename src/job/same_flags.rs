@@ -93,7 +93,7 @@ impl LaunchFlags {
 
 /// Compares every rank's command and flags (a collective, made before the command's
 /// first one). Err, agreed on every rank, names the flags and the ranks that differ.
-pub fn check_same_on_every_rank(g: &Group, mine: &LaunchFlags) -> Result<()> {
+pub(crate) fn check_same_on_every_rank(g: &Group, mine: &LaunchFlags) -> Result<()> {
     let text = serde_json::to_string(mine)?;
     let hash = u64::from_le_bytes(Sha256::digest(text.as_bytes())[..8].try_into()?);
     // One all-reduce gives the lowest hash and the lowest complement (the highest hash).
@@ -204,7 +204,7 @@ fn show(v: &Value) -> String {
 /// A command's flags by name: `--max-steps`, a positional argument in capitals
 /// (`FILE`), and `--` for what follows it.
 #[cfg(test)]
-pub fn flag_names(command: &clap::Command) -> Vec<String> {
+pub(crate) fn flag_names(command: &clap::Command) -> Vec<String> {
     command
         .get_arguments()
         .map(|a| match a.get_long() {
@@ -222,7 +222,7 @@ pub fn flag_names(command: &clap::Command) -> Vec<String> {
 /// `compared` compares every flag of `same` and none of `rank_local`: a new flag fails
 /// here until someone decides whether ranks may differ in it.
 #[cfg(test)]
-pub fn assert_every_flag_decided(command: &clap::Command, rank_local: &[(&str, &str)], same: &[&str], compared: &LaunchFlags) {
+pub(crate) fn assert_every_flag_decided(command: &clap::Command, rank_local: &[(&str, &str)], same: &[&str], compared: &LaunchFlags) {
     let flags = flag_names(command);
     let name = command.get_name();
     for f in &flags {

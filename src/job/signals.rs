@@ -21,10 +21,10 @@ extern "C" fn on_signal(sig: libc::c_int) {
 }
 
 /// The signals that stop a run.
-pub const STOP_SIGNALS: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1, libc::SIGUSR2];
+pub(crate) const STOP_SIGNALS: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1, libc::SIGUSR2];
 
 /// Installs the handler for [`STOP_SIGNALS`] (after MPI_Init, so it replaces any MPI's).
-pub fn install() {
+pub(crate) fn install() {
     for sig in STOP_SIGNALS {
         // SAFETY: `on_signal` is an extern "C" fn that only stores to an atomic.
         unsafe {
@@ -34,7 +34,7 @@ pub fn install() {
 }
 
 /// The stop signal this process received, if any.
-pub fn received() -> Option<i32> {
+pub(crate) fn received() -> Option<i32> {
     match RECEIVED.load(Ordering::SeqCst) {
         0 => None,
         s => Some(s),
@@ -42,7 +42,7 @@ pub fn received() -> Option<i32> {
 }
 
 /// `SIGTERM` for 15, and so on.
-pub fn name(sig: i32) -> String {
+pub(crate) fn name(sig: i32) -> String {
     match name_bytes(sig) {
         b"a signal" => format!("signal {sig}"),
         known => String::from_utf8_lossy(known).into_owned(),

@@ -44,16 +44,16 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// The default limit while setting up (loading a large data set can take long).
-pub const SETUP_LIMIT_S: f64 = 1800.0;
+pub(crate) const SETUP_LIMIT_S: f64 = 1800.0;
 /// The default limit during the warm-up steps (first kernels, autotuning).
-pub const WARMUP_LIMIT_S: f64 = 600.0;
+pub(crate) const WARMUP_LIMIT_S: f64 = 600.0;
 /// After warm-up the default limit is this many median steps...
-pub const STEPS_LIMIT: f64 = 50.0;
+pub(crate) const STEPS_LIMIT: f64 = 50.0;
 /// ...and at least this many seconds.
-pub const MIN_LIMIT_S: f64 = 60.0;
+pub(crate) const MIN_LIMIT_S: f64 = 60.0;
 /// The default limit in the job's teardown, after its last collective: closing files,
 /// MPI_Finalize, and every rank past it.
-pub const TEARDOWN_LIMIT_S: f64 = 300.0;
+pub(crate) const TEARDOWN_LIMIT_S: f64 = 300.0;
 
 const TICK: Duration = Duration::from_millis(250);
 /// The tick while the job exits, so that meeting at the exit costs the job little time.

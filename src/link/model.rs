@@ -31,12 +31,12 @@ use serde::{Deserialize, Serialize};
 
 /// The longest idle before an all-reduce: what `allreduce --idle-ms` takes and a fit
 /// read back may hold.
-pub const MAX_IDLE_S: f64 = 10.0;
+pub(crate) const MAX_IDLE_S: f64 = 10.0;
 
 /// The latency of one message step: at most 1 s (a link slower than that is down).
-pub const MAX_ALPHA_S: f64 = 1.0;
+pub(crate) const MAX_ALPHA_S: f64 = 1.0;
 /// Seconds per byte: at most 1 (a link of 1 byte/s).
-pub const MAX_BETA_S_PER_BYTE: f64 = 1.0;
+pub(crate) const MAX_BETA_S_PER_BYTE: f64 = 1.0;
 /// A relative error or spread: a ratio of measured times (from a nanosecond to 10^3 s),
 /// so at most 10^12. Real sweeps on a busy node reach spreads of 10^3 (the 90th
 /// percentile of tiny messages thousands of times their median): such a fit is noisy,
@@ -45,7 +45,7 @@ const MAX_REL: f64 = 1e12;
 
 /// A level's fit is off by more than this (relative, at the measured sizes nearest the
 /// bytes a workload all-reduces): projections through it are marked unreliable.
-pub const MAX_FIT_REL_ERROR: f64 = 0.25;
+pub(crate) const MAX_FIT_REL_ERROR: f64 = 0.25;
 
 /// A fitted α–β model of one level.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -198,7 +198,7 @@ impl Algorithm {
 }
 
 /// Ring all-reduce time of `bytes` over `n` ranks.
-pub fn ring_s(n: usize, bytes: f64, alpha_s: f64, beta: f64) -> f64 {
+pub(crate) fn ring_s(n: usize, bytes: f64, alpha_s: f64, beta: f64) -> f64 {
     if n <= 1 {
         return 0.0;
     }
@@ -207,7 +207,7 @@ pub fn ring_s(n: usize, bytes: f64, alpha_s: f64, beta: f64) -> f64 {
 }
 
 /// Recursive halving/doubling all-reduce time of `bytes` over `n` ranks.
-pub fn tree_s(n: usize, bytes: f64, alpha_s: f64, beta: f64) -> f64 {
+pub(crate) fn tree_s(n: usize, bytes: f64, alpha_s: f64, beta: f64) -> f64 {
     if n <= 1 {
         return 0.0;
     }
@@ -295,7 +295,7 @@ impl LevelFit {
 /// Fits α and β of a ring all-reduce over `ranks` ranks to `points` (bytes, seconds),
 /// minimising the sum of squared relative errors, so that small messages (where α
 /// shows) count as much as large ones (where β does). Both are kept ≥ 0.
-pub fn fit(level: &str, backend: Backend, dtype: &str, ranks: usize, points: &[(u64, f64)]) -> Result<LevelFit> {
+pub(crate) fn fit(level: &str, backend: Backend, dtype: &str, ranks: usize, points: &[(u64, f64)]) -> Result<LevelFit> {
     let mut sizes: Vec<u64> = points.iter().map(|p| p.0).collect();
     sizes.sort_unstable();
     sizes.dedup();

@@ -13,7 +13,7 @@ use crate::record::{Backend, Memory};
 
 /// A named interconnect: its nominal per-direction bandwidth and a latency.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Preset {
+pub(crate) struct Preset {
     pub name: &'static str,
     /// What it is, in words (and what the preset assumes of it).
     pub describe: &'static str,
@@ -28,7 +28,7 @@ const GBYTE: f64 = 1e9;
 const US: f64 = 1e-6;
 
 /// The presets; their sources are listed in results/README.md.
-pub const PRESETS: [Preset; 12] = [
+pub(crate) const PRESETS: [Preset; 12] = [
     Preset {
         name: "eth-10g",
         describe: "10 Gigabit Ethernet, TCP",
@@ -114,7 +114,7 @@ pub struct LinkSpec {
 }
 
 /// The forms a spec takes, for messages and `--help`.
-pub const ACCEPTED_FORMS: &str = "a preset name, or BANDWIDTH,LATENCY with BANDWIDTH a positive number and one of \
+pub(crate) const ACCEPTED_FORMS: &str = "a preset name, or BANDWIDTH,LATENCY with BANDWIDTH a positive number and one of \
 bit/s kbit/s Mbit/s Gbit/s Tbit/s (also Gb/s) or B/s kB/s MB/s GB/s TB/s (decimal prefixes), and LATENCY a number from 0 \
 to 1 s and one of ns us µs ms s (e.g. 100Gbit/s,5us or 25GB/s,2us)";
 
@@ -245,7 +245,7 @@ impl LinkSpec {
 /// level replaced by `inter` and the intra-node one by `intra` where given. Without a
 /// sweep, one model per route of `routes` (what the runs all-reduced over), with only
 /// the levels given. `ranks_per_node` sets the shape the models describe.
-pub fn with_specs(
+pub(crate) fn with_specs(
     measured: Option<LinkModelFile>,
     inter: Option<&LinkSpec>,
     intra: Option<&LinkSpec>,

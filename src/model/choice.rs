@@ -22,7 +22,7 @@ impl Default for ModelChoice {
 }
 
 /// The built-in networks' names, for messages.
-pub fn builtin_names() -> String {
+pub(crate) fn builtin_names() -> String {
     ModelKind::value_variants()
         .iter()
         .filter_map(|k| k.to_possible_value().map(|v| v.get_name().to_string()))
@@ -108,9 +108,9 @@ impl<'de> Deserialize<'de> for ModelChoice {
 pub use crate::record::key::{InputDtype, LossKind};
 
 /// Largest extent of one dimension of `--input-shape`.
-pub const MAX_DIM: i64 = 1 << 20;
+pub(crate) const MAX_DIM: i64 = 1 << 20;
 /// Largest sample `--input-shape` may describe: 256 MiB, the pool synthetic data holds.
-pub const MAX_SAMPLE_BYTES: i64 = 256 << 20;
+pub(crate) const MAX_SAMPLE_BYTES: i64 = 256 << 20;
 
 /// One sample's shape, without the batch dimension (`3x224x224`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,7 +173,7 @@ impl InputShape {
 }
 
 /// An input as `--input-shape` and `--input-dtype` would write it (`3x224x224`, `int64 128`).
-pub fn input_text(input: &Input) -> String {
+pub(crate) fn input_text(input: &Input) -> String {
     // The comparison key's spelling, so a model's input and a run's key read alike.
     match *input {
         Input::Image([c, h, w]) => crate::record::key::input_text(&format!("{c}x{h}x{w}"), InputDtype::Float32),

@@ -19,11 +19,11 @@ use std::ptr::NonNull;
 use tch::{nn, Device, Kind, Tensor};
 
 /// What the run's notes and manifest say when `--overlap` asked for overlap.
-pub const UNCUT_NOTE: &str = "overlap off: a TorchScript module is one black box that backward cannot be cut \
+pub(crate) const UNCUT_NOTE: &str = "overlap off: a TorchScript module is one black box that backward cannot be cut \
     into stages, so every bucket is all-reduced after backward";
 
 /// Largest TorchScript file loaded (libtorch reads it whole into memory).
-pub const MAX_FILE_BYTES: u64 = 16 << 30;
+pub(crate) const MAX_FILE_BYTES: u64 = 16 << 30;
 
 type NamedFn = extern "C" fn(data: *mut c_void, name: *const c_char, tensor: *mut c_void);
 
@@ -57,7 +57,7 @@ fn take_text(err: *mut c_char) -> String {
 /// What a libtorch error says, without its C++ backtrace: for an error inside the
 /// TorchScript interpreter its last line (the operation's own message), else the text
 /// before libtorch's "Exception raised from" trailer; at most 500 characters.
-pub fn cause(text: &str) -> String {
+pub(crate) fn cause(text: &str) -> String {
     let text = text.split("\nException raised from").next().unwrap_or(text).trim();
     let line = if text.contains("TorchScript interpreter") || text.contains("Traceback of TorchScript") {
         text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or(text).trim()
@@ -164,7 +164,7 @@ enum Forward {
     NotATensor(String),
 }
 
-pub use crate::record::ScriptFile;
+pub(crate) use crate::record::ScriptFile;
 
 impl ScriptFile {
     /// Reads `path` once for its size and hash; Err says what is wrong with it.
@@ -381,7 +381,7 @@ impl Net for ScriptNet {
 /// module takes that input and returns what the loss needs, or one message says why
 /// not. Leaves every parameter's gradient defined, as the built-in networks' stage
 /// discovery does, for the buckets to take over.
-pub fn check_first_forward(net: &ScriptNet, input: &Input, batch: i64, device: Device) -> Result<()> {
+pub(crate) fn check_first_forward(net: &ScriptNet, input: &Input, batch: i64, device: Device) -> Result<()> {
     let x = match *input {
         Input::Image([c, h, w]) => Tensor::zeros([batch, c, h, w], (Kind::Float, device)),
         Input::Tokens { seq_len, .. } => Tensor::full([batch, seq_len], super::UNK_TOKEN, (Kind::Int64, device)),

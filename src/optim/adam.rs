@@ -9,7 +9,7 @@ use super::flat::{Flat, FlatLayout};
 use super::update::{pieces, widened, Gate, PerKind, PIECE_ELEMENTS};
 use tch::{Device, Kind, Tensor};
 
-pub struct Adam {
+pub(crate) struct Adam {
     params: Vec<Tensor>,
     exp_avg: Vec<Tensor>,
     exp_avg_sq: Vec<Tensor>,
@@ -29,7 +29,8 @@ pub struct Adam {
 }
 
 /// Adam's state: the first and second moments and the steps taken.
-pub struct AdamState<'a> {
+#[cfg(test)]
+pub(crate) struct AdamState<'a> {
     pub exp_avg: &'a [Tensor],
     pub exp_avg_sq: &'a [Tensor],
     pub steps: &'a Tensor,
@@ -51,11 +52,11 @@ struct Corrections {
 }
 
 impl Adam {
-    pub const BETA1: f64 = 0.9;
-    pub const BETA2: f64 = 0.999;
-    pub const EPS: f64 = 1e-8;
+    pub(crate) const BETA1: f64 = 0.9;
+    pub(crate) const BETA2: f64 = 0.999;
+    pub(crate) const EPS: f64 = 1e-8;
 
-    pub fn new(params: &[Tensor], lr: f64, weight_decay: f64) -> Adam {
+    pub(crate) fn new(params: &[Tensor], lr: f64, weight_decay: f64) -> Adam {
         let device = params.first().map_or(Device::Cpu, Tensor::device);
         Adam {
             params: params.iter().map(Tensor::shallow_clone).collect(),
@@ -73,18 +74,19 @@ impl Adam {
     }
 
     /// Flat buckets updated whole.
-    pub fn flat_buckets(&self) -> usize {
+    pub(crate) fn flat_buckets(&self) -> usize {
         self.flat.count()
     }
 
     /// Updates bucket by bucket from now on ([`Flat::adopt`]).
-    pub fn use_flat_buckets(&mut self, layout: &FlatLayout) {
+    pub(crate) fn use_flat_buckets(&mut self, layout: &FlatLayout) {
         self.flat = Flat::adopt(&self.params, layout);
         self.flat_exp_avg = self.flat.lay_out(&mut self.exp_avg);
         self.flat_exp_avg_sq = self.flat.lay_out(&mut self.exp_avg_sq);
     }
 
-    pub fn state(&self) -> AdamState<'_> {
+    #[cfg(test)]
+    pub(crate) fn state(&self) -> AdamState<'_> {
         AdamState {
             exp_avg: &self.exp_avg,
             exp_avg_sq: &self.exp_avg_sq,
@@ -94,7 +96,7 @@ impl Adam {
 
     /// One step from the gradients: the flat buckets' in `grads` (bucket b's buffer at
     /// index b), the other parameters' their own.
-    pub fn step(&mut self, gate: &Gate, grads: &[Tensor]) {
+    pub(crate) fn step(&mut self, gate: &Gate, grads: &[Tensor]) {
         let Some(like) = self.params.first() else { return };
         let count = gate.count(like);
         let mut factors = PerKind::default();

@@ -10,7 +10,7 @@ use tch::Tensor;
 /// Where each parameter's gradient sits in the flat gradient buckets: what the buckets'
 /// owner tells an optimizer so that it can lay the parameters out alike.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FlatLayout {
+pub(crate) struct FlatLayout {
     /// Elements of each bucket's buffer.
     pub numels: Vec<usize>,
     /// Each parameter's place, in the parameters' fixed order.
@@ -19,7 +19,7 @@ pub struct FlatLayout {
 
 /// One parameter's place in a flat bucket.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Slot {
+pub(crate) struct Slot {
     pub bucket: usize,
     /// Where its first element sits, in elements of the bucket's dtype.
     pub offset: i64,
@@ -30,7 +30,7 @@ pub struct Slot {
 /// True when `stride` visits each of the `size` elements once with no gap: sorted by
 /// stride, each dimension's stride is the product of the sizes before it (dimensions of
 /// size 1 are never stepped and may have any stride).
-pub fn is_dense(size: &[i64], stride: &[i64]) -> bool {
+pub(crate) fn is_dense(size: &[i64], stride: &[i64]) -> bool {
     if size.len() != stride.len() {
         return false;
     }
@@ -60,7 +60,7 @@ pub(super) struct Flat {
 
 impl Flat {
     /// Every one of `count` parameters updated alone.
-    pub fn none(count: usize) -> Flat {
+    pub(super) fn none(count: usize) -> Flat {
         Flat {
             buckets: Vec::new(),
             alone: (0..count).collect(),
@@ -74,7 +74,7 @@ impl Flat {
     /// members cannot be laid out so (see [`Flat::fits`]) keeps its parameters as they
     /// are, updated one by one. Elements no parameter covers stay 0 in every buffer,
     /// gradients included, and an update of zeros leaves zeros (SGD and Adam).
-    pub fn adopt(params: &[Tensor], layout: &FlatLayout) -> Flat {
+    pub(super) fn adopt(params: &[Tensor], layout: &FlatLayout) -> Flat {
         if layout.slots.len() != params.len() {
             return Flat::none(params.len());
         }
@@ -149,7 +149,7 @@ impl Flat {
     /// out as the parameters: for each flat bucket a buffer holding its members' state,
     /// and each member's `state[p]` re-made as a view of it (its values kept). Returns
     /// the buffers, in the order of [`Flat::buckets`].
-    pub fn lay_out(&self, state: &mut [Tensor]) -> Vec<Tensor> {
+    pub(super) fn lay_out(&self, state: &mut [Tensor]) -> Vec<Tensor> {
         tch::no_grad(|| {
             self.buckets
                 .iter()
@@ -165,12 +165,12 @@ impl Flat {
     }
 
     /// The flat buckets: each one's index among the gradient buffers and its parameter buffer.
-    pub fn buckets(&self) -> impl Iterator<Item = (usize, &Tensor)> {
+    pub(super) fn buckets(&self) -> impl Iterator<Item = (usize, &Tensor)> {
         self.buckets.iter().map(|(b, t, _)| (*b, t))
     }
 
     /// How many buckets are updated whole.
-    pub fn count(&self) -> usize {
+    pub(super) fn count(&self) -> usize {
         self.buckets.len()
     }
 
@@ -179,7 +179,7 @@ impl Flat {
     /// `flat_state`, then each parameter alone with its gradient and its tensors of
     /// `state` (a parameter without a gradient is left out). `flat_state` holds, for each
     /// kind of state, the buffers [`Flat::lay_out`] returned; `state` the per-parameter tensors.
-    pub fn targets(&self, params: &[Tensor], grads: &[Tensor], flat_state: &[&[Tensor]], state: &[&[Tensor]]) -> Vec<Target> {
+    pub(super) fn targets(&self, params: &[Tensor], grads: &[Tensor], flat_state: &[&[Tensor]], state: &[&[Tensor]]) -> Vec<Target> {
         let whole = self.buckets().enumerate().map(|(k, (b, w))| Target {
             g: Flat::gradient(grads, b, w).shallow_clone(),
             w: w.shallow_clone(),

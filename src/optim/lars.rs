@@ -7,7 +7,7 @@
 use super::update::{pieces, widened, Gate, PerKind, PIECE_ELEMENTS};
 use tch::Tensor;
 
-pub struct Lars {
+pub(crate) struct Lars {
     params: Vec<Tensor>,
     velocity: Vec<Tensor>,
     pub lr: f64,
@@ -28,9 +28,9 @@ struct Factors {
 }
 
 impl Lars {
-    pub const TRUST: f64 = 0.001;
+    pub(crate) const TRUST: f64 = 0.001;
 
-    pub fn new(params: &[Tensor], lr: f64, momentum: f64, weight_decay: f64) -> Lars {
+    pub(crate) fn new(params: &[Tensor], lr: f64, momentum: f64, weight_decay: f64) -> Lars {
         Lars {
             params: params.iter().map(Tensor::shallow_clone).collect(),
             velocity: params.iter().map(Tensor::zeros_like).collect(),
@@ -44,13 +44,15 @@ impl Lars {
     }
 
     /// The momentum buffers.
-    pub fn velocity(&self) -> &[Tensor] {
+    #[cfg(test)]
+    pub(crate) fn velocity(&self) -> &[Tensor] {
         &self.velocity
     }
 
     /// The local learning-rate multiplier of one tensor, read back (for tests and logs;
     /// the step keeps it on the device).
-    pub fn trust_ratio(&self, w: &Tensor, g: &Tensor) -> f64 {
+    #[cfg(test)]
+    pub(crate) fn trust_ratio(&self, w: &Tensor, g: &Tensor) -> f64 {
         self.trust_ratio_on_device(w, g).map_or(1.0, |r| r.double_value(&[]))
     }
 
@@ -67,7 +69,7 @@ impl Lars {
         Some(ratio.where_self(&usable, &ratio.ones_like()))
     }
 
-    pub fn step(&mut self, gate: &Gate) {
+    pub(crate) fn step(&mut self, gate: &Gate) {
         let mut factors = PerKind::default();
         let momentum = self.momentum;
         let mut updates = 0;

@@ -10,11 +10,11 @@ mod lars;
 mod sgd;
 mod update;
 
-pub use adam::{Adam, AdamState};
-pub use flat::{is_dense, FlatLayout, Slot};
-pub use lars::Lars;
-pub use sgd::Sgd;
-pub use update::Gate;
+pub(crate) use adam::Adam;
+pub(crate) use flat::{is_dense, FlatLayout, Slot};
+pub(crate) use lars::Lars;
+pub(crate) use sgd::Sgd;
+pub(crate) use update::Gate;
 
 use crate::amp::LossScaler;
 use crate::record::OptimizerKind;
@@ -33,14 +33,14 @@ pub enum LrScaling {
 }
 
 /// One optimizer, whichever kind.
-pub enum Optimizer {
+pub(crate) enum Optimizer {
     Sgd(Sgd),
     Adam(Adam),
     Lars(Lars),
 }
 
 impl Optimizer {
-    pub fn new(kind: OptimizerKind, params: &[Tensor], lr: f64, momentum: f64, weight_decay: f64) -> Optimizer {
+    pub(crate) fn new(kind: OptimizerKind, params: &[Tensor], lr: f64, momentum: f64, weight_decay: f64) -> Optimizer {
         match kind {
             OptimizerKind::Sgd => Optimizer::Sgd(Sgd::new(params, lr, momentum, weight_decay)),
             OptimizerKind::Adam => Optimizer::Adam(Adam::new(params, lr, weight_decay)),
@@ -48,7 +48,7 @@ impl Optimizer {
         }
     }
 
-    pub fn set_lr(&mut self, lr: f64) {
+    pub(crate) fn set_lr(&mut self, lr: f64) {
         match self {
             Optimizer::Sgd(o) => o.lr = lr,
             Optimizer::Adam(o) => o.lr = lr,
@@ -60,7 +60,7 @@ impl Optimizer {
     /// (each parameter's data becomes a view of its bucket's parameter buffer), so that
     /// each step updates a bucket at a time: a few kernels per bucket rather than per
     /// parameter. LARS stays per parameter (its trust ratio takes each layer's norms).
-    pub fn use_flat_buckets(&mut self, layout: &FlatLayout) {
+    pub(crate) fn use_flat_buckets(&mut self, layout: &FlatLayout) {
         match self {
             Optimizer::Sgd(o) => o.use_flat_buckets(layout),
             Optimizer::Adam(o) => o.use_flat_buckets(layout),
@@ -72,7 +72,7 @@ impl Optimizer {
     /// the flat gradient buffers, bucket b's at index b, which parameters laid out by
     /// [`Optimizer::use_flat_buckets`] are updated from (any slice otherwise: the
     /// others' gradients are their own `.grad`).
-    pub fn step(&mut self, gate: &Gate, grads: &[Tensor]) {
+    pub(crate) fn step(&mut self, gate: &Gate, grads: &[Tensor]) {
         match self {
             Optimizer::Sgd(o) => o.step(gate, grads),
             Optimizer::Adam(o) => o.step(gate, grads),
@@ -81,7 +81,7 @@ impl Optimizer {
     }
 
     /// Flat buckets the step updates whole (0: every parameter alone).
-    pub fn flat_buckets(&self) -> usize {
+    pub(crate) fn flat_buckets(&self) -> usize {
         match self {
             Optimizer::Sgd(o) => o.flat_buckets(),
             Optimizer::Adam(o) => o.flat_buckets(),
@@ -92,7 +92,8 @@ impl Optimizer {
     /// Element-wise updates the last step issued, each a fixed few kernels over one
     /// piece of a flat bucket or of one parameter: per bucket once laid out flat, else
     /// per parameter.
-    pub fn updates_last_step(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn updates_last_step(&self) -> usize {
         match self {
             Optimizer::Sgd(o) => o.updates,
             Optimizer::Adam(o) => o.updates,
@@ -106,7 +107,7 @@ impl Optimizer {
     /// or skipped there, and the scale updated there: nothing waits for the device.
     /// Returns the check's `found_inf` (a 0-d float on the device, 1 when the step was
     /// skipped), for the step's row to read once the device is past it.
-    pub fn step_unscaled(&mut self, reduced: &[Tensor], scaler: Option<&mut LossScaler>) -> Option<Tensor> {
+    pub(crate) fn step_unscaled(&mut self, reduced: &[Tensor], scaler: Option<&mut LossScaler>) -> Option<Tensor> {
         match scaler {
             None => {
                 self.step(&Gate::always(), reduced);
@@ -124,7 +125,7 @@ impl Optimizer {
 
 /// Learning rate at `step` (counting optimizer steps from 0): the target lr, scaled
 /// linearly with the global batch if asked, reached linearly over `warmup_steps`.
-pub fn learning_rate(base: f64, scale: f64, step: usize, warmup_steps: usize) -> f64 {
+pub(crate) fn learning_rate(base: f64, scale: f64, step: usize, warmup_steps: usize) -> f64 {
     let target = base * scale;
     if warmup_steps == 0 || step >= warmup_steps {
         target

@@ -7,7 +7,7 @@ use super::flat::{Flat, FlatLayout};
 use super::update::{pieces, widened, Gate, PerKind, PIECE_ELEMENTS};
 use tch::Tensor;
 
-pub struct Sgd {
+pub(crate) struct Sgd {
     params: Vec<Tensor>,
     /// Momentum buffers (none with momentum 0). They start at zero rather than at the
     /// first gradient as libtorch's do: `0 · m + d` is `d` bit for bit, and buffers that
@@ -36,7 +36,7 @@ struct Factors {
 }
 
 impl Sgd {
-    pub fn new(params: &[Tensor], lr: f64, momentum: f64, weight_decay: f64) -> Sgd {
+    pub(crate) fn new(params: &[Tensor], lr: f64, momentum: f64, weight_decay: f64) -> Sgd {
         Sgd {
             params: params.iter().map(Tensor::shallow_clone).collect(),
             velocity: if momentum != 0.0 {
@@ -55,12 +55,12 @@ impl Sgd {
     }
 
     /// Flat buckets updated whole.
-    pub fn flat_buckets(&self) -> usize {
+    pub(crate) fn flat_buckets(&self) -> usize {
         self.flat.count()
     }
 
     /// Updates bucket by bucket from now on ([`Flat::adopt`]).
-    pub fn use_flat_buckets(&mut self, layout: &FlatLayout) {
+    pub(crate) fn use_flat_buckets(&mut self, layout: &FlatLayout) {
         self.flat = Flat::adopt(&self.params, layout);
         self.flat_velocity = if self.velocity.is_empty() {
             Vec::new()
@@ -70,13 +70,14 @@ impl Sgd {
     }
 
     /// The momentum buffers (empty with momentum 0).
-    pub fn velocity(&self) -> &[Tensor] {
+    #[cfg(test)]
+    pub(crate) fn velocity(&self) -> &[Tensor] {
         &self.velocity
     }
 
     /// One step from the gradients: the flat buckets' in `grads` (bucket b's buffer at
     /// index b), the other parameters' their own.
-    pub fn step(&mut self, gate: &Gate, grads: &[Tensor]) {
+    pub(crate) fn step(&mut self, gate: &Gate, grads: &[Tensor]) {
         let mut factors = PerKind::default();
         let (lr, momentum, weight_decay) = (self.lr, self.momentum, self.weight_decay);
         let mut updates = 0;

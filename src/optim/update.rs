@@ -12,18 +12,18 @@
 use tch::{Kind, Tensor};
 
 /// Whether the step is taken: always, or as a 0-d flag on the device says.
-pub struct Gate {
+pub(crate) struct Gate {
     /// `found_inf > 0` (0-d bool) and `1 − found_inf` (0-d float), or None: always.
     skip: Option<(Tensor, Tensor)>,
 }
 
 impl Gate {
-    pub fn always() -> Gate {
+    pub(crate) fn always() -> Gate {
         Gate { skip: None }
     }
 
     /// Skips the step where `found_inf` (a 0-d float on the device) is above 0.
-    pub fn skip_if(found_inf: &Tensor) -> Gate {
+    pub(crate) fn skip_if(found_inf: &Tensor) -> Gate {
         let skip = found_inf.gt(0.0);
         let keep = 1.0 - found_inf;
         Gate { skip: Some((skip, keep)) }
@@ -33,7 +33,7 @@ impl Gate {
     /// dtype on its device. Used as `addcmul`'s second factor, so that `a + b · s`
     /// rounds as libtorch's `a.add(b, alpha=s)` does (once: `addcmul` and `add` with
     /// alpha share the fused rounding).
-    pub fn update(&self, s: f64, like: &Tensor) -> Tensor {
+    pub(crate) fn update(&self, s: f64, like: &Tensor) -> Tensor {
         match &self.skip {
             None => Tensor::full([], s, (like.kind(), like.device())),
             // In `like`'s dtype before `s` joins: an fp64 parameter's factor is not
@@ -43,7 +43,7 @@ impl Gate {
     }
 
     /// A decay factor `beta`, 1 on a skipped step, as a 0-d tensor like `like`.
-    pub fn decay(&self, beta: f64, like: &Tensor) -> Tensor {
+    pub(crate) fn decay(&self, beta: f64, like: &Tensor) -> Tensor {
         match &self.skip {
             None => Tensor::full([], beta, (like.kind(), like.device())),
             Some((skip, _)) => Tensor::full([], beta, (like.kind(), like.device())).masked_fill(skip, 1.0),
@@ -51,7 +51,7 @@ impl Gate {
     }
 
     /// 1, or 0 on a skipped step, in double precision (a step counter's increment).
-    pub fn count(&self, like: &Tensor) -> Tensor {
+    pub(crate) fn count(&self, like: &Tensor) -> Tensor {
         match &self.skip {
             None => Tensor::ones([], (Kind::Double, like.device())),
             Some((_, keep)) => keep.to_kind(Kind::Double),
@@ -62,7 +62,7 @@ impl Gate {
 /// A step's factors for the parameters of each dtype, made on first use: a factor made
 /// in one parameter's dtype would round another's (an fp16 learning rate applied to an
 /// fp32 parameter).
-pub struct PerKind<T> {
+pub(super) struct PerKind<T> {
     made: Vec<(Kind, T)>,
 }
 
@@ -74,7 +74,7 @@ impl<T> Default for PerKind<T> {
 
 impl<T> PerKind<T> {
     /// The factors for parameters of `like`'s dtype (made from `like` the first time).
-    pub fn get(&mut self, like: &Tensor, make: impl FnOnce(&Tensor) -> T) -> &T {
+    pub(super) fn get(&mut self, like: &Tensor, make: impl FnOnce(&Tensor) -> T) -> &T {
         let kind = like.kind();
         let at = match self.made.iter().position(|(k, _)| *k == kind) {
             Some(at) => at,
@@ -90,13 +90,13 @@ impl<T> PerKind<T> {
 /// Elements of one parameter updated at once: a larger parameter is updated piece by
 /// piece, so the update's temporaries hold a piece (64 MiB of fp32) rather than copies
 /// of the whole parameter.
-pub const PIECE_ELEMENTS: usize = 1 << 24;
+pub(super) const PIECE_ELEMENTS: usize = 1 << 24;
 
 /// A parameter and its state (`ts`: alike in shape and layout) as the pieces an
 /// element-wise update runs over one after another: flat runs of at most `piece`
 /// elements when every tensor is contiguous and larger than one piece, else the tensors
 /// whole. Each piece is a view: updating it updates the tensor.
-pub fn pieces<const N: usize>(ts: [&Tensor; N], piece: usize) -> Vec<[Tensor; N]> {
+pub(super) fn pieces<const N: usize>(ts: [&Tensor; N], piece: usize) -> Vec<[Tensor; N]> {
     let numel = ts[0].numel();
     if numel <= piece || !ts.iter().all(|t| t.is_contiguous() && t.numel() == numel) {
         return vec![ts.map(Tensor::shallow_clone)];
@@ -116,7 +116,7 @@ pub fn pieces<const N: usize>(ts: [&Tensor; N], piece: usize) -> Vec<[Tensor; N]
 /// (rounded once) where `written` says, as PyTorch's fused optimizers compute 16-bit
 /// parameters in float32. In float16 Adam's eps of 1e-8 is 0, so a zero gradient would
 /// make 0/0; and a learning rate would be rounded to 3 digits. Other dtypes run as they are.
-pub fn widened<const N: usize>(piece: [Tensor; N], written: [bool; N], update: impl FnOnce(&[Tensor; N])) {
+pub(super) fn widened<const N: usize>(piece: [Tensor; N], written: [bool; N], update: impl FnOnce(&[Tensor; N])) {
     if !matches!(piece[0].kind(), Kind::Half | Kind::BFloat16) {
         update(&piece);
         return;

@@ -7,11 +7,11 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 /// Round trips at most, per rank and estimate (bounds the rows' work whatever the link).
-pub const MAX_ROUNDS: usize = 100_000;
+pub(crate) const MAX_ROUNDS: usize = 100_000;
 
 /// One rank's offset at one synchronisation point (a row of `clock.csv`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ClockRow {
+pub(crate) struct ClockRow {
     /// 0 at the start of training, k after epoch k-1.
     pub sync: usize,
     pub rank: usize,
@@ -38,7 +38,7 @@ pub struct ClockRow {
 
 impl ClockRow {
     /// The offset to use and its error: the exact one where there is one.
-    pub fn best(&self) -> (f64, f64) {
+    pub(crate) fn best(&self) -> (f64, f64) {
         match (self.exact_offset_s, self.exact_error_s) {
             (Some(o), Some(e)) => (o, e),
             (Some(o), None) => (o, 0.0),
@@ -57,14 +57,14 @@ fn empty_as_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, 
 }
 
 /// `clock.csv` in the run folder, written by rank 0.
-pub struct ClockLog(CsvLog<ClockRow>);
+pub(crate) struct ClockLog(CsvLog<ClockRow>);
 
 impl ClockLog {
-    pub fn create(path: &std::path::Path) -> Result<ClockLog> {
+    pub(crate) fn create(path: &std::path::Path) -> Result<ClockLog> {
         Ok(ClockLog(CsvLog::create_new(path)?))
     }
 
-    pub fn write(&mut self, rows: &[ClockRow]) -> Result<()> {
+    pub(crate) fn write(&mut self, rows: &[ClockRow]) -> Result<()> {
         for r in rows {
             self.0.write(r)?;
         }

@@ -47,7 +47,7 @@ pub struct EndRecord {
 }
 
 /// An end record is a few hundred bytes (its error text included); a larger file is not one.
-pub const END_RECORD_MAX_BYTES: u64 = 64 << 10;
+pub(super) const END_RECORD_MAX_BYTES: u64 = 64 << 10;
 
 pub fn end_file_name(rank: usize) -> String {
     format!("rank-{rank:05}.end.json")

@@ -449,11 +449,11 @@ pub struct ComparisonKey {
 
 /// The built-in networks that take token ids (`--seq-len` and `--vocab-size` shape them),
 /// by the name the key records; `model`'s tests hold this list to the networks' inputs.
-pub const TOKEN_MODELS: &[&str] = &["transformer-small", "transformer-medium"];
+pub(crate) const TOKEN_MODELS: &[&str] = &["transformer-small", "transformer-medium"];
 
 /// A TorchScript model's `--input-shape` as the key holds it, with its dtype when that
 /// is not float32 (`3x224x224`, `int64 128`).
-pub fn input_text(shape: &str, dtype: InputDtype) -> String {
+pub(crate) fn input_text(shape: &str, dtype: InputDtype) -> String {
     match dtype {
         InputDtype::Float32 => shape.to_string(),
         InputDtype::Int64 => format!("int64 {shape}"),
@@ -631,7 +631,7 @@ impl ComparisonKey {
 
 /// The run-changing environment every rank recorded (`RankInfo::run_env`), every
 /// `NAME=value` once, ascending.
-pub fn env_of(ranks: &[RankInfo]) -> Vec<String> {
+pub(crate) fn env_of(ranks: &[RankInfo]) -> Vec<String> {
     let mut e: Vec<String> = ranks.iter().flat_map(|r| r.run_env.iter().cloned()).collect();
     e.sort_unstable();
     e.dedup();
@@ -696,7 +696,7 @@ impl ComparisonKey {
 }
 
 /// The threads the ranks bound, every value once, ascending.
-pub fn threads_of(ranks: &[RankInfo]) -> Vec<usize> {
+pub(crate) fn threads_of(ranks: &[RankInfo]) -> Vec<usize> {
     let mut t: Vec<usize> = ranks.iter().map(|r| r.threads).collect();
     t.sort_unstable();
     t.dedup();

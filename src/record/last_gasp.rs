@@ -59,7 +59,7 @@ struct Slot {
 
 /// A file's `interrupted` version, rendered with stand-ins in its slots.
 #[derive(Debug)]
-pub struct Template {
+pub(crate) struct Template {
     bytes: Vec<u8>,
     /// In the order they come in the file.
     slots: Vec<Slot>,
@@ -67,7 +67,7 @@ pub struct Template {
 
 impl Template {
     /// The `interrupted` version of the end record `running`.
-    pub fn end_record(running: &EndRecord) -> Result<Template> {
+    pub(crate) fn end_record(running: &EndRecord) -> Result<Template> {
         let marked = EndRecord {
             status: RunStatus::Interrupted,
             error: Some(error_mark()),
@@ -91,7 +91,7 @@ impl Template {
 
     /// The `interrupted` version of the manifest `running` (its end time and error filled
     /// in by the handler).
-    pub fn manifest(running: &Manifest) -> Result<Template> {
+    pub(crate) fn manifest(running: &Manifest) -> Result<Template> {
         let mut marked = running.clone();
         marked.status = RunStatus::Interrupted.as_str().into();
         marked.error = Some(error_mark());
@@ -268,7 +268,7 @@ impl HeldLock {
 
 /// The handler's records while a run trains; disarmed when dropped.
 #[must_use = "the records are disarmed when this is dropped"]
-pub struct LastGasp(());
+pub(crate) struct LastGasp(());
 
 impl LastGasp {
     /// Opens each file (which must exist: the handler overwrites it), makes room for its
@@ -276,7 +276,7 @@ impl LastGasp {
     /// run folder's reserve file (opened when it is there); `lock`, the run folder's lock
     /// this process holds, which the handler removes after the records: the run's files
     /// then refuse any other job, and a rank ended before it could stop leaves no lock.
-    pub fn arm(targets: Vec<(PathBuf, Template)>, reserve: &Path, lock: Option<&super::lock::FolderLock>) -> Result<LastGasp> {
+    pub(crate) fn arm(targets: Vec<(PathBuf, Template)>, reserve: &Path, lock: Option<&super::lock::FolderLock>) -> Result<LastGasp> {
         let mut files = Vec::with_capacity(targets.len());
         for (path, t) in targets {
             let file = std::fs::OpenOptions::new()
@@ -328,13 +328,13 @@ fn replace(next: *mut Armed) {
 }
 
 /// Steps this rank has completed, for the handler's record.
-pub fn set_steps(steps: usize) {
+pub(crate) fn set_steps(steps: usize) {
     STEPS.store(steps as u64, Ordering::Relaxed);
 }
 
 /// Writes the armed records, once, for the signal named `signal`. Async-signal-safe:
 /// called from the handler. The records stay allocated for good (a handler frees nothing).
-pub fn fire(signal: &[u8]) {
+pub(crate) fn fire(signal: &[u8]) {
     let p = ARMED.swap(std::ptr::null_mut(), Ordering::SeqCst);
     if p.is_null() {
         return;

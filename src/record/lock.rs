@@ -27,18 +27,18 @@ use std::time::SystemTime;
 use tracing::warn;
 
 /// The lock's name in the folder it guards.
-pub const LOCK_FILE: &str = ".ddpbench.lock";
+pub(crate) const LOCK_FILE: &str = ".ddpbench.lock";
 /// Created exclusively by a job while it clears a stale lock.
-pub const BREAK_FILE: &str = ".ddpbench.lock.break";
+pub(crate) const BREAK_FILE: &str = ".ddpbench.lock.break";
 /// The flag that clears a lock whose holder cannot be checked from here.
-pub const BREAK_FLAG: &str = "--break-lock";
+pub(crate) const BREAK_FLAG: &str = "--break-lock";
 
 /// A lock file is a few hundred bytes; a larger one is not ddpbench's.
 const MAX_BYTES: u64 = 64 << 10;
 
 /// Who holds a folder: the process that wrote the lock.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Holder {
+pub(crate) struct Holder {
     pub host: String,
     pub pid: u32,
     /// `/proc/sys/kernel/random/boot_id`: a pid names the same process only within one boot.
@@ -54,7 +54,7 @@ pub struct Holder {
 
 impl Holder {
     /// This process.
-    pub fn me() -> Holder {
+    pub(crate) fn me() -> Holder {
         let pid = std::process::id();
         Holder {
             host: hostname(),
@@ -70,7 +70,7 @@ impl Holder {
     }
 
     /// `pid 4242 on node17 (Slurm job 12345) since 2026-11-22T08:15:02Z: ddpbench train ...`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let job = self.job.as_ref().map(|j| format!(", {j}")).unwrap_or_default();
         format!(
             "pid {} on {}{job}, since {}: `{}`",
@@ -303,7 +303,7 @@ fn clear(path: &Path, seen: &Seen, forced: bool) -> Result<()> {
 }
 
 /// This host's name (`gethostname`), as MPI names it too.
-pub fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: gethostname writes at most buf.len() bytes.
     if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
@@ -329,7 +329,7 @@ fn process_start_ticks(pid: u32) -> Option<u64> {
 /// The batch scheduler's job that started this process, as (scheduler, id): a Slurm
 /// array task as `ARRAYJOB_TASK`, PBS's and LSF's ids (an LSF array index after `_`).
 /// The id keeps only letters, digits, `.`, `_` and `-`, so it can be part of a folder name.
-pub fn scheduler_job() -> Option<(&'static str, String)> {
+pub(crate) fn scheduler_job() -> Option<(&'static str, String)> {
     scheduler_job_in(|k| std::env::var(k).ok())
 }
 

@@ -12,21 +12,21 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The reserve's name in the run folder.
-pub const RESERVE_FILE: &str = ".ddpbench-reserve";
+pub(crate) const RESERVE_FILE: &str = ".ddpbench-reserve";
 
 /// Room beyond the manifest's own size: the end records and the failure's text.
 const MARGIN_BYTES: u64 = 64 << 10;
 
 /// The reserve of one run folder; removed when dropped.
 #[derive(Debug)]
-pub struct Reserve {
+pub(crate) struct Reserve {
     dir: PathBuf,
 }
 
 impl Reserve {
     /// Writes a reserve in `dir` large enough to rewrite a manifest of `manifest_bytes`
     /// (plus the margin), or removes what it wrote and says why.
-    pub fn make(dir: &Path, manifest_bytes: u64) -> Result<Reserve> {
+    pub(crate) fn make(dir: &Path, manifest_bytes: u64) -> Result<Reserve> {
         let bytes = (manifest_bytes + MARGIN_BYTES).div_ceil(MARGIN_BYTES) * MARGIN_BYTES;
         let path = dir.join(RESERVE_FILE);
         // Created exclusively: a file already there (planted, or a link) is refused, not
@@ -58,7 +58,7 @@ impl Drop for Reserve {
 /// Gives back enough of `dir`'s reserve to write a file of `bytes` (whole blocks, and
 /// two more for the file's own bookkeeping), or all of it when it holds less. Returns
 /// the bytes given back.
-pub fn release(dir: &Path, bytes: u64) -> u64 {
+pub(crate) fn release(dir: &Path, bytes: u64) -> u64 {
     use std::os::unix::fs::MetadataExt;
     use std::os::unix::io::AsRawFd;
     let path = dir.join(RESERVE_FILE);

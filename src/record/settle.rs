@@ -20,11 +20,11 @@ use std::time::{Duration, SystemTime};
 
 /// How old the newest end record must be before a manifest that says `running` is
 /// settled from the end records.
-pub const SETTLE_AFTER: Duration = Duration::from_secs(30);
+pub(crate) const SETTLE_AFTER: Duration = Duration::from_secs(30);
 
 /// What [`settle`] wrote.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Settled {
+pub(crate) struct Settled {
     pub status: RunStatus,
     pub error: String,
 }
@@ -33,7 +33,7 @@ pub struct Settled {
 /// `now`. Ok(None) when there is nothing to settle: the manifest does not say `running`,
 /// no rank recorded an end, or the newest end is more recent than [`SETTLE_AFTER`] (the
 /// job may still be writing its records). Err when the manifest cannot be rewritten.
-pub fn settle(dir: &Path, command: &str, now: SystemTime) -> Result<Option<Settled>> {
+pub(crate) fn settle(dir: &Path, command: &str, now: SystemTime) -> Result<Option<Settled>> {
     let Ok(mut m) = Manifest::read(dir) else { return Ok(None) };
     if m.status != RunStatus::Running.as_str() {
         return Ok(None);
@@ -54,7 +54,7 @@ pub fn settle(dir: &Path, command: &str, now: SystemTime) -> Result<Option<Settl
 }
 
 /// [`settle`] now, saying on stderr what was written, or why it could not be.
-pub fn settle_and_say(dir: &Path, command: &str) {
+pub(crate) fn settle_and_say(dir: &Path, command: &str) {
     match settle(dir, command, SystemTime::now()) {
         Ok(Some(s)) => eprintln!(
             "{}: manifest.json said running; it now says {}, from the ranks' end records",

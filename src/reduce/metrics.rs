@@ -1,23 +1,23 @@
 //! Every derived figure `reduce` prints, each defined once, as a pure function of the
 //! numbers it is computed from. Tables, CSV files and plots all call these.
 
-pub use crate::bandwidth::{algbw, busbw};
+pub(crate) use crate::bandwidth::{algbw, busbw};
 
 /// The straggler wait of a rank in one step: `last_entry − own_entry`, where an entry is
 /// when a rank handed its last bucket to the all-reduce (on rank 0's clock): the
 /// all-reduce cannot complete before the last rank has entered it. Never negative.
-pub fn straggler_wait(last_entry_s: f64, own_entry_s: f64) -> f64 {
+pub(crate) fn straggler_wait(last_entry_s: f64, own_entry_s: f64) -> f64 {
     (last_entry_s - own_entry_s).max(0.0)
 }
 
 /// The transfer time of a rank's all-reduce in one step: its all-reduce work minus the
 /// straggler wait inside it, `max(comm_s − wait_s, 0)`.
-pub fn transfer_time(comm_s: f64, wait_s: f64) -> f64 {
+pub(crate) fn transfer_time(comm_s: f64, wait_s: f64) -> f64 {
     (comm_s - wait_s).max(0.0)
 }
 
 /// Throughput of a run: `samples per step / mean step time` (samples/s).
-pub fn throughput(samples_per_step: f64, mean_step_s: f64) -> f64 {
+pub(crate) fn throughput(samples_per_step: f64, mean_step_s: f64) -> f64 {
     if mean_step_s > 0.0 {
         samples_per_step / mean_step_s
     } else {
@@ -26,18 +26,18 @@ pub fn throughput(samples_per_step: f64, mean_step_s: f64) -> f64 {
 }
 
 /// Speedup: `throughput / baseline throughput`.
-pub fn speedup(throughput: f64, base_throughput: f64) -> f64 {
+pub(crate) fn speedup(throughput: f64, base_throughput: f64) -> f64 {
     throughput / base_throughput
 }
 
 /// Parallel efficiency: `speedup / (ranks / baseline ranks)`.
-pub fn efficiency(speedup: f64, rank_ratio: f64) -> f64 {
+pub(crate) fn efficiency(speedup: f64, rank_ratio: f64) -> f64 {
     speedup / rank_ratio
 }
 
 /// Compute/communication ratio R: `(forward + backward) / all-reduce work`, from mean
 /// times per step; NaN without communication.
-pub fn compute_comm_ratio(forward_s: f64, backward_s: f64, comm_s: f64) -> f64 {
+pub(crate) fn compute_comm_ratio(forward_s: f64, backward_s: f64, comm_s: f64) -> f64 {
     if comm_s > 0.0 {
         (forward_s + backward_s) / comm_s
     } else {
@@ -50,7 +50,7 @@ pub fn compute_comm_ratio(forward_s: f64, backward_s: f64, comm_s: f64) -> f64 {
 /// point's all-reduce after the last rank entered, both per step. A point whose step is
 /// T1 plus its transfer, nothing else slower than alone, has exactly this efficiency.
 /// NaN without a step.
-pub fn transfer_limit_efficiency(t1_s: f64, transfer_s: f64) -> f64 {
+pub(crate) fn transfer_limit_efficiency(t1_s: f64, transfer_s: f64) -> f64 {
     if t1_s > 0.0 {
         t1_s / (t1_s + transfer_s.max(0.0))
     } else {
@@ -69,7 +69,7 @@ pub fn karp_flatt(speedup: f64, p: f64) -> f64 {
 
 /// Gustafson's serial fraction of a weak-scaling point: from the scaled speedup
 /// `S = n − s·(n − 1)` on `n` times the ranks, `s = (n − S) / (n − 1)`. NaN for n ≤ 1.
-pub fn gustafson_serial_fraction(speedup: f64, n: f64) -> f64 {
+pub(crate) fn gustafson_serial_fraction(speedup: f64, n: f64) -> f64 {
     if n <= 1.0 {
         return f64::NAN;
     }
@@ -78,13 +78,13 @@ pub fn gustafson_serial_fraction(speedup: f64, n: f64) -> f64 {
 
 /// Amdahl's law: the speedup on `p` times the ranks with serial fraction `f`,
 /// `1 / (f + (1 − f)/p)`.
-pub fn amdahl(f: f64, p: f64) -> f64 {
+pub(crate) fn amdahl(f: f64, p: f64) -> f64 {
     1.0 / (f + (1.0 - f) / p)
 }
 
 /// The least-squares serial fraction f in [0, 1] of Amdahl's law through the points
 /// (p, speedup), by golden-section search (the error is unimodal in f); NaN without points.
-pub fn amdahl_fit(points: &[(f64, f64)]) -> f64 {
+pub(crate) fn amdahl_fit(points: &[(f64, f64)]) -> f64 {
     if points.is_empty() {
         return f64::NAN;
     }

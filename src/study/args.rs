@@ -93,11 +93,11 @@ pub struct StudyArgs {
 }
 
 /// The dry run's default time for timing workloads.
-pub const DRY_RUN_BUDGET_S: f64 = 600.0;
+pub(super) const DRY_RUN_BUDGET_S: f64 = 600.0;
 
 /// The `study` arguments that may differ between the ranks of one job, and why: every
 /// other one is compared across ranks at start-up ([`launch_flags`]).
-pub const RANK_LOCAL: &[(&str, &str)] = &[(
+pub(super) const RANK_LOCAL: &[(&str, &str)] = &[(
     "FILE",
     "where this rank reads the study file: what it says is compared, as the resolved study",
 )];
@@ -106,7 +106,7 @@ pub const RANK_LOCAL: &[(&str, &str)] = &[(
 /// options, each compared but those `train` lets differ per rank): what the completeness
 /// test checks [`launch_flags`] against.
 #[cfg(test)]
-pub const SAME_ON_EVERY_RANK: &[&str] = &[
+pub(super) const SAME_ON_EVERY_RANK: &[&str] = &[
     "--name",
     "--models",
     "--datasets",
@@ -125,7 +125,7 @@ pub const SAME_ON_EVERY_RANK: &[&str] = &[
 ];
 
 /// The command and the resolved study (file and command line) compared across ranks.
-pub fn launch_flags(spec: &StudySpec, args: &StudyArgs) -> job::same_flags::LaunchFlags {
+pub(super) fn launch_flags(spec: &StudySpec, args: &StudyArgs) -> job::same_flags::LaunchFlags {
     use serde_json::json;
     let mut flags = job::same_flags::LaunchFlags::new("study", RANK_LOCAL)
         .with("--name", json!(spec.name))
@@ -160,7 +160,7 @@ pub fn launch_flags(spec: &StudySpec, args: &StudyArgs) -> job::same_flags::Laun
 }
 
 /// The study as written: the file, then the command line.
-pub fn spec_of(args: &StudyArgs) -> Result<StudySpec> {
+pub(super) fn spec_of(args: &StudyArgs) -> Result<StudySpec> {
     let (text, default_name) = match &args.file {
         Some(f) => (
             std::fs::read_to_string(f).with_context(|| format!("cannot read the study file {}", f.display()))?,

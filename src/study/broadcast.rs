@@ -22,7 +22,7 @@ pub(super) fn broadcast_from(g: &Group, root: usize, s: &str) -> String {
 /// A barrier on the world that leaves a waiting rank's core idle: a non-blocking
 /// barrier tested every few milliseconds, sleeping in between (a blocking MPI barrier
 /// busy-polls).
-pub fn wait_without_spinning(g: &Group, what: &str) {
+pub(super) fn wait_without_spinning(g: &Group, what: &str) {
     let _f = crate::flight::enter("barrier", &format!("end of {what}"));
     let mut req = g.comm.immediate_barrier();
     let mut nap = Duration::from_micros(200);

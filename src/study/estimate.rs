@@ -16,11 +16,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Steps the timing run trains; the first is a warm-up and is left out.
-pub const TIMED_STEPS: usize = 6;
+pub(super) const TIMED_STEPS: usize = 6;
 
 /// One workload's timing on one rank.
 #[derive(Debug, Clone, PartialEq)]
-pub struct WorkloadTiming {
+pub(super) struct WorkloadTiming {
     /// The point timed: its batch per rank and steps per epoch.
     pub batch_per_rank: usize,
     pub steps_per_epoch: usize,
@@ -54,7 +54,7 @@ fn without(args: &[String], flags: &[&str]) -> Vec<String> {
 }
 
 /// The timing run's command line: the point's, bounded and without extras.
-pub fn timing_args(point: &Point) -> Vec<String> {
+pub(super) fn timing_args(point: &Point) -> Vec<String> {
     let mut args = without(
         &point.args,
         &[
@@ -115,7 +115,12 @@ fn read_timing(dir: &Path, point: &Point) -> Result<WorkloadTiming, String> {
 /// and 16 random hex digits, created exclusively (nothing planted ahead stands in for
 /// it) and removed on every way out ([`ScratchDir`]): at the end, on a panic or an
 /// aborted job, and on a stop signal, which ends the dry run at once.
-pub fn time_workloads(g: &Group, plan: &Plan, budget_s: f64, watchdog: &Watchdog) -> BTreeMap<String, Result<WorkloadTiming, String>> {
+pub(super) fn time_workloads(
+    g: &Group,
+    plan: &Plan,
+    budget_s: f64,
+    watchdog: &Watchdog,
+) -> BTreeMap<String, Result<WorkloadTiming, String>> {
     let mut out = BTreeMap::new();
     let started = std::time::Instant::now();
     let scratch = if g.rank == 0 {
@@ -179,7 +184,7 @@ fn point_steps(point: &Point, t: &WorkloadTiming) -> Option<usize> {
 
 /// Seconds a point is expected to take, from its workload's timing: set-up plus its
 /// steps at the 1-rank step time scaled by the batch per rank.
-pub fn point_seconds(point: &Point, t: &WorkloadTiming) -> Option<f64> {
+pub(super) fn point_seconds(point: &Point, t: &WorkloadTiming) -> Option<f64> {
     let steps = point_steps(point, t)?;
     let scale = point.batch_per_rank as f64 / t.batch_per_rank.max(1) as f64;
     Some(t.setup_s + steps as f64 * t.step_s * scale)
@@ -187,7 +192,7 @@ pub fn point_seconds(point: &Point, t: &WorkloadTiming) -> Option<f64> {
 
 /// The warning the point's runs will carry for measuring fewer steps than
 /// `--min-measured-steps`, said before they run.
-pub fn too_few_steps(point: &Point, t: &WorkloadTiming) -> Option<RunWarning> {
+pub(super) fn too_few_steps(point: &Point, t: &WorkloadTiming) -> Option<RunWarning> {
     let cfg = plan::parse_train(&point.args).ok()?;
     let s = &cfg.schedule;
     crate::train::guard::too_few_measured_steps(point_steps(point, t)?, s.warmup_steps, s.min_measured_steps)

@@ -20,7 +20,7 @@ use std::time::{Instant, SystemTime};
 
 /// The PyTorch DDP twin of `mnist-cnn` (`benchmarks/pytorch_ddp_mnist.py`), kept in the
 /// binary so that a study runs the script it was built with and copies it into each run.
-pub const PYTORCH_DDP_SCRIPT: &str = include_str!("../../benchmarks/pytorch_ddp_mnist.py");
+pub(crate) const PYTORCH_DDP_SCRIPT: &str = include_str!("../../benchmarks/pytorch_ddp_mnist.py");
 
 /// The script's name in a run's `peer/` folder.
 const SCRIPT_FILE: &str = "pytorch_ddp_mnist.py";
@@ -30,7 +30,7 @@ const TWINS: [&str; 1] = ["mnist-cnn"];
 
 /// The Python that runs the peer: `DDPBENCH_PYTHON` (set by job-scripts/setup.sh), else
 /// `python3` on the PATH.
-pub fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     std::env::var_os("DDPBENCH_PYTHON")
         .filter(|p| !p.is_empty())
         .map(PathBuf::from)
@@ -38,7 +38,7 @@ pub fn python() -> PathBuf {
 }
 
 /// PyTorch's version as the peer's Python imports it; Err says how to get one.
-pub fn torch_version(peer: Peer) -> Result<String> {
+pub(crate) fn torch_version(peer: Peer) -> Result<String> {
     let py = python();
     let out = std::process::Command::new(&py)
         .args(["-c", "import torch, torch.distributed; print(torch.__version__)"])
@@ -62,7 +62,7 @@ pub fn torch_version(peer: Peer) -> Result<String> {
 }
 
 /// Err when `peer` cannot train the point `cfg` describes: what differs, and what to change.
-pub fn check_point(peer: Peer, cfg: &TrainConfig) -> Result<()> {
+pub(crate) fn check_point(peer: Peer, cfg: &TrainConfig) -> Result<()> {
     let model = cfg.workload.model.name();
     let what = format!("study key `peer = \"{}\"`", peer.name());
     ensure!(
@@ -108,7 +108,7 @@ struct PeerInfo {
 
 /// Trains the point `cfg` with `peer` on the ranks of `pg` into the run folder `dir`.
 /// Err is agreed: every rank of the point returns the same one.
-pub fn run(pg: &Group, peer: Peer, cfg: &TrainConfig, dir: &Path) -> Result<()> {
+pub(crate) fn run(pg: &Group, peer: Peer, cfg: &TrainConfig, dir: &Path) -> Result<()> {
     let started = SystemTime::now();
     let clock = Instant::now();
     let run_id = dir.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();

@@ -39,7 +39,7 @@ pub enum Scaling {
 }
 
 /// Keys of a study file that are not `train` options.
-pub const STUDY_KEYS: [&str; 17] = [
+pub(crate) const STUDY_KEYS: [&str; 17] = [
     "name",
     "data_dirs",
     "models",
@@ -62,12 +62,12 @@ pub const STUDY_KEYS: [&str; 17] = [
 /// The study keys that only say how the study's report projects and recommends
 /// (`reduce`'s flags of the same names): no point depends on them, so a study resumes
 /// under other values of them.
-pub const REPORT_KEYS: [&str; 5] = ["link", "link_intra", "project_shape", "target_efficiency", "price_per_gpu_hour"];
+pub(crate) const REPORT_KEYS: [&str; 5] = ["link", "link_intra", "project_shape", "target_efficiency", "price_per_gpu_hour"];
 
 /// What the study's report is asked for beyond its runs ([`REPORT_KEYS`]), each checked
 /// by the parser of `reduce`'s flag of the same name.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ReportKeys {
+pub(crate) struct ReportKeys {
     pub link: Option<LinkSpec>,
     pub link_intra: Option<LinkSpec>,
     pub project_shape: Vec<Shape>,
@@ -123,7 +123,7 @@ impl ReportKeys {
 
 /// A study as written (file, then command-line overrides), before it is laid out.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StudySpec {
+pub(crate) struct StudySpec {
     pub name: String,
     pub models: Vec<String>,
     pub datasets: Vec<String>,
@@ -148,7 +148,7 @@ pub struct StudySpec {
 }
 
 /// Study keys renamed in schema 4 (old, new): still read, and said once to be renamed.
-pub const RENAMED_KEYS: [(&str, &str); 2] = [("placement", "node_fill"), ("repeat", "repeats")];
+pub(crate) const RENAMED_KEYS: [(&str, &str); 2] = [("placement", "node_fill"), ("repeat", "repeats")];
 
 fn as_list(v: &toml::Value) -> Vec<toml::Value> {
     match v {
@@ -190,7 +190,7 @@ fn one_enum<T: ValueEnum>(key: &str, v: &toml::Value) -> Result<T> {
 }
 
 /// The `train` option a study key names (`max_steps` and `max-steps` are `--max-steps`).
-pub fn option_name(key: &str) -> String {
+pub(crate) fn option_name(key: &str) -> String {
     key.replace('_', "-")
 }
 
@@ -202,7 +202,7 @@ fn is_train_option(name: &str) -> bool {
 
 /// A study's name becomes a folder name under `results/`: letters, digits, `.`, `_` and
 /// `-` only, not starting with a dot.
-pub fn check_name(name: &str) -> Result<()> {
+pub(crate) fn check_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 128
         && !name.starts_with('.')
@@ -215,7 +215,7 @@ pub fn check_name(name: &str) -> Result<()> {
 }
 
 /// A file name made into a study name ([`check_name`]'s characters).
-pub fn name_from_file(stem: &str) -> String {
+pub(crate) fn name_from_file(stem: &str) -> String {
     let s = slug(stem);
     if s.is_empty() {
         "study".into()
@@ -225,14 +225,14 @@ pub fn name_from_file(stem: &str) -> String {
 }
 
 /// The most points a study plans; more is refused with the count before any is built.
-pub const MAX_POINTS: usize = 10_000;
+pub(crate) const MAX_POINTS: usize = 10_000;
 
 impl StudySpec {
     /// Reads a study from TOML text. Every key is a study key ([`STUDY_KEYS`], with
     /// `model`, `dataset` and `batch_size` accepted for the grid keys) or a `train`
     /// option by its long name; a list makes the option a grid axis. Unknown keys are
     /// refused later, when the points' command lines are parsed ([`plan`]).
-    pub fn from_toml(text: &str, default_name: &str) -> Result<StudySpec> {
+    pub(crate) fn from_toml(text: &str, default_name: &str) -> Result<StudySpec> {
         let table: toml::Table = toml::from_str(text).context("the study file is not valid TOML")?;
         let mut s = StudySpec {
             name: default_name.to_string(),
@@ -257,7 +257,7 @@ impl StudySpec {
     }
 
     /// Sets one key (from the file or the command line; a later one wins).
-    pub fn set(&mut self, key: &str, v: &toml::Value) -> Result<()> {
+    pub(crate) fn set(&mut self, key: &str, v: &toml::Value) -> Result<()> {
         let key = key.replace('-', "_");
         if let Some((old, new)) = RENAMED_KEYS.iter().find(|(old, _)| *old == key) {
             let note = format!("study key `{old}` is now `{new}` (read as it; rename it in the file)");
@@ -319,7 +319,7 @@ impl StudySpec {
 
     /// Applies `train`-style flags from the command line (`--max-steps 20 --deterministic`)
     /// as study keys.
-    pub fn apply_flags(&mut self, flags: &[String]) -> Result<()> {
+    pub(crate) fn apply_flags(&mut self, flags: &[String]) -> Result<()> {
         let mut i = 0;
         while i < flags.len() {
             let f = &flags[i];
@@ -347,7 +347,7 @@ impl StudySpec {
     }
 
     /// The resolved study as TOML (`study.toml` of the study folder): every key explicit.
-    pub fn to_toml(&self, ladder: &[usize], threads_per_rank: usize) -> String {
+    pub(crate) fn to_toml(&self, ladder: &[usize], threads_per_rank: usize) -> String {
         let mut t = toml::Table::new();
         let list = |v: Vec<toml::Value>| toml::Value::Array(v);
         t.insert("name".into(), self.name.clone().into());
@@ -380,7 +380,7 @@ impl StudySpec {
 
 /// A resolved study.toml ([`StudySpec::to_toml`]) under the keys before schema 4, as
 /// study folders made before hold it: the same study, so a resume compares with both.
-pub fn with_old_keys(resolved: &str) -> String {
+pub(crate) fn with_old_keys(resolved: &str) -> String {
     let Ok(mut t) = toml::from_str::<toml::Table>(resolved) else {
         return resolved.to_string();
     };
@@ -394,7 +394,7 @@ pub fn with_old_keys(resolved: &str) -> String {
 
 /// A resolved study.toml without its [`REPORT_KEYS`]: what its hash is taken of, so the
 /// report keys may change between launches of one study.
-pub fn without_report_keys(resolved: &str) -> String {
+pub(crate) fn without_report_keys(resolved: &str) -> String {
     let Ok(mut t) = toml::from_str::<toml::Table>(resolved) else {
         return resolved.to_string();
     };
@@ -406,7 +406,7 @@ pub fn without_report_keys(resolved: &str) -> String {
 
 /// `saved` (a study folder's study.toml) with the [`REPORT_KEYS`] of `resolved`; None
 /// when they are the same already.
-pub fn with_report_keys_of(saved: &str, resolved: &str) -> Option<String> {
+pub(crate) fn with_report_keys_of(saved: &str, resolved: &str) -> Option<String> {
     let (Ok(mut saved_t), Ok(new_t)) = (toml::from_str::<toml::Table>(saved), toml::from_str::<toml::Table>(resolved)) else {
         return None;
     };
@@ -445,14 +445,14 @@ fn parse_scalar(s: &str) -> toml::Value {
 /// The nodes of the job as the world sees them: each node's world ranks, in rank order;
 /// nodes in the order of their lowest rank.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Layout {
+pub(crate) struct Layout {
     pub nodes: Vec<Vec<usize>>,
     pub hosts: Vec<String>,
 }
 
 impl Layout {
     /// From every world rank's host name.
-    pub fn from_hosts(hosts: &[String]) -> Layout {
+    pub(crate) fn from_hosts(hosts: &[String]) -> Layout {
         let mut names: Vec<String> = Vec::new();
         let mut nodes: Vec<Vec<usize>> = Vec::new();
         for (rank, h) in hosts.iter().enumerate() {
@@ -467,18 +467,18 @@ impl Layout {
         Layout { nodes, hosts: names }
     }
 
-    pub fn world_size(&self) -> usize {
+    pub(crate) fn world_size(&self) -> usize {
         self.nodes.iter().map(Vec::len).sum()
     }
 
     /// Ranks on the smallest node: what a full node holds in the ladder.
-    pub fn ranks_per_node(&self) -> usize {
+    pub(crate) fn ranks_per_node(&self) -> usize {
         self.nodes.iter().map(Vec::len).min().unwrap_or(1)
     }
 
     /// The default ladder: 1, then doubling within the first node until it is full, then
     /// doubling the number of full nodes: 1, 2, 4 | 8, 16 on 4-rank nodes.
-    pub fn default_ladder(&self) -> Vec<usize> {
+    pub(crate) fn default_ladder(&self) -> Vec<usize> {
         let per = self.ranks_per_node().max(1);
         let mut ladder = Vec::new();
         let mut k = 1;
@@ -500,7 +500,7 @@ impl Layout {
     }
 
     /// The world ranks of a `k`-rank point.
-    pub fn ranks_for(&self, k: usize, fill: NodeFill) -> Result<Vec<usize>> {
+    pub(crate) fn ranks_for(&self, k: usize, fill: NodeFill) -> Result<Vec<usize>> {
         let per = self.ranks_per_node().max(1);
         ensure!(
             k >= 1 && k <= self.world_size(),
@@ -545,7 +545,7 @@ impl Layout {
     /// allocation has nodes puts some of them on one node, and a study about nodes would
     /// conclude from links it did not cross (on one node, every point of 2 ranks or more
     /// is an intra-node run).
-    pub fn node_fill_concern(&self, ladder: &[usize], fill: NodeFill) -> Option<String> {
+    pub(crate) fn node_fill_concern(&self, ladder: &[usize], fill: NodeFill) -> Option<String> {
         if fill != NodeFill::Spread {
             return None;
         }
@@ -580,7 +580,7 @@ impl Layout {
     }
 
     /// The most ranks `members` put on one node.
-    pub fn most_on_a_node(&self, members: &[usize]) -> usize {
+    pub(crate) fn most_on_a_node(&self, members: &[usize]) -> usize {
         self.nodes
             .iter()
             .map(|n| n.iter().filter(|r| members.contains(r)).count())
@@ -610,7 +610,7 @@ fn host_list(hosts: &[String]) -> String {
 
 /// One point of a study: one configuration at one rank count.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Point {
+pub(crate) struct Point {
     /// Folder-safe, unique in the study, stable across runs of the same study.
     pub id: PointId,
     /// The workload and settings, without the rank count (points of one curve share it).
@@ -631,7 +631,7 @@ pub struct Point {
 
 /// A point left out, and why.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Skipped {
+pub(crate) struct Skipped {
     pub workload: String,
     pub ranks: usize,
     pub why: String,
@@ -640,7 +640,7 @@ pub struct Skipped {
 /// A study laid out: its points in order (repeats not expanded), the skipped ones, and
 /// what every point shares.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub points: Vec<Point>,
     pub skipped: Vec<Skipped>,
     pub ladder: Vec<usize>,
@@ -658,7 +658,7 @@ struct TrainLine {
 
 /// Parses and validates one point's `train` options; an unknown option is named as the
 /// study key it came from.
-pub fn parse_train(args: &[String]) -> Result<TrainConfig> {
+pub(crate) fn parse_train(args: &[String]) -> Result<TrainConfig> {
     let line = TrainLine::try_parse_from(args).map_err(|e| {
         let text = e.render().to_string();
         let first = text.lines().next().unwrap_or("").trim_start_matches("error: ").to_string();
@@ -813,7 +813,7 @@ impl Grid<'_> {
 
 /// Lays a study over a job: the ladder, each point's ranks, batch and `train` options.
 /// `cores_per_node`: the fewest cores of any node, for the default threads per rank.
-pub fn plan(spec: &StudySpec, layout: &Layout, cores_per_node: usize) -> Result<Plan> {
+pub(crate) fn plan(spec: &StudySpec, layout: &Layout, cores_per_node: usize) -> Result<Plan> {
     let ladder = match &spec.ranks {
         Some(r) => {
             let mut r = r.clone();
@@ -945,12 +945,12 @@ fn with_twins(points: Vec<Point>, peer: Option<Peer>) -> Vec<Point> {
 
 /// The order points run in: repeat after repeat over all points (interleaved, so slow
 /// drift of the machine spreads over every point instead of landing on one).
-pub fn schedule(points: usize, repeats: usize) -> Vec<(usize, usize)> {
+pub(crate) fn schedule(points: usize, repeats: usize) -> Vec<(usize, usize)> {
     (0..repeats.max(1)).flat_map(|rep| (0..points).map(move |p| (p, rep))).collect()
 }
 
 /// FNV-1a of the resolved study: a changed study is refused when resuming.
-pub fn study_hash(text: &str) -> String {
+pub(crate) fn study_hash(text: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in text.bytes() {
         h ^= u64::from(b);
@@ -960,12 +960,12 @@ pub fn study_hash(text: &str) -> String {
 }
 
 /// Run names of a point's repeats: `<point id>-rep<N>`.
-pub fn run_name(point: &Point, rep: usize) -> String {
+pub(crate) fn run_name(point: &Point, rep: usize) -> String {
     format!("{}-rep{rep}", point.id)
 }
 
 /// Points per workload, for the dry run's table.
-pub fn by_workload(points: &[Point]) -> BTreeMap<String, Vec<&Point>> {
+pub(crate) fn by_workload(points: &[Point]) -> BTreeMap<String, Vec<&Point>> {
     let mut m: BTreeMap<String, Vec<&Point>> = BTreeMap::new();
     for p in points {
         m.entry(p.workload.clone()).or_default().push(p);

@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 
 /// One row of `report/study.csv`.
 #[derive(Debug, Clone, Serialize)]
-pub struct PointSummary {
+pub(super) struct PointSummary {
     pub point: PointId,
     pub workload: String,
     pub scaling: String,
@@ -173,7 +173,7 @@ pub(super) fn summarise(report: &Report, plan: &Plan, repeat: usize, state: &Sta
 /// One sentence on how a workload scales, from its points and `reduce`'s report of
 /// them (`rows`, `runs`): the point with the most ranks said as report.md says it
 /// ([`verdict::point_verdict`]), then accuracy at the global batches run.
-pub fn verdict(workload: &str, points: &[&PointSummary], rows: &[ScalingRow], runs: &[RunReport]) -> String {
+pub(super) fn verdict(workload: &str, points: &[&PointSummary], rows: &[ScalingRow], runs: &[RunReport]) -> String {
     // A point with no completed repeat failed (it has an error) or was not run (a
     // study stopped before it).
     let failed = points.iter().filter(|p| p.repeats_completed == 0 && p.error.is_some()).count();

@@ -18,27 +18,27 @@ use std::time::SystemTime;
 use tracing::{info, warn};
 
 /// Outcome of every run of the study so far, by run name.
-pub type State = BTreeMap<String, PointOutcome>;
+pub(super) type State = BTreeMap<String, PointOutcome>;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PointOutcome {
+pub(super) struct PointOutcome {
     pub status: RunStatus,
     pub error: Option<String>,
 }
 
 impl PointOutcome {
-    pub fn new(status: RunStatus, error: Option<String>) -> PointOutcome {
+    pub(super) fn new(status: RunStatus, error: Option<String>) -> PointOutcome {
         PointOutcome { status, error }
     }
 }
 
-pub const STATE_FILE: &str = "state.json";
+pub(super) const STATE_FILE: &str = "state.json";
 /// Where unfinished run folders go when their point runs again.
-pub const DISCARDED: &str = "discarded";
+pub(super) const DISCARDED: &str = "discarded";
 
 /// The outcome a run folder shows, None when it holds no readable manifest.
 /// `completed` only when the manifest and every rank's end record say so.
-pub fn folder_outcome(dir: &Path) -> Option<PointOutcome> {
+pub(super) fn folder_outcome(dir: &Path) -> Option<PointOutcome> {
     let m = Manifest::read(dir).ok()?;
     let ends: Vec<Option<EndRecord>> = (0..m.world_size.min(1 << 20)).map(|r| EndRecord::read(dir, r).ok()).collect();
     let outcome = match m.status.as_str() {
@@ -67,7 +67,7 @@ pub fn folder_outcome(dir: &Path) -> Option<PointOutcome> {
 
 /// The study's state: `state.json` when it reads, else rebuilt from the folders of the
 /// runs named in `names` (the damaged file is kept as `state.json.damaged-<time>`).
-pub fn load(out: &Path, names: &[String]) -> Result<State> {
+pub(super) fn load(out: &Path, names: &[String]) -> Result<State> {
     let path = out.join(STATE_FILE);
     let why = match std::fs::read_to_string(&path) {
         Ok(text) => match serde_json::from_str::<State>(&text) {
@@ -92,20 +92,20 @@ pub fn load(out: &Path, names: &[String]) -> Result<State> {
 }
 
 /// The state the run folders under `runs` show, for the runs named in `names`.
-pub fn rebuild(runs: &Path, names: &[String]) -> State {
+pub(super) fn rebuild(runs: &Path, names: &[String]) -> State {
     names
         .iter()
         .filter_map(|n| folder_outcome(&runs.join(n)).map(|o| (n.clone(), o)))
         .collect()
 }
 
-pub fn save(out: &Path, state: &State) -> Result<()> {
+pub(super) fn save(out: &Path, state: &State) -> Result<()> {
     record::write_atomic(&out.join(STATE_FILE), &(serde_json::to_string_pretty(state)? + "\n"))
 }
 
 /// What a resumed study does with one run.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Decision {
+pub(super) enum Decision {
     Run,
     /// Not run, and why (for points.csv).
     Skip(String),
@@ -114,7 +114,7 @@ pub enum Decision {
 /// Decides from the run's folder (and, for failures, the state) whether to run it. A
 /// completed run is always kept; a failed one is kept unless `retry_failed`; a folder
 /// that makes way for a new run is moved to `discarded/` first.
-pub fn decide(out: &Path, state: &State, name: &str, retry_failed: bool) -> Result<Decision> {
+pub(super) fn decide(out: &Path, state: &State, name: &str, retry_failed: bool) -> Result<Decision> {
     let dir = out.join("runs").join(name);
     let folder = folder_outcome(&dir);
     if folder.as_ref().is_some_and(|o| o.status == RunStatus::Completed) {

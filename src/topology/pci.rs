@@ -136,19 +136,19 @@ mod ffi {
     use super::*;
 
     /// `hwloc_obj_type_t` values used here (hwloc.h, enum order).
-    pub const HWLOC_OBJ_PACKAGE: c_int = 1;
-    pub const HWLOC_OBJ_PCI_DEVICE: c_int = 15;
+    pub(super) const HWLOC_OBJ_PACKAGE: c_int = 1;
+    pub(super) const HWLOC_OBJ_PCI_DEVICE: c_int = 15;
     /// `HWLOC_TYPE_DEPTH_UNKNOWN` and `_MULTIPLE`: no such level / several levels.
-    pub const HWLOC_TYPE_DEPTH_UNKNOWN: c_int = -1;
-    pub const HWLOC_TYPE_DEPTH_MULTIPLE: c_int = -2;
+    pub(super) const HWLOC_TYPE_DEPTH_UNKNOWN: c_int = -1;
+    pub(super) const HWLOC_TYPE_DEPTH_MULTIPLE: c_int = -2;
     /// `enum hwloc_type_filter_e`.
-    pub const HWLOC_TYPE_FILTER_KEEP_ALL: c_int = 0;
+    pub(super) const HWLOC_TYPE_FILTER_KEEP_ALL: c_int = 0;
     /// `HWLOC_API_VERSION` of the 2.9 header this mirror was written from.
-    pub const HWLOC_API_VERSION: c_uint = 0x0002_0800;
+    pub(super) const HWLOC_API_VERSION: c_uint = 0x0002_0800;
 
     /// `struct hwloc_obj` (hwloc 2.x), every field in order so the offsets match.
     #[repr(C)]
-    pub struct HwlocObj {
+    pub(super) struct HwlocObj {
         pub type_: c_int,
         pub subtype: *mut c_char,
         pub os_index: c_uint,
@@ -188,7 +188,7 @@ mod ffi {
 
     /// `struct hwloc_pcidev_attr_s` without `HWLOC_HAVE_32BITS_PCI_DOMAIN` (Debian's build).
     #[repr(C)]
-    pub struct PcidevAttr {
+    pub(super) struct PcidevAttr {
         pub domain: c_ushort,
         pub bus: c_uchar,
         pub dev: c_uchar,
@@ -204,18 +204,18 @@ mod ffi {
 
     #[link(name = "hwloc")]
     extern "C" {
-        pub fn hwloc_get_api_version() -> c_uint;
-        pub fn hwloc_topology_init(topologyp: *mut *mut c_void) -> c_int;
-        pub fn hwloc_topology_set_io_types_filter(topology: *mut c_void, filter: c_int) -> c_int;
-        pub fn hwloc_topology_load(topology: *mut c_void) -> c_int;
-        pub fn hwloc_topology_destroy(topology: *mut c_void);
-        pub fn hwloc_get_type_depth(topology: *mut c_void, type_: c_int) -> c_int;
-        pub fn hwloc_get_nbobjs_by_depth(topology: *mut c_void, depth: c_int) -> c_uint;
-        pub fn hwloc_get_obj_by_depth(topology: *mut c_void, depth: c_int, idx: c_uint) -> *mut HwlocObj;
-        pub fn hwloc_bitmap_weight(bitmap: *const c_void) -> c_int;
-        pub fn hwloc_bitmap_first(bitmap: *const c_void) -> c_int;
-        pub fn hwloc_bitmap_next(bitmap: *const c_void, prev: c_int) -> c_int;
-        pub fn hwloc_bitmap_intersects(a: *const c_void, b: *const c_void) -> c_int;
+        pub(super) fn hwloc_get_api_version() -> c_uint;
+        pub(super) fn hwloc_topology_init(topologyp: *mut *mut c_void) -> c_int;
+        pub(super) fn hwloc_topology_set_io_types_filter(topology: *mut c_void, filter: c_int) -> c_int;
+        pub(super) fn hwloc_topology_load(topology: *mut c_void) -> c_int;
+        pub(super) fn hwloc_topology_destroy(topology: *mut c_void);
+        pub(super) fn hwloc_get_type_depth(topology: *mut c_void, type_: c_int) -> c_int;
+        pub(super) fn hwloc_get_nbobjs_by_depth(topology: *mut c_void, depth: c_int) -> c_uint;
+        pub(super) fn hwloc_get_obj_by_depth(topology: *mut c_void, depth: c_int, idx: c_uint) -> *mut HwlocObj;
+        pub(super) fn hwloc_bitmap_weight(bitmap: *const c_void) -> c_int;
+        pub(super) fn hwloc_bitmap_first(bitmap: *const c_void) -> c_int;
+        pub(super) fn hwloc_bitmap_next(bitmap: *const c_void, prev: c_int) -> c_int;
+        pub(super) fn hwloc_bitmap_intersects(a: *const c_void, b: *const c_void) -> c_int;
     }
 }
 

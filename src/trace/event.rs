@@ -12,20 +12,20 @@ use serde_json::Value;
 /// The threads (`tid`) of one rank's trace.
 pub(crate) mod tid {
     /// The training thread: steps, their phases, validation.
-    pub const STEP: u64 = 1;
+    pub(crate) const STEP: u64 = 1;
     /// Each bucket's all-reduce, from its start to its end.
-    pub const ALLREDUCE: u64 = 2;
+    pub(crate) const ALLREDUCE: u64 = 2;
     /// When backward handed each bucket to the all-reduce.
-    pub const HAND_OVER: u64 = 3;
+    pub(crate) const HAND_OVER: u64 = 3;
     /// Counters (loss).
-    pub const COUNTERS: u64 = 4;
+    pub(crate) const COUNTERS: u64 = 4;
     /// Data worker w's batch preparation is on thread `WORKER_FIRST + w`.
-    pub const WORKER_FIRST: u64 = 16;
+    pub(crate) const WORKER_FIRST: u64 = 16;
 }
 
 /// An event on one rank's own clock: nanoseconds since its start of the run.
 #[derive(Debug, Clone)]
-pub struct Event {
+pub(crate) struct Event {
     pub ph: char,
     pub name: String,
     pub cat: &'static str,
@@ -37,7 +37,7 @@ pub struct Event {
 }
 
 impl Event {
-    pub fn slice(name: impl Into<String>, cat: &'static str, tid: u64, ts_ns: i64, end_ns: i64) -> Event {
+    pub(crate) fn slice(name: impl Into<String>, cat: &'static str, tid: u64, ts_ns: i64, end_ns: i64) -> Event {
         Event {
             ph: 'X',
             name: name.into(),
@@ -49,13 +49,13 @@ impl Event {
         }
     }
 
-    pub fn with_args(mut self, args: Value) -> Event {
+    pub(crate) fn with_args(mut self, args: Value) -> Event {
         self.args = args;
         self
     }
 
     /// A mark across the whole of this rank's process (`"ph":"i"`, `"s":"p"`).
-    pub fn instant(name: impl Into<String>, cat: &'static str, tid: u64, ts_ns: i64) -> Event {
+    pub(crate) fn instant(name: impl Into<String>, cat: &'static str, tid: u64, ts_ns: i64) -> Event {
         Event {
             ph: 'i',
             ..Event::slice(name, cat, tid, ts_ns, ts_ns)
@@ -63,7 +63,7 @@ impl Event {
     }
 
     /// Metadata naming a process or thread (`name` is `process_name`, `thread_name`, ...).
-    pub fn metadata(name: &str, tid: u64, args: Value) -> Event {
+    pub(crate) fn metadata(name: &str, tid: u64, args: Value) -> Event {
         Event {
             ph: 'M',
             name: name.into(),
@@ -76,7 +76,7 @@ impl Event {
     }
 
     /// One line of JSON, for rank `pid`.
-    pub fn line(&self, pid: usize) -> String {
+    pub(crate) fn line(&self, pid: usize) -> String {
         let mut s = format!(
             "{{\"ph\":\"{}\",\"cat\":\"{}\",\"name\":{},\"pid\":{pid},\"tid\":{},\"ts\":{},\"dur\":{}",
             self.ph,
@@ -99,7 +99,7 @@ impl Event {
 }
 
 /// Nanoseconds as microseconds with exactly three decimals (no exponent, no rounding).
-pub fn micros(ns: i64) -> String {
+pub(crate) fn micros(ns: i64) -> String {
     let sign = if ns < 0 { "-" } else { "" };
     let a = ns.unsigned_abs();
     format!("{sign}{}.{:03}", a / 1000, a % 1000)
@@ -146,7 +146,7 @@ pub fn viewer_times(ts_ns: i64, end_ns: i64) -> (f64, f64) {
 /// is). A start that lies halfway between two f64 of the end's size, as a start
 /// smaller than the slice's length can, reaches only sums with an even last bit
 /// (ties round to even); with it every slice ending there can end on the same f64.
-pub fn end_f64(end_ns: i64) -> f64 {
+pub(crate) fn end_f64(end_ns: i64) -> f64 {
     let e = end_ns as f64 / 1e3;
     match (e.to_bits() & 1, e > 0.0) {
         (0, _) => e,
@@ -182,7 +182,7 @@ fn next_down(d: f64) -> f64 {
 }
 
 /// Seconds as whole nanoseconds.
-pub fn ns(seconds: f64) -> i64 {
+pub(crate) fn ns(seconds: f64) -> i64 {
     (seconds * 1e9).round() as i64
 }
 

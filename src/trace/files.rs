@@ -2,10 +2,10 @@
 //! (`train --trace` writes them) and the merge (`crate::reduce::timeline`) share.
 
 /// The trace folder inside a run folder.
-pub const TRACE_DIR: &str = "trace";
+pub(crate) const TRACE_DIR: &str = "trace";
 /// The largest rank trace file read back to merge it.
-pub const MAX_FILE_BYTES: u64 = 1 << 30;
+pub(crate) const MAX_FILE_BYTES: u64 = 1 << 30;
 /// A rank's trace file in the trace folder: `rank-NNNNN.trace.json`.
-pub fn file_name(rank: usize) -> String {
+pub(crate) fn file_name(rank: usize) -> String {
     format!("rank-{rank:05}.trace.json")
 }

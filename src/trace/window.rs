@@ -7,11 +7,11 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Steps `--trace` alone traces, from the first step after warm-up.
-pub const DEFAULT_STEPS: usize = 50;
+pub(crate) const DEFAULT_STEPS: usize = 50;
 /// The most steps one window holds. A step takes about 1.5 kB of trace with one
 /// bucket and 400 kB with a thousand, so a long window of a many-bucket model stops
 /// earlier, at the file's bound (`super::writer::MAX_RANK_BYTES`).
-pub const MAX_STEPS: usize = 10_000;
+pub(crate) const MAX_STEPS: usize = 10_000;
 
 /// Global steps `first..end` (end excluded).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

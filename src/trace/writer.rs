@@ -29,11 +29,11 @@ use std::time::Instant;
 
 /// The most bytes a rank's trace file takes: where tracing stops. Below the reader's
 /// [`MAX_FILE_BYTES`], so every file a run writes is read back.
-pub const MAX_RANK_BYTES: u64 = 512 << 20;
+pub(crate) const MAX_RANK_BYTES: u64 = 512 << 20;
 const _: () = assert!(MAX_RANK_BYTES < MAX_FILE_BYTES);
 /// A test hook: a lower per-rank bound in bytes (never a higher one than
 /// [`MAX_RANK_BYTES`]), read once when the trace opens.
-pub const MAX_BYTES_ENV: &str = "DDPBENCH_TRACE_MAX_BYTES";
+pub(crate) const MAX_BYTES_ENV: &str = "DDPBENCH_TRACE_MAX_BYTES";
 /// The bytes kept below the bound for what follows the last step written: the instant
 /// that says where the trace stops and the object form's first and last lines (plus the
 /// backend's name, which the first line holds).

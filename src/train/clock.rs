@@ -22,11 +22,11 @@ use mpi::topology::Communicator;
 use std::time::Instant;
 
 /// Round trips at least, per rank and estimate.
-pub const MIN_ROUNDS: usize = 8;
+pub(crate) const MIN_ROUNDS: usize = 8;
 /// Round trips stop once the error bound is below this.
-pub const TARGET_ERROR_S: f64 = 50e-6;
+pub(crate) const TARGET_ERROR_S: f64 = 50e-6;
 /// Or once this much time was spent on one rank's estimate.
-pub const BUDGET_S: f64 = 0.2;
+pub(crate) const BUDGET_S: f64 = 0.2;
 /// Tag of the clock messages.
 const TAG: i32 = 0x0c10;
 /// A ping carrying this tells rank 0 the round trips are over.
@@ -35,7 +35,7 @@ const DONE: f64 = -1.0;
 /// The common start of the run on this rank's clocks: the `Instant` every CSV time counts
 /// from, and where it lies on `CLOCK_MONOTONIC`.
 #[derive(Debug, Clone, Copy)]
-pub struct Origin {
+pub(crate) struct Origin {
     pub instant: Instant,
     /// `CLOCK_MONOTONIC` at `instant`, seconds: the middle of two reads around it.
     pub monotonic_s: f64,
@@ -44,7 +44,7 @@ pub struct Origin {
 }
 
 impl Origin {
-    pub fn now() -> Origin {
+    pub(crate) fn now() -> Origin {
         let before = monotonic_s();
         let instant = Instant::now();
         let after = monotonic_s();
@@ -57,7 +57,7 @@ impl Origin {
 }
 
 /// `CLOCK_MONOTONIC` now, seconds.
-pub fn monotonic_s() -> f64 {
+pub(crate) fn monotonic_s() -> f64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC exists on every Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
@@ -66,7 +66,7 @@ pub fn monotonic_s() -> f64 {
 
 /// This kernel's boot id, hashed (0 where it cannot be read: no rank then counts as
 /// sharing rank 0's clock). Equal ids: one kernel, one `CLOCK_MONOTONIC`.
-pub fn boot_id_hash() -> u64 {
+pub(crate) fn boot_id_hash() -> u64 {
     use std::hash::{Hash, Hasher};
     match std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
         Ok(id) if !id.trim().is_empty() => {
@@ -118,7 +118,7 @@ fn round_trips(root: &mpi::topology::Process<'_>, now: &dyn Fn() -> f64) -> Esti
 
 /// Estimates every rank's offset to rank 0 (a collective over `g`); rank 0 gets the
 /// rows, the others an empty list.
-pub fn estimate(g: &Group, origin: &Origin, boot_id: u64, sync: usize) -> Vec<ClockRow> {
+pub(crate) fn estimate(g: &Group, origin: &Origin, boot_id: u64, sync: usize) -> Vec<ClockRow> {
     let _f = crate::flight::enter("point-to-point", "clock offsets");
     let now = || origin.instant.elapsed().as_secs_f64();
     if g.rank != 0 {

@@ -19,7 +19,7 @@ use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use tch::{Device, Tensor};
 
 /// The all-reduce side of a run, ready for its first step.
-pub struct Communication {
+pub(super) struct Communication {
     pub backend: Backend,
     pub reducer: Box<dyn GradientReducer>,
     /// Where backward is cut and buckets leave; None without overlap.
@@ -37,7 +37,7 @@ impl Communication {
     /// Chooses the backend, plans buckets from one discovery pass (which leaves every
     /// gradient defined), probes the interconnect and attaches the gradients to the
     /// buckets.
-    pub fn setup(
+    pub(super) fn setup(
         g: &Group,
         cfg: &TrainConfig,
         place: &Placement,

@@ -52,7 +52,7 @@ pub struct TrainConfig {
 /// comparison key ([`crate::record::ComparisonKey`]) that records what it made run: runs
 /// that differ in one are never repeats of one point, nor each other's reference.
 #[cfg(test)]
-pub const IN_KEY: &[(&str, &str)] = &[
+pub(crate) const IN_KEY: &[(&str, &str)] = &[
     ("--model", "model"),
     ("--dataset", "dataset"),
     ("--device", "device"),
@@ -90,7 +90,7 @@ pub const IN_KEY: &[(&str, &str)] = &[
 /// The `train` flags that do not change the work of a step, and why: runs that differ
 /// only in these are repeats of one point.
 #[cfg(test)]
-pub const NOT_IN_KEY: &[(&str, &str)] = &[
+pub(crate) const NOT_IN_KEY: &[(&str, &str)] = &[
     (
         "--data-dir",
         "where the files are: the data set's kind is the key's dataset, and a path names no content",
@@ -151,7 +151,7 @@ pub const NOT_IN_KEY: &[(&str, &str)] = &[
 /// The `train` flags that may differ between the ranks of one job, and why: every other
 /// flag is compared across ranks at start-up ([`TrainConfig::launch_flags`]), since ranks
 /// that disagree make different collectives and hang.
-pub const RANK_LOCAL: &[(&str, &str)] = &[(
+pub(crate) const RANK_LOCAL: &[(&str, &str)] = &[(
     "--node-type",
     "it labels the node this rank runs on (ranks on different hardware carry different labels; \
      the manifest records each rank's)",
@@ -159,7 +159,7 @@ pub const RANK_LOCAL: &[(&str, &str)] = &[(
 
 /// The `train` flags every rank of a job must be given alike.
 #[cfg(test)]
-pub const SAME_ON_EVERY_RANK: &[&str] = &[
+pub(crate) const SAME_ON_EVERY_RANK: &[&str] = &[
     "--model",
     "--input-shape",
     "--input-dtype",
@@ -217,7 +217,7 @@ pub const SAME_ON_EVERY_RANK: &[&str] = &[
 /// The environment variables that change what a `train` run does, and why: each is
 /// recorded per rank (`RankInfo::run_env`) and held by the comparison key's `env`, so a
 /// run with one set is never a repeat of, nor a reference for, a run without it.
-pub const ENV_IN_KEY: &[(&str, &str)] = &[
+pub(crate) const ENV_IN_KEY: &[(&str, &str)] = &[
     (
         "DDPBENCH_SLOW_FORWARD",
         "a rank sleeps in every forward pass: a straggler made on purpose",
@@ -240,7 +240,7 @@ pub const ENV_IN_KEY: &[(&str, &str)] = &[
 
 /// The `DDPBENCH_*` variables the code reads that do not change a training step, and why.
 #[cfg(test)]
-pub const ENV_NOT_IN_KEY: &[(&str, &str)] = &[
+pub(crate) const ENV_NOT_IN_KEY: &[(&str, &str)] = &[
     (
         "DDPBENCH_PYTHON",
         "the Python a study's PyTorch DDP twin runs: no ddpbench step reads it; the twin's key names the peer and its \
@@ -342,10 +342,10 @@ pub struct WorkloadConfig {
 
 /// The fewest measured steps a run's throughput is trusted from, unless
 /// `--min-measured-steps` says otherwise.
-pub const MIN_MEASURED_STEPS: usize = 20;
+pub(crate) const MIN_MEASURED_STEPS: usize = 20;
 
 /// [`MIN_MEASURED_STEPS`], for manifests written before the flag existed.
-pub fn min_measured_steps_default() -> usize {
+pub(crate) fn min_measured_steps_default() -> usize {
     MIN_MEASURED_STEPS
 }
 
@@ -501,7 +501,7 @@ pub struct PlacementConfig {
 /// How phases are timed ([`PlacementConfig::phase_sync`]) and the batch's and weights'
 /// layout ([`WorkloadConfig::memory_format`]); defined with the comparison key, which
 /// records them.
-pub use crate::record::{MemoryFormat, PhaseSync};
+pub(crate) use crate::record::{MemoryFormat, PhaseSync};
 
 /// How gradients are averaged across ranks.
 #[derive(Args, Debug, Clone, Serialize, Deserialize)]

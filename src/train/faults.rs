@@ -3,7 +3,7 @@
 
 /// Where a test asked this rank to fail.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FaultHooks {
+pub(super) struct FaultHooks {
     /// `DDPBENCH_FAULT=RANK:STEP`: this rank fails with an error at global step STEP,
     /// proving that a failing rank takes the job down instead of hanging it.
     pub fail_at_step: Option<usize>,
@@ -16,7 +16,7 @@ pub struct FaultHooks {
 }
 
 impl FaultHooks {
-    pub fn from_env(rank: usize) -> FaultHooks {
+    pub(super) fn from_env(rank: usize) -> FaultHooks {
         let var = |name: &str| std::env::var(name).ok();
         FaultHooks {
             fail_at_step: var("DDPBENCH_FAULT").and_then(|spec| rank_step(&spec, rank)),
@@ -30,7 +30,7 @@ impl FaultHooks {
 
 /// The variables of [`super::config::ENV_IN_KEY`] set in this process, as `NAME=value`:
 /// what the manifest records of them, and the comparison key holds.
-pub fn run_env() -> Vec<String> {
+pub(super) fn run_env() -> Vec<String> {
     super::config::ENV_IN_KEY
         .iter()
         .filter_map(|(name, _)| std::env::var(name).ok().map(|v| format!("{name}={v}")))

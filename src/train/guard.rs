@@ -95,7 +95,7 @@ fn merge(per_rank: &[Vec<RunWarning>]) -> Vec<RunWarning> {
 
 /// `--amp fp16` on a CPU: allowed (the fp16 path's only coverage on a machine without a
 /// GPU), but float16 autocast there is emulated.
-pub fn fp16_on_cpu(amp: AmpMode, device: Device) -> Option<RunWarning> {
+pub(crate) fn fp16_on_cpu(amp: AmpMode, device: Device) -> Option<RunWarning> {
     (amp == AmpMode::Fp16 && device == Device::Cpu).then(|| {
         RunWarning::new(
             WarningCode::Fp16OnCpu,
@@ -107,7 +107,7 @@ pub fn fp16_on_cpu(amp: AmpMode, device: Device) -> Option<RunWarning> {
 }
 
 /// Fewer than `min` steps after the `warmup` ones out of `total`.
-pub fn too_few_measured_steps(total: usize, warmup: usize, min: usize) -> Option<RunWarning> {
+pub(crate) fn too_few_measured_steps(total: usize, warmup: usize, min: usize) -> Option<RunWarning> {
     let measured = total.saturating_sub(warmup);
     (measured < min).then(|| {
         RunWarning::new(
@@ -125,7 +125,7 @@ pub fn too_few_measured_steps(total: usize, warmup: usize, min: usize) -> Option
 /// GPU shared by ranks (more ranks on the node than GPUs visible). A point that uses
 /// part of a node by plan (a study's `--node-slots` above its ranks on the node) is
 /// not warned of idle GPUs: the study compares it with the points that fill the node.
-pub fn gpu_use(planned_per_node: usize, local_ranks: usize, visible_gpus: usize) -> Option<RunWarning> {
+pub(crate) fn gpu_use(planned_per_node: usize, local_ranks: usize, visible_gpus: usize) -> Option<RunWarning> {
     if visible_gpus == 0 {
         return None;
     }
@@ -157,7 +157,11 @@ pub fn gpu_use(planned_per_node: usize, local_ranks: usize, visible_gpus: usize)
 /// shared among the node's `local_ranks`. Slurm 22.05 and later do not pass
 /// `--cpus-per-task` from `sbatch` to `srun` (`SRUN_CPUS_PER_TASK` must be set), and
 /// with task affinity each task then runs on one CPU.
-pub fn cores_against_allocation(launcher_pus: usize, local_ranks: usize, env: impl Fn(&str) -> Option<String>) -> Option<RunWarning> {
+pub(crate) fn cores_against_allocation(
+    launcher_pus: usize,
+    local_ranks: usize,
+    env: impl Fn(&str) -> Option<String>,
+) -> Option<RunWarning> {
     let number = |k: &str| env(k).and_then(|v| v.trim().parse::<usize>().ok()).filter(|&n| n > 0);
     let (allocated, from) = match number("SLURM_CPUS_PER_TASK") {
         Some(n) => (n, "SLURM_CPUS_PER_TASK".to_string()),

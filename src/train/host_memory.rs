@@ -11,15 +11,15 @@
 const MMAP_THRESHOLD_BYTES: i32 = 32 << 20;
 
 /// Defined with the comparison key, which records it.
-pub use crate::record::MallocMode;
+pub(crate) use crate::record::MallocMode;
 
 /// glibc's malloc settings from the environment, which win over `--malloc`.
-pub const MALLOC_ENV: [&str; 3] = ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_"];
+pub(crate) const MALLOC_ENV: [&str; 3] = ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_"];
 
 /// Applies `mode` to glibc's malloc and says what the process runs with, for the
 /// manifest. `MALLOC_MMAP_THRESHOLD_` or `MALLOC_TRIM_THRESHOLD_` in the environment
 /// win: then nothing is changed.
-pub fn apply(mode: MallocMode) -> String {
+pub(crate) fn apply(mode: MallocMode) -> String {
     let from_env: Vec<String> = MALLOC_ENV
         .iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| format!("{k}={v}")))

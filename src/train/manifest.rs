@@ -17,7 +17,7 @@ use std::time::SystemTime;
 
 /// The manifest as written before the first step (rank 0 holds every rank's placement).
 #[allow(clippy::too_many_arguments)]
-pub fn initial(
+pub(super) fn initial(
     g: &Group,
     cfg: &TrainConfig,
     folder: &RunFolder,

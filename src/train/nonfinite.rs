@@ -33,7 +33,7 @@ impl LossWatch {
     /// Ok for a finite `loss`; else the error that stops the run, saying what the
     /// evidence shows: `params` (named, as trained) are read for inf/NaN, and `amp` says
     /// whether the forward ran under autocast.
-    pub fn check(&mut self, at: StepAt, loss: f64, params: &[(String, Tensor)], amp: AmpMode) -> Result<()> {
+    pub(super) fn check(&mut self, at: StepAt, loss: f64, params: &[(String, Tensor)], amp: AmpMode) -> Result<()> {
         if loss.is_finite() {
             self.finite_steps += 1;
             self.first.get_or_insert(loss);

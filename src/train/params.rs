@@ -13,13 +13,13 @@ use mpi::topology::Communicator;
 use tch::{Device, Kind, Tensor};
 
 /// The largest piece of a tensor broadcast, staged or checksummed at once.
-pub const PIECE_BYTES: usize = 64 << 20;
+pub(super) const PIECE_BYTES: usize = 64 << 20;
 
 /// Err with one message when a trainable parameter of `params` cannot be trained here:
 /// its gradient's dtype is one the all-reduce cannot sum, or it is float16 under
 /// `--amp fp16`, whose loss scaler unscales fp32 gradients (as torch.amp.GradScaler,
 /// which refuses float16 gradients too).
-pub fn check_dtypes(params: &[(String, Tensor)], amp: AmpMode) -> Result<()> {
+pub(super) fn check_dtypes(params: &[(String, Tensor)], amp: AmpMode) -> Result<()> {
     let dtypes = gradient_dtypes(params)?;
     if amp == AmpMode::Fp16 {
         let half: Vec<&str> = params
@@ -55,7 +55,7 @@ fn flat_in_memory(t: &Tensor) -> Option<Tensor> {
 /// every dtype (fp64, fp16, integers, complex) arrives exactly; a dense tensor on the
 /// host is received straight into its own memory, any other in pieces of at most
 /// [`PIECE_BYTES`] staged through the host.
-pub fn broadcast_from_rank0(g: &Group, vars: &[(String, Tensor)]) {
+pub(super) fn broadcast_from_rank0(g: &Group, vars: &[(String, Tensor)]) {
     let _f = crate::flight::enter("broadcast", "rank 0's values");
     let root = g.comm.process_at_rank(0);
     // No view or copy made here is part of a graph.
@@ -122,13 +122,13 @@ fn param_checksum(params: &[(String, Tensor)]) -> [f64; 2] {
 }
 
 /// The L2 norm of all parameters.
-pub fn param_l2(params: &[(String, Tensor)]) -> f64 {
+pub(super) fn param_l2(params: &[(String, Tensor)]) -> f64 {
     param_checksum(params)[0]
 }
 
 /// Every rank must hold the same parameters; a difference names the ranks. Returns the
 /// parameters' L2 norm.
-pub fn check_in_sync(g: &Group, params: &[(String, Tensor)], epoch: usize) -> Result<f64> {
+pub(super) fn check_in_sync(g: &Group, params: &[(String, Tensor)], epoch: usize) -> Result<f64> {
     let mine = param_checksum(params);
     let mut all = vec![0f64; 2 * g.size];
     let f = crate::flight::enter("all-gather", "parameter checksum");

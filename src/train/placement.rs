@@ -13,7 +13,7 @@ use tch::Device;
 use tracing::warn;
 
 /// One rank's device, binding and node.
-pub struct Placement {
+pub(super) struct Placement {
     pub device: Device,
     pub binding: Binding,
     /// Why the rank is not bound to the cores nearest its GPU, when it is not.
@@ -34,7 +34,7 @@ pub struct Placement {
 
 /// Where the communication thread of an overlapped MPI all-reduce runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CommCore {
+pub(super) enum CommCore {
     /// Pinned to these PUs, a core of the binding that backward's threads do not use.
     Own(Vec<u32>),
     /// Unpinned, with a core to spare: the rank is unbound and runs fewer threads than
@@ -45,7 +45,7 @@ pub enum CommCore {
 }
 
 impl CommCore {
-    pub fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         match self {
             CommCore::Own(pus) => format!("own core (PUs {})", topology::compact_list(pus)),
             CommCore::Free => "unpinned, a core to spare".into(),
@@ -57,7 +57,7 @@ impl CommCore {
 impl Placement {
     /// Chooses the device (agreed across ranks), binds this process with hwloc and
     /// sizes libtorch's thread pool.
-    pub fn establish(g: &Group, cfg: &TrainConfig) -> Result<Placement> {
+    pub(super) fn establish(g: &Group, cfg: &TrainConfig) -> Result<Placement> {
         let pc: &PlacementConfig = &cfg.placement;
         let launcher_pus = topology::launcher_pus().len();
         let device = agree(g, device::resolve_device(pc.device, g.local_rank))?;
@@ -119,7 +119,7 @@ impl Placement {
     /// Batch-preparing threads: `asked`, or [`default_workers`]; and a note when workers
     /// and compute threads together exceed the cores the rank is bound to. Workers
     /// inherit the rank's binding.
-    pub fn workers_for(&self, asked: Option<usize>, image_files: bool) -> (usize, Option<String>) {
+    pub(super) fn workers_for(&self, asked: Option<usize>, image_files: bool) -> (usize, Option<String>) {
         let cores = if self.binding.cores.is_empty() {
             self.binding.threads
         } else {
@@ -139,7 +139,7 @@ impl Placement {
     }
 
     /// This rank's entry in the manifest.
-    pub fn rank_info(&self, g: &Group, bind: BindPolicy) -> Result<RankInfo> {
+    pub(super) fn rank_info(&self, g: &Group, bind: BindPolicy) -> Result<RankInfo> {
         let bound = if self.binding.pus.is_empty() {
             "unbound".into()
         } else {
@@ -174,7 +174,7 @@ impl Placement {
     }
 
     /// This rank's GPU clocks and throttle reasons now, when it has a GPU NVML can read.
-    pub fn gpu_clocks(&self) -> Option<GpuClocks> {
+    pub(super) fn gpu_clocks(&self) -> Option<GpuClocks> {
         let bus = self.gpu_bus_id.as_ref()?;
         let id = topology::parse_pci_bus_id(bus).ok()?.to_string();
         Nvml::load().ok()?.clocks(&id).ok()
@@ -251,7 +251,7 @@ pub(super) fn gathered_rank_infos(g: &Group, place: &Placement, cfg: &TrainConfi
 /// host waiting, instead of the host gathering and staging a pageable copy while the
 /// device idles (ResNet-50 fp16 at batch 64 on an H200: 33 ms a step inline, 19 ms with
 /// 2 workers).
-pub fn default_workers(cores: usize, compute: usize, gpu: bool, image_files: bool) -> usize {
+pub(super) fn default_workers(cores: usize, compute: usize, gpu: bool, image_files: bool) -> usize {
     let spare = cores.saturating_sub(compute);
     match (image_files, gpu) {
         (true, _) => spare.max(1),

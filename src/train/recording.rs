@@ -66,7 +66,7 @@ pub(super) struct RowIdentity {
 
 impl RowIdentity {
     /// The row of step `at`, as measured; `origin` is the ranks' common time origin.
-    pub fn step_row(&self, m: &Measured, at: StepAt, origin: Instant) -> StepRow {
+    pub(super) fn step_row(&self, m: &Measured, at: StepAt, origin: Instant) -> StepRow {
         let since_origin = |t: Instant| (t - origin).as_secs_f64();
         let comm: &CommStats = &m.comm;
         StepRow {
@@ -109,7 +109,7 @@ pub(super) struct ClockOffsets {
 impl ClockOffsets {
     /// Writes one estimate of every rank's offset and adds it to the summary; nothing
     /// without a log (ranks other than 0).
-    pub fn add(&mut self, rows: &[ClockRow]) -> Result<()> {
+    pub(super) fn add(&mut self, rows: &[ClockRow]) -> Result<()> {
         let Some(log) = self.log.as_mut() else { return Ok(()) };
         log.write(rows)?;
         if self.first_offsets.is_empty() {
@@ -143,7 +143,7 @@ impl BucketReady {
     /// Adds each bucket's hand-over (`launches`, in bucket order) as the fraction, 0 to 1,
     /// of the backward pass `(start, end)`; a bucket not handed over before backward
     /// ended counts 1.
-    pub fn add(&mut self, launches: &[Option<Instant>], backward: Option<(Instant, Instant)>) {
+    pub(super) fn add(&mut self, launches: &[Option<Instant>], backward: Option<(Instant, Instant)>) {
         let Some((start, end)) = backward else { return };
         let span = (end - start).as_secs_f64();
         self.sums.resize(launches.len(), 0.0);
@@ -158,7 +158,7 @@ impl BucketReady {
     }
 
     /// The mean per bucket, or None before any step was added.
-    pub fn means(&self) -> Option<Vec<f64>> {
+    pub(super) fn means(&self) -> Option<Vec<f64>> {
         (self.steps > 0).then(|| self.sums.iter().map(|s| s / self.steps as f64).collect())
     }
 }

@@ -28,7 +28,7 @@ pub(super) struct Schedule {
 
 impl Schedule {
     /// The learning rate of global step `step`.
-    pub fn lr(&self, base: f64, step: usize) -> f64 {
+    pub(super) fn lr(&self, base: f64, step: usize) -> f64 {
         optim::learning_rate(base, self.lr_scale, step, self.warmup_lr_steps)
     }
 }

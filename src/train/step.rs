@@ -106,7 +106,7 @@ impl StepMachine {
     /// Runs step `at` at learning rate `lr`. Returns the oldest step run whose times are
     /// final: this one with a clock that reads as it marks, the one before with device
     /// events read a step late (None after the first step).
-    pub fn step(&mut self, loader: &mut Loader, lr: f64, at: StepAt) -> Result<Option<Measured>> {
+    pub(super) fn step(&mut self, loader: &mut Loader, lr: f64, at: StepAt) -> Result<Option<Measured>> {
         self.opt.set_lr(lr);
         let started_utc = SystemTime::now();
 
@@ -160,7 +160,7 @@ impl StepMachine {
 
     /// The last step run, when [`StepMachine::step`] has not returned it yet (waits for
     /// the device to finish it).
-    pub fn flush(&mut self) -> Option<Measured> {
+    pub(super) fn flush(&mut self) -> Option<Measured> {
         self.read(true)
     }
 

@@ -13,19 +13,19 @@ use std::collections::VecDeque;
 
 /// Measured steps the training loss is averaged over before it is compared with the
 /// target: enough to even out one batch's noise at small batches.
-pub const WINDOW_STEPS: usize = 20;
+pub(super) const WINDOW_STEPS: usize = 20;
 
 /// The target, the window of the last measured steps' losses (mean over ranks), and
 /// the outcome so far.
 #[derive(Debug)]
-pub struct TargetWatch {
+pub(super) struct TargetWatch {
     window: VecDeque<f64>,
     outcome: TargetOutcome,
 }
 
 /// Where a measured step sits, for the figures of the reach.
 #[derive(Debug, Clone, Copy)]
-pub struct StepDone {
+pub(super) struct StepDone {
     /// Optimizer steps done, this one included.
     pub steps: usize,
     /// Samples over all ranks per optimizer step.
@@ -35,7 +35,7 @@ pub struct StepDone {
 }
 
 impl TargetWatch {
-    pub fn new(target_loss: f64, lr_rule: String) -> TargetWatch {
+    pub(super) fn new(target_loss: f64, lr_rule: String) -> TargetWatch {
         TargetWatch {
             window: VecDeque::with_capacity(WINDOW_STEPS),
             outcome: TargetOutcome {
@@ -49,7 +49,7 @@ impl TargetWatch {
 
     /// Adds one measured step's loss on this rank: a collective, which every rank calls
     /// for the same steps. Returns whether the target is reached (at this step or before).
-    pub fn add(&mut self, g: &Group, local_loss: f64, at: StepDone) -> bool {
+    pub(super) fn add(&mut self, g: &Group, local_loss: f64, at: StepDone) -> bool {
         let mut sum = 0.0;
         {
             let _f = crate::flight::enter("all-reduce", "target loss");
@@ -59,7 +59,7 @@ impl TargetWatch {
     }
 
     /// Adds the mean over the ranks of one measured step's loss.
-    pub fn add_mean(&mut self, mean_loss: f64, at: StepDone) -> bool {
+    pub(super) fn add_mean(&mut self, mean_loss: f64, at: StepDone) -> bool {
         if self.outcome.reached {
             return true;
         }
@@ -81,16 +81,16 @@ impl TargetWatch {
         self.outcome.reached
     }
 
-    pub fn reached(&self) -> bool {
+    pub(super) fn reached(&self) -> bool {
         self.outcome.reached
     }
 
-    pub fn outcome(&self) -> &TargetOutcome {
+    pub(super) fn outcome(&self) -> &TargetOutcome {
         &self.outcome
     }
 
     /// The log line of the outcome after `steps` steps.
-    pub fn line(&self, steps: usize) -> String {
+    pub(super) fn line(&self, steps: usize) -> String {
         let o = &self.outcome;
         match (o.steps_to_target, o.samples_to_target, o.seconds_to_target) {
             (Some(n), Some(samples), Some(s)) if o.reached => format!(
@@ -112,7 +112,7 @@ impl TargetWatch {
 }
 
 /// The learning rate a run follows, in words.
-pub fn lr_rule(cfg: &TrainConfig, schedule: &Schedule) -> String {
+pub(super) fn lr_rule(cfg: &TrainConfig, schedule: &Schedule) -> String {
     let base = cfg.learning_rate();
     let scaled = match cfg.optim.lr_scaling {
         LrScaling::None => format!("{base} (--lr-scaling none)"),
@@ -130,7 +130,7 @@ pub fn lr_rule(cfg: &TrainConfig, schedule: &Schedule) -> String {
 }
 
 /// `--target-loss`'s value: a finite loss above 0.
-pub fn positive_loss(s: &str) -> Result<f64, String> {
+pub(super) fn positive_loss(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         Ok(v) => Err(format!(

@@ -26,7 +26,7 @@ use tch::Device;
 /// `DataReady` to `BackwardDone` repeat once per micro-batch ([`StepEvent::repeats`]).
 /// `End` stays the last variant: [`StepEvent::COUNT`] is counted from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StepEvent {
+pub(crate) enum StepEvent {
     /// The step begins: waiting for the first batch starts.
     Start,
     /// A batch is in host memory.
@@ -51,7 +51,7 @@ pub enum StepEvent {
 
 /// How often a step records an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Repeats {
+pub(crate) enum Repeats {
     /// Once per step.
     OncePerStep,
     /// Once per micro-batch.
@@ -73,7 +73,7 @@ const _: () = {
 
 /// Where an event happens: the thread or stream whose progress it marks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Track {
+pub(crate) enum Track {
     /// The rank's training thread (data, bookkeeping).
     Host,
     /// The device's compute stream (libtorch's current stream; the host on CPU).
@@ -83,9 +83,9 @@ pub enum Track {
 }
 
 impl StepEvent {
-    pub const COUNT: usize = StepEvent::End as usize + 1;
+    pub(crate) const COUNT: usize = StepEvent::End as usize + 1;
     /// Every event, in the order a step meets them.
-    pub const ALL: [StepEvent; StepEvent::COUNT] = [
+    pub(crate) const ALL: [StepEvent; StepEvent::COUNT] = [
         StepEvent::Start,
         StepEvent::DataReady,
         StepEvent::CopyDone,
@@ -98,7 +98,7 @@ impl StepEvent {
     ];
 
     /// The phase that ends at this boundary; `Start` ends none.
-    pub fn ends(self) -> Option<Phase> {
+    pub(crate) fn ends(self) -> Option<Phase> {
         match self {
             StepEvent::Start => None,
             StepEvent::DataReady => Some(Phase::Data),
@@ -112,7 +112,7 @@ impl StepEvent {
         }
     }
 
-    pub fn track(self) -> Track {
+    pub(crate) fn track(self) -> Track {
         match self {
             StepEvent::Start | StepEvent::DataReady | StepEvent::CommRecorded | StepEvent::End => Track::Host,
             StepEvent::CopyDone | StepEvent::ForwardDone | StepEvent::BackwardDone | StepEvent::OptimizerDone => Track::Compute,
@@ -122,7 +122,7 @@ impl StepEvent {
 
     /// Whether a step records the event once or once per micro-batch. A match with
     /// no catch-all, so a new event is counted in [`StepEvent::per_step`].
-    pub fn repeats(self) -> Repeats {
+    pub(crate) fn repeats(self) -> Repeats {
         match self {
             StepEvent::DataReady | StepEvent::CopyDone | StepEvent::ForwardDone | StepEvent::BackwardDone => Repeats::PerMicroBatch,
             StepEvent::Start | StepEvent::CommDone | StepEvent::CommRecorded | StepEvent::OptimizerDone | StepEvent::End => {
@@ -133,7 +133,7 @@ impl StepEvent {
 
     /// How many marks a step of `micro_batches` micro-batches records at most: every
     /// event of [`StepEvent::ALL`], as often as it [`StepEvent::repeats`].
-    pub fn per_step(micro_batches: usize) -> usize {
+    pub(crate) fn per_step(micro_batches: usize) -> usize {
         StepEvent::ALL
             .iter()
             .map(|e| match e.repeats() {
@@ -146,14 +146,14 @@ impl StepEvent {
 
 /// One boundary as read: the event and its time since the step's `Start`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Mark {
+pub(crate) struct Mark {
     pub event: StepEvent,
     pub at_s: f64,
 }
 
 /// One step's marks in the order they were recorded, the first its `Start`.
 #[derive(Debug, Clone)]
-pub struct StepMarks {
+pub(crate) struct StepMarks {
     /// The host's clock at the step's `Start`.
     pub start: Instant,
     marks: Vec<Mark>,
@@ -161,7 +161,7 @@ pub struct StepMarks {
 
 /// One finished step's times.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StepTimes {
+pub(crate) struct StepTimes {
     pub phases: PhaseTimes,
     /// From `Start` to the last mark: the sum of the phases.
     pub step_s: f64,
@@ -172,7 +172,7 @@ pub struct StepTimes {
 impl StepMarks {
     /// Room for the marks of a step of `micro_batches` micro-batches, so recording a
     /// step never allocates.
-    pub fn new(micro_batches: usize, start: Instant) -> StepMarks {
+    pub(crate) fn new(micro_batches: usize, start: Instant) -> StepMarks {
         StepMarks {
             start,
             marks: Vec::with_capacity(StepEvent::per_step(micro_batches)),
@@ -180,23 +180,23 @@ impl StepMarks {
     }
 
     /// Forgets the marks and starts a step at `start` with its `Start` mark.
-    pub fn restart(&mut self, start: Instant) {
+    pub(crate) fn restart(&mut self, start: Instant) {
         self.start = start;
         self.marks.clear();
         self.push(StepEvent::Start, 0.0);
     }
 
-    pub fn push(&mut self, event: StepEvent, at_s: f64) {
+    pub(crate) fn push(&mut self, event: StepEvent, at_s: f64) {
         self.marks.push(Mark { event, at_s });
     }
 
-    pub fn marks(&self) -> &[Mark] {
+    pub(crate) fn marks(&self) -> &[Mark] {
         &self.marks
     }
 
     /// Pushes `event` at the instant `at`, moved up to the previous mark when earlier
     /// (a phase is never negative); returns the instant marked.
-    pub fn push_at(&mut self, event: StepEvent, at: Instant) -> Instant {
+    pub(crate) fn push_at(&mut self, event: StepEvent, at: Instant) -> Instant {
         let previous_s = self.marks.last().map_or(0.0, |m| m.at_s);
         let at_s = at.saturating_duration_since(self.start).as_secs_f64();
         if at_s >= previous_s {
@@ -213,7 +213,7 @@ impl StepMarks {
     /// the phases in [`Phase::ALL`]'s order (the CSV's column order), so a row adds up to
     /// its step exactly, not to within rounding; it is the first mark to the last up to
     /// that rounding. Depends on the marks alone.
-    pub fn times(&self) -> StepTimes {
+    pub(crate) fn times(&self) -> StepTimes {
         let mut phases = PhaseTimes::default();
         for pair in self.marks.windows(2) {
             if let Some(p) = pair[1].event.ends() {
@@ -230,7 +230,7 @@ impl StepMarks {
 }
 
 /// Marks the boundaries of one step at a time.
-pub trait PhaseClock {
+pub(crate) trait PhaseClock {
     /// Marks `event` on its track (`Start` begins a new step and forgets the previous
     /// one's marks). Returns the host's clock at the mark: what the all-reduce's own
     /// host readings (its hand-over times) are compared with.
@@ -259,7 +259,7 @@ pub trait PhaseClock {
 /// `micro_batches` micro-batches: the host clock for `on` and `off`, device events for
 /// `events` and `events-at-end` (on CPU, events read from the host clock, so the
 /// deferred read runs there too). Err when CUDA cannot make its events.
-pub fn clock_for(mode: crate::record::PhaseSync, device: Device, micro_batches: usize) -> anyhow::Result<Box<dyn PhaseClock>> {
+pub(crate) fn clock_for(mode: crate::record::PhaseSync, device: Device, micro_batches: usize) -> anyhow::Result<Box<dyn PhaseClock>> {
     use crate::record::PhaseSync;
     use events::{CudaEvents, EventClock, HostEvents, ReadAt};
     let read_at = match mode {
@@ -289,7 +289,7 @@ enum Wait {
 
 /// The host's monotonic clock, waiting for the device as `--phase-sync` says.
 #[derive(Debug)]
-pub struct HostClock {
+pub(crate) struct HostClock {
     wait: Wait,
     marks: StepMarks,
     /// An `End` was recorded and [`PhaseClock::finished`] has not given its step yet.
@@ -299,7 +299,7 @@ pub struct HostClock {
 impl HostClock {
     /// The clock for tensors on `device`, steps of `micro_batches` micro-batches;
     /// `phase_sync` false: see [`Wait::StepEndOnly`].
-    pub fn new(device: Device, phase_sync: bool, micro_batches: usize) -> HostClock {
+    pub(crate) fn new(device: Device, phase_sync: bool, micro_batches: usize) -> HostClock {
         HostClock {
             wait: match (device, phase_sync) {
                 (Device::Cpu, _) => Wait::Nothing,

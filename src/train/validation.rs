@@ -8,14 +8,14 @@ use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use tch::{Device, Kind, Tensor};
 
 /// Input bytes one validation chunk may hold.
-pub const CHUNK_INPUT_BYTES: usize = 256 << 20;
+pub(super) const CHUNK_INPUT_BYTES: usize = 256 << 20;
 
 /// Samples per validation chunk for a training batch of `batch` samples of
 /// `sample_bytes` each: at most the batch, since a forward pass without gradients needs
 /// less memory than the training step that already ran with it (activations, not inputs,
 /// dominate: resnet18 at 224 × 224 takes about 13 MB per image); at most
 /// [`CHUNK_INPUT_BYTES`] of input; at least 1.
-pub fn chunk_len(batch: usize, sample_bytes: usize) -> usize {
+pub(super) fn chunk_len(batch: usize, sample_bytes: usize) -> usize {
     batch.min(CHUNK_INPUT_BYTES / sample_bytes.max(1)).max(1)
 }
 
@@ -23,7 +23,7 @@ pub fn chunk_len(batch: usize, sample_bytes: usize) -> usize {
 /// many as the epoch trained over all ranks (`trained`), so that validation, a forward
 /// pass without gradients over them, takes less time than the epoch's steps did; at
 /// most the test split. With why, for the log line.
-pub fn samples_to_validate(asked: Option<usize>, trained: usize, test_len: usize) -> (usize, &'static str) {
+pub(super) fn samples_to_validate(asked: Option<usize>, trained: usize, test_len: usize) -> (usize, &'static str) {
     match asked {
         Some(n) => (n.min(test_len), "--val-samples"),
         None if trained < test_len => (trained, "as many as the epoch trained; --val-samples sets another number"),
@@ -34,7 +34,7 @@ pub fn samples_to_validate(asked: Option<usize>, trained: usize, test_len: usize
 /// Loss and accuracy on the first `n` test samples, each rank taking every size-th
 /// sample, in chunks of at most `batch` ([`chunk_len`]), rank 0 drawing a bar of its
 /// share; (NaN, NaN, 0) when there are none.
-pub fn evaluate(g: &Group, net: &dyn Net, data: &Dataset, device: Device, n: usize, batch: usize) -> Result<(f64, f64, usize)> {
+pub(super) fn evaluate(g: &Group, net: &dyn Net, data: &Dataset, device: Device, n: usize, batch: usize) -> Result<(f64, f64, usize)> {
     let n = data.test.len().min(n);
     // Samples rank, rank + size, ... below n, a chunk at a time: nothing held grows with n.
     let mine = n.saturating_sub(g.rank).div_ceil(g.size);

@@ -23,7 +23,7 @@ use tch::{Device, Tensor};
 
 /// Which way a slot's buffers are summed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dir {
+pub(crate) enum Dir {
     /// `a` summed into `b`, or in place in `a` when the slot has no `b`.
     AToB,
     /// `b` summed into `a`: training's two gradient sets take turns as the source.
@@ -32,7 +32,7 @@ pub enum Dir {
 
 impl Dir {
     /// The direction whose source is gradient set `set` (0 is `a`, 1 is `b`).
-    pub fn from_set(set: usize) -> Dir {
+    pub(crate) fn from_set(set: usize) -> Dir {
         if set == 0 {
             Dir::AToB
         } else {
@@ -42,7 +42,7 @@ impl Dir {
 }
 
 /// One buffer (or pair) bound to a transport, with what its all-reduces reuse.
-pub struct Slot {
+pub(crate) struct Slot {
     a: Tensor,
     b: Option<Tensor>,
     numel: usize,
@@ -91,13 +91,13 @@ impl Slot {
 
     /// Elements per all-reduce.
     #[cfg(test)]
-    pub fn numel(&self) -> usize {
+    pub(crate) fn numel(&self) -> usize {
         self.numel
     }
 
     /// The element type on the wire.
     #[cfg(test)]
-    pub fn wire(&self) -> ReduceDtype {
+    pub(crate) fn wire(&self) -> ReduceDtype {
         self.wire
     }
 
@@ -123,7 +123,7 @@ impl Slot {
     }
 
     /// The buffer that holds the sum after an all-reduce in `dir`.
-    pub fn result(&self, dir: Dir) -> &Tensor {
+    pub(crate) fn result(&self, dir: Dir) -> &Tensor {
         match (dir, &self.b) {
             (Dir::AToB, Some(b)) => b,
             _ => &self.a,
@@ -133,7 +133,7 @@ impl Slot {
 
 /// Seconds of the staging copies inside one all-reduce (0 where nothing is staged).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct StagingTimes {
+pub(crate) struct StagingTimes {
     /// Device to host, before MPI.
     pub d2h_s: f64,
     /// Host to device, after MPI.
@@ -141,7 +141,7 @@ pub struct StagingTimes {
 }
 
 /// An all-reduce (sum) of one buffer over every rank of a communicator.
-pub trait Transport: Send {
+pub(crate) trait Transport: Send {
     /// Binds `a` (summed in place) or `a` and `b` (summed from one into the other), sent
     /// as `wire`; `timed` asks for device-side timing of each all-reduce where the
     /// transport runs on a stream ([`nccl::Nccl::seconds`]). Made once per buffer.

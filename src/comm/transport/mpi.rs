@@ -115,7 +115,7 @@ unsafe fn allreduce_sum_raw(
 }
 
 /// MPI_Allreduce on one communicator, from whichever thread holds the transport.
-pub struct Mpi<'c> {
+pub(crate) struct Mpi<'c> {
     comm: ffi::MPI_Comm,
     /// The communicator the handle belongs to outlives the transport.
     _comm: PhantomData<&'c ()>,
@@ -127,7 +127,7 @@ unsafe impl Send for Mpi<'_> {}
 
 impl<'c> Mpi<'c> {
     /// All-reduces over `comm`, every member taking part.
-    pub fn new(comm: &'c SimpleCommunicator) -> Mpi<'c> {
+    pub(crate) fn new(comm: &'c SimpleCommunicator) -> Mpi<'c> {
         Mpi {
             comm: comm.as_raw(),
             _comm: PhantomData,
@@ -140,7 +140,7 @@ impl Mpi<'static> {
     ///
     /// # Safety
     /// `comm` must stay alive (not be freed) for as long as the transport is used.
-    pub unsafe fn unbound(comm: &SimpleCommunicator) -> Mpi<'static> {
+    pub(crate) unsafe fn unbound(comm: &SimpleCommunicator) -> Mpi<'static> {
         Mpi {
             comm: comm.as_raw(),
             _comm: PhantomData,

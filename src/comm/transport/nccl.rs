@@ -17,7 +17,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use tch::{Device, Tensor};
 
 /// NCCL's name for each wire dtype.
-pub fn nccl_dtype(d: ReduceDtype) -> NcclDtype {
+pub(crate) fn nccl_dtype(d: ReduceDtype) -> NcclDtype {
     match d {
         ReduceDtype::Fp32 => NcclDtype::Float32,
         ReduceDtype::Fp64 => NcclDtype::Float64,
@@ -29,7 +29,7 @@ pub fn nccl_dtype(d: ReduceDtype) -> NcclDtype {
 /// Loads the CUDA driver and NCCL and makes `device_index` current: the part of joining
 /// that can fail locally, to be agreed across ranks before anyone enters NCCL's
 /// collective initialisation.
-pub fn prepare(device_index: usize) -> Result<(&'static Driver, &'static cuda::Nccl)> {
+pub(crate) fn prepare(device_index: usize) -> Result<(&'static Driver, &'static cuda::Nccl)> {
     let d = cuda::driver()?;
     let n = cuda::nccl()?;
     d.use_device(device_index)?;
@@ -40,7 +40,7 @@ pub fn prepare(device_index: usize) -> Result<(&'static Driver, &'static cuda::N
 /// cannot work (it needs a GPU per rank); None when this rank's GPU is its own. Every
 /// rank of the group takes part. A GPU is its host and PCI bus id (the CUDA index
 /// where the bus id is unknown).
-pub fn shared_gpu(g: &Group, device: Device, bus_id: Option<&str>) -> Option<String> {
+pub(crate) fn shared_gpu(g: &Group, device: Device, bus_id: Option<&str>) -> Option<String> {
     let mine = match device {
         Device::Cuda(i) => format!("{} {}", g.host, bus_id.map(str::to_string).unwrap_or_else(|| format!("cuda:{i}"))),
         _ => String::new(),
@@ -73,7 +73,7 @@ pub(super) struct SlotEvents {
 }
 
 /// An NCCL communicator over the members of an MPI communicator, and its stream.
-pub struct Nccl {
+pub(crate) struct Nccl {
     nccl: &'static cuda::Nccl,
     cuda: &'static Driver,
     comm: NcclComm,
@@ -85,7 +85,7 @@ impl Nccl {
     /// member taking part: rank 0 makes the unique id, `agree` turns its result into one
     /// every member shares (or passes it on where a failure on rank 0 ends the job
     /// anyway), and MPI broadcasts it.
-    pub fn join(
+    pub(crate) fn join(
         comm: &SimpleCommunicator,
         device_index: usize,
         agree: impl FnOnce(Result<NcclUniqueId>) -> Result<NcclUniqueId>,
@@ -120,13 +120,13 @@ impl Nccl {
     }
 
     /// The CUDA driver the transport runs on.
-    pub fn driver(&self) -> &'static Driver {
+    pub(crate) fn driver(&self) -> &'static Driver {
         self.cuda
     }
 
     /// For a timed slot whose all-reduce has finished: its seconds on the device, and the
     /// device seconds from its start to `mark` (negative when `mark` came first).
-    pub fn seconds(&self, slot: &Slot, mark: &Event) -> Result<(f64, f64)> {
+    pub(crate) fn seconds(&self, slot: &Slot, mark: &Event) -> Result<(f64, f64)> {
         let (start, end) = slot
             .events
             .as_ref()

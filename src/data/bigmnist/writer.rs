@@ -16,7 +16,7 @@ use tch::{Device, Kind, Tensor};
 /// image (rotation ±15°, shear ±10°, scale 0.9–1.1, translation ±10 %, horizontal flip
 /// with probability 1/2) plus an elastic displacement field (Simard et al. 2003:
 /// α = 34 px, σ = 4 px), sampled bilinearly. Draws from libtorch's generator.
-pub fn augment_batch(x: &Tensor) -> Tensor {
+pub(crate) fn augment_batch(x: &Tensor) -> Tensor {
     let b = x.size()[0];
     let opts = (Kind::Float, Device::Cpu);
     let u = |lo: f64, hi: f64| Tensor::rand([b], opts) * (hi - lo) + lo;

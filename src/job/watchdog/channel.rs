@@ -23,16 +23,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The channel's format; a peer speaking another is refused.
-pub const VERSION: u32 = 2;
+pub(crate) const VERSION: u32 = 2;
 const MAGIC: &str = "ddpbench-watchdog";
 /// The longest line accepted (a rank's status is a few hundred bytes).
-pub const MAX_LINE: usize = 64 * 1024;
+pub(crate) const MAX_LINE: usize = 64 * 1024;
 /// Bytes read from one connection in one poll.
-pub const READ_BUDGET: usize = 256 * 1024;
+pub(crate) const READ_BUDGET: usize = 256 * 1024;
 /// Connections in their handshake at one time; more are closed as they arrive.
-pub const MAX_HANDSHAKES: usize = 64;
+pub(crate) const MAX_HANDSHAKES: usize = 64;
 /// Time a connection has to complete its handshake.
-pub const HANDSHAKE: Duration = Duration::from_secs(3);
+pub(crate) const HANDSHAKE: Duration = Duration::from_secs(3);
 /// Connections accepted in one poll (the rest wait in the kernel's queue).
 const MAX_ACCEPTS: usize = 1024;
 /// Authenticated lines handled per connection per poll (a rank sends one a second).
@@ -42,7 +42,7 @@ type HmacSha256 = Hmac<Sha256>;
 
 /// The job's shared secret.
 #[derive(Clone)]
-pub struct Secret([u8; 32]);
+pub(crate) struct Secret([u8; 32]);
 
 fn random_bytes<const N: usize>() -> std::io::Result<[u8; N]> {
     let mut b = [0u8; N];
@@ -81,15 +81,15 @@ fn nonce() -> std::io::Result<String> {
 }
 
 impl Secret {
-    pub fn generate() -> std::io::Result<Secret> {
+    pub(crate) fn generate() -> std::io::Result<Secret> {
         Ok(Secret(random_bytes()?))
     }
 
-    pub fn to_hex(&self) -> String {
+    pub(crate) fn to_hex(&self) -> String {
         hex(&self.0)
     }
 
-    pub fn from_hex(s: &str) -> Option<Secret> {
+    pub(crate) fn from_hex(s: &str) -> Option<Secret> {
         unhex(s)?.try_into().ok().map(Secret)
     }
 
@@ -279,7 +279,7 @@ struct Peer {
 }
 
 /// Rank 0's end: listens, authenticates, and hands over the lines of each rank.
-pub struct Hub {
+pub(crate) struct Hub {
     listeners: Vec<TcpListener>,
     secret: Arc<Secret>,
     size: usize,
@@ -291,7 +291,7 @@ pub struct Hub {
 
 /// What one poll of the hub received.
 #[derive(Debug, Default)]
-pub struct Received {
+pub(crate) struct Received {
     /// Authenticated lines: (rank, body).
     pub lines: Vec<(usize, String)>,
     /// Connections refused in this poll, with why.
@@ -300,7 +300,7 @@ pub struct Received {
 
 impl Hub {
     /// Listens on port 0 of each address (one port, the first one's, where it can).
-    pub fn bind(addresses: &[IpAddr], secret: Arc<Secret>, size: usize) -> std::io::Result<(Hub, Vec<SocketAddr>)> {
+    pub(crate) fn bind(addresses: &[IpAddr], secret: Arc<Secret>, size: usize) -> std::io::Result<(Hub, Vec<SocketAddr>)> {
         let mut listeners = Vec::new();
         let mut bound = Vec::new();
         for ip in addresses {
@@ -323,7 +323,7 @@ impl Hub {
 
     /// Accepts, advances handshakes and reads every authenticated connection, within
     /// the bounds of the module's constants.
-    pub fn poll(&mut self) -> Received {
+    pub(crate) fn poll(&mut self) -> Received {
         let mut got = Received::default();
         self.accept(&mut got);
         self.advance_handshakes(&mut got);
@@ -450,7 +450,7 @@ impl Hub {
     }
 
     /// Sends `body` to rank `rank`, if it is connected.
-    pub fn send(&mut self, rank: usize, body: &str) {
+    pub(crate) fn send(&mut self, rank: usize, body: &str) {
         if let Some(Some(p)) = self.peers.get_mut(rank) {
             let line = p.session.seal(body);
             p.frames.send(&line);
@@ -458,7 +458,7 @@ impl Hub {
     }
 
     /// Sends `body` to every connected rank.
-    pub fn send_all(&mut self, body: &str) {
+    pub(crate) fn send_all(&mut self, body: &str) {
         for r in 0..self.peers.len() {
             self.send(r, body);
         }
@@ -466,7 +466,7 @@ impl Hub {
 
     /// Open connections: authenticated ones and handshakes.
     #[cfg(test)]
-    pub fn connections(&self) -> usize {
+    pub(crate) fn connections(&self) -> usize {
         self.peers.iter().flatten().count() + self.handshakes.len()
     }
 }
@@ -476,7 +476,7 @@ fn truncate(s: &str, n: usize) -> String {
 }
 
 /// A rank's end of the channel: its authenticated connection to rank 0.
-pub struct Uplink {
+pub(crate) struct Uplink {
     frames: Frames,
     session: Session,
 }
@@ -484,7 +484,7 @@ pub struct Uplink {
 impl Uplink {
     /// Connects to the first of `addresses` where rank 0 proves it holds the secret,
     /// and proves the same in turn. Blocks for at most a few seconds per address.
-    pub fn connect(addresses: &[SocketAddr], secret: Arc<Secret>, rank: usize) -> Result<Uplink, String> {
+    pub(crate) fn connect(addresses: &[SocketAddr], secret: Arc<Secret>, rank: usize) -> Result<Uplink, String> {
         let mut why = Vec::new();
         for addr in addresses {
             match Uplink::connect_one(addr, secret.clone(), rank) {
@@ -525,13 +525,13 @@ impl Uplink {
         }
     }
 
-    pub fn send(&mut self, body: &str) {
+    pub(crate) fn send(&mut self, body: &str) {
         let line = self.session.seal(body);
         self.frames.send(&line);
     }
 
     /// Authenticated lines from rank 0; a line that fails closes the link.
-    pub fn receive(&mut self) -> Vec<String> {
+    pub(crate) fn receive(&mut self) -> Vec<String> {
         let mut out = Vec::new();
         for line in self.frames.lines(MAX_LINES) {
             match self.session.open(&line) {
@@ -546,7 +546,7 @@ impl Uplink {
     }
 
     /// Why the link ended, once it has.
-    pub fn closed(&self) -> Option<&str> {
+    pub(crate) fn closed(&self) -> Option<&str> {
         self.frames.closed.as_deref()
     }
 }
@@ -571,13 +571,13 @@ fn wait_line(frames: &mut Frames) -> Result<String, String> {
 /// What a rank tells rank 0 about its network: its host name and IPv4 addresses with
 /// their prefix lengths (loopback left out).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct NetIdentity {
+pub(crate) struct NetIdentity {
     pub host: String,
     pub ipv4: Vec<(Ipv4Addr, u8)>,
 }
 
 impl NetIdentity {
-    pub fn here(host: &str) -> NetIdentity {
+    pub(crate) fn here(host: &str) -> NetIdentity {
         NetIdentity {
             host: host.to_string(),
             ipv4: interface_ipv4s(),
@@ -605,7 +605,7 @@ fn same_subnet(a: Ipv4Addr, b: Ipv4Addr, prefix: u8) -> bool {
 /// The addresses rank 0 listens on: loopback when a peer shares its node, and for the
 /// others each of rank 0's addresses on a subnet they are on; only when a peer shares
 /// no subnet with rank 0 (a routed network) every address of rank 0.
-pub fn listen_addresses(root: &NetIdentity, peers: &[NetIdentity]) -> Vec<IpAddr> {
+pub(crate) fn listen_addresses(root: &NetIdentity, peers: &[NetIdentity]) -> Vec<IpAddr> {
     let mut out: Vec<IpAddr> = Vec::new();
     let push = |ip: IpAddr, out: &mut Vec<IpAddr>| {
         if !out.contains(&ip) {

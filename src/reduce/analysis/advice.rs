@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 /// A point's 1-rank reference as a command: all of it, and what it changes of the point's
 /// own settings.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ReferenceCommand {
+pub(crate) struct ReferenceCommand {
     /// `[NAME=value ... ]mpirun [-x NAME ...] -n 1 ddpbench train <flags>`, flags at their
     /// default left out, values quoted for a POSIX shell where they need it.
     pub command: String,
@@ -26,7 +26,7 @@ pub struct ReferenceCommand {
 
 impl ReferenceCommand {
     /// The command in backticks, then what it changes: a sentence's part.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         if self.changes.is_empty() {
             format!("`{}` (the point's settings on 1 rank)", self.command)
         } else {
@@ -61,7 +61,7 @@ fn quoted(s: &str) -> String {
 
 /// The command of a 1-rank run with `batch_size` samples per step (per micro-batch) that
 /// has `key`, the comparison key of `run`'s point (whose config it starts from).
-pub fn reference_command(run: &RunStats, key: &ComparisonKey, batch_size: usize) -> ReferenceCommand {
+pub(crate) fn reference_command(run: &RunStats, key: &ComparisonKey, batch_size: usize) -> ReferenceCommand {
     let m = &run.manifest;
     let defaults = crate::record::train_defaults();
     let given = m.config.as_object().cloned().unwrap_or_default();

@@ -19,7 +19,7 @@ pub struct HeatmapLimits {
 }
 
 /// What report.html draws: 64 rows × 200 columns, 12,800 cells (about 1.2 MB of SVG).
-pub const HEATMAP_LIMITS: HeatmapLimits = HeatmapLimits { rows: 64, columns: 200 };
+pub(crate) const HEATMAP_LIMITS: HeatmapLimits = HeatmapLimits { rows: 64, columns: 200 };
 
 /// Own work per rank and step, binned.
 #[derive(Debug, Clone, Serialize)]

@@ -24,10 +24,10 @@ use crate::stats;
 use serde::Serialize;
 
 /// The nominal coverage of every speedup interval.
-pub const COVERAGE: f64 = 0.95;
+pub(crate) const COVERAGE: f64 = 0.95;
 
 /// The most repeats per side a plan is worked out for.
-pub const MAX_REPEATS: usize = 100;
+pub(crate) const MAX_REPEATS: usize = 100;
 
 /// What a speedup's interval lets one say of it: the one rule for a direction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -79,7 +79,7 @@ impl Direction {
 
 /// The run-to-run spread of log throughput in one pool of points.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Spread {
+pub(crate) struct Spread {
     /// The pooled sample variance of log throughput (NaN without degrees of freedom).
     pub variance: f64,
     /// Σ over its points of (runs − 1).
@@ -90,7 +90,7 @@ pub struct Spread {
 
 impl Spread {
     /// The spread pooled over `points`, each given as its runs' log throughputs.
-    pub fn pooled<'a>(points: impl IntoIterator<Item = &'a [f64]>) -> Spread {
+    pub(crate) fn pooled<'a>(points: impl IntoIterator<Item = &'a [f64]>) -> Spread {
         let (mut squares, mut df, mut pooled) = (0.0, 0.0, 0);
         for logs in points.into_iter().filter(|l| l.len() >= 2) {
             let (_, variance) = stats::mean_variance(logs);
@@ -108,7 +108,7 @@ impl Spread {
 
 /// One mean that log speedup is made of: the point's, or one reference node type's.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Term {
+pub(crate) struct Term {
     /// Its runs.
     pub runs: usize,
     /// 1 for the point; for a reference node type its share of the ideal throughput
@@ -124,7 +124,7 @@ pub struct Term {
 
 /// A speedup's interval, how it was found, and the repeats a direction needs.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SpeedupInterval {
+pub(crate) struct SpeedupInterval {
     /// The [`COVERAGE`] interval; NaN where there is none.
     pub low: f64,
     pub high: f64,
@@ -177,7 +177,12 @@ fn repeats_for_direction(log_speedup: f64, terms: &[(f64, f64)]) -> Option<usize
 /// an interval), from the point's and its reference's fewest `repeats`, and the
 /// [`SpeedupInterval::repeats_needed`]: scaling.csv's `interval_method` and the verdict
 /// say it alike. Empty where a direction is claimed.
-pub fn what_a_direction_needs(direction: Direction, repeats: usize, baseline_repeats: usize, repeats_needed: Option<usize>) -> String {
+pub(crate) fn what_a_direction_needs(
+    direction: Direction,
+    repeats: usize,
+    baseline_repeats: usize,
+    repeats_needed: Option<usize>,
+) -> String {
     let from = match repeats.min(baseline_repeats) {
         1 => "a single run".to_string(),
         k => format!("{k} repeats"),
@@ -209,7 +214,7 @@ pub fn what_a_direction_needs(direction: Direction, repeats: usize, baseline_rep
 
 /// The interval of `speedup` from its `terms` (the point first, then its reference's
 /// node types) and the spreads of their `pools`.
-pub fn speedup_interval(speedup: f64, terms: &[Term], pools: &[Spread]) -> SpeedupInterval {
+pub(crate) fn speedup_interval(speedup: f64, terms: &[Term], pools: &[Spread]) -> SpeedupInterval {
     let log_s = speedup.ln();
     let repeats = terms[0].runs;
     let baseline_repeats = terms[1..].iter().map(|t| t.runs).min().unwrap_or(repeats);

@@ -14,8 +14,11 @@ pub(crate) mod scaling;
 pub(crate) mod summary;
 
 pub use interval::Direction;
-pub use scaling::{scaling, ScalingMode, ScalingRow, StepBreakdown};
-pub use summary::{gating_type, rank_summaries, type_summaries, RankSummary, TypeSummary};
+pub(crate) use scaling::ScalingRow;
+pub use scaling::{scaling, ScalingMode, StepBreakdown};
+pub(crate) use summary::gating_type;
+pub use summary::{rank_summaries, type_summaries};
+pub(crate) use summary::{RankSummary, TypeSummary};
 
 use super::metrics;
 use super::read::{self, GpuTelemetry, Row};
@@ -45,7 +48,7 @@ pub struct RankStats {
 }
 
 /// Longest steps kept per rank, to name stalls.
-pub const LONGEST_KEPT: usize = 16;
+pub(crate) const LONGEST_KEPT: usize = 16;
 
 /// A step that took over [`STALL_FACTOR`] times its rank's median.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -57,7 +60,7 @@ pub struct Stall {
 }
 
 /// A step this many times its rank's median step is a stall, named on its own.
-pub const STALL_FACTOR: f64 = 10.0;
+pub(crate) const STALL_FACTOR: f64 = 10.0;
 
 /// Figures of all ranks of one node type.
 #[derive(Debug, Clone)]
@@ -394,7 +397,7 @@ impl RunStats {
 
 /// A rank's entry into a step's all-reduce on rank 0's clock, and how far off that may be.
 #[derive(Debug, Clone, Copy)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub at_s: f64,
     pub error_s: f64,
 }

@@ -20,7 +20,7 @@ use serde::Serialize;
 
 /// Steps of the target window: 2.5 times the 20 steps `--target-loss` smooths over, so
 /// that the window's estimate rests on more than the smoothing's own steps.
-pub const TARGET_WINDOW_STEPS: u64 = 50;
+pub(crate) const TARGET_WINDOW_STEPS: u64 = 50;
 
 /// One step that measured the norms, over the ranks: each field of the ranks' norm
 /// pairs averaged (a norm not finite on any rank leaves the step's not finite), and
@@ -117,7 +117,7 @@ impl NoiseWindow {
 }
 
 /// The estimate of `pairs` as a window of kind `window` (steps and loss not set).
-pub fn pooled(window: WindowKind, pairs: &[NormPair]) -> NoiseWindow {
+pub(crate) fn pooled(window: WindowKind, pairs: &[NormPair]) -> NoiseWindow {
     let e = estimate(pairs);
     NoiseWindow {
         window,
@@ -136,7 +136,7 @@ pub fn pooled(window: WindowKind, pairs: &[NormPair]) -> NoiseWindow {
 }
 
 /// The thirds of `steps` by count (boundaries at n/3 and 2n/3); none with fewer than 3.
-pub fn thirds(steps: &[NoiseStep]) -> Vec<NoiseWindow> {
+pub(crate) fn thirds(steps: &[NoiseStep]) -> Vec<NoiseWindow> {
     let n = steps.len();
     if n < 3 {
         return Vec::new();
@@ -149,7 +149,7 @@ pub fn thirds(steps: &[NoiseStep]) -> Vec<NoiseWindow> {
 
 /// The target window of a run that reached its target after `steps_to_target` steps;
 /// None when no step in it measured the norms.
-pub fn target_window(steps: &[NoiseStep], steps_to_target: u64) -> Option<NoiseWindow> {
+pub(crate) fn target_window(steps: &[NoiseStep], steps_to_target: u64) -> Option<NoiseWindow> {
     let from = steps_to_target.saturating_sub(TARGET_WINDOW_STEPS);
     let inside: Vec<NoiseStep> = steps
         .iter()
@@ -160,7 +160,7 @@ pub fn target_window(steps: &[NoiseStep], steps_to_target: u64) -> Option<NoiseW
 }
 
 /// A run's windows: its thirds, then its target window when it reached its target.
-pub fn windows(steps: &[NoiseStep], target: Option<&TargetOutcome>) -> Vec<NoiseWindow> {
+pub(crate) fn windows(steps: &[NoiseStep], target: Option<&TargetOutcome>) -> Vec<NoiseWindow> {
     let mut out = thirds(steps);
     let reached = target.filter(|t| t.reached).and_then(|t| t.steps_to_target);
     out.extend(reached.and_then(|n| target_window(steps, n as u64)));
@@ -169,7 +169,7 @@ pub fn windows(steps: &[NoiseStep], target: Option<&TargetOutcome>) -> Vec<Noise
 
 /// The drift of B_simple over a run: the last third's over the first third's; None
 /// when either is undetermined.
-pub fn drift(windows: &[NoiseWindow]) -> Option<f64> {
+pub(crate) fn drift(windows: &[NoiseWindow]) -> Option<f64> {
     let b = |k: WindowKind| windows.iter().find(|w| w.window == k)?.b_simple;
     Some(b(WindowKind::LastThird)? / b(WindowKind::FirstThird)?)
 }

@@ -33,7 +33,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// Beyond this many times the largest measured rank count a projection is an extrapolation.
-pub const EXTRAPOLATION_FACTOR: usize = 8;
+pub(crate) const EXTRAPOLATION_FACTOR: usize = 8;
 
 /// One row of `projection.csv`.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -116,7 +116,7 @@ pub struct ProjectionRow {
 
 /// What a run's rows say about its workload, for projecting it.
 #[derive(Debug, Clone)]
-pub struct Workload {
+pub(crate) struct Workload {
     pub own_work: Sketch,
     /// Per step, the mean own work over ranks, averaged; and each rank's deviation from
     /// it (empty: the straggler term comes from `own_work` as independent draws).
@@ -137,7 +137,7 @@ pub struct Workload {
 }
 
 impl Workload {
-    pub fn of(run: &RunStats) -> Workload {
+    pub(crate) fn of(run: &RunStats) -> Workload {
         let m = &run.manifest;
         let bucket_bytes = if m.comm.bucket_bytes.is_empty() {
             // Older runs: the step's bytes split evenly over its buckets.
@@ -167,7 +167,7 @@ impl Workload {
 
     /// The same with half the bytes of every bucket on the wire (fp16/bf16 gradients);
     /// None where they already travel at 2 bytes.
-    pub fn half_wire_bytes(&self) -> Option<Workload> {
+    pub(crate) fn half_wire_bytes(&self) -> Option<Workload> {
         self.fp32_wire.then(|| Workload {
             bucket_bytes: self.bucket_bytes.iter().map(|b| b / 2).collect(),
             fp32_wire: false,
@@ -176,7 +176,7 @@ impl Workload {
     }
 
     /// The same with every gradient in one bucket, ready only when backward ends.
-    pub fn one_bucket(&self) -> Workload {
+    pub(crate) fn one_bucket(&self) -> Workload {
         Workload {
             bucket_bytes: vec![self.bucket_bytes.iter().sum()],
             ready_fraction: Vec::new(),
@@ -188,7 +188,7 @@ impl Workload {
 
 /// E[max of n draws] from the distribution a sketch holds, by its quantile function:
 /// the integral of Q(u) d(uⁿ) on a grid of 2,000 cells.
-pub fn expected_max(s: &Sketch, n: usize) -> f64 {
+pub(crate) fn expected_max(s: &Sketch, n: usize) -> f64 {
     if s.count() == 0 {
         return f64::NAN;
     }
@@ -210,7 +210,7 @@ pub fn expected_max(s: &Sketch, n: usize) -> f64 {
 /// Seconds of all-reduce past backward's end, given each bucket's all-reduce time and
 /// when it is ready (`ready`: fractions of backward; empty: in proportion to the bytes
 /// produced). The last bucket is ready at backward's end.
-pub fn exposed_s(bucket_s: &[f64], bucket_bytes: &[u64], ready: &[f64], backward_s: f64, overlap: bool) -> f64 {
+pub(crate) fn exposed_s(bucket_s: &[f64], bucket_bytes: &[u64], ready: &[f64], backward_s: f64, overlap: bool) -> f64 {
     let total: f64 = bucket_s.iter().sum();
     if !overlap || bucket_s.is_empty() {
         return total;
@@ -300,7 +300,7 @@ fn project(w: &Workload, model: &LinkModel, nodes: usize, per_node: usize, widen
 /// ranks (or at the shapes of `ladder`, nodes × ranks per node, where it is not empty),
 /// with every measured point of the workload compared with its projection. Second:
 /// notes on workloads that could not be projected.
-pub fn projections_on(
+pub(crate) fn projections_on(
     runs: &[&RunStats],
     models: &LinkModelFile,
     project_to: usize,
@@ -428,8 +428,8 @@ fn mean_wait(r: &RunStats) -> f64 {
 }
 
 /// What speedup is against: a measured 1-rank run, or the projection at 1 rank.
-pub const AGAINST_MEASURED: &str = "measured 1-rank run";
-pub const AGAINST_PROJECTED: &str = "projection at 1 rank (no 1-rank run measured)";
+pub(crate) const AGAINST_MEASURED: &str = "measured 1-rank run";
+pub(crate) const AGAINST_PROJECTED: &str = "projection at 1 rank (no 1-rank run measured)";
 
 /// The largest rank count of a workload measured at three or more rank counts.
 fn held_out_ranks(group: &[&RunStats]) -> Option<usize> {
@@ -538,7 +538,7 @@ impl RowSpec<'_> {
 /// Mean own work per step at per-rank batch `b`, from (batch, own work) measured:
 /// linear between the two measured batches around `b`; outside them, the nearest one's
 /// scaled by the batch (true: extrapolated).
-pub fn own_at(measured: &[(f64, f64)], b: f64) -> (f64, bool) {
+pub(crate) fn own_at(measured: &[(f64, f64)], b: f64) -> (f64, bool) {
     let mut pts = measured.to_vec();
     pts.sort_by(|x, y| x.0.total_cmp(&y.0));
     pts.dedup_by(|x, y| x.0 == y.0);

@@ -54,7 +54,7 @@ impl Shape {
 }
 
 /// The shapes of every ladder, ordered by ranks then nodes, each once.
-pub fn ladders(shapes: &[Shape]) -> Vec<(usize, usize)> {
+pub(crate) fn ladders(shapes: &[Shape]) -> Vec<(usize, usize)> {
     let mut out: Vec<(usize, usize)> = shapes.iter().flat_map(|s| s.ladder()).collect();
     out.sort_unstable_by_key(|&(m, p)| (m * p, m));
     out.dedup();
@@ -108,7 +108,7 @@ pub struct Recommendation {
 }
 
 /// The inputs of a recommendation that are not the rows.
-pub struct Ask<'a> {
+pub(crate) struct Ask<'a> {
     pub epoch_samples: f64,
     pub target_efficiency: f64,
     pub price_per_gpu_hour: Option<f64>,
@@ -126,7 +126,7 @@ fn sig(v: f64, digits: i32) -> String {
 }
 
 /// The figures of the table and the sentence, written one way for both.
-pub struct Figures {
+pub(crate) struct Figures {
     pub rough: bool,
 }
 
@@ -138,7 +138,7 @@ impl Figures {
             3
         }
     }
-    pub fn epoch(&self, s: f64) -> String {
+    pub(crate) fn epoch(&self, s: f64) -> String {
         let (v, unit) = if s >= 7200.0 {
             (s / 3600.0, "h")
         } else if s >= 120.0 {
@@ -148,25 +148,25 @@ impl Figures {
         };
         format!("{} {unit}", sig(v, self.digits()))
     }
-    pub fn gpu_hours(&self, h: f64) -> String {
+    pub(crate) fn gpu_hours(&self, h: f64) -> String {
         sig(h, self.digits())
     }
-    pub fn efficiency(&self, e: f64) -> String {
+    pub(crate) fn efficiency(&self, e: f64) -> String {
         format!("{} %", sig(e * 100.0, self.digits()))
     }
-    pub fn fraction(&self, f: f64) -> String {
+    pub(crate) fn fraction(&self, f: f64) -> String {
         format!("{} %", sig(f * 100.0, 2))
     }
-    pub fn ratio(&self, r: f64) -> String {
+    pub(crate) fn ratio(&self, r: f64) -> String {
         format!("{}×", sig(r, 2))
     }
-    pub fn money(&self, c: f64) -> String {
+    pub(crate) fn money(&self, c: f64) -> String {
         sig(c, self.digits())
     }
 }
 
 /// The recommendation from one workload's weak-scaling rows; None without rows.
-pub fn recommend(rows: &[&ProjectionRow], ask: &Ask) -> Option<Recommendation> {
+pub(crate) fn recommend(rows: &[&ProjectionRow], ask: &Ask) -> Option<Recommendation> {
     let mut rows: Vec<&ProjectionRow> = rows.to_vec();
     rows.sort_by_key(|r| (r.ranks, r.nodes));
     let first = *rows.first()?;

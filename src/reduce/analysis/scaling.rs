@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 /// Runs with the same key, node types, rank count and batch: repeats of one point.
 #[derive(Debug, Clone)]
-pub struct ScalingPoint<'a> {
+pub(crate) struct ScalingPoint<'a> {
     pub key: ComparisonKey,
     /// Ranks per node type, by type.
     pub types: BTreeMap<String, usize>,
@@ -32,12 +32,12 @@ pub struct ScalingPoint<'a> {
 
 impl ScalingPoint<'_> {
     /// The geometric mean over the repeats of their throughputs.
-    pub fn throughput(&self) -> f64 {
+    pub(crate) fn throughput(&self) -> f64 {
         stats::geometric_mean(&self.runs.iter().map(|r| samples_per_s(r)).collect::<Vec<_>>())
     }
 
     /// The log of each run's throughput.
-    pub fn log_throughputs(&self) -> Vec<f64> {
+    pub(crate) fn log_throughputs(&self) -> Vec<f64> {
         self.runs.iter().map(|r| samples_per_s(r).ln()).collect()
     }
 
@@ -54,7 +54,7 @@ impl ScalingPoint<'_> {
 
 /// The points of `runs`: runs grouped by key, node types, ranks and batch, in key order.
 /// Runs without an all-reduce (`--allreduce none`) are no point of a scaling study.
-pub fn points<'a>(runs: &[&'a RunStats]) -> Vec<ScalingPoint<'a>> {
+pub(crate) fn points<'a>(runs: &[&'a RunStats]) -> Vec<ScalingPoint<'a>> {
     let mut groups: BTreeMap<(ComparisonKey, Vec<(String, usize)>, usize, usize, usize), Vec<&'a RunStats>> = BTreeMap::new();
     for r in runs.iter().filter(|r| r.manifest.comm_backend != Backend::None) {
         let m = &r.manifest;
@@ -260,14 +260,14 @@ pub struct ScalingRow {
 }
 
 /// Throughput of a run ([`metrics::throughput`]): samples per step over the mean step time.
-pub fn samples_per_s(run: &RunStats) -> f64 {
+pub(crate) fn samples_per_s(run: &RunStats) -> f64 {
     metrics::throughput(run.samples as f64 / run.steps.max(1) as f64, run.job_step.mean())
 }
 
 /// Splits the gap between ideal and measured throughput into causes, in proportion
 /// to each cause's share of the extra time per step over the ideal step time
 /// (the reference's breakdown scaled by the per-rank batch ratio).
-pub fn waterfall(run: &StepBreakdown, base: &StepBreakdown, batch_ratio: f64, ideal: f64, measured: f64) -> [f64; 4] {
+pub(crate) fn waterfall(run: &StepBreakdown, base: &StepBreakdown, batch_ratio: f64, ideal: f64, measured: f64) -> [f64; 4] {
     let d = [
         run.transfer_s - batch_ratio * base.transfer_s,
         run.data_s - batch_ratio * base.data_s,

@@ -209,7 +209,7 @@ impl Serialize for TypeSummary {
 
 /// Of two or more node types, the one whose late arrivals made the others wait longest
 /// in all (ties: the slower median step); None with fewer than two types.
-pub fn gating_type(run: &RunStats) -> Option<String> {
+pub(crate) fn gating_type(run: &RunStats) -> Option<String> {
     if run.types.len() < 2 {
         return None;
     }

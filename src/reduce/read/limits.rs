@@ -12,14 +12,14 @@ const MAX_STEPS_PER_EPOCH: usize = 1 << 40;
 
 /// Rows of `clock.csv` or `epochs.csv` read: 2^20 (an estimate per rank and epoch),
 /// so a forged file cannot fill memory.
-pub const MAX_TABLE_ROWS: usize = 1 << 20;
+pub(super) const MAX_TABLE_ROWS: usize = 1 << 20;
 
 /// Bytes per second of an all-reduce: 2^50 (1 PiB/s), a thousand times any link.
 const MAX_BYTES_PER_S: f64 = (1u64 << 50) as f64;
 
 /// The manifest's world size, or why no run of it can be read (nothing is sized by it
 /// before this passes).
-pub fn world_size(m: &Manifest) -> Result<usize, String> {
+pub(super) fn world_size(m: &Manifest) -> Result<usize, String> {
     if m.world_size == 0 || m.world_size > MAX_RANKS {
         return Err(format!(
             "world_size {} is not a plausible number of ranks (1 to {MAX_RANKS}): the manifest is damaged",
@@ -33,7 +33,7 @@ pub fn world_size(m: &Manifest) -> Result<usize, String> {
 /// ([`crate::files::name_problem`]), and the name of the folder that holds the run
 /// (`dir`, its symbolic links resolved), which `train` named the run after and every
 /// row repeats. Checked before the id is used anywhere (a file name, a table).
-pub fn run_id(m: &Manifest, dir: &Path) -> Result<(), String> {
+pub(super) fn run_id(m: &Manifest, dir: &Path) -> Result<(), String> {
     let shown = shown_id(&m.run_id);
     if let Some(why) = crate::files::name_problem(&m.run_id) {
         return Err(format!(
@@ -64,7 +64,7 @@ fn shown_id(id: &str) -> String {
 
 /// Every value of the manifest that `reduce` sizes, sums or prints, checked; one line
 /// per key that fails (`key is value: why`).
-pub fn manifest(m: &Manifest) -> Vec<String> {
+pub(super) fn manifest(m: &Manifest) -> Vec<String> {
     let mut out = Vec::new();
     let mut check = |r: Result<(), String>| {
         if let Err(e) = r {
@@ -162,13 +162,13 @@ fn probe(key: &str, p: &AllreduceProbe) -> Result<(), String> {
 }
 
 /// The latest instant of a run of `run_s` seconds (None: unknown, [`MAX_RUN_S`]).
-pub fn run_end_s(run_s: Option<f64>) -> f64 {
+pub(super) fn run_end_s(run_s: Option<f64>) -> f64 {
     run_s.map_or(MAX_RUN_S, |w| w + clock_slack_s(w))
 }
 
 /// A row of `clock.csv`: a rank of the run, an estimate within it, an offset no larger
 /// than the start barrier's skew and the clocks' drift since ([`clock_slack_s`]).
-pub fn clock_row(row: &ClockRow, world_size: usize, run_s: Option<f64>) -> Result<(), String> {
+pub(super) fn clock_row(row: &ClockRow, world_size: usize, run_s: Option<f64>) -> Result<(), String> {
     if row.rank >= world_size {
         return Err(format!("rank is {}: the run has ranks 0 to {}", row.rank, world_size - 1));
     }
@@ -196,7 +196,7 @@ pub fn clock_row(row: &ClockRow, world_size: usize, run_s: Option<f64>) -> Resul
 }
 
 /// A row of `epochs.csv`: no more steps than an epoch has, an epoch within the run.
-pub fn epoch_row(e: &EpochRow, steps_per_epoch: usize, run_s: Option<f64>) -> Result<(), String> {
+pub(super) fn epoch_row(e: &EpochRow, steps_per_epoch: usize, run_s: Option<f64>) -> Result<(), String> {
     if e.steps > steps_per_epoch {
         return Err(format!("steps is {}: an epoch of this run has {steps_per_epoch}", e.steps));
     }
@@ -205,7 +205,7 @@ pub fn epoch_row(e: &EpochRow, steps_per_epoch: usize, run_s: Option<f64>) -> Re
 
 /// A GPU telemetry sample's readings (None: an empty cell): utilisation a percentage,
 /// memory within [`MAX_BYTES_PER_STEP`], power below 10 kW (no GPU draws that).
-pub fn gpu_sample(util_pct: Option<f64>, mem_bytes: Option<f64>, power_w: Option<f64>) -> Result<(), String> {
+pub(super) fn gpu_sample(util_pct: Option<f64>, mem_bytes: Option<f64>, power_w: Option<f64>) -> Result<(), String> {
     let limits = [
         ("gpu_util_pct", util_pct, 100.0),
         ("mem_used_bytes", mem_bytes, MAX_BYTES_PER_STEP as f64),

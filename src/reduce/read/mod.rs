@@ -15,7 +15,7 @@
 mod limits;
 mod row;
 
-pub use row::Row;
+pub(crate) use row::Row;
 
 use crate::files::open_regular_if_present;
 use crate::record::{ComparisonKey, EndRecord, EpochRow, Manifest, RunStatus};
@@ -112,7 +112,7 @@ impl RankReader {
 }
 
 /// A run folder opened for reading.
-pub struct RunFiles {
+pub(crate) struct RunFiles {
     pub manifest: Manifest,
     /// What the run is compared by: the manifest's, or derived from its fields (None when
     /// a field holds what no run has: a problem says which).
@@ -134,7 +134,7 @@ pub struct RunFiles {
 /// size no run has); holes (missing, empty or unreadable rank
 /// files, a job that did not finish, impossible values) are problems. Time and memory
 /// are bounded by the files present.
-pub fn open(dir: &Path) -> Result<RunFiles, String> {
+pub(crate) fn open(dir: &Path) -> Result<RunFiles, String> {
     let manifest = Manifest::read(dir).map_err(|e| format!("{e:#}"))?;
     let manifest_path = dir.join("manifest.json");
     limits::run_id(&manifest, dir).map_err(|e| format!("{}: {e}", manifest_path.display()))?;
@@ -349,7 +349,7 @@ fn list_ranks(ranks: &[usize]) -> String {
 
 impl RunFiles {
     /// The ranks whose files are being read, in rank order.
-    pub fn ranks(&self) -> Vec<usize> {
+    pub(crate) fn ranks(&self) -> Vec<usize> {
         self.readers.iter().map(|r| r.rank).collect()
     }
 
@@ -358,7 +358,7 @@ impl RunFiles {
     /// type. Stops at the first hole (a malformed or impossible row, files of different
     /// lengths, ranks at different steps) or the first Err of `visit`, and records it in
     /// `problems`.
-    pub fn for_each_step(&mut self, mut visit: impl FnMut(&[Row], &[String]) -> Result<(), String>) {
+    pub(crate) fn for_each_step(&mut self, mut visit: impl FnMut(&[Row], &[String]) -> Result<(), String>) {
         let n = self.readers.len();
         let mut rows: Vec<Row> = vec![Row::default(); n];
         let mut node_types: Vec<String> = vec![String::new(); n];
@@ -488,7 +488,7 @@ impl GpuTelemetry {
 /// Each rank's clock offset to rank 0 over the run, from `clock.csv` (none for runs
 /// written before it existed: offsets are then taken as 0, their error as unknown).
 #[derive(Debug, Clone, Default)]
-pub struct ClockOffsets {
+pub(crate) struct ClockOffsets {
     /// Per rank, (rank 0's clock, offset, error bound) at each estimate, in time order:
     /// the exact offset where the rank shares rank 0's `CLOCK_MONOTONIC`.
     by_rank: BTreeMap<usize, Vec<Estimate>>,
@@ -501,7 +501,7 @@ impl ClockOffsets {
     /// Reads `dir`'s `clock.csv` (no offsets without one) of a run of `world_size` ranks
     /// and `run_s` seconds (None: unknown); Err names the row and column that no clock
     /// estimate can hold ([`limits::clock_row`]), or a `clock.csv` that is no regular file.
-    pub fn read(dir: &Path, world_size: usize, run_s: Option<f64>) -> Result<ClockOffsets, String> {
+    pub(crate) fn read(dir: &Path, world_size: usize, run_s: Option<f64>) -> Result<ClockOffsets, String> {
         let path = dir.join("clock.csv");
         let mut by_rank: BTreeMap<usize, Vec<Estimate>> = BTreeMap::new();
         if let Some(file) = open_regular_if_present(&path)? {
@@ -524,7 +524,7 @@ impl ClockOffsets {
     }
 
     /// Whether the run has offsets at all (a `clock.csv`).
-    pub fn known(&self) -> bool {
+    pub(crate) fn known(&self) -> bool {
         !self.by_rank.is_empty()
     }
 
@@ -542,7 +542,7 @@ impl ClockOffsets {
 
     /// Rank `rank`'s time `t` on rank 0's clock: `t` plus the offset interpolated
     /// linearly between the estimates around it (held constant beyond them).
-    pub fn correct(&self, rank: usize, t: f64) -> f64 {
+    pub(crate) fn correct(&self, rank: usize, t: f64) -> f64 {
         let Some(((t0, o0, _), (t1, o1, _))) = self.around(rank, t) else {
             return t;
         };
@@ -553,7 +553,7 @@ impl ClockOffsets {
     /// How far [`Self::correct`] may be off at `t`: the larger error of the two estimates
     /// interpolated (a line between two values each within e of the truth stays within
     /// the larger e of the line through the truths); 0 without estimates (unknown).
-    pub fn error_s(&self, rank: usize, t: f64) -> f64 {
+    pub(crate) fn error_s(&self, rank: usize, t: f64) -> f64 {
         self.around(rank, t).map_or(0.0, |((_, _, e0), (_, _, e1))| e0.max(e1))
     }
 }

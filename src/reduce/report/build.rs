@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 /// The report of `complete` runs (the figures), `incomplete` ones (named, left out),
 /// `skipped` folders and `duplicates` (runs counted from another folder), every point compared with `explicit` where given (`--baseline`).
-pub fn build(
+pub(crate) fn build(
     folders: &[PathBuf],
     complete: &[&RunStats],
     incomplete: &[&RunStats],

@@ -9,7 +9,7 @@ use std::fmt::Write;
 /// Seconds per epoch of compute, of the all-reduce's transfer (of it hidden behind
 /// backward, of it exposed) and, apart, of waiting for a late rank; and R from the
 /// transfer alone; then `sentence`.
-pub fn compute_vs_comm(md: &mut String, runs: &[RunReport], sentence: &str) {
+pub(super) fn compute_vs_comm(md: &mut String, runs: &[RunReport], sentence: &str) {
     let _ = writeln!(md, "\n## Compute vs communication\n\nSeconds per epoch (per-step means × steps per epoch), all ranks averaged. The transfer is every bucket's all-reduce after the last rank entered it: the part that ran while backward still did is hidden (measured by the clocks; where the all-reduce thread shared backward's cores, `--overlap force`, it time-sliced with backward there rather than hid), and the part the step waited for after backward is exposed, so hidden + exposed = transfer. Waiting for a late rank is not communication: it is not in the transfer but shown apart (transfer + waiting = the all-reduce's whole time). R = (forward + backward) / transfer.\n\n| run | ranks | batch/rank | compute s/epoch | transfer s/epoch | of it hidden s/epoch | of it exposed s/epoch | waiting s/epoch | R |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in runs {
         let e = &r.per_epoch;
@@ -34,7 +34,7 @@ pub fn compute_vs_comm(md: &mut String, runs: &[RunReport], sentence: &str) {
 /// What R is and is not (no limit on efficiency: the optimizer, data and other phases are
 /// outside it), which runs have none and why: 1-rank runs, and runs whose all-reduce
 /// thread shared backward's cores. Which loss is largest is the waterfall's to say.
-pub fn compute_vs_comm_sentence(runs: &[RunReport]) -> String {
+pub(super) fn compute_vs_comm_sentence(runs: &[RunReport]) -> String {
     let mut s = String::new();
     if runs.iter().any(|r| r.per_epoch.compute_comm_ratio.is_finite()) {
         s.push_str(
@@ -69,7 +69,7 @@ pub fn compute_vs_comm_sentence(runs: &[RunReport]) -> String {
 }
 
 /// Bus bandwidth inside training against the raw MPI_Allreduce probe; then `sentence`.
-pub fn bandwidth(md: &mut String, runs: &[RunReport], summaries: &[TypeSummary], sentence: &str) {
+pub(super) fn bandwidth(md: &mut String, runs: &[RunReport], summaries: &[TypeSummary], sentence: &str) {
     let _ = writeln!(md, "\n## All-reduce bandwidth\n\nBus bandwidth as nccl-tests define it: 2(n−1)/n · bytes / time, with time the all-reduce work after the last rank entered it (the straggler wait taken out, whole). The probe is a raw MPI_Allreduce of the same buckets timed in the same run with caches flushed between iterations, since gradients come from memory after backward; the warm-cache probe is the best case.\n\n| run | node type | ranks | bytes/step | transfer ms | busbw GB/s | algbw GB/s | probe busbw GB/s | warm probe GB/s | training / probe |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for s in summaries.iter().filter(|s| s.busbw_bytes_per_s.is_finite()) {
         let bytes = runs
@@ -101,7 +101,7 @@ pub fn bandwidth(md: &mut String, runs: &[RunReport], summaries: &[TypeSummary],
 
 /// How training's bus bandwidth compares with the probe's (each run's probe in its wire
 /// dtype), and for each end of the range, the run there and what its columns show.
-pub fn bandwidth_sentence(summaries: &[TypeSummary]) -> String {
+pub(super) fn bandwidth_sentence(summaries: &[TypeSummary]) -> String {
     let compared: Vec<&TypeSummary> = summaries.iter().filter(|s| s.busbw_vs_probe.is_finite()).collect();
     let unlike: Vec<&str> = summaries
         .iter()

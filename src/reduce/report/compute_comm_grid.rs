@@ -14,7 +14,7 @@ use std::fmt::Write;
 /// One cell of the grid (a row of compute_comm_grid.csv): the runs of one workload at
 /// one configuration and batch per rank, their per-epoch seconds averaged.
 #[derive(Debug, Clone, Serialize)]
-pub struct GridCell {
+pub(crate) struct GridCell {
     pub model: String,
     pub dataset: String,
     /// The rest of the comparison key, without how the run communicated (that is the
@@ -61,7 +61,7 @@ type CellKey = (String, String, String, usize, usize, String, usize);
 
 /// The grid's cells, ordered by workload, configuration (ranks, nodes, communication)
 /// and batch per rank.
-pub fn cells(runs: &[RunReport]) -> Vec<GridCell> {
+pub(crate) fn cells(runs: &[RunReport]) -> Vec<GridCell> {
     let mut groups: BTreeMap<CellKey, Vec<&RunReport>> = BTreeMap::new();
     for r in runs {
         let key = (
@@ -125,7 +125,7 @@ fn num(v: f64) -> String {
 
 /// report.md's grid: per workload, configurations down, batches across, then which
 /// cell the all-reduce's share is largest and smallest in.
-pub fn markdown(md: &mut String, runs: &[RunReport]) {
+pub(crate) fn markdown(md: &mut String, runs: &[RunReport]) {
     let cells = cells(runs);
     if cells.is_empty() {
         return;

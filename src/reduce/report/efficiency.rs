@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 /// Epoch time per run: measured over full epochs, or projected for runs stopped before
 /// one ended (one definition, as summary.csv's `epoch_s`).
-pub fn epoch_times(md: &mut String, runs: &[RunReport]) {
+pub(super) fn epoch_times(md: &mut String, runs: &[RunReport]) {
     let _ = writeln!(
         md,
         "\n## Epoch time\n\n| run | ranks | batch/rank | epoch s | |\n|---|---:|---:|---:|---|"
@@ -32,7 +32,7 @@ fn compared(scaling: &[ScalingRow]) -> Vec<&ScalingRow> {
 
 /// From ideal to measured throughput, cause by cause, for each compared point; then
 /// `sentences`.
-pub fn waterfall(md: &mut String, scaling: &[ScalingRow], sentences: &[String]) {
+pub(super) fn waterfall(md: &mut String, scaling: &[ScalingRow], sentences: &[String]) {
     let multi = compared(scaling);
     if multi.is_empty() {
         return;
@@ -58,7 +58,7 @@ pub fn waterfall(md: &mut String, scaling: &[ScalingRow], sentences: &[String]) 
 }
 
 /// Per compared point that lost throughput: how much, and its largest cause.
-pub fn waterfall_sentences(scaling: &[ScalingRow]) -> Vec<String> {
+pub(super) fn waterfall_sentences(scaling: &[ScalingRow]) -> Vec<String> {
     let mut out = Vec::new();
     for r in compared(scaling) {
         let causes = verdict::losses(r);

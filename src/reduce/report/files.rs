@@ -57,7 +57,7 @@ pub fn stage_within(report: &Report, files: &mut StagedFiles, with_plots: bool, 
 }
 
 /// What an error while staging leaves: the folder's files as they were.
-pub fn not_written(out: &Path) -> String {
+pub(crate) fn not_written(out: &Path) -> String {
     format!(
         "the report was not written: every file in {} is as it was (free some space, or give another --out)",
         out.display()
@@ -66,7 +66,7 @@ pub fn not_written(out: &Path) -> String {
 
 /// A CSV file of `rows`, each cell as [`crate::record::Cells`] writes it (plain
 /// decimals, lists joined): a header and a line per row, nothing without rows.
-pub fn csv_bytes<R: Serialize>(rows: &[R]) -> Result<Vec<u8>> {
+pub(crate) fn csv_bytes<R: Serialize>(rows: &[R]) -> Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(Vec::new());
     for r in rows {
         w.serialize(crate::record::Cells(r)).context("cannot format a table row")?;

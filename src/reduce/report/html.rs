@@ -16,11 +16,11 @@ use std::fmt::Write;
 /// another ([`PageLimits`]): when the page would be larger, its largest pictures are
 /// binned further (heatmaps) or left out (a line says which file holds each), and the
 /// page says so at its top.
-pub const PAGE_BYTES_MAX: usize = 5_000_000;
+pub(crate) const PAGE_BYTES_MAX: usize = 5_000_000;
 
 /// Heatmaps drawn on the page at most (the runs with the most ranks); the others are
 /// written as files with the plots.
-pub const HEATMAPS_SHOWN: usize = 2;
+pub(crate) const HEATMAPS_SHOWN: usize = 2;
 
 /// A heatmap is binned further on the page only while it has more cells than this;
 /// then it is left out instead.
@@ -47,7 +47,7 @@ impl Default for PageLimits {
 
 /// A page and what was done to keep it under its bound.
 #[derive(Debug, Clone)]
-pub struct Page {
+pub(crate) struct Page {
     pub html: String,
     /// One sentence per picture binned further or left out to keep the page under its
     /// bound, and one when the page is over it even so; empty when the page fits whole.
@@ -79,7 +79,7 @@ figure{margin:1em 0}figure svg{max-width:100%;height:auto}figcaption{font-size:.
 /// it is over, the largest picture on it is binned further (a heatmap of more than
 /// [`HEATMAP_CELLS_MIN`] cells: half the rows and columns) or left out for a line that
 /// names its file. `with_plots` says whether the plots were also written as files.
-pub fn page(report: &Report, pictures: &[Picture], with_plots: bool, limits: &PageLimits) -> Page {
+pub(crate) fn page(report: &Report, pictures: &[Picture], with_plots: bool, limits: &PageLimits) -> Page {
     let mut shown: Vec<Shown> = pictures
         .iter()
         .map(|p| Shown {
@@ -230,7 +230,7 @@ fn bound_note(h: &mut String, notes: &[(String, String)], bytes_max: usize) {
 /// curve (`(stem, svg)`) inline after it, and a link to the report of the study's runs
 /// beside it; kept under `bytes_max` as [`page`] keeps report.html, the largest curves
 /// left out first.
-pub fn study_page(study_md: &str, curves: &[(String, String)], with_plots: bool, bytes_max: usize) -> Page {
+pub(crate) fn study_page(study_md: &str, curves: &[(String, String)], with_plots: bool, bytes_max: usize) -> Page {
     let md: String = study_md
         .lines()
         .filter(|l| !l.trim_start().starts_with("!["))
@@ -435,7 +435,7 @@ fn strip_prolog(svg: &str) -> &str {
 }
 
 /// Text made safe inside HTML.
-pub fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -470,7 +470,7 @@ fn inline(s: &str) -> String {
 
 /// The Markdown report.md's sections use (headings, tables, lists, paragraphs, inline
 /// code and strong) as HTML; headings go down one level under the page's sections.
-pub fn markdown_html(md: &str) -> String {
+pub(crate) fn markdown_html(md: &str) -> String {
     let mut h = String::new();
     let mut table_row = 0;
     let mut in_list = false;

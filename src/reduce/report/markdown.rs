@@ -5,7 +5,7 @@ use super::{communication, compute_comm_grid, efficiency, nodes, noise, peer, pr
 use std::fmt::Write;
 
 /// report.md of `report` (with links to the plots when they are drawn).
-pub fn markdown(report: &Report, with_plots: bool) -> String {
+pub(super) fn markdown(report: &Report, with_plots: bool) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "# ddpbench report\n");
     let _ = writeln!(

@@ -25,11 +25,13 @@ mod terminal;
 pub(crate) mod times;
 pub(crate) mod verdict;
 
-pub use build::build;
-pub use files::{csv_bytes, not_written, stage, stage_within, write, write_within};
-pub use projection::{left_out as projection_left_out, section as projection_section, TARGET_EFFICIENCY};
-pub use step_phases::StepPhases;
-pub use terminal::print;
+pub(crate) use build::build;
+#[cfg(feature = "train")]
+pub(crate) use files::{csv_bytes, not_written};
+pub use files::{stage, stage_within, write, write_within};
+pub(crate) use projection::{left_out as projection_left_out, section as projection_section, TARGET_EFFICIENCY};
+pub(crate) use step_phases::StepPhases;
+pub(crate) use terminal::print;
 
 use super::analysis::heatmap::StepHeatmap;
 use super::analysis::projection::ProjectionRow;
@@ -40,7 +42,7 @@ use serde::{Serialize, Serializer};
 use std::path::{Path, PathBuf};
 
 /// Version of report.json's layout: its top-level keys and what each holds.
-pub const REPORT_VERSION: u32 = 1;
+pub(crate) const REPORT_VERSION: u32 = 1;
 
 /// Everything `reduce` found in a set of run folders.
 #[derive(Debug, Clone, Serialize)]

@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 /// Per run and node type: step times, waits for others, last arrivals, the gating type;
 /// then `sentences`.
-pub fn node_types(md: &mut String, summaries: &[TypeSummary], sentences: &[String]) {
+pub(super) fn node_types(md: &mut String, summaries: &[TypeSummary], sentences: &[String]) {
     let _ = writeln!(md, "\n## Node types and stragglers\n\n| run | node type | ranks | nodes | step ms (median) | p95 ms | waits for others ms (mean) | last into all-reduce | each other rank waits for it ms (mean) | gates the job |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
     for s in summaries {
         let _ = writeln!(
@@ -31,7 +31,7 @@ pub fn node_types(md: &mut String, summaries: &[TypeSummary], sentences: &[Strin
 }
 
 /// Per run on several node types: the type whose late arrivals set the job's pace.
-pub fn node_type_sentences(runs: &[RunReport], summaries: &[TypeSummary]) -> Vec<String> {
+pub(super) fn node_type_sentences(runs: &[RunReport], summaries: &[TypeSummary]) -> Vec<String> {
     runs.iter()
         .filter(|r| r.node_types.len() > 1)
         .filter_map(|r| {
@@ -49,12 +49,12 @@ pub fn node_type_sentences(runs: &[RunReport], summaries: &[TypeSummary]) -> Vec
 
 /// A rank is named the straggler of its run when it entered the all-reduce last in at
 /// least this share of the steps.
-pub const STRAGGLER_SHARE: f64 = 0.75;
+pub(super) const STRAGGLER_SHARE: f64 = 0.75;
 
 /// Per multi-rank run, the rank that entered the all-reduce last in at least
 /// [`STRAGGLER_SHARE`] of the steps, whatever the node types: how often, and how long
 /// each other rank waited for it.
-pub fn straggler_sentences(ranks: &[RankSummary]) -> Vec<String> {
+pub(super) fn straggler_sentences(ranks: &[RankSummary]) -> Vec<String> {
     ranks
         .iter()
         .filter(|r| r.last_arrival_share >= STRAGGLER_SHARE && r.caused_wait_s_mean.is_finite())
@@ -74,7 +74,7 @@ pub fn straggler_sentences(ranks: &[RankSummary]) -> Vec<String> {
 
 /// Per run whose clocks cannot order every step's arrivals: how often, by how much, and
 /// what was done instead (no rank named last; waits within the error merged into transfer).
-pub fn arrival_sentences(runs: &[&crate::reduce::analysis::RunStats]) -> Vec<String> {
+pub(super) fn arrival_sentences(runs: &[&crate::reduce::analysis::RunStats]) -> Vec<String> {
     let mut out = Vec::new();
     for r in runs
         .iter()
@@ -115,7 +115,7 @@ fn format_us(s: f64) -> String {
 }
 
 /// Steps over ten times their rank's median, named one by one.
-pub fn stalls(md: &mut String, runs: &[RunReport]) {
+pub(super) fn stalls(md: &mut String, runs: &[RunReport]) {
     let all: Vec<(&str, &crate::reduce::analysis::Stall)> = runs
         .iter()
         .flat_map(|r| r.stalls.iter().map(move |s| (r.run_id.as_str(), s)))
@@ -140,7 +140,7 @@ pub fn stalls(md: &mut String, runs: &[RunReport]) {
 }
 
 /// The incomplete runs and why they were left out.
-pub fn incomplete(md: &mut String, incomplete: &[LeftOut]) {
+pub(super) fn incomplete(md: &mut String, incomplete: &[LeftOut]) {
     if !incomplete.is_empty() {
         let _ = writeln!(md, "\n## Incomplete runs (left out of every figure)\n");
         for r in incomplete {

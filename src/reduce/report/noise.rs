@@ -28,7 +28,7 @@ pub struct EpochNoiseScale {
 }
 
 /// The epochs of `epochs` that measured the noise scale.
-pub fn per_epoch(epochs: &[EpochRow]) -> Vec<EpochNoiseScale> {
+pub(crate) fn per_epoch(epochs: &[EpochRow]) -> Vec<EpochNoiseScale> {
     epochs
         .iter()
         .filter_map(|e| {
@@ -87,7 +87,7 @@ fn run_noise(run: &RunReport) -> Option<(f64, Option<f64>, Option<f64>, String)>
 /// One row per compared point whose run or reference measured a noise scale: from
 /// the point's own run when it has one (the training state its batch reached), else
 /// from the reference's.
-pub fn time_to_accuracy(scaling: &[ScalingRow], runs: &[RunReport]) -> Vec<TimeToAccuracyRow> {
+pub(crate) fn time_to_accuracy(scaling: &[ScalingRow], runs: &[RunReport]) -> Vec<TimeToAccuracyRow> {
     let run = |id: &String| runs.iter().find(|r| &r.run_id == id);
     scaling
         .iter()
@@ -118,7 +118,7 @@ pub fn time_to_accuracy(scaling: &[ScalingRow], runs: &[RunReport]) -> Vec<TimeT
 
 /// What `reduce` prints of the noise scale: each measuring run's last epoch, then each
 /// compared point's predicted time to accuracy.
-pub fn terminal_lines(runs: &[RunReport], rows: &[TimeToAccuracyRow]) -> Vec<String> {
+pub(crate) fn terminal_lines(runs: &[RunReport], rows: &[TimeToAccuracyRow]) -> Vec<String> {
     let mut out = Vec::new();
     for r in runs {
         let Some(e) = r.noise_scale.last() else { continue };
@@ -158,7 +158,7 @@ fn cell(v: Option<f64>) -> String {
 }
 
 /// report.md's section: B_simple per run and epoch, then the time-to-accuracy table.
-pub fn section(md: &mut String, runs: &[RunReport], rows: &[TimeToAccuracyRow]) {
+pub(crate) fn section(md: &mut String, runs: &[RunReport], rows: &[TimeToAccuracyRow]) {
     let measured: Vec<&RunReport> = runs.iter().filter(|r| !r.noise_scale.is_empty()).collect();
     if measured.is_empty() {
         return;

@@ -34,7 +34,7 @@ fn figures(row: &ScalingRow) -> String {
 }
 
 /// One sentence per point that both ddpbench and a peer measured, in `report`'s rows.
-pub fn side_by_side(report: &Report) -> Vec<String> {
+pub(super) fn side_by_side(report: &Report) -> Vec<String> {
     let compared = |r: &&ScalingRow| matches!(r.scaling_mode, ScalingMode::Weak | ScalingMode::Strong) && r.speedup.is_finite();
     let mut out = Vec::new();
     for peer_row in report.scaling.iter().filter(compared) {
@@ -67,7 +67,7 @@ pub fn side_by_side(report: &Report) -> Vec<String> {
 }
 
 /// The paragraph, under the report's first line.
-pub fn what_the_figures_are(md: &mut String, report: &Report) {
+pub(super) fn what_the_figures_are(md: &mut String, report: &Report) {
     let _ = writeln!(
         md,
         "These figures are the scaling of ddpbench, a lean data-parallel trainer, on this hardware. A PyTorch DDP job of \

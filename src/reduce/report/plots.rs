@@ -12,14 +12,14 @@ use std::collections::BTreeMap;
 
 /// One drawn plot: the file stem it is written under, and its SVG document.
 #[derive(Debug, Clone)]
-pub struct Picture {
+pub(crate) struct Picture {
     pub stem: String,
     pub svg: String,
 }
 
 /// Every plot of `report` (report.html shows them inline; with plots they are also
 /// written as files), the heatmaps binned to at most `heatmap` cells.
-pub fn pictures(report: &Report, heatmap: HeatmapLimits) -> Result<Vec<Picture>> {
+pub(crate) fn pictures(report: &Report, heatmap: HeatmapLimits) -> Result<Vec<Picture>> {
     let mut out = Vec::new();
     scaling_plots(&mut out, &report.scaling)?;
     waterfall_plot(&mut out, &report.scaling)?;
@@ -35,7 +35,7 @@ pub fn pictures(report: &Report, heatmap: HeatmapLimits) -> Result<Vec<Picture>>
 }
 
 /// Each of `pictures` as SVG and PNG, staged into `out`.
-pub fn plots(raster: &plot::Rasteriser, out: &mut StagedFiles, pictures: &[Picture]) -> Result<()> {
+pub(crate) fn plots(raster: &plot::Rasteriser, out: &mut StagedFiles, pictures: &[Picture]) -> Result<()> {
     for p in pictures {
         raster.stage(out, &p.stem, &p.svg)?;
     }
@@ -317,7 +317,7 @@ fn heatmap_plots(out: &mut Vec<Picture>, runs: &[RunReport], limits: HeatmapLimi
 
 /// The heatmap of run `run_id` drawn from `h` (`heatmap-RUN`), its x axis saying how
 /// many ranks and steps a cell holds when it holds more than one.
-pub fn heatmap_picture(run_id: &str, h: &StepHeatmap) -> Result<Picture> {
+pub(crate) fn heatmap_picture(run_id: &str, h: &StepHeatmap) -> Result<Picture> {
     let rows: Vec<String> = (0..h.cells_s.len()).map(|i| h.row_label(i)).collect();
     let columns: Vec<String> = (0..h.columns()).map(|c| h.column_step(c).to_string()).collect();
     let cells: Vec<Vec<f64>> = h.cells_s.iter().map(|row| row.iter().map(|v| v * 1e3).collect()).collect();
@@ -344,4 +344,4 @@ pub fn heatmap_picture(run_id: &str, h: &StepHeatmap) -> Result<Picture> {
 }
 
 /// What every heatmap's stem starts with; the run id follows.
-pub const HEATMAP_STEM: &str = "heatmap-";
+pub(crate) const HEATMAP_STEM: &str = "heatmap-";

@@ -13,7 +13,7 @@ use std::path::Path;
 
 /// The efficiency the per-shape answers and the recommendation aim at unless
 /// `--target-efficiency` says another.
-pub const TARGET_EFFICIENCY: f64 = 0.8;
+pub(crate) const TARGET_EFFICIENCY: f64 = 0.8;
 
 /// The rows of each projected workload (one per reference run), keyed by that run, with
 /// a name that tells apart workloads differing only in their configuration.
@@ -36,7 +36,7 @@ fn by_workload(rows: &[ProjectionRow]) -> Vec<(String, Vec<&ProjectionRow>)> {
 }
 
 /// The projection when the link model in `sweep` was refused: why.
-pub fn left_out(sweep: &Path, why: &str) -> ProjectionReport {
+pub(crate) fn left_out(sweep: &Path, why: &str) -> ProjectionReport {
     ProjectionReport {
         sweep: sweep.to_path_buf(),
         left_out: Some(why.into()),
@@ -52,7 +52,7 @@ pub fn left_out(sweep: &Path, why: &str) -> ProjectionReport {
 /// The projection with the model in `sweep`: its `rows`, the `notes` on what could not be
 /// projected, and per workload what the projection says (from its rows alone), the
 /// batch for a target aiming at `target_efficiency` (the recommendation's target too).
-pub fn section(
+pub(crate) fn section(
     rows: Vec<ProjectionRow>,
     notes: Vec<String>,
     models: &LinkModelFile,
@@ -174,7 +174,7 @@ fn terms_table(md: &mut String, rs: &[&ProjectionRow]) {
 }
 
 /// report.md's projection section.
-pub fn markdown(p: &ProjectionReport) -> String {
+pub(super) fn markdown(p: &ProjectionReport) -> String {
     if let Some(why) = &p.left_out {
         return format!(
             "\n## Projection beyond the allocation\n\nLeft out: {why}. Run `ddpbench allreduce` again to write the link model, \
@@ -368,7 +368,7 @@ fn batch_for_target(r: &ProjectionRow, tau: f64) -> String {
     )
 }
 
-pub fn print_projection(rows: &[ProjectionRow]) {
+pub(super) fn print_projection(rows: &[ProjectionRow]) {
     println!("\nProjection (weak and strong scaling, link model; see report.md):");
     println!(
         "{:<34} {:>6} {:>9} {:>11} {:>8} {:>10} {:>8} {:>10} {:>8}",
@@ -399,7 +399,7 @@ pub fn print_projection(rows: &[ProjectionRow]) {
 /// At 1 rank efficiency is 1 by definition (the
 /// rows say so); a measured point is its measured speedup over its ranks where that is
 /// against a measured 1-rank run.
-pub fn projection_svg(rows: &[ProjectionRow]) -> Result<String> {
+pub(super) fn projection_svg(rows: &[ProjectionRow]) -> Result<String> {
     let mut lines = Vec::new();
     let mut marks = Vec::new();
     let mut bands = Vec::new();

@@ -15,7 +15,7 @@ use std::path::Path;
 
 /// The link models of a projection where `--link`/`--link-intra` name a level: the
 /// sweep's (`measured`) with those levels replaced, else one per route the runs used.
-pub fn with_specs(req: &ReduceRequest, measured: Option<LinkModelFile>, runs: &[&RunStats]) -> LinkModelFile {
+pub(crate) fn with_specs(req: &ReduceRequest, measured: Option<LinkModelFile>, runs: &[&RunStats]) -> LinkModelFile {
     let mut routes: Vec<(Backend, Memory)> = runs
         .iter()
         .filter(|r| r.manifest.comm_backend != Backend::None)
@@ -39,7 +39,7 @@ pub fn with_specs(req: &ReduceRequest, measured: Option<LinkModelFile>, runs: &[
 }
 
 /// Where the link model came from, in words.
-pub fn source_words(req: &ReduceRequest, sweep: Option<&Path>) -> String {
+pub(crate) fn source_words(req: &ReduceRequest, sweep: Option<&Path>) -> String {
     let mut parts: Vec<String> = sweep.map(|s| s.display().to_string()).into_iter().collect();
     parts.extend(req.link.as_ref().map(|l| format!("--link {}", l.name)));
     parts.extend(req.link_intra.as_ref().map(|l| format!("--link-intra {}", l.name)));
@@ -59,7 +59,7 @@ fn level_words(fit: Option<&LevelFit>, sweep: Option<&Path>) -> String {
 }
 
 /// The levels and the recommendation per weak-scaling workload, added to `p`.
-pub fn attach(p: &mut ProjectionReport, req: &ReduceRequest, sweep: Option<&Path>, runs: &[&RunStats]) {
+pub(crate) fn attach(p: &mut ProjectionReport, req: &ReduceRequest, sweep: Option<&Path>, runs: &[&RunStats]) {
     let file = LinkModelFile {
         formula: String::new(),
         models: p.models.clone(),
@@ -173,7 +173,7 @@ const HEADERS: [&str; 10] = [
 ];
 
 /// report.md's levels and recommendations (empty when there are none).
-pub fn markdown(p: &ProjectionReport) -> String {
+pub(crate) fn markdown(p: &ProjectionReport) -> String {
     let mut md = String::new();
     if !p.levels.is_empty() {
         let _ = writeln!(md, "\nLevels of the link model:\n");
@@ -198,7 +198,7 @@ pub fn markdown(p: &ProjectionReport) -> String {
 }
 
 /// The recommendations on the terminal.
-pub fn print(p: &ProjectionReport) {
+pub(crate) fn print(p: &ProjectionReport) {
     for l in &p.levels {
         println!("{l}");
     }

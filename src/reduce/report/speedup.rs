@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 /// Every run: workload, ranks, batches, steps, step time, throughput, how it communicated.
-pub fn runs_table(md: &mut String, runs: &[RunReport], summaries: &[TypeSummary]) {
+pub(super) fn runs_table(md: &mut String, runs: &[RunReport], summaries: &[TypeSummary]) {
     let _ = writeln!(md, "## Runs\n\n| run | model | data | ranks | nodes | batch/rank | global batch | steps | step ms (median) | samples/s | all-reduce |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
     for r in runs {
         let med = summaries
@@ -72,7 +72,7 @@ fn by_workload(scaling: &[ScalingRow]) -> BTreeMap<(&str, &str, &str), Vec<&Scal
 }
 
 /// What each workload's points say.
-pub fn verdicts(scaling: &[ScalingRow], runs: &[RunReport]) -> Vec<WorkloadVerdict> {
+pub(super) fn verdicts(scaling: &[ScalingRow], runs: &[RunReport]) -> Vec<WorkloadVerdict> {
     by_workload(scaling)
         .into_iter()
         .map(|((model, dataset, comparison), rows)| WorkloadVerdict {
@@ -86,7 +86,7 @@ pub fn verdicts(scaling: &[ScalingRow], runs: &[RunReport]) -> Vec<WorkloadVerdi
 
 /// The point a workload's verdict is about: the most ranks, weak before strong at equal
 /// counts (as `ddpbench study` picks it).
-pub fn headline<'a>(compared: &[&'a ScalingRow]) -> Option<&'a ScalingRow> {
+pub(super) fn headline<'a>(compared: &[&'a ScalingRow]) -> Option<&'a ScalingRow> {
     compared
         .iter()
         .copied()
@@ -96,7 +96,7 @@ pub fn headline<'a>(compared: &[&'a ScalingRow]) -> Option<&'a ScalingRow> {
 
 /// Per workload: speedup and efficiency of each point against its reference, what they
 /// say (`verdicts`, in the same order), and the batch × ranks grid.
-pub fn per_workload(md: &mut String, scaling: &[ScalingRow], verdicts: &[WorkloadVerdict]) {
+pub(super) fn per_workload(md: &mut String, scaling: &[ScalingRow], verdicts: &[WorkloadVerdict]) {
     for (((model, dataset, comparison), rows), v) in by_workload(scaling).iter().zip(verdicts) {
         let _ = writeln!(
             md,

@@ -231,7 +231,7 @@ fn ratio_range(runs: &[f64], base: &[f64]) -> Option<(f64, f64)> {
 }
 
 /// One row per global batch of every workload and target the runs were trained to.
-pub fn rows(runs: &[RunReport]) -> Vec<TargetRow> {
+pub(crate) fn rows(runs: &[RunReport]) -> Vec<TargetRow> {
     let mut out = Vec::new();
     for group in groups(runs) {
         let mut batches: Vec<usize> = group.iter().map(|(r, _)| r.global_batch).collect();
@@ -282,7 +282,7 @@ pub fn rows(runs: &[RunReport]) -> Vec<TargetRow> {
 }
 
 /// What `reduce` prints of runs trained to a target loss: one line per global batch.
-pub fn terminal_lines(rows: &[TargetRow]) -> Vec<String> {
+pub(crate) fn terminal_lines(rows: &[TargetRow]) -> Vec<String> {
     let mut out = Vec::new();
     for t in rows {
         let figures = match (t.samples_to_target, t.measured_ratio) {
@@ -316,10 +316,10 @@ fn cell(v: Option<f64>, digits: usize) -> String {
 
 /// What the one check of the prediction against training found (BENCHMARKS.md, "The
 /// prediction against training to a target loss"): said beside every prediction.
-pub const CHECKED_ERROR: &str = "The check of this prediction against training recorded with ddpbench (BENCHMARKS.md, \"The prediction against training to a target loss\": mnist-cnn on Fashion-MNIST, the best of a 3-value learning-rate grid per batch, 3 seeds, B_noise from the last 50 steps to the target at B0 = 64) was within 30 % at 4 × B0 (+3 %) and missed by 60 % at 16 × B0, where training needed more samples than predicted; B_simple drifts several-fold as training goes: read these factors as rough beyond a few times B0, and measure with `--target-loss` where the decision rests on them.";
+pub(crate) const CHECKED_ERROR: &str = "The check of this prediction against training recorded with ddpbench (BENCHMARKS.md, \"The prediction against training to a target loss\": mnist-cnn on Fashion-MNIST, the best of a 3-value learning-rate grid per batch, 3 seeds, B_noise from the last 50 steps to the target at B0 = 64) was within 30 % at 4 × B0 (+3 %) and missed by 60 % at 16 × B0, where training needed more samples than predicted; B_simple drifts several-fold as training goes: read these factors as rough beyond a few times B0, and measure with `--target-loss` where the decision rests on them.";
 
 /// report.md's section; nothing when no run was trained to a target.
-pub fn section(md: &mut String, rows: &[TargetRow]) {
+pub(crate) fn section(md: &mut String, rows: &[TargetRow]) {
     if rows.is_empty() {
         return;
     }

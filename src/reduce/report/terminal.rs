@@ -7,7 +7,7 @@ use crate::reduce::analysis::{ScalingMode, ScalingRow, TypeSummary};
 use std::path::Path;
 
 /// The tables of `report`, then the files written into `out`.
-pub fn print(report: &Report, out: &Path, plots: bool) {
+pub(crate) fn print(report: &Report, out: &Path, plots: bool) {
     print_tables(&report.summary, &report.scaling);
     for line in super::noise::terminal_lines(&report.runs, &report.time_to_accuracy) {
         println!("{line}");

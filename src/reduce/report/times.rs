@@ -9,7 +9,7 @@ use std::fmt::Write;
 
 /// One row of times.csv: a run's times in seconds.
 #[derive(Debug, Clone, Serialize)]
-pub struct RunTimes {
+pub(crate) struct RunTimes {
     pub run_id: String,
     pub model: String,
     pub dataset: String,
@@ -32,7 +32,7 @@ pub struct RunTimes {
 }
 
 /// times.csv's rows, one per run in the report's order.
-pub fn rows(runs: &[RunReport]) -> Vec<RunTimes> {
+pub(crate) fn rows(runs: &[RunReport]) -> Vec<RunTimes> {
     runs.iter()
         .map(|r| RunTimes {
             run_id: r.run_id.clone(),
@@ -55,7 +55,7 @@ fn opt(v: Option<f64>) -> String {
 }
 
 /// report.md's time tables: per run, then 1 rank by batch, then by data workers.
-pub fn markdown(md: &mut String, runs: &[RunReport]) {
+pub(crate) fn markdown(md: &mut String, runs: &[RunReport]) {
     let rows = rows(runs);
     let _ = writeln!(md, "\n## Time per epoch and per run\n\n| run | ranks | batch/rank | training s/epoch | validation s/epoch | epoch with validation s | whole run s |\n|---|---:|---:|---:|---:|---:|---:|");
     for t in &rows {

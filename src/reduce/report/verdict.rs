@@ -12,7 +12,7 @@ use crate::reduce::analysis::{Direction, ScalingRow};
 use std::fmt::Write;
 
 /// The four measured losses of a point's waterfall, named as the verdict says them.
-pub fn losses(row: &ScalingRow) -> [(&'static str, f64); 4] {
+pub(crate) fn losses(row: &ScalingRow) -> [(&'static str, f64); 4] {
     [
         ("transfer", row.loss_comm_samples_per_s),
         ("waiting for a late rank", row.loss_straggler_samples_per_s),
@@ -23,7 +23,7 @@ pub fn losses(row: &ScalingRow) -> [(&'static str, f64); 4] {
 
 /// The speedup, with a direction only where its interval excludes 1 (the row's
 /// `direction`), and what a direction needs where none is claimed.
-pub fn direction(row: &ScalingRow) -> String {
+pub(crate) fn direction(row: &ScalingRow) -> String {
     let (s, lo, hi) = (row.speedup, row.speedup_low, row.speedup_high);
     let direction = row.direction.unwrap_or(Direction::NoInterval);
     let needs = what_a_direction_needs(direction, row.repeats, row.baseline_repeats, row.repeats_needed);
@@ -46,7 +46,7 @@ pub fn direction(row: &ScalingRow) -> String {
 }
 
 /// The largest measured loss and its share of what was lost, or why there is none.
-pub fn largest_loss(row: &ScalingRow) -> String {
+pub(crate) fn largest_loss(row: &ScalingRow) -> String {
     let lost = row.ideal_samples_per_s - row.samples_per_s;
     if !row.loss_comm_samples_per_s.is_finite() {
         return "Its ranks are of several node types, so no waterfall splits what it lost.".into();
@@ -72,7 +72,7 @@ pub fn largest_loss(row: &ScalingRow) -> String {
 /// without overlap (`T1 / (T1 + transfer)`, the row's `transfer_limit_efficiency`); where
 /// the all-reduce thread shared backward's cores, why neither is defined. None when no
 /// run of the point has an R.
-pub fn r_sentence(row: &ScalingRow, runs: &[RunReport]) -> Option<String> {
+pub(crate) fn r_sentence(row: &ScalingRow, runs: &[RunReport]) -> Option<String> {
     let of_point: Vec<&RunReport> = runs.iter().filter(|r| row.run_ids.contains(&r.run_id)).collect();
     let overlap = |o: Overlap| of_point.iter().any(|x| x.comparison_key.as_ref().is_some_and(|k| k.overlap == o));
     if overlap(Overlap::Force) {
@@ -110,7 +110,7 @@ pub fn r_sentence(row: &ScalingRow, runs: &[RunReport]) -> Option<String> {
 }
 
 /// The point as lists and verdicts name it: its runs, its mode and its batch.
-pub fn point_name(row: &ScalingRow) -> String {
+pub(crate) fn point_name(row: &ScalingRow) -> String {
     format!(
         "`{}` ({}, batch {} per rank)",
         row.run_ids.join(" "),
@@ -120,7 +120,7 @@ pub fn point_name(row: &ScalingRow) -> String {
 }
 
 /// The whole sentence on `row`: ranks, mode and batch, direction, largest loss, R.
-pub fn point_verdict(row: &ScalingRow, runs: &[RunReport]) -> String {
+pub(crate) fn point_verdict(row: &ScalingRow, runs: &[RunReport]) -> String {
     let mut s = format!(
         "At {} ranks ({}, batch {} per rank, global batch {}) it {}. {}",
         row.ranks,

@@ -22,7 +22,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 /// The merged file's name, in the run folder.
-pub const TIMELINE: &str = "timeline.json";
+pub(crate) const TIMELINE: &str = "timeline.json";
 
 /// What a merge read and wrote.
 #[derive(Debug)]
@@ -43,12 +43,12 @@ pub struct Merged {
 }
 
 /// Merges `run_dir/trace/rank-*.trace.json` into `run_dir/timeline.json`.
-pub fn merge(run_dir: &Path) -> Result<Merged> {
+pub(crate) fn merge(run_dir: &Path) -> Result<Merged> {
     merge_seeing(run_dir, &mut |_, _| {})
 }
 
 /// [`merge`], handing `see` each event as written (on rank 0's clock) with its rank.
-pub fn merge_seeing(run_dir: &Path, see: &mut dyn FnMut(usize, &Map<String, Value>)) -> Result<Merged> {
+pub(crate) fn merge_seeing(run_dir: &Path, see: &mut dyn FnMut(usize, &Map<String, Value>)) -> Result<Merged> {
     let manifest =
         Manifest::read(run_dir).with_context(|| format!("{} is not a run folder written by `ddpbench train`", run_dir.display()))?;
     let world = manifest.world_size;

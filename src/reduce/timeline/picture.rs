@@ -18,18 +18,18 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
 /// The most ranks drawn: ranks 0 to 63; the title says how many the run had.
-pub const MAX_RANKS_DRAWN: usize = 64;
+pub(crate) const MAX_RANKS_DRAWN: usize = 64;
 /// The most steps drawn: the first 20 of the window; stderr says which were left out.
-pub const MAX_STEPS_DRAWN: usize = 20;
+pub(crate) const MAX_STEPS_DRAWN: usize = 20;
 
 /// The all-reduce while backward still runs (hidden behind it).
-pub const HIDDEN: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
+pub(crate) const HIDDEN: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
 /// The all-reduce once backward has ended (exposed).
-pub const EXPOSED: RGBColor = RGBColor(0xe3, 0x77, 0xc2);
+pub(crate) const EXPOSED: RGBColor = RGBColor(0xe3, 0x77, 0xc2);
 
 /// A phase's colour in the picture. A match with no catch-all: a new phase does not
 /// compile until it has its own colour.
-pub fn phase_colour(phase: Phase) -> RGBColor {
+pub(crate) fn phase_colour(phase: Phase) -> RGBColor {
     match phase {
         Phase::Data => RGBColor(0x8c, 0x56, 0x4b),
         Phase::BatchCopy => RGBColor(0xc4, 0x9c, 0x94),
@@ -53,7 +53,7 @@ struct Span {
 
 /// The slices of the steps drawn, gathered from the merge one event at a time.
 #[derive(Debug)]
-pub struct Picture {
+pub(crate) struct Picture {
     /// The steps asked for; `None`: the first [`MAX_STEPS_DRAWN`] the trace holds.
     asked: Option<StepWindow>,
     /// Per rank, the step whose events its file is at (each step's events follow its
@@ -69,7 +69,7 @@ pub struct Picture {
 }
 
 impl Picture {
-    pub fn new(asked: Option<StepWindow>) -> Picture {
+    pub(crate) fn new(asked: Option<StepWindow>) -> Picture {
         Picture {
             asked,
             step_of: BTreeMap::new(),
@@ -80,7 +80,7 @@ impl Picture {
     }
 
     /// Takes one merged event of `rank`.
-    pub fn see(&mut self, rank: usize, e: &Map<String, Value>) {
+    pub(crate) fn see(&mut self, rank: usize, e: &Map<String, Value>) {
         self.ranks = self.ranks.max(rank + 1);
         let (Some(name), Some(thread)) = (e.get("name").and_then(Value::as_str), e.get("tid").and_then(Value::as_u64)) else {
             return;
@@ -142,22 +142,22 @@ impl Picture {
     }
 
     /// The steps drawn, first and last.
-    pub fn drawn(&self) -> Option<(usize, usize)> {
+    pub(crate) fn drawn(&self) -> Option<(usize, usize)> {
         Some((*self.steps.first_key_value()?.0, *self.steps.last_key_value()?.0))
     }
 
     /// The steps of the window that were traced but not drawn.
-    pub fn left_out(&self) -> usize {
+    pub(crate) fn left_out(&self) -> usize {
         self.seen.iter().filter(|s| !self.steps.contains_key(s)).count()
     }
 
     /// How many ranks' lanes are drawn.
-    pub fn lanes(&self) -> usize {
+    pub(crate) fn lanes(&self) -> usize {
         self.ranks.min(MAX_RANKS_DRAWN)
     }
 
     /// The picture as an SVG document; `run` names the run in its title.
-    pub fn svg(&self, run: &str) -> Result<String> {
+    pub(crate) fn svg(&self, run: &str) -> Result<String> {
         let Some((first, last)) = self.drawn() else {
             match self.asked {
                 Some(w) => bail!("the trace holds no step of {w} (B excluded): give --png-steps within the traced steps"),

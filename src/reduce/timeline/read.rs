@@ -16,9 +16,9 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 /// The longest line read as an event: far above any event ddpbench writes (under 1 KiB).
-pub const MAX_LINE_BYTES: usize = 1 << 20;
+pub(crate) const MAX_LINE_BYTES: usize = 1 << 20;
 /// How many skipped lines' reasons a rank's summary keeps.
-pub const REASONS_KEPT: usize = 3;
+pub(crate) const REASONS_KEPT: usize = 3;
 
 /// Lines of one rank's file that were not whole events of that rank.
 #[derive(Debug, Default, Clone)]
@@ -30,7 +30,7 @@ pub struct Skipped {
 
 /// What was read from one rank's file (its events went to the caller one by one).
 #[derive(Debug)]
-pub struct RankRead {
+pub(crate) struct RankRead {
     pub events: usize,
     /// True when the file ended in the object form (the run finished it).
     pub complete: bool,
@@ -43,7 +43,7 @@ pub struct RankRead {
 /// Reads `path`, written for rank `rank`, handing each whole event to `each` in file
 /// order. A file that is not a regular file (a FIFO, a device) or is over
 /// [`MAX_FILE_BYTES`] is refused before anything is read.
-pub fn each_event(path: &Path, rank: usize, mut each: impl FnMut(Map<String, Value>) -> Result<()>) -> Result<RankRead> {
+pub(crate) fn each_event(path: &Path, rank: usize, mut each: impl FnMut(Map<String, Value>) -> Result<()>) -> Result<RankRead> {
     let file = files::open_regular(path).with_context(|| format!("cannot read the trace file {}", path.display()))?;
     let len = file.metadata().with_context(|| format!("cannot read {}", path.display()))?.len();
     if len > MAX_FILE_BYTES {

@@ -24,7 +24,7 @@ use std::time::Instant;
 /// Events recorded on the compute stream and read back later, by slot: what
 /// [`EventClock`] needs of a device. [`CudaEvents`] are CUDA's; [`HostEvents`] read the
 /// host clock (CPU, where work is done when the call returns).
-pub trait EventSource {
+pub(crate) trait EventSource {
     /// Records the event of `slot` behind the work queued so far; never waits.
     fn record(&mut self, slot: usize);
     /// Waits until the event of `slot` has completed.
@@ -40,7 +40,7 @@ pub trait EventSource {
 
 /// When a step's marks are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReadAt {
+pub(crate) enum ReadAt {
     /// When the next step ends: no wait the device has not already passed.
     NextStep,
     /// At the step's own end, after one wait for its last event.
@@ -64,7 +64,7 @@ struct Recording {
 }
 
 /// Marks a step's boundaries with device events and reads them later ([`ReadAt`]).
-pub struct EventClock<S: EventSource> {
+pub(crate) struct EventClock<S: EventSource> {
     source: S,
     read_at: ReadAt,
     /// Slots per bank: the most marks a step records.
@@ -83,7 +83,7 @@ pub struct EventClock<S: EventSource> {
 impl<S: EventSource> EventClock<S> {
     /// A clock for steps of `micro_batches` micro-batches; `source` has at least
     /// [`EventClock::slots`] of them.
-    pub fn new(source: S, read_at: ReadAt, micro_batches: usize) -> EventClock<S> {
+    pub(crate) fn new(source: S, read_at: ReadAt, micro_batches: usize) -> EventClock<S> {
         let per_step = StepEvent::per_step(micro_batches);
         let now = Instant::now();
         let recording = || Recording {
@@ -103,7 +103,7 @@ impl<S: EventSource> EventClock<S> {
     }
 
     /// The event slots a clock for steps of `micro_batches` micro-batches uses.
-    pub fn slots(micro_batches: usize) -> usize {
+    pub(crate) fn slots(micro_batches: usize) -> usize {
         2 * StepEvent::per_step(micro_batches)
     }
 
@@ -207,12 +207,12 @@ impl<S: EventSource> PhaseClock for EventClock<S> {
 /// Events as host clock readings: on CPU a mark's work is done when it is recorded.
 /// What `--phase-sync events` runs on CPU, so that the deferred read is exercised there.
 #[derive(Debug)]
-pub struct HostEvents {
+pub(crate) struct HostEvents {
     at: Vec<Instant>,
 }
 
 impl HostEvents {
-    pub fn new(slots: usize) -> HostEvents {
+    pub(crate) fn new(slots: usize) -> HostEvents {
         HostEvents {
             at: vec![Instant::now(); slots],
         }
@@ -233,7 +233,7 @@ impl EventSource for HostEvents {
 
 /// CUDA timing events on libtorch's stream (the legacy default stream, where the
 /// compute runs and where the communication's end is made visible by a stream wait).
-pub struct CudaEvents {
+pub(crate) struct CudaEvents {
     driver: &'static crate::device::cuda::Driver,
     events: Vec<crate::device::cuda::Event>,
     /// The first failure, said once; the marks then keep their host times.
@@ -242,7 +242,7 @@ pub struct CudaEvents {
 
 impl CudaEvents {
     /// `slots` timing events on the current device.
-    pub fn new(slots: usize) -> anyhow::Result<CudaEvents> {
+    pub(crate) fn new(slots: usize) -> anyhow::Result<CudaEvents> {
         let driver = crate::device::cuda::driver()?;
         let events = (0..slots).map(|_| driver.event(true)).collect::<anyhow::Result<_>>()?;
         Ok(CudaEvents {
