@@ -134,7 +134,7 @@ fn read_dumps(dir: &Path, world: Option<World>) -> Result<Vec<FlightDump>> {
 }
 
 /// The analysis of a run folder's flight records, as text.
-pub fn report(dir: &Path) -> Result<String> {
+pub(crate) fn report(dir: &Path) -> Result<String> {
     let world = world(dir)?;
     let mut dumps = read_dumps(dir, world)?;
     if dumps.is_empty() {

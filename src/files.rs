@@ -250,7 +250,7 @@ pub struct StagedFiles {
 
 impl StagedFiles {
     /// Files to be written into `dir`, created (with its parents) when absent.
-    pub fn new(dir: &Path) -> io::Result<StagedFiles> {
+    pub(crate) fn new(dir: &Path) -> io::Result<StagedFiles> {
         std::fs::create_dir_all(dir).map_err(|e| at_path(dir, "cannot create", e))?;
         Ok(StagedFiles {
             dir: dir.to_path_buf(),
@@ -258,14 +258,9 @@ impl StagedFiles {
         })
     }
 
-    /// The folder written into.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Stages `bytes` as the file `name` (one component: [`safe_component`]'s output, or
     /// a name ddpbench chose). Err names the file and what the system said.
-    pub fn write(&mut self, name: &str, bytes: &[u8]) -> io::Result<()> {
+    pub(crate) fn write(&mut self, name: &str, bytes: &[u8]) -> io::Result<()> {
         use std::io::Write;
         if name_problem(name).is_some() || name.starts_with('.') {
             return Err(io::Error::new(
@@ -284,7 +279,7 @@ impl StagedFiles {
 
     /// Renames every staged file into place, in the order written. Err names the file
     /// that could not be renamed; those renamed before it stay replaced.
-    pub fn commit(mut self) -> io::Result<()> {
+    pub(crate) fn commit(mut self) -> io::Result<()> {
         for (temp, name) in std::mem::take(&mut self.staged) {
             let target = self.dir.join(&name);
             if let Err(e) = std::fs::rename(&temp, &target) {

@@ -42,7 +42,7 @@ pub enum ModelKind {
 impl ModelKind {
     /// True for the networks that take images (convolutions): the ones `--memory-format
     /// channels-last` applies to.
-    pub fn is_convolutional(self) -> bool {
+    pub(crate) fn is_convolutional(self) -> bool {
         matches!(spec(self, &ModelOptions::default()).input, Input::Image(_))
     }
 }
@@ -68,7 +68,7 @@ pub trait Net: std::fmt::Debug {
 }
 
 /// A network given as a list of stages applied in turn.
-pub struct Stages {
+pub(crate) struct Stages {
     name: &'static str,
     stages: Vec<nn::FuncT<'static>>,
 }
@@ -95,7 +95,7 @@ impl Net for Stages {
 /// PyTorch examples/mnist `Net`: conv 1→32 3×3, conv 32→64 3×3, max-pool 2,
 /// dropout 0.25, fc 9216→128, dropout 0.5, fc 128→10, log-softmax.
 #[derive(Debug)]
-pub struct MnistCnn {
+pub(crate) struct MnistCnn {
     conv1: nn::Conv2D,
     conv2: nn::Conv2D,
     fc1: nn::Linear,
@@ -104,7 +104,7 @@ pub struct MnistCnn {
 }
 
 impl MnistCnn {
-    pub fn new(p: &nn::Path, dropout: bool) -> MnistCnn {
+    pub(crate) fn new(p: &nn::Path, dropout: bool) -> MnistCnn {
         MnistCnn {
             conv1: nn::conv2d(p / "conv1", 1, 32, 3, Default::default()),
             conv2: nn::conv2d(p / "conv2", 32, 64, 3, Default::default()),
@@ -257,7 +257,7 @@ fn resnet_torchvision(p: &nn::Path, classes: i64, bottleneck: bool, counts: [i64
 /// post-norm encoder layers (multi-head self-attention and a ReLU feed-forward,
 /// each followed by dropout, a residual connection and LayerNorm, as PyTorch's
 /// `nn.TransformerEncoderLayer`), mean over positions, linear head.
-pub struct TransformerClassifier {
+pub(crate) struct TransformerClassifier {
     embed: nn::Embedding,
     positions: Tensor,
     layers: Vec<EncoderLayer>,
@@ -278,20 +278,20 @@ struct EncoderLayer {
 
 /// Shape of a transformer model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TransformerShape {
+pub(crate) struct TransformerShape {
     pub d_model: i64,
     pub layers: i64,
     pub heads: i64,
     pub feed_forward: i64,
 }
 
-pub const TRANSFORMER_SMALL: TransformerShape = TransformerShape {
+pub(crate) const TRANSFORMER_SMALL: TransformerShape = TransformerShape {
     d_model: 128,
     layers: 2,
     heads: 4,
     feed_forward: 512,
 };
-pub const TRANSFORMER_MEDIUM: TransformerShape = TransformerShape {
+pub(crate) const TRANSFORMER_MEDIUM: TransformerShape = TransformerShape {
     d_model: 256,
     layers: 4,
     heads: 8,
@@ -299,7 +299,14 @@ pub const TRANSFORMER_MEDIUM: TransformerShape = TransformerShape {
 };
 
 impl TransformerClassifier {
-    pub fn new(p: &nn::Path, shape: TransformerShape, vocab: i64, seq_len: i64, classes: i64, dropout: f64) -> TransformerClassifier {
+    pub(crate) fn new(
+        p: &nn::Path,
+        shape: TransformerShape,
+        vocab: i64,
+        seq_len: i64,
+        classes: i64,
+        dropout: f64,
+    ) -> TransformerClassifier {
         let d = shape.d_model;
         let pos = Tensor::arange(seq_len, (Kind::Float, p.device())).unsqueeze(1);
         let div = (Tensor::arange_start_step(0, d, 2, (Kind::Float, p.device())) * (-(10000f64.ln()) / d as f64)).exp();
@@ -372,8 +379,8 @@ impl Net for TransformerClassifier {
 }
 
 /// Token id of padding (0) and of words outside the vocabulary (1).
-pub const PAD_TOKEN: i64 = 0;
-pub const UNK_TOKEN: i64 = 1;
+pub(crate) const PAD_TOKEN: i64 = 0;
+pub(crate) const UNK_TOKEN: i64 = 1;
 
 /// What a model takes as input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -409,7 +416,7 @@ impl Default for ModelOptions {
     }
 }
 
-pub fn spec(kind: ModelKind, o: &ModelOptions) -> ModelSpec {
+pub(crate) fn spec(kind: ModelKind, o: &ModelOptions) -> ModelSpec {
     match kind {
         ModelKind::MnistCnn => ModelSpec {
             input: Input::Image([1, 28, 28]),
@@ -434,7 +441,7 @@ pub fn spec(kind: ModelKind, o: &ModelOptions) -> ModelSpec {
 }
 
 /// Builds `kind` under `p`. Every network returns log-probabilities.
-pub fn build(kind: ModelKind, p: &nn::Path, o: &ModelOptions) -> Box<dyn Net> {
+pub(crate) fn build(kind: ModelKind, p: &nn::Path, o: &ModelOptions) -> Box<dyn Net> {
     let classes = spec(kind, o).classes;
     let p_drop = if o.dropout { 0.1 } else { 0.0 };
     match kind {
@@ -492,7 +499,7 @@ pub fn main(args: ModelsArgs) -> anyhow::Result<()> {
 /// The flags that describe a TorchScript model's data and loss (`--input-shape`,
 /// `--input-dtype`, `--num-classes`, `--loss`).
 #[derive(Debug, Clone, Copy)]
-pub struct ShapeFlags<'a> {
+pub(crate) struct ShapeFlags<'a> {
     pub input_shape: Option<&'a InputShape>,
     pub input_dtype: InputDtype,
     pub num_classes: Option<usize>,
@@ -500,11 +507,11 @@ pub struct ShapeFlags<'a> {
 }
 
 /// Largest `--num-classes`.
-pub const MAX_CLASSES: usize = 1_000_000;
+pub(crate) const MAX_CLASSES: usize = 1_000_000;
 
 /// What the model `choice` takes and predicts: a built-in network's own (the shape flags,
 /// when given, must say the same), or a file's from the flags, which it then needs.
-pub fn resolve_spec(choice: &ModelChoice, flags: &ShapeFlags, o: &ModelOptions) -> Result<ModelSpec, String> {
+pub(crate) fn resolve_spec(choice: &ModelChoice, flags: &ShapeFlags, o: &ModelOptions) -> Result<ModelSpec, String> {
     let name = choice.name();
     if let Some(c) = flags.num_classes.filter(|c| !(1..=MAX_CLASSES).contains(c)) {
         return Err(format!("--num-classes {c}: must be 1 to {MAX_CLASSES} classes"));
@@ -566,7 +573,7 @@ pub fn build_choice(
 
 /// `ddpbench models --file net.pt`: the file's parameter count and gradient bytes (each
 /// parameter's gradient takes its parameter's dtype), then one line per dtype.
-pub fn describe_file(path: &std::path::Path) -> anyhow::Result<()> {
+pub(crate) fn describe_file(path: &std::path::Path) -> anyhow::Result<()> {
     let file = script::ScriptFile::read(path)?;
     let vs = nn::VarStore::new(tch::Device::Cpu);
     let _net = script::ScriptNet::load(file.clone(), &vs.root(), LossKind::Nll, 1)?;
@@ -594,7 +601,7 @@ pub fn describe_file(path: &std::path::Path) -> anyhow::Result<()> {
 
 /// Per dtype of `params` (by name, in the order first met): its parameters' elements
 /// and their gradients' bytes (a gradient has its parameter's dtype).
-pub fn gradient_bytes_by_dtype(params: &[(String, Tensor)]) -> Vec<(&'static str, (usize, usize))> {
+pub(crate) fn gradient_bytes_by_dtype(params: &[(String, Tensor)]) -> Vec<(&'static str, (usize, usize))> {
     let mut out: Vec<(&'static str, (usize, usize))> = Vec::new();
     for (_, t) in params {
         // A dtype the bindings do not know: named as such, its bytes as libtorch views them.
@@ -617,7 +624,7 @@ pub fn gradient_bytes_by_dtype(params: &[(String, Tensor)]) -> Vec<(&'static str
 }
 
 /// `ddpbench models`: every model with its parameter count and gradient bytes.
-pub fn list(o: &ModelOptions) {
+pub(crate) fn list(o: &ModelOptions) {
     println!(
         "{:<20} {:>14} {:>16}  {:<18} {}",
         "model", "parameters", "gradient bytes", "input", "classes"
@@ -637,7 +644,7 @@ pub fn list(o: &ModelOptions) {
 }
 
 /// The name a user knows a libtorch dtype by (PyTorch's, as `torch.complex64`).
-pub fn dtype_name(kind: Kind) -> &'static str {
+pub(crate) fn dtype_name(kind: Kind) -> &'static str {
     match kind {
         Kind::Uint8 => "uint8",
         Kind::Int8 => "int8",
@@ -665,7 +672,7 @@ pub fn dtype_name(kind: Kind) -> &'static str {
 /// `t` in `format`: with channels-last strides (NHWC in memory, NCHW in shape) when it is
 /// 4-d and the format asks for it, else `t` itself. tch has no memory-format API; this is
 /// what `torch.channels_last` makes: the permuted tensor made dense, permuted back.
-pub fn in_format(t: &Tensor, format: MemoryFormat) -> Tensor {
+pub(crate) fn in_format(t: &Tensor, format: MemoryFormat) -> Tensor {
     if format == MemoryFormat::ChannelsLast && t.dim() == 4 {
         t.permute([0, 2, 3, 1]).contiguous().permute([0, 3, 1, 2])
     } else {
@@ -675,7 +682,7 @@ pub fn in_format(t: &Tensor, format: MemoryFormat) -> Tensor {
 
 /// Lays out every 4-d variable of `vs` (convolution weights) in `format`, in place: the
 /// variables keep their identity (modules and the optimizer see the new layout).
-pub fn set_memory_format(vs: &nn::VarStore, format: MemoryFormat) {
+pub(crate) fn set_memory_format(vs: &nn::VarStore, format: MemoryFormat) {
     if format == MemoryFormat::Contiguous {
         return;
     }
@@ -691,7 +698,7 @@ pub fn set_memory_format(vs: &nn::VarStore, format: MemoryFormat) {
 
 /// Writes every variable of `vs` to `path` (safetensors), dense row-major whatever its
 /// layout in training, as the format requires.
-pub fn save(vs: &nn::VarStore, path: &std::path::Path) -> Result<(), tch::TchError> {
+pub(crate) fn save(vs: &nn::VarStore, path: &std::path::Path) -> Result<(), tch::TchError> {
     let mut vars: Vec<(String, Tensor)> = vs.variables().into_iter().map(|(n, t)| (n, t.contiguous())).collect();
     vars.sort_by(|a, b| a.0.cmp(&b.0));
     Tensor::write_safetensors(&vars, path)

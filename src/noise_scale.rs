@@ -35,24 +35,24 @@ pub struct NormPair {
 
 impl NormPair {
     /// Usable: both norms finite and two different batch sizes.
-    pub fn is_usable(&self) -> bool {
+    pub(crate) fn is_usable(&self) -> bool {
         self.sq_small.is_finite() && self.sq_big.is_finite() && self.batch_small > 0.0 && self.batch_big > self.batch_small
     }
 
     /// This step's unbiased estimate of |G|².
-    pub fn grad_sq(&self) -> f64 {
+    pub(crate) fn grad_sq(&self) -> f64 {
         (self.batch_big * self.sq_big - self.batch_small * self.sq_small) / (self.batch_big - self.batch_small)
     }
 
     /// This step's unbiased estimate of tr(Σ).
-    pub fn trace_sigma(&self) -> f64 {
+    pub(crate) fn trace_sigma(&self) -> f64 {
         (self.sq_small - self.sq_big) / (1.0 / self.batch_small - 1.0 / self.batch_big)
     }
 }
 
 /// The noise scale of a window of steps.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct NoiseEstimate {
+pub(crate) struct NoiseEstimate {
     /// Steps averaged.
     pub steps: usize,
     /// Steps left out because a norm was not finite (fp16 overflow) or the two batches

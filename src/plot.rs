@@ -38,7 +38,7 @@ const MAX_RANK_TICKS: usize = 12;
 
 /// How the x axis maps values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum XScale {
+pub(crate) enum XScale {
     /// Rank counts: log2, a tick at each power of two labelled as an integer.
     Ranks,
     /// Log10, a tick at each power of ten.
@@ -47,19 +47,19 @@ pub enum XScale {
 
 /// One measured value and, when the report has one, its interval.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Point {
+pub(crate) struct Point {
     pub x: f64,
     pub y: f64,
     pub interval: Option<(f64, f64)>,
 }
 
 impl Point {
-    pub fn new(x: f64, y: f64) -> Point {
+    pub(crate) fn new(x: f64, y: f64) -> Point {
         Point { x, y, interval: None }
     }
 
     /// The point with the interval `low..high`, kept only when both ends are finite.
-    pub fn with_interval(self, low: f64, high: f64) -> Point {
+    pub(crate) fn with_interval(self, low: f64, high: f64) -> Point {
         let interval = (low.is_finite() && high.is_finite()).then_some((low.min(high), low.max(high)));
         Point { interval, ..self }
     }
@@ -67,7 +67,7 @@ impl Point {
 
 /// How a series is drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SeriesKind {
+pub(crate) enum SeriesKind {
     /// A line through the points, a mark on each.
     Line,
     /// Marks only.
@@ -80,7 +80,7 @@ pub enum SeriesKind {
 }
 
 #[derive(Debug, Clone)]
-pub struct Series {
+pub(crate) struct Series {
     pub name: String,
     pub points: Vec<Point>,
     pub kind: SeriesKind,
@@ -90,7 +90,7 @@ pub struct Series {
 
 impl Series {
     /// The ideal line from 1 rank to `max_ranks`, `at(ranks)` high.
-    pub fn ideal(name: &str, max_ranks: f64, at: impl Fn(f64) -> f64) -> Series {
+    pub(crate) fn ideal(name: &str, max_ranks: f64, at: impl Fn(f64) -> f64) -> Series {
         Series {
             name: name.into(),
             points: vec![Point::new(1.0, at(1.0)), Point::new(max_ranks, at(max_ranks))],
@@ -102,7 +102,7 @@ impl Series {
 
 /// A filled range: (x, low, high) per point, as a projection's uncertainty.
 #[derive(Debug, Clone)]
-pub struct Band {
+pub(crate) struct Band {
     /// Its legend entry (none when empty).
     pub name: String,
     pub points: Vec<(f64, f64, f64)>,
@@ -112,7 +112,7 @@ pub struct Band {
 
 /// A chart of lines, marks, error bars and bands.
 #[derive(Debug, Clone)]
-pub struct LineChart {
+pub(crate) struct LineChart {
     pub title: String,
     pub x_label: String,
     pub y_label: String,
@@ -124,7 +124,7 @@ pub struct LineChart {
 /// Where a line chart's legend goes; never on the plotting area, where it would hide
 /// a line or a point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum LegendAt {
+pub(crate) enum LegendAt {
     /// Right of the plotting area, on the picture, with room kept for it.
     #[default]
     Right,
@@ -134,11 +134,11 @@ pub enum LegendAt {
 }
 
 /// The edge of a legend drawn under the plotting area, `#999999` in the SVG.
-pub const LEGEND_BORDER: RGBColor = RGBColor(0x99, 0x99, 0x99);
+pub(crate) const LEGEND_BORDER: RGBColor = RGBColor(0x99, 0x99, 0x99);
 
 /// How a line chart is laid out beyond its data.
 #[derive(Debug, Clone, Default)]
-pub struct ChartLayout {
+pub(crate) struct ChartLayout {
     pub legend: LegendAt,
     /// Text of x ticks in place of the scale's own, by the value the tick stands at
     /// (rank count 8 written as the shape `2 × 4`).
@@ -378,12 +378,12 @@ fn plot_corner(ctx: &ChartWithKeys<'_, '_>) -> (i32, i32) {
 
 /// Lines, marks, error bars and bands on one set of axes, as an SVG document, the
 /// legend right of the plotting area.
-pub fn line_chart(chart: &LineChart) -> Result<String> {
+pub(crate) fn line_chart(chart: &LineChart) -> Result<String> {
     line_chart_laid_out(chart, &ChartLayout::default())
 }
 
 /// [`line_chart`] laid out as `layout` says: where the legend goes, the x ticks' text.
-pub fn line_chart_laid_out(chart: &LineChart, layout: &ChartLayout) -> Result<String> {
+pub(crate) fn line_chart_laid_out(chart: &LineChart, layout: &ChartLayout) -> Result<String> {
     let xs: Vec<f64> = chart
         .series
         .iter()
@@ -598,7 +598,13 @@ fn category_label(labels: &[String], v: f64) -> String {
 }
 
 /// Vertical stacked bars: one bar per category, one segment per stack.
-pub fn stacked_bars(title: &str, x_label: &str, y_label: &str, categories: &[String], stacks: &[(String, Vec<f64>)]) -> Result<String> {
+pub(crate) fn stacked_bars(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    categories: &[String],
+    stacks: &[(String, Vec<f64>)],
+) -> Result<String> {
     let value = |s: &(String, Vec<f64>), c: usize| s.1.get(c).copied().filter(|v| v.is_finite()).unwrap_or(0.0).max(0.0);
     let totals = (0..categories.len()).map(|c| stacks.iter().map(|s| value(s, c)).sum::<f64>());
     let labels = Labels {
@@ -644,7 +650,7 @@ pub fn stacked_bars(title: &str, x_label: &str, y_label: &str, categories: &[Str
 }
 
 /// Box plots: per label [p5, p25, median, p75, p95], coloured by group index.
-pub fn box_plot(
+pub(crate) fn box_plot(
     title: &str,
     y_label: &str,
     labels: &[String],
@@ -717,7 +723,7 @@ fn sparse_ticks(n: usize, want: usize) -> Vec<f64> {
 /// smallest value to the largest, with a colour bar whose ends and middle are labelled
 /// with their value; rows are labelled with `row_labels` (row 0 at the top), columns
 /// with `column_labels`.
-pub fn heatmap(
+pub(crate) fn heatmap(
     labels: (&str, &str, &str),
     value_label: &str,
     row_labels: &[String],
@@ -814,7 +820,7 @@ fn colour_bar(
 
 /// Which row of its rank's lane a [`LaneSlice`] is drawn in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LaneRow {
+pub(crate) enum LaneRow {
     /// The upper row: the training thread's phases.
     Phases,
     /// The lower row: the all-reduce.
@@ -823,7 +829,7 @@ pub enum LaneRow {
 
 /// One coloured span of a [`lanes`] picture, in ms from the window's start.
 #[derive(Debug, Clone)]
-pub struct LaneSlice {
+pub(crate) struct LaneSlice {
     pub lane: usize,
     pub row: LaneRow,
     pub from_ms: f64,
@@ -832,7 +838,7 @@ pub struct LaneSlice {
 }
 
 /// Width of a [`lanes`] picture in pixels.
-pub const LANES_W_PX: u32 = 1400;
+pub(crate) const LANES_W_PX: u32 = 1400;
 /// Height of one lane of a [`lanes`] picture up to [`LANES_TALL_MAX`] lanes.
 const LANE_TALL_PX: u32 = 36;
 /// Height of one lane beyond [`LANES_TALL_MAX`] lanes.
@@ -843,7 +849,7 @@ const LANES_TALL_MAX: usize = 16;
 const LANES_FRAME_PX: u32 = 150;
 
 /// Height of a [`lanes`] picture of `n` lanes, in pixels.
-pub fn lanes_height_px(n: usize) -> u32 {
+pub(crate) fn lanes_height_px(n: usize) -> u32 {
     let per_lane = if n <= LANES_TALL_MAX { LANE_TALL_PX } else { LANE_SHORT_PX };
     LANES_FRAME_PX + per_lane * n.max(1) as u32
 }
@@ -851,7 +857,13 @@ pub fn lanes_height_px(n: usize) -> u32 {
 /// A timeline of one lane per label (lane 0 at the top), each lane an upper row of
 /// [`LaneRow::Phases`] and a lower row of [`LaneRow::Comm`] slices, on an x axis in ms
 /// from 0 to `span_ms`, with `legend` (name and colour) in a row under the axis.
-pub fn lanes(title: &str, lane_labels: &[String], span_ms: f64, slices: &[LaneSlice], legend: &[(String, RGBColor)]) -> Result<String> {
+pub(crate) fn lanes(
+    title: &str,
+    lane_labels: &[String],
+    span_ms: f64,
+    slices: &[LaneSlice],
+    legend: &[(String, RGBColor)],
+) -> Result<String> {
     let err = fail(title);
     let n = lane_labels.len().max(1);
     let height = lanes_height_px(n);
@@ -917,19 +929,19 @@ fn lanes_legend(root: &DrawingArea<SVGBackend<'_>, Shift>, (mut x, y): (i32, i32
 }
 
 /// Renders SVG documents to PNG; loads the system fonts once.
-pub struct Rasteriser {
+pub(crate) struct Rasteriser {
     options: resvg::usvg::Options<'static>,
 }
 
 impl Rasteriser {
-    pub fn new() -> Rasteriser {
+    pub(crate) fn new() -> Rasteriser {
         let mut options = resvg::usvg::Options::default();
         options.fontdb_mut().load_system_fonts();
         Rasteriser { options }
     }
 
     /// `svg` rendered as a PNG file's bytes.
-    pub fn png(&self, svg: &str) -> Result<Vec<u8>> {
+    pub(crate) fn png(&self, svg: &str) -> Result<Vec<u8>> {
         let tree = resvg::usvg::Tree::from_str(svg, &self.options).context("internal error: invalid SVG")?;
         let size = tree.size().to_int_size();
         let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height()).context("empty plot")?;
@@ -940,7 +952,7 @@ impl Rasteriser {
     /// Stages `svg` as `<stem>.svg` and its rendering as `<stem>.png` into `files`; the
     /// stem is made a file name of its own ([`crate::files::safe_component`]), so a
     /// run id or a workload in it can never make it a path.
-    pub fn stage(&self, files: &mut crate::files::StagedFiles, stem: &str, svg: &str) -> Result<()> {
+    pub(crate) fn stage(&self, files: &mut crate::files::StagedFiles, stem: &str, svg: &str) -> Result<()> {
         let stem = crate::files::safe_component(stem);
         files.write(&format!("{stem}.svg"), svg.as_bytes())?;
         files.write(&format!("{stem}.png"), &self.png(svg)?)?;

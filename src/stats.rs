@@ -250,9 +250,9 @@ const EXP_MAX: i64 = 24;
 const N_BINS: usize = ((EXP_MAX - EXP_MIN) as usize) << MANTISSA_BITS;
 
 impl Sketch {
-    pub const EXACT_CAP: usize = 4096;
+    pub(crate) const EXACT_CAP: usize = 4096;
 
-    pub fn new() -> Sketch {
+    pub(crate) fn new() -> Sketch {
         Sketch {
             max: f64::NEG_INFINITY,
             min: f64::INFINITY,
@@ -284,7 +284,7 @@ impl Sketch {
         }
     }
 
-    pub fn push(&mut self, v: f64) {
+    pub(crate) fn push(&mut self, v: f64) {
         self.count += 1;
         self.sum += v;
         self.max = self.max.max(v);
@@ -299,7 +299,8 @@ impl Sketch {
         }
     }
 
-    pub fn merge(&mut self, other: &Sketch) {
+    #[cfg(test)]
+    pub(crate) fn merge(&mut self, other: &Sketch) {
         if other.count == 0 {
             return;
         }
@@ -322,39 +323,33 @@ impl Sketch {
         }
     }
 
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.count
     }
-    pub fn sum(&self) -> f64 {
+    pub(crate) fn sum(&self) -> f64 {
         self.sum
     }
-    pub fn mean(&self) -> f64 {
+    pub(crate) fn mean(&self) -> f64 {
         if self.count == 0 {
             f64::NAN
         } else {
             self.sum / self.count as f64
         }
     }
-    pub fn max(&self) -> f64 {
+    pub(crate) fn max(&self) -> f64 {
         if self.count == 0 {
             f64::NAN
         } else {
             self.max
         }
     }
-    pub fn min(&self) -> f64 {
-        if self.count == 0 {
-            f64::NAN
-        } else {
-            self.min
-        }
-    }
     /// True while quantiles are exact.
-    pub fn is_exact(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_exact(&self) -> bool {
         self.bins.is_empty()
     }
 
-    pub fn quantile(&self, q: f64) -> f64 {
+    pub(crate) fn quantile(&self, q: f64) -> f64 {
         if self.count == 0 {
             return f64::NAN;
         }
@@ -373,7 +368,7 @@ impl Sketch {
         self.max
     }
 
-    pub fn median(&self) -> f64 {
+    pub(crate) fn median(&self) -> f64 {
         self.quantile(0.5)
     }
 }

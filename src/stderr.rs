@@ -19,13 +19,13 @@ use std::time::{Duration, Instant};
 /// Bytes of text the queue holds while stderr is not read, unless
 /// `DDPBENCH_LOG_BUFFER_BYTES` says otherwise: hundreds of log lines, beside the 64 KiB a
 /// Linux pipe holds itself.
-pub const DEFAULT_BUFFER_BYTES: usize = 64 << 10;
+pub(crate) const DEFAULT_BUFFER_BYTES: usize = 64 << 10;
 /// The environment variable that sets the queue's bytes (0: one line waits while the
 /// writer is busy, the next is dropped).
-pub const BUFFER_BYTES_VAR: &str = "DDPBENCH_LOG_BUFFER_BYTES";
+pub(crate) const BUFFER_BYTES_VAR: &str = "DDPBENCH_LOG_BUFFER_BYTES";
 /// The longest an error, or the end of the process, waits for stderr to take what is
 /// queued: a reader that is merely slow gets everything, one that is gone costs this once.
-pub const DRAIN_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const DRAIN_WAIT: Duration = Duration::from_secs(2);
 
 /// What the writer writes, in order.
 enum Item {
@@ -49,7 +49,7 @@ struct State {
 }
 
 /// A queue drained by one writer thread into one output.
-pub struct Queue {
+pub(crate) struct Queue {
     state: Mutex<State>,
     /// Wakes the writer: items were queued.
     queued: Condvar,
@@ -60,7 +60,7 @@ pub struct Queue {
 
 impl Queue {
     /// A queue of `capacity_bytes` whose thread writes to `out`.
-    pub fn start(capacity_bytes: usize, out: Box<dyn Write + Send>) -> std::io::Result<Arc<Queue>> {
+    pub(crate) fn start(capacity_bytes: usize, out: Box<dyn Write + Send>) -> std::io::Result<Arc<Queue>> {
         let q = Arc::new(Queue {
             state: Mutex::new(State {
                 items: VecDeque::new(),
@@ -88,7 +88,7 @@ impl Queue {
 
     /// Queues a log line, or drops and counts it when the queue is full. Returns whether
     /// it was queued.
-    pub fn line(&self, text: Vec<u8>) -> bool {
+    pub(crate) fn line(&self, text: Vec<u8>) -> bool {
         let mut s = self.lock();
         if self.has_room(&s, text.len()) {
             self.push(&mut s, text);
@@ -107,7 +107,7 @@ impl Queue {
     }
 
     /// Queues a redraw of the bars, or drops it when the queue is full.
-    pub fn frame(&self, text: Vec<u8>) {
+    pub(crate) fn frame(&self, text: Vec<u8>) {
         let mut s = self.lock();
         if self.has_room(&s, text.len()) {
             self.push(&mut s, text);
@@ -116,7 +116,7 @@ impl Queue {
 
     /// Queues `text` whatever the queue holds and waits until it is written, `wait` at
     /// most. Returns whether it was written.
-    pub fn say(&self, text: Vec<u8>, wait: Duration) -> bool {
+    pub(crate) fn say(&self, text: Vec<u8>, wait: Duration) -> bool {
         let mut s = self.lock();
         let mine = self.push(&mut s, text);
         self.wait_for(s, mine, wait)
@@ -124,7 +124,7 @@ impl Queue {
 
     /// Queues the count of lines dropped in all (when any were) and waits until
     /// everything queued is written, `wait` at most. Returns whether it all was.
-    pub fn finish(&self, wait: Duration) -> bool {
+    pub(crate) fn finish(&self, wait: Duration) -> bool {
         let mut s = self.lock();
         if s.dropped > 0 {
             let note = format!(
@@ -138,17 +138,17 @@ impl Queue {
     }
 
     /// Waits until everything queued so far is written, `wait` at most.
-    pub fn drain(&self, wait: Duration) -> bool {
+    pub(crate) fn drain(&self, wait: Duration) -> bool {
         let s = self.lock();
         let last = s.queued;
         self.wait_for(s, last, wait)
     }
 
-    pub fn lines_dropped(&self) -> u64 {
+    pub(crate) fn lines_dropped(&self) -> u64 {
         self.lock().dropped
     }
 
-    pub fn set_label(&self, label: &str) {
+    pub(crate) fn set_label(&self, label: &str) {
         self.lock().label = label.to_string();
     }
 
@@ -228,7 +228,7 @@ fn started() -> Option<&'static Arc<Queue>> {
 }
 
 /// The queue's bytes: [`BUFFER_BYTES_VAR`] when it holds a number, else [`DEFAULT_BUFFER_BYTES`].
-pub fn buffer_bytes() -> usize {
+pub(crate) fn buffer_bytes() -> usize {
     std::env::var(BUFFER_BYTES_VAR)
         .ok()
         .and_then(|v| v.trim().parse().ok())
@@ -237,7 +237,7 @@ pub fn buffer_bytes() -> usize {
 
 /// Queues one log line (its bytes end in a newline), dropped and counted when the queue
 /// is full. Written straight to stderr only when no writer thread could be started.
-pub fn line(text: Vec<u8>) {
+pub(crate) fn line(text: Vec<u8>) {
     match queue() {
         Some(q) => {
             q.line(text);
@@ -249,7 +249,7 @@ pub fn line(text: Vec<u8>) {
 }
 
 /// Queues one redraw of the progress bars, dropped when the queue is full.
-pub fn frame(text: Vec<u8>) {
+pub(crate) fn frame(text: Vec<u8>) {
     match queue() {
         Some(q) => q.frame(text),
         None => {
@@ -273,7 +273,7 @@ pub fn say(message: &str) {
 }
 
 /// Waits until what is queued is written, [`DRAIN_WAIT`] at most.
-pub fn drain() {
+pub(crate) fn drain() {
     if let Some(q) = started() {
         q.drain(DRAIN_WAIT);
     }
@@ -288,12 +288,12 @@ pub fn finish() {
 }
 
 /// Log lines dropped so far because stderr was full.
-pub fn lines_dropped() -> u64 {
+pub(crate) fn lines_dropped() -> u64 {
     started().map_or(0, |q| q.lines_dropped())
 }
 
 /// Starts the notes the writer adds about dropped lines (e.g. "ddpbench rank 3").
-pub fn set_label(label: &str) {
+pub(crate) fn set_label(label: &str) {
     if let Some(q) = queue() {
         q.set_label(label);
     }

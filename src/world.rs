@@ -7,14 +7,16 @@ use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
 use mpi::topology::{Communicator, SimpleCommunicator};
 
 /// MPI for this process: initialised on creation, finalised when dropped.
-pub struct World {
+pub(crate) struct World {
+    /// Held for its drop, which finalises MPI.
+    #[allow(dead_code)]
     pub universe: mpi::environment::Universe,
     /// All ranks of the job.
     pub group: Group,
 }
 
 impl World {
-    pub fn init() -> Result<World> {
+    pub(crate) fn init() -> Result<World> {
         // Serialized: the all-reduce thread of --overlap makes MPI calls while the main
         // thread makes none.
         let (universe, threading) = mpi::initialize_with_threading(mpi::Threading::Serialized)
@@ -26,7 +28,7 @@ impl World {
 
 /// A communicator and the facts a rank needs about it: its rank and size, its rank
 /// among the members on the same node, its host, and how many nodes the members span.
-pub struct Group {
+pub(crate) struct Group {
     pub comm: SimpleCommunicator,
     pub rank: usize,
     pub size: usize,
@@ -41,7 +43,7 @@ pub struct Group {
 
 impl Group {
     /// Collective over `comm`: every member must call it.
-    pub fn new(comm: SimpleCommunicator, threading: mpi::Threading) -> Group {
+    pub(crate) fn new(comm: SimpleCommunicator, threading: mpi::Threading) -> Group {
         let local = comm.split_shared(0);
         let host = mpi::environment::processor_name().unwrap_or_else(|_| "unknown".into());
         let is_leader = u32::from(local.rank() == 0);
@@ -62,7 +64,7 @@ impl Group {
     }
 
     /// True when MPI calls may come from a thread other than the main one (one at a time).
-    pub fn threads_may_call_mpi(&self) -> bool {
+    pub(crate) fn threads_may_call_mpi(&self) -> bool {
         matches!(self.threading, mpi::Threading::Serialized | mpi::Threading::Multiple)
     }
 }
@@ -70,7 +72,7 @@ impl Group {
 /// An error every rank knows about (agreed through MPI), reported once by rank 0.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
-pub struct AgreedError {
+pub(crate) struct AgreedError {
     /// The lowest rank that hit it.
     pub rank: usize,
     pub message: String,
@@ -78,7 +80,7 @@ pub struct AgreedError {
 
 /// Turns a per-rank result into one every rank agrees on: if any rank failed,
 /// all ranks return the lowest failing rank's message as an [`AgreedError`].
-pub fn agree<T>(g: &Group, result: Result<T>) -> Result<T> {
+pub(crate) fn agree<T>(g: &Group, result: Result<T>) -> Result<T> {
     let _f = crate::flight::enter("all-reduce", "set-up check");
     let mine: i32 = if result.is_err() { g.rank as i32 } else { i32::MAX };
     let mut first = 0i32;
@@ -105,7 +107,7 @@ pub fn agree<T>(g: &Group, result: Result<T>) -> Result<T> {
 }
 
 /// Rank 0's string, on every rank.
-pub fn broadcast_string(g: &Group, s: &str) -> String {
+pub(crate) fn broadcast_string(g: &Group, s: &str) -> String {
     let _f = crate::flight::enter("broadcast", "text");
     let root = g.comm.process_at_rank(0);
     let mut bytes = if g.rank == 0 { s.as_bytes().to_vec() } else { Vec::new() };
@@ -120,7 +122,7 @@ pub fn broadcast_string(g: &Group, s: &str) -> String {
 }
 
 /// Every rank's string, on rank 0 (None elsewhere).
-pub fn gather_strings(g: &Group, s: &str) -> Option<Vec<String>> {
+pub(crate) fn gather_strings(g: &Group, s: &str) -> Option<Vec<String>> {
     let _f = crate::flight::enter("gather", "text");
     let mut width = 0u64;
     g.comm.all_reduce_into(&(s.len() as u64), &mut width, SystemOperation::max());
@@ -145,7 +147,7 @@ pub fn gather_strings(g: &Group, s: &str) -> Option<Vec<String>> {
 }
 
 /// Every rank's string, on every rank.
-pub fn all_strings(g: &Group, s: &str) -> Vec<String> {
+pub(crate) fn all_strings(g: &Group, s: &str) -> Vec<String> {
     let gathered = gather_strings(g, s).unwrap_or_default();
     let joined = broadcast_string(g, &serde_json::to_string(&gathered).unwrap_or_default());
     serde_json::from_str(&joined).unwrap_or_default()
@@ -160,7 +162,7 @@ pub fn launcher_rank() -> Option<usize> {
 }
 
 /// Launcher variables worth keeping with a run (Open MPI, Slurm, CUDA).
-pub fn launcher_env() -> Vec<(String, String)> {
+pub(crate) fn launcher_env() -> Vec<(String, String)> {
     let mut vars: Vec<(String, String)> = std::env::vars()
         .filter(|(k, _)| {
             k.starts_with("OMPI_COMM_WORLD_")

@@ -108,7 +108,7 @@ pub(super) const SAME_ON_EVERY_RANK: &[&str] = &[
 
 impl AllreduceArgs {
     /// The command and flags compared across ranks at start-up.
-    pub fn launch_flags(&self) -> LaunchFlags {
+    pub(crate) fn launch_flags(&self) -> LaunchFlags {
         let idle = match self.idle {
             Idle::Auto => "auto".to_string(),
             Idle::Fixed(s) => format!("{}", s * 1e3),
@@ -131,7 +131,7 @@ impl AllreduceArgs {
 
     /// Checks what needs no other rank: every rank finds the same answer, so rank 0 can
     /// say it before MPI starts.
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         if self.min_bytes > self.max_bytes {
             bail!("--min-bytes {} is larger than --max-bytes {}", self.min_bytes, self.max_bytes);
         }
@@ -154,7 +154,7 @@ impl AllreduceArgs {
 
     /// The sweep a study runs before its points: 8 B to 64 MiB by 2, a short budget per
     /// size, every backend the ranks' device supports, into `out`.
-    pub fn for_study(out: PathBuf) -> AllreduceArgs {
+    pub(crate) fn for_study(out: PathBuf) -> AllreduceArgs {
         AllreduceArgs {
             min_bytes: 8,
             max_bytes: 64 << 20,
@@ -203,7 +203,7 @@ pub enum Level {
 }
 
 impl Level {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Level::World => "world",
             Level::IntraNode => "intra-node",

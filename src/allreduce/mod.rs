@@ -17,7 +17,7 @@ pub(crate) mod probe;
 mod run;
 pub(crate) mod sweep;
 
-pub use args::AllreduceArgs;
+pub(crate) use args::AllreduceArgs;
 pub(crate) use file::Swept;
 pub use run::main;
 pub(crate) use run::run_on;

@@ -65,7 +65,7 @@ pub(crate) const MAX_AUTO_IDLE_S: f64 = 0.05;
 impl Idle {
     /// Seconds of idle before each timed iteration, given the warm-up's seconds per
     /// all-reduce on the slowest rank.
-    pub fn seconds(self, per_iter_s: f64) -> f64 {
+    pub(crate) fn seconds(self, per_iter_s: f64) -> f64 {
         match self {
             Idle::Auto if per_iter_s.is_finite() => per_iter_s.clamp(0.0, MAX_AUTO_IDLE_S),
             Idle::Auto => MAX_AUTO_IDLE_S,
@@ -74,7 +74,7 @@ impl Idle {
     }
 
     /// Parses `auto` or milliseconds from 0 to [`MAX_IDLE_S`] × 1000.
-    pub fn parse_ms(s: &str) -> std::result::Result<Idle, String> {
+    pub(crate) fn parse_ms(s: &str) -> std::result::Result<Idle, String> {
         let t = s.trim();
         if t.eq_ignore_ascii_case("auto") {
             return Ok(Idle::Auto);

@@ -169,7 +169,7 @@ impl BucketPlan {
 
 /// What one step's all-reduce cost on this rank.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct CommStats {
+pub(crate) struct CommStats {
     /// Bytes this rank put into the all-reduce (at the wire dtype).
     pub bytes: u64,
     /// Sum over buckets of each bucket's all-reduce, staging copies included: the
@@ -202,7 +202,7 @@ pub struct CommStats {
 
 /// One bucket's all-reduce on the host clock.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct BucketSpan {
+pub(crate) struct BucketSpan {
     pub bucket: usize,
     pub start: Instant,
     pub end: Instant,
@@ -215,7 +215,7 @@ impl CommStats {
     /// exposed phase is at most `comm_s` by construction. Launching buckets, handing
     /// them between threads and finishing their records fall after it (in `other_s`).
     /// Without an all-reduce nothing is exposed: `backward_end` itself.
-    pub fn exposed_end(&self, backward_end: Instant) -> Instant {
+    pub(crate) fn exposed_end(&self, backward_end: Instant) -> Instant {
         let Some(done) = self.done_at else { return backward_end };
         // Whole nanoseconds, rounded down: the phase never rounds above the work.
         let after_ns = ((self.comm_s - self.hidden_s).max(0.0) * 1e9).floor();

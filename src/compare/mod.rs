@@ -8,14 +8,11 @@ mod points;
 mod read;
 mod write;
 
-pub use points::{Compared, MACHINE_FIELDS, METRICS};
-pub use read::MAX_REPORT_BYTES;
-
 use clap::Args;
 use std::path::PathBuf;
 
 /// `ddpbench compare --help`'s long text.
-pub const LONG_ABOUT: &str = "Compare two reports side by side, e.g. the same study run on two clusters.\n\n\
+pub(crate) const LONG_ABOUT: &str = "Compare two reports side by side, e.g. the same study run on two clusters.\n\n\
 A and B are each a folder `ddpbench reduce` wrote (holding report.json) or a report.json itself. \
 Runs are matched by workload and shape: their comparison key (model, data set, batch, precision, \
 optimizer, backend, overlap, ...) and rank count; threads per rank and data workers may differ, \

@@ -12,12 +12,12 @@ use std::sync::LazyLock;
 
 /// Comparison-key fields that follow each machine's cores (threads bound per rank, data
 /// workers): two clusters differ in them, so points are matched without them.
-pub const MACHINE_FIELDS: &[&str] = &["threads", "workers"];
+pub(crate) const MACHINE_FIELDS: &[&str] = &["threads", "workers"];
 
 /// The figures compared, in the table's order: (column stem, what it is). The step,
 /// then its parts as report.json's `per_step` holds them ([`StepPhases::layout`]), then
 /// throughput, speedup and bus bandwidth.
-pub static METRICS: LazyLock<Vec<(&'static str, String)>> = LazyLock::new(|| {
+pub(crate) static METRICS: LazyLock<Vec<(&'static str, String)>> = LazyLock::new(|| {
     let mut metrics = vec![("step_s", "mean step time (s)".to_string())];
     metrics.extend(
         StepPhases::layout()
@@ -42,7 +42,7 @@ pub(super) fn step_parts() -> std::ops::Range<usize> {
 
 /// One side's figures at a point, in [`METRICS`]' order.
 #[derive(Debug, Clone)]
-pub struct SideFigures {
+pub(crate) struct SideFigures {
     pub run_ids: Vec<String>,
     pub values: Vec<f64>,
     /// Per metric, each run's log value: an interval's input. Empty where a metric has
@@ -54,7 +54,7 @@ pub struct SideFigures {
 /// [`Direction::of`] gives B: for a time (the step, a phase), B is faster where the
 /// time's interval lies below 1.
 #[derive(Debug, Clone, Copy)]
-pub struct RatioInterval {
+pub(crate) struct RatioInterval {
     pub low: f64,
     pub high: f64,
     pub direction: Direction,
@@ -62,7 +62,7 @@ pub struct RatioInterval {
 
 /// A point both reports hold, compared.
 #[derive(Debug, Clone)]
-pub struct Compared {
+pub(crate) struct Compared {
     pub model: String,
     pub dataset: String,
     pub ranks: usize,
@@ -78,12 +78,12 @@ pub struct Compared {
 
 impl Compared {
     /// B / A for metric `i`.
-    pub fn ratio(&self, i: usize) -> f64 {
+    pub(crate) fn ratio(&self, i: usize) -> f64 {
         self.b.values[i] / self.a.values[i]
     }
 
     /// The throughput ratio's interval.
-    pub fn throughput(&self) -> RatioInterval {
+    pub(crate) fn throughput(&self) -> RatioInterval {
         self.intervals[*THROUGHPUT]
     }
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The largest report.json read (its size does not grow with steps or ranks' rows).
-pub const MAX_REPORT_BYTES: u64 = 256 << 20;
+pub(crate) const MAX_REPORT_BYTES: u64 = 256 << 20;
 
 /// A report folder or report.json file, read.
 #[derive(Debug)]

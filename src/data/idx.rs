@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 /// Errors in data files: each says which file and what to do.
 #[derive(Debug, thiserror::Error)]
-pub enum DataError {
+pub(crate) enum DataError {
     #[error("{path}: not found. {hint}")]
     Missing { path: PathBuf, hint: String },
     #[error("{path}: not an IDX file (magic {found:#010x}, expected {expected:#010x}). Point --data-dir at MNIST-format files (train-images-idx3-ubyte[.gz], ...)")]
@@ -20,7 +20,7 @@ pub enum DataError {
 /// Reads an IDX file (gzipped when it starts with the gzip magic) and checks its
 /// header against `expected_magic` (0x801 labels, 0x803 images) and its length.
 /// Returns the dimensions and the raw bytes.
-pub fn read_idx(path: &Path, expected_magic: u32) -> Result<(Vec<usize>, Vec<u8>), DataError> {
+pub(crate) fn read_idx(path: &Path, expected_magic: u32) -> Result<(Vec<usize>, Vec<u8>), DataError> {
     let raw = std::fs::read(path).map_err(|e| DataError::Invalid {
         path: path.into(),
         what: format!("cannot read: {e}"),

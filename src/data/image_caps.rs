@@ -59,7 +59,7 @@ impl ImageCaps {
     /// The file's bytes. One larger than `max_image_bytes` is refused from its size on
     /// disk, unread; at most `max_image_bytes` + 1 bytes are ever read, so a file that
     /// grows meanwhile, or one whose size the file system does not report, is refused too.
-    pub fn read(&self, path: &Path) -> Result<Vec<u8>, DataError> {
+    pub(crate) fn read(&self, path: &Path) -> Result<Vec<u8>, DataError> {
         let cannot = |e: std::io::Error| DataError::Invalid {
             path: path.into(),
             what: format!("cannot read the image ({e})"),
@@ -86,7 +86,7 @@ impl ImageCaps {
 
     /// Refuses a `width` × `height` image over `max_image_pixels` (what to say inside
     /// [`refused`]).
-    pub fn check_pixels(&self, width: usize, height: usize) -> Result<(), String> {
+    pub(crate) fn check_pixels(&self, width: usize, height: usize) -> Result<(), String> {
         let pixels = (width as u128) * (height as u128);
         let cap = self.max_image_pixels;
         if pixels > cap as u128 {

@@ -12,7 +12,7 @@ const MAX_KEPT_SPANS: usize = 4096;
 
 /// When a worker thread prepared one batch, on the host clock.
 #[derive(Debug, Clone, Copy)]
-pub struct BatchSpan {
+pub(crate) struct BatchSpan {
     /// The worker, from 0.
     pub worker: usize,
     /// The batch's place in the epoch, from 0.
@@ -34,7 +34,7 @@ pub(crate) fn max_workers(online_cpus: usize) -> usize {
 /// Batches of one epoch, in order: prepared inline, or ahead of time by worker
 /// threads (worker w prepares batches w, w+N, …) each behind a queue of two, so at
 /// most 2N batches wait in memory.
-pub struct Loader {
+pub(crate) struct Loader {
     stream: Option<(bigmnist::BlockStream, usize, f64, f64)>,
     /// Inline: the split, the batches and the next one to take, where to pin them.
     source: Option<(Split, Batches, usize, Option<Device>)>,
@@ -52,7 +52,7 @@ impl Loader {
     /// workers already started then stop at their first batch.
     /// The batches' samples are computed as they are prepared, so nothing held grows with
     /// the split or the epoch.
-    pub fn new(split: &Split, batches: Batches, workers: usize, device: Device) -> Result<Loader> {
+    pub(crate) fn new(split: &Split, batches: Batches, workers: usize, device: Device) -> Result<Loader> {
         let remaining = batches.len();
         let pin = (device != Device::Cpu).then_some(device);
         if workers == 0 {
@@ -105,7 +105,7 @@ impl Loader {
 
     /// `batches` batches of `batch` records streamed from rank `rank`'s range of `src`,
     /// read ahead by a reader thread (`readahead` blocks of 4096 records).
-    pub fn stream(src: &StreamSource, rank: usize, size: usize, batch: usize, batches: usize, readahead: usize) -> Loader {
+    pub(crate) fn stream(src: &StreamSource, rank: usize, size: usize, batch: usize, batches: usize, readahead: usize) -> Loader {
         let (start, end) = bigmnist::rank_range(&src.index, rank, size);
         let reader = bigmnist::BlockStream::new(&src.dir, &src.index, start, end, readahead);
         Loader {
@@ -120,17 +120,17 @@ impl Loader {
 
     /// From now on keeps when the worker threads prepared each batch handed out, for
     /// [`Loader::take_spans`] (batches prepared inline or streamed have none).
-    pub fn record_spans(&mut self) {
+    pub(crate) fn record_spans(&mut self) {
         self.spans = Some(Vec::new());
     }
 
     /// The spans of the batches handed out since the last take, in the order handed out.
-    pub fn take_spans(&mut self) -> Vec<BatchSpan> {
+    pub(crate) fn take_spans(&mut self) -> Vec<BatchSpan> {
         self.spans.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// The next batch in host memory, or None at the end of the epoch.
-    pub fn next_batch(&mut self) -> Option<Result<(Tensor, Tensor)>> {
+    pub(crate) fn next_batch(&mut self) -> Option<Result<(Tensor, Tensor)>> {
         if self.remaining == 0 {
             return None;
         }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use tch::{Kind, Tensor};
 
 /// Where Debian's `dataset-fashion-mnist` installs its files.
-pub const FASHION_MNIST_DIR: &str = "/usr/share/datasets/fashion-mnist";
+pub(crate) const FASHION_MNIST_DIR: &str = "/usr/share/datasets/fashion-mnist";
 
 /// `dir/stem` or `dir/stem.gz`, whichever exists.
 pub(crate) fn idx_file(dir: &Path, stem: &str, hint: &str) -> Result<PathBuf, DataError> {

@@ -27,11 +27,9 @@ pub(crate) mod resample;
 pub(crate) mod sampler;
 pub(crate) mod synthetic;
 
-pub use idx::{read_idx, DataError};
-pub use image_caps::ImageCaps;
-pub use loader::Loader;
-pub use mnist::FASHION_MNIST_DIR;
-pub use sampler::{Batches, Shard, SAMPLE_ORDER};
+pub(crate) use image_caps::ImageCaps;
+pub(crate) use loader::Loader;
+pub(crate) use sampler::{Batches, Shard, SAMPLE_ORDER};
 
 use crate::model::{Input, ModelSpec};
 use anyhow::Result;
@@ -62,7 +60,7 @@ pub enum DatasetKind {
 
 /// Random augmentation applied to training batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Augment {
+pub(crate) enum Augment {
     None,
     /// Zero-pad by `pad`, crop back to the original size at a random offset, flip
     /// horizontally with probability 1/2 (torchvision's RandomCrop + RandomHorizontalFlip).
@@ -77,7 +75,7 @@ pub enum Augment {
 
 /// One split of a data set, on the CPU: inputs (f32 images or i64 tokens) held in
 /// memory, or image files decoded per batch; labels as i64.
-pub struct Split {
+pub(crate) struct Split {
     pub inputs: Tensor,
     pub labels: Tensor,
     pub augment: Augment,
@@ -92,7 +90,7 @@ pub struct Split {
 
 impl Split {
     /// Samples held in memory: `inputs` [N, ...] and `labels` [N].
-    pub fn memory(inputs: Tensor, labels: Tensor, augment: Augment) -> Split {
+    pub(crate) fn memory(inputs: Tensor, labels: Tensor, augment: Augment) -> Split {
         let len = labels.size()[0] as usize;
         Split {
             inputs,
@@ -105,7 +103,7 @@ impl Split {
     }
 
     /// Image files decoded per batch, with their labels, each file within `caps`.
-    pub fn files(files: Vec<PathBuf>, labels: Tensor, augment: Augment, caps: ImageCaps) -> Split {
+    pub(crate) fn files(files: Vec<PathBuf>, labels: Tensor, augment: Augment, caps: ImageCaps) -> Split {
         Split {
             inputs: Tensor::zeros([0], (Kind::Float, Device::Cpu)),
             len: files.len(),
@@ -117,7 +115,7 @@ impl Split {
     }
 
     /// `len` samples drawn from a pool of rows: sample i is row i mod rows.
-    pub fn pooled(inputs: Tensor, labels: Tensor, len: usize) -> Split {
+    pub(crate) fn pooled(inputs: Tensor, labels: Tensor, len: usize) -> Split {
         Split {
             inputs,
             labels,
@@ -129,7 +127,7 @@ impl Split {
     }
 
     /// No samples of images shaped `[c, h, w]`.
-    pub fn empty(shape: [i64; 3]) -> Split {
+    pub(crate) fn empty(shape: [i64; 3]) -> Split {
         Split::memory(
             Tensor::zeros([0, shape[0], shape[1], shape[2]], (Kind::Float, Device::Cpu)),
             Tensor::zeros([0], (Kind::Int64, Device::Cpu)),
@@ -137,16 +135,12 @@ impl Split {
         )
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Bytes of one prepared input sample (a decoded 3 × 224 × 224 crop for image files).
-    pub fn sample_bytes(&self) -> usize {
+    pub(crate) fn sample_bytes(&self) -> usize {
         if self.files.is_some() {
             return 3 * imagenet::CROP * imagenet::CROP * std::mem::size_of::<f32>();
         }
@@ -155,7 +149,7 @@ impl Split {
     }
 
     /// Rows `indices` of the split (augmented when the split asks for it), moved to `device`.
-    pub fn batch(&self, indices: &Tensor, device: Device) -> Result<(Tensor, Tensor)> {
+    pub(crate) fn batch(&self, indices: &Tensor, device: Device) -> Result<(Tensor, Tensor)> {
         let (x, y) = self.host_batch(indices, None)?;
         Ok(if device == Device::Cpu {
             (x, y)
@@ -167,7 +161,7 @@ impl Split {
     /// Rows `indices` of the split in host memory; with `pin` (a CUDA device), in page-locked
     /// memory that device can copy from while the host goes on. Images are decoded straight
     /// into that memory; in-memory rows are copied into it.
-    pub fn host_batch(&self, indices: &Tensor, pin: Option<Device>) -> Result<(Tensor, Tensor)> {
+    pub(crate) fn host_batch(&self, indices: &Tensor, pin: Option<Device>) -> Result<(Tensor, Tensor)> {
         let rows = self.labels.size()[0];
         let indices = if (rows as usize) < self.len {
             indices.remainder(rows)
@@ -187,7 +181,7 @@ impl Split {
     }
 
     /// A handle on the same data, for another thread.
-    pub fn share(&self) -> Split {
+    pub(crate) fn share(&self) -> Split {
         Split {
             inputs: self.inputs.shallow_clone(),
             labels: self.labels.shallow_clone(),
@@ -200,7 +194,7 @@ impl Split {
 }
 
 /// Applies `how` to a batch of images [N, C, H, W], drawing from libtorch's RNG.
-pub fn augment(x: &Tensor, how: Augment) -> Tensor {
+pub(crate) fn augment(x: &Tensor, how: Augment) -> Tensor {
     match how {
         Augment::None | Augment::ImageNetTrain | Augment::ImageNetEval => x.shallow_clone(),
         Augment::CropFlip { pad } => {
@@ -220,12 +214,12 @@ pub fn augment(x: &Tensor, how: Augment) -> Tensor {
 
 /// A streamed training set (bigMNIST): never held in memory.
 #[derive(Clone)]
-pub struct StreamSource {
+pub(crate) struct StreamSource {
     pub dir: PathBuf,
     pub index: bigmnist::Index,
 }
 
-pub struct Dataset {
+pub(crate) struct Dataset {
     /// Set for streamed data sets; `train` is then empty.
     pub stream: Option<StreamSource>,
     /// Name as recorded in the manifest.
@@ -239,7 +233,7 @@ pub struct Dataset {
 
 /// What [`load`] reads: the data set asked for and what loading it depends on.
 #[derive(Debug, Clone)]
-pub struct DataSpec {
+pub(crate) struct DataSpec {
     pub dataset: DatasetKind,
     /// The folder holding a data set in one of the formats read from disk.
     pub data_dir: Option<PathBuf>,
@@ -255,7 +249,7 @@ pub struct DataSpec {
 
 /// Loads the data set `data` names, shaped for a model of `spec` (a transformer's
 /// sequence length and vocabulary come from its input).
-pub fn load(data: &DataSpec, spec: &ModelSpec) -> Result<Dataset> {
+pub(crate) fn load(data: &DataSpec, spec: &ModelSpec) -> Result<Dataset> {
     let dir = data.data_dir.as_deref();
     let wants = |shape: &str| -> anyhow::Error {
         anyhow::anyhow!(
@@ -294,7 +288,7 @@ pub fn load(data: &DataSpec, spec: &ModelSpec) -> Result<Dataset> {
 }
 
 /// The data set's name as recorded in the manifest (`fashion-mnist`, ...).
-pub fn dataset_name(kind: DatasetKind) -> String {
+pub(crate) fn dataset_name(kind: DatasetKind) -> String {
     serde_json::to_value(kind)
         .ok()
         .and_then(|v| v.as_str().map(String::from))
@@ -302,6 +296,6 @@ pub fn dataset_name(kind: DatasetKind) -> String {
 }
 
 /// Steps per epoch for `per_rank` samples at `batch` per step (the last batch may be short).
-pub fn steps_per_epoch(per_rank: usize, batch: usize) -> usize {
+pub(crate) fn steps_per_epoch(per_rank: usize, batch: usize) -> usize {
     per_rank.div_ceil(batch)
 }

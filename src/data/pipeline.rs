@@ -51,7 +51,7 @@ pub struct LoaderArgs {
 
 /// One measurement.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct LoaderRow {
+pub(crate) struct LoaderRow {
     /// read-cold, read-warm, prepare.
     pub phase: String,
     pub workers: usize,

@@ -11,7 +11,7 @@
 /// The name of this order, recorded in the manifest (`config.sample_order`). Runs
 /// without it shuffled with a stored Fisher–Yates permutation: the same seed gave
 /// another order of the same samples.
-pub const SAMPLE_ORDER: &str = "feistel-v1";
+pub(crate) const SAMPLE_ORDER: &str = "feistel-v1";
 
 /// Feistel rounds: four make a keyed permutation indistinguishable from a random one
 /// (Luby–Rackoff); two more mix the small domains of small splits.
@@ -84,7 +84,7 @@ impl Permutation {
 /// One rank's samples in one epoch: `ceil(n / world)` of them, place `rank + k·world` of
 /// the epoch's permutation for the k-th (places past n wrap to the start).
 #[derive(Debug, Clone, Copy)]
-pub struct Shard {
+pub(crate) struct Shard {
     order: Permutation,
     world: u64,
     rank: u64,
@@ -93,7 +93,7 @@ pub struct Shard {
 impl Shard {
     /// Rank `rank`'s share of `n` samples (n ≥ 1) among `world` ranks in epoch `epoch`,
     /// shuffled by `seed`.
-    pub fn new(n: usize, world: usize, rank: usize, seed: u64, epoch: usize) -> Shard {
+    pub(crate) fn new(n: usize, world: usize, rank: usize, seed: u64, epoch: usize) -> Shard {
         assert!(world > 0 && rank < world && n > 0);
         Shard {
             order: Permutation::new(n as u64, seed, epoch as u64),
@@ -103,16 +103,12 @@ impl Shard {
     }
 
     /// Samples of this rank: `ceil(n / world)`, the same on every rank.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.order.len().div_ceil(self.world) as usize
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The rank's `k`-th sample (k below [`Shard::len`]).
-    pub fn get(&self, k: usize) -> i64 {
+    pub(crate) fn get(&self, k: usize) -> i64 {
         let place = (self.rank + k as u64 * self.world) % self.order.len();
         self.order.at(place) as i64
     }
@@ -121,7 +117,7 @@ impl Shard {
 /// The first `count` batches of `size` samples of a [`Shard`] (the last may be short),
 /// each computed when it is taken.
 #[derive(Debug, Clone, Copy)]
-pub struct Batches {
+pub(crate) struct Batches {
     shard: Shard,
     size: usize,
     count: usize,
@@ -129,7 +125,7 @@ pub struct Batches {
 
 impl Batches {
     /// At most `count` batches of `size` samples (size ≥ 1) of `shard`: as many as it holds.
-    pub fn new(shard: Shard, size: usize, count: usize) -> Batches {
+    pub(crate) fn new(shard: Shard, size: usize, count: usize) -> Batches {
         assert!(size > 0);
         Batches {
             shard,
@@ -139,16 +135,12 @@ impl Batches {
     }
 
     /// Batches.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.count
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
     /// The samples of batch `b` (below [`Batches::len`]).
-    pub fn get(&self, b: usize) -> Vec<i64> {
+    pub(crate) fn get(&self, b: usize) -> Vec<i64> {
         let from = b * self.size;
         let to = (from + self.size).min(self.shard.len());
         (from..to).map(|k| self.shard.get(k)).collect()

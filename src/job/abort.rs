@@ -7,7 +7,7 @@
 /// keep the job alive). Once MPI_Finalize has returned, MPI can no longer abort: the
 /// rank exits with `code`, and the launcher ends the job's other ranks (`mpirun` does
 /// when a rank exits non-zero; `srun` with `--kill-on-bad-exit`).
-pub fn abort_job(code: i32) -> ! {
+pub(crate) fn abort_job(code: i32) -> ! {
     // The scratch folder and the folder locks this process holds go first.
     crate::cleanup::on_abort();
     crate::stderr::finish();

@@ -29,7 +29,7 @@ pub(crate) mod same_flags;
 pub(crate) mod signals;
 pub(crate) mod watchdog;
 
-pub use abort::abort_job;
+pub(crate) use abort::abort_job;
 pub use panic::panic_message;
 
 use crate::world::{AgreedError, Group, World};
@@ -40,7 +40,7 @@ use watchdog::Watchdog;
 
 /// What differs between the commands run as an MPI job.
 #[derive(Debug, Clone)]
-pub struct JobOptions {
+pub(crate) struct JobOptions {
     /// The watchdog's first limit: seconds a collective may take before the job is
     /// declared hung (the command may change it as it goes).
     pub watchdog_limit_s: f64,
@@ -51,7 +51,7 @@ pub struct JobOptions {
 }
 
 /// What a command runs on: every rank of the job, and the watchdog watching them.
-pub struct Job<'a> {
+pub(crate) struct Job<'a> {
     pub group: &'a Group,
     pub watchdog: &'a Watchdog,
 }
@@ -59,7 +59,7 @@ pub struct Job<'a> {
 /// A check made before MPI starts, whose answer every rank finds alike (the command
 /// line, a study file): on an error rank 0 returns it for `main` to print, and the other
 /// ranks exit 1 at once, so it is printed once.
-pub fn check_before_mpi<T>(checked: Result<T>) -> Result<T> {
+pub(crate) fn check_before_mpi<T>(checked: Result<T>) -> Result<T> {
     match checked {
         Ok(v) => Ok(v),
         Err(e) if crate::world::launcher_rank().unwrap_or(0) == 0 => Err(e),
@@ -68,12 +68,12 @@ pub fn check_before_mpi<T>(checked: Result<T>) -> Result<T> {
 }
 
 /// The exit status of every rank after an agreed error.
-pub const AGREED_ERROR_EXIT: i32 = 1;
+pub(crate) const AGREED_ERROR_EXIT: i32 = 1;
 
 /// Runs `command` as an MPI job on every rank (see the module's documentation for how
 /// it ends). Returns Ok on every rank when the command did; on an error it ends the
 /// process.
-pub fn run_job(options: JobOptions, command: impl FnOnce(&Job) -> Result<()>) -> Result<()> {
+pub(crate) fn run_job(options: JobOptions, command: impl FnOnce(&Job) -> Result<()>) -> Result<()> {
     // The recorder's clock starts with the job, before any collective.
     crate::flight::recorder();
     let world = World::init()?;

@@ -23,7 +23,7 @@ const VALUES_LISTED: usize = 4;
 /// What one rank was started to do, as compared with every other rank: the command and
 /// the value of each flag but those that may differ per rank.
 #[derive(Debug, Clone, Serialize)]
-pub struct LaunchFlags {
+pub(crate) struct LaunchFlags {
     command: String,
     /// `--max-steps` → its value as this rank parsed it.
     values: BTreeMap<String, Value>,
@@ -34,7 +34,7 @@ pub struct LaunchFlags {
 
 impl LaunchFlags {
     /// `command` with no flag compared yet; `rank_local` holds (flag, why it may differ).
-    pub fn new(command: &str, rank_local: &[(&str, &str)]) -> LaunchFlags {
+    pub(crate) fn new(command: &str, rank_local: &[(&str, &str)]) -> LaunchFlags {
         LaunchFlags {
             command: command.into(),
             values: BTreeMap::new(),
@@ -44,7 +44,7 @@ impl LaunchFlags {
 
     /// The flags of `command` from `config` serialized flat, one field per flag
     /// (`max_steps` is `--max-steps`), but those in `rank_local`.
-    pub fn from_fields(command: &str, config: &impl Serialize, rank_local: &[(&str, &str)]) -> LaunchFlags {
+    pub(crate) fn from_fields(command: &str, config: &impl Serialize, rank_local: &[(&str, &str)]) -> LaunchFlags {
         let mut flags = LaunchFlags::new(command, rank_local);
         if let Ok(Value::Object(fields)) = serde_json::to_value(config) {
             for (key, value) in fields {
@@ -55,7 +55,7 @@ impl LaunchFlags {
     }
 
     /// Adds `flag` with `value`, unless it may differ per rank.
-    pub fn with(mut self, flag: &str, value: Value) -> LaunchFlags {
+    pub(crate) fn with(mut self, flag: &str, value: Value) -> LaunchFlags {
         if !self.rank_local.iter().any(|f| f == flag) {
             self.values.insert(flag.to_string(), value);
         }
@@ -63,7 +63,8 @@ impl LaunchFlags {
     }
 
     /// The flags compared.
-    pub fn flags(&self) -> impl Iterator<Item = &str> {
+    #[cfg(test)]
+    pub(crate) fn flags(&self) -> impl Iterator<Item = &str> {
         self.values.keys().map(String::as_str)
     }
 

@@ -64,7 +64,7 @@ const SILENT_AFTER: Duration = Duration::from_secs(4);
 
 /// The run a watchdog writes its files into, once known.
 #[derive(Debug, Clone)]
-pub struct WatchdogRun {
+pub(crate) struct WatchdogRun {
     pub dir: PathBuf,
     pub run_id: String,
 }
@@ -93,7 +93,7 @@ impl Shared {
 }
 
 /// A running watchdog; stops when dropped.
-pub struct Watchdog {
+pub(crate) struct Watchdog {
     shared: Arc<Shared>,
     /// Closed by the watchdog's thread when it ends.
     done: Option<mpsc::Receiver<()>>,
@@ -109,7 +109,7 @@ impl Watchdog {
     /// Starts the watchdog of every rank of `g` (a collective: rank 0's addresses and
     /// the job's secret are broadcast), with a first limit of `limit_s` seconds in one
     /// collective.
-    pub fn start(g: &Group, limit_s: f64) -> Watchdog {
+    pub(crate) fn start(g: &Group, limit_s: f64) -> Watchdog {
         let (hub, view) = rendezvous(g);
         let shared = Arc::new(Shared {
             rank: g.rank,
@@ -144,16 +144,12 @@ impl Watchdog {
     }
 
     /// Seconds a collective may take before the job is declared hung.
-    pub fn set_limit(&self, limit_s: f64) {
+    pub(crate) fn set_limit(&self, limit_s: f64) {
         self.shared.limit_bits.store(limit_s.to_bits(), Ordering::Relaxed);
     }
 
-    pub fn limit_s(&self) -> f64 {
-        self.shared.limit_s()
-    }
-
     /// Where flight and end records go.
-    pub fn set_run(&self, run: WatchdogRun) {
+    pub(crate) fn set_run(&self, run: WatchdogRun) {
         *self.shared.run.lock().unwrap_or_else(|p| p.into_inner()) = Some(run);
         self.shared.records_final.store(false, Ordering::Relaxed);
     }
@@ -161,14 +157,14 @@ impl Watchdog {
     /// The run's end records and manifest are final (the run completed, or said how it
     /// ended): a verdict in the teardown still writes its flight records into the run
     /// folder, but no longer rewrites what the run recorded.
-    pub fn records_final(&self) {
+    pub(crate) fn records_final(&self) {
         self.shared.records_final.store(true, Ordering::Relaxed);
     }
 
     /// After MPI_Finalize: waits until every rank heard from is past it too (rank 0
     /// tells the others when they are), within the limit; a rank that does not come is
     /// named and the job ends with exit status 3 ([`Watchdog`]'s verdict).
-    pub fn meet_at_exit(&self) {
+    pub(crate) fn meet_at_exit(&self) {
         let _f = flight::enter("exit", "after MPI_Finalize");
         self.shared.exiting.store(true, Ordering::Relaxed);
         if let Some(met) = &self.met {
@@ -179,17 +175,17 @@ impl Watchdog {
 
     /// The run has ended and its records are written: a later verdict leaves them as
     /// they are (a finished study point stays finished whatever hangs after it).
-    pub fn end_run(&self) {
+    pub(crate) fn end_run(&self) {
         *self.shared.run.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// Where flight records go when no run is open.
-    pub fn set_flight_dir(&self, dir: PathBuf) {
+    pub(crate) fn set_flight_dir(&self, dir: PathBuf) {
         *self.shared.flight_dir.lock().unwrap_or_else(|p| p.into_inner()) = Some(dir);
     }
 
     /// Steps completed so far (for an end record the watchdog may have to write).
-    pub fn set_steps(&self, steps: usize) {
+    pub(crate) fn set_steps(&self, steps: usize) {
         self.shared.steps.store(steps as u64, Ordering::Relaxed);
     }
 }

@@ -18,7 +18,7 @@ pub struct Route {
 
 impl Route {
     /// In a sentence: `mpi on host memory`.
-    pub fn label(self) -> String {
+    pub(crate) fn label(self) -> String {
         format!("{} on {} memory", self.backend, self.memory.name())
     }
 }
@@ -42,7 +42,7 @@ pub struct RouteLinkModel {
 }
 
 impl RouteLinkModel {
-    pub fn route(&self) -> Route {
+    pub(crate) fn route(&self) -> Route {
         Route {
             backend: self.backend,
             memory: self.memory,
@@ -83,7 +83,7 @@ impl LinkModelFile {
     /// schema 4) from a file or a sweep folder, no larger than
     /// [`crate::bounds::MAX_JSON_BYTES`], and checks every fit ([`LinkModel::check`]);
     /// Err names the file, and the key that no link has.
-    pub fn read(path: &Path) -> Result<LinkModelFile> {
+    pub(crate) fn read(path: &Path) -> Result<LinkModelFile> {
         let file = if path.is_dir() {
             link_model_path(path).unwrap_or_else(|| path.join(LINK_MODEL_FILE))
         } else {
@@ -102,14 +102,14 @@ impl LinkModelFile {
     }
 
     /// The model for a run that all-reduced with `backend` from gradients on `device`.
-    pub fn for_run(&self, backend: Backend, device: DeviceKind) -> Option<&RouteLinkModel> {
+    pub(crate) fn for_run(&self, backend: Backend, device: DeviceKind) -> Option<&RouteLinkModel> {
         let memory = Memory::of_device(device);
         self.models.iter().find(|m| m.backend == backend && m.memory == memory)
     }
 
     /// The model for the run of `manifest`: its backend, from rank 0's device; else what
     /// is missing and the sweep that measures it.
-    pub fn for_manifest(&self, manifest: &crate::record::Manifest) -> Result<&RouteLinkModel, String> {
+    pub(crate) fn for_manifest(&self, manifest: &crate::record::Manifest) -> Result<&RouteLinkModel, String> {
         let device = DeviceKind::of_ranks(manifest.ranks.get(..1).unwrap_or_default());
         self.for_run(manifest.comm_backend, device).ok_or_else(|| {
             let (backend, memory) = (manifest.comm_backend, Memory::of_device(device));

@@ -99,7 +99,7 @@ fn infinite_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Er
 impl LevelFit {
     /// A warning when the fit is off by more than [`MAX_FIT_REL_ERROR`] at some measured
     /// size: which, by how much, and what it means for projections.
-    pub fn warning(&self) -> Option<String> {
+    pub(crate) fn warning(&self) -> Option<String> {
         let worst = self
             .residuals
             .iter()
@@ -121,7 +121,7 @@ impl LevelFit {
     /// finite and from 0 (a fit may clamp them to 0) to [`MAX_ALPHA_S`] and
     /// [`MAX_BETA_S_PER_BYTE`], 2 or more ranks, sizes within a step's bytes, measured
     /// times positive, errors and spreads finite and at most [`MAX_REL`].
-    pub fn check(&self) -> std::result::Result<(), String> {
+    pub(crate) fn check(&self) -> std::result::Result<(), String> {
         let within = |key: &str, v: f64, max: f64, what: &str| {
             if (0.0..=max).contains(&v) {
                 Ok(())
@@ -183,13 +183,13 @@ N = nodes x ranks_per_node: t = t_intra(ranks_per_node, S) + t_inter(nodes, S); 
 /// Which all-reduce algorithm a time assumes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Algorithm {
+pub(crate) enum Algorithm {
     Ring,
     Tree,
 }
 
 impl Algorithm {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Algorithm::Ring => "ring",
             Algorithm::Tree => "tree",
@@ -218,7 +218,7 @@ pub(crate) fn tree_s(n: usize, bytes: f64, alpha_s: f64, beta: f64) -> f64 {
 
 impl LevelFit {
     /// The model's time over `n` ranks with the faster algorithm, and which it is.
-    pub fn model_s(&self, n: usize, bytes: f64) -> (f64, Algorithm) {
+    pub(crate) fn model_s(&self, n: usize, bytes: f64) -> (f64, Algorithm) {
         let ring = ring_s(n, bytes, self.alpha_s, self.beta_s_per_byte);
         let tree = tree_s(n, bytes, self.alpha_s, self.beta_s_per_byte);
         if tree < ring {
@@ -234,7 +234,7 @@ impl LevelFit {
     /// model's ratio t(n) / t(ranks measured): exact where it was measured, the model's
     /// shape beyond; the band is the measured iterations' spread there. Outside them, the
     /// model alone, with its largest relative error as the band.
-    pub fn time_s(&self, n: usize, bytes: f64) -> (f64, f64, Algorithm) {
+    pub(crate) fn time_s(&self, n: usize, bytes: f64) -> (f64, f64, Algorithm) {
         let (model, alg) = self.model_s(n, bytes);
         match self.measured_at(bytes) {
             Some((measured, spread)) => {
@@ -248,7 +248,7 @@ impl LevelFit {
 
     /// The fit's largest |relative error| at the measured sizes around `bytes` (the two
     /// neighbours, or the nearest one outside the sizes measured); 0 without residuals.
-    pub fn rel_error_at(&self, bytes: f64) -> f64 {
+    pub(crate) fn rel_error_at(&self, bytes: f64) -> f64 {
         let mut pts: Vec<&Residual> = self.residuals.iter().collect();
         pts.sort_by_key(|r| r.bytes);
         let hi = pts.partition_point(|r| (r.bytes as f64) < bytes);
@@ -261,7 +261,7 @@ impl LevelFit {
     }
 
     /// The parameters the fit clamped to 0 (a best fit would have made them negative).
-    pub fn clamped(&self) -> Vec<&'static str> {
+    pub(crate) fn clamped(&self) -> Vec<&'static str> {
         let mut out = Vec::new();
         if self.alpha_s == 0.0 {
             out.push("α");
@@ -375,7 +375,7 @@ pub(crate) fn fit(level: &str, backend: Backend, dtype: &str, ranks: usize, poin
 
 /// One all-reduce of `bytes` over `nodes` × `ranks_per_node` ranks, as the model has it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Projected {
+pub(crate) struct Projected {
     pub time_s: f64,
     /// The relative band of the levels used: the measured spread where the sweep measured
     /// the size, else the fit's largest relative error.
@@ -391,7 +391,7 @@ pub struct Projected {
 impl LinkModel {
     /// Err names the first key (`intra.alpha_s`, `nodes`, ...) that no allocation or link
     /// has ([`LevelFit::check`]).
-    pub fn check(&self) -> std::result::Result<(), String> {
+    pub(crate) fn check(&self) -> std::result::Result<(), String> {
         for (key, n) in [("ranks_per_node", self.ranks_per_node), ("nodes", self.nodes)] {
             if !(1..=MAX_RANKS).contains(&n) {
                 return Err(format!("{key} is {n}: an allocation has 1 to {MAX_RANKS}"));
@@ -412,7 +412,7 @@ impl LinkModel {
     }
 
     /// The hierarchical all-reduce time; Err names the level the model lacks.
-    pub fn time_s(&self, nodes: usize, ranks_per_node: usize, bytes: f64) -> Result<Projected> {
+    pub(crate) fn time_s(&self, nodes: usize, ranks_per_node: usize, bytes: f64) -> Result<Projected> {
         let levels = [
             (
                 ranks_per_node,

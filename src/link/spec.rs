@@ -186,7 +186,7 @@ fn seconds(text: &str) -> Result<f64, String> {
 impl LinkSpec {
     /// A preset by name or `BANDWIDTH,LATENCY`; Err says what was wrong, the accepted
     /// forms and the presets.
-    pub fn parse(text: &str) -> Result<LinkSpec, String> {
+    pub(crate) fn parse(text: &str) -> Result<LinkSpec, String> {
         let t = text.trim();
         let parsed = if let Some(p) = PRESETS.iter().find(|p| p.name.eq_ignore_ascii_case(t)) {
             Ok(LinkSpec {
@@ -211,7 +211,7 @@ impl LinkSpec {
     }
 
     /// The spec in words: `roce-100g (12.5 GB/s, 5 µs)`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!(
             "{} ({:.3} GB/s per direction, {:.2} µs)",
             self.name,
@@ -222,7 +222,7 @@ impl LinkSpec {
 
     /// The α–β model of one level with this spec's α and β: no residuals, no error, the
     /// sizes of any step, marked nominal.
-    pub fn level_fit(&self, level: &str, backend: Backend, dtype: &str) -> LevelFit {
+    pub(crate) fn level_fit(&self, level: &str, backend: Backend, dtype: &str) -> LevelFit {
         LevelFit {
             level: level.into(),
             backend,

@@ -5,7 +5,7 @@
 use super::{Input, ModelKind};
 use clap::ValueEnum;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::str::FromStr;
 
 /// The network `--model` names: a built-in one, or a TorchScript file saved from PyTorch.
@@ -42,7 +42,7 @@ impl ModelChoice {
 
     /// The name reports show: the built-in's, or the file's name without its folder
     /// (a run is compared by the file's SHA-256, never by where it lay).
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         match self {
             ModelChoice::Builtin(k) => k.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default(),
             ModelChoice::File(p) => p
@@ -54,15 +54,8 @@ impl ModelChoice {
 
     /// A built-in convolution network (a file's layers are not known in advance: its
     /// layout is contiguous unless `--memory-format` says otherwise).
-    pub fn is_convolutional(&self) -> bool {
+    pub(crate) fn is_convolutional(&self) -> bool {
         matches!(self, ModelChoice::Builtin(k) if k.is_convolutional())
-    }
-
-    pub fn file(&self) -> Option<&Path> {
-        match self {
-            ModelChoice::File(p) => Some(p),
-            ModelChoice::Builtin(_) => None,
-        }
     }
 }
 
@@ -153,7 +146,7 @@ impl<'de> Deserialize<'de> for InputShape {
 impl InputShape {
     /// The model input this shape and dtype make: C×H×W images of f32, or a sequence of
     /// token ids below `vocab`. Err says which shapes ddpbench can feed.
-    pub fn input(&self, dtype: InputDtype, vocab: i64) -> Result<Input, String> {
+    pub(crate) fn input(&self, dtype: InputDtype, vocab: i64) -> Result<Input, String> {
         match (dtype, self.0.as_slice()) {
             (InputDtype::Float32, &[c, h, w]) if c * h * w * 4 <= MAX_SAMPLE_BYTES => Ok(Input::Image([c, h, w])),
             (InputDtype::Float32, &[_, _, _]) => Err(format!(

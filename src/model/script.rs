@@ -168,7 +168,7 @@ pub(crate) use crate::record::ScriptFile;
 
 impl ScriptFile {
     /// Reads `path` once for its size and hash; Err says what is wrong with it.
-    pub fn read(path: &Path) -> Result<ScriptFile> {
+    pub(crate) fn read(path: &Path) -> Result<ScriptFile> {
         let meta = std::fs::metadata(path).with_context(|| format!("--model {}: cannot read the file", path.display()))?;
         if !meta.is_file() {
             bail!("--model {}: not a file (a TorchScript file saved from PyTorch)", path.display());
@@ -233,7 +233,7 @@ fn register(p: &nn::Path, name: &str, tensor: Tensor, trainable: bool) {
 impl ScriptNet {
     /// Loads `file` onto `p`'s device and registers its parameters (trainable when the
     /// module's are) and buffers below `p`.
-    pub fn load(file: ScriptFile, p: &nn::Path, loss: LossKind, classes: i64) -> Result<ScriptNet> {
+    pub(crate) fn load(file: ScriptFile, p: &nn::Path, loss: LossKind, classes: i64) -> Result<ScriptNet> {
         let shown = file.path.display().to_string();
         let module = Module::load(&file.path, p.device())
             .map_err(|e| anyhow!("--model {shown} is not a TorchScript file libtorch can load ({e}); save one with torch.jit.script(net).save(path) or torch.jit.trace"))?;
@@ -264,7 +264,7 @@ impl ScriptNet {
         Ok(net)
     }
 
-    pub fn file(&self) -> &ScriptFile {
+    pub(crate) fn file(&self) -> &ScriptFile {
         &self.file
     }
 
@@ -338,7 +338,7 @@ impl ScriptNet {
 
     /// The mean loss of one batch: log-softmax and NLL of the module's logits, as the
     /// built-in classifiers end, or with `--loss none` the module's own.
-    pub fn loss(&self, xs: &Tensor, ys: &Tensor, train: bool) -> Result<Tensor> {
+    pub(crate) fn loss(&self, xs: &Tensor, ys: &Tensor, train: bool) -> Result<Tensor> {
         match self.loss {
             LossKind::Nll => Ok(self.logits(xs, train)?.log_softmax(-1, Kind::Float).nll_loss(ys)),
             LossKind::None => self.own_loss(xs, ys, train),
@@ -347,7 +347,7 @@ impl ScriptNet {
 
     /// The summed loss and the correct predictions of an evaluation batch (NaN correct
     /// with `--loss none`: the module gives no predictions).
-    pub fn evaluate(&self, xs: &Tensor, ys: &Tensor) -> Result<(f64, f64)> {
+    pub(crate) fn evaluate(&self, xs: &Tensor, ys: &Tensor) -> Result<(f64, f64)> {
         let n = xs.size()[0] as f64;
         match self.loss {
             LossKind::Nll => {

@@ -7,7 +7,7 @@ use crate::record::format_plain;
 use serde::ser::{self, Error as _, Impossible, Serialize, SerializeStruct, Serializer};
 
 /// `row` serialised as CSV cells.
-pub struct Cells<'a, T: ?Sized>(pub &'a T);
+pub(crate) struct Cells<'a, T: ?Sized>(pub &'a T);
 
 impl<T: Serialize + ?Sized> Serialize for Cells<'_, T> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 /// How a run, or one rank's part of it, ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum RunStatus {
+pub(crate) enum RunStatus {
     Running,
     Completed,
     /// An error stopped it (`error` says which, on which rank, at which step).
@@ -22,7 +22,7 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RunStatus::Running => "running",
             RunStatus::Completed => "completed",
@@ -34,7 +34,7 @@ impl RunStatus {
 
 /// One rank's end of a run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct EndRecord {
+pub(crate) struct EndRecord {
     pub run_id: String,
     pub rank: usize,
     pub host: String,
@@ -49,20 +49,20 @@ pub struct EndRecord {
 /// An end record is a few hundred bytes (its error text included); a larger file is not one.
 pub(super) const END_RECORD_MAX_BYTES: u64 = 64 << 10;
 
-pub fn end_file_name(rank: usize) -> String {
+pub(crate) fn end_file_name(rank: usize) -> String {
     format!("rank-{rank:05}.end.json")
 }
 
 impl EndRecord {
     /// Writes `rank-NNNNN.end.json` in `dir` atomically (temp file, fsync, rename).
-    pub fn write(&self, dir: &Path) -> Result<()> {
+    pub(crate) fn write(&self, dir: &Path) -> Result<()> {
         let path = dir.join(end_file_name(self.rank));
         write_atomic(&path, &(serde_json::to_string_pretty(self)? + "\n"))
     }
 
     /// Reads `rank-NNNNN.end.json` from `dir`; one larger than [`END_RECORD_MAX_BYTES`]
     /// is refused unread.
-    pub fn read(dir: &Path, rank: usize) -> Result<EndRecord> {
+    pub(crate) fn read(dir: &Path, rank: usize) -> Result<EndRecord> {
         use std::io::Read;
         let path = dir.join(end_file_name(rank));
         let mut text = String::new();
@@ -87,7 +87,7 @@ impl EndRecord {
 /// never a file a symlink there points to. A write that fails leaves no temporary
 /// file; one that finds the disk full takes room from the folder's reserve
 /// ([`super::reserve`]) and tries once more.
-pub fn write_atomic(path: &Path, text: &str) -> Result<()> {
+pub(crate) fn write_atomic(path: &Path, text: &str) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut result = write_then_rename(path, text.as_bytes());
     if result.as_ref().is_err_and(is_full) {

@@ -42,7 +42,7 @@ pub enum GradDtype {
 
 impl GradDtype {
     /// Bytes per gradient element on the wire.
-    pub fn bytes(self) -> usize {
+    pub(crate) fn bytes(self) -> usize {
         match self {
             GradDtype::Fp32 => 4,
             GradDtype::Fp16 | GradDtype::Bf16 => 2,
@@ -206,7 +206,7 @@ pub enum DeviceKind {
 
 impl DeviceKind {
     /// CUDA when any rank trained on a GPU (a rank's `device` is libtorch's, e.g. `Cuda(0)`).
-    pub fn of_ranks(ranks: &[RankInfo]) -> DeviceKind {
+    pub(crate) fn of_ranks(ranks: &[RankInfo]) -> DeviceKind {
         if ranks.iter().any(|r| r.device.starts_with("Cuda")) {
             DeviceKind::Cuda
         } else {
@@ -240,7 +240,7 @@ pub enum Backend {
 
 impl Backend {
     /// The one name the files and the command line use.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Backend::Mpi => "mpi",
             Backend::Nccl => "nccl",
@@ -251,7 +251,7 @@ impl Backend {
 
     /// The backend named `name` by any schema (`mpi-cpu-staged` and `staged` are `mpi`);
     /// Err names what it can be.
-    pub fn from_name(name: &str) -> Result<Backend, String> {
+    pub(crate) fn from_name(name: &str) -> Result<Backend, String> {
         match serde_json::from_value(serde_json::Value::String(name.into())) {
             Ok(Backend::Gloo) | Err(_) => Err(format!("{name:?}: not an all-reduce ddpbench runs (mpi, nccl or none)")),
             Ok(b) => Ok(b),
@@ -277,14 +277,14 @@ pub enum Memory {
 
 impl Memory {
     /// Where a run's gradients lived: on its device.
-    pub fn of_device(device: DeviceKind) -> Memory {
+    pub(crate) fn of_device(device: DeviceKind) -> Memory {
         match device {
             DeviceKind::Cpu => Memory::Host,
             DeviceKind::Cuda => Memory::Device,
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Memory::Host => "host",
             Memory::Device => "device",
@@ -307,7 +307,7 @@ pub enum Overlap {
 
 impl Overlap {
     /// From the manifest's `comm.overlap` and `comm.overlap_shares_core`.
-    pub fn in_effect(overlapped: bool, shares_core: bool) -> Overlap {
+    pub(crate) fn in_effect(overlapped: bool, shares_core: bool) -> Overlap {
         match (overlapped, shares_core) {
             (false, _) => Overlap::Off,
             (true, false) => Overlap::On,
@@ -329,14 +329,14 @@ pub enum Peer {
 
 impl Peer {
     /// The name the study key, the key and the files use.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Peer::PytorchDdp => "pytorch-ddp",
         }
     }
 
     /// The name reports show.
-    pub fn title(self) -> &'static str {
+    pub(crate) fn title(self) -> &'static str {
         match self {
             Peer::PytorchDdp => "PyTorch DDP",
         }
@@ -489,7 +489,7 @@ impl ComparisonKey {
     /// The key in one line, as `scaling.csv` and `projection.csv` print it (model and
     /// data set have columns of their own); a setting that is not recorded, or at the
     /// value older runs had before it was a field, is left out.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let threads: Vec<String> = self.threads_per_rank.iter().map(usize::to_string).collect();
         let settings = [
             ("optimizer", text(&self.optimizer)),
@@ -536,7 +536,7 @@ impl ComparisonKey {
 
     /// The run's key: the one its manifest records, else derived from the manifest's other
     /// fields. Err names the key that holds what no run has.
-    pub fn of(m: &Manifest) -> Result<ComparisonKey, String> {
+    pub(crate) fn of(m: &Manifest) -> Result<ComparisonKey, String> {
         match &m.comparison_key {
             Some(k) if k.threads_per_rank.len() > m.ranks.len().max(1) => Err(format!(
                 "comparison_key.threads lists {} values for {} ranks",
@@ -568,7 +568,7 @@ impl ComparisonKey {
     /// built-in network that takes tokens, `vocab_size` for any model that takes tokens
     /// (a built-in transformer, or a TorchScript model with int64 input). Manifests that
     /// recorded them for every model read back as the same key as those that did not.
-    pub fn applicable(mut self) -> ComparisonKey {
+    pub(crate) fn applicable(mut self) -> ComparisonKey {
         let builtin_tokens = TOKEN_MODELS.contains(&self.model.as_str());
         let script_tokens = self.input_shape.as_deref().is_some_and(|s| s.starts_with("int64 "));
         if !builtin_tokens {
@@ -640,7 +640,7 @@ pub(crate) fn env_of(ranks: &[RankInfo]) -> Vec<String> {
 
 /// One `train` flag that makes a run of a key ([`ComparisonKey::flags`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeyFlag {
+pub(crate) enum KeyFlag {
     /// `--flag value`.
     Value(&'static str, String),
     /// A switch: given (true) or left out (false).
@@ -648,7 +648,8 @@ pub enum KeyFlag {
 }
 
 impl KeyFlag {
-    pub fn flag(&self) -> &'static str {
+    #[cfg(test)]
+    pub(crate) fn flag(&self) -> &'static str {
         match self {
             KeyFlag::Value(f, _) | KeyFlag::Switch(f, _) => f,
         }
@@ -660,7 +661,7 @@ impl ComparisonKey {
     /// value that ran (the pairs `train`'s `IN_KEY` lists), a setting not recorded left
     /// out. The model, the data set and a TorchScript model's input shape are not among
     /// them (a run names them by path, as it was given), nor the environment ([`Self::env`]).
-    pub fn flags(&self) -> Vec<KeyFlag> {
+    pub(crate) fn flags(&self) -> Vec<KeyFlag> {
         let value = |flag: &'static str, v: Option<String>| v.map(|v| KeyFlag::Value(flag, v));
         let threads = match self.threads_per_rank.as_slice() {
             [t] => Some(t.to_string()),
@@ -774,7 +775,7 @@ pub enum LossKind {
 }
 
 impl LossKind {
-    pub fn is_nll(&self) -> bool {
+    pub(crate) fn is_nll(&self) -> bool {
         *self == LossKind::Nll
     }
 }

@@ -125,7 +125,7 @@ enum Seen {
 /// The lock of one folder, held by this process; removed when dropped (only while it
 /// still holds what this process wrote).
 #[derive(Debug)]
-pub struct FolderLock {
+pub(crate) struct FolderLock {
     path: PathBuf,
     bytes: Vec<u8>,
 }
@@ -135,7 +135,7 @@ impl FolderLock {
     /// (and one of another host, or unreadable, when `break_lock`); a lock held by a
     /// running job is refused with who holds it. `what` names the folder in messages
     /// (`run folder`, `study folder`).
-    pub fn take(dir: &Path, what: &str, break_lock: bool) -> Result<FolderLock> {
+    pub(crate) fn take(dir: &Path, what: &str, break_lock: bool) -> Result<FolderLock> {
         let path = dir.join(LOCK_FILE);
         let bytes = serde_json::to_vec_pretty(&Holder::me())?;
         for _ in 0..4 {
@@ -210,12 +210,12 @@ impl FolderLock {
 }
 
 impl FolderLock {
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// What this process wrote into the lock.
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         &self.bytes
     }
 }

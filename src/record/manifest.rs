@@ -215,7 +215,7 @@ pub struct Manifest {
 pub struct PointId(pub String);
 
 impl PointId {
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }

@@ -20,8 +20,8 @@ pub(crate) mod settle;
 mod sweep;
 pub(crate) mod warning;
 
-pub use cells::Cells;
-pub use end::{end_file_name, write_atomic, EndRecord, RunStatus};
+pub(crate) use cells::Cells;
+pub(crate) use end::{end_file_name, write_atomic, EndRecord, RunStatus};
 pub use key::{
     AmpMode, Backend, ComparisonKey, DeviceKind, GradDtype, MallocMode, Memory, MemoryFormat, NoiseScaleMode, OptimizerKind, Overlap, Peer,
     PhaseSync,
@@ -31,7 +31,8 @@ pub use manifest::{
     AllreduceProbe, ClockSummary, CommInfo, GpuClocks, Manifest, PointId, RankInfo, ScriptFile, StudyRun, TargetOutcome, SCHEMA_VERSION,
 };
 pub use rows::{EpochRow, Phase, PhaseArray, PhaseRole, PhaseTimes, StepRow};
-pub use sweep::{Buffer, SweepRow};
+#[cfg(feature = "train")]
+pub(crate) use sweep::{Buffer, SweepRow};
 pub use warning::{RunWarning, WarningCode};
 
 use anyhow::{Context, Result};
@@ -43,16 +44,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Writes an f64 as a plain decimal (never `1e-6`), up to 9 decimals, trailing
 /// zeros trimmed, so every spreadsheet reads it as a number; NaN and infinities
 /// (undefined figures, e.g. a speedup interval of the baseline itself) as empty cells.
-pub fn plain_decimal<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn plain_decimal<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format_plain(*v))
 }
 
-/// As [`plain_decimal`], with None as an empty cell.
-pub fn plain_decimal_opt<S: serde::Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&v.map(format_plain).unwrap_or_default())
-}
-
-pub fn format_plain(v: f64) -> String {
+pub(crate) fn format_plain(v: f64) -> String {
     // A missing or undefined value is an empty cell: spreadsheets read "NaN" as text.
     if !v.is_finite() {
         return String::new();
@@ -93,7 +89,7 @@ impl<R: serde::Serialize> CsvLog<R> {
 
     /// Creates `path` only when nothing is there ([`crate::files::create_exclusive`]):
     /// never through a symlink, never over another file. Every CSV file of a run is made so.
-    pub fn create_new(path: &Path) -> Result<CsvLog<R>> {
+    pub(crate) fn create_new(path: &Path) -> Result<CsvLog<R>> {
         let file = crate::files::create_exclusive(path).map_err(|e| {
             let why = if e.kind() == std::io::ErrorKind::AlreadyExists {
                 format!(
@@ -121,7 +117,7 @@ impl<R: serde::Serialize> CsvLog<R> {
 
     /// Appends to `path`, creating it (with a header) when it is absent or empty; a
     /// symlink or anything but a regular file there is refused, not written through.
-    pub fn append_or_create(path: &Path) -> Result<CsvLog<R>> {
+    pub(crate) fn append_or_create(path: &Path) -> Result<CsvLog<R>> {
         use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -174,7 +170,7 @@ impl<R: serde::Serialize> CsvLog<R> {
     }
 
     /// Forces the rows written so far onto the storage device (`fsync`).
-    pub fn sync(&mut self) -> Result<()> {
+    pub(crate) fn sync(&mut self) -> Result<()> {
         self.file
             .sync_data()
             .with_context(|| format!("cannot sync {} to disk (is the file system full or gone?)", self.path.display()))
@@ -184,15 +180,15 @@ impl<R: serde::Serialize> CsvLog<R> {
 /// `train`'s settings at their defaults, as a manifest's `config` holds them (what
 /// `reduce` tells a run's own settings from). A test of `train`'s flags holds this file
 /// to them and prints the new text when a default changes.
-pub const TRAIN_DEFAULTS_JSON: &str = include_str!("train_defaults.json");
+pub(crate) const TRAIN_DEFAULTS_JSON: &str = include_str!("train_defaults.json");
 
 /// [`TRAIN_DEFAULTS_JSON`] as a JSON object.
-pub fn train_defaults() -> serde_json::Map<String, serde_json::Value> {
+pub(crate) fn train_defaults() -> serde_json::Map<String, serde_json::Value> {
     serde_json::from_str(TRAIN_DEFAULTS_JSON).unwrap_or_default()
 }
 
 /// A list of ids as the files and messages write it: `[0,1,2,3,8]` -> `0-3,8`.
-pub fn compact_list(ids: &[u32]) -> String {
+pub(crate) fn compact_list(ids: &[u32]) -> String {
     let mut sorted = ids.to_vec();
     sorted.sort_unstable();
     sorted.dedup();
@@ -218,19 +214,19 @@ pub fn rank_file_name(rank: usize) -> String {
 }
 
 /// The companion file of GPU telemetry samples of rank `rank`.
-pub fn gpu_file_name(rank: usize) -> String {
+pub(crate) fn gpu_file_name(rank: usize) -> String {
     format!("rank-{rank:05}.gpu.csv")
 }
 
 /// RFC 3339 UTC with microseconds, e.g. `2026-11-22T08:15:02.123456Z`.
-pub fn rfc3339_utc(t: SystemTime) -> String {
+pub(crate) fn rfc3339_utc(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     String::from_utf8_lossy(&rfc3339_utc_bytes(d.as_secs() as i64, d.subsec_micros())).into_owned()
 }
 
 /// The bytes of [`rfc3339_utc`] for `secs` since the epoch and `micros`, made without
 /// allocating or locking, so a signal handler may call it.
-pub fn rfc3339_utc_bytes(secs: i64, micros: u32) -> [u8; 27] {
+pub(crate) fn rfc3339_utc_bytes(secs: i64, micros: u32) -> [u8; 27] {
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
     let z = days + 719_468;
@@ -263,7 +259,7 @@ pub fn rfc3339_utc_bytes(secs: i64, micros: u32) -> [u8; 27] {
 }
 
 /// Compact UTC stamp for run ids, e.g. `20261122T081502Z`.
-pub fn compact_utc(t: SystemTime) -> String {
+pub(crate) fn compact_utc(t: SystemTime) -> String {
     let s = rfc3339_utc(t);
     format!("{}{}{}T{}{}{}Z", &s[0..4], &s[5..7], &s[8..10], &s[11..13], &s[14..16], &s[17..19])
 }

@@ -26,7 +26,7 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub const COUNT: usize = 7;
+    pub(crate) const COUNT: usize = 7;
     /// Every phase, in the order a step runs through them.
     pub const ALL: [Phase; Phase::COUNT] = [
         Phase::Data,
@@ -52,14 +52,14 @@ impl Phase {
     }
 
     /// Position in [`Phase::ALL`], for arrays indexed by phase.
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self as usize
     }
 
     /// What the phase is spent on, for the step's breakdown into data, communication
     /// and compute. A match with no catch-all: a new phase does not compile until it is
     /// given a role, so it can never drop out of the breakdown's sum.
-    pub fn role(self) -> PhaseRole {
+    pub(crate) fn role(self) -> PhaseRole {
         match self {
             Phase::Data | Phase::BatchCopy => PhaseRole::Data,
             Phase::CommExposed => PhaseRole::Communication,
@@ -92,12 +92,12 @@ pub struct PhaseArray<T>(pub [T; Phase::COUNT]);
 
 impl<T> PhaseArray<T> {
     /// The array whose entry for each phase is `f(phase)`.
-    pub fn from_fn(mut f: impl FnMut(Phase) -> T) -> Self {
+    pub(crate) fn from_fn(mut f: impl FnMut(Phase) -> T) -> Self {
         PhaseArray(Phase::ALL.map(&mut f))
     }
 
     /// Each phase with its value, in [`Phase::ALL`]'s order.
-    pub fn iter(&self) -> impl Iterator<Item = (Phase, &T)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (Phase, &T)> {
         Phase::ALL.into_iter().zip(self.0.iter())
     }
 
@@ -107,7 +107,7 @@ impl<T> PhaseArray<T> {
     }
 
     /// The values in [`Phase::ALL`]'s order, to change in place.
-    pub fn values_mut(&mut self) -> std::slice::IterMut<'_, T> {
+    pub(crate) fn values_mut(&mut self) -> std::slice::IterMut<'_, T> {
         self.0.iter_mut()
     }
 }
@@ -193,7 +193,7 @@ pub struct StepRow {
 
 impl StepRow {
     /// The columns before the phases.
-    pub const LEADING: [&'static str; 10] = [
+    pub(crate) const LEADING: [&'static str; 10] = [
         "run_id",
         "rank",
         "node_type",
@@ -206,7 +206,7 @@ impl StepRow {
         "samples",
     ];
     /// The columns after the phases.
-    pub const TRAILING: [&'static str; 15] = [
+    pub(crate) const TRAILING: [&'static str; 15] = [
         "step_s",
         "comm_s",
         "comm_stage_d2h_s",
@@ -225,13 +225,15 @@ impl StepRow {
     ];
 
     /// Every column of a rank file, in order.
-    pub fn columns() -> Vec<&'static str> {
+    #[cfg(test)]
+    pub(crate) fn columns() -> Vec<&'static str> {
         let phases = Phase::ALL.iter().map(|p| p.column());
         Self::LEADING.iter().copied().chain(phases).chain(Self::TRAILING).collect()
     }
 
     /// The seconds of `phase` in this step.
-    pub fn phase(&self, phase: Phase) -> f64 {
+    #[cfg(test)]
+    pub(crate) fn phase(&self, phase: Phase) -> f64 {
         self.phases[phase]
     }
 }
@@ -330,7 +332,7 @@ pub struct EpochRow {
 impl EpochRow {
     /// Fills the noise scale's cells: `measured` steps took the norms, `estimate` is
     /// what the usable ones give (None: none was usable). Nothing measured: all empty.
-    pub fn set_noise(&mut self, measured: usize, estimate: Option<&crate::noise_scale::NoiseEstimate>) {
+    pub(crate) fn set_noise(&mut self, measured: usize, estimate: Option<&crate::noise_scale::NoiseEstimate>) {
         if measured == 0 {
             return;
         }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// Where an all-reduce's result goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Buffer {
+pub(crate) enum Buffer {
     /// Into a second buffer (as a reducer into its bucket's result).
     OutOfPlace,
     /// Over its own input.
@@ -17,7 +17,7 @@ pub enum Buffer {
 
 /// One row of `allreduce.csv`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct SweepRow {
+pub(crate) struct SweepRow {
     pub level: String,
     pub backend: Backend,
     /// Where the buffers lived: `host`, or `device` (NCCL, or MPI staged through pinned

@@ -33,7 +33,7 @@ impl WarningCode {
     /// Whether a run carrying this warning measured something other than the point it
     /// is labelled as: too few steps to say anything, or GPUs that sat idle or were
     /// shared in a study of GPU counts.
-    pub fn invalidates_direction(self) -> bool {
+    pub(crate) fn invalidates_direction(self) -> bool {
         match self {
             WarningCode::TooFewMeasuredSteps | WarningCode::IdleGpus | WarningCode::SharedGpu => true,
             WarningCode::Fp16OnCpu | WarningCode::FewerCoresThanAllocated | WarningCode::Unknown => false,
@@ -41,7 +41,7 @@ impl WarningCode {
     }
 
     /// The code as written in the manifest.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             WarningCode::Fp16OnCpu => "fp16_on_cpu",
             WarningCode::TooFewMeasuredSteps => "too_few_measured_steps",

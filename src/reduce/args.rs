@@ -125,7 +125,7 @@ impl Default for ReduceRequest {
 }
 
 impl ReduceArgs {
-    pub fn request(&self) -> ReduceRequest {
+    pub(crate) fn request(&self) -> ReduceRequest {
         ReduceRequest {
             runs: self.runs.clone(),
             baseline: self.baseline.clone(),
@@ -140,7 +140,7 @@ impl ReduceArgs {
     }
 
     /// Where the files go: `--out`, else the one folder given, else the runs' common parent.
-    pub fn out(&self, run_dirs: &[PathBuf]) -> PathBuf {
+    pub(crate) fn out(&self, run_dirs: &[PathBuf]) -> PathBuf {
         if let Some(o) = &self.out {
             return o.clone();
         }

@@ -34,7 +34,7 @@ fn is_sweep(p: &Path) -> bool {
 }
 
 /// The sweep folders among `paths` and their direct subfolders.
-pub fn discover_sweeps(paths: &[PathBuf]) -> Vec<PathBuf> {
+pub(crate) fn discover_sweeps(paths: &[PathBuf]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for p in paths {
         if is_sweep(p) {
@@ -56,7 +56,7 @@ fn holds_manifest(dir: &Path) -> bool {
 
 /// Run folders named by `paths`: a run folder itself, or the run folders inside.
 /// Sweep folders (`ddpbench allreduce`) are not runs and are passed over.
-pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+pub(crate) fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut runs = Vec::new();
     for p in paths {
         if holds_manifest(p) {

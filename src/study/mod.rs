@@ -32,5 +32,5 @@ mod report;
 mod runner;
 mod state;
 
-pub use args::StudyArgs;
+pub(crate) use args::StudyArgs;
 pub use runner::main;

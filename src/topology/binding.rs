@@ -25,7 +25,7 @@ pub enum BindPolicy {
 
 /// What a rank was (or would be) bound to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Binding {
+pub(crate) struct Binding {
     pub policy: BindPolicy,
     /// Indexes into the node's core list; empty for `none`.
     pub cores: Vec<usize>,
@@ -58,7 +58,7 @@ fn split_even(items: &[usize], parts: usize, index: usize) -> Vec<usize> {
 /// with fewer ranks than packages a rank takes several whole packages. When ranks
 /// outnumber cores, `auto` leaves them unbound (pinned busy-polling ranks sharing a
 /// core can starve each other) and sets `shared`; `core` and `socket` share round-robin.
-pub fn plan_binding(cores: &[CoreSlot], policy: BindPolicy, local_rank: usize, local_size: usize) -> Binding {
+pub(crate) fn plan_binding(cores: &[CoreSlot], policy: BindPolicy, local_rank: usize, local_size: usize) -> Binding {
     assert!(local_size > 0 && local_rank < local_size);
     let packages: Vec<usize> = cores.iter().map(|c| c.package).collect::<BTreeSet<_>>().into_iter().collect();
     let cores_of = |pkgs: &[usize]| -> Vec<usize> { (0..cores.len()).filter(|&i| pkgs.contains(&cores[i].package)).collect() };
@@ -118,7 +118,7 @@ pub fn plan_binding(cores: &[CoreSlot], policy: BindPolicy, local_rank: usize, l
 /// A core is near when all its PUs are in `near_pus` ([`GpuPlace::pus`]). When no core is
 /// near, or there are fewer near cores than sharers, it falls back to
 /// `plan_binding(cores, Auto, local_rank, local_size)` and says why in [`Binding::fallback`].
-pub fn plan_gpu_binding(
+pub(crate) fn plan_gpu_binding(
     cores: &[CoreSlot],
     near_pus: &[u32],
     local_rank_among_sharers: usize,
@@ -174,7 +174,7 @@ pub fn plan_gpu_binding(
 /// GPU `r % gpus` (`gpu_near_pus[g]` is GPU g's [`GpuPlace::pus`]), and ranks whose GPUs
 /// have the same near set share its cores ([`plan_gpu_binding`]). With no GPU, every
 /// rank gets [`plan_binding`]'s `auto` plan with a `fallback` saying so.
-pub fn plan_gpu_bindings(cores: &[CoreSlot], gpu_near_pus: &[Vec<u32>], local_size: usize) -> Vec<Binding> {
+pub(crate) fn plan_gpu_bindings(cores: &[CoreSlot], gpu_near_pus: &[Vec<u32>], local_size: usize) -> Vec<Binding> {
     if gpu_near_pus.is_empty() {
         return (0..local_size)
             .map(|r| Binding {
@@ -195,7 +195,7 @@ pub fn plan_gpu_bindings(cores: &[CoreSlot], gpu_near_pus: &[Vec<u32>], local_si
 }
 
 /// Binds the calling process to `binding.pus`. Returns a description of the outcome.
-pub fn apply_binding(topo: &mut Topology, binding: &Binding) -> Result<()> {
+pub(crate) fn apply_binding(topo: &mut Topology, binding: &Binding) -> Result<()> {
     if binding.pus.is_empty() {
         return Ok(());
     }
@@ -206,7 +206,7 @@ pub fn apply_binding(topo: &mut Topology, binding: &Binding) -> Result<()> {
 
 /// Binds the calling thread (only it) to the hardware threads `pus`; on failure the
 /// thread runs where the OS puts it.
-pub fn pin_this_thread(pus: &[u32]) {
+pub(crate) fn pin_this_thread(pus: &[u32]) {
     // SAFETY: a zeroed cpu_set_t is empty; CPU_SET writes within it for indexes below
     // CPU_SETSIZE; sched_setaffinity(0, ..) affects the calling thread only.
     unsafe {
@@ -221,14 +221,14 @@ pub fn pin_this_thread(pus: &[u32]) {
 /// The hardware threads the launcher let this process run on: [`allowed_pus`] at the
 /// first call, which comes before ddpbench binds the process (a study binds it anew for
 /// every point, so later readings would be the previous point's binding).
-pub fn launcher_pus() -> &'static [u32] {
+pub(crate) fn launcher_pus() -> &'static [u32] {
     static LAUNCHER: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
     LAUNCHER.get_or_init(allowed_pus)
 }
 
 /// The hardware threads the calling thread may run on (all the machine's when the
 /// affinity cannot be read).
-pub fn allowed_pus() -> Vec<u32> {
+pub(crate) fn allowed_pus() -> Vec<u32> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();

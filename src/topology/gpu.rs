@@ -7,7 +7,7 @@ use std::path::Path;
 
 /// One GPU of this node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GpuInfo {
+pub(crate) struct GpuInfo {
     /// NVML's index (PCI bus id order; ignores `CUDA_VISIBLE_DEVICES`).
     pub index: usize,
     /// Canonical PCI bus id, e.g. `0000:3b:00.0`.
@@ -20,7 +20,7 @@ pub struct GpuInfo {
 
 /// The node's GPUs: from NVML when it loads, else names and bus ids from the
 /// driver's `/proc/driver/nvidia/gpus/*/information`, else none. Never fails.
-pub fn gpu_inventory() -> Vec<GpuInfo> {
+pub(crate) fn gpu_inventory() -> Vec<GpuInfo> {
     match Nvml::load().and_then(|n| n.inventory()) {
         Ok(gpus) => gpus.into_iter().map(GpuInfo::from_nvml).collect(),
         Err(_) => inventory_from_procfs(Path::new("/proc/driver/nvidia/gpus")),

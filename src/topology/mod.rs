@@ -15,28 +15,25 @@ mod node;
 mod pci;
 mod report;
 
-pub use binding::{
-    allowed_pus, apply_binding, launcher_pus, pin_this_thread, plan_binding, plan_gpu_binding, plan_gpu_bindings, BindPolicy, Binding,
-};
-pub use gpu::{gpu_inventory, GpuInfo};
-pub use node::{gpu_label, NodeInfo};
-pub use pci::{parse_pci_bus_id, pci_locality, GpuPlace, PciBusId};
+pub(crate) use binding::{allowed_pus, apply_binding, launcher_pus, pin_this_thread, plan_binding, plan_gpu_bindings, BindPolicy, Binding};
+pub(crate) use node::NodeInfo;
+pub(crate) use pci::{parse_pci_bus_id, pci_locality};
 pub use report::{main, TopoArgs};
 // Lists of ids as text are a file format: `record` owns it.
-pub use crate::record::compact_list;
+pub(crate) use crate::record::compact_list;
 
 use hwloc2::{ObjectType, Topology};
 use serde::Serialize;
 
 /// One physical core: the package it sits in and its hardware threads (OS indexes).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CoreSlot {
+pub(crate) struct CoreSlot {
     pub package: usize,
     pub pus: Vec<u32>,
 }
 
 /// The node's cores in hwloc's logical order, each with its package and PUs.
-pub fn discover_cores(topo: &Topology) -> Vec<CoreSlot> {
+pub(crate) fn discover_cores(topo: &Topology) -> Vec<CoreSlot> {
     let packages = topo.objects_with_type(&ObjectType::Package).unwrap_or_default();
     let package_sets: Vec<Vec<u32>> = packages
         .iter()
@@ -70,7 +67,7 @@ pub fn discover_cores(topo: &Topology) -> Vec<CoreSlot> {
 }
 
 /// Hardware threads online on this node (not only those this process may run on).
-pub fn online_cpus() -> usize {
+pub(crate) fn online_cpus() -> usize {
     // SAFETY: sysconf has no preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     if n > 0 {

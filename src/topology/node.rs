@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 /// Hardware facts of one node, from /proc, /sys and hwloc.
 #[derive(Debug, Clone, Serialize)]
-pub struct NodeInfo {
+pub(crate) struct NodeInfo {
     pub cpu_model: String,
     pub packages: usize,
     pub cores: usize,
@@ -23,7 +23,7 @@ pub struct NodeInfo {
 
 impl NodeInfo {
     /// Reads /proc, /sys and the GPU inventory (NVML when it loads, else the driver's procfs).
-    pub fn detect(cores: &[CoreSlot]) -> NodeInfo {
+    pub(crate) fn detect(cores: &[CoreSlot]) -> NodeInfo {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu_model = cpuinfo
             .lines()
@@ -66,7 +66,7 @@ impl NodeInfo {
 
     /// A short label that is equal for nodes of equal hardware, e.g.
     /// `AMD EPYC 7B13 64c 503GiB 4xA40-48GB` (mixed GPUs joined by `+`).
-    pub fn node_type(&self) -> String {
+    pub(crate) fn node_type(&self) -> String {
         let mut s = format!(
             "{} {}c {}GiB",
             self.cpu_model,
@@ -89,7 +89,7 @@ impl NodeInfo {
 /// `-`, and `-{N}GB` (N = memory in decimal GB, rounded) appended unless the name
 /// already carries a size: `NVIDIA A40` with 48,305,799,168 bytes -> `A40-48GB`,
 /// `Tesla V100-SXM2-32GB` -> `V100-SXM2-32GB`, `NVIDIA H100 80GB HBM3` -> `H100-80GB-HBM3`.
-pub fn gpu_label(name: &str, memory_bytes: Option<u64>) -> String {
+pub(crate) fn gpu_label(name: &str, memory_bytes: Option<u64>) -> String {
     let mut rest = name.trim();
     while let Some(r) = ["NVIDIA ", "Tesla "].iter().find_map(|p| rest.strip_prefix(p)) {
         rest = r.trim_start();

@@ -22,7 +22,7 @@ use std::str::FromStr;
 
 /// A PCI address: domain, bus, device, function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct PciBusId {
+pub(crate) struct PciBusId {
     /// PCI domain (segment). NVML reports 32 bits; hwloc supports 16.
     pub domain: u32,
     pub bus: u8,
@@ -48,7 +48,7 @@ impl FromStr for PciBusId {
 
 /// Parses a PCI bus id as sysfs (`0000:3b:00.0`), NVML and CUDA (`00000000:3B:00.0`)
 /// or lspci without domain (`3b:00.0`, domain 0) write it; hex digits in either case.
-pub fn parse_pci_bus_id(s: &str) -> Result<PciBusId> {
+pub(crate) fn parse_pci_bus_id(s: &str) -> Result<PciBusId> {
     let t = s.trim();
     let bad = |why: &str| anyhow!("{s:?} is not a PCI bus id ({why}); expected DOMAIN:BUS:DEVICE.FUNCTION in hex, e.g. 0000:3b:00.0");
     let hex = |part: &str, max_digits: usize, what: &str| -> Result<u32> {
@@ -83,7 +83,7 @@ pub fn parse_pci_bus_id(s: &str) -> Result<PciBusId> {
 
 /// Where a PCI device (a GPU) attaches: the hardware nearest to it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GpuPlace {
+pub(crate) struct GpuPlace {
     /// Canonical bus id, e.g. `0000:3b:00.0`.
     pub bus_id: String,
     /// OS indexes of the hardware threads (PUs) of the cores nearest the device.
@@ -99,7 +99,7 @@ pub struct GpuPlace {
 /// Loads a fresh hwloc topology with I/O objects (a few ms to tens of ms), so call
 /// it once per device, not per step. Fails with a message naming the bus id when
 /// hwloc has no such device.
-pub fn pci_locality(bus_id: &PciBusId) -> Result<GpuPlace> {
+pub(crate) fn pci_locality(bus_id: &PciBusId) -> Result<GpuPlace> {
     let domain = u16::try_from(bus_id.domain).map_err(|_| {
         anyhow!("PCI device {bus_id}: its domain is above ffff, which libhwloc (built with 16-bit PCI domains) cannot name")
     })?;

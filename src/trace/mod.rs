@@ -11,6 +11,6 @@ pub(crate) mod window;
 pub(crate) mod writer;
 
 pub use event::viewer_times;
-pub use window::StepWindow;
+pub(crate) use window::StepWindow;
 #[cfg(feature = "train")]
-pub use writer::{RankIdentity, RankTrace, TracedStep};
+pub(crate) use writer::{RankIdentity, RankTrace, TracedStep};

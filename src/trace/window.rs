@@ -22,14 +22,14 @@ pub struct StepWindow {
 
 impl StepWindow {
     /// `--trace` alone: the first [`DEFAULT_STEPS`] steps after `warmup_steps`.
-    pub fn after_warmup(warmup_steps: usize) -> StepWindow {
+    pub(crate) fn after_warmup(warmup_steps: usize) -> StepWindow {
         StepWindow {
             first: warmup_steps,
             end: warmup_steps.saturating_add(DEFAULT_STEPS),
         }
     }
 
-    pub fn contains(&self, global_step: usize) -> bool {
+    pub(crate) fn contains(&self, global_step: usize) -> bool {
         (self.first..self.end).contains(&global_step)
     }
 }

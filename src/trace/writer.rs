@@ -41,7 +41,7 @@ const CLOSING_BYTES: u64 = 1024;
 
 /// Who wrote a trace.
 #[derive(Debug, Clone)]
-pub struct RankIdentity {
+pub(crate) struct RankIdentity {
     pub rank: usize,
     pub world_size: usize,
     pub host: String,
@@ -51,7 +51,7 @@ pub struct RankIdentity {
 }
 
 /// One finished step, as the trace draws it.
-pub struct TracedStep<'a> {
+pub(crate) struct TracedStep<'a> {
     pub global_step: usize,
     pub epoch: usize,
     pub warmup: bool,
@@ -67,7 +67,7 @@ pub struct TracedStep<'a> {
 }
 
 /// A rank's trace file, open while the run goes.
-pub struct RankTrace {
+pub(crate) struct RankTrace {
     id: RankIdentity,
     window: StepWindow,
     origin: Instant,
@@ -103,7 +103,7 @@ fn max_bytes_from_env() -> Result<u64> {
 impl RankTrace {
     /// Creates `RUN_DIR/trace/rank-NNNNN.trace.json` and names the rank's process and
     /// threads; `origin` is the run's start on this rank's clock.
-    pub fn create(run_dir: &Path, id: RankIdentity, window: StepWindow, origin: Instant) -> Result<RankTrace> {
+    pub(crate) fn create(run_dir: &Path, id: RankIdentity, window: StepWindow, origin: Instant) -> Result<RankTrace> {
         let dir = run_dir.join(TRACE_DIR);
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the trace folder {}", dir.display()))?;
         let path = dir.join(file_name(id.rank));
@@ -142,17 +142,17 @@ impl RankTrace {
     }
 
     /// The global step before which tracing stopped at the file's byte bound, if it did.
-    pub fn stopped_before(&self) -> Option<usize> {
+    pub(crate) fn stopped_before(&self) -> Option<usize> {
         self.stopped_before
     }
 
     /// Whether global step `global_step` is traced.
-    pub fn wants(&self, global_step: usize) -> bool {
+    pub(crate) fn wants(&self, global_step: usize) -> bool {
         self.stopped_before.is_none() && self.window.contains(global_step)
     }
 
     /// Whether global steps `from..to` include a traced one.
-    pub fn overlaps(&self, from: usize, to: usize) -> bool {
+    pub(crate) fn overlaps(&self, from: usize, to: usize) -> bool {
         self.stopped_before.is_none() && from < self.window.end && to > self.window.first
     }
 
@@ -166,7 +166,7 @@ impl RankTrace {
 
     /// Appends one step: its `ProfilerStep#N` slice, its phases, each bucket's hand-over
     /// and all-reduce (split at backward's end into hidden and exposed), and the loss.
-    pub fn step(&mut self, s: &TracedStep) -> Result<()> {
+    pub(crate) fn step(&mut self, s: &TracedStep) -> Result<()> {
         let start_ns = self.since_origin_ns(s.start);
         let at = |sec: f64| start_ns + ns(sec);
         let end_ns = s.phases.iter().map(|p| at(p.2)).max().unwrap_or(start_ns);
@@ -236,7 +236,7 @@ impl RankTrace {
 
     /// The batches that global step `global_step` used, each on its worker's thread (named
     /// the first time it appears), when the window holds the step.
-    pub fn batches(&mut self, global_step: usize, batches: &[BatchSpan]) -> Result<()> {
+    pub(crate) fn batches(&mut self, global_step: usize, batches: &[BatchSpan]) -> Result<()> {
         if !self.wants(global_step) || batches.is_empty() {
             return Ok(());
         }
@@ -263,7 +263,7 @@ impl RankTrace {
     }
 
     /// A slice of the run outside the steps (validation), on the training thread.
-    pub fn span(&mut self, name: &str, start: Instant, end: Instant) -> Result<()> {
+    pub(crate) fn span(&mut self, name: &str, start: Instant, end: Instant) -> Result<()> {
         let (from, to) = (self.since_origin_ns(start), self.since_origin_ns(end));
         let e = Event::slice(name, "user_annotation", tid::STEP, from, to);
         let next = self.last_step.map_or(self.window.first, |s| s + 1);
@@ -331,7 +331,7 @@ impl RankTrace {
 
     /// Completes the file into the object form with `distributedInfo`, copying the
     /// events through a temporary file a block at a time.
-    pub fn finish(mut self) -> Result<PathBuf> {
+    pub(crate) fn finish(mut self) -> Result<PathBuf> {
         self.out.flush()?;
         drop(self.out);
         let tmp = self.path.with_extension("json.tmp");

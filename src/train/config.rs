@@ -603,7 +603,7 @@ pub struct OutputConfig {
 
 impl WorkloadConfig {
     /// Sizes the built-in networks depend on.
-    pub fn model_options(&self) -> ModelOptions {
+    pub(crate) fn model_options(&self) -> ModelOptions {
         ModelOptions {
             seq_len: self.seq_len as i64,
             vocab: self.vocab_size as i64,
@@ -612,7 +612,7 @@ impl WorkloadConfig {
     }
 
     /// What the model takes and predicts ([`model::resolve_spec`]); Err says which flag is wrong.
-    pub fn model_spec(&self) -> Result<model::ModelSpec> {
+    pub(crate) fn model_spec(&self) -> Result<model::ModelSpec> {
         let flags = ShapeFlags {
             input_shape: self.input_shape.as_ref(),
             input_dtype: self.input_dtype,
@@ -626,19 +626,19 @@ impl WorkloadConfig {
 impl TrainConfig {
     /// The command and flags compared across ranks at start-up: every flag but
     /// [`RANK_LOCAL`]'s.
-    pub fn launch_flags(&self) -> LaunchFlags {
+    pub(crate) fn launch_flags(&self) -> LaunchFlags {
         LaunchFlags::from_fields("train", self, RANK_LOCAL)
     }
 
     /// The steps traced, when `--trace` or `--trace-steps` asked for a trace.
-    pub fn trace_window(&self) -> Option<crate::trace::StepWindow> {
+    pub(crate) fn trace_window(&self) -> Option<crate::trace::StepWindow> {
         let o = &self.output;
         o.trace_steps
             .or_else(|| o.trace.then(|| crate::trace::StepWindow::after_warmup(self.schedule.warmup_steps)))
     }
 
     /// The data set this run loads ([`crate::data::load`]).
-    pub fn data_spec(&self) -> DataSpec {
+    pub(crate) fn data_spec(&self) -> DataSpec {
         let w = &self.workload;
         DataSpec {
             dataset: w.dataset,
@@ -651,7 +651,7 @@ impl TrainConfig {
     }
 
     /// The learning rate asked for, or the optimizer's default.
-    pub fn learning_rate(&self) -> f64 {
+    pub(crate) fn learning_rate(&self) -> f64 {
         self.optim.lr.unwrap_or(match self.optim.optimizer {
             OptimizerKind::Adam => 0.001,
             OptimizerKind::Sgd => 0.01,
@@ -660,13 +660,13 @@ impl TrainConfig {
     }
 
     /// Samples one rank processes per optimizer step.
-    pub fn samples_per_step(&self) -> usize {
+    pub(crate) fn samples_per_step(&self) -> usize {
         self.schedule.batch_size * self.schedule.grad_accum
     }
 
     /// Checks what needs no MPI, so bad input fails before any rendezvous: every number
     /// within what a run can use, every real number finite, the node type printable.
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         let (w, s, o, p, c, out) = (
             &self.workload,
             &self.schedule,
@@ -781,7 +781,7 @@ impl TrainConfig {
 impl TrainConfig {
     /// How phases are timed on `device`: as asked, else events on a GPU and `on` on CPU
     /// (where a boundary waits for nothing, so it is exact at no cost).
-    pub fn phase_sync_on(&self, device: tch::Device) -> PhaseSync {
+    pub(crate) fn phase_sync_on(&self, device: tch::Device) -> PhaseSync {
         match (self.placement.phase_sync, device) {
             (Some(p), _) => p,
             (None, tch::Device::Cpu) => PhaseSync::On,
@@ -791,7 +791,7 @@ impl TrainConfig {
 
     /// The layout on `device`: as asked, else channels-last for a convolution network on a
     /// GPU and contiguous otherwise.
-    pub fn memory_format_on(&self, device: tch::Device) -> MemoryFormat {
+    pub(crate) fn memory_format_on(&self, device: tch::Device) -> MemoryFormat {
         match (self.workload.memory_format, device) {
             (Some(f), _) => f,
             (None, tch::Device::Cuda(_)) if self.workload.model.is_convolutional() => MemoryFormat::ChannelsLast,

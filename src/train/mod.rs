@@ -33,9 +33,9 @@ pub(crate) mod timer;
 mod trainer;
 mod validation;
 
-pub use config::TrainConfig;
-pub use run_folder::{is_run_file, RunFolder};
-pub use trainer::Trainer;
+pub(crate) use config::TrainConfig;
+pub(crate) use run_folder::RunFolder;
+pub(crate) use trainer::Trainer;
 
 use crate::job::{self, watchdog, watchdog::Watchdog, JobOptions};
 use crate::world::{AgreedError, Group};
@@ -60,7 +60,7 @@ pub fn main(cfg: TrainConfig) -> Result<()> {
 /// One run on the ranks of `g`, in its own run folder.
 /// `malloc` says how the host allocator was set up ([`host_memory::apply`]); `watchdog`
 /// watches the collectives (its limits are set as training goes).
-pub fn train(g: &Group, cfg: &TrainConfig, malloc: &str, watchdog: &Watchdog) -> Result<()> {
+pub(crate) fn train(g: &Group, cfg: &TrainConfig, malloc: &str, watchdog: &Watchdog) -> Result<()> {
     let started = SystemTime::now();
     let folder = RunFolder::prepare(g, cfg, started)?;
     watchdog.set_run(watchdog::WatchdogRun {

@@ -16,7 +16,7 @@ use std::time::SystemTime;
 
 /// Where a run writes, and its id (the folder's name).
 #[derive(Debug, Clone)]
-pub struct RunFolder {
+pub(crate) struct RunFolder {
     pub dir: PathBuf,
     pub run_id: String,
     /// On rank 0, the outermost folder ddpbench created for the run (the run folder or
@@ -33,7 +33,7 @@ impl RunFolder {
     /// Rank 0 picks the folder (`--out`, else a new one under `results/`), creates it,
     /// takes its lock and refuses one that holds a run's files; every rank learns the
     /// path, or the same error.
-    pub fn prepare(g: &Group, cfg: &TrainConfig, started: SystemTime) -> Result<RunFolder> {
+    pub(crate) fn prepare(g: &Group, cfg: &TrainConfig, started: SystemTime) -> Result<RunFolder> {
         let prepared: Result<Prepared> = if g.rank == 0 {
             create(cfg, g.size, started)
         } else {
@@ -54,7 +54,7 @@ impl RunFolder {
     /// folders it created if they are empty (no empty run folder is left behind, and a
     /// folder the user made stays); after it, rank 0 marks the run failed. The lock goes
     /// either way.
-    pub fn abandon(mut self, g: &Group, err: &anyhow::Error) {
+    pub(crate) fn abandon(mut self, g: &Group, err: &anyhow::Error) {
         if g.rank != 0 {
             return;
         }
@@ -73,12 +73,12 @@ impl RunFolder {
         }
     }
 
-    pub fn path(&self, file: &str) -> PathBuf {
+    pub(crate) fn path(&self, file: &str) -> PathBuf {
         self.dir.join(file)
     }
 
     /// The folder's lock, on rank 0.
-    pub fn lock(&self) -> Option<&FolderLock> {
+    pub(crate) fn lock(&self) -> Option<&FolderLock> {
         self.lock.as_deref()
     }
 }
@@ -86,7 +86,7 @@ impl RunFolder {
 /// Whether a run writes an entry of this name into its folder: the manifest, every
 /// per-rank file (`rank-NNNNN.csv`, `.gpu.csv`, `.end.json`, `.flight.json`),
 /// `epochs.csv`, `clock.csv`, the saved model, the trace folder and the reserve.
-pub fn is_run_file(name: &str) -> bool {
+pub(crate) fn is_run_file(name: &str) -> bool {
     name.starts_with("rank-")
         || [
             "manifest.json",

@@ -112,7 +112,7 @@ impl StepLimit {
 }
 
 /// One training run on the ranks of a group.
-pub struct Trainer<'g> {
+pub(crate) struct Trainer<'g> {
     g: &'g Group,
     watchdog: &'g Watchdog,
     facts: RunFacts,
@@ -124,7 +124,7 @@ pub struct Trainer<'g> {
 impl<'g> Trainer<'g> {
     /// Everything before the first step. Errors are agreed across the group, so every
     /// rank returns the same one.
-    pub fn setup(
+    pub(crate) fn setup(
         g: &'g Group,
         cfg: &TrainConfig,
         folder: RunFolder,
@@ -237,7 +237,7 @@ impl<'g> Trainer<'g> {
     /// Trains every epoch: the ranks leave a barrier together (the common time origin
     /// of every `step_start_at_s`), GPU telemetry starts, then epoch after epoch. Returns the
     /// stop signal when one ended the run early ([`signals`]).
-    pub fn run(&mut self) -> Result<Option<i32>> {
+    pub(crate) fn run(&mut self) -> Result<Option<i32>> {
         let f = crate::flight::enter("barrier", "start of training");
         self.g.comm.barrier();
         drop(f);
@@ -274,7 +274,7 @@ impl<'g> Trainer<'g> {
     /// leaves before rank 0 wrote them, then the run's files closed. All of it is the
     /// run's teardown, watched ([`crate::flight::Phase`]); once past the barrier the
     /// records are final, and a stall later leaves them as they are.
-    pub fn finish(mut self, stopped: Option<i32>) -> Result<()> {
+    pub(crate) fn finish(mut self, stopped: Option<i32>) -> Result<()> {
         crate::flight::recorder().begin_teardown();
         crate::flight::phase(Some(Phase::LastRecords));
         let (status, error) = match stopped {
@@ -363,7 +363,7 @@ impl<'g> Trainer<'g> {
     /// Records that the run failed with `err` on this rank: its end record, and the
     /// manifest's status and error (written by rank 0 when every rank knows the error,
     /// by this rank when only it does, since its peers are about to be aborted).
-    pub fn record_failure(&mut self, err: &anyhow::Error, agreed: bool) {
+    pub(crate) fn record_failure(&mut self, err: &anyhow::Error, agreed: bool) {
         let text = format!(
             "rank {} ({}) at step {}: {err:#}",
             self.g.rank, self.g.host, self.progress.global_step

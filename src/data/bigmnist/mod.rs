@@ -23,8 +23,8 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-pub const RECORD_BYTES: usize = 1 + 28 * 28;
-pub const BLOCK_RECORDS: usize = 4096;
+pub(crate) const RECORD_BYTES: usize = 1 + 28 * 28;
+pub(crate) const BLOCK_RECORDS: usize = 4096;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ShardInfo {
@@ -107,7 +107,7 @@ pub fn rank_range(index: &Index, rank: usize, size: usize) -> (u64, u64) {
 
 /// A generated set as a training stream, with its source's test split (normalised like
 /// the stream) for validation when the source folder still holds it.
-pub fn load(dir: &Path) -> Result<Dataset> {
+pub(crate) fn load(dir: &Path) -> Result<Dataset> {
     let index = open(dir)?;
     let source = PathBuf::from(&index.source);
     let test = if idx_file(&source, "t10k-images-idx3-ubyte", "").is_ok() {

@@ -48,7 +48,7 @@ impl Default for StepHeatmap {
 }
 
 impl StepHeatmap {
-    pub fn new(ranks: usize, limits: HeatmapLimits) -> StepHeatmap {
+    pub(crate) fn new(ranks: usize, limits: HeatmapLimits) -> StepHeatmap {
         let rows = limits.rows.max(1);
         let ranks_per_row = ranks.div_ceil(rows).max(1);
         StepHeatmap {
@@ -66,7 +66,7 @@ impl StepHeatmap {
     }
 
     /// Adds one counted step: `own_s[i]` is rank i's own work.
-    pub fn push(&mut self, global_step: u64, own_s: &[f64]) {
+    pub(crate) fn push(&mut self, global_step: u64, own_s: &[f64]) {
         if self.steps == 0 {
             self.first_step = global_step;
         }
@@ -102,7 +102,7 @@ impl StepHeatmap {
     /// are left. A cell keeps the largest value of the cells merged into it: still the
     /// largest own work of the rank-steps it covers. Its columns are the ones
     /// [`StepHeatmap::new`] with `limits` would have built from the same rows.
-    pub fn coarsened(&self, limits: HeatmapLimits) -> StepHeatmap {
+    pub(crate) fn coarsened(&self, limits: HeatmapLimits) -> StepHeatmap {
         let (rows, columns) = (limits.rows.max(1), limits.columns.max(1));
         let mut h = self.clone();
         while h.columns() > columns {
@@ -130,17 +130,17 @@ impl StepHeatmap {
     }
 
     /// Cells drawn: rows × columns filled so far.
-    pub fn cell_count(&self) -> usize {
+    pub(crate) fn cell_count(&self) -> usize {
         self.cells_s.len() * self.columns()
     }
 
     /// Columns filled so far.
-    pub fn columns(&self) -> usize {
+    pub(crate) fn columns(&self) -> usize {
         self.cells_s.iter().map(Vec::len).max().unwrap_or(0)
     }
 
     /// The ranks of row `r` as text: "3" or "64–127".
-    pub fn row_label(&self, r: usize) -> String {
+    pub(crate) fn row_label(&self, r: usize) -> String {
         let first = r * self.ranks_per_row;
         let last = ((r + 1) * self.ranks_per_row).min(self.ranks).saturating_sub(1);
         if first >= last {
@@ -151,7 +151,7 @@ impl StepHeatmap {
     }
 
     /// The first global step of column `c`.
-    pub fn column_step(&self, c: usize) -> u64 {
+    pub(crate) fn column_step(&self, c: usize) -> u64 {
         self.first_step + c as u64 * self.steps_per_column
     }
 }

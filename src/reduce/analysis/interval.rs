@@ -53,7 +53,7 @@ pub enum Direction {
 impl Direction {
     /// A direction is claimed only where the speedup's interval (`low`..`high`, from
     /// [`speedup_interval`]) excludes 1; without an interval there is none.
-    pub fn of(low: f64, high: f64) -> Direction {
+    pub(crate) fn of(low: f64, high: f64) -> Direction {
         if !(low.is_finite() && high.is_finite()) {
             Direction::NoInterval
         } else if low > 1.0 {
@@ -68,7 +68,7 @@ impl Direction {
     /// The rule for a point whose runs, or its reference's, carry a warning that
     /// invalidates them: whatever the interval says, no direction (and no "within
     /// noise", which is a claim too); without an interval there is none anyway.
-    pub fn unless_invalidated(self, invalidated: bool) -> Direction {
+    pub(crate) fn unless_invalidated(self, invalidated: bool) -> Direction {
         match self {
             Direction::NoInterval => Direction::NoInterval,
             _ if invalidated => Direction::Invalidated,

@@ -10,7 +10,7 @@ pub(crate) mod interval;
 pub(crate) mod noise_window;
 pub(crate) mod projection;
 pub(crate) mod recommend;
-pub(crate) mod scaling;
+pub mod scaling;
 pub(crate) mod summary;
 
 pub use interval::Direction;
@@ -155,7 +155,7 @@ impl RunStats {
     }
 
     /// Steps of any rank that took over [`STALL_FACTOR`] times that rank's median.
-    pub fn stalls(&self) -> Vec<Stall> {
+    pub(crate) fn stalls(&self) -> Vec<Stall> {
         let mut out: Vec<Stall> = self
             .ranks
             .iter()
@@ -178,7 +178,7 @@ impl RunStats {
 
     /// The epoch time: the median of the full epochs measured (epochs.csv), or, when no
     /// epoch ran whole, steps per epoch × the mean step time, marked projected (true).
-    pub fn epoch_s(&self) -> (f64, bool) {
+    pub(crate) fn epoch_s(&self) -> (f64, bool) {
         let full: Vec<f64> = self
             .epochs
             .iter()
@@ -193,7 +193,7 @@ impl RunStats {
     }
 
     /// Mean over rank-steps of phase `p`, seconds.
-    pub fn phase_mean(&self, p: Phase) -> f64 {
+    pub(crate) fn phase_mean(&self, p: Phase) -> f64 {
         let n = self.ranks.iter().map(|r| r.steps).sum::<u64>().max(1) as f64;
         self.ranks.iter().map(|r| r.phase_sum[p]).sum::<f64>() / n
     }

@@ -34,7 +34,7 @@ pub struct NoiseStep {
 
 impl NoiseStep {
     /// The step of `rows` (one per rank), when its ranks measured the norms.
-    pub fn of(rows: &[Row]) -> Option<NoiseStep> {
+    pub(crate) fn of(rows: &[Row]) -> Option<NoiseStep> {
         let pairs: Vec<&NormPair> = rows.iter().filter_map(|r| r.noise.as_ref()).collect();
         if pairs.is_empty() {
             return None;
@@ -67,7 +67,7 @@ pub enum WindowKind {
 
 impl WindowKind {
     /// In words, for report.md.
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             WindowKind::FirstThird => "first third",
             WindowKind::MiddleThird => "middle third",

@@ -17,7 +17,7 @@ pub struct Shape {
 
 impl Shape {
     /// `16x4` (or `16×4`): 16 nodes of 4 ranks each; Err says the form.
-    pub fn parse(s: &str) -> Result<Shape, String> {
+    pub(crate) fn parse(s: &str) -> Result<Shape, String> {
         let why = || format!("'{s}' is no shape: give NODESxRANKS_PER_NODE, both 1 or more, e.g. 16x4 (16 nodes of 4 ranks)");
         let (n, p) = s.trim().split_once(['x', 'X', '×']).ok_or_else(why)?;
         let (Ok(nodes), Ok(ranks_per_node)) = (n.trim().parse::<usize>(), p.trim().parse::<usize>()) else {
@@ -34,7 +34,7 @@ impl Shape {
 
     /// The ladder up to this shape: 1 × 1, 1 × 2, 1 × 4 … 1 × p (ranks per node
     /// doubling), then 2 × p, 4 × p … n × p (nodes doubling); p and n are on it.
-    pub fn ladder(self) -> Vec<(usize, usize)> {
+    pub(crate) fn ladder(self) -> Vec<(usize, usize)> {
         let doubling = |top: usize| {
             let mut v: Vec<usize> = std::iter::successors(Some(1usize), |k| Some(k * 2))
                 .take_while(|&k| k < top)
@@ -48,7 +48,7 @@ impl Shape {
         out
     }
 
-    pub fn label(self) -> String {
+    pub(crate) fn label(self) -> String {
         format!("{} × {}", self.nodes, self.ranks_per_node)
     }
 }

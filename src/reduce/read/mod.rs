@@ -435,7 +435,7 @@ impl GpuTelemetry {
     /// and power samples outside it (set-up, warm-up, validation after the last step)
     /// are left out; None takes every sample. Err names the row and reading that no
     /// GPU can give ([`limits::gpu_sample`]), or a file there that is no regular file.
-    pub fn add_file(&mut self, path: &Path, window: Option<(f64, f64)>) -> Result<(), String> {
+    pub(crate) fn add_file(&mut self, path: &Path, window: Option<(f64, f64)>) -> Result<(), String> {
         let Some(file) = open_regular_if_present(path)? else {
             return Ok(());
         };
@@ -468,7 +468,7 @@ impl GpuTelemetry {
         Ok(())
     }
 
-    pub fn util_pct_mean(&self) -> f64 {
+    pub(crate) fn util_pct_mean(&self) -> f64 {
         if self.util_samples == 0 {
             f64::NAN
         } else {
@@ -476,7 +476,7 @@ impl GpuTelemetry {
         }
     }
 
-    pub fn power_w_mean(&self) -> f64 {
+    pub(crate) fn power_w_mean(&self) -> f64 {
         if self.power_samples == 0 {
             f64::NAN
         } else {

@@ -10,7 +10,7 @@ use crate::record::{format_plain, Phase, PhaseArray, PhaseTimes};
 
 /// One parsed rank-file row: the fields the analysis uses.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Row {
+pub(crate) struct Row {
     pub global_step: u64,
     pub warmup: bool,
     pub samples: u64,
@@ -195,7 +195,7 @@ impl Row {
     /// work longer than the step (its buckets run one after another inside it), more
     /// hidden than there was, or an entry into the all-reduce outside the step. Times
     /// agree within [`tolerance_s`].
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         let step = self.step_s;
         let tol = |a: f64, b: f64| tolerance_s(a, b);
         for p in Phase::ALL {
@@ -254,7 +254,7 @@ impl Row {
 
     /// Err when this row cannot follow `prev` in one rank's file: a step not after the
     /// previous one, or one that started before the previous one ended.
-    pub fn follows(&self, prev: &Row) -> Result<(), String> {
+    pub(crate) fn follows(&self, prev: &Row) -> Result<(), String> {
         if self.global_step <= prev.global_step {
             return Err(format!(
                 "global_step is {}, not after the previous row's {}",
@@ -275,7 +275,7 @@ impl Row {
     /// Err when the step ends after a run of `run_s` seconds (the manifest's `wall_s`,
     /// on rank 0's clock, which starts before every rank's origin) had ended, beyond
     /// [`clock_slack_s`].
-    pub fn within_run(&self, run_s: f64) -> Result<(), String> {
+    pub(crate) fn within_run(&self, run_s: f64) -> Result<(), String> {
         let (key, end) = if self.elapsed_s.is_finite() {
             ("step_start_at_s + step_s", self.elapsed_s + self.step_s)
         } else {

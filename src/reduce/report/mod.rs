@@ -269,7 +269,7 @@ pub struct Duplicate {
 
 impl Duplicate {
     /// One line: the folder, why, and the folder kept.
-    pub fn sentence(&self) -> String {
+    pub(crate) fn sentence(&self) -> String {
         format!(
             "counted once: {} is {} as {} (kept)",
             self.dir.display(),

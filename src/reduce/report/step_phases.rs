@@ -19,7 +19,7 @@ pub struct StepPhases {
 /// One part of the step as report.json's `per_step`, the phase plots and `compare`
 /// name it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StepPart {
+pub(crate) struct StepPart {
     /// report.json's key, and `compare`'s column stem.
     pub key: &'static str,
     /// The phase plots' legend.
@@ -43,7 +43,7 @@ impl StepPhases {
     /// phases of the data role together as `data_s` (at the first of them), the
     /// communication role as `comm_transfer_s` and `comm_wait_s`, and each compute phase
     /// under its own column. They add up to the step.
-    pub fn parts(&self) -> Vec<(StepPart, f64)> {
+    pub(crate) fn parts(&self) -> Vec<(StepPart, f64)> {
         let mut out = Vec::with_capacity(Phase::COUNT + 1);
         let mut done: Vec<PhaseRole> = Vec::new();
         for p in Phase::ALL {
@@ -73,7 +73,7 @@ impl StepPhases {
     }
 
     /// What [`StepPhases::parts`] holds, without the seconds.
-    pub fn layout() -> Vec<StepPart> {
+    pub(crate) fn layout() -> Vec<StepPart> {
         StepPhases::default().parts().into_iter().map(|(part, _)| part).collect()
     }
 }

@@ -26,7 +26,7 @@ pub(crate) const TIMELINE: &str = "timeline.json";
 
 /// What a merge read and wrote.
 #[derive(Debug)]
-pub struct Merged {
+pub(crate) struct Merged {
     pub path: PathBuf,
     pub ranks: usize,
     pub events: usize,

@@ -107,7 +107,7 @@ const PERFETTO_TAB_BYTES: u64 = 2_000_000_000;
 
 /// Logs what a merge wrote, which ranks' files were cut short or absent, where a rank's
 /// trace stops at its byte bound, and what lines were skipped.
-pub fn report(m: &merge::Merged) {
+pub(crate) fn report(m: &merge::Merged) {
     println!("{}: {} events of {} rank(s) on one clock", m.path.display(), m.events, m.ranks);
     if !m.partial.is_empty() {
         eprintln!(

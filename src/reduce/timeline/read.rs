@@ -22,7 +22,7 @@ pub(crate) const REASONS_KEPT: usize = 3;
 
 /// Lines of one rank's file that were not whole events of that rank.
 #[derive(Debug, Default, Clone)]
-pub struct Skipped {
+pub(crate) struct Skipped {
     pub count: usize,
     /// `line N: why`, for the first [`REASONS_KEPT`].
     pub first: Vec<String>,
