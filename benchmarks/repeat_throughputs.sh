@@ -5,6 +5,7 @@
 # `reduce` computes it) into one CSV: the run-to-run spread that the speedup interval's
 # coverage test resamples (src/reduce/analysis/interval.rs).
 #   benchmarks/repeat_throughputs.sh [REPEATS=24] [OUT=tests/fixtures/throughputs/quick-mnist-cnn.csv]
+# The kept files: quick-mnist-cnn.csv (a loaded machine), quick-mnist-cnn-quiet.csv (quiet).
 # The header records the machine, the commit and the load average before and after:
 # runs on a machine others share are noisier than on a quiet one.
 set -euo pipefail
