@@ -9,8 +9,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 /// MPI for this process: initialised on creation, finalised when dropped.
 pub(crate) struct World {
     /// Held for its drop, which finalises MPI.
-    #[allow(dead_code)]
-    pub universe: mpi::environment::Universe,
+    _universe: mpi::environment::Universe,
     /// All ranks of the job.
     pub group: Group,
 }
@@ -22,7 +21,10 @@ impl World {
         let (universe, threading) = mpi::initialize_with_threading(mpi::Threading::Serialized)
             .context("MPI could not be initialised (already initialised?). Launch with mpirun or srun")?;
         let group = Group::new(universe.world(), threading);
-        Ok(World { universe, group })
+        Ok(World {
+            _universe: universe,
+            group,
+        })
     }
 }
 

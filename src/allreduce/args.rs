@@ -87,9 +87,9 @@ pub struct AllreduceArgs {
 /// flag shapes the sweep every rank takes part in.
 pub(super) const RANK_LOCAL: &[(&str, &str)] = &[];
 
-/// The `allreduce` flags every rank of a job must be given alike (compared at start-up).
-// Read by the test that every flag is decided; launch_flags() is what runs.
-#[cfg_attr(not(test), allow(dead_code))]
+/// The `allreduce` flags every rank of a job must be given alike: what the completeness
+/// test checks [`AllreduceArgs::launch_flags`] against.
+#[cfg(test)]
 pub(super) const SAME_ON_EVERY_RANK: &[&str] = &[
     "--min-bytes",
     "--max-bytes",
