@@ -27,14 +27,37 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "chromium missing and not root: tests/report_page.rs will fail (apt-get install chromium)"
   fi
 fi
-# One test at a time: each launches MPI jobs that want the machine's cores.
-cargo test --release -- --test-threads=1 "$@"
-job-scripts/report-build.sh
+# One test at a time: each launches MPI jobs that want the machine's cores. Every part
+# runs even when an earlier one failed (cargo's --no-fail-fast, then the report-only
+# build, then the cluster emulation), so one failure hides nothing; the summary at the
+# end names every failing test and part, and the exit status is non-zero if any failed.
+log=$(mktemp "${TMPDIR:-/tmp}/ddpbench-tests.XXXXXX")
+trap 'rm -f "$log"' EXIT
+failed=()
+part() {  # part NAME command...: runs it, keeps going, remembers a failure
+  local name=$1; shift
+  if ! "$@"; then failed+=("$name"); fi
+}
+cargo_tests() {
+  cargo test --release --no-fail-fast -- --test-threads=1 "$@" 2>&1 | tee "$log"
+  return "${PIPESTATUS[0]}"
+}
+part "cargo test" cargo_tests "$@"
+part "job-scripts/report-build.sh" job-scripts/report-build.sh
 if [ "${DDPBENCH_CLUSTER_TESTS:-1}" = 0 ]; then
   echo "cluster emulation tests skipped (DDPBENCH_CLUSTER_TESTS=0)"
 elif [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null 2>&1; then
   echo "cluster emulation tests skipped: they need root and iproute2 (Slurm daemons, network namespaces)"
 else
-  tests/cluster/slurm.sh
-  tests/cluster/netns.sh
+  part "tests/cluster/slurm.sh" tests/cluster/slurm.sh
+  part "tests/cluster/netns.sh" tests/cluster/netns.sh
 fi
+echo
+if ((${#failed[@]} == 0)); then
+  echo "run-tests.sh: every part passed"
+  exit 0
+fi
+echo "run-tests.sh: FAILED parts: ${failed[*]}"
+# libtest prints "test NAME ... FAILED" for each failing test; cargo names each binary.
+grep -E '^test .* \.\.\. FAILED$|^error: .*target.* failed|^    `--(test|lib)' "$log" | sed 's/^/  /' || true
+exit 1
