@@ -197,6 +197,12 @@ fn hostname() -> String {
     String::from_utf8_lossy(&buf[..buf.iter().position(|&b| b == 0).unwrap()]).into_owned()
 }
 
+/// The inode of this process's PID namespace, as a lock records it.
+fn pid_namespace() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").unwrap().ino()
+}
+
 /// A lock as a job of `host` and `pid` would have left it, with the fields the README
 /// names.
 fn plant_lock(dir: &Path, host: &str, pid: u32, job: Option<&str>) -> Vec<u8> {
@@ -204,6 +210,7 @@ fn plant_lock(dir: &Path, host: &str, pid: u32, job: Option<&str>) -> Vec<u8> {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     let h = serde_json::json!({
         "host": host, "pid": pid, "boot_id": boot.trim(), "process_start_ticks": 12345,
+        "pid_namespace": pid_namespace(),
         "job": job, "start_utc": "2026-01-01T00:00:00.000000Z",
         "command": ["ddpbench", "train", "--out", path_str(dir)],
     });
@@ -246,6 +253,69 @@ fn a_killed_jobs_lock_is_cleared_on_its_host_and_needs_break_lock_from_another()
     let job = train_job(&there, &["--break-lock"]);
     job.assert_ok();
     assert_one_whole_run(&there, 2, STEPS);
+}
+
+/// Whether this test may make PID namespaces (`unshare -p` needs root).
+fn can_unshare() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    root && Command::new("unshare")
+            .args(["--pid", "--fork", "--mount-proc", "true"])
+            .status()
+            .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn a_live_lock_taken_in_another_pid_namespace_is_refused_not_cleared() {
+    if !can_unshare() {
+        eprintln!("skipped: needs root and unshare(1) to make a PID namespace");
+        return;
+    }
+    let d = tmp();
+    let out = d.path().join("run");
+    // A job in a container of its own (same host name and boot, its own PID namespace),
+    // training long enough to be met while it runs.
+    let mut args = train_args(Some(&out));
+    let at = args.iter().position(|a| a == "--max-steps").unwrap();
+    args[at + 1] = "100000".into();
+    args.extend(["--epochs".into(), "1000".into()]);
+    let mut inside = Command::new("unshare");
+    inside.args(["--pid", "--fork", "--mount-proc"]);
+    let mpirun = mpirun_cmd(1);
+    inside.arg(mpirun.get_program()).args(mpirun.get_args());
+    for (k, v) in mpirun.get_envs() {
+        if let Some(v) = v {
+            inside.env(k, v);
+        }
+    }
+    inside.arg(BIN).arg("train").args(&args);
+    let log = d.path().join("inside");
+    let child = start(inside, &log);
+    let began = Instant::now();
+    while !out.join("rank-00000.csv").exists() {
+        assert!(began.elapsed() < LIMIT, "the job in its namespace never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let planted = std::fs::read(out.join(LOCK_FILE)).unwrap();
+    let held: serde_json::Value = serde_json::from_slice(&planted).unwrap();
+    assert_ne!(held["pid_namespace"].as_u64(), Some(pid_namespace()), "{held}");
+    // From this namespace its pid means another process: refused, never cleared.
+    let job = train_job(&out, &[]);
+    let mut child = child;
+    // SAFETY: signalling the process group this test started.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGTERM) };
+    let stopping = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if stopping.elapsed() > Duration::from_secs(30) {
+            // SAFETY: as above.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_refused_once(&job, "is locked by another ddpbench job");
+    assert!(job.stderr.contains("another PID namespace") && job.stderr.contains("--break-lock"), "{}", job.all());
+    assert!(!job.stderr.contains("cleared a stale lock"), "{}", job.all());
+    assert!(std::fs::read_to_string(log.with_extension("err")).is_ok());
 }
 
 #[test]
@@ -356,6 +426,19 @@ fn two_studies_into_one_folder_leave_one_and_the_study_resumes_after_it() {
     );
 }
 
+/// The pid of the rank 0 whose environment has `TMPDIR=tmpdir`.
+fn rank_zero_with_tmpdir(tmpdir: &Path) -> Option<i32> {
+    let want = format!("TMPDIR={}", tmpdir.display());
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let env = std::fs::read(e.path().join("environ")).ok()?;
+        let vars: Vec<&[u8]> = env.split(|&b| b == 0).collect();
+        let has = |v: &str| vars.iter().any(|x| *x == v.as_bytes());
+        let exe = std::fs::read_link(e.path().join("exe")).ok()?;
+        (has(&want) && has("OMPI_COMM_WORLD_RANK=0") && exe.file_name()? == "ddpbench").then_some(pid)
+    })
+}
+
 /// Entries of `dir` named like the dry run's scratch folder that are real folders.
 fn scratch_folders(dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
@@ -423,4 +506,30 @@ fn the_dry_runs_scratch_folder_is_unpredictable_followed_through_no_link_and_gon
     let job = finish(child, &log);
     assert!(!job.ok(), "{}", job.all());
     assert!(scratch_folders(&tmpdir).is_empty(), "left behind: {:?}", scratch_folders(&tmpdir));
+
+    // SIGHUP (the terminal closed) and SIGQUIT to rank 0 itself, the process whose pid
+    // names the scratch folder: gone too.
+    for (sig, name) in [(libc::SIGHUP, "hup"), (libc::SIGQUIT, "quit")] {
+        let tmpdir = d.path().join(format!("tmp-{name}"));
+        std::fs::create_dir_all(&tmpdir).unwrap();
+        let mut cmd = mpirun_cmd(2);
+        with_tmp(&mut cmd, &tmpdir);
+        cmd.arg(BIN).arg("study").arg(&file).arg("--out").arg(&out).arg("--dry-run");
+        let log = d.path().join(name);
+        let child = start(cmd, &log);
+        let began = Instant::now();
+        let scratch = loop {
+            if let Some(s) = scratch_folders(&tmpdir).pop() {
+                break s;
+            }
+            assert!(began.elapsed() < LIMIT, "{name}: no scratch folder appeared");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(scratch.is_dir());
+        let pid = rank_zero_with_tmpdir(&tmpdir).expect("rank 0 of the dry run");
+        unsafe { libc::kill(pid, sig) };
+        let job = finish(child, &log);
+        assert!(!job.ok(), "{name}: {}", job.all());
+        assert!(scratch_folders(&tmpdir).is_empty(), "{name}: left behind: {:?}", scratch_folders(&tmpdir));
+    }
 }

@@ -46,6 +46,12 @@ pub(crate) struct Holder {
     /// The process's start, in clock ticks after boot (`/proc/PID/stat`, field 22): a pid
     /// reused by a later process has another.
     pub process_start_ticks: u64,
+    /// The inode of `/proc/self/ns/pid`: a pid names a process only inside its PID
+    /// namespace, and containers that share a host name (Docker's `--uts=host`,
+    /// `unshare -p`) have namespaces of their own. None in a lock written before it was
+    /// recorded.
+    #[serde(default)]
+    pub pid_namespace: Option<u64>,
     /// The batch job, e.g. `Slurm job 12345_7`, when a scheduler started the process.
     pub job: Option<String>,
     pub start_utc: String,
@@ -61,6 +67,7 @@ impl Holder {
             pid,
             boot_id: boot_id(),
             process_start_ticks: process_start_ticks(pid).unwrap_or(0),
+            pid_namespace: pid_namespace(),
             job: scheduler_job()
                 .map(|(name, id)| format!("{name} job {id}"))
                 .or_else(|| std::env::var("PMIX_NAMESPACE").ok().map(|ns| format!("MPI job {ns}"))),
@@ -92,6 +99,17 @@ impl Holder {
         if !self.boot_id.is_empty() && self.boot_id != boot_id() {
             return Verdict::Stale(format!("{} has restarted since", self.host));
         }
+        if let Some(why) = self.namespace_apart() {
+            return Verdict::Unknown(why);
+        }
+        // A process never has pid 0, and kill() reads 0 and anything past i32::MAX as
+        // "every process of the group" or "every process": both "exist".
+        if self.pid == 0 || self.pid > i32::MAX as u32 || self.process_start_ticks == 0 {
+            return Verdict::Unknown(format!(
+                "it names pid {} started at tick {}, which no process of a running job has",
+                self.pid, self.process_start_ticks
+            ));
+        }
         // SAFETY: signal 0 sends nothing; it asks whether the pid exists.
         let gone =
             unsafe { libc::kill(self.pid as libc::pid_t, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
@@ -104,6 +122,42 @@ impl Holder {
             }
             _ => Verdict::Live,
         }
+    }
+}
+
+impl Holder {
+    /// Why the holder's pid cannot be checked from this process's PID namespace, if so.
+    fn namespace_apart(&self) -> Option<String> {
+        let mine = pid_namespace();
+        match (self.pid_namespace, mine) {
+            (Some(theirs), Some(mine)) if theirs == mine => None,
+            (Some(theirs), _) => Some(format!(
+                "it was taken in another PID namespace (pid:[{theirs}], a container sharing this host's name), \
+                 whose processes cannot be checked from here"
+            )),
+            (None, _) => Some("it was written by an older ddpbench that did not record its PID namespace".into()),
+        }
+    }
+}
+
+/// Whether `dir` is held by a job that runs or cannot be checked from here, and by whom:
+/// None when it has no lock or its holder has ended. A study asks this before it moves
+/// an unfinished run folder aside.
+pub(crate) fn held_by(dir: &Path) -> Option<String> {
+    let path = dir.join(LOCK_FILE);
+    let seen = read(&path);
+    let holder = match &seen {
+        Seen::Special("missing") => return None,
+        Seen::Bytes(b) => serde_json::from_slice::<Holder>(b).ok(),
+        Seen::Special(_) => None,
+    };
+    match holder {
+        Some(h) => match h.judge() {
+            Verdict::Stale(_) => None,
+            Verdict::Live => Some(h.describe()),
+            Verdict::Unknown(why) => Some(format!("{} ({why})", h.describe())),
+        },
+        None => Some(format!("a lock that cannot be read as ddpbench's ({})", path.display())),
     }
 }
 
@@ -319,6 +373,13 @@ fn boot_id() -> String {
         .unwrap_or_default()
 }
 
+/// The inode of this process's PID namespace (`/proc/self/ns/pid`), None where /proc
+/// does not show it.
+fn pid_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+}
+
 /// Field 22 of `/proc/PID/stat` (after the command, which may hold spaces and parentheses).
 fn process_start_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -396,6 +457,45 @@ mod tests {
         drop(lock);
         assert!(!d.path().join(LOCK_FILE).exists());
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn another_pid_namespace_or_an_impossible_pid_is_unknown_and_the_flag_clears_it() {
+        let _turn = crate::cleanup::test_turn();
+        let d = tempfile::tempdir().unwrap();
+        let me = Holder::me();
+        assert!(me.pid_namespace.is_some(), "/proc/self/ns/pid is readable here");
+        // A live pid of this host, from a container of its own: this process's pid and
+        // start, so only the namespace can tell them apart.
+        let elsewhere = Holder {
+            pid_namespace: Some(me.pid_namespace.unwrap() + 1),
+            ..me.clone()
+        };
+        let older = Holder {
+            pid_namespace: None,
+            pid: dead_pid(),
+            ..me.clone()
+        };
+        let impossible = [
+            Holder { pid: 0, ..me.clone() },
+            Holder { pid: u32::MAX, ..me.clone() },
+            Holder {
+                process_start_ticks: 0,
+                ..me.clone()
+            },
+        ];
+        for (h, why) in [(&elsewhere, "another PID namespace"), (&older, "did not record its PID namespace")]
+            .into_iter()
+            .chain(impossible.iter().map(|h| (h, "which no process of a running job has")))
+        {
+            plant(d.path(), h);
+            let err = format!("{:#}", FolderLock::take(d.path(), "study folder", false).unwrap_err());
+            assert!(err.contains(why) && err.contains(BREAK_FLAG), "{h:?}: {err}");
+            assert!(held_by(d.path()).is_some_and(|w| w.contains(why)), "{h:?}");
+            assert_eq!(read(&d.path().join(LOCK_FILE)), Seen::Bytes(serde_json::to_vec_pretty(h).unwrap()), "untouched");
+            drop(FolderLock::take(d.path(), "study folder", true).unwrap());
+            assert_eq!(held_by(d.path()), None);
+        }
     }
 
     #[test]

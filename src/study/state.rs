@@ -126,6 +126,14 @@ pub(super) fn decide(out: &Path, state: &State, name: &str, retry_failed: bool) 
         return Ok(Decision::Skip("skipped (failed earlier; --retry-failed runs it again)".into()));
     }
     if dir.exists() {
+        if let Some(who) = record::lock::held_by(&dir) {
+            anyhow::bail!(
+                "the unfinished run {} is still held by {who}: a study moves a run folder aside only when the \
+                 job that wrote it has ended. Wait for that job, or, if it has ended, remove {}",
+                dir.display(),
+                dir.join(record::lock::LOCK_FILE).display()
+            );
+        }
         let kept = move_aside(out, &dir, name)?;
         info!("the unfinished run {name} makes way for a new one: moved to {}", kept.display());
     }
