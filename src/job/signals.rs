@@ -20,16 +20,36 @@ extern "C" fn on_signal(sig: libc::c_int) {
     crate::cleanup::on_signal(sig);
 }
 
-/// The signals that stop a run.
-pub(crate) const STOP_SIGNALS: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1, libc::SIGUSR2];
+/// The signals that stop a run: those above, and SIGHUP (the terminal closed) and SIGQUIT
+/// (Ctrl-\), which would otherwise end the process with no record and leave the dry
+/// run's scratch folder.
+pub(crate) const STOP_SIGNALS: [libc::c_int; 6] =
+    [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1, libc::SIGUSR2, libc::SIGHUP, libc::SIGQUIT];
+
+/// Signals a job may have been started with ignored (`nohup` ignores SIGHUP, a shell's
+/// background job SIGQUIT): an ignored one stays ignored, so `nohup mpirun ...` survives
+/// the terminal closing as the user asked.
+const KEPT_IF_IGNORED: [libc::c_int; 2] = [libc::SIGHUP, libc::SIGQUIT];
 
 /// Installs the handler for [`STOP_SIGNALS`] (after MPI_Init, so it replaces any MPI's).
 pub(crate) fn install() {
     for sig in STOP_SIGNALS {
+        if KEPT_IF_IGNORED.contains(&sig) && ignored(sig) {
+            continue;
+        }
         // SAFETY: `on_signal` is an extern "C" fn that only stores to an atomic.
         unsafe {
             libc::signal(sig, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t);
         }
+    }
+}
+
+/// Whether `sig` is ignored in this process now.
+fn ignored(sig: libc::c_int) -> bool {
+    // SAFETY: sigaction with a null new action only reads the current one into `old`.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
     }
 }
 
@@ -56,6 +76,8 @@ fn name_bytes(sig: i32) -> &'static [u8] {
         libc::SIGTERM => b"SIGTERM",
         libc::SIGUSR1 => b"SIGUSR1",
         libc::SIGUSR2 => b"SIGUSR2",
+        libc::SIGHUP => b"SIGHUP",
+        libc::SIGQUIT => b"SIGQUIT",
         _ => b"a signal",
     }
 }
@@ -74,5 +96,25 @@ mod tests {
         assert_eq!(received(), Some(libc::SIGUSR2));
         assert_eq!(name(libc::SIGUSR2), "SIGUSR2");
         RECEIVED.store(0, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn an_ignored_hangup_stays_ignored_and_a_default_one_stops_the_run() {
+        let _turn = crate::cleanup::test_turn();
+        // SAFETY: setting dispositions of this test process, restored below.
+        unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) };
+        unsafe { libc::signal(libc::SIGQUIT, libc::SIG_DFL) };
+        install();
+        assert!(ignored(libc::SIGHUP), "nohup's SIGHUP stays ignored");
+        // SAFETY: SIGQUIT's handler was just installed.
+        unsafe { libc::raise(libc::SIGQUIT) };
+        assert_eq!(received(), Some(libc::SIGQUIT));
+        assert_eq!(name(libc::SIGQUIT), "SIGQUIT");
+        RECEIVED.store(0, Ordering::SeqCst);
+        // SAFETY: as above.
+        unsafe {
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+        }
     }
 }
