@@ -414,13 +414,20 @@ impl RankStatus {
     /// Where it is, for a message: the collective it waits in, else its phase; None
     /// when neither is known.
     fn whereabouts(&self) -> Option<String> {
-        let since = if self.silent_s > 0.0 { "was last seen" } else { "is" };
-        match (&self.pending, &self.phase) {
-            (Some(p), _) if p.state == State::Started => Some(format!("{since} in {}", p.describe())),
-            (_, Some(ph)) if self.silent_s > 0.0 => Some(format!("{since} in {}", ph.describe())),
-            (_, Some(ph)) => Some(format!("{since} in {} for {:.0} s", ph.describe(), ph.for_s)),
-            _ => None,
-        }
+        // A silent rank's place is its last report's, which may be steps behind the
+        // collective the others wait in: said as a report from before it went silent,
+        // so the two step numbers do not read as one moment.
+        let place = match (&self.pending, &self.phase) {
+            (Some(p), _) if p.state == State::Started => p.describe(),
+            (_, Some(ph)) if self.silent_s > 0.0 => ph.describe(),
+            (_, Some(ph)) => return Some(format!("is in {} for {:.0} s", ph.describe(), ph.for_s)),
+            _ => return None,
+        };
+        Some(if self.silent_s > 0.0 {
+            format!("last reported being in {place}, before it went silent")
+        } else {
+            format!("is in {place}")
+        })
     }
 
     /// True when it is alive and its main thread has been in one phase for more than
@@ -457,7 +464,8 @@ pub(crate) struct Diagnosis {
     /// the ranks in it (empty when they wait in one).
     pub split: Vec<(Record, Vec<usize>)>,
     /// Where the first missing ranks are instead: (rank, `is in forward of epoch 0
-    /// step 3 for 12 s`, `was last seen in teardown (closing the run's files)`...).
+    /// step 3 for 12 s`, `last reported being in teardown (closing the run's files), before it
+    /// went silent`...).
     pub elsewhere: Vec<(usize, String)>,
 }
 
@@ -848,7 +856,8 @@ mod tests {
         assert_eq!(
             d.message(),
             "rank 1 on node1 (silent for 6 s) has not entered all-reduce #11 (bucket 2, epoch 3 step 120); \
-             rank 1 was last seen in all-reduce #10 (bucket 2, epoch 3 step 120); rank 0 waited 7 s"
+             rank 1 last reported being in all-reduce #10 (bucket 2, epoch 3 step 120), before it went silent; \
+             rank 0 waited 7 s"
         );
         // With no rank waiting in it, the message names no waiters.
         let mut alone = inside;

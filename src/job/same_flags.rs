@@ -196,6 +196,9 @@ fn show(v: &Value) -> String {
         Value::Null => "not given".into(),
         Value::Bool(true) => "given".into(),
         Value::Bool(false) => "not given".into(),
+        // Given with nothing after it (`--backends ""`): said, never printed as nothing.
+        Value::String(s) if s.is_empty() => "given empty".into(),
+        Value::Array(items) if items.is_empty() => "given empty".into(),
         Value::String(s) => s.clone(),
         Value::Array(items) => items.iter().map(show).collect::<Vec<_>>().join(","),
         other => other.to_string(),
@@ -282,6 +285,12 @@ mod tests {
             "the ranks were started with different flags: --max-steps is 10 on ranks 0, 4 but 20 on ranks 1-2 \
              and 30 on rank 3. Give every rank of the job the same command and flags (only --node-type may differ \
              between ranks)"
+        );
+        let empty = train(10).with("--backends", json!([]));
+        assert_eq!(
+            refusal(&rank0, &[Vec::new(), empty.differences(&rank0)]),
+            "the ranks were started with different flags: --backends is not given on rank 0 but given empty on \
+             rank 1. Give every rank of the job the same command and flags (only --node-type may differ between ranks)"
         );
         let mut other = train(10).with("--no-dropout", json!(true));
         other.command = "study".into();

@@ -68,6 +68,9 @@ pub(super) struct Progress {
     pub global_step: usize,
     /// The losses so far, to explain one that is not finite.
     pub losses: LossWatch,
+    /// This rank's first loss that was not finite, explained, until the ranks agree on it
+    /// between steps ([`Trainer::between_steps`]).
+    pub loss_failed: Option<anyhow::Error>,
     /// The parameters' L2 norm and the validation accuracy at the last epoch's end.
     pub last_l2: f64,
     pub last_accuracy: Option<f64>,
@@ -220,6 +223,7 @@ impl<'g> Trainer<'g> {
                 boot_id: clock::boot_id_hash(),
                 global_step: 0,
                 losses: LossWatch::default(),
+                loss_failed: None,
                 last_l2: 0.0,
                 last_accuracy: None,
                 epoch_norms: Vec::new(),
@@ -399,14 +403,27 @@ impl<'g> Trainer<'g> {
         }
     }
 
-    /// Whether any rank received a stop signal: one small all-reduce between steps, so
-    /// every rank stops after the same step.
-    fn stop_signal(&self) -> Option<i32> {
-        let mine = signals::received().unwrap_or(0);
-        let mut any = 0i32;
-        let _f = crate::flight::enter("all-reduce", "stop check");
-        self.g.comm.all_reduce_into(&mine, &mut any, SystemOperation::max());
-        (any != 0).then_some(any)
+    /// Whether any rank received a stop signal, or saw a loss that was not finite: one
+    /// small all-reduce between steps, so every rank stops after the same step. A loss
+    /// that failed on any rank ends the run on every rank with one agreed error.
+    fn between_steps(&mut self) -> Result<Option<i32>> {
+        let mine = [signals::received().unwrap_or(0), i32::from(self.progress.loss_failed.is_some())];
+        let mut any = [0i32; 2];
+        {
+            let _f = crate::flight::enter("all-reduce", "stop check");
+            self.g.comm.all_reduce_into(&mine[..], &mut any[..], SystemOperation::max());
+        }
+        if any[1] != 0 {
+            self.agree_on_loss()?;
+        }
+        Ok((any[0] != 0).then_some(any[0]))
+    }
+
+    /// Every rank at once: the lowest rank's explanation of a loss that was not finite,
+    /// as an agreed error, when any rank holds one.
+    fn agree_on_loss(&mut self) -> Result<()> {
+        let mine = self.progress.loss_failed.take().map_or(Ok(()), Err);
+        crate::world::agree(self.g, mine)
     }
 
     /// One epoch: its steps, then the cross-rank parameter check and validation.
@@ -444,10 +461,11 @@ impl<'g> Trainer<'g> {
             if let Some(m) = measured {
                 loss_sum += self.after_step(&m, &bar)?;
             }
-            if let Some(sig) = self.stop_signal() {
+            if let Some(sig) = self.between_steps()? {
                 if let Some(m) = self.machine.flush() {
                     self.after_step(&m, &bar)?;
                 }
+                self.agree_on_loss()?;
                 return Ok(Some(sig));
             }
             if self.progress.target.as_ref().is_some_and(TargetWatch::reached) {
@@ -458,6 +476,7 @@ impl<'g> Trainer<'g> {
         if let Some(m) = self.machine.flush() {
             loss_sum += self.after_step(&m, &bar)?;
         }
+        self.agree_on_loss()?;
         // The epoch's end is collectives and validation, each watched on its own.
         crate::flight::phase(None);
         drop(bar);
@@ -490,7 +509,11 @@ impl<'g> Trainer<'g> {
         let row = self.record_step(m, at)?;
         self.watch_target(at, row.loss);
         let params = &self.machine.model.params;
-        self.progress.losses.check(at, row.loss, params, self.facts.cfg.optim.amp)?;
+        if let Err(e) = self.progress.losses.check(at, row.loss, params, self.facts.cfg.optim.amp) {
+            // Every rank's loss fails within a step of another's (the all-reduced gradient
+            // carries it): the ranks agree on it between steps and end with one message.
+            self.progress.loss_failed.get_or_insert(e);
+        }
         if let Some(limit) = self.progress.step_limit.add(at.warmup, row.step_s) {
             self.watchdog.set_limit(limit);
         }
