@@ -9,8 +9,8 @@
 # it with each link's fitted model. Then the link by specification alone: at two tbf rates
 # (1 and 4 Gbit/s), `reduce --link RATE,LATENCY` (the tbf rate, and half the veth's
 # measured round trip as the latency) projects the 2-node step from the 1-rank run, with
-# no sweep; a nominal link is an optimistic bound, so that projection must not be slower
-# than the measured 2-node step. Checks that the runs complete
+# no sweep; a nominal link bounds the link term, so that projection's all-reduce must not
+# be slower than the one measured in the 2-node run. Checks that the runs complete
 # across two hosts, that traffic really crossed the veth and the shaping qdisc, the
 # order of each step's clocks with and without overlap, and the halved wire bytes.
 # The timings themselves (busbw, exposed communication) are printed, not asserted.
@@ -397,8 +397,9 @@ for name, d in (("tbf 1gbit", sys.argv[1]), ("bare veth", sys.argv[2])):
         p["speedup"], ms, p["speedup_against"], float(p["fit_error_pct"]), " UNRELIABLE" if p["unreliable"] == "true" else ""))
 ' "$D/held-shaped" "$D/held-unshaped"
 
-# The link by specification: the projection exists, says its level is nominal, and is
-# an optimistic bound on the measured 2-node step (both overlap off, 2 nodes × 1).
+# The link by specification: the projection exists, says its level is nominal, and its
+# link term is an optimistic bound on the all-reduce measured in the 2-node run (both
+# overlap off, 2 nodes × 1).
 RC=$RC_N4; check_run shaped4-no-overlap
 check "sweep at 4 Gbit/s: exit 0" test "$RC_SS4" = 0
 check "link by spec and by sweep: every reduce exits 0 (failed:${REDUCE_FAILED:- none})" test -z "$REDUCE_FAILED"
@@ -421,10 +422,13 @@ for ref in ("one-node-off", "pack-off"):
     lv = " ".join(json.load(open(d + "/report.json"))["projection"]["levels"]); md = open(d + "/report.md").read()
     assert "inter-node nominal, from the specification" in lv and "optimistic bound" in lv, lv
     assert "nominal, from the specification" in md and "optimistic bound" in md, d' "$D/spec-$r"
-  check "link by spec ($r): the projected 2-node step is not slower than the measured one" py "$SPEC"'
+  # The nominal link bounds the link term only: the all-reduce at line rate is never
+  # slower than the one measured in training. The whole step also carries own work from
+  # the reference run, which the link does not bound (a busy reference makes it slower).
+  check "link by spec ($r): the projected all-reduce at line rate is not slower than the one measured in training" py "$SPEC"'
 for ref in sys.argv[2:]:
     p = two_nodes(sys.argv[1] + "-" + os.path.basename(ref), ref)
-    assert float(p["step_s"]) <= float(p["measured_step_s"]), (ref, p["step_s"], p["measured_step_s"])' "$D/spec-$r" "$D/one-node-off" "$D/pack-off"
+    assert float(p["comm_s"]) <= float(p["measured_comm_s"]), (ref, p["comm_s"], p["measured_comm_s"])' "$D/spec-$r" "$D/one-node-off" "$D/pack-off"
 done
 py "$SPEC"'
 print("link by spec: latency %s us (half the veth round trip)" % sys.argv[1])

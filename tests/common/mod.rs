@@ -188,3 +188,35 @@ pub fn python() -> PathBuf {
     assert!(p.exists(), "no PyTorch venv: source job-scripts/setup.sh first");
     p
 }
+
+/// The seed of an equality-of-training test: `default`, or `DDPBENCH_EQUALITY_SEED` when
+/// set (`benchmarks/kernel_settings.sh` runs every such test at seeds 1 to 3 under each
+/// CPU kernel setting and collects what [`equality_seen`] prints).
+pub fn equality_seed(default: u64) -> u64 {
+    match std::env::var("DDPBENCH_EQUALITY_SEED") {
+        Ok(s) => s.parse().unwrap_or_else(|_| panic!("DDPBENCH_EQUALITY_SEED={s:?} is not a seed")),
+        Err(_) => default,
+    }
+}
+
+/// Another seed for the far side of an equality test: never one of seeds 1 to 3.
+pub fn other_seed(seed: u64) -> u64 {
+    seed + 100
+}
+
+/// Prints one line per compared pair, `equality TEST seed=S same=D other=O bound=B`,
+/// before the test asserts anything, so the kernel-setting script records the
+/// difference also when the bound fails. Then asserts both sides of the bound: the
+/// pair that should agree lies under `bound`, and another seed at least 100 times
+/// beyond it (so the comparison can fail).
+pub fn assert_equal_training(test: &str, seed: u64, same: f64, other: f64, bound: f64) {
+    let env = ["ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA"]
+        .map(|v| format!("{v}={}", std::env::var(v).unwrap_or_default()))
+        .join(" ");
+    eprintln!("equality {test} seed={seed} same={same:e} other={other:e} bound={bound:e} {env}");
+    assert!(same < bound, "{test}: the pair that should agree differs by {same:e}, over the bound {bound:e}");
+    assert!(
+        other > 100.0 * bound,
+        "{test}: another seed ends only {other:e} away, not 100 × the bound {bound:e} beyond"
+    );
+}
