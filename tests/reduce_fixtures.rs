@@ -2022,3 +2022,24 @@ fn a_single_run_point_with_an_invalidating_warning_names_it() {
         "{v}"
     );
 }
+
+/// A single rank puts nothing on a wire: the what-if cells of every 1-rank projected row
+/// equal its efficiency, 1, whatever the measured 1-rank run's step was.
+#[test]
+fn the_what_if_cells_of_a_1_rank_row_equal_its_efficiency() {
+    let d = tmp();
+    let runs = d.path().join("runs");
+    write_run(&runs.join("base"), "base", "m", &BASE, 10, 4);
+    write_run(&runs.join("two"), "two", "m", &TWO_A, 10, 4);
+    let model = intra_model(d.path(), 2);
+    reduce(&["--no-plots", "--interconnect", &path_str(&model), &path_str(&runs)]).assert_ok();
+    let (h, rows) = read_csv(&runs.join("projection.csv"));
+    let at = |c: &str| h.iter().position(|x| x == c).unwrap_or_else(|| panic!("no column {c} in {h:?}"));
+    let single: Vec<&Vec<String>> = rows.iter().filter(|r| r[at("ranks")] == "1").collect();
+    assert!(!single.is_empty(), "{rows:?}");
+    for r in single {
+        assert_eq!(r[at("efficiency")], "1", "{r:?}");
+        assert_eq!(r[at("efficiency_one_bucket")], "1", "{r:?}");
+        assert!(["", "1"].contains(&r[at("efficiency_half_wire_bytes")].as_str()), "{r:?}");
+    }
+}

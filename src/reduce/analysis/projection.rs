@@ -510,8 +510,10 @@ impl RowSpec<'_> {
             measured_speedup: measured_step_s
                 .filter(|_| against_measured)
                 .map(|m| self.global / m / self.single_samples_per_s),
-            efficiency_half_wire_bytes: what_if.0.map(efficiency_at),
-            efficiency_one_bucket: efficiency_at(what_if.1),
+            // A single rank puts nothing on a wire: neither what-if changes its
+            // efficiency, which is 1 by definition.
+            efficiency_half_wire_bytes: what_if.0.map(|w| if ranks == 1 { 1.0 } else { efficiency_at(w) }),
+            efficiency_one_bucket: if ranks == 1 { 1.0 } else { efficiency_at(what_if.1) },
             own_work_s: s.own_s,
             straggler_s: s.straggler_s,
             comm_s: s.comm_s,
