@@ -101,8 +101,8 @@ fn two_reduces_into_one_folder_leave_one_whole_report() {
     let d = tmp();
     let runs = runs(d.path());
     let out = d.path().join("out");
-    let one = vec!["reduce".into(), "--no-plots".into(), "--out".into(), path_str(&out), path_str(&runs.join("single-1r"))];
-    let both = vec!["reduce".into(), "--no-plots".into(), "--out".into(), path_str(&out), path_str(&runs)];
+    let one = vec!["reduce".into(), "--out".into(), path_str(&out), path_str(&runs.join("single-1r"))];
+    let both = vec!["reduce".into(), "--out".into(), path_str(&out), path_str(&runs)];
     for attempt in 0..10 {
         let (a, b) = if attempt % 2 == 0 { (&one, &both) } else { (&both, &one) };
         let (a, b) = (spawn(a), spawn(b));
@@ -117,6 +117,18 @@ fn two_reduces_into_one_folder_leave_one_whole_report() {
         assert_one_report(&out);
         assert_nothing_left(&out);
     }
+    // While another job (this test process, alive) holds the folder's lock, a reduce is
+    // refused naming it and writes nothing.
+    let before = std::fs::read(out.join("summary.csv")).unwrap();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap().trim().to_string();
+    let holder = serde_json::json!({"host": host, "pid": std::process::id(), "boot_id": boot, "process_start_ticks": 0,
+        "job": null, "start_utc": "2026-01-01T00:00:00Z", "command": ["holder"]});
+    std::fs::write(out.join(".ddpbench.lock"), holder.to_string()).unwrap();
+    let job = ddpbench(&one.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(!job.ok() && job.stderr.contains("is being written by another ddpbench job"), "{}", job.all());
+    assert_eq!(std::fs::read(out.join("summary.csv")).unwrap(), before, "written under another job's lock");
+    std::fs::remove_file(out.join(".ddpbench.lock")).unwrap();
 }
 
 /// A second report into the folder of a first removes the first's files it does not
