@@ -122,11 +122,6 @@ impl OutFolder {
         Ok(folder)
     }
 
-    /// Where the files go in the end.
-    pub(crate) fn path(&self) -> &Path {
-        &self.out
-    }
-
     /// The files to stage.
     pub(crate) fn files(&mut self) -> &mut StagedFiles {
         self.files.as_mut().expect("staged files until commit")
@@ -237,7 +232,7 @@ fn previous_files(out: &Path) -> Vec<String> {
 }
 
 /// Whether `name` can be a file a report wrote.
-pub(crate) fn is_report_name(name: &str) -> bool {
+fn is_report_name(name: &str) -> bool {
     files::name_problem(name).is_none()
         && !name.starts_with('.')
         && name.rsplit_once('.').is_some_and(|(_, ext)| REPORT_EXTENSIONS.contains(&ext))
