@@ -202,6 +202,8 @@ pub struct DiagnoseArgs {
 /// Entry point of `ddpbench diagnose`.
 pub fn main(args: DiagnoseArgs) -> Result<()> {
     crate::record::settle::settle_and_say(&args.run, "diagnose");
-    print!("{}", report(&args.run)?);
+    // Hosts, collectives and messages come from the flight records: no control character
+    // of theirs reaches the terminal.
+    print!("{}", crate::escape::terminal(&report(&args.run)?));
     Ok(())
 }

@@ -237,8 +237,8 @@ pub(crate) fn safe_component(text: &str) -> String {
 }
 
 /// Files that replace those of the same names in one folder all together or not at all:
-/// each is written to a temporary file in that folder (hidden, named after the file and
-/// this process) and checked as it is closed (a network file system may report a full
+/// each is written to a temporary file in that folder (hidden, named after the file,
+/// this process and random digits, created exclusively) and checked as it is closed (a network file system may report a full
 /// disk only then); [`StagedFiles::commit`] renames every one into place once all are
 /// written. Dropped without a commit (an error on the way), it removes its temporary
 /// files and the folder keeps the files it had.
@@ -269,12 +269,18 @@ impl StagedFiles {
             ));
         }
         let target = self.dir.join(name);
-        let temp = self.dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), self.staged.len()));
+        // A name no other writer uses: this process's id and random digits.
+        let temp = self.dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), random_hex(8)));
         let mut file = create_exclusive(&temp).map_err(|e| at_path(&temp, "cannot create", e))?;
         // Staged first, so that a failed write is removed with the others.
         self.staged.push((temp, name.to_string()));
         let written = file.write_all(bytes).and_then(|()| close_checked(file));
         written.map_err(|e| at_path(&target, "cannot write", e))
+    }
+
+    /// The names of the files staged so far, in the order written.
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.staged.iter().map(|(_, n)| n.clone()).collect()
     }
 
     /// Renames every staged file into place, in the order written. Err names the file
