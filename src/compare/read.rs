@@ -9,9 +9,6 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The largest report.json read (its size does not grow with steps or ranks' rows).
-pub(crate) const MAX_REPORT_BYTES: u64 = 256 << 20;
-
 /// A report folder or report.json file, read.
 #[derive(Debug)]
 pub(super) struct Side {
@@ -105,7 +102,7 @@ pub(super) fn side(path: &Path) -> Result<Side, Refusal> {
             ),
         }));
     }
-    let text = crate::files::read_regular_to_string(&file, MAX_REPORT_BYTES).map_err(|e| Refusal(crate::files::read_error(&file, &e)))?;
+    let text = crate::files::read_regular_to_string(&file, crate::bounds::REPORT_JSON).map_err(|e| Refusal(crate::files::read_error(&file, &e)))?;
     let report = parse(&file, &text)?;
     Ok(Side { file, report })
 }

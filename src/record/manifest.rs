@@ -302,9 +302,9 @@ impl Manifest {
     }
     pub fn read(dir: &Path) -> Result<Manifest> {
         let path = dir.join("manifest.json");
-        // Only a regular file: a FIFO or a device in its place is named, not waited on.
-        let text = crate::files::open_regular(&path)
-            .and_then(std::io::read_to_string)
+        // Only a regular file within its bound: a FIFO or a device in its place is named,
+        // not waited on, and a file larger than a manifest is refused unread.
+        let text = crate::files::read_regular_to_string(&path, crate::bounds::MANIFEST)
             .map_err(|e| anyhow::anyhow!(crate::files::read_error(&path, &e)))?;
         serde_json::from_str(&text).with_context(|| format!("{} is not a ddpbench manifest", path.display()))
     }

@@ -17,7 +17,7 @@ mod row;
 
 pub(crate) use row::Row;
 
-use crate::files::open_regular_if_present;
+use crate::files::{open_regular_if_present, RecordBounded};
 use crate::record::{ComparisonKey, EndRecord, EpochRow, Manifest, RunStatus};
 use row::{field, parse_row, Columns};
 use std::collections::BTreeMap;
@@ -33,9 +33,24 @@ fn ends_with_newline(f: &mut File) -> bool {
     f.seek(SeekFrom::Start(0)).is_ok() && last
 }
 
+/// A CSV file of the run, read a row at a time with each row's length bounded
+/// ([`crate::bounds::MAX_CSV_ROW_BYTES`]).
+type CsvFile = csv::Reader<RecordBounded<File>>;
+
+/// Reads `file` as CSV, no row longer than [`crate::bounds::MAX_CSV_ROW_BYTES`].
+fn csv_reader(file: File) -> CsvFile {
+    csv::Reader::from_reader(RecordBounded::new(file, crate::bounds::MAX_CSV_ROW_BYTES))
+}
+
+/// Whether a CSV error is the file's (unreadable, a row too long), after which nothing
+/// more of it can be read, rather than one row's.
+fn is_read_error(e: &csv::Error) -> bool {
+    matches!(e.kind(), csv::ErrorKind::Io(_))
+}
+
 struct RankReader {
     rank: usize,
-    reader: csv::Reader<File>,
+    reader: CsvFile,
     headers: csv::ByteRecord,
     cols: Columns,
     record: csv::ByteRecord,
@@ -212,7 +227,7 @@ fn read_epochs(dir: &Path, m: &Manifest, run_s: Option<f64>) -> Result<Vec<Epoch
     let Some(file) = open_regular_if_present(&path)? else {
         return Ok(Vec::new());
     };
-    let mut r = csv::Reader::from_reader(file);
+    let mut r = csv_reader(file);
     let mut out = Vec::new();
     for (i, row) in r.deserialize::<EpochRow>().enumerate() {
         if i >= limits::MAX_TABLE_ROWS {
@@ -222,7 +237,11 @@ fn read_epochs(dir: &Path, m: &Manifest, run_s: Option<f64>) -> Result<Vec<Epoch
                 limits::MAX_TABLE_ROWS
             ));
         }
-        let Ok(e) = row else { continue };
+        let e = match row {
+            Ok(e) => e,
+            Err(e) if is_read_error(&e) => return Err(format!("{} row {}: {e}", path.display(), i + 1)),
+            Err(_) => continue,
+        };
         limits::epoch_row(&e, m.steps_per_epoch, run_s).map_err(|why| format!("{} row {}: {why}", path.display(), i + 1))?;
         out.push(e);
     }
@@ -260,7 +279,7 @@ fn open_rank(dir: &Path, r: usize) -> Result<RankReader, String> {
     if !ends_with_newline(&mut file) {
         return Err(format!("{}: last row is truncated (the rank stopped mid-write)", path.display()));
     }
-    let mut reader = csv::Reader::from_reader(file);
+    let mut reader = csv_reader(file);
     let headers = reader.byte_headers().map_err(|e| format!("{}: {e}", path.display()))?.clone();
     let cols = Columns::find(&headers).map_err(|e| format!("{}: not a ddpbench rank file ({e})", path.display()))?;
     Ok(RankReader {
@@ -439,13 +458,21 @@ impl GpuTelemetry {
         let Some(file) = open_regular_if_present(path)? else {
             return Ok(());
         };
-        let mut r = csv::Reader::from_reader(file);
-        let Ok(h) = r.headers().cloned() else { return Ok(()) };
+        let mut r = csv_reader(file);
+        let h = match r.headers() {
+            Ok(h) => h.clone(),
+            Err(e) if is_read_error(&e) => return Err(format!("{}: {e}", path.display())),
+            Err(_) => return Ok(()),
+        };
         let pos = |n: &str| h.iter().position(|c| c == n);
         let (util, mem, power) = (pos("gpu_util_pct"), pos("mem_used_bytes"), pos("power_w"));
         let elapsed = pos("sample_at_s").or_else(|| pos("elapsed_s"));
         for (i, rec) in r.records().enumerate() {
-            let Ok(rec) = rec else { continue };
+            let rec = match rec {
+                Ok(rec) => rec,
+                Err(e) if is_read_error(&e) => return Err(format!("{} row {}: {e}", path.display(), i + 1)),
+                Err(_) => continue,
+            };
             let get = |i: Option<usize>| i.and_then(|i| rec.get(i)).and_then(|v| v.parse::<f64>().ok());
             limits::gpu_sample(get(util), get(mem), get(power)).map_err(|why| format!("{} row {}: {why}", path.display(), i + 1))?;
             if let Some(m) = get(mem) {
@@ -505,7 +532,7 @@ impl ClockOffsets {
         let path = dir.join("clock.csv");
         let mut by_rank: BTreeMap<usize, Vec<Estimate>> = BTreeMap::new();
         if let Some(file) = open_regular_if_present(&path)? {
-            let mut r = csv::Reader::from_reader(file);
+            let mut r = csv_reader(file);
             for (i, row) in r.deserialize::<crate::record::clock::ClockRow>().enumerate() {
                 let at = |why: String| format!("{} row {}: {why}", path.display(), i + 1);
                 if i >= limits::MAX_TABLE_ROWS {
