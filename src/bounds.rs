@@ -27,6 +27,14 @@ pub(crate) const MAX_BUCKETS: usize = 1 << 20;
 /// than any allocation runs.
 pub(crate) const MAX_RUN_S: f64 = 1e8;
 
+/// Samples one rank trains on in one micro-batch (`train --batch-size`): 2^20. `train`
+/// refuses more, so no run's manifest holds more.
+pub(crate) const MAX_BATCH_PER_RANK: u64 = 1 << 20;
+
+/// Micro-batches of one optimizer step (`train --grad-accum`): 4096. `train` refuses
+/// more, so no run's manifest holds more.
+pub(crate) const MAX_GRAD_ACCUM: u64 = 4096;
+
 /// `manifest.json`: 256 MiB. A rank's entry (host, binding, launcher and NCCL
 /// environment, GPU clocks) takes a few KiB, so this holds tens of thousands of ranks'.
 pub(crate) const MANIFEST: SizeBound = SizeBound {

@@ -2,7 +2,7 @@
 //! fields `compare` uses, every refusal a [`Refusal`].
 
 use super::Refusal;
-use crate::record::SCHEMA_VERSION;
+use crate::record::schema_problem;
 use crate::reduce::report::REPORT_VERSION;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
@@ -125,12 +125,9 @@ fn parse(file: &Path, text: &str) -> Result<ReportFile, Refusal> {
             "{} is report_version {v}, written by a newer ddpbench; this one reads up to {REPORT_VERSION}: compare with the newer ddpbench, or run this one's `reduce` on the runs",
             file.display()
         ))),
-        Some(Some(_)) => match value.get("schema_version").and_then(Value::as_u64) {
-            Some(v) if v > u64::from(SCHEMA_VERSION) => Err(Refusal(format!(
-                "{} is of schema {v}, written by a newer ddpbench; this one reads up to schema {SCHEMA_VERSION}: compare with the newer ddpbench",
-                file.display()
-            ))),
-            _ => typed(file, text),
+        Some(Some(_)) => match value.get("schema_version").and_then(Value::as_u64).and_then(|v| schema_problem(v, "compare")) {
+            Some(why) => Err(Refusal(format!("{} is {why}", file.display()))),
+            None => typed(file, text),
         },
     }
 }

@@ -14,6 +14,25 @@ use std::path::Path;
 /// the buffers live in `allreduce.csv`'s `memory`).
 pub const SCHEMA_VERSION: u32 = 4;
 
+/// Why a file of schema `version` cannot be read by this ddpbench, ending in what to do
+/// (`command` with the newer ddpbench), or None when it can: every schema from 1 to
+/// [`SCHEMA_VERSION`] reads; a newer one's keys and columns may mean what this one does
+/// not know, and 0 is no schema.
+pub(crate) fn schema_problem(version: u64, command: &str) -> Option<String> {
+    if version == 0 {
+        Some(format!(
+            "of schema 0, which no ddpbench writes (schemas run from 1 to {SCHEMA_VERSION}): the file is damaged"
+        ))
+    } else if version > u64::from(SCHEMA_VERSION) {
+        Some(format!(
+            "of schema {version}, written by a newer ddpbench; this one reads up to schema {SCHEMA_VERSION}: \
+             {command} with the newer ddpbench"
+        ))
+    } else {
+        None
+    }
+}
+
 fn fp32() -> GradDtype {
     GradDtype::Fp32
 }

@@ -30,6 +30,7 @@ pub use key::{
 pub use manifest::{
     AllreduceProbe, ClockSummary, CommInfo, GpuClocks, Manifest, PointId, RankInfo, ScriptFile, StudyRun, TargetOutcome, SCHEMA_VERSION,
 };
+pub(crate) use manifest::schema_problem;
 pub use rows::{EpochRow, Phase, PhaseArray, PhaseRole, PhaseTimes, StepRow};
 #[cfg(feature = "train")]
 pub(crate) use sweep::{Buffer, SweepRow};

@@ -59,6 +59,8 @@ struct RankReader {
     node_type: Option<Vec<u8>>,
     /// Its previous row, which the next one must follow.
     prev: Option<Row>,
+    /// The most samples a row may hold: a step of the run ([`limits::batch`]).
+    max_samples: u64,
 }
 
 impl RankReader {
@@ -77,7 +79,7 @@ impl RankReader {
         }
         self.rows += 1;
         let row = self.check_identity(run_id).and_then(|()| {
-            let row = parse_row(&self.record, &self.cols, &self.headers)?;
+            let row = parse_row(&self.record, &self.cols, &self.headers, self.max_samples)?;
             if let Some(prev) = &self.prev {
                 row.follows(prev)?;
             }
@@ -145,13 +147,14 @@ pub(crate) struct RunFiles {
 }
 
 /// Opens a run folder. Err only when the folder is not a run at all (no readable
-/// manifest, a run id that is not the folder's name ([`limits::run_id`]), or a world
-/// size no run has); holes (missing, empty or unreadable rank
+/// manifest, a schema newer than this ddpbench reads ([`limits::schema`]), a run id that
+/// is not the folder's name ([`limits::run_id`]), or a world size no run has); holes (missing, empty or unreadable rank
 /// files, a job that did not finish, impossible values) are problems. Time and memory
 /// are bounded by the files present.
 pub(crate) fn open(dir: &Path) -> Result<RunFiles, String> {
     let manifest = Manifest::read(dir).map_err(|e| format!("{e:#}"))?;
     let manifest_path = dir.join("manifest.json");
+    limits::schema(&manifest).map_err(|e| format!("{}: {e}", manifest_path.display()))?;
     limits::run_id(&manifest, dir).map_err(|e| format!("{}: {e}", manifest_path.display()))?;
     // gloo is PyTorch's all-reduce: only a peer trainer's run (a study's twin) records it.
     if manifest.comm_backend == crate::record::Backend::Gloo && manifest.comparison_key.as_ref().and_then(|k| k.peer).is_none() {
@@ -168,6 +171,12 @@ pub(crate) fn open(dir: &Path) -> Result<RunFiles, String> {
     let key = ComparisonKey::of(&manifest)
         .map_err(|e| problems.push(format!("{}: {e}", manifest_path.display())))
         .ok();
+    let grad_accum = key.as_ref().and_then(|k| k.grad_accum).unwrap_or(1);
+    // A run whose step cannot be sized reads no row: every samples cell would be refused.
+    let max_samples = limits::batch(&manifest, grad_accum).unwrap_or_else(|e| {
+        problems.push(format!("{}: {e}", manifest_path.display()));
+        0
+    });
     if manifest.status != "completed" {
         problems.push(outcome(dir, &manifest));
     }
@@ -199,7 +208,7 @@ pub(crate) fn open(dir: &Path) -> Result<RunFiles, String> {
     }
     let mut readers = Vec::new();
     for r in present {
-        match open_rank(dir, r) {
+        match open_rank(dir, r, max_samples) {
             Ok(rr) => readers.push(rr),
             Err(e) => problems.push(e),
         }
@@ -266,8 +275,9 @@ fn rank_files_present(dir: &Path, world_size: usize) -> Vec<usize> {
     ranks
 }
 
-/// Opens rank `r`'s file and finds its columns; Err says what is wrong with it.
-fn open_rank(dir: &Path, r: usize) -> Result<RankReader, String> {
+/// Opens rank `r`'s file and finds its columns; Err says what is wrong with it. A row
+/// may hold at most `max_samples` samples.
+fn open_rank(dir: &Path, r: usize, max_samples: u64) -> Result<RankReader, String> {
     let path = dir.join(crate::record::rank_file_name(r));
     let mut file = crate::files::open_regular(&path).map_err(|e| crate::files::read_error(&path, &e))?;
     if file.metadata().map(|m| m.len()).unwrap_or(0) == 0 {
@@ -291,6 +301,7 @@ fn open_rank(dir: &Path, r: usize) -> Result<RankReader, String> {
         rows: 0,
         node_type: None,
         prev: None,
+        max_samples,
     })
 }
 
