@@ -25,7 +25,10 @@ use std::path::{Path, PathBuf};
 pub(crate) const MANIFEST: &str = ".ddpbench-report.json";
 
 /// A list of written files is a few kilobytes; a longer file is not ddpbench's.
-const MANIFEST_MAX_BYTES: u64 = 1 << 20;
+const MANIFEST_BOUND: files::SizeBound = files::SizeBound {
+    what: "a report's list of written files",
+    max_bytes: 1 << 20,
+};
 
 /// Kinds of file a report holds: a name listed in [`MANIFEST`] with another extension
 /// is not one ddpbench wrote, and is never removed.
@@ -219,7 +222,7 @@ impl Drop for OutFolder {
 /// its own, not hidden, with a report's extension. Empty when there is no list, or it
 /// cannot be read.
 fn previous_files(out: &Path) -> Vec<String> {
-    let Ok(text) = files::read_regular_to_string(&out.join(MANIFEST), MANIFEST_MAX_BYTES) else {
+    let Ok(text) = files::read_regular_to_string(&out.join(MANIFEST), MANIFEST_BOUND) else {
         return Vec::new();
     };
     let Ok(written) = serde_json::from_str::<Written>(&text) else {
