@@ -107,7 +107,8 @@ for setting in "${settings[@]}"; do
         status=FAIL
       fi
       printf '%s\t%s\t%s\t%s\t%s\n' "$setting" "$seed" "$name" "$status" "$(($(date +%s) - start))" >>"$out/runs.tsv"
-      grep '^equality ' "$log" | sed "s/^/$setting /" >>"$out/equality.txt" || true
+      # libtest prints `test NAME ... ` and the test's own line follows on the same line.
+      grep -o 'equality [^ ]* seed=.*' "$log" | sed "s/^/$setting /" >>"$out/equality.txt" || true
       echo "$setting seed $seed $bin::$name: $status"
     done
   done
