@@ -122,8 +122,16 @@ fn two_reduces_into_one_folder_leave_one_whole_report() {
     let before = std::fs::read(out.join("summary.csv")).unwrap();
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string();
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap().trim().to_string();
-    let holder = serde_json::json!({"host": host, "pid": std::process::id(), "boot_id": boot, "process_start_ticks": 0,
-        "job": null, "start_utc": "2026-01-01T00:00:00Z", "command": ["holder"]});
+    // This process as a lock names it: its start (field 22 of /proc/self/stat) and its PID
+    // namespace, so it is judged live.
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let ticks: u64 = stat[stat.rfind(')').unwrap() + 1..].split_whitespace().nth(19).unwrap().parse().unwrap();
+    let ns = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self/ns/pid").unwrap().ino()
+    };
+    let holder = serde_json::json!({"host": host, "pid": std::process::id(), "boot_id": boot, "process_start_ticks": ticks,
+        "pid_namespace": ns, "job": null, "start_utc": "2026-01-01T00:00:00Z", "command": ["holder"]});
     std::fs::write(out.join(".ddpbench.lock"), holder.to_string()).unwrap();
     let job = ddpbench(&one.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(!job.ok() && job.stderr.contains("is being written by another ddpbench job"), "{}", job.all());
