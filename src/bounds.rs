@@ -4,6 +4,7 @@
 //! machine ddpbench runs on, and far below what makes arithmetic overflow or an
 //! allocation fail, so a real run never meets them and a forged one never gets past.
 
+use crate::files::SizeBound;
 use std::path::Path;
 
 /// Ranks of one job: 2^22 (4,194,304), over ten times the largest MPI jobs run, and
@@ -26,9 +27,69 @@ pub(crate) const MAX_BUCKETS: usize = 1 << 20;
 /// than any allocation runs.
 pub(crate) const MAX_RUN_S: f64 = 1e8;
 
-/// Bytes of a JSON file read whole (`link_model.json`, a flight record): 64 MiB,
-/// hundreds of times what ddpbench writes into one.
-pub(crate) const MAX_JSON_BYTES: u64 = 64 << 20;
+/// Samples one rank trains on in one micro-batch (`train --batch-size`): 2^20. `train`
+/// refuses more, so no run's manifest holds more.
+pub(crate) const MAX_BATCH_PER_RANK: u64 = 1 << 20;
+
+/// Micro-batches of one optimizer step (`train --grad-accum`): 4096. `train` refuses
+/// more, so no run's manifest holds more.
+pub(crate) const MAX_GRAD_ACCUM: u64 = 4096;
+
+/// `manifest.json`: 256 MiB. A rank's entry (host, binding, launcher and NCCL
+/// environment, GPU clocks) takes a few KiB, so this holds tens of thousands of ranks'.
+pub(crate) const MANIFEST: SizeBound = SizeBound {
+    what: "a manifest",
+    max_bytes: 256 << 20,
+};
+
+/// One row of a CSV file a run writes (`rank-NNNNN.csv`, `epochs.csv`, `clock.csv`,
+/// `rank-NNNNN.gpu.csv`, a peer trainer's rank files): 64 KiB. A rank file's row is under
+/// 1 KiB (thirty-odd numbers, a run id of at most 255 bytes, the node type); the bound is
+/// per row, not per file, as a long run's rank file holds millions of rows.
+pub(crate) const MAX_CSV_ROW_BYTES: u64 = 64 << 10;
+
+/// A study's `state.json`: 64 MiB, for a line per run of the study with its error.
+pub(crate) const STUDY_STATE: SizeBound = SizeBound {
+    what: "a study's state.json",
+    max_bytes: 64 << 20,
+};
+
+/// A study's `study.json`: 64 MiB, for its points at under a KiB each.
+pub(crate) const STUDY_FILE: SizeBound = SizeBound {
+    what: "a study.json",
+    max_bytes: 64 << 20,
+};
+
+/// The `study.toml` a study folder keeps: 1 MiB, hundreds of times a study file's size.
+pub(crate) const STUDY_TOML: SizeBound = SizeBound {
+    what: "a saved study.toml",
+    max_bytes: 1 << 20,
+};
+
+/// A peer trainer's `peer.json`: 1 MiB, for its four short fields.
+pub(crate) const PEER_INFO: SizeBound = SizeBound {
+    what: "a peer.json",
+    max_bytes: 1 << 20,
+};
+
+/// `report.json`: 256 MiB (its size grows with runs and points, not with steps or rows).
+pub(crate) const REPORT_JSON: SizeBound = SizeBound {
+    what: "a report.json",
+    max_bytes: 256 << 20,
+};
+
+/// `link_model.json`: 64 MiB, hundreds of times what a sweep writes into one.
+pub(crate) const LINK_MODEL: SizeBound = SizeBound {
+    what: "a link model",
+    max_bytes: 64 << 20,
+};
+
+/// A rank's flight record (`rank-NNNNN.flight.json`): 64 MiB, hundreds of times what its
+/// 64 collectives take.
+pub(crate) const FLIGHT_RECORD: SizeBound = SizeBound {
+    what: "a flight record",
+    max_bytes: 64 << 20,
+};
 
 /// How far two times of one row may disagree and still be equal: 1 µs plus 1 ppm of
 /// the larger. The CSV holds nanoseconds (9 decimals), so seven phases summed differ
@@ -77,23 +138,10 @@ pub(crate) fn at_most<T: PartialOrd + std::fmt::Display>(key: &str, n: T, max: T
     }
 }
 
-/// The text of a JSON file no larger than [`MAX_JSON_BYTES`], checked before it is read;
-/// only a regular file is read (a FIFO or a device in its place is named, not waited on).
-pub(crate) fn read_json_text(path: &Path) -> Result<String, String> {
-    use std::io::Read;
-    let file = crate::files::open_regular(path).map_err(|e| crate::files::read_error(path, &e))?;
-    let len = file.metadata().map_err(|e| crate::files::read_error(path, &e))?.len();
-    if len > MAX_JSON_BYTES {
-        return Err(format!(
-            "{} holds {len} bytes: more than ddpbench writes into such a file ({MAX_JSON_BYTES}); it is not one",
-            path.display()
-        ));
-    }
-    let mut text = String::new();
-    file.take(MAX_JSON_BYTES)
-        .read_to_string(&mut text)
-        .map_err(|e| crate::files::read_error(path, &e))?;
-    Ok(text)
+/// The text of a JSON file within `bound` ([`crate::files::read_regular_to_string`]),
+/// Err naming the file and what was wrong with it.
+pub(crate) fn read_json_text(path: &Path, bound: SizeBound) -> Result<String, String> {
+    crate::files::read_regular_to_string(path, bound).map_err(|e| crate::files::read_error(path, &e))
 }
 
 #[cfg(test)]

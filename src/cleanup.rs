@@ -5,7 +5,10 @@
 //! a panic, the watchdog's verdict, a rank's own error) and, for a scratch folder, a
 //! stop signal ([`on_signal`]), whose handler removes it with system calls alone and
 //! ends the process at once, so that nothing writes into the folder again and the
-//! SIGKILL that follows a SIGTERM finds nothing left. A leaf beside [`crate::files`].
+//! SIGKILL that follows a SIGTERM finds nothing left. A report command (`reduce`,
+//! `compare`) arms its staging folder and its folder's lock ([`arm_staging`]) and installs
+//! [`install_report_signals`], whose handler removes both on SIGINT, SIGTERM, SIGHUP
+//! and SIGQUIT and ends the process by that signal. A leaf beside [`crate::files`].
 
 use std::ffi::{c_char, CStr, CString};
 use std::os::unix::ffi::OsStrExt;
@@ -20,6 +23,12 @@ static LOCKS: Mutex<Vec<(PathBuf, Vec<u8>)>> = Mutex::new(Vec::new());
 /// The scratch folder a stop signal removes, as a C string from `CString::into_raw`;
 /// taken (swapped for null) by whoever removes it.
 static SCRATCH: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
+
+/// A report command's staging folder and its folder's lock, as C strings from
+/// `CString::into_raw`: removed by [`on_report_signal`]; taken (swapped for null) by
+/// whoever removes or disarms them.
+static STAGING: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
+static REPORT_LOCK: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Folder depth the signal handler descends to (a scratch run folder and its trace
 /// folder are 2 and 3 deep).
@@ -73,6 +82,78 @@ pub(crate) fn on_signal(sig: libc::c_int) {
     // SAFETY: signal and raise are async-signal-safe; the signal is blocked while its
     // handler runs, so it ends the process as soon as the handler returns.
     unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
+
+/// Arms `slot` with `path`, freeing what it held.
+fn arm(slot: &AtomicPtr<c_char>, path: &Path) {
+    let new = CString::new(path.as_os_str().as_bytes()).map_or(std::ptr::null_mut(), CString::into_raw);
+    let old = slot.swap(new, Ordering::SeqCst);
+    if !old.is_null() {
+        // SAFETY: from CString::into_raw, and the swap made this its only holder.
+        drop(unsafe { CString::from_raw(old) });
+    }
+}
+
+/// Disarms `slot`.
+fn disarm(slot: &AtomicPtr<c_char>) {
+    let old = slot.swap(std::ptr::null_mut(), Ordering::SeqCst);
+    if !old.is_null() {
+        // SAFETY: from CString::into_raw, and the swap made this its only holder.
+        drop(unsafe { CString::from_raw(old) });
+    }
+}
+
+/// Says that a stop signal removes the folder `staging` (a report being staged) and the
+/// lock file `lock` of the folder it is for.
+pub(crate) fn arm_staging(staging: &Path, lock: &Path) {
+    arm(&STAGING, staging);
+    arm(&REPORT_LOCK, lock);
+}
+
+/// The staging folder is in place or gone: a stop signal leaves it.
+pub(crate) fn disarm_staging() {
+    disarm(&STAGING);
+}
+
+/// The lock is released: a stop signal leaves it.
+pub(crate) fn disarm_lock() {
+    disarm(&REPORT_LOCK);
+}
+
+/// The stop signals a report command cleans up after.
+pub(crate) const REPORT_STOP_SIGNALS: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+/// Installs [`on_report_signal`] for [`REPORT_STOP_SIGNALS`], in a report command's
+/// process (never in a training job, whose stop signals are its own).
+pub(crate) fn install_report_signals() {
+    for sig in REPORT_STOP_SIGNALS {
+        // SAFETY: the handler makes only async-signal-safe system calls.
+        unsafe {
+            libc::signal(sig, on_report_signal as extern "C" fn(libc::c_int) as libc::sighandler_t);
+        }
+    }
+}
+
+/// A report command's stop signals' handler: removes the armed staging folder and lock
+/// (the lock is this process's while armed: a lock is taken over only from a process
+/// that has ended), then ends the process by `sig` itself. Async-signal-safe: system
+/// calls on strings armed before, no allocation or lock.
+pub(crate) extern "C" fn on_report_signal(sig: libc::c_int) {
+    let staging = STAGING.swap(std::ptr::null_mut(), Ordering::SeqCst);
+    if !staging.is_null() {
+        remove_tree(libc::AT_FDCWD, staging, MAX_DEPTH);
+    }
+    let lock = REPORT_LOCK.swap(std::ptr::null_mut(), Ordering::SeqCst);
+    // SAFETY: unlink, signal and raise are async-signal-safe; the strings are never freed
+    // here (a handler frees nothing); the signal is blocked while its handler runs, so it
+    // ends the process as soon as the handler returns.
+    unsafe {
+        if !lock.is_null() {
+            libc::unlink(lock);
+        }
         libc::signal(sig, libc::SIG_DFL);
         libc::raise(sig);
     }

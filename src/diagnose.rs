@@ -124,7 +124,7 @@ fn read_dumps(dir: &Path, world: Option<World>) -> Result<Vec<FlightDump>> {
                 );
             }
             let path = e.path();
-            let text = bounds::read_json_text(&path).map_err(|e| anyhow!(e))?;
+            let text = bounds::read_json_text(&path, bounds::FLIGHT_RECORD).map_err(|e| anyhow!(e))?;
             let dump: FlightDump = serde_json::from_str(&text).with_context(|| format!("{name} is not a ddpbench flight record"))?;
             check_dump(&dump, &path, world)?;
             dumps.push(dump);
@@ -202,6 +202,8 @@ pub struct DiagnoseArgs {
 /// Entry point of `ddpbench diagnose`.
 pub fn main(args: DiagnoseArgs) -> Result<()> {
     crate::record::settle::settle_and_say(&args.run, "diagnose");
-    print!("{}", report(&args.run)?);
+    // Hosts, collectives and messages come from the flight records: no control character
+    // of theirs reaches the terminal.
+    print!("{}", crate::escape::terminal(&report(&args.run)?));
     Ok(())
 }

@@ -14,10 +14,23 @@ use std::path::Path;
 /// FIFO with no writer cannot stall the open and nothing can swap the file between the
 /// check and the read.
 pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
+    open_regular_with(path, 0)
+}
+
+/// [`open_regular`] with `flags` (`O_NOFOLLOW`) added to the open. A symlink refused by
+/// `O_NOFOLLOW` is named as one.
+fn open_regular_with(path: &Path, flags: libc::c_int) -> io::Result<File> {
     let file = OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)?;
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | flags)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) if flags & libc::O_NOFOLLOW != 0 => io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is a symbolic link, not a regular file", path.display()),
+            ),
+            _ => e,
+        })?;
     let kind = file.metadata()?.file_type();
     if !kind.is_file() {
         return Err(io::Error::new(
@@ -29,20 +42,132 @@ pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
-/// Reads a whole regular file as text, at most `max_bytes` of it (a longer file is an
-/// error naming the bound, before anything past it is read).
-pub(crate) fn read_regular_to_string(path: &Path, max_bytes: u64) -> io::Result<String> {
-    use std::io::Read;
-    let file = open_regular(path)?;
-    let mut text = String::new();
-    file.take(max_bytes.saturating_add(1)).read_to_string(&mut text)?;
-    if text.len() as u64 > max_bytes {
-        return Err(io::Error::new(
+/// How large a file of one kind may be: the kind in words, as a message names it ("a
+/// manifest"), and the most bytes such a file may hold. A reader refuses a larger file
+/// before it reads any of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SizeBound {
+    pub what: &'static str,
+    pub max_bytes: u64,
+}
+
+impl SizeBound {
+    /// The error for `path` holding `len` bytes (or more), over this bound.
+    fn exceeded(&self, path: &Path, len: u64, at_least: bool) -> io::Error {
+        io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("{} is longer than {max_bytes} bytes", path.display()),
-        ));
+            format!(
+                "{} is {}{}, over the {} {} may hold: it is not a file ddpbench wrote (damaged, or something else put there)",
+                path.display(),
+                if at_least { "over " } else { "" },
+                size_text(len),
+                size_text(self.max_bytes),
+                self.what
+            ),
+        )
+    }
+}
+
+/// A size in bytes as a message shows it: bytes below 1 KiB, else KiB, MiB or GiB (one
+/// decimal where it is not whole).
+pub(crate) fn size_text(bytes: u64) -> String {
+    let units = [(1u64 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    match units.iter().find(|(size, _)| bytes >= *size) {
+        Some(&(size, unit)) if bytes % size == 0 => format!("{} {unit}", bytes / size),
+        Some(&(size, unit)) => format!("{:.1} {unit}", bytes as f64 / size as f64),
+        None => format!("{bytes} bytes"),
+    }
+}
+
+/// Reads a whole regular file (a symlink to one is followed) as text, within `bound`:
+/// the size the open descriptor reports is checked before anything is read, and a file
+/// that grows past the bound while it is read is refused too, so memory stays within the
+/// bound whatever the file claims. Err (naming the file, its size and the bound) for a
+/// larger file, or one that is no regular file ([`open_regular`]).
+pub(crate) fn read_regular_to_string(path: &Path, bound: SizeBound) -> io::Result<String> {
+    read_within(open_regular(path)?, path, bound)
+}
+
+/// [`read_regular_to_string`] that follows no symlink at the last component: a link there
+/// is refused, not read through.
+pub(crate) fn read_regular_no_follow_to_string(path: &Path, bound: SizeBound) -> io::Result<String> {
+    read_within(open_regular_with(path, libc::O_NOFOLLOW)?, path, bound)
+}
+
+fn read_within(file: File, path: &Path, bound: SizeBound) -> io::Result<String> {
+    use std::io::Read;
+    let len = file.metadata()?.len();
+    if len > bound.max_bytes {
+        return Err(bound.exceeded(path, len, false));
+    }
+    let mut text = String::with_capacity(len as usize);
+    file.take(bound.max_bytes.saturating_add(1)).read_to_string(&mut text)?;
+    if text.len() as u64 > bound.max_bytes {
+        return Err(bound.exceeded(path, bound.max_bytes, true));
     }
     Ok(text)
+}
+
+/// A reader of CSV text that fails, rather than buffers, on a record (a row, with the
+/// line breaks inside its quoted cells) longer than `max_bytes`: a CSV reader holds a
+/// whole record in memory, so one edited line of a GiB would otherwise take a GiB. Once
+/// it has failed, every later read fails the same way.
+pub(crate) struct RecordBounded<R> {
+    inner: R,
+    max_bytes: u64,
+    /// Bytes of the record read so far, and whether they end inside a quoted cell.
+    in_record: u64,
+    quoted: bool,
+    failed: bool,
+}
+
+impl<R: io::Read> RecordBounded<R> {
+    pub(crate) fn new(inner: R, max_bytes: u64) -> RecordBounded<R> {
+        RecordBounded {
+            inner,
+            max_bytes,
+            in_record: 0,
+            quoted: false,
+            failed: false,
+        }
+    }
+
+    fn too_long(&self) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "a row of over {}, more than any row ddpbench writes: the file was edited or damaged",
+                size_text(self.max_bytes)
+            ),
+        )
+    }
+}
+
+impl<R: io::Read> io::Read for RecordBounded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.failed {
+            return Err(self.too_long());
+        }
+        let n = self.inner.read(buf)?;
+        for (at, &b) in buf[..n].iter().enumerate() {
+            match b {
+                // A doubled quote inside a quoted cell toggles twice: still quoted.
+                b'"' => self.quoted = !self.quoted,
+                b'\n' if !self.quoted => {
+                    self.in_record = 0;
+                    continue;
+                }
+                _ => {}
+            }
+            self.in_record += 1;
+            if self.in_record > self.max_bytes {
+                self.failed = true;
+                // The rows before the long one are handed over whole; the next read fails.
+                return if at > 0 { Ok(at) } else { Err(self.too_long()) };
+            }
+        }
+        Ok(n)
+    }
 }
 
 /// A message for `e`, met opening or reading `path` with [`open_regular`] or
@@ -237,8 +362,8 @@ pub(crate) fn safe_component(text: &str) -> String {
 }
 
 /// Files that replace those of the same names in one folder all together or not at all:
-/// each is written to a temporary file in that folder (hidden, named after the file and
-/// this process) and checked as it is closed (a network file system may report a full
+/// each is written to a temporary file in that folder (hidden, named after the file,
+/// this process and random digits, created exclusively) and checked as it is closed (a network file system may report a full
 /// disk only then); [`StagedFiles::commit`] renames every one into place once all are
 /// written. Dropped without a commit (an error on the way), it removes its temporary
 /// files and the folder keeps the files it had.
@@ -269,12 +394,18 @@ impl StagedFiles {
             ));
         }
         let target = self.dir.join(name);
-        let temp = self.dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), self.staged.len()));
+        // A name no other writer uses: this process's id and random digits.
+        let temp = self.dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), random_hex(8)));
         let mut file = create_exclusive(&temp).map_err(|e| at_path(&temp, "cannot create", e))?;
         // Staged first, so that a failed write is removed with the others.
         self.staged.push((temp, name.to_string()));
         let written = file.write_all(bytes).and_then(|()| close_checked(file));
         written.map_err(|e| at_path(&target, "cannot write", e))
+    }
+
+    /// The names of the files staged so far, in the order written.
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.staged.iter().map(|(_, n)| n.clone()).collect()
     }
 
     /// Renames every staged file into place, in the order written. Err names the file
@@ -327,6 +458,32 @@ fn clear_nonblocking(file: &File) -> io::Result<()> {
     Ok(())
 }
 
+/// What tests of readers share: a FIFO to plant, and a deadline for a reader that would
+/// block on it for good.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::path::Path;
+    use std::time::Duration;
+
+    /// Makes a FIFO (named pipe) at `path`, which nothing ever writes.
+    pub(crate) fn mkfifo(path: &Path) {
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo with a NUL-terminated path this function owns.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo {}", path.display());
+    }
+
+    /// What `f` returns, run on a thread of its own; panics when it has not returned
+    /// within 10 s (a reader blocked on a FIFO), so the test fails rather than hangs.
+    pub(crate) fn returns_promptly<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the reader did not return within 10 s: it waits on the FIFO")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,8 +503,34 @@ mod tests {
         let mut s = String::new();
         open_regular(&file).unwrap().read_to_string(&mut s).unwrap();
         assert_eq!(s, "x,y\n");
-        assert!(read_regular_to_string(&file, 3).is_err());
-        assert_eq!(read_regular_to_string(&file, 4).unwrap(), "x,y\n");
+        let bound = |max_bytes| SizeBound { what: "a test file", max_bytes };
+        let e = read_regular_to_string(&file, bound(3)).unwrap_err();
+        assert!(e.to_string().contains("a.csv is 4 bytes, over the 3 bytes a test file may hold"), "{e}");
+        assert_eq!(read_regular_to_string(&file, bound(4)).unwrap(), "x,y\n");
+        let link = dir.path().join("link.csv");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert_eq!(read_regular_to_string(&link, bound(4)).unwrap(), "x,y\n");
+        let e = read_regular_no_follow_to_string(&link, bound(4)).unwrap_err();
+        assert!(e.to_string().contains("is a symbolic link"), "{e}");
+        assert!(read_regular_no_follow_to_string(&fifo, bound(4)).unwrap_err().to_string().contains("FIFO"));
+    }
+
+    #[test]
+    fn a_csv_row_longer_than_its_bound_fails_before_it_is_held() {
+        let text = format!("a,b\n1,\"x\ny\"\n2,{}\n", "z".repeat(100));
+        let mut r = csv::Reader::from_reader(RecordBounded::new(text.as_bytes(), 50));
+        let mut rec = csv::ByteRecord::new();
+        assert!(r.read_byte_record(&mut rec).unwrap());
+        assert_eq!(&rec[1], b"x\ny", "a line break inside quotes is part of the row");
+        let e = r.read_byte_record(&mut rec).unwrap_err();
+        assert!(e.to_string().contains("a row of over 50 bytes"), "{e}");
+        // Short lines inside one quoted cell are one long row.
+        let quoted = format!("a\n\"{}\"\n", "x\n".repeat(40));
+        let mut r = csv::Reader::from_reader(RecordBounded::new(quoted.as_bytes(), 50));
+        assert!(r.read_byte_record(&mut rec).is_err());
+        assert_eq!(size_text(64 << 10), "64 KiB");
+        assert_eq!(size_text(3_000_000_000), "2.8 GiB");
+        assert_eq!(size_text(1000), "1000 bytes");
     }
 
     #[test]

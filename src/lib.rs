@@ -16,6 +16,8 @@
 //! (from run folders to tables, report and plots), [`compare`] (two reports side by side), [`bandwidth`] (algbw and busbw, a
 //! leaf every layer uses), [`files`] (regular files only, exclusive creation: a leaf),
 //! [`cleanup`] (what a process removes on every way out: scratch folders, folder locks),
+//! [`out_folder`] (the folder a report goes into: locked, staged, swapped in whole),
+//! [`escape`] (data text for a terminal and for Markdown: a leaf),
 //! [`stderr`] (stderr through a queue that never blocks its callers: a leaf),
 //! [`stats`] and [`plot`], and [`cli`] (the command line's root:
 //! one subcommand each, whose arguments live with the command).
@@ -55,6 +57,7 @@ pub mod data;
 pub(crate) mod device;
 #[cfg(feature = "report")]
 pub mod diagnose;
+pub(crate) mod escape;
 pub(crate) mod files;
 pub(crate) mod flight;
 #[cfg(feature = "train")]
@@ -65,6 +68,8 @@ pub mod model;
 pub(crate) mod noise_scale;
 #[cfg(feature = "train")]
 pub(crate) mod optim;
+#[cfg(feature = "report")]
+pub(crate) mod out_folder;
 #[cfg(feature = "report")]
 pub mod plot;
 #[cfg(feature = "train")]

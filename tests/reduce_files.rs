@@ -288,3 +288,85 @@ fn a_full_disk_replaces_no_file_of_the_previous_report() {
     assert!(rows.iter().any(|r| r[run] == "single-2r"));
     assert_eq!(names(&contents(&out)), names(&before));
 }
+
+/// `ddpbench reduce <args>` (killed after 120 s) with its stderr and its peak resident
+/// memory in bytes, from the kernel's account of that one child (`wait4`).
+fn reduce_peak_memory(args: &[&str]) -> (String, u64) {
+    let d = tmp();
+    let err = d.path().join("stderr");
+    let mut child = Command::new(BIN)
+        .arg("reduce")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let start = std::time::Instant::now();
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for this test's own child, writing into locals.
+        let done = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if done == pid {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("reduce did not end in 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (std::fs::read_to_string(&err).unwrap(), usage.ru_maxrss as u64 * 1024)
+}
+
+/// A sparse 3 GiB manifest (it costs no disk) took 3.27 GB of memory and 16 s to be
+/// refused: it is now refused from its size alone, the bound named, memory untouched.
+#[test]
+fn a_manifest_larger_than_its_bound_is_refused_unread() {
+    let d = tmp();
+    let runs = d.path().join("runs");
+    copy_run("single-1r", &runs.join("single-1r"));
+    let huge = runs.join("single-2r");
+    copy_run("single-2r", &huge);
+    let f = std::fs::OpenOptions::new().write(true).open(huge.join("manifest.json")).unwrap();
+    f.set_len(3 << 30).unwrap();
+    drop(f);
+    let out = path_str(&d.path().join("out"));
+    let (stderr, peak) = reduce_peak_memory(&["--no-plots", "--out", &out, &path_str(&runs)]);
+    assert!(
+        stderr.contains(&path_str(&huge.join("manifest.json"))) && stderr.contains("is 3 GiB, over the 256 MiB a manifest may hold"),
+        "{stderr}"
+    );
+    assert!(peak < 256 << 20, "reduce held {peak} bytes at its peak:\n{stderr}");
+    let (h, rows) = read_csv(&Path::new(&out).join("summary.csv"));
+    assert!(rows.iter().all(|r| r[h.iter().position(|c| c == "run_id").unwrap()] == "single-1r"));
+}
+
+/// A rank file with one row of 1 GiB (sparse: it costs no disk) took 2.2 GB of memory:
+/// a row is now refused past its bound, the file named, and the run left out.
+#[test]
+fn a_rank_row_longer_than_its_bound_is_refused_unheld() {
+    use std::io::{Seek, SeekFrom, Write};
+    let d = tmp();
+    let runs = d.path().join("runs");
+    copy_run("single-1r", &runs.join("single-1r"));
+    let long = runs.join("single-2r");
+    copy_run("single-2r", &long);
+    let rank = long.join("rank-00001.csv");
+    let mut f = std::fs::OpenOptions::new().write(true).open(&rank).unwrap();
+    let len = f.metadata().unwrap().len();
+    f.set_len(len + (1 << 30)).unwrap();
+    f.seek(SeekFrom::End(0)).unwrap();
+    f.write_all(b"\n").unwrap();
+    drop(f);
+    let out = path_str(&d.path().join("out"));
+    let (stderr, peak) = reduce_peak_memory(&["--no-plots", "--out", &out, &path_str(&runs)]);
+    assert!(
+        stderr.contains(&path_str(&long)) && stderr.contains("rank-00001.csv row") && stderr.contains("a row of over 64 KiB"),
+        "{stderr}"
+    );
+    assert!(peak < 256 << 20, "reduce held {peak} bytes at its peak:\n{stderr}");
+    let (h, rows) = read_csv(&Path::new(&out).join("summary.csv"));
+    assert!(rows.iter().all(|r| r[h.iter().position(|c| c == "run_id").unwrap()] == "single-1r"));
+}

@@ -2042,4 +2042,147 @@ fn the_what_if_cells_of_a_1_rank_row_equal_its_efficiency() {
         assert_eq!(r[at("efficiency_one_bucket")], "1", "{r:?}");
         assert!(["", "1"].contains(&r[at("efficiency_half_wire_bytes")].as_str()), "{r:?}");
     }
+
+/// Sets what `change` does to the manifest of run folder `dir`.
+fn edit_manifest(dir: &Path, change: impl Fn(&mut Manifest)) {
+    let mut m = Manifest::read(dir).unwrap();
+    change(&mut m);
+    m.write(dir).unwrap();
+}
+
+#[test]
+fn samples_beyond_the_runs_batch_are_refused() {
+    // One edited cell of 10^9 samples in a step of 10 gave an efficiency of 18,314,296 %.
+    refused_and_named(
+        "one-cell",
+        |dir| set_cells(dir, 0, "samples", |i| i == 3, "1000000000"),
+        &["rank-00000.csv row 4", "samples is 1000000000", "more than a step of this run holds (10"],
+    );
+    // Every row at ten times the batch gave 586 % with no warning.
+    refused_and_named(
+        "ten-times",
+        |dir| {
+            for r in 0..2 {
+                set_cells(dir, r, "samples", |_| true, "100");
+            }
+        },
+        &["rank-00000.csv row 1", "samples is 100"],
+    );
+}
+
+#[test]
+fn a_step_with_micro_batches_holds_their_samples_and_no_more() {
+    // 4 micro-batches of 10: 40 samples a step is a real step, 41 is not.
+    let d = tmp();
+    let dir = d.path().join("accum");
+    write(
+        &dir,
+        &Fixture {
+            config: serde_json::json!({"optimizer": "sgd", "bucket_mb": 25.0, "grad_accum": 4}),
+            ..fixture("accum", &TWO_A, 10)
+        },
+    );
+    edit_manifest(&dir, |m| m.global_batch_size = 80);
+    for r in 0..2 {
+        set_cells(&dir, r, "samples", |_| true, "40");
+    }
+    let run = read_run(&dir).unwrap();
+    assert!(run.complete(), "{:?}", run.problems);
+    set_cells(&dir, 1, "samples", |i| i == 2, "41");
+    let run = read_run(&dir).unwrap();
+    assert!(
+        run.problems.iter().any(|p| p.contains("samples is 41: more than a step of this run holds (40")),
+        "{:?}",
+        run.problems
+    );
+}
+
+#[test]
+fn flags_other_than_0_or_1_and_a_negative_loss_scale_are_refused() {
+    refused_and_named(
+        "skipped-7",
+        |dir| set_cells(dir, 1, "step_skipped", |i| i == 2, "7"),
+        &["rank-00001.csv row 3", "step_skipped is \"7\": it is 0 or 1"],
+    );
+    refused_and_named(
+        "warmup-5",
+        |dir| set_cells(dir, 0, "warmup", |i| i == 2, "5"),
+        &["rank-00000.csv row 3", "warmup is \"5\": it is 0 or 1"],
+    );
+    refused_and_named(
+        "scale",
+        |dir| set_cells(dir, 0, "loss_scale", |i| i == 6, "-1"),
+        &["rank-00000.csv row 7", "loss_scale is \"-1\": a loss scale is a positive number"],
+    );
+}
+
+#[test]
+fn a_global_batch_that_is_not_the_ranks_batches_is_refused() {
+    refused_and_named(
+        "huge-batch",
+        |dir| edit_manifest(dir, |m| m.batch_size_per_rank = 1_000_000_000_000),
+        &["manifest.json: batch_size_per_rank is 1000000000000"],
+    );
+    // 2 ranks of 10 samples are a global batch of 20, not 1.
+    refused_and_named(
+        "global-1",
+        |dir| edit_manifest(dir, |m| m.global_batch_size = 1),
+        &["manifest.json: global_batch_size is 1: 2 ranks × batch_size_per_rank 10 × 1 micro-batch(es) train 20"],
+    );
+}
+
+#[test]
+fn a_rank_list_that_is_empty_or_repeats_a_rank_is_refused() {
+    refused_and_named(
+        "no-ranks",
+        |dir| edit_manifest(dir, |m| m.ranks.clear()),
+        &["manifest.json: ranks lists 0 of the 2 ranks (none for rank 0)"],
+    );
+    refused_and_named(
+        "rank-twice",
+        |dir| edit_manifest(dir, |m| m.ranks[1].rank = 0),
+        &["manifest.json: ranks lists rank 0 twice"],
+    );
+}
+
+#[test]
+fn a_manifest_of_a_newer_schema_is_refused_as_compare_refuses_it() {
+    let d = tmp();
+    write_run(&d.path().join("base"), "base", "m", &BASE, 10, 4);
+    let dir = d.path().join("newer");
+    write_run(&dir, "newer", "m", &TWO_A, 10, 4);
+    edit_manifest(&dir, |m| m.schema_version = 999);
+    let e = read_run(&dir).err().expect("a schema-999 run read");
+    assert!(
+        e.contains("schema 999, written by a newer ddpbench; this one reads up to schema")
+            && e.contains("reduce with the newer ddpbench"),
+        "{e}"
+    );
+    let job = reduce(&["--no-plots", &path_str(d.path())]);
+    job.assert_ok();
+    assert!(
+        job.stderr.contains(&format!("skipped {}", path_str(&dir))) && job.stderr.contains("schema 999"),
+        "{}",
+        job.stderr
+    );
+    let (h, rows) = read_csv(&d.path().join("summary.csv"));
+    assert!(rows.iter().all(|r| r[h.iter().position(|c| c == "run_id").unwrap()] == "base"));
+}
+
+#[test]
+fn a_link_spec_outside_the_range_of_a_link_model_is_refused() {
+    let d = tmp();
+    write_run(&d.path().join("base"), "base", "m", &BASE, 10, 4);
+    write_run(&d.path().join("two"), "two", "m", &TWO_A, 10, 4);
+    // Accepted, it printed `inf h`, `-inf %` and `NaN×` in the recommendation.
+    let job = reduce(&["--no-plots", "--link", "1e-320bit/s,0s", "--project-shape", "16x4", &path_str(d.path())]);
+    assert!(!job.ok(), "accepted:\n{}", job.all());
+    assert!(
+        job.stderr.contains("1e-320bit/s,0s") && job.stderr.contains("beta_s_per_byte is inf"),
+        "{}",
+        job.stderr
+    );
+    assert!(!job.all().contains("inf h") && !job.all().contains("NaN"), "{}", job.all());
+    // The same β in link_model.json is refused with the same words.
+    model_refused(1e-5, f64::MAX, &["beta_s_per_byte is 1.7976931348623157e308"]);
 }

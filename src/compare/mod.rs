@@ -37,6 +37,11 @@ pub struct CompareArgs {
     /// the first that does not exist). An existing folder is refused: nothing is overwritten.
     #[arg(long)]
     pub out: Option<PathBuf>,
+
+    /// Clear the --out folder's lock (`.ddpbench.lock`) when the job that took it cannot
+    /// be checked from here (another host) and you know it has ended.
+    #[arg(long)]
+    pub break_lock: bool,
 }
 
 /// Bad input (to `compare`, a study file's report keys): said in one line, exit status 2,
@@ -62,12 +67,17 @@ pub fn main(args: CompareArgs) -> anyhow::Result<()> {
     let (shared, only) = points::compare(&a.report, &b.report)?;
     let labels = (a.file.display().to_string(), b.file.display().to_string());
     let sentence = write::biggest_difference(&shared);
+    crate::cleanup::install_report_signals();
     let dir = write::new_folder(args.out.as_deref())?;
-    let mut files = crate::files::StagedFiles::new(&dir)?;
+    // The folder was made here: it is removed again when nothing can be written, so
+    // that the same --out can be given again.
+    let mut folder = crate::out_folder::OutFolder::open_created(&dir, "compare folder", args.break_lock, "ddpbench compare", true)?;
+    let files = folder.files();
     files.write("compare.md", write::markdown(&labels, &shared, &only, &sentence).as_bytes())?;
     files.write("compare.csv", &write::csv(&shared)?)?;
-    files.commit()?;
-    print!("{}", write::terminal(&labels, &shared, &only, &sentence));
+    folder.commit()?;
+    // Models, data sets and labels come from the reports: no control character of theirs reaches the terminal.
+    print!("{}", crate::escape::terminal(&write::terminal(&labels, &shared, &only, &sentence)));
     println!(
         "wrote {} and {}",
         dir.join("compare.md").display(),

@@ -2,15 +2,12 @@
 //! fields `compare` uses, every refusal a [`Refusal`].
 
 use super::Refusal;
-use crate::record::SCHEMA_VERSION;
+use crate::record::schema_problem;
 use crate::reduce::report::REPORT_VERSION;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-/// The largest report.json read (its size does not grow with steps or ranks' rows).
-pub(crate) const MAX_REPORT_BYTES: u64 = 256 << 20;
 
 /// A report folder or report.json file, read.
 #[derive(Debug)]
@@ -105,7 +102,7 @@ pub(super) fn side(path: &Path) -> Result<Side, Refusal> {
             ),
         }));
     }
-    let text = crate::files::read_regular_to_string(&file, MAX_REPORT_BYTES).map_err(|e| Refusal(crate::files::read_error(&file, &e)))?;
+    let text = crate::files::read_regular_to_string(&file, crate::bounds::REPORT_JSON).map_err(|e| Refusal(crate::files::read_error(&file, &e)))?;
     let report = parse(&file, &text)?;
     Ok(Side { file, report })
 }
@@ -128,12 +125,9 @@ fn parse(file: &Path, text: &str) -> Result<ReportFile, Refusal> {
             "{} is report_version {v}, written by a newer ddpbench; this one reads up to {REPORT_VERSION}: compare with the newer ddpbench, or run this one's `reduce` on the runs",
             file.display()
         ))),
-        Some(Some(_)) => match value.get("schema_version").and_then(Value::as_u64) {
-            Some(v) if v > u64::from(SCHEMA_VERSION) => Err(Refusal(format!(
-                "{} is of schema {v}, written by a newer ddpbench; this one reads up to schema {SCHEMA_VERSION}: compare with the newer ddpbench",
-                file.display()
-            ))),
-            _ => typed(file, text),
+        Some(Some(_)) => match value.get("schema_version").and_then(Value::as_u64).and_then(|v| schema_problem(v, "compare")) {
+            Some(why) => Err(Refusal(format!("{} is {why}", file.display()))),
+            None => typed(file, text),
         },
     }
 }

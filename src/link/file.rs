@@ -81,7 +81,7 @@ impl TryFrom<RouteLinkModelAsRead> for RouteLinkModel {
 impl LinkModelFile {
     /// Reads `link_model.json` (or a folder's `allreduce_model.json`, its name before
     /// schema 4) from a file or a sweep folder, no larger than
-    /// [`crate::bounds::MAX_JSON_BYTES`], and checks every fit ([`LinkModel::check`]);
+    /// [`crate::bounds::LINK_MODEL`], and checks every fit ([`LinkModel::check`]);
     /// Err names the file, and the key that no link has.
     pub(crate) fn read(path: &Path) -> Result<LinkModelFile> {
         let file = if path.is_dir() {
@@ -90,7 +90,7 @@ impl LinkModelFile {
             path.to_path_buf()
         };
         let text =
-            crate::bounds::read_json_text(&file).map_err(|e| anyhow::anyhow!("{e} (a folder written by `ddpbench allreduce` holds it)"))?;
+            crate::bounds::read_json_text(&file, crate::bounds::LINK_MODEL).map_err(|e| anyhow::anyhow!("{e} (a folder written by `ddpbench allreduce` holds it)"))?;
         let mf: LinkModelFile = serde_json::from_str(&text)
             .with_context(|| format!("{} is not a link model written by `ddpbench allreduce`", file.display()))?;
         for (i, m) in mf.models.iter().enumerate() {

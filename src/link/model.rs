@@ -37,6 +37,28 @@ pub(crate) const MAX_IDLE_S: f64 = 10.0;
 pub(crate) const MAX_ALPHA_S: f64 = 1.0;
 /// Seconds per byte: at most 1 (a link of 1 byte/s).
 pub(crate) const MAX_BETA_S_PER_BYTE: f64 = 1.0;
+/// Err unless a link's latency (`alpha_s`) and time per byte (`beta_s_per_byte`, 1 /
+/// its bandwidth) lie in the one physical range every link model is held to, from a
+/// sweep's fit or from a specification: α from 0 to [`MAX_ALPHA_S`], β from 0 (a fit
+/// may clamp it to 0) to [`MAX_BETA_S_PER_BYTE`], so that a projected time is finite.
+pub(crate) fn physical(alpha_s: f64, beta_s_per_byte: f64) -> std::result::Result<(), String> {
+    if !(0.0..=MAX_ALPHA_S).contains(&alpha_s) {
+        return Err(format!(
+            "alpha_s is {}: a latency (s) lies from 0 to {} (a link slower than that is down)",
+            shown(alpha_s),
+            shown(MAX_ALPHA_S)
+        ));
+    }
+    if !(0.0..=MAX_BETA_S_PER_BYTE).contains(&beta_s_per_byte) {
+        return Err(format!(
+            "beta_s_per_byte is {}: a time per byte (s) lies from 0 to {} (a bandwidth of at least 1 byte/s)",
+            shown(beta_s_per_byte),
+            shown(MAX_BETA_S_PER_BYTE)
+        ));
+    }
+    Ok(())
+}
+
 /// A relative error or spread: a ratio of measured times (from a nanosecond to 10^3 s),
 /// so at most 10^12. Real sweeps on a busy node reach spreads of 10^3 (the 90th
 /// percentile of tiny messages thousands of times their median): such a fit is noisy,
@@ -129,8 +151,7 @@ impl LevelFit {
                 Err(format!("{key} is {}: {what} lies from 0 to {}", shown(v), shown(max)))
             }
         };
-        within("alpha_s", self.alpha_s, MAX_ALPHA_S, "a latency (s)")?;
-        within("beta_s_per_byte", self.beta_s_per_byte, MAX_BETA_S_PER_BYTE, "a time per byte (s)")?;
+        physical(self.alpha_s, self.beta_s_per_byte)?;
         if !(2..=MAX_RANKS).contains(&self.ranks) {
             return Err(format!("ranks is {}: a fit is over 2 to {MAX_RANKS} ranks", self.ranks));
         }

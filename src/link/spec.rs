@@ -6,9 +6,9 @@
 //! rate (protocol overheads, the reduction itself, congestion), so a step projected
 //! from a spec is a lower bound on the step the link gives.
 
-use super::model::{LevelFit, LinkModel, FORMULA, MAX_ALPHA_S};
+use super::model::{physical, LevelFit, LinkModel, FORMULA, MAX_ALPHA_S};
 use super::{LinkModelFile, RouteLinkModel};
-use crate::bounds::MAX_BYTES_PER_STEP;
+use crate::bounds::{shown, MAX_BYTES_PER_STEP};
 use crate::record::{Backend, Memory};
 
 /// A named interconnect: its nominal per-direction bandwidth and a latency.
@@ -196,10 +196,13 @@ impl LinkSpec {
             })
         } else if let Some((bw, lat)) = t.split_once(',') {
             bytes_per_s(bw).and_then(|b| {
+                let alpha_s = seconds(lat)?;
+                // The range a link_model.json's fit is held to: one check for both.
+                physical(alpha_s, 1.0 / b).map_err(|e| format!("'{t}' is {} B/s and {} s: {e}", shown(b), shown(alpha_s)))?;
                 Ok(LinkSpec {
                     name: t.into(),
                     bandwidth_bytes_per_s: b,
-                    alpha_s: seconds(lat)?,
+                    alpha_s,
                 })
             })
         } else if t.chars().next().is_some_and(|c| c.is_ascii_digit()) {
@@ -363,6 +366,8 @@ mod tests {
             ("0GB/s,5us", "a bandwidth is above 0"),
             ("10GB/s,2s", "a latency lies from 0 to 1 s"),
             ("10GB/s,-1us", "a latency lies from 0 to 1 s"),
+            ("1e-320bit/s,0s", "beta_s_per_byte is inf"),
+            ("0.5B/s,1us", "a bandwidth of at least 1 byte/s"),
             ("10GB/s,5", "has no latency unit"),
             ("10furlongs,5us", "has no bandwidth unit"),
             ("ib-xdr", "'ib-xdr' is no preset"),

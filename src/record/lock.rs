@@ -34,7 +34,10 @@ pub(crate) const BREAK_FILE: &str = ".ddpbench.lock.break";
 pub(crate) const BREAK_FLAG: &str = "--break-lock";
 
 /// A lock file is a few hundred bytes; a larger one is not ddpbench's.
-const MAX_BYTES: u64 = 64 << 10;
+const MAX_BYTES: files::SizeBound = files::SizeBound {
+    what: "a lock file",
+    max_bytes: 64 << 10,
+};
 
 /// Who holds a folder: the process that wrote the lock.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -14,6 +14,25 @@ use std::path::Path;
 /// the buffers live in `allreduce.csv`'s `memory`).
 pub const SCHEMA_VERSION: u32 = 4;
 
+/// Why a file of schema `version` cannot be read by this ddpbench, ending in what to do
+/// (`command` with the newer ddpbench), or None when it can: every schema from 1 to
+/// [`SCHEMA_VERSION`] reads; a newer one's keys and columns may mean what this one does
+/// not know, and 0 is no schema.
+pub(crate) fn schema_problem(version: u64, command: &str) -> Option<String> {
+    if version == 0 {
+        Some(format!(
+            "of schema 0, which no ddpbench writes (schemas run from 1 to {SCHEMA_VERSION}): the file is damaged"
+        ))
+    } else if version > u64::from(SCHEMA_VERSION) {
+        Some(format!(
+            "of schema {version}, written by a newer ddpbench; this one reads up to schema {SCHEMA_VERSION}: \
+             {command} with the newer ddpbench"
+        ))
+    } else {
+        None
+    }
+}
+
 fn fp32() -> GradDtype {
     GradDtype::Fp32
 }
@@ -302,9 +321,9 @@ impl Manifest {
     }
     pub fn read(dir: &Path) -> Result<Manifest> {
         let path = dir.join("manifest.json");
-        // Only a regular file: a FIFO or a device in its place is named, not waited on.
-        let text = crate::files::open_regular(&path)
-            .and_then(std::io::read_to_string)
+        // Only a regular file within its bound: a FIFO or a device in its place is named,
+        // not waited on, and a file larger than a manifest is refused unread.
+        let text = crate::files::read_regular_to_string(&path, crate::bounds::MANIFEST)
             .map_err(|e| anyhow::anyhow!(crate::files::read_error(&path, &e)))?;
         serde_json::from_str(&text).with_context(|| format!("{} is not a ddpbench manifest", path.display()))
     }

@@ -30,6 +30,7 @@ pub use key::{
 pub use manifest::{
     AllreduceProbe, ClockSummary, CommInfo, GpuClocks, Manifest, PointId, RankInfo, ScriptFile, StudyRun, TargetOutcome, SCHEMA_VERSION,
 };
+pub(crate) use manifest::schema_problem;
 pub use rows::{EpochRow, Phase, PhaseArray, PhaseRole, PhaseTimes, StepRow};
 #[cfg(feature = "train")]
 pub(crate) use sweep::{Buffer, SweepRow};
@@ -124,7 +125,17 @@ impl<R: serde::Serialize> CsvLog<R> {
             .append(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(path)
-            .with_context(|| format!("cannot open {} (ddpbench writes through no symbolic link)", path.display()))?;
+            .map_err(|e| match std::fs::symlink_metadata(path) {
+                // A FIFO with no reader fails the non-blocking open (ENXIO), a symlink the
+                // O_NOFOLLOW one (ELOOP): say what is there, not the system's words for it.
+                Ok(m) if !m.file_type().is_file() => anyhow::anyhow!(
+                    "{} is {}, not a regular file: move it away (ddpbench writes through no symbolic link and into \
+                     no FIFO or device)",
+                    path.display(),
+                    crate::files::describe(m.file_type())
+                ),
+                _ => anyhow::Error::new(e).context(format!("cannot open {}", path.display())),
+            })?;
         let meta = file.metadata().with_context(|| format!("cannot open {}", path.display()))?;
         if !meta.file_type().is_file() {
             anyhow::bail!(
@@ -276,6 +287,21 @@ mod tests {
         let t = UNIX_EPOCH + Duration::from_millis(1_709_210_096_500);
         assert_eq!(rfc3339_utc(t), "2024-02-29T12:34:56.500000Z");
         assert_eq!(compact_utc(t), "20240229T123456Z");
+    }
+
+    #[test]
+    fn appending_to_a_fifo_or_a_link_names_what_is_there() {
+        use crate::files::testing::{mkfifo, returns_promptly};
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("points.csv");
+        mkfifo(&fifo);
+        let e = returns_promptly(move || CsvLog::<EpochRow>::append_or_create(&fifo).map(drop)).unwrap_err();
+        assert!(format!("{e:#}").contains("points.csv is a FIFO (named pipe), not a regular file: move it away"), "{e:#}");
+        let link = d.path().join("linked.csv");
+        std::os::unix::fs::symlink(d.path().join("elsewhere.csv"), &link).unwrap();
+        let e = CsvLog::<EpochRow>::append_or_create(&link).map(drop).unwrap_err();
+        assert!(format!("{e:#}").contains("linked.csv is a symbolic link, not a regular file"), "{e:#}");
+        assert!(!d.path().join("elsewhere.csv").exists());
     }
 
     #[test]

@@ -35,7 +35,8 @@ pub(crate) struct Settled {
 /// job may still be writing its records). Err when the manifest cannot be rewritten.
 pub(crate) fn settle(dir: &Path, command: &str, now: SystemTime) -> Result<Option<Settled>> {
     let Ok(mut m) = Manifest::read(dir) else { return Ok(None) };
-    if m.status != RunStatus::Running.as_str() {
+    // A newer schema's manifest is not rewritten: its keys this one does not know would be lost.
+    if m.status != RunStatus::Running.as_str() || super::schema_problem(u64::from(m.schema_version), "settle").is_some() {
         return Ok(None);
     }
     let ended = ended_records(dir, &m);

@@ -64,6 +64,12 @@ pub struct ReduceArgs {
     /// gives each shape's cost per epoch.
     #[arg(long, value_name = "PRICE", value_parser = parse_price, allow_hyphen_values = true)]
     pub price_per_gpu_hour: Option<f64>,
+
+    /// Clear the output folder's lock (`.ddpbench.lock`) when the job that took it cannot
+    /// be checked from here (another host) and you know it has ended. One reduce writes a
+    /// folder at a time: a second one is refused while the first holds the lock.
+    #[arg(long)]
+    pub break_lock: bool,
 }
 
 /// `--target-efficiency` (and a study's `target_efficiency`): a number above 0 and at most 1.

@@ -99,9 +99,10 @@ fn explicit_baseline<'a>(runs: &[&'a RunStats], path: Option<&Path>) -> Result<O
 /// Entry point of `ddpbench reduce`: the report of the folders given, its files
 /// written, its tables printed.
 pub fn main(args: ReduceArgs) -> Result<()> {
+    crate::cleanup::install_report_signals();
     let report = run(&args.request())?;
     let out = args.out(&report.folders);
-    let page_notes = write(&report, &out, !args.no_plots)?;
+    let page_notes = report::write_locked(&report, &out, !args.no_plots, &PageLimits::default(), args.break_lock)?;
     report::print(&report, &out, !args.no_plots);
     for n in &page_notes {
         eprintln!("report.html: {n}");
@@ -123,7 +124,7 @@ pub fn run(req: &ReduceRequest) -> Result<Report> {
         match read_run(d) {
             Ok(r) => all.push(r),
             Err(e) => {
-                eprintln!("skipped {}: {e}", d.display());
+                eprintln!("skipped {}: {}", d.display(), crate::escape::terminal(&e));
                 skipped.push(report::LeftOut {
                     dir: d.clone(),
                     problems: vec![e],
@@ -134,13 +135,13 @@ pub fn run(req: &ReduceRequest) -> Result<Report> {
     let (all, same_id) = one_folder_per_run(all);
     duplicates.extend(same_id);
     for d in &duplicates {
-        eprintln!("{}", d.sentence());
+        eprintln!("{}", crate::escape::terminal(&d.sentence()));
     }
     let incomplete: Vec<&RunStats> = all.iter().filter(|r| !r.complete()).collect();
     for r in &incomplete {
         eprintln!("incomplete run {} (left out of every figure):", r.dir.display());
         for p in &r.problems {
-            eprintln!("  - {p}");
+            eprintln!("  - {}", crate::escape::terminal(p));
         }
     }
     let complete: Vec<&RunStats> = all.iter().filter(|r| r.complete()).collect();

@@ -41,6 +41,21 @@ pub(super) fn open_folder(
     Ok((start_or_resume(out, spec, plan, resolved, layout, names)?, lock))
 }
 
+/// The text of `study.json` at `json`: None when nothing is there (a new study). Read
+/// from one open of the file, never through a symbolic link and only as a regular file
+/// within [`crate::bounds::STUDY_FILE`], so nothing can change it between a check and
+/// the read; Err says what is there instead.
+fn read_study_file(json: &Path) -> Result<Option<String>> {
+    match crate::files::read_regular_no_follow_to_string(json, crate::bounds::STUDY_FILE) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => bail!(
+            "{}: a study folder's study.json is the file the study wrote; use another --out, or move it away to start over",
+            crate::files::read_error(json, &e)
+        ),
+    }
+}
+
 /// The state of the study in `out` (locked): a new study's files written, or a resumed
 /// study's state read.
 fn start_or_resume(out: &Path, spec: &StudySpec, plan: &Plan, resolved: &str, layout: &Layout, names: &[String]) -> Result<State> {
@@ -48,9 +63,9 @@ fn start_or_resume(out: &Path, spec: &StudySpec, plan: &Plan, resolved: &str, la
     let points_only = plan::without_report_keys(resolved);
     let hash = plan::study_hash(&points_only);
     let json = out.join("study.json");
-    if crate::files::is_regular_no_follow(&json) {
-        let before: StudyFile = serde_json::from_str(&std::fs::read_to_string(&json)?)
-            .with_context(|| format!("{} is not a ddpbench study file", json.display()))?;
+    if let Some(text) = read_study_file(&json)? {
+        let before: StudyFile =
+            serde_json::from_str(&text).with_context(|| format!("{} is not a ddpbench study file", json.display()))?;
         // A folder made before schema 4 holds the same study under the old keys.
         if before.hash != hash && before.hash != plan::study_hash(&plan::with_old_keys(&points_only)) {
             bail!(
@@ -61,7 +76,7 @@ fn start_or_resume(out: &Path, spec: &StudySpec, plan: &Plan, resolved: &str, la
         }
         // study.toml says what this launch's report is made with.
         let saved = out.join("study.toml");
-        if let Some(updated) = crate::files::read_regular_to_string(&saved, 1 << 20)
+        if let Some(updated) = crate::files::read_regular_to_string(&saved, crate::bounds::STUDY_TOML)
             .ok()
             .and_then(|text| plan::with_report_keys_of(&text, resolved))
         {
@@ -92,4 +107,37 @@ fn start_or_resume(out: &Path, spec: &StudySpec, plan: &Plan, resolved: &str, la
     };
     record::write_atomic(&json, &(serde_json::to_string_pretty(&file)? + "\n"))?;
     Ok(State::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::files::testing::{mkfifo, returns_promptly};
+
+    /// Starts a 1-rank study in `out`, then resumes it: Err from the resumed one.
+    fn resume(out: std::path::PathBuf) -> Result<State> {
+        let spec = StudySpec::from_toml("ranks = [1]\n", "t")?;
+        let layout = Layout::from_hosts(&["h".to_string()]);
+        let plan = plan::plan(&spec, &layout, 2)?;
+        let resolved = spec.to_toml(&plan.ladder, plan.threads_per_rank);
+        start_or_resume(&out, &spec, &plan, &resolved, &layout, &[])
+    }
+
+    #[test]
+    fn a_study_json_that_is_no_file_the_study_wrote_is_refused_at_once() {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("study");
+        std::fs::create_dir(&out).unwrap();
+        resume(out.clone()).unwrap();
+        resume(out.clone()).expect("the study it wrote resumes");
+        let json = out.join("study.json");
+        // Sparse: 100 MiB that take no disk, and would take 100 MiB of memory to read.
+        std::fs::OpenOptions::new().write(true).open(&json).unwrap().set_len(100 << 20).unwrap();
+        let e = resume(out.clone()).unwrap_err().to_string();
+        assert!(e.contains("study.json is 100 MiB, over the 64 MiB a study.json may hold"), "{e}");
+        std::fs::remove_file(&json).unwrap();
+        mkfifo(&json);
+        let e = returns_promptly(move || resume(out).map(drop)).unwrap_err().to_string();
+        assert!(e.contains("study.json is a FIFO (named pipe)"), "{e}");
+    }
 }

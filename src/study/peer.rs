@@ -106,6 +106,15 @@ struct PeerInfo {
     parameters: usize,
 }
 
+/// The peer's `peer.json` in `peer_dir`, read only as a regular file within
+/// [`crate::bounds::PEER_INFO`]; Err names the file and what is wrong with it.
+fn read_info(peer_dir: &Path) -> std::result::Result<PeerInfo, String> {
+    let path = peer_dir.join("peer.json");
+    let text = crate::files::read_regular_no_follow_to_string(&path, crate::bounds::PEER_INFO)
+        .map_err(|e| crate::files::read_error(&path, &e))?;
+    serde_json::from_str(&text).map_err(|e| format!("{} is not the peer script's peer.json: {e}", path.display()))
+}
+
 /// Trains the point `cfg` with `peer` on the ranks of `pg` into the run folder `dir`.
 /// Err is agreed: every rank of the point returns the same one.
 pub(crate) fn run(pg: &Group, peer: Peer, cfg: &TrainConfig, dir: &Path) -> Result<()> {
@@ -150,10 +159,7 @@ pub(crate) fn run(pg: &Group, peer: Peer, cfg: &TrainConfig, dir: &Path) -> Resu
     let trained = agree(pg, trained);
     if pg.rank == 0 {
         let finished = trained.as_ref().map_err(|e| format!("{e:#}")).and_then(|()| {
-            let info: PeerInfo = std::fs::read_to_string(peer_dir.join("peer.json"))
-                .map_err(|e| e.to_string())
-                .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
-                .map_err(|e| format!("{}: {e}", peer_dir.join("peer.json").display()))?;
+            let info = read_info(peer_dir.as_path())?;
             fill_from(&mut manifest, &info);
             Ok(())
         });
@@ -398,10 +404,11 @@ struct PeerRow {
 /// backward (with DDP's all-reduce inside it), optimizer, and the rest as other_s.
 fn convert(peer_dir: &Path, dir: &Path, rank: usize, run_id: &str, node_type: &str, warmup: usize, started: SystemTime) -> Result<()> {
     let from = peer_dir.join(record::rank_file_name(rank));
-    let text = crate::files::read_regular_to_string(&from, 1 << 30).map_err(|e| anyhow::anyhow!(crate::files::read_error(&from, &e)))?;
+    let file = crate::files::open_regular(&from).map_err(|e| anyhow::anyhow!(crate::files::read_error(&from, &e)))?;
+    let mut rows = csv::Reader::from_reader(crate::files::RecordBounded::new(file, crate::bounds::MAX_CSV_ROW_BYTES));
     let mut out = CsvLog::<StepRow>::create(&dir.join(record::rank_file_name(rank)))?;
     let mut n = 0;
-    for row in csv::Reader::from_reader(text.as_bytes()).deserialize::<PeerRow>() {
+    for row in rows.deserialize::<PeerRow>() {
         let r = row.with_context(|| format!("{}: not a row of the peer script", from.display()))?;
         let mut phases = crate::record::PhaseTimes::default();
         phases[Phase::Data] = r.data_s;
@@ -444,4 +451,23 @@ fn convert(peer_dir: &Path, dir: &Path, rank: usize, run_id: &str, node_type: &s
     out.sync()?;
     ensure!(n > 0, "{}: the peer recorded no step", from.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::files::testing::{mkfifo, returns_promptly};
+
+    #[test]
+    fn a_fifo_for_peer_json_is_named_at_once_never_waited_on() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        mkfifo(&dir.join("peer.json"));
+        let e = returns_promptly(move || read_info(&dir).map(drop)).unwrap_err();
+        assert!(e.contains("peer.json is a FIFO (named pipe)"), "{e}");
+        std::fs::remove_file(d.path().join("peer.json")).unwrap();
+        let info = r#"{"torch_version": "2.11.0", "backend": "gloo", "device": "cpu", "parameters": 7}"#;
+        std::fs::write(d.path().join("peer.json"), info).unwrap();
+        assert_eq!(read_info(d.path()).unwrap().parameters, 7);
+    }
 }

@@ -109,13 +109,18 @@ fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Re
         .iter()
         .map(|&(pi, rep)| plan::run_name(&plan.points[pi], rep))
         .collect();
+    // points.csv is opened with the folder, so that a file there that cannot be appended
+    // to (a FIFO, a link) stops every rank with one message before the first point.
     let opened = if g.rank == 0 {
-        open_folder(&out, spec, &plan, &resolved, &layout, &names, args.break_lock).map(|(s, l)| (s, Some(l)))
+        open_folder(&out, spec, &plan, &resolved, &layout, &names, args.break_lock).and_then(|(s, l)| {
+            let rows = CsvLog::<PointRow>::append_or_create(&out.join("points.csv"))?;
+            Ok((s, Some(l), Some(rows)))
+        })
     } else {
-        Ok((State::new(), None))
+        Ok((State::new(), None, None))
     };
     // Rank 0 holds the study folder's lock until the study ends (dropped on return).
-    let (state, _lock) = agree(g, opened)?;
+    let (state, _lock, rows) = agree(g, opened)?;
     // Between points a hang's flight records go to the study's folder.
     watchdog.set_flight_dir(out.clone());
     if g.rank == 0 {
@@ -126,11 +131,7 @@ fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Re
         out: out.clone(),
         layout,
         state,
-        rows: if g.rank == 0 {
-            Some(CsvLog::<PointRow>::append_or_create(&out.join("points.csv"))?)
-        } else {
-            None
-        },
+        rows,
     };
     // A stop signal during the sweep ends the study before its first point.
     let mut stopped = swept != Swept::Whole;

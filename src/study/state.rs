@@ -10,7 +10,7 @@
 //! the user removes it.
 
 use crate::record::{self, EndRecord, Manifest, RunStatus};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -66,20 +66,27 @@ pub(super) fn folder_outcome(dir: &Path) -> Option<PointOutcome> {
 }
 
 /// The study's state: `state.json` when it reads, else rebuilt from the folders of the
-/// runs named in `names` (the damaged file is kept as `state.json.damaged-<time>`).
+/// runs named in `names` (the damaged file, or one larger than a state
+/// ([`crate::bounds::STUDY_STATE`]), is kept as `state.json.damaged-<time>`). Err at once
+/// when what is there is no regular file (a FIFO would block a reader for good).
 pub(super) fn load(out: &Path, names: &[String]) -> Result<State> {
     let path = out.join(STATE_FILE);
-    let why = match std::fs::read_to_string(&path) {
+    let damaged = |e: &dyn std::fmt::Display| -> Result<String> {
+        let kept = out.join(format!("{STATE_FILE}.damaged-{}", record::compact_utc(SystemTime::now())));
+        std::fs::rename(&path, &kept).with_context(|| format!("{} is damaged ({e}) and cannot be moved aside", path.display()))?;
+        Ok(format!("{} was damaged ({e}; kept as {})", path.display(), kept.display()))
+    };
+    let why = match crate::files::read_regular_no_follow_to_string(&path, crate::bounds::STUDY_STATE) {
         Ok(text) => match serde_json::from_str::<State>(&text) {
             Ok(state) => return Ok(state),
-            Err(e) => {
-                let kept = out.join(format!("{STATE_FILE}.damaged-{}", record::compact_utc(SystemTime::now())));
-                std::fs::rename(&path, &kept).with_context(|| format!("{} is damaged ({e}) and cannot be moved aside", path.display()))?;
-                format!("{} was damaged ({e}; kept as {})", path.display(), kept.display())
-            }
+            Err(e) => damaged(&e)?,
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => format!("{} was missing", path.display()),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => damaged(&e)?,
+        Err(e) => bail!(
+            "{}: move it away; the study then rebuilds its state from the run folders",
+            crate::files::read_error(&path, &e)
+        ),
     };
     let state = rebuild(&out.join("runs"), names);
     let done = state.values().filter(|o| o.status == RunStatus::Completed).count();
@@ -188,6 +195,16 @@ mod tests {
             };
             e.write(&dir).unwrap();
         }
+    }
+
+    #[test]
+    fn a_fifo_for_the_state_is_named_at_once_never_waited_on() {
+        use crate::files::testing::{mkfifo, returns_promptly};
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().to_path_buf();
+        mkfifo(&out.join(STATE_FILE));
+        let e = returns_promptly(move || load(&out, &[]).map(drop)).unwrap_err().to_string();
+        assert!(e.contains("state.json is a FIFO (named pipe)") && e.contains("move it away"), "{e}");
     }
 
     #[test]

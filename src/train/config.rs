@@ -678,7 +678,13 @@ impl TrainConfig {
         let hw = crate::topology::online_cpus();
         let whole: [(&str, Option<u64>, u64, u64, &str); 14] = [
             ("--node-slots", p.node_slots.map(|v| v as u64), 1, 4096, "ranks per node"),
-            ("--batch-size", Some(s.batch_size as u64), 1, 1 << 20, "samples per rank and step"),
+            (
+                "--batch-size",
+                Some(s.batch_size as u64),
+                1,
+                crate::bounds::MAX_BATCH_PER_RANK,
+                "samples per rank and step",
+            ),
             (
                 "--epochs",
                 Some(s.epochs as u64),
@@ -687,7 +693,13 @@ impl TrainConfig {
                 "passes (use --max-steps to stop earlier)",
             ),
             ("--max-steps", s.max_steps.map(|v| v as u64), 1, 1_000_000_000_000, "steps"),
-            ("--grad-accum", Some(s.grad_accum as u64), 1, 4096, "micro-batches per step"),
+            (
+                "--grad-accum",
+                Some(s.grad_accum as u64),
+                1,
+                crate::bounds::MAX_GRAD_ACCUM,
+                "micro-batches per step",
+            ),
             ("--warmup-steps", Some(s.warmup_steps as u64), 0, 1_000_000_000_000, "steps"),
             (
                 "--threads",

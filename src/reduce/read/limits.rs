@@ -2,7 +2,7 @@
 //! `epochs.csv`, the GPU telemetry) held against [`crate::bounds`]: each failure names
 //! the key or column and the value, and leaves the run out.
 
-use crate::bounds::{self, clock_slack_s, shown, MAX_BUCKETS, MAX_BYTES_PER_STEP, MAX_RANKS, MAX_RUN_S, MAX_SAMPLES_PER_STEP};
+use crate::bounds::{self, clock_slack_s, shown, MAX_BATCH_PER_RANK, MAX_BUCKETS, MAX_BYTES_PER_STEP, MAX_GRAD_ACCUM, MAX_RANKS, MAX_RUN_S};
 use crate::record::clock::ClockRow;
 use crate::record::{AllreduceProbe, EpochRow, Manifest};
 use std::path::Path;
@@ -27,6 +27,65 @@ pub(super) fn world_size(m: &Manifest) -> Result<usize, String> {
         ));
     }
     Ok(m.world_size)
+}
+
+/// The manifest's schema, or why this ddpbench cannot read the run: a newer one's keys
+/// and columns may mean what it does not know ([`crate::record::schema_problem`], the
+/// check `compare` makes of a report).
+pub(super) fn schema(m: &Manifest) -> Result<(), String> {
+    match crate::record::schema_problem(u64::from(m.schema_version), "reduce") {
+        Some(why) => Err(format!("schema_version: the run is {why}")),
+        None => Ok(()),
+    }
+}
+
+/// The samples one rank's step holds: the manifest's batch per rank times `grad_accum`
+/// micro-batches, or why that is no step of a real run (each factor beyond what `train`
+/// accepts, or the global batch not the ranks' batches summed).
+pub(super) fn batch(m: &Manifest, grad_accum: usize) -> Result<u64, String> {
+    let per_rank = m.batch_size_per_rank as u64;
+    if !(1..=MAX_BATCH_PER_RANK).contains(&per_rank) {
+        return Err(format!(
+            "batch_size_per_rank is {per_rank}: `train` runs 1 to {MAX_BATCH_PER_RANK} samples per rank and micro-batch"
+        ));
+    }
+    let accum = grad_accum as u64;
+    if !(1..=MAX_GRAD_ACCUM).contains(&accum) {
+        return Err(format!(
+            "comparison_key.grad_accum is {accum}: `train` runs 1 to {MAX_GRAD_ACCUM} micro-batches per step"
+        ));
+    }
+    // Both factors and world_size are bounded: the product stays far below 2^64.
+    let step = per_rank * accum;
+    let global = step * m.world_size as u64;
+    if m.global_batch_size as u64 != global {
+        return Err(format!(
+            "global_batch_size is {}: {} ranks × batch_size_per_rank {per_rank} × {accum} micro-batch(es) train {global} \
+             samples a step",
+            m.global_batch_size, m.world_size
+        ));
+    }
+    Ok(step)
+}
+
+/// Err unless `ranks` has one entry for each rank of the run, 0 to world_size − 1.
+pub(super) fn rank_list(m: &Manifest) -> Result<(), String> {
+    let n = m.world_size;
+    let mut seen = vec![false; n];
+    for r in &m.ranks {
+        match seen.get_mut(r.rank) {
+            None => return Err(format!("ranks lists rank {}: the run has ranks 0 to {}", r.rank, n - 1)),
+            Some(true) => return Err(format!("ranks lists rank {} twice: each rank has one entry", r.rank)),
+            Some(s) => *s = true,
+        }
+    }
+    match seen.iter().position(|s| !s) {
+        Some(r) => Err(format!(
+            "ranks lists {} of the {n} ranks (none for rank {r}): each rank has one entry",
+            m.ranks.len()
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The manifest's run id, or why it is none: a name of one path component
@@ -79,24 +138,7 @@ pub(super) fn manifest(m: &Manifest) -> Vec<String> {
     });
     check(bounds::at_most("buckets", m.buckets, MAX_BUCKETS, "buckets").map(drop));
     check(bounds::at_most("gradient_bytes", m.gradient_bytes, MAX_BYTES_PER_STEP, "bytes").map(drop));
-    check(
-        bounds::at_most(
-            "batch_size_per_rank",
-            m.batch_size_per_rank as u64,
-            MAX_SAMPLES_PER_STEP,
-            "samples per step",
-        )
-        .map(drop),
-    );
-    check(
-        bounds::at_most(
-            "global_batch_size",
-            m.global_batch_size as u64,
-            MAX_SAMPLES_PER_STEP * n as u64,
-            "samples per step",
-        )
-        .map(drop),
-    );
+    check(rank_list(m));
     check(bounds::at_most("steps_per_epoch", m.steps_per_epoch, MAX_STEPS_PER_EPOCH, "steps").map(drop));
     if let Some(w) = m.wall_s {
         check(bounds::seconds("wall_s", w, MAX_RUN_S).map(drop));

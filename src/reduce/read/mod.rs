@@ -17,7 +17,7 @@ mod row;
 
 pub(crate) use row::Row;
 
-use crate::files::open_regular_if_present;
+use crate::files::{open_regular_if_present, RecordBounded};
 use crate::record::{ComparisonKey, EndRecord, EpochRow, Manifest, RunStatus};
 use row::{field, parse_row, Columns};
 use std::collections::BTreeMap;
@@ -33,9 +33,24 @@ fn ends_with_newline(f: &mut File) -> bool {
     f.seek(SeekFrom::Start(0)).is_ok() && last
 }
 
+/// A CSV file of the run, read a row at a time with each row's length bounded
+/// ([`crate::bounds::MAX_CSV_ROW_BYTES`]).
+type CsvFile = csv::Reader<RecordBounded<File>>;
+
+/// Reads `file` as CSV, no row longer than [`crate::bounds::MAX_CSV_ROW_BYTES`].
+fn csv_reader(file: File) -> CsvFile {
+    csv::Reader::from_reader(RecordBounded::new(file, crate::bounds::MAX_CSV_ROW_BYTES))
+}
+
+/// Whether a CSV error is the file's (unreadable, a row too long), after which nothing
+/// more of it can be read, rather than one row's.
+fn is_read_error(e: &csv::Error) -> bool {
+    matches!(e.kind(), csv::ErrorKind::Io(_))
+}
+
 struct RankReader {
     rank: usize,
-    reader: csv::Reader<File>,
+    reader: CsvFile,
     headers: csv::ByteRecord,
     cols: Columns,
     record: csv::ByteRecord,
@@ -44,6 +59,8 @@ struct RankReader {
     node_type: Option<Vec<u8>>,
     /// Its previous row, which the next one must follow.
     prev: Option<Row>,
+    /// The most samples a row may hold: a step of the run ([`limits::batch`]).
+    max_samples: u64,
 }
 
 impl RankReader {
@@ -62,7 +79,7 @@ impl RankReader {
         }
         self.rows += 1;
         let row = self.check_identity(run_id).and_then(|()| {
-            let row = parse_row(&self.record, &self.cols, &self.headers)?;
+            let row = parse_row(&self.record, &self.cols, &self.headers, self.max_samples)?;
             if let Some(prev) = &self.prev {
                 row.follows(prev)?;
             }
@@ -130,13 +147,14 @@ pub(crate) struct RunFiles {
 }
 
 /// Opens a run folder. Err only when the folder is not a run at all (no readable
-/// manifest, a run id that is not the folder's name ([`limits::run_id`]), or a world
-/// size no run has); holes (missing, empty or unreadable rank
+/// manifest, a schema newer than this ddpbench reads ([`limits::schema`]), a run id that
+/// is not the folder's name ([`limits::run_id`]), or a world size no run has); holes (missing, empty or unreadable rank
 /// files, a job that did not finish, impossible values) are problems. Time and memory
 /// are bounded by the files present.
 pub(crate) fn open(dir: &Path) -> Result<RunFiles, String> {
     let manifest = Manifest::read(dir).map_err(|e| format!("{e:#}"))?;
     let manifest_path = dir.join("manifest.json");
+    limits::schema(&manifest).map_err(|e| format!("{}: {e}", manifest_path.display()))?;
     limits::run_id(&manifest, dir).map_err(|e| format!("{}: {e}", manifest_path.display()))?;
     // gloo is PyTorch's all-reduce: only a peer trainer's run (a study's twin) records it.
     if manifest.comm_backend == crate::record::Backend::Gloo && manifest.comparison_key.as_ref().and_then(|k| k.peer).is_none() {
@@ -153,6 +171,12 @@ pub(crate) fn open(dir: &Path) -> Result<RunFiles, String> {
     let key = ComparisonKey::of(&manifest)
         .map_err(|e| problems.push(format!("{}: {e}", manifest_path.display())))
         .ok();
+    let grad_accum = key.as_ref().and_then(|k| k.grad_accum).unwrap_or(1);
+    // A run whose step cannot be sized reads no row: every samples cell would be refused.
+    let max_samples = limits::batch(&manifest, grad_accum).unwrap_or_else(|e| {
+        problems.push(format!("{}: {e}", manifest_path.display()));
+        0
+    });
     if manifest.status != "completed" {
         problems.push(outcome(dir, &manifest));
     }
@@ -184,7 +208,7 @@ pub(crate) fn open(dir: &Path) -> Result<RunFiles, String> {
     }
     let mut readers = Vec::new();
     for r in present {
-        match open_rank(dir, r) {
+        match open_rank(dir, r, max_samples) {
             Ok(rr) => readers.push(rr),
             Err(e) => problems.push(e),
         }
@@ -212,7 +236,7 @@ fn read_epochs(dir: &Path, m: &Manifest, run_s: Option<f64>) -> Result<Vec<Epoch
     let Some(file) = open_regular_if_present(&path)? else {
         return Ok(Vec::new());
     };
-    let mut r = csv::Reader::from_reader(file);
+    let mut r = csv_reader(file);
     let mut out = Vec::new();
     for (i, row) in r.deserialize::<EpochRow>().enumerate() {
         if i >= limits::MAX_TABLE_ROWS {
@@ -222,7 +246,11 @@ fn read_epochs(dir: &Path, m: &Manifest, run_s: Option<f64>) -> Result<Vec<Epoch
                 limits::MAX_TABLE_ROWS
             ));
         }
-        let Ok(e) = row else { continue };
+        let e = match row {
+            Ok(e) => e,
+            Err(e) if is_read_error(&e) => return Err(format!("{} row {}: {e}", path.display(), i + 1)),
+            Err(_) => continue,
+        };
         limits::epoch_row(&e, m.steps_per_epoch, run_s).map_err(|why| format!("{} row {}: {why}", path.display(), i + 1))?;
         out.push(e);
     }
@@ -247,8 +275,9 @@ fn rank_files_present(dir: &Path, world_size: usize) -> Vec<usize> {
     ranks
 }
 
-/// Opens rank `r`'s file and finds its columns; Err says what is wrong with it.
-fn open_rank(dir: &Path, r: usize) -> Result<RankReader, String> {
+/// Opens rank `r`'s file and finds its columns; Err says what is wrong with it. A row
+/// may hold at most `max_samples` samples.
+fn open_rank(dir: &Path, r: usize, max_samples: u64) -> Result<RankReader, String> {
     let path = dir.join(crate::record::rank_file_name(r));
     let mut file = crate::files::open_regular(&path).map_err(|e| crate::files::read_error(&path, &e))?;
     if file.metadata().map(|m| m.len()).unwrap_or(0) == 0 {
@@ -260,7 +289,7 @@ fn open_rank(dir: &Path, r: usize) -> Result<RankReader, String> {
     if !ends_with_newline(&mut file) {
         return Err(format!("{}: last row is truncated (the rank stopped mid-write)", path.display()));
     }
-    let mut reader = csv::Reader::from_reader(file);
+    let mut reader = csv_reader(file);
     let headers = reader.byte_headers().map_err(|e| format!("{}: {e}", path.display()))?.clone();
     let cols = Columns::find(&headers).map_err(|e| format!("{}: not a ddpbench rank file ({e})", path.display()))?;
     Ok(RankReader {
@@ -272,6 +301,7 @@ fn open_rank(dir: &Path, r: usize) -> Result<RankReader, String> {
         rows: 0,
         node_type: None,
         prev: None,
+        max_samples,
     })
 }
 
@@ -439,13 +469,21 @@ impl GpuTelemetry {
         let Some(file) = open_regular_if_present(path)? else {
             return Ok(());
         };
-        let mut r = csv::Reader::from_reader(file);
-        let Ok(h) = r.headers().cloned() else { return Ok(()) };
+        let mut r = csv_reader(file);
+        let h = match r.headers() {
+            Ok(h) => h.clone(),
+            Err(e) if is_read_error(&e) => return Err(format!("{}: {e}", path.display())),
+            Err(_) => return Ok(()),
+        };
         let pos = |n: &str| h.iter().position(|c| c == n);
         let (util, mem, power) = (pos("gpu_util_pct"), pos("mem_used_bytes"), pos("power_w"));
         let elapsed = pos("sample_at_s").or_else(|| pos("elapsed_s"));
         for (i, rec) in r.records().enumerate() {
-            let Ok(rec) = rec else { continue };
+            let rec = match rec {
+                Ok(rec) => rec,
+                Err(e) if is_read_error(&e) => return Err(format!("{} row {}: {e}", path.display(), i + 1)),
+                Err(_) => continue,
+            };
             let get = |i: Option<usize>| i.and_then(|i| rec.get(i)).and_then(|v| v.parse::<f64>().ok());
             limits::gpu_sample(get(util), get(mem), get(power)).map_err(|why| format!("{} row {}: {why}", path.display(), i + 1))?;
             if let Some(m) = get(mem) {
@@ -505,7 +543,7 @@ impl ClockOffsets {
         let path = dir.join("clock.csv");
         let mut by_rank: BTreeMap<usize, Vec<Estimate>> = BTreeMap::new();
         if let Some(file) = open_regular_if_present(&path)? {
-            let mut r = csv::Reader::from_reader(file);
+            let mut r = csv_reader(file);
             for (i, row) in r.deserialize::<crate::record::clock::ClockRow>().enumerate() {
                 let at = |why: String| format!("{} row {}: {why}", path.display(), i + 1);
                 if i >= limits::MAX_TABLE_ROWS {

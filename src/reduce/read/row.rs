@@ -58,6 +58,10 @@ pub(super) struct Columns {
     /// `comm_s`, the whole all-reduce, when the exposed phase has its own column.
     comm_s: Option<usize>,
     loss: Option<usize>,
+    /// fp16 AMP's loss scale and whether the step was skipped (files from before them
+    /// have neither).
+    loss_scale: Option<usize>,
+    step_skipped: Option<usize>,
     /// The four noise-scale columns, in [`Row::noise`]'s order, when the file has them.
     noise: Option<[usize; 4]>,
 }
@@ -93,6 +97,8 @@ impl Columns {
             bytes: pos("bytes")?,
             comm_s: opt("comm_exposed_s").and(opt("comm_s")),
             loss: opt("loss"),
+            loss_scale: opt("loss_scale"),
+            step_skipped: opt("step_skipped"),
             noise: match ["noise_batch_small", "grad_sq_small", "noise_batch_big", "grad_sq_big"].map(opt) {
                 [Some(a), Some(b), Some(c), Some(d)] => Some([a, b, c, d]),
                 _ => None,
@@ -106,10 +112,13 @@ pub(super) fn field<T: std::str::FromStr>(rec: &csv::ByteRecord, i: usize) -> Op
 }
 
 /// Parses a row; Err says which field is unreadable or impossible: a time that is not
-/// a finite number of seconds from 0 to [`MAX_RUN_S`], more samples or bytes than a
-/// step can hold, or a row that contradicts itself ([`Row::check`]).
-pub(super) fn parse_row(rec: &csv::ByteRecord, c: &Columns, headers: &csv::ByteRecord) -> Result<Row, String> {
+/// a finite number of seconds from 0 to [`MAX_RUN_S`], more samples than the run's
+/// step holds (`max_samples`, the manifest's batch per rank times its micro-batches) or
+/// more bytes than a step can, a flag other than 0 or 1, a loss scale that is not
+/// positive, or a row that contradicts itself ([`Row::check`]).
+pub(super) fn parse_row(rec: &csv::ByteRecord, c: &Columns, headers: &csv::ByteRecord, max_samples: u64) -> Result<Row, String> {
     let name = |i: usize| String::from_utf8_lossy(headers.get(i).unwrap_or_default()).into_owned();
+    flags_and_scale(rec, c, &name)?;
     let get = |i: usize| -> Result<f64, String> { field::<f64>(rec, i).ok_or_else(|| format!("{} is not a number", name(i))) };
     let seconds = |i: usize| -> Result<f64, String> { bounds::seconds(&name(i), get(i)?, MAX_RUN_S) };
     let whole = |i: usize| -> Result<u64, String> { field::<u64>(rec, i).ok_or_else(|| format!("{} is not a whole number", name(i))) };
@@ -123,8 +132,8 @@ pub(super) fn parse_row(rec: &csv::ByteRecord, c: &Columns, headers: &csv::ByteR
     let comm_start_s = seconds(c.comm_start_s)?;
     let row = Row {
         global_step: whole(c.global_step)?,
-        warmup: whole(c.warmup)? != 0,
-        samples: per_step(c.samples, MAX_SAMPLES_PER_STEP)?,
+        warmup: rec.get(c.warmup) == Some(b"1"),
+        samples: samples(whole(c.samples)?, max_samples)?,
         step_s: seconds(c.step_s)?,
         comm_start_s,
         comm_last_start_s: match c.comm_last_start_s {
@@ -153,6 +162,45 @@ pub(super) fn parse_row(rec: &csv::ByteRecord, c: &Columns, headers: &csv::ByteR
     };
     row.check()?;
     Ok(row)
+}
+
+/// `samples` of a row when a step of the run holds that many: at most `max_samples`
+/// (which [`MAX_SAMPLES_PER_STEP`] bounds too).
+fn samples(samples: u64, max_samples: u64) -> Result<u64, String> {
+    let max = max_samples.min(MAX_SAMPLES_PER_STEP);
+    if samples <= max {
+        Ok(samples)
+    } else {
+        Err(format!(
+            "samples is {samples}: more than a step of this run holds ({max}: the manifest's batch_size_per_rank times its \
+             micro-batches per step)"
+        ))
+    }
+}
+
+/// Err when `warmup` or `step_skipped` is other than 0 or 1, or `loss_scale` (where the
+/// cell is filled) is not a positive finite number.
+fn flags_and_scale(rec: &csv::ByteRecord, c: &Columns, name: &dyn Fn(usize) -> String) -> Result<(), String> {
+    // A cell as a message quotes it: its first 40 characters.
+    let cell = |i: usize| String::from_utf8_lossy(rec.get(i).unwrap_or_default()).chars().take(40).collect::<String>();
+    for i in std::iter::once(c.warmup).chain(c.step_skipped) {
+        if !matches!(rec.get(i), Some(b"0" | b"1")) {
+            return Err(format!("{} is {:?}: it is 0 or 1", name(i), cell(i)));
+        }
+    }
+    if let Some(i) = c.loss_scale.filter(|&i| rec.get(i).is_some_and(|v| !v.is_empty())) {
+        match field::<f64>(rec, i) {
+            Some(v) if v.is_finite() && v > 0.0 => {}
+            _ => {
+                return Err(format!(
+                    "{} is {:?}: a loss scale is a positive number (or empty without fp16 AMP)",
+                    name(i),
+                    cell(i)
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A step's two squared norms: None when the step did not measure them (its batch

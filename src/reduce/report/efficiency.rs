@@ -53,7 +53,7 @@ pub(super) fn waterfall(md: &mut String, scaling: &[ScalingRow], sentences: &[St
         );
     }
     for s in sentences {
-        let _ = writeln!(md, "\n{s}");
+        let _ = writeln!(md, "\n{}", crate::escape::markdown(s));
     }
 }
 

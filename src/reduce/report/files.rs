@@ -1,9 +1,12 @@
 //! The files written from a [`Report`]: the CSV tables, report.json, report.md, the plots.
-//! They replace a previous report all together or not at all ([`StagedFiles`]): a
-//! full disk or any other error on the way leaves every file of the folder as it was.
+//! They replace a previous report all together or not at all ([`OutFolder`]): the folder
+//! is locked while they are staged and put in place, a full disk or any other error on
+//! the way leaves every file of the folder as it was, and the files of the previous
+//! report that this one does not write again are removed.
 
 use super::{html, markdown::markdown, plots, Report};
 use crate::files::StagedFiles;
+use crate::out_folder::OutFolder;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::Path;
@@ -20,9 +23,15 @@ pub fn write(report: &Report, out: &Path, with_plots: bool) -> Result<Vec<String
 
 /// [`write`] with report.html and the heatmaps bounded by `limits`.
 pub fn write_within(report: &Report, out: &Path, with_plots: bool, limits: &html::PageLimits) -> Result<Vec<String>> {
-    let mut files = StagedFiles::new(out)?;
-    let notes = stage_within(report, &mut files, with_plots, limits).with_context(|| not_written(out))?;
-    files.commit()?;
+    write_locked(report, out, with_plots, limits, false)
+}
+
+/// [`write_within`], clearing a lock of `out` whose holder cannot be checked from here
+/// when `break_lock` (`--break-lock`).
+pub(crate) fn write_locked(report: &Report, out: &Path, with_plots: bool, limits: &html::PageLimits, break_lock: bool) -> Result<Vec<String>> {
+    let mut folder = OutFolder::open(out, "report folder", break_lock, "ddpbench reduce")?;
+    let notes = stage_within(report, folder.files(), with_plots, limits).with_context(|| not_written(out))?;
+    folder.commit().with_context(|| not_written(out))?;
     Ok(notes)
 }
 

@@ -14,7 +14,7 @@ pub(super) fn node_types(md: &mut String, summaries: &[TypeSummary], sentences: 
             md,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             s.run_id,
-            s.node_type.replace(['|', '\n', '\r'], " "),
+            crate::escape::markdown(&s.node_type),
             s.ranks,
             s.nodes,
             ms(s.step_s_median),
@@ -26,7 +26,7 @@ pub(super) fn node_types(md: &mut String, summaries: &[TypeSummary], sentences: 
         );
     }
     for s in sentences {
-        let _ = writeln!(md, "\n{s}");
+        let _ = writeln!(md, "\n{}", crate::escape::markdown(s));
     }
 }
 
@@ -144,7 +144,7 @@ pub(super) fn incomplete(md: &mut String, incomplete: &[LeftOut]) {
     if !incomplete.is_empty() {
         let _ = writeln!(md, "\n## Incomplete runs (left out of every figure)\n");
         for r in incomplete {
-            let _ = writeln!(md, "- `{}`: {}", r.dir.display(), r.problems.join("; "));
+            let _ = writeln!(md, "- `{}`: {}", r.dir.display(), crate::escape::markdown(&r.problems.join("; ")));
         }
     }
 }

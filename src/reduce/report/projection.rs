@@ -261,9 +261,9 @@ own work independent of N.\n",
             );
         }
         terms_table(&mut md, &rs);
-        let _ = writeln!(md, "\n{}", w.checked);
+        let _ = writeln!(md, "\n{}", crate::escape::markdown(&w.checked));
         for q in fit_quality_sentences(&rs) {
-            let _ = writeln!(md, "\n{q}");
+            let _ = writeln!(md, "\n{}", crate::escape::markdown(&q));
         }
         if !w.answers.is_empty() {
             let _ = writeln!(md);
@@ -272,7 +272,7 @@ own work independent of N.\n",
             let _ = writeln!(md, "- {a}");
         }
         if let Some(n) = &w.strong_note {
-            let _ = writeln!(md, "\n{n}");
+            let _ = writeln!(md, "\n{}", crate::escape::markdown(n));
         }
     }
     for n in &p.notes {
@@ -377,7 +377,7 @@ pub(super) fn print_projection(rows: &[ProjectionRow]) {
     for r in rows {
         println!(
             "{:<34} {:>6} {:>9} {:>11} {:>8.2} {:>10} {:>8} {:>10} {:>8}",
-            r.workload,
+            crate::escape::terminal(&r.workload),
             format!("{}{}", r.ranks, if r.extrapolated { "*" } else { "" }),
             format!("{}×{}", r.nodes, r.ranks_per_node),
             ms(r.step_s),

@@ -203,7 +203,11 @@ pub(crate) fn print(p: &ProjectionReport) {
         println!("{l}");
     }
     for r in &p.recommendations {
-        println!("\nRecommendation for {}: {}", r.workload, r.sentence);
+        println!(
+            "\nRecommendation for {}: {}",
+            crate::escape::terminal(&r.workload),
+            crate::escape::terminal(&r.sentence)
+        );
         println!(
             "{:>10} {:>6} {:>11} {:>10} {:>11} {:>10} {:>10} {:>8} {:>8}  note",
             "shape", "ranks", "step ms", "efficiency", "epoch", "GPU-h", "cost", "saved", "GPU-h×"

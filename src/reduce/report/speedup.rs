@@ -20,8 +20,8 @@ pub(super) fn runs_table(md: &mut String, runs: &[RunReport], summaries: &[TypeS
             md,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {} |",
             r.run_id,
-            r.model,
-            r.dataset,
+            crate::escape::markdown(&r.model),
+            crate::escape::markdown(&r.dataset),
             r.ranks,
             r.nodes,
             r.batch_per_rank,
@@ -50,7 +50,7 @@ fn warnings(md: &mut String, runs: &[RunReport]) {
             } else {
                 "its figures stand, with this cost"
             };
-            let _ = writeln!(md, "- `{}`: `{}` ({effect}): {}", r.run_id, w.code.as_str(), w.message);
+            let _ = writeln!(md, "- `{}`: `{}` ({effect}): {}", r.run_id, w.code.as_str(), crate::escape::markdown(&w.message));
         }
     }
 }
@@ -100,10 +100,13 @@ pub(super) fn per_workload(md: &mut String, scaling: &[ScalingRow], verdicts: &[
     for (((model, dataset, comparison), rows), v) in by_workload(scaling).iter().zip(verdicts) {
         let _ = writeln!(
             md,
-            "\n## Speedup and efficiency: {model} on {dataset}\n\nRuns compared: {comparison}.\n"
+            "\n## Speedup and efficiency: {} on {}\n\nRuns compared: {}.\n",
+            crate::escape::markdown(model),
+            crate::escape::markdown(dataset),
+            crate::escape::markdown(comparison)
         );
         workload_table(md, rows);
-        let _ = writeln!(md, "\n{}", v.verdict);
+        let _ = writeln!(md, "\n{}", crate::escape::markdown(&v.verdict));
         for mode in [ScalingMode::Weak, ScalingMode::Strong] {
             batch_grid(md, rows, mode);
         }

@@ -10,10 +10,10 @@ use std::path::Path;
 pub(crate) fn print(report: &Report, out: &Path, plots: bool) {
     print_tables(&report.summary, &report.scaling);
     for line in super::noise::terminal_lines(&report.runs, &report.time_to_accuracy) {
-        println!("{line}");
+        println!("{}", crate::escape::terminal(&line));
     }
     for line in super::target::terminal_lines(&report.target_loss) {
-        println!("{line}");
+        println!("{}", crate::escape::terminal(&line));
     }
     let projected = report.projection.as_ref().is_some_and(|p| !p.rows.is_empty());
     if let Some(p) = report.projection.as_ref().filter(|_| projected) {
@@ -41,7 +41,7 @@ fn print_tables(summaries: &[TypeSummary], scaling: &[ScalingRow]) {
         "run", "node type", "ranks", "steps", "step ms", "p95 ms", "samples/s", "fwd%", "bwd%", "comm%", "busbw GB/s"
     );
     for s in summaries {
-        let nt: String = s.node_type.chars().take(28).collect();
+        let nt: String = crate::escape::terminal(&s.node_type).chars().take(28).collect();
         let share = |v: f64| if v.is_finite() { format!("{:.0}", v * 100.0) } else { "–".into() };
         println!(
             "{:<w$} {:<28} {:>5} {:>7} {:>9} {:>9} {:>11.1} {:>6} {:>6} {:>7} {:>9}",

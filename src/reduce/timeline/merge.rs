@@ -7,8 +7,11 @@
 //! The merge streams: each rank's file is read one event at a time and each event
 //! written as it is read, rank after rank (each rank is its own process in the output,
 //! so no event of one rank waits for another's), so memory does not grow with the
-//! files. The file is written to `timeline.json.tmp` and renamed into place once whole;
-//! on any error the temporary file is removed and the previous timeline stays.
+//! files. The merge holds the run folder's lock ([`crate::record::lock`]), so two merges
+//! of one run take turns with each other and with the run: the second is refused with who
+//! holds it. The file is written to a temporary file of a name no other process uses
+//! (`.timeline.json.PID.RANDOM.tmp`, created exclusively) and renamed into place once
+//! whole; on any error the temporary file is removed and the previous timeline stays.
 
 use super::read::{each_event, RankRead, Skipped};
 use crate::record::Manifest;
@@ -43,12 +46,14 @@ pub(crate) struct Merged {
 }
 
 /// Merges `run_dir/trace/rank-*.trace.json` into `run_dir/timeline.json`.
-pub(crate) fn merge(run_dir: &Path) -> Result<Merged> {
-    merge_seeing(run_dir, &mut |_, _| {})
+/// `break_lock` clears a lock whose holder cannot be checked from here
+/// ([`crate::record::lock::BREAK_FLAG`]).
+pub(crate) fn merge(run_dir: &Path, break_lock: bool) -> Result<Merged> {
+    merge_seeing(run_dir, break_lock, &mut |_, _| {})
 }
 
 /// [`merge`], handing `see` each event as written (on rank 0's clock) with its rank.
-pub(crate) fn merge_seeing(run_dir: &Path, see: &mut dyn FnMut(usize, &Map<String, Value>)) -> Result<Merged> {
+pub(crate) fn merge_seeing(run_dir: &Path, break_lock: bool, see: &mut dyn FnMut(usize, &Map<String, Value>)) -> Result<Merged> {
     let manifest =
         Manifest::read(run_dir).with_context(|| format!("{} is not a run folder written by `ddpbench train`", run_dir.display()))?;
     let world = manifest.world_size;
@@ -77,11 +82,13 @@ pub(crate) fn merge_seeing(run_dir: &Path, see: &mut dyn FnMut(usize, &Map<Strin
     if merged.missing.len() == world {
         bail!("{}/{TRACE_DIR} holds no rank's trace file", run_dir.display());
     }
-    let (path, tmp) = (merged.path.clone(), merged.path.with_extension("json.tmp"));
+    // Taken before anything is written: another merge of this run, or the run itself,
+    // keeps the folder until it ends.
+    let _lock = crate::record::lock::FolderLock::take(run_dir, "run folder", break_lock)?;
+    let path = merged.path.clone();
+    let tmp = run_dir.join(format!(".{TIMELINE}.{}.{}.tmp", std::process::id(), crate::files::random_hex(8)));
     let cannot_write = |e: std::io::Error| anyhow::anyhow!("cannot write {}: {e}", path.display());
-    // A temporary file left by a merge that was killed, or a link planted in its place,
-    // is removed, and the new one created where nothing is (never through a link).
-    let _ = std::fs::remove_file(&tmp);
+    // Created where nothing is (never through a link) under a name no other merge uses.
     let written = crate::files::create_exclusive(&tmp)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", tmp.display()))
         .and_then(|f| {

@@ -39,6 +39,12 @@ pub struct TraceArgs {
     /// the first 20 are drawn. Default: the first 20 steps the trace holds.
     #[arg(long, value_name = "A:B", requires = "png", value_parser = png_steps)]
     pub png_steps: Option<StepWindow>,
+
+    /// Clear the run folder's lock (`.ddpbench.lock`) when the job that took it cannot be
+    /// checked from here (another host) and you know it has ended. A merge holds the lock
+    /// while it writes timeline.json, so two merges of one run never write it at once.
+    #[arg(long)]
+    pub break_lock: bool,
 }
 
 /// `--png-steps A:B`, read as `--trace-steps` is.
@@ -49,7 +55,7 @@ fn png_steps(s: &str) -> Result<StepWindow, String> {
 /// Entry point of `ddpbench trace`.
 pub fn main(args: TraceArgs) -> Result<()> {
     let Some(png) = &args.png else {
-        report(&merge::merge(&args.run_dir)?);
+        report(&merge::merge(&args.run_dir, args.break_lock)?);
         return Ok(());
     };
     let path = png.clone().unwrap_or_else(|| args.run_dir.join("timeline.png"));
@@ -82,7 +88,7 @@ pub fn main(args: TraceArgs) -> Result<()> {
 /// and last, and how many traced steps of the window were left out.
 fn draw(args: &TraceArgs, mut file: std::fs::File) -> Result<(usize, usize, usize)> {
     let mut pic = picture::Picture::new(args.png_steps);
-    let m = merge::merge_seeing(&args.run_dir, &mut |rank, e| pic.see(rank, e))?;
+    let m = merge::merge_seeing(&args.run_dir, args.break_lock, &mut |rank, e| pic.see(rank, e))?;
     report(&m);
     let run = args.run_dir.file_name().map_or("run".into(), |n| n.to_string_lossy().into_owned());
     let bytes = crate::plot::Rasteriser::new().png(&pic.svg(&run)?)?;
@@ -94,7 +100,7 @@ fn draw(args: &TraceArgs, mut file: std::fs::File) -> Result<(usize, usize, usiz
 /// After `reduce`: merges the timeline of every run folder given that holds traces.
 pub fn merge_traced(runs: &[PathBuf]) -> Result<()> {
     for dir in runs.iter().filter(|d| d.join(TRACE_DIR).is_dir()) {
-        report(&merge::merge(dir)?);
+        report(&merge::merge(dir, false)?);
     }
     Ok(())
 }
