@@ -2042,6 +2042,7 @@ fn the_what_if_cells_of_a_1_rank_row_equal_its_efficiency() {
         assert_eq!(r[at("efficiency_one_bucket")], "1", "{r:?}");
         assert!(["", "1"].contains(&r[at("efficiency_half_wire_bytes")].as_str()), "{r:?}");
     }
+}
 
 /// Sets what `change` does to the manifest of run folder `dir`.
 fn edit_manifest(dir: &Path, change: impl Fn(&mut Manifest)) {
