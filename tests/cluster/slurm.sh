@@ -202,9 +202,12 @@ timeout 30 bash -c 'until scontrol ping 2>/dev/null | grep -q UP; do sleep 0.2; 
   || die "slurmctld not up: $(tail -5 "$T/log/slurmctld.log" "$T/log/slurmctld.stdout")"
 
 for n in n1 n2; do
-  # Own UTS namespace: the node has its own host name, so Open MPI's shared-memory
-  # segments (named after the host) do not collide between the fake nodes.
-  unshare --uts sh -c "hostname $n; exec slurmd -D -N $n -f '$SLURM_CONF'" \
+  # Own UTS and mount namespace with a private /dev/shm: Open MPI's shared-memory
+  # segments (vader_segment.HOST.UID.JOBID.RANK; job ids restart at 1 in every private
+  # cluster) collide neither between the fake nodes nor with another run of this test,
+  # whose overlapping job of the same number crashed ranks in mca_btl_vader.
+  unshare --uts --mount --propagation private \
+    sh -c "mount -t tmpfs -o mode=1777 tmpfs /dev/shm && hostname $n && exec slurmd -D -N $n -f '$SLURM_CONF'" \
     >"$T/log/slurmd-$n.stdout" 2>&1 &
   pid=$!; daemon_pids+=("$pid"); disown
   timeout 5 bash -c "until [ \"\$(readlink /proc/$pid/ns/uts)\" != \"\$(readlink /proc/self/ns/uts)\" ]; do sleep 0.05; done"
