@@ -503,16 +503,25 @@ mod tests {
         let mut s = String::new();
         open_regular(&file).unwrap().read_to_string(&mut s).unwrap();
         assert_eq!(s, "x,y\n");
-        let bound = |max_bytes| SizeBound { what: "a test file", max_bytes };
+        let bound = |max_bytes| SizeBound {
+            what: "a test file",
+            max_bytes,
+        };
         let e = read_regular_to_string(&file, bound(3)).unwrap_err();
-        assert!(e.to_string().contains("a.csv is 4 bytes, over the 3 bytes a test file may hold"), "{e}");
+        assert!(
+            e.to_string().contains("a.csv is 4 bytes, over the 3 bytes a test file may hold"),
+            "{e}"
+        );
         assert_eq!(read_regular_to_string(&file, bound(4)).unwrap(), "x,y\n");
         let link = dir.path().join("link.csv");
         std::os::unix::fs::symlink(&file, &link).unwrap();
         assert_eq!(read_regular_to_string(&link, bound(4)).unwrap(), "x,y\n");
         let e = read_regular_no_follow_to_string(&link, bound(4)).unwrap_err();
         assert!(e.to_string().contains("is a symbolic link"), "{e}");
-        assert!(read_regular_no_follow_to_string(&fifo, bound(4)).unwrap_err().to_string().contains("FIFO"));
+        assert!(read_regular_no_follow_to_string(&fifo, bound(4))
+            .unwrap_err()
+            .to_string()
+            .contains("FIFO"));
     }
 
     #[test]

@@ -74,9 +74,8 @@ impl OutFolder {
     /// `break_lock` as `--break-lock`) and makes the staging folder.
     pub(crate) fn open(out: &Path, what: &str, break_lock: bool, written_by: &'static str) -> Result<OutFolder> {
         let created = !out.exists();
-        std::fs::create_dir_all(out).with_context(|| {
-            format!("cannot create {}: choose an --out in a folder you can write", out.display())
-        })?;
+        std::fs::create_dir_all(out)
+            .with_context(|| format!("cannot create {}: choose an --out in a folder you can write", out.display()))?;
         Self::open_created(out, what, break_lock, written_by, created)
     }
 
@@ -182,8 +181,8 @@ impl OutFolder {
         if let Ok(m) = std::fs::metadata(&self.out) {
             let _ = std::fs::set_permissions(&self.staging, m.permissions());
         }
-        let old = exchange(&self.staging, &self.out)
-            .with_context(|| format!("cannot put the new report in place of {}", self.out.display()))?;
+        let old =
+            exchange(&self.staging, &self.out).with_context(|| format!("cannot put the new report in place of {}", self.out.display()))?;
         for name in self.previous.iter().map(String::as_str).chain([MANIFEST, LOCK_FILE]) {
             remove_own(&old.join(name));
         }
@@ -275,9 +274,8 @@ fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
 /// Replaces `dir/name` with `bytes`: written under a name of its own, then renamed.
 fn replace(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
     let temp = dir.join(format!("{name}.{}.{}.tmp", std::process::id(), files::random_hex(8)));
-    let written = write_new(&temp, bytes).and_then(|()| {
-        std::fs::rename(&temp, dir.join(name)).with_context(|| format!("cannot replace {}", dir.join(name).display()))
-    });
+    let written = write_new(&temp, bytes)
+        .and_then(|()| std::fs::rename(&temp, dir.join(name)).with_context(|| format!("cannot replace {}", dir.join(name).display())));
     if written.is_err() {
         let _ = std::fs::remove_file(&temp);
     }
@@ -291,9 +289,7 @@ fn exchange(new: &Path, out: &Path) -> std::io::Result<PathBuf> {
     let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other);
     let (cn, co) = (c(new)?, c(out)?);
     // SAFETY: two NUL-terminated paths, relative to the working folder.
-    let swapped = unsafe {
-        libc::renameat2(libc::AT_FDCWD, cn.as_ptr(), libc::AT_FDCWD, co.as_ptr(), libc::RENAME_EXCHANGE)
-    };
+    let swapped = unsafe { libc::renameat2(libc::AT_FDCWD, cn.as_ptr(), libc::AT_FDCWD, co.as_ptr(), libc::RENAME_EXCHANGE) };
     if swapped == 0 {
         return Ok(new.to_path_buf());
     }

@@ -20,7 +20,10 @@ fn ddpbench(args: &[&str]) -> Job {
 
 /// No escape character in `text`.
 fn assert_no_escape(text: &str, what: &str) {
-    assert!(!text.contains('\u{1b}') && !text.contains('\u{7}'), "{what} holds a control sequence: {text:?}");
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "{what} holds a control sequence: {text:?}"
+    );
 }
 
 /// The fixture run `single-2r` at `to`, its node type replaced by [`PLANTED`].
@@ -47,7 +50,11 @@ fn reduce_and_compare_escape_planted_text() {
     let out = d.path().join("report");
     let job = ddpbench(&["reduce", "--no-plots", "--out", &path_str(&out), &path_str(&run)]);
     job.assert_ok();
-    assert!(job.stdout.contains("X\\x1b]0;pwned"), "the node type is not shown escaped: {}", job.stdout);
+    assert!(
+        job.stdout.contains("X\\x1b]0;pwned"),
+        "the node type is not shown escaped: {}",
+        job.stdout
+    );
     assert_no_escape(&job.all(), "reduce's output");
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(!md.contains("<script>"), "report.md carries raw HTML");

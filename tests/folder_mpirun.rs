@@ -260,9 +260,9 @@ fn can_unshare() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     root && Command::new("unshare")
-            .args(["--pid", "--fork", "--mount-proc", "true"])
-            .status()
-            .is_ok_and(|s| s.success())
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 #[test]
@@ -313,7 +313,11 @@ fn a_live_lock_taken_in_another_pid_namespace_is_refused_not_cleared() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_refused_once(&job, "is locked by another ddpbench job");
-    assert!(job.stderr.contains("another PID namespace") && job.stderr.contains("--break-lock"), "{}", job.all());
+    assert!(
+        job.stderr.contains("another PID namespace") && job.stderr.contains("--break-lock"),
+        "{}",
+        job.all()
+    );
     assert!(!job.stderr.contains("cleared a stale lock"), "{}", job.all());
     assert!(std::fs::read_to_string(log.with_extension("err")).is_ok());
 }
@@ -530,6 +534,10 @@ fn the_dry_runs_scratch_folder_is_unpredictable_followed_through_no_link_and_gon
         unsafe { libc::kill(pid, sig) };
         let job = finish(child, &log);
         assert!(!job.ok(), "{name}: {}", job.all());
-        assert!(scratch_folders(&tmpdir).is_empty(), "{name}: left behind: {:?}", scratch_folders(&tmpdir));
+        assert!(
+            scratch_folders(&tmpdir).is_empty(),
+            "{name}: left behind: {:?}",
+            scratch_folders(&tmpdir)
+        );
     }
 }

@@ -143,9 +143,21 @@ fn one_rank_of_two_micro_batches_and_two_ranks_measure_the_same_mean_gradient() 
         &["--max-steps", "1", "--grad-accum", "2", "--noise-scale", "on", "--seed", &seed],
         &[],
     );
-    let ranks = run(dir.path(), "ranks", 2, &["--max-steps", "1", "--noise-scale", "on", "--seed", &seed], &[]);
+    let ranks = run(
+        dir.path(),
+        "ranks",
+        2,
+        &["--max-steps", "1", "--noise-scale", "on", "--seed", &seed],
+        &[],
+    );
     let other_s = other_seed(seed.parse().unwrap()).to_string();
-    let other = run(dir.path(), "other", 2, &["--max-steps", "1", "--noise-scale", "on", "--seed", &other_s], &[]);
+    let other = run(
+        dir.path(),
+        "other",
+        2,
+        &["--max-steps", "1", "--noise-scale", "on", "--seed", &other_s],
+        &[],
+    );
     let one = accum.join("rank-00000.csv");
     let two = ranks.join("rank-00000.csv");
     // Both: a batch of 16 (a micro-batch, a rank's) and the 32 samples of the step.

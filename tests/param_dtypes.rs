@@ -218,7 +218,13 @@ fn fp16_bf16_and_fp64_models_train_in_their_dtype_and_fp64_is_summed_in_fp64() {
         }
         (diff / norm).sqrt()
     };
-    assert_equal_training("fp64-2x16-1x32", seed, distance(&two, &one), distance(&one, &other), EQUALITY_BOUND_FP64);
+    assert_equal_training(
+        "fp64-2x16-1x32",
+        seed,
+        distance(&two, &one),
+        distance(&one, &other),
+        EQUALITY_BOUND_FP64,
+    );
     let two_run = m.path().join("fp64-2");
     let manifest = json(&two_run.join("manifest.json"));
     assert_eq!(manifest["gradient_bytes"], (784 * 32 + 32 + 32 * 10 + 10) * 8);
@@ -265,7 +271,10 @@ fn fails_in_training(args: &[&str], run: &Path, message: &str) {
     // Every rank sees the loss fail (the all-reduced gradient carries it): the ranks
     // agree, and rank 0 says it once, with no abort of the job.
     assert_eq!(all.matches(message).count(), 1, "expected {message:?} once in:\n{all}");
-    assert!(!all.contains("MPI_ABORT") && !all.contains("Error on rank"), "an aborted job:\n{all}");
+    assert!(
+        !all.contains("MPI_ABORT") && !all.contains("Error on rank"),
+        "an aborted job:\n{all}"
+    );
     assert_clean(&all);
     assert!(
         !all.contains("rank-exit 0 0") && !all.contains("rank-exit 1 0"),

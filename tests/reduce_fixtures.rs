@@ -2057,7 +2057,11 @@ fn samples_beyond_the_runs_batch_are_refused() {
     refused_and_named(
         "one-cell",
         |dir| set_cells(dir, 0, "samples", |i| i == 3, "1000000000"),
-        &["rank-00000.csv row 4", "samples is 1000000000", "more than a step of this run holds (10"],
+        &[
+            "rank-00000.csv row 4",
+            "samples is 1000000000",
+            "more than a step of this run holds (10",
+        ],
     );
     // Every row at ten times the batch gave 586 % with no warning.
     refused_and_named(
@@ -2092,7 +2096,9 @@ fn a_step_with_micro_batches_holds_their_samples_and_no_more() {
     set_cells(&dir, 1, "samples", |i| i == 2, "41");
     let run = read_run(&dir).unwrap();
     assert!(
-        run.problems.iter().any(|p| p.contains("samples is 41: more than a step of this run holds (40")),
+        run.problems
+            .iter()
+            .any(|p| p.contains("samples is 41: more than a step of this run holds (40")),
         "{:?}",
         run.problems
     );
@@ -2155,8 +2161,7 @@ fn a_manifest_of_a_newer_schema_is_refused_as_compare_refuses_it() {
     edit_manifest(&dir, |m| m.schema_version = 999);
     let e = read_run(&dir).err().expect("a schema-999 run read");
     assert!(
-        e.contains("schema 999, written by a newer ddpbench; this one reads up to schema")
-            && e.contains("reduce with the newer ddpbench"),
+        e.contains("schema 999, written by a newer ddpbench; this one reads up to schema") && e.contains("reduce with the newer ddpbench"),
         "{e}"
     );
     let job = reduce(&["--no-plots", &path_str(d.path())]);
@@ -2176,7 +2181,14 @@ fn a_link_spec_outside_the_range_of_a_link_model_is_refused() {
     write_run(&d.path().join("base"), "base", "m", &BASE, 10, 4);
     write_run(&d.path().join("two"), "two", "m", &TWO_A, 10, 4);
     // Accepted, it printed `inf h`, `-inf %` and `NaN×` in the recommendation.
-    let job = reduce(&["--no-plots", "--link", "1e-320bit/s,0s", "--project-shape", "16x4", &path_str(d.path())]);
+    let job = reduce(&[
+        "--no-plots",
+        "--link",
+        "1e-320bit/s,0s",
+        "--project-shape",
+        "16x4",
+        &path_str(d.path()),
+    ]);
     assert!(!job.ok(), "accepted:\n{}", job.all());
     assert!(
         job.stderr.contains("1e-320bit/s,0s") && job.stderr.contains("beta_s_per_byte is inf"),

@@ -81,13 +81,20 @@ fn assert_one_report(out: &Path) {
     in_json.sort();
     assert_eq!(in_json, summary, "report.json and summary.csv of two reports");
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
-    assert!(md.contains(&format!("{} complete run(s)", summary.len())), "report.md of another report");
+    assert!(
+        md.contains(&format!("{} complete run(s)", summary.len())),
+        "report.md of another report"
+    );
 }
 
 /// Nothing a writer stages or locks with is left in `out` or beside it.
 fn assert_nothing_left(out: &Path) {
     for n in names(out) {
-        assert!(!n.ends_with(".tmp") && !n.contains("staging") && !n.starts_with(".ddpbench.lock"), "{n} left in {}", out.display());
+        assert!(
+            !n.ends_with(".tmp") && !n.contains("staging") && !n.starts_with(".ddpbench.lock"),
+            "{n} left in {}",
+            out.display()
+        );
     }
     for n in names(out.parent().unwrap()) {
         assert!(!n.contains(".staging") && !n.contains(".old-"), "{n} left beside {}", out.display());
@@ -121,11 +128,19 @@ fn two_reduces_into_one_folder_leave_one_whole_report() {
     // refused naming it and writes nothing.
     let before = std::fs::read(out.join("summary.csv")).unwrap();
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string();
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap().trim().to_string();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap()
+        .trim()
+        .to_string();
     // This process as a lock names it: its start (field 22 of /proc/self/stat) and its PID
     // namespace, so it is judged live.
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-    let ticks: u64 = stat[stat.rfind(')').unwrap() + 1..].split_whitespace().nth(19).unwrap().parse().unwrap();
+    let ticks: u64 = stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
     let ns = {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata("/proc/self/ns/pid").unwrap().ino()
@@ -134,8 +149,16 @@ fn two_reduces_into_one_folder_leave_one_whole_report() {
         "pid_namespace": ns, "job": null, "start_utc": "2026-01-01T00:00:00Z", "command": ["holder"]});
     std::fs::write(out.join(".ddpbench.lock"), holder.to_string()).unwrap();
     let job = ddpbench(&one.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(!job.ok() && job.stderr.contains("is being written by another ddpbench job"), "{}", job.all());
-    assert_eq!(std::fs::read(out.join("summary.csv")).unwrap(), before, "written under another job's lock");
+    assert!(
+        !job.ok() && job.stderr.contains("is being written by another ddpbench job"),
+        "{}",
+        job.all()
+    );
+    assert_eq!(
+        std::fs::read(out.join("summary.csv")).unwrap(),
+        before,
+        "written under another job's lock"
+    );
     std::fs::remove_file(out.join(".ddpbench.lock")).unwrap();
 }
 
@@ -237,7 +260,11 @@ fn traced_run(dir: &Path, events: usize) -> PathBuf {
                 i * 10
             ));
         }
-        text.push_str("{\"ph\":\"X\",\"name\":\"end\",\"cat\":\"step\",\"pid\":0,\"tid\":0,\"ts\":0,\"dur\":0}\n]}\n".replace("\"pid\":0", &format!("\"pid\":{rank}")).as_str());
+        text.push_str(
+            "{\"ph\":\"X\",\"name\":\"end\",\"cat\":\"step\",\"pid\":0,\"tid\":0,\"ts\":0,\"dur\":0}\n]}\n"
+                .replace("\"pid\":0", &format!("\"pid\":{rank}"))
+                .as_str(),
+        );
         std::fs::write(run.join("trace").join(format!("rank-{rank:05}.trace.json")), text).unwrap();
     }
     run
@@ -262,7 +289,10 @@ fn two_traces_of_one_run_never_tear_the_timeline() {
         }
         let text = std::fs::read_to_string(run.join("timeline.json")).unwrap();
         let doc: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("attempt {attempt}: torn timeline.json: {e}"));
-        assert!(doc["traceEvents"].as_array().is_some_and(|e| e.len() >= 40_000), "attempt {attempt}");
+        assert!(
+            doc["traceEvents"].as_array().is_some_and(|e| e.len() >= 40_000),
+            "attempt {attempt}"
+        );
         for n in names(&run) {
             assert!(!n.ends_with(".tmp") && n != ".ddpbench.lock", "{n} left in the run folder");
         }

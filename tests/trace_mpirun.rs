@@ -754,7 +754,9 @@ fn a_full_disk_leaves_no_temporary_timeline_and_the_error_names_the_path() {
     let names: Vec<&str> = job.stdout.lines().skip_while(|l| !l.starts_with("trace-exit")).skip(1).collect();
     assert!(names.contains(&"trace") && names.contains(&"manifest.json"), "{names:?}");
     assert!(
-        !names.iter().any(|n| n.starts_with("timeline") || n.starts_with(".timeline") || n.starts_with(".ddpbench.lock")),
+        !names
+            .iter()
+            .any(|n| n.starts_with("timeline") || n.starts_with(".timeline") || n.starts_with(".ddpbench.lock")),
         "the merge left {names:?}"
     );
 }

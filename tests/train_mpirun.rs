@@ -246,8 +246,16 @@ fn accumulation_and_worker_threads_preserve_the_arithmetic() {
         &["--batch-size", "32", "--grad-accum", "2", "--workers", "2", "--seed", &seed],
         "accumulated",
     );
-    let both = run(2, &["--batch-size", "16", "--grad-accum", "2", "--workers", "1", "--seed", &seed], "both");
-    let other = run(1, &["--batch-size", "64", "--seed", &other_seed(seed.parse().unwrap()).to_string()], "other");
+    let both = run(
+        2,
+        &["--batch-size", "16", "--grad-accum", "2", "--workers", "1", "--seed", &seed],
+        "both",
+    );
+    let other = run(
+        1,
+        &["--batch-size", "64", "--seed", &other_seed(seed.parse().unwrap()).to_string()],
+        "other",
+    );
     let d_other = relative_difference(&plain, &other);
     let seed: u64 = seed.parse().unwrap();
     let d1 = relative_difference(&plain, &accumulated);

@@ -102,7 +102,8 @@ pub(super) fn side(path: &Path) -> Result<Side, Refusal> {
             ),
         }));
     }
-    let text = crate::files::read_regular_to_string(&file, crate::bounds::REPORT_JSON).map_err(|e| Refusal(crate::files::read_error(&file, &e)))?;
+    let text = crate::files::read_regular_to_string(&file, crate::bounds::REPORT_JSON)
+        .map_err(|e| Refusal(crate::files::read_error(&file, &e)))?;
     let report = parse(&file, &text)?;
     Ok(Side { file, report })
 }

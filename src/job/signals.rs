@@ -23,8 +23,14 @@ extern "C" fn on_signal(sig: libc::c_int) {
 /// The signals that stop a run: those above, and SIGHUP (the terminal closed) and SIGQUIT
 /// (Ctrl-\), which would otherwise end the process with no record and leave the dry
 /// run's scratch folder.
-pub(crate) const STOP_SIGNALS: [libc::c_int; 6] =
-    [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1, libc::SIGUSR2, libc::SIGHUP, libc::SIGQUIT];
+pub(crate) const STOP_SIGNALS: [libc::c_int; 6] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+];
 
 /// Signals a job may have been started with ignored (`nohup` ignores SIGHUP, a shell's
 /// background job SIGQUIT): an ignored one stays ignored, so `nohup mpirun ...` survives

@@ -89,8 +89,8 @@ impl LinkModelFile {
         } else {
             path.to_path_buf()
         };
-        let text =
-            crate::bounds::read_json_text(&file, crate::bounds::LINK_MODEL).map_err(|e| anyhow::anyhow!("{e} (a folder written by `ddpbench allreduce` holds it)"))?;
+        let text = crate::bounds::read_json_text(&file, crate::bounds::LINK_MODEL)
+            .map_err(|e| anyhow::anyhow!("{e} (a folder written by `ddpbench allreduce` holds it)"))?;
         let mf: LinkModelFile = serde_json::from_str(&text)
             .with_context(|| format!("{} is not a link model written by `ddpbench allreduce`", file.display()))?;
         for (i, m) in mf.models.iter().enumerate() {

@@ -481,7 +481,10 @@ mod tests {
         };
         let impossible = [
             Holder { pid: 0, ..me.clone() },
-            Holder { pid: u32::MAX, ..me.clone() },
+            Holder {
+                pid: u32::MAX,
+                ..me.clone()
+            },
             Holder {
                 process_start_ticks: 0,
                 ..me.clone()
@@ -495,7 +498,11 @@ mod tests {
             let err = format!("{:#}", FolderLock::take(d.path(), "study folder", false).unwrap_err());
             assert!(err.contains(why) && err.contains(BREAK_FLAG), "{h:?}: {err}");
             assert!(held_by(d.path()).is_some_and(|w| w.contains(why)), "{h:?}");
-            assert_eq!(read(&d.path().join(LOCK_FILE)), Seen::Bytes(serde_json::to_vec_pretty(h).unwrap()), "untouched");
+            assert_eq!(
+                read(&d.path().join(LOCK_FILE)),
+                Seen::Bytes(serde_json::to_vec_pretty(h).unwrap()),
+                "untouched"
+            );
             drop(FolderLock::take(d.path(), "study folder", true).unwrap());
             assert_eq!(held_by(d.path()), None);
         }

@@ -27,10 +27,10 @@ pub use key::{
     PhaseSync,
 };
 
+pub(crate) use manifest::schema_problem;
 pub use manifest::{
     AllreduceProbe, ClockSummary, CommInfo, GpuClocks, Manifest, PointId, RankInfo, ScriptFile, StudyRun, TargetOutcome, SCHEMA_VERSION,
 };
-pub(crate) use manifest::schema_problem;
 pub use rows::{EpochRow, Phase, PhaseArray, PhaseRole, PhaseTimes, StepRow};
 #[cfg(feature = "train")]
 pub(crate) use sweep::{Buffer, SweepRow};
@@ -296,11 +296,17 @@ mod tests {
         let fifo = d.path().join("points.csv");
         mkfifo(&fifo);
         let e = returns_promptly(move || CsvLog::<EpochRow>::append_or_create(&fifo).map(drop)).unwrap_err();
-        assert!(format!("{e:#}").contains("points.csv is a FIFO (named pipe), not a regular file: move it away"), "{e:#}");
+        assert!(
+            format!("{e:#}").contains("points.csv is a FIFO (named pipe), not a regular file: move it away"),
+            "{e:#}"
+        );
         let link = d.path().join("linked.csv");
         std::os::unix::fs::symlink(d.path().join("elsewhere.csv"), &link).unwrap();
         let e = CsvLog::<EpochRow>::append_or_create(&link).map(drop).unwrap_err();
-        assert!(format!("{e:#}").contains("linked.csv is a symbolic link, not a regular file"), "{e:#}");
+        assert!(
+            format!("{e:#}").contains("linked.csv is a symbolic link, not a regular file"),
+            "{e:#}"
+        );
         assert!(!d.path().join("elsewhere.csv").exists());
     }
 

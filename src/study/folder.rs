@@ -64,8 +64,7 @@ fn start_or_resume(out: &Path, spec: &StudySpec, plan: &Plan, resolved: &str, la
     let hash = plan::study_hash(&points_only);
     let json = out.join("study.json");
     if let Some(text) = read_study_file(&json)? {
-        let before: StudyFile =
-            serde_json::from_str(&text).with_context(|| format!("{} is not a ddpbench study file", json.display()))?;
+        let before: StudyFile = serde_json::from_str(&text).with_context(|| format!("{} is not a ddpbench study file", json.display()))?;
         // A folder made before schema 4 holds the same study under the old keys.
         if before.hash != hash && before.hash != plan::study_hash(&plan::with_old_keys(&points_only)) {
             bail!(
@@ -132,7 +131,12 @@ mod tests {
         resume(out.clone()).expect("the study it wrote resumes");
         let json = out.join("study.json");
         // Sparse: 100 MiB that take no disk, and would take 100 MiB of memory to read.
-        std::fs::OpenOptions::new().write(true).open(&json).unwrap().set_len(100 << 20).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&json)
+            .unwrap()
+            .set_len(100 << 20)
+            .unwrap();
         let e = resume(out.clone()).unwrap_err().to_string();
         assert!(e.contains("study.json is 100 MiB, over the 64 MiB a study.json may hold"), "{e}");
         std::fs::remove_file(&json).unwrap();

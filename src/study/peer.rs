@@ -110,8 +110,8 @@ struct PeerInfo {
 /// [`crate::bounds::PEER_INFO`]; Err names the file and what is wrong with it.
 fn read_info(peer_dir: &Path) -> std::result::Result<PeerInfo, String> {
     let path = peer_dir.join("peer.json");
-    let text = crate::files::read_regular_no_follow_to_string(&path, crate::bounds::PEER_INFO)
-        .map_err(|e| crate::files::read_error(&path, &e))?;
+    let text =
+        crate::files::read_regular_no_follow_to_string(&path, crate::bounds::PEER_INFO).map_err(|e| crate::files::read_error(&path, &e))?;
     serde_json::from_str(&text).map_err(|e| format!("{} is not the peer script's peer.json: {e}", path.display()))
 }
 

@@ -214,7 +214,10 @@ pub fn assert_equal_training(test: &str, seed: u64, same: f64, other: f64, bound
         .map(|v| format!("{v}={}", std::env::var(v).unwrap_or_default()))
         .join(" ");
     eprintln!("equality {test} seed={seed} same={same:e} other={other:e} bound={bound:e} {env}");
-    assert!(same < bound, "{test}: the pair that should agree differs by {same:e}, over the bound {bound:e}");
+    assert!(
+        same < bound,
+        "{test}: the pair that should agree differs by {same:e}, over the bound {bound:e}"
+    );
     assert!(
         other > 100.0 * bound,
         "{test}: another seed ends only {other:e} away, not 100 × the bound {bound:e} beyond"

@@ -2,7 +2,9 @@
 //! `epochs.csv`, the GPU telemetry) held against [`crate::bounds`]: each failure names
 //! the key or column and the value, and leaves the run out.
 
-use crate::bounds::{self, clock_slack_s, shown, MAX_BATCH_PER_RANK, MAX_BUCKETS, MAX_BYTES_PER_STEP, MAX_GRAD_ACCUM, MAX_RANKS, MAX_RUN_S};
+use crate::bounds::{
+    self, clock_slack_s, shown, MAX_BATCH_PER_RANK, MAX_BUCKETS, MAX_BYTES_PER_STEP, MAX_GRAD_ACCUM, MAX_RANKS, MAX_RUN_S,
+};
 use crate::record::clock::ClockRow;
 use crate::record::{AllreduceProbe, EpochRow, Manifest};
 use std::path::Path;

@@ -182,7 +182,12 @@ fn samples(samples: u64, max_samples: u64) -> Result<u64, String> {
 /// cell is filled) is not a positive finite number.
 fn flags_and_scale(rec: &csv::ByteRecord, c: &Columns, name: &dyn Fn(usize) -> String) -> Result<(), String> {
     // A cell as a message quotes it: its first 40 characters.
-    let cell = |i: usize| String::from_utf8_lossy(rec.get(i).unwrap_or_default()).chars().take(40).collect::<String>();
+    let cell = |i: usize| {
+        String::from_utf8_lossy(rec.get(i).unwrap_or_default())
+            .chars()
+            .take(40)
+            .collect::<String>()
+    };
     for i in std::iter::once(c.warmup).chain(c.step_skipped) {
         if !matches!(rec.get(i), Some(b"0" | b"1")) {
             return Err(format!("{} is {:?}: it is 0 or 1", name(i), cell(i)));

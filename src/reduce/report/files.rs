@@ -28,7 +28,13 @@ pub fn write_within(report: &Report, out: &Path, with_plots: bool, limits: &html
 
 /// [`write_within`], clearing a lock of `out` whose holder cannot be checked from here
 /// when `break_lock` (`--break-lock`).
-pub(crate) fn write_locked(report: &Report, out: &Path, with_plots: bool, limits: &html::PageLimits, break_lock: bool) -> Result<Vec<String>> {
+pub(crate) fn write_locked(
+    report: &Report,
+    out: &Path,
+    with_plots: bool,
+    limits: &html::PageLimits,
+    break_lock: bool,
+) -> Result<Vec<String>> {
     let mut folder = OutFolder::open(out, "report folder", break_lock, "ddpbench reduce")?;
     let notes = stage_within(report, folder.files(), with_plots, limits).with_context(|| not_written(out))?;
     folder.commit().with_context(|| not_written(out))?;

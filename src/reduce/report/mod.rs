@@ -26,10 +26,10 @@ pub(crate) mod times;
 pub(crate) mod verdict;
 
 pub(crate) use build::build;
+pub(crate) use files::write_locked;
 #[cfg(feature = "train")]
 pub(crate) use files::{csv_bytes, not_written};
 pub use files::{stage, stage_within, write, write_within};
-pub(crate) use files::write_locked;
 pub(crate) use projection::{left_out as projection_left_out, section as projection_section, TARGET_EFFICIENCY};
 pub(crate) use step_phases::StepPhases;
 pub(crate) use terminal::print;

@@ -50,7 +50,13 @@ fn warnings(md: &mut String, runs: &[RunReport]) {
             } else {
                 "its figures stand, with this cost"
             };
-            let _ = writeln!(md, "- `{}`: `{}` ({effect}): {}", r.run_id, w.code.as_str(), crate::escape::markdown(&w.message));
+            let _ = writeln!(
+                md,
+                "- `{}`: `{}` ({effect}): {}",
+                r.run_id,
+                w.code.as_str(),
+                crate::escape::markdown(&w.message)
+            );
         }
     }
 }
