@@ -299,7 +299,6 @@ impl Sketch {
         }
     }
 
-    #[cfg(test)]
     pub(crate) fn merge(&mut self, other: &Sketch) {
         if other.count == 0 {
             return;

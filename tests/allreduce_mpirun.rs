@@ -303,7 +303,7 @@ fn reduce_projects_real_runs_with_the_fitted_model_and_checks_the_measured_point
     // (The 1-rank run overlaps and the 2-rank run cannot, one core each: two workloads.)
     let strong: Vec<&Vec<String>> = rows
         .iter()
-        .filter(|r| r[at("scaling")] == "strong" && r[at("from_run")] == "n2")
+        .filter(|r| r[at("scaling")] == "strong" && r[at("from_runs")] == "n2")
         .collect();
     assert!(scaling.contains(&"weak") && !strong.is_empty(), "{scaling:?}");
     for r in &strong {
@@ -316,7 +316,7 @@ fn reduce_projects_real_runs_with_the_fitted_model_and_checks_the_measured_point
     let strong2 = strong.iter().find(|r| r[at("ranks")] == "2").unwrap();
     let weak2 = rows
         .iter()
-        .position(|r| r[at("ranks")] == "2" && r[at("scaling")] == "weak" && r[at("from_run")] == "n2")
+        .position(|r| r[at("ranks")] == "2" && r[at("scaling")] == "weak" && r[at("from_runs")] == "n2")
         .unwrap();
     assert!((strong2[at("step_s")].parse::<f64>().unwrap() - step[weak2]).abs() < 1e-12);
     let report = std::fs::read_to_string(d.path().join("report.md")).unwrap();
@@ -374,7 +374,10 @@ fn a_study_sweeps_first_and_its_report_projects_its_points() {
     // is a check of the projection, the 2-rank point the reference's own shape.
     let two = rows.iter().find(|r| r[at("ranks")] == "2").expect("a 2-rank projection");
     let one = rows.iter().find(|r| r[at("ranks")] == "1").expect("a 1-rank projection");
-    assert!(two[at("from_run")].contains("-r2-") && two[at("is_reference")] == "true", "{two:?}");
+    assert!(
+        two[at("from_runs")].contains("-r2-") && two[at("is_reference")] == "true",
+        "{two:?}"
+    );
     assert!(
         !one[at("measured_step_s")].is_empty() && one[at("is_reference")] == "false",
         "{one:?}"

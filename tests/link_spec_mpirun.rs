@@ -64,7 +64,7 @@ fn reduce_with_a_link_spec_projects_one_node_across_nodes_and_recommends_a_shape
     let at = |name: &str| h.iter().position(|c| c == name).unwrap();
     let weak: Vec<&Vec<String>> = rows
         .iter()
-        .filter(|r| r[at("scaling")] == "weak" && r[at("from_run")] == "n2")
+        .filter(|r| r[at("scaling")] == "weak" && r[at("from_runs")] == "n2")
         .collect();
     let shapes: Vec<String> = weak
         .iter()
@@ -80,10 +80,21 @@ fn reduce_with_a_link_spec_projects_one_node_across_nodes_and_recommends_a_shape
     );
     assert!(levels.contains("intra-node nominal, from the specification 10GB/s,2us"), "{levels}");
     let recs = p["recommendations"].as_array().unwrap();
-    let rec = recs.iter().find(|r| r["from_run"] == "n2").unwrap_or_else(|| panic!("{recs:?}"));
+    let rec = recs.iter().find(|r| r["from_runs"] == "n2").unwrap_or_else(|| panic!("{recs:?}"));
     assert_eq!(rec["shapes"].as_array().unwrap().len(), 4);
     assert_eq!(rec["target_efficiency"], 0.8);
     assert_eq!(rec["nominal"], true);
+    // One reference for every column: the 1-rank row (speedup 1), efficiency is speedup / ranks, and the epoch saved against the row above is
+    // 1 − its speedup / this speedup, on every row.
+    let shapes = rec["shapes"].as_array().unwrap();
+    assert_eq!(shapes[0]["speedup"].as_f64(), Some(1.0), "{rec}");
+    for w in shapes.windows(2) {
+        let (before, this) = (w[0]["speedup"].as_f64().unwrap(), w[1]["speedup"].as_f64().unwrap());
+        let saved = w[1]["epoch_saved_fraction"].as_f64().unwrap();
+        assert!((saved - (1.0 - before / this)).abs() < 1e-9, "{w:?}");
+        let eff = w[1]["efficiency"].as_f64().unwrap() * w[1]["ranks"].as_f64().unwrap();
+        assert!((eff - this).abs() < 1e-9 * this, "{w:?}");
+    }
     for s in rec["shapes"].as_array().unwrap() {
         // GPU-hours per epoch are ranks × epoch hours, the cost 2.5 per GPU-hour.
         let (ranks, epoch, gpuh) = (
@@ -156,7 +167,7 @@ fn reduce_with_a_link_spec_projects_one_node_across_nodes_and_recommends_a_shape
     let md3 = std::fs::read_to_string(d.path().join("target/report.md")).unwrap();
     assert!(aims_at(&md3, "37 %"), "{md3}");
     let recs = json(&d.path().join("target/report.json"))["projection"]["recommendations"].clone();
-    let rec3 = recs.as_array().unwrap().iter().find(|r| r["from_run"] == "n2").unwrap().clone();
+    let rec3 = recs.as_array().unwrap().iter().find(|r| r["from_runs"] == "n2").unwrap().clone();
     assert_eq!(rec3["target_efficiency"], 0.37);
     assert!(rec3["sentence"].as_str().unwrap().contains("≥ 37 % efficiency"), "{rec3}");
 

@@ -204,7 +204,10 @@ fn projection_plot_fills_one_band_per_projected_workload() {
     reduce_fixture(d.path(), true);
     let (h, rows) = read_csv(&d.path().join("projection.csv"));
     let at = |name: &str| h.iter().position(|c| c == name).unwrap();
-    let workloads: BTreeSet<(String, String)> = rows.iter().map(|r| (r[at("from_run")].clone(), r[at("scaling")].clone())).collect();
+    let workloads: BTreeSet<(String, String)> = rows
+        .iter()
+        .map(|r| (r[at("from_runs")].clone(), r[at("scaling")].clone()))
+        .collect();
     assert!(!workloads.is_empty());
     let els = read_svg(d.path(), "projection");
     let bands = els.iter().filter(|e| e.tag == "polygon").count();
@@ -214,7 +217,9 @@ fn projection_plot_fills_one_band_per_projected_workload() {
 /// The projected workloads of projection.csv: (reference run, scaling).
 fn workloads_of(h: &[String], rows: &[Vec<String>]) -> BTreeSet<(String, String)> {
     let at = |name: &str| h.iter().position(|c| c == name).unwrap();
-    rows.iter().map(|r| (r[at("from_run")].clone(), r[at("scaling")].clone())).collect()
+    rows.iter()
+        .map(|r| (r[at("from_runs")].clone(), r[at("scaling")].clone()))
+        .collect()
 }
 
 /// The projection plot as the issue asks for it: the x ticks are the shapes projected

@@ -1319,7 +1319,7 @@ fn reduce_interconnect_refuses_1e12_buckets() {
     assert!(job.stderr.contains(&named), "{named:?} not in {}", job.stderr);
     // The other run is reduced and projected.
     let (h, rows) = read_csv(&runs.join("projection.csv"));
-    assert!(rows.iter().all(|r| r[h.iter().position(|c| c == "from_run").unwrap()] == "two"));
+    assert!(rows.iter().all(|r| r[h.iter().position(|c| c == "from_runs").unwrap()] == "two"));
 }
 
 /// The report of the run folders under `dir`, and its report.md.
@@ -1573,7 +1573,7 @@ fn the_projection_is_against_the_measured_1_rank_point_with_its_terms_measured()
     let at = |c: &str| h.iter().position(|x| x == c).unwrap_or_else(|| panic!("no column {c} in {h:?}"));
     let row = rows
         .iter()
-        .find(|r| r[at("ranks")] == "2" && r[at("scaling")] == "weak" && r[at("from_run")] == "two")
+        .find(|r| r[at("ranks")] == "2" && r[at("scaling")] == "weak" && r[at("from_runs")] == "two")
         .unwrap();
     let num = |c: &str| row[at(c)].parse::<f64>().unwrap_or_else(|_| panic!("{c}={:?}", row[at(c)]));
     assert!((num("straggler_s") - 0.075).abs() < 0.01, "{row:?}");
@@ -1637,7 +1637,7 @@ fn the_largest_of_three_rank_counts_is_held_out() {
     let (h, rows) = read_csv(&runs.join("projection.csv"));
     let at = |c: &str| h.iter().position(|x| x == c).unwrap_or_else(|| panic!("no column {c} in {h:?}"));
     let weak: Vec<&Vec<String>> = rows.iter().filter(|r| r[at("scaling")] == "weak").collect();
-    assert!(weak.iter().all(|r| r[at("from_run")] == "two"), "{weak:?}");
+    assert!(weak.iter().all(|r| r[at("from_runs")] == "two"), "{weak:?}");
     let held: Vec<&&Vec<String>> = weak.iter().filter(|r| r[at("held_out")] == "true").collect();
     assert_eq!(held.len(), 1, "{weak:?}");
     assert_eq!(held[0][at("ranks")], "4");
@@ -2198,4 +2198,97 @@ fn a_link_spec_outside_the_range_of_a_link_model_is_refused() {
     assert!(!job.all().contains("inf h") && !job.all().contains("NaN"), "{}", job.all());
     // The same β in link_model.json is refused with the same words.
     model_refused(1e-5, f64::MAX, &["beta_s_per_byte is 1.7976931348623157e308"]);
+}
+
+/// Writes `scales.len()` repeats of a run (`id-k`, every phase times `scales[k]`) on one
+/// node: the repeats of one point.
+fn write_repeats(runs: &Path, id: &str, ranks: &[RankSpec], scales: &[f64]) {
+    for (k, &scale) in scales.iter().enumerate() {
+        let name = format!("{id}-{k}");
+        write(
+            &runs.join(&name),
+            &Fixture {
+                scale,
+                ..fixture(&name, ranks, 10)
+            },
+        );
+        let mut m = Manifest::read(&runs.join(&name)).unwrap();
+        m.nodes = 1;
+        m.write(&runs.join(&name)).unwrap();
+    }
+}
+
+/// projection.csv's weak row at `ranks`, as column name → cell.
+fn weak_row(dir: &Path, ranks: usize) -> std::collections::BTreeMap<String, String> {
+    let (h, rows) = read_csv(&dir.join("projection.csv"));
+    let at = |c: &str| h.iter().position(|x| x == c).unwrap_or_else(|| panic!("no column {c} in {h:?}"));
+    let row = rows
+        .iter()
+        .find(|r| r[at("ranks")] == ranks.to_string() && r[at("scaling")] == "weak")
+        .unwrap_or_else(|| panic!("no weak row at {ranks} ranks in {rows:?}"));
+    h.iter().cloned().zip(row.iter().cloned()).collect()
+}
+
+fn num(row: &std::collections::BTreeMap<String, String>, c: &str) -> f64 {
+    row[c].parse().unwrap_or_else(|_| panic!("{c}={:?} in {row:?}", row[c]))
+}
+
+#[test]
+fn a_projection_stands_on_every_repeat_and_one_busy_repeat_moves_it_less_than_its_interval() {
+    // Four repeats of 1 rank and of 2 ranks on one node; the last of each ran on a busy
+    // machine (every phase twice as long). Steps of the 1-rank repeats: 1.0 × scale s.
+    let one = [1.0, 1.02, 0.98, 2.0];
+    let two = [1.0, 1.03, 0.97, 2.0];
+    let d = tmp();
+    let (all, quiet, alone) = (d.path().join("all"), d.path().join("quiet"), d.path().join("alone"));
+    write_repeats(&all, "one", &BASE, &one);
+    write_repeats(&all, "two", &TWO_A, &two);
+    write_repeats(&quiet, "two", &TWO_A, &two[..3]);
+    write_repeats(&alone, "two", &TWO_A, &two);
+    let model = path_str(&intra_model(d.path(), 2));
+    for dir in [&all, &quiet, &alone] {
+        reduce(&["--no-plots", "--interconnect", &model, &path_str(dir)]).assert_ok();
+    }
+    // Every repeat of the reference point stands behind every row.
+    let two_rank = weak_row(&all, 2);
+    assert_eq!(two_rank["from_repeats"], "4", "{two_rank:?}");
+    for k in 0..4 {
+        assert!(two_rank["from_runs"].split(' ').any(|id| id == format!("two-{k}")), "{two_rank:?}");
+    }
+    // The 1-rank row is the measured 1-rank point: its geometric mean step, inside the
+    // point's interval from 4 repeats, and speedup 1.
+    let single = weak_row(&all, 1);
+    let geo = one.iter().map(|s: &f64| s.ln()).sum::<f64>() / 4.0;
+    assert_eq!(single["step_basis"], "measured", "{single:?}");
+    assert!((num(&single, "step_s") - geo.exp()).abs() < 1e-9, "{single:?}");
+    assert!(num(&single, "step_low_s") < num(&single, "step_s") && num(&single, "step_s") < num(&single, "step_high_s"));
+    assert!(
+        (num(&single, "speedup") - 1.0).abs() < 1e-12 && single["error_pct"].is_empty(),
+        "{single:?}"
+    );
+    // The projected 2-rank step (the reference's own shape) lies within its band of the
+    // measured geometric mean.
+    let measured = num(&two_rank, "measured_step_s");
+    assert!(
+        num(&two_rank, "step_low_s") <= measured && measured <= num(&two_rank, "step_high_s"),
+        "{two_rank:?}"
+    );
+    // Without a measured 1-rank point the 1-rank row is projected from the 2-rank point:
+    // the busy fourth repeat moves it by less than the band's half-width.
+    let (with_busy, without) = (weak_row(&alone, 1), weak_row(&quiet, 1));
+    assert_eq!(with_busy["step_basis"], "projected");
+    let moved = (num(&with_busy, "step_s") - num(&without, "step_s")).abs();
+    let half = (num(&with_busy, "step_high_s") - num(&with_busy, "step_low_s")) / 2.0;
+    assert!(
+        moved > 0.0 && moved < half,
+        "moved {moved} s, half-width {half} s: {with_busy:?} {without:?}"
+    );
+    // A reference of one run is projected from and warned of.
+    let lone = d.path().join("lone");
+    write_repeats(&lone, "two", &TWO_A, &two[..1]);
+    let out = reduce(&["--no-plots", "--interconnect", &model, &path_str(&lone)]);
+    out.assert_ok();
+    assert_eq!(weak_row(&lone, 2)["from_repeats"], "1");
+    let md = std::fs::read_to_string(lone.join("report.md")).unwrap();
+    assert!(md.contains("its band holds no run-to-run spread"), "{md}");
 }

@@ -24,6 +24,8 @@
 //! nodes, the ring (or tree where faster) all-reduce of the model, no congestion from
 //! other jobs, compute per rank independent of N.
 
+use super::interval::COVERAGE;
+use super::scaling::samples_per_s;
 use super::{advice, RunStats, StepBreakdown};
 use crate::link::model::{Algorithm, LinkModel, MAX_FIT_REL_ERROR};
 use crate::link::LinkModelFile;
@@ -42,7 +44,13 @@ pub struct ProjectionRow {
     pub workload: String,
     /// Everything else that must match for runs to be one workload (as in scaling.csv).
     pub comparison: String,
-    pub from_run: String,
+    /// The reference point's runs (its repeats, space-separated) and how many: every
+    /// term projected from is taken over all of them.
+    pub from_runs: String,
+    pub from_repeats: usize,
+    /// `measured`: the 1-rank row of a workload with a measured 1-rank point is that
+    /// point (step, band: its geometric mean and interval); `projected` otherwise.
+    pub step_basis: String,
     /// weak (the measured per-rank batch at every N) or strong (the global batch fixed).
     pub scaling: String,
     pub batch_per_rank: f64,
@@ -134,9 +142,59 @@ pub(crate) struct Workload {
     pub own_scale: f64,
     /// Gradients travel at 4 bytes an element (fp32): halving them is a what-if.
     pub fp32_wire: bool,
+    /// The repeats the own work stands on, and its run-to-run relative half-width over
+    /// them ([`repeat_half_width`]; None with one repeat: the band then holds no
+    /// run-to-run spread).
+    pub repeats: usize,
+    pub own_half_width: Option<f64>,
+}
+
+/// One figure over the repeats of a point: the geometric mean of each run's figure, the
+/// estimator scaling.csv's throughputs use (0 where a run's figure is 0; NaN without runs).
+pub(crate) fn over_repeats(runs: &[&RunStats], f: impl Fn(&RunStats) -> f64) -> f64 {
+    let v: Vec<f64> = runs.iter().map(|r| f(r)).collect();
+    if v.iter().any(|&x| x == 0.0) {
+        return 0.0;
+    }
+    crate::stats::geometric_mean(&v)
+}
+
+/// The run-to-run relative half-width of a figure over repeats: the [`COVERAGE`]
+/// t-interval of the geometric mean, `exp(t(df = k − 1) · s / √k) − 1` with s the
+/// sample standard deviation of the log figures; None with fewer than 2 repeats.
+pub(crate) fn repeat_half_width(runs: &[&RunStats], f: impl Fn(&RunStats) -> f64) -> Option<f64> {
+    let logs: Vec<f64> = runs.iter().map(|r| f(r)).filter(|v| *v > 0.0).map(f64::ln).collect();
+    if logs.len() < 2 || logs.len() < runs.len() {
+        return None;
+    }
+    let (_, variance) = crate::stats::mean_variance(&logs);
+    let k = logs.len() as f64;
+    let t = crate::stats::student_t_quantile(0.5 + COVERAGE / 2.0, k - 1.0);
+    Some((t * (variance / k).sqrt()).exp() - 1.0)
 }
 
 impl Workload {
+    /// The workload of a point's repeats (runs of one configuration and shape), every
+    /// term over all of them: the common own work and backward as the geometric mean of
+    /// the runs' means ([`over_repeats`]); the deviations and own work pooled over every
+    /// rank-step of every repeat; the buckets (one configuration: the same) of the first.
+    pub(crate) fn of_point(runs: &[&RunStats]) -> Workload {
+        let mut w = Workload::of(runs[0]);
+        let mut own_work = Sketch::new();
+        let mut own_deviation = Sketch::new();
+        for r in runs {
+            own_work.merge(&r.local_work);
+            own_deviation.merge(&r.own_deviation);
+        }
+        w.own_work = own_work;
+        w.own_deviation = own_deviation;
+        w.own_common_s = over_repeats(runs, |r| r.own_common.mean());
+        w.backward_s = over_repeats(runs, |r| r.phase_mean(Phase::Backward));
+        w.repeats = runs.len();
+        w.own_half_width = repeat_half_width(runs, |r| r.own_common.mean());
+        w
+    }
+
     pub(crate) fn of(run: &RunStats) -> Workload {
         let m = &run.manifest;
         let bucket_bytes = if m.comm.bucket_bytes.is_empty() {
@@ -162,6 +220,8 @@ impl Workload {
             batch_per_rank: m.batch_size_per_rank,
             own_scale: 1.0,
             fp32_wire: matches!(m.comm.grad_dtype.as_str(), "" | "fp32"),
+            repeats: 1,
+            own_half_width: None,
         }
     }
 
@@ -274,9 +334,11 @@ fn project(w: &Workload, model: &LinkModel, nodes: usize, per_node: usize, widen
     }
     let scaled = |f: f64| times.iter().map(|t| t * f).collect::<Vec<_>>();
     let exposed = exposed_s(&times, &w.bucket_bytes, &w.ready_fraction, backward_s, w.overlap);
+    // The own work's run-to-run interval, on the log scale as the repeats' geometric mean.
+    let own_factor = 1.0 + w.own_half_width.unwrap_or(0.0);
     Ok(Step {
         step_s: own_s + exposed,
-        low_s: own_s
+        low_s: own_s / own_factor
             + exposed_s(
                 &scaled((1.0 - band).max(0.0)),
                 &w.bucket_bytes,
@@ -284,7 +346,7 @@ fn project(w: &Workload, model: &LinkModel, nodes: usize, per_node: usize, widen
                 backward_s,
                 w.overlap,
             ),
-        high_s: own_s + exposed_s(&scaled(1.0 + band), &w.bucket_bytes, &w.ready_fraction, backward_s, w.overlap),
+        high_s: own_s * own_factor + exposed_s(&scaled(1.0 + band), &w.bucket_bytes, &w.ready_fraction, backward_s, w.overlap),
         own_s,
         comm_s: times.iter().sum(),
         exposed_s: exposed,
@@ -341,7 +403,16 @@ pub(crate) fn projections_on(
             }
         };
         let model = &bm.model;
-        let w = Workload::of(reference);
+        // The reference point: every repeat at the reference's shape.
+        let reference_runs: Vec<&RunStats> = candidates.iter().copied().filter(|r| shape_of(r) == shape_of(reference)).collect();
+        let w = Workload::of_point(&reference_runs);
+        if reference_runs.len() < 2 {
+            notes.push(format!(
+                "{label}: projected from a single run at {} node(s) × {}: its band holds no run-to-run spread (add repeats of that point)",
+                shape_of(reference).0,
+                shape_of(reference).1
+            ));
+        }
         let per_node = model.ranks_per_node.max(1);
         let measured_max = group.iter().map(|r| r.manifest.world_size).max().unwrap_or(1);
         let mut shapes: Vec<(usize, usize)> = ladder.to_vec();
@@ -360,10 +431,11 @@ pub(crate) fn projections_on(
             Err(_) => continue,
         };
         let one_rank: Vec<&RunStats> = group.iter().copied().filter(|r| r.manifest.world_size == 1).collect();
-        let (single_samples_per_s, against) = match mean_step(&one_rank) {
-            Some(step) => (w.batch_per_rank as f64 / step, AGAINST_MEASURED),
+        let (single_samples_per_s, against) = match throughput(&one_rank) {
+            Some(t) => (t, AGAINST_MEASURED),
             None => (w.batch_per_rank as f64 / single, AGAINST_PROJECTED),
         };
+        let single_half_width = repeat_half_width(&one_rank, samples_per_s);
         let missing_reference = if against == AGAINST_MEASURED {
             String::new()
         } else {
@@ -389,10 +461,11 @@ pub(crate) fn projections_on(
             let spec = RowSpec {
                 label: label.clone(),
                 key: &key,
-                reference,
+                reference_runs: &reference_runs,
                 scaling: "weak",
                 global,
                 single_samples_per_s,
+                single_half_width,
                 against,
                 missing_reference: missing_reference.clone(),
                 held_out_ranks,
@@ -404,7 +477,16 @@ pub(crate) fn projections_on(
         }
         // Strong scaling of the reference's global batch over the same shapes.
         let same_key: Vec<&RunStats> = runs.iter().copied().filter(|r| r.key.as_ref() == Some(&key)).collect();
-        rows.extend(strong_rows(&label, &key, reference, &same_key, &w, model, &shapes, measured_max));
+        rows.extend(strong_rows(
+            &label,
+            &key,
+            &reference_runs,
+            &same_key,
+            &w,
+            model,
+            &shapes,
+            measured_max,
+        ));
     }
     (rows, notes)
 }
@@ -439,13 +521,19 @@ fn held_out_ranks(group: &[&RunStats]) -> Option<usize> {
     (counts.len() >= 3).then(|| counts[counts.len() - 1])
 }
 
-/// The mean of the runs' mean steps; None without runs.
+/// The runs' mean steps over the repeats ([`over_repeats`]); None without runs.
 fn mean_step(runs: &[&RunStats]) -> Option<f64> {
     mean_of(runs, |r| r.job_step.mean())
 }
 
+/// The runs' throughputs over the repeats, scaling.csv's figure; None without runs.
+fn throughput(runs: &[&RunStats]) -> Option<f64> {
+    mean_of(runs, samples_per_s)
+}
+
+/// A figure of each run over the repeats ([`over_repeats`]); None without runs.
 fn mean_of(runs: &[&RunStats], f: impl Fn(&RunStats) -> f64) -> Option<f64> {
-    (!runs.is_empty()).then(|| runs.iter().map(|r| f(r)).sum::<f64>() / runs.len() as f64)
+    (!runs.is_empty()).then(|| over_repeats(runs, f))
 }
 
 /// A run's shape: (nodes, ranks per node).
@@ -457,12 +545,15 @@ fn shape_of(r: &RunStats) -> (usize, usize) {
 struct RowSpec<'a> {
     label: String,
     key: &'a ComparisonKey,
-    reference: &'a RunStats,
+    /// The reference point's repeats.
+    reference_runs: &'a [&'a RunStats],
     scaling: &'static str,
     /// Samples per step of all ranks.
     global: f64,
-    /// The throughput at 1 rank speedup is against, and what it is.
+    /// The throughput at 1 rank speedup is against, and what it is; the measured one's
+    /// run-to-run half-width (None: one run, or against the projection).
     single_samples_per_s: f64,
+    single_half_width: Option<f64>,
     against: &'static str,
     /// Against the projection: the command of the 1-rank run to add.
     missing_reference: String,
@@ -476,8 +567,19 @@ impl RowSpec<'_> {
     /// [`what_if_steps`] gives them), with the `measured` runs of that shape.
     fn row(&self, nodes: usize, p: usize, s: &Step, what_if: (Option<f64>, f64), measured: &[&RunStats]) -> ProjectionRow {
         let ranks = nodes * p;
+        let against_measured = self.against == AGAINST_MEASURED;
         let measured_step_s = mean_step(measured);
-        let samples_per_s = self.global / s.step_s;
+        // One rank with a measured 1-rank point: the row is that point, by construction
+        // (every other row's speedup is against it), its band the point's interval.
+        let one_rank_measured = ranks == 1 && against_measured;
+        let (step_s, step_low_s, step_high_s) = if one_rank_measured {
+            let step = self.global / self.single_samples_per_s;
+            let h = 1.0 + self.single_half_width.unwrap_or(0.0);
+            (step, step / h, step * h)
+        } else {
+            (s.step_s, s.low_s, s.high_s)
+        };
+        let samples_per_s = self.global / step_s;
         // One rank against one rank: speedup and efficiency are 1 by definition; how far
         // the step projected there lies from the measured one is the error column's.
         let speedup = if ranks == 1 {
@@ -486,22 +588,29 @@ impl RowSpec<'_> {
             samples_per_s / self.single_samples_per_s
         };
         let efficiency_at = |step_s: f64| self.global / step_s / self.single_samples_per_s / ranks as f64;
-        let is_reference = (nodes, p) == shape_of(self.reference);
-        let against_measured = self.against == AGAINST_MEASURED;
+        let reference = self.reference_runs[0];
+        let is_reference = (nodes, p) == shape_of(reference);
         let communicated = |v: Option<f64>| v.filter(|_| ranks > 1);
         ProjectionRow {
             workload: self.label.clone(),
             comparison: self.key.describe(),
-            from_run: self.reference.manifest.run_id.clone(),
+            from_runs: self
+                .reference_runs
+                .iter()
+                .map(|r| r.manifest.run_id.as_str())
+                .collect::<Vec<_>>()
+                .join(" "),
+            from_repeats: self.reference_runs.len(),
+            step_basis: if one_rank_measured { "measured" } else { "projected" }.into(),
             scaling: self.scaling.into(),
             batch_per_rank: self.global / ranks as f64,
             global_batch: self.global,
             nodes,
             ranks_per_node: p,
             ranks,
-            step_s: s.step_s,
-            step_low_s: s.low_s,
-            step_high_s: s.high_s,
+            step_s,
+            step_low_s,
+            step_high_s,
             samples_per_s,
             speedup,
             efficiency: speedup / ranks as f64,
@@ -522,7 +631,7 @@ impl RowSpec<'_> {
             extrapolated: self.extrapolated,
             compute_extrapolated: self.compute_extrapolated,
             measured_step_s,
-            error_pct: measured_step_s.map(|m| (s.step_s - m) / m * 100.0),
+            error_pct: measured_step_s.filter(|_| !one_rank_measured).map(|m| (step_s - m) / m * 100.0),
             measured_own_work_s: mean_of(measured, |r| r.own_max.mean()),
             measured_wait_s: communicated(mean_of(measured, mean_wait)),
             measured_comm_s: communicated(mean_of(measured, |r| r.transfer.mean())),
@@ -569,20 +678,28 @@ pub(crate) fn own_at(measured: &[(f64, f64)], b: f64) -> (f64, bool) {
 fn strong_rows(
     label: &str,
     key: &ComparisonKey,
-    reference: &RunStats,
+    reference_runs: &[&RunStats],
     same_key: &[&RunStats],
     w: &Workload,
     model: &LinkModel,
     shapes: &[(usize, usize)],
     measured_max: usize,
 ) -> Vec<ProjectionRow> {
+    let reference = reference_runs[0];
     let rm = &reference.manifest;
     let global = (rm.world_size * rm.batch_size_per_rank) as f64;
-    // Own work per step at each per-rank batch measured on the reference's shape.
-    let measured: Vec<(f64, f64)> = same_key
+    // Own work per step at each per-rank batch measured on the reference's shape, over
+    // the repeats at that batch.
+    let mut by_batch: BTreeMap<usize, Vec<&RunStats>> = BTreeMap::new();
+    for r in same_key
         .iter()
         .filter(|r| r.manifest.nodes == rm.nodes && r.manifest.world_size == rm.world_size && r.local_work.count() > 0)
-        .map(|r| (r.manifest.batch_size_per_rank as f64, r.local_work.mean()))
+    {
+        by_batch.entry(r.manifest.batch_size_per_rank).or_default().push(r);
+    }
+    let measured: Vec<(f64, f64)> = by_batch
+        .iter()
+        .map(|(&b, runs)| (b as f64, over_repeats(runs, |r| r.local_work.mean())))
         .collect();
     let (own_ref, _) = own_at(&measured, rm.batch_size_per_rank as f64);
     let at = |ranks: usize| -> Option<(Workload, bool)> {
@@ -608,10 +725,11 @@ fn strong_rows(
         .copied()
         .filter(|r| r.manifest.world_size == 1 && r.manifest.batch_size_per_rank as f64 == global)
         .collect();
-    let (single_samples_per_s, against) = match mean_step(&one_rank) {
-        Some(step) => (global / step, AGAINST_MEASURED),
+    let (single_samples_per_s, against) = match throughput(&one_rank) {
+        Some(t) => (t, AGAINST_MEASURED),
         None => (global / single.step_s, AGAINST_PROJECTED),
     };
+    let single_half_width = repeat_half_width(&one_rank, samples_per_s);
     let accum = key.grad_accum.unwrap_or(1).max(1);
     let missing_reference = match against {
         AGAINST_MEASURED => String::new(),
@@ -637,10 +755,11 @@ fn strong_rows(
         let spec = RowSpec {
             label: format!("{label} strong G{global}"),
             key,
-            reference,
+            reference_runs,
             scaling: "strong",
             global,
             single_samples_per_s,
+            single_half_width,
             against,
             missing_reference: missing_reference.clone(),
             held_out_ranks: None,
@@ -754,6 +873,8 @@ mod tests {
             batch_per_rank: 32,
             own_scale: 1.0,
             fp32_wire: true,
+            repeats: 1,
+            own_half_width: None,
         };
         // 2 nodes: ring over 2 = 2·10 µs + 1 MB·1 ns = 1.02 ms, all exposed.
         let s = project(&w, &model, 2, 1, 1.0).unwrap();

@@ -67,6 +67,9 @@ pub struct ShapeCost {
     pub shape: Shape,
     pub ranks: usize,
     pub step_s: f64,
+    /// Against the one reference every column shares (the projection's 1-rank row: the
+    /// measured 1-rank point where there is one); efficiency = speedup / ranks.
+    pub speedup: f64,
     pub efficiency: f64,
     /// Samples of an epoch / the projected samples per second.
     pub epoch_s: f64,
@@ -74,8 +77,8 @@ pub struct ShapeCost {
     pub gpu_hours_per_epoch: f64,
     /// gpu_hours_per_epoch × `--price-per-gpu-hour`.
     pub cost_per_epoch: Option<f64>,
-    /// Against the shape before it in the table: the part of the epoch saved, and the
-    /// GPU-hours as a multiple.
+    /// Against the shape before it in the table: the part of the epoch saved (weak
+    /// scaling: 1 − speedup(before) / speedup(this)), and the GPU-hours as a multiple.
     pub epoch_saved_fraction: Option<f64>,
     pub gpu_hours_ratio: Option<f64>,
     pub extrapolated: bool,
@@ -87,7 +90,7 @@ pub struct ShapeCost {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Recommendation {
     pub workload: String,
-    pub from_run: String,
+    pub from_runs: String,
     pub batch_per_rank: f64,
     pub target_efficiency: f64,
     /// Samples one epoch trains on (the reference's steps per epoch × its global batch).
@@ -182,6 +185,7 @@ pub(crate) fn recommend(rows: &[&ProjectionRow], ask: &Ask) -> Option<Recommenda
             },
             ranks: r.ranks,
             step_s: r.step_s,
+            speedup: r.speedup,
             efficiency: r.efficiency,
             epoch_s,
             gpu_hours_per_epoch,
@@ -199,7 +203,7 @@ pub(crate) fn recommend(rows: &[&ProjectionRow], ask: &Ask) -> Option<Recommenda
     let rough = shapes[..=named].iter().any(|s| s.extrapolated || s.unreliable);
     let mut rec = Recommendation {
         workload: first.workload.clone(),
-        from_run: first.from_run.clone(),
+        from_runs: first.from_runs.clone(),
         batch_per_rank: first.batch_per_rank,
         target_efficiency: ask.target_efficiency,
         epoch_samples: ask.epoch_samples,
@@ -301,7 +305,9 @@ mod tests {
         ProjectionRow {
             workload: "w/d/b10".into(),
             comparison: String::new(),
-            from_run: "r".into(),
+            from_runs: "r".into(),
+            from_repeats: 1,
+            step_basis: "projected".into(),
             scaling: "weak".into(),
             batch_per_rank: 10.0,
             global_batch: 10.0 * ranks as f64,
@@ -368,6 +374,11 @@ mod tests {
         let s = &r.shapes[3];
         assert!((s.epoch_saved_fraction.unwrap() - (1.0 - 0.85 / (2.0 * 0.7))).abs() < 1e-12);
         assert!((s.gpu_hours_ratio.unwrap() - 0.85 / 0.7).abs() < 1e-12);
+        // One reference for every column: the epoch saved is 1 − speedup(before)/speedup(this).
+        for w in r.shapes.windows(2) {
+            let saved = 1.0 - w[0].speedup / w[1].speedup;
+            assert!((w[1].epoch_saved_fraction.unwrap() - saved).abs() < 1e-12, "{w:?}");
+        }
         // The shortest epoch is at the largest shape here, 8 × 2.
         assert_eq!(
             r.shortest_epoch,

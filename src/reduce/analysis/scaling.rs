@@ -114,11 +114,18 @@ impl StepBreakdown {
         }
     }
 
-    /// The mean breakdown of several runs.
+    /// The breakdown of several runs (repeats): each cause's geometric mean over them,
+    /// the estimator of the point's throughput (0 where a run's cause is 0).
     fn mean(runs: &[&RunStats]) -> StepBreakdown {
-        let n = runs.len().max(1) as f64;
         let all: Vec<StepBreakdown> = runs.iter().map(|r| StepBreakdown::of(r)).collect();
-        let avg = |f: fn(&StepBreakdown) -> f64| all.iter().map(f).sum::<f64>() / n;
+        let avg = |f: fn(&StepBreakdown) -> f64| {
+            let v: Vec<f64> = all.iter().map(f).collect();
+            if v.is_empty() || v.iter().any(|&x| x <= 0.0) {
+                0.0
+            } else {
+                stats::geometric_mean(&v)
+            }
+        };
         StepBreakdown {
             data_s: avg(|b| b.data_s),
             transfer_s: avg(|b| b.transfer_s),

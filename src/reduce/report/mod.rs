@@ -230,12 +230,12 @@ pub struct ProjectionReport {
     pub recommendations: Vec<crate::reduce::analysis::recommend::Recommendation>,
 }
 
-/// One workload's projection (rows with its `from_run` and `scaling`), in sentences.
+/// One workload's projection (rows with its `from_runs` and `scaling`), in sentences.
 #[derive(Debug, Clone, Serialize)]
 pub struct ProjectedWorkload {
     /// Its name in report.md (the run is added where two workloads share a name).
     pub name: String,
-    pub from_run: String,
+    pub from_runs: String,
     pub scaling: String,
     /// How the projection compares with the measured shapes.
     pub checked: String,

@@ -20,16 +20,16 @@ pub(crate) const TARGET_EFFICIENCY: f64 = 0.8;
 fn by_workload(rows: &[ProjectionRow]) -> Vec<(String, Vec<&ProjectionRow>)> {
     let mut m: BTreeMap<&str, Vec<&ProjectionRow>> = BTreeMap::new();
     for r in rows {
-        m.entry(r.from_run.as_str()).or_default().push(r);
+        m.entry(r.from_runs.as_str()).or_default().push(r);
     }
     let mut split: BTreeMap<(String, String), Vec<&ProjectionRow>> = BTreeMap::new();
     for r in m.into_values().flatten() {
-        split.entry((r.from_run.clone(), r.scaling.clone())).or_default().push(r);
+        split.entry((r.from_runs.clone(), r.scaling.clone())).or_default().push(r);
     }
     let mut out: Vec<(String, Vec<&ProjectionRow>)> = split.into_values().map(|rs| (rs[0].workload.clone(), rs)).collect();
     for i in 0..out.len() {
         if out.iter().filter(|o| o.0 == out[i].0).count() > 1 {
-            out[i].0 = format!("{} ({})", out[i].0, out[i].1[0].from_run);
+            out[i].0 = format!("{} ({})", out[i].0, out[i].1[0].from_runs);
         }
     }
     out
@@ -66,7 +66,7 @@ pub(crate) fn section(
             let weak = rs[0].scaling == "weak";
             ProjectedWorkload {
                 name,
-                from_run: rs[0].from_run.clone(),
+                from_runs: rs[0].from_runs.clone(),
                 scaling: rs[0].scaling.clone(),
                 checked,
                 answers: if weak { answers(&rs, target_efficiency) } else { Vec::new() },
@@ -230,7 +230,7 @@ own work independent of N.\n",
         }
     }
     for ((name, rs), w) in by_workload(&p.rows).into_iter().zip(&p.workloads) {
-        let _ = writeln!(md, "\n### {name} (from run {})\n\n{}\n", rs[0].from_run, rs[0].comparison);
+        let _ = writeln!(md, "\n### {name} (from {})\n\n{}\n", repeats_words(rs[0]), rs[0].comparison);
         let _ = writeln!(md, "| ranks | nodes × per node | batch per rank | step (ms) | band (ms) | samples/s | speedup | efficiency | efficiency, 2-byte gradients | efficiency, one bucket | exposed comm (ms) | algorithm | measured (ms) | error |");
         let _ = writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|");
         for r in &rs {
@@ -475,4 +475,12 @@ pub(super) fn projection_svg(rows: &[ProjectionRow]) -> Result<String> {
         ],
     };
     plot::line_chart_laid_out(&chart, &layout)
+}
+
+/// The runs a projection stands on, in words: "run ID", or "the N repeats of ID …".
+fn repeats_words(r: &ProjectionRow) -> String {
+    match r.from_repeats {
+        1 => format!("run {}", r.from_runs),
+        n => format!("the {n} repeats {}", r.from_runs),
+    }
 }

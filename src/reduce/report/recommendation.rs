@@ -85,11 +85,12 @@ pub(crate) fn attach(p: &mut ProjectionReport, req: &ReduceRequest, sweep: Optio
     }
     let mut weak: BTreeMap<&str, Vec<&crate::reduce::analysis::projection::ProjectionRow>> = BTreeMap::new();
     for r in p.rows.iter().filter(|r| r.scaling == "weak") {
-        weak.entry(r.from_run.as_str()).or_default().push(r);
+        weak.entry(r.from_runs.as_str()).or_default().push(r);
     }
     let mut recs = Vec::new();
-    for (run_id, rows) in weak {
-        let Some(run) = runs.iter().find(|r| r.manifest.run_id == run_id) else {
+    for (run_ids, rows) in weak {
+        let first = run_ids.split(' ').next().unwrap_or_default();
+        let Some(run) = runs.iter().find(|r| r.manifest.run_id == first) else {
             continue;
         };
         let Ok(bm) = file.for_manifest(&run.manifest) else { continue };

@@ -68,7 +68,7 @@ pub(crate) fn largest_loss(row: &ScalingRow) -> String {
     )
 }
 
-/// R of the point's runs (their median), and the efficiency the transfer alone allows
+/// R of the point's runs (their geometric mean, the estimator of study.csv and scaling.csv), and the efficiency the transfer alone allows
 /// without overlap (`T1 / (T1 + transfer)`, the row's `transfer_limit_efficiency`); where
 /// the all-reduce thread shared backward's cores, why neither is defined. None when no
 /// run of the point has an R.
@@ -90,7 +90,8 @@ pub(crate) fn r_sentence(row: &ScalingRow, runs: &[RunReport]) -> Option<String>
     if rs.is_empty() {
         return None;
     }
-    let r = crate::stats::median(&rs);
+    // Over the repeats as every figure of a point: their geometric mean.
+    let r = crate::stats::geometric_mean(&rs);
     let mut s = format!("R = {r:.2} (forward + backward over the transfer).");
     let limit = row.transfer_limit_efficiency;
     if limit.is_finite() {
