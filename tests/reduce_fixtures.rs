@@ -1226,6 +1226,8 @@ fn model_json(alpha_s: f64, beta: f64) -> String {
         max_abs_rel_error: 0.1,
         rms_rel_error: 0.05,
         nominal: None,
+        efficiency: None,
+        probe: None,
     };
     let file = LinkModelFile {
         formula: FORMULA.into(),

@@ -63,7 +63,7 @@ pub(crate) fn physical(alpha_s: f64, beta_s_per_byte: f64) -> std::result::Resul
 /// so at most 10^12. Real sweeps on a busy node reach spreads of 10^3 (the 90th
 /// percentile of tiny messages thousands of times their median): such a fit is noisy,
 /// not damaged, and is kept.
-const MAX_REL: f64 = 1e12;
+pub(crate) const MAX_REL: f64 = 1e12;
 
 /// A level's fit is off by more than this (relative, at the measured sizes nearest the
 /// bytes a workload all-reduces): projections through it are marked unreliable.
@@ -96,6 +96,49 @@ pub struct LevelFit {
     /// nominal α and β, no sweep behind them, an optimistic bound. Absent for a fit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nominal: Option<String>,
+    /// A nominal level: the fraction of its line rate an all-reduce is expected to reach
+    /// ([`Efficiency`]). Absent for a fit (a sweep measured what the library reaches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub efficiency: Option<Efficiency>,
+    /// A level set from the runs' own all-reduce probe (one size), in words. Absent for
+    /// a sweep's fit or a specification.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<String>,
+}
+
+/// The fraction of a link's line rate an all-reduce reaches at large messages (the
+/// library's bus bandwidth over the line rate): expected, and the range of what it is
+/// known to reach, with where that comes from (a published measurement, the spec, or
+/// assumed).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct Efficiency {
+    pub expected: f64,
+    pub low: f64,
+    pub high: f64,
+    pub basis: EfficiencyBasis,
+}
+
+/// Where an [`Efficiency`] comes from.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum EfficiencyBasis {
+    /// Stated in the spec (`efficiency=0.85`).
+    Given,
+    /// Published measurements of a collective library on that fabric (results/README.md
+    /// cites them per preset).
+    Published,
+    /// No measurement read: an assumption, with a wide range.
+    Assumed,
+}
+
+impl EfficiencyBasis {
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            EfficiencyBasis::Given => "given",
+            EfficiencyBasis::Published => "published",
+            EfficiencyBasis::Assumed => "assumed",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -158,6 +201,17 @@ impl LevelFit {
         bounds::at_most("max_bytes", self.max_bytes, MAX_BYTES_PER_STEP, "bytes")?;
         if self.min_bytes > self.max_bytes {
             return Err(format!("min_bytes is {}: above max_bytes ({})", self.min_bytes, self.max_bytes));
+        }
+        if let Some(e) = &self.efficiency {
+            let ok = |v: f64| v > 0.0 && v <= 1.0;
+            if !(ok(e.low) && ok(e.expected) && ok(e.high) && e.low <= e.expected && e.expected <= e.high) {
+                return Err(format!(
+                    "efficiency is {} ({} … {}): a fraction of line rate lies above 0 and at most 1, low ≤ expected ≤ high",
+                    shown(e.expected),
+                    shown(e.low),
+                    shown(e.high)
+                ));
+            }
         }
         within("max_abs_rel_error", self.max_abs_rel_error, MAX_REL, "a relative error")?;
         within("rms_rel_error", self.rms_rel_error, MAX_REL, "a relative error")?;
@@ -255,9 +309,10 @@ impl LevelFit {
     /// model's ratio t(n) / t(ranks measured): exact where it was measured, the model's
     /// shape beyond; the band is the measured iterations' spread there. Outside them, the
     /// model alone, with its largest relative error as the band.
-    pub(crate) fn time_s(&self, n: usize, bytes: f64) -> (f64, f64, Algorithm) {
+    /// With `interpolate` false, the model alone at every size.
+    pub(crate) fn time_s(&self, n: usize, bytes: f64, interpolate: bool) -> (f64, f64, Algorithm) {
         let (model, alg) = self.model_s(n, bytes);
-        match self.measured_at(bytes) {
+        match self.measured_at(bytes).filter(|_| interpolate) {
             Some((measured, spread)) => {
                 let at_fit = ring_s(self.ranks, bytes, self.alpha_s, self.beta_s_per_byte);
                 let scale = if at_fit > 0.0 { model / at_fit } else { 1.0 };
@@ -391,6 +446,8 @@ pub(crate) fn fit(level: &str, backend: Backend, dtype: &str, ranks: usize, poin
         max_abs_rel_error,
         rms_rel_error,
         nominal: None,
+        efficiency: None,
+        probe: None,
     })
 }
 
@@ -407,9 +464,38 @@ pub(crate) struct Projected {
     pub fit_rel_error: f64,
     /// A level used has α or β clamped to 0.
     pub clamped: bool,
+    /// Every level used started from the sweep's measurement at this size (interpolated
+    /// between the sizes it measured), not from its line.
+    pub interpolated: bool,
+    /// A level used is nominal (a specification), set from the runs' probe, or measured
+    /// by a sweep.
+    pub nominal: bool,
+    pub probe: bool,
+    pub measured: bool,
 }
 
 impl LinkModel {
+    /// The same model with each nominal level's bandwidth at the fraction of its line
+    /// rate `pick` chooses from its [`Efficiency`] (levels without one, measured by a
+    /// sweep, unchanged): the expected all-reduce, where the model as given is the bound.
+    pub(crate) fn at_efficiency(&self, pick: impl Fn(&Efficiency) -> f64) -> LinkModel {
+        let scale = |f: &Option<LevelFit>| {
+            f.clone().map(|mut f| {
+                if let Some(e) = f.efficiency {
+                    let frac = pick(&e).clamp(f64::MIN_POSITIVE, 1.0);
+                    f.beta_s_per_byte /= frac;
+                    f.bandwidth_bytes_per_s *= frac;
+                }
+                f
+            })
+        };
+        LinkModel {
+            intra: scale(&self.intra),
+            inter: scale(&self.inter),
+            ..self.clone()
+        }
+    }
+
     /// Err names the first key (`intra.alpha_s`, `nodes`, ...) that no allocation or link
     /// has ([`LevelFit::check`]).
     pub(crate) fn check(&self) -> std::result::Result<(), String> {
@@ -434,6 +520,12 @@ impl LinkModel {
 
     /// The hierarchical all-reduce time; Err names the level the model lacks.
     pub(crate) fn time_s(&self, nodes: usize, ranks_per_node: usize, bytes: f64) -> Result<Projected> {
+        self.time_s_with(nodes, ranks_per_node, bytes, true)
+    }
+
+    /// [`LinkModel::time_s`], with `interpolate` false: every level's line alone, never
+    /// its measurements (how a spec with the same α and β projects).
+    pub(crate) fn time_s_with(&self, nodes: usize, ranks_per_node: usize, bytes: f64, interpolate: bool) -> Result<Projected> {
         let levels = [
             (
                 ranks_per_node,
@@ -450,11 +542,16 @@ impl LinkModel {
         let mut rel_band: f64 = 0.0;
         let mut algorithm = Algorithm::Ring;
         let (mut fit_rel_error, mut clamped) = (0.0f64, false);
+        let (mut interpolated, mut nominal, mut probe, mut measured) = (interpolate, false, false, false);
         for (n, fit, missing) in levels.into_iter().filter(|(n, _, _)| *n > 1) {
             let Some(fit) = fit else {
                 bail!("the link model has no {missing}");
             };
-            let (t, band, alg) = fit.time_s(n, bytes);
+            interpolated &= fit.measured_at(bytes).is_some();
+            nominal |= fit.nominal.is_some();
+            probe |= fit.probe.is_some();
+            measured |= fit.nominal.is_none() && fit.probe.is_none();
+            let (t, band, alg) = fit.time_s(n, bytes, interpolate);
             time_s += t;
             rel_band = rel_band.max(band);
             algorithm = alg;
@@ -467,6 +564,10 @@ impl LinkModel {
             algorithm,
             fit_rel_error,
             clamped,
+            interpolated,
+            nominal,
+            probe,
+            measured,
         })
     }
 }
@@ -612,16 +713,16 @@ mod tests {
         }
         let model = |n: usize, b: f64| ring_s(n, b, f.alpha_s, f.beta_s_per_byte);
         // At a measured size and the measured ranks: the measurement, its spread as the band.
-        let (t, band, _) = f.time_s(2, 1024.0);
+        let (t, band, _) = f.time_s(2, 1024.0, true);
         assert!((t / (2.0 * model(2, 1024.0)) - 1.0).abs() < 1e-9 && band == 0.05);
         // Between two measured sizes: log-log interpolation.
-        let (t, _, _) = f.time_s(2, 1500.0);
+        let (t, _, _) = f.time_s(2, 1500.0, true);
         assert!((t / (2.0 * model(2, 1500.0)) - 1.0).abs() < 0.05, "{t}");
         // At 8 ranks the measurement scales with the model's ratio.
-        let (t8, _, _) = f.time_s(8, 1024.0);
+        let (t8, _, _) = f.time_s(8, 1024.0, true);
         assert!((t8 / (2.0 * f.model_s(8, 1024.0).0) - 1.0).abs() < 1e-9);
         // Beyond the sizes measured: the model alone, with the fit's error as the band.
-        let (t, band, _) = f.time_s(2, 4e9);
+        let (t, band, _) = f.time_s(2, 4e9, true);
         assert_eq!((t, band), (model(2, 4e9), f.max_abs_rel_error));
     }
 
@@ -646,6 +747,8 @@ mod tests {
             max_abs_rel_error: err,
             rms_rel_error: err,
             nominal: None,
+            efficiency: None,
+            probe: None,
         };
         let m = LinkModel {
             formula: FORMULA.into(),

@@ -6,7 +6,7 @@
 //! rate (protocol overheads, the reduction itself, congestion), so a step projected
 //! from a spec is a lower bound on the step the link gives.
 
-use super::model::{physical, LevelFit, LinkModel, FORMULA, MAX_ALPHA_S};
+use super::model::{physical, Efficiency, EfficiencyBasis, LevelFit, LinkModel, FORMULA, MAX_ALPHA_S};
 use super::{LinkModelFile, RouteLinkModel};
 use crate::bounds::{shown, MAX_BYTES_PER_STEP};
 use crate::record::{Backend, Memory};
@@ -21,7 +21,19 @@ pub(crate) struct Preset {
     pub bandwidth_bytes_per_s: f64,
     /// Latency of one message step, seconds.
     pub alpha_s: f64,
+    /// The fraction of line rate an all-reduce reaches on it: expected, low, high, and
+    /// whether published measurements stand behind it (results/README.md cites them) or
+    /// it is assumed.
+    pub efficiency: Efficiency,
 }
+
+/// The fraction of line rate assumed where no measurement was read: a wide range.
+pub(crate) const ASSUMED: Efficiency = Efficiency {
+    expected: 0.7,
+    low: 0.5,
+    high: 0.9,
+    basis: EfficiencyBasis::Assumed,
+};
 
 const GBIT: f64 = 1e9 / 8.0;
 const GBYTE: f64 = 1e9;
@@ -34,54 +46,63 @@ pub(crate) const PRESETS: [Preset; 12] = [
         describe: "10 Gigabit Ethernet, TCP",
         bandwidth_bytes_per_s: 10.0 * GBIT,
         alpha_s: 20.0 * US,
+        efficiency: ASSUMED,
     },
     Preset {
         name: "eth-25g",
         describe: "25 Gigabit Ethernet, TCP",
         bandwidth_bytes_per_s: 25.0 * GBIT,
         alpha_s: 15.0 * US,
+        efficiency: ASSUMED,
     },
     Preset {
         name: "eth-100g",
         describe: "100 Gigabit Ethernet, TCP",
         bandwidth_bytes_per_s: 100.0 * GBIT,
         alpha_s: 10.0 * US,
+        efficiency: ASSUMED,
     },
     Preset {
         name: "roce-100g",
         describe: "RoCEv2 over 100 Gb/s Ethernet",
         bandwidth_bytes_per_s: 100.0 * GBIT,
         alpha_s: 5.0 * US,
+        efficiency: ASSUMED,
     },
     Preset {
         name: "ib-hdr",
         describe: "InfiniBand HDR, 200 Gb/s per port",
         bandwidth_bytes_per_s: 200.0 * GBIT,
         alpha_s: 1.0 * US,
+        efficiency: ASSUMED,
     },
     Preset {
         name: "ib-ndr",
         describe: "InfiniBand NDR, 400 Gb/s per port",
         bandwidth_bytes_per_s: 400.0 * GBIT,
         alpha_s: 1.0 * US,
+        efficiency: ASSUMED,
     },
     Preset {
         name: "pcie3-x16",
         describe: "PCIe 3.0 x16 (8 GT/s per lane, 128b/130b), GPU to GPU through the host bridge",
         bandwidth_bytes_per_s: 15.75 * GBYTE,
         alpha_s: 5.0 * US,
+        efficiency: ASSUMED,
     },
     Preset {
         name: "pcie4-x16",
         describe: "PCIe 4.0 x16 (16 GT/s per lane)",
         bandwidth_bytes_per_s: 31.5 * GBYTE,
         alpha_s: 5.0 * US,
+        efficiency: ASSUMED,
     },
     Preset {
         name: "pcie5-x16",
         describe: "PCIe 5.0 x16 (32 GT/s per lane)",
         bandwidth_bytes_per_s: 63.0 * GBYTE,
         alpha_s: 5.0 * US,
+        efficiency: ASSUMED,
     },
     Preset {
         name: "nvlink-v100",
@@ -89,18 +110,21 @@ pub(crate) const PRESETS: [Preset; 12] = [
                    (the hybrid cube-mesh is not: some GPU pairs share fewer links)",
         bandwidth_bytes_per_s: 150.0 * GBYTE,
         alpha_s: 3.0 * US,
+        efficiency: ASSUMED,
     },
     Preset {
         name: "nvlink-a100",
         describe: "NVLink 3 of an A100 SXM4 node through NVSwitch: 12 links x 25 GB/s per GPU",
         bandwidth_bytes_per_s: 300.0 * GBYTE,
         alpha_s: 3.0 * US,
+        efficiency: ASSUMED,
     },
     Preset {
         name: "nvlink-h100",
         describe: "NVLink 4 of an H100 SXM5 node through NVSwitch: 18 links x 25 GB/s per GPU",
         bandwidth_bytes_per_s: 450.0 * GBYTE,
         alpha_s: 3.0 * US,
+        efficiency: ASSUMED,
     },
 ];
 
@@ -111,12 +135,16 @@ pub struct LinkSpec {
     pub name: String,
     pub bandwidth_bytes_per_s: f64,
     pub alpha_s: f64,
+    /// The fraction of line rate expected of an all-reduce on it: the preset's, the
+    /// spec's `efficiency=F`, else [`ASSUMED`].
+    pub efficiency: Efficiency,
 }
 
 /// The forms a spec takes, for messages and `--help`.
 pub(crate) const ACCEPTED_FORMS: &str = "a preset name, or BANDWIDTH,LATENCY with BANDWIDTH a positive number and one of \
 bit/s kbit/s Mbit/s Gbit/s Tbit/s (also Gb/s) or B/s kB/s MB/s GB/s TB/s (decimal prefixes), and LATENCY a number from 0 \
-to 1 s and one of ns us µs ms s (e.g. 100Gbit/s,5us or 25GB/s,2us)";
+to 1 s and one of ns us µs ms s (e.g. 100Gbit/s,5us or 25GB/s,2us); either may end in ,efficiency=F: the fraction of line \
+rate an all-reduce reaches on it, above 0 and at most 1 (e.g. 100Gbit/s,5us,efficiency=0.85 or roce-100g,efficiency=0.8)";
 
 fn preset_names() -> String {
     PRESETS.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
@@ -187,12 +215,17 @@ impl LinkSpec {
     /// A preset by name or `BANDWIDTH,LATENCY`; Err says what was wrong, the accepted
     /// forms and the presets.
     pub(crate) fn parse(text: &str) -> Result<LinkSpec, String> {
-        let t = text.trim();
+        let full = text.trim();
+        let (t, given) = match split_efficiency(full) {
+            Ok(v) => v,
+            Err(why) => return Err(format!("{why}: a link is {ACCEPTED_FORMS}; presets: {}", preset_names())),
+        };
         let parsed = if let Some(p) = PRESETS.iter().find(|p| p.name.eq_ignore_ascii_case(t)) {
             Ok(LinkSpec {
                 name: p.name.into(),
                 bandwidth_bytes_per_s: p.bandwidth_bytes_per_s,
                 alpha_s: p.alpha_s,
+                efficiency: p.efficiency,
             })
         } else if let Some((bw, lat)) = t.split_once(',') {
             bytes_per_s(bw).and_then(|b| {
@@ -203,6 +236,7 @@ impl LinkSpec {
                     name: t.into(),
                     bandwidth_bytes_per_s: b,
                     alpha_s,
+                    efficiency: ASSUMED,
                 })
             })
         } else if t.chars().next().is_some_and(|c| c.is_ascii_digit()) {
@@ -210,7 +244,15 @@ impl LinkSpec {
         } else {
             Err(format!("'{t}' is no preset"))
         };
-        parsed.map_err(|why| format!("{why}: a link is {ACCEPTED_FORMS}; presets: {}", preset_names()))
+        parsed
+            .map(|mut spec| {
+                if let Some(e) = given {
+                    spec.efficiency = e;
+                    spec.name = full.into();
+                }
+                spec
+            })
+            .map_err(|why| format!("{why}: a link is {ACCEPTED_FORMS}; presets: {}", preset_names()))
     }
 
     /// The spec in words: `roce-100g (12.5 GB/s, 5 µs)`.
@@ -240,7 +282,106 @@ impl LinkSpec {
             max_abs_rel_error: 0.0,
             rms_rel_error: 0.0,
             nominal: Some(self.describe()),
+            efficiency: Some(self.efficiency),
+            probe: None,
         }
+    }
+}
+
+/// The latency assumed for an intra-node level set from the runs' probe (one size
+/// cannot separate α from β); at the megabyte buckets of training it is a small part.
+pub(crate) const PROBE_ALPHA_S: f64 = 2.0 * US;
+
+/// An intra-node level from the runs' own all-reduce probes (`allreduce_probe`: the
+/// median time of all buckets at once over the run's ranks, before training), as
+/// `(ranks, bytes, median seconds)` of runs on one node at one rank count: α assumed
+/// ([`PROBE_ALPHA_S`]), β the median over the probes of what each implies at that α
+/// (the ring's time solved for β), the probes' largest relative distance from it as
+/// the fit's error. None without a probe that leaves time for the bytes.
+pub(crate) fn probe_level(probes: &[(usize, u64, f64)], backend: Backend, dtype: &str) -> Option<LevelFit> {
+    let betas: Vec<f64> = probes
+        .iter()
+        .filter(|&&(n, bytes, t)| n >= 2 && bytes > 0 && t.is_finite() && t > 0.0)
+        .map(|&(n, bytes, t)| {
+            let nf = n as f64;
+            (t - 2.0 * (nf - 1.0) * PROBE_ALPHA_S) / (2.0 * (nf - 1.0) / nf * bytes as f64)
+        })
+        .filter(|b| b.is_finite() && *b > 0.0)
+        .collect();
+    if betas.is_empty() {
+        return None;
+    }
+    let beta = crate::stats::median(&betas);
+    let error = betas.iter().map(|b| (b / beta - 1.0).abs()).fold(0.0, f64::max);
+    let (n, bytes, t) = probes[0];
+    physical(PROBE_ALPHA_S, beta).ok()?;
+    Some(LevelFit {
+        level: "intra-node".into(),
+        backend,
+        dtype: dtype.into(),
+        ranks: n,
+        alpha_s: PROBE_ALPHA_S,
+        beta_s_per_byte: beta,
+        bandwidth_bytes_per_s: 1.0 / beta,
+        min_bytes: 1,
+        max_bytes: MAX_BYTES_PER_STEP,
+        residuals: Vec::new(),
+        max_abs_rel_error: error.min(crate::link::model::MAX_REL),
+        rms_rel_error: error.min(crate::link::model::MAX_REL),
+        nominal: None,
+        efficiency: None,
+        probe: Some(format!(
+            "the runs' own all-reduce probe ({} of {} run(s) on one node, e.g. {} B over {n} ranks in {:.3} ms): its bandwidth, \
+             the latency assumed {:.0} µs",
+            betas.len(),
+            probes.len(),
+            bytes,
+            t * 1e3,
+            PROBE_ALPHA_S * 1e6
+        )),
+    })
+}
+
+/// An efficiency in words: `85 % of line rate (given)`, `70 % (50–90 %) of line rate
+/// (assumed)`.
+pub(crate) fn efficiency_words(e: &Efficiency) -> String {
+    let pct = |v: f64| format!("{:.0}", v * 100.0);
+    if e.low == e.high {
+        format!("{} % of line rate ({})", pct(e.expected), e.basis.word())
+    } else {
+        format!(
+            "{} % ({}–{} %) of line rate ({})",
+            pct(e.expected),
+            pct(e.low),
+            pct(e.high),
+            e.basis.word()
+        )
+    }
+}
+
+/// `text` without a trailing `,efficiency=F`, and that efficiency (given: low = high =
+/// F); Err where F is not a number above 0 and at most 1.
+fn split_efficiency(text: &str) -> Result<(&str, Option<Efficiency>), String> {
+    let Some((head, tail)) = text.rsplit_once(',') else {
+        return Ok((text, None));
+    };
+    let Some(v) = tail.trim().strip_prefix("efficiency=") else {
+        return Ok((text, None));
+    };
+    match v.trim().parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok((
+            head.trim(),
+            Some(Efficiency {
+                expected: f,
+                low: f,
+                high: f,
+                basis: EfficiencyBasis::Given,
+            }),
+        )),
+        _ => Err(format!(
+            "'{text}': efficiency={} is no fraction of line rate (it lies above 0 and at most 1)",
+            v.trim()
+        )),
     }
 }
 
@@ -254,6 +395,7 @@ pub(crate) fn with_specs(
     intra: Option<&LinkSpec>,
     routes: &[(Backend, Memory)],
     ranks_per_node: usize,
+    probes: &dyn Fn(Backend, Memory, &str) -> Option<LevelFit>,
 ) -> LinkModelFile {
     let mut file = measured.unwrap_or_else(|| LinkModelFile {
         formula: FORMULA.into(),
@@ -285,6 +427,10 @@ pub(crate) fn with_specs(
         }
         if let Some(s) = intra {
             m.model.intra = Some(s.level_fit("intra-node", m.backend, &dtype));
+        }
+        // No intra-node level measured or given: the runs' own probes set it.
+        if m.model.intra.is_none() {
+            m.model.intra = probes(m.backend, m.memory, &dtype);
         }
         m.model.ranks_per_node = ranks_per_node.max(1);
     }
@@ -324,6 +470,7 @@ mod tests {
             name: "same".into(),
             bandwidth_bytes_per_s: 1.0 / swept.beta_s_per_byte,
             alpha_s: swept.alpha_s,
+            efficiency: ASSUMED,
         };
         let model = |inter: LevelFit| LinkModel {
             formula: FORMULA.into(),
@@ -359,6 +506,32 @@ mod tests {
         let s = LinkSpec::parse("1.5e2 Mbit/s, 0.5ms").unwrap();
         assert!((s.bandwidth_bytes_per_s - 18.75e6).abs() < 1e-6 && (s.alpha_s - 5e-4).abs() < 1e-15);
         assert!(near(LinkSpec::parse("ROCE-100G").unwrap().alpha_s, 5e-6));
+        // A stated efficiency, after a spec or a preset; without one the preset's or
+        // the assumed range.
+        let s = LinkSpec::parse("100Gbit/s,5us,efficiency=0.85").unwrap();
+        assert!(near(s.bandwidth_bytes_per_s, 12.5e9) && s.efficiency.expected == 0.85 && s.efficiency.low == 0.85);
+        assert_eq!(s.efficiency.basis, EfficiencyBasis::Given);
+        let s = LinkSpec::parse("roce-100g, efficiency=1").unwrap();
+        assert!(
+            near(s.alpha_s, 5e-6) && s.efficiency.expected == 1.0 && s.name.contains("efficiency=1"),
+            "{s:?}"
+        );
+        assert_eq!(LinkSpec::parse("1Gbit/s,50us").unwrap().efficiency, ASSUMED);
+        let f = LinkSpec::parse("10GB/s,1us,efficiency=0.5")
+            .unwrap()
+            .level_fit("inter-node", Backend::Mpi, "float");
+        assert_eq!(f.check(), Ok(()));
+        for bad in [
+            "10GB/s,1us,efficiency=0",
+            "10GB/s,1us,efficiency=1.2",
+            "roce-100g,efficiency=-0.5",
+            "10GB/s,1us,efficiency=nan",
+            "10GB/s,1us,efficiency=high",
+            "10GB/s,1us,efficiency=inf",
+        ] {
+            let e = LinkSpec::parse(bad).unwrap_err();
+            assert!(e.contains("no fraction of line rate") && e.contains("efficiency=F"), "{bad}: {e}");
+        }
         for (bad, why) in [
             ("fast", "'fast' is no preset"),
             ("100Gbit", "'100Gbit' has no latency"),

@@ -268,11 +268,9 @@ fn project(req: &ReduceRequest, dirs: &[PathBuf], complete: &[&RunStats]) -> Res
         },
         None => None,
     };
-    let models = if by_spec {
-        report::recommendation::with_specs(req, measured, complete)
-    } else {
-        measured.expect("a sweep was found")
-    };
+    // Specifications replace the levels they name; a level neither measured nor given
+    // comes from the runs' own all-reduce probes where they have one.
+    let models = report::recommendation::with_specs(req, measured, complete);
     let source = sweep.clone().unwrap_or_default();
     let ladder = analysis::recommend::ladders(&req.project_shape);
     let (rows, notes) = analysis::projection::projections_on(complete, &models, req.project_to as usize, &ladder);

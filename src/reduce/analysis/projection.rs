@@ -84,8 +84,26 @@ pub struct ProjectionRow {
     /// E[max of N draws] of a rank's deviation from its step's common part: how long the
     /// mean rank waits for the slowest, the projected wait for a late rank.
     pub straggler_s: f64,
+    /// The expected all-reduce of every bucket (nominal levels at their expected fraction
+    /// of line rate, times the contention measured at the reference), and the same at
+    /// the bound (line rate, or a measured level as its sweep timed it alone).
     pub comm_s: f64,
+    pub comm_bound_s: f64,
     pub comm_exposed_s: f64,
+    /// The all-reduce inside training over the runs' probe of it alone, at the reference
+    /// point (None: not measured; 1 is then assumed).
+    pub contention_factor: Option<f64>,
+    /// The link term's relative uncertainty, percent: the efficiency's range, the
+    /// contention's interval and the sweep's spread, in quadrature.
+    pub link_uncertainty_pct: f64,
+    /// How the link levels used stand: `measured` (a sweep), `probe` (the runs' own
+    /// all-reduce probe, one size), `nominal` (a specification) — joined with `+`.
+    pub link_basis: String,
+    /// Every bucket's all-reduce started from the sweep's measurement at its size
+    /// (interpolated inside the sizes it measured), not from the fitted line.
+    pub interpolated: bool,
+    /// What the band's width is made of, in words.
+    pub band_sources: String,
     /// The all-reduce algorithm the inter-node (or, on one node, intra-node) level assumes.
     pub algorithm: String,
     pub extrapolated: bool,
@@ -163,8 +181,13 @@ pub(crate) fn over_repeats(runs: &[&RunStats], f: impl Fn(&RunStats) -> f64) -> 
 /// t-interval of the geometric mean, `exp(t(df = k − 1) · s / √k) − 1` with s the
 /// sample standard deviation of the log figures; None with fewer than 2 repeats.
 pub(crate) fn repeat_half_width(runs: &[&RunStats], f: impl Fn(&RunStats) -> f64) -> Option<f64> {
-    let logs: Vec<f64> = runs.iter().map(|r| f(r)).filter(|v| *v > 0.0).map(f64::ln).collect();
-    if logs.len() < 2 || logs.len() < runs.len() {
+    half_width_of(&runs.iter().map(|r| f(r)).collect::<Vec<_>>())
+}
+
+/// [`repeat_half_width`] of positive values (None with fewer than 2, or one not above 0).
+fn half_width_of(values: &[f64]) -> Option<f64> {
+    let logs: Vec<f64> = values.iter().filter(|v| **v > 0.0).map(|v| v.ln()).collect();
+    if logs.len() < 2 || logs.len() < values.len() {
         return None;
     }
     let (_, variance) = crate::stats::mean_variance(&logs);
@@ -290,25 +313,112 @@ pub(crate) fn exposed_s(bucket_s: &[f64], bucket_bytes: &[u64], ready: &[f64], b
     (end - backward_s).max(0.0)
 }
 
-/// The projected step at `nodes` × `per_node` ranks: (step, low, high, own work, comm,
-/// exposed, algorithm).
+/// The link models of one projection: the bound (the model as given: a nominal level
+/// at its line rate, a measured level as its sweep timed the all-reduce alone), and
+/// each nominal level at the fraction of its line rate expected of an all-reduce and at
+/// the low end of what it is known to reach ([`crate::link::model::Efficiency`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Links {
+    pub bound: LinkModel,
+    pub expected: LinkModel,
+    pub slow: LinkModel,
+    /// Start from the sweep's measurements inside the sizes it measured (false: its line
+    /// alone, as a spec with the same α and β).
+    pub interpolate: bool,
+}
+
+impl Links {
+    pub(crate) fn of(model: &LinkModel, interpolate: bool) -> Links {
+        Links {
+            bound: model.clone(),
+            expected: model.at_efficiency(|e| e.expected),
+            slow: model.at_efficiency(|e| e.low),
+            interpolate,
+        }
+    }
+}
+
+/// How much longer the all-reduce of a step ran inside training than alone, at the
+/// reference point: each repeat's transfer per step (after the last rank entered) over
+/// its own probe of the same buckets before training (`allreduce_probe`, the median of
+/// its iterations), over the repeats as every figure ([`over_repeats`]). Compute and
+/// communication contend for the node's cores and memory in training; the probe runs
+/// alone. Measured on the reference's shape only and assumed the same at every shape.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Contention {
+    /// 1 where not measured (a 1-rank reference, runs without a probe).
+    pub factor: f64,
+    /// Its run-to-run 95 % relative half-width (0 with one repeat or not measured).
+    pub rel_half_width: f64,
+    /// Repeats it stands on (0: not measured).
+    pub repeats: usize,
+}
+
+impl Contention {
+    pub(crate) const NONE: Contention = Contention {
+        factor: 1.0,
+        rel_half_width: 0.0,
+        repeats: 0,
+    };
+
+    pub(crate) fn of(runs: &[&RunStats]) -> Contention {
+        let ratio = |r: &RunStats| -> Option<f64> {
+            let probe = r.manifest.allreduce_probe.as_ref()?;
+            (r.manifest.world_size > 1 && probe.median_s > 0.0 && r.transfer.count() > 0)
+                .then(|| r.transfer.mean() / probe.median_s)
+                .filter(|v| v.is_finite() && *v > 0.0)
+        };
+        let v: Vec<f64> = runs.iter().filter_map(|r| ratio(r)).collect();
+        if v.len() < runs.len() || v.is_empty() {
+            return Contention::NONE;
+        }
+        Contention {
+            factor: crate::stats::geometric_mean(&v),
+            rel_half_width: half_width_of(&v).unwrap_or(0.0),
+            repeats: v.len(),
+        }
+    }
+}
+
+/// The projected step at `nodes` × `per_node` ranks and its terms.
 struct Step {
+    /// The band's centre (the expected step), and its ends.
     step_s: f64,
     low_s: f64,
     high_s: f64,
     own_s: f64,
+    /// The expected all-reduce of every bucket, and at the bound (line rate, or the
+    /// sweep's all-reduce alone).
     comm_s: f64,
+    comm_bound_s: f64,
     exposed_s: f64,
     straggler_s: f64,
     algorithm: Algorithm,
+    /// The link term's relative uncertainty (efficiency range, contention, sweep spread).
+    link_rel_uncertainty: f64,
     /// The fits' largest relative error over the buckets' sizes; a clamped fit used; a
-    /// band of 100 % or more (its low end is the own work alone).
+    /// link uncertainty of 100 % or more (the band's low end is then the bound).
     fit_rel_error: f64,
     clamped: bool,
     band_low_clamped: bool,
+    /// Every bucket started from the sweep's measurements; a level used was nominal; one
+    /// was set from the runs' probe.
+    interpolated: bool,
+    nominal: bool,
+    probe: bool,
+    measured: bool,
 }
 
-fn project(w: &Workload, model: &LinkModel, nodes: usize, per_node: usize, widen: f64) -> anyhow::Result<Step> {
+/// What a projection stands on besides the workload: the link models and the
+/// contention measured at the reference point.
+#[derive(Debug, Clone)]
+pub(crate) struct Basis {
+    pub links: Links,
+    pub contention: Contention,
+}
+
+fn project(w: &Workload, basis: &Basis, nodes: usize, per_node: usize, widen: f64) -> anyhow::Result<Step> {
+    let (links, contention) = (&basis.links, basis.contention);
     let n = nodes * per_node;
     // Noise that hits every rank in a step slows all of them: only the deviation from
     // the step's common part makes one rank the straggler.
@@ -320,41 +430,61 @@ fn project(w: &Workload, model: &LinkModel, nodes: usize, per_node: usize, widen
         (o * w.own_scale, (o - w.own_work.mean()) * w.own_scale)
     };
     let backward_s = w.backward_s * w.own_scale;
-    let mut times = Vec::new();
-    let mut band = 0.0f64;
+    let (mut bound, mut expected) = (Vec::new(), Vec::new());
+    let (mut band, mut efficiency_range) = (0.0f64, 0.0f64);
     let mut algorithm = Algorithm::Ring;
     let (mut fit_rel_error, mut clamped) = (0.0f64, false);
+    let (mut interpolated, mut nominal, mut probe, mut measured) = (true, false, false, false);
     for &b in &w.bucket_bytes {
-        let p = model.time_s(nodes, per_node, b as f64)?;
-        times.push(p.time_s);
+        let p = links.bound.time_s_with(nodes, per_node, b as f64, links.interpolate)?;
+        let e = links.expected.time_s_with(nodes, per_node, b as f64, links.interpolate)?.time_s;
+        let slow = links.slow.time_s_with(nodes, per_node, b as f64, links.interpolate)?.time_s;
+        bound.push(p.time_s);
+        expected.push((e * contention.factor).max(p.time_s));
+        if e > 0.0 {
+            efficiency_range = efficiency_range.max(slow / e - 1.0);
+        }
         band = band.max(p.rel_band * widen);
         algorithm = p.algorithm;
         fit_rel_error = fit_rel_error.max(p.fit_rel_error);
         clamped |= p.clamped;
+        interpolated &= p.interpolated;
+        nominal |= p.nominal;
+        probe |= p.probe;
+        measured |= p.measured;
     }
-    let scaled = |f: f64| times.iter().map(|t| t * f).collect::<Vec<_>>();
-    let exposed = exposed_s(&times, &w.bucket_bytes, &w.ready_fraction, backward_s, w.overlap);
+    // Independent sources of the link term's width, added in quadrature.
+    let h_link = (efficiency_range.powi(2) + contention.rel_half_width.powi(2) + band.powi(2)).sqrt();
+    let scaled = |v: &[f64], f: f64| v.iter().map(|t| t * f).collect::<Vec<_>>();
+    let exposed = |v: &[f64]| exposed_s(v, &w.bucket_bytes, &w.ready_fraction, backward_s, w.overlap);
+    let centre = exposed(&expected);
+    let link_high = exposed(&scaled(&expected, 1.0 + h_link)) - centre;
+    let link_low = centre - exposed(&scaled(&expected, (1.0 - h_link).max(0.0)));
     // The own work's run-to-run interval, on the log scale as the repeats' geometric mean.
     let own_factor = 1.0 + w.own_half_width.unwrap_or(0.0);
+    let (own_high, own_low) = (own_s * own_factor - own_s, own_s - own_s / own_factor);
+    let step_s = own_s + centre;
+    // The optimistic end never passes the bound: the own work's low end and the link at
+    // line rate (or as the sweep timed it alone, less its spread).
+    let bound_step = own_s - own_low + exposed(&scaled(&bound, (1.0 - band).max(0.0)));
     Ok(Step {
-        step_s: own_s + exposed,
-        low_s: own_s / own_factor
-            + exposed_s(
-                &scaled((1.0 - band).max(0.0)),
-                &w.bucket_bytes,
-                &w.ready_fraction,
-                backward_s,
-                w.overlap,
-            ),
-        high_s: own_s * own_factor + exposed_s(&scaled(1.0 + band), &w.bucket_bytes, &w.ready_fraction, backward_s, w.overlap),
+        step_s,
+        low_s: (step_s - own_low.hypot(link_low)).max(bound_step),
+        high_s: step_s + own_high.hypot(link_high),
         own_s,
-        comm_s: times.iter().sum(),
-        exposed_s: exposed,
+        comm_s: expected.iter().sum(),
+        comm_bound_s: bound.iter().sum(),
+        exposed_s: centre,
         straggler_s,
         algorithm,
+        link_rel_uncertainty: h_link,
         fit_rel_error,
         clamped,
-        band_low_clamped: band >= 1.0 && !times.is_empty(),
+        band_low_clamped: h_link >= 1.0 && !expected.is_empty(),
+        interpolated: interpolated && !w.bucket_bytes.is_empty(),
+        nominal,
+        probe,
+        measured,
     })
 }
 
@@ -406,6 +536,11 @@ pub(crate) fn projections_on(
         // The reference point: every repeat at the reference's shape.
         let reference_runs: Vec<&RunStats> = candidates.iter().copied().filter(|r| shape_of(r) == shape_of(reference)).collect();
         let w = Workload::of_point(&reference_runs);
+        let basis = Basis {
+            links: Links::of(model, true),
+            contention: Contention::of(&reference_runs),
+        };
+        let band_sources = band_sources(&w, &basis);
         if reference_runs.len() < 2 {
             notes.push(format!(
                 "{label}: projected from a single run at {} node(s) × {}: its band holds no run-to-run spread (add repeats of that point)",
@@ -426,7 +561,7 @@ pub(crate) fn projections_on(
         }
         shapes.sort_unstable_by_key(|&(m, p)| (m * p, m));
         shapes.dedup();
-        let single = match project(&w, model, 1, 1, 1.0) {
+        let single = match project(&w, &basis, 1, 1, 1.0) {
             Ok(s) => s.step_s,
             Err(_) => continue,
         };
@@ -444,7 +579,7 @@ pub(crate) fn projections_on(
         for &(nodes, p) in &shapes {
             let ranks = nodes * p;
             let extrapolated = ranks > EXTRAPOLATION_FACTOR * measured_max;
-            let s = match project(&w, model, nodes, p, if extrapolated { 2.0 } else { 1.0 }) {
+            let s = match project(&w, &basis, nodes, p, if extrapolated { 2.0 } else { 1.0 }) {
                 Ok(s) => s,
                 Err(e) => {
                     // The same reason leaves out every larger shape: say it once.
@@ -468,11 +603,13 @@ pub(crate) fn projections_on(
                 single_half_width,
                 against,
                 missing_reference: missing_reference.clone(),
+                band_sources: band_sources.clone(),
+                contention: basis.contention,
                 held_out_ranks,
                 extrapolated,
                 compute_extrapolated: false,
             };
-            let what_if = what_if_steps(&w, model, nodes, p, if extrapolated { 2.0 } else { 1.0 });
+            let what_if = what_if_steps(&w, &basis, nodes, p, if extrapolated { 2.0 } else { 1.0 });
             rows.push(spec.row(nodes, p, &s, what_if, &measured));
         }
         // Strong scaling of the reference's global batch over the same shapes.
@@ -483,7 +620,7 @@ pub(crate) fn projections_on(
             &reference_runs,
             &same_key,
             &w,
-            model,
+            &basis,
             &shapes,
             measured_max,
         ));
@@ -491,15 +628,66 @@ pub(crate) fn projections_on(
     (rows, notes)
 }
 
+/// How the levels a row used stand, joined with `+`: `measured`, `probe`, `nominal`.
+fn link_basis(s: &Step) -> String {
+    let mut out = Vec::new();
+    if s.measured {
+        out.push("measured");
+    }
+    if s.probe {
+        out.push("probe");
+    }
+    if s.nominal {
+        out.push("nominal");
+    }
+    out.join("+")
+}
+
+/// What a workload's band is made of, in words: the own work's run-to-run interval, each
+/// nominal level's efficiency range, the contention and the sweep's spread.
+fn band_sources(w: &Workload, basis: &Basis) -> String {
+    let mut out = vec![match w.own_half_width {
+        Some(h) => format!("own work ±{:.1} % (95 %, {} repeats)", h * 100.0, w.repeats),
+        None => "own work from one run (no run-to-run spread)".to_string(),
+    }];
+    for f in [&basis.links.bound.intra, &basis.links.bound.inter].into_iter().flatten() {
+        if let Some(e) = &f.efficiency {
+            out.push(format!("{} at {}", f.level, crate::link::spec::efficiency_words(e)));
+        }
+        if let Some(p) = &f.probe {
+            out.push(format!("{} from {p}", f.level));
+        }
+    }
+    let c = basis.contention;
+    out.push(if c.repeats > 0 {
+        format!(
+            "the all-reduce {:.2}× as long in training as alone (±{:.0} %, {} repeat(s)), assumed at every shape",
+            c.factor,
+            c.rel_half_width * 100.0,
+            c.repeats
+        )
+    } else {
+        "contention not measured (no probe, or a 1-rank reference): assumed none".to_string()
+    });
+    if [&basis.links.bound.intra, &basis.links.bound.inter]
+        .into_iter()
+        .flatten()
+        .any(|f| f.nominal.is_none() && f.probe.is_none())
+    {
+        out.push("the sweep's spread at each size (its fit's error outside them)".into());
+    }
+    out.join("; ")
+}
+
 /// The steps at `nodes` × `p` of the what-ifs: with half the wire bytes (None where the
 /// gradients already travel at 2 bytes, or the model cannot project it) and with one
 /// bucket (NaN where the model cannot project it).
-fn what_if_steps(w: &Workload, model: &LinkModel, nodes: usize, p: usize, widen: f64) -> (Option<f64>, f64) {
+fn what_if_steps(w: &Workload, basis: &Basis, nodes: usize, p: usize, widen: f64) -> (Option<f64>, f64) {
     let half = w
         .half_wire_bytes()
-        .and_then(|h| project(&h, model, nodes, p, widen).ok())
+        .and_then(|h| project(&h, basis, nodes, p, widen).ok())
         .map(|s| s.step_s);
-    let one = project(&w.one_bucket(), model, nodes, p, widen).map_or(f64::NAN, |s| s.step_s);
+    let one = project(&w.one_bucket(), basis, nodes, p, widen).map_or(f64::NAN, |s| s.step_s);
     (half, one)
 }
 
@@ -557,6 +745,9 @@ struct RowSpec<'a> {
     against: &'static str,
     /// Against the projection: the command of the 1-rank run to add.
     missing_reference: String,
+    /// What the band's width is made of, and the contention measured.
+    band_sources: String,
+    contention: Contention,
     held_out_ranks: Option<usize>,
     extrapolated: bool,
     compute_extrapolated: bool,
@@ -626,7 +817,13 @@ impl RowSpec<'_> {
             own_work_s: s.own_s,
             straggler_s: s.straggler_s,
             comm_s: s.comm_s,
+            comm_bound_s: s.comm_bound_s,
             comm_exposed_s: s.exposed_s,
+            contention_factor: (self.contention.repeats > 0).then_some(self.contention.factor),
+            link_uncertainty_pct: s.link_rel_uncertainty * 100.0,
+            link_basis: link_basis(s),
+            interpolated: s.interpolated,
+            band_sources: self.band_sources.clone(),
             algorithm: s.algorithm.name().into(),
             extrapolated: self.extrapolated,
             compute_extrapolated: self.compute_extrapolated,
@@ -681,7 +878,7 @@ fn strong_rows(
     reference_runs: &[&RunStats],
     same_key: &[&RunStats],
     w: &Workload,
-    model: &LinkModel,
+    basis: &Basis,
     shapes: &[(usize, usize)],
     measured_max: usize,
 ) -> Vec<ProjectionRow> {
@@ -717,7 +914,7 @@ fn strong_rows(
         ))
     };
     let Some((w1, _)) = at(1) else { return Vec::new() };
-    let Ok(single) = project(&w1, model, 1, 1, 1.0) else {
+    let Ok(single) = project(&w1, basis, 1, 1, 1.0) else {
         return Vec::new();
     };
     let one_rank: Vec<&RunStats> = same_key
@@ -744,7 +941,7 @@ fn strong_rows(
         let ranks = nodes * p;
         let Some((wn, compute_extrapolated)) = at(ranks) else { continue };
         let extrapolated = ranks > EXTRAPOLATION_FACTOR * measured_max;
-        let Ok(s) = project(&wn, model, nodes, p, if extrapolated { 2.0 } else { 1.0 }) else {
+        let Ok(s) = project(&wn, basis, nodes, p, if extrapolated { 2.0 } else { 1.0 }) else {
             continue;
         };
         let measured: Vec<&RunStats> = same_key
@@ -762,11 +959,13 @@ fn strong_rows(
             single_half_width,
             against,
             missing_reference: missing_reference.clone(),
+            band_sources: band_sources(w, basis),
+            contention: basis.contention,
             held_out_ranks: None,
             extrapolated,
             compute_extrapolated,
         };
-        let what_if = what_if_steps(&wn, model, nodes, p, if extrapolated { 2.0 } else { 1.0 });
+        let what_if = what_if_steps(&wn, basis, nodes, p, if extrapolated { 2.0 } else { 1.0 });
         rows.push(spec.row(nodes, p, &s, what_if, &measured));
     }
     rows
@@ -853,6 +1052,8 @@ mod tests {
             max_abs_rel_error: 0.1,
             rms_rel_error: 0.05,
             nominal: None,
+            efficiency: None,
+            probe: None,
         };
         let model = LinkModel {
             formula: FORMULA.into(),
@@ -877,7 +1078,11 @@ mod tests {
             own_half_width: None,
         };
         // 2 nodes: ring over 2 = 2·10 µs + 1 MB·1 ns = 1.02 ms, all exposed.
-        let s = project(&w, &model, 2, 1, 1.0).unwrap();
+        let basis = Basis {
+            links: Links::of(&model, true),
+            contention: Contention::NONE,
+        };
+        let s = project(&w, &basis, 2, 1, 1.0).unwrap();
         assert!((s.comm_s - 1.02e-3).abs() < 1e-12 && (s.step_s - 0.10102).abs() < 1e-9);
         assert!((s.high_s - (0.1 + 1.02e-3 * 1.1)).abs() < 1e-9 && (s.low_s - (0.1 + 1.02e-3 * 0.9)).abs() < 1e-9);
         // The projection lies between own work alone and own work plus the whole all-reduce.
@@ -885,9 +1090,9 @@ mod tests {
         // No residuals: no error known, nothing clamped, a band under 100 %.
         assert!(s.fit_rel_error == 0.0 && !s.clamped && !s.band_low_clamped);
         // Half the wire bytes: 2·10 µs + 0.5 MB·1 ns = 0.52 ms; one bucket (there is one): the same step.
-        let half = project(&w.half_wire_bytes().unwrap(), &model, 2, 1, 1.0).unwrap();
+        let half = project(&w.half_wire_bytes().unwrap(), &basis, 2, 1, 1.0).unwrap();
         assert!((half.comm_s - 0.52e-3).abs() < 1e-12, "{}", half.comm_s);
-        assert!((project(&w.one_bucket(), &model, 2, 1, 1.0).unwrap().step_s - s.step_s).abs() < 1e-15);
+        assert!((project(&w.one_bucket(), &basis, 2, 1, 1.0).unwrap().step_s - s.step_s).abs() < 1e-15);
         // Gradients already at 2 bytes are not halved again.
         assert!(Workload {
             fp32_wire: false,
@@ -895,5 +1100,187 @@ mod tests {
         }
         .half_wire_bytes()
         .is_none());
+    }
+
+    /// A workload of two buckets (1 MB ready at half of backward, 3 MB at its end), overlap on.
+    fn two_buckets() -> Workload {
+        Workload {
+            own_work: sketch(&[0.1; 8]),
+            own_common_s: 0.1,
+            own_deviation: Sketch::new(),
+            backward_s: 0.004,
+            bucket_bytes: vec![1_000_000, 3_000_000],
+            ready_fraction: vec![0.5, 1.0],
+            overlap: true,
+            batch_per_rank: 32,
+            own_scale: 1.0,
+            fp32_wire: true,
+            repeats: 1,
+            own_half_width: None,
+        }
+    }
+
+    fn model_with(intra: crate::link::model::LevelFit, inter: crate::link::model::LevelFit) -> LinkModel {
+        LinkModel {
+            formula: crate::link::model::FORMULA.into(),
+            ranks_per_node: 4,
+            nodes: 2,
+            intra: Some(intra),
+            inter: Some(inter),
+            node_type: "t".into(),
+        }
+    }
+
+    #[test]
+    fn a_spec_equal_to_the_sweeps_fit_projects_the_sweep_paths_rows_without_interpolation() {
+        use crate::link::model::{fit, ring_s, EfficiencyBasis};
+        use crate::link::spec::LinkSpec;
+        use crate::record::Backend;
+        // A sweep whose timings wander ±20 % around its line: inside its sizes the sweep
+        // path starts from them, so it differs from the line where interpolation is on.
+        let (alpha, beta) = (5e-6, 1.0 / 12.5e9);
+        let pts: Vec<(u64, f64)> = (10..24)
+            .map(|k| 1u64 << k)
+            .enumerate()
+            .map(|(i, b)| (b, ring_s(2, b as f64, alpha, beta) * if i % 2 == 0 { 1.2 } else { 0.8 }))
+            .collect();
+        let swept = fit("inter-node", Backend::Mpi, "float", 2, &pts).unwrap();
+        let spec = |level: &str| {
+            let text = format!("{}B/s,{}s,efficiency=1", 1.0 / swept.beta_s_per_byte, swept.alpha_s);
+            let s = LinkSpec::parse(&text).unwrap();
+            assert_eq!(s.efficiency.basis, EfficiencyBasis::Given);
+            s.level_fit(level, Backend::Mpi, "float")
+        };
+        let mut intra_swept = swept.clone();
+        intra_swept.level = "intra-node".into();
+        let by_sweep = model_with(intra_swept, swept.clone());
+        let by_spec = model_with(spec("intra-node"), spec("inter-node"));
+        let w = two_buckets();
+        let basis = |m: &LinkModel, interpolate: bool| Basis {
+            links: Links::of(m, interpolate),
+            contention: Contention {
+                factor: 1.3,
+                rel_half_width: 0.1,
+                repeats: 3,
+            },
+        };
+        for (nodes, per_node) in [(1, 2), (1, 4), (2, 1), (2, 4), (16, 4), (128, 8)] {
+            let a = project(&w, &basis(&by_sweep, false), nodes, per_node, 1.0).unwrap();
+            let b = project(&w, &basis(&by_spec, true), nodes, per_node, 1.0).unwrap();
+            for (x, y, what) in [
+                (a.step_s, b.step_s, "step"),
+                (a.own_s, b.own_s, "own work"),
+                (a.comm_s, b.comm_s, "all-reduce"),
+                (a.comm_bound_s, b.comm_bound_s, "bound"),
+                (a.exposed_s, b.exposed_s, "exposed"),
+            ] {
+                assert!((x / y - 1.0).abs() < 1e-9, "{nodes}x{per_node} {what}: {x} vs {y}");
+            }
+            assert_eq!(a.algorithm, b.algorithm);
+            assert!(!a.interpolated && !b.interpolated && b.nominal && !a.nominal);
+            // Interpolation on: the sweep path starts from its measurements, and says so.
+            let c = project(&w, &basis(&by_sweep, true), nodes, per_node, 1.0).unwrap();
+            assert!(
+                c.interpolated && (c.comm_s / a.comm_s - 1.0).abs() > 0.01,
+                "{nodes}x{per_node}: {c:?}",
+                c = c.comm_s
+            );
+        }
+    }
+
+    #[test]
+    fn the_forecast_sits_between_the_bound_and_the_slow_end_with_its_sources_named() {
+        use crate::link::model::{Efficiency, EfficiencyBasis, LevelFit, FORMULA};
+        // One 1 MB bucket over 2 nodes at a nominal 1 GB/s, 10 µs: the bound is
+        // 2·10 µs + 1 MB·1 ns = 1.02 ms. Expected at 50 % of line rate: 20 µs + 2 ms; the
+        // contention measured (1.5×, ±10 %) on top: 3.03 ms.
+        let e = Efficiency {
+            expected: 0.5,
+            low: 0.4,
+            high: 0.9,
+            basis: EfficiencyBasis::Published,
+        };
+        let nominal = LevelFit {
+            level: "inter-node".into(),
+            backend: crate::record::Backend::Mpi,
+            dtype: "float".into(),
+            ranks: 2,
+            alpha_s: 1e-5,
+            beta_s_per_byte: 1e-9,
+            bandwidth_bytes_per_s: 1e9,
+            min_bytes: 1,
+            max_bytes: 1 << 30,
+            residuals: Vec::new(),
+            max_abs_rel_error: 0.0,
+            rms_rel_error: 0.0,
+            nominal: Some("1GB/s,10us".into()),
+            efficiency: Some(e),
+            probe: None,
+        };
+        let model = LinkModel {
+            formula: FORMULA.into(),
+            ranks_per_node: 1,
+            nodes: 2,
+            intra: None,
+            inter: Some(nominal),
+            node_type: "t".into(),
+        };
+        let w = Workload {
+            bucket_bytes: vec![1_000_000],
+            ready_fraction: Vec::new(),
+            overlap: false,
+            own_half_width: Some(0.05),
+            repeats: 4,
+            ..two_buckets()
+        };
+        let basis = Basis {
+            links: Links::of(&model, true),
+            contention: Contention {
+                factor: 1.5,
+                rel_half_width: 0.1,
+                repeats: 4,
+            },
+        };
+        let s = project(&w, &basis, 2, 1, 1.0).unwrap();
+        assert!((s.comm_bound_s - 1.02e-3).abs() < 1e-12, "{}", s.comm_bound_s);
+        assert!((s.comm_s - 1.5 * 2.02e-3).abs() < 1e-12, "{}", s.comm_s);
+        assert!((s.step_s - (0.1 + s.comm_s)).abs() < 1e-12);
+        // The link's width: at 40 % of line rate 20 µs + 2.5 ms, 2.52/2.02 − 1 beside the
+        // contention's 10 %, in quadrature.
+        let h = ((2.52f64 / 2.02 - 1.0).powi(2) + 0.01).sqrt();
+        assert!((s.link_rel_uncertainty - h).abs() < 1e-9, "{} vs {h}", s.link_rel_uncertainty);
+        let (own_hi, own_lo): (f64, f64) = (0.1 * 0.05, 0.1 - 0.1 / 1.05);
+        assert!((s.high_s - (s.step_s + own_hi.hypot(s.comm_s * h))).abs() < 1e-12);
+        assert!((s.low_s - (s.step_s - own_lo.hypot(s.comm_s * h))).abs() < 1e-12);
+        // The optimistic end never passes the bound: own work's low end and line rate.
+        assert!(s.low_s >= 0.1 / 1.05 + 1.02e-3 - 1e-15 && s.low_s < s.step_s && s.step_s < s.high_s);
+        let words = band_sources(&w, &basis);
+        for needle in [
+            "own work ±5.0 % (95 %, 4 repeats)",
+            "inter-node at 50 % (40–90 %) of line rate (published)",
+            "1.50× as long in training",
+        ] {
+            assert!(words.contains(needle), "{needle:?} not in {words}");
+        }
+        assert_eq!(link_basis(&s), "nominal");
+        // No contention measured and a spec's own efficiency of 1: the bound itself.
+        let plain = Basis {
+            links: Links::of(&model.at_efficiency(|_| 1.0), true),
+            contention: Contention::NONE,
+        };
+        let mut exact = model.clone();
+        exact.inter.as_mut().unwrap().efficiency = None;
+        let b = project(
+            &w,
+            &Basis {
+                links: Links::of(&exact, true),
+                ..plain
+            },
+            2,
+            1,
+            1.0,
+        )
+        .unwrap();
+        assert!((b.comm_s - b.comm_bound_s).abs() < 1e-15 && (b.comm_s - 1.02e-3).abs() < 1e-12);
     }
 }

@@ -35,7 +35,30 @@ pub(crate) fn with_specs(req: &ReduceRequest, measured: Option<LinkModelFile>, r
             .max()
             .unwrap_or(1),
     };
-    link_spec::with_specs(measured, req.link.as_ref(), req.link_intra.as_ref(), &routes, per_node)
+    let probes = |backend: Backend, memory: Memory, dtype: &str| probe_level(runs, backend, memory, dtype);
+    link_spec::with_specs(measured, req.link.as_ref(), req.link_intra.as_ref(), &routes, per_node, &probes)
+}
+
+/// The intra-node level the runs' own probes give on `backend` and `memory`: from the
+/// runs on one node with the most ranks there ([`link_spec::probe_level`]).
+fn probe_level(runs: &[&RunStats], backend: Backend, memory: Memory, dtype: &str) -> Option<LevelFit> {
+    let on_route: Vec<&RunStats> = runs
+        .iter()
+        .copied()
+        .filter(|r| {
+            let m = &r.manifest;
+            let device = DeviceKind::of_ranks(m.ranks.get(..1).unwrap_or_default());
+            m.comm_backend == backend && Memory::of_device(device) == memory && m.nodes == 1 && m.world_size >= 2
+        })
+        .filter(|r| r.manifest.allreduce_probe.is_some())
+        .collect();
+    let most = on_route.iter().map(|r| r.manifest.world_size).max()?;
+    let probes: Vec<(usize, u64, f64)> = on_route
+        .iter()
+        .filter(|r| r.manifest.world_size == most)
+        .filter_map(|r| r.manifest.allreduce_probe.as_ref().map(|p| (most, p.bytes, p.median_s)))
+        .collect();
+    link_spec::probe_level(&probes, backend, dtype)
 }
 
 /// Where the link model came from, in words.
@@ -46,11 +69,18 @@ pub(crate) fn source_words(req: &ReduceRequest, sweep: Option<&Path>) -> String 
     parts.join(" and ")
 }
 
-/// One level in words: nominal (its spec), or measured by the sweep.
+/// One level in words: nominal (its spec), from the runs' probe, or measured by the sweep.
 fn level_words(fit: Option<&LevelFit>, sweep: Option<&Path>) -> String {
     match (fit, fit.and_then(|f| f.nominal.as_ref())) {
         (None, _) => "absent".into(),
-        (Some(_), Some(spec)) => format!("nominal, from the specification {spec}"),
+        (Some(f), Some(spec)) => match &f.efficiency {
+            Some(e) => format!(
+                "nominal, from the specification {spec}, expected at {}",
+                link_spec::efficiency_words(e)
+            ),
+            None => format!("nominal, from the specification {spec}"),
+        },
+        (Some(f), None) if f.probe.is_some() => format!("measured by {}", f.probe.as_deref().unwrap_or_default()),
         (Some(_), None) => format!(
             "measured by `ddpbench allreduce`{}",
             sweep.map(|s| format!(" in `{}`", s.display())).unwrap_or_default()
