@@ -8,9 +8,9 @@
 #   pack    1 node × 2 ranks on node1           (reference: the cores the 2-node run uses)
 #   spread  2 nodes × 1 rank over the veth      (measured; never the reference)
 #   sweep   `ddpbench allreduce` over 2 nodes × 1 on the shaped link
-#   spec    `reduce --link RATE,LATENCY[,SPEC_EXTRA] --project-shape 2x1 one pack spread`
+#   spec    `reduce --link RATE,LATENCY[,SPEC_EXTRA] --project-shape 2x1 one-* pack-* spread`
 #           (RATE the tbf rate, LATENCY half the veth's measured round trip)
-#   swept   `reduce --interconnect sweep --project-to 2 one pack spread`
+#   swept   `reduce --interconnect sweep --project-to 2 one-* pack-* spread`
 # and one line per path in OUT/forecast.csv: the projected 2 × 1 step, its band
 # [step_low_s, step_high_s], the measured step, the error, whether the measured step lies
 # inside the band, the link term's bound (comm_bound_s, or comm_s where the binary writes
@@ -39,6 +39,8 @@
 #               on both ends of the veth, B = 128 kB per Gbit/s (at least 16 kB), as
 #               tests/cluster/netns.sh shapes its links.
 #   SPEC_EXTRA  appended to the spec after a comma (empty by default)
+#   REF_REPEATS repeats of each reference (one, pack) per pass and rate, interleaved
+#               (default 3): the projection stands on all of them
 #   SHAPE       2x1 (default) or 2x2
 #
 # OUT must not exist or be empty: nothing is overwritten. Runs go to OUT/passN/RATE/.
@@ -59,6 +61,8 @@ esac
 read -r -a rates <<<"${RATES:-1gbit 4gbit}"
 ((${#rates[@]})) || { echo "netns_hier.sh: RATES is empty" >&2; exit 2; }
 spec_extra=${SPEC_EXTRA:-}
+ref_repeats=${REF_REPEATS:-3}
+[[ $ref_repeats =~ ^[1-9][0-9]*$ ]] || { echo "netns_hier.sh: REF_REPEATS is a positive integer, not '$ref_repeats'" >&2; exit 2; }
 bin=${DDPBENCH_BIN:?set DDPBENCH_BIN to the ddpbench binary}
 [ -x "$bin" ] || { echo "netns_hier.sh: $bin is not an executable" >&2; exit 2; }
 
@@ -147,7 +151,7 @@ d, out, p, rate, utc, load = sys.argv[1:7]
 cols = ["pass", "rate", "path", "utc", "loadavg1", "projected_step_s", "band_low_s", "band_high_s",
         "measured_step_s", "error_pct", "inside_band", "half_width_pct", "comm_bound_s", "measured_comm_s",
         "bound_holds", "projected_speedup", "measured_speedup"]
-pack = json.load(open(os.path.join(d, "pack", "manifest.json")))["run_id"]
+pack = json.load(open(os.path.join(d, "pack-0", "manifest.json")))["run_id"]
 def row(name):
     rs = [x for x in csv.DictReader(open(os.path.join(d, name, "projection.csv")))
           if x["nodes"] == "2" and x["ranks_per_node"] == "1" and x["scaling"] == "weak"]
@@ -254,10 +258,16 @@ pass_2x1() {  # pass_2x1 PASS RATE: the runs and reduces of one pass at one rate
   "$here/netns_link.sh" up "$(tbf_of "$rate")" || { failed "$p" "$rate" "netns_link.sh up"; return 1; }
   rtt=$(rtt_us) || { failed "$p" "$rate" "round trip"; return 1; }
   lat=$(python3 -c "print('%.2f' % ($rtt / 2))")
-  on_node1 "$d/one.log" "exec mpirun -n 1 --bind-to none -x LD_LIBRARY_PATH $bin train ${flags[*]} --out $d/one" \
-    || { failed "$p" "$rate" "one ($d/one.log)"; return 1; }
-  on_node1 "$d/pack.log" "exec mpirun -n 2 --bind-to none -x LD_LIBRARY_PATH $bin train ${flags[*]} --out $d/pack" \
-    || { failed "$p" "$rate" "pack ($d/pack.log)"; return 1; }
+  # The references' repeats, interleaved: a projection stands on every repeat of its
+  # reference point, and its band on their spread.
+  local k refs=()
+  for ((k = 0; k < ref_repeats; k++)); do
+    on_node1 "$d/one-$k.log" "exec mpirun -n 1 --bind-to none -x LD_LIBRARY_PATH $bin train ${flags[*]} --out $d/one-$k" \
+      || { failed "$p" "$rate" "one-$k ($d/one-$k.log)"; return 1; }
+    on_node1 "$d/pack-$k.log" "exec mpirun -n 2 --bind-to none -x LD_LIBRARY_PATH $bin train ${flags[*]} --out $d/pack-$k" \
+      || { failed "$p" "$rate" "pack-$k ($d/pack-$k.log)"; return 1; }
+    refs+=("$d/one-$k" "$d/pack-$k")
+  done
   across 2 "$dir/hostfile" "$d/spread.log" train "${flags[@]}" --out "$d/spread" \
     || { failed "$p" "$rate" "spread ($d/spread.log)"; return 1; }
   utc=$(date -u +%Y-%m-%dT%H:%M:%SZ); load=$(cut -d' ' -f1 /proc/loadavg)
@@ -265,10 +275,10 @@ pass_2x1() {  # pass_2x1 PASS RATE: the runs and reduces of one pass at one rate
     || { failed "$p" "$rate" "sweep ($d/sweep.log)"; return 1; }
   mkdir -p "$d/spec" "$d/swept"
   "$bin" reduce --no-plots --link "$(spec_of "$rate" "$lat")" --project-shape 2x1 \
-    --out "$d/spec" "$d/one" "$d/pack" "$d/spread" >"$d/spec.log" 2>&1 \
+    --out "$d/spec" "${refs[@]}" "$d/spread" >"$d/spec.log" 2>&1 \
     || { failed "$p" "$rate" "reduce, spec ($d/spec.log)"; return 1; }
   "$bin" reduce --no-plots --interconnect "$d/sweep" --project-to 2 \
-    --out "$d/swept" "$d/one" "$d/pack" "$d/spread" >"$d/swept.log" 2>&1 \
+    --out "$d/swept" "${refs[@]}" "$d/spread" >"$d/swept.log" 2>&1 \
     || { failed "$p" "$rate" "reduce, sweep ($d/swept.log)"; return 1; }
   echo "$rtt" >"$d/rtt_us"
   python3 -c "$FORECAST_PY" "$d" "$out" "$p" "$rate" "$utc" "$load" \

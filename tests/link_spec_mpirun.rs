@@ -171,6 +171,74 @@ fn reduce_with_a_link_spec_projects_one_node_across_nodes_and_recommends_a_shape
     assert_eq!(rec3["target_efficiency"], 0.37);
     assert!(rec3["sentence"].as_str().unwrap().contains("≥ 37 % efficiency"), "{rec3}");
 
+    // Two fabrics side by side, and the decision phrased as a target and a budget.
+    let out4 = path_str(&d.path().join("fabrics"));
+    let job = ddpbench(&[
+        "reduce",
+        "--no-plots",
+        "--link",
+        "roce-100g",
+        "--link",
+        "ib-ndr,efficiency=0.9",
+        "--link-intra",
+        "10GB/s,2us",
+        "--project-shape",
+        "4x2",
+        "--epoch-time-target",
+        "1h",
+        "--gpu-hour-budget",
+        "1",
+        "--out",
+        &out4,
+        &runs_arg,
+    ]);
+    job.assert_ok();
+    let report = json(&d.path().join("fabrics/report.json"));
+    let recs: Vec<&serde_json::Value> = report["projection"]["recommendations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["from_runs"] == "n2")
+        .collect();
+    let links: Vec<&str> = recs.iter().map(|r| r["link"].as_str().unwrap()).collect();
+    assert!(
+        links.len() == 2 && links[0].starts_with("roce-100g") && links[1].starts_with("ib-ndr"),
+        "{links:?}"
+    );
+    let (h, rows) = read_csv(&d.path().join("fabrics/projection.csv"));
+    let at = |name: &str| h.iter().position(|c| c == name).unwrap();
+    for link in ["roce-100g", "ib-ndr,efficiency=0.9"] {
+        let four = rows
+            .iter()
+            .find(|r| r[at("link")] == link && r[at("scaling")] == "weak" && r[at("nodes")] == "4")
+            .unwrap_or_else(|| panic!("no 4-node row on {link}"));
+        let f = |c: &str| four[at(c)].parse::<f64>().unwrap();
+        // The expected all-reduce is never faster than the line rate; the band holds the
+        // step, its optimistic end never below the bound.
+        assert!(
+            f("comm_s") >= f("comm_bound_s") && f("step_low_s") <= f("step_s") && f("step_s") <= f("step_high_s"),
+            "{four:?}"
+        );
+        assert!(four[at("link_basis")].contains("nominal"), "{four:?}");
+    }
+    let md = std::fs::read_to_string(d.path().join("fabrics/report.md")).unwrap();
+    assert!(
+        md.contains("### Fabrics side by side: ") && md.contains("| ib-ndr,efficiency=0.9 (50.000 GB/s"),
+        "{md}"
+    );
+    for r in &recs {
+        let sentence = r["sentence"].as_str().unwrap();
+        assert_eq!(r["epoch_time_target_s"], 3600.0, "{r}");
+        assert!(
+            sentence.contains("epoch-time target of") || sentence.contains("meets the target of"),
+            "{sentence}"
+        );
+        assert!(
+            sentence.contains("within the budget of 1") && sentence.contains(" GPU-hours per epoch is "),
+            "{sentence}"
+        );
+    }
+
     // With a sweep on the one node: its intra-node level is measured, the inter-node nominal.
     let sw = path_str(&runs.join("sweep"));
     let mut cmd = mpirun_cmd(2);
@@ -221,6 +289,16 @@ fn bad_link_specs_shapes_targets_and_prices_are_refused_before_anything_is_writt
         ("--project-shape", "-2x4", "NODESxRANKS_PER_NODE"),
         ("--target-efficiency", "-0.5", "above 0 and at most 1"),
         ("--price-per-gpu-hour", "-1", "a number from 0"),
+        ("--link", "100Gbit/s,5us,efficiency=0", "no fraction of line rate"),
+        ("--link", "roce-100g,efficiency=1.5", "no fraction of line rate"),
+        ("--link", "100Gbit/s,5us,efficiency=NaN", "no fraction of line rate"),
+        ("--epoch-time-target", "0", "is no epoch time"),
+        ("--epoch-time-target", "-5min", "is no epoch time"),
+        ("--epoch-time-target", "soon", "is no epoch time"),
+        ("--epoch-time-target", "nan", "is no epoch time"),
+        ("--gpu-hour-budget", "0", "is no GPU-hour budget"),
+        ("--gpu-hour-budget", "-2", "is no GPU-hour budget"),
+        ("--gpu-hour-budget", "inf", "is no GPU-hour budget"),
     ] {
         let job = ddpbench(&["reduce", flag, value, "--out", &o, &runs]);
         let err = &job.stderr;

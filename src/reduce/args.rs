@@ -39,10 +39,14 @@ pub struct ReduceArgs {
     /// The link between nodes, by specification instead of an inter-node sweep: a preset
     /// (eth-10g, eth-25g, eth-100g, roce-100g, ib-hdr, ib-ndr, pcie3-x16, pcie4-x16,
     /// pcie5-x16, nvlink-v100, nvlink-a100, nvlink-h100; figures in results/README.md) or
-    /// BANDWIDTH,LATENCY (`100Gbit/s,5us`, `25GB/s,2us`). A nominal link is an optimistic
-    /// bound: an all-reduce does not reach line rate, so the projected step is a lower bound.
+    /// BANDWIDTH,LATENCY (`100Gbit/s,5us`, `25GB/s,2us`), either optionally ending in
+    /// `,efficiency=F` (the fraction of line rate an all-reduce reaches on it; a preset
+    /// carries a published or assumed one, results/README.md says which). The projection
+    /// gives the expected step with a band whose optimistic end is the line rate. Repeat
+    /// it to set fabrics side by side (`--link roce-100g --link ib-ndr`): one projection
+    /// and one recommendation per link.
     #[arg(long, value_name = "SPEC", value_parser = LinkSpec::parse, allow_hyphen_values = true)]
-    pub link: Option<LinkSpec>,
+    pub link: Vec<LinkSpec>,
 
     /// The link inside a node, by specification (same forms as --link); default: the
     /// intra-node level `ddpbench allreduce` measured on the node you have.
@@ -64,6 +68,17 @@ pub struct ReduceArgs {
     /// gives each shape's cost per epoch.
     #[arg(long, value_name = "PRICE", value_parser = parse_price, allow_hyphen_values = true)]
     pub price_per_gpu_hour: Option<f64>,
+
+    /// The longest an epoch may take (`90s`, `15min`, `2h`; a bare number is seconds):
+    /// the recommendation names the cheapest shape (fewest GPU-hours per epoch) whose
+    /// expected epoch meets it, and says whether its band's slow end does too.
+    #[arg(long, value_name = "DURATION", value_parser = parse_epoch_time, allow_hyphen_values = true)]
+    pub epoch_time_target: Option<f64>,
+
+    /// The most GPU-hours one epoch may cost: the recommendation names the fastest shape
+    /// whose expected GPU-hours per epoch fit it.
+    #[arg(long, value_name = "GPU_HOURS", value_parser = parse_gpu_hours, allow_hyphen_values = true)]
+    pub gpu_hour_budget: Option<f64>,
 
     /// Clear the output folder's lock (`.ddpbench.lock`) when the job that took it cannot
     /// be checked from here (another host) and you know it has ended. One reduce writes a
@@ -90,6 +105,37 @@ pub fn parse_price(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `--epoch-time-target`: a positive duration, a number with `s`, `min` or `h` (a bare
+/// number is seconds), in seconds.
+pub(crate) fn parse_epoch_time(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let (num, per) = if let Some(n) = t.strip_suffix("min") {
+        (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600.0)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        (t, 1.0)
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && (v * per).is_finite() => Ok(v * per),
+        _ => Err(format!(
+            "'{s}' is no epoch time: give a duration above 0, e.g. 90s, 15min or 2h (a bare number is seconds)"
+        )),
+    }
+}
+
+/// `--gpu-hour-budget`: a finite number above 0.
+pub(crate) fn parse_gpu_hours(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!(
+            "'{s}' is no GPU-hour budget: give the most GPU-hours one epoch may cost, a number above 0 (e.g. 4.5)"
+        )),
+    }
+}
+
 /// What to reduce: the folders, the reference, the link model (where the files
 /// go, and whether plots are drawn, is the writer's concern).
 #[derive(Debug, Clone)]
@@ -102,8 +148,9 @@ pub struct ReduceRequest {
     pub interconnect: Option<PathBuf>,
     /// Project up to this many ranks.
     pub project_to: u64,
-    /// The inter-node and intra-node levels by specification (nominal), where given.
-    pub link: Option<LinkSpec>,
+    /// The inter-node levels by specification (nominal), one projection each, and the
+    /// intra-node one, where given.
+    pub link: Vec<LinkSpec>,
     pub link_intra: Option<LinkSpec>,
     /// Ladders of nodes × ranks per node to project to (empty: `project_to`'s ranks).
     pub project_shape: Vec<Shape>,
@@ -111,6 +158,9 @@ pub struct ReduceRequest {
     pub target_efficiency: f64,
     /// What one GPU costs per hour, for the cost per epoch.
     pub price_per_gpu_hour: Option<f64>,
+    /// The longest an epoch may take (seconds), and the most GPU-hours it may cost.
+    pub epoch_time_target_s: Option<f64>,
+    pub gpu_hour_budget: Option<f64>,
 }
 
 impl Default for ReduceRequest {
@@ -121,11 +171,13 @@ impl Default for ReduceRequest {
             baseline: None,
             interconnect: None,
             project_to: 1024,
-            link: None,
+            link: Vec::new(),
             link_intra: None,
             project_shape: Vec::new(),
             target_efficiency: TARGET_EFFICIENCY,
             price_per_gpu_hour: None,
+            epoch_time_target_s: None,
+            gpu_hour_budget: None,
         }
     }
 }
@@ -142,6 +194,8 @@ impl ReduceArgs {
             project_shape: self.project_shape.clone(),
             target_efficiency: self.target_efficiency,
             price_per_gpu_hour: self.price_per_gpu_hour,
+            epoch_time_target_s: self.epoch_time_target,
+            gpu_hour_budget: self.gpu_hour_budget,
         }
     }
 

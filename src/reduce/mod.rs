@@ -238,7 +238,7 @@ fn one_folder_per_run(runs: Vec<RunStats>) -> (Vec<RunStats>, Vec<report::Duplic
 /// given by specification (`--link`, `--link-intra`); None when none is, or no
 /// workload could be projected with it.
 fn project(req: &ReduceRequest, dirs: &[PathBuf], complete: &[&RunStats]) -> Result<Option<report::ProjectionReport>> {
-    let by_spec = req.link.is_some() || req.link_intra.is_some();
+    let by_spec = !req.link.is_empty() || req.link_intra.is_some();
     let sweep = match &req.interconnect {
         Some(p) => Some(p.clone()),
         None => {
@@ -268,23 +268,45 @@ fn project(req: &ReduceRequest, dirs: &[PathBuf], complete: &[&RunStats]) -> Res
         },
         None => None,
     };
-    // Specifications replace the levels they name; a level neither measured nor given
-    // comes from the runs' own all-reduce probes where they have one.
-    let models = report::recommendation::with_specs(req, measured, complete);
     let source = sweep.clone().unwrap_or_default();
     let ladder = analysis::recommend::ladders(&req.project_shape);
-    let (rows, notes) = analysis::projection::projections_on(complete, &models, req.project_to as usize, &ladder);
-    for n in &notes {
-        eprintln!("projection: {n}");
+    // One projection per inter-node link given (fabrics side by side), else one.
+    let specs: Vec<Option<&crate::link::spec::LinkSpec>> = if req.link.is_empty() {
+        vec![None]
+    } else {
+        req.link.iter().map(Some).collect()
+    };
+    let mut merged: Option<report::ProjectionReport> = None;
+    for spec in &specs {
+        // Specifications replace the levels they name; a level neither measured nor
+        // given comes from the runs' own all-reduce probes where they have one.
+        let models = report::recommendation::with_specs(req, *spec, measured.clone(), complete);
+        let (mut rows, mut notes) = analysis::projection::projections_on(complete, &models, req.project_to as usize, &ladder);
+        let link = spec.map(|s| s.name.clone()).unwrap_or_default();
+        for r in &mut rows {
+            r.link = link.clone();
+        }
+        if specs.len() > 1 {
+            notes.iter_mut().for_each(|n| *n = format!("on {link}: {n}"));
+        }
+        for n in &notes {
+            eprintln!("projection: {n}");
+        }
+        if rows.is_empty() {
+            continue;
+        }
+        let mut section = report::projection_section(rows, notes, &models, &source, req.target_efficiency);
+        report::recommendation::attach(&mut section, req, sweep.as_deref(), complete);
+        merged = Some(match merged {
+            None => section,
+            Some(m) => report::merge_projections(m, section),
+        });
     }
-    if rows.is_empty() {
+    if merged.is_none() {
         eprintln!(
             "projection: no workload could be projected with {}",
             report::recommendation::source_words(req, sweep.as_deref())
         );
-        return Ok(None);
     }
-    let mut section = report::projection_section(rows, notes, &models, &source, req.target_efficiency);
-    report::recommendation::attach(&mut section, req, sweep.as_deref(), complete);
-    Ok(Some(section))
+    Ok(merged)
 }

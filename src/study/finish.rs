@@ -39,7 +39,7 @@ pub(super) fn finish(out: &Path, state: &State, plan: &Plan, spec: &StudySpec, s
         // A sweep the user ran into the study's folder (`ddpbench allreduce --out <study>/allreduce`).
         interconnect: crate::link::link_model_path(&out.join("allreduce")).map(|_| out.join("allreduce")),
         project_to: 1024,
-        link: spec.report.link.clone(),
+        link: spec.report.link.iter().cloned().collect(),
         link_intra: spec.report.link_intra.clone(),
         project_shape: spec.report.project_shape.clone(),
         target_efficiency: spec.report.target_efficiency.unwrap_or(crate::reduce::report::TARGET_EFFICIENCY),

@@ -48,6 +48,9 @@ pub struct ProjectionRow {
     /// term projected from is taken over all of them.
     pub from_runs: String,
     pub from_repeats: usize,
+    /// The inter-node link given by specification this row was projected through
+    /// (`--link`, one projection each); empty without one.
+    pub link: String,
     /// `measured`: the 1-rank row of a workload with a measured 1-rank point is that
     /// point (step, band: its geometric mean and interval); `projected` otherwise.
     pub step_basis: String,
@@ -104,6 +107,10 @@ pub struct ProjectionRow {
     pub interpolated: bool,
     /// What the band's width is made of, in words.
     pub band_sources: String,
+    /// Where this row lies outside what was measured, in words (`;`-separated): ranks or
+    /// nodes beyond the workload's measured ones, bucket sizes outside a sweep's. Empty
+    /// inside. report.md gives such rows to 2 digits.
+    pub beyond_measured: String,
     /// The all-reduce algorithm the inter-node (or, on one node, intra-node) level assumes.
     pub algorithm: String,
     pub extrapolated: bool,
@@ -343,7 +350,10 @@ impl Links {
 /// its own probe of the same buckets before training (`allreduce_probe`, the median of
 /// its iterations), over the repeats as every figure ([`over_repeats`]). Compute and
 /// communication contend for the node's cores and memory in training; the probe runs
-/// alone. Measured on the reference's shape only and assumed the same at every shape.
+/// alone. What contention adds is the host's (or device's) work of the all-reduce
+/// slowed, not the wire: it is carried to other shapes as the seconds it added per step
+/// at the reference ([`Contention::extra_s`]), whatever the link, and assumed the same
+/// at every shape.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Contention {
     /// 1 where not measured (a 1-rank reference, runs without a probe).
@@ -352,6 +362,8 @@ pub(crate) struct Contention {
     pub rel_half_width: f64,
     /// Repeats it stands on (0: not measured).
     pub repeats: usize,
+    /// The probes' time alone over the repeats (0 where not measured).
+    pub probe_s: f64,
 }
 
 impl Contention {
@@ -359,7 +371,19 @@ impl Contention {
         factor: 1.0,
         rel_half_width: 0.0,
         repeats: 0,
+        probe_s: 0.0,
     };
+
+    /// Seconds per step contention added to the all-reduce at the reference: (factor −
+    /// 1) × the probe's time alone (negative where training ran it faster).
+    pub(crate) fn extra_s(&self) -> f64 {
+        (self.factor - 1.0) * self.probe_s
+    }
+
+    /// The run-to-run 95 % half-width of [`Contention::extra_s`], seconds.
+    pub(crate) fn extra_uncertainty_s(&self) -> f64 {
+        self.factor * self.rel_half_width * self.probe_s
+    }
 
     pub(crate) fn of(runs: &[&RunStats]) -> Contention {
         let ratio = |r: &RunStats| -> Option<f64> {
@@ -376,6 +400,7 @@ impl Contention {
             factor: crate::stats::geometric_mean(&v),
             rel_half_width: half_width_of(&v).unwrap_or(0.0),
             repeats: v.len(),
+            probe_s: over_repeats(runs, |r| r.manifest.allreduce_probe.as_ref().map_or(0.0, |p| p.median_s)),
         }
     }
 }
@@ -418,7 +443,7 @@ pub(crate) struct Basis {
 }
 
 fn project(w: &Workload, basis: &Basis, nodes: usize, per_node: usize, widen: f64) -> anyhow::Result<Step> {
-    let (links, contention) = (&basis.links, basis.contention);
+    let links = &basis.links;
     let n = nodes * per_node;
     // Noise that hits every rank in a step slows all of them: only the deviation from
     // the step's common part makes one rank the straggler.
@@ -430,8 +455,9 @@ fn project(w: &Workload, basis: &Basis, nodes: usize, per_node: usize, widen: f6
         (o * w.own_scale, (o - w.own_work.mean()) * w.own_scale)
     };
     let backward_s = w.backward_s * w.own_scale;
-    let (mut bound, mut expected) = (Vec::new(), Vec::new());
-    let (mut band, mut efficiency_range) = (0.0f64, 0.0f64);
+    let (mut bound, mut expected, mut spread) = (Vec::new(), Vec::new(), Vec::new());
+    let band_of = |rel_band: f64| rel_band * widen;
+    let mut band = 0.0f64;
     let mut algorithm = Algorithm::Ring;
     let (mut fit_rel_error, mut clamped) = (0.0f64, false);
     let (mut interpolated, mut nominal, mut probe, mut measured) = (true, false, false, false);
@@ -440,11 +466,11 @@ fn project(w: &Workload, basis: &Basis, nodes: usize, per_node: usize, widen: f6
         let e = links.expected.time_s_with(nodes, per_node, b as f64, links.interpolate)?.time_s;
         let slow = links.slow.time_s_with(nodes, per_node, b as f64, links.interpolate)?.time_s;
         bound.push(p.time_s);
-        expected.push((e * contention.factor).max(p.time_s));
-        if e > 0.0 {
-            efficiency_range = efficiency_range.max(slow / e - 1.0);
-        }
-        band = band.max(p.rel_band * widen);
+        expected.push(e);
+        // The efficiency's range and the sweep's spread, relative to the expected time.
+        let range = if e > 0.0 { (slow / e - 1.0).max(0.0) } else { 0.0 };
+        spread.push(range.hypot(band_of(p.rel_band)));
+        band = band.max(band_of(p.rel_band));
         algorithm = p.algorithm;
         fit_rel_error = fit_rel_error.max(p.fit_rel_error);
         clamped |= p.clamped;
@@ -453,13 +479,31 @@ fn project(w: &Workload, basis: &Basis, nodes: usize, per_node: usize, widen: f6
         probe |= p.probe;
         measured |= p.measured;
     }
-    // Independent sources of the link term's width, added in quadrature.
-    let h_link = (efficiency_range.powi(2) + contention.rel_half_width.powi(2) + band.powi(2)).sqrt();
+    // Contention's seconds per step shared by the buckets as their bytes; independent
+    // sources of each bucket's width (efficiency and spread; contention) in quadrature.
+    let all_bytes = w.bucket_bytes.iter().sum::<u64>().max(1) as f64;
+    // A single rank all-reduces with nobody: nothing to contend.
+    let c = if n > 1 { basis.contention } else { Contention::NONE };
+    let (mut centre_b, mut dev_b) = (Vec::new(), Vec::new());
+    for (i, &b) in w.bucket_bytes.iter().enumerate() {
+        let share = b as f64 / all_bytes;
+        centre_b.push((expected[i] + c.extra_s() * share).max(bound[i]));
+        dev_b.push((expected[i] * spread[i]).hypot(c.extra_uncertainty_s() * share));
+    }
+    let comm_s: f64 = centre_b.iter().sum();
+    let h_link = if comm_s > 0.0 { dev_b.iter().sum::<f64>() / comm_s } else { 0.0 };
+    let shifted = |sign: f64| {
+        centre_b
+            .iter()
+            .zip(&dev_b)
+            .map(|(t, d)| (t + sign * d).max(0.0))
+            .collect::<Vec<_>>()
+    };
     let scaled = |v: &[f64], f: f64| v.iter().map(|t| t * f).collect::<Vec<_>>();
     let exposed = |v: &[f64]| exposed_s(v, &w.bucket_bytes, &w.ready_fraction, backward_s, w.overlap);
-    let centre = exposed(&expected);
-    let link_high = exposed(&scaled(&expected, 1.0 + h_link)) - centre;
-    let link_low = centre - exposed(&scaled(&expected, (1.0 - h_link).max(0.0)));
+    let centre = exposed(&centre_b);
+    let link_high = exposed(&shifted(1.0)) - centre;
+    let link_low = centre - exposed(&shifted(-1.0));
     // The own work's run-to-run interval, on the log scale as the repeats' geometric mean.
     let own_factor = 1.0 + w.own_half_width.unwrap_or(0.0);
     let (own_high, own_low) = (own_s * own_factor - own_s, own_s - own_s / own_factor);
@@ -472,7 +516,7 @@ fn project(w: &Workload, basis: &Basis, nodes: usize, per_node: usize, widen: f6
         low_s: (step_s - own_low.hypot(link_low)).max(bound_step),
         high_s: step_s + own_high.hypot(link_high),
         own_s,
-        comm_s: expected.iter().sum(),
+        comm_s,
         comm_bound_s: bound.iter().sum(),
         exposed_s: centre,
         straggler_s,
@@ -480,7 +524,7 @@ fn project(w: &Workload, basis: &Basis, nodes: usize, per_node: usize, widen: f6
         link_rel_uncertainty: h_link,
         fit_rel_error,
         clamped,
-        band_low_clamped: h_link >= 1.0 && !expected.is_empty(),
+        band_low_clamped: dev_b.iter().zip(&centre_b).any(|(d, t)| d >= t),
         interpolated: interpolated && !w.bucket_bytes.is_empty(),
         nominal,
         probe,
@@ -550,6 +594,7 @@ pub(crate) fn projections_on(
         }
         let per_node = model.ranks_per_node.max(1);
         let measured_max = group.iter().map(|r| r.manifest.world_size).max().unwrap_or(1);
+        let measured_nodes = group.iter().map(|r| r.manifest.nodes).max().unwrap_or(1);
         let mut shapes: Vec<(usize, usize)> = ladder.to_vec();
         let mut n = 1;
         while ladder.is_empty() && n <= project_to.max(1) {
@@ -608,6 +653,8 @@ pub(crate) fn projections_on(
                 held_out_ranks,
                 extrapolated,
                 compute_extrapolated: false,
+                measured_ranks: measured_max,
+                measured_nodes,
             };
             let what_if = what_if_steps(&w, &basis, nodes, p, if extrapolated { 2.0 } else { 1.0 });
             rows.push(spec.row(nodes, p, &s, what_if, &measured));
@@ -661,9 +708,11 @@ fn band_sources(w: &Workload, basis: &Basis) -> String {
     let c = basis.contention;
     out.push(if c.repeats > 0 {
         format!(
-            "the all-reduce {:.2}× as long in training as alone (±{:.0} %, {} repeat(s)), assumed at every shape",
+            "contention: the all-reduce {:.2}× as long in training as its probe alone at the reference, {:+.2} ms per step \
+             (±{:.2} ms, {} repeat(s)), those seconds assumed at every shape",
             c.factor,
-            c.rel_half_width * 100.0,
+            c.extra_s() * 1e3,
+            c.extra_uncertainty_s() * 1e3,
             c.repeats
         )
     } else {
@@ -751,9 +800,27 @@ struct RowSpec<'a> {
     held_out_ranks: Option<usize>,
     extrapolated: bool,
     compute_extrapolated: bool,
+    /// The most ranks and nodes any run of the workload was measured at.
+    measured_ranks: usize,
+    measured_nodes: usize,
 }
 
 impl RowSpec<'_> {
+    /// [`ProjectionRow::beyond_measured`] at `nodes` × `ranks`.
+    fn beyond_measured(&self, nodes: usize, ranks: usize, s: &Step) -> String {
+        let mut out = Vec::new();
+        if ranks > self.measured_ranks {
+            out.push(format!("{ranks} ranks, beyond the {} measured", self.measured_ranks));
+        }
+        if nodes > self.measured_nodes {
+            out.push(format!("{nodes} nodes, beyond the {} measured", self.measured_nodes));
+        }
+        if s.measured && !s.interpolated && ranks > 1 {
+            out.push("bucket sizes outside the sweep's".to_string());
+        }
+        out.join("; ")
+    }
+
     /// The row of `nodes` × `p` ranks projected as `s` (its what-if steps `what_if`, as
     /// [`what_if_steps`] gives them), with the `measured` runs of that shape.
     fn row(&self, nodes: usize, p: usize, s: &Step, what_if: (Option<f64>, f64), measured: &[&RunStats]) -> ProjectionRow {
@@ -792,6 +859,7 @@ impl RowSpec<'_> {
                 .collect::<Vec<_>>()
                 .join(" "),
             from_repeats: self.reference_runs.len(),
+            link: String::new(),
             step_basis: if one_rank_measured { "measured" } else { "projected" }.into(),
             scaling: self.scaling.into(),
             batch_per_rank: self.global / ranks as f64,
@@ -824,6 +892,7 @@ impl RowSpec<'_> {
             link_basis: link_basis(s),
             interpolated: s.interpolated,
             band_sources: self.band_sources.clone(),
+            beyond_measured: self.beyond_measured(nodes, ranks, s),
             algorithm: s.algorithm.name().into(),
             extrapolated: self.extrapolated,
             compute_extrapolated: self.compute_extrapolated,
@@ -964,6 +1033,8 @@ fn strong_rows(
             held_out_ranks: None,
             extrapolated,
             compute_extrapolated,
+            measured_ranks: measured_max,
+            measured_nodes: same_key.iter().map(|r| r.manifest.nodes).max().unwrap_or(1),
         };
         let what_if = what_if_steps(&wn, basis, nodes, p, if extrapolated { 2.0 } else { 1.0 });
         rows.push(spec.row(nodes, p, &s, what_if, &measured));
@@ -1162,6 +1233,7 @@ mod tests {
                 factor: 1.3,
                 rel_half_width: 0.1,
                 repeats: 3,
+                probe_s: 0.002,
             },
         };
         for (nodes, per_node) in [(1, 2), (1, 4), (2, 1), (2, 4), (16, 4), (128, 8)] {
@@ -1193,7 +1265,8 @@ mod tests {
         use crate::link::model::{Efficiency, EfficiencyBasis, LevelFit, FORMULA};
         // One 1 MB bucket over 2 nodes at a nominal 1 GB/s, 10 µs: the bound is
         // 2·10 µs + 1 MB·1 ns = 1.02 ms. Expected at 50 % of line rate: 20 µs + 2 ms; the
-        // contention measured (1.5×, ±10 %) on top: 3.03 ms.
+        // contention measured at the reference (1.5× a 2 ms probe, ±10 %) adds 1 ms
+        // (±0.3 ms): 3.02 ms.
         let e = Efficiency {
             expected: 0.5,
             low: 0.4,
@@ -1239,19 +1312,25 @@ mod tests {
                 factor: 1.5,
                 rel_half_width: 0.1,
                 repeats: 4,
+                probe_s: 0.002,
             },
         };
         let s = project(&w, &basis, 2, 1, 1.0).unwrap();
         assert!((s.comm_bound_s - 1.02e-3).abs() < 1e-12, "{}", s.comm_bound_s);
-        assert!((s.comm_s - 1.5 * 2.02e-3).abs() < 1e-12, "{}", s.comm_s);
+        assert!((s.comm_s - 3.02e-3).abs() < 1e-12, "{}", s.comm_s);
         assert!((s.step_s - (0.1 + s.comm_s)).abs() < 1e-12);
-        // The link's width: at 40 % of line rate 20 µs + 2.5 ms, 2.52/2.02 − 1 beside the
-        // contention's 10 %, in quadrature.
-        let h = ((2.52f64 / 2.02 - 1.0).powi(2) + 0.01).sqrt();
-        assert!((s.link_rel_uncertainty - h).abs() < 1e-9, "{} vs {h}", s.link_rel_uncertainty);
+        // The link's width: at 40 % of line rate 20 µs + 2.5 ms, (2.52/2.02 − 1) of the
+        // expected 2.02 ms, beside the contention's 0.3 ms, in quadrature.
+        let dev = (2.02e-3 * (2.52f64 / 2.02 - 1.0)).hypot(3e-4);
+        assert!(
+            (s.link_rel_uncertainty - dev / 3.02e-3).abs() < 1e-9,
+            "{} vs {}",
+            s.link_rel_uncertainty,
+            dev / 3.02e-3
+        );
         let (own_hi, own_lo): (f64, f64) = (0.1 * 0.05, 0.1 - 0.1 / 1.05);
-        assert!((s.high_s - (s.step_s + own_hi.hypot(s.comm_s * h))).abs() < 1e-12);
-        assert!((s.low_s - (s.step_s - own_lo.hypot(s.comm_s * h))).abs() < 1e-12);
+        assert!((s.high_s - (s.step_s + own_hi.hypot(dev))).abs() < 1e-12);
+        assert!((s.low_s - (s.step_s - own_lo.hypot(dev))).abs() < 1e-12);
         // The optimistic end never passes the bound: own work's low end and line rate.
         assert!(s.low_s >= 0.1 / 1.05 + 1.02e-3 - 1e-15 && s.low_s < s.step_s && s.step_s < s.high_s);
         let words = band_sources(&w, &basis);
@@ -1259,6 +1338,7 @@ mod tests {
             "own work ±5.0 % (95 %, 4 repeats)",
             "inter-node at 50 % (40–90 %) of line rate (published)",
             "1.50× as long in training",
+            "+1.00 ms per step (±0.30 ms, 4 repeat(s))",
         ] {
             assert!(words.contains(needle), "{needle:?} not in {words}");
         }

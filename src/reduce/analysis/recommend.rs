@@ -71,10 +71,18 @@ pub struct ShapeCost {
     /// measured 1-rank point where there is one); efficiency = speedup / ranks.
     pub speedup: f64,
     pub efficiency: f64,
-    /// Samples of an epoch / the projected samples per second.
+    /// The band of the efficiency (its ends from the step's band).
+    pub efficiency_low: f64,
+    pub efficiency_high: f64,
+    /// Samples of an epoch / the projected samples per second, and its band (the epoch is
+    /// in proportion to the step).
     pub epoch_s: f64,
-    /// ranks × epoch_s / 3600.
+    pub epoch_low_s: f64,
+    pub epoch_high_s: f64,
+    /// ranks × epoch_s / 3600, and its band.
     pub gpu_hours_per_epoch: f64,
+    pub gpu_hours_low: f64,
+    pub gpu_hours_high: f64,
     /// gpu_hours_per_epoch × `--price-per-gpu-hour`.
     pub cost_per_epoch: Option<f64>,
     /// Against the shape before it in the table: the part of the epoch saved (weak
@@ -83,6 +91,8 @@ pub struct ShapeCost {
     pub gpu_hours_ratio: Option<f64>,
     pub extrapolated: bool,
     pub unreliable: bool,
+    /// The row lies outside what was measured ([`ProjectionRow::beyond_measured`]).
+    pub beyond_measured: bool,
     pub measured_step_s: Option<f64>,
 }
 
@@ -105,6 +115,14 @@ pub struct Recommendation {
     /// The largest shape whose efficiency is at least the target (None: none beyond 1 rank).
     pub keeps_target: Option<Shape>,
     pub shortest_epoch: Shape,
+    /// `--epoch-time-target` (seconds): the shape of fewest GPU-hours per epoch whose
+    /// expected epoch meets it (None: none does, or no target).
+    pub epoch_time_target_s: Option<f64>,
+    pub cheapest_meeting_epoch_target: Option<Shape>,
+    /// `--gpu-hour-budget` (GPU-hours per epoch): the shape of the shortest expected epoch
+    /// within it (None: none fits, or no budget).
+    pub gpu_hour_budget: Option<f64>,
+    pub fastest_within_budget: Option<Shape>,
     /// A row up to the shapes named is extrapolated or unreliable: figures to 2 digits.
     pub rough: bool,
     pub sentence: String,
@@ -117,6 +135,8 @@ pub(crate) struct Ask<'a> {
     pub price_per_gpu_hour: Option<f64>,
     pub link: &'a str,
     pub nominal: bool,
+    pub epoch_time_target_s: Option<f64>,
+    pub gpu_hour_budget: Option<f64>,
 }
 
 /// A number to `digits` significant digits, as text.
@@ -166,6 +186,27 @@ impl Figures {
     pub(crate) fn money(&self, c: f64) -> String {
         sig(c, self.digits())
     }
+    /// A figure and its band: `85.0 % (80.1–88.2 %)`, `15.2 s (14.1–16.3 s)`.
+    fn banded(&self, show: impl Fn(f64) -> String, v: f64, low: f64, high: f64) -> String {
+        let (v, lo, hi) = (show(v), show(low), show(high));
+        // The unit once, after the band, where all three share it.
+        let unit = |t: &str| t.rsplit_once(' ').map(|(_, u)| u.to_string()).unwrap_or_default();
+        let bare = |t: &str| t.rsplit_once(' ').map(|(n, _)| n.to_string()).unwrap_or_else(|| t.to_string());
+        if unit(&lo) == unit(&hi) && !unit(&hi).is_empty() {
+            format!("{v} ({}–{hi})", bare(&lo))
+        } else {
+            format!("{v} ({lo}–{hi})")
+        }
+    }
+    pub(crate) fn efficiency_band(&self, s: &ShapeCost) -> String {
+        self.banded(|e| self.efficiency(e), s.efficiency, s.efficiency_low, s.efficiency_high)
+    }
+    pub(crate) fn epoch_band(&self, s: &ShapeCost) -> String {
+        self.banded(|e| self.epoch(e), s.epoch_s, s.epoch_low_s, s.epoch_high_s)
+    }
+    pub(crate) fn gpu_hours_band(&self, s: &ShapeCost) -> String {
+        self.banded(|h| self.gpu_hours(h), s.gpu_hours_per_epoch, s.gpu_hours_low, s.gpu_hours_high)
+    }
 }
 
 /// The recommendation from one workload's weak-scaling rows; None without rows.
@@ -177,6 +218,8 @@ pub(crate) fn recommend(rows: &[&ProjectionRow], ask: &Ask) -> Option<Recommenda
     for r in &rows {
         let epoch_s = ask.epoch_samples / r.samples_per_s;
         let gpu_hours_per_epoch = r.ranks as f64 * epoch_s / 3600.0;
+        // The band: epoch and GPU-hours in proportion to the step, efficiency inversely.
+        let (lo, hi) = (r.step_low_s / r.step_s, r.step_high_s / r.step_s);
         let before = shapes.last();
         shapes.push(ShapeCost {
             shape: Shape {
@@ -187,20 +230,37 @@ pub(crate) fn recommend(rows: &[&ProjectionRow], ask: &Ask) -> Option<Recommenda
             step_s: r.step_s,
             speedup: r.speedup,
             efficiency: r.efficiency,
+            efficiency_low: r.efficiency / hi,
+            efficiency_high: r.efficiency / lo,
             epoch_s,
+            epoch_low_s: epoch_s * lo,
+            epoch_high_s: epoch_s * hi,
             gpu_hours_per_epoch,
+            gpu_hours_low: gpu_hours_per_epoch * lo,
+            gpu_hours_high: gpu_hours_per_epoch * hi,
             cost_per_epoch: ask.price_per_gpu_hour.map(|p| p * gpu_hours_per_epoch),
             epoch_saved_fraction: before.map(|b| 1.0 - epoch_s / b.epoch_s),
             gpu_hours_ratio: before.map(|b| gpu_hours_per_epoch / b.gpu_hours_per_epoch),
             extrapolated: r.extrapolated,
             unreliable: r.unreliable,
+            beyond_measured: !r.beyond_measured.is_empty(),
             measured_step_s: r.measured_step_s,
         });
     }
     let keep = shapes.iter().rposition(|s| s.ranks > 1 && s.efficiency >= ask.target_efficiency);
     let fastest = (0..shapes.len()).min_by(|&a, &b| shapes[a].epoch_s.total_cmp(&shapes[b].epoch_s))?;
-    let named = keep.unwrap_or(0).max(fastest);
-    let rough = shapes[..=named].iter().any(|s| s.extrapolated || s.unreliable);
+    let cheapest = ask.epoch_time_target_s.and_then(|t| {
+        (0..shapes.len())
+            .filter(|&i| shapes[i].epoch_s <= t)
+            .min_by(|&a, &b| shapes[a].gpu_hours_per_epoch.total_cmp(&shapes[b].gpu_hours_per_epoch))
+    });
+    let within = ask.gpu_hour_budget.and_then(|b| {
+        (0..shapes.len())
+            .filter(|&i| shapes[i].gpu_hours_per_epoch <= b)
+            .min_by(|&a, &b| shapes[a].epoch_s.total_cmp(&shapes[b].epoch_s))
+    });
+    let named = [keep, Some(fastest), cheapest, within].into_iter().flatten().max().unwrap_or(0);
+    let rough = shapes[..=named].iter().any(|s| s.extrapolated || s.unreliable || s.beyond_measured);
     let mut rec = Recommendation {
         workload: first.workload.clone(),
         from_runs: first.from_runs.clone(),
@@ -212,17 +272,22 @@ pub(crate) fn recommend(rows: &[&ProjectionRow], ask: &Ask) -> Option<Recommenda
         against: first.speedup_against.clone(),
         keeps_target: keep.map(|i| shapes[i].shape),
         shortest_epoch: shapes[fastest].shape,
+        epoch_time_target_s: ask.epoch_time_target_s,
+        cheapest_meeting_epoch_target: cheapest.map(|i| shapes[i].shape),
+        gpu_hour_budget: ask.gpu_hour_budget,
+        fastest_within_budget: within.map(|i| shapes[i].shape),
         shapes,
         rough,
         sentence: String::new(),
     };
-    rec.sentence = sentence(&rec, keep, fastest);
+    rec.sentence = sentence(&rec, keep, fastest, cheapest, within);
     Some(rec)
 }
 
-/// The decision in one sentence, from the rows of the table: where the target holds,
-/// what each larger shape buys beyond it, and the shortest epoch.
-fn sentence(rec: &Recommendation, keep: Option<usize>, fastest: usize) -> String {
+/// The decision in one sentence, from the rows of the table, each figure with its band:
+/// where the target holds, what each larger shape buys beyond it, the shortest epoch, and
+/// the shapes that meet an epoch-time target and a GPU-hour budget where given.
+fn sentence(rec: &Recommendation, keep: Option<usize>, fastest: usize, cheapest: Option<usize>, within: Option<usize>) -> String {
     let f = Figures { rough: rec.rough };
     let s = &rec.shapes;
     let target = format!("{:.0} %", rec.target_efficiency * 100.0);
@@ -233,9 +298,9 @@ fn sentence(rec: &Recommendation, keep: Option<usize>, fastest: usize) -> String
             out += &format!(
                 "keeps ≥ {target} efficiency up to {} ({} efficiency, {} per epoch, {} GPU-hours per epoch)",
                 at.shape.label(),
-                f.efficiency(at.efficiency),
-                f.epoch(at.epoch_s),
-                f.gpu_hours(at.gpu_hours_per_epoch)
+                f.efficiency_band(at),
+                f.epoch_band(at),
+                f.gpu_hours_band(at)
             );
             let beyond = &s[k + 1..];
             let saved = beyond
@@ -260,18 +325,53 @@ fn sentence(rec: &Recommendation, keep: Option<usize>, fastest: usize) -> String
     let fast = &s[fastest];
     out += &format!(
         ". The shortest epoch is {} at {} ({} GPU-hours).",
-        f.epoch(fast.epoch_s),
+        f.epoch_band(fast),
         fast.shape.label(),
-        f.gpu_hours(fast.gpu_hours_per_epoch)
+        f.gpu_hours_band(fast)
     );
+    if let Some(t) = rec.epoch_time_target_s {
+        out += &match cheapest {
+            Some(i) => format!(
+                " The cheapest shape whose expected epoch meets the target of {} is {} ({} per epoch, {} GPU-hours){}.",
+                f.epoch(t),
+                s[i].shape.label(),
+                f.epoch_band(&s[i]),
+                f.gpu_hours_band(&s[i]),
+                if s[i].epoch_high_s <= t {
+                    ", the band's slow end meeting it too"
+                } else {
+                    "; the band's slow end misses it"
+                }
+            ),
+            None => format!(" No shape projected meets the epoch-time target of {}.", f.epoch(t)),
+        };
+    }
+    if let Some(b) = rec.gpu_hour_budget {
+        out += &match within {
+            Some(i) => format!(
+                " The fastest shape within the budget of {} GPU-hours per epoch is {} ({} per epoch, {} GPU-hours){}.",
+                f.gpu_hours(b),
+                s[i].shape.label(),
+                f.epoch_band(&s[i]),
+                f.gpu_hours_band(&s[i]),
+                if s[i].gpu_hours_high <= b {
+                    ", the band's costly end within it too"
+                } else {
+                    "; the band's costly end exceeds it"
+                }
+            ),
+            None => format!(" No shape projected fits the budget of {} GPU-hours per epoch.", f.gpu_hours(b)),
+        };
+    }
     if rec.rough {
         out += &format!(
-            " Rough: rows up to these shapes are extrapolated (beyond {EXTRAPOLATION_FACTOR}× the ranks measured) or rest on an unreliable fit, \
-             so the figures are given to 2 digits: trust the shapes' order, not the amounts."
+            " Rough: rows up to these shapes are extrapolated (beyond {EXTRAPOLATION_FACTOR}× the ranks measured), beyond what was \
+             measured, or rest on an unreliable fit, so the figures are given to 2 digits: trust the shapes' order, not the amounts."
         );
     }
     if rec.nominal {
-        out += " A level is nominal (a link's specification): an optimistic bound, since an all-reduce does not reach line rate; the epochs will be longer.";
+        out += " A level is nominal (a link's specification): the figures expect an all-reduce at the fraction of line rate \
+                the report states for it, and the band's optimistic end is the line rate itself.";
     }
     out
 }
@@ -307,6 +407,7 @@ mod tests {
             comparison: String::new(),
             from_runs: "r".into(),
             from_repeats: 1,
+            link: String::new(),
             step_basis: "projected".into(),
             scaling: "weak".into(),
             batch_per_rank: 10.0,
@@ -315,8 +416,8 @@ mod tests {
             ranks_per_node: per_node,
             ranks,
             step_s: 10.0 * ranks as f64 / samples_per_s,
-            step_low_s: 0.0,
-            step_high_s: 0.0,
+            step_low_s: 0.9 * 10.0 * ranks as f64 / samples_per_s,
+            step_high_s: 1.1 * 10.0 * ranks as f64 / samples_per_s,
             samples_per_s,
             speedup: ranks as f64 * efficiency,
             efficiency,
@@ -336,6 +437,7 @@ mod tests {
             link_basis: "nominal".into(),
             interpolated: false,
             band_sources: String::new(),
+            beyond_measured: String::new(),
             algorithm: "ring".into(),
             extrapolated: false,
             compute_extrapolated: false,
@@ -363,6 +465,8 @@ mod tests {
             price_per_gpu_hour: Some(2.0),
             link: "roce-100g",
             nominal: true,
+            epoch_time_target_s: Some(1000.0),
+            gpu_hour_budget: Some(1.1),
         };
         let r = recommend(&refs, &ask).unwrap();
         assert_eq!(
@@ -385,6 +489,37 @@ mod tests {
             let saved = 1.0 - w[0].speedup / w[1].speedup;
             assert!((w[1].epoch_saved_fraction.unwrap() - saved).abs() < 1e-12, "{w:?}");
         }
+        // Epochs of 3600/(N·E) s and 1/E GPU-hours: within 1000 s the cheapest is 4 × 2
+        // (643 s, 1.43 GPU-hours; its slow end 707 s too); within 1.1 GPU-hours the
+        // fastest is 1 × 2 (1.05 GPU-hours, its costly end 1.16 beyond the budget).
+        assert_eq!(
+            r.cheapest_meeting_epoch_target,
+            Some(Shape {
+                nodes: 4,
+                ranks_per_node: 2
+            })
+        );
+        assert_eq!(
+            r.fastest_within_budget,
+            Some(Shape {
+                nodes: 1,
+                ranks_per_node: 2
+            })
+        );
+        assert!(
+            r.sentence.contains(
+                "The cheapest shape whose expected epoch meets the target of 16.7 min is 4 × 2 (10.7 min (9.64–11.8 min) per epoch"
+            ) && r.sentence.contains("the band's slow end meeting it too")
+                && r.sentence
+                    .contains("The fastest shape within the budget of 1.10 GPU-hours per epoch is 1 × 2")
+                && r.sentence.contains("the band's costly end exceeds it"),
+            "{}",
+            r.sentence
+        );
+        // Each figure carries its band: the efficiency inversely to the step.
+        let s2 = &r.shapes[2];
+        assert!((s2.efficiency_low - 0.85 / 1.1).abs() < 1e-12 && (s2.efficiency_high - 0.85 / 0.9).abs() < 1e-12);
+        assert!(r.sentence.contains("(85.0 % (77.3–94.4 %) efficiency"), "{}", r.sentence);
         // The shortest epoch is at the largest shape here, 8 × 2.
         assert_eq!(
             r.shortest_epoch,
@@ -394,7 +529,7 @@ mod tests {
             }
         );
         assert!(
-            r.sentence.contains("up to 2 × 2 (85.0 % efficiency") && r.sentence.contains("each doubling saves at most"),
+            r.sentence.contains("up to 2 × 2 (85.0 % (77.3–94.4 %) efficiency") && r.sentence.contains("each doubling saves at most"),
             "{}",
             r.sentence
         );
@@ -405,7 +540,7 @@ mod tests {
         let refs: Vec<&ProjectionRow> = rows2.iter().collect();
         let r = recommend(&refs, &Ask { nominal: false, ..ask }).unwrap();
         assert!(
-            r.rough && r.sentence.contains("Rough") && r.sentence.contains("(85 % efficiency"),
+            r.rough && r.sentence.contains("Rough") && r.sentence.contains("(85 % (77–94 %) efficiency"),
             "{}",
             r.sentence
         );

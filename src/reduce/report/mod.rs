@@ -230,6 +230,18 @@ pub struct ProjectionReport {
     pub recommendations: Vec<crate::reduce::analysis::recommend::Recommendation>,
 }
 
+/// Two projections of the same runs through different links, as one (rows, notes,
+/// models, workloads, levels and recommendations of both, in order).
+pub(crate) fn merge_projections(mut a: ProjectionReport, b: ProjectionReport) -> ProjectionReport {
+    a.rows.extend(b.rows);
+    a.notes.extend(b.notes);
+    a.models.extend(b.models);
+    a.workloads.extend(b.workloads);
+    a.levels.extend(b.levels);
+    a.recommendations.extend(b.recommendations);
+    a
+}
+
 /// One workload's projection (rows with its `from_runs` and `scaling`), in sentences.
 #[derive(Debug, Clone, Serialize)]
 pub struct ProjectedWorkload {

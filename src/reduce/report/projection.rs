@@ -11,25 +11,39 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
 
+/// What the held-out check of the projection found (BENCHMARKS.md, "The forecast held out
+/// on the namespace pair"): stated beside every projection, refreshed when it is rerun.
+pub(crate) const CHECKED_ERROR: &str = "Checked error: not measured yet.";
+
 /// The efficiency the per-shape answers and the recommendation aim at unless
 /// `--target-efficiency` says another.
 pub(crate) const TARGET_EFFICIENCY: f64 = 0.8;
 
-/// The rows of each projected workload (one per reference run), keyed by that run, with
-/// a name that tells apart workloads differing only in their configuration.
+/// The rows of each projected workload (one per reference point and link, in the order
+/// the links were given), keyed by that point, with a name that tells apart workloads
+/// differing only in their configuration, and says the link where one was given.
 fn by_workload(rows: &[ProjectionRow]) -> Vec<(String, Vec<&ProjectionRow>)> {
-    let mut m: BTreeMap<&str, Vec<&ProjectionRow>> = BTreeMap::new();
+    let mut links: Vec<&str> = Vec::new();
     for r in rows {
-        m.entry(r.from_runs.as_str()).or_default().push(r);
+        if !links.contains(&r.link.as_str()) {
+            links.push(&r.link);
+        }
     }
-    let mut split: BTreeMap<(String, String), Vec<&ProjectionRow>> = BTreeMap::new();
-    for r in m.into_values().flatten() {
-        split.entry((r.from_runs.clone(), r.scaling.clone())).or_default().push(r);
+    let mut split: BTreeMap<(usize, String, String), Vec<&ProjectionRow>> = BTreeMap::new();
+    for r in rows {
+        let link = links.iter().position(|l| *l == r.link).unwrap_or(0);
+        split.entry((link, r.from_runs.clone(), r.scaling.clone())).or_default().push(r);
     }
     let mut out: Vec<(String, Vec<&ProjectionRow>)> = split.into_values().map(|rs| (rs[0].workload.clone(), rs)).collect();
     for i in 0..out.len() {
-        if out.iter().filter(|o| o.0 == out[i].0).count() > 1 {
+        let same = |o: &(String, Vec<&ProjectionRow>)| o.0 == out[i].0 && o.1[0].link == out[i].1[0].link;
+        if out.iter().filter(|o| same(o)).count() > 1 {
             out[i].0 = format!("{} ({})", out[i].0, out[i].1[0].from_runs);
+        }
+    }
+    for o in &mut out {
+        if !o.1[0].link.is_empty() {
+            o.0 = format!("{} on {}", o.0, o.1[0].link);
         }
     }
     out
@@ -112,7 +126,13 @@ fn checked_sentence(rs: &[&ProjectionRow]) -> String {
         ));
     }
     if others.is_empty() && out.is_empty() {
-        out.push("No measured run of this workload at a shape other than the reference's to check the projection against.".into());
+        out.push(if rs.iter().any(|r| r.step_basis == "measured") {
+            "The 1-rank row is the measured 1-rank point itself (every speedup is against it), so it checks nothing, and no other \
+             measured shape than the reference's is there to check the projection against."
+                .into()
+        } else {
+            "No measured run of this workload at a shape other than the reference's to check the projection against.".into()
+        });
     } else if !others.is_empty() {
         let worst = others.iter().map(|r| r.error_pct.unwrap_or(0.0).abs()).fold(0.0, f64::max);
         out.push(format!(
@@ -185,17 +205,26 @@ pub(super) fn markdown(p: &ProjectionReport) -> String {
     let _ = writeln!(md, "\n## Projection beyond the allocation\n");
     let _ = writeln!(
         md,
-        "From the link model in `{}` (fitted by `ddpbench allreduce`) and, per workload, one measured run: \
+        "From the link model{} and, per workload, every repeat of one measured point (its reference): \
 step(N) = the slowest rank's own work + the all-reduce past backward's end. Weak scaling keeps the \
 measured per-rank batch; strong scaling (\"strong G…\") splits the reference's global batch G over the ranks. A rank's \
-own work is the step's common part (the mean over ranks, which noise hitting every rank moves together) plus the \
-straggler term, E[max over N ranks] of a rank's deviation from that common part. Speedup and efficiency are against \
-the measured 1-rank run where there is one, else the projection at 1 rank. The band scales the all-reduce by the sweep's spread at that size \
-(the fit's largest relative error outside the sizes swept), doubled beyond {}× the largest measured rank count (marked \
-extrapolated). Assumed: \
-homogeneous nodes, the ring all-reduce (the tree where faster, as the algorithm column says), no congestion, a rank's \
-own work independent of N.\n",
-        p.sweep.display(),
+own work is the step's common part (the mean over ranks, which noise hitting every rank moves together; the geometric \
+mean over the repeats) plus the straggler term, E[max over N ranks] of a rank's deviation from that common part. The \
+step given is the expected one: a nominal level (a link's specification) at the fraction of its line rate an all-reduce \
+reaches on it, a measured level as its sweep timed it, plus the seconds per step that contention added to the \
+all-reduce at the reference (training against the run's own probe of it alone). Its band is that step ± the own \
+work's run-to-run interval and the link's uncertainty (the efficiency's range, the contention's interval, the sweep's \
+spread) in quadrature, doubled beyond {}× the largest measured rank count (marked extrapolated); its optimistic end \
+never passes the bound: the link at line rate, or as its sweep timed it alone. Speedup and efficiency are against \
+the measured 1-rank point where there is one (that row is the point itself), else the projection at 1 rank. Assumed: \
+homogeneous nodes, the ring all-reduce (the tree where faster, as the algorithm column says), no congestion from other \
+jobs, the ranks of a node sharing its link as one hierarchical all-reduce (not measured on one node), a rank's own work \
+independent of N. {CHECKED_ERROR}\n",
+        if p.sweep.as_os_str().is_empty() {
+            String::new()
+        } else {
+            format!(" in `{}` (fitted by `ddpbench allreduce`)", p.sweep.display())
+        },
         EXTRAPOLATION_FACTOR
     );
     for bm in &p.models {
@@ -203,9 +232,23 @@ own work independent of N.\n",
             if let Some(spec) = &f.nominal {
                 let _ = writeln!(
                     md,
-                    "- {}, {}: nominal, {spec}: no sweep behind it, an optimistic bound",
+                    "- {}, {}: nominal, {spec}: no sweep behind it; its line rate is the bound, an all-reduce expected at {}",
                     bm.route().label(),
-                    f.level
+                    f.level,
+                    f.efficiency
+                        .as_ref()
+                        .map_or("line rate".into(), crate::link::spec::efficiency_words)
+                );
+                continue;
+            }
+            if let Some(probe) = &f.probe {
+                let _ = writeln!(
+                    md,
+                    "- {}, {}: 1/β = {:.3} GB/s over {} ranks from {probe}",
+                    bm.route().label(),
+                    f.level,
+                    1e-9 / f.beta_s_per_byte,
+                    f.ranks
                 );
                 continue;
             }
@@ -231,16 +274,28 @@ own work independent of N.\n",
     }
     for ((name, rs), w) in by_workload(&p.rows).into_iter().zip(&p.workloads) {
         let _ = writeln!(md, "\n### {name} (from {})\n\n{}\n", repeats_words(rs[0]), rs[0].comparison);
-        let _ = writeln!(md, "| ranks | nodes × per node | batch per rank | step (ms) | band (ms) | samples/s | speedup | efficiency | efficiency, 2-byte gradients | efficiency, one bucket | exposed comm (ms) | algorithm | measured (ms) | error |");
-        let _ = writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|");
+        let _ = writeln!(
+            md,
+            "{}\n\nThe band: {}.\n",
+            crate::escape::markdown(&inputs_line(&p.models, rs[0])),
+            crate::escape::markdown(&rs[0].band_sources)
+        );
+        let _ = writeln!(md, "| ranks | nodes × per node | batch per rank | step (ms) | band (ms) | samples/s | speedup | efficiency | efficiency, 2-byte gradients | efficiency, one bucket | all-reduce (ms), bound | exposed comm (ms) | algorithm | measured (ms) | error |");
+        let _ = writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|");
         for r in &rs {
             let _ = writeln!(
                 md,
-                "| {}{}{}{} | {} × {} | {}{} | {} | {}–{}{} | {:.1} | {:.2} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {}{}{}{}{}{} | {} × {} | {}{} | {} | {}–{}{} | {:.1} | {:.2} | {} | {} | {} | {} ({}) | {} | {} | {} | {} |",
                 r.ranks,
                 if r.extrapolated { " (extrapolated)" } else { "" },
                 if r.is_reference { " (reference)" } else { "" },
                 if r.unreliable { " (unreliable)" } else { "" },
+                if r.step_basis == "measured" { " (measured)" } else { "" },
+                if r.beyond_measured.is_empty() {
+                    ""
+                } else {
+                    " (beyond measured†)"
+                },
                 r.nodes,
                 r.ranks_per_node,
                 r.batch_per_rank,
@@ -254,10 +309,24 @@ own work independent of N.\n",
                 pct(r.efficiency),
                 r.efficiency_half_wire_bytes.map_or("already 2 bytes".into(), pct),
                 pct(r.efficiency_one_bucket),
+                ms(r.comm_s),
+                ms(r.comm_bound_s),
                 ms(r.comm_exposed_s),
                 r.algorithm,
                 r.measured_step_s.map(ms).unwrap_or_else(|| "–".into()),
                 r.error_pct.map(|e| format!("{e:+.1} %")).unwrap_or_else(|| "–".into())
+            );
+        }
+        let beyond: Vec<String> = rs
+            .iter()
+            .filter(|r| !r.beyond_measured.is_empty())
+            .map(|r| format!("{} × {}: {}", r.nodes, r.ranks_per_node, r.beyond_measured))
+            .collect();
+        if !beyond.is_empty() {
+            let _ = writeln!(
+                md,
+                "\n† Outside what was measured ({}): read these rows to 2 digits, and their order rather than their amounts.",
+                crate::escape::markdown(&beyond.join("; "))
             );
         }
         terms_table(&mut md, &rs);
@@ -281,6 +350,48 @@ own work independent of N.\n",
     md.push_str(&super::recommendation::markdown(p));
     let _ = writeln!(md, "\n![projection](projection.svg)");
     md
+}
+
+/// Which inputs of a workload's projection are measured, which published, which nominal
+/// and which assumed, in one line.
+fn inputs_line(models: &[crate::link::RouteLinkModel], r: &ProjectionRow) -> String {
+    let mut measured = vec![format!("own work and buckets ({} repeat(s) of the reference)", r.from_repeats)];
+    let (mut published, mut nominal, mut assumed) = (Vec::new(), Vec::new(), Vec::new());
+    match r.contention_factor {
+        Some(c) => measured.push(format!("contention ({c:.2}× the probe at the reference)")),
+        None => assumed.push("no contention (not measured)".to_string()),
+    }
+    for f in models.iter().flat_map(|m| [&m.model.intra, &m.model.inter]).flatten() {
+        match (&f.nominal, &f.probe, &f.efficiency) {
+            (Some(spec), _, e) => {
+                nominal.push(format!("the {} line rate ({spec})", f.level));
+                if let Some(e) = e {
+                    let words = format!("the {} efficiency, {}", f.level, crate::link::spec::efficiency_words(e));
+                    match e.basis {
+                        crate::link::model::EfficiencyBasis::Published => published.push(words),
+                        crate::link::model::EfficiencyBasis::Assumed => assumed.push(words),
+                        crate::link::model::EfficiencyBasis::Given => nominal.push(words),
+                    }
+                }
+            }
+            (None, Some(_), _) => {
+                measured.push(format!("the {} link (the runs' probe, one size)", f.level));
+                assumed.push(format!("the {} latency", f.level));
+            }
+            (None, None, _) => measured.push(format!("the {} link (a sweep)", f.level)),
+        }
+    }
+    let part = |name: &str, v: &[String]| (!v.is_empty()).then(|| format!("{name}: {}", v.join(", ")));
+    let parts: Vec<String> = [
+        part("measured", &measured),
+        part("published", &published),
+        part("nominal (given)", &nominal),
+        part("assumed", &assumed),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    format!("Inputs, {}.", parts.join("; "))
 }
 
 /// ", α clamped to 0" and the like, or nothing.
@@ -371,16 +482,22 @@ fn batch_for_target(r: &ProjectionRow, tau: f64) -> String {
 pub(super) fn print_projection(rows: &[ProjectionRow]) {
     println!("\nProjection (weak and strong scaling, link model; see report.md):");
     println!(
-        "{:<34} {:>6} {:>9} {:>11} {:>8} {:>10} {:>8} {:>10} {:>8}",
-        "workload", "ranks", "nodes×pn", "step ms", "speedup", "efficiency", "algo", "measured", "error"
+        "{:<34} {:>6} {:>9} {:>11} {:>19} {:>8} {:>10} {:>8} {:>10} {:>8}",
+        "workload", "ranks", "nodes×pn", "step ms", "band ms", "speedup", "efficiency", "algo", "measured", "error"
     );
     for r in rows {
         println!(
-            "{:<34} {:>6} {:>9} {:>11} {:>8.2} {:>10} {:>8} {:>10} {:>8}",
+            "{:<34} {:>6} {:>9} {:>11} {:>19} {:>8.2} {:>10} {:>8} {:>10} {:>8}",
             crate::escape::terminal(&r.workload),
-            format!("{}{}", r.ranks, if r.extrapolated { "*" } else { "" }),
+            format!(
+                "{}{}{}",
+                r.ranks,
+                if r.extrapolated { "*" } else { "" },
+                if r.beyond_measured.is_empty() { "" } else { "†" }
+            ),
             format!("{}×{}", r.nodes, r.ranks_per_node),
             ms(r.step_s),
+            format!("{}–{}", ms(r.step_low_s), ms(r.step_high_s)),
             r.speedup,
             pct(r.efficiency),
             r.algorithm,
@@ -388,7 +505,11 @@ pub(super) fn print_projection(rows: &[ProjectionRow]) {
             r.error_pct.map(|e| format!("{e:+.1}%")).unwrap_or_else(|| "–".into())
         );
     }
-    println!("(* extrapolated: beyond {EXTRAPOLATION_FACTOR}× the largest measured rank count)");
+    println!(
+        "(* extrapolated: beyond {EXTRAPOLATION_FACTOR}× the largest measured rank count; † beyond what was measured, see \
+         report.md; the step is the expected one, the band its range with the bound as its optimistic end)"
+    );
+    println!("{CHECKED_ERROR}");
 }
 
 /// The projection plot's SVG: efficiency against ranks (powers of two, each tick written

@@ -6,7 +6,7 @@ use super::{ms, ProjectionReport};
 use crate::link::model::LevelFit;
 use crate::link::{spec as link_spec, LinkModelFile};
 use crate::record::{Backend, DeviceKind, Memory};
-use crate::reduce::analysis::recommend::{recommend, Ask, Figures, Recommendation};
+use crate::reduce::analysis::recommend::{recommend, Ask, Figures, Recommendation, Shape};
 use crate::reduce::analysis::RunStats;
 use crate::reduce::ReduceRequest;
 use std::collections::BTreeMap;
@@ -15,7 +15,12 @@ use std::path::Path;
 
 /// The link models of a projection where `--link`/`--link-intra` name a level: the
 /// sweep's (`measured`) with those levels replaced, else one per route the runs used.
-pub(crate) fn with_specs(req: &ReduceRequest, measured: Option<LinkModelFile>, runs: &[&RunStats]) -> LinkModelFile {
+pub(crate) fn with_specs(
+    req: &ReduceRequest,
+    inter: Option<&link_spec::LinkSpec>,
+    measured: Option<LinkModelFile>,
+    runs: &[&RunStats],
+) -> LinkModelFile {
     let mut routes: Vec<(Backend, Memory)> = runs
         .iter()
         .filter(|r| r.manifest.comm_backend != Backend::None)
@@ -36,7 +41,7 @@ pub(crate) fn with_specs(req: &ReduceRequest, measured: Option<LinkModelFile>, r
             .unwrap_or(1),
     };
     let probes = |backend: Backend, memory: Memory, dtype: &str| probe_level(runs, backend, memory, dtype);
-    link_spec::with_specs(measured, req.link.as_ref(), req.link_intra.as_ref(), &routes, per_node, &probes)
+    link_spec::with_specs(measured, inter, req.link_intra.as_ref(), &routes, per_node, &probes)
 }
 
 /// The intra-node level the runs' own probes give on `backend` and `memory`: from the
@@ -64,7 +69,7 @@ fn probe_level(runs: &[&RunStats], backend: Backend, memory: Memory, dtype: &str
 /// Where the link model came from, in words.
 pub(crate) fn source_words(req: &ReduceRequest, sweep: Option<&Path>) -> String {
     let mut parts: Vec<String> = sweep.map(|s| s.display().to_string()).into_iter().collect();
-    parts.extend(req.link.as_ref().map(|l| format!("--link {}", l.name)));
+    parts.extend(req.link.iter().map(|l| format!("--link {}", l.name)));
     parts.extend(req.link_intra.as_ref().map(|l| format!("--link-intra {}", l.name)));
     parts.join(" and ")
 }
@@ -108,8 +113,9 @@ pub(crate) fn attach(p: &mut ProjectionReport, req: &ReduceRequest, sweep: Optio
         .any(|m| [&m.model.intra, &m.model.inter].into_iter().flatten().any(|f| f.nominal.is_some()))
     {
         p.levels.push(
-            "A nominal level is an optimistic bound: an all-reduce does not reach a link's line rate, so steps projected through it \
-             are lower bounds and efficiencies upper bounds."
+            "A nominal level's line rate is an optimistic bound on the link term only: an all-reduce does not reach it, so the \
+             projection expects the fraction of line rate stated for the level (published, given or assumed, as it says), and \
+             the band's optimistic end is the line rate."
                 .into(),
         );
     }
@@ -149,6 +155,8 @@ pub(crate) fn attach(p: &mut ProjectionReport, req: &ReduceRequest, sweep: Optio
             price_per_gpu_hour: req.price_per_gpu_hour,
             link: &link,
             nominal: used.iter().any(|f| f.nominal.is_some()),
+            epoch_time_target_s: req.epoch_time_target_s,
+            gpu_hour_budget: req.gpu_hour_budget,
         };
         recs.extend(recommend(&rows, &ask));
     }
@@ -174,13 +182,22 @@ fn table_rows(r: &Recommendation) -> Vec<[String; 10]> {
             if s.unreliable {
                 note.push("unreliable");
             }
+            if s.beyond_measured {
+                note.push("beyond measured");
+            }
+            if Some(s.shape) == r.cheapest_meeting_epoch_target {
+                note.push("cheapest meeting the epoch target");
+            }
+            if Some(s.shape) == r.fastest_within_budget {
+                note.push("fastest within the budget");
+            }
             [
                 s.shape.label(),
                 s.ranks.to_string(),
                 ms(s.step_s),
-                f.efficiency(s.efficiency),
-                f.epoch(s.epoch_s),
-                f.gpu_hours(s.gpu_hours_per_epoch),
+                f.efficiency_band(s),
+                f.epoch_band(s),
+                f.gpu_hours_band(s),
                 s.cost_per_epoch.map(|c| f.money(c)).unwrap_or_else(|| "–".into()),
                 s.epoch_saved_fraction.map(|x| f.fraction(x)).unwrap_or_else(|| "–".into()),
                 s.gpu_hours_ratio.map(|x| f.ratio(x)).unwrap_or_else(|| "–".into()),
@@ -194,9 +211,9 @@ const HEADERS: [&str; 10] = [
     "nodes × per node",
     "ranks",
     "step (ms)",
-    "efficiency",
-    "epoch",
-    "GPU-hours per epoch",
+    "efficiency (band)",
+    "epoch (band)",
+    "GPU-hours per epoch (band)",
     "cost per epoch",
     "epoch saved vs the row above",
     "GPU-hours vs the row above",
@@ -212,12 +229,21 @@ pub(crate) fn markdown(p: &ProjectionReport) -> String {
             let _ = writeln!(md, "- {l}");
         }
     }
+    side_by_side(&mut md, &p.recommendations);
     for r in &p.recommendations {
         let _ = writeln!(
             md,
-            "\n### Recommendation: {} (weak scaling, batch {} per rank)\n\n{}\n\nEfficiency is against the {}; an epoch is {} samples; \
-             GPU-hours are ranks × the epoch's hours.\n",
-            r.workload, r.batch_per_rank, r.sentence, r.against, r.epoch_samples
+            "\n### Recommendation: {} on {} (weak scaling, batch {} per rank)\n\n{}\n\nEvery column is against one reference, the {} \
+             (so the epoch saved against the row above is 1 − its speedup over this one's); an epoch is {} samples; GPU-hours \
+             are ranks × the epoch's hours; each figure is the expected one with its band, whose optimistic end is the bound. \
+             {}\n",
+            r.workload,
+            r.link,
+            r.batch_per_rank,
+            r.sentence,
+            r.against,
+            r.epoch_samples,
+            super::projection::CHECKED_ERROR
         );
         let _ = writeln!(md, "| {} |", HEADERS.join(" | "));
         let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
@@ -226,6 +252,55 @@ pub(crate) fn markdown(p: &ProjectionReport) -> String {
         }
     }
     md
+}
+
+/// Where one workload was projected through several links (`--link` repeated): the
+/// links side by side at the shape each recommends, in one table.
+fn side_by_side(md: &mut String, recs: &[Recommendation]) {
+    let mut by: BTreeMap<(&str, &str), Vec<&Recommendation>> = BTreeMap::new();
+    for r in recs {
+        by.entry((r.workload.as_str(), r.from_runs.as_str())).or_default().push(r);
+    }
+    let names = |w: &str| by.keys().filter(|k| k.0 == w).count();
+    let named: Vec<(String, &Vec<&Recommendation>)> = by
+        .iter()
+        .map(|(k, rs)| {
+            (
+                if names(k.0) > 1 {
+                    format!("{} (from {})", k.0, k.1)
+                } else {
+                    k.0.to_string()
+                },
+                rs,
+            )
+        })
+        .collect();
+    for (workload, rs) in named.into_iter().filter(|(_, rs)| rs.len() > 1) {
+        let _ = writeln!(
+            md,
+            "\n### Fabrics side by side: {workload}\n\nPer link, the largest shape keeping the target efficiency (else 1 × 1) \
+             and the shortest epoch, each with its band.\n\n| link | keeps the target up to | efficiency | epoch | GPU-hours per epoch | \
+             shortest epoch at | epoch | GPU-hours per epoch |\n|---|---|---:|---:|---:|---|---:|---:|"
+        );
+        for r in rs {
+            let f = Figures { rough: r.rough };
+            let at = |shape: Shape| r.shapes.iter().find(|s| s.shape == shape);
+            let keep = r.keeps_target.and_then(at).or(r.shapes.first());
+            let fast = at(r.shortest_epoch);
+            let cells = |s: Option<&crate::reduce::analysis::recommend::ShapeCost>, with_eff: bool| match s {
+                Some(s) if with_eff => format!(
+                    "{} | {} | {} | {}",
+                    s.shape.label(),
+                    f.efficiency_band(s),
+                    f.epoch_band(s),
+                    f.gpu_hours_band(s)
+                ),
+                Some(s) => format!("{} | {} | {}", s.shape.label(), f.epoch_band(s), f.gpu_hours_band(s)),
+                None => "– | – | –".into(),
+            };
+            let _ = writeln!(md, "| {} | {} | {} |", r.link, cells(keep, true), cells(fast, false));
+        }
+    }
 }
 
 /// The recommendations on the terminal.
