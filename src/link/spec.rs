@@ -1,10 +1,16 @@
 //! Links by specification: a named preset or a bandwidth and a latency, for one level
 //! of the link model. A spec becomes the same α–β [`LevelFit`] a sweep fits, with no
-//! residuals and marked nominal, so every projection path serves both.
+//! residuals and marked nominal, so every projection path serves both; with the same
+//! α and β a spec projects what the sweep path projects where that path uses its line
+//! (outside the sweep's sizes, or with interpolation off), not where it starts from
+//! the sweep's measurements.
 //!
-//! A nominal link is an optimistic bound: an all-reduce does not reach a link's line
-//! rate (protocol overheads, the reduction itself, congestion), so a step projected
-//! from a spec is a lower bound on the step the link gives.
+//! A nominal link's line rate is an optimistic bound on the link term: an all-reduce
+//! does not reach it (protocol overheads, the reduction itself, congestion). A spec
+//! therefore carries the fraction of line rate an all-reduce is expected to reach on it
+//! ([`Efficiency`]: the spec's `efficiency=F`, a preset's published or assumed figure,
+//! else [`ASSUMED`]), which the projection's expected step uses; the line rate stays
+//! the band's optimistic end.
 
 use super::model::{physical, Efficiency, EfficiencyBasis, LevelFit, LinkModel, FORMULA, MAX_ALPHA_S};
 use super::{LinkModelFile, RouteLinkModel};
@@ -462,7 +468,7 @@ mod tests {
     }
 
     #[test]
-    fn a_spec_with_a_sweeps_alpha_and_beta_projects_exactly_what_the_sweep_projects() {
+    fn a_spec_with_a_sweeps_alpha_and_beta_gives_the_sweeps_link_times_where_it_uses_its_line() {
         let (alpha, beta) = (5e-6, 1.0 / 12.5e9);
         let pts: Vec<(u64, f64)> = (3..27).map(|k| 1u64 << k).map(|b| (b, ring_s(2, b as f64, alpha, beta))).collect();
         let swept = fit("inter-node", Backend::Mpi, "float", 2, &pts).unwrap();

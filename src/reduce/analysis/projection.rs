@@ -167,9 +167,9 @@ pub(crate) struct Workload {
     pub own_scale: f64,
     /// Gradients travel at 4 bytes an element (fp32): halving them is a what-if.
     pub fp32_wire: bool,
-    /// The repeats the own work stands on, and its run-to-run relative half-width over
-    /// them ([`repeat_half_width`]; None with one repeat: the band then holds no
-    /// run-to-run spread).
+    /// The repeats the own work stands on, and the relative half-width within which one
+    /// more run's own work falls ([`repeat_prediction_half_width`]; None with one
+    /// repeat: the band then holds no run-to-run spread).
     pub repeats: usize,
     pub own_half_width: Option<f64>,
 }
@@ -184,14 +184,20 @@ pub(crate) fn over_repeats(runs: &[&RunStats], f: impl Fn(&RunStats) -> f64) -> 
     crate::stats::geometric_mean(&v)
 }
 
-/// The run-to-run relative half-width of a figure over repeats: the [`COVERAGE`]
-/// t-interval of the geometric mean, `exp(t(df = k − 1) · s / √k) − 1` with s the
-/// sample standard deviation of the log figures; None with fewer than 2 repeats.
-pub(crate) fn repeat_half_width(runs: &[&RunStats], f: impl Fn(&RunStats) -> f64) -> Option<f64> {
-    half_width_of(&runs.iter().map(|r| f(r)).collect::<Vec<_>>())
+/// The relative half-width within which one more run's figure falls: the [`COVERAGE`]
+/// prediction interval from k repeats, `exp(t(df = k − 1) · s · √(1 + 1/k)) − 1`
+/// with s the sample standard deviation of the log figures. A forecast is of a run at the shape asked, which
+/// varies as one run does, not as the mean of k; None with fewer than 2 repeats.
+pub(crate) fn repeat_prediction_half_width(runs: &[&RunStats], f: impl Fn(&RunStats) -> f64) -> Option<f64> {
+    let values: Vec<f64> = runs.iter().map(|r| f(r)).collect();
+    let k = values.len() as f64;
+    // The mean's half-width on the log scale, widened from 1/√k to √(1 + 1/k).
+    half_width_of(&values).map(|h| ((1.0 + h).ln() * (k + 1.0).sqrt()).exp() - 1.0)
 }
 
-/// [`repeat_half_width`] of positive values (None with fewer than 2, or one not above 0).
+/// The run-to-run relative half-width of the geometric mean of positive values: the
+/// [`COVERAGE`] t-interval, `exp(t(df = k − 1) · s / √k) − 1`; None with fewer than 2,
+/// or one not above 0.
 fn half_width_of(values: &[f64]) -> Option<f64> {
     let logs: Vec<f64> = values.iter().filter(|v| **v > 0.0).map(|v| v.ln()).collect();
     if logs.len() < 2 || logs.len() < values.len() {
@@ -221,7 +227,7 @@ impl Workload {
         w.own_common_s = over_repeats(runs, |r| r.own_common.mean());
         w.backward_s = over_repeats(runs, |r| r.phase_mean(Phase::Backward));
         w.repeats = runs.len();
-        w.own_half_width = repeat_half_width(runs, |r| r.own_common.mean());
+        w.own_half_width = repeat_prediction_half_width(runs, |r| r.own_common.mean());
         w
     }
 
@@ -587,7 +593,7 @@ pub(crate) fn projections_on(
         let band_sources = band_sources(&w, &basis);
         if reference_runs.len() < 2 {
             notes.push(format!(
-                "{label}: projected from a single run at {} node(s) × {}: its band holds no run-to-run spread (add repeats of that point)",
+                "warning: {label}: projected from a single run at {} node(s) × {}: its band holds no run-to-run spread (add repeats of that point)",
                 shape_of(reference).0,
                 shape_of(reference).1
             ));
@@ -615,7 +621,7 @@ pub(crate) fn projections_on(
             Some(t) => (t, AGAINST_MEASURED),
             None => (w.batch_per_rank as f64 / single, AGAINST_PROJECTED),
         };
-        let single_half_width = repeat_half_width(&one_rank, samples_per_s);
+        let single_half_width = repeat_prediction_half_width(&one_rank, samples_per_s);
         let missing_reference = if against == AGAINST_MEASURED {
             String::new()
         } else {
@@ -694,7 +700,7 @@ fn link_basis(s: &Step) -> String {
 /// nominal level's efficiency range, the contention and the sweep's spread.
 fn band_sources(w: &Workload, basis: &Basis) -> String {
     let mut out = vec![match w.own_half_width {
-        Some(h) => format!("own work ±{:.1} % (95 %, {} repeats)", h * 100.0, w.repeats),
+        Some(h) => format!("own work ±{:.1} % (95 % for one run, from {} repeats)", h * 100.0, w.repeats),
         None => "own work from one run (no run-to-run spread)".to_string(),
     }];
     for f in [&basis.links.bound.intra, &basis.links.bound.inter].into_iter().flatten() {
@@ -995,7 +1001,7 @@ fn strong_rows(
         Some(t) => (t, AGAINST_MEASURED),
         None => (global / single.step_s, AGAINST_PROJECTED),
     };
-    let single_half_width = repeat_half_width(&one_rank, samples_per_s);
+    let single_half_width = repeat_prediction_half_width(&one_rank, samples_per_s);
     let accum = key.grad_accum.unwrap_or(1).max(1);
     let missing_reference = match against {
         AGAINST_MEASURED => String::new(),
@@ -1335,7 +1341,7 @@ mod tests {
         assert!(s.low_s >= 0.1 / 1.05 + 1.02e-3 - 1e-15 && s.low_s < s.step_s && s.step_s < s.high_s);
         let words = band_sources(&w, &basis);
         for needle in [
-            "own work ±5.0 % (95 %, 4 repeats)",
+            "own work ±5.0 % (95 % for one run, from 4 repeats)",
             "inter-node at 50 % (40–90 %) of line rate (published)",
             "1.50× as long in training",
             "+1.00 ms per step (±0.30 ms, 4 repeat(s))",

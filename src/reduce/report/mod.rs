@@ -220,7 +220,8 @@ pub struct ProjectionReport {
     /// The fitted link models, per route (backend and memory).
     pub models: Vec<RouteLinkModel>,
     pub rows: Vec<ProjectionRow>,
-    /// Workloads that could not be projected, and why.
+    /// Workloads that could not be projected, and why; and warnings on those that were
+    /// (starting `warning: `), e.g. a reference of one run.
     pub notes: Vec<String>,
     /// Per projected workload and mode: what the projection says.
     pub workloads: Vec<ProjectedWorkload>,

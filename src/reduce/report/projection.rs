@@ -345,7 +345,11 @@ independent of N. {CHECKED_ERROR}\n",
         }
     }
     for n in &p.notes {
-        let _ = writeln!(md, "\n- not projected: {n}");
+        if n.starts_with("warning: ") || n.contains(": warning: ") {
+            let _ = writeln!(md, "\n- {}", crate::escape::markdown(n));
+        } else {
+            let _ = writeln!(md, "\n- not projected: {}", crate::escape::markdown(n));
+        }
     }
     md.push_str(&super::recommendation::markdown(p));
     let _ = writeln!(md, "\n![projection](projection.svg)");

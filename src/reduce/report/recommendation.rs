@@ -158,6 +158,16 @@ pub(crate) fn attach(p: &mut ProjectionReport, req: &ReduceRequest, sweep: Optio
             epoch_time_target_s: req.epoch_time_target_s,
             gpu_hour_budget: req.gpu_hour_budget,
         };
+        // A recommendation stands on a projection beyond 1 rank: without one (no level
+        // for the shapes asked) there is nothing to choose between, and it says so.
+        if rows.iter().all(|r| r.ranks == 1) {
+            p.notes.push(format!(
+                "warning: {}: no recommendation, since no shape beyond 1 rank could be projected (the reasons above); give \
+                 --link-intra, or a sweep (`ddpbench allreduce`) on the node, or runs with the all-reduce probe on",
+                rows[0].workload
+            ));
+            continue;
+        }
         recs.extend(recommend(&rows, &ask));
     }
     p.recommendations = recs;
