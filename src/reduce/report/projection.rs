@@ -13,7 +13,12 @@ use std::path::Path;
 
 /// What the held-out check of the projection found (BENCHMARKS.md, "The forecast held out
 /// on the namespace pair"): stated beside every projection, refreshed when it is rerun.
-pub(crate) const CHECKED_ERROR: &str = "Checked error: not measured yet.";
+pub(crate) const CHECKED_ERROR: &str = "Checked error (BENCHMARKS.md, \"The forecast held out on the namespace pair\", \
+2026-11-29): 2 nodes × 1 rank projected from one node (3 repeats each of a 1-rank and a 2-rank reference) on two network \
+namespaces of one 2-core machine, links shaped to 1 and 4 Gbit/s, 10 passes each: the expected step's median absolute \
+error was 7.7 % through a sweep of the link and 16.6 % through its specification alone (efficiency assumed), and the \
+measured step lay inside the band in 19 of 20 passes on each path (median half-width 32–34 %). One small workload \
+(mnist-cnn, 4.8 MB of gradients) on emulated nodes: read it as the order of the error, not a promise for your cluster.";
 
 /// The efficiency the per-shape answers and the recommendation aim at unless
 /// `--target-efficiency` says another.
