@@ -27,9 +27,10 @@ pub(crate) struct Preset {
     pub bandwidth_bytes_per_s: f64,
     /// Latency of one message step, seconds.
     pub alpha_s: f64,
-    /// The fraction of line rate an all-reduce reaches on it: expected, low, high, and
-    /// whether published measurements stand behind it (results/README.md cites them) or
-    /// it is assumed.
+    /// The fraction of line rate an all-reduce reaches on it at large messages: expected,
+    /// low, high, and whether published measurements stand behind it (nccl-tests and
+    /// OSU results; docs/link-efficiency.md quotes them, results/README.md lists them) or
+    /// it is assumed (none found, or only NCCL's built-in bandwidth constants).
     pub efficiency: Efficiency,
 }
 
@@ -59,56 +60,96 @@ pub(crate) const PRESETS: [Preset; 12] = [
         describe: "25 Gigabit Ethernet, TCP",
         bandwidth_bytes_per_s: 25.0 * GBIT,
         alpha_s: 15.0 * US,
-        efficiency: ASSUMED,
+        efficiency: Efficiency {
+            expected: 0.6,
+            low: 0.45,
+            high: 0.98,
+            basis: EfficiencyBasis::Published,
+        },
     },
     Preset {
         name: "eth-100g",
         describe: "100 Gigabit Ethernet, TCP",
         bandwidth_bytes_per_s: 100.0 * GBIT,
         alpha_s: 10.0 * US,
-        efficiency: ASSUMED,
+        efficiency: Efficiency {
+            expected: 0.4,
+            low: 0.32,
+            high: 0.48,
+            basis: EfficiencyBasis::Published,
+        },
     },
     Preset {
         name: "roce-100g",
         describe: "RoCEv2 over 100 Gb/s Ethernet",
         bandwidth_bytes_per_s: 100.0 * GBIT,
         alpha_s: 5.0 * US,
-        efficiency: ASSUMED,
+        efficiency: Efficiency {
+            expected: 0.8,
+            low: 0.58,
+            high: 0.96,
+            basis: EfficiencyBasis::Published,
+        },
     },
     Preset {
         name: "ib-hdr",
         describe: "InfiniBand HDR, 200 Gb/s per port",
         bandwidth_bytes_per_s: 200.0 * GBIT,
         alpha_s: 1.0 * US,
-        efficiency: ASSUMED,
+        efficiency: Efficiency {
+            expected: 0.93,
+            low: 0.8,
+            high: 0.975,
+            basis: EfficiencyBasis::Published,
+        },
     },
     Preset {
         name: "ib-ndr",
         describe: "InfiniBand NDR, 400 Gb/s per port",
         bandwidth_bytes_per_s: 400.0 * GBIT,
         alpha_s: 1.0 * US,
-        efficiency: ASSUMED,
+        efficiency: Efficiency {
+            expected: 0.95,
+            low: 0.92,
+            high: 0.98,
+            basis: EfficiencyBasis::Published,
+        },
     },
     Preset {
         name: "pcie3-x16",
         describe: "PCIe 3.0 x16 (8 GT/s per lane, 128b/130b), GPU to GPU through the host bridge",
         bandwidth_bytes_per_s: 15.75 * GBYTE,
         alpha_s: 5.0 * US,
-        efficiency: ASSUMED,
+        efficiency: Efficiency {
+            expected: 0.76,
+            low: 0.25,
+            high: 0.78,
+            basis: EfficiencyBasis::Assumed,
+        },
     },
     Preset {
         name: "pcie4-x16",
         describe: "PCIe 4.0 x16 (16 GT/s per lane)",
         bandwidth_bytes_per_s: 31.5 * GBYTE,
         alpha_s: 5.0 * US,
-        efficiency: ASSUMED,
+        efficiency: Efficiency {
+            expected: 0.77,
+            low: 0.76,
+            high: 0.78,
+            basis: EfficiencyBasis::Published,
+        },
     },
     Preset {
         name: "pcie5-x16",
         describe: "PCIe 5.0 x16 (32 GT/s per lane)",
         bandwidth_bytes_per_s: 63.0 * GBYTE,
         alpha_s: 5.0 * US,
-        efficiency: ASSUMED,
+        efficiency: Efficiency {
+            expected: 0.6,
+            low: 0.44,
+            high: 0.71,
+            basis: EfficiencyBasis::Published,
+        },
     },
     Preset {
         name: "nvlink-v100",
@@ -116,21 +157,36 @@ pub(crate) const PRESETS: [Preset; 12] = [
                    (the hybrid cube-mesh is not: some GPU pairs share fewer links)",
         bandwidth_bytes_per_s: 150.0 * GBYTE,
         alpha_s: 3.0 * US,
-        efficiency: ASSUMED,
+        efficiency: Efficiency {
+            expected: 0.8,
+            low: 0.6,
+            high: 0.85,
+            basis: EfficiencyBasis::Assumed,
+        },
     },
     Preset {
         name: "nvlink-a100",
         describe: "NVLink 3 of an A100 SXM4 node through NVSwitch: 12 links x 25 GB/s per GPU",
         bandwidth_bytes_per_s: 300.0 * GBYTE,
         alpha_s: 3.0 * US,
-        efficiency: ASSUMED,
+        efficiency: Efficiency {
+            expected: 0.77,
+            low: 0.67,
+            high: 0.83,
+            basis: EfficiencyBasis::Published,
+        },
     },
     Preset {
         name: "nvlink-h100",
         describe: "NVLink 4 of an H100 SXM5 node through NVSwitch: 18 links x 25 GB/s per GPU",
         bandwidth_bytes_per_s: 450.0 * GBYTE,
         alpha_s: 3.0 * US,
-        efficiency: ASSUMED,
+        efficiency: Efficiency {
+            expected: 0.82,
+            low: 0.81,
+            high: 0.82,
+            basis: EfficiencyBasis::Published,
+        },
     },
 ];
 
@@ -499,6 +555,37 @@ mod tests {
                 assert!((a.time_s / b.time_s - 1.0).abs() < 1e-12, "{nodes}x{per_node} {bytes}: {a:?} {b:?}");
                 assert_eq!(a.algorithm, b.algorithm);
             }
+        }
+    }
+
+    #[test]
+    fn every_preset_states_an_efficiency_and_the_evidence_behind_a_published_one() {
+        let evidence = include_str!("../../docs/link-efficiency.md");
+        let readme = include_str!("../../results/README.md");
+        for p in PRESETS {
+            let e = p.efficiency;
+            assert!(
+                0.0 < e.low && e.low <= e.expected && e.expected <= e.high && e.high <= 1.0,
+                "{}: {e:?}",
+                p.name
+            );
+            // Every preset has its section of quoted sources (or of what was not found),
+            // and results/README.md's table gives its efficiency as the code has it.
+            assert!(
+                evidence.contains(&format!("### {} (", p.name)),
+                "{}: no section in docs/link-efficiency.md",
+                p.name
+            );
+            let row = readme
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{}` |", p.name)))
+                .unwrap_or_else(|| panic!("{}: no row in results/README.md", p.name));
+            assert!(
+                row.contains(&efficiency_words(&e)),
+                "{}: {row} lacks {}",
+                p.name,
+                efficiency_words(&e)
+            );
         }
     }
 

@@ -598,20 +598,9 @@ pub(crate) fn projections_on(
                 shape_of(reference).1
             ));
         }
-        let per_node = model.ranks_per_node.max(1);
         let measured_max = group.iter().map(|r| r.manifest.world_size).max().unwrap_or(1);
         let measured_nodes = group.iter().map(|r| r.manifest.nodes).max().unwrap_or(1);
-        let mut shapes: Vec<(usize, usize)> = ladder.to_vec();
-        let mut n = 1;
-        while ladder.is_empty() && n <= project_to.max(1) {
-            shapes.push(if n < per_node { (1, n) } else { (n / per_node, per_node) });
-            n *= 2;
-        }
-        for r in &group {
-            shapes.push(shape_of(r));
-        }
-        shapes.sort_unstable_by_key(|&(m, p)| (m * p, m));
-        shapes.dedup();
+        let shapes = shapes_of(&group, model.ranks_per_node.max(1), project_to, ladder);
         let single = match project(&w, &basis, 1, 1, 1.0) {
             Ok(s) => s.step_s,
             Err(_) => continue,
@@ -732,6 +721,23 @@ fn band_sources(w: &Workload, basis: &Basis) -> String {
         out.push("the sweep's spread at each size (its fit's error outside them)".into());
     }
     out.join("; ")
+}
+
+/// The shapes to project a workload of `group` to: the ladder's, else powers of two up
+/// to `project_to` ranks filling nodes of `per_node` ranks; and every measured shape.
+fn shapes_of(group: &[&RunStats], per_node: usize, project_to: usize, ladder: &[(usize, usize)]) -> Vec<(usize, usize)> {
+    let mut shapes: Vec<(usize, usize)> = ladder.to_vec();
+    let mut n = 1;
+    while ladder.is_empty() && n <= project_to.max(1) {
+        shapes.push(if n < per_node { (1, n) } else { (n / per_node, per_node) });
+        n *= 2;
+    }
+    for r in group {
+        shapes.push(shape_of(r));
+    }
+    shapes.sort_unstable_by_key(|&(m, p)| (m * p, m));
+    shapes.dedup();
+    shapes
 }
 
 /// The steps at `nodes` × `p` of the what-ifs: with half the wire bytes (None where the

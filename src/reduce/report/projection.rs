@@ -232,51 +232,7 @@ independent of N. {CHECKED_ERROR}\n",
         },
         EXTRAPOLATION_FACTOR
     );
-    for bm in &p.models {
-        for f in [&bm.model.intra, &bm.model.inter].into_iter().flatten() {
-            if let Some(spec) = &f.nominal {
-                let _ = writeln!(
-                    md,
-                    "- {}, {}: nominal, {spec}: no sweep behind it; its line rate is the bound, an all-reduce expected at {}",
-                    bm.route().label(),
-                    f.level,
-                    f.efficiency
-                        .as_ref()
-                        .map_or("line rate".into(), crate::link::spec::efficiency_words)
-                );
-                continue;
-            }
-            if let Some(probe) = &f.probe {
-                let _ = writeln!(
-                    md,
-                    "- {}, {}: 1/β = {:.3} GB/s over {} ranks from {probe}",
-                    bm.route().label(),
-                    f.level,
-                    1e-9 / f.beta_s_per_byte,
-                    f.ranks
-                );
-                continue;
-            }
-            let _ = writeln!(
-                md,
-                "- {}, {}: α = {:.2} µs, 1/β = {} over {} ranks, sizes {}–{} B, |relative error| max {:.1} %, rms {:.1} %{}",
-                bm.route().label(),
-                f.level,
-                f.alpha_s * 1e6,
-                if f.beta_s_per_byte > 0.0 {
-                    format!("{:.3} GB/s", 1e-9 / f.beta_s_per_byte)
-                } else {
-                    "unbounded (β fitted as 0)".into()
-                },
-                f.ranks,
-                f.min_bytes,
-                f.max_bytes,
-                f.max_abs_rel_error * 100.0,
-                f.rms_rel_error * 100.0,
-                clamped_words(&f.clamped())
-            );
-        }
-    }
+    levels_list(&mut md, &p.models);
     for ((name, rs), w) in by_workload(&p.rows).into_iter().zip(&p.workloads) {
         let _ = writeln!(md, "\n### {name} (from {})\n\n{}\n", repeats_words(rs[0]), rs[0].comparison);
         let _ = writeln!(
@@ -401,6 +357,56 @@ fn inputs_line(models: &[crate::link::RouteLinkModel], r: &ProjectionRow) -> Str
     .flatten()
     .collect();
     format!("Inputs, {}.", parts.join("; "))
+}
+
+/// The levels of every link model, one line each: nominal (its spec and expected
+/// efficiency), set from the runs' probe, or a sweep's fit with its errors.
+fn levels_list(md: &mut String, models: &[crate::link::RouteLinkModel]) {
+    for bm in models {
+        for f in [&bm.model.intra, &bm.model.inter].into_iter().flatten() {
+            if let Some(spec) = &f.nominal {
+                let _ = writeln!(
+                    md,
+                    "- {}, {}: nominal, {spec}: no sweep behind it; its line rate is the bound, an all-reduce expected at {}",
+                    bm.route().label(),
+                    f.level,
+                    f.efficiency
+                        .as_ref()
+                        .map_or("line rate".into(), crate::link::spec::efficiency_words)
+                );
+                continue;
+            }
+            if let Some(probe) = &f.probe {
+                let _ = writeln!(
+                    md,
+                    "- {}, {}: 1/β = {:.3} GB/s over {} ranks from {probe}",
+                    bm.route().label(),
+                    f.level,
+                    1e-9 / f.beta_s_per_byte,
+                    f.ranks
+                );
+                continue;
+            }
+            let _ = writeln!(
+                md,
+                "- {}, {}: α = {:.2} µs, 1/β = {} over {} ranks, sizes {}–{} B, |relative error| max {:.1} %, rms {:.1} %{}",
+                bm.route().label(),
+                f.level,
+                f.alpha_s * 1e6,
+                if f.beta_s_per_byte > 0.0 {
+                    format!("{:.3} GB/s", 1e-9 / f.beta_s_per_byte)
+                } else {
+                    "unbounded (β fitted as 0)".into()
+                },
+                f.ranks,
+                f.min_bytes,
+                f.max_bytes,
+                f.max_abs_rel_error * 100.0,
+                f.rms_rel_error * 100.0,
+                clamped_words(&f.clamped())
+            );
+        }
+    }
 }
 
 /// ", α clamped to 0" and the like, or nothing.
