@@ -5,20 +5,11 @@ use super::{ms, pct, ProjectedWorkload, ProjectionReport};
 use crate::link::model::MAX_FIT_REL_ERROR;
 use crate::link::LinkModelFile;
 use crate::plot::{self, Band, ChartLayout, LegendAt, LineChart, Point, Series, SeriesKind, XScale};
-use crate::reduce::analysis::projection::{ProjectionRow, EXTRAPOLATION_FACTOR};
+use crate::reduce::analysis::projection::{ProjectionRow, EXTRAPOLATION_FACTOR, FORECAST_CHECKED_ERROR};
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
-
-/// What the held-out check of the projection found (BENCHMARKS.md, "The forecast held out
-/// on the namespace pair"): stated beside every projection, refreshed when it is rerun.
-pub(crate) const CHECKED_ERROR: &str = "Checked error (BENCHMARKS.md, \"The forecast held out on the namespace pair\", \
-2026-11-29): 2 nodes × 1 rank projected from one node (3 repeats each of a 1-rank and a 2-rank reference) on two network \
-namespaces of one 2-core machine, links shaped to 1 and 4 Gbit/s, 10 passes each: the expected step's median absolute \
-error was 7.7 % through a sweep of the link and 16.6 % through its specification alone (efficiency assumed), and the \
-measured step lay inside the band in 19 of 20 passes on each path (median half-width 32–34 %). One small workload \
-(mnist-cnn, 4.8 MB of gradients) on emulated nodes: read it as the order of the error, not a promise for your cluster.";
 
 /// The efficiency the per-shape answers and the recommendation aim at unless
 /// `--target-efficiency` says another.
@@ -224,7 +215,7 @@ never passes the bound: the link at line rate, or as its sweep timed it alone. S
 the measured 1-rank point where there is one (that row is the point itself), else the projection at 1 rank. Assumed: \
 homogeneous nodes, the ring all-reduce (the tree where faster, as the algorithm column says), no congestion from other \
 jobs, the ranks of a node sharing its link as one hierarchical all-reduce (not measured on one node), a rank's own work \
-independent of N. {CHECKED_ERROR}\n",
+independent of N. {FORECAST_CHECKED_ERROR}\n",
         if p.sweep.as_os_str().is_empty() {
             String::new()
         } else {
@@ -524,7 +515,7 @@ pub(super) fn print_projection(rows: &[ProjectionRow]) {
         "(* extrapolated: beyond {EXTRAPOLATION_FACTOR}× the largest measured rank count; † beyond what was measured, see \
          report.md; the step is the expected one, the band its range with the bound as its optimistic end)"
     );
-    println!("{CHECKED_ERROR}");
+    println!("{FORECAST_CHECKED_ERROR}");
 }
 
 /// The projection plot's SVG: efficiency against ranks (powers of two, each tick written

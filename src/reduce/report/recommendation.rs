@@ -253,7 +253,7 @@ pub(crate) fn markdown(p: &ProjectionReport) -> String {
             r.sentence,
             r.against,
             r.epoch_samples,
-            super::projection::CHECKED_ERROR
+            crate::reduce::analysis::projection::FORECAST_CHECKED_ERROR
         );
         let _ = writeln!(md, "| {} |", HEADERS.join(" | "));
         let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
