@@ -672,6 +672,7 @@ pub(crate) fn projections_on(
             &same_key,
             &w,
             &basis,
+            &band_sources,
             &shapes,
             measured_max,
         ));
@@ -969,6 +970,7 @@ fn strong_rows(
     same_key: &[&RunStats],
     w: &Workload,
     basis: &Basis,
+    band_sources: &str,
     shapes: &[(usize, usize)],
     measured_max: usize,
 ) -> Vec<ProjectionRow> {
@@ -1049,7 +1051,7 @@ fn strong_rows(
             single_half_width,
             against,
             missing_reference: missing_reference.clone(),
-            band_sources: band_sources(w, basis),
+            band_sources: band_sources.to_string(),
             contention: basis.contention,
             held_out_ranks: None,
             extrapolated,
@@ -1127,11 +1129,11 @@ mod tests {
         assert!(own_at(&[], 8.0).0.is_nan());
     }
 
-    #[test]
-    fn a_projection_by_hand() {
-        use crate::link::model::{LevelFit, FORMULA};
-        let fit = |level: &str| LevelFit {
-            level: level.into(),
+    /// An inter-node level of α 10 µs and 1/β 1 GB/s, without residuals: its band is
+    /// `max_abs_rel_error`.
+    fn gigabyte_fit(max_abs_rel_error: f64) -> crate::link::model::LevelFit {
+        crate::link::model::LevelFit {
+            level: "inter-node".into(),
             backend: crate::record::Backend::Mpi,
             dtype: "float".into(),
             ranks: 2,
@@ -1141,20 +1143,29 @@ mod tests {
             min_bytes: 8,
             max_bytes: 1 << 30,
             residuals: Vec::new(),
-            max_abs_rel_error: 0.1,
-            rms_rel_error: 0.05,
+            max_abs_rel_error,
+            rms_rel_error: max_abs_rel_error / 2.0,
             nominal: None,
             efficiency: None,
             probe: None,
-        };
-        let model = LinkModel {
-            formula: FORMULA.into(),
+        }
+    }
+
+    /// Two nodes of one rank over `inter`.
+    fn two_nodes(inter: crate::link::model::LevelFit) -> LinkModel {
+        LinkModel {
+            formula: crate::link::model::FORMULA.into(),
             ranks_per_node: 1,
             nodes: 2,
             intra: None,
-            inter: Some(fit("inter-node")),
+            inter: Some(inter),
             node_type: "t".into(),
-        };
+        }
+    }
+
+    #[test]
+    fn a_projection_by_hand() {
+        let model = two_nodes(gigabyte_fit(0.1));
         let w = Workload {
             own_work: sketch(&[0.1; 8]),
             own_common_s: 0.1,
@@ -1283,7 +1294,7 @@ mod tests {
 
     #[test]
     fn the_forecast_sits_between_the_bound_and_the_slow_end_with_its_sources_named() {
-        use crate::link::model::{Efficiency, EfficiencyBasis, LevelFit, FORMULA};
+        use crate::link::model::{Efficiency, EfficiencyBasis};
         // One 1 MB bucket over 2 nodes at a nominal 1 GB/s, 10 µs: the bound is
         // 2·10 µs + 1 MB·1 ns = 1.02 ms. Expected at 50 % of line rate: 20 µs + 2 ms; the
         // contention measured at the reference (1.5× a 2 ms probe, ±10 %) adds 1 ms
@@ -1294,31 +1305,11 @@ mod tests {
             high: 0.9,
             basis: EfficiencyBasis::Published,
         };
-        let nominal = LevelFit {
-            level: "inter-node".into(),
-            backend: crate::record::Backend::Mpi,
-            dtype: "float".into(),
-            ranks: 2,
-            alpha_s: 1e-5,
-            beta_s_per_byte: 1e-9,
-            bandwidth_bytes_per_s: 1e9,
-            min_bytes: 1,
-            max_bytes: 1 << 30,
-            residuals: Vec::new(),
-            max_abs_rel_error: 0.0,
-            rms_rel_error: 0.0,
+        let model = two_nodes(crate::link::model::LevelFit {
             nominal: Some("1GB/s,10us".into()),
             efficiency: Some(e),
-            probe: None,
-        };
-        let model = LinkModel {
-            formula: FORMULA.into(),
-            ranks_per_node: 1,
-            nodes: 2,
-            intra: None,
-            inter: Some(nominal),
-            node_type: "t".into(),
-        };
+            ..gigabyte_fit(0.0)
+        });
         let w = Workload {
             bucket_bytes: vec![1_000_000],
             ready_fraction: Vec::new(),
