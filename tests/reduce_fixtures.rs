@@ -1251,12 +1251,17 @@ fn model_json(alpha_s: f64, beta: f64) -> String {
 /// the model is refused with `named` in the message, the projection left out and the
 /// rest of the report written.
 fn model_refused(alpha_s: f64, beta: f64, named: &[&str]) {
+    model_text_refused(&model_json(alpha_s, beta), named);
+}
+
+/// [`model_refused`] for the model file's text as given.
+fn model_text_refused(text: &str, named: &[&str]) {
     let d = tmp();
     let runs = d.path().join("runs");
     write_run(&runs.join("base"), "base", "m", &BASE, 10, 4);
     write_run(&runs.join("two"), "two", "m", &TWO_A, 10, 4);
     let model = d.path().join("allreduce_model.json");
-    std::fs::write(&model, model_json(alpha_s, beta)).unwrap();
+    std::fs::write(&model, text).unwrap();
     let job = reduce(&["--no-plots", "--interconnect", &path_str(&model), &path_str(&runs)]);
     job.assert_ok();
     assert!(!job.all().contains("panicked"), "{}", job.all());
@@ -1289,6 +1294,26 @@ fn a_negative_link_model_is_refused_and_named() {
     // α = −1 ms, β = −1 µs/B projected steps of −4660 ms.
     model_refused(-1e-3, -1e-6, &["alpha_s is -0.001"]);
     model_refused(1e-5, -1e-6, &["beta_s_per_byte is -0.000001"]);
+}
+
+#[test]
+fn a_link_models_efficiency_outside_line_rate_is_refused_and_named() {
+    // A nominal level's fraction of line rate lies above 0 and at most 1, low ≤ expected
+    // ≤ high; a file that says otherwise (or names no known basis) projects nothing.
+    let with = |efficiency: serde_json::Value| {
+        let mut v: serde_json::Value = serde_json::from_str(&model_json(1e-5, 1e-9)).unwrap();
+        v["models"][0]["inter"]["nominal"] = "10GB/s,1us".into();
+        v["models"][0]["inter"]["efficiency"] = efficiency;
+        v.to_string()
+    };
+    let bad = |e: f64, lo: f64, hi: f64| serde_json::json!({"expected": e, "low": lo, "high": hi, "basis": "published"});
+    model_text_refused(&with(bad(1.5, 0.5, 2.0)), &["efficiency is 1.5"]);
+    model_text_refused(&with(bad(0.0, 0.0, 0.5)), &["efficiency is 0"]);
+    model_text_refused(&with(bad(0.8, 0.9, 0.95)), &["low ≤ expected ≤ high"]);
+    model_text_refused(
+        &with(serde_json::json!({"expected": 0.8, "low": 0.7, "high": 0.9, "basis": "rumoured"})),
+        &["rumoured"],
+    );
 }
 
 #[test]
