@@ -311,3 +311,98 @@ fn bad_link_specs_shapes_targets_and_prices_are_refused_before_anything_is_writt
         assert!(!out.exists(), "{flag} {value}: something was written");
     }
 }
+
+/// projection.csv's weak row at 1 × `ranks` under `dir`, as column name → cell.
+fn weak_row(dir: &std::path::Path, ranks: usize) -> std::collections::BTreeMap<String, String> {
+    let (h, rows) = read_csv(&dir.join("projection.csv"));
+    let at = |c: &str| h.iter().position(|x| x == c).unwrap_or_else(|| panic!("no column {c} in {h:?}"));
+    let row = rows
+        .iter()
+        .find(|r| r[at("scaling")] == "weak" && r[at("nodes")] == "1" && r[at("ranks")] == ranks.to_string())
+        .unwrap_or_else(|| panic!("no weak 1 x {ranks} row in {rows:?}"));
+    h.iter().cloned().zip(row.iter().cloned()).collect()
+}
+
+fn num(row: &std::collections::BTreeMap<String, String>, c: &str) -> f64 {
+    row[c].parse().unwrap_or_else(|_| panic!("{c}={:?} in {row:?}", row[c]))
+}
+
+#[test]
+fn a_study_with_one_busy_repeat_projects_from_every_repeat_and_its_1_rank_row_holds_the_measured_step() {
+    // Two 1-rank repeats, and three 2-rank repeats of which the last ran on a "busy
+    // machine": every rank sleeps 15 ms in every forward pass, a delay the comparison key
+    // leaves out, so the slow run is a repeat of the quiet ones.
+    let d = tmp();
+    let busy = [("DDPBENCH_TEST_BUSY_FORWARD", "15")];
+    let launches: [(usize, &str, &[(&str, &str)]); 5] = [
+        (1, "one/r1-0", &[]),
+        (1, "one/r1-1", &[]),
+        (2, "quiet/r2-0", &[]),
+        (2, "quiet/r2-1", &[]),
+        (2, "busy/r2-busy", &busy),
+    ];
+    for (ranks, name, env) in launches {
+        let o = path_str(&d.path().join(name));
+        // One comparison key at 1 and 2 ranks (the defaults of overlap and slots follow
+        // the rank count), and enough steps for a point to claim a direction.
+        let mut a: Vec<&str> = ARGS.iter().copied().filter(|x| *x != "--max-steps" && *x != "15").collect();
+        a.extend(["--overlap", "off", "--node-slots", "2", "--max-steps", "30", "--out", &o]);
+        let mut cmd = mpirun_cmd_with_env(ranks, env);
+        cmd.arg(BIN).arg("train").args(&a);
+        run_with_limit(cmd, LIMIT).assert_ok();
+    }
+    let reduce_into = |out: &str, inputs: &[&str]| {
+        let folder = d.path().join(out);
+        let out = path_str(&folder);
+        let inputs: Vec<String> = inputs.iter().map(|i| path_str(&d.path().join(i))).collect();
+        let mut a = vec![
+            "reduce",
+            "--no-plots",
+            "--link",
+            "roce-100g",
+            "--link-intra",
+            "10GB/s,2us",
+            "--out",
+            &out,
+        ];
+        a.extend(inputs.iter().map(String::as_str));
+        ddpbench(&a).assert_ok();
+        folder
+    };
+    let measured = reduce_into("measured", &["one", "quiet", "busy"]);
+    let all = reduce_into("all", &["quiet", "busy"]);
+    let quiet = reduce_into("quiet-only", &["quiet"]);
+    // Every repeat of the 2-rank point stands behind the projection, the busy one too.
+    let two = weak_row(&all, 2);
+    assert_eq!(two["from_repeats"], "3", "{two:?}");
+    for id in ["r2-0", "r2-1", "r2-busy"] {
+        assert!(two["from_runs"].split(' ').any(|r| r == id), "{id} not in {two:?}");
+    }
+    // The busy repeat was slower, by structure: every rank slept 15 ms in every forward pass.
+    let (h, rows) = read_csv(&d.path().join("busy/r2-busy/rank-00000.csv"));
+    assert!(!rows.is_empty() && h.iter().any(|c| c == "forward_s"), "{h:?}");
+    let slept: Vec<f64> = col(&h, &rows, "forward_s");
+    assert!(slept.iter().all(|s| *s >= 0.015), "every forward slept 15 ms: {slept:?}");
+    // Projected from the three repeats, the 1-rank row holds the measured 1-rank step.
+    let single = weak_row(&all, 1);
+    assert_eq!(single["step_basis"], "projected", "{single:?}");
+    let one = weak_row(&measured, 1);
+    assert_eq!(one["step_basis"], "measured", "{one:?}");
+    let step = num(&one, "step_s");
+    eprintln!(
+        "measured 1-rank {step} s; projected from 3 repeats {} s ({}–{} s); from the 2 quiet ones {} s",
+        single["step_s"],
+        single["step_low_s"],
+        single["step_high_s"],
+        weak_row(&quiet, 1)["step_s"]
+    );
+    assert!(
+        num(&single, "step_low_s") <= step && step <= num(&single, "step_high_s"),
+        "measured 1-rank step {step} s outside the projected band: {single:?}"
+    );
+    // The busy repeat moves the projected 1-rank step by less than the band's half-width.
+    let without = weak_row(&quiet, 1);
+    let moved = (num(&single, "step_s") - num(&without, "step_s")).abs();
+    let half = (num(&single, "step_high_s") - num(&single, "step_low_s")) / 2.0;
+    assert!(moved < half, "moved {moved} s, half-width {half} s: {single:?} {without:?}");
+}

@@ -266,6 +266,11 @@ pub(crate) const ENV_NOT_IN_KEY: &[(&str, &str)] = &[
     ("DDPBENCH_LIBTORCH_LIB", "read when ddpbench is built, not when it runs"),
     ("DDPBENCH_GEN_FAULT_AFTER_SHARDS", "read by gen-bigmnist, not by train"),
     ("DDPBENCH_TEST_CORRUPT_RANK", "read by the allreduce sweep, not by train"),
+    (
+        "DDPBENCH_TEST_BUSY_FORWARD",
+        "a test's busy machine: every rank sleeps in every forward pass, and a run beside a CPU load is a repeat \
+         of one without, so the key leaves it out",
+    ),
 ];
 
 /// What is trained, on what.

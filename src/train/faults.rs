@@ -13,6 +13,10 @@ pub(super) struct FaultHooks {
     /// `DDPBENCH_SLOW_FORWARD=RANK:MS`: this rank sleeps MS milliseconds in every forward
     /// pass, a straggler made on purpose (its peers then wait in the all-reduce).
     pub slow_forward_ms: Option<u64>,
+    /// `DDPBENCH_TEST_BUSY_FORWARD=MS`: every rank sleeps MS milliseconds in every forward
+    /// pass, a test's stand-in for a repeat that ran on a busy machine. Unlike a straggler
+    /// it is left out of the comparison key: a run beside a CPU load is a repeat too.
+    pub busy_forward_ms: Option<u64>,
 }
 
 impl FaultHooks {
@@ -23,7 +27,17 @@ impl FaultHooks {
             slow_forward_ms: var("DDPBENCH_SLOW_FORWARD")
                 .and_then(|spec| rank_step(&spec, rank))
                 .map(|ms| ms as u64),
+            busy_forward_ms: var("DDPBENCH_TEST_BUSY_FORWARD").and_then(|ms| ms.parse().ok()),
             amp_overflow_at_step: var("DDPBENCH_AMP_OVERFLOW").filter(|_| rank == 0).and_then(|s| s.parse().ok()),
+        }
+    }
+
+    /// How long this rank sleeps in every forward pass: its straggler's delay and the busy
+    /// machine's, added.
+    pub(super) fn forward_sleep(&self) -> Option<std::time::Duration> {
+        match (self.slow_forward_ms, self.busy_forward_ms) {
+            (None, None) => None,
+            (a, b) => Some(std::time::Duration::from_millis(a.unwrap_or(0) + b.unwrap_or(0))),
         }
     }
 }
@@ -53,5 +67,19 @@ mod tests {
         assert_eq!(rank_step("1:7", 0), None);
         assert_eq!(rank_step("x:7", 0), None);
         assert_eq!(rank_step("7", 0), None);
+    }
+
+    #[test]
+    fn a_straggler_and_a_busy_machine_add_their_sleeps() {
+        let ms = std::time::Duration::from_millis;
+        let hooks = |slow, busy| FaultHooks {
+            slow_forward_ms: slow,
+            busy_forward_ms: busy,
+            ..FaultHooks::default()
+        };
+        assert_eq!(hooks(None, None).forward_sleep(), None);
+        assert_eq!(hooks(Some(30), None).forward_sleep(), Some(ms(30)));
+        assert_eq!(hooks(None, Some(20)).forward_sleep(), Some(ms(20)));
+        assert_eq!(hooks(Some(30), Some(20)).forward_sleep(), Some(ms(50)));
     }
 }

@@ -46,7 +46,8 @@ pub(super) struct StepMachine {
     pub micro_batches: usize,
     /// Steps run whose marks the clock has not given yet, oldest first (at most two).
     pub unread: VecDeque<Measured>,
-    /// A test's straggler: sleep this long in every forward pass (`DDPBENCH_SLOW_FORWARD`).
+    /// A test's straggler or busy machine: sleep this long in every forward pass
+    /// (`DDPBENCH_SLOW_FORWARD`, `DDPBENCH_TEST_BUSY_FORWARD`).
     pub slow_forward: Option<std::time::Duration>,
     /// Which steps take the gradient noise scale's norms (`--noise-scale`).
     pub noise_mode: NoiseScaleMode,

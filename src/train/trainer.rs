@@ -183,7 +183,7 @@ impl<'g> Trainer<'g> {
         let faults = FaultHooks::from_env(g.rank);
         comm.reducer.defer_device_times(clock.reads_device_late());
         let machine = StepMachine {
-            slow_forward: faults.slow_forward_ms.map(Duration::from_millis),
+            slow_forward: faults.forward_sleep(),
             loss_factor: 1.0 / (ranks_summed(g, &comm) * micro_batches) as f64,
             noise_mode: cfg.comm.noise_scale,
             noise_path: NoisePath::of(ranks_summed(g, &comm), micro_batches),
