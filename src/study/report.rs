@@ -341,7 +341,7 @@ pub(super) fn write(
             let _ = writeln!(md, "\n![speedup of {workload}]({}.png)", plot_stem(workload));
         }
     }
-    crate::reduce::report::noise::section(&mut md, &reduced.runs, &reduced.time_to_accuracy);
+    crate::reduce::report::noise::section(&mut md, &reduced.runs, &reduced.time_to_accuracy, &reduced.time_to_accuracy_none);
     crate::reduce::report::target::section(&mut md, &reduced.target_loss);
     // What to run, as report.md says it: the levels and each workload's recommendation.
     if let Some(p) = reduced.projection.as_ref().filter(|p| !p.recommendations.is_empty()) {

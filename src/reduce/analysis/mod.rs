@@ -10,6 +10,7 @@ pub(crate) mod interval;
 pub(crate) mod noise_window;
 pub(crate) mod projection;
 pub(crate) mod recommend;
+pub(crate) mod samples_to_target;
 pub mod scaling;
 pub(crate) mod summary;
 

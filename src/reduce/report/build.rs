@@ -37,8 +37,10 @@ pub(crate) fn build(
         ]
         .concat(),
     };
+    let (time_to_accuracy, time_to_accuracy_none) = noise::time_to_accuracy(&scaling, &runs);
     Report {
-        time_to_accuracy: noise::time_to_accuracy(&scaling, &runs),
+        time_to_accuracy,
+        time_to_accuracy_none,
         target_loss: target::rows(&runs),
         report_version: REPORT_VERSION,
         schema_version: SCHEMA_VERSION,
@@ -112,6 +114,7 @@ fn run_report(r: &RunStats) -> RunReport {
         target: m.target.clone(),
         study_run: m.study_run.clone(),
         noise_windows: analysis::noise_window::windows(&r.noise_steps, m.target.as_ref()),
+        noise_steps: r.noise_steps.clone(),
     }
 }
 

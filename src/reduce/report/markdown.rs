@@ -24,7 +24,7 @@ pub(super) fn markdown(report: &Report, with_plots: bool) -> String {
     efficiency::epoch_times(&mut md, &report.runs);
     times::markdown(&mut md, &report.runs);
     efficiency::waterfall(&mut md, &report.scaling, &f.waterfall);
-    noise::section(&mut md, &report.runs, &report.time_to_accuracy);
+    noise::section(&mut md, &report.runs, &report.time_to_accuracy, &report.time_to_accuracy_none);
     target::section(&mut md, &report.target_loss);
     nodes::node_types(&mut md, &report.summary, &f.node_types);
     nodes::stalls(&mut md, &report.runs);

@@ -70,6 +70,9 @@ pub struct Report {
     /// Per compared point with a measured gradient noise scale: the predicted samples to
     /// the same loss and the time-to-accuracy speedup.
     pub time_to_accuracy: Vec<noise::TimeToAccuracyRow>,
+    /// Compared points whose noise scale predicts nothing (synthetic data, too few
+    /// measured steps, no upper bound), with why.
+    pub time_to_accuracy_none: Vec<noise::NoTimeToAccuracy>,
     /// Per workload, target loss and global batch of runs trained with `--target-loss`:
     /// the measured samples to the target against the predicted ratio.
     pub target_loss: Vec<target::TargetRow>,
@@ -149,6 +152,10 @@ pub struct RunReport {
     /// thirds (the drift), then the last 50 steps to the target when it reached one
     /// ([`crate::reduce::analysis::noise_window`]); empty without `--noise-scale`.
     pub noise_windows: Vec<crate::reduce::analysis::noise_window::NoiseWindow>,
+    /// Every step that measured the norms, in step order (not in report.json): the
+    /// integrated predictions' windows ([`crate::reduce::analysis::samples_to_target`]).
+    #[serde(skip)]
+    pub noise_steps: Vec<crate::reduce::analysis::noise_window::NoiseStep>,
 }
 
 /// Seconds per epoch: compute (forward + backward), all-reduce work, its transfer (the

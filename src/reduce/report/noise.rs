@@ -9,6 +9,7 @@ use super::RunReport;
 use crate::noise_scale::samples_factor;
 use crate::record::EpochRow;
 use crate::reduce::analysis::noise_window::{drift, WindowKind};
+use crate::reduce::analysis::samples_to_target::{ruled_out, Estimator, Trajectory, INTEGRATION_WINDOW_STEPS};
 use crate::reduce::analysis::{ScalingMode, ScalingRow};
 use serde::Serialize;
 use std::fmt::Write;
@@ -69,6 +70,47 @@ pub struct TimeToAccuracyRow {
     pub time_to_accuracy_speedup: f64,
     /// Samples/s that buy no progress: samples_per_s × (1 − 1/samples_factor).
     pub statistical_loss_samples_per_s: f64,
+    /// How the samples factor was predicted: integrated over the run's measured steps
+    /// where its rank files hold them, else the noise-scale model at one window's B_simple.
+    pub estimator: Estimator,
+}
+
+/// A compared point whose noise scale predicts nothing, and why.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NoTimeToAccuracy {
+    pub run_ids: Vec<String>,
+    pub global_batch: usize,
+    pub baseline_global_batch: usize,
+    /// The run whose noise scale was looked at.
+    pub b_noise_run: String,
+    /// Why, with the command that would give a prediction.
+    pub reason: String,
+}
+
+/// The samples factor of `run`'s noise scale at `batch` against `batch0`, integrated over
+/// its measured steps: (factor, B_simple pooled with its interval, the window in words),
+/// or why it says nothing.
+fn integrated(run: &RunReport, batch: f64, batch0: f64) -> Option<Result<(f64, Option<f64>, Option<f64>, f64, String), String>> {
+    if run.noise_steps.is_empty() {
+        return None;
+    }
+    let t = Trajectory::of(&[run.noise_steps.as_slice()], INTEGRATION_WINDOW_STEPS);
+    if let Some(why) = ruled_out(&run.dataset, t.measured_steps, t.bounded) {
+        return Some(Err(why));
+    }
+    let (Some(f), Some(b)) = (t.factor(batch, batch0), t.pooled_b_simple) else {
+        return Some(Err("no measured step had a usable norm pair".into()));
+    };
+    let caveats = t.caveats();
+    let words = format!(
+        "integrated over {} window(s) of {} measured steps ({} steps{}{}); B_noise over all of them",
+        t.windows.len(),
+        t.window_steps,
+        t.measured_steps,
+        if caveats.is_empty() { "" } else { "; " },
+        caveats
+    );
+    Some(Ok((f, t.pooled_low, t.pooled_high, b, words)))
 }
 
 /// The determined noise scale of `run`, with its interval and its window in words:
@@ -86,23 +128,42 @@ fn run_noise(run: &RunReport) -> Option<(f64, Option<f64>, Option<f64>, String)>
 
 /// One row per compared point whose run or reference measured a noise scale: from
 /// the point's own run when it has one (the training state its batch reached), else
-/// from the reference's.
-pub(crate) fn time_to_accuracy(scaling: &[ScalingRow], runs: &[RunReport]) -> Vec<TimeToAccuracyRow> {
+/// from the reference's; and the points whose noise scale predicts nothing, with why.
+pub(crate) fn time_to_accuracy(scaling: &[ScalingRow], runs: &[RunReport]) -> (Vec<TimeToAccuracyRow>, Vec<NoTimeToAccuracy>) {
     let run = |id: &String| runs.iter().find(|r| &r.run_id == id);
-    scaling
+    let (mut rows, mut none) = (Vec::new(), Vec::new());
+    for r in scaling
         .iter()
         .filter(|r| !matches!(r.scaling_mode, ScalingMode::Baseline | ScalingMode::None) && r.speedup.is_finite())
-        .filter_map(|r| {
-            let own = r.run_ids.first().and_then(run)?;
-            let base = r.baseline_run_ids.first().and_then(run)?;
-            let (from, (b, low, high, window)) = [own, base].into_iter().find_map(|x| run_noise(x).map(|n| (x, n)))?;
-            let factor = samples_factor(r.global_batch as f64, base.global_batch as f64, b);
-            Some(TimeToAccuracyRow {
+    {
+        let (Some(own), Some(base)) = (r.run_ids.first().and_then(run), r.baseline_run_ids.first().and_then(run)) else {
+            continue;
+        };
+        let (b, b0) = (r.global_batch as f64, base.global_batch as f64);
+        let Some(from) = [own, base]
+            .into_iter()
+            .find(|x| !x.noise_steps.is_empty() || run_noise(x).is_some())
+        else {
+            continue;
+        };
+        let found = match integrated(from, b, b0) {
+            Some(x) => x.map(|(f, low, high, n, words)| (f, low, high, n, words, Estimator::Integrated)),
+            None => {
+                let (n, low, high, words) = run_noise(from).expect("the run has a noise scale");
+                let steps = from.noise_scale.last().map_or(0, |e| e.steps);
+                match ruled_out(&from.dataset, steps, high.is_some()) {
+                    Some(why) => Err(why),
+                    None => Ok((samples_factor(b, b0, n), low, high, n, words, Estimator::TargetWindow)),
+                }
+            }
+        };
+        match found {
+            Ok((factor, low, high, n, window, estimator)) => rows.push(TimeToAccuracyRow {
                 run_ids: r.run_ids.clone(),
                 scaling_mode: r.scaling_mode,
                 global_batch: r.global_batch,
                 baseline_global_batch: base.global_batch,
-                b_noise: b,
+                b_noise: n,
                 b_noise_low: low,
                 b_noise_high: high,
                 b_noise_run: from.run_id.clone(),
@@ -111,14 +172,23 @@ pub(crate) fn time_to_accuracy(scaling: &[ScalingRow], runs: &[RunReport]) -> Ve
                 samples_factor: factor,
                 time_to_accuracy_speedup: r.speedup / factor,
                 statistical_loss_samples_per_s: r.samples_per_s * (1.0 - 1.0 / factor),
-            })
-        })
-        .collect()
+                estimator,
+            }),
+            Err(reason) => none.push(NoTimeToAccuracy {
+                run_ids: r.run_ids.clone(),
+                global_batch: r.global_batch,
+                baseline_global_batch: base.global_batch,
+                b_noise_run: from.run_id.clone(),
+                reason,
+            }),
+        }
+    }
+    (rows, none)
 }
 
 /// What `reduce` prints of the noise scale: each measuring run's last epoch, then each
 /// compared point's predicted time to accuracy.
-pub(crate) fn terminal_lines(runs: &[RunReport], rows: &[TimeToAccuracyRow]) -> Vec<String> {
+pub(crate) fn terminal_lines(runs: &[RunReport], rows: &[TimeToAccuracyRow], none: &[NoTimeToAccuracy]) -> Vec<String> {
     let mut out = Vec::new();
     for r in runs {
         let Some(e) = r.noise_scale.last() else { continue };
@@ -147,6 +217,16 @@ pub(crate) fn terminal_lines(runs: &[RunReport], rows: &[TimeToAccuracyRow]) -> 
             t.time_to_accuracy_speedup
         ));
     }
+    for n in none {
+        out.push(format!(
+            "time to accuracy {} (B {} against B0 {}): no prediction from `{}`'s noise scale: {}",
+            n.run_ids.join(" "),
+            n.global_batch,
+            n.baseline_global_batch,
+            n.b_noise_run,
+            n.reason
+        ));
+    }
     if !out.is_empty() {
         out.insert(0, String::new());
     }
@@ -158,7 +238,7 @@ fn cell(v: Option<f64>) -> String {
 }
 
 /// report.md's section: B_simple per run and epoch, then the time-to-accuracy table.
-pub(crate) fn section(md: &mut String, runs: &[RunReport], rows: &[TimeToAccuracyRow]) {
+pub(crate) fn section(md: &mut String, runs: &[RunReport], rows: &[TimeToAccuracyRow], none: &[NoTimeToAccuracy]) {
     let measured: Vec<&RunReport> = runs.iter().filter(|r| !r.noise_scale.is_empty()).collect();
     if measured.is_empty() {
         return;
@@ -179,12 +259,23 @@ pub(crate) fn section(md: &mut String, runs: &[RunReport], rows: &[TimeToAccurac
         }
     }
     windows_table(md, &measured);
+    for n in none {
+        let _ = writeln!(
+            md,
+            "\nNo time-to-accuracy prediction for `{}` (B {} against B0 {}) from `{}`'s noise scale: {}.",
+            n.run_ids.join(" "),
+            n.global_batch,
+            n.baseline_global_batch,
+            n.b_noise_run,
+            n.reason
+        );
+    }
     if rows.is_empty() {
         return;
     }
     let _ = writeln!(
         md,
-        "\nPredicted time to accuracy: samples to the same loss relative to the reference's batch B0, (1 + B/B_noise)/(1 + B0/B_noise), and the time-to-accuracy speedup = samples/s speedup ÷ that factor. The statistical loss (samples/s that buy no progress) sits beside the efficiency waterfall above, not inside it. These are predictions of the noise-scale model, not checked against training to a target loss in these runs; B_noise is the B_simple of the window named beside it. {}\n\n| point | mode | B | B0 | B_noise (interval) | samples/s speedup | samples factor | time-to-accuracy speedup | statistical loss samples/s |\n|---|---|---:|---:|---|---:|---:|---:|---:|",
+        "\nPredicted time to accuracy: samples to the same loss relative to the reference's batch B0, and the time-to-accuracy speedup = samples/s speedup ÷ that factor. The factor is integrated over the run's measured steps: the mean of (B + B_noise(t))/(B0 + B_noise(t)) with B_noise(t) the B_simple of windows of {INTEGRATION_WINDOW_STEPS} measured steps, since B_simple drifts several-fold as training goes ((1 + B/B_noise)/(1 + B0/B_noise) at one window's B_simple where the rank files hold no norms). The statistical loss (samples/s that buy no progress) sits beside the efficiency waterfall above, not inside it. These are predictions of the noise-scale model, not checked against training to a target loss in these runs; the B_noise column is the B_simple over the steps named beside it. {}\n\n| point | mode | B | B0 | B_noise (interval) | samples/s speedup | samples factor | time-to-accuracy speedup | statistical loss samples/s |\n|---|---|---:|---:|---|---:|---:|---:|---:|",
         super::target::CHECKED_ERROR
     );
     for t in rows {

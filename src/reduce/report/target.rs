@@ -6,7 +6,10 @@
 use super::RunReport;
 use crate::noise_scale::samples_factor;
 use crate::record::TargetOutcome;
-use crate::reduce::analysis::noise_window::{pooled, NoiseWindow, WindowKind};
+use crate::reduce::analysis::noise_window::{pooled, NoiseStep, NoiseWindow, WindowKind};
+use crate::reduce::analysis::samples_to_target::{
+    fit_partner, ruled_out, Estimator, Prediction, Trajectory, TwoBatchFit, CHOSEN, INTEGRATION_WINDOW_STEPS,
+};
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -77,10 +80,13 @@ pub struct TargetRow {
     /// The first run it came from (all of them in `b_noise_from`).
     pub b_noise_run: Option<String>,
     pub b_noise_from: Option<NoiseSource>,
-    /// (1 + B/B_noise)/(1 + B0/B_noise).
+    /// The chosen prediction's ratio ([`CHOSEN`], the integrated one).
     pub predicted_ratio: Option<f64>,
     /// measured_ratio / predicted_ratio − 1.
     pub relative_error: Option<f64>,
+    /// Every prediction, the chosen one first: integrated over B0's run, the target
+    /// window's, and the two-batch fit's, each with its figure or why it has none.
+    pub predictions: Vec<Prediction>,
 }
 
 /// The median of `v` (not empty), None when not finite.
@@ -171,6 +177,23 @@ impl<'a> Batch<'a> {
             .collect()
     }
 
+    /// B_simple over windows of the best learning rate's runs that reached the target,
+    /// from their measured steps before the reach; None when none measured the norms.
+    fn trajectory(&self) -> Option<Trajectory> {
+        let steps: Vec<Vec<NoiseStep>> = self.points[self.best]
+            .1
+            .iter()
+            .filter(|(_, t)| t.reached)
+            .filter_map(|(r, t)| {
+                let end = t.steps_to_target? as u64;
+                let s: Vec<NoiseStep> = r.noise_steps.iter().filter(|s| s.global_step < end).copied().collect();
+                (!s.is_empty()).then_some(s)
+            })
+            .collect();
+        let runs: Vec<&[NoiseStep]> = steps.iter().map(Vec::as_slice).collect();
+        (!runs.is_empty()).then(|| Trajectory::of(&runs, INTEGRATION_WINDOW_STEPS))
+    }
+
     /// The noise scale of the best learning rate's runs: their target windows pooled,
     /// else the first one's last epoch.
     fn noise(&self) -> Option<(f64, NoiseSource)> {
@@ -230,6 +253,84 @@ fn ratio_range(runs: &[f64], base: &[f64]) -> Option<(f64, f64)> {
     Some((min(runs) / max(base), max(runs) / min(base)))
 }
 
+/// What B0's runs (and, for the fit, one larger batch) give the three predictions.
+struct Predictors {
+    dataset: String,
+    batch0: usize,
+    /// B0's median samples to target.
+    e0: f64,
+    trajectory: Option<Trajectory>,
+    noise: Option<(f64, NoiseSource)>,
+    /// The two-batch fit, or why there is none; None without a second batch.
+    fit: Option<Result<TwoBatchFit, String>>,
+}
+
+impl Predictors {
+    /// The three predictions at global batch `batch`, the chosen one first, with their
+    /// errors against the `measured` ratio.
+    fn at(&self, batch: usize, measured: Option<f64>) -> Vec<Prediction> {
+        let (b, b0) = (batch as f64, self.batch0 as f64);
+        let integrated = match &self.trajectory {
+            None => Prediction::none(
+                Estimator::Integrated,
+                "B0's runs' measured steps to the target".into(),
+                "no run at B0 measured the norms before it reached the target (--noise-scale on)".into(),
+            ),
+            Some(t) => {
+                let caveats = t.caveats();
+                let basis = format!(
+                    "B_simple over {} window(s) of {} measured steps of B0's runs before the target ({} steps{}{})",
+                    t.windows.len(),
+                    t.window_steps,
+                    t.measured_steps,
+                    if caveats.is_empty() { "" } else { "; " },
+                    caveats
+                );
+                match (ruled_out(&self.dataset, t.measured_steps, t.bounded), t.factor(b, b0)) {
+                    (None, Some(f)) => Prediction::of(Estimator::Integrated, basis, f, measured),
+                    (why, _) => Prediction::none(Estimator::Integrated, basis, why.unwrap_or_else(|| "no measured step".into())),
+                }
+            }
+        };
+        let window = match &self.noise {
+            None => Prediction::none(
+                Estimator::TargetWindow,
+                "B0's runs' last 50 steps to the target".into(),
+                "no B_simple measured at B0 (--noise-scale on)".into(),
+            ),
+            Some((n, from)) => {
+                let basis = format!("B_noise {n:.0}: {}", from.window);
+                match ruled_out(&self.dataset, from.measured_steps, from.b_simple_high.is_some()) {
+                    None => Prediction::of(Estimator::TargetWindow, basis, samples_factor(b, b0, *n), measured),
+                    Some(why) => Prediction::none(Estimator::TargetWindow, basis, why),
+                }
+            }
+        };
+        let fit = match &self.fit {
+            None => Prediction::none(
+                Estimator::TwoBatchFit,
+                "B0 and a larger batch's samples to target".into(),
+                "only one batch reached the target: the fit needs two (B0 and about 4 × B0)".into(),
+            ),
+            Some(Err(why)) => Prediction::none(Estimator::TwoBatchFit, "B0 and a larger batch".into(), why.clone()),
+            Some(Ok(f)) => {
+                let basis = format!(
+                    "E(B) = {:.0} + {:.1}·B through the measured B {} and {}",
+                    f.e_min, f.s_min, f.batch0, f.batch1
+                );
+                if batch == f.batch1 {
+                    Prediction::none(Estimator::TwoBatchFit, basis, "an input of the fit".into())
+                } else {
+                    Prediction::of(Estimator::TwoBatchFit, basis, f.factor(b, self.e0), measured)
+                }
+            }
+        };
+        let mut all = vec![integrated, window, fit];
+        all.sort_by_key(|p| p.estimator != CHOSEN);
+        all
+    }
+}
+
 /// One row per global batch of every workload and target the runs were trained to.
 pub(crate) fn rows(runs: &[RunReport]) -> Vec<TargetRow> {
     let mut out = Vec::new();
@@ -244,6 +345,27 @@ pub(crate) fn rows(runs: &[RunReport]) -> Vec<TargetRow> {
         let base = batches.iter().copied().find(|&b| of(b).1.best().samples_to_target.is_some());
         let base_batch = base.map(|b0| of(b0).1);
         let noise = base_batch.as_ref().and_then(Batch::noise);
+        let reached: Vec<usize> = batches
+            .iter()
+            .copied()
+            .filter(|&b| of(b).1.best().samples_to_target.is_some())
+            .collect();
+        let predictors = base
+            .zip(base_batch.as_ref().and_then(|x| x.best().samples_to_target))
+            .map(|(b0, e0)| {
+                let fit = fit_partner(b0, &reached).map(|b1| {
+                    let e1 = of(b1).1.best().samples_to_target.unwrap_or(f64::NAN);
+                    TwoBatchFit::through(b0, e0, b1, e1)
+                });
+                Predictors {
+                    dataset: group[0].0.dataset.clone(),
+                    batch0: b0,
+                    e0,
+                    trajectory: base_batch.as_ref().and_then(Batch::trajectory),
+                    noise: noise.clone(),
+                    fit,
+                }
+            });
         for &b in &batches {
             let (at, batch) = of(b);
             let best = batch.best();
@@ -253,7 +375,9 @@ pub(crate) fn rows(runs: &[RunReport]) -> Vec<TargetRow> {
             let range = base_batch
                 .as_ref()
                 .and_then(|x| ratio_range(&batch.best_samples(), &x.best_samples()));
-            let predicted = base.zip(noise.as_ref()).map(|(b0, (n, _))| samples_factor(b as f64, b0 as f64, *n));
+            let predictions = predictors.as_ref().map_or_else(Vec::new, |p| p.at(b, measured));
+            let chosen = predictions.iter().find(|p| p.estimator == CHOSEN);
+            let predicted = chosen.and_then(|p| p.ratio);
             out.push(TargetRow {
                 model: first.model.clone(),
                 dataset: first.dataset.clone(),
@@ -275,6 +399,7 @@ pub(crate) fn rows(runs: &[RunReport]) -> Vec<TargetRow> {
                 b_noise_from: noise.as_ref().map(|(_, from)| from.clone()),
                 predicted_ratio: predicted,
                 relative_error: measured.zip(predicted).map(|(m, p)| m / p - 1.0),
+                predictions,
             });
         }
     }
@@ -287,8 +412,9 @@ pub(crate) fn terminal_lines(rows: &[TargetRow]) -> Vec<String> {
     for t in rows {
         let figures = match (t.samples_to_target, t.measured_ratio) {
             (Some(s), Some(m)) => format!(
-                "{s:.0} samples to target, {m:.2}× B0's; predicted {}, error {}",
+                "{s:.0} samples to target, {m:.2}× B0's; predicted {} ({}), error {}",
                 cell(t.predicted_ratio, 2),
+                CHOSEN.describe(),
                 t.relative_error.map_or_else(|| "–".into(), |e| format!("{:+.0} %", e * 100.0))
             ),
             _ => "target not reached: no samples to target".into(),
@@ -325,11 +451,14 @@ pub(crate) fn section(md: &mut String, rows: &[TargetRow]) {
     }
     let _ = writeln!(
         md,
-        "\n## Samples to a target loss: measured against predicted\n\nRuns trained with `--target-loss` stop when the training loss, averaged over the ranks and over the last 20 measured steps, is at or below the target. Per global batch B and learning rate: the median samples to the target over its runs (a run that did not reach it counts as never reaching it, so a median needs more than half of them). A batch's figure is its best learning rate's (the fewest median samples); its ratio to the smallest global batch B0 that reached the target, with the range over pairs of single runs; the noise-scale model's prediction (1 + B/B_noise)/(1 + B0/B_noise), with B_noise the B_simple of the training near the target: the last 50 steps to the target of B0's best-learning-rate runs, numerator and denominator averaged over their measured steps; and the prediction's error (measured ÷ predicted − 1). A batch whose runs did not reach the target has no figure. {CHECKED_ERROR}\n\n| model | data | target loss | B | runs (reached) | samples to target | seconds to target | measured ratio (range) | predicted ratio (B_noise) | error | best learning rate |\n|---|---|---:|---:|---:|---:|---:|---|---|---:|---|"
+        "\n## Samples to a target loss: measured against predicted\n\nRuns trained with `--target-loss` stop when the training loss, averaged over the ranks and over the last 20 measured steps, is at or below the target. Per global batch B and learning rate: the median samples to the target over its runs (a run that did not reach it counts as never reaching it, so a median needs more than half of them). A batch's figure is its best learning rate's (the fewest median samples); its ratio to the smallest global batch B0 that reached the target, with the range over pairs of single runs; the prediction integrated over B0's training: the mean over the measured steps before the target of B0's best-learning-rate runs of (B + B_noise(t))/(B0 + B_noise(t)), B_noise(t) the B_simple of windows of {INTEGRATION_WINDOW_STEPS} measured steps (numerator and denominator averaged over each), since B_simple drifts several-fold as training goes; and the prediction's error (measured ÷ predicted − 1). The two others, the noise-scale model at the target window's B_simple and a fit of the tradeoff through two measured batches, follow in their own table. A batch whose runs did not reach the target has no figure. {CHECKED_ERROR}\n\n| model | data | target loss | B | runs (reached) | samples to target | seconds to target | measured ratio (range) | predicted ratio | error | best learning rate |\n|---|---|---:|---:|---:|---:|---:|---|---|---:|---|"
     );
     for t in rows {
-        let predicted = match (t.predicted_ratio, t.b_noise) {
-            (Some(p), Some(n)) => format!("{p:.2} ({n:.0})"),
+        let predicted = match t.predictions.first() {
+            Some(Prediction { ratio: Some(r), .. }) => format!("{r:.2}"),
+            Some(Prediction {
+                none_because: Some(why), ..
+            }) => format!("– ({why})"),
             _ => "– (no B_simple measured at B0)".into(),
         };
         let error = t.relative_error.map_or_else(|| "–".into(), |e| format!("{:+.0} %", e * 100.0));
@@ -351,6 +480,7 @@ pub(crate) fn section(md: &mut String, rows: &[TargetRow]) {
             t.lr_rule.replace('|', "/"),
         );
     }
+    predictions_table(md, rows);
     let mut sources: Vec<&NoiseSource> = Vec::new();
     for t in rows {
         if let (Some(n), Some(from)) = (t.b_noise, t.b_noise_from.as_ref()) {
@@ -389,6 +519,63 @@ pub(crate) fn section(md: &mut String, rows: &[TargetRow]) {
                     cell(p.samples_to_target, 0),
                     cell(p.seconds_to_target, 1)
                 );
+            }
+        }
+    }
+}
+
+/// report.md's table of the three predictions per batch, and what each stands on.
+fn predictions_table(md: &mut String, rows: &[TargetRow]) {
+    if rows.iter().all(|t| t.predictions.is_empty()) {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\nThe three predictions of each batch's samples ratio (error: measured ÷ predicted − 1). Integrated: over B0's training, as above. Target window: (1 + B/B_noise)/(1 + B0/B_noise) with B_noise the B_simple of the last 50 steps to the target of B0's best-learning-rate runs. Two-batch fit: E(B) = E_min + S_min·B through the measured samples of B0 and the batch nearest 4 × B0, so it needs two measured batches, not B0's runs alone. Each is absent where its inputs say nothing, with the reason.\n\n| model | target loss | B | {} | {} | {} |\n|---|---:|---:|---|---|---|",
+        Estimator::ALL[0].describe(),
+        Estimator::ALL[1].describe(),
+        Estimator::ALL[2].describe()
+    );
+    for t in rows.iter().filter(|t| !t.predictions.is_empty()) {
+        let cells: Vec<String> = Estimator::ALL
+            .iter()
+            .map(|e| match t.predictions.iter().find(|p| p.estimator == *e) {
+                Some(Prediction {
+                    ratio: Some(r),
+                    relative_error,
+                    ..
+                }) => format!(
+                    "{r:.2} ({})",
+                    relative_error.map_or_else(|| "–".into(), |x| format!("{:+.0} %", x * 100.0))
+                ),
+                Some(Prediction {
+                    none_because: Some(why), ..
+                }) => format!("– ({why})"),
+                _ => "–".into(),
+            })
+            .collect();
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            t.model,
+            t.target_loss,
+            t.global_batch,
+            cells.join(" | ")
+        );
+    }
+    let mut said: Vec<String> = Vec::new();
+    for t in rows {
+        for p in &t.predictions {
+            let line = format!(
+                "{} for target loss {} of {}: {}.",
+                p.estimator.describe(),
+                t.target_loss,
+                t.model,
+                p.basis
+            );
+            if !said.contains(&line) {
+                let _ = writeln!(md, "\n{}{}", line[..1].to_uppercase(), &line[1..]);
+                said.push(line);
             }
         }
     }
@@ -435,6 +622,19 @@ mod tests {
                 b_simple_high: Some(11.0),
             }],
             noise_windows: samples.map(|_| window(WindowKind::Target, grad_sq, 50)).into_iter().collect(),
+            // Every step before the reach measured the norms, at B_simple 64/grad_sq.
+            noise_steps: (0..samples.map_or(0, |s| s / batch as u64))
+                .map(|g| NoiseStep {
+                    global_step: g,
+                    loss: 1.0,
+                    pair: NormPair {
+                        batch_small: 32.0,
+                        sq_small: grad_sq + 2.0,
+                        batch_big: 64.0,
+                        sq_big: grad_sq + 1.0,
+                    },
+                })
+                .collect(),
             target: Some(TargetOutcome {
                 target_loss: 0.6,
                 window_steps: 20,
@@ -495,15 +695,55 @@ mod tests {
             "{}",
             from.window
         );
-        let predicted = samples_factor(256.0, 64.0, b);
-        assert_eq!(r256.predicted_ratio, Some(predicted));
+        let window = r256.predictions.iter().find(|p| p.estimator == Estimator::TargetWindow).unwrap();
+        assert_eq!(window.ratio, Some(samples_factor(256.0, 64.0, b)));
+        // The chosen prediction is integrated over the B0 runs' steps before the reach:
+        // 218 steps of 64b1 at B_simple 256, 250 of 64b2 at 128.
+        let f = |n: f64| (256.0 + n) / (64.0 + n);
+        let integrated = (218.0 * f(256.0) + 250.0 * f(128.0)) / 468.0;
+        assert_eq!(r256.predictions[0].estimator, Estimator::Integrated);
+        let predicted = r256.predicted_ratio.unwrap();
+        assert!((predicted - integrated).abs() < 1e-9, "{predicted} against {integrated}");
         assert!((r256.relative_error.unwrap() - (33_000.0 / 15_000.0 / predicted - 1.0)).abs() < 1e-12);
+        // The fit's second batch is 256 itself: no prediction there.
+        let fit = r256.predictions.iter().find(|p| p.estimator == Estimator::TwoBatchFit).unwrap();
+        assert_eq!(fit.none_because.as_deref(), Some("an input of the fit"));
         let mut md = String::new();
         section(&mut md, &rows);
         assert!(md.contains("| 2.20 (1.88 – 2.57) |"), "{md}");
         assert!(md.contains("B_noise 171 (95 % "), "{md}");
         assert!(md.contains("Every learning rate tried"), "{md}");
         assert!(md.contains(CHECKED_ERROR), "{md}");
+        assert!(md.contains("| mnist-cnn | 0.6 | 256 | 1.81 (+21 %) |"), "{md}");
+    }
+
+    #[test]
+    fn synthetic_data_predicts_nothing_and_says_why_in_its_place() {
+        let mut runs = [run("64", 64, "a", Some(10_000), 1.0), run("256", 256, "a", Some(15_000), 1.0)];
+        for r in &mut runs {
+            r.dataset = "synthetic".into();
+        }
+        let rows = rows(&runs);
+        assert_eq!(rows[1].predicted_ratio, None);
+        for p in rows[1].predictions.iter().filter(|p| p.estimator != Estimator::TwoBatchFit) {
+            assert!(p.none_because.as_deref().unwrap().contains("random labels"), "{p:?}");
+        }
+        let mut md = String::new();
+        section(&mut md, &rows);
+        assert!(md.contains("– (synthetic data has random labels"), "{md}");
+    }
+
+    #[test]
+    fn three_batches_give_the_fit_through_two_and_its_prediction_at_the_third() {
+        let runs = [
+            run("64", 64, "a", Some(15_040), 1.0),
+            run("256", 256, "a", Some(19_456), 1.0),
+            run("1024", 1024, "a", Some(54_272), 1.0),
+        ];
+        let rows = rows(&runs);
+        let fit = rows[2].predictions.iter().find(|p| p.estimator == Estimator::TwoBatchFit).unwrap();
+        assert!((fit.ratio.unwrap() - 37_120.0 / 15_040.0).abs() < 1e-12, "{fit:?}");
+        assert!(fit.basis.contains("through the measured B 64 and 256"), "{fit:?}");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::path::Path;
 /// The tables of `report`, then the files written into `out`.
 pub(crate) fn print(report: &Report, out: &Path, plots: bool) {
     print_tables(&report.summary, &report.scaling);
-    for line in super::noise::terminal_lines(&report.runs, &report.time_to_accuracy) {
+    for line in super::noise::terminal_lines(&report.runs, &report.time_to_accuracy, &report.time_to_accuracy_none) {
         println!("{}", crate::escape::terminal(&line));
     }
     for line in super::target::terminal_lines(&report.target_loss) {
