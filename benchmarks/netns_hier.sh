@@ -40,7 +40,7 @@
 #               tests/cluster/netns.sh shapes its links.
 #   SPEC_EXTRA  appended to the spec after a comma (empty by default)
 #   REF_REPEATS repeats of each reference (one, pack) per pass and rate, interleaved
-#               (default 3): the projection stands on all of them
+#               (default 5, as the published check): the projection stands on all of them
 #   SHAPE       2x1 (default) or 2x2
 #
 # OUT must not exist or be empty: nothing is overwritten. Runs go to OUT/passN/RATE/.
@@ -61,7 +61,7 @@ esac
 read -r -a rates <<<"${RATES:-1gbit 4gbit}"
 ((${#rates[@]})) || { echo "netns_hier.sh: RATES is empty" >&2; exit 2; }
 spec_extra=${SPEC_EXTRA:-}
-ref_repeats=${REF_REPEATS:-3}
+ref_repeats=${REF_REPEATS:-5}
 [[ $ref_repeats =~ ^[1-9][0-9]*$ ]] || { echo "netns_hier.sh: REF_REPEATS is a positive integer, not '$ref_repeats'" >&2; exit 2; }
 bin=${DDPBENCH_BIN:?set DDPBENCH_BIN to the ddpbench binary}
 [ -x "$bin" ] || { echo "netns_hier.sh: $bin is not an executable" >&2; exit 2; }

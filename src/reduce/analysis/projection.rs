@@ -37,11 +37,12 @@ use std::collections::BTreeMap;
 /// What the held-out check of the projection found (BENCHMARKS.md, "The forecast held out
 /// on the namespace pair"): stated beside every projection, refreshed when it is rerun.
 pub(crate) const FORECAST_CHECKED_ERROR: &str = "Checked error (BENCHMARKS.md, \"The forecast held out on the namespace pair\", \
-2026-11-29): 2 nodes × 1 rank projected from one node (3 repeats each of a 1-rank and a 2-rank reference) on two network \
+2026-11-29): 2 nodes × 1 rank projected from one node (5 repeats each of a 1-rank and a 2-rank reference) on two network \
 namespaces of one 2-core machine, links shaped to 1 and 4 Gbit/s, 10 passes each: the expected step's median absolute \
-error was 7.7 % through a sweep of the link and 16.6 % through its specification alone (efficiency assumed), and the \
-measured step lay inside the band in 19 of 20 passes on each path (median half-width 32–34 %). One small workload \
-(mnist-cnn, 4.8 MB of gradients) on emulated nodes: read it as the order of the error, not a promise for your cluster.";
+error was 5.0 % through a sweep of the link and 9.3 % through its specification alone (efficiency assumed), and the \
+measured step lay inside the band in 18 of 20 and 19 of 20 passes (median half-width 12 % and 22 %; with 3 repeats \
+about 1.5× as wide). One small workload (mnist-cnn, 4.8 MB of gradients) on emulated nodes: read it as the order of \
+the error, not a promise for your cluster.";
 
 /// Beyond this many times the largest measured rank count a projection is an extrapolation.
 pub(crate) const EXTRAPOLATION_FACTOR: usize = 8;
