@@ -442,3 +442,96 @@ fn a_target_never_reached_ends_as_usual_and_a_non_positive_one_is_refused() {
         assert!(!out.exists(), "{bad}: a refused run writes no folder");
     }
 }
+
+/// Two global batches trained to a target on real data, reduced with a link: the
+/// recommendation gains the time to the target per shape, which is the predicted samples
+/// at the shape's global batch ÷ its samples/s, the samples being B0's measured ones ×
+/// the integrated prediction's ratio that report.json's target table gives.
+#[test]
+fn the_recommendation_carries_the_time_to_target_as_samples_over_throughput() {
+    let dir = tmp();
+    let runs = dir.path().join("runs");
+    std::fs::create_dir(&runs).unwrap();
+    let common = [
+        "--dataset",
+        "fashion-mnist",
+        "--max-steps",
+        "400",
+        "--noise-scale",
+        "on",
+        "--threads",
+        "1",
+        "--target-loss",
+        "1.0",
+    ];
+    // A loss of 1.0 takes a few tens of steps: enough measured steps for a B_simple with
+    // an upper bound.
+    run(&runs, "b32", 2, &common, &[]);
+    run(&runs, "b64", 2, &[&common[..], &["--batch-size", "32"]].concat(), &[]);
+    let out = dir.path().join("out");
+    let job = ddpbench(&[
+        "reduce",
+        "--no-plots",
+        "--link",
+        "roce-100g",
+        "--link-intra",
+        "10GB/s,2us",
+        "--project-shape",
+        "2x2",
+        "--out",
+        &path_str(&out),
+        &path_str(&runs),
+    ]);
+    job.assert_ok();
+    let report = json(&out.join("report.json"));
+    // The target table: B0 = 32's measured samples; the integrated prediction's ratio at 64.
+    let targets = report["target_loss"].as_array().unwrap();
+    let at = |b: u64| targets.iter().find(|t| t["global_batch"].as_u64() == Some(b)).unwrap();
+    let e0 = at(32)["samples_to_target"].as_f64().unwrap();
+    let integrated = |b: u64| {
+        let p = &at(b)["predictions"][0];
+        assert_eq!(p["estimator"], "integrated", "{p}");
+        p["ratio"].as_f64().unwrap_or_else(|| panic!("no integrated figure: {p}"))
+    };
+    let ratio64 = integrated(64);
+    assert!(ratio64 > 1.0 && ratio64 < 2.0, "between no cost and linear: {ratio64}");
+    // The recommendation from the 32-sample point (16 per rank): at 1 × 2 its batch is
+    // B0, at 2 × 2 it is 64.
+    let recs = report["projection"]["recommendations"].as_array().unwrap();
+    let rec = recs.iter().find(|r| r["from_runs"] == "b32").unwrap_or_else(|| panic!("{recs:?}"));
+    let t = &rec["time_to_target"];
+    assert_eq!((t["batch0"].as_u64(), t["samples0"].as_f64()), (Some(32), Some(e0)), "{t}");
+    let shape = |n: u64, p: u64| {
+        rec["shapes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["shape"]["nodes"].as_u64() == Some(n) && s["shape"]["ranks_per_node"].as_u64() == Some(p))
+            .unwrap_or_else(|| panic!("no {n} x {p} in {rec}"))
+            .clone()
+    };
+    for (n, p, batch, samples) in [(1, 2, 32.0, e0), (2, 2, 64.0, e0 * ratio64)] {
+        let s = shape(n, p);
+        let step = s["step_s"].as_f64().unwrap();
+        let hours = samples * step / batch / 3600.0;
+        let got = s["hours_to_target"].as_f64().unwrap();
+        assert!((got / hours - 1.0).abs() < 1e-9, "{n} x {p}: {got} h against {hours} h: {s}");
+        let gpu = s["gpu_hours_to_target"].as_f64().unwrap();
+        assert!((gpu / (hours * (n * p) as f64) - 1.0).abs() < 1e-9, "{s}");
+        let (low, high) = (
+            s["hours_to_target_low"].as_f64().unwrap(),
+            s["hours_to_target_high"].as_f64().unwrap(),
+        );
+        assert!(low < got && got < high, "{s}");
+    }
+    // The statistical cost beside the throughput: the samples at a shape's batch over
+    // those at 1 × 1's (16), so 1 × 2's is B0's over 1 × 1's and 2 × 2's is ratio64 times
+    // that.
+    let cost = |n, p| shape(n, p)["samples_to_target_ratio"].as_f64().unwrap();
+    assert_eq!(cost(1, 1), 1.0);
+    assert!((cost(2, 2) / cost(1, 2) / ratio64 - 1.0).abs() < 1e-9, "{rec}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("| time to target (band) | GPU-hours to target |"), "{md}");
+    assert!(md.contains("To training loss 1 (the samples from B0 = 32's training"), "{md}");
+    assert!(job.stdout.contains("soonest at "), "{}", job.stdout);
+}

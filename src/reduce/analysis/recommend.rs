@@ -94,6 +94,31 @@ pub struct ShapeCost {
     /// The row lies outside what was measured ([`ProjectionRow::beyond_measured`]).
     pub beyond_measured: bool,
     pub measured_step_s: Option<f64>,
+    /// With runs trained to a target loss ([`Recommendation::time_to_target`]): this
+    /// shape's global batch's predicted samples to the target over the 1-rank batch's (the
+    /// statistical cost of the larger batch), hours and GPU-hours to the target (samples ÷
+    /// this shape's samples/s), the hours' band (the step's band and the prediction's
+    /// checked error), and whether the batch lies beyond the largest multiple of B0 the
+    /// prediction was checked at. None without a target.
+    pub samples_to_target_ratio: Option<f64>,
+    pub hours_to_target: Option<f64>,
+    pub hours_to_target_low: Option<f64>,
+    pub hours_to_target_high: Option<f64>,
+    pub gpu_hours_to_target: Option<f64>,
+    pub target_batch_extrapolated: bool,
+}
+
+/// What the time to a target loss at each shape stands on, and the shapes it names.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TimeToTarget {
+    pub target_loss: f64,
+    /// B0 and its measured median samples to the target.
+    pub batch0: usize,
+    pub samples0: f64,
+    /// The prediction's checked error, as a fraction (the band's part for it).
+    pub checked_error: f64,
+    pub soonest: Shape,
+    pub cheapest: Shape,
 }
 
 /// What to run, for one workload.
@@ -123,6 +148,8 @@ pub struct Recommendation {
     /// within it (None: none fits, or no budget).
     pub gpu_hour_budget: Option<f64>,
     pub fastest_within_budget: Option<Shape>,
+    /// Time to a target loss per shape, where the runs were trained to one.
+    pub time_to_target: Option<TimeToTarget>,
     /// A row up to the shapes named is extrapolated or unreliable: figures to 2 digits.
     pub rough: bool,
     pub sentence: String,
@@ -187,7 +214,7 @@ impl Figures {
         sig(c, self.digits())
     }
     /// A figure and its band: `85.0 % (80.1–88.2 %)`, `15.2 s (14.1–16.3 s)`.
-    fn banded(&self, show: impl Fn(f64) -> String, v: f64, low: f64, high: f64) -> String {
+    pub(crate) fn banded(&self, show: impl Fn(f64) -> String, v: f64, low: f64, high: f64) -> String {
         let (v, lo, hi) = (show(v), show(low), show(high));
         // The unit once, after the band, where all three share it.
         let unit = |t: &str| t.rsplit_once(' ').map(|(_, u)| u.to_string()).unwrap_or_default();
@@ -245,6 +272,12 @@ pub(crate) fn recommend(rows: &[&ProjectionRow], ask: &Ask) -> Option<Recommenda
             unreliable: r.unreliable,
             beyond_measured: !r.beyond_measured.is_empty(),
             measured_step_s: r.measured_step_s,
+            samples_to_target_ratio: None,
+            hours_to_target: None,
+            hours_to_target_low: None,
+            hours_to_target_high: None,
+            gpu_hours_to_target: None,
+            target_batch_extrapolated: false,
         });
     }
     let keep = shapes.iter().rposition(|s| s.ranks > 1 && s.efficiency >= ask.target_efficiency);
@@ -276,12 +309,89 @@ pub(crate) fn recommend(rows: &[&ProjectionRow], ask: &Ask) -> Option<Recommenda
         cheapest_meeting_epoch_target: cheapest.map(|i| shapes[i].shape),
         gpu_hour_budget: ask.gpu_hour_budget,
         fastest_within_budget: within.map(|i| shapes[i].shape),
+        time_to_target: None,
         shapes,
         rough,
         sentence: String::new(),
     };
     rec.sentence = sentence(&rec, keep, fastest, cheapest, within);
     Some(rec)
+}
+
+/// Joins the time to `curve`'s target loss to `rec`: per shape (weak scaling, global batch
+/// = batch per rank × ranks) the predicted samples to the target, the hours and
+/// GPU-hours to it at the shape's throughput, with a band from the step's band and
+/// `checked_error`; the soonest and the cheapest shape, said in the sentence.
+pub(crate) fn join_time_to_target(
+    rec: &mut Recommendation,
+    curve: &crate::reduce::analysis::samples_to_target::TargetCurve,
+    checked_error: f64,
+) {
+    use crate::reduce::analysis::samples_to_target::CHECKED_MULTIPLE;
+    let Some(base) = curve.samples_at(rec.batch_per_rank) else { return };
+    for s in &mut rec.shapes {
+        let batch = rec.batch_per_rank * s.ranks as f64;
+        let Some(samples) = curve.samples_at(batch) else { continue };
+        let hours = samples * s.step_s / batch / 3600.0;
+        let (lo, hi) = (s.epoch_low_s / s.epoch_s, s.epoch_high_s / s.epoch_s);
+        s.samples_to_target_ratio = Some(samples / base);
+        s.hours_to_target = Some(hours);
+        s.hours_to_target_low = Some(hours * lo * (1.0 - checked_error).max(0.0));
+        s.hours_to_target_high = Some(hours * hi * (1.0 + checked_error));
+        s.gpu_hours_to_target = Some(hours * s.ranks as f64);
+        s.target_batch_extrapolated = batch > CHECKED_MULTIPLE * curve.batch0 as f64;
+    }
+    let pick = |f: fn(&ShapeCost) -> Option<f64>| {
+        rec.shapes
+            .iter()
+            .filter(|s| f(s).is_some())
+            .min_by(|a, b| f(a).unwrap().total_cmp(&f(b).unwrap()))
+            .map(|s| s.shape)
+    };
+    let (Some(soonest), Some(cheapest)) = (pick(|s| s.hours_to_target), pick(|s| s.gpu_hours_to_target)) else {
+        return;
+    };
+    let t = TimeToTarget {
+        target_loss: curve.target_loss,
+        batch0: curve.batch0,
+        samples0: curve.samples0,
+        checked_error,
+        soonest,
+        cheapest,
+    };
+    let f = Figures { rough: rec.rough };
+    let at = |shape: Shape| rec.shapes.iter().find(|s| s.shape == shape).expect("a shape of the table");
+    let (a, b) = (at(soonest), at(cheapest));
+    let hours = |s: &ShapeCost| {
+        f.banded(
+            |h| f.epoch(h * 3600.0),
+            s.hours_to_target.unwrap_or(f64::NAN),
+            s.hours_to_target_low.unwrap_or(f64::NAN),
+            s.hours_to_target_high.unwrap_or(f64::NAN),
+        )
+    };
+    let extrapolated = |s: &ShapeCost| {
+        if s.target_batch_extrapolated {
+            ", its batch beyond the checked 16 × B0"
+        } else {
+            ""
+        }
+    };
+    rec.sentence += &format!(
+        " To training loss {} (the samples from B0 = {}'s training, integrated over its noise scale, ±{:.0} % checked): \
+         soonest at {} ({}, {}× the samples of 1 rank{}), cheapest at {} ({} GPU-hours{}).",
+        t.target_loss,
+        t.batch0,
+        checked_error * 100.0,
+        soonest.label(),
+        hours(a),
+        sig(a.samples_to_target_ratio.unwrap_or(f64::NAN), 2),
+        extrapolated(a),
+        cheapest.label(),
+        f.gpu_hours(b.gpu_hours_to_target.unwrap_or(f64::NAN)),
+        extrapolated(b)
+    );
+    rec.time_to_target = Some(t);
 }
 
 /// The decision in one sentence, from the rows of the table, each figure with its band:

@@ -35,6 +35,32 @@ pub(crate) const MIN_MEASURED_STEPS: usize = 20;
 /// held-out batches of the grid best.
 pub(crate) const CHOSEN: Estimator = Estimator::Integrated;
 
+/// The largest multiple of B0 at which [`CHOSEN`] was checked against training: a batch
+/// beyond it is marked extrapolated.
+pub(crate) const CHECKED_MULTIPLE: f64 = 16.0;
+
+/// The largest |error| of [`CHOSEN`] on the batches it was checked at (BENCHMARKS.md,
+/// "The prediction against training to a target loss"), as a fraction: the half-width
+/// the time to a target carries for the prediction.
+pub(crate) const CHECKED_ERROR_FRACTION: f64 = 0.3;
+
+/// What a time to a target loss at another batch stands on: B0's median samples to the
+/// target and the integrated prediction from B0's training.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TargetCurve {
+    pub target_loss: f64,
+    pub batch0: usize,
+    pub samples0: f64,
+    pub trajectory: Trajectory,
+}
+
+impl TargetCurve {
+    /// Predicted samples to the target at global batch `batch`.
+    pub(crate) fn samples_at(&self, batch: f64) -> Option<f64> {
+        self.trajectory.factor(batch, self.batch0 as f64).map(|f| f * self.samples0)
+    }
+}
+
 /// Which way a samples ratio was predicted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

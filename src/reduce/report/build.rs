@@ -20,7 +20,7 @@ pub(crate) fn build(
     skipped: Vec<LeftOut>,
     duplicates: Vec<Duplicate>,
     explicit: Option<&RunStats>,
-    projection: Option<ProjectionReport>,
+    mut projection: Option<ProjectionReport>,
 ) -> Report {
     let summary: Vec<_> = complete.iter().flat_map(|r| analysis::type_summaries(r)).collect();
     let ranks: Vec<_> = complete.iter().flat_map(|r| analysis::rank_summaries(r)).collect();
@@ -38,10 +38,12 @@ pub(crate) fn build(
         .concat(),
     };
     let (time_to_accuracy, time_to_accuracy_none) = noise::time_to_accuracy(&scaling, &runs);
+    let target_loss = target::rows(&runs);
+    join_time_to_target(projection.as_mut(), &target_loss);
     Report {
         time_to_accuracy,
         time_to_accuracy_none,
-        target_loss: target::rows(&runs),
+        target_loss,
         report_version: REPORT_VERSION,
         schema_version: SCHEMA_VERSION,
         folders: folders.to_vec(),
@@ -115,6 +117,23 @@ fn run_report(r: &RunStats) -> RunReport {
         study_run: m.study_run.clone(),
         noise_windows: analysis::noise_window::windows(&r.noise_steps, m.target.as_ref()),
         noise_steps: r.noise_steps.clone(),
+    }
+}
+
+/// Each recommendation whose reference runs were trained to a target loss gains the time
+/// to it per shape, from the target rows' integrated prediction.
+fn join_time_to_target(projection: Option<&mut ProjectionReport>, targets: &[target::TargetRow]) {
+    use crate::reduce::analysis::samples_to_target::CHECKED_ERROR_FRACTION;
+    let Some(p) = projection else { return };
+    for rec in &mut p.recommendations {
+        let first = rec.from_runs.split(' ').next().unwrap_or_default();
+        let curve = targets
+            .iter()
+            .find(|t| t.run_ids.iter().any(|r| r == first))
+            .and_then(|t| t.curve.as_ref());
+        if let Some(curve) = curve {
+            analysis::recommend::join_time_to_target(rec, curve, CHECKED_ERROR_FRACTION);
+        }
     }
 }
 

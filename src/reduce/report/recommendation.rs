@@ -174,7 +174,7 @@ pub(crate) fn attach(p: &mut ProjectionReport, req: &ReduceRequest, sweep: Optio
 }
 
 /// The recommendation's table rows, in the figures its sentence uses.
-fn table_rows(r: &Recommendation) -> Vec<[String; 10]> {
+fn table_rows(r: &Recommendation) -> Vec<Vec<String>> {
     let f = Figures { rough: r.rough };
     r.shapes
         .iter()
@@ -201,7 +201,16 @@ fn table_rows(r: &Recommendation) -> Vec<[String; 10]> {
             if Some(s.shape) == r.fastest_within_budget {
                 note.push("fastest within the budget");
             }
-            [
+            if s.target_batch_extrapolated {
+                note.push("batch beyond the checked 16 × B0");
+            }
+            if r.time_to_target.as_ref().is_some_and(|t| t.soonest == s.shape) {
+                note.push("soonest to the target");
+            }
+            if r.time_to_target.as_ref().is_some_and(|t| t.cheapest == s.shape) {
+                note.push("cheapest to the target");
+            }
+            let mut row = vec![
                 s.shape.label(),
                 s.ranks.to_string(),
                 ms(s.step_s),
@@ -211,11 +220,34 @@ fn table_rows(r: &Recommendation) -> Vec<[String; 10]> {
                 s.cost_per_epoch.map(|c| f.money(c)).unwrap_or_else(|| "–".into()),
                 s.epoch_saved_fraction.map(|x| f.fraction(x)).unwrap_or_else(|| "–".into()),
                 s.gpu_hours_ratio.map(|x| f.ratio(x)).unwrap_or_else(|| "–".into()),
-                note.join(", "),
-            ]
+            ];
+            if r.time_to_target.is_some() {
+                let none = || "–".to_string();
+                row.push(s.samples_to_target_ratio.map_or_else(none, |x| f.ratio(x)));
+                row.push(match (s.hours_to_target, s.hours_to_target_low, s.hours_to_target_high) {
+                    (Some(h), Some(l), Some(u)) => f.banded(|h| f.epoch(h * 3600.0), h, l, u),
+                    _ => none(),
+                });
+                row.push(s.gpu_hours_to_target.map_or_else(none, |g| f.gpu_hours(g)));
+            }
+            row.push(note.join(", "));
+            row
         })
         .collect()
 }
+
+/// The table's headers: [`HEADERS`], with the time-to-target columns before the note
+/// where the recommendation has them.
+fn headers(r: &Recommendation) -> Vec<&'static str> {
+    let mut h: Vec<&str> = HEADERS[..HEADERS.len() - 1].to_vec();
+    if r.time_to_target.is_some() {
+        h.extend(TARGET_HEADERS);
+    }
+    h.push(HEADERS[HEADERS.len() - 1]);
+    h
+}
+
+const TARGET_HEADERS: [&str; 3] = ["samples to target vs 1 rank", "time to target (band)", "GPU-hours to target"];
 
 const HEADERS: [&str; 10] = [
     "nodes × per node",
@@ -255,8 +287,9 @@ pub(crate) fn markdown(p: &ProjectionReport) -> String {
             r.epoch_samples,
             crate::reduce::analysis::projection::FORECAST_CHECKED_ERROR
         );
-        let _ = writeln!(md, "| {} |", HEADERS.join(" | "));
-        let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+        let h = headers(r);
+        let _ = writeln!(md, "| {} |", h.join(" | "));
+        let _ = writeln!(md, "|---|{}---|", "---:|".repeat(h.len() - 2));
         for row in table_rows(r) {
             let _ = writeln!(md, "| {} |", row.join(" | "));
         }
@@ -324,14 +357,30 @@ pub(crate) fn print(p: &ProjectionReport) {
             crate::escape::terminal(&r.workload),
             crate::escape::terminal(&r.sentence)
         );
+        let target_heads = if r.time_to_target.is_some() {
+            ["samples×", "to target", "GPU-h tgt"].map(|h| format!(" {h:>11}")).concat()
+        } else {
+            String::new()
+        };
         println!(
-            "{:>10} {:>6} {:>11} {:>10} {:>11} {:>10} {:>10} {:>8} {:>8}  note",
+            "{:>10} {:>6} {:>11} {:>10} {:>11} {:>10} {:>10} {:>8} {:>8}{target_heads}  note",
             "shape", "ranks", "step ms", "efficiency", "epoch", "GPU-h", "cost", "saved", "GPU-h×"
         );
         for row in table_rows(r) {
+            let target = &row[9..row.len() - 1];
             println!(
-                "{:>10} {:>6} {:>11} {:>10} {:>11} {:>10} {:>10} {:>8} {:>8}  {}",
-                row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9]
+                "{:>10} {:>6} {:>11} {:>10} {:>11} {:>10} {:>10} {:>8} {:>8}{}  {}",
+                row[0],
+                row[1],
+                row[2],
+                row[3],
+                row[4],
+                row[5],
+                row[6],
+                row[7],
+                row[8],
+                target.iter().map(|c| format!(" {c:>11}")).collect::<String>(),
+                row[row.len() - 1]
             );
         }
     }

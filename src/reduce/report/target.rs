@@ -8,7 +8,7 @@ use crate::noise_scale::samples_factor;
 use crate::record::TargetOutcome;
 use crate::reduce::analysis::noise_window::{pooled, NoiseStep, NoiseWindow, WindowKind};
 use crate::reduce::analysis::samples_to_target::{
-    fit_partner, ruled_out, Estimator, Prediction, Trajectory, TwoBatchFit, CHOSEN, INTEGRATION_WINDOW_STEPS,
+    fit_partner, ruled_out, Estimator, Prediction, TargetCurve, Trajectory, TwoBatchFit, CHOSEN, INTEGRATION_WINDOW_STEPS,
 };
 use serde::Serialize;
 use std::fmt::Write;
@@ -87,6 +87,11 @@ pub struct TargetRow {
     /// Every prediction, the chosen one first: integrated over B0's run, the target
     /// window's, and the two-batch fit's, each with its figure or why it has none.
     pub predictions: Vec<Prediction>,
+    /// The integrated prediction's inputs, where it gave a figure: what the
+    /// recommendation's time to target stands on (not in report.json: `predictions` has
+    /// its figures).
+    #[serde(skip)]
+    pub(crate) curve: Option<TargetCurve>,
 }
 
 /// The median of `v` (not empty), None when not finite.
@@ -266,6 +271,19 @@ struct Predictors {
 }
 
 impl Predictors {
+    /// The integrated prediction's inputs, when it may predict.
+    fn curve(&self, target_loss: f64) -> Option<TargetCurve> {
+        let t = self.trajectory.as_ref()?;
+        ruled_out(&self.dataset, t.measured_steps, t.bounded)
+            .is_none()
+            .then(|| TargetCurve {
+                target_loss,
+                batch0: self.batch0,
+                samples0: self.e0,
+                trajectory: t.clone(),
+            })
+    }
+
     /// The three predictions at global batch `batch`, the chosen one first, with their
     /// errors against the `measured` ratio.
     fn at(&self, batch: usize, measured: Option<f64>) -> Vec<Prediction> {
@@ -400,6 +418,7 @@ pub(crate) fn rows(runs: &[RunReport]) -> Vec<TargetRow> {
                 predicted_ratio: predicted,
                 relative_error: measured.zip(predicted).map(|(m, p)| m / p - 1.0),
                 predictions,
+                curve: predictors.as_ref().and_then(|p| p.curve(t.target_loss)),
             });
         }
     }
