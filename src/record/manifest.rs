@@ -287,6 +287,22 @@ pub struct TargetOutcome {
     /// The learning rate the run followed, in words (`--lr`, `--lr-scaling`,
     /// `--warmup-epochs` as run).
     pub lr_rule: String,
+    /// Optimizer steps of the learning rate's linear warm-up (0: none). A target reached
+    /// within them measures the warm-up, not samples to the target.
+    #[serde(default)]
+    pub warmup_lr_steps: usize,
+}
+
+impl TargetOutcome {
+    /// Reached within the learning rate's warm-up.
+    pub fn reached_in_warmup(&self) -> bool {
+        self.reached && self.steps_to_target.is_some_and(|n| n <= self.warmup_lr_steps)
+    }
+
+    /// Reached after the warm-up: a run whose samples to the target count.
+    pub fn measures_samples(&self) -> bool {
+        self.reached && !self.reached_in_warmup()
+    }
 }
 
 /// The clock offsets to rank 0 estimated during a run.

@@ -35,13 +35,14 @@ pub(super) struct StepDone {
 }
 
 impl TargetWatch {
-    pub(super) fn new(target_loss: f64, lr_rule: String) -> TargetWatch {
+    pub(super) fn new(target_loss: f64, lr_rule: String, warmup_lr_steps: usize) -> TargetWatch {
         TargetWatch {
             window: VecDeque::with_capacity(WINDOW_STEPS),
             outcome: TargetOutcome {
                 target_loss,
                 window_steps: WINDOW_STEPS,
                 lr_rule,
+                warmup_lr_steps,
                 ..Default::default()
             },
         }
@@ -156,7 +157,7 @@ mod tests {
     /// the reach, with that step's figures; later steps change nothing.
     #[test]
     fn the_target_is_reached_by_the_mean_of_a_full_window() {
-        let mut w = TargetWatch::new(1.0, "rule".into());
+        let mut w = TargetWatch::new(1.0, "rule".into(), 0);
         // A single low loss in a short window is not a reach.
         assert!(!w.add_mean(0.1, at(1)));
         for s in 2..=WINDOW_STEPS {
@@ -186,7 +187,7 @@ mod tests {
     /// Never reached: no figures of the reach, and the line says so.
     #[test]
     fn a_target_never_reached_has_no_figures() {
-        let mut w = TargetWatch::new(0.01, "rule".into());
+        let mut w = TargetWatch::new(0.01, "rule".into(), 0);
         for s in 1..=3 {
             assert!(!w.add_mean(0.001, at(s)));
         }

@@ -202,7 +202,7 @@ impl<'g> Trainer<'g> {
         let target = cfg
             .schedule
             .target_loss
-            .map(|t| TargetWatch::new(t, super::target::lr_rule(cfg, &schedule)));
+            .map(|t| TargetWatch::new(t, super::target::lr_rule(cfg, &schedule), schedule.warmup_lr_steps));
         let trainer = Trainer {
             g,
             watchdog,

@@ -21,6 +21,9 @@ pub struct LrPoint {
     pub run_ids: Vec<String>,
     /// How many of them reached the target.
     pub reached: usize,
+    /// Of those, the runs that reached it within the learning rate's warm-up: they
+    /// measure the warm-up, not samples to the target, and are counted as not reaching it.
+    pub in_warmup: Vec<String>,
     /// The median over the runs, a run that did not reach the target counted as never
     /// reaching it: None unless more than half of them reached it (with two runs, both).
     pub samples_to_target: Option<f64>,
@@ -139,7 +142,10 @@ impl<'a> Batch<'a> {
             }
         }
         let figure = |g: &[Run], f: fn(&TargetOutcome) -> Option<f64>| {
-            let v: Vec<f64> = g.iter().map(|(_, t)| f(t).filter(|_| t.reached).unwrap_or(f64::INFINITY)).collect();
+            let v: Vec<f64> = g
+                .iter()
+                .map(|(_, t)| f(t).filter(|_| t.measures_samples()).unwrap_or(f64::INFINITY))
+                .collect();
             median(&v)
         };
         let points: Vec<(LrPoint, Vec<Run>)> = by_lr
@@ -149,6 +155,11 @@ impl<'a> Batch<'a> {
                     lr_rule: g[0].1.lr_rule.clone(),
                     run_ids: g.iter().map(|(r, _)| r.run_id.clone()).collect(),
                     reached: g.iter().filter(|(_, t)| t.reached).count(),
+                    in_warmup: g
+                        .iter()
+                        .filter(|(_, t)| t.reached_in_warmup())
+                        .map(|(r, _)| r.run_id.clone())
+                        .collect(),
                     samples_to_target: figure(&g, |t| t.samples_to_target.map(|s| s as f64)),
                     seconds_to_target: figure(&g, |t| t.seconds_to_target),
                 };
@@ -177,7 +188,7 @@ impl<'a> Batch<'a> {
         self.points[self.best]
             .1
             .iter()
-            .filter(|(_, t)| t.reached)
+            .filter(|(_, t)| t.measures_samples())
             .filter_map(|(_, t)| t.samples_to_target.map(|s| s as f64))
             .collect()
     }
@@ -188,7 +199,7 @@ impl<'a> Batch<'a> {
         let steps: Vec<Vec<NoiseStep>> = self.points[self.best]
             .1
             .iter()
-            .filter(|(_, t)| t.reached)
+            .filter(|(_, t)| t.measures_samples())
             .filter_map(|(r, t)| {
                 let end = t.steps_to_target? as u64;
                 let s: Vec<NoiseStep> = r.noise_steps.iter().filter(|s| s.global_step < end).copied().collect();
@@ -499,6 +510,18 @@ pub(crate) fn section(md: &mut String, rows: &[TargetRow]) {
             t.lr_rule.replace('|', "/"),
         );
     }
+    for t in rows {
+        for p in t.learning_rates.iter().filter(|p| !p.in_warmup.is_empty()) {
+            let _ = writeln!(
+                md,
+                "\nAt B {} ({}), {} reached the target within the learning rate's warm-up: such a run measures the warm-up, \
+                 not samples to the target, and counts as not reaching it; lower the target or shorten --warmup-epochs.",
+                t.global_batch,
+                p.lr_rule.replace('|', "/"),
+                p.in_warmup.iter().map(|r| format!("`{r}`")).collect::<Vec<_>>().join(", ")
+            );
+        }
+    }
     predictions_table(md, rows);
     let mut sources: Vec<&NoiseSource> = Vec::new();
     for t in rows {
@@ -663,6 +686,7 @@ mod tests {
                 seconds_to_target: samples.map(|s| s as f64 / 1000.0),
                 smoothed_loss: Some(0.6),
                 lr_rule: lr.into(),
+                warmup_lr_steps: 0,
             }),
             ..RunReport::default()
         }
@@ -734,6 +758,26 @@ mod tests {
         assert!(md.contains("Every learning rate tried"), "{md}");
         assert!(md.contains(CHECKED_ERROR), "{md}");
         assert!(md.contains("| mnist-cnn | 0.6 | 256 | 1.81 (+21 %) |"), "{md}");
+    }
+
+    #[test]
+    fn a_target_reached_in_the_warm_up_measures_no_samples_and_is_said() {
+        let mut runs = [
+            run("64a", 64, "a", Some(10_000), 1.0),
+            run("64b", 64, "a", Some(12_000), 1.0),
+            run("256", 256, "a", Some(15_000), 1.0),
+        ];
+        // 64a reached at step 156, within a warm-up of 200 steps.
+        runs[0].target.as_mut().unwrap().warmup_lr_steps = 200;
+        let rows = rows(&runs);
+        let p = &rows[0].learning_rates[0];
+        assert_eq!((p.reached, p.in_warmup.clone()), (2, vec!["64a".to_string()]));
+        // The median of 12,000 and "never": none, so B0 is the next batch that reached it.
+        assert_eq!(p.samples_to_target, None);
+        assert_eq!(rows[1].baseline_global_batch, Some(256));
+        let mut md = String::new();
+        section(&mut md, &rows);
+        assert!(md.contains("`64a` reached the target within the learning rate's warm-up"), "{md}");
     }
 
     #[test]
