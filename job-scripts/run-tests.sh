@@ -1,17 +1,44 @@
 #!/usr/bin/env bash
-# Sets up (same as the quick start) and runs the whole test suite:
+# Sets up (same as the quick start) and runs the test suite.
+#
+#   job-scripts/run-tests.sh [--quick] [TEST NAME FILTER...]
+#
+# --quick: only the quick tier, the loop to run while working: the unit tests and the
+# test files marked `// tier: quick` (no MPI: reduce on fixtures, the module graph, ...),
+# all in parallel. Without it, the whole suite:
 #  0. clippy's function-length check (no function over 120 lines outside tests);
-#  1. cargo tests: unit tests and integration tests that launch real `mpirun -n 2`
-#     jobs on CPU (training, equivalence, bad input, reducer, models, bigMNIST, studies);
+#  1. the quick tier, in parallel (DDPBENCH_TEST_TIER=quick: a marked file that launches
+#     MPI fails, naming what it launched); then every other test file, one test at a
+#     time: they launch real `mpirun -n 2` jobs on CPU (training, equivalence, bad input,
+#     reducer, models, bigMNIST, studies) that want the machine's cores;
 #  2. the report-only build (no libtorch, MPI or hwloc) and its checks:
 #     job-scripts/report-build.sh;
 #  3. the cluster emulation (as root only): the sbatch scripts on a private Slurm with
 #     2 fake nodes × 4 fake GPUs, and 2 ranks in network namespaces over a shaped link.
 # Set DDPBENCH_CLUSTER_TESTS=0 to skip part 3.
 set -euo pipefail
+quick=0
+if [ "${1:-}" = --quick ]; then
+  quick=1
+  shift
+fi
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$here/job-scripts/setup.sh" || exit 1
 cd "$here"
+# The tiers: a test file marked `// tier: quick` launches no MPI job.
+quick_tests=()
+mpi_tests=()
+for f in tests/*.rs; do
+  name=$(basename "$f" .rs)
+  if grep -q '^// tier: quick' "$f"; then quick_tests+=(--test "$name"); else mpi_tests+=(--test "$name"); fi
+done
+quick_tier() {
+  DDPBENCH_TEST_TIER=quick cargo test --release --no-fail-fast --lib --bins --examples "${quick_tests[@]}" -- "$@"
+}
+if [ "$quick" = 1 ]; then
+  quick_tier "$@"
+  exit
+fi
 # No function over 120 lines outside tests (clippy.toml sets the threshold).
 if cargo clippy --version >/dev/null 2>&1; then
   cargo clippy --release --quiet --lib --bins -- -A clippy::all -D clippy::too_many_lines
@@ -27,9 +54,9 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "chromium missing and not root: tests/report_page.rs will fail (apt-get install chromium)"
   fi
 fi
-# One test at a time: each launches MPI jobs that want the machine's cores. Every part
-# runs even when an earlier one failed (cargo's --no-fail-fast, then the report-only
-# build, then the cluster emulation), so one failure hides nothing; the summary at the
+# The quick tier in parallel, then the MPI tier one test at a time. Every part runs
+# even when an earlier one failed (cargo's --no-fail-fast, then the report-only build,
+# then the cluster emulation), so one failure hides nothing; the summary at the
 # end names every failing test and part, and the exit status is non-zero if any failed.
 log=$(mktemp "${TMPDIR:-/tmp}/ddpbench-tests.XXXXXX")
 trap 'rm -f "$log"' EXIT
@@ -38,11 +65,16 @@ part() {  # part NAME command...: runs it, keeps going, remembers a failure
   local name=$1; shift
   if ! "$@"; then failed+=("$name"); fi
 }
-cargo_tests() {
-  cargo test --release --no-fail-fast -- --test-threads=1 "$@" 2>&1 | tee "$log"
+quick_tests_logged() {
+  quick_tier "$@" 2>&1 | tee "$log"
   return "${PIPESTATUS[0]}"
 }
-part "cargo test" cargo_tests "$@"
+mpi_tests_logged() {
+  cargo test --release --no-fail-fast "${mpi_tests[@]}" -- --test-threads=1 "$@" 2>&1 | tee -a "$log"
+  return "${PIPESTATUS[0]}"
+}
+part "cargo test (quick tier)" quick_tests_logged "$@"
+part "cargo test (MPI tier)" mpi_tests_logged "$@"
 part "job-scripts/report-build.sh" job-scripts/report-build.sh
 if [ "${DDPBENCH_CLUSTER_TESTS:-1}" = 0 ]; then
   echo "cluster emulation tests skipped (DDPBENCH_CLUSTER_TESTS=0)"

@@ -85,6 +85,8 @@ pub mod study;
 pub(crate) mod telemetry;
 #[cfg(feature = "train")]
 pub mod topology;
+#[cfg(feature = "train")]
+pub(crate) mod torch_seed;
 pub mod trace;
 #[cfg(feature = "train")]
 pub mod train;

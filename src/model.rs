@@ -842,7 +842,7 @@ mod tests {
             dropout: false,
         };
         for kind in [ModelKind::MnistCnn, ModelKind::Resnet18Cifar, ModelKind::TransformerSmall] {
-            tch::manual_seed(3);
+            let _seeded = crate::torch_seed::seed(3);
             let vs = nn::VarStore::new(tch::Device::Cpu);
             let net = build(kind, &vs.root(), &o);
             let x = match spec(kind, &o).input {

@@ -2,6 +2,8 @@
 //! have is refused with the file and key named, before anything is sized by it (the
 //! binary runs under an address-space limit to prove it).
 
+// tier: quick (no MPI: job-scripts/run-tests.sh runs this file in parallel)
+
 mod common;
 use common::*;
 use std::path::Path;

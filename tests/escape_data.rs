@@ -3,6 +3,8 @@
 //! (`compare`), a host and a watchdog's message in a flight record (`diagnose`), each
 //! planted with an OSC title, a clear-screen and a `<script>` tag.
 
+// tier: quick (no MPI: job-scripts/run-tests.sh runs this file in parallel)
+
 mod common;
 use common::*;
 use std::path::Path;

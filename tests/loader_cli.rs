@@ -1,6 +1,8 @@
 //! `ddpbench loader` on an image folder the test writes: the rows it records (phases,
 //! worker counts, repeats, bytes read), a PNG named .JPEG decoded, a truncated file named.
 
+// tier: quick (no MPI: job-scripts/run-tests.sh runs this file in parallel)
+
 mod common;
 use common::*;
 use tch::{Device, Kind, Tensor};

@@ -5,6 +5,8 @@
 //! modules, `src/train/` the files and folders of `train`). It fails naming every
 //! cycle of every graph with a reference that makes each of its edges.
 
+// tier: quick (no MPI: job-scripts/run-tests.sh runs this file in parallel)
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 

@@ -4,6 +4,8 @@
 //! projection is, and the phases are one panel per batch, one stacked bar per rank count.
 //! Inputs: the schema-2 run folders in tests/fixtures/schema2 (see its README).
 
+// tier: quick (no MPI: job-scripts/run-tests.sh runs this file in parallel)
+
 mod common;
 use common::*;
 use std::collections::{BTreeMap, BTreeSet};

@@ -3,6 +3,8 @@
 //! what its rows say, a lone rank has no communication figures, a probe in another dtype
 //! than the wire is no comparison.
 
+// tier: quick (no MPI: job-scripts/run-tests.sh runs this file in parallel)
+
 mod common;
 use common::*;
 use std::path::{Path, PathBuf};

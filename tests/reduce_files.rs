@@ -3,6 +3,8 @@
 //! file system that fills up while the report is written. The runs are the schema-2
 //! folders in tests/fixtures/schema2 (real runs of 1 and 2 ranks), copied and damaged.
 
+// tier: quick (no MPI: job-scripts/run-tests.sh runs this file in parallel)
+
 mod common;
 use common::*;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,8 @@
 //! The reducer on small run folders written by hand, every figure checked against
 //! a value worked out by hand, plus bad and partial input.
 
+// tier: quick (no MPI: job-scripts/run-tests.sh runs this file in parallel)
+
 mod common;
 use common::*;
 use ddpbench::record::{CsvLog, Manifest, Phase, PhaseArray, RankInfo, StepRow};

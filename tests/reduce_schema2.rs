@@ -4,6 +4,8 @@
 //! must stay as it was, numbers to 1e-9 relative, text exactly. A change to how
 //! `reduce` is built must move no figure.
 
+// tier: quick (no MPI: job-scripts/run-tests.sh runs this file in parallel)
+
 mod common;
 use common::*;
 use std::path::{Path, PathBuf};

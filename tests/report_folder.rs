@@ -3,6 +3,8 @@
 //! left that this one does not write removed (and nothing else), and nothing left
 //! behind by an error or a stop signal. The runs are the schema-2 fixture runs.
 
+// tier: quick (no MPI: job-scripts/run-tests.sh runs this file in parallel)
+
 mod common;
 use common::*;
 use std::path::{Path, PathBuf};

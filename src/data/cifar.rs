@@ -100,7 +100,7 @@ mod tests {
         assert!((px(0) - (1.0 - 0.4914) / 0.2470).abs() < 1e-4);
         assert!((px(1) - (-0.4822 / 0.2435)).abs() < 1e-4);
         assert_eq!(ds.train.augment, Augment::CropFlip { pad: 4 });
-        tch::manual_seed(3);
+        let _seeded = crate::torch_seed::seed(3);
         let (x, _) = ds
             .train
             .batch(&Tensor::from_slice(&[0i64, 1, 2, 3, 4, 5, 6, 7]), Device::Cpu)

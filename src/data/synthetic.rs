@@ -34,7 +34,7 @@ fn split(spec: &ModelSpec, samples: usize) -> Split {
 
 /// `samples` training samples and a sixth as many test samples, seeded by `seed`.
 pub(crate) fn load(samples: usize, spec: &ModelSpec, seed: u64) -> Dataset {
-    tch::manual_seed(seed as i64 ^ 0x5eed);
+    let _seeded = crate::torch_seed::seed(seed as i64 ^ 0x5eed);
     let n = samples.max(1);
     Dataset {
         stream: None,

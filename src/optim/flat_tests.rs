@@ -11,7 +11,7 @@ use tch::{Device, Kind, Tensor};
 /// Parameters of `dtype` from a seed: two channels-last convolution weights, a matrix
 /// and vectors, so that buckets hold several shapes and layouts.
 fn mixed_params(seed: i64, dtype: Kind) -> Vec<Tensor> {
-    tch::manual_seed(seed);
+    let _seeded = crate::torch_seed::seed(seed);
     let shapes: [&[i64]; 6] = [&[8, 3, 3, 3], &[8], &[16, 8, 3, 3], &[16], &[10, 37], &[10]];
     shapes
         .iter()
@@ -212,7 +212,7 @@ fn point_grads(params: &[Tensor], buffers: &[Tensor], layout: &FlatLayout) {
 #[test]
 fn gaps_stay_zero_and_a_bucket_that_cannot_be_flat_stays_per_parameter() {
     let shapes: [&[i64]; 4] = [&[3, 4], &[5], &[2, 3], &[7]];
-    tch::manual_seed(2);
+    let _seeded = crate::torch_seed::seed(2);
     let alone: Vec<Tensor> = shapes
         .iter()
         .map(|&s| Tensor::randn(s, (Kind::Float, Device::Cpu)).set_requires_grad(true))

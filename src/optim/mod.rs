@@ -174,7 +174,7 @@ mod tests {
 
     /// Parameters of several shapes (a matrix, a vector), filled from a seed.
     pub(super) fn params(seed: i64) -> Vec<Tensor> {
-        tch::manual_seed(seed);
+        let _seeded = crate::torch_seed::seed(seed);
         [vec![64, 37], vec![37]]
             .into_iter()
             .map(|shape| Tensor::randn(shape, (Kind::Float, tch::Device::Cpu)).set_requires_grad(true))
@@ -397,7 +397,7 @@ mod tests {
                 let grads: Vec<Tensor> = ps.iter().map(Tensor::grad).collect();
                 opt.step_unscaled(&grads, Some(sc)).unwrap().double_value(&[])
             };
-            tch::manual_seed(7);
+            let _seeded = crate::torch_seed::seed(7);
             let clean: Vec<Vec<Tensor>> = (0..3).map(|_| skipped.iter().map(|p| p.randn_like()).collect()).collect();
             for g in &clean[..2] {
                 assert_eq!(step(&mut opt, &mut scaler, &skipped, g), 0.0);

@@ -70,8 +70,22 @@ pub fn mpirun_cmd(ranks: usize) -> Command {
     cmd
 }
 
+/// The quick tier (`job-scripts/run-tests.sh --quick`, and the first part of the full
+/// suite) runs test files marked `// tier: quick` in parallel, with DDPBENCH_TEST_TIER
+/// set to `quick`: such a file must launch no MPI job, and a test that does fails here,
+/// naming what it launched, instead of contending for the cores with its neighbours.
+pub fn refuse_mpi_in_quick_tier(what: &str) {
+    if std::env::var("DDPBENCH_TEST_TIER").as_deref() == Ok("quick") {
+        panic!(
+            "this test launches {what}, but its file is marked `// tier: quick` (no MPI, run in parallel): remove the \
+             marker, or test the arithmetic on runs written in-process"
+        );
+    }
+}
+
 /// `mpirun` with the settings a 2-core CI machine needs, before any `-n`.
 fn mpirun_settings() -> Command {
+    refuse_mpi_in_quick_tier("mpirun");
     let mut cmd = Command::new("mpirun");
     cmd.args(["--bind-to", "none", "--oversubscribe"])
         .args(["--mca", "btl", "self,vader,tcp"])
@@ -138,6 +152,9 @@ pub fn train_reporting_exits_in(cwd: &Path, ranks: usize, args: &[&str], env: &[
 
 /// `ddpbench <args>` without MPI.
 pub fn ddpbench(args: &[&str]) -> Job {
+    if let Some(sub) = args.first().filter(|a| ["train", "study", "allreduce"].contains(*a)) {
+        refuse_mpi_in_quick_tier(&format!("`ddpbench {sub}`"));
+    }
     let mut cmd = Command::new(BIN);
     cmd.args(args);
     run_with_limit(cmd, Duration::from_secs(120))
