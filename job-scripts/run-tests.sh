@@ -6,7 +6,8 @@
 # --quick: only the quick tier, the loop to run while working: the unit tests and the
 # test files marked `// tier: quick` (no MPI: reduce on fixtures, the module graph, ...),
 # all in parallel. Without it, the whole suite:
-#  0. clippy's function-length check (no function over 120 lines outside tests);
+#  0. clippy's function-length check (no function over 120 lines outside tests), and
+#     `cargo fmt --check`;
 #  1. the quick tier, in parallel (DDPBENCH_TEST_TIER=quick: a marked file that launches
 #     MPI fails, naming what it launched); then every other test file, one test at a
 #     time: they launch real `mpirun -n 2` jobs on CPU (training, equivalence, bad input,
@@ -73,6 +74,11 @@ mpi_tests_logged() {
   cargo test --release --no-fail-fast "${mpi_tests[@]}" -- --test-threads=1 "$@" 2>&1 | tee -a "$log"
   return "${PIPESTATUS[0]}"
 }
+if cargo fmt --version >/dev/null 2>&1; then
+  part "cargo fmt --check" cargo fmt --check
+else
+  echo "rustfmt not installed: format check skipped (rustup component add rustfmt)"
+fi
 part "cargo test (quick tier)" quick_tests_logged "$@"
 part "cargo test (MPI tier)" mpi_tests_logged "$@"
 part "job-scripts/report-build.sh" job-scripts/report-build.sh
