@@ -2278,6 +2278,10 @@ fn a_projection_stands_on_every_repeat_and_one_busy_repeat_moves_it_less_than_it
     for dir in [&all, &quiet, &alone] {
         reduce(&["--no-plots", "--interconnect", &model, &path_str(dir)]).assert_ok();
     }
+    // --no-plots: neither report.md nor report.html names a plot that was not drawn.
+    let md = std::fs::read_to_string(all.join("report.md")).unwrap();
+    let html = std::fs::read_to_string(all.join("report.html")).unwrap();
+    assert!(!all.join("projection.svg").exists() && !md.contains(".svg") && !html.contains("projection.svg"), "{md}");
     // Every repeat of the reference point stands behind every row.
     let two_rank = weak_row(&all, 2);
     assert_eq!(two_rank["from_repeats"], "4", "{two_rank:?}");

@@ -203,7 +203,8 @@ fn render(report: &Report, shown: &[Shown], with_plots: bool, notes: &[(String, 
     if let Some(p) = &report.projection {
         section(&mut h, "Projection", "");
         figures(&mut h, pictures, &["projection"]);
-        h.push_str(&markdown_html(&projection::markdown(p)));
+        // The page embeds the plot above (where drawn): no link to its file.
+        h.push_str(&markdown_html(&projection::markdown(p, false)));
     }
     tables(&mut h, report, pictures);
     links(&mut h, report, with_plots);

@@ -34,7 +34,7 @@ pub(super) fn markdown(report: &Report, with_plots: bool) -> String {
         let _ = writeln!(md, "\n## Plots\n\n![speedup](speedup.svg) ![efficiency](efficiency.svg) ![bandwidth](bandwidth.svg)\n\nMean time per step by phase, one panel per model and batch per rank: `phases-<model>-b<batch>.svg`. Step time per rank: `step_time_per_rank-<run>.svg`.");
     }
     if let Some(p) = &report.projection {
-        md.push_str(&projection::markdown(p));
+        md.push_str(&projection::markdown(p, with_plots));
     }
     md
 }

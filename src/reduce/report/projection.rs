@@ -190,7 +190,8 @@ fn terms_table(md: &mut String, rs: &[&ProjectionRow]) {
 }
 
 /// report.md's projection section.
-pub(super) fn markdown(p: &ProjectionReport) -> String {
+/// report.md's projection section; the plot linked only where it was drawn (`with_plot`).
+pub(super) fn markdown(p: &ProjectionReport, with_plot: bool) -> String {
     if let Some(why) = &p.left_out {
         return format!(
             "\n## Projection beyond the allocation\n\nLeft out: {why}. Run `ddpbench allreduce` again to write the link model, \
@@ -304,7 +305,9 @@ independent of N. {FORECAST_CHECKED_ERROR}\n",
         }
     }
     md.push_str(&super::recommendation::markdown(p));
-    let _ = writeln!(md, "\n![projection](projection.svg)");
+    if with_plot {
+        let _ = writeln!(md, "\n![projection](projection.svg)");
+    }
     md
 }
 
