@@ -731,6 +731,21 @@ fn fitted_laws_carry_intervals_or_are_not_stated() {
     assert!(md.contains(&format!("({lo:.3}–{hi:.3} over the speedups' intervals)")), "{md}");
 }
 
+#[test]
+fn the_terminal_counts_steps_per_rank_as_report_md_does() {
+    // Two ranks of 4 measured steps each: 4 steps per rank, 8 rank-steps.
+    let d = tmp();
+    write(&d.path().join("two"), &fixture("two", &TWO_A, 32));
+    let out = reduce(&["--no-plots", &path_str(d.path())]);
+    out.assert_ok();
+    let header = out.stdout.lines().find(|l| l.starts_with("run ")).expect("the runs table");
+    assert!(header.contains("steps/rank"), "{header}");
+    let row = out.stdout.lines().find(|l| l.starts_with("two ")).expect("the run's row");
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    let ranks = cells.iter().position(|c| *c == "2").expect("the ranks cell");
+    assert_eq!(cells[ranks + 1], "4", "{row}");
+}
+
 fn reduce(args: &[&str]) -> Job {
     let mut a = vec!["reduce"];
     a.extend_from_slice(args);
@@ -2281,7 +2296,10 @@ fn a_projection_stands_on_every_repeat_and_one_busy_repeat_moves_it_less_than_it
     // --no-plots: neither report.md nor report.html names a plot that was not drawn.
     let md = std::fs::read_to_string(all.join("report.md")).unwrap();
     let html = std::fs::read_to_string(all.join("report.html")).unwrap();
-    assert!(!all.join("projection.svg").exists() && !md.contains(".svg") && !html.contains("projection.svg"), "{md}");
+    assert!(
+        !all.join("projection.svg").exists() && !md.contains(".svg") && !html.contains("projection.svg"),
+        "{md}"
+    );
     // Every repeat of the reference point stands behind every row.
     let two_rank = weak_row(&all, 2);
     assert_eq!(two_rank["from_repeats"], "4", "{two_rank:?}");

@@ -37,18 +37,18 @@ fn width<'a>(names: impl Iterator<Item = &'a str>, title: &str) -> usize {
 fn print_tables(summaries: &[TypeSummary], scaling: &[ScalingRow]) {
     let w = width(summaries.iter().map(|s| s.run_id.as_str()), "run");
     println!(
-        "{:<w$} {:<28} {:>5} {:>7} {:>9} {:>9} {:>11} {:>6} {:>6} {:>7} {:>9}",
-        "run", "node type", "ranks", "steps", "step ms", "p95 ms", "samples/s", "fwd%", "bwd%", "comm%", "busbw GB/s"
+        "{:<w$} {:<28} {:>5} {:>10} {:>9} {:>9} {:>11} {:>6} {:>6} {:>7} {:>9}",
+        "run", "node type", "ranks", "steps/rank", "step ms", "p95 ms", "samples/s", "fwd%", "bwd%", "comm%", "busbw GB/s"
     );
     for s in summaries {
         let nt: String = crate::escape::terminal(&s.node_type).chars().take(28).collect();
         let share = |v: f64| if v.is_finite() { format!("{:.0}", v * 100.0) } else { "–".into() };
         println!(
-            "{:<w$} {:<28} {:>5} {:>7} {:>9} {:>9} {:>11.1} {:>6} {:>6} {:>7} {:>9}",
+            "{:<w$} {:<28} {:>5} {:>10} {:>9} {:>9} {:>11.1} {:>6} {:>6} {:>7} {:>9}",
             s.run_id,
             nt,
             s.ranks,
-            s.rank_steps,
+            s.rank_steps / s.ranks.max(1) as u64,
             ms(s.step_s_median),
             ms(s.step_s_p95),
             s.samples_per_s,
