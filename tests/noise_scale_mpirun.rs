@@ -267,10 +267,10 @@ fn reduce_reports_b_simple_with_its_interval_and_the_time_to_accuracy_table() {
     );
     assert_eq!(t["b_noise_run"], "two");
     // No target: the factor is integrated over the run's measured steps, here one
-    // window of all 24 (fewer than a window's 25), whose B_simple is the epoch's.
+    // window of all 24 (fewer than a window's 50), whose B_simple is the epoch's.
     assert_eq!(t["estimator"], "integrated", "{t}");
     assert_eq!(
-        t["b_noise_window"], "integrated over 1 window(s) of 25 measured steps (24 steps); B_noise over all of them",
+        t["b_noise_window"], "integrated over 1 window(s) of 50 measured steps (24 steps); B_noise over all of them",
         "{t}"
     );
     assert!((t["b_noise"].as_f64().unwrap() / b - 1.0).abs() < 1e-6, "{t} against {b}");
@@ -284,11 +284,11 @@ fn reduce_reports_b_simple_with_its_interval_and_the_time_to_accuracy_table() {
     // Every prediction is read beside how far the one check against training was off.
     assert!(md.contains("The prediction against training to a target loss"), "{md}");
     assert!(
-        md.contains("was within 30 % at 4 × B0 (+3 %) and missed by 60 % at 16 × B0"),
+        md.contains("the prediction erred −13 % at 4 × B0 and +1 % at 16 × B0") && md.contains("no optimizer but SGD has been checked"),
         "{md}"
     );
     assert!(
-        md.contains("from `two`, integrated over 1 window(s) of 25 measured steps (24 steps)"),
+        md.contains("from `two`, integrated over 1 window(s) of 50 measured steps (24 steps)"),
         "{md}"
     );
 }
