@@ -8,9 +8,14 @@
 #   LIBTORCH=<dir>   an existing libtorch (or PyTorch's torch/ folder) to build against
 #   mpirun on PATH   an existing MPI (Debian's Open MPI is installed only if absent)
 #   DDPBENCH_HOME    where the PyTorch venv lives (default ~/.cache/ddpbench), outside the clone
+#
+# `source job-scripts/setup.sh --env` installs and builds nothing: it exports the
+# environment of an existing build (a login node without cargo or apt, a second shell),
+# and says what is missing instead of installing it.
 
 ddpbench_setup() {
-  local here torch_version=2.11.0 need=() p sudo="" venv py
+  local here torch_version=2.11.0 need=() p sudo="" venv py env_only=0
+  [ "${1:-}" = --env ] && env_only=1
   here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd) || return 1
   DDPBENCH_HOME=${DDPBENCH_HOME:-$HOME/.cache/ddpbench}
   say() { printf '[setup] %s\n' "$*" >&2; }
@@ -23,7 +28,9 @@ ddpbench_setup() {
   for p in libhwloc-dev libjpeg-dev pkg-config libclang-dev dataset-fashion-mnist fonts-dejavu-core python3-venv; do
     have_pkg "$p" || need+=("$p")
   done
-  if ((${#need[@]})); then
+  if ((${#need[@]})) && [ "$env_only" = 1 ]; then
+    say "missing: ${need[*]} (--env installs nothing: run job-scripts/setup.sh without it to install them)"
+  elif ((${#need[@]})); then
     if ! command -v apt-get >/dev/null 2>&1; then
       say "missing: ${need[*]}, and no apt-get here: install them with your package manager"; return 1
     fi
@@ -38,7 +45,10 @@ ddpbench_setup() {
   if [ -z "${LIBTORCH:-}" ]; then
     venv=$DDPBENCH_HOME/venv
     py=$venv/bin/python
-    if ! "$py" -c "import torch,sys; sys.exit(0 if torch.__version__.split('+')[0]=='$torch_version' else 1)" 2>/dev/null; then
+    if [ "$env_only" = 1 ] && ! [ -x "$py" ]; then
+      say "no PyTorch venv at $venv and --env installs nothing: set LIBTORCH, or run job-scripts/setup.sh once"; return 1
+    fi
+    if [ "$env_only" = 0 ] && ! "$py" -c "import torch,sys; sys.exit(0 if torch.__version__.split('+')[0]=='$torch_version' else 1)" 2>/dev/null; then
       say "creating $venv with torch==$torch_version (about 2.7 GB download, once)"
       mkdir -p "$DDPBENCH_HOME" && python3 -m venv "$venv" \
         && "$venv/bin/pip" install -q --disable-pip-version-check "torch==$torch_version" numpy \
@@ -71,6 +81,14 @@ ddpbench_setup() {
   fi
 
   # 4. Build: one profile (release) for the binary and the tests, so torch-sys' C++ shim builds once.
+  if [ "$env_only" = 1 ]; then
+    if ! [ -x "$here/target/release/ddpbench" ]; then
+      say "no build at $here/target/release/ddpbench and --env builds nothing: run job-scripts/setup.sh once"; return 1
+    fi
+    export DDPBENCH_BIN=$here/target/release/ddpbench
+    say "environment of the existing build: $DDPBENCH_BIN (libtorch: $LIBTORCH)"
+    return 0
+  fi
   if ! command -v cargo >/dev/null 2>&1; then
     say "cargo not found: install Rust (https://rustup.rs) and run again"; return 1
   fi
@@ -80,7 +98,7 @@ ddpbench_setup() {
 }
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
-  ddpbench_setup || exit 1
+  ddpbench_setup "$@" || exit 1
 else
-  ddpbench_setup || return 1
+  ddpbench_setup "$@" || return 1
 fi
