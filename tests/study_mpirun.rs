@@ -738,7 +738,8 @@ fn study_md_and_report_md_give_one_verdict() {
             "{},noise_steps,noise_skipped,grad_sq,trace_sigma,b_simple,b_simple_low,b_simple_high",
             lines.next().unwrap()
         );
-        let rows: Vec<String> = lines.map(|l| format!("{l},12,0,0.5,40,80,60,120")).collect();
+        // 40 measured steps: at least the 20 a prediction needs.
+        let rows: Vec<String> = lines.map(|l| format!("{l},40,0,0.5,40,80,60,120")).collect();
         std::fs::write(&epochs, format!("{head}\n{}\n", rows.join("\n"))).unwrap();
     }
     let reference = out.join("runs/000-mnist-cnn-fashion-mnist-b32-r1-rep0/manifest.json");
