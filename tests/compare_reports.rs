@@ -172,6 +172,19 @@ fn two_reports_of_real_runs_side_by_side_with_ratios_and_intervals() {
         md.contains("| figure | A | B | B / A | 95 % interval of B / A | direction |"),
         "{md}"
     );
+    // Bus bandwidth reads in GB/s where a person reads it; compare.csv keeps bytes/s.
+    let busbw = md
+        .lines()
+        .find(|l| l.starts_with("| bus bandwidth (GB/s) |"))
+        .unwrap_or_else(|| panic!("{md}"));
+    let shown: f64 = busbw.split('|').nth(2).unwrap().trim().parse().unwrap();
+    // Printed to 4 decimals (3 digits past 1000): within half the last one.
+    assert!((shown - c("busbw_bytes_per_s_a") / 1e9).abs() <= 5.1e-5, "{busbw}");
+    assert!(
+        job.stdout.contains("bus bandwidth (GB/s)") && !job.stdout.contains("(B/s)"),
+        "{}",
+        job.stdout
+    );
     // A direction word stands only where the row's interval excludes 1.
     for line in md.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| figure")) {
         let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();

@@ -27,10 +27,20 @@ pub(crate) static METRICS: LazyLock<Vec<(&'static str, String)>> = LazyLock::new
     metrics.extend([
         ("samples_per_s", "throughput (samples/s)".to_string()),
         ("speedup", "speedup".to_string()),
-        ("busbw_bytes_per_s", "bus bandwidth (B/s)".to_string()),
+        ("busbw_bytes_per_s", "bus bandwidth (GB/s)".to_string()),
     ]);
     metrics
 });
+
+/// Metric `i`'s value as compare.md and the terminal show it: bus bandwidth in GB/s (10⁹
+/// bytes/s, as its label says), every other figure as compare.csv holds it.
+pub(crate) fn shown(i: usize, v: f64) -> f64 {
+    if METRICS[i].0 == "busbw_bytes_per_s" {
+        v / 1e9
+    } else {
+        v
+    }
+}
 
 /// The index of `samples_per_s` in [`METRICS`]: after the step and its parts.
 pub(super) static THROUGHPUT: LazyLock<usize> = LazyLock::new(|| 1 + StepPhases::layout().len());

@@ -1,7 +1,7 @@
 //! What `compare` writes: the terminal table, compare.md, compare.csv, the sentence on
 //! the biggest difference, and the new folder they go into.
 
-use super::points::{step_parts, Compared, RatioInterval, METRICS, THROUGHPUT};
+use super::points::{shown, step_parts, Compared, RatioInterval, METRICS, THROUGHPUT};
 use super::Refusal;
 use crate::reduce::analysis::interval::Direction;
 use std::path::{Path, PathBuf};
@@ -140,8 +140,8 @@ pub(super) fn markdown(labels: &(String, String), points: &[Compared], only: &[S
             let (interval, direction) = interval_cells(c, i);
             md += &format!(
                 "| {what} | {} | {} | {} | {interval} | {direction} |\n",
-                num(c.a.values[i]),
-                num(c.b.values[i]),
+                num(shown(i, c.a.values[i])),
+                num(shown(i, c.b.values[i])),
                 num(c.ratio(i))
             );
         }
@@ -175,8 +175,8 @@ pub(super) fn terminal(labels: &(String, String), points: &[Compared], only: &[S
             let (interval, direction) = interval_cells(c, i);
             out += &format!(
                 "  {what:<34} {:>14} {:>14} {:>9} {interval:>13}  {direction}\n",
-                num(c.a.values[i]),
-                num(c.b.values[i]),
+                num(shown(i, c.a.values[i])),
+                num(shown(i, c.b.values[i])),
                 num(c.ratio(i))
             );
         }
