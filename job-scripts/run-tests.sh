@@ -8,7 +8,7 @@
 # all in parallel, built incrementally (Cargo.toml's `quick` profile). Without it, the
 # whole suite:
 #  0. clippy's function-length check (no function over 120 lines outside tests), and
-#     `cargo fmt --check`;
+#     `cargo fmt --check`; every build and test is --locked (Cargo.lock as committed);
 #  1. the quick tier, in parallel (DDPBENCH_TEST_TIER=quick: a marked file that launches
 #     MPI fails, naming what it launched); then every other test file, one test at a
 #     time: they launch real `mpirun -n 2` jobs on CPU (training, equivalence, bad input,
@@ -46,7 +46,7 @@ done
 profile=release
 [ "$quick" = 1 ] && profile=quick
 quick_tier() {
-  DDPBENCH_TEST_TIER=quick cargo test --profile "$profile" --no-fail-fast --lib --bins --examples "${quick_tests[@]}" -- "$@"
+  DDPBENCH_TEST_TIER=quick cargo test --locked --profile "$profile" --no-fail-fast --lib --bins --examples "${quick_tests[@]}" -- "$@"
 }
 if [ "$quick" = 1 ]; then
   quick_tier "$@"
@@ -83,7 +83,7 @@ quick_tests_logged() {
   return "${PIPESTATUS[0]}"
 }
 mpi_tests_logged() {
-  cargo test --release --no-fail-fast "${mpi_tests[@]}" -- --test-threads=1 "$@" 2>&1 | tee -a "$log"
+  cargo test --release --locked --no-fail-fast "${mpi_tests[@]}" -- --test-threads=1 "$@" 2>&1 | tee -a "$log"
   return "${PIPESTATUS[0]}"
 }
 if cargo fmt --version >/dev/null 2>&1; then

@@ -92,7 +92,7 @@ ddpbench_setup() {
   if ! command -v cargo >/dev/null 2>&1; then
     say "cargo not found: install Rust (https://rustup.rs) and run again"; return 1
   fi
-  (cd "$here" && cargo build --release --quiet) || { say "cargo build failed (see above)"; return 1; }
+  (cd "$here" && cargo build --release --locked --quiet) || { say "cargo build failed (see above)"; return 1; }
   export DDPBENCH_BIN=$here/target/release/ddpbench
   say "ready: $DDPBENCH_BIN (libtorch: $LIBTORCH)"
 }
