@@ -144,7 +144,7 @@ pub(crate) fn ruled_out(dataset: &str, measured_steps: usize, bounded: bool) -> 
 }
 
 /// One window of a trajectory: its measured steps and B_simple (None: undetermined).
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct TrajectoryWindow {
     pub first_step: u64,
     pub last_step: u64,
@@ -153,7 +153,7 @@ pub(crate) struct TrajectoryWindow {
 }
 
 /// B_simple over consecutive windows of runs' measured steps.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Trajectory {
     pub window_steps: usize,
     pub windows: Vec<TrajectoryWindow>,
@@ -248,7 +248,7 @@ impl Trajectory {
 
 /// The empirical tradeoff E(B) = E_min + S_min·B through two measured batches' samples
 /// to target.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct TwoBatchFit {
     pub batch0: usize,
     pub batch1: usize,

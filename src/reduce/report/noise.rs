@@ -87,22 +87,47 @@ pub struct NoTimeToAccuracy {
     pub reason: String,
 }
 
-/// The samples factor of `run`'s noise scale at `batch` against `batch0`, integrated over
-/// its measured steps: (factor, B_simple pooled with its interval, the window in words),
-/// or why it says nothing.
-fn integrated(run: &RunReport, batch: f64, batch0: f64) -> Option<Result<(f64, Option<f64>, Option<f64>, f64, String), String>> {
+/// A samples factor from one run's noise scale, and what it stands on.
+struct NoiseFactor {
+    factor: f64,
+    /// B_simple over the steps used, with its interval.
+    b_noise: f64,
+    low: Option<f64>,
+    high: Option<f64>,
+    /// Which steps, in words.
+    window: String,
+    estimator: Estimator,
+}
+
+/// The samples factor of `run`'s noise scale at `batch` against `batch0`: integrated over
+/// its measured steps where its rank files hold them, else the noise-scale model at its
+/// last epoch's B_simple. None when the run measured no noise scale; Err why it
+/// predicts nothing.
+fn noise_factor(run: &RunReport, batch: f64, batch0: f64) -> Option<Result<NoiseFactor, String>> {
     if run.noise_steps.is_empty() {
-        return None;
+        let (b_noise, low, high, window) = run_noise(run)?;
+        let steps = run.noise_scale.last().map_or(0, |e| e.steps);
+        return Some(match ruled_out(&run.dataset, steps, high.is_some()) {
+            Some(why) => Err(why),
+            None => Ok(NoiseFactor {
+                factor: samples_factor(batch, batch0, b_noise),
+                b_noise,
+                low,
+                high,
+                window,
+                estimator: Estimator::TargetWindow,
+            }),
+        });
     }
     let t = Trajectory::of(&[run.noise_steps.as_slice()], INTEGRATION_WINDOW_STEPS);
     if let Some(why) = ruled_out(&run.dataset, t.measured_steps, t.bounded) {
         return Some(Err(why));
     }
-    let (Some(f), Some(b)) = (t.factor(batch, batch0), t.pooled_b_simple) else {
+    let (Some(factor), Some(b_noise)) = (t.factor(batch, batch0), t.pooled_b_simple) else {
         return Some(Err("no measured step had a usable norm pair".into()));
     };
     let caveats = t.caveats();
-    let words = format!(
+    let window = format!(
         "integrated over {} window(s) of {} measured steps ({} steps{}{}); B_noise over all of them",
         t.windows.len(),
         t.window_steps,
@@ -110,7 +135,14 @@ fn integrated(run: &RunReport, batch: f64, batch0: f64) -> Option<Result<(f64, O
         if caveats.is_empty() { "" } else { "; " },
         caveats
     );
-    Some(Ok((f, t.pooled_low, t.pooled_high, b, words)))
+    Some(Ok(NoiseFactor {
+        factor,
+        b_noise,
+        low: t.pooled_low,
+        high: t.pooled_high,
+        window,
+        estimator: Estimator::Integrated,
+    }))
 }
 
 /// The determined noise scale of `run`, with its interval and its window in words:
@@ -140,39 +172,25 @@ pub(crate) fn time_to_accuracy(scaling: &[ScalingRow], runs: &[RunReport]) -> (V
             continue;
         };
         let (b, b0) = (r.global_batch as f64, base.global_batch as f64);
-        let Some(from) = [own, base]
-            .into_iter()
-            .find(|x| !x.noise_steps.is_empty() || run_noise(x).is_some())
-        else {
+        let Some((from, found)) = [own, base].into_iter().find_map(|x| noise_factor(x, b, b0).map(|f| (x, f))) else {
             continue;
         };
-        let found = match integrated(from, b, b0) {
-            Some(x) => x.map(|(f, low, high, n, words)| (f, low, high, n, words, Estimator::Integrated)),
-            None => {
-                let (n, low, high, words) = run_noise(from).expect("the run has a noise scale");
-                let steps = from.noise_scale.last().map_or(0, |e| e.steps);
-                match ruled_out(&from.dataset, steps, high.is_some()) {
-                    Some(why) => Err(why),
-                    None => Ok((samples_factor(b, b0, n), low, high, n, words, Estimator::TargetWindow)),
-                }
-            }
-        };
         match found {
-            Ok((factor, low, high, n, window, estimator)) => rows.push(TimeToAccuracyRow {
+            Ok(f) => rows.push(TimeToAccuracyRow {
                 run_ids: r.run_ids.clone(),
                 scaling_mode: r.scaling_mode,
                 global_batch: r.global_batch,
                 baseline_global_batch: base.global_batch,
-                b_noise: n,
-                b_noise_low: low,
-                b_noise_high: high,
+                b_noise: f.b_noise,
+                b_noise_low: f.low,
+                b_noise_high: f.high,
                 b_noise_run: from.run_id.clone(),
-                b_noise_window: window,
+                b_noise_window: f.window,
                 samples_per_s_speedup: r.speedup,
-                samples_factor: factor,
-                time_to_accuracy_speedup: r.speedup / factor,
-                statistical_loss_samples_per_s: r.samples_per_s * (1.0 - 1.0 / factor),
-                estimator,
+                samples_factor: f.factor,
+                time_to_accuracy_speedup: r.speedup / f.factor,
+                statistical_loss_samples_per_s: r.samples_per_s * (1.0 - 1.0 / f.factor),
+                estimator: f.estimator,
             }),
             Err(reason) => none.push(NoTimeToAccuracy {
                 run_ids: r.run_ids.clone(),

@@ -366,44 +366,38 @@ pub(crate) fn rows(runs: &[RunReport]) -> Vec<TargetRow> {
     for group in groups(runs) {
         let mut batches: Vec<usize> = group.iter().map(|(r, _)| r.global_batch).collect();
         batches.dedup();
-        let of = |b: usize| {
-            let at: Vec<Run> = group.iter().filter(|(r, _)| r.global_batch == b).copied().collect();
-            let batch = Batch::of(&at);
-            (at, batch)
-        };
-        let base = batches.iter().copied().find(|&b| of(b).1.best().samples_to_target.is_some());
-        let base_batch = base.map(|b0| of(b0).1);
-        let noise = base_batch.as_ref().and_then(Batch::noise);
-        let reached: Vec<usize> = batches
+        // Each global batch's runs and their learning rates, grouped once.
+        let per: Vec<(usize, Vec<Run>, Batch)> = batches
             .iter()
-            .copied()
-            .filter(|&b| of(b).1.best().samples_to_target.is_some())
+            .map(|&b| {
+                let at: Vec<Run> = group.iter().filter(|(r, _)| r.global_batch == b).copied().collect();
+                let batch = Batch::of(&at);
+                (b, at, batch)
+            })
             .collect();
-        let predictors = base
-            .zip(base_batch.as_ref().and_then(|x| x.best().samples_to_target))
-            .map(|(b0, e0)| {
-                let fit = fit_partner(b0, &reached).map(|b1| {
-                    let e1 = of(b1).1.best().samples_to_target.unwrap_or(f64::NAN);
-                    TwoBatchFit::through(b0, e0, b1, e1)
-                });
-                Predictors {
-                    dataset: group[0].0.dataset.clone(),
-                    batch0: b0,
-                    e0,
-                    trajectory: base_batch.as_ref().and_then(Batch::trajectory),
-                    noise: noise.clone(),
-                    fit,
-                }
-            });
-        for &b in &batches {
-            let (at, batch) = of(b);
+        let samples = |b: usize| per.iter().find(|p| p.0 == b).and_then(|p| p.2.best().samples_to_target);
+        let reached: Vec<usize> = batches.iter().copied().filter(|&b| samples(b).is_some()).collect();
+        let base = reached.first().copied();
+        let base_batch = base.and_then(|b0| per.iter().find(|p| p.0 == b0)).map(|p| &p.2);
+        let noise = base_batch.and_then(Batch::noise);
+        let predictors = base.zip(base.and_then(samples)).map(|(b0, e0)| {
+            let fit = fit_partner(b0, &reached).map(|b1| TwoBatchFit::through(b0, e0, b1, samples(b1).unwrap_or(f64::NAN)));
+            Predictors {
+                dataset: group[0].0.dataset.clone(),
+                batch0: b0,
+                e0,
+                trajectory: base_batch.and_then(Batch::trajectory),
+                noise: noise.clone(),
+                fit,
+            }
+        });
+        for (b, at, batch) in &per {
+            let b = *b;
             let best = batch.best();
             let (first, t) = at[0];
-            let s0 = base_batch.as_ref().and_then(|x| x.best().samples_to_target);
+            let s0 = base_batch.and_then(|x| x.best().samples_to_target);
             let measured = best.samples_to_target.zip(s0).map(|(s, s0)| s / s0);
-            let range = base_batch
-                .as_ref()
-                .and_then(|x| ratio_range(&batch.best_samples(), &x.best_samples()));
+            let range = base_batch.and_then(|x| ratio_range(&batch.best_samples(), &x.best_samples()));
             let predictions = predictors.as_ref().map_or_else(Vec::new, |p| p.at(b, measured));
             let chosen = predictions.iter().find(|p| p.estimator == CHOSEN);
             let predicted = chosen.and_then(|p| p.ratio);
