@@ -529,6 +529,10 @@ fn the_recommendation_carries_the_time_to_target_as_samples_over_throughput() {
     // that.
     let cost = |n, p| shape(n, p)["samples_to_target_ratio"].as_f64().unwrap();
     assert_eq!(cost(1, 1), 1.0);
+    // 1 × 1's batch (16) lies below B0 and 2 × 2's (64) inside B0 – 16 × B0: only the
+    // first is extrapolated.
+    assert_eq!(shape(1, 1)["target_batch_extrapolated"], true, "{rec}");
+    assert_eq!(shape(2, 2)["target_batch_extrapolated"], false, "{rec}");
     assert!((cost(2, 2) / cost(1, 2) / ratio64 - 1.0).abs() < 1e-9, "{rec}");
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("| time to target (band) | GPU-hours to target |"), "{md}");

@@ -98,8 +98,8 @@ pub struct ShapeCost {
     /// shape's global batch's predicted samples to the target over the 1-rank batch's (the
     /// statistical cost of the larger batch), hours and GPU-hours to the target (samples ÷
     /// this shape's samples/s), the hours' band (the step's band and the prediction's
-    /// checked error), and whether the batch lies beyond the largest multiple of B0 the
-    /// prediction was checked at. None without a target.
+    /// checked error), and whether the batch lies outside the batches the prediction was
+    /// checked at (below B0, or beyond 16 × B0). None without a target.
     pub samples_to_target_ratio: Option<f64>,
     pub hours_to_target: Option<f64>,
     pub hours_to_target_low: Option<f64>,
@@ -339,7 +339,8 @@ pub(crate) fn join_time_to_target(
         s.hours_to_target_low = Some(hours * lo * (1.0 - checked_error).max(0.0));
         s.hours_to_target_high = Some(hours * hi * (1.0 + checked_error));
         s.gpu_hours_to_target = Some(hours * s.ranks as f64);
-        s.target_batch_extrapolated = batch > CHECKED_MULTIPLE * curve.batch0 as f64;
+        let b0 = curve.batch0 as f64;
+        s.target_batch_extrapolated = batch < b0 || batch > CHECKED_MULTIPLE * b0;
     }
     let pick = |f: fn(&ShapeCost) -> Option<f64>| {
         rec.shapes
@@ -372,7 +373,7 @@ pub(crate) fn join_time_to_target(
     };
     let extrapolated = |s: &ShapeCost| {
         if s.target_batch_extrapolated {
-            ", its batch beyond the checked 16 × B0"
+            ", its batch outside the checked B0 – 16 × B0"
         } else {
             ""
         }

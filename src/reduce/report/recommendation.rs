@@ -202,7 +202,7 @@ fn table_rows(r: &Recommendation) -> Vec<Vec<String>> {
                 note.push("fastest within the budget");
             }
             if s.target_batch_extrapolated {
-                note.push("batch beyond the checked 16 × B0");
+                note.push("batch outside the checked B0 – 16 × B0");
             }
             if r.time_to_target.as_ref().is_some_and(|t| t.soonest == s.shape) {
                 note.push("soonest to the target");
