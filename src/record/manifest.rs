@@ -291,6 +291,11 @@ pub struct TargetOutcome {
     /// within them measures the warm-up, not samples to the target.
     #[serde(default)]
     pub warmup_lr_steps: usize,
+    /// The learning rate after the warm-up (`--lr`, times the ranks and `--grad-accum`
+    /// under `--lr-scaling linear`): what a grid of rates varies. Absent in runs recorded
+    /// before it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_lr: Option<f64>,
 }
 
 impl TargetOutcome {

@@ -65,6 +65,8 @@ pub(super) fn timing_args(point: &Point) -> Vec<String> {
             "--probe-iters",
             "--save-model",
             "--min-measured-steps",
+            // A timing run of a few steps never reaches a target; it times the step.
+            "--target-loss",
         ],
     );
     for (k, v) in [
@@ -239,9 +241,24 @@ mod tests {
         assert!(a.windows(2).any(|w| w == ["--lr", "-0.5"]), "{a:?}");
         assert!(a.windows(2).any(|w| w[0] == "--max-steps" && w[1] == TIMED_STEPS.to_string()));
         // The plan writes values as one argument: those are replaced too.
-        let p = point(1, 64, &["--model", "mnist-cnn", "--max-steps=15", "--val-samples=256", "--lr=0.5"]);
+        let p = point(
+            1,
+            64,
+            &[
+                "--model",
+                "mnist-cnn",
+                "--max-steps=15",
+                "--val-samples=256",
+                "--lr=0.5",
+                "--target-loss=0.6",
+            ],
+        );
         let a = timing_args(&p);
-        assert!(!a.iter().any(|x| x == "--max-steps=15" || x == "--val-samples=256"), "{a:?}");
+        assert!(
+            !a.iter()
+                .any(|x| x == "--max-steps=15" || x == "--val-samples=256" || x.starts_with("--target-loss")),
+            "{a:?}"
+        );
         assert!(a.contains(&"--lr=0.5".to_string()), "{a:?}");
         crate::study::plan::parse_train(&a).unwrap();
     }

@@ -11,7 +11,7 @@
 //! `--retry-failed`, and refuses a study whose resolved file changed.
 //!
 //! Its files, by concern: [`args`] (the flags and the study they make), [`plan`] (points,
-//! ranks, schedule), [`runner`] (the job: each point on its ranks, the others idle),
+//! ranks, schedule) with [`lr_grid`] (learning rates paired with batches), [`runner`] (the job: each point on its ranks, the others idle),
 //! [`point`] (one point run), [`folder`] (the study folder, new or resumed), [`book`]
 //! (`points.csv` and the state as the study goes), [`broadcast`] and [`idle`] (the
 //! study's own collectives and the idle ranks' CPU meter), [`print`] (the plan, the dry
@@ -24,6 +24,7 @@ mod estimate;
 mod finish;
 mod folder;
 mod idle;
+mod lr_grid;
 pub(crate) mod peer;
 pub(crate) mod plan;
 mod point;

@@ -7,6 +7,7 @@ use clap::{Parser, ValueEnum};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use super::lr_grid::LrGrid;
 use crate::compare::Refusal;
 use crate::link::spec::LinkSpec;
 use crate::record::{Peer, PointId};
@@ -39,8 +40,9 @@ pub enum Scaling {
 }
 
 /// Keys of a study file that are not `train` options.
-pub(crate) const STUDY_KEYS: [&str; 17] = [
+pub(crate) const STUDY_KEYS: [&str; 18] = [
     "name",
+    "lr_grid",
     "data_dirs",
     "models",
     "datasets",
@@ -145,6 +147,8 @@ pub(crate) struct StudySpec {
     pub peer: Option<Peer>,
     /// How the study's report projects and recommends ([`REPORT_KEYS`]).
     pub report: ReportKeys,
+    /// Learning rates paired with each point's global batch (`[lr_grid]`).
+    pub lr_grid: Option<LrGrid>,
 }
 
 /// Study keys renamed in schema 4 (old, new): still read, and said once to be renamed.
@@ -249,6 +253,7 @@ impl StudySpec {
             renamed: Vec::new(),
             peer: None,
             report: ReportKeys::default(),
+            lr_grid: None,
         };
         for (key, v) in &table {
             s.set(key, v)?;
@@ -282,6 +287,7 @@ impl StudySpec {
             "batch_sizes" | "batch_size" => self.batch_sizes = counts(key, v)?,
             "scaling" => self.scaling = one_enum(key, v)?,
             "peer" => self.peer = Some(one_enum(key, v)?),
+            "lr_grid" => self.lr_grid = Some(LrGrid::from_toml(v)?),
             "node_fill" => self.node_fill = one_enum(key, v)?,
             "ranks" => self.ranks = Some(counts(key, v)?),
             "repeats" => self.repeats = *counts(key, v)?.first().ok_or_else(|| anyhow!("study key `repeats` is empty"))?,
@@ -370,6 +376,9 @@ impl StudySpec {
             t.insert("peer".into(), peer.name().into());
         }
         self.report.insert_into(&mut t);
+        if let Some(g) = &self.lr_grid {
+            t.insert("lr_grid".into(), g.to_toml());
+        }
         for (k, v) in &self.train {
             let v = if v.len() == 1 { v[0].clone() } else { list(v.clone()) };
             t.insert(k.replace('-', "_"), v);
@@ -736,6 +745,8 @@ struct Setting<'a> {
     batch: usize,
     mode: &'a str,
     workload: &'a str,
+    /// The `[lr_grid]` factor of the point, where the study has a grid.
+    lr_factor: Option<f64>,
 }
 
 /// The points planned so far, indexed by (command line, world ranks) so that the run
@@ -782,6 +793,9 @@ impl Grid<'_> {
             args.extend(["--data-dir".to_string(), dir.clone()]);
         }
         args.extend(setting_args(at.setting));
+        if let (Some(g), Some(f)) = (&self.spec.lr_grid, at.lr_factor) {
+            args.extend(g.args(per_rank * k, f));
+        }
         let key = (args, world_ranks.to_vec());
         if let Some(&i) = self.index.get(&key) {
             let p = &mut self.points[i];
@@ -824,6 +838,13 @@ pub(crate) fn plan(spec: &StudySpec, layout: &Layout, cores_per_node: usize) -> 
         None => layout.default_ladder(),
     };
     ensure!(!ladder.is_empty(), "the study has no rank counts");
+    if let Some(g) = &spec.lr_grid {
+        g.check_train_keys(&spec.train)?;
+    }
+    let lr_factors: Vec<Option<f64>> = match &spec.lr_grid {
+        Some(g) => g.factors.iter().map(|&f| Some(f)).collect(),
+        None => vec![None],
+    };
     let mut members = Vec::new();
     for &k in &ladder {
         members.push((k, layout.ranks_for(k, spec.node_fill)?));
@@ -851,6 +872,7 @@ pub(crate) fn plan(spec: &StudySpec, layout: &Layout, cores_per_node: usize) -> 
         spec.batch_sizes.len(),
         modes.len(),
         ladder.len(),
+        lr_factors.len(),
     ]
     .into_iter()
     .chain(axes.iter().map(|(_, v)| v.len()))
@@ -858,7 +880,8 @@ pub(crate) fn plan(spec: &StudySpec, layout: &Layout, cores_per_node: usize) -> 
     match planned {
         Some(n) if n <= MAX_POINTS => {}
         n => bail!(
-            "the study would plan {} points (models × data sets × grid values × batch sizes × scaling × rank counts), \
+            "the study would plan {} points (models × data sets × grid values × batch sizes × scaling × rank counts \
+             × learning-rate factors), \
              more than {MAX_POINTS}: split it into several studies",
             n.map(|n| n.to_string()).unwrap_or_else(|| "more than 2^64".into())
         ),
@@ -880,10 +903,11 @@ pub(crate) fn plan(spec: &StudySpec, layout: &Layout, cores_per_node: usize) -> 
                     .filter(|(k, _)| varying.contains(&k.as_str()))
                     .map(|(k, v)| format!("{k}-{}", slug(&value_text(v))))
                     .collect();
-                for &batch in &spec.batch_sizes {
+                for (&batch, &lr_factor) in spec.batch_sizes.iter().flat_map(|b| lr_factors.iter().map(move |f| (b, f))) {
                     let workload = [slug(model), slug(dataset), format!("b{batch}")]
                         .into_iter()
                         .chain(label.iter().cloned())
+                        .chain(lr_factor.map(|f| slug(&LrGrid::label(f))))
                         .collect::<Vec<_>>()
                         .join("-");
                     for mode in &modes {
@@ -895,6 +919,7 @@ pub(crate) fn plan(spec: &StudySpec, layout: &Layout, cores_per_node: usize) -> 
                                 batch,
                                 mode,
                                 workload: &workload,
+                                lr_factor,
                             };
                             grid.add(&at, *k, world_ranks);
                         }
@@ -1323,5 +1348,33 @@ mod tests {
         let p = plan(&spec, &hosts(1, 2), 2).unwrap();
         assert_eq!(p.points.len(), 3 * 3, "{:?}", p.points.iter().map(|p| &p.id).collect::<Vec<_>>());
         assert!(p.points.iter().filter(|q| q.ranks == 1).all(|q| q.scaling == "weak+strong"));
+    }
+
+    /// `[lr_grid]` pairs each point's rate with its global batch by the rule: a weak
+    /// point of 2 ranks trains at twice the 1-rank rate (linear), a strong one at the
+    /// same; each factor is its own workload; the resolved study plans the same points;
+    /// a study key that sets the rate beside the grid is refused.
+    #[test]
+    fn a_learning_rate_grid_pairs_rates_with_global_batches() {
+        let text = "batch_sizes = [32]\nscaling = \"both\"\nmax_steps = 3\ntarget_loss = 0.6\n\
+                    [lr_grid]\nbase = 0.005\nbase_batch = 64\nfactors = [1, 2]\nwarmup_fraction = 0.1\n";
+        let spec = StudySpec::from_toml(text, "lr").unwrap();
+        let p = plan(&spec, &hosts(1, 2), 2).unwrap();
+        let lr = |q: &Point| q.args.iter().find_map(|a| a.strip_prefix("--lr=")).unwrap().parse::<f64>().unwrap();
+        // Per factor: 1 × 32 (weak+strong), 2 × 32 (weak), 2 × 16 (strong) = 3 points.
+        assert_eq!(p.points.len(), 6, "{:?}", p.points.iter().map(|p| &p.id).collect::<Vec<_>>());
+        for q in &p.points {
+            let factor = if q.workload.ends_with("lrx1") { 1.0 } else { 2.0 };
+            assert!(q.workload.ends_with("lrx1") || q.workload.ends_with("lrx2"), "{}", q.workload);
+            let want = 0.005 * q.global_batch as f64 / 64.0 * factor;
+            assert!((lr(q) - want).abs() < 1e-15, "{}: {} against {want}", q.id, lr(q));
+            assert!(q.args.contains(&"--lr-scaling=none".to_string()) && q.args.contains(&"--warmup-epochs=0.1".to_string()));
+        }
+        let resolved = spec.to_toml(&p.ladder, p.threads_per_rank);
+        let again = plan(&StudySpec::from_toml(&resolved, "other").unwrap(), &hosts(1, 2), 2).unwrap();
+        assert_eq!(p.points, again.points, "{resolved}");
+        let both = StudySpec::from_toml(&format!("lr = 0.1\n{text}"), "lr").unwrap();
+        let e = plan(&both, &hosts(1, 2), 2).unwrap_err().to_string();
+        assert!(e.contains("study key `lr` sets what [lr_grid] sets"), "{e}");
     }
 }

@@ -35,14 +35,15 @@ pub(super) struct StepDone {
 }
 
 impl TargetWatch {
-    pub(super) fn new(target_loss: f64, lr_rule: String, warmup_lr_steps: usize) -> TargetWatch {
+    pub(super) fn new(target_loss: f64, lr: LrFollowed) -> TargetWatch {
         TargetWatch {
             window: VecDeque::with_capacity(WINDOW_STEPS),
             outcome: TargetOutcome {
                 target_loss,
                 window_steps: WINDOW_STEPS,
-                lr_rule,
-                warmup_lr_steps,
+                lr_rule: lr.rule,
+                warmup_lr_steps: lr.warmup_steps,
+                peak_lr: Some(lr.peak),
                 ..Default::default()
             },
         }
@@ -112,6 +113,25 @@ impl TargetWatch {
     }
 }
 
+/// The learning rate a run follows, as its target outcome records it.
+#[derive(Debug, Clone)]
+pub(super) struct LrFollowed {
+    /// In words ([`lr_rule`]).
+    pub rule: String,
+    /// Optimizer steps of the linear warm-up.
+    pub warmup_steps: usize,
+    /// The rate after the warm-up ([`peak_lr`]).
+    pub peak: f64,
+}
+
+/// The learning rate after the warm-up: `--lr`, scaled under `--lr-scaling linear`.
+pub(super) fn peak_lr(cfg: &TrainConfig, schedule: &Schedule) -> f64 {
+    match cfg.optim.lr_scaling {
+        LrScaling::None => cfg.learning_rate(),
+        LrScaling::Linear => cfg.learning_rate() * schedule.lr_scale,
+    }
+}
+
 /// The learning rate a run follows, in words.
 pub(super) fn lr_rule(cfg: &TrainConfig, schedule: &Schedule) -> String {
     let base = cfg.learning_rate();
@@ -145,6 +165,14 @@ pub(super) fn positive_loss(s: &str) -> Result<f64, String> {
 mod tests {
     use super::*;
 
+    fn lr() -> LrFollowed {
+        LrFollowed {
+            rule: "rule".into(),
+            warmup_steps: 0,
+            peak: 0.1,
+        }
+    }
+
     fn at(steps: usize) -> StepDone {
         StepDone {
             steps,
@@ -157,7 +185,7 @@ mod tests {
     /// the reach, with that step's figures; later steps change nothing.
     #[test]
     fn the_target_is_reached_by_the_mean_of_a_full_window() {
-        let mut w = TargetWatch::new(1.0, "rule".into(), 0);
+        let mut w = TargetWatch::new(1.0, lr());
         // A single low loss in a short window is not a reach.
         assert!(!w.add_mean(0.1, at(1)));
         for s in 2..=WINDOW_STEPS {
@@ -187,7 +215,7 @@ mod tests {
     /// Never reached: no figures of the reach, and the line says so.
     #[test]
     fn a_target_never_reached_has_no_figures() {
-        let mut w = TargetWatch::new(0.01, "rule".into(), 0);
+        let mut w = TargetWatch::new(0.01, lr());
         for s in 1..=3 {
             assert!(!w.add_mean(0.001, at(s)));
         }

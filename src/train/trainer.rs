@@ -199,10 +199,14 @@ impl<'g> Trainer<'g> {
             autocast,
             comm,
         };
-        let target = cfg
-            .schedule
-            .target_loss
-            .map(|t| TargetWatch::new(t, super::target::lr_rule(cfg, &schedule), schedule.warmup_lr_steps));
+        let target = cfg.schedule.target_loss.map(|t| {
+            let lr = super::target::LrFollowed {
+                rule: super::target::lr_rule(cfg, &schedule),
+                warmup_steps: schedule.warmup_lr_steps,
+                peak: super::target::peak_lr(cfg, &schedule),
+            };
+            TargetWatch::new(t, lr)
+        });
         let trainer = Trainer {
             g,
             watchdog,

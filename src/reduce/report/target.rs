@@ -18,6 +18,8 @@ use std::fmt::Write;
 pub struct LrPoint {
     /// The learning rate the runs followed, in words (their `target.lr_rule`).
     pub lr_rule: String,
+    /// The rate after the warm-up (`target.peak_lr`); None for runs recorded before it was.
+    pub peak_lr: Option<f64>,
     pub run_ids: Vec<String>,
     /// How many of them reached the target.
     pub reached: usize,
@@ -28,6 +30,24 @@ pub struct LrPoint {
     /// reaching it: None unless more than half of them reached it (with two runs, both).
     pub samples_to_target: Option<f64>,
     pub seconds_to_target: Option<f64>,
+}
+
+/// Where a batch's best learning rate sits in the grid of rates its runs tried, when it
+/// sits at an end: the grid did not bracket it.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum GridEdge {
+    Lowest,
+    Highest,
+}
+
+impl GridEdge {
+    fn words(self) -> (&'static str, &'static str) {
+        match self {
+            GridEdge::Lowest => ("lowest", "below"),
+            GridEdge::Highest => ("highest", "above"),
+        }
+    }
 }
 
 /// Where the prediction's noise scale comes from.
@@ -64,6 +84,9 @@ pub struct TargetRow {
     /// The best learning rate: the one of the fewest median samples to target (the
     /// first one's when none reached it).
     pub lr_rule: String,
+    /// Set when the best learning rate is the lowest or highest of two or more rates
+    /// tried at this batch (each with its `peak_lr`): the grid did not bracket it.
+    pub best_lr_at_edge: Option<GridEdge>,
     /// The best learning rate's median samples and seconds to target; None when no
     /// learning rate's runs reached it.
     pub samples_to_target: Option<f64>,
@@ -153,6 +176,7 @@ impl<'a> Batch<'a> {
             .map(|g| {
                 let point = LrPoint {
                     lr_rule: g[0].1.lr_rule.clone(),
+                    peak_lr: g[0].1.peak_lr,
                     run_ids: g.iter().map(|(r, _)| r.run_id.clone()).collect(),
                     reached: g.iter().filter(|(_, t)| t.reached).count(),
                     in_warmup: g
@@ -181,6 +205,22 @@ impl<'a> Batch<'a> {
 
     fn best(&self) -> &LrPoint {
         &self.points[self.best].0
+    }
+
+    /// Where the best rate sits when it is an end of two or more rates that all say
+    /// their value; None when it is inside, or nothing reached the target.
+    fn edge(&self) -> Option<GridEdge> {
+        let lrs: Vec<f64> = self.points.iter().map(|(p, _)| p.peak_lr).collect::<Option<_>>()?;
+        let best = self.best().samples_to_target.and(lrs.get(self.best).copied())?;
+        if lrs.len() < 2 {
+            None
+        } else if lrs.iter().all(|&l| l >= best) {
+            Some(GridEdge::Lowest)
+        } else if lrs.iter().all(|&l| l <= best) {
+            Some(GridEdge::Highest)
+        } else {
+            None
+        }
     }
 
     /// Samples to target of the best learning rate's runs that reached it.
@@ -410,6 +450,7 @@ pub(crate) fn rows(runs: &[RunReport]) -> Vec<TargetRow> {
                 run_ids: at.iter().map(|(r, _)| r.run_id.clone()).collect(),
                 reached: at.iter().filter(|(_, t)| t.reached).count(),
                 lr_rule: best.lr_rule.clone(),
+                best_lr_at_edge: batch.edge(),
                 samples_to_target: best.samples_to_target,
                 seconds_to_target: best.seconds_to_target,
                 learning_rates: batch.points.iter().map(|(p, _)| p.clone()).collect(),
@@ -443,8 +484,12 @@ pub(crate) fn terminal_lines(rows: &[TargetRow]) -> Vec<String> {
             ),
             _ => "target not reached: no samples to target".into(),
         };
+        let edge = t.best_lr_at_edge.map_or_else(String::new, |e| {
+            let (end, side) = e.words();
+            format!("; its best learning rate is the grid's {end}: add rates {side} it")
+        });
         out.push(format!(
-            "target loss {} {} on {} (B {}, B0 {}): {} of {} run(s) reached it; {figures}",
+            "target loss {} {} on {} (B {}, B0 {}): {} of {} run(s) reached it; {figures}{edge}",
             t.target_loss,
             t.model,
             t.dataset,
@@ -505,6 +550,23 @@ pub(crate) fn section(md: &mut String, rows: &[TargetRow]) {
         );
     }
     for t in rows {
+        if let Some(edge) = t.best_lr_at_edge {
+            let (end, side) = edge.words();
+            let _ = writeln!(
+                md,
+                "\nAt B {}, the best learning rate ({}) is the {end} of the {} rates whose runs finished: the grid did not \
+                 bracket it, so a rate {side} it may need fewer samples and the batch's figure (and every ratio to it) \
+                 may change; add rates {side} it (a study's `[lr_grid]` factors, or --lr). A rate whose runs diverged is \
+                 not among them: such runs are listed as incomplete.",
+                t.global_batch,
+                t.learning_rates
+                    .iter()
+                    .find(|p| p.lr_rule == t.lr_rule)
+                    .and_then(|p| p.peak_lr)
+                    .map_or_else(|| t.lr_rule.replace('|', "/"), |l| format!("{l}")),
+                t.learning_rates.len()
+            );
+        }
         for p in t.learning_rates.iter().filter(|p| !p.in_warmup.is_empty()) {
             let _ = writeln!(
                 md,
@@ -681,9 +743,60 @@ mod tests {
                 smoothed_loss: Some(0.6),
                 lr_rule: lr.into(),
                 warmup_lr_steps: 0,
+                peak_lr: lr.chars().next().map(|c| f64::from(c as u8 - b'a' + 1) / 100.0),
             }),
             ..RunReport::default()
         }
+    }
+
+    /// A best rate at an end of the rates tried is said, with the side to extend; one
+    /// inside, a single rate, or runs that never reached the target say nothing.
+    #[test]
+    fn a_best_learning_rate_at_the_grids_edge_is_said() {
+        let runs = [
+            // 64: a (0.01) best, the lowest of a, b.
+            run("64a", 64, "a", Some(10_000), 1.0),
+            run("64b", 64, "b", Some(12_000), 1.0),
+            // 256: c (0.03) best, the highest of a, b, c.
+            run("256a", 256, "a", Some(40_000), 1.0),
+            run("256b", 256, "b", Some(30_000), 1.0),
+            run("256c", 256, "c", Some(20_000), 1.0),
+            // 1024: b inside a, c.
+            run("1024a", 1024, "a", Some(90_000), 1.0),
+            run("1024b", 1024, "b", Some(60_000), 1.0),
+            run("1024c", 1024, "c", Some(70_000), 1.0),
+            // 4096: one rate.
+            run("4096a", 4096, "a", Some(200_000), 1.0),
+        ];
+        let rows = rows(&runs);
+        let edges: Vec<(usize, Option<GridEdge>)> = rows.iter().map(|t| (t.global_batch, t.best_lr_at_edge)).collect();
+        assert_eq!(
+            edges,
+            [
+                (64, Some(GridEdge::Lowest)),
+                (256, Some(GridEdge::Highest)),
+                (1024, None),
+                (4096, None)
+            ]
+        );
+        let mut md = String::new();
+        section(&mut md, &rows);
+        assert!(
+            md.contains("At B 64, the best learning rate (0.01) is the lowest of the 2 rates whose runs finished"),
+            "{md}"
+        );
+        assert!(md.contains("add rates below it"), "{md}");
+        assert!(
+            md.contains("At B 256, the best learning rate (0.03) is the highest of the 3 rates"),
+            "{md}"
+        );
+        assert!(!md.contains("At B 1024, the best") && !md.contains("At B 4096, the best"), "{md}");
+        // Runs recorded before peak_lr say nothing of the edge.
+        let mut old = runs.to_vec();
+        for r in &mut old {
+            r.target.as_mut().unwrap().peak_lr = None;
+        }
+        assert!(super::rows(&old).iter().all(|t| t.best_lr_at_edge.is_none()));
     }
 
     #[test]
