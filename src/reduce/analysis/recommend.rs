@@ -325,8 +325,9 @@ pub(crate) fn recommend(rows: &[&ProjectionRow], ask: &Ask) -> Option<Recommenda
 pub(crate) fn join_time_to_target(
     rec: &mut Recommendation,
     curve: &crate::reduce::analysis::samples_to_target::TargetCurve,
-    checked_error: f64,
+    checked: crate::reduce::analysis::samples_to_target::CheckedError,
 ) {
+    let checked_error = checked.fraction;
     use crate::reduce::analysis::samples_to_target::CHECKED_MULTIPLE;
     let Some(base) = curve.samples_at(rec.batch_per_rank) else { return };
     for s in &mut rec.shapes {
@@ -379,11 +380,12 @@ pub(crate) fn join_time_to_target(
         }
     };
     rec.sentence += &format!(
-        " To training loss {} (the samples from B0 = {}'s training, integrated over its noise scale, ±{:.0} % checked): \
+        " To training loss {} (the samples from B0 = {}'s training, integrated over its noise scale, ±{:.0} % {}): \
          soonest at {} ({}, {}× the samples of 1 rank{}), cheapest at {} ({} GPU-hours{}).",
         t.target_loss,
         t.batch0,
         checked_error * 100.0,
+        checked.covers,
         soonest.label(),
         hours(a),
         sig(a.samples_to_target_ratio.unwrap_or(f64::NAN), 2),

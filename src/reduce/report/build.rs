@@ -123,7 +123,7 @@ fn run_report(r: &RunStats) -> RunReport {
 /// Each recommendation whose reference runs were trained to a target loss gains the time
 /// to it per shape, from the target rows' integrated prediction.
 fn join_time_to_target(projection: Option<&mut ProjectionReport>, targets: &[target::TargetRow]) {
-    use crate::reduce::analysis::samples_to_target::CHECKED_ERROR_FRACTION;
+    use crate::reduce::analysis::samples_to_target::checked_error;
     let Some(p) = projection else { return };
     for rec in &mut p.recommendations {
         let first = rec.from_runs.split(' ').next().unwrap_or_default();
@@ -132,7 +132,7 @@ fn join_time_to_target(projection: Option<&mut ProjectionReport>, targets: &[tar
             .find(|t| t.run_ids.iter().any(|r| r == first))
             .and_then(|t| t.curve.as_ref());
         if let Some(curve) = curve {
-            analysis::recommend::join_time_to_target(rec, curve, CHECKED_ERROR_FRACTION);
+            analysis::recommend::join_time_to_target(rec, curve, checked_error(curve.optimizer));
         }
     }
 }

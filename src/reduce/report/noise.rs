@@ -294,7 +294,7 @@ pub(crate) fn section(md: &mut String, runs: &[RunReport], rows: &[TimeToAccurac
     let _ = writeln!(
         md,
         "\nPredicted time to accuracy: samples to the same loss relative to the reference's batch B0, and the time-to-accuracy speedup = samples/s speedup ÷ that factor. The factor is integrated over the run's measured steps: the mean of (B + B_noise(t))/(B0 + B_noise(t)) with B_noise(t) the B_simple of windows of {INTEGRATION_WINDOW_STEPS} measured steps, since B_simple drifts several-fold as training goes ((1 + B/B_noise)/(1 + B0/B_noise) at one window's B_simple where the rank files hold no norms). The statistical loss (samples/s that buy no progress) sits beside the efficiency waterfall above, not inside it. These are predictions of the noise-scale model, not checked against training to a target loss in these runs; the B_noise column is the B_simple over the steps named beside it. {}\n\n| point | mode | B | B0 | B_noise (interval) | samples/s speedup | samples factor | time-to-accuracy speedup | statistical loss samples/s |\n|---|---|---:|---:|---|---:|---:|---:|---:|",
-        super::target::CHECKED_ERROR
+        crate::reduce::analysis::samples_to_target::checked_error_text(runs.iter().map(super::target::optimizer_of))
     );
     for t in rows {
         let _ = writeln!(
