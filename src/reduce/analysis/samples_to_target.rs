@@ -159,6 +159,12 @@ pub struct Prediction {
     pub ratio: Option<f64>,
     /// Measured ratio ÷ predicted − 1, where both exist.
     pub relative_error: Option<f64>,
+    /// The smallest and largest ratio predicted from each of B0's runs alone: the spread
+    /// its repeats give the prediction. None with fewer than 2 runs (`range_none_because`
+    /// says so) and for the predictions other than the integrated one.
+    pub ratio_low: Option<f64>,
+    pub ratio_high: Option<f64>,
+    pub range_none_because: Option<String>,
     /// What it stands on, in words.
     pub basis: String,
     /// Why there is no figure (None when there is one).
@@ -171,6 +177,9 @@ impl Prediction {
             estimator,
             ratio: None,
             relative_error: None,
+            ratio_low: None,
+            ratio_high: None,
+            range_none_because: None,
             basis,
             none_because: Some(why),
         }
@@ -181,9 +190,28 @@ impl Prediction {
             estimator,
             ratio: Some(ratio),
             relative_error: measured.map(|m| m / ratio - 1.0),
+            ratio_low: None,
+            ratio_high: None,
+            range_none_because: None,
             basis,
             none_because: None,
         }
+    }
+
+    /// With the range of `per_run` (each B0 run's own prediction), or the reason there
+    /// is none when fewer than 2 runs predicted.
+    pub(crate) fn with_range(mut self, per_run: &[f64]) -> Prediction {
+        if per_run.len() < 2 {
+            self.range_none_because = Some(format!(
+                "{} run(s) at B0 reached the target after the warm-up with the norms measured: a range needs 2 \
+                 (train B0 again with another --seed)",
+                per_run.len()
+            ));
+        } else {
+            self.ratio_low = per_run.iter().copied().reduce(f64::min);
+            self.ratio_high = per_run.iter().copied().reduce(f64::max);
+        }
+        self
     }
 }
 

@@ -241,6 +241,21 @@ impl<'a> Batch<'a> {
             .collect()
     }
 
+    /// Each of the best learning rate's runs' own trajectory (as [`Batch::trajectory`],
+    /// one run at a time).
+    fn run_trajectories(&self) -> Vec<Trajectory> {
+        self.points[self.best]
+            .1
+            .iter()
+            .filter(|(_, t)| t.measures_samples())
+            .filter_map(|(r, t)| {
+                let end = t.steps_to_target? as u64;
+                let s: Vec<NoiseStep> = r.noise_steps.iter().filter(|s| s.global_step < end).copied().collect();
+                (!s.is_empty()).then(|| Trajectory::of(&[&s], INTEGRATION_WINDOW_STEPS))
+            })
+            .collect()
+    }
+
     /// B_simple over windows of the best learning rate's runs that reached the target,
     /// from their measured steps before the reach; None when none measured the norms.
     fn trajectory(&self) -> Option<Trajectory> {
@@ -325,6 +340,8 @@ struct Predictors {
     /// B0's median samples to target.
     e0: f64,
     trajectory: Option<Trajectory>,
+    /// Each B0 run's own trajectory, for the integrated prediction's range.
+    per_run: Vec<Trajectory>,
     noise: Option<(f64, NoiseSource)>,
     /// The two-batch fit, or why there is none; None without a second batch.
     fit: Option<Result<TwoBatchFit, String>>,
@@ -366,7 +383,10 @@ impl Predictors {
                     caveats
                 );
                 match (ruled_out(&self.dataset, t.measured_steps, t.bounded), t.factor(b, b0)) {
-                    (None, Some(f)) => Prediction::of(Estimator::Integrated, basis, f, measured),
+                    (None, Some(f)) => {
+                        let per_run: Vec<f64> = self.per_run.iter().filter_map(|r| r.factor(b, b0)).collect();
+                        Prediction::of(Estimator::Integrated, basis, f, measured).with_range(&per_run)
+                    }
                     (why, _) => Prediction::none(Estimator::Integrated, basis, why.unwrap_or_else(|| "no measured step".into())),
                 }
             }
@@ -438,6 +458,7 @@ pub(crate) fn rows(runs: &[RunReport]) -> Vec<TargetRow> {
                 batch0: b0,
                 e0,
                 trajectory: base_batch.and_then(Batch::trajectory),
+                per_run: base_batch.map(Batch::run_trajectories).unwrap_or_default(),
                 noise: noise.clone(),
                 fit,
             }
@@ -528,11 +549,17 @@ pub(crate) fn section(md: &mut String, rows: &[TargetRow]) {
     }
     let _ = writeln!(
         md,
-        "\n## Samples to a target loss: measured against predicted\n\nRuns trained with `--target-loss` stop when the training loss, averaged over the ranks and over the last 20 measured steps, is at or below the target. Per global batch B and learning rate: the median samples to the target over its runs (a run that did not reach it counts as never reaching it, so a median needs more than half of them). A batch's figure is its best learning rate's (the fewest median samples); its ratio to the smallest global batch B0 that reached the target, with the range over pairs of single runs; the prediction integrated over B0's training: the mean over the measured steps before the target of B0's best-learning-rate runs of (B + B_noise(t))/(B0 + B_noise(t)), B_noise(t) the B_simple of windows of {INTEGRATION_WINDOW_STEPS} measured steps (numerator and denominator averaged over each), since B_simple drifts several-fold as training goes; and the prediction's error (measured ÷ predicted − 1). The two others, the noise-scale model at the target window's B_simple and a fit of the tradeoff through two measured batches, follow in their own table. A batch whose runs did not reach the target has no figure. {}\n\n| model | data | target loss | B | runs (reached) | samples to target | seconds to target | measured ratio (range) | predicted ratio | error | best learning rate |\n|---|---|---:|---:|---:|---:|---:|---|---|---:|---|",
+        "\n## Samples to a target loss: measured against predicted\n\nRuns trained with `--target-loss` stop when the training loss, averaged over the ranks and over the last 20 measured steps, is at or below the target. Per global batch B and learning rate: the median samples to the target over its runs (a run that did not reach it counts as never reaching it, so a median needs more than half of them). A batch's figure is its best learning rate's (the fewest median samples); its ratio to the smallest global batch B0 that reached the target, with the range over pairs of single runs; the prediction integrated over B0's training: the mean over the measured steps before the target of B0's best-learning-rate runs of (B + B_noise(t))/(B0 + B_noise(t)), B_noise(t) the B_simple of windows of {INTEGRATION_WINDOW_STEPS} measured steps (numerator and denominator averaged over each), since B_simple drifts several-fold as training goes; and the prediction's error (measured ÷ predicted − 1). The two others, the noise-scale model at the target window's B_simple and a fit of the tradeoff through two measured batches, follow in their own table. A batch whose runs did not reach the target has no figure. {}\n\n| model | data | target loss | B | runs (reached) | samples to target | seconds to target | measured ratio (range) | predicted ratio (range over B0's runs) | error | best learning rate |\n|---|---|---:|---:|---:|---:|---:|---|---|---:|---|",
         checked_error_text(rows.iter().map(|t| t.optimizer))
     );
     for t in rows {
         let predicted = match t.predictions.first() {
+            Some(Prediction {
+                ratio: Some(r),
+                ratio_low: Some(lo),
+                ratio_high: Some(hi),
+                ..
+            }) => format!("{r:.2} ({lo:.2} – {hi:.2})"),
             Some(Prediction { ratio: Some(r), .. }) => format!("{r:.2}"),
             Some(Prediction {
                 none_because: Some(why), ..
@@ -558,7 +585,22 @@ pub(crate) fn section(md: &mut String, rows: &[TargetRow]) {
             t.lr_rule.replace('|', "/"),
         );
     }
+    let mut no_range: Vec<String> = Vec::new();
     for t in rows {
+        let why = t
+            .predictions
+            .first()
+            .filter(|p| p.ratio.is_some() && t.global_batch != t.baseline_global_batch.unwrap_or(0));
+        if let Some(why) = why.and_then(|p| p.range_none_because.clone()) {
+            let line = format!(
+                "\nThe prediction for target loss {} of {} carries no range over B0's runs: {why}.",
+                t.target_loss, t.model
+            );
+            if !no_range.contains(&line) {
+                let _ = write!(md, "{line}\n");
+                no_range.push(line);
+            }
+        }
         if let Some(edge) = t.best_lr_at_edge {
             let (end, side) = edge.words();
             let _ = writeln!(
@@ -864,6 +906,10 @@ mod tests {
         let predicted = r256.predicted_ratio.unwrap();
         assert!((predicted - integrated).abs() < 1e-9, "{predicted} against {integrated}");
         assert!((r256.relative_error.unwrap() - (33_000.0 / 15_000.0 / predicted - 1.0)).abs() < 1e-12);
+        // Its range: each B0 run predicting alone, 64b1 at B_simple 256 and 64b2 at 128.
+        let p0 = &r256.predictions[0];
+        assert_eq!((p0.ratio_low, p0.ratio_high), (Some(f(256.0)), Some(f(128.0))));
+        assert!(p0.range_none_because.is_none());
         // The fit's second batch is 256 itself: no prediction there.
         let fit = r256.predictions.iter().find(|p| p.estimator == Estimator::TwoBatchFit).unwrap();
         assert_eq!(fit.none_because.as_deref(), Some("an input of the fit"));
@@ -879,6 +925,20 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| mnist-cnn | 0.6 | 256 | 1.81 (+21 %) |"), "{md}");
+        assert!(
+            md.contains(&format!("{:.2} ({:.2} – {:.2})", predicted, f(256.0), f(128.0))),
+            "{md}"
+        );
+        assert!(!md.contains("carries no range"), "{md}");
+        // One B0 run: no range, and report.md says why.
+        let one = [runs[2].clone(), runs[7].clone()];
+        let rows1 = super::rows(&one);
+        let p1 = &rows1[1].predictions[0];
+        assert!(p1.ratio.is_some() && p1.ratio_low.is_none(), "{p1:?}");
+        assert!(p1.range_none_because.as_deref().unwrap().starts_with("1 run(s) at B0"), "{p1:?}");
+        let mut md1 = String::new();
+        section(&mut md1, &rows1);
+        assert!(md1.contains("carries no range over B0's runs: 1 run(s) at B0"), "{md1}");
     }
 
     #[test]
