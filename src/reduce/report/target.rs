@@ -585,6 +585,54 @@ pub(crate) fn section(md: &mut String, rows: &[TargetRow]) {
             t.lr_rule.replace('|', "/"),
         );
     }
+    batch_notes(md, rows);
+    predictions_table(md, rows);
+    let mut sources: Vec<&NoiseSource> = Vec::new();
+    for t in rows {
+        if let (Some(n), Some(from)) = (t.b_noise, t.b_noise_from.as_ref()) {
+            if !sources.contains(&from) {
+                sources.push(from);
+                let high = from.b_simple_high.map_or_else(|| "unbounded".into(), |h| format!("{h:.0}"));
+                let _ = writeln!(
+                    md,
+                    "\nB_noise {n:.0} (95 % {} – {high}) for target loss {} of {}: from {}, {} measured step(s), {} skipped.",
+                    cell(from.b_simple_low, 0),
+                    t.target_loss,
+                    t.model,
+                    from.window,
+                    from.measured_steps,
+                    from.skipped
+                );
+            }
+        }
+    }
+    if rows.iter().any(|t| t.learning_rates.len() > 1) {
+        let _ = writeln!(
+            md,
+            "\nEvery learning rate tried (median over its runs):\n\n| model | target loss | B | learning rate | runs (reached) | samples to target | seconds to target |\n|---|---:|---:|---|---:|---:|---:|"
+        );
+        for t in rows {
+            for p in &t.learning_rates {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} | {} ({}) | {} | {} |",
+                    t.model,
+                    t.target_loss,
+                    t.global_batch,
+                    p.lr_rule.replace('|', "/"),
+                    p.run_ids.len(),
+                    p.reached,
+                    cell(p.samples_to_target, 0),
+                    cell(p.seconds_to_target, 1)
+                );
+            }
+        }
+    }
+}
+
+/// report.md's sentences per batch below the table: a prediction without a range, a
+/// best learning rate at the grid's edge, runs that reached the target in the warm-up.
+fn batch_notes(md: &mut String, rows: &[TargetRow]) {
     let mut no_range: Vec<String> = Vec::new();
     for t in rows {
         let why = t
@@ -627,48 +675,6 @@ pub(crate) fn section(md: &mut String, rows: &[TargetRow]) {
                 p.lr_rule.replace('|', "/"),
                 p.in_warmup.iter().map(|r| format!("`{r}`")).collect::<Vec<_>>().join(", ")
             );
-        }
-    }
-    predictions_table(md, rows);
-    let mut sources: Vec<&NoiseSource> = Vec::new();
-    for t in rows {
-        if let (Some(n), Some(from)) = (t.b_noise, t.b_noise_from.as_ref()) {
-            if !sources.contains(&from) {
-                sources.push(from);
-                let high = from.b_simple_high.map_or_else(|| "unbounded".into(), |h| format!("{h:.0}"));
-                let _ = writeln!(
-                    md,
-                    "\nB_noise {n:.0} (95 % {} – {high}) for target loss {} of {}: from {}, {} measured step(s), {} skipped.",
-                    cell(from.b_simple_low, 0),
-                    t.target_loss,
-                    t.model,
-                    from.window,
-                    from.measured_steps,
-                    from.skipped
-                );
-            }
-        }
-    }
-    if rows.iter().any(|t| t.learning_rates.len() > 1) {
-        let _ = writeln!(
-            md,
-            "\nEvery learning rate tried (median over its runs):\n\n| model | target loss | B | learning rate | runs (reached) | samples to target | seconds to target |\n|---|---:|---:|---|---:|---:|---:|"
-        );
-        for t in rows {
-            for p in &t.learning_rates {
-                let _ = writeln!(
-                    md,
-                    "| {} | {} | {} | {} | {} ({}) | {} | {} |",
-                    t.model,
-                    t.target_loss,
-                    t.global_batch,
-                    p.lr_rule.replace('|', "/"),
-                    p.run_ids.len(),
-                    p.reached,
-                    cell(p.samples_to_target, 0),
-                    cell(p.seconds_to_target, 1)
-                );
-            }
         }
     }
 }
