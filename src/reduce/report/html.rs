@@ -7,7 +7,8 @@
 //! disagree.
 
 use super::plots::{heatmap_picture, Picture, HEATMAP_STEM};
-use super::{communication, compute_comm_grid, efficiency, nodes, projection, speedup, times, Report};
+use super::sections::{HtmlPlace, Section};
+use super::{projection, Report};
 use crate::reduce::analysis::heatmap::{HeatmapLimits, StepHeatmap, HEATMAP_LIMITS};
 use std::cell::Cell;
 use std::fmt::Write;
@@ -174,7 +175,6 @@ fn render(report: &Report, shown: &[Shown], with_plots: bool, notes: &[(String, 
     );
     bound_note(&mut h, notes, bytes_max);
     verdict(&mut h, report);
-    let f = &report.findings;
     section(
         &mut h,
         "Speedup and efficiency",
@@ -182,7 +182,7 @@ fn render(report: &Report, shown: &[Shown], with_plots: bool, notes: &[(String, 
     );
     figures(&mut h, pictures, &["speedup", "efficiency"]);
     let mut md = String::new();
-    speedup::per_workload(&mut md, &report.scaling, &report.workloads);
+    Section::PerWorkload.markdown(&mut md, report);
     h.push_str(&markdown_html(&md));
     section(
         &mut h,
@@ -191,7 +191,7 @@ fn render(report: &Report, shown: &[Shown], with_plots: bool, notes: &[(String, 
     );
     figures(&mut h, pictures, &["waterfall"]);
     let mut md = String::new();
-    efficiency::waterfall(&mut md, &report.scaling, &f.waterfall);
+    Section::Waterfall.markdown(&mut md, report);
     h.push_str(&markdown_html(&md));
     section(
         &mut h,
@@ -339,23 +339,13 @@ fn heatmaps(h: &mut String, report: &Report, pictures: &[Shown]) {
 /// Every table of report.md with its sentence, and the bandwidth and step-time plots.
 fn tables(h: &mut String, report: &Report, pictures: &[Shown]) {
     section(h, "Tables", "The tables of report.md, each with what the report found in it.");
-    let f = &report.findings;
-    let mut md = String::new();
-    speedup::runs_table(&mut md, &report.runs, &report.summary);
-    communication::compute_vs_comm(&mut md, &report.runs, &f.compute_vs_comm);
-    compute_comm_grid::markdown(&mut md, &report.runs);
-    communication::bandwidth(&mut md, &report.runs, &report.summary, &f.bandwidth);
-    h.push_str(&markdown_html(&md));
-    figures(h, pictures, &["bandwidth"]);
-    let mut md = String::new();
-    efficiency::epoch_times(&mut md, &report.runs);
-    times::markdown(&mut md, &report.runs);
-    nodes::node_types(&mut md, &report.summary, &f.node_types);
-    nodes::stalls(&mut md, &report.runs);
-    nodes::incomplete(&mut md, &report.incomplete);
-    h.push_str(&markdown_html(&md));
-    for d in &report.duplicates {
-        let _ = writeln!(h, "<p>{}</p>", esc(&d.sentence()));
+    for s in Section::ALL.into_iter().filter(|s| s.html_place() == HtmlPlace::Tables) {
+        let mut md = String::new();
+        s.markdown(&mut md, report);
+        h.push_str(&markdown_html(&md));
+        if s == Section::Bandwidth {
+            figures(h, pictures, &["bandwidth"]);
+        }
     }
 }
 

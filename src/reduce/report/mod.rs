@@ -18,6 +18,7 @@ mod peer;
 pub(crate) mod plots;
 mod projection;
 pub(crate) mod recommendation;
+mod sections;
 mod speedup;
 mod step_phases;
 pub(crate) mod target;

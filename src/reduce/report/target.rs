@@ -737,7 +737,7 @@ fn predictions_table(md: &mut String, rows: &[TargetRow]) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::noise_scale::NormPair;
     use crate::reduce::analysis::noise_window::{pooled, NoiseWindow};
@@ -762,7 +762,7 @@ mod tests {
     /// after `samples` (None: never), its target window's B_simple 64/`grad_sq`, and a
     /// last epoch whose B_simple is 10 (the whole epoch's, which the prediction must
     /// not use).
-    fn run(id: &str, batch: usize, lr: &str, samples: Option<u64>, grad_sq: f64) -> RunReport {
+    pub(in crate::reduce::report) fn run(id: &str, batch: usize, lr: &str, samples: Option<u64>, grad_sq: f64) -> RunReport {
         RunReport {
             run_id: id.into(),
             model: "mnist-cnn".into(),
