@@ -761,6 +761,18 @@ fn cli_writes_spreadsheet_ready_files_report_and_plots() {
     write_run(&d.path().join("other-model"), "other-model", "transformer", &TWO_A, 10, 4);
     let job = reduce(&[&path_str(d.path())]);
     job.assert_ok();
+    // The "wrote" line names every file in the folder but the plots and the hidden
+    // marker of a report folder.
+    let wrote = job.stdout.lines().find(|l| l.starts_with("wrote ")).expect("a wrote line");
+    for e in std::fs::read_dir(d.path()).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        let plot = name.ends_with(".svg") || name.ends_with(".png");
+        if e.file_type().unwrap().is_file() && !plot && !name.starts_with('.') {
+            assert!(wrote.contains(&name), "{wrote} lacks {name}");
+        }
+    }
+    assert!(wrote.contains("*.svg, *.png"), "{wrote}");
     let (h, rows) = read_csv(&d.path().join("scaling.csv"));
     let id = |i: usize| rows[i][h.iter().position(|c| c == "run_ids").unwrap()].clone();
     let base_of = |i: usize| rows[i][h.iter().position(|c| c == "baseline_run_ids").unwrap()].clone();

@@ -17,7 +17,8 @@ pub struct ReduceArgs {
     #[arg(long)]
     pub baseline: Option<PathBuf>,
 
-    /// Where to write summary.csv, scaling.csv, ranks.csv, report.md, report.json and plots
+    /// Where to write summary.csv, scaling.csv, ranks.csv, times.csv, compute_comm_grid.csv,
+    /// report.md, report.json, report.html, projection.csv (when projected) and the plots
     /// (default: the run folder for one run, else the folder given or the runs' common parent).
     #[arg(long)]
     pub out: Option<PathBuf>,

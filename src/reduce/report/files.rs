@@ -41,6 +41,22 @@ pub(crate) fn write_locked(
     Ok(notes)
 }
 
+/// The files [`stage_within`] writes besides projection.csv and the plots: the one list
+/// that the terminal's "wrote" line and `reduce --out`'s help are checked against.
+pub(crate) const REPORT_FILES: [&str; 8] = [
+    "summary.csv",
+    "scaling.csv",
+    "ranks.csv",
+    "times.csv",
+    "compute_comm_grid.csv",
+    "report.md",
+    "report.json",
+    "report.html",
+];
+
+/// Written when a workload was projected.
+pub(crate) const PROJECTION_FILE: &str = "projection.csv";
+
 /// Stages every file of `report` into `files` ([`write`]'s files), for a caller that
 /// commits them with files of its own (a study's summary beside its report); returns
 /// what was done to keep report.html under its bound.
@@ -50,21 +66,22 @@ pub fn stage(report: &Report, files: &mut StagedFiles, with_plots: bool) -> Resu
 
 /// [`stage`] with report.html and the heatmaps bounded by `limits`.
 pub fn stage_within(report: &Report, files: &mut StagedFiles, with_plots: bool, limits: &html::PageLimits) -> Result<Vec<String>> {
-    files.write("summary.csv", &csv_bytes(&report.summary)?)?;
-    files.write("scaling.csv", &csv_bytes(&report.scaling)?)?;
-    files.write("ranks.csv", &csv_bytes(&report.ranks)?)?;
-    files.write("times.csv", &csv_bytes(&super::times::rows(&report.runs))?)?;
-    files.write("compute_comm_grid.csv", &csv_bytes(&super::compute_comm_grid::cells(&report.runs))?)?;
+    let [summary, scaling, ranks, times, grid, md, json, page_file] = REPORT_FILES;
+    files.write(summary, &csv_bytes(&report.summary)?)?;
+    files.write(scaling, &csv_bytes(&report.scaling)?)?;
+    files.write(ranks, &csv_bytes(&report.ranks)?)?;
+    files.write(times, &csv_bytes(&super::times::rows(&report.runs))?)?;
+    files.write(grid, &csv_bytes(&super::compute_comm_grid::cells(&report.runs))?)?;
     let projected = report.projection.as_ref().filter(|p| !p.rows.is_empty());
     if let Some(p) = projected {
-        files.write("projection.csv", &csv_bytes(&p.rows)?)?;
+        files.write(PROJECTION_FILE, &csv_bytes(&p.rows)?)?;
     }
-    files.write("report.md", markdown(report, with_plots).as_bytes())?;
+    files.write(md, markdown(report, with_plots).as_bytes())?;
     let text = serde_json::to_string_pretty(report).context("cannot format report.json")? + "\n";
-    files.write("report.json", text.as_bytes())?;
+    files.write(json, text.as_bytes())?;
     let pictures = plots::pictures(report, limits.heatmap)?;
     let page = html::page(report, &pictures, with_plots, limits);
-    files.write("report.html", page.html.as_bytes())?;
+    files.write(page_file, page.html.as_bytes())?;
     if with_plots {
         plots::plots(&crate::plot::Rasteriser::new(), files, &pictures)?;
     }
@@ -87,4 +104,22 @@ pub(crate) fn csv_bytes<R: Serialize>(rows: &[R]) -> Result<Vec<u8>> {
         w.serialize(crate::record::Cells(r)).context("cannot format a table row")?;
     }
     w.into_inner().map_err(|e| anyhow::anyhow!("cannot format a table: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `reduce --out`'s help names every file the report writes.
+    #[test]
+    fn the_out_help_names_every_report_file() {
+        use clap::CommandFactory;
+        let cmd = crate::cli::Cli::command();
+        let reduce = cmd.find_subcommand("reduce").expect("the reduce command");
+        let out = reduce.get_arguments().find(|a| a.get_id() == "out").expect("--out");
+        let help = out.get_help().expect("--out's help").to_string();
+        for name in REPORT_FILES.iter().chain([&PROJECTION_FILE]) {
+            assert!(help.contains(name), "--out's help lacks {name}: {help}");
+        }
+    }
 }

@@ -20,12 +20,14 @@ pub(crate) fn print(report: &Report, out: &Path, plots: bool) {
         print_projection(&p.rows);
         super::recommendation::print(p);
     }
-    println!(
-        "\nwrote {}/{{summary.csv, scaling.csv, ranks.csv, times.csv, report.md, report.html, report.json{}{}}}",
-        out.display(),
-        if projected { ", projection.csv" } else { "" },
-        if plots { ", *.svg, *.png" } else { "" }
-    );
+    let mut names: Vec<&str> = super::files::REPORT_FILES.to_vec();
+    if projected {
+        names.push(super::files::PROJECTION_FILE);
+    }
+    if plots {
+        names.push("*.svg, *.png");
+    }
+    println!("\nwrote {}/{{{}}}", out.display(), names.join(", "));
 }
 
 /// The width of a column of `names`: the longest, so that no two run ids (repeats that
