@@ -152,7 +152,56 @@ pub struct Recommendation {
     pub time_to_target: Option<TimeToTarget>,
     /// A row up to the shapes named is extrapolated or unreliable: figures to 2 digits.
     pub rough: bool,
+    /// Where the largest projected shape's step loses against the ideal (the
+    /// reference's step), when it loses: own work (a rank's compute and data under
+    /// contention, and the wait for a late rank) against the exposed all-reduce.
+    pub loss_cause: Option<LossCause>,
     pub sentence: String,
+}
+
+/// The split of a projected step's loss against the ideal step into own work and link.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LossCause {
+    pub shape: Shape,
+    /// step − the ideal step (the reference's step at this batch per rank), seconds.
+    pub loss_s: f64,
+    /// Of it, the exposed all-reduce (the link's part), seconds.
+    pub link_s: f64,
+    /// The rest: own work past the reference's step and the wait for a late rank.
+    pub own_work_s: f64,
+}
+
+impl LossCause {
+    /// The split at `r`, when its step is longer than the ideal one (weak scaling: the
+    /// ideal step is the reference's, step × efficiency).
+    fn of(r: &ProjectionRow) -> Option<LossCause> {
+        let ideal_s = r.step_s * r.efficiency;
+        let loss_s = r.step_s - ideal_s;
+        (r.ranks > 1 && loss_s > 0.0 && loss_s.is_finite()).then(|| LossCause {
+            shape: Shape {
+                nodes: r.nodes,
+                ranks_per_node: r.ranks_per_node,
+            },
+            loss_s,
+            link_s: r.comm_exposed_s.clamp(0.0, loss_s),
+            own_work_s: loss_s - r.comm_exposed_s.clamp(0.0, loss_s),
+        })
+    }
+
+    /// The sentence when own work is most of the loss; None when the link is.
+    fn own_work_sentence(&self) -> Option<String> {
+        (self.own_work_s > self.link_s).then(|| {
+            format!(
+                " At {} the step loses {} ms against the ideal: {:.0} % of it is own work (a rank's compute and data \
+                 under contention, and the wait for a late rank) and {:.0} % the exposed all-reduce, so the link is not \
+                 what limits it: a faster link would not change this decision.",
+                self.shape.label(),
+                sig(self.loss_s * 1e3, 3),
+                100.0 * self.own_work_s / self.loss_s,
+                100.0 * self.link_s / self.loss_s
+            )
+        })
+    }
 }
 
 /// The inputs of a recommendation that are not the rows.
@@ -312,9 +361,13 @@ pub(crate) fn recommend(rows: &[&ProjectionRow], ask: &Ask) -> Option<Recommenda
         time_to_target: None,
         shapes,
         rough,
+        loss_cause: rows.last().and_then(|r| LossCause::of(r)),
         sentence: String::new(),
     };
     rec.sentence = sentence(&rec, keep, fastest, cheapest, within);
+    if let Some(s) = rec.loss_cause.and_then(|c| c.own_work_sentence()) {
+        rec.sentence += &s;
+    }
     Some(rec)
 }
 
@@ -566,6 +619,50 @@ mod tests {
             fit_clamped: false,
             band_low_clamped: false,
         }
+    }
+
+    /// The largest shape's loss against the ideal step is split into own work and the
+    /// exposed all-reduce; the sentence names own work only where it is most of it.
+    #[test]
+    fn a_loss_mostly_own_work_is_said_to_be_no_links() {
+        let ask = Ask {
+            epoch_samples: 360_000.0,
+            target_efficiency: 0.8,
+            price_per_gpu_hour: None,
+            link: "roce-100g",
+            nominal: true,
+            epoch_time_target_s: None,
+            gpu_hour_budget: None,
+        };
+        // 8 × 2 at efficiency 0.5: the step is 0.2 s against the ideal 0.1 s.
+        let mut last = row(8, 2, 0.5);
+        last.comm_exposed_s = 0.02;
+        let rows = [row(1, 1, 1.0), row(1, 2, 0.9), last.clone()];
+        let r = recommend(&rows.iter().collect::<Vec<_>>(), &ask).unwrap();
+        let c = r.loss_cause.unwrap();
+        assert_eq!((c.shape.nodes, c.shape.ranks_per_node), (8, 2));
+        assert!((c.loss_s - 0.1).abs() < 1e-12 && (c.link_s - 0.02).abs() < 1e-12, "{c:?}");
+        assert!((c.own_work_s - 0.08).abs() < 1e-12, "{c:?}");
+        assert!(
+            r.sentence
+                .contains("At 8 × 2 the step loses 100 ms against the ideal: 80 % of it is own work"),
+            "{}",
+            r.sentence
+        );
+        assert!(
+            r.sentence.contains("a faster link would not change this decision"),
+            "{}",
+            r.sentence
+        );
+        // The link's part the larger: split, but no own-work sentence.
+        last.comm_exposed_s = 0.07;
+        let rows = [row(1, 1, 1.0), row(1, 2, 0.9), last];
+        let r = recommend(&rows.iter().collect::<Vec<_>>(), &ask).unwrap();
+        assert!((r.loss_cause.unwrap().link_s - 0.07).abs() < 1e-12);
+        assert!(!r.sentence.contains("faster link"), "{}", r.sentence);
+        // No loss (efficiency 1): no split.
+        let rows = [row(1, 1, 1.0), row(1, 2, 1.0)];
+        assert_eq!(recommend(&rows.iter().collect::<Vec<_>>(), &ask).unwrap().loss_cause, None);
     }
 
     #[test]
