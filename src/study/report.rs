@@ -199,7 +199,17 @@ pub(super) fn verdict(workload: &str, points: &[&PointSummary], rows: &[ScalingR
     let Some((p, mode, s)) = best else {
         let ran = points.iter().any(|p| p.ranks > 1 && p.repeats_completed > 0);
         let single_ran = points.iter().any(|p| p.ranks == 1 && p.repeats_completed > 0);
-        return if ran && single_ran {
+        let single_planned = points.iter().any(|p| p.ranks == 1);
+        let mut counts: Vec<usize> = points.iter().map(|p| p.ranks).collect();
+        counts.sort_unstable();
+        counts.dedup();
+        return if ran && !single_planned && counts.len() == 1 {
+            format!(
+                "{workload}: no speedup: the study planned no 1-rank point and one rank count ({}), so no point has a \
+                 reference to be compared with (add 1 to `ranks` for a speedup; the figures per point stand){tail}.",
+                counts[0]
+            )
+        } else if ran && single_ran {
             // Ran, but not comparable: e.g. NCCL at 1 rank and CPU-staged MPI where ranks share a GPU.
             format!(
                 "{workload}: no speedup: its 1-rank point ran with a different configuration (see missing_reference \
@@ -221,6 +231,14 @@ pub(super) fn verdict(workload: &str, points: &[&PointSummary], rows: &[ScalingR
             p.ranks
         ),
     };
+    let smallest = points.iter().map(|p| p.ranks).min().unwrap_or(1);
+    if smallest > 1 {
+        let _ = write!(
+            v,
+            " The study planned no 1-rank point: each point is judged against the runs of its smallest planned point \
+             ({smallest} ranks), as `reduce` takes the run with the fewest ranks for its reference."
+        );
+    }
     if let Some(a) = accuracy(points) {
         let _ = write!(v, " {a}");
     }
@@ -489,7 +507,17 @@ mod tests {
         );
         let mut lone = point(2, 64, None, None, 0.0);
         lone.repeats_completed = 1;
-        assert!(verdict("t", &[&lone], &[], &[]).contains("1-rank reference did not complete"));
+        // A lone 2-rank point of a study that planned no 1-rank point: said as planned.
+        let v = verdict("t", &[&lone], &[], &[]);
+        assert!(v.contains("the study planned no 1-rank point and one rank count (2)"), "{v}");
+        let mut planned_single = point(1, 64, None, None, 0.0);
+        (planned_single.repeats_completed, planned_single.error) = (0, Some("failed".into()));
+        assert!(verdict("t", &[&planned_single, &lone], &[], &[]).contains("1-rank reference did not complete"));
+        // Points of 2 and 4 ranks, no 1-rank one planned: judged against the 2-rank one, and said.
+        let mut four = point(4, 128, Some(1.8), None, 0.0);
+        four.repeats_completed = 1;
+        let v = verdict("t", &[&lone, &four], &[], &[]);
+        assert!(v.contains("judged against the runs of its smallest planned point (2 ranks)"), "{v}");
         // A 1-rank point that ran but is not comparable is not called incomplete.
         let mut single = point(1, 64, None, None, 0.0);
         single.repeats_completed = 1;
