@@ -623,6 +623,14 @@ pub(crate) fn gradient_bytes_by_dtype(params: &[(String, Tensor)]) -> Vec<(&'sta
     out
 }
 
+/// A built-in model's gradient bytes at fp32 (its parameters × 4), as `ddpbench models`
+/// prints them.
+pub(crate) fn gradient_bytes_of(kind: ModelKind) -> u64 {
+    let vs = nn::VarStore::new(tch::Device::Cpu);
+    let _net = build(kind, &vs.root(), &ModelOptions::default());
+    4 * ordered_parameters(&vs).iter().map(|(_, t)| t.numel() as u64).sum::<u64>()
+}
+
 /// `ddpbench models`: every model with its parameter count and gradient bytes.
 pub(crate) fn list(o: &ModelOptions) {
     println!(

@@ -7,7 +7,7 @@ use crate::device::DeviceChoice;
 use crate::job::same_flags::LaunchFlags;
 use crate::job::watchdog;
 use crate::record::Backend;
-use anyhow::{bail, Result};
+use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -27,9 +27,20 @@ pub struct AllreduceArgs {
     /// swept once.
     #[arg(long, default_value = "8", value_parser = parse_bytes)]
     pub min_bytes: u64,
-    /// Largest message, bytes: at least one element of --dtype.
-    #[arg(long, default_value = "1G", value_parser = parse_bytes)]
-    pub max_bytes: u64,
+    /// Largest message, bytes: at least one element of --dtype. Default: twice the
+    /// gradient bytes of --model or --for (so a one-bucket what-if of that training stays
+    /// inside the sizes measured), else 1G on a GPU and 64M on CPU (a CPU sweep to 1 GiB
+    /// takes minutes and training on CPU all-reduces far less).
+    #[arg(long, value_parser = parse_bytes, conflicts_with_all = ["model", "for_run"])]
+    pub max_bytes: Option<u64>,
+    /// Size the sweep for this built-in model (`ddpbench models`): up to twice its
+    /// gradient bytes.
+    #[arg(long, value_name = "NAME", conflicts_with = "for_run")]
+    pub model: Option<crate::model::ModelKind>,
+    /// Size the sweep for the training run in this folder (its manifest.json's
+    /// gradient_bytes): up to twice them.
+    #[arg(long = "for", value_name = "RUN")]
+    pub for_run: Option<PathBuf>,
     /// Each size is this many times the previous one.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..))]
     pub factor: u64,
@@ -93,6 +104,8 @@ pub(super) const RANK_LOCAL: &[(&str, &str)] = &[];
 pub(super) const SAME_ON_EVERY_RANK: &[&str] = &[
     "--min-bytes",
     "--max-bytes",
+    "--model",
+    "--for",
     "--factor",
     "--iters",
     "--warmup-iters",
@@ -116,6 +129,8 @@ impl AllreduceArgs {
         LaunchFlags::new("allreduce", RANK_LOCAL)
             .with("--min-bytes", json!(self.min_bytes))
             .with("--max-bytes", json!(self.max_bytes))
+            .with("--model", json!(self.model.map(|m| format!("{m:?}"))))
+            .with("--for", json!(self.for_run))
             .with("--factor", json!(self.factor))
             .with("--iters", json!(self.iters))
             .with("--warmup-iters", json!(self.warmup_iters))
@@ -132,16 +147,8 @@ impl AllreduceArgs {
     /// Checks what needs no other rank: every rank finds the same answer, so rank 0 can
     /// say it before MPI starts.
     pub(crate) fn validate(&self) -> Result<()> {
-        if self.min_bytes > self.max_bytes {
-            bail!("--min-bytes {} is larger than --max-bytes {}", self.min_bytes, self.max_bytes);
-        }
-        let element = self.dtype.bytes() as u64;
-        if self.max_bytes < element {
-            bail!(
-                "--max-bytes {} is smaller than one {} element ({element} bytes): nothing to all-reduce; raise --max-bytes",
-                self.max_bytes,
-                dtype_name(self.dtype)
-            );
+        if let Some(max) = self.max_bytes {
+            self.check_sizes(max)?;
         }
         if !(self.budget_s.is_finite() && self.budget_s > 0.0) {
             bail!("--budget-s {} must be a positive number of seconds", self.budget_s);
@@ -152,12 +159,55 @@ impl AllreduceArgs {
         Ok(())
     }
 
+    /// The largest size swept on `device`: --max-bytes, or twice the gradient bytes of
+    /// --model or --for, or the device's default; checked against --min-bytes and one
+    /// element.
+    pub(crate) fn sweep_max_bytes(&self, device: tch::Device) -> Result<u64> {
+        let max = match (self.max_bytes, self.model, &self.for_run) {
+            (Some(m), _, _) => m,
+            (None, Some(kind), _) => 2 * crate::model::gradient_bytes_of(kind),
+            (None, None, Some(dir)) => {
+                let m = crate::record::Manifest::read(dir)
+                    .with_context(|| format!("--for {}: not a run folder ddpbench can read", dir.display()))?;
+                ensure!(
+                    m.gradient_bytes > 0,
+                    "--for {}: its manifest records no gradient bytes; give --max-bytes",
+                    dir.display()
+                );
+                2 * m.gradient_bytes
+            }
+            (None, None, None) if device == tch::Device::Cpu => 64 << 20,
+            (None, None, None) => 1 << 30,
+        };
+        self.check_sizes(max)?;
+        Ok(max)
+    }
+
+    fn check_sizes(&self, max: u64) -> Result<()> {
+        if self.min_bytes > max {
+            bail!(
+                "--min-bytes {} is larger than the largest size {max} (--max-bytes, --model or --for)",
+                self.min_bytes
+            );
+        }
+        let element = self.dtype.bytes() as u64;
+        if max < element {
+            bail!(
+                "--max-bytes {max} is smaller than one {} element ({element} bytes): nothing to all-reduce; raise --max-bytes",
+                dtype_name(self.dtype)
+            );
+        }
+        Ok(())
+    }
+
     /// The sweep a study runs before its points: 8 B to 64 MiB by 2, a short budget per
     /// size, every backend the ranks' device supports, into `out`.
     pub(crate) fn for_study(out: PathBuf) -> AllreduceArgs {
         AllreduceArgs {
             min_bytes: 8,
-            max_bytes: 64 << 20,
+            max_bytes: Some(64 << 20),
+            model: None,
+            for_run: None,
             factor: 2,
             iters: 100,
             warmup_iters: 5,
@@ -243,6 +293,61 @@ pub(super) fn dtype_name(d: GradDtype) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(flags: &[&str]) -> Result<AllreduceArgs, clap::Error> {
+        use clap::Parser;
+        #[derive(Parser)]
+        #[command(name = "allreduce")]
+        struct Line {
+            #[command(flatten)]
+            args: AllreduceArgs,
+        }
+        Line::try_parse_from(std::iter::once("allreduce").chain(flags.iter().copied())).map(|l| l.args)
+    }
+
+    /// The sweep's largest size: --max-bytes as given; twice the gradient bytes of
+    /// --model or of --for's run; else 64 MiB on CPU and 1 GiB on a GPU. Two sources at
+    /// once are refused, and a bad run folder is named.
+    #[test]
+    fn the_sweep_is_sized_for_the_training_it_stands_for() {
+        let cpu = tch::Device::Cpu;
+        let gpu = tch::Device::Cuda(0);
+        let plain = parse(&[]).unwrap();
+        assert_eq!(
+            (plain.sweep_max_bytes(cpu).unwrap(), plain.sweep_max_bytes(gpu).unwrap()),
+            (64 << 20, 1 << 30)
+        );
+        assert_eq!(parse(&["--max-bytes", "4M"]).unwrap().sweep_max_bytes(gpu).unwrap(), 4 << 20);
+        // mnist-cnn: 1,199,882 parameters, 4,799,528 gradient bytes.
+        let model = parse(&["--model", "mnist-cnn"]).unwrap();
+        assert_eq!(model.sweep_max_bytes(cpu).unwrap(), 2 * 4_799_528);
+        let d = tempfile::tempdir().unwrap();
+        // A schema-2 run's manifest, its gradient bytes set to 1000.
+        let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/schema2/single/single-2r/manifest.json");
+        let mut manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+        manifest["gradient_bytes"] = json!(1000);
+        std::fs::write(d.path().join("manifest.json"), manifest.to_string()).unwrap();
+        let run = d.path().to_str().unwrap();
+        assert_eq!(parse(&["--for", run]).unwrap().sweep_max_bytes(cpu).unwrap(), 2000);
+        let e = parse(&["--for", "/nonexistent/run"]).unwrap().sweep_max_bytes(cpu).unwrap_err();
+        assert!(format!("{e:#}").contains("--for /nonexistent/run: not a run folder"), "{e:#}");
+        for both in [
+            &["--max-bytes", "4M", "--model", "mnist-cnn"][..],
+            &["--model", "mnist-cnn", "--for", run],
+        ] {
+            assert!(parse(both).is_err(), "{both:?}");
+        }
+        // --min-bytes above the size a model gives: refused, naming both.
+        let e = parse(&["--model", "mnist-cnn", "--min-bytes", "1G"])
+            .unwrap()
+            .sweep_max_bytes(cpu)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("--min-bytes 1073741824 is larger than the largest size 9599056"),
+            "{e}"
+        );
+    }
 
     /// Every `allreduce` flag is compared across ranks (or says why it may differ).
     #[test]

@@ -37,8 +37,9 @@ pub fn main(args: AllreduceArgs) -> Result<()> {
 pub(crate) fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog>) -> Result<Swept> {
     agree(g, args.validate())?;
     let device = agree(g, crate::device::resolve_device(args.device, g.local_rank))?;
+    let max_bytes = agree(g, args.sweep_max_bytes(device))?;
     if device == Device::Cpu {
-        agree(g, host_memory_fits(args.max_bytes, g.local_size))?;
+        agree(g, host_memory_fits(max_bytes, g.local_size))?;
     }
     let cores = hwloc2::Topology::new()
         .as_ref()
@@ -76,7 +77,7 @@ pub(crate) fn run_on(g: &Group, args: &AllreduceArgs, watchdog: Option<&Watchdog
         device,
         per_node,
         node_type: &node_type,
-        sizes: sizes(args.min_bytes, args.max_bytes, args.factor, args.dtype.bytes() as u64),
+        sizes: sizes(args.min_bytes, max_bytes, args.factor, args.dtype.bytes() as u64),
         csv,
         rows: Vec::new(),
         notes,
