@@ -58,6 +58,51 @@ fn spread_on_one_node_is_refused_and_a_dry_run_only_warns() {
     assert!(dry.stdout.contains("2 point(s) not estimated"), "{}", dry.stdout);
 }
 
+/// `--nodes 16 --ranks-per-node 4` plans the cluster's allocation from a 1-rank job:
+/// its 64-rank point laid over 16 planned hosts, said to be planned, and the flags are
+/// refused without --dry-run.
+#[test]
+fn a_dry_run_plans_a_cluster_allocation_from_one_rank() {
+    let d = tmp();
+    let file = write(
+        d.path(),
+        "wide",
+        &SPREAD
+            .replace("ranks = [1, 2]", "ranks = [1, 4, 64]")
+            .replace("node_fill = \"spread\"\n", ""),
+    );
+    let out = d.path().join("study");
+    let mut cmd = mpirun_cmd(1);
+    cmd.arg(BIN).arg("study").arg(&file).arg("--out").arg(&out);
+    cmd.args(["--dry-run", "--budget-s", "0", "--nodes", "16", "--ranks-per-node", "4"]);
+    let dry = run_with_limit(cmd, LIMIT);
+    dry.assert_ok();
+    let text = &dry.stdout;
+    assert!(
+        text.contains("planned for 16 node(s) × 4 rank(s) (--nodes, --ranks-per-node), not this job's 1 rank(s)"),
+        "{text}"
+    );
+    let wide = text
+        .lines()
+        .find(|l| l.contains("-r64 "))
+        .unwrap_or_else(|| panic!("no 64-rank point:\n{text}"));
+    assert!(
+        wide.contains("64 ranks 0-63") && wide.contains("node000,") && wide.contains("node015"),
+        "{wide}"
+    );
+    assert!(text.contains("3 point(s) not estimated"), "{text}");
+    assert!(!out.exists(), "a dry run writes no study folder");
+    let mut cmd = mpirun_cmd(1);
+    cmd.arg(BIN)
+        .arg("study")
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .args(["--nodes", "16", "--ranks-per-node", "4"]);
+    let refused = run_with_limit(cmd, LIMIT);
+    assert!(!refused.ok() && refused.all().contains("--dry-run"), "{}", refused.all());
+}
+
 /// The dry run's timing run trains with fp16 on CPU: its warning is shown with the
 /// estimate; and each point of 3 steps (5 of them warm-up) is said to measure too few.
 #[test]

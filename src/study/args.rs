@@ -70,6 +70,18 @@ pub struct StudyArgs {
     #[arg(long)]
     pub dry_run: bool,
 
+    /// With --dry-run: plan for an allocation of this many nodes (with --ranks-per-node)
+    /// instead of the job's own, so that a laptop or one node plans the cluster a study
+    /// is meant for (`mpirun -n 1 ddpbench study FILE --dry-run --nodes 16
+    /// --ranks-per-node 4`). The points are laid out on hosts named node000, node001, …;
+    /// each workload is still timed on this machine, one rank.
+    #[arg(long, requires_all = ["dry_run", "ranks_per_node"], value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub nodes: Option<u64>,
+
+    /// With --nodes: ranks on each planned node (e.g. its GPUs).
+    #[arg(long, requires = "nodes", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub ranks_per_node: Option<u64>,
+
     /// Seconds the dry run may spend timing workloads (each trains a few steps on rank
     /// 0): the workloads not reached by then are listed as not timed, and the estimate
     /// says how many points it leaves out.
@@ -118,6 +130,8 @@ pub(super) const SAME_ON_EVERY_RANK: &[&str] = &[
     "--out",
     "--break-lock",
     "--dry-run",
+    "--nodes",
+    "--ranks-per-node",
     "--budget-s",
     "--retry-failed",
     "--allreduce-sweep",
@@ -147,6 +161,8 @@ pub(super) fn launch_flags(spec: &StudySpec, args: &StudyArgs) -> job::same_flag
         .with("--out", json!(args.out))
         .with("--break-lock", json!(args.break_lock))
         .with("--dry-run", json!(args.dry_run))
+        .with("--nodes", json!(args.nodes))
+        .with("--ranks-per-node", json!(args.ranks_per_node))
         .with("--budget-s", json!(args.budget_s))
         .with("--retry-failed", json!(args.retry_failed))
         .with("--allreduce-sweep", json!(args.allreduce_sweep));

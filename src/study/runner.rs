@@ -66,6 +66,13 @@ fn layout(g: &Group) -> Result<(Layout, usize)> {
     Ok((Layout::from_hosts(&hosts), fewest as usize))
 }
 
+/// The allocation `--nodes N --ranks-per-node P` asks a dry run to plan for: hosts
+/// node000, node001, … with P ranks each.
+fn planned_layout(nodes: usize, per_node: usize) -> Layout {
+    let hosts: Vec<String> = (0..nodes * per_node).map(|r| format!("node{:03}", r / per_node)).collect();
+    Layout::from_hosts(&hosts)
+}
+
 /// How a study ended, for its exit status.
 enum Ended {
     DryRun,
@@ -79,7 +86,10 @@ fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Re
             eprintln!("note: {note}");
         }
     }
-    let (layout, cores) = layout(g)?;
+    let (layout, cores) = match (args.nodes, args.ranks_per_node) {
+        (Some(n), Some(p)) => (planned_layout(n as usize, p as usize), layout(g)?.1),
+        _ => layout(g)?,
+    };
     let plan = agree(g, plan::plan(spec, &layout, cores))?;
     if let Some(p) = spec.peer {
         // Every rank starts the peer's processes: each checks its own Python.
@@ -97,6 +107,13 @@ fn run(g: &Group, spec: &StudySpec, args: &StudyArgs, watchdog: &Watchdog) -> Re
     if args.dry_run {
         if let Some(c) = concern.as_ref().filter(|_| g.rank == 0) {
             println!("warning: {c} (a dry run only warns; the study refuses to run)");
+        }
+        if let (Some(n), Some(p), 0) = (args.nodes, args.ranks_per_node, g.rank) {
+            println!(
+                "planned for {n} node(s) × {p} rank(s) (--nodes, --ranks-per-node), not this job's {} rank(s); \
+                 threads per rank from this machine's {cores} core(s): give `threads_per_rank` for the cluster's",
+                g.size
+            );
         }
         dry_run(g, spec, &plan, &layout, &out, args.budget_s, watchdog);
         return Ok(Ended::DryRun);
@@ -263,9 +280,15 @@ fn run_scheduled(g: &Group, part: usize, point: &Point, rep: usize, book: &mut B
 fn dry_run(g: &Group, spec: &StudySpec, plan: &Plan, layout: &Layout, out: &Path, budget_s: f64, watchdog: &Watchdog) {
     if g.rank == 0 {
         print_plan(spec, plan, layout, out);
+        let load = std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().next().map(str::to_string))
+            .map_or_else(|| "load average unknown".into(), |l| format!("load average {l} (1 min)"));
         println!(
-            "\ntiming each workload on rank 0 ({} steps of its fewest-rank point, no validation; --budget-s {budget_s}) ...",
-            estimate::TIMED_STEPS
+            "\ntiming each workload on rank 0 of this machine ({} steps of its fewest-rank point at its batch per rank, \
+             no validation; --budget-s {budget_s}), under {load} with {} core(s) for this rank: a busy machine times the steps long ...",
+            estimate::TIMED_STEPS,
+            std::thread::available_parallelism().map_or(1, |n| n.get())
         );
     }
     let timings = estimate::time_workloads(g, plan, budget_s, watchdog);

@@ -82,9 +82,15 @@ impl Placement {
             warn!("{n}");
         }
         if binding.shared {
+            // --node-slots counts the ranks a node holds in the job's largest point: a
+            // point of fewer ranks is laid out for that many.
+            let who = if slots > g.local_size {
+                format!("{slots} rank slots on this node (--node-slots; {} in use)", g.local_size)
+            } else {
+                format!("{} local ranks", g.local_size)
+            };
             warn!(
-                "{} local ranks share {} cores: timings will include contention{}",
-                g.local_size,
+                "{who} share {} cores: timings will include contention{}",
                 cores.len(),
                 if binding.pus.is_empty() { " (ranks left unbound)" } else { "" }
             );
