@@ -218,6 +218,13 @@ impl XAxis {
     }
 }
 
+/// How far above the largest value an interval may stretch the y axis: beyond, its
+/// whisker is clipped at the axis top and marked with a triangle.
+const WHISKER_REACH: f64 = 1.5;
+
+/// The legend's words for the triangle of a clipped whisker.
+pub(crate) const CLIPPED_KEY: &str = "interval clipped at the axis top";
+
 /// The y range: from 0 (or the lowest value) to 10 % above the highest.
 fn y_range(values: impl Iterator<Item = f64>) -> std::ops::Range<f64> {
     let (lo, hi) = values
@@ -320,6 +327,8 @@ enum Swatch {
     /// A line with an open circle on it: a projection.
     OpenMarkLine(RGBColor),
     Fill(RGBAColor),
+    /// The triangle a whisker clipped at the axis top ends in.
+    Clipped(RGBColor),
 }
 
 /// Width of a legend entry's swatch and the gap after it, in pixels.
@@ -350,6 +359,7 @@ fn legend(
                 line
             }
             Swatch::Fill(c) => vec![Rectangle::new([(x, y - 5), (x + 22, y + 5)], c.filled()).into_dyn()],
+            Swatch::Clipped(c) => vec![TriangleMarker::new((x + 11, y), 6, c.filled()).into_dyn()],
         };
         let short: String = if name.chars().count() > max_chars {
             name.chars().take(max_chars.saturating_sub(1)).chain(['…']).collect()
@@ -391,13 +401,17 @@ pub(crate) fn line_chart_laid_out(chart: &LineChart, layout: &ChartLayout) -> Re
         .chain(chart.bands.iter().flat_map(|b| b.points.iter().map(|p| p.0)))
         .collect();
     let axis = XAxis::new(chart.x_scale, &xs);
-    let ys = chart
-        .series
-        .iter()
-        .flat_map(|s| s.points.iter())
-        .filter(|p| axis.usable(p.x))
-        .flat_map(|p| [p.y, p.interval.map_or(p.y, |i| i.1)])
+    let shown = || chart.series.iter().flat_map(|s| s.points.iter()).filter(|p| axis.usable(p.x));
+    // The axis fits the values; an interval reaches at most WHISKER_REACH × the largest
+    // value into it, and one past the axis top is clipped there and marked.
+    let largest = shown().map(|p| p.y).filter(|y| y.is_finite()).fold(f64::NEG_INFINITY, f64::max);
+    let reach = if largest > 0.0 { WHISKER_REACH * largest } else { f64::INFINITY };
+    let ys = shown()
+        .flat_map(|p| [p.y, p.interval.map_or(p.y, |i| i.1.min(reach))])
         .chain(chart.bands.iter().flat_map(|b| b.points.iter().flat_map(|p| [p.1, p.2])));
+    let ys = y_range(ys);
+    let y_top = ys.end;
+    let clipped = shown().any(|p| p.interval.is_some_and(|i| i.1 > y_top));
     let named = chart.bands.iter().filter(|b| !b.name.is_empty()).count()
         + chart.series.iter().filter(|s| !s.name.is_empty()).count()
         + layout.key.len();
@@ -427,7 +441,7 @@ pub(crate) fn line_chart_laid_out(chart: &LineChart, layout: &ChartLayout) -> Re
             axis.range.clone(),
             axis.ticks.clone(),
             &tick_text,
-            y_range(ys),
+            ys,
             (layout.legend, below_px),
         )?;
         let mut entries = draw_bands(&mut ctx, chart, &axis)?;
@@ -441,9 +455,12 @@ pub(crate) fn line_chart_laid_out(chart: &LineChart, layout: &ChartLayout) -> Re
                     PALETTE[(colour - 1) % PALETTE.len()]
                 }
             };
-            if let Some(e) = draw_series(&mut ctx, &chart.title, s, c, &axis)? {
+            if let Some(e) = draw_series(&mut ctx, &chart.title, s, c, &axis, y_top)? {
                 entries.push((s.name.clone(), e));
             }
+        }
+        if clipped {
+            entries.push((CLIPPED_KEY.into(), Swatch::Clipped(IDEAL)));
         }
         entries.extend(layout.key.iter().map(|(kind, name)| {
             let swatch = match kind {
@@ -545,7 +562,7 @@ fn draw_bands(ctx: &mut ChartWithKeys<'_, '_>, chart: &LineChart, axis: &XAxis) 
 
 /// One series: its line (unless marks only), its marks (unless ideal), its error bars;
 /// returns its legend swatch when it has a name.
-fn draw_series(ctx: &mut ChartWithKeys<'_, '_>, title: &str, s: &Series, c: RGBColor, axis: &XAxis) -> Result<Option<Swatch>> {
+fn draw_series(ctx: &mut ChartWithKeys<'_, '_>, title: &str, s: &Series, c: RGBColor, axis: &XAxis, y_top: f64) -> Result<Option<Swatch>> {
     let err = fail(title);
     let mut pts: Vec<Point> = s.points.iter().copied().filter(|p| axis.usable(p.x) && p.y.is_finite()).collect();
     pts.sort_by(|a, b| a.x.total_cmp(&b.x));
@@ -572,12 +589,17 @@ fn draw_series(ctx: &mut ChartWithKeys<'_, '_>, title: &str, s: &Series, c: RGBC
             axis.to_axis(p.x),
             lo,
             p.y,
-            hi,
+            hi.min(y_top),
             c.stroke_width(1),
             ERROR_CAP_PX,
         ))
     });
     ctx.draw_series(bars).map_err(|e| err(e.to_string()))?;
+    let clipped = pts
+        .iter()
+        .filter(|p| p.interval.is_some_and(|i| i.1 > y_top))
+        .map(|p| TriangleMarker::new((axis.to_axis(p.x), y_top), 6, c.filled()));
+    ctx.draw_series(clipped).map_err(|e| err(e.to_string()))?;
     Ok((!s.name.is_empty()).then_some(match s.kind {
         SeriesKind::Markers => Swatch::Mark(c),
         SeriesKind::Projected => Swatch::OpenMarkLine(c),
@@ -985,6 +1007,39 @@ mod tests {
         // Ranks of 0 cannot be drawn on a log axis and are left out.
         assert_eq!(labels(XScale::Ranks, &[0.0, 4.0]), ["4", "8"]);
         assert_eq!(labels(XScale::Log10, &[1e3, 8e6]), ["1000", "10k", "100k", "1.0M", "10.0M"]);
+    }
+
+    /// An interval far above the values does not stretch the axis: its whisker is
+    /// clipped at the top, marked with a triangle, and the legend says so; an interval
+    /// within reach is drawn whole with no such key.
+    #[test]
+    fn a_wide_interval_is_clipped_at_the_axis_top_and_marked() {
+        let chart = |high: f64| LineChart {
+            title: "efficiency".into(),
+            x_label: "ranks".into(),
+            y_label: "efficiency".into(),
+            x_scale: XScale::Ranks,
+            series: vec![Series {
+                name: "weak".into(),
+                points: vec![Point::new(1.0, 1.0), Point::new(2.0, 0.9).with_interval(0.5, high)],
+                kind: SeriesKind::Line,
+                colour: None,
+            }],
+            bands: Vec::new(),
+        };
+        let wide = line_chart(&chart(5.0)).unwrap();
+        assert!(wide.contains(CLIPPED_KEY), "{wide}");
+        // The axis tops out at 1.1 × 1.5 (the reach): no tick at 2 or above.
+        for tick in [">2<", ">3<", ">4<", ">5<", ">2.0<", ">4.0<"] {
+            assert!(!wide.contains(tick), "{tick} on the axis:\n{wide}");
+        }
+        let near = line_chart(&chart(1.2)).unwrap();
+        assert!(!near.contains(CLIPPED_KEY), "{near}");
+        assert_eq!(
+            wide.matches("<polygon").count(),
+            near.matches("<polygon").count() + 2,
+            "a triangle on the chart and in the legend"
+        );
     }
 
     #[test]
