@@ -380,6 +380,25 @@ fn references_match_the_whole_configuration() {
         lone.missing_reference
     );
     assert_eq!(rows.len(), 5);
+    // report.md's strong grid is keyed by the global batch: the 2 × 32 point sits on
+    // 1 × 64's row, beside its 1-rank step; the weak grid by the batch per rank.
+    let (_, md) = report_of(d.path());
+    let strong_grid = md
+        .split("### strong speedup by global batch × ranks")
+        .nth(1)
+        .expect("a strong grid");
+    let row64 = strong_grid
+        .lines()
+        .find(|l| l.starts_with("| 64 |"))
+        .unwrap_or_else(|| panic!("{strong_grid}"));
+    assert!(row64.ends_with(&format!(" {:.2} |", (64.0 / 1.5) / 64.0)), "{row64}");
+    assert!(!row64.contains("| – |"), "its 1-rank step is on its row: {row64}");
+    let weak_grid = md.split("### weak speedup by batch per rank × ranks").nth(1).expect("a weak grid");
+    let row32 = weak_grid
+        .lines()
+        .find(|l| l.starts_with("| 32 |"))
+        .unwrap_or_else(|| panic!("{weak_grid}"));
+    assert!(row32.ends_with(&format!(" {:.2} |", (64.0 / 1.5) / 32.0)), "{row32}");
 }
 
 /// `--overlap force` all-reduces on a thread that shares backward's cores: the step does

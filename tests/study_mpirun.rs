@@ -142,7 +142,7 @@ fn a_study_runs_every_point_on_its_ranks_and_goes_on_past_a_failing_one() {
     // The report covers the study: the grid, per-point summary and verdicts.
     let report = std::fs::read_to_string(out.join("report/report.md")).unwrap();
     assert!(report.contains("weak speedup by batch per rank × ranks"), "{report}");
-    assert!(report.contains("strong speedup by batch per rank × ranks"), "{report}");
+    assert!(report.contains("strong speedup by global batch × ranks"), "{report}");
     let (h, summary) = read_csv(&out.join("report/study.csv"));
     let point = h.iter().position(|c| c == "point").unwrap();
     let weak = h.iter().position(|c| c == "weak_speedup").unwrap();

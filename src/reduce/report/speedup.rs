@@ -281,13 +281,28 @@ fn batch_grid(md: &mut String, rows: &[&ScalingRow], mode: ScalingMode) {
         .iter()
         .filter(|r| r.scaling_mode == mode || r.scaling_mode == ScalingMode::Baseline)
         .collect();
-    let batches: BTreeSet<usize> = cells.iter().map(|r| r.batch_per_rank).collect();
+    // Weak scaling keeps the batch per rank, strong the global batch: each row is the
+    // batch its mode holds, so a point and its reference share a row.
+    let (key, what): (fn(&ScalingRow) -> usize, &str) = if mode == ScalingMode::Strong {
+        (|r| r.global_batch, "global batch")
+    } else {
+        (|r| r.batch_per_rank, "batch per rank")
+    };
+    let batches: BTreeSet<usize> = cells.iter().map(|r| key(r)).collect();
     let rank_counts: BTreeSet<usize> = cells.iter().map(|r| r.ranks).collect();
     if !cells.iter().any(|r| r.scaling_mode == mode) || (batches.len() < 2 && rank_counts.len() < 2) {
         return;
     }
-    let _ = writeln!(md, "\n### {mode} speedup by batch per rank × ranks\n");
-    let _ = write!(md, "| batch/rank | 1-rank step ms |");
+    let _ = writeln!(md, "\n### {mode} speedup by {what} × ranks\n");
+    let _ = write!(
+        md,
+        "| {} | 1-rank step ms |",
+        if mode == ScalingMode::Strong {
+            "global batch"
+        } else {
+            "batch/rank"
+        }
+    );
     for n in &rank_counts {
         let _ = write!(md, " {n} rank(s) |");
     }
@@ -300,11 +315,11 @@ fn batch_grid(md: &mut String, rows: &[&ScalingRow], mode: ScalingMode) {
         // The 1-rank time: what the batch costs before any communication.
         let alone = cells
             .iter()
-            .find(|r| r.batch_per_rank == *b && r.ranks == 1)
+            .find(|r| key(r) == *b && r.ranks == 1)
             .map_or("–".into(), |r| super::ms(r.step_s_mean));
         let _ = write!(md, "| {b} | {alone} |");
         for n in &rank_counts {
-            match cells.iter().find(|r| r.batch_per_rank == *b && r.ranks == *n) {
+            match cells.iter().find(|r| key(r) == *b && r.ranks == *n) {
                 Some(r) if r.speedup.is_finite() => {
                     let _ = write!(md, " {:.2} |", r.speedup);
                 }
@@ -315,5 +330,5 @@ fn batch_grid(md: &mut String, rows: &[&ScalingRow], mode: ScalingMode) {
         }
         let _ = writeln!(md);
     }
-    let _ = writeln!(md, "\nEach cell is throughput relative to its reference (1-rank step ms: the mean step of the 1-rank runs at that batch, what it costs alone); a larger batch per rank does more compute per all-reduce, so it usually scales better.");
+    let _ = writeln!(md, "\nEach cell is throughput relative to its reference (1-rank step ms: the mean step of the 1-rank runs at that batch, what it costs alone); a larger batch per rank does more compute per all-reduce, so it usually scales better.{}", if mode == ScalingMode::Strong { " Strong scaling splits each row's global batch over the ranks: at n ranks each holds 1/n of it." } else { "" });
 }
