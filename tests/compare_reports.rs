@@ -172,6 +172,19 @@ fn two_reports_of_real_runs_side_by_side_with_ratios_and_intervals() {
         md.contains("| figure | A | B | B / A | 95 % interval of B / A | direction |"),
         "{md}"
     );
+    // Each side's header names what it ran on: the fixtures' runs are on one CPU node.
+    for side in ["A: `", "B: `"] {
+        let line = md.lines().find(|l| l.starts_with(side)).unwrap_or_else(|| panic!("{md}"));
+        assert!(
+            line.contains("node type \"") && line.contains("device cpu") && line.contains("1 node(s) at most"),
+            "{line}"
+        );
+    }
+    assert!(
+        job.stdout.lines().any(|l| l.starts_with("A: ") && l.contains("device cpu")),
+        "{}",
+        job.stdout
+    );
     // Bus bandwidth reads in GB/s where a person reads it; compare.csv keeps bytes/s.
     let busbw = md
         .lines()

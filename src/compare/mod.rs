@@ -65,7 +65,11 @@ pub fn main(args: CompareArgs) -> anyhow::Result<()> {
     let a = read::side(&args.a)?;
     let b = read::side(&args.b)?;
     let (shared, only) = points::compare(&a.report, &b.report)?;
-    let labels = (a.file.display().to_string(), b.file.display().to_string());
+    // Each side with what it ran on, so that the figures are read against their hardware.
+    let labels = (
+        format!("{} ({})", a.file.display(), a.report.hardware()),
+        format!("{} ({})", b.file.display(), b.report.hardware()),
+    );
     let sentence = write::biggest_difference(&shared);
     crate::cleanup::install_report_signals();
     let dir = write::new_folder(args.out.as_deref())?;

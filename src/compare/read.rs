@@ -39,6 +39,41 @@ pub(super) struct RunEntry {
     #[serde(deserialize_with = "number")]
     pub samples_per_s: f64,
     pub per_step: StepPhases,
+    /// The node types its ranks ran on, and its nodes (absent in older reports).
+    #[serde(default)]
+    pub node_types: Vec<String>,
+    #[serde(default)]
+    pub nodes: usize,
+}
+
+impl ReportFile {
+    /// What a side ran on, in words: its runs' node types, devices and most nodes.
+    pub(super) fn hardware(&self) -> String {
+        let mut types: Vec<&str> = self.runs.iter().flat_map(|r| r.node_types.iter().map(String::as_str)).collect();
+        types.sort_unstable();
+        types.dedup();
+        let mut devices: Vec<String> = self
+            .runs
+            .iter()
+            .filter_map(|r| {
+                r.comparison_key
+                    .as_ref()?
+                    .get("device")
+                    .map(|d| d.as_str().map_or_else(|| d.to_string(), str::to_string))
+            })
+            .collect();
+        devices.sort_unstable();
+        devices.dedup();
+        let nodes = self.runs.iter().map(|r| r.nodes).max().unwrap_or(0);
+        let or_unknown = |v: Vec<String>| if v.is_empty() { "not recorded".to_string() } else { v.join(", ") };
+        format!(
+            "node type {}; device {}; {} node(s) at most; {} run(s)",
+            or_unknown(types.iter().map(|t| format!("\"{t}\"")).collect()),
+            or_unknown(devices),
+            if nodes == 0 { "?".to_string() } else { nodes.to_string() },
+            self.runs.len()
+        )
+    }
 }
 
 /// Mean seconds per rank-step by part of the step (report.json's `per_step`, keyed as
