@@ -186,6 +186,14 @@ impl OutFolder {
         for name in self.previous.iter().map(String::as_str).chain([MANIFEST, LOCK_FILE]) {
             remove_own(&old.join(name));
         }
+        // A job that was taking the lock as the folders swapped wrote its temporary
+        // lock file into the old folder; it takes the lock again in the new one.
+        for e in std::fs::read_dir(&old).into_iter().flatten().flatten() {
+            let plain = e.file_type().is_ok_and(|t| t.is_file());
+            if plain && crate::record::lock::is_lock_temporary(&e.file_name().to_string_lossy()) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
         if let Err(e) = std::fs::remove_dir(&old) {
             eprintln!(
                 "the previous report's folder, now {}, holds files ddpbench did not write ({e}): they were kept there; \

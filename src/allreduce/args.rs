@@ -148,7 +148,7 @@ impl AllreduceArgs {
     /// say it before MPI starts.
     pub(crate) fn validate(&self) -> Result<()> {
         if let Some(max) = self.max_bytes {
-            self.check_sizes(max)?;
+            self.check_sizes(max, "--max-bytes")?;
         }
         if !(self.budget_s.is_finite() && self.budget_s > 0.0) {
             bail!("--budget-s {} must be a positive number of seconds", self.budget_s);
@@ -163,9 +163,9 @@ impl AllreduceArgs {
     /// --model or --for, or the device's default; checked against --min-bytes and one
     /// element.
     pub(crate) fn sweep_max_bytes(&self, device: tch::Device) -> Result<u64> {
-        let max = match (self.max_bytes, self.model, &self.for_run) {
-            (Some(m), _, _) => m,
-            (None, Some(kind), _) => 2 * crate::model::gradient_bytes_of(kind),
+        let (max, source) = match (self.max_bytes, self.model, &self.for_run) {
+            (Some(m), _, _) => (m, "--max-bytes"),
+            (None, Some(kind), _) => (2 * crate::model::gradient_bytes_of(kind), "twice --model's gradient bytes,"),
             (None, None, Some(dir)) => {
                 let m = crate::record::Manifest::read(dir)
                     .with_context(|| format!("--for {}: not a run folder ddpbench can read", dir.display()))?;
@@ -174,21 +174,20 @@ impl AllreduceArgs {
                     "--for {}: its manifest records no gradient bytes; give --max-bytes",
                     dir.display()
                 );
-                2 * m.gradient_bytes
+                (2 * m.gradient_bytes, "twice --for's gradient bytes,")
             }
-            (None, None, None) if device == tch::Device::Cpu => 64 << 20,
-            (None, None, None) => 1 << 30,
+            (None, None, None) if device == tch::Device::Cpu => (64 << 20, "the CPU default --max-bytes"),
+            (None, None, None) => (1 << 30, "the GPU default --max-bytes"),
         };
-        self.check_sizes(max)?;
+        self.check_sizes(max, source)?;
         Ok(max)
     }
 
-    fn check_sizes(&self, max: u64) -> Result<()> {
+    /// Checks the largest size `max`, named `source` in messages, against --min-bytes
+    /// and one element.
+    fn check_sizes(&self, max: u64, source: &str) -> Result<()> {
         if self.min_bytes > max {
-            bail!(
-                "--min-bytes {} is larger than the largest size {max} (--max-bytes, --model or --for)",
-                self.min_bytes
-            );
+            bail!("--min-bytes {} is larger than {source} {max}", self.min_bytes);
         }
         let element = self.dtype.bytes() as u64;
         if max < element {
@@ -344,7 +343,7 @@ mod tests {
             .unwrap_err();
         assert!(
             e.to_string()
-                .contains("--min-bytes 1073741824 is larger than the largest size 9599056"),
+                .contains("--min-bytes 1073741824 is larger than twice --model's gradient bytes, 9599056"),
             "{e}"
         );
     }

@@ -202,6 +202,9 @@ impl FolderLock {
                     return Ok(FolderLock { path, bytes });
                 }
                 Ok(false) => {}
+                // The folder was put aside between the lock's write and its link (another
+                // job swapped a new report into its place): the name holds a folder again.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && dir.is_dir() => continue,
                 Err(e) => {
                     return Err(e).with_context(|| {
                         format!(
@@ -275,6 +278,15 @@ impl FolderLock {
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.bytes
     }
+}
+
+/// Whether `name` is a lock's temporary file ([`create_whole`]'s): one another job left in
+/// a folder that was put aside while it wrote.
+pub(crate) fn is_lock_temporary(name: &str) -> bool {
+    name.strip_prefix(LOCK_FILE)
+        .and_then(|rest| rest.strip_prefix('.'))
+        .and_then(|rest| rest.strip_suffix(".tmp"))
+        .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// Creates the lock `path` holding `bytes`, whole from its first instant, when nothing is
@@ -428,6 +440,22 @@ fn scheduler_job_in(env: impl Fn(&str) -> Option<String>) -> Option<(&'static st
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lock's temporary file is known by its exact form, and nothing else is.
+    #[test]
+    fn a_lock_temporary_is_known_by_its_name() {
+        let tmp = format!("{LOCK_FILE}.{}.tmp", files::random_hex(8));
+        assert!(is_lock_temporary(&tmp), "{tmp}");
+        for other in [
+            LOCK_FILE.to_string(),
+            format!("{LOCK_FILE}.tmp"),
+            format!("{LOCK_FILE}.0123456789abcdeg.tmp"),
+            format!("{LOCK_FILE}.0123.tmp"),
+            "summary.csv".into(),
+        ] {
+            assert!(!is_lock_temporary(&other), "{other}");
+        }
+    }
 
     fn plant(dir: &Path, h: &Holder) {
         std::fs::write(dir.join(LOCK_FILE), serde_json::to_vec_pretty(h).unwrap()).unwrap();
