@@ -626,9 +626,14 @@ pub(crate) fn gradient_bytes_by_dtype(params: &[(String, Tensor)]) -> Vec<(&'sta
 /// A built-in model's gradient bytes at fp32 (its parameters × 4), as `ddpbench models`
 /// prints them.
 pub(crate) fn gradient_bytes_of(kind: ModelKind) -> u64 {
+    4 * parameter_count(kind, &ModelOptions::default())
+}
+
+/// A built-in model's parameter count, from the network built on CPU.
+fn parameter_count(kind: ModelKind, o: &ModelOptions) -> u64 {
     let vs = nn::VarStore::new(tch::Device::Cpu);
-    let _net = build(kind, &vs.root(), &ModelOptions::default());
-    4 * ordered_parameters(&vs).iter().map(|(_, t)| t.numel() as u64).sum::<u64>()
+    let _net = build(kind, &vs.root(), o);
+    ordered_parameters(&vs).iter().map(|(_, t)| t.numel() as u64).sum()
 }
 
 /// `ddpbench models`: every model with its parameter count and gradient bytes.
@@ -638,9 +643,7 @@ pub(crate) fn list(o: &ModelOptions) {
         "model", "parameters", "gradient bytes", "input", "classes"
     );
     for kind in ModelKind::value_variants() {
-        let vs = nn::VarStore::new(tch::Device::Cpu);
-        let _net = build(*kind, &vs.root(), o);
-        let n: i64 = ordered_parameters(&vs).iter().map(|(_, t)| t.numel() as i64).sum();
+        let n = parameter_count(*kind, o);
         let s = spec(*kind, o);
         let input = match s.input {
             Input::Image([c, h, w]) => format!("{c}×{h}×{w} image"),

@@ -140,7 +140,7 @@ pub(super) fn lr_rule(cfg: &TrainConfig, schedule: &Schedule) -> String {
         LrScaling::Linear => format!(
             "{base} × {} = {} (--lr-scaling linear: ranks × --grad-accum)",
             schedule.lr_scale,
-            base * schedule.lr_scale
+            peak_lr(cfg, schedule)
         ),
     };
     let warmup = match schedule.warmup_lr_steps {

@@ -241,25 +241,10 @@ impl<'a> Batch<'a> {
             .collect()
     }
 
-    /// Each of the best learning rate's runs' own trajectory (as [`Batch::trajectory`],
-    /// one run at a time).
-    fn run_trajectories(&self) -> Vec<Trajectory> {
+    /// The measured steps before the reach of each of the best learning rate's runs
+    /// that reached the target (runs without such steps left out).
+    fn steps_before_reach(&self) -> Vec<Vec<NoiseStep>> {
         self.points[self.best]
-            .1
-            .iter()
-            .filter(|(_, t)| t.measures_samples())
-            .filter_map(|(r, t)| {
-                let end = t.steps_to_target? as u64;
-                let s: Vec<NoiseStep> = r.noise_steps.iter().filter(|s| s.global_step < end).copied().collect();
-                (!s.is_empty()).then(|| Trajectory::of(&[&s], INTEGRATION_WINDOW_STEPS))
-            })
-            .collect()
-    }
-
-    /// B_simple over windows of the best learning rate's runs that reached the target,
-    /// from their measured steps before the reach; None when none measured the norms.
-    fn trajectory(&self) -> Option<Trajectory> {
-        let steps: Vec<Vec<NoiseStep>> = self.points[self.best]
             .1
             .iter()
             .filter(|(_, t)| t.measures_samples())
@@ -268,7 +253,17 @@ impl<'a> Batch<'a> {
                 let s: Vec<NoiseStep> = r.noise_steps.iter().filter(|s| s.global_step < end).copied().collect();
                 (!s.is_empty()).then_some(s)
             })
-            .collect();
+            .collect()
+    }
+
+    /// Each of those runs' own trajectory, one run at a time.
+    fn run_trajectories(steps: &[Vec<NoiseStep>]) -> Vec<Trajectory> {
+        steps.iter().map(|s| Trajectory::of(&[s], INTEGRATION_WINDOW_STEPS)).collect()
+    }
+
+    /// B_simple over windows of those runs' steps together; None when none measured the
+    /// norms.
+    fn trajectory(steps: &[Vec<NoiseStep>]) -> Option<Trajectory> {
         let runs: Vec<&[NoiseStep]> = steps.iter().map(Vec::as_slice).collect();
         (!runs.is_empty()).then(|| Trajectory::of(&runs, INTEGRATION_WINDOW_STEPS))
     }
@@ -450,6 +445,8 @@ pub(crate) fn rows(runs: &[RunReport]) -> Vec<TargetRow> {
         let base = reached.first().copied();
         let base_batch = base.and_then(|b0| per.iter().find(|p| p.0 == b0)).map(|p| &p.2);
         let noise = base_batch.and_then(Batch::noise);
+        // B0's steps before the reach, read once for both trajectories.
+        let base_steps = base_batch.map(Batch::steps_before_reach).unwrap_or_default();
         let predictors = base.zip(base.and_then(samples)).map(|(b0, e0)| {
             let fit = fit_partner(b0, &reached).map(|b1| TwoBatchFit::through(b0, e0, b1, samples(b1).unwrap_or(f64::NAN)));
             Predictors {
@@ -457,8 +454,8 @@ pub(crate) fn rows(runs: &[RunReport]) -> Vec<TargetRow> {
                 optimizer: optimizer_of(group[0].0),
                 batch0: b0,
                 e0,
-                trajectory: base_batch.and_then(Batch::trajectory),
-                per_run: base_batch.map(Batch::run_trajectories).unwrap_or_default(),
+                trajectory: Batch::trajectory(&base_steps),
+                per_run: Batch::run_trajectories(&base_steps),
                 noise: noise.clone(),
                 fit,
             }
