@@ -2374,3 +2374,46 @@ fn a_projection_stands_on_every_repeat_and_one_busy_repeat_moves_it_less_than_it
     let md = std::fs::read_to_string(lone.join("report.md")).unwrap();
     assert!(md.contains("its band holds no run-to-run spread"), "{md}");
 }
+
+/// The report leads with the decision: report.md's first section is "What to run". With
+/// no link model it says why nothing is recommended, and its next command, run as
+/// written with a link named, makes a recommendation; the terminal prints the decision
+/// last, right above where the files went.
+#[test]
+fn the_report_leads_with_what_to_run_and_its_next_command_makes_a_recommendation() {
+    let dir = tmp();
+    let runs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema2/study/runs");
+    let out = dir.path().join("plain");
+    ddpbench(&["reduce", &path_str(&runs), "--out", &path_str(&out), "--no-plots"]).assert_ok();
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let first = md.lines().find(|l| l.starts_with("## ")).unwrap();
+    assert_eq!(first, "## What to run", "{md}");
+    let d = &json(&out.join("report.json"))["decisions"][0];
+    assert_eq!(d["run"].as_array().map(Vec::len), Some(0), "{d}");
+    let why = d["no_run_because"].as_str().unwrap();
+    assert!(why.contains("no link model was given"), "{why}");
+    let next = d["next"].as_str().unwrap();
+    let command = next.split('`').nth(1).unwrap_or_else(|| panic!("no command in {next}"));
+    assert!(
+        command.starts_with("ddpbench reduce ") && command.contains("--link NAME"),
+        "{command}"
+    );
+    assert!(!command.contains('\''), "the fixture's path needs no quoting: {command}");
+    let linked = dir.path().join("linked");
+    let mut args: Vec<String> = command
+        .split(' ')
+        .skip(1)
+        .map(|a| if a == "NAME" { "ib-hdr".to_string() } else { a.to_string() })
+        .collect();
+    args.extend(["--out".into(), path_str(&linked), "--no-plots".into()]);
+    let job = ddpbench(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    job.assert_ok();
+    let d = &json(&linked.join("report.json"))["decisions"][0];
+    let run = d["run"][0]
+        .as_str()
+        .unwrap_or_else(|| panic!("the next command made no recommendation: {d}"));
+    assert!(run.contains("on ib-hdr") && run.contains("GPU-hours per epoch"), "{run}");
+    assert!(d["no_run_because"].is_null(), "{d}");
+    let at = |t: &str| job.stdout.rfind(t).unwrap_or_else(|| panic!("{t:?} not printed:\n{}", job.stdout));
+    assert!(at("Recommendation for") < at("What to run:") && at("What to run:") < at("\nwrote "));
+}

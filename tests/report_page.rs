@@ -87,7 +87,7 @@ fn report_page_renders_in_a_browser() {
     // The sections in the order a reader needs them.
     let at = |t: &str| dom.find(t).unwrap_or_else(|| panic!("{t:?} not in the page"));
     let order = [
-        "Verdict",
+        "What to run",
         "Speedup and efficiency",
         "Where the ideal throughput went",
         "Where the step goes",
@@ -130,6 +130,65 @@ fn report_page_renders_in_a_browser() {
     ] {
         assert!(job.stdout.lines().any(|l| l.starts_with(id)), "{id} cut in:\n{}", job.stdout);
     }
+}
+
+/// The decision is the first screen: in a 1,400 × 900 window, the recommendation's line
+/// (a shape with its epoch, GPU-hours and cost) ends above the window's bottom. The page
+/// has no script of its own; a copy of it gets one that measures where that line lies
+/// and writes it into the DOM, which Chromium then dumps.
+#[test]
+fn the_first_screen_shows_what_to_run_with_epoch_gpu_hours_and_cost() {
+    let kept = tmp();
+    let dir = kept.path().to_path_buf();
+    let out = dir.join("report");
+    let f = fixtures();
+    ddpbench(&[
+        "reduce",
+        &path_str(&f.join("study/runs")),
+        &path_str(&f.join("single")),
+        &path_str(&f.join("sweep")),
+        "--out",
+        &path_str(&out),
+        "--link",
+        "ib-hdr",
+        "--price-per-gpu-hour",
+        "2.5",
+    ])
+    .assert_ok();
+    let report = json(&out.join("report.json"));
+    let run = report["decisions"][0]["run"][0]
+        .as_str()
+        .unwrap_or_else(|| panic!("no decision: {report}"));
+    for word in ["epoch", "GPU-hours per epoch", "cost "] {
+        assert!(run.contains(word), "the recommendation's line lacks {word:?}: {run}");
+    }
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    let probe = r#"<script>
+window.addEventListener('load', () => {
+  const line = [...document.querySelectorAll('li')].find(li =>
+    /GPU-hours per epoch/.test(li.textContent) && /cost /.test(li.textContent));
+  const r = line ? line.getBoundingClientRect() : null;
+  document.body.setAttribute('data-probe',
+    r ? `${r.top} ${r.bottom} ${window.innerHeight} ${line.textContent.slice(0, 40)}` : 'none');
+});
+</script>"#;
+    let probed = dir.join("probe.html");
+    std::fs::write(&probed, page.replacen("</body>", &format!("{probe}</body>"), 1)).unwrap();
+    let (dom, _) = chromium(&dir, &probed, &["--window-size=1400,900", "--dump-dom"]);
+    let at = dom.find("data-probe=\"").unwrap_or_else(|| panic!("the probe did not run:\n{dom}")) + 12;
+    let probe = &dom[at..at + dom[at..].find('"').unwrap()];
+    let fields: Vec<&str> = probe.splitn(4, ' ').collect();
+    assert!(fields.len() == 4, "no line with GPU-hours and cost on the page: {probe}");
+    let (top, bottom, height): (f64, f64, f64) = (fields[0].parse().unwrap(), fields[1].parse().unwrap(), fields[2].parse().unwrap());
+    assert!(
+        top >= 0.0 && bottom <= height,
+        "the recommendation lies at {top}–{bottom} px, below the first screen ({height} px): {probe}"
+    );
+    let words: String = run.replace("**", "").chars().take(30).collect();
+    assert!(
+        fields[3].starts_with(&words[..words.len().min(fields[3].len())]),
+        "{probe} is not {run}"
+    );
 }
 
 #[test]

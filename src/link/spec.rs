@@ -208,7 +208,7 @@ bit/s kbit/s Mbit/s Gbit/s Tbit/s (also Gb/s) or B/s kB/s MB/s GB/s TB/s (decima
 to 1 s and one of ns us µs ms s (e.g. 100Gbit/s,5us or 25GB/s,2us); either may end in ,efficiency=F: the fraction of line \
 rate an all-reduce reaches on it, above 0 and at most 1 (e.g. 100Gbit/s,5us,efficiency=0.85 or roce-100g,efficiency=0.8)";
 
-fn preset_names() -> String {
+pub(crate) fn preset_names() -> String {
     PRESETS.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
 }
 

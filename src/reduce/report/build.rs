@@ -2,8 +2,8 @@
 //! and the sentences said about them.
 
 use super::{
-    communication, efficiency, nodes, noise, speedup, target, Duplicate, EpochBreakdown, Findings, LeftOut, ProbeReading, ProjectionReport,
-    RankQuantiles, Report, RunReport, StepPhases, REPORT_VERSION,
+    communication, decision, efficiency, nodes, noise, speedup, target, Duplicate, EpochBreakdown, Findings, LeftOut, ProbeReading,
+    ProjectionReport, RankQuantiles, Report, RunReport, StepPhases, REPORT_VERSION,
 };
 use crate::record::{Phase, PhaseArray, SCHEMA_VERSION};
 use crate::reduce::analysis::{self, scaling::samples_per_s, RunStats, StepBreakdown, TypeStats};
@@ -40,7 +40,9 @@ pub(crate) fn build(
     let (time_to_accuracy, time_to_accuracy_none) = noise::time_to_accuracy(&scaling, &runs);
     let target_loss = target::rows(&runs);
     join_time_to_target(projection.as_mut(), &target_loss);
+    let decisions = decision::decisions(&scaling, &runs, complete, projection.as_ref());
     Report {
+        decisions,
         time_to_accuracy,
         time_to_accuracy_none,
         target_loss,

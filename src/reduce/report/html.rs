@@ -174,7 +174,7 @@ fn render(report: &Report, shown: &[Shown], with_plots: bool, notes: &[(String, 
         report.incomplete.len()
     );
     bound_note(&mut h, notes, bytes_max);
-    verdict(&mut h, report);
+    decision(&mut h, report);
     section(
         &mut h,
         "Speedup and efficiency",
@@ -283,37 +283,21 @@ pub(crate) fn study_page(study_md: &str, curves: &[(String, String)], with_plots
     }
 }
 
-/// Each workload's verdict, then what the projection says to run, if there is one.
-fn verdict(h: &mut String, report: &Report) {
-    section(h, "Verdict", "");
-    if report.workloads.is_empty() {
-        h.push_str("<p class=\"verdict\">No point was compared with a reference: scaling needs runs of the same workload at two or more rank counts (a 1-rank run is the reference).</p>\n");
+/// The first screen: each workload's decision (report.md's first section), one box each.
+fn decision(h: &mut String, report: &Report) {
+    section(h, "What to run", "");
+    if report.decisions.is_empty() {
+        let mut md = String::new();
+        Section::Decision.markdown(&mut md, report);
+        let body = markdown_html(&md);
+        let text = body.split_once('\n').map_or("", |(_, rest)| rest);
+        let _ = writeln!(h, "<div class=\"verdict\">{text}</div>");
     }
-    for w in &report.workloads {
-        let _ = writeln!(
-            h,
-            "<div class=\"verdict\"><strong>{} on {}</strong> ({}): {}</div>",
-            esc(&w.model),
-            esc(&w.dataset),
-            esc(&w.comparison),
-            inline(&w.verdict)
-        );
+    for d in &report.decisions {
+        let mut md = String::new();
+        super::decision::workload_markdown(&mut md, d);
+        let _ = writeln!(h, "<div class=\"verdict\">{}</div>", markdown_html(&md));
     }
-    // Only the answers stand here; how each projection was checked is under "Projection".
-    let answers: Vec<(&str, &String)> = report
-        .projection
-        .iter()
-        .flat_map(|p| &p.workloads)
-        .flat_map(|w| w.answers.iter().map(move |a| (w.name.as_str(), a)))
-        .collect();
-    if answers.is_empty() {
-        return;
-    }
-    h.push_str("<h3>What to run (from the projection)</h3>\n<ul>\n");
-    for (name, a) in answers {
-        let _ = writeln!(h, "<li><strong>{}</strong>: {}</li>", esc(name), inline(a));
-    }
-    h.push_str("</ul>\n");
 }
 
 /// The heatmaps of the runs with the most ranks, at most [`HEATMAPS_SHOWN`].

@@ -8,6 +8,7 @@
 mod build;
 mod communication;
 pub(crate) mod compute_comm_grid;
+mod decision;
 mod efficiency;
 mod files;
 pub(crate) mod html;
@@ -27,6 +28,7 @@ pub(crate) mod times;
 pub(crate) mod verdict;
 
 pub(crate) use build::build;
+pub(crate) use decision::Decision;
 pub(crate) use files::write_locked;
 #[cfg(feature = "train")]
 pub(crate) use files::{csv_bytes, not_written};
@@ -66,6 +68,9 @@ pub struct Report {
     pub scaling: Vec<ScalingRow>,
     /// Per workload (runs compared with each other): what its points say.
     pub workloads: Vec<WorkloadVerdict>,
+    /// Per workload, in the same order: what the report says first (verdict in a line,
+    /// what to run or why nothing is recommended, the next command).
+    pub decisions: Vec<Decision>,
     /// The sentences under report.md's tables.
     pub findings: Findings,
     /// Per compared point with a measured gradient noise scale: the predicted samples to

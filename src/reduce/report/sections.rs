@@ -3,12 +3,14 @@
 //! new section is a variant here and its renderer; the compiler then asks for its
 //! markdown and for its place on the page ([`Section::html_place`]).
 
-use super::{communication, compute_comm_grid, efficiency, nodes, noise, peer, speedup, target, times, Duplicate, Report};
+use super::{communication, compute_comm_grid, decision, efficiency, nodes, noise, peer, speedup, target, times, Duplicate, Report};
 use std::fmt::Write;
 
 /// One section of report.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Section {
+    /// Per workload: the verdict in a line, what to run, the next command.
+    Decision,
     /// What the figures are: ddpbench's runs beside the PyTorch DDP twins, when any.
     WhatTheFiguresAre,
     Runs,
@@ -38,7 +40,8 @@ pub(super) enum HtmlPlace {
 
 impl Section {
     /// report.md's order.
-    pub(super) const ALL: [Section; 15] = [
+    pub(super) const ALL: [Section; 16] = [
+        Section::Decision,
         Section::WhatTheFiguresAre,
         Section::Runs,
         Section::PerWorkload,
@@ -60,6 +63,7 @@ impl Section {
     pub(super) fn markdown(self, md: &mut String, report: &Report) {
         let f = &report.findings;
         match self {
+            Section::Decision => decision::markdown(md, &report.decisions),
             Section::WhatTheFiguresAre => peer::what_the_figures_are(md, report),
             Section::Runs => speedup::runs_table(md, &report.runs, &report.summary),
             Section::PerWorkload => speedup::per_workload(md, &report.scaling, &report.workloads),
@@ -81,7 +85,7 @@ impl Section {
     /// Where report.html shows it.
     pub(super) fn html_place(self) -> HtmlPlace {
         match self {
-            Section::PerWorkload | Section::Waterfall => HtmlPlace::Lead,
+            Section::Decision | Section::PerWorkload | Section::Waterfall => HtmlPlace::Lead,
             Section::WhatTheFiguresAre
             | Section::Runs
             | Section::ComputeVsComm
@@ -146,6 +150,7 @@ mod tests {
             ranks: Vec::new(),
             scaling: Vec::new(),
             workloads: Vec::new(),
+            decisions: Vec::new(),
             findings: Findings::default(),
             time_to_accuracy: Vec::new(),
             time_to_accuracy_none: Vec::new(),
@@ -164,8 +169,14 @@ mod tests {
             assert!(headings.contains(&want), "report.md lacks {want}: {headings:?}");
         }
         for h in &headings {
+            // A section the page leads with has the page's own heading level.
             let rendered = html::markdown_html(h);
-            assert!(page.contains(rendered.trim()), "report.html lacks {h} ({})", rendered.trim());
+            let lead = rendered.trim().replace("h3>", "h2>");
+            assert!(
+                page.contains(rendered.trim()) || page.contains(&lead),
+                "report.html lacks {h} ({})",
+                rendered.trim()
+            );
         }
         // The sections' own text, not only their headings: the PyTorch DDP paragraph and
         // the target table's first row.

@@ -63,7 +63,7 @@ fn warnings(md: &mut String, runs: &[RunReport]) {
 
 /// The rows of each workload (the runs compared with each other), by model, data set and
 /// comparison; within one, baselines first, then by batch per rank and ranks.
-fn by_workload(scaling: &[ScalingRow]) -> BTreeMap<(&str, &str, &str), Vec<&ScalingRow>> {
+pub(super) fn by_workload(scaling: &[ScalingRow]) -> BTreeMap<(&str, &str, &str), Vec<&ScalingRow>> {
     let mut workloads: BTreeMap<(&str, &str, &str), Vec<&ScalingRow>> = BTreeMap::new();
     for r in scaling {
         workloads

@@ -20,6 +20,9 @@ pub(crate) fn print(report: &Report, out: &Path, plots: bool) {
         print_projection(&p.rows);
         super::recommendation::print(p);
     }
+    for line in super::decision::terminal_lines(&report.decisions) {
+        println!("{}", crate::escape::terminal(&line));
+    }
     let mut names: Vec<&str> = super::files::REPORT_FILES.to_vec();
     if projected {
         names.push(super::files::PROJECTION_FILE);
