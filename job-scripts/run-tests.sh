@@ -17,6 +17,8 @@
 #     job-scripts/report-build.sh;
 #  3. the cluster emulation (as root only): the sbatch scripts on a private Slurm with
 #     2 fake nodes × 4 fake GPUs, and 2 ranks in network namespaces over a shaped link.
+# The page and timeline tests need Debian's chromium and speedscope from npm: installed
+# here once (as root), speedscope under DDPBENCH_HOME.
 # Set DDPBENCH_CLUSTER_TESTS=0 to skip part 3.
 set -euo pipefail
 quick=0
@@ -67,6 +69,22 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "chromium missing and not root: tests/report_page.rs will fail (apt-get install chromium)"
   fi
 fi
+# tests/trace_mpirun.rs opens a merged timeline in a real viewer: speedscope from npm,
+# in the same headless Chromium, from DDPBENCH_HOME (outside the clone).
+speedscope_npm="${DDPBENCH_HOME:-$HOME/.cache/ddpbench}/npm"
+if [ ! -f "$speedscope_npm/node_modules/speedscope/dist/release/index.html" ]; then
+  if ! command -v npm >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing npm for the timeline viewer test (once)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends npm >/dev/null
+  fi
+  if command -v npm >/dev/null 2>&1; then
+    echo "installing speedscope 1.25.0 from npm for the timeline viewer test (once)"
+    npm install --prefix "$speedscope_npm" speedscope@1.25.0 --no-audit --no-fund >/dev/null
+  else
+    echo "npm missing and not root: the speedscope test in tests/trace_mpirun.rs will fail (apt-get install npm)"
+  fi
+fi
+export DDPBENCH_SPEEDSCOPE="$speedscope_npm/node_modules/speedscope/dist/release"
 # The quick tier in parallel, then the MPI tier one test at a time. Every part runs
 # even when an earlier one failed (cargo's --no-fail-fast, then the report-only build,
 # then the cluster emulation), so one failure hides nothing; the summary at the

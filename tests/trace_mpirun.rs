@@ -878,3 +878,134 @@ fn trace_png_refuses_an_existing_file_a_fifo_an_unwritable_path_and_a_run_withou
     assert_eq!(job.status, Some(2), "bad --png-steps: {}", job.all());
     assert!(job.stderr.contains("--png-steps"), "{}", job.all());
 }
+
+/// speedscope's built app: `DDPBENCH_SPEEDSCOPE`, else where job-scripts/run-tests.sh
+/// installs it from npm (`~/.cache/ddpbench/npm`).
+fn speedscope_app() -> std::path::PathBuf {
+    let app = std::env::var_os("DDPBENCH_SPEEDSCOPE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").unwrap_or_default();
+            Path::new(&home).join(".cache/ddpbench/npm/node_modules/speedscope/dist/release")
+        });
+    assert!(
+        app.join("index.html").is_file(),
+        "speedscope not found at {} (job-scripts/run-tests.sh installs it: npm install --prefix ~/.cache/ddpbench/npm speedscope@1.25.0)",
+        app.display()
+    );
+    app
+}
+
+/// A local HTTP server on 127.0.0.1 for the test's life: `/app/…` from `app`,
+/// `/timeline.json` from `timeline`, anything else 404. Returns its port.
+fn serve(app: std::path::PathBuf, timeline: std::path::PathBuf) -> u16 {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(&stream);
+            let mut request = String::new();
+            let _ = reader.read_line(&mut request);
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let path = request.split(' ').nth(1).unwrap_or("/").split(['?', '#']).next().unwrap_or("/");
+            let file = if path == "/timeline.json" {
+                Some(timeline.clone())
+            } else {
+                path.strip_prefix("/app/").filter(|p| !p.contains("..")).map(|p| app.join(p))
+            };
+            let mut s = &stream;
+            match file.and_then(|f| std::fs::read(&f).ok().map(|b| (f, b))) {
+                Some((f, body)) => {
+                    let kind = match f.extension().and_then(|e| e.to_str()).unwrap_or("") {
+                        "html" => "text/html",
+                        "js" => "text/javascript",
+                        "css" => "text/css",
+                        "json" => "application/json",
+                        "wasm" => "application/wasm",
+                        "png" => "image/png",
+                        _ => "application/octet-stream",
+                    };
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = s.write_all(head.as_bytes()).and_then(|_| s.write_all(&body));
+                }
+                None => {
+                    let _ = s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                }
+            }
+        }
+    });
+    port
+}
+
+/// The merged timeline of a 2-rank run (30 steps traced, 1 MiB buckets: many slices
+/// per step) opened in a real viewer: speedscope 1.25 in headless Chromium, served over
+/// HTTP as the app expects. speedscope computes each slice's end as
+/// `(ts − the track's first ts) + dur` and logs "Tried to end X when Y was on the top of
+/// the stack" for every slice that then ends past its neighbour's start; it logs none,
+/// and it imported the file (its title names it).
+#[test]
+fn speedscope_opens_the_timeline_without_a_nesting_warning() {
+    let app = speedscope_app();
+    let d = tmp();
+    let out = d.path().join("run");
+    let o = path_str(&out);
+    let mut cmd = mpirun_cmd(2);
+    cmd.arg(BIN).arg("train").args([
+        "--max-steps",
+        "30",
+        "--trace-steps",
+        "0:30",
+        "--bucket-mb",
+        "1",
+        "--val-samples",
+        "0",
+        "--probe-iters",
+        "0",
+        "--out",
+        &o,
+    ]);
+    run_with_limit(cmd, LIMIT).assert_ok();
+    ddpbench(&["trace", &o]).assert_ok();
+    let port = serve(app, out.join("timeline.json"));
+    let log = d.path().join("chromium.log");
+    let status = std::process::Command::new("timeout")
+        .args(["120", "chromium", "--headless=new", "--no-sandbox", "--enable-unsafe-swiftshader"])
+        .args(["--enable-logging=stderr", "--v=0", "--virtual-time-budget=20000", "--dump-dom"])
+        .arg(format!("--user-data-dir={}", d.path().join("profile").display()))
+        .arg(format!(
+            "http://127.0.0.1:{port}/app/index.html#profileURL=http://127.0.0.1:{port}/timeline.json"
+        ))
+        .stdout(std::fs::File::create(d.path().join("dom.html")).unwrap())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .status()
+        .expect("chromium not found: install it (apt-get install chromium; job-scripts/run-tests.sh does)");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let dom = std::fs::read_to_string(d.path().join("dom.html")).unwrap();
+    // An alert (a file speedscope cannot read) keeps --dump-dom from returning: timeout.
+    assert!(status.success(), "chromium ended with {status} (an alert open?):\n{text}");
+    let console: Vec<&str> = text.lines().filter(|l| l.contains(":CONSOLE")).collect();
+    assert!(
+        console.iter().any(|l| l.contains("Importing as Trace Event Format profile")),
+        "speedscope did not import the timeline:\n{}",
+        console.join("\n")
+    );
+    assert!(dom.contains("timeline.json - speedscope"), "the profile is not open:\n{dom}");
+    let nesting: Vec<&&str> = console.iter().filter(|l| l.contains("Tried to end")).collect();
+    assert!(
+        nesting.is_empty(),
+        "{} nesting warnings, e.g.:\n{}",
+        nesting.len(),
+        nesting[..nesting.len().min(5)]
+            .iter()
+            .map(|l| l.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

@@ -210,7 +210,7 @@ fn placed(mut e: Map<String, Value>, rank: usize, sort_index: usize, label: &str
         _ if e.get("ph").and_then(Value::as_str) != Some("M") => {
             // Both ends are corrected, in whole nanoseconds, so slices that nest on the
             // rank's clock nest on rank 0's (the offset drifts within a long slice), and
-            // written as a viewer adds them, so they nest on screen too.
+            // written on the trace's exact time grid, so they nest on screen too.
             let ts_us = e.get("ts").and_then(Value::as_f64).unwrap_or(0.0);
             let dur_us = e.get("dur").and_then(Value::as_f64).unwrap_or(0.0);
             let at_ns = |us: f64| (offsets.correct(rank, us / 1e6) * 1e9).round() as i64;
