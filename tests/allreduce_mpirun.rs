@@ -242,7 +242,15 @@ fn reduce_projects_real_runs_with_the_fitted_model_and_checks_the_measured_point
     assert_eq!(*ready.last().unwrap(), 1.0);
     let sw = p("sweep");
     sweep(2, &["--max-bytes", "4M", "--iters", "5", "--budget-s", "0.3", "--out", &sw], &[]).assert_ok();
-    let job = ddpbench(&["reduce", "--no-plots", "--project-to", "64", &path_str(d.path())]);
+    let job = ddpbench(&[
+        "reduce",
+        "--no-plots",
+        "--project-to",
+        "64",
+        &path_str(d.path()),
+        "--out",
+        &path_str(d.path()),
+    ]);
     job.assert_ok();
     assert!(job.stdout.contains("Projection"), "{}", job.stdout);
     let (h, rows) = read_csv(&d.path().join("projection.csv"));

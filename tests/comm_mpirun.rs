@@ -158,7 +158,14 @@ fn overlap_gives_the_same_model_and_sends_buckets_during_backward() {
     assert_eq!(m["comm"]["overlap"], false);
     assert!(m["comm"]["note"].as_str().unwrap().contains("lower --bucket-mb"), "{}", m["comm"]);
     // The reducer takes the exposed part as the comm phase and reports it.
-    ddpbench(&["reduce", "--no-plots", &path_str(&d.path().join("on"))]).assert_ok();
+    ddpbench(&[
+        "reduce",
+        "--no-plots",
+        &path_str(&d.path().join("on")),
+        "--out",
+        &path_str(&d.path().join("on")),
+    ])
+    .assert_ok();
     let (h, rows) = read_csv(&d.path().join("on").join("summary.csv"));
     let share = col(&h, &rows, "comm_exposed_share")[0];
     assert!((0.0..1.0).contains(&share), "exposed comm share with overlap: {share}");

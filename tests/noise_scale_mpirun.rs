@@ -243,7 +243,7 @@ fn reduce_reports_b_simple_with_its_interval_and_the_time_to_accuracy_table() {
     ];
     run(&runs, "one", 1, &steps, &[]);
     run(&runs, "two", 2, &steps, &[]);
-    let job = ddpbench(&["reduce", "--no-plots", &path_str(&runs)]);
+    let job = ddpbench(&["reduce", "--no-plots", &path_str(&runs), "--out", &path_str(&runs)]);
     job.assert_ok();
     let report = json(&runs.join("report.json"));
     let two = report["runs"].as_array().unwrap().iter().find(|r| r["run_id"] == "two").unwrap();
@@ -344,7 +344,7 @@ fn a_target_loss_stops_every_rank_at_one_step_and_reduce_compares_the_batches() 
         assert_eq!(m["status"], "completed");
         assert_eq!(numbers(&dir.join("epochs.csv"), "steps").iter().sum::<f64>(), 20.0);
     }
-    let job = ddpbench(&["reduce", "--no-plots", &path_str(&runs)]);
+    let job = ddpbench(&["reduce", "--no-plots", &path_str(&runs), "--out", &path_str(&runs)]);
     job.assert_ok();
     let report = json(&runs.join("report.json"));
     let rows = report["target_loss"].as_array().unwrap();

@@ -25,10 +25,14 @@ fn copy_run(name: &str, to: &Path) {
     }
 }
 
-/// `ddpbench reduce <args>`, killed after 60 s.
+/// `ddpbench reduce <args>`, killed after 60 s; into the last folder given unless
+/// `args` name an `--out`.
 fn reduce(args: &[&str]) -> Job {
     let mut cmd = Command::new(BIN);
     cmd.arg("reduce").args(args);
+    if !args.contains(&"--out") {
+        cmd.args(["--out"]).args(args.last());
+    }
     run_with_limit(cmd, Duration::from_secs(60))
 }
 

@@ -642,7 +642,7 @@ fn a_lone_multi_rank_run_gets_no_efficiency_and_epochs_without_validation_count(
     assert!(run.complete(), "{:?}", run.problems);
     let s = &type_summaries(&run)[0];
     assert_eq!((s.epoch_s, s.epoch_s_projected), (150.5, 0), "a full epoch is measured");
-    let job = ddpbench(&["reduce", "--no-plots", &path_str(&dir)]);
+    let job = ddpbench(&["reduce", "--no-plots", &path_str(&dir), "--out", &path_str(&dir)]);
     job.assert_ok();
     let (h, rows) = read_csv(&dir.join("scaling.csv"));
     assert_eq!(rows.len(), 1);
@@ -680,7 +680,7 @@ fn amdahl_is_fitted_through_two_strong_points_and_no_cap_is_claimed_for_zero() {
     for rep in ["", "-b"] {
         write(&d.path().join(format!("four{rep}")), &fixture(&format!("four{rep}"), &QUARTER, 10));
     }
-    let job = ddpbench(&["reduce", "--no-plots", &path_str(d.path())]);
+    let job = ddpbench(&["reduce", "--no-plots", &path_str(d.path()), "--out", &path_str(d.path())]);
     job.assert_ok();
     let (h, rows) = read_csv(&d.path().join("scaling.csv"));
     let f = col_opt(&h, &rows, "amdahl_serial_fraction");
@@ -765,9 +765,17 @@ fn the_terminal_counts_steps_per_rank_as_report_md_does() {
     assert_eq!(cells[ranks + 1], "4", "{row}");
 }
 
+/// `ddpbench reduce ARGS`, into the last folder given unless ARGS name an `--out`: the
+/// files these tests read (reduce's own default, a new report folder beside the inputs,
+/// has its test).
 fn reduce(args: &[&str]) -> Job {
     let mut a = vec!["reduce"];
     a.extend_from_slice(args);
+    if !args.contains(&"--out") {
+        if let Some(last) = args.last() {
+            a.extend(["--out", last]);
+        }
+    }
     ddpbench(&a)
 }
 
@@ -2416,4 +2424,58 @@ fn the_report_leads_with_what_to_run_and_its_next_command_makes_a_recommendation
     assert!(d["no_run_because"].is_null(), "{d}");
     let at = |t: &str| job.stdout.rfind(t).unwrap_or_else(|| panic!("{t:?} not printed:\n{}", job.stdout));
     assert!(at("Recommendation for") < at("What to run:") && at("What to run:") < at("\nwrote "));
+}
+
+/// Without `--out`, reduce writes into a new folder `report-<UTC time>` beside what it
+/// was given: a folder of runs gets its report beside it (the runs folder gains
+/// nothing), a second reduce in the same second a second folder (the first kept
+/// whole), and one run its report beside the run (the run folder gains nothing). The
+/// "wrote" line names the folder.
+#[test]
+fn without_out_each_reduce_writes_a_new_report_folder_beside_the_runs() {
+    let d = tmp();
+    let study = d.path().join("study");
+    let runs = study.join("runs");
+    std::fs::create_dir_all(&study).unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema2/study/runs");
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&fixture)
+        .arg(&runs)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let listing = |dir: &Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing(&runs);
+    let wrote = |job: &Job| -> std::path::PathBuf {
+        let line = job.stdout.lines().find(|l| l.starts_with("wrote ")).expect("a wrote line");
+        Path::new(&line["wrote ".len()..line.find("/{").expect("wrote DIR/{…}")]).to_path_buf()
+    };
+    let a = ddpbench(&["reduce", "--no-plots", &path_str(&runs)]);
+    a.assert_ok();
+    let b = ddpbench(&["reduce", "--no-plots", &path_str(&runs)]);
+    b.assert_ok();
+    let (ra, rb) = (wrote(&a), wrote(&b));
+    assert_ne!(ra, rb, "two reduces wrote into one folder");
+    let home = study.canonicalize().unwrap();
+    for r in [&ra, &rb] {
+        assert_eq!(r.parent(), Some(home.as_path()), "{} is not beside {}", r.display(), runs.display());
+        let name = r.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with("report-20") && name.contains('T'), "{name}");
+        assert!(r.join("report.md").is_file() && r.join("report.json").is_file(), "{}", r.display());
+    }
+    assert_eq!(listing(&runs), before, "the runs folder changed");
+    let one = runs.join(&before[0]);
+    let c = ddpbench(&["reduce", "--no-plots", &path_str(&one)]);
+    c.assert_ok();
+    let beside = runs.canonicalize().unwrap();
+    assert_eq!(wrote(&c).parent(), Some(beside.as_path()), "one run's report: {}", c.stdout);
+    assert_eq!(listing(&one), listing(&fixture.join(&before[0])), "the run folder changed");
 }

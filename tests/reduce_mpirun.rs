@@ -51,7 +51,7 @@ fn scaling_across_real_runs_with_two_node_types() {
         train(1, &a, LIMIT).assert_ok();
     }
 
-    let job = ddpbench(&["reduce", &path_str(d.path())]);
+    let job = ddpbench(&["reduce", &path_str(d.path()), "--out", &path_str(d.path())]);
     job.assert_ok();
     assert!(
         job.stdout.contains("fast-node") && job.stdout.contains("slow-node"),
@@ -174,7 +174,7 @@ fn train_writes_the_key_of_what_ran_and_force_is_not_off() {
     let off = Manifest::read(&d.path().join("off")).unwrap();
     assert_eq!(serde_json::to_value(off.comparison_key.unwrap()).unwrap()["overlap"], "off");
 
-    let job = ddpbench(&["reduce", "--no-plots", &path_str(d.path())]);
+    let job = ddpbench(&["reduce", "--no-plots", &path_str(d.path()), "--out", &path_str(d.path())]);
     job.assert_ok();
     let (h, rows) = read_csv(&d.path().join("scaling.csv"));
     let ids = h.iter().position(|c| c == "run_ids").unwrap();

@@ -37,7 +37,7 @@ fn train_with(ranks: usize, env: &[(&str, &str)], extra: &[&str], out: &Path) ->
 
 /// `reduce --no-plots runs`: scaling.csv's header and rows.
 fn scaling_of(runs: &Path) -> (Vec<String>, Vec<Vec<String>>) {
-    ddpbench(&["reduce", "--no-plots", &path_str(runs)]).assert_ok();
+    ddpbench(&["reduce", "--no-plots", &path_str(runs), "--out", &path_str(runs)]).assert_ok();
     read_csv(&runs.join("scaling.csv"))
 }
 

@@ -144,7 +144,7 @@ fn two_ranks_write_complete_consistent_files() {
     assert!(acc > 0.3, "30 steps lift accuracy well above chance (10 %): {acc}");
 
     // The reducer reads it back: one node type, two ranks, warm-up excluded.
-    let red = ddpbench(&["reduce", &path_str(&out)]);
+    let red = ddpbench(&["reduce", &path_str(&out), "--out", &path_str(&out)]);
     red.assert_ok();
     let (h, rows) = read_csv(&out.join("summary.csv"));
     assert_eq!(rows.len(), 1);

@@ -19,7 +19,8 @@ pub struct ReduceArgs {
 
     /// Where to write summary.csv, scaling.csv, ranks.csv, times.csv, compute_comm_grid.csv,
     /// report.md, report.json, report.html, projection.csv (when projected) and the plots
-    /// (default: the run folder for one run, else the folder given or the runs' common parent).
+    /// (default: a new folder report-<UTC time> beside the folders given: next to a folder
+    /// of runs, not inside it; next to one run. --out DIR names the folder instead).
     #[arg(long)]
     pub out: Option<PathBuf>,
 
@@ -200,24 +201,39 @@ impl ReduceArgs {
         }
     }
 
-    /// Where the files go: `--out`, else the one folder given, else the runs' common parent.
-    pub(crate) fn out(&self, run_dirs: &[PathBuf]) -> PathBuf {
-        if let Some(o) = &self.out {
-            return o.clone();
-        }
-        if self.runs.len() == 1 {
-            return self.runs[0].clone();
-        }
-        let mut common: PathBuf = run_dirs.first().and_then(|r| r.parent()).map(Path::to_path_buf).unwrap_or_default();
-        while !run_dirs.iter().all(|r| r.starts_with(&common)) {
-            if !common.pop() {
-                break;
-            }
-        }
-        if common.as_os_str().is_empty() {
-            PathBuf::from(".")
-        } else {
-            common
+    /// Where the files go when no `--out` is given: the folder beside the folders given
+    /// that a new `report-<time>` folder goes into ([`default_out_parent`]).
+    pub(crate) fn default_out_parent(&self) -> PathBuf {
+        default_out_parent(&self.runs)
+    }
+}
+
+/// The folder a new report folder goes into when no `--out` is given, beside the
+/// folders given: the inputs' common ancestor (made absolute), or its parent where that
+/// ancestor is itself an input or a run, or the folder of runs the inputs all are. A
+/// folder of runs gets its report beside it; one run, beside the run.
+pub(crate) fn default_out_parent(inputs: &[PathBuf]) -> PathBuf {
+    let absolute: Vec<PathBuf> = inputs
+        .iter()
+        .map(|p| {
+            p.canonicalize()
+                .unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
+        })
+        .collect();
+    let Some(first) = absolute.first() else {
+        return PathBuf::from(".");
+    };
+    let mut common = first.clone();
+    while !absolute.iter().all(|r| r.starts_with(&common)) {
+        if !common.pop() {
+            break;
         }
     }
+    // A training run: its manifest and rank 0's rows (an all-reduce sweep has a manifest too).
+    let is_run = |d: &Path| d.join("manifest.json").is_file() && d.join("rank-00000.csv").is_file();
+    let runs_of_it = absolute.len() > 1 && absolute.iter().all(|a| a.parent() == Some(common.as_path()) && is_run(a));
+    if absolute.contains(&common) || is_run(&common) || runs_of_it {
+        common.pop();
+    }
+    common
 }

@@ -101,13 +101,44 @@ fn explicit_baseline<'a>(runs: &[&'a RunStats], path: Option<&Path>) -> Result<O
 pub fn main(args: ReduceArgs) -> Result<()> {
     crate::cleanup::install_report_signals();
     let report = run(&args.request())?;
-    let out = args.out(&report.folders);
-    let page_notes = report::write_locked(&report, &out, !args.no_plots, &PageLimits::default(), args.break_lock)?;
+    let out = match &args.out {
+        Some(o) => o.clone(),
+        None => new_report_folder(&args.default_out_parent())?,
+    };
+    let created = args.out.is_none();
+    let page_notes = report::write_locked(&report, &out, !args.no_plots, &PageLimits::default(), args.break_lock, created)?;
     report::print(&report, &out, !args.no_plots);
     for n in &page_notes {
         eprintln!("report.html: {n}");
     }
     Ok(())
+}
+
+/// A new folder `report-<UTC time>` in `parent` (`-2`, `-3`, … after the time when that
+/// name is taken: a second reduce in the same second never writes into the first's).
+fn new_report_folder(parent: &Path) -> Result<PathBuf> {
+    let stamp: String = crate::record::rfc3339_utc(std::time::SystemTime::now())
+        .chars()
+        .take(19)
+        .filter(|c| *c != '-' && *c != ':')
+        .collect();
+    for n in 1..=100 {
+        let name = if n == 1 {
+            format!("report-{stamp}Z")
+        } else {
+            format!("report-{stamp}Z-{n}")
+        };
+        let dir = parent.join(name);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot create {}: give --out a folder you can write", dir.display())),
+        }
+    }
+    bail!(
+        "100 report folders of this second already exist in {}: give --out",
+        parent.display()
+    )
 }
 
 /// The report of the run folders `req` names. What cannot be used is said on stderr as

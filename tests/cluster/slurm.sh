@@ -270,7 +270,7 @@ check "2n4g: $outf exists" test -s "$outf"
 check "2n4g: $outf holds the reduce summary" \
   both_in "$outf" "^\(run \)\?ddpbench-2n4g-$JOBID[: ]" "^wrote .*summary\.csv"
 check "2n4g: summary.csv counts 8 ranks" py_check "$run" \
-  'sum(int(r["ranks"]) for r in csv.DictReader(open(os.path.join(d, "summary.csv")))) == 8'
+  'sum(int(r["ranks"]) for r in csv.DictReader(open(os.path.join(d + "-report", "summary.csv")))) == 8'
 tlog "2n4g took $((SECONDS - t0)) s"
 
 # 5b. One rank on one GPU.

@@ -23,19 +23,26 @@ pub fn write(report: &Report, out: &Path, with_plots: bool) -> Result<Vec<String
 
 /// [`write`] with report.html and the heatmaps bounded by `limits`.
 pub fn write_within(report: &Report, out: &Path, with_plots: bool, limits: &html::PageLimits) -> Result<Vec<String>> {
-    write_locked(report, out, with_plots, limits, false)
+    write_locked(report, out, with_plots, limits, false, false)
 }
 
 /// [`write_within`], clearing a lock of `out` whose holder cannot be checked from here
 /// when `break_lock` (`--break-lock`).
+/// `created`: `out` is a folder this process just made for the report (removed again
+/// when nothing is written).
 pub(crate) fn write_locked(
     report: &Report,
     out: &Path,
     with_plots: bool,
     limits: &html::PageLimits,
     break_lock: bool,
+    created: bool,
 ) -> Result<Vec<String>> {
-    let mut folder = OutFolder::open(out, "report folder", break_lock, "ddpbench reduce")?;
+    let mut folder = if created {
+        OutFolder::open_created(out, "report folder", break_lock, "ddpbench reduce", true)?
+    } else {
+        OutFolder::open(out, "report folder", break_lock, "ddpbench reduce")?
+    };
     let notes = stage_within(report, folder.files(), with_plots, limits).with_context(|| not_written(out))?;
     folder.commit().with_context(|| not_written(out))?;
     Ok(notes)
