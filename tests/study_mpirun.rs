@@ -380,6 +380,19 @@ fn a_study_with_a_link_says_what_to_run_in_study_md() {
     assert!(!recs.is_empty(), "no recommendation: {}", report["projection"]);
     let study_md = std::fs::read_to_string(out.join("report/study.md")).unwrap();
     let report_md = std::fs::read_to_string(out.join("report/report.md")).unwrap();
+    // study.md opens as report.md does: its first section is report.md's "What to run".
+    let first = |md: &str| -> String {
+        let at = md.find("\n## ").unwrap_or_else(|| panic!("{md}")) + 1;
+        let end = md[at + 3..].find("\n## ").map_or(md.len(), |e| at + 3 + e);
+        md[at..end].to_string()
+    };
+    assert!(first(&report_md).starts_with("## What to run\n"), "{report_md}");
+    // (report.md's section goes on with what its figures are, a paragraph of its own.)
+    assert!(
+        first(&report_md).starts_with(&first(&study_md)) && first(&study_md).contains("\n### "),
+        "study.md does not open with report.md's decision:\n{study_md}"
+    );
+    assert!(first(&study_md).contains("GPU-hours per epoch"), "{study_md}");
     let what_to_run = &study_md[study_md.find("## What to run").unwrap_or_else(|| panic!("{study_md}"))..];
     assert!(what_to_run.contains("nominal, from the specification roce-100g"), "{what_to_run}");
     for r in &recs {

@@ -322,6 +322,9 @@ pub(super) fn write(
          R = (forward + backward) / all-reduce transfer, and \
          validation figures are the last epoch's, medians over repeats.\n"
     );
+    // The decision first, as report.md opens with it; then each workload's verdict.
+    md.push_str(&crate::reduce::report::decisions_markdown(reduced));
+    let _ = writeln!(md, "\n## Verdicts\n");
     for v in &verdicts {
         let _ = writeln!(md, "- {v}");
     }
@@ -361,9 +364,14 @@ pub(super) fn write(
     }
     crate::reduce::report::noise::section(&mut md, &reduced.runs, &reduced.time_to_accuracy, &reduced.time_to_accuracy_none);
     crate::reduce::report::target::section(&mut md, &reduced.target_loss);
-    // What to run, as report.md says it: the levels and each workload's recommendation.
+    // The recommendations in full, as report.md says them: the levels and each
+    // workload's sentence and table.
     if let Some(p) = reduced.projection.as_ref().filter(|p| !p.recommendations.is_empty()) {
-        let _ = write!(md, "\n## What to run\n{}", crate::reduce::report::recommendation::markdown(p));
+        let _ = write!(
+            md,
+            "\n## The recommendations in full\n{}",
+            crate::reduce::report::recommendation::markdown(p)
+        );
     }
     files.write("study.md", md.as_bytes())?;
     let mut curves = Vec::new();

@@ -29,6 +29,14 @@ pub(crate) mod verdict;
 
 pub(crate) use build::build;
 pub(crate) use decision::Decision;
+
+/// report.md's first section ("What to run": each workload's decision), for study.md
+/// to open with the same lines.
+pub(crate) fn decisions_markdown(report: &Report) -> String {
+    let mut md = String::new();
+    decision::markdown(&mut md, &report.decisions);
+    md
+}
 pub(crate) use files::write_locked;
 #[cfg(feature = "train")]
 pub(crate) use files::{csv_bytes, not_written};
