@@ -2479,3 +2479,42 @@ fn without_out_each_reduce_writes_a_new_report_folder_beside_the_runs() {
     assert_eq!(wrote(&c).parent(), Some(beside.as_path()), "one run's report: {}", c.stdout);
     assert_eq!(listing(&one), listing(&fixture.join(&before[0])), "the run folder changed");
 }
+
+/// Tables name a point by its label and repeat count (`000-…-r1 ×3`), not by every run
+/// id in one cell; the runs of each point follow the table, so every run id of
+/// scaling.csv is still on the page.
+#[test]
+fn tables_name_points_by_label_and_list_their_runs_after() {
+    let dir = tmp();
+    let runs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema2/study/runs");
+    let out = dir.path().join("r");
+    ddpbench(&["reduce", &path_str(&runs), "--out", &path_str(&out), "--no-plots"]).assert_ok();
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    // The tables of points: speedup and efficiency, and where the efficiency goes (the
+    // runs table above them has a row per run, by design).
+    let section = |from: &str, to: &str| -> &str {
+        let at = md.find(from).unwrap_or_else(|| panic!("no {from:?} in {md}"));
+        &md[at..at + md[at..].find(to).unwrap_or(md.len() - at)]
+    };
+    let points = [
+        section("## Speedup and efficiency", "The runs of each point"),
+        section("## Where the efficiency goes", "\n## "),
+    ];
+    let rows: Vec<&str> = points.iter().flat_map(|p| p.lines()).filter(|l| l.starts_with("| 0")).collect();
+    assert!(!rows.is_empty(), "{md}");
+    for row in &rows {
+        assert!(!row.contains("-rep1"), "a row lists repeats' ids: {row}");
+    }
+    assert!(
+        rows.iter().any(|r| r.starts_with("| 000-mnist-cnn-fashion-mnist-b32-r1 ×3 |")),
+        "{md}"
+    );
+    let (h, table) = read_csv(&out.join("scaling.csv"));
+    let ids = h.iter().position(|c| c == "run_ids").unwrap();
+    let listed = &md[md.find("The runs of each point:").unwrap_or_else(|| panic!("{md}"))..];
+    for r in &table {
+        for id in r[ids].split(' ') {
+            assert!(listed.contains(id), "{id} is not among the runs listed:\n{listed}");
+        }
+    }
+}

@@ -42,7 +42,7 @@ pub(super) fn waterfall(md: &mut String, scaling: &[ScalingRow], sentences: &[St
         let _ = writeln!(
             md,
             "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
-            r.run_ids.join(" "),
+            verdict::point_label(&r.run_ids),
             r.scaling_mode,
             r.ideal_samples_per_s,
             r.loss_comm_samples_per_s,
@@ -67,7 +67,7 @@ pub(super) fn waterfall_sentences(scaling: &[ScalingRow]) -> Vec<String> {
         if lost > 0.0 && v > 0.0 {
             out.push(format!(
                 "`{}` ({}) loses {:.1} samples/s ({} of ideal); the largest cause is {name} ({:.1} samples/s).",
-                r.run_ids.join(" "),
+                verdict::point_label(&r.run_ids),
                 r.scaling_mode,
                 lost,
                 pct(lost / r.ideal_samples_per_s),

@@ -281,7 +281,7 @@ pub(crate) fn section(md: &mut String, runs: &[RunReport], rows: &[TimeToAccurac
         let _ = writeln!(
             md,
             "\nNo time-to-accuracy prediction for `{}` (B {} against B0 {}) from `{}`'s noise scale: {}.",
-            n.run_ids.join(" "),
+            super::verdict::point_label(&n.run_ids),
             n.global_batch,
             n.baseline_global_batch,
             n.b_noise_run,
@@ -300,7 +300,7 @@ pub(crate) fn section(md: &mut String, runs: &[RunReport], rows: &[TimeToAccurac
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {:.0} ({} – {}) from `{}`, {} | {:.2} | {:.2} | {:.2} | {:.1} |",
-            t.run_ids.join(" "),
+            super::verdict::point_label(&t.run_ids),
             t.scaling_mode,
             t.global_batch,
             t.baseline_global_batch,

@@ -112,10 +112,26 @@ pub(super) fn per_workload(md: &mut String, scaling: &[ScalingRow], verdicts: &[
             crate::escape::markdown(comparison)
         );
         workload_table(md, rows);
+        runs_of_points(md, rows);
         let _ = writeln!(md, "\n{}", crate::escape::markdown(&v.verdict));
         for mode in [ScalingMode::Weak, ScalingMode::Strong] {
             batch_grid(md, rows, mode);
         }
+    }
+}
+
+/// Each point of several runs with their ids, where the table names it by its label.
+fn runs_of_points(md: &mut String, rows: &[&ScalingRow]) {
+    let mut seen: Vec<&Vec<String>> = Vec::new();
+    let mut lines = Vec::new();
+    for r in rows {
+        if r.run_ids.len() > 1 && !seen.contains(&&r.run_ids) {
+            seen.push(&r.run_ids);
+            lines.push(format!("- `{}`: {}", verdict::point_label(&r.run_ids), r.run_ids.join(", ")));
+        }
+    }
+    if !lines.is_empty() {
+        let _ = writeln!(md, "\nThe runs of each point:\n\n{}", lines.join("\n"));
     }
 }
 
@@ -161,13 +177,9 @@ fn workload_table(md: &mut String, rows: &[&ScalingRow]) {
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} |",
-            r.run_ids.join(" "),
+            verdict::point_label(&r.run_ids),
             r.scaling_mode,
-            if r.baseline_run_ids.is_empty() {
-                "–".to_string()
-            } else {
-                r.baseline_run_ids.join(" ")
-            },
+            verdict::point_label(&r.baseline_run_ids),
             r.repeats,
             r.ranks,
             r.batch_per_rank,
@@ -234,7 +246,7 @@ fn workload_verdict(rows: &[&ScalingRow], runs: &[RunReport]) -> String {
         let _ = write!(
             text,
             " `{}` (batch {} per rank) has no reference: add {}.",
-            r.run_ids.join(" "),
+            verdict::point_label(&r.run_ids),
             r.batch_per_rank,
             r.missing_reference
         );

@@ -114,10 +114,30 @@ pub(crate) fn r_sentence(row: &ScalingRow, runs: &[RunReport]) -> Option<String>
 pub(crate) fn point_name(row: &ScalingRow) -> String {
     format!(
         "`{}` ({}, batch {} per rank)",
-        row.run_ids.join(" "),
+        point_label(&row.run_ids),
         row.scaling_mode,
         row.batch_per_rank
     )
+}
+
+/// A point as tables and sentences name it: a point of one run by its id; repeats by
+/// their shared id without the repeat suffix and their count (`001-…-r2 ×3`), else by
+/// the first id and how many more. Each run's id is in scaling.csv's `run_ids` and in
+/// report.md's list of each point's runs.
+pub(crate) fn point_label(run_ids: &[String]) -> String {
+    let stem = |id: &str| -> String {
+        id.rsplit_once("-rep")
+            .filter(|(_, n)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+            .map_or(id.to_string(), |(s, _)| s.to_string())
+    };
+    match run_ids {
+        [] => "–".into(),
+        [one] => one.clone(),
+        [first, rest @ ..] if rest.iter().all(|r| stem(r) == stem(first)) && stem(first) != *first => {
+            format!("{} ×{}", stem(first), run_ids.len())
+        }
+        [first, rest @ ..] => format!("{first} and {} more", rest.len()),
+    }
 }
 
 /// The whole sentence on `row`: ranks, mode and batch, direction, largest loss, R.
