@@ -179,6 +179,8 @@ fn two_reports_of_real_runs_side_by_side_with_ratios_and_intervals() {
             line.contains("node type \"") && line.contains("device cpu") && line.contains("1 node(s) at most"),
             "{line}"
         );
+        // And with what software, as the runs' manifests say.
+        assert!(line.contains("versions ddpbench ") && line.contains(", libtorch "), "{line}");
     }
     assert!(
         job.stdout.lines().any(|l| l.starts_with("A: ") && l.contains("device cpu")),

@@ -44,6 +44,20 @@ pub(super) struct RunEntry {
     pub node_types: Vec<String>,
     #[serde(default)]
     pub nodes: usize,
+    /// ddpbench, libtorch and MPI (absent in older reports).
+    #[serde(default)]
+    pub versions: Option<Versions>,
+}
+
+/// What a run ran with (report.json's `versions`).
+#[derive(Debug, Deserialize, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Versions {
+    #[serde(default)]
+    pub ddpbench: String,
+    #[serde(default)]
+    pub libtorch: String,
+    #[serde(default)]
+    pub mpi: String,
 }
 
 impl ReportFile {
@@ -66,13 +80,37 @@ impl ReportFile {
         devices.dedup();
         let nodes = self.runs.iter().map(|r| r.nodes).max().unwrap_or(0);
         let or_unknown = |v: Vec<String>| if v.is_empty() { "not recorded".to_string() } else { v.join(", ") };
+        // The MPI library's first words (its version string goes on with build details).
+        let mut versions: Vec<String> = self
+            .runs
+            .iter()
+            .filter_map(|r| r.versions.as_ref())
+            .map(|v| {
+                let mpi = v.mpi.split(',').next().unwrap_or_default().trim();
+                format!(
+                    "ddpbench {}, libtorch {}, {}",
+                    v.ddpbench,
+                    v.libtorch,
+                    if mpi.is_empty() { "MPI not recorded" } else { mpi }
+                )
+            })
+            .collect();
+        versions.sort_unstable();
+        versions.dedup();
         format!(
-            "node type {}; device {}; {} node(s) at most; {} run(s)",
+            "node type {}; device {}; {} node(s) at most; {} run(s); {}",
             or_unknown(types.iter().map(|t| format!("\"{t}\"")).collect()),
             or_unknown(devices),
             if nodes == 0 { "?".to_string() } else { nodes.to_string() },
-            self.runs.len()
+            self.runs.len(),
+            if versions.is_empty() {
+                "versions not recorded (a report written before they were)".to_string()
+            } else {
+                format!("versions {}", versions.join("; "))
+            }
         )
+        // compare.md shows it inside a code span: a backtick of the data cannot end it.
+        .replace('`', "'")
     }
 }
 

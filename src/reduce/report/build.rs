@@ -98,6 +98,11 @@ fn run_report(r: &RunStats) -> RunReport {
             busbw_bytes_per_s: p.busbw_bytes_per_s,
         }),
         node_types: r.types.iter().map(|t| t.node_type.clone()).collect(),
+        versions: super::Versions {
+            ddpbench: m.ddpbench_version.clone(),
+            libtorch: m.libtorch_version.clone(),
+            mpi: m.mpi_library.clone(),
+        },
         rank_step_quantiles_s: r
             .ranks
             .iter()

@@ -138,6 +138,8 @@ pub struct RunReport {
     pub probe: Option<ProbeReading>,
     /// Its node types, in order of first rank.
     pub node_types: Vec<String>,
+    /// What it ran with, as its manifest says: ddpbench, libtorch and the MPI library.
+    pub versions: Versions,
     /// Per rank: the 5th, 25th, 50th, 75th and 95th percentile of its step time.
     pub rank_step_quantiles_s: Vec<RankQuantiles>,
     /// Steps over ten times their rank's median, longest first.
@@ -205,6 +207,15 @@ pub struct RankQuantiles {
     pub node_type: String,
     /// p5, p25, p50, p75, p95.
     pub step_s: [f64; 5],
+}
+
+/// The software a run ran with (its manifest's `ddpbench_version`, `libtorch_version`
+/// and `mpi_library`).
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Versions {
+    pub ddpbench: String,
+    pub libtorch: String,
+    pub mpi: String,
 }
 
 /// The runs compared with each other (same model, data set and comparison), and one
