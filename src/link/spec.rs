@@ -504,6 +504,34 @@ mod tests {
     use super::*;
     use crate::link::model::{fit, ring_s};
 
+    /// `PRESETS` is the one list of presets: `reduce --link`'s help names each of them
+    /// and no other, and results/README.md's preset table has a row for each and no other.
+    #[test]
+    fn the_link_help_and_the_results_readme_list_exactly_the_presets() {
+        use clap::CommandFactory;
+        let cmd = crate::cli::Cli::command();
+        let reduce = cmd.find_subcommand("reduce").expect("the reduce command");
+        let link = reduce.get_arguments().find(|a| a.get_id() == "link").expect("--link");
+        let help = link.get_help().expect("--link's help").to_string();
+        let from = help.find("a preset (").expect("the presets in --link's help") + "a preset (".len();
+        let listed = help[from..].split(';').next().unwrap_or_default().to_string();
+        let mut in_help: Vec<&str> = listed.split(',').map(str::trim).collect();
+        let readme = include_str!("../../results/README.md");
+        let table = &readme[readme.find("| preset | bandwidth per direction").expect("the preset table")..];
+        let mut in_readme: Vec<&str> = table
+            .lines()
+            .skip(2)
+            .take_while(|l| l.starts_with("| `"))
+            .filter_map(|l| l[3..].split('`').next())
+            .collect();
+        let mut names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
+        for v in [&mut in_help, &mut in_readme, &mut names] {
+            v.sort_unstable();
+        }
+        assert_eq!(in_help, names, "--link's help: {help}");
+        assert_eq!(in_readme, names, "results/README.md's preset table");
+    }
+
     #[test]
     fn every_preset_parses_into_the_model_the_sweep_would_fit_for_its_alpha_and_beta() {
         for p in PRESETS {
