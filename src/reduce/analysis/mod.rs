@@ -250,13 +250,13 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
     let mut type_of: Vec<usize> = Vec::new();
     let clock = files.clock.clone();
     let communicates = run.manifest.comm_backend != Backend::None;
-    // Per rank, the span of its timed steps in elapsed_s: GPU telemetry is averaged there.
+    // Per rank, the span of its timed steps in step_start_at_s: GPU telemetry is averaged there.
     let mut timed: Vec<Option<(f64, f64)>> = vec![None; ranks.len()];
     files.for_each_step(|rows, node_types| {
         for (span, row) in timed.iter_mut().zip(rows) {
-            if !row.warmup && row.elapsed_s.is_finite() {
-                let (from, to) = span.unwrap_or((row.elapsed_s, row.elapsed_s));
-                *span = Some((from.min(row.elapsed_s), to.max(row.elapsed_s + row.step_s)));
+            if !row.warmup && row.step_start_at_s.is_finite() {
+                let (from, to) = span.unwrap_or((row.step_start_at_s, row.step_start_at_s));
+                *span = Some((from.min(row.step_start_at_s), to.max(row.step_start_at_s + row.step_s)));
             }
         }
         if type_of.is_empty() {
@@ -267,8 +267,8 @@ pub fn read_run(dir: &Path) -> Result<RunStats, String> {
             .iter()
             .zip(&ranks)
             .map(|(row, &r)| Entry {
-                at_s: clock.correct(r, row.comm_last_start_s),
-                error_s: clock.error_s(r, row.comm_last_start_s),
+                at_s: clock.correct(r, row.comm_last_start_at_s),
+                error_s: clock.error_s(r, row.comm_last_start_at_s),
             })
             .collect();
         run.add_step(rows, &entries, &type_of, communicates)

@@ -19,16 +19,17 @@ pub(crate) struct Row {
     pub step_s: f64,
     /// All-reduce work (`comm_s`), hidden or not.
     pub comm_s: f64,
-    /// When the rank entered the all-reduce, on its own clock.
-    pub comm_start_s: f64,
-    /// When it entered its last bucket's all-reduce (schema 1: `comm_start_s`).
-    pub comm_last_start_s: f64,
+    /// When the rank entered the all-reduce, on its own clock (the column
+    /// `comm_start_at_s`; `comm_start_s` before schema 3).
+    pub comm_start_at_s: f64,
+    /// When it entered its last bucket's all-reduce (schema 1: the first bucket's entry).
+    pub comm_last_start_at_s: f64,
     /// All-reduce work done before backward ended (0 in schema 1).
     pub comm_hidden_s: f64,
     pub bytes: u64,
-    /// When the step started, seconds from the run's common origin (NaN where the
-    /// file has no `elapsed_s`).
-    pub elapsed_s: f64,
+    /// When the step started, seconds from the run's common origin (the column
+    /// `step_start_at_s`, `elapsed_s` before schema 3; NaN where the file has neither).
+    pub step_start_at_s: f64,
     /// The rank's training loss of the step (NaN where the cell is empty or the file
     /// has no `loss` column).
     pub loss: f64,
@@ -49,10 +50,10 @@ pub(super) struct Columns {
     /// Each phase's column; None for a phase the file's schema lacks (it is 0 there).
     phases: PhaseArray<Option<usize>>,
     step_s: usize,
-    comm_start_s: usize,
-    comm_last_start_s: Option<usize>,
+    comm_start_at_s: usize,
+    comm_last_start_at_s: Option<usize>,
     comm_hidden_s: Option<usize>,
-    elapsed_s: Option<usize>,
+    step_start_at_s: Option<usize>,
     pub run_id: Option<usize>,
     bytes: usize,
     /// `comm_s`, the whole all-reduce, when the exposed phase has its own column.
@@ -89,10 +90,10 @@ impl Columns {
             phases,
             step_s: pos("step_s")?,
             // Schema 3 names instants `_at_s`; older files hold them under `_s`.
-            comm_start_s: pos("comm_start_at_s").or_else(|_| pos("comm_start_s"))?,
-            comm_last_start_s: opt("comm_last_start_at_s").or_else(|| opt("comm_last_start_s")),
+            comm_start_at_s: pos("comm_start_at_s").or_else(|_| pos("comm_start_s"))?,
+            comm_last_start_at_s: opt("comm_last_start_at_s").or_else(|| opt("comm_last_start_s")),
             comm_hidden_s: opt("comm_hidden_s"),
-            elapsed_s: opt("step_start_at_s").or_else(|| opt("elapsed_s")),
+            step_start_at_s: opt("step_start_at_s").or_else(|| opt("elapsed_s")),
             run_id: opt("run_id"),
             bytes: pos("bytes")?,
             comm_s: opt("comm_exposed_s").and(opt("comm_s")),
@@ -129,23 +130,23 @@ pub(super) fn parse_row(rec: &csv::ByteRecord, c: &Columns, headers: &csv::ByteR
             phases[p] = seconds(*i)?;
         }
     }
-    let comm_start_s = seconds(c.comm_start_s)?;
+    let comm_start_at_s = seconds(c.comm_start_at_s)?;
     let row = Row {
         global_step: whole(c.global_step)?,
         warmup: rec.get(c.warmup) == Some(b"1"),
         samples: samples(whole(c.samples)?, max_samples)?,
         step_s: seconds(c.step_s)?,
-        comm_start_s,
-        comm_last_start_s: match c.comm_last_start_s {
+        comm_start_at_s,
+        comm_last_start_at_s: match c.comm_last_start_at_s {
             Some(i) => seconds(i)?,
-            None => comm_start_s,
+            None => comm_start_at_s,
         },
         comm_hidden_s: match c.comm_hidden_s {
             Some(i) => seconds(i)?,
             None => 0.0,
         },
         bytes: per_step(c.bytes, MAX_BYTES_PER_STEP)?,
-        elapsed_s: match c.elapsed_s {
+        step_start_at_s: match c.step_start_at_s {
             Some(i) => seconds(i)?,
             None => f64::NAN,
         },
@@ -279,18 +280,18 @@ impl Row {
                 shown(self.comm_s)
             ));
         }
-        if self.comm_last_start_s + tol(self.comm_last_start_s, self.comm_start_s) < self.comm_start_s {
+        if self.comm_last_start_at_s + tol(self.comm_last_start_at_s, self.comm_start_at_s) < self.comm_start_at_s {
             return Err(format!(
                 "comm_last_start_at_s is {}, before the first bucket's entry (comm_start_at_s is {})",
-                shown(self.comm_last_start_s),
-                shown(self.comm_start_s)
+                shown(self.comm_last_start_at_s),
+                shown(self.comm_start_at_s)
             ));
         }
-        if self.elapsed_s.is_finite() {
-            let (from, to) = (self.elapsed_s, self.elapsed_s + step);
+        if self.step_start_at_s.is_finite() {
+            let (from, to) = (self.step_start_at_s, self.step_start_at_s + step);
             for (key, t) in [
-                ("comm_start_at_s", self.comm_start_s),
-                ("comm_last_start_at_s", self.comm_last_start_s),
+                ("comm_start_at_s", self.comm_start_at_s),
+                ("comm_last_start_at_s", self.comm_last_start_at_s),
             ] {
                 if t + tol(t, from) < from || t > to + tol(t, to) {
                     return Err(format!(
@@ -314,11 +315,14 @@ impl Row {
                 self.global_step, prev.global_step
             ));
         }
-        let prev_end = prev.elapsed_s + prev.step_s;
-        if self.elapsed_s.is_finite() && prev_end.is_finite() && self.elapsed_s + tolerance_s(self.elapsed_s, prev_end) < prev_end {
+        let prev_end = prev.step_start_at_s + prev.step_s;
+        if self.step_start_at_s.is_finite()
+            && prev_end.is_finite()
+            && self.step_start_at_s + tolerance_s(self.step_start_at_s, prev_end) < prev_end
+        {
             return Err(format!(
                 "step_start_at_s is {}: the step starts before the previous one ended (at {} s)",
-                shown(self.elapsed_s),
+                shown(self.step_start_at_s),
                 format_plain(prev_end)
             ));
         }
@@ -329,10 +333,10 @@ impl Row {
     /// on rank 0's clock, which starts before every rank's origin) had ended, beyond
     /// [`clock_slack_s`].
     pub(crate) fn within_run(&self, run_s: f64) -> Result<(), String> {
-        let (key, end) = if self.elapsed_s.is_finite() {
-            ("step_start_at_s + step_s", self.elapsed_s + self.step_s)
+        let (key, end) = if self.step_start_at_s.is_finite() {
+            ("step_start_at_s + step_s", self.step_start_at_s + self.step_s)
         } else {
-            ("comm_last_start_at_s", self.comm_last_start_s)
+            ("comm_last_start_at_s", self.comm_last_start_at_s)
         };
         if end > run_s + clock_slack_s(run_s) {
             return Err(format!(
@@ -357,10 +361,10 @@ mod tests {
             phases: PhaseArray([0.1, 0.0, 0.3, 0.5, 0.4, 0.1, 0.1]),
             step_s: 1.5,
             comm_s: 0.4,
-            comm_start_s: 10.9,
-            comm_last_start_s: 10.9,
+            comm_start_at_s: 10.9,
+            comm_last_start_at_s: 10.9,
             bytes: 400,
-            elapsed_s: 10.0,
+            step_start_at_s: 10.0,
             ..Row::default()
         }
     }
@@ -382,12 +386,12 @@ mod tests {
         broken(|r| r.phases[Phase::Other] = 0.0, "the phases add up to 1.4 s where step_s is 1.5");
         broken(|r| r.comm_s = 1.6, "comm_s is 1.6, longer than the step");
         broken(|r| r.comm_hidden_s = 0.5, "comm_hidden_s is 0.5, more than");
-        broken(|r| r.comm_start_s = 11.0, "before the first bucket's entry");
+        broken(|r| r.comm_start_at_s = 11.0, "before the first bucket's entry");
         broken(
-            |r| r.comm_start_s = 9.0,
+            |r| r.comm_start_at_s = 9.0,
             "comm_start_at_s is 9, outside its step, which ran from 10 to 11.5 s",
         );
-        broken(|r| r.comm_last_start_s = 12.0, "comm_last_start_at_s is 12, outside its step");
+        broken(|r| r.comm_last_start_at_s = 12.0, "comm_last_start_at_s is 12, outside its step");
     }
 
     #[test]
@@ -410,9 +414,9 @@ mod tests {
         let first = step();
         let mut next = step();
         next.global_step = 4;
-        next.elapsed_s = 11.5;
+        next.step_start_at_s = 11.5;
         assert_eq!(next.follows(&first), Ok(()));
-        next.elapsed_s = 11.4;
+        next.step_start_at_s = 11.4;
         assert!(next
             .follows(&first)
             .unwrap_err()
