@@ -6,7 +6,7 @@
 //! `rank-NNNNN.flight.json`, and [`diagnose`] names the ranks that never entered it:
 //! the rank that hangs a job, and where.
 //!
-//! Between collectives the rank's main thread says which [`Phase`] it is in (forward,
+//! Between collectives the rank's main thread says which [`Activity`] it is in (forward,
 //! backward, data loading, closing the run's files...) and when it entered it, so a
 //! step that never advances is named with its phase ([`stalled`]) although no
 //! collective is pending.
@@ -75,7 +75,7 @@ impl Record {
 /// advance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub(crate) enum Phase {
+pub(crate) enum Activity {
     Data = 1,
     Copy,
     Forward,
@@ -88,39 +88,39 @@ pub(crate) enum Phase {
     ClosingFiles,
 }
 
-impl Phase {
-    const ALL: [Phase; 10] = [
-        Phase::Data,
-        Phase::Copy,
-        Phase::Forward,
-        Phase::Backward,
-        Phase::AllReduceWait,
-        Phase::Optimizer,
-        Phase::StepRecords,
-        Phase::Validation,
-        Phase::LastRecords,
-        Phase::ClosingFiles,
+impl Activity {
+    const ALL: [Activity; 10] = [
+        Activity::Data,
+        Activity::Copy,
+        Activity::Forward,
+        Activity::Backward,
+        Activity::AllReduceWait,
+        Activity::Optimizer,
+        Activity::StepRecords,
+        Activity::Validation,
+        Activity::LastRecords,
+        Activity::ClosingFiles,
     ];
 
     /// How a message names it.
     pub(crate) fn describe(self) -> &'static str {
         match self {
-            Phase::Data => "data loading",
-            Phase::Copy => "the copy to the device",
-            Phase::Forward => "forward",
-            Phase::Backward => "backward",
-            Phase::AllReduceWait => "the wait for the gradient all-reduce",
-            Phase::Optimizer => "the optimizer step",
-            Phase::StepRecords => "the step's records",
-            Phase::Validation => "validation",
-            Phase::LastRecords => "teardown (writing the run's last records)",
-            Phase::ClosingFiles => "teardown (closing the run's files)",
+            Activity::Data => "data loading",
+            Activity::Copy => "the copy to the device",
+            Activity::Forward => "forward",
+            Activity::Backward => "backward",
+            Activity::AllReduceWait => "the wait for the gradient all-reduce",
+            Activity::Optimizer => "the optimizer step",
+            Activity::StepRecords => "the step's records",
+            Activity::Validation => "validation",
+            Activity::LastRecords => "teardown (writing the run's last records)",
+            Activity::ClosingFiles => "teardown (closing the run's files)",
         }
     }
 
     /// True for the phases after the work ended.
     fn teardown(self) -> bool {
-        matches!(self, Phase::LastRecords | Phase::ClosingFiles)
+        matches!(self, Activity::LastRecords | Activity::ClosingFiles)
     }
 }
 
@@ -135,7 +135,7 @@ static FINALIZED: AtomicBool = AtomicBool::new(false);
 /// Says that this rank's main thread enters `phase` now (None: nothing to watch, as in
 /// set-up, where loading a data set may take long and only collectives are watched).
 #[inline]
-pub(crate) fn phase(phase: Option<Phase>) {
+pub(crate) fn phase(phase: Option<Activity>) {
     let at_ns = recorder().origin.elapsed().as_nanos() as u64;
     PHASE.store((at_ns << 8) | phase.map_or(0, |p| p as u64), Ordering::Relaxed);
 }
@@ -143,7 +143,7 @@ pub(crate) fn phase(phase: Option<Phase>) {
 /// Where a rank's main thread is, as its watchdog reports it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub(crate) struct PhaseStatus {
-    /// [`Phase::describe`].
+    /// [`Activity::describe`].
     pub name: String,
     pub epoch: Option<usize>,
     pub step: Option<usize>,
@@ -352,7 +352,7 @@ impl Recorder {
     /// The phase this rank's main thread is in ([`phase`]), None outside watched work.
     pub(crate) fn phase(&self) -> Option<PhaseStatus> {
         let word = PHASE.load(Ordering::Relaxed);
-        let p = Phase::ALL.into_iter().find(|p| *p as u64 == word & 0xff)?;
+        let p = Activity::ALL.into_iter().find(|p| *p as u64 == word & 0xff)?;
         let for_s = (self.now() - (word >> 8) as f64 * 1e-9).max(0.0);
         let i = self.lock();
         Some(PhaseStatus {
@@ -382,7 +382,7 @@ pub(crate) struct RankStatus {
     /// True while the rank sits out the current part of the job (a study point).
     #[serde(default)]
     pub idle: bool,
-    /// The phase its main thread is in ([`Phase`]), None outside watched work.
+    /// The phase its main thread is in ([`Activity`]), None outside watched work.
     #[serde(default)]
     pub phase: Option<PhaseStatus>,
     /// True once it is past MPI_Finalize.
@@ -649,7 +649,7 @@ fn split_by_collective(statuses: &[RankStatus]) -> Vec<(Record, Vec<usize>)> {
 }
 
 /// The ranks that report and whose main thread has been in one phase longer than
-/// `limit_s` with no collective pending ([`Phase`]), lowest rank first.
+/// `limit_s` with no collective pending ([`Activity`]), lowest rank first.
 pub(crate) fn stalled(all: &[RankStatus], limit_s: f64) -> Vec<&RankStatus> {
     let mut out: Vec<&RankStatus> = all.iter().filter(|s| s.stalled(limit_s)).collect();
     out.sort_by_key(|s| s.rank);
@@ -975,7 +975,7 @@ mod tests {
         assert_eq!(r.last_completed(), Some(b + 1));
         // The phase, with the position and its age (one test: both are process-wide).
         r.set_position(Some(2), Some(5));
-        phase(Some(Phase::Backward));
+        phase(Some(Activity::Backward));
         let p = r.phase().unwrap();
         assert_eq!(
             (p.name.as_str(), p.epoch, p.step, p.teardown),
@@ -983,7 +983,7 @@ mod tests {
         );
         assert!(p.for_s >= 0.0 && p.for_s < 60.0, "{p:?}");
         assert_eq!(p.describe(), "backward of epoch 2 step 5");
-        phase(Some(Phase::ClosingFiles));
+        phase(Some(Activity::ClosingFiles));
         assert_eq!(r.phase().unwrap().describe(), "teardown (closing the run's files)");
         phase(None);
         assert_eq!(r.phase(), None);

@@ -386,7 +386,7 @@ fn make_transport<'a>(route: Route, comm: &'a SimpleCommunicator, device: Device
 }
 
 /// The row of `allreduce.csv` for one measurement.
-fn to_row(level: Level, route: Route, dtype: GradDtype, m: &sweep::Measured, shape: LevelShape, node_type: &str) -> SweepRow {
+fn to_row(level: Level, route: Route, dtype: GradDtype, m: &sweep::SizeResult, shape: LevelShape, node_type: &str) -> SweepRow {
     SweepRow {
         level: level.name().into(),
         backend: route.backend,

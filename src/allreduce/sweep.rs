@@ -91,7 +91,7 @@ impl Idle {
 
 /// One size's result, the same on every rank.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub(crate) struct Measured {
+pub(crate) struct SizeResult {
     pub bytes: u64,
     pub count: u64,
     pub in_place: bool,
@@ -173,7 +173,7 @@ fn count_wrong(result: &Tensor, ranks: usize, dtype: GradDtype) -> u64 {
 
 /// Times the all-reduce of `bytes` (rounded down to whole elements of `dtype`, at least
 /// one) on `t`, every rank of its communicator taking part, and checks the sum.
-pub(crate) fn measure(t: &mut Target, bytes: u64, dtype: GradDtype, in_place: bool, timing: SweepIters) -> Result<Measured> {
+pub(crate) fn measure(t: &mut Target, bytes: u64, dtype: GradDtype, in_place: bool, timing: SweepIters) -> Result<SizeResult> {
     let comm = t.comm;
     let (rank, ranks) = (comm.rank() as usize, comm.size() as usize);
     let count = (bytes as usize / dtype.bytes()).max(1);
@@ -236,7 +236,7 @@ pub(crate) fn measure(t: &mut Target, bytes: u64, dtype: GradDtype, in_place: bo
     let mut wrong = 0u64;
     comm.all_reduce_into(&wrong_here, &mut wrong, SystemOperation::sum());
 
-    Ok(Measured {
+    Ok(SizeResult {
         bytes: (count * dtype.bytes()) as u64,
         count: count as u64,
         in_place,

@@ -38,7 +38,7 @@ pub(super) struct RunEntry {
     pub global_batch: usize,
     #[serde(deserialize_with = "number")]
     pub samples_per_s: f64,
-    pub per_step: StepPhases,
+    pub per_step: PhaseSeconds,
     /// The node types its ranks ran on, and its nodes (absent in older reports).
     #[serde(default)]
     pub node_types: Vec<String>,
@@ -46,12 +46,12 @@ pub(super) struct RunEntry {
     pub nodes: usize,
     /// ddpbench, libtorch and MPI (absent in older reports).
     #[serde(default)]
-    pub versions: Option<Versions>,
+    pub versions: Option<RunVersions>,
 }
 
 /// What a run ran with (report.json's `versions`).
 #[derive(Debug, Deserialize, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct Versions {
+pub(super) struct RunVersions {
     #[serde(default)]
     pub ddpbench: String,
     #[serde(default)]
@@ -118,9 +118,9 @@ impl ReportFile {
 /// [`crate::reduce::report::StepPhases::layout`] names them); None where it wrote null.
 #[derive(Debug, Deserialize, Clone)]
 #[serde(transparent)]
-pub(super) struct StepPhases(BTreeMap<String, Option<f64>>);
+pub(super) struct PhaseSeconds(BTreeMap<String, Option<f64>>);
 
-impl StepPhases {
+impl PhaseSeconds {
     /// The seconds of part `key`: NaN where the report wrote null, 0 where it has no such
     /// key (a report written before that phase existed).
     pub(super) fn seconds(&self, key: &str) -> f64 {

@@ -232,7 +232,7 @@ pub enum Backend {
     /// No all-reduce (`--allreduce none`): never a point of a scaling study.
     #[value(skip)]
     None,
-    /// PyTorch's gloo all-reduce: what a peer run ([`Peer`]) records on CPU, never an
+    /// PyTorch's gloo all-reduce: what a twin run ([`Twin`]) records on CPU, never an
     /// all-reduce ddpbench runs.
     #[value(skip)]
     Gloo,
@@ -321,24 +321,24 @@ impl Overlap {
 /// nor their reference, and ddpbench's never theirs.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Peer {
+pub enum Twin {
     /// PyTorch's DistributedDataParallel (gloo on CPU, NCCL on GPUs), one process per
     /// rank: `benchmarks/pytorch_ddp_mnist.py`.
     PytorchDdp,
 }
 
-impl Peer {
+impl Twin {
     /// The name the study key, the key and the files use.
     pub(crate) fn name(self) -> &'static str {
         match self {
-            Peer::PytorchDdp => "pytorch-ddp",
+            Twin::PytorchDdp => "pytorch-ddp",
         }
     }
 
     /// The name reports show.
     pub(crate) fn title(self) -> &'static str {
         match self {
-            Peer::PytorchDdp => "PyTorch DDP",
+            Twin::PytorchDdp => "PyTorch DDP",
         }
     }
 }
@@ -444,7 +444,7 @@ pub struct ComparisonKey {
     pub env: Vec<String>,
     /// The trainer, when it is not ddpbench (absent: ddpbench).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peer: Option<Peer>,
+    pub peer: Option<Twin>,
 }
 
 /// The built-in networks that take token ids (`--seq-len` and `--vocab-size` shape them),
@@ -813,7 +813,7 @@ pub(crate) mod tests {
             loss: LossKind::None,
             model_sha256: Some("ab".repeat(32)),
             env: vec!["DDPBENCH_SLOW_FORWARD=1:30".into()],
-            peer: Some(Peer::PytorchDdp),
+            peer: Some(Twin::PytorchDdp),
         }
     }
 

@@ -23,8 +23,8 @@ pub(crate) mod warning;
 pub(crate) use cells::Cells;
 pub(crate) use end::{end_file_name, write_atomic, EndRecord, RunStatus};
 pub use key::{
-    AmpMode, Backend, ComparisonKey, DeviceKind, GradDtype, MallocMode, Memory, MemoryFormat, NoiseScaleMode, OptimizerKind, Overlap, Peer,
-    PhaseSync,
+    AmpMode, Backend, ComparisonKey, DeviceKind, GradDtype, MallocMode, Memory, MemoryFormat, NoiseScaleMode, OptimizerKind, Overlap,
+    PhaseSync, Twin,
 };
 
 pub(crate) use manifest::schema_problem;

@@ -11,7 +11,7 @@
 use crate::data::DatasetKind;
 use crate::record::key::{self, ComparisonKey, DeviceKind, Overlap, Real};
 use crate::record::OptimizerKind;
-use crate::record::{self, Backend, CsvLog, Manifest, Peer, Phase, RankInfo, RunStatus, StepRow};
+use crate::record::{self, Backend, CsvLog, Manifest, Phase, RankInfo, RunStatus, StepRow, Twin};
 use crate::train::config::TrainConfig;
 use crate::world::{agree, all_strings, broadcast_string, Group};
 use anyhow::{bail, ensure, Context, Result};
@@ -38,7 +38,7 @@ pub(crate) fn python() -> PathBuf {
 }
 
 /// PyTorch's version as the peer's Python imports it; Err says how to get one.
-pub(crate) fn torch_version(peer: Peer) -> Result<String> {
+pub(crate) fn torch_version(peer: Twin) -> Result<String> {
     let py = python();
     let out = std::process::Command::new(&py)
         .args(["-c", "import torch, torch.distributed; print(torch.__version__)"])
@@ -62,7 +62,7 @@ pub(crate) fn torch_version(peer: Peer) -> Result<String> {
 }
 
 /// Err when `peer` cannot train the point `cfg` describes: what differs, and what to change.
-pub(crate) fn check_point(peer: Peer, cfg: &TrainConfig) -> Result<()> {
+pub(crate) fn check_point(peer: Twin, cfg: &TrainConfig) -> Result<()> {
     let model = cfg.workload.model.name();
     let what = format!("study key `peer = \"{}\"`", peer.name());
     ensure!(
@@ -117,7 +117,7 @@ fn read_info(peer_dir: &Path) -> std::result::Result<PeerInfo, String> {
 
 /// Trains the point `cfg` with `peer` on the ranks of `pg` into the run folder `dir`.
 /// Err is agreed: every rank of the point returns the same one.
-pub(crate) fn run(pg: &Group, peer: Peer, cfg: &TrainConfig, dir: &Path) -> Result<()> {
+pub(crate) fn run(pg: &Group, peer: Twin, cfg: &TrainConfig, dir: &Path) -> Result<()> {
     let started = SystemTime::now();
     let clock = Instant::now();
     let run_id = dir.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
@@ -258,7 +258,7 @@ fn launch(pg: &Group, cfg: &TrainConfig, peer_dir: &Path, rendezvous: &str, loca
 }
 
 /// The manifest of a peer run as it starts (status running); rank 0's copy is written.
-fn manifest(pg: &Group, peer: Peer, cfg: &TrainConfig, run_id: &str, started: SystemTime, ranks: Vec<RankInfo>) -> Manifest {
+fn manifest(pg: &Group, peer: Twin, cfg: &TrainConfig, run_id: &str, started: SystemTime, ranks: Vec<RankInfo>) -> Manifest {
     // What the peer's Python finds is filled in when it ends ([`fill_from`]).
     let cpu = cfg.placement.device == crate::device::DeviceChoice::Cpu || !tch::Cuda::is_available();
     let backend = if cpu { Backend::Gloo } else { Backend::Nccl };

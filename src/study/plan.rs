@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use super::lr_grid::LrGrid;
 use crate::compare::Refusal;
 use crate::link::spec::LinkSpec;
-use crate::record::{Peer, PointId};
+use crate::record::{PointId, Twin};
 use crate::reduce::analysis::recommend::Shape;
 use crate::train::TrainConfig;
 
@@ -144,7 +144,7 @@ pub(crate) struct StudySpec {
     pub renamed: Vec<String>,
     /// Another trainer whose points run beside ddpbench's, one twin per point
     /// (`peer = "pytorch-ddp"`).
-    pub peer: Option<Peer>,
+    pub peer: Option<Twin>,
     /// How the study's report projects and recommends ([`REPORT_KEYS`]).
     pub report: ReportKeys,
     /// Learning rates paired with each point's global batch (`[lr_grid]`).
@@ -635,7 +635,7 @@ pub(crate) struct Point {
     /// The trainer when it is not ddpbench: the point is the twin of ddpbench's point
     /// with the same options, trained by the peer on the same ranks.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub peer: Option<Peer>,
+    pub peer: Option<Twin>,
 }
 
 /// A point left out, and why.
@@ -952,7 +952,7 @@ pub(crate) fn plan(spec: &StudySpec, layout: &Layout, cores_per_node: usize) -> 
 
 /// Each point followed by its twin trained by `peer` (same options and ranks), so that
 /// the schedule alternates the two trainers point by point.
-fn with_twins(points: Vec<Point>, peer: Option<Peer>) -> Vec<Point> {
+fn with_twins(points: Vec<Point>, peer: Option<Twin>) -> Vec<Point> {
     let Some(peer) = peer else { return points };
     points
         .into_iter()
@@ -1302,7 +1302,7 @@ mod tests {
         );
         for pair in p.points.chunks(2) {
             let (own, twin) = (&pair[0], &pair[1]);
-            assert_eq!((own.peer, twin.peer), (None, Some(Peer::PytorchDdp)));
+            assert_eq!((own.peer, twin.peer), (None, Some(Twin::PytorchDdp)));
             assert_eq!((&own.args, &own.world_ranks), (&twin.args, &twin.world_ranks));
             assert_eq!(twin.workload, format!("{}-pytorch-ddp", own.workload));
         }

@@ -2,7 +2,7 @@
 //! clock offsets, and the all-reduce's per-bucket hand-over statistics.
 
 use super::state::StepAt;
-use super::step::Measured;
+use super::step::StepMeasured;
 use super::timer::Mark;
 use crate::comm::CommStats;
 use crate::record::clock::{ClockLog, ClockRow};
@@ -19,7 +19,7 @@ pub(super) struct Records {
     pub steps_log: CsvLog<StepRow>,
     /// Rank 0's `epochs.csv`.
     pub epochs_log: Option<CsvLog<EpochRow>>,
-    pub offsets: ClockOffsets,
+    pub offsets: ClockRecord,
     pub bucket_ready: BucketReady,
     /// What names this rank's rows.
     pub rows: RowIdentity,
@@ -33,7 +33,7 @@ pub(super) struct Records {
 
 /// Draws step `at` in the trace when its window holds it: the phase slices between the
 /// marks the step's clock recorded, and the all-reduce's readings.
-pub(super) fn trace_step(trace: &mut RankTrace, m: &Measured, marks: &[Mark], at: StepAt) -> Result<()> {
+pub(super) fn trace_step(trace: &mut RankTrace, m: &StepMeasured, marks: &[Mark], at: StepAt) -> Result<()> {
     if !trace.wants(at.global_step) {
         return Ok(());
     }
@@ -66,7 +66,7 @@ pub(super) struct RowIdentity {
 
 impl RowIdentity {
     /// The row of step `at`, as measured; `origin` is the ranks' common time origin.
-    pub(super) fn step_row(&self, m: &Measured, at: StepAt, origin: Instant) -> StepRow {
+    pub(super) fn step_row(&self, m: &StepMeasured, at: StepAt, origin: Instant) -> StepRow {
         let since_origin = |t: Instant| (t - origin).as_secs_f64();
         let comm: &CommStats = &m.comm;
         StepRow {
@@ -99,14 +99,14 @@ impl RowIdentity {
 
 /// Rank 0's `clock.csv` and what its estimates add up to (empty on other ranks).
 #[derive(Default)]
-pub(super) struct ClockOffsets {
+pub(super) struct ClockRecord {
     pub log: Option<ClockLog>,
     pub summary: ClockSummary,
     /// Each rank's first offset estimate, for the drift.
     first_offsets: Vec<f64>,
 }
 
-impl ClockOffsets {
+impl ClockRecord {
     /// Writes one estimate of every rank's offset and adds it to the summary; nothing
     /// without a log (ranks other than 0).
     pub(super) fn add(&mut self, rows: &[ClockRow]) -> Result<()> {

@@ -1,8 +1,8 @@
 //! One training step, timed phase by phase. [`StepMachine::step`] reads as the
 //! sentence it measures: next batch → copy to device → forward → backward (staged
 //! buckets launched) → wait for the all-reduce → its bookkeeping → optimizer, each boundary one
-//! [`StepEvent`] on the [`PhaseClock`], and the watchdog told which [`Phase`] the rank
-//! is in (a phase that never ends is named). It returns what it measured ([`Measured`]);
+//! [`StepEvent`] on the [`PhaseClock`], and the watchdog told which [`Activity`] the rank
+//! is in (a phase that never ends is named). It returns what it measured ([`StepMeasured`]);
 //! the epoch loop records it.
 //!
 //! Nothing here waits for the device: the loss, and with fp16 AMP the loss scale and
@@ -19,7 +19,7 @@ use crate::comm::noise::{squared_norm, NoisePath, NoiseScaleMode, NormsTaken};
 use crate::comm::overlap::StagedPass;
 use crate::comm::CommStats;
 use crate::data::Loader;
-use crate::flight::{self, Phase};
+use crate::flight::{self, Activity};
 use crate::noise_scale::NormPair;
 use crate::optim::Optimizer;
 use crate::record::MemoryFormat;
@@ -45,7 +45,7 @@ pub(super) struct StepMachine {
     /// Micro-batches per step (`--grad-accum`).
     pub micro_batches: usize,
     /// Steps run whose marks the clock has not given yet, oldest first (at most two).
-    pub unread: VecDeque<Measured>,
+    pub unread: VecDeque<StepMeasured>,
     /// A test's straggler or busy machine: sleep this long in every forward pass
     /// (`DDPBENCH_SLOW_FORWARD`, `DDPBENCH_TEST_BUSY_FORWARD`).
     pub slow_forward: Option<std::time::Duration>,
@@ -59,7 +59,7 @@ pub(super) struct StepMachine {
 
 /// What one step measured on this rank.
 #[derive(Debug)]
-pub(super) struct Measured {
+pub(super) struct StepMeasured {
     /// Which step it was.
     pub at: StepAt,
     /// The wall clock at the step's start.
@@ -107,7 +107,7 @@ impl StepMachine {
     /// Runs step `at` at learning rate `lr`. Returns the oldest step run whose times are
     /// final: this one with a clock that reads as it marks, the one before with device
     /// events read a step late (None after the first step).
-    pub(super) fn step(&mut self, loader: &mut Loader, lr: f64, at: StepAt) -> Result<Option<Measured>> {
+    pub(super) fn step(&mut self, loader: &mut Loader, lr: f64, at: StepAt) -> Result<Option<StepMeasured>> {
         self.opt.set_lr(lr);
         let started_utc = SystemTime::now();
 
@@ -120,7 +120,7 @@ impl StepMachine {
         // Queued before the optimizer, so the step's last event is behind the copy.
         let loss_sum = micro.loss_sum.as_ref().map(to_host);
         let backward_end = micro.backward_end.unwrap_or_else(Instant::now);
-        flight::phase(Some(Phase::AllReduceWait));
+        flight::phase(Some(Activity::AllReduceWait));
         let comm = self.comm.reducer.finish(&self.model.param_tensors, backward_end)?;
         if comm.done_on_stream {
             // The device orders this mark after the all-reduce's completion event.
@@ -131,7 +131,7 @@ impl StepMachine {
             self.clock.record_at(StepEvent::CommDone, comm.exposed_end(backward_end));
         }
         self.clock.record(StepEvent::CommRecorded);
-        flight::phase(Some(Phase::Optimizer));
+        flight::phase(Some(Activity::Optimizer));
         // Before the optimizer, which may unscale the reduced gradients in place.
         let noise_taken = if measure { self.take_norms(&mut micro) } else { None };
         let found_inf = self.opt.step_unscaled(self.comm.reducer.reduced(), self.scaler.as_mut());
@@ -140,7 +140,7 @@ impl StepMachine {
         self.clock.record(StepEvent::OptimizerDone);
         self.clock.record(StepEvent::End);
 
-        self.unread.push_back(Measured {
+        self.unread.push_back(StepMeasured {
             at,
             started_utc,
             times: self.clock.marks().times(),
@@ -161,13 +161,13 @@ impl StepMachine {
 
     /// The last step run, when [`StepMachine::step`] has not returned it yet (waits for
     /// the device to finish it).
-    pub(super) fn flush(&mut self) -> Option<Measured> {
+    pub(super) fn flush(&mut self) -> Option<StepMeasured> {
         self.read(true)
     }
 
     /// The oldest unread step with its times, loss and AMP figures, once the clock gives
     /// its marks; with device events the all-reduce's device times too.
-    fn read(&mut self, flush: bool) -> Option<Measured> {
+    fn read(&mut self, flush: bool) -> Option<StepMeasured> {
         let times = self.clock.finished(flush)?.times();
         let mut m = self.unread.pop_front()?;
         m.times = times;
@@ -195,20 +195,20 @@ impl StepMachine {
         let mut micro = MicroBatches::default();
 
         while micro.count < self.micro_batches {
-            flight::phase(Some(Phase::Data));
+            flight::phase(Some(Activity::Data));
             let Some(batch) = loader.next_batch() else { break };
             let (x, y) = batch?;
             self.clock.record(StepEvent::DataReady);
-            flight::phase(Some(Phase::Copy));
+            flight::phase(Some(Activity::Copy));
             let (x, y) = to_device(x, y, self.device);
             let x = crate::model::in_format(&x, self.memory_format);
             self.clock.record(StepEvent::CopyDone);
-            flight::phase(Some(Phase::Forward));
+            flight::phase(Some(Activity::Forward));
             let last = micro.count + 1 == self.micro_batches;
             let mut staged = self.comm.launch.as_ref().filter(|_| last).map(StagedPass::new);
             let loss = self.forward(&x, &y, staged.as_mut())?;
             micro.backward_start = Some(self.clock.record(StepEvent::ForwardDone));
-            flight::phase(Some(Phase::Backward));
+            flight::phase(Some(Activity::Backward));
             let scaled = scale(&loss, self.loss_factor, amp_scale);
             match staged {
                 Some(pass) => pass.backward(&scaled, self.comm.reducer.as_mut())?,

@@ -15,16 +15,16 @@ use super::faults::FaultHooks;
 use super::nonfinite::LossWatch;
 use super::params::{broadcast_from_rank0, check_in_sync};
 use super::placement::Placement;
-use super::recording::{BucketReady, ClockOffsets, Records, RowIdentity};
+use super::recording::{BucketReady, ClockRecord, Records, RowIdentity};
 use super::run_folder::RunFolder;
 use super::state::{ModelState, Schedule, StepAt};
-use super::step::{Measured, StepMachine};
+use super::step::{StepMachine, StepMeasured};
 use super::target::{StepDone, TargetWatch};
 use super::timer;
 use crate::amp::{Autocast, LossScaler};
 use crate::comm::noise::{NoisePath, NoiseScaleMode};
 use crate::data::{self, Dataset, Loader};
-use crate::flight::Phase;
+use crate::flight::Activity;
 use crate::job::signals;
 use crate::job::watchdog::{self, Watchdog};
 use crate::model::{self, ModelOptions, ModelSpec};
@@ -280,11 +280,11 @@ impl<'g> Trainer<'g> {
     /// After the last epoch, or a stop signal: each rank's end record, the final
     /// parameters (`--save-model`) and the manifest's outcome, then a barrier so no rank
     /// leaves before rank 0 wrote them, then the run's files closed. All of it is the
-    /// run's teardown, watched ([`crate::flight::Phase`]); once past the barrier the
+    /// run's teardown, watched ([`crate::flight::Activity`]); once past the barrier the
     /// records are final, and a stall later leaves them as they are.
     pub(crate) fn finish(mut self, stopped: Option<i32>) -> Result<()> {
         crate::flight::recorder().begin_teardown();
-        crate::flight::phase(Some(Phase::LastRecords));
+        crate::flight::phase(Some(Activity::LastRecords));
         let (status, error) = match stopped {
             None => (RunStatus::Completed, None),
             Some(sig) => (
@@ -343,7 +343,7 @@ impl<'g> Trainer<'g> {
             self.g.comm.barrier();
         }
         self.watchdog.records_final();
-        crate::flight::phase(Some(Phase::ClosingFiles));
+        crate::flight::phase(Some(Activity::ClosingFiles));
         drop(self);
         crate::flight::phase(None);
         Ok(())
@@ -455,7 +455,7 @@ impl<'g> Trainer<'g> {
             self.inject_faults(at)?;
             let lr = schedule.lr(self.facts.cfg.learning_rate(), at.global_step);
             let measured = self.machine.step(&mut loader, lr, at)?;
-            crate::flight::phase(Some(Phase::StepRecords));
+            crate::flight::phase(Some(Activity::StepRecords));
             if let Some(t) = self.records.trace.as_mut() {
                 t.batches(at.global_step, &loader.take_spans())?;
             }
@@ -508,7 +508,7 @@ impl<'g> Trainer<'g> {
 
     /// A step whose times are final: its row, the loss check, the watchdog's step limit
     /// and the progress line and bar. Returns its loss.
-    fn after_step(&mut self, m: &Measured, bar: &crate::progress::Bar) -> Result<f64> {
+    fn after_step(&mut self, m: &StepMeasured, bar: &crate::progress::Bar) -> Result<f64> {
         let at = m.at;
         let row = self.record_step(m, at)?;
         self.watch_target(at, row.loss);
@@ -541,7 +541,7 @@ impl<'g> Trainer<'g> {
 
     /// Writes a measured step's row and, after warm-up, adds when each bucket was handed
     /// to the all-reduce.
-    fn record_step(&mut self, measured: &Measured, at: StepAt) -> Result<StepRow> {
+    fn record_step(&mut self, measured: &StepMeasured, at: StepAt) -> Result<StepRow> {
         let row = self.records.rows.step_row(measured, at, self.progress.origin);
         self.progress.epoch_norms.extend(measured.noise);
         self.records.steps_log.write(&row)?;
@@ -777,7 +777,7 @@ fn open_records(g: &Group, folder: &RunFolder, node_type: &str, manifest: Manife
         manifest,
         steps_log,
         epochs_log,
-        offsets: ClockOffsets::default(),
+        offsets: ClockRecord::default(),
         bucket_ready: BucketReady::default(),
         rows: RowIdentity {
             run_id: folder.run_id.clone(),

@@ -45,7 +45,7 @@ pub(super) fn evaluate(g: &Group, net: &dyn Net, data: &Dataset, device: Device,
         for first in (0..mine).step_by(chunk) {
             bar.set(first as u64, format!("chunks of {chunk}"));
             // Each chunk is progress: only one that never ends is a stall.
-            crate::flight::phase(Some(crate::flight::Phase::Validation));
+            crate::flight::phase(Some(crate::flight::Activity::Validation));
             let idx: Vec<i64> = (first..(first + chunk).min(mine)).map(|k| (g.rank + k * g.size) as i64).collect();
             let (x, y) = data.test.batch(&Tensor::from_slice(&idx), device)?;
             let (loss, right) = batch_loss_and_correct(net, &x, &y)?;

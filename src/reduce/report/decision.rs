@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 /// What one workload's report says first.
 #[derive(Debug, Clone, Serialize)]
-pub struct Decision {
+pub struct WorkloadDecision {
     /// Model, data set, batch per rank, precision and device, in a few words.
     pub label: String,
     /// The whole comparison key (the details line).
@@ -37,8 +37,8 @@ pub(super) fn decisions(
     runs: &[RunReport],
     complete: &[&RunStats],
     projection: Option<&ProjectionReport>,
-) -> Vec<Decision> {
-    let mut out: Vec<Decision> = speedup::by_workload(scaling)
+) -> Vec<WorkloadDecision> {
+    let mut out: Vec<WorkloadDecision> = speedup::by_workload(scaling)
         .into_iter()
         .map(|((model, dataset, comparison), rows)| {
             let compared: Vec<&ScalingRow> = rows
@@ -61,7 +61,7 @@ pub(super) fn decisions(
             batches.sort_unstable();
             batches.dedup();
             let no_run_because = recs.is_empty().then(|| no_run_because(head, projection, model));
-            Decision {
+            WorkloadDecision {
                 label: label(model, dataset, &batches, key),
                 comparison: comparison.to_string(),
                 scaling: head.map_or_else(|| no_reference(&rows), scaling_line),
@@ -94,7 +94,7 @@ fn label(model: &str, dataset: &str, batches: &[usize], key: Option<&ComparisonK
 
 /// Labels that two workloads share, each followed by what its key has that the other
 /// keys of that label lack (`· threads=2`).
-fn tell_apart(decisions: &mut [Decision]) {
+fn tell_apart(decisions: &mut [WorkloadDecision]) {
     let keys: Vec<(String, String)> = decisions.iter().map(|d| (d.label.clone(), d.comparison.clone())).collect();
     for d in decisions.iter_mut() {
         let others: Vec<&String> = keys
@@ -400,7 +400,7 @@ fn points(rows: &[&ScalingRow]) -> String {
 }
 
 /// report.md's first section: every workload's decision.
-pub(super) fn markdown(md: &mut String, decisions: &[Decision]) {
+pub(super) fn markdown(md: &mut String, decisions: &[WorkloadDecision]) {
     let _ = writeln!(md, "\n## What to run\n");
     if decisions.is_empty() {
         let _ = writeln!(
@@ -416,7 +416,7 @@ pub(super) fn markdown(md: &mut String, decisions: &[Decision]) {
 }
 
 /// One workload's decision in markdown.
-pub(super) fn workload_markdown(md: &mut String, d: &Decision) {
+pub(super) fn workload_markdown(md: &mut String, d: &WorkloadDecision) {
     let esc = crate::escape::markdown;
     let _ = writeln!(md, "### {}\n", esc(&d.label));
     let _ = writeln!(md, "- **Scaling:** {}", esc(&d.scaling));
@@ -437,7 +437,7 @@ pub(super) fn workload_markdown(md: &mut String, d: &Decision) {
 
 /// The decisions on the terminal, as report.md says them (its last screen is what a
 /// person sees when `reduce` returns, so the terminal prints them last).
-pub(super) fn terminal_lines(decisions: &[Decision]) -> Vec<String> {
+pub(super) fn terminal_lines(decisions: &[WorkloadDecision]) -> Vec<String> {
     let mut out = Vec::new();
     for d in decisions {
         out.push(format!("\nWhat to run: {}", d.label));

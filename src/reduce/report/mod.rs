@@ -28,7 +28,7 @@ pub(crate) mod times;
 pub(crate) mod verdict;
 
 pub(crate) use build::build;
-pub(crate) use decision::Decision;
+pub(crate) use decision::WorkloadDecision;
 
 /// report.md's first section ("What to run": each workload's decision), for study.md
 /// to open with the same lines.
@@ -78,7 +78,7 @@ pub struct Report {
     pub workloads: Vec<WorkloadVerdict>,
     /// Per workload, in the same order: what the report says first (verdict in a line,
     /// what to run or why nothing is recommended, the next command).
-    pub decisions: Vec<Decision>,
+    pub decisions: Vec<WorkloadDecision>,
     /// The sentences under report.md's tables.
     pub findings: Findings,
     /// Per compared point with a measured gradient noise scale: the predicted samples to

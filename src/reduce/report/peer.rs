@@ -3,12 +3,12 @@
 //! trainer's runs of the same points (`study` with `peer`), the two side by side.
 
 use super::Report;
-use crate::record::Peer;
+use crate::record::Twin;
 use crate::reduce::analysis::{ScalingMode, ScalingRow};
 use std::fmt::Write;
 
 /// The trainer of a scaling row's runs: None for ddpbench.
-fn trainer(report: &Report, row: &ScalingRow) -> Option<Peer> {
+fn trainer(report: &Report, row: &ScalingRow) -> Option<Twin> {
     let id = row.run_ids.first()?;
     report
         .runs
