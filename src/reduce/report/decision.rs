@@ -266,7 +266,11 @@ fn no_run_because(head: Option<&ScalingRow>, projection: Option<&ProjectionRepor
         return format!("No recommendation: the link model was refused ({why}).");
     }
     if let Some(note) = p.notes.iter().find(|n| n.contains("no recommendation") && n.contains(model)) {
-        return format!("No recommendation: {}", note.trim_start_matches("warning: "));
+        let why = note.split_once("no recommendation, ").map_or(note.as_str(), |(_, why)| why);
+        return format!(
+            "No recommendation, {}",
+            why.replace("(the reasons above)", "(the projection's notes say why)")
+        );
     }
     if head.is_some_and(|h| h.scaling_mode == ScalingMode::Strong) {
         return "No recommendation: recommendations are made for weak scaling (a fixed batch per rank), and this \
@@ -280,19 +284,37 @@ fn no_run_because(head: Option<&ScalingRow>, projection: Option<&ProjectionRepor
 /// is claimed, a link model where nothing is projected, else the recommended shape
 /// itself, which checks the forecast.
 fn next(head: Option<&ScalingRow>, rows: &[&ScalingRow], recs: &[&Recommendation], complete: &[&RunStats]) -> String {
+    // The point's settings as `train` arguments (every setting of its comparison key,
+    // spelled out, so the new run has the same key at its own rank count), and the
+    // folder its run now lies in (where it was written may be another machine's path).
     let train_of = |ids: &[String]| {
-        complete
-            .iter()
-            .find(|r| ids.contains(&r.manifest.run_id))
-            .map(|r| r.manifest.command_line.clone())
-            .filter(|argv| argv.get(1).is_some_and(|c| c == "train"))
+        let run = complete.iter().find(|r| ids.contains(&r.manifest.run_id))?;
+        if !run.manifest.command_line.get(1).is_some_and(|c| c == "train") {
+            return None;
+        }
+        let key = run.key.as_ref()?;
+        let reference = crate::reduce::analysis::advice::reference_command(run, key, run.manifest.batch_size_per_rank);
+        let (env, args) = reference.command.split_once("mpirun")?;
+        let args = args.split_once(" ddpbench train ")?.1;
+        // A 1-rank reference shares a node's cores as the point's ranks did (--node-slots);
+        // a run at its own rank count has its own slots.
+        let argv: Vec<String> = ["ddpbench", "train"]
+            .into_iter()
+            .map(str::to_string)
+            .chain(shell_words_without(args, "--node-slots"))
+            .collect();
+        Some((env.trim().to_string(), argv, run.dir.parent().map(Path::to_path_buf)))
     };
     let Some(h) = head else {
         if let Some(m) = rows.iter().map(|r| r.missing_reference.as_str()).find(|m| !m.is_empty()) {
             return format!("Run the reference: {m}.");
         }
         return match rows.first().and_then(|r| train_of(&r.run_ids)) {
-            Some(argv) => format!("Measure it at 2 ranks: `mpirun -n 2 ddpbench {}`.", train_args(&argv, "at-2-ranks")),
+            Some((env, argv, home)) => format!(
+                "Measure it at 2 ranks: `{}mpirun -n 2 ddpbench {}`.",
+                env_prefix(&env),
+                train_args(&argv, home.as_deref(), "at-2-ranks")
+            ),
             None => "Measure it at 2 ranks or more: scaling needs two rank counts.".into(),
         };
     };
@@ -322,11 +344,12 @@ fn next(head: Option<&ScalingRow>, rows: &[&ScalingRow], recs: &[&Recommendation
     let check = format!("Check the forecast at {} by running it", shape.label());
     let at_batch = |row: &&&ScalingRow| row.batch_per_rank as f64 == r.batch_per_rank;
     match rows.iter().find(at_batch).and_then(|row| train_of(&row.run_ids)) {
-        Some(argv) => format!(
-            "{check}: `srun -N {} --ntasks-per-node {} ddpbench {}`.",
+        Some((env, argv, home)) => format!(
+            "{check}: `{}srun -N {} --ntasks-per-node {} ddpbench {}`.",
+            env_prefix(&env),
             shape.nodes,
             shape.ranks_per_node,
-            train_args(&argv, &format!("at-{}x{}", shape.nodes, shape.ranks_per_node))
+            train_args(&argv, home.as_deref(), &format!("at-{}x{}", shape.nodes, shape.ranks_per_node))
         ),
         None => format!(
             "{check}: add a point of {} ranks to the study file and run it under `srun -N {} --ntasks-per-node {}`.",
@@ -337,9 +360,10 @@ fn next(head: Option<&ScalingRow>, rows: &[&ScalingRow], recs: &[&Recommendation
     }
 }
 
-/// A run's `train` arguments with its output folder replaced by a new one named for
-/// the shape (a run never writes into another's folder).
-fn train_args(argv: &[String], name: &str) -> String {
+/// A run's `train` arguments with its output folder replaced by a new one, `name`, in
+/// `home` (the folder the run lies in now; else beside where it was written): a run
+/// never writes into another's folder.
+fn train_args(argv: &[String], home: Option<&Path>, name: &str) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut folder: Option<PathBuf> = None;
     let mut it = argv.iter().skip(1);
@@ -352,10 +376,65 @@ fn train_args(argv: &[String], name: &str) -> String {
             out.push(a.clone());
         }
     }
-    let parent = folder.as_deref().and_then(Path::parent).unwrap_or(Path::new("runs"));
+    let parent = home
+        .or_else(|| folder.as_deref().and_then(Path::parent))
+        .unwrap_or(Path::new("runs"));
     out.push("--out".into());
     out.push(parent.join(name).display().to_string());
     out.iter().map(|a| shell_word(a)).collect::<Vec<_>>().join(" ")
+}
+
+/// `env ` before a launcher, where the point ran with environment settings.
+fn env_prefix(env: &str) -> String {
+    if env.is_empty() {
+        String::new()
+    } else {
+        format!("{env} ")
+    }
+}
+
+/// The words of `args` (as [`crate::reduce::analysis::advice`] writes them: a value
+/// with spaces in single quotes) without `flag` and its value.
+fn shell_words_without(args: &str, flag: &str) -> Vec<String> {
+    let mut words: Vec<String> = Vec::new();
+    let mut word = String::new();
+    let (mut quoted, mut any) = (false, false);
+    let mut chars = args.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' if quoted && chars.peek() == Some(&'\\') => {
+                // '\'' inside quotes: a literal quote.
+                chars.next();
+                chars.next();
+                chars.next();
+                word.push('\'');
+            }
+            '\'' => {
+                quoted = !quoted;
+                any = true;
+            }
+            ' ' if !quoted => {
+                if any || !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+                any = false;
+            }
+            c => word.push(c),
+        }
+    }
+    if any || !word.is_empty() {
+        words.push(word);
+    }
+    let mut out = Vec::new();
+    let mut it = words.into_iter();
+    while let Some(w) = it.next() {
+        if w == flag {
+            it.next();
+        } else if !w.starts_with(&format!("{flag}=")) {
+            out.push(w);
+        }
+    }
+    out
 }
 
 /// `a` as one shell word.
@@ -451,4 +530,28 @@ pub(super) fn terminal_lines(decisions: &[WorkloadDecision]) -> Vec<String> {
         out.push(format!("  next: {}", d.next));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reference command's words read back as the shell reads them, a flag and its
+    /// value left out; the new run's folder goes where the run lies now.
+    #[test]
+    fn the_next_commands_words_are_the_shells_and_write_a_new_folder() {
+        let words = shell_words_without(r"--a 1 --node-slots 2 --b 'x y' --c 'it'\''s' --node-slots=3 --d", "--node-slots");
+        assert_eq!(words, ["--a", "1", "--b", "x y", "--c", "it's", "--d"]);
+        let argv: Vec<String> = ["ddpbench", "train", "--threads", "2", "--out", "/far/away/run", "--x", "a b"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            train_args(&argv, Some(Path::new("/here/runs")), "at-2x4"),
+            "train --threads 2 --x 'a b' --out /here/runs/at-2x4"
+        );
+        assert_eq!(
+            train_args(&argv, None, "at-2x4"),
+            "train --threads 2 --x 'a b' --out /far/away/at-2x4"
+        );
+    }
 }
