@@ -51,7 +51,7 @@ fn arg(v: &Value) -> Option<String> {
 }
 
 /// `s` quoted for a POSIX shell when it holds anything but plain characters.
-fn quoted(s: &str) -> String {
+pub(crate) fn quoted(s: &str) -> String {
     if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:=,+@%".contains(c)) {
         s.to_string()
     } else {

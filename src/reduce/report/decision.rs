@@ -6,6 +6,7 @@
 
 use super::{speedup, verdict, ProjectionReport, RunReport};
 use crate::record::{AmpMode, ComparisonKey, DeviceKind};
+use crate::reduce::analysis::advice::quoted;
 use crate::reduce::analysis::recommend::{Figures, Recommendation, ShapeCost};
 use crate::reduce::analysis::{Direction, RunStats, ScalingMode, ScalingRow};
 use serde::Serialize;
@@ -381,7 +382,7 @@ fn train_args(argv: &[String], home: Option<&Path>, name: &str) -> String {
         .unwrap_or(Path::new("runs"));
     out.push("--out".into());
     out.push(parent.join(name).display().to_string());
-    out.iter().map(|a| shell_word(a)).collect::<Vec<_>>().join(" ")
+    out.iter().map(|a| quoted(a)).collect::<Vec<_>>().join(" ")
 }
 
 /// `env ` before a launcher, where the point ran with environment settings.
@@ -398,11 +399,11 @@ fn env_prefix(env: &str) -> String {
 fn shell_words_without(args: &str, flag: &str) -> Vec<String> {
     let mut words: Vec<String> = Vec::new();
     let mut word = String::new();
-    let (mut quoted, mut any) = (false, false);
+    let (mut in_quotes, mut any) = (false, false);
     let mut chars = args.chars().peekable();
     while let Some(c) = chars.next() {
         match c {
-            '\'' if quoted && chars.peek() == Some(&'\\') => {
+            '\'' if in_quotes && chars.peek() == Some(&'\\') => {
                 // '\'' inside quotes: a literal quote.
                 chars.next();
                 chars.next();
@@ -410,10 +411,10 @@ fn shell_words_without(args: &str, flag: &str) -> Vec<String> {
                 word.push('\'');
             }
             '\'' => {
-                quoted = !quoted;
+                in_quotes = !in_quotes;
                 any = true;
             }
-            ' ' if !quoted => {
+            ' ' if !in_quotes => {
                 if any || !word.is_empty() {
                     words.push(std::mem::take(&mut word));
                 }
@@ -437,23 +438,14 @@ fn shell_words_without(args: &str, flag: &str) -> Vec<String> {
     out
 }
 
-/// `a` as one shell word.
-fn shell_word(a: &str) -> String {
-    if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c)) {
-        a.to_string()
-    } else {
-        format!("'{}'", a.replace('\'', "'\\''"))
-    }
-}
-
 /// The runs' folders as `reduce` takes them: their common parent, else each.
 fn inputs(complete: &[&RunStats]) -> String {
     let parents: Vec<&Path> = complete.iter().filter_map(|r| r.dir.parent()).collect();
     match parents.first() {
-        Some(p) if parents.iter().all(|q| q == p) => shell_word(&p.display().to_string()),
+        Some(p) if parents.iter().all(|q| q == p) => quoted(&p.display().to_string()),
         _ => complete
             .iter()
-            .map(|r| shell_word(&r.dir.display().to_string()))
+            .map(|r| quoted(&r.dir.display().to_string()))
             .collect::<Vec<_>>()
             .join(" "),
     }
