@@ -271,10 +271,10 @@ fn each_bad_input_is_one_message_exit_2_and_nothing_written() {
     std::fs::create_dir(&link).unwrap();
     std::os::unix::fs::symlink(a.join("report.json"), link.join("report.json")).unwrap();
     let truncated = bad("truncated", &good[..good.len() / 2]);
-    let newer = bad("newer", &good.replacen("\"report_version\": 1", "\"report_version\": 99", 1));
+    let newer = bad("newer", &good.replacen("\"report_version\": 2", "\"report_version\": 99", 1));
     let newer_schema = bad("newer-schema", &good.replacen("\"schema_version\": 4", "\"schema_version\": 99", 1));
     let wrong_type = bad("wrong-type", &good.replacen("\"ranks\": 1,", "\"ranks\": \"one\",", 1));
-    let unversioned = bad("unversioned", &good.replacen("\"report_version\": 1,", "", 1));
+    let unversioned = bad("unversioned", &good.replacen("\"report_version\": 2,", "", 1));
     let taken = d.path().join("taken");
     std::fs::create_dir(&taken).unwrap();
     std::fs::write(taken.join("compare.md"), "mine").unwrap();

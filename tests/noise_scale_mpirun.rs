@@ -43,7 +43,10 @@ fn run(dir: &Path, name: &str, ranks: usize, extra: &[&str], env: &[(&str, &str)
         // A real data set: no synthetic one, and no size of it.
         args.drain(0..4);
     }
-    for own in ["--lr", "--batch-size", "--synthetic-samples"].iter().filter(|f| extra.contains(f)) {
+    for own in ["--lr", "--batch-size", "--synthetic-samples", "--val-samples"]
+        .iter()
+        .filter(|f| extra.contains(f))
+    {
         // The caller's value instead.
         let at = args.iter().position(|a| a == own).unwrap();
         args.drain(at..at + 2);
@@ -347,7 +350,7 @@ fn a_target_loss_stops_every_rank_at_one_step_and_reduce_compares_the_batches() 
     let job = ddpbench(&["reduce", "--no-plots", &path_str(&runs), "--out", &path_str(&runs)]);
     job.assert_ok();
     let report = json(&runs.join("report.json"));
-    let rows = report["target_loss"].as_array().unwrap();
+    let rows = report["targets"].as_array().unwrap();
     assert_eq!(rows.len(), 2, "{rows:?}");
     let (r16, r32) = (&rows[0], &rows[1]);
     assert_eq!((r16["global_batch"].as_u64(), r32["global_batch"].as_u64()), (Some(16), Some(32)));
@@ -392,7 +395,7 @@ fn a_target_loss_stops_every_rank_at_one_step_and_reduce_compares_the_batches() 
         );
     }
     let md = std::fs::read_to_string(runs.join("report.md")).unwrap();
-    assert!(md.contains("## Samples to a target loss: measured against predicted"), "{md}");
+    assert!(md.contains("## Samples to a target: measured against predicted"), "{md}");
     assert!(md.contains("| – (synthetic data has random labels"), "{md}");
     assert!(md.contains(&format!("\nB_noise {b:.0} (95 % ")), "{md}");
     assert!(
@@ -403,7 +406,9 @@ fn a_target_loss_stops_every_rank_at_one_step_and_reduce_compares_the_batches() 
     assert!(md.contains("`b16`: B_simple drifted ×"), "{md}");
     let out = &job.stdout;
     assert!(
-        out.contains("target loss 100 mnist-cnn on synthetic (B 32, B0 16): 1 of 1 run(s) reached it; 640 samples to target, 2.00× B0's"),
+        out.contains(
+            "target training loss 100 mnist-cnn on synthetic (B 32, B0 16): 1 of 1 run(s) reached it; 640 samples to target, 2.00× B0's"
+        ),
         "{out}"
     );
     // The noise figures report.md shows are printed too.
@@ -441,6 +446,123 @@ fn a_target_never_reached_ends_as_usual_and_a_non_positive_one_is_refused() {
             job.all()
         );
         assert!(!out.exists(), "{bad}: a refused run writes no folder");
+    }
+}
+
+/// `--target-accuracy`: validation every `--val-every` steps between the timed steps,
+/// every rank stopping after the same step, the first validation at or above the target
+/// (a target below chance: the first one); the manifest records the accuracy target and
+/// its check; a target never reached keeps its best validation; `reduce` groups the
+/// accuracy targets apart, sets the two reached batches side by side, and says how such
+/// a target is checked and that the prediction's error was not checked on one. Each bad
+/// combination of flags is refused before a folder is written.
+#[test]
+fn a_target_accuracy_is_checked_every_val_every_steps_and_reduce_keeps_it_apart() {
+    let dir = tmp();
+    let runs = dir.path().join("runs");
+    std::fs::create_dir(&runs).unwrap();
+    let common = [
+        "--max-steps",
+        "25",
+        "--threads",
+        "1",
+        "--warmup-steps",
+        "1",
+        "--val-samples",
+        "128",
+        "--val-every",
+        "5",
+    ];
+    let small = run(
+        &runs,
+        "acc-b16",
+        2,
+        &[&common[..], &["--batch-size", "8", "--target-accuracy", "0.01"]].concat(),
+        &[],
+    );
+    let big = run(&runs, "acc-b32", 2, &[&common[..], &["--target-accuracy", "0.01"]].concat(), &[]);
+    let never = run(
+        &runs,
+        "acc-never",
+        2,
+        &[&common[..], &["--target-accuracy", "1", "--epochs", "2"]].concat(),
+        &[],
+    );
+    for (dir, batch) in [(&small, 16u64), (&big, 32)] {
+        assert_eq!(
+            (rows_of(dir, 0), rows_of(dir, 1)),
+            (5, 5),
+            "every rank stops after the first validation"
+        );
+        let t = json(&dir.join("manifest.json"))["target"].clone();
+        assert_eq!(
+            (&t["target_accuracy"], &t["validate_every_steps"], &t["window_steps"]),
+            (&0.01.into(), &5.into(), &0.into()),
+            "{t}"
+        );
+        assert!(t["target_loss"].is_null() && t["smoothed_loss"].is_null(), "{t}");
+        assert_eq!((&t["reached"], &t["steps_to_target"]), (&true.into(), &5.into()), "{t}");
+        assert_eq!(t["samples_to_target"].as_u64(), Some(5 * batch));
+        let acc = t["val_accuracy"].as_f64().unwrap();
+        assert!((0.01..=1.0).contains(&acc), "{t}");
+    }
+    // 16 steps an epoch: validations after steps 5, 10, 15 and, in the second epoch, 20
+    // and 25; none reaches an accuracy of 1 on random labels.
+    assert_eq!((rows_of(&never, 0), rows_of(&never, 1)), (25, 25));
+    let t = json(&never.join("manifest.json"))["target"].clone();
+    assert_eq!(t["reached"], false, "{t}");
+    assert!(t["steps_to_target"].is_null() && t["samples_to_target"].is_null(), "{t}");
+    assert!(t["val_accuracy"].as_f64().unwrap() < 1.0, "the best of its validations: {t}");
+    let job = ddpbench(&["reduce", "--no-plots", &path_str(&runs), "--out", &path_str(&runs)]);
+    job.assert_ok();
+    let report = json(&runs.join("report.json"));
+    let rows = report["targets"].as_array().unwrap();
+    let of = |target: f64| {
+        rows.iter()
+            .filter(|r| r["target_accuracy"].as_f64() == Some(target))
+            .collect::<Vec<_>>()
+    };
+    let (hit, missed) = (of(0.01), of(1.0));
+    assert_eq!((hit.len(), missed.len()), (2, 1), "{rows:?}");
+    assert!(rows.iter().all(|r| r["target_loss"].is_null()), "{rows:?}");
+    assert_eq!(hit[1]["baseline_global_batch"].as_u64(), Some(16));
+    assert_eq!(hit[1]["measured_ratio"].as_f64(), Some(2.0), "{}", hit[1]);
+    assert_eq!(
+        (missed[0]["reached"].as_u64(), &missed[0]["samples_to_target"]),
+        (Some(0), &serde_json::Value::Null)
+    );
+    let md = std::fs::read_to_string(runs.join("report.md")).unwrap();
+    assert!(
+        md.contains("Runs trained with `--target-accuracy` stop at the first validation"),
+        "{md}"
+    );
+    assert!(md.contains("for a target of validation accuracy its error is not checked"), "{md}");
+    assert!(
+        md.contains("| mnist-cnn | synthetic | validation accuracy 0.01 | 32 | 1 (1) | 160 |"),
+        "{md}"
+    );
+    assert!(
+        job.stdout.contains("target validation accuracy 0.01 mnist-cnn on synthetic (B 32, B0 16): 1 of 1 run(s) reached it; 160 samples to target, 2.00× B0's"),
+        "{}",
+        job.stdout
+    );
+    // Flags clap refuses exit 2; values checked before MPI starts, 1 (as every such check).
+    for (bad, code, says) in [
+        (vec!["--val-every", "5"], 2, "--target-accuracy"),
+        (vec!["--target-accuracy", "85"], 2, "0.85 for 85 %"),
+        (vec!["--target-accuracy", "0.5", "--target-loss", "1"], 2, "cannot be used with"),
+        (vec!["--target-accuracy", "0.5", "--val-samples", "0"], 1, "--val-samples 0"),
+        (vec!["--target-accuracy", "0.5", "--val-every", "0"], 1, "--val-every 0"),
+    ] {
+        let out = dir.path().join(format!("bad{}", bad.len()));
+        let out_s = path_str(&out);
+        let args = [&bad[..], &["--out", &out_s]].concat();
+        let job = train_reporting_exits(2, &args, &[], LIMIT);
+        for r in 0..2 {
+            assert!(job.all().contains(&format!("rank-exit {r} {code}")), "{bad:?}: {}", job.all());
+        }
+        assert!(job.all().contains(says), "{bad:?}: {}", job.all());
+        assert!(!out.exists(), "{bad:?}: a refused run writes no folder");
     }
 }
 
@@ -486,7 +608,7 @@ fn the_recommendation_carries_the_time_to_target_as_samples_over_throughput() {
     job.assert_ok();
     let report = json(&out.join("report.json"));
     // The target table: B0 = 32's measured samples; the integrated prediction's ratio at 64.
-    let targets = report["target_loss"].as_array().unwrap();
+    let targets = report["targets"].as_array().unwrap();
     let at = |b: u64| targets.iter().find(|t| t["global_batch"].as_u64() == Some(b)).unwrap();
     let e0 = at(32)["samples_to_target"].as_f64().unwrap();
     let integrated = |b: u64| {

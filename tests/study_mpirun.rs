@@ -766,7 +766,7 @@ fn study_md_and_report_md_give_one_verdict() {
     for section in [
         "## Gradient noise scale and time to accuracy",
         "Predicted time to accuracy",
-        "## Samples to a target loss: measured against predicted",
+        "## Samples to a target: measured against predicted",
     ] {
         assert!(report_md.contains(section), "{section:?} not in report.md:\n{report_md}");
         assert!(study_md.contains(section), "{section:?} not in study.md:\n{study_md}");

@@ -217,7 +217,8 @@ pub struct Manifest {
     /// rank 0; empty in runs from before warnings were recorded.
     #[serde(default)]
     pub warnings: Vec<super::RunWarning>,
-    /// What `--target-loss` asked and whether the run reached it; absent without the flag.
+    /// What `--target-loss` or `--target-accuracy` asked and whether the run reached it;
+    /// absent without either flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<TargetOutcome>,
     /// The study point and repeat the run is (`ddpbench study` writes it): what the
@@ -259,18 +260,30 @@ pub struct StudyRun {
     pub repeat: usize,
 }
 
-/// A run to a target training loss (`train --target-loss`): the target, how the loss
-/// was smoothed, and when it was reached. Not reached: `reached` false and no figures
-/// of the reach, never a figure made up.
+/// A run to a target (`train --target-loss` or `--target-accuracy`): the target, how
+/// it was watched, and when it was reached. Not reached: `reached` false and no figures
+/// of the reach, never a figure made up. Exactly one of `target_loss` and
+/// `target_accuracy` is set ([`TargetOutcome::goal`]).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct TargetOutcome {
-    /// The training loss asked for.
-    pub target_loss: f64,
-    /// The smoothing: the mean over the ranks of each step's training loss, averaged
-    /// over this many of the last measured steps (a full window is needed).
+    /// The smoothed training loss asked for (`--target-loss`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_loss: Option<f64>,
+    /// The validation accuracy asked for, as a fraction (`--target-accuracy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_accuracy: Option<f64>,
+    /// The training loss's smoothing: the mean over the ranks of each step's training
+    /// loss, averaged over this many of the last measured steps (a full window is
+    /// needed). 0 for a target accuracy, which is not smoothed.
     pub window_steps: usize,
+    /// Optimizer steps between validations (`--val-every`) for a target accuracy: the
+    /// steps to the target are known to within this many. Absent for a target loss,
+    /// which is checked after every measured step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validate_every_steps: Option<usize>,
     pub reached: bool,
-    /// Optimizer steps done when the smoothed loss first was at or below the target.
+    /// Optimizer steps done when the target was first met: the smoothed loss at or
+    /// below it, or a validation's accuracy at or above it.
     #[serde(default)]
     pub steps_to_target: Option<usize>,
     /// Samples trained over all ranks by then (steps × the global batch).
@@ -281,9 +294,14 @@ pub struct TargetOutcome {
     #[serde(default)]
     pub seconds_to_target: Option<f64>,
     /// The smoothed loss at the stop, or at the run's end when the target was not
-    /// reached (None when fewer steps than the window were measured).
+    /// reached (None when fewer steps than the window were measured, and for a target
+    /// accuracy).
     #[serde(default)]
     pub smoothed_loss: Option<f64>,
+    /// For a target accuracy: the accuracy of the validation that reached it, else the
+    /// best of the run's validations (None when none ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_accuracy: Option<f64>,
     /// The learning rate the run followed, in words (`--lr`, `--lr-scaling`,
     /// `--warmup-epochs` as run).
     pub lr_rule: String,
@@ -298,7 +316,69 @@ pub struct TargetOutcome {
     pub peak_lr: Option<f64>,
 }
 
+/// What a run was trained to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TargetGoal {
+    /// The training loss, averaged over the ranks and the last measured steps, at or
+    /// below this.
+    TrainingLoss(f64),
+    /// A validation's accuracy (a fraction) at or above this.
+    ValidationAccuracy(f64),
+}
+
+impl TargetGoal {
+    /// What is watched, in words: "training loss", "validation accuracy".
+    pub fn metric(self) -> &'static str {
+        match self {
+            TargetGoal::TrainingLoss(_) => "training loss",
+            TargetGoal::ValidationAccuracy(_) => "validation accuracy",
+        }
+    }
+
+    /// The value asked for.
+    pub fn value(self) -> f64 {
+        match self {
+            TargetGoal::TrainingLoss(v) | TargetGoal::ValidationAccuracy(v) => v,
+        }
+    }
+
+    /// The same metric and the same value, bit for bit: runs that may be compared.
+    pub fn same(self, other: TargetGoal) -> bool {
+        self.metric() == other.metric() && self.value().to_bits() == other.value().to_bits()
+    }
+}
+
+/// As the manifest's fields: `{"target_loss": v}` or `{"target_accuracy": v}`, so a
+/// struct that flattens a goal keeps the manifest's names.
+impl Serialize for TargetGoal {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(1))?;
+        match self {
+            TargetGoal::TrainingLoss(v) => m.serialize_entry("target_loss", v)?,
+            TargetGoal::ValidationAccuracy(v) => m.serialize_entry("target_accuracy", v)?,
+        }
+        m.end()
+    }
+}
+
+/// "training loss 0.6", "validation accuracy 0.85": the metric and the value as given.
+impl std::fmt::Display for TargetGoal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.metric(), self.value())
+    }
+}
+
 impl TargetOutcome {
+    /// What the run was trained to; None when the manifest sets neither target or both.
+    pub fn goal(&self) -> Option<TargetGoal> {
+        match (self.target_loss, self.target_accuracy) {
+            (Some(l), None) => Some(TargetGoal::TrainingLoss(l)),
+            (None, Some(a)) => Some(TargetGoal::ValidationAccuracy(a)),
+            _ => None,
+        }
+    }
+
     /// Reached within the learning rate's warm-up.
     pub fn reached_in_warmup(&self) -> bool {
         self.reached && self.steps_to_target.is_some_and(|n| n <= self.warmup_lr_steps)

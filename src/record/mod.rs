@@ -29,7 +29,8 @@ pub use key::{
 
 pub(crate) use manifest::schema_problem;
 pub use manifest::{
-    AllreduceProbe, ClockSummary, CommInfo, GpuClocks, Manifest, PointId, RankInfo, ScriptFile, StudyRun, TargetOutcome, SCHEMA_VERSION,
+    AllreduceProbe, ClockSummary, CommInfo, GpuClocks, Manifest, PointId, RankInfo, ScriptFile, StudyRun, TargetGoal, TargetOutcome,
+    SCHEMA_VERSION,
 };
 pub use rows::{EpochRow, Phase, PhaseArray, PhaseRole, PhaseTimes, StepRow};
 #[cfg(feature = "train")]

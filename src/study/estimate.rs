@@ -67,6 +67,8 @@ pub(super) fn timing_args(point: &Point) -> Vec<String> {
             "--min-measured-steps",
             // A timing run of a few steps never reaches a target; it times the step.
             "--target-loss",
+            "--target-accuracy",
+            "--val-every",
         ],
     );
     for (k, v) in [

@@ -363,7 +363,7 @@ pub(super) fn write(
         }
     }
     crate::reduce::report::noise::section(&mut md, &reduced.runs, &reduced.time_to_accuracy, &reduced.time_to_accuracy_none);
-    crate::reduce::report::target::section(&mut md, &reduced.target_loss);
+    crate::reduce::report::target::section(&mut md, &reduced.targets);
     // The recommendations in full, as report.md says them: the levels and each
     // workload's sentence and table.
     if let Some(p) = reduced.projection.as_ref().filter(|p| !p.recommendations.is_empty()) {

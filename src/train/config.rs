@@ -113,6 +113,11 @@ pub(crate) const NOT_IN_KEY: &[(&str, &str)] = &[
         "--target-loss",
         "how long the run is, not what a step does (one all-reduce of one number between steps)",
     ),
+    (
+        "--target-accuracy",
+        "how long the run is, not what a step does (validation runs between steps, outside the timed phases)",
+    ),
+    ("--val-every", "how often validation runs between steps, outside the timed phases"),
     ("--batch-size", "a dimension of the point of its own (batch per rank, global batch)"),
     ("--warmup-steps", "which steps are left out of the figures"),
     (
@@ -177,6 +182,8 @@ pub(crate) const SAME_ON_EVERY_RANK: &[&str] = &[
     "--epochs",
     "--max-steps",
     "--target-loss",
+    "--target-accuracy",
+    "--val-every",
     "--batch-size",
     "--grad-accum",
     "--warmup-steps",
@@ -375,9 +382,27 @@ pub struct ScheduleConfig {
     /// run's own (--lr, --lr-scaling, --warmup-epochs, written into `target.lr_rule`);
     /// --lr-scaling linear scales by ranks × --grad-accum only, so to compare global
     /// batches that differ in --batch-size, scale --lr with the batch by hand.
-    #[arg(long, value_name = "LOSS", value_parser = super::target::positive_loss)]
+    #[arg(long, value_name = "LOSS", value_parser = super::target::positive_loss, conflicts_with = "target_accuracy")]
     #[serde(default)]
     pub target_loss: Option<f64>,
+
+    /// Stop once a validation's accuracy is at or above this fraction (0.85 for 85 %):
+    /// validation on --val-samples test samples (default: the whole test split) runs
+    /// every --val-every optimizer steps, outside the timed steps, and every rank holds
+    /// the same accuracy. The manifest's `target` records whether and when, as for
+    /// --target-loss; the steps to the target are known to within --val-every, and its
+    /// seconds include the validations. Needs a model that gives predictions (a
+    /// TorchScript file with its own loss gives none: use --target-loss).
+    #[arg(long, value_name = "FRACTION", value_parser = super::target::accuracy_fraction)]
+    #[serde(default)]
+    pub target_accuracy: Option<f64>,
+
+    /// Optimizer steps between the validations of --target-accuracy (only with it).
+    /// Default: a tenth of an epoch's steps, so that every global batch is checked
+    /// every tenth of an epoch's samples.
+    #[arg(long, value_name = "STEPS", requires = "target_accuracy")]
+    #[serde(default)]
+    pub val_every: Option<usize>,
 
     /// Samples per step on each rank (the global batch is this times the number of ranks).
     #[arg(long, default_value_t = 64)]
@@ -664,6 +689,15 @@ impl TrainConfig {
         })
     }
 
+    /// What the run trains to: `--target-loss` or `--target-accuracy` (clap refuses both).
+    pub(crate) fn target_goal(&self) -> Option<crate::record::TargetGoal> {
+        use crate::record::TargetGoal;
+        let s = &self.schedule;
+        s.target_loss
+            .map(TargetGoal::TrainingLoss)
+            .or(s.target_accuracy.map(TargetGoal::ValidationAccuracy))
+    }
+
     /// Samples one rank processes per optimizer step.
     pub(crate) fn samples_per_step(&self) -> usize {
         self.schedule.batch_size * self.schedule.grad_accum
@@ -681,7 +715,7 @@ impl TrainConfig {
             &self.output,
         );
         let hw = crate::topology::online_cpus();
-        let whole: [(&str, Option<u64>, u64, u64, &str); 14] = [
+        let whole: [(&str, Option<u64>, u64, u64, &str); 15] = [
             ("--node-slots", p.node_slots.map(|v| v as u64), 1, 4096, "ranks per node"),
             (
                 "--batch-size",
@@ -738,6 +772,13 @@ impl TrainConfig {
             ("--probe-iters", Some(c.probe_iters as u64), 0, 1_000_000, "iterations"),
             ("--telemetry-ms", Some(out.telemetry_ms), 0, 3_600_000, "milliseconds"),
             ("--val-samples", s.val_samples.map(|v| v as u64), 0, 1_000_000_000_000, "samples"),
+            (
+                "--val-every",
+                s.val_every.map(|v| v as u64),
+                1,
+                1_000_000_000_000,
+                "optimizer steps",
+            ),
         ];
         for (flag, value, lo, hi, what) in whole {
             if let Some(v) = value.filter(|v| !(lo..=hi).contains(v)) {
@@ -766,6 +807,18 @@ impl TrainConfig {
                     return Err(anyhow!("{flag} {v}: must be {what} (at most {hi})"));
                 }
             }
+        }
+        self.validate_combinations()
+    }
+
+    /// The checks [`TrainConfig::validate`] makes of flags together and of text.
+    fn validate_combinations(&self) -> Result<()> {
+        let (w, s, p, out) = (&self.workload, &self.schedule, &self.placement, &self.output);
+        if s.target_accuracy.is_some() && s.val_samples == Some(0) {
+            return Err(anyhow!(
+                "--target-accuracy with --val-samples 0: the target is checked on validation, which 0 samples skips; \
+                 give --val-samples N (or leave it out for the whole test split)"
+            ));
         }
         w.model_spec()?;
         if w.memory_format == Some(MemoryFormat::ChannelsLast) && matches!(w.model_spec()?.input, model::Input::Tokens { .. }) {

@@ -199,13 +199,17 @@ impl<'g> Trainer<'g> {
             autocast,
             comm,
         };
-        let target = cfg.schedule.target_loss.map(|t| {
+        let target = cfg.target_goal().map(|goal| {
             let lr = super::target::LrFollowed {
                 rule: super::target::lr_rule(cfg, &schedule),
                 warmup_steps: schedule.warmup_lr_steps,
                 peak: super::target::peak_lr(cfg, &schedule),
             };
-            TargetWatch::new(t, lr)
+            let every = cfg
+                .schedule
+                .val_every
+                .unwrap_or_else(|| (schedule.steps_per_epoch / super::target::VALIDATIONS_PER_EPOCH).max(1));
+            TargetWatch::new(goal, every, lr)
         });
         let trainer = Trainer {
             g,
@@ -472,6 +476,14 @@ impl<'g> Trainer<'g> {
                 self.agree_on_loss()?;
                 return Ok(Some(sig));
             }
+            let global_step = self.progress.global_step;
+            if self.progress.target.as_ref().is_some_and(|t| t.validates_after(global_step)) {
+                if let Some(m) = self.machine.flush() {
+                    loss_sum += self.after_step(&m, &bar)?;
+                }
+                self.agree_on_loss()?;
+                self.validate_for_target(epoch, step)?;
+            }
             if self.progress.target.as_ref().is_some_and(TargetWatch::reached) {
                 done = step + 1;
                 break;
@@ -524,6 +536,49 @@ impl<'g> Trainer<'g> {
         self.log_progress(at.epoch, at.step, &row);
         bar.step(at.step + 1, (m.samples * self.g.size) as u64, row.loss);
         Ok(row.loss)
+    }
+
+    /// A validation for `--target-accuracy` after the optimizer steps done so far,
+    /// between steps (the last step's times are final before it): rank 0's BatchNorm
+    /// statistics, as at an epoch's end, then validation on `--val-samples` test samples
+    /// (default: the whole test split) under set-up's time limit, drawn in the trace.
+    fn validate_for_target(&mut self, epoch: usize, step: usize) -> Result<()> {
+        let g = self.g;
+        crate::flight::phase(None);
+        self.watchdog
+            .set_limit(self.facts.cfg.output.watchdog_s.unwrap_or(watchdog::SETUP_LIMIT_S));
+        broadcast_from_rank0(g, &model::ordered_buffers(&self.machine.model.vs));
+        let test_len = self.facts.dataset.test.len();
+        let samples = self.facts.cfg.schedule.val_samples.unwrap_or(test_len);
+        let start = Instant::now();
+        let (_, accuracy, _) = super::validation::evaluate(
+            g,
+            self.machine.model.net.as_ref(),
+            &self.facts.dataset,
+            self.facts.place.device,
+            samples,
+            self.facts.cfg.schedule.batch_size,
+        )?;
+        let done = self.progress.global_step;
+        if let Some(t) = self.records.trace.as_mut().filter(|t| t.overlaps(done.saturating_sub(1), done)) {
+            t.span("validation", start, Instant::now())?;
+        }
+        let at = StepDone {
+            steps: done,
+            global_batch: self.facts.cfg.samples_per_step() * g.size,
+            elapsed_s: self.progress.origin.elapsed().as_secs_f64(),
+        };
+        let target = self.progress.target.as_mut().expect("validate_for_target runs with a target");
+        let reached = crate::world::agree(g, target.add_accuracy(accuracy, at))?;
+        if g.rank == 0 {
+            info!(
+                "epoch {epoch} step {step}: validation accuracy {accuracy:.4} on {} samples after {done} steps{}",
+                samples.min(test_len),
+                if reached { " (target reached)" } else { "" }
+            );
+        }
+        self.watchdog.set_limit(self.progress.step_limit.current_s());
+        Ok(())
     }
 
     /// Adds a measured step's loss to `--target-loss`'s window: a collective, which every

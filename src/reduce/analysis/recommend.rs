@@ -111,7 +111,9 @@ pub struct ShapeCost {
 /// What the time to a target loss at each shape stands on, and the shapes it names.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct TimeToTarget {
-    pub target_loss: f64,
+    /// The target: `target_loss` or `target_accuracy` in report.json.
+    #[serde(flatten)]
+    pub goal: crate::record::TargetGoal,
     /// B0 and its measured median samples to the target.
     pub batch0: usize,
     pub samples0: f64,
@@ -407,7 +409,7 @@ pub(crate) fn join_time_to_target(
         return;
     };
     let t = TimeToTarget {
-        target_loss: curve.target_loss,
+        goal: curve.goal,
         batch0: curve.batch0,
         samples0: curve.samples0,
         checked_error,
@@ -433,9 +435,9 @@ pub(crate) fn join_time_to_target(
         }
     };
     rec.sentence += &format!(
-        " To training loss {} (the samples from B0 = {}'s training, integrated over its noise scale, ±{:.0} % {}): \
+        " To {} (the samples from B0 = {}'s training, integrated over its noise scale, ±{:.0} % {}): \
          soonest at {} ({}, {}× the samples of 1 rank{}), cheapest at {} ({} GPU-hours{}).",
-        t.target_loss,
+        t.goal,
         t.batch0,
         checked_error * 100.0,
         checked.covers,

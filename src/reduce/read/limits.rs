@@ -146,6 +146,9 @@ pub(super) fn manifest(m: &Manifest) -> Vec<String> {
         check(bounds::seconds("wall_s", w, MAX_RUN_S).map(drop));
     }
     check(buckets(&m.comm.bucket_bytes, &m.comm.bucket_ready_fraction));
+    if let Some(t) = &m.target {
+        check(target(t));
+    }
     for (key, p) in [
         ("allreduce_probe", &m.allreduce_probe),
         ("allreduce_probe_warm", &m.allreduce_probe_warm),
@@ -155,6 +158,22 @@ pub(super) fn manifest(m: &Manifest) -> Vec<String> {
         }
     }
     out
+}
+
+/// `target`: exactly one of a training loss (finite, above 0) and a validation accuracy
+/// (a fraction above 0, at most 1), so that no run is grouped by a target it did not have.
+fn target(t: &crate::record::TargetOutcome) -> Result<(), String> {
+    match (t.target_loss, t.target_accuracy) {
+        (Some(l), None) if l.is_finite() && l > 0.0 => Ok(()),
+        (None, Some(a)) if a > 0.0 && a <= 1.0 => Ok(()),
+        (Some(l), None) => Err(format!("target.target_loss is {}: a training loss lies above 0", shown(l))),
+        (None, Some(a)) => Err(format!(
+            "target.target_accuracy is {}: an accuracy is a fraction above 0, at most 1",
+            shown(a)
+        )),
+        (Some(_), Some(_)) => Err("target sets both target_loss and target_accuracy: a run trains to one".into()),
+        (None, None) => Err("target sets neither target_loss nor target_accuracy".into()),
+    }
 }
 
 /// `comm.bucket_bytes` and `comm.bucket_ready_fraction`: as many as a run has buckets,
@@ -275,6 +294,27 @@ mod tests {
         let e = buckets(&[1 << 49, 1 << 49, 1 << 49], &[]).unwrap_err();
         assert!(e.contains("the sum of comm.bucket_bytes"), "{e}");
         assert!(buckets(&[1], &[1.5]).unwrap_err().contains("comm.bucket_ready_fraction[0] is 1.5"));
+    }
+
+    /// A target is one of a loss and an accuracy, each within what a run can reach;
+    /// the error names the field.
+    #[test]
+    fn a_target_is_one_loss_or_one_accuracy() {
+        use crate::record::TargetOutcome;
+        let t = |l: Option<f64>, a: Option<f64>| {
+            target(&TargetOutcome {
+                target_loss: l,
+                target_accuracy: a,
+                ..TargetOutcome::default()
+            })
+        };
+        assert_eq!(t(Some(0.6), None), Ok(()));
+        assert_eq!(t(None, Some(1.0)), Ok(()));
+        assert!(t(Some(0.6), Some(0.9)).unwrap_err().contains("both"));
+        assert!(t(None, None).unwrap_err().contains("neither"));
+        assert!(t(Some(f64::NAN), None).unwrap_err().contains("target.target_loss is NaN"));
+        assert!(t(None, Some(85.0)).unwrap_err().contains("target.target_accuracy is 85"));
+        assert!(t(None, Some(0.0)).unwrap_err().contains("target.target_accuracy is 0"));
     }
 
     #[test]

@@ -38,14 +38,14 @@ pub(crate) fn build(
         .concat(),
     };
     let (time_to_accuracy, time_to_accuracy_none) = noise::time_to_accuracy(&scaling, &runs);
-    let target_loss = target::rows(&runs);
-    join_time_to_target(projection.as_mut(), &target_loss);
+    let targets = target::rows(&runs);
+    join_time_to_target(projection.as_mut(), &targets);
     let decisions = decision::decisions(&scaling, &runs, complete, projection.as_ref());
     Report {
         decisions,
         time_to_accuracy,
         time_to_accuracy_none,
-        target_loss,
+        targets,
         report_version: REPORT_VERSION,
         schema_version: SCHEMA_VERSION,
         folders: folders.to_vec(),
@@ -130,7 +130,7 @@ fn run_report(r: &RunStats) -> RunReport {
 /// Each recommendation whose reference runs were trained to a target loss gains the time
 /// to it per shape, from the target rows' integrated prediction.
 fn join_time_to_target(projection: Option<&mut ProjectionReport>, targets: &[target::TargetRow]) {
-    use crate::reduce::analysis::samples_to_target::checked_error;
+    use crate::reduce::analysis::samples_to_target::checked_error_for;
     let Some(p) = projection else { return };
     for rec in &mut p.recommendations {
         let first = rec.from_runs.split(' ').next().unwrap_or_default();
@@ -139,7 +139,7 @@ fn join_time_to_target(projection: Option<&mut ProjectionReport>, targets: &[tar
             .find(|t| t.run_ids.iter().any(|r| r == first))
             .and_then(|t| t.curve.as_ref());
         if let Some(curve) = curve {
-            analysis::recommend::join_time_to_target(rec, curve, checked_error(curve.optimizer));
+            analysis::recommend::join_time_to_target(rec, curve, checked_error_for(curve.goal, curve.optimizer));
         }
     }
 }

@@ -182,7 +182,7 @@ fn figures(r: &Recommendation, f: &Figures, s: &ShapeCost) -> String {
         },
     );
     if let Some(t) = &r.time_to_target {
-        let _ = write!(out, ", {}", to_target(f, s, t.target_loss, t.checked_error));
+        let _ = write!(out, ", {}", to_target(f, s, t.goal, t.checked_error));
     }
     if s.ranks > 1 {
         let _ = write!(out, "; efficiency {}", f.efficiency_band(s));
@@ -243,15 +243,15 @@ fn run_line(r: &Recommendation) -> String {
     s
 }
 
-/// The time to the target loss at `s`, with its band and the prediction's checked error.
-fn to_target(f: &Figures, s: &ShapeCost, target_loss: f64, checked_error: f64) -> String {
+/// The time to the target at `s`, with its band and the prediction's checked error.
+fn to_target(f: &Figures, s: &ShapeCost, goal: crate::record::TargetGoal, checked_error: f64) -> String {
     match (s.hours_to_target, s.hours_to_target_low, s.hours_to_target_high) {
         (Some(h), Some(l), Some(u)) => format!(
-            "to the target loss {target_loss} {} (±{:.0} % as checked)",
+            "to {goal} {} (±{:.0} % as checked)",
             f.banded(|h| f.epoch(h * 3600.0), h, l, u),
             checked_error * 100.0
         ),
-        _ => format!("no time to the target loss {target_loss} at this shape"),
+        _ => format!("no time to {goal} at this shape"),
     }
 }
 

@@ -53,8 +53,10 @@ use crate::record::ComparisonKey;
 use serde::{Serialize, Serializer};
 use std::path::{Path, PathBuf};
 
-/// Version of report.json's layout: its top-level keys and what each holds.
-pub(crate) const REPORT_VERSION: u32 = 1;
+/// Version of report.json's layout: its top-level keys and what each holds. 2: the
+/// runs trained to a target are `targets` (was `target_loss`), each row with
+/// `target_loss` or `target_accuracy`.
+pub(crate) const REPORT_VERSION: u32 = 2;
 
 /// Everything `reduce` found in a set of run folders.
 #[derive(Debug, Clone, Serialize)]
@@ -87,9 +89,9 @@ pub struct Report {
     /// Compared points whose noise scale predicts nothing (synthetic data, too few
     /// measured steps, no upper bound), with why.
     pub time_to_accuracy_none: Vec<noise::NoTimeToAccuracy>,
-    /// Per workload, target loss and global batch of runs trained with `--target-loss`:
-    /// the measured samples to the target against the predicted ratio.
-    pub target_loss: Vec<target::TargetRow>,
+    /// Per workload, target and global batch of runs trained with `--target-loss` or
+    /// `--target-accuracy`: the measured samples to the target against the predicted ratio.
+    pub targets: Vec<target::TargetRow>,
     /// The projection beyond the allocation, when a link model was given or found.
     pub projection: Option<ProjectionReport>,
     /// Runs with holes, left out of every figure, with why.

@@ -74,7 +74,7 @@ impl Section {
             Section::Times => times::markdown(md, &report.runs),
             Section::Waterfall => efficiency::waterfall(md, &report.scaling, &f.waterfall),
             Section::NoiseScale => noise::section(md, &report.runs, &report.time_to_accuracy, &report.time_to_accuracy_none),
-            Section::TargetLoss => target::section(md, &report.target_loss),
+            Section::TargetLoss => target::section(md, &report.targets),
             Section::NodeTypes => nodes::node_types(md, &report.summary, &f.node_types),
             Section::Stalls => nodes::stalls(md, &report.runs),
             Section::Incomplete => nodes::incomplete(md, &report.incomplete),
@@ -144,7 +144,7 @@ mod tests {
             report_version: 0,
             schema_version: 0,
             folders: Vec::new(),
-            target_loss: target::rows(&runs),
+            targets: target::rows(&runs),
             runs,
             summary: Vec::new(),
             ranks: Vec::new(),
@@ -164,7 +164,7 @@ mod tests {
         let headings: Vec<&str> = md.lines().filter(|l| l.starts_with("## ")).collect();
         for want in [
             "## Gradient noise scale and time to accuracy",
-            "## Samples to a target loss: measured against predicted",
+            "## Samples to a target: measured against predicted",
         ] {
             assert!(headings.contains(&want), "report.md lacks {want}: {headings:?}");
         }
@@ -182,7 +182,7 @@ mod tests {
         // the target table's first row.
         assert!(page.contains("These figures are the scaling of ddpbench"), "{page}");
         assert!(
-            page.contains("<td>mnist-cnn</td><td>fashion-mnist</td><td>0.6</td><td>64</td>"),
+            page.contains("<td>mnist-cnn</td><td>fashion-mnist</td><td>training loss 0.6</td><td>64</td>"),
             "{page}"
         );
     }

@@ -5,10 +5,10 @@
 
 use super::RunReport;
 use crate::noise_scale::samples_factor;
-use crate::record::{OptimizerKind, TargetOutcome};
+use crate::record::{OptimizerKind, TargetGoal, TargetOutcome};
 use crate::reduce::analysis::noise_window::{pooled, NoiseStep, NoiseWindow, WindowKind};
 use crate::reduce::analysis::samples_to_target::{
-    checked_error_text, fit_partner, ruled_out, Estimator, Prediction, TargetCurve, Trajectory, TwoBatchFit, CHOSEN,
+    checked_error_text, fit_partner, ruled_out, Estimator, Prediction, TargetCurve, Trajectory, TwoBatchFit, ACCURACY_UNCHECKED, CHOSEN,
     INTEGRATION_WINDOW_STEPS,
 };
 use serde::Serialize;
@@ -77,7 +77,9 @@ pub struct TargetRow {
     pub optimizer: Option<OptimizerKind>,
     /// The comparison key's text: the runs of a row share it.
     pub key: String,
-    pub target_loss: f64,
+    /// The target: `target_loss` or `target_accuracy` in report.json.
+    #[serde(flatten)]
+    pub goal: TargetGoal,
     pub global_batch: usize,
     /// The runs at this global batch, and how many reached the target.
     pub run_ids: Vec<String>,
@@ -136,15 +138,18 @@ fn median(v: &[f64]) -> Option<f64> {
 /// The groups of runs that share model, data set, key and target, each sorted by batch.
 fn groups(runs: &[RunReport]) -> Vec<Vec<(&RunReport, &TargetOutcome)>> {
     let mut groups: Vec<Vec<(&RunReport, &TargetOutcome)>> = Vec::new();
-    let same = |a: &(&RunReport, &TargetOutcome), r: &RunReport, t: &TargetOutcome| {
+    let same = |a: &(&RunReport, &TargetOutcome), r: &RunReport, goal: TargetGoal| {
         a.0.model == r.model
             && a.0.dataset == r.dataset
             && a.0.comparison_key == r.comparison_key
-            && a.1.target_loss.to_bits() == t.target_loss.to_bits()
+            && a.1.goal().is_some_and(|g| g.same(goal))
     };
     for r in runs {
-        let Some(t) = r.target.as_ref() else { continue };
-        match groups.iter_mut().find(|g| same(&g[0], r, t)) {
+        // A manifest with neither target or both is judged when the run is read.
+        let Some((t, goal)) = r.target.as_ref().and_then(|t| Some((t, t.goal()?))) else {
+            continue;
+        };
+        match groups.iter_mut().find(|g| same(&g[0], r, goal)) {
             Some(g) => g.push((r, t)),
             None => groups.push(vec![(r, t)]),
         }
@@ -344,12 +349,12 @@ struct Predictors {
 
 impl Predictors {
     /// The integrated prediction's inputs, when it may predict.
-    fn curve(&self, target_loss: f64) -> Option<TargetCurve> {
+    fn curve(&self, goal: TargetGoal) -> Option<TargetCurve> {
         let t = self.trajectory.as_ref()?;
         ruled_out(&self.dataset, t.measured_steps, t.bounded)
             .is_none()
             .then(|| TargetCurve {
-                target_loss,
+                goal,
                 batch0: self.batch0,
                 samples0: self.e0,
                 trajectory: t.clone(),
@@ -464,6 +469,7 @@ pub(crate) fn rows(runs: &[RunReport]) -> Vec<TargetRow> {
             let b = *b;
             let best = batch.best();
             let (first, t) = at[0];
+            let goal = t.goal().expect("grouped runs have a goal");
             let s0 = base_batch.and_then(|x| x.best().samples_to_target);
             let measured = best.samples_to_target.zip(s0).map(|(s, s0)| s / s0);
             let range = base_batch.and_then(|x| ratio_range(&batch.best_samples(), &x.best_samples()));
@@ -475,7 +481,7 @@ pub(crate) fn rows(runs: &[RunReport]) -> Vec<TargetRow> {
                 dataset: first.dataset.clone(),
                 optimizer: optimizer_of(first),
                 key: first.comparison_key.as_ref().map(|k| k.describe()).unwrap_or_default(),
-                target_loss: t.target_loss,
+                goal,
                 global_batch: b,
                 run_ids: at.iter().map(|(r, _)| r.run_id.clone()).collect(),
                 reached: at.iter().filter(|(_, t)| t.reached).count(),
@@ -494,14 +500,14 @@ pub(crate) fn rows(runs: &[RunReport]) -> Vec<TargetRow> {
                 predicted_ratio: predicted,
                 relative_error: measured.zip(predicted).map(|(m, p)| m / p - 1.0),
                 predictions,
-                curve: predictors.as_ref().and_then(|p| p.curve(t.target_loss)),
+                curve: predictors.as_ref().and_then(|p| p.curve(goal)),
             });
         }
     }
     out
 }
 
-/// What `reduce` prints of runs trained to a target loss: one line per global batch.
+/// What `reduce` prints of runs trained to a target: one line per global batch.
 pub(crate) fn terminal_lines(rows: &[TargetRow]) -> Vec<String> {
     let mut out = Vec::new();
     for t in rows {
@@ -519,8 +525,8 @@ pub(crate) fn terminal_lines(rows: &[TargetRow]) -> Vec<String> {
             format!("; its best learning rate is the grid's {end}: add rates {side} it")
         });
         out.push(format!(
-            "target loss {} {} on {} (B {}, B0 {}): {} of {} run(s) reached it; {figures}{edge}",
-            t.target_loss,
+            "target {} {} on {} (B {}, B0 {}): {} of {} run(s) reached it; {figures}{edge}",
+            t.goal,
             t.model,
             t.dataset,
             t.global_batch,
@@ -546,7 +552,8 @@ pub(crate) fn section(md: &mut String, rows: &[TargetRow]) {
     }
     let _ = writeln!(
         md,
-        "\n## Samples to a target loss: measured against predicted\n\nRuns trained with `--target-loss` stop when the training loss, averaged over the ranks and over the last 20 measured steps, is at or below the target. Per global batch B and learning rate: the median samples to the target over its runs (a run that did not reach it counts as never reaching it, so a median needs more than half of them). A batch's figure is its best learning rate's (the fewest median samples); its ratio to the smallest global batch B0 that reached the target, with the range over pairs of single runs; the prediction integrated over B0's training: the mean over the measured steps before the target of B0's best-learning-rate runs of (B + B_noise(t))/(B0 + B_noise(t)), B_noise(t) the B_simple of windows of {INTEGRATION_WINDOW_STEPS} measured steps (numerator and denominator averaged over each), since B_simple drifts several-fold as training goes; and the prediction's error (measured ÷ predicted − 1). The two others, the noise-scale model at the target window's B_simple and a fit of the tradeoff through two measured batches, follow in their own table. A batch whose runs did not reach the target has no figure. {}\n\n| model | data | target loss | B | runs (reached) | samples to target | seconds to target | measured ratio (range) | predicted ratio (range over B0's runs) | error | best learning rate |\n|---|---|---:|---:|---:|---:|---:|---|---|---:|---|",
+        "\n## Samples to a target: measured against predicted\n\nRuns trained with `--target-loss` stop when the training loss, averaged over the ranks and over the last 20 measured steps, is at or below the target.{} Per global batch B and learning rate: the median samples to the target over its runs (a run that did not reach it counts as never reaching it, so a median needs more than half of them). A batch's figure is its best learning rate's (the fewest median samples); its ratio to the smallest global batch B0 that reached the target, with the range over pairs of single runs; the prediction integrated over B0's training: the mean over the measured steps before the target of B0's best-learning-rate runs of (B + B_noise(t))/(B0 + B_noise(t)), B_noise(t) the B_simple of windows of {INTEGRATION_WINDOW_STEPS} measured steps (numerator and denominator averaged over each), since B_simple drifts several-fold as training goes; and the prediction's error (measured ÷ predicted − 1). The two others, the noise-scale model at the target window's B_simple and a fit of the tradeoff through two measured batches, follow in their own table. A batch whose runs did not reach the target has no figure. {}\n\n| model | data | target | B | runs (reached) | samples to target | seconds to target | measured ratio (range) | predicted ratio (range over B0's runs) | error | best learning rate |\n|---|---|---:|---:|---:|---:|---:|---|---|---:|---|",
+        accuracy_rule(rows),
         checked_error_text(rows.iter().map(|t| t.optimizer))
     );
     for t in rows {
@@ -573,7 +580,7 @@ pub(crate) fn section(md: &mut String, rows: &[TargetRow]) {
             "| {} | {} | {} | {} | {} ({}) | {} | {} | {measured} | {predicted} | {error} | {} |",
             t.model,
             t.dataset,
-            t.target_loss,
+            t.goal,
             t.global_batch,
             t.run_ids.len(),
             t.reached,
@@ -592,9 +599,9 @@ pub(crate) fn section(md: &mut String, rows: &[TargetRow]) {
                 let high = from.b_simple_high.map_or_else(|| "unbounded".into(), |h| format!("{h:.0}"));
                 let _ = writeln!(
                     md,
-                    "\nB_noise {n:.0} (95 % {} – {high}) for target loss {} of {}: from {}, {} measured step(s), {} skipped.",
+                    "\nB_noise {n:.0} (95 % {} – {high}) for {} of {}: from {}, {} measured step(s), {} skipped.",
                     cell(from.b_simple_low, 0),
-                    t.target_loss,
+                    t.goal,
                     t.model,
                     from.window,
                     from.measured_steps,
@@ -606,7 +613,7 @@ pub(crate) fn section(md: &mut String, rows: &[TargetRow]) {
     if rows.iter().any(|t| t.learning_rates.len() > 1) {
         let _ = writeln!(
             md,
-            "\nEvery learning rate tried (median over its runs):\n\n| model | target loss | B | learning rate | runs (reached) | samples to target | seconds to target |\n|---|---:|---:|---|---:|---:|---:|"
+            "\nEvery learning rate tried (median over its runs):\n\n| model | target | B | learning rate | runs (reached) | samples to target | seconds to target |\n|---|---:|---:|---|---:|---:|---:|"
         );
         for t in rows {
             for p in &t.learning_rates {
@@ -614,7 +621,7 @@ pub(crate) fn section(md: &mut String, rows: &[TargetRow]) {
                     md,
                     "| {} | {} | {} | {} | {} ({}) | {} | {} |",
                     t.model,
-                    t.target_loss,
+                    t.goal,
                     t.global_batch,
                     p.lr_rule.replace('|', "/"),
                     p.run_ids.len(),
@@ -625,6 +632,20 @@ pub(crate) fn section(md: &mut String, rows: &[TargetRow]) {
             }
         }
     }
+}
+
+/// The section's sentence on targets of validation accuracy, when a row has one: how
+/// they are checked, and that the prediction's error was checked on training losses only.
+fn accuracy_rule(rows: &[TargetRow]) -> String {
+    if !rows.iter().any(|t| matches!(t.goal, TargetGoal::ValidationAccuracy(_))) {
+        return String::new();
+    }
+    format!(
+        " Runs trained with `--target-accuracy` stop at the first validation (every `--val-every` optimizer steps, \
+         outside the timed steps) whose accuracy is at or above the target: their samples to the target are known to \
+         within that many steps, and their seconds include the validations. {}",
+        ACCURACY_UNCHECKED
+    )
 }
 
 /// report.md's sentences per batch below the table: a prediction without a range, a
@@ -638,8 +659,8 @@ fn batch_notes(md: &mut String, rows: &[TargetRow]) {
             .filter(|p| p.ratio.is_some() && t.global_batch != t.baseline_global_batch.unwrap_or(0));
         if let Some(why) = why.and_then(|p| p.range_none_because.clone()) {
             let line = format!(
-                "\nThe prediction for target loss {} of {} carries no range over B0's runs: {why}.",
-                t.target_loss, t.model
+                "\nThe prediction for {} of {} carries no range over B0's runs: {why}.",
+                t.goal, t.model
             );
             if !no_range.contains(&line) {
                 let _ = write!(md, "{line}\n");
@@ -683,7 +704,7 @@ fn predictions_table(md: &mut String, rows: &[TargetRow]) {
     }
     let _ = writeln!(
         md,
-        "\nThe three predictions of each batch's samples ratio (error: measured ÷ predicted − 1). Integrated: over B0's training, as above. Target window: (1 + B/B_noise)/(1 + B0/B_noise) with B_noise the B_simple of the last 50 steps to the target of B0's best-learning-rate runs. Two-batch fit: E(B) = E_min + S_min·B through the measured samples of B0 and the batch nearest 4 × B0, so it needs two measured batches, not B0's runs alone. Each is absent where its inputs say nothing, with the reason.\n\n| model | target loss | B | {} | {} | {} |\n|---|---:|---:|---|---|---|",
+        "\nThe three predictions of each batch's samples ratio (error: measured ÷ predicted − 1). Integrated: over B0's training, as above. Target window: (1 + B/B_noise)/(1 + B0/B_noise) with B_noise the B_simple of the last 50 steps to the target of B0's best-learning-rate runs. Two-batch fit: E(B) = E_min + S_min·B through the measured samples of B0 and the batch nearest 4 × B0, so it needs two measured batches, not B0's runs alone. Each is absent where its inputs say nothing, with the reason.\n\n| model | target | B | {} | {} | {} |\n|---|---:|---:|---|---|---|",
         Estimator::ALL[0].describe(),
         Estimator::ALL[1].describe(),
         Estimator::ALL[2].describe()
@@ -706,25 +727,12 @@ fn predictions_table(md: &mut String, rows: &[TargetRow]) {
                 _ => "–".into(),
             })
             .collect();
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} |",
-            t.model,
-            t.target_loss,
-            t.global_batch,
-            cells.join(" | ")
-        );
+        let _ = writeln!(md, "| {} | {} | {} | {} |", t.model, t.goal, t.global_batch, cells.join(" | "));
     }
     let mut said: Vec<String> = Vec::new();
     for t in rows {
         for p in &t.predictions {
-            let line = format!(
-                "{} for target loss {} of {}: {}.",
-                p.estimator.describe(),
-                t.target_loss,
-                t.model,
-                p.basis
-            );
+            let line = format!("{} for {} of {}: {}.", p.estimator.describe(), t.goal, t.model, p.basis);
             if !said.contains(&line) {
                 let _ = writeln!(md, "\n{}{}", line[..1].to_uppercase(), &line[1..]);
                 said.push(line);
@@ -788,7 +796,7 @@ pub(super) mod tests {
                 })
                 .collect(),
             target: Some(TargetOutcome {
-                target_loss: 0.6,
+                target_loss: Some(0.6),
                 window_steps: 20,
                 reached: samples.is_some(),
                 steps_to_target: samples.map(|s| s as usize / batch),
@@ -798,6 +806,7 @@ pub(super) mod tests {
                 lr_rule: lr.into(),
                 warmup_lr_steps: 0,
                 peak_lr: lr.chars().next().map(|c| f64::from(c as u8 - b'a' + 1) / 100.0),
+                ..TargetOutcome::default()
             }),
             ..RunReport::default()
         }
@@ -927,7 +936,7 @@ pub(super) mod tests {
             md.contains("Not checked for LARS, or for runs that do not record their optimizer"),
             "{md}"
         );
-        assert!(md.contains("| mnist-cnn | 0.6 | 256 | 1.81 (+21 %) |"), "{md}");
+        assert!(md.contains("| mnist-cnn | training loss 0.6 | 256 | 1.81 (+21 %) |"), "{md}");
         assert!(
             md.contains(&format!("{:.2} ({:.2} – {:.2})", predicted, f(256.0), f(128.0))),
             "{md}"

@@ -12,7 +12,7 @@ pub(crate) fn print(report: &Report, out: &Path, plots: bool) {
     for line in super::noise::terminal_lines(&report.runs, &report.time_to_accuracy, &report.time_to_accuracy_none) {
         println!("{}", crate::escape::terminal(&line));
     }
-    for line in super::target::terminal_lines(&report.target_loss) {
+    for line in super::target::terminal_lines(&report.targets) {
         println!("{}", crate::escape::terminal(&line));
     }
     let projected = report.projection.as_ref().is_some_and(|p| !p.rows.is_empty());
