@@ -7,8 +7,9 @@
 # test files marked `// tier: quick` (no MPI: reduce on fixtures, the module graph, ...),
 # all in parallel, built incrementally (Cargo.toml's `quick` profile). Without it, the
 # whole suite:
-#  0. clippy's function-length check (no function over 120 lines outside tests), and
-#     `cargo fmt --check`; every build and test is --locked (Cargo.lock as committed);
+#  0. clippy's default lints as errors, its function-length check (no function over
+#     120 lines outside tests), `cargo doc` without a warning, and `cargo fmt --check`;
+#     every build and test is --locked (Cargo.lock as committed);
 #  1. the quick tier, in parallel (DDPBENCH_TEST_TIER=quick: a marked file that launches
 #     MPI fails, naming what it launched); then every other test file, one test at a
 #     time: they launch real `mpirun -n 2` jobs on CPU (training, equivalence, bad input,
@@ -54,12 +55,18 @@ if [ "$quick" = 1 ]; then
   quick_tier "$@"
   exit
 fi
-# No function over 120 lines outside tests (clippy.toml sets the threshold).
+# Clippy's default lints are errors everywhere (Cargo.toml's [lints.clippy] allows two,
+# each with its reason), and no function outside tests is over 120 lines (clippy.toml
+# sets the threshold).
 if cargo clippy --version >/dev/null 2>&1; then
-  cargo clippy --release --quiet --lib --bins -- -A clippy::all -D clippy::too_many_lines
+  cargo clippy --locked --release --quiet --lib --bins -- -D warnings -D clippy::too_many_lines
+  cargo clippy --locked --release --quiet --tests --examples -- -D warnings
 else
   echo "clippy not installed: function-length check skipped (rustup component add clippy)"
 fi
+# The documentation builds without a warning: every intra-doc link resolves, no text
+# reads as an HTML tag (release profile: the build scripts' outputs are the tests').
+RUSTDOCFLAGS="-D warnings" cargo doc --locked --release --quiet --no-deps --document-private-items --lib
 # tests/report_page.rs reads report.html in a real browser: Debian's Chromium, headless.
 if ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

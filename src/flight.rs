@@ -588,7 +588,7 @@ pub(crate) fn diagnose(all: &[RankStatus], size: usize) -> Option<Diagnosis> {
     missing.sort_by_key(|m| m.0);
     let mut stuck_inside: Vec<(usize, String, f64)> = statuses
         .iter()
-        .filter(|s| s.entered(seq) && s.silent_s > 0.0 && !s.last_completed.is_some_and(|c| c >= seq))
+        .filter(|s| s.entered(seq) && s.silent_s > 0.0 && s.last_completed.is_none_or(|c| c < seq))
         .map(named)
         .collect();
     stuck_inside.sort_by_key(|m| m.0);

@@ -35,6 +35,9 @@
 // `pub` only where a name leaves the crate (main.rs, tests, examples): everything else is
 // `pub(crate)` or narrower. Checked in the full build, where every re-export exists.
 #![cfg_attr(feature = "train", warn(unreachable_pub))]
+// The documentation is built with private items (the test command's `cargo doc
+// --document-private-items`), so a public item's doc may link to a private helper.
+#![allow(rustdoc::private_intra_doc_links)]
 
 #[cfg(not(feature = "report"))]
 compile_error!("ddpbench needs the `report` feature, or `train` (the default), which includes it");

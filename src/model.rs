@@ -639,8 +639,8 @@ fn parameter_count(kind: ModelKind, o: &ModelOptions) -> u64 {
 /// `ddpbench models`: every model with its parameter count and gradient bytes.
 pub(crate) fn list(o: &ModelOptions) {
     println!(
-        "{:<20} {:>14} {:>16}  {:<18} {}",
-        "model", "parameters", "gradient bytes", "input", "classes"
+        "{:<20} {:>14} {:>16}  {:<18} classes",
+        "model", "parameters", "gradient bytes", "input"
     );
     for kind in ModelKind::value_variants() {
         let n = parameter_count(*kind, o);

@@ -126,7 +126,7 @@ fn student_t_density(t: f64, df: f64) -> f64 {
 /// df 3 for p = 0.975. Newton steps on the distribution function, kept inside a bracket
 /// that bisection narrows where a step would leave it; NaN for df ≤ 0 or NaN.
 pub(crate) fn student_t_quantile(p: f64, df: f64) -> f64 {
-    if !(df > 0.0) || !(p > 0.0 && p < 1.0) {
+    if !(df > 0.0 && p > 0.0 && p < 1.0) {
         return f64::NAN;
     }
     if p < 0.5 {

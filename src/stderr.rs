@@ -2,7 +2,7 @@
 //!
 //! A pipe nobody reads (`ddpbench train 2>&1 | sleep 600`), a terminal paused with
 //! Ctrl-S or a launcher that stopped forwarding would otherwise stop the training loop
-//! at its next log line. Log lines ([`line`]) and progress-bar redraws ([`frame`]) are
+//! at its next log line. Log lines ([`line`](fn@line)) and progress-bar redraws ([`frame`]) are
 //! queued, up to [`buffer_bytes`] of them; a log line that does not fit is dropped and
 //! counted ([`lines_dropped`]), and where lines went missing the writer says how many as
 //! soon as it can write again. A redraw that does not fit is dropped without a word (the

@@ -437,7 +437,7 @@ fn rank_zero_with_tmpdir(tmpdir: &Path) -> Option<i32> {
         let pid: i32 = e.file_name().to_str()?.parse().ok()?;
         let env = std::fs::read(e.path().join("environ")).ok()?;
         let vars: Vec<&[u8]> = env.split(|&b| b == 0).collect();
-        let has = |v: &str| vars.iter().any(|x| *x == v.as_bytes());
+        let has = |v: &str| vars.contains(&v.as_bytes());
         let exe = std::fs::read_link(e.path().join("exe")).ok()?;
         (has(&want) && has("OMPI_COMM_WORLD_RANK=0") && exe.file_name()? == "ddpbench").then_some(pid)
     })

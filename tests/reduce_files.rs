@@ -300,6 +300,8 @@ fn a_full_disk_replaces_no_file_of_the_previous_report() {
 fn reduce_peak_memory(args: &[&str]) -> (String, u64) {
     let d = tmp();
     let err = d.path().join("stderr");
+    // The child is reaped below by `wait4`, which also gives its peak memory.
+    #[allow(clippy::zombie_processes)]
     let mut child = Command::new(BIN)
         .arg("reduce")
         .args(args)

@@ -2242,7 +2242,7 @@ fn a_manifest_of_a_newer_schema_is_refused_as_compare_refuses_it() {
     let dir = d.path().join("newer");
     write_run(&dir, "newer", "m", &TWO_A, 10, 4);
     edit_manifest(&dir, |m| m.schema_version = 999);
-    let e = read_run(&dir).err().expect("a schema-999 run read");
+    let e = read_run(&dir).expect_err("a schema-999 run read");
     assert!(
         e.contains("schema 999, written by a newer ddpbench; this one reads up to schema") && e.contains("reduce with the newer ddpbench"),
         "{e}"

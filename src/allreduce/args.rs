@@ -21,6 +21,7 @@ ddpbench reduce --interconnect results/allreduce-<time> results/<runs>   # proje
 Columns as nccl-tests prints them: time is the mean per all-reduce over the timed loop (averaged \
 over ranks), algbw = size / time, busbw = algbw × 2(n−1)/n, #wrong = elements whose sum differs \
 from the exact expected sum, over all ranks.")]
+#[allow(rustdoc::invalid_html_tags)] // its doc comments are also `--help`, where `<name>` is a placeholder
 pub struct AllreduceArgs {
     /// Smallest message, bytes (K, M, G suffixes: powers of 1024). Every size is rounded
     /// down to whole elements of --dtype (at least one), and sizes that round alike are

@@ -6,8 +6,8 @@
 //! [`probe`] times a training run's own buckets the same way.
 //!
 //! One file per concern: [`args`] (flags and their checks), [`run`] (the sweep on every
-//! rank), [`sweep`] (one size's timed loop), [`file`] (the folder and what is written
-//! there), [`fit`] (the link model from the rows), [`print`] (what the terminal shows).
+//! rank), [`sweep`] (one size's timed loop), [`file`](mod@file) (the folder and what is written
+//! there), [`fit`] (the link model from the rows), [`print`](mod@print) (what the terminal shows).
 
 mod args;
 mod file;

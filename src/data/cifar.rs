@@ -79,9 +79,9 @@ mod tests {
             for r in 0..records_per_file {
                 bytes.push(((f + r) % 10) as u8);
                 // Red plane 255, green 0, blue 128: checks the plane order.
-                bytes.extend(std::iter::repeat(255u8).take(1024));
-                bytes.extend(std::iter::repeat(0u8).take(1024));
-                bytes.extend(std::iter::repeat(128u8).take(1024));
+                bytes.extend(std::iter::repeat_n(255u8, 1024));
+                bytes.extend(std::iter::repeat_n(0u8, 1024));
+                bytes.extend(std::iter::repeat_n(128u8, 1024));
             }
             std::fs::write(d.path().join(name), bytes).unwrap();
         }

@@ -41,6 +41,7 @@ use tch::{Device, Kind, Tensor};
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[allow(rustdoc::invalid_html_tags)] // its doc comments are also `--help`, where `<class>` is a placeholder
 pub enum DatasetKind {
     /// Fashion-MNIST from Debian's dataset-fashion-mnist (or any IDX folder via --data-dir).
     FashionMnist,
@@ -89,7 +90,7 @@ pub(crate) struct Split {
 }
 
 impl Split {
-    /// Samples held in memory: `inputs` [N, ...] and `labels` [N].
+    /// Samples held in memory: `inputs` \[N, ...\] and `labels` \[N\].
     pub(crate) fn memory(inputs: Tensor, labels: Tensor, augment: Augment) -> Split {
         let len = labels.size()[0] as usize;
         Split {

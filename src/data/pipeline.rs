@@ -23,6 +23,7 @@ Read: the sample's files read by N threads after their pages were dropped from t
 read (warm) + decode + RandomResizedCrop(224) + flip + normalise (train) or resize 256 + centre crop 224 \
 (val), as `train --workers` does, one worker alone and then N together. \
 scaling = N-worker rate / (N × the one-worker rate).")]
+#[allow(rustdoc::invalid_html_tags)] // its doc comments are also `--help`, where `<name>` is a placeholder
 pub struct LoaderArgs {
     /// Data set to read (image folders only).
     #[arg(long, default_value = "imagenet")]

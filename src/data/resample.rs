@@ -68,7 +68,7 @@ impl Taps {
     }
 }
 
-/// Per-channel affine map from 0..255 pixel values: v·scale[c] + shift[c].
+/// Per-channel affine map from 0..255 pixel values: v·scale\[c\] + shift\[c\].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Normalize {
     pub scale: [f32; 3],

@@ -1,7 +1,7 @@
 //! The MPI job harness: what `train`, `study` and `allreduce` share around their own work.
 //!
 //! [`run_job`] starts MPI ([`World::init`]), logging with the rank ([`logging`]), the
-//! hook that turns a panic into one line and an aborted job ([`panic`]), the stop-signal
+//! hook that turns a panic into one line and an aborted job ([`panic`](mod@panic)), the stop-signal
 //! handlers ([`signals`]), the flight recorder ([`crate::flight`]) and the collective
 //! [`watchdog`]; it refuses a job whose ranks were started with different flags
 //! ([`same_flags`]), then runs the command on a [`Job`] and ends the job one way for

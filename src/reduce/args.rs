@@ -7,6 +7,7 @@ use clap::Args;
 use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug, Clone)]
+#[allow(rustdoc::invalid_html_tags)] // its doc comments are also `--help`, where `<name>` is a placeholder
 pub struct ReduceArgs {
     /// Run folders written by `ddpbench train`, or folders holding such run folders.
     #[arg(required = true)]

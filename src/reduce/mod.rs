@@ -3,7 +3,7 @@
 //!
 //! [`run`] reads the folders a [`ReduceRequest`] names into one typed [`Report`];
 //! every file (the CSV tables, report.md, report.json, the plots) is written from that
-//! value ([`write`]), and `ddpbench study` takes the same value for its own tables.
+//! value ([`write`](fn@write)), and `ddpbench study` takes the same value for its own tables.
 //! Runs with holes (missing rank files, truncated rows, unfinished jobs) are
 //! reported as incomplete with what is missing and left out of every figure:
 //! nothing is averaged over a hole. The reducer fails only when no run is usable.

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 /// `ddpbench study` options. Every key of a study file can also be given here: the
 /// grid keys by name, any `train` option after `--`.
 #[derive(Args, Debug, Clone)]
+#[allow(rustdoc::invalid_html_tags)] // its doc comments are also `--help`, where `<name>` is a placeholder
 pub struct StudyArgs {
     /// Study file (TOML): study keys and `train` options; a list makes a grid axis.
     /// Without one: mnist-cnn on Fashion-MNIST, batch 64 per rank, weak scaling over the

@@ -61,7 +61,7 @@ fn positive(key: &str, v: &toml::Value) -> Result<f64> {
 
 impl LrGrid {
     /// Reads `[lr_grid]`; every key but `base` and `base_batch` has a default (rule
-    /// linear, factors [1], train's warm-up).
+    /// linear, factors \[1\], train's warm-up).
     pub(crate) fn from_toml(v: &toml::Value) -> Result<LrGrid> {
         let t = v.as_table().ok_or_else(|| {
             anyhow!("study key `lr_grid` is a table: [lr_grid] base = 0.005, base_batch = 64, rule = \"linear\", factors = [0.5, 1, 2]")

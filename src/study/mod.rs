@@ -14,7 +14,7 @@
 //! ranks, schedule) with [`lr_grid`] (learning rates paired with batches), [`runner`] (the job: each point on its ranks, the others idle),
 //! [`point`] (one point run), [`folder`] (the study folder, new or resumed), [`book`]
 //! (`points.csv` and the state as the study goes), [`broadcast`] and [`idle`] (the
-//! study's own collectives and the idle ranks' CPU meter), [`print`] (the plan, the dry
+//! study's own collectives and the idle ranks' CPU meter), [`print`](mod@print) (the plan, the dry
 //! run's estimate), [`finish`] and `report` (rank 0's report at the end).
 
 mod args;

@@ -115,7 +115,7 @@ pub(crate) fn plan_binding(cores: &[CoreSlot], policy: BindPolicy, local_rank: u
 /// `near_pus`, e.g. two GPUs behind one socket, or two ranks on one GPU) split those
 /// cores evenly and disjointly; this rank is number `local_rank_among_sharers` of `sharers`.
 ///
-/// A core is near when all its PUs are in `near_pus` ([`GpuPlace::pus`]). When no core is
+/// A core is near when all its PUs are in `near_pus` ([`GpuPlace::pus`](super::pci::GpuPlace::pus)). When no core is
 /// near, or there are fewer near cores than sharers, it falls back to
 /// `plan_binding(cores, Auto, local_rank, local_size)` and says why in [`Binding::fallback`].
 pub(crate) fn plan_gpu_binding(
@@ -171,7 +171,7 @@ pub(crate) fn plan_gpu_binding(
 }
 
 /// GPU-near bindings for all `local_size` local ranks of a node: local rank `r` takes
-/// GPU `r % gpus` (`gpu_near_pus[g]` is GPU g's [`GpuPlace::pus`]), and ranks whose GPUs
+/// GPU `r % gpus` (`gpu_near_pus[g]` is GPU g's [`GpuPlace::pus`](super::pci::GpuPlace::pus)), and ranks whose GPUs
 /// have the same near set share its cores ([`plan_gpu_binding`]). With no GPU, every
 /// rank gets [`plan_binding`]'s `auto` plan with a `fallback` saying so.
 pub(crate) fn plan_gpu_bindings(cores: &[CoreSlot], gpu_near_pus: &[Vec<u32>], local_size: usize) -> Vec<Binding> {

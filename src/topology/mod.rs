@@ -3,7 +3,7 @@
 //! local rank gets.
 //!
 //! The binding plans are pure functions of a core list ([`plan_binding`], and
-//! [`plan_gpu_binding`] for the cores nearest a GPU) so they are tested without
+//! [`plan_gpu_binding`](binding::plan_gpu_binding) for the cores nearest a GPU) so they are tested without
 //! hardware; hwloc only supplies the core list and applies the plan. hwloc2 2.2.0
 //! predates hwloc 2.x (its NUMA and I/O object types are wrong or panic), so only
 //! Package/Core/PU objects are asked of it; NUMA nodes are counted from sysfs, and

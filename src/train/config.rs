@@ -578,6 +578,7 @@ pub struct CommConfig {
 /// What is written where.
 #[derive(Args, Debug, Clone, Serialize, Deserialize)]
 #[command(next_help_heading = "Output and monitoring")]
+#[allow(rustdoc::invalid_html_tags)] // its doc comments are also `--help`, where `<name>` is a placeholder
 pub struct OutputConfig {
     /// Output folder (default: results/<model>-<data>-n<ranks>-<time>[-j<job id>]-<4 random
     /// hex digits>/). Its name is the run id: letters, digits, `.`, `_` and `-` only. One

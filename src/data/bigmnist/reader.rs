@@ -100,7 +100,7 @@ impl BlockStream {
     }
 }
 
-/// Records to a normalised batch: images [B, 1, 28, 28] and labels [B].
+/// Records to a normalised batch: images \[B, 1, 28, 28\] and labels \[B\].
 pub fn records_to_batch(records: &[u8], mean: f64, std: f64) -> (Tensor, Tensor) {
     let b = records.len() / RECORD_BYTES;
     let labels: Vec<i64> = records.chunks(RECORD_BYTES).map(|r| r[0] as i64).collect();

@@ -1,7 +1,7 @@
 //! What a run's rows add up to: per rank and per node type, the phase times, the
 //! straggler wait and transfer time of every step (from the ranks' entry times into the
 //! all-reduce), and the job's step times ([`RunStats`]); then the summaries per node
-//! type and rank ([`summary`]) and the scaling across runs ([`scaling`]) with the
+//! type and rank ([`summary`]) and the scaling across runs ([`scaling`](mod@scaling)) with the
 //! speedup's interval ([`interval`]).
 
 pub(crate) mod advice;

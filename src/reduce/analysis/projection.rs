@@ -188,7 +188,7 @@ pub(crate) struct Workload {
 /// estimator scaling.csv's throughputs use (0 where a run's figure is 0; NaN without runs).
 pub(crate) fn over_repeats(runs: &[&RunStats], f: impl Fn(&RunStats) -> f64) -> f64 {
     let v: Vec<f64> = runs.iter().map(|r| f(r)).collect();
-    if v.iter().any(|&x| x == 0.0) {
+    if v.contains(&0.0) {
         return 0.0;
     }
     crate::stats::geometric_mean(&v)

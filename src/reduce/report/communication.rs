@@ -28,7 +28,7 @@ pub(super) fn compute_vs_comm(md: &mut String, runs: &[RunReport], sentence: &st
             num(e.compute_comm_ratio)
         );
     }
-    let _ = writeln!(md, "\n{}", crate::escape::markdown(&sentence));
+    let _ = writeln!(md, "\n{}", crate::escape::markdown(sentence));
 }
 
 /// What R is and is not (no limit on efficiency: the optimizer, data and other phases are
@@ -96,7 +96,7 @@ pub(super) fn bandwidth(md: &mut String, runs: &[RunReport], summaries: &[TypeSu
             }
         );
     }
-    let _ = writeln!(md, "\n{}", crate::escape::markdown(&sentence));
+    let _ = writeln!(md, "\n{}", crate::escape::markdown(sentence));
 }
 
 /// How training's bus bandwidth compares with the probe's (each run's probe in its wire

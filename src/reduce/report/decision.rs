@@ -290,7 +290,7 @@ fn next(head: Option<&ScalingRow>, rows: &[&ScalingRow], recs: &[&Recommendation
     // folder its run now lies in (where it was written may be another machine's path).
     let train_of = |ids: &[String]| {
         let run = complete.iter().find(|r| ids.contains(&r.manifest.run_id))?;
-        if !run.manifest.command_line.get(1).is_some_and(|c| c == "train") {
+        if run.manifest.command_line.get(1).is_none_or(|c| c != "train") {
             return None;
         }
         let key = run.key.as_ref()?;

@@ -21,7 +21,7 @@ pub fn write(report: &Report, out: &Path, with_plots: bool) -> Result<Vec<String
     write_within(report, out, with_plots, &html::PageLimits::default())
 }
 
-/// [`write`] with report.html and the heatmaps bounded by `limits`.
+/// [`write`](fn@write) with report.html and the heatmaps bounded by `limits`.
 pub fn write_within(report: &Report, out: &Path, with_plots: bool, limits: &html::PageLimits) -> Result<Vec<String>> {
     write_locked(report, out, with_plots, limits, false, false)
 }
@@ -64,7 +64,7 @@ pub(crate) const REPORT_FILES: [&str; 8] = [
 /// Written when a workload was projected.
 pub(crate) const PROJECTION_FILE: &str = "projection.csv";
 
-/// Stages every file of `report` into `files` ([`write`]'s files), for a caller that
+/// Stages every file of `report` into `files` ([`write`](fn@write)'s files), for a caller that
 /// commits them with files of its own (a study's summary beside its report); returns
 /// what was done to keep report.html under its bound.
 pub fn stage(report: &Report, files: &mut StagedFiles, with_plots: bool) -> Result<Vec<String>> {

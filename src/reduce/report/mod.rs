@@ -1,5 +1,5 @@
 //! The report: one typed value ([`Report`]) holding every figure and sentence `reduce`
-//! finds, built once from the runs ([`build`]), and everything written from it:
+//! finds, built once from the runs ([`build`](mod@build)), and everything written from it:
 //! summary.csv, scaling.csv, ranks.csv, projection.csv and report.json ([`files`]),
 //! compute_comm_grid.csv ([`compute_comm_grid`]), report.md ([`markdown`], its sections in [`speedup`], [`communication`],
 //! [`efficiency`], [`nodes`] and [`projection`]), the plots ([`plots`]) and the terminal

@@ -663,7 +663,7 @@ fn batch_notes(md: &mut String, rows: &[TargetRow]) {
                 t.goal, t.model
             );
             if !no_range.contains(&line) {
-                let _ = write!(md, "{line}\n");
+                let _ = writeln!(md, "{line}");
                 no_range.push(line);
             }
         }
