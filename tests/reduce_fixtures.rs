@@ -2426,6 +2426,52 @@ fn the_report_leads_with_what_to_run_and_its_next_command_makes_a_recommendation
     assert!(at("Recommendation for") < at("What to run:") && at("What to run:") < at("\nwrote "));
 }
 
+/// A point with no other rank count: the next command measures it at 2 ranks with every
+/// setting of its comparison key spelled out, each a flag `train --help` lists, and a
+/// new folder beside the run where it lies now.
+#[test]
+fn the_next_command_of_a_lone_point_spells_out_its_key_with_trains_own_flags() {
+    let dir = tmp();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema2/single");
+    let out = dir.path().join("report");
+    ddpbench(&["reduce", &path_str(&fixture), "--out", &path_str(&out), "--no-plots"]).assert_ok();
+    let report = json(&out.join("report.json"));
+    let next = report["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|d| d["next"].as_str().filter(|n| n.starts_with("Measure it at 2 ranks")))
+        .unwrap_or_else(|| panic!("no decision measures at 2 ranks: {}", report["decisions"]));
+    let command = next.split('`').nth(1).unwrap();
+    let words: Vec<&str> = command.split(' ').collect();
+    assert_eq!(&words[..5], ["mpirun", "-n", "2", "ddpbench", "train"], "{command}");
+    let help = ddpbench(&["train", "--help"]);
+    help.assert_ok();
+    for flag in words.iter().filter(|w| w.starts_with("--")) {
+        assert!(
+            help.stdout.contains(&format!("{flag} ")) || help.stdout.contains(&format!("{flag}\n")),
+            "{flag} is not a train flag"
+        );
+    }
+    let run = &report["runs"].as_array().unwrap()[0];
+    let key = &run["comparison_key"];
+    for (flag, field) in [
+        ("--allreduce", "backend"),
+        ("--overlap", "overlap"),
+        ("--model", "model"),
+        ("--dataset", "dataset"),
+    ] {
+        let at = words
+            .iter()
+            .position(|w| *w == flag)
+            .unwrap_or_else(|| panic!("{flag} missing: {command}"));
+        let value = key[field].as_str().unwrap_or_else(|| panic!("{field} in {key}"));
+        assert_eq!(words[at + 1], value, "{flag} in {command}");
+    }
+    let folder = words[words.iter().position(|w| *w == "--out").unwrap() + 1];
+    assert_eq!(Path::new(folder), fixture.join("at-2-ranks"), "{command}");
+}
+
 /// Without `--out`, reduce writes into a new folder `report-<UTC time>` beside what it
 /// was given: a folder of runs gets its report beside it (the runs folder gains
 /// nothing), a second reduce in the same second a second folder (the first kept

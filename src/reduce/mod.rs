@@ -122,6 +122,13 @@ fn new_report_folder(parent: &Path) -> Result<PathBuf> {
         .take(19)
         .filter(|c| *c != '-' && *c != ':')
         .collect();
+    report_folder_of(parent, &stamp)
+}
+
+/// [`new_report_folder`] at a given second `stamp`: the first of `report-<stamp>Z`,
+/// `…-2`, … that `create_dir` makes anew. Any entry already at a name, a symlink
+/// included (dangling or not), is passed over and left as it is.
+fn report_folder_of(parent: &Path, stamp: &str) -> Result<PathBuf> {
     for n in 1..=100 {
         let name = if n == 1 {
             format!("report-{stamp}Z")
@@ -340,4 +347,31 @@ fn project(req: &ReduceRequest, dirs: &[PathBuf], complete: &[&RunStats]) -> Res
         );
     }
     Ok(merged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A symlink planted at the next report folder's name, to a folder or to nothing,
+    /// is passed over: the report goes into a new real folder, and neither link nor its
+    /// target is touched.
+    #[test]
+    fn a_symlink_at_the_next_report_name_is_passed_over() {
+        let d = tempfile::tempdir().unwrap();
+        let elsewhere = d.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let parent = d.path().join("runs");
+        std::fs::create_dir(&parent).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, parent.join("report-20261129T120000Z")).unwrap();
+        std::os::unix::fs::symlink(d.path().join("nothing"), parent.join("report-20261129T120000Z-2")).unwrap();
+        let made = report_folder_of(&parent, "20261129T120000").unwrap();
+        assert_eq!(made, parent.join("report-20261129T120000Z-3"));
+        assert!(std::fs::symlink_metadata(&made).unwrap().file_type().is_dir());
+        for link in ["report-20261129T120000Z", "report-20261129T120000Z-2"] {
+            assert!(std::fs::symlink_metadata(parent.join(link)).unwrap().file_type().is_symlink());
+        }
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+        assert!(!d.path().join("nothing").exists());
+    }
 }

@@ -22,6 +22,11 @@ pub(crate) struct ReferenceCommand {
     pub command: String,
     /// The flags whose value differs from the point's (`--batch-size 64`, `--threads 1`).
     pub changes: Vec<String>,
+    /// The environment the key holds (`NAME=value`), unquoted.
+    pub env: Vec<String>,
+    /// The `train` flags of `command` in its order, unquoted: each flag with its value,
+    /// or with "" for a switch.
+    pub flags: Vec<(String, String)>,
 }
 
 impl ReferenceCommand {
@@ -91,6 +96,7 @@ pub(crate) fn reference_command(run: &RunStats, key: &ComparisonKey, batch_size:
         set("--node-slots", Value::from(slots));
     }
     let mut args = Vec::new();
+    let mut flags = Vec::new();
     let mut changes = Vec::new();
     for (k, v) in &settings {
         let flag = format!("--{}", k.replace('_', "-"));
@@ -107,6 +113,7 @@ pub(crate) fn reference_command(run: &RunStats, key: &ComparisonKey, batch_size:
         // The model, the data set and the batch are said even at their default.
         if ["model", "dataset", "batch_size"].contains(&k.as_str()) || defaults.get(k).and_then(arg).as_ref() != Some(&value) {
             args.push(said);
+            flags.push((flag, value));
         }
     }
     for (k, v) in given.iter().filter(|(k, _)| settings.contains_key(*k)) {
@@ -127,7 +134,12 @@ pub(crate) fn reference_command(run: &RunStats, key: &ComparisonKey, batch_size:
     }
     command.push_str(" -n 1 ddpbench train ");
     command.push_str(&args.join(" "));
-    ReferenceCommand { command, changes }
+    ReferenceCommand {
+        command,
+        changes,
+        env: key.env.clone(),
+        flags,
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use crate::reduce::analysis::recommend::{Figures, Recommendation, ShapeCost};
 use crate::reduce::analysis::{Direction, RunStats, ScalingMode, ScalingRow};
 use serde::Serialize;
 use std::fmt::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// What one workload's report says first.
 #[derive(Debug, Clone, Serialize)]
@@ -295,16 +295,17 @@ fn next(head: Option<&ScalingRow>, rows: &[&ScalingRow], recs: &[&Recommendation
         }
         let key = run.key.as_ref()?;
         let reference = crate::reduce::analysis::advice::reference_command(run, key, run.manifest.batch_size_per_rank);
-        let (env, args) = reference.command.split_once("mpirun")?;
-        let args = args.split_once(" ddpbench train ")?.1;
+        let env: Vec<String> = reference.env.iter().map(|e| quoted(e)).collect();
         // A 1-rank reference shares a node's cores as the point's ranks did (--node-slots);
         // a run at its own rank count has its own slots.
-        let argv: Vec<String> = ["ddpbench", "train"]
-            .into_iter()
-            .map(str::to_string)
-            .chain(shell_words_without(args, "--node-slots"))
-            .collect();
-        Some((env.trim().to_string(), argv, run.dir.parent().map(Path::to_path_buf)))
+        let mut words = vec!["train".to_string()];
+        for (flag, value) in reference.flags.into_iter().filter(|(f, _)| f != "--node-slots") {
+            words.push(flag);
+            if !value.is_empty() {
+                words.push(value);
+            }
+        }
+        Some((env.join(" "), words, run.dir.parent().map(Path::to_path_buf)))
     };
     let Some(h) = head else {
         if let Some(m) = rows.iter().map(|r| r.missing_reference.as_str()).find(|m| !m.is_empty()) {
@@ -361,28 +362,17 @@ fn next(head: Option<&ScalingRow>, rows: &[&ScalingRow], recs: &[&Recommendation
     }
 }
 
-/// A run's `train` arguments with its output folder replaced by a new one, `name`, in
-/// `home` (the folder the run lies in now; else beside where it was written): a run
-/// never writes into another's folder.
-fn train_args(argv: &[String], home: Option<&Path>, name: &str) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut folder: Option<PathBuf> = None;
-    let mut it = argv.iter().skip(1);
-    while let Some(a) = it.next() {
-        if a == "--out" {
-            folder = it.next().map(PathBuf::from);
-        } else if let Some(v) = a.strip_prefix("--out=") {
-            folder = Some(PathBuf::from(v));
-        } else {
-            out.push(a.clone());
-        }
-    }
-    let parent = home
-        .or_else(|| folder.as_deref().and_then(Path::parent))
-        .unwrap_or(Path::new("runs"));
-    out.push("--out".into());
-    out.push(parent.join(name).display().to_string());
-    out.iter().map(|a| quoted(a)).collect::<Vec<_>>().join(" ")
+/// The `train` words (`train` and its flags, unquoted, no `--out`: the reference
+/// command writes none) with a new output folder `name` in `home`, the folder the run
+/// lies in now (a run never writes into another's folder), quoted for a shell.
+fn train_args(words: &[String], home: Option<&Path>, name: &str) -> String {
+    let folder = home.unwrap_or(Path::new("runs")).join(name).display().to_string();
+    words
+        .iter()
+        .chain(["--out".to_string(), folder].iter())
+        .map(|a| quoted(a))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `env ` before a launcher, where the point ran with environment settings.
@@ -392,50 +382,6 @@ fn env_prefix(env: &str) -> String {
     } else {
         format!("{env} ")
     }
-}
-
-/// The words of `args` (as [`crate::reduce::analysis::advice`] writes them: a value
-/// with spaces in single quotes) without `flag` and its value.
-fn shell_words_without(args: &str, flag: &str) -> Vec<String> {
-    let mut words: Vec<String> = Vec::new();
-    let mut word = String::new();
-    let (mut in_quotes, mut any) = (false, false);
-    let mut chars = args.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' if in_quotes && chars.peek() == Some(&'\\') => {
-                // '\'' inside quotes: a literal quote.
-                chars.next();
-                chars.next();
-                chars.next();
-                word.push('\'');
-            }
-            '\'' => {
-                in_quotes = !in_quotes;
-                any = true;
-            }
-            ' ' if !in_quotes => {
-                if any || !word.is_empty() {
-                    words.push(std::mem::take(&mut word));
-                }
-                any = false;
-            }
-            c => word.push(c),
-        }
-    }
-    if any || !word.is_empty() {
-        words.push(word);
-    }
-    let mut out = Vec::new();
-    let mut it = words.into_iter();
-    while let Some(w) = it.next() {
-        if w == flag {
-            it.next();
-        } else if !w.starts_with(&format!("{flag}=")) {
-            out.push(w);
-        }
-    }
-    out
 }
 
 /// The runs' folders as `reduce` takes them: their common parent, else each.
@@ -528,22 +474,18 @@ pub(super) fn terminal_lines(decisions: &[WorkloadDecision]) -> Vec<String> {
 mod tests {
     use super::*;
 
-    /// The reference command's words read back as the shell reads them, a flag and its
-    /// value left out; the new run's folder goes where the run lies now.
+    /// The new run's words are quoted for a shell where they need it, and its folder
+    /// goes where the run lies now.
     #[test]
-    fn the_next_commands_words_are_the_shells_and_write_a_new_folder() {
-        let words = shell_words_without(r"--a 1 --node-slots 2 --b 'x y' --c 'it'\''s' --node-slots=3 --d", "--node-slots");
-        assert_eq!(words, ["--a", "1", "--b", "x y", "--c", "it's", "--d"]);
-        let argv: Vec<String> = ["ddpbench", "train", "--threads", "2", "--out", "/far/away/run", "--x", "a b"]
-            .map(String::from)
-            .to_vec();
+    fn the_next_commands_words_are_quoted_and_write_a_new_folder() {
+        let words: Vec<String> = ["train", "--threads", "2", "--x", "a b", "--y", "it's"].map(String::from).to_vec();
         assert_eq!(
-            train_args(&argv, Some(Path::new("/here/runs")), "at-2x4"),
-            "train --threads 2 --x 'a b' --out /here/runs/at-2x4"
+            train_args(&words, Some(Path::new("/here/runs")), "at-2x4"),
+            r"train --threads 2 --x 'a b' --y 'it'\''s' --out /here/runs/at-2x4"
         );
         assert_eq!(
-            train_args(&argv, None, "at-2x4"),
-            "train --threads 2 --x 'a b' --out /far/away/at-2x4"
+            train_args(&words, None, "at-2x4"),
+            r"train --threads 2 --x 'a b' --y 'it'\''s' --out runs/at-2x4"
         );
     }
 }
