@@ -49,6 +49,11 @@ def _check_model(model, optimizer):
             f"the model is a {type(model).__name__}, not wrapped in DistributedDataParallel: give the recorder "
             "the DDP model, e.g. `ddp = DistributedDataParallel(model)`, `Recorder(ddp, optimizer, ...)`"
         )
+    if getattr(model, "_comm_hooks", None):
+        raise RecorderError(
+            "the DDP model already has a communication hook (fp16 compression, PowerSGD, ...): the recorder times "
+            "DDP's default all-reduce through a hook of its own; construct the Recorder on a model without one"
+        )
     if optimizer is None:
         raise RecorderError("no optimizer given: pass the optimizer whose step() ends each step, Recorder(ddp, optimizer, ...)")
     if not isinstance(optimizer, torch.optim.Optimizer):
@@ -140,6 +145,7 @@ class Recorder:
         self.closed = False
         self.rows = 0
         self.bucket_bytes = []
+        self.copy_measured = False
         self._install_hooks()
         atexit.register(self._at_exit)
 
@@ -395,6 +401,7 @@ class Recorder:
                 if device is not None:
                     batch = _to(batch, device)
                     s.copied = self.timer.mark()
+                    self.copy_measured = True
                 n = _samples(batch)
                 if n is not None and n > self.batch_size:
                     raise RecorderError(
@@ -474,6 +481,9 @@ class Recorder:
     def _finish_manifest(self, status, error):
         m = self.manifest
         m["status"], m["error"] = status, error
+        if self.copy_measured:
+            m["config"]["phases_measured"].insert(1, "batch_copy_s")
+            m["config"]["phases_not_measured"].pop("batch_copy_s", None)
         m["wall_s"] = self.origin.now()
         m["end_utc"] = rfc3339_utc(time.time())
         m["comm"]["bucket_bytes"] = self.bucket_bytes
