@@ -144,6 +144,12 @@ fn a_torchrun_script_with_the_recorder_reduces_like_a_ddpbench_run() {
     let report = d.path().join("report");
     let job = ddpbench(&["reduce", run.to_str().unwrap(), "--out", report.to_str().unwrap()]);
     job.assert_ok();
+    // Its 1-rank reference is the script under torchrun, not a ddpbench run.
+    assert!(
+        job.all().contains("`torchrun --nproc-per-node 1 ") && !job.all().contains("ddpbench train"),
+        "{}",
+        job.all()
+    );
     let (h, rows) = read_csv(&report.join("summary.csv"));
     let ids: Vec<&str> = rows
         .iter()
