@@ -196,6 +196,7 @@ fn bad_input_is_refused_with_what_to_do() {
         ("no-ddp", "not wrapped in DistributedDataParallel"),
         ("no-optimizer", "no optimizer given"),
         ("no-sync", "a forward inside DDP's no_sync()"),
+        ("backward-twice", "a second backward in one step"),
     ] {
         let run = d.path().join(misuse);
         let job = toy(1, &run, &["--misuse", misuse]);
@@ -205,6 +206,12 @@ fn bad_input_is_refused_with_what_to_do() {
             "{misuse}: {}",
             job.all()
         );
+        if misuse == "backward-twice" {
+            // Refused in the first step, which never finished: no row, a failed run.
+            let (_, rows) = read_csv(&run.join("rank-00000.csv"));
+            assert!(rows.is_empty(), "{rows:?}");
+            assert_eq!(json(&run.join("manifest.json"))["status"], "failed");
+        }
     }
     let run = d.path().join("twice");
     toy(1, &run, &[]).assert_ok();

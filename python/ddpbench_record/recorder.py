@@ -325,6 +325,11 @@ class Recorder:
 
     def _backward_start(self, grad):
         s = self.current
+        if s is not None and s.backward_end is not None:
+            raise RecorderError(
+                "a second backward in one step (backward with retain_graph, then backward again): the recorder "
+                "measures one forward and one backward per optimizer step; call optimizer.step() after each backward"
+            )
         if s is not None and s.backward_start is None:
             s.backward_start = self.timer.mark()
         return None
@@ -413,8 +418,11 @@ class Recorder:
                 self.global_step += 1
                 yield batch
         finally:
-            if self.current is not None and self.current.got_batch is not None:
-                self._end_step(self.timer.mark())
+            # The loop left mid-epoch (break, or an error in the step): only a step whose
+            # optimizer ran is whole.
+            if self.current is not None and self.current.optimizer_end is None:
+                self.current = None
+            self._end_step(self.timer.mark())
 
     def _end_step(self, at):
         """Ends the step in progress at mark `at`, and writes the step before it (on a GPU)

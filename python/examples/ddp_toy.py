@@ -28,7 +28,7 @@ def main():
     p.add_argument("--bucket-mb", type=float, default=0.25, help="small, so the model spans several buckets")
     p.add_argument("--crash-at", type=int, default=-1, help="raise at this global step (tests a run that did not end)")
     p.add_argument("--hold-s", type=float, default=0.0, help="sleep this long after the recorder starts (tests its lock)")
-    p.add_argument("--misuse", choices=["none", "no-ddp", "no-optimizer", "no-sync"], default="none")
+    p.add_argument("--misuse", choices=["none", "no-ddp", "no-optimizer", "no-sync", "backward-twice"], default="none")
     a = p.parse_args()
 
     cuda = torch.cuda.is_available()
@@ -61,6 +61,8 @@ def main():
             with ddp.no_sync():
                 F.cross_entropy(ddp(x), y).backward()
         loss = F.cross_entropy(ddp(x), y)
+        if a.misuse == "backward-twice":
+            loss.backward(retain_graph=True)
         loss.backward()
         opt.step()
         rec.loss(loss)
