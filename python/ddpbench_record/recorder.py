@@ -95,6 +95,19 @@ def _tensors(out):
             yield from _tensors(v)
 
 
+def _backend(name, device_type):
+    """The all-reduce as ddpbench names it: `nccl`, `gloo` or `mpi` (a multi-device
+    backend string such as `cpu:gloo,cuda:nccl` by the part of the model's device)."""
+    parts = dict(p.split(":", 1) for p in name.split(",")) if ":" in name else {device_type: name}
+    chosen = parts.get(device_type, name)
+    if chosen not in ("nccl", "gloo", "mpi"):
+        raise RecorderError(
+            f"the process group's backend is {name!r}: the recorder records nccl, gloo or mpi all-reduces; "
+            "init_process_group with one of them"
+        )
+    return chosen
+
+
 def _grad_dtype(model):
     kinds = {p.dtype for p in model.parameters() if p.requires_grad}
     names = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -126,7 +139,7 @@ class Recorder:
         self.model, self.optimizer, self.batch_size = model, optimizer, batch_size
         self.warmup_steps = int(warmup_steps)
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        backend = dist.get_backend()
+        backend = _backend(dist.get_backend(), model.device.type if hasattr(model, "device") else "cpu")
         self.group = dist.group.WORLD if backend == "gloo" else dist.new_group(backend="gloo")
         self.dir = os.path.realpath(out)
         self.run_id = os.path.basename(self.dir)
@@ -232,7 +245,7 @@ class Recorder:
             "dataset_source": "the script's own loader",
             "parameters": self.parameters,
             "gradient_bytes": self.gradient_bytes,
-            "comm_backend": backend if backend in ("gloo", "nccl") else "gloo",
+            "comm_backend": backend,
             "comm": {
                 "overlap": True,
                 "backward_stages": 1,
