@@ -325,6 +325,10 @@ pub enum Twin {
     /// PyTorch's DistributedDataParallel (gloo on CPU, NCCL on GPUs), one process per
     /// rank: `benchmarks/pytorch_ddp_mnist.py`.
     PytorchDdp,
+    /// A user's own `torchrun` DDP script, recorded by `python/ddpbench_record`: its
+    /// model and data set are the names the script gave. Never a study's peer.
+    #[value(skip)]
+    PytorchDdpScript,
 }
 
 impl Twin {
@@ -332,6 +336,7 @@ impl Twin {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Twin::PytorchDdp => "pytorch-ddp",
+            Twin::PytorchDdpScript => "pytorch-ddp-script",
         }
     }
 
@@ -339,6 +344,7 @@ impl Twin {
     pub(crate) fn title(self) -> &'static str {
         match self {
             Twin::PytorchDdp => "PyTorch DDP",
+            Twin::PytorchDdpScript => "a PyTorch DDP script",
         }
     }
 }
@@ -445,6 +451,11 @@ pub struct ComparisonKey {
     /// The trainer, when it is not ddpbench (absent: ddpbench).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer: Option<Twin>,
+    /// A DDP script's options that change its step besides `bucket_mb`, as `name=value`
+    /// (`static_graph=true`, ...), in the recorder's order (absent: none, every run of
+    /// ddpbench's own trainer and of the study's twin).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ddp_options: Vec<String>,
 }
 
 /// The built-in networks that take token ids (`--seq-len` and `--vocab-size` shape them),
@@ -457,6 +468,36 @@ pub(crate) fn input_text(shape: &str, dtype: InputDtype) -> String {
     match dtype {
         InputDtype::Float32 => shape.to_string(),
         InputDtype::Int64 => format!("int64 {shape}"),
+    }
+}
+
+/// The longest model or data set name a DDP script's run may give (`ddpbench_record`'s
+/// `MAX_NAME`).
+const MAX_SCRIPT_NAME: usize = 64;
+
+/// Err naming the key's field when a DDP script's run names its model or data set with
+/// anything but 1 to [`MAX_SCRIPT_NAME`] letters, digits, `-`, `_`, `.` or `+` (what the
+/// recorder accepts), or holds a DDP option that is not `name=value` of those.
+fn script_names(k: &ComparisonKey) -> Result<(), String> {
+    let word = |s: &str| s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.+".contains(&b));
+    for (field, name) in [("model", &k.model), ("dataset", &k.dataset)] {
+        if name.is_empty() || name.len() > MAX_SCRIPT_NAME || !word(name) {
+            return Err(format!(
+                "comparison_key.{field} is {}: a DDP script's {field} name is 1 to {MAX_SCRIPT_NAME} letters, digits, \
+                 '-', '_', '.' or '+'",
+                shorten(&serde_json::json!(name))
+            ));
+        }
+    }
+    match k.ddp_options.iter().find(|o| {
+        !o.split_once('=')
+            .is_some_and(|(n, v)| word(n) && word(v) && o.len() <= MAX_SCRIPT_NAME)
+    }) {
+        Some(o) => Err(format!(
+            "comparison_key.ddp_options holds {}: not a DDP option as name=value",
+            shorten(&serde_json::json!(o))
+        )),
+        None => Ok(()),
     }
 }
 
@@ -523,6 +564,7 @@ impl ComparisonKey {
             ("loss", (!self.loss.is_nll()).then(|| text(&self.loss)).flatten()),
             ("model_sha256", self.model_sha256.clone()),
             ("peer", self.peer.map(|p| p.name().to_string())),
+            ("ddp_options", (!self.ddp_options.is_empty()).then(|| self.ddp_options.join(","))),
             ("env", (!self.env.is_empty()).then(|| self.env.join(","))),
         ];
         let mut out = format!("{} threads={}", text(&self.device).unwrap_or_default(), threads.join("/"));
@@ -552,6 +594,9 @@ impl ComparisonKey {
                 shorten(&serde_json::json!(k.input_shape))
             )),
             Some(k) => {
+                if k.peer == Some(Twin::PytorchDdpScript) {
+                    script_names(k)?;
+                }
                 let mut k = k.clone();
                 if k.noise_scale.is_off() {
                     // Keys recorded before the field left it out whatever ran; the
@@ -623,6 +668,7 @@ impl ComparisonKey {
                 f => f.as_ref().map(|f| f.sha256.clone()),
             },
             peer: None,
+            ddp_options: Vec::new(),
             env: env_of(&m.ranks),
         }
         .applicable())
@@ -814,6 +860,7 @@ pub(crate) mod tests {
             model_sha256: Some("ab".repeat(32)),
             env: vec!["DDPBENCH_SLOW_FORWARD=1:30".into()],
             peer: Some(Twin::PytorchDdp),
+            ddp_options: vec!["static_graph=true".into()],
         }
     }
 
@@ -919,6 +966,7 @@ pub(crate) mod tests {
         k.noise_scale = NoiseScaleMode::Off;
         k.memory_format = MemoryFormat::Contiguous;
         (k.input_shape, k.loss, k.model_sha256, k.env, k.peer) = (None, LossKind::Nll, None, Vec::new(), None);
+        k.ddp_options = Vec::new();
         let json = serde_json::to_value(&k).unwrap();
         for absent in [
             "phase_sync",
@@ -932,6 +980,7 @@ pub(crate) mod tests {
             "model_sha256",
             "env",
             "peer",
+            "ddp_options",
         ] {
             assert!(json.get(absent).is_none(), "{absent} in {json}");
             assert!(!k.describe().contains(absent), "{}", k.describe());
@@ -1008,6 +1057,44 @@ pub(crate) mod tests {
         script.input_shape = Some("3x32x32".into());
         let s = ComparisonKey::of(&manifest_with(script)).unwrap();
         assert_eq!((s.seq_len, s.vocab_size), (None, None));
+    }
+
+    /// A DDP script's run (`python/ddpbench_record`) names its trainer and its own model
+    /// and data set: never ddpbench's run nor the twin's, its DDP options tell its runs
+    /// apart, and a name that is no word is refused by the field that holds it.
+    #[test]
+    fn a_ddp_scripts_key_holds_its_own_names_and_refuses_others() {
+        let mut k = unusual();
+        k.threads_per_rank = vec![1];
+        (k.model, k.dataset, k.peer) = ("my-vit_2.b+".into(), "fashion-mnist".into(), Some(Twin::PytorchDdpScript));
+        let json = serde_json::to_value(&k).unwrap();
+        assert_eq!(json["peer"], "pytorch-ddp-script");
+        assert_eq!(ComparisonKey::of(&manifest_with(k.clone())), Ok(k.clone().applicable()));
+        for other in [Some(Twin::PytorchDdp), None] {
+            let mut o = k.clone();
+            o.peer = other;
+            assert_ne!(o, k);
+        }
+        let mut static_off = k.clone();
+        static_off.ddp_options = vec!["static_graph=false".into()];
+        assert_ne!(static_off, k);
+        assert!(
+            k.describe().contains(" peer=pytorch-ddp-script ddp_options=static_graph=true"),
+            "{}",
+            k.describe()
+        );
+        for (model, dataset, option, field) in [
+            ("my vit", "d", "a=b", "comparison_key.model"),
+            ("", "d", "a=b", "comparison_key.model"),
+            ("m", "<script>", "a=b", "comparison_key.dataset"),
+            ("m", &"x".repeat(65), "a=b", "comparison_key.dataset"),
+            ("m", "d", "static_graph", "comparison_key.ddp_options"),
+        ] {
+            let mut bad = k.clone();
+            (bad.model, bad.dataset, bad.ddp_options) = (model.into(), dataset.into(), vec![option.into()]);
+            let err = ComparisonKey::of(&manifest_with(bad)).unwrap_err();
+            assert!(err.contains(field), "{model:?} {dataset:?} {option:?}: {err}");
+        }
     }
 
     /// A run-changing environment variable tells runs apart: a slowed rank is no repeat.

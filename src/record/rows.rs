@@ -354,6 +354,27 @@ mod tests {
     use super::*;
     use crate::record::{rank_file_name, CsvLog};
 
+    /// The PyTorch recorder (`python/ddpbench_record/columns.py`) writes rank files in
+    /// exactly these columns: its list, read from its source, is this header.
+    #[test]
+    fn the_python_recorders_columns_are_this_header() {
+        let source = include_str!("../../python/ddpbench_record/columns.py");
+        let list = source
+            .split("# BEGIN COLUMNS")
+            .nth(1)
+            .and_then(|rest| rest.split("# END COLUMNS").next())
+            .expect("columns.py marks its list with # BEGIN COLUMNS and # END COLUMNS");
+        let python: Vec<&str> = list.split('"').skip(1).step_by(2).collect();
+        assert_eq!(python, StepRow::columns());
+        let phases = source
+            .split("PHASES = (")
+            .nth(1)
+            .and_then(|r| r.split(')').next())
+            .expect("columns.py has PHASES");
+        let python_phases: Vec<&str> = phases.split('"').skip(1).step_by(2).collect();
+        assert_eq!(python_phases, Phase::ALL.map(Phase::column));
+    }
+
     #[test]
     fn phases_are_named_by_their_columns_and_index_in_order() {
         let names: Vec<String> = Phase::ALL.iter().map(|p| p.to_string()).collect();

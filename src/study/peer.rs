@@ -292,6 +292,7 @@ fn manifest(pg: &Group, peer: Twin, cfg: &TrainConfig, run_id: &str, started: Sy
         model_sha256: None,
         env: key::env_of(&ranks),
         peer: Some(peer),
+        ddp_options: Vec::new(),
     }
     .applicable();
     let mut config = serde_json::to_value(cfg).unwrap_or_default();

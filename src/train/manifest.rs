@@ -132,6 +132,7 @@ fn comparison_key(
         model_sha256: None,
         env: key::env_of(ranks),
         peer: None,
+        ddp_options: Vec::new(),
     }
 }
 

@@ -68,6 +68,9 @@ pub(crate) fn quoted(s: &str) -> String {
 /// has `key`, the comparison key of `run`'s point (whose config it starts from).
 pub(crate) fn reference_command(run: &RunStats, key: &ComparisonKey, batch_size: usize) -> ReferenceCommand {
     let m = &run.manifest;
+    if key.peer == Some(crate::record::Twin::PytorchDdpScript) {
+        return script_command(&m.command_line, batch_size);
+    }
     let defaults = crate::record::train_defaults();
     let given = m.config.as_object().cloned().unwrap_or_default();
     // The point's settings that are flags of this binary, without where its files went.
@@ -142,6 +145,20 @@ pub(crate) fn reference_command(run: &RunStats, key: &ComparisonKey, batch_size:
     }
 }
 
+/// A DDP script's 1-rank reference (`python/ddpbench_record`): the script as its run
+/// was started (`command_line`: the Python, the script, its arguments) under
+/// `torchrun --nproc-per-node 1`, with `batch_size` samples per step and another folder.
+fn script_command(command_line: &[String], batch_size: usize) -> ReferenceCommand {
+    let script: Vec<String> = command_line.iter().skip(1).map(|a| quoted(a)).collect();
+    ReferenceCommand {
+        command: format!("torchrun --nproc-per-node 1 {}", script.join(" ")),
+        changes: vec![
+            format!("batch_size={batch_size} per rank in the script and its Recorder"),
+            "another `out` for the Recorder".into(),
+        ],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,5 +171,20 @@ mod tests {
         assert_eq!(quoted("it's"), r"'it'\''s'");
         let defaults = crate::record::train_defaults();
         assert!(defaults.contains_key("batch_size") && defaults.contains_key("node_slots"));
+    }
+
+    /// A DDP script's reference is the script itself on 1 rank, never `ddpbench train`.
+    #[test]
+    fn a_ddp_scripts_reference_is_the_script_under_torchrun_on_one_rank() {
+        let line: Vec<String> = ["/venv/bin/python3", "train.py", "--out", "results/my job"]
+            .map(String::from)
+            .to_vec();
+        let c = script_command(&line, 64);
+        assert_eq!(c.command, "torchrun --nproc-per-node 1 train.py --out 'results/my job'");
+        assert!(
+            c.describe().contains("batch_size=64 per rank") && c.describe().contains("another `out`"),
+            "{}",
+            c.describe()
+        );
     }
 }

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""A small torchrun DDP script with the recorder: a two-layer network on synthetic
+data, SGD, gloo on CPU (NCCL on GPUs). ddpbench's tests run it; it is also the shortest
+example of the lines docs/your-pytorch-job.md adds to a script.
+
+  torchrun --nproc-per-node 2 python/examples/ddp_toy.py --out results/toy
+  ddpbench reduce results/toy
+"""
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+import ddpbench_record
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--bucket-mb", type=float, default=0.25, help="small, so the model spans several buckets")
+    p.add_argument("--crash-at", type=int, default=-1, help="raise at this global step (tests a run that did not end)")
+    p.add_argument("--hold-s", type=float, default=0.0, help="sleep this long after the recorder starts (tests its lock)")
+    p.add_argument("--misuse", choices=["none", "no-ddp", "no-optimizer", "no-sync", "backward-twice"], default="none")
+    a = p.parse_args()
+
+    cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if cuda else "gloo")
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device(f"cuda:{local}" if cuda else "cpu")
+    torch.manual_seed(1)
+    net = nn.Sequential(nn.Linear(64, a.hidden), nn.ReLU(), nn.Linear(a.hidden, a.hidden), nn.ReLU(), nn.Linear(a.hidden, 10))
+    net = net.to(device)
+    ddp = DistributedDataParallel(net, device_ids=[local] if cuda else None, bucket_cap_mb=a.bucket_mb)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    n = a.steps * a.batch_size * dist.get_world_size()
+    data = TensorDataset(torch.randn(n, 64), torch.randint(0, 10, (n,)))
+    loader = DataLoader(data, batch_size=a.batch_size, sampler=DistributedSampler(data, shuffle=True))
+
+    model = {"no-ddp": net}.get(a.misuse, ddp)
+    optimizer = None if a.misuse == "no-optimizer" else opt
+    rec = ddpbench_record.Recorder(model, optimizer, out=a.out, batch_size=a.batch_size, model_name="toy-mlp",
+                                   dataset_name="synthetic-64")
+    if a.hold_s > 0:
+        print("recorder started", flush=True)
+        import time
+
+        time.sleep(a.hold_s)
+    for step, (x, y) in enumerate(rec.batches(loader, device=device)):
+        if step == a.crash_at:
+            raise RuntimeError(f"crashed on purpose at step {step}")
+        opt.zero_grad()
+        if a.misuse == "no-sync":
+            with ddp.no_sync():
+                F.cross_entropy(ddp(x), y).backward()
+        loss = F.cross_entropy(ddp(x), y)
+        if a.misuse == "backward-twice":
+            loss.backward(retain_graph=True)
+        loss.backward()
+        opt.step()
+        rec.loss(loss)
+    rec.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
