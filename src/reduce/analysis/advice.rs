@@ -156,6 +156,9 @@ fn script_command(command_line: &[String], batch_size: usize) -> ReferenceComman
             format!("batch_size={batch_size} per rank in the script and its Recorder"),
             "another `out` for the Recorder".into(),
         ],
+        // Not a `train` command: no flags of ddpbench's, and the script's own environment.
+        env: Vec::new(),
+        flags: Vec::new(),
     }
 }
 
