@@ -29,7 +29,6 @@ pub(super) const VALIDATIONS_PER_EPOCH: usize = 10;
 /// the outcome so far.
 #[derive(Debug)]
 pub(super) struct TargetWatch {
-    goal: TargetGoal,
     window: VecDeque<f64>,
     outcome: TargetOutcome,
 }
@@ -54,7 +53,6 @@ impl TargetWatch {
             TargetGoal::ValidationAccuracy(a) => (None, Some(a), 0, Some(validate_every_steps.max(1))),
         };
         TargetWatch {
-            goal,
             window: VecDeque::with_capacity(WINDOW_STEPS),
             outcome: TargetOutcome {
                 target_loss,
@@ -82,7 +80,7 @@ impl TargetWatch {
     /// which every rank calls for the same steps; nothing for a target accuracy.
     /// Returns whether the target is reached (at this step or before).
     pub(super) fn add(&mut self, g: &Group, local_loss: f64, at: StepDone) -> bool {
-        if !matches!(self.goal, TargetGoal::TrainingLoss(_)) {
+        if !matches!(self.goal(), TargetGoal::TrainingLoss(_)) {
             return self.outcome.reached;
         }
         let mut sum = 0.0;
@@ -95,7 +93,7 @@ impl TargetWatch {
 
     /// Adds the mean over the ranks of one measured step's loss (a target loss).
     pub(super) fn add_mean(&mut self, mean_loss: f64, at: StepDone) -> bool {
-        let TargetGoal::TrainingLoss(target) = self.goal else {
+        let TargetGoal::TrainingLoss(target) = self.goal() else {
             return self.outcome.reached;
         };
         if self.outcome.reached {
@@ -120,7 +118,7 @@ impl TargetWatch {
     /// accuracy). An accuracy that is not a number means the model gives no
     /// predictions: an error, since the target could never be reached.
     pub(super) fn add_accuracy(&mut self, accuracy: f64, at: StepDone) -> anyhow::Result<bool> {
-        let TargetGoal::ValidationAccuracy(target) = self.goal else {
+        let TargetGoal::ValidationAccuracy(target) = self.goal() else {
             return Ok(self.outcome.reached);
         };
         anyhow::ensure!(
@@ -147,6 +145,11 @@ impl TargetWatch {
         self.outcome.seconds_to_target = Some(at.elapsed_s);
     }
 
+    /// What is watched: the outcome's target, set once by [`TargetWatch::new`].
+    fn goal(&self) -> TargetGoal {
+        self.outcome.goal().expect("a watch's outcome holds exactly one target")
+    }
+
     pub(super) fn reached(&self) -> bool {
         self.outcome.reached
     }
@@ -158,13 +161,13 @@ impl TargetWatch {
     /// The log line of the outcome after `steps` steps.
     pub(super) fn line(&self, steps: usize) -> String {
         let o = &self.outcome;
-        let how = match (self.goal, o.validate_every_steps) {
+        let how = match (self.goal(), o.validate_every_steps) {
             (TargetGoal::ValidationAccuracy(_), Some(every)) => {
                 format!("validation every {every} steps; seconds include the validations")
             }
             _ => format!("mean of the last {} steps' losses", o.window_steps),
         };
-        let flag = match self.goal {
+        let flag = match self.goal() {
             TargetGoal::TrainingLoss(v) => format!("--target-loss {v}"),
             TargetGoal::ValidationAccuracy(v) => format!("--target-accuracy {v}"),
         };
@@ -182,7 +185,7 @@ impl TargetWatch {
     /// Where a run that did not reach its target ended, in words.
     fn end_figure(&self) -> String {
         let o = &self.outcome;
-        match self.goal {
+        match self.goal() {
             TargetGoal::TrainingLoss(_) => format!(
                 "smoothed loss at the end: {}",
                 o.smoothed_loss.map_or_else(

@@ -547,27 +547,11 @@ impl<'g> Trainer<'g> {
         crate::flight::phase(None);
         self.watchdog
             .set_limit(self.facts.cfg.output.watchdog_s.unwrap_or(watchdog::SETUP_LIMIT_S));
-        broadcast_from_rank0(g, &model::ordered_buffers(&self.machine.model.vs));
         let test_len = self.facts.dataset.test.len();
         let samples = self.facts.cfg.schedule.val_samples.unwrap_or(test_len);
-        let start = Instant::now();
-        let (_, accuracy, _) = super::validation::evaluate(
-            g,
-            self.machine.model.net.as_ref(),
-            &self.facts.dataset,
-            self.facts.place.device,
-            samples,
-            self.facts.cfg.schedule.batch_size,
-        )?;
         let done = self.progress.global_step;
-        if let Some(t) = self.records.trace.as_mut().filter(|t| t.overlaps(done.saturating_sub(1), done)) {
-            t.span("validation", start, Instant::now())?;
-        }
-        let at = StepDone {
-            steps: done,
-            global_batch: self.facts.cfg.samples_per_step() * g.size,
-            elapsed_s: self.progress.origin.elapsed().as_secs_f64(),
-        };
+        let (_, accuracy, _, _) = self.validate(samples, done.saturating_sub(1))?;
+        let at = self.step_done(done);
         let target = self.progress.target.as_mut().expect("validate_for_target runs with a target");
         let reached = crate::world::agree(g, target.add_accuracy(accuracy, at))?;
         if g.rank == 0 {
@@ -581,14 +565,41 @@ impl<'g> Trainer<'g> {
         Ok(())
     }
 
+    /// Validation on the first `samples` test samples with rank 0's BatchNorm statistics
+    /// (as DDP's broadcast_buffers), drawn in the trace when it covers the steps from
+    /// `first_step` to now: loss, accuracy, samples validated, and when it started.
+    fn validate(&mut self, samples: usize, first_step: usize) -> Result<(f64, f64, usize, Instant)> {
+        let g = self.g;
+        broadcast_from_rank0(g, &model::ordered_buffers(&self.machine.model.vs));
+        let start = Instant::now();
+        let (loss, accuracy, n) = super::validation::evaluate(
+            g,
+            self.machine.model.net.as_ref(),
+            &self.facts.dataset,
+            self.facts.place.device,
+            samples,
+            self.facts.cfg.schedule.batch_size,
+        )?;
+        let done = self.progress.global_step;
+        if let Some(t) = self.records.trace.as_mut().filter(|t| t.overlaps(first_step, done)) {
+            t.span("validation", start, Instant::now())?;
+        }
+        Ok((loss, accuracy, n, start))
+    }
+
+    /// The figures of a reach after `steps` optimizer steps: now, at this run's global batch.
+    fn step_done(&self, steps: usize) -> StepDone {
+        StepDone {
+            steps,
+            global_batch: self.facts.cfg.samples_per_step() * self.g.size,
+            elapsed_s: self.progress.origin.elapsed().as_secs_f64(),
+        }
+    }
+
     /// Adds a measured step's loss to `--target-loss`'s window: a collective, which every
     /// rank makes for the same steps.
     fn watch_target(&mut self, at: StepAt, loss: f64) {
-        let done = StepDone {
-            steps: at.global_step + 1,
-            global_batch: self.facts.cfg.samples_per_step() * self.g.size,
-            elapsed_s: self.progress.origin.elapsed().as_secs_f64(),
-        };
+        let done = self.step_done(at.global_step + 1);
         if let Some(t) = self.progress.target.as_mut() {
             t.add(self.g, loss, done);
         }
@@ -654,7 +665,6 @@ impl<'g> Trainer<'g> {
         } else {
             check_in_sync(g, &self.machine.model.params, epoch)?
         };
-        broadcast_from_rank0(g, &model::ordered_buffers(&self.machine.model.vs));
         let cfg = &self.facts.cfg;
         let trained = steps * cfg.samples_per_step() * g.size;
         let test_len = self.facts.dataset.test.len();
@@ -662,20 +672,9 @@ impl<'g> Trainer<'g> {
         if val_samples > 0 {
             info!("epoch {epoch}: validating on {val_samples} of {test_len} test samples ({why})");
         }
-        let val_start = Instant::now();
-        let (val_loss, val_acc, val_n) = super::validation::evaluate(
-            g,
-            self.machine.model.net.as_ref(),
-            &self.facts.dataset,
-            self.facts.place.device,
-            val_samples,
-            cfg.schedule.batch_size,
-        )?;
-        self.progress.last_accuracy = val_acc.is_finite().then_some(val_acc);
         let done = self.progress.global_step;
-        if let Some(t) = self.records.trace.as_mut().filter(|t| t.overlaps(done - steps, done)) {
-            t.span("validation", val_start, Instant::now())?;
-        }
+        let (val_loss, val_acc, val_n, val_start) = self.validate(val_samples, done - steps)?;
+        self.progress.last_accuracy = val_acc.is_finite().then_some(val_acc);
         self.sync_clocks(epoch + 1)?;
         let norms = std::mem::take(&mut self.progress.epoch_norms);
         let norms = (self.facts.cfg.comm.noise_scale != NoiseScaleMode::Off)
