@@ -8,19 +8,17 @@ rank file) and the profiler's, the union of the intervals of its all-reduce even
 
   PYTHONPATH=python torchrun --nproc-per-node 2 benchmarks/recorder_comm_vs_profiler.py --out DIR
 """
-import argparse
 import csv
 import json
 import os
 import sys
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_ddp_mnist import Net, read_idx  # noqa: E402
+from recorder_overhead import arguments, workload  # noqa: E402
 
 
 def union_s(intervals):
@@ -37,28 +35,9 @@ def union_s(intervals):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", required=True, help="the run folder")
-    p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--warmup", type=int, default=20)
-    a = p.parse_args()
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(1)
-    path = lambda s: os.path.join(a.data_dir, s + ".gz")  # noqa: E731
-    x = torch.from_numpy(read_idx(path("train-images-idx3-ubyte")).copy()).float().div_(255).sub_(0.2860).div_(0.3530).unsqueeze(1)
-    y = torch.from_numpy(read_idx(path("train-labels-idx1-ubyte")).astype(np.int64))
-    ddp = torch.nn.parallel.DistributedDataParallel(Net())
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
-    sampler = torch.utils.data.distributed.DistributedSampler(range(len(y)), num_replicas=world, rank=rank, seed=1)
-    idx = torch.tensor(list(iter(sampler)))[: a.steps * a.batch_size]
-
-    def batches():
-        for chunk in idx.split(a.batch_size):
-            yield x.index_select(0, chunk), y.index_select(0, chunk)
+    a = arguments(60).parse_args()
+    ddp, opt, batches = workload(a)
+    rank = dist.get_rank()
 
     import ddpbench_record
 

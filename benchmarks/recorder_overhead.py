@@ -22,15 +22,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pytorch_ddp_mnist import Net, read_idx  # noqa: E402
 
 
-def main():
+def arguments(steps):
+    """The workload's flags; `steps` is the default number of steps."""
     p = argparse.ArgumentParser()
-    p.add_argument("--recorder", choices=["on", "off"], required=True)
-    p.add_argument("--out", required=True, help="the run folder (with --recorder on)")
+    p.add_argument("--out", required=True, help="the run folder (with the recorder)")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--steps", type=int, default=steps)
     p.add_argument("--warmup", type=int, default=20)
-    a = p.parse_args()
+    return p
+
+
+def workload(a):
+    """One thread, the gloo process group, and on this rank: the DDP model, its
+    optimizer and a function giving the rank's batches (its shard of the data)."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -47,6 +52,15 @@ def main():
         for chunk in idx.split(a.batch_size):
             yield x.index_select(0, chunk), y.index_select(0, chunk)
 
+    return ddp, opt, batches
+
+
+def main():
+    p = arguments(150)
+    p.add_argument("--recorder", choices=["on", "off"], required=True)
+    a = p.parse_args()
+    ddp, opt, batches = workload(a)
+    rank = dist.get_rank()
     rec = None
     if a.recorder == "on":
         import ddpbench_record
