@@ -443,6 +443,26 @@ fn inline(s: &str) -> String {
     out
 }
 
+/// The cells of a Markdown table row: split at each `|` that is not escaped, `\|`
+/// read back as a `|` of the cell's text (as report.md's cells escape it).
+fn table_cells(row: &str) -> Vec<String> {
+    let inner = row.strip_prefix('|').unwrap_or(row);
+    let inner = inner.strip_suffix('|').filter(|r| !r.ends_with('\\')).unwrap_or(inner);
+    let mut cells = vec![String::new()];
+    let mut chars = inner.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&'|') => {
+                chars.next();
+                cells.last_mut().expect("one cell at least").push('|');
+            }
+            '|' => cells.push(String::new()),
+            c => cells.last_mut().expect("one cell at least").push(c),
+        }
+    }
+    cells.iter().map(|c| c.trim().to_string()).collect()
+}
+
 /// The Markdown report.md's sections use (headings, tables, lists, paragraphs, inline
 /// code and strong) as HTML; headings go down one level under the page's sections.
 pub(crate) fn markdown_html(md: &str) -> String {
@@ -466,7 +486,7 @@ pub(crate) fn markdown_html(md: &str) -> String {
         } else if let Some(title) = t.strip_prefix("# ") {
             let _ = writeln!(h, "<h3>{}</h3>", inline(title));
         } else if t.starts_with('|') {
-            let cells: Vec<&str> = t.trim_matches('|').split('|').map(str::trim).collect();
+            let cells = table_cells(t);
             if cells.iter().all(|c| !c.is_empty() && c.chars().all(|ch| matches!(ch, '-' | ':'))) {
                 continue;
             }
@@ -475,7 +495,7 @@ pub(crate) fn markdown_html(md: &str) -> String {
                 h.push_str("<table>\n");
             }
             h.push_str("<tr>");
-            for c in cells {
+            for c in &cells {
                 let _ = write!(h, "<{tag}>{}</{tag}>", inline(c));
             }
             h.push_str("</tr>\n");
@@ -502,6 +522,15 @@ pub(crate) fn markdown_html(md: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An escaped `|` stays in its cell, on the page as a `|`; the row keeps its columns.
+    #[test]
+    fn an_escaped_bar_stays_in_its_table_cell() {
+        assert_eq!(table_cells("| a | b \\|G\\|² c | d |"), ["a", "b |G|² c", "d"]);
+        assert_eq!(table_cells("|---|---:|"), ["---", "---:"]);
+        let page = markdown_html("| x | why |\n|---|---|\n| 1 | – (\\|G\\|² not told apart) |\n");
+        assert!(page.contains("<tr><td>1</td><td>– (|G|² not told apart)</td></tr>"), "{page}");
+    }
 
     #[test]
     fn markdown_tables_lists_and_marks_become_html() {

@@ -567,7 +567,7 @@ pub(crate) fn section(md: &mut String, rows: &[TargetRow]) {
             Some(Prediction { ratio: Some(r), .. }) => format!("{r:.2}"),
             Some(Prediction {
                 none_because: Some(why), ..
-            }) => format!("– ({why})"),
+            }) => format!("– ({})", why.replace('|', "\\|")),
             _ => "– (no B_simple measured at B0)".into(),
         };
         let error = t.relative_error.map_or_else(|| "–".into(), |e| format!("{:+.0} %", e * 100.0));
@@ -723,7 +723,7 @@ fn predictions_table(md: &mut String, rows: &[TargetRow]) {
                 ),
                 Some(Prediction {
                     none_because: Some(why), ..
-                }) => format!("– ({why})"),
+                }) => format!("– ({})", why.replace('|', "\\|")),
                 _ => "–".into(),
             })
             .collect();
