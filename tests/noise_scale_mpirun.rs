@@ -513,6 +513,20 @@ fn a_target_accuracy_is_checked_every_val_every_steps_and_reduce_keeps_it_apart(
     assert_eq!(t["reached"], false, "{t}");
     assert!(t["steps_to_target"].is_null() && t["samples_to_target"].is_null(), "{t}");
     assert!(t["val_accuracy"].as_f64().unwrap() < 1.0, "the best of its validations: {t}");
+    // Random labels: each run carries the warning that its accuracy measures nothing.
+    for dir in [&small, &big, &never] {
+        let codes: Vec<String> = json(&dir.join("manifest.json"))["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["code"].as_str().unwrap().to_string())
+            .collect();
+        assert!(
+            codes.contains(&"target_on_random_labels".to_string()),
+            "{}: {codes:?}",
+            dir.display()
+        );
+    }
     let job = ddpbench(&["reduce", "--no-plots", &path_str(&runs), "--out", &path_str(&runs)]);
     job.assert_ok();
     let report = json(&runs.join("report.json"));
@@ -542,6 +556,10 @@ fn a_target_accuracy_is_checked_every_val_every_steps_and_reduce_keeps_it_apart(
         "{md}"
     );
     assert!(
+        md.contains("--target-accuracy 0.01 on --dataset synthetic: its labels are drawn at random"),
+        "{md}"
+    );
+    assert!(
         job.stdout.contains("target validation accuracy 0.01 mnist-cnn on synthetic (B 32, B0 16): 1 of 1 run(s) reached it; 160 samples to target, 2.00× B0's"),
         "{}",
         job.stdout
@@ -553,6 +571,12 @@ fn a_target_accuracy_is_checked_every_val_every_steps_and_reduce_keeps_it_apart(
         (vec!["--target-accuracy", "0.5", "--target-loss", "1"], 2, "cannot be used with"),
         (vec!["--target-accuracy", "0.5", "--val-samples", "0"], 1, "--val-samples 0"),
         (vec!["--target-accuracy", "0.5", "--val-every", "0"], 1, "--val-every 0"),
+        // Checked once the steps are known, on every rank alike.
+        (
+            vec!["--target-accuracy", "0.5", "--val-every", "9", "--max-steps", "8"],
+            1,
+            "never falls within this run's 8 steps, so the target would never be checked; give --val-every 8 or less",
+        ),
     ] {
         let out = dir.path().join(format!("bad{}", bad.len()));
         let out_s = path_str(&out);

@@ -23,6 +23,9 @@ pub enum WarningCode {
     /// A rank is bound to fewer cores than the launcher allocated it (e.g. `srun` without
     /// `--cpus-per-task`): the run measures a starved trainer.
     FewerCoresThanAllocated,
+    /// A target accuracy on synthetic data: its labels are random, so the validation
+    /// accuracy stays near chance and the samples to reach it say nothing of training.
+    TargetOnRandomLabels,
     /// A code this version does not know (from a newer writer); its
     /// `invalidates_direction` is read as written.
     #[serde(other)]
@@ -36,7 +39,9 @@ impl WarningCode {
     pub(crate) fn invalidates_direction(self) -> bool {
         match self {
             WarningCode::TooFewMeasuredSteps | WarningCode::IdleGpus | WarningCode::SharedGpu => true,
-            WarningCode::Fp16OnCpu | WarningCode::FewerCoresThanAllocated | WarningCode::Unknown => false,
+            WarningCode::Fp16OnCpu | WarningCode::FewerCoresThanAllocated | WarningCode::TargetOnRandomLabels | WarningCode::Unknown => {
+                false
+            }
         }
     }
 
@@ -48,6 +53,7 @@ impl WarningCode {
             WarningCode::IdleGpus => "idle_gpus",
             WarningCode::SharedGpu => "shared_gpu",
             WarningCode::FewerCoresThanAllocated => "fewer_cores_than_allocated",
+            WarningCode::TargetOnRandomLabels => "target_on_random_labels",
             WarningCode::Unknown => "unknown",
         }
     }

@@ -399,7 +399,8 @@ pub struct ScheduleConfig {
 
     /// Optimizer steps between the validations of --target-accuracy (only with it).
     /// Default: a tenth of an epoch's steps, so that every global batch is checked
-    /// every tenth of an epoch's samples.
+    /// every tenth of an epoch's samples. Longer than the run's steps is refused: the
+    /// target would never be checked.
     #[arg(long, value_name = "STEPS", requires = "target_accuracy")]
     #[serde(default)]
     pub val_every: Option<usize>,

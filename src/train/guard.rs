@@ -6,6 +6,7 @@
 use super::config::TrainConfig;
 use super::placement::Placement;
 use super::state::Schedule;
+use crate::data::DatasetKind;
 use crate::record::AmpMode;
 use crate::record::{RunWarning, WarningCode};
 use crate::world::{gather_strings, Group};
@@ -65,6 +66,7 @@ pub(super) fn rank_warnings(cfg: &TrainConfig, facts: &RankFacts) -> Vec<RunWarn
             visible_gpus,
         ),
         cores_against_allocation(facts.launcher_pus, facts.local_ranks, facts.env),
+        target_on_random_labels(cfg),
     ]
     .into_iter()
     .flatten()
@@ -102,6 +104,21 @@ pub(crate) fn fp16_on_cpu(amp: AmpMode, device: Device) -> Option<RunWarning> {
             "--amp fp16 on CPU: float16 autocast is emulated there and runs about 15× slower than --amp off \
              (3 ResNet-18 steps took 33 s instead of 2.3 s), so this run measures the emulation; use --amp bf16 \
              (the CPU's autocast type) or --device cuda",
+        )
+    })
+}
+
+/// `--target-accuracy` on `--dataset synthetic`, whose labels are drawn at random.
+pub(crate) fn target_on_random_labels(cfg: &TrainConfig) -> Option<RunWarning> {
+    let accuracy = cfg.schedule.target_accuracy?;
+    (cfg.workload.dataset == DatasetKind::Synthetic).then(|| {
+        RunWarning::new(
+            WarningCode::TargetOnRandomLabels,
+            format!(
+                "--target-accuracy {accuracy} on --dataset synthetic: its labels are drawn at random, so the \
+                 validation accuracy stays near chance and the samples to reach {accuracy} measure luck, not \
+                 training; give a real data set (e.g. --dataset fashion-mnist) to measure time to an accuracy"
+            ),
         )
     })
 }
@@ -250,6 +267,47 @@ mod tests {
         assert!(cores_against_allocation(2, 4, env(&[("SLURM_CPUS_ON_NODE", "16")])).is_some());
         assert!(cores_against_allocation(4, 4, env(&[("SLURM_CPUS_ON_NODE", "16")])).is_none());
         assert!(cores_against_allocation(1, 1, env(&[])).is_none(), "not under Slurm");
+    }
+
+    /// A target accuracy on random labels is warned of, whatever the device; a target loss
+    /// or a real data set is not.
+    #[test]
+    fn a_target_accuracy_on_random_labels_is_warned_of() {
+        let random = config(&["--dataset", "synthetic", "--target-accuracy", "0.9"]);
+        assert_eq!(codes(&random, Device::Cpu, 2, 0), [WarningCode::TargetOnRandomLabels]);
+        let w = target_on_random_labels(&random).unwrap();
+        assert!(
+            w.message.contains("--dataset fashion-mnist") && !w.invalidates_direction,
+            "{}",
+            w.message
+        );
+        assert!(target_on_random_labels(&config(&["--dataset", "synthetic", "--target-loss", "0.5"])).is_none());
+        assert!(target_on_random_labels(&config(&["--target-accuracy", "0.9"])).is_none());
+    }
+
+    /// A target accuracy whose first validation lies beyond the run's last step is
+    /// refused, with the largest `--val-every` that would check it; without a target the
+    /// same schedule is taken.
+    #[test]
+    fn a_target_accuracy_never_validated_is_refused() {
+        use super::super::target::validate_every_steps;
+        let schedule = |steps_per_epoch, total_steps| Schedule {
+            steps_per_epoch,
+            total_steps,
+            epochs: total_steps.div_ceil(steps_per_epoch),
+            warmup_lr_steps: 0,
+            lr_scale: 1.0,
+        };
+        let every = config(&["--target-accuracy", "0.8", "--val-every", "30"]);
+        assert_eq!(validate_every_steps(&every, &schedule(100, 30)).unwrap(), 30);
+        let e = validate_every_steps(&every, &schedule(100, 29)).unwrap_err().to_string();
+        assert!(e.contains("--val-every 30") && e.contains("give --val-every 29 or less"), "{e}");
+        // Without --val-every: a tenth of an epoch's steps, checked the same way.
+        let tenth = config(&["--target-accuracy", "0.8"]);
+        assert_eq!(validate_every_steps(&tenth, &schedule(1875, 500)).unwrap(), 187);
+        let e = validate_every_steps(&tenth, &schedule(1875, 100)).unwrap_err().to_string();
+        assert!(e.contains("a tenth of an epoch's 1875 steps"), "{e}");
+        assert_eq!(validate_every_steps(&config(&[]), &schedule(1875, 100)).unwrap(), 187);
     }
 
     /// `ddpbench train`'s flags, parsed as the command line is.

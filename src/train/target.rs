@@ -25,6 +25,30 @@ pub(super) const WINDOW_STEPS: usize = 20;
 /// target are then known to a tenth of an epoch's samples at every batch.
 pub(super) const VALIDATIONS_PER_EPOCH: usize = 10;
 
+/// Optimizer steps between a target accuracy's validations: `--val-every`, else a
+/// tenth of an epoch's steps. Err, with what to change, when the run has a target
+/// accuracy and no validation would fall within its steps: the target would never be
+/// checked.
+pub(super) fn validate_every_steps(cfg: &TrainConfig, schedule: &Schedule) -> anyhow::Result<usize> {
+    let (every, how) = match cfg.schedule.val_every {
+        Some(every) => (every.max(1), format!("--val-every {every}")),
+        None => (
+            (schedule.steps_per_epoch / VALIDATIONS_PER_EPOCH).max(1),
+            format!("a tenth of an epoch's {} steps, without --val-every", schedule.steps_per_epoch),
+        ),
+    };
+    if let Some(accuracy) = cfg.schedule.target_accuracy.filter(|_| every > schedule.total_steps) {
+        anyhow::bail!(
+            "--target-accuracy {accuracy}: a validation every {every} optimizer steps ({how}) never falls within \
+             this run's {} steps, so the target would never be checked; give --val-every {} or less, or train \
+             longer (--epochs, --max-steps)",
+            schedule.total_steps,
+            schedule.total_steps
+        );
+    }
+    Ok(every)
+}
+
 /// The target, the window of the last measured steps' losses (mean over ranks), and
 /// the outcome so far.
 #[derive(Debug)]

@@ -171,6 +171,7 @@ impl<'g> Trainer<'g> {
         }
         let autocast = agree(g, Autocast::new(cfg.optim.amp, place.device))?;
         let schedule = schedule(g, cfg, &dataset);
+        let every = agree(g, super::target::validate_every_steps(cfg, &schedule))?;
         let mut manifest = super::manifest::initial(g, cfg, &folder, started, &place, &dataset, &model, &comm, &schedule)?;
         manifest.host_malloc = Some(malloc.to_string());
         manifest.warnings = super::guard::run_warnings(g, cfg, &place, &schedule);
@@ -205,10 +206,6 @@ impl<'g> Trainer<'g> {
                 warmup_steps: schedule.warmup_lr_steps,
                 peak: super::target::peak_lr(cfg, &schedule),
             };
-            let every = cfg
-                .schedule
-                .val_every
-                .unwrap_or_else(|| (schedule.steps_per_epoch / super::target::VALIDATIONS_PER_EPOCH).max(1));
             TargetWatch::new(goal, every, lr)
         });
         let trainer = Trainer {
