@@ -211,6 +211,9 @@ fn an_interrupted_study_resumes_where_it_stopped() {
     }
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     child.wait().unwrap();
+    // The ranks may outlive mpirun by their clean-up, holding the folder's lock till
+    // they end: the study is resumed once the whole job has ended.
+    wait_for_group_gone(child.id(), LIMIT);
     let before = points(&out);
     let finished: Vec<String> = before
         .iter()

@@ -150,6 +150,16 @@ pub fn train_reporting_exits_in(cwd: &Path, ranks: usize, args: &[&str], env: &[
     run_with_limit(fixed, limit)
 }
 
+/// Waits until no process of the process group `pgid` is left (a launcher's ranks may
+/// outlive the launcher by their clean-up), at most `limit`; panics past it.
+pub fn wait_for_group_gone(pgid: u32, limit: Duration) {
+    let start = Instant::now();
+    while unsafe { libc::kill(-(pgid as i32), 0) } == 0 {
+        assert!(start.elapsed() < limit, "process group {pgid} still alive after {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// `ddpbench <args>` without MPI.
 pub fn ddpbench(args: &[&str]) -> Job {
     if let Some(sub) = args.first().filter(|a| ["train", "study", "allreduce"].contains(*a)) {
