@@ -6,13 +6,19 @@ dataset-fashion-mnist, normalised and held in one tensor, as ddpbench does), sam
 sharding (DistributedSampler), same batch per rank, same threads per rank, SGD with
 momentum. Launch with torchrun (or with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
 MASTER_PORT set per process, as `ddpbench study` with `peer = "pytorch-ddp"` does);
-backend gloo on CPU, nccl on GPU. Times every step (forward; backward with DDP's
-all-reduce inside it; optimizer) and writes one CSV per rank, and on rank 0 peer.json
-(torch version, backend, device, parameter count):
+backend gloo on CPU, nccl on GPU. Every step is timed by ddpbench_record's Recorder
+(python/ddpbench_record: hooks on the DDP model, its optimizer and its all-reduce), which
+writes `rank-NNNNN.csv` in ddpbench's columns into --out; with --peer-json, rank 0 also
+writes what the run found (torch version, backend, device, parameters, gradient bytes,
+bucket bytes) there:
 
   torchrun --nproc_per_node 2 benchmarks/pytorch_ddp_mnist.py --max-steps 200 --out DIR
+  ddpbench reduce DIR
+
+With --no-ddp there is no DDP model to hook: each process trains alone (the floor under
+DDP) and writes `rank-NNNNN.csv` with rank, global_step and step_s only.
 """
-import argparse, csv, gzip, json, os, struct, time
+import argparse, csv, gzip, json, os, struct, sys, time
 
 import numpy as np
 import torch
@@ -52,12 +58,25 @@ def read_idx(path):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * nd).reshape(dims)
 
 
+def import_recorder():
+    """ddpbench_record as this script finds it: beside it (a study's run copies the
+    package into the run's peer/ folder, next to this script), installed, or in the
+    repository's python/ folder."""
+    try:
+        import ddpbench_record
+    except ImportError:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+        import ddpbench_record
+    return ddpbench_record
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--synthetic", action="store_true", help="random data instead of files")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--max-steps", type=int, default=200)
+    p.add_argument("--warmup-steps", type=int, default=5, help="first steps marked warm-up in the rank files")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--weight-decay", type=float, default=0.0)
@@ -66,6 +85,10 @@ def main():
     p.add_argument("--bucket-mb", type=float, default=25.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--no-ddp", action="store_true", help="no DDP wrapper: each process trains alone (the floor under DDP)")
+    p.add_argument("--node-type", default=None, help="the node type the rank files name (default: the recorder's own)")
+    p.add_argument("--caller-holds-folder", action="store_true",
+                   help="--out exists, locked, with its manifest written by the caller (ddpbench study)")
+    p.add_argument("--peer-json", default=None, help="rank 0 writes what the run found here (JSON)")
     p.add_argument("--out", required=True)
     a = p.parse_args()
 
@@ -90,48 +113,67 @@ def main():
     opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=a.momentum, weight_decay=a.weight_decay)
     sampler = torch.utils.data.distributed.DistributedSampler(range(len(y)), num_replicas=world, rank=rank, shuffle=True, seed=a.seed)
 
-    os.makedirs(a.out, exist_ok=True)
-    if rank == 0:
-        with open(os.path.join(a.out, "peer.json"), "w") as pj:
-            json.dump({"torch_version": torch.__version__, "backend": dist.get_backend(), "device": str(device),
-                       "parameters": sum(t.numel() for t in model.parameters()), "world_size": world}, pj)
-    f = open(os.path.join(a.out, f"rank-{rank:05d}.csv"), "w", newline="")
-    w = csv.writer(f)
-    w.writerow(["rank", "epoch", "step", "global_step", "step_start_at_s", "samples", "data_s", "forward_s",
-                "fwd_bwd_comm_s", "optimizer_s", "step_s", "loss"])
-    sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
-    step = 0
-    epoch = 0
-    dist.barrier()
-    start = time.perf_counter()
-    while step < a.max_steps:
-        sampler.set_epoch(epoch)
-        idx = torch.tensor(list(iter(sampler)))
-        for in_epoch, chunk in enumerate(idx.split(a.batch_size)):
-            if step >= a.max_steps:
-                break
-            t0 = time.perf_counter()
-            xb, yb = x.index_select(0, chunk).to(device), y.index_select(0, chunk).to(device)
-            sync()
-            t1 = time.perf_counter()
+    def epochs():
+        """Per epoch, its batches (the rank's shard in batches, on the host), up to --max-steps in all."""
+        left, epoch = a.max_steps, 0
+        while left > 0:
+            sampler.set_epoch(epoch)
+            chunks = torch.tensor(list(iter(sampler))).split(a.batch_size)[:left]
+            left -= len(chunks)
+            epoch += 1
+            yield ((x.index_select(0, c), y.index_select(0, c)) for c in chunks)
+
+    if a.no_ddp:
+        floor(a, rank, ddp, opt, epochs(), device)
+    else:
+        record(a, rank, ddp, model, opt, epochs(), device)
+    dist.destroy_process_group()
+
+
+def record(a, rank, ddp, model, opt, epochs, device):
+    """Trains through the recorder, which times every step into --out."""
+    ddpbench_record = import_recorder()
+    print(f"ddpbench_record from {os.path.dirname(ddpbench_record.__file__)}", flush=True)
+    rec = ddpbench_record.Recorder(
+        ddp, opt, out=a.out, batch_size=a.batch_size, model_name="mnist-cnn",
+        dataset_name="synthetic" if a.synthetic else "fashion-mnist", node_type=a.node_type,
+        warmup_steps=a.warmup_steps, caller_holds_folder=a.caller_holds_folder,
+    )
+    for batches in epochs:
+        for xb, yb in rec.batches(batches, device=device):
             loss = F.nll_loss(ddp(xb), yb)
-            sync()
-            tf = time.perf_counter()
             loss.backward()
-            sync()
-            t2 = time.perf_counter()
             opt.step()
             opt.zero_grad()
-            sync()
-            t3 = time.perf_counter()
-            lv = loss.item()
-            t4 = time.perf_counter()
-            w.writerow([rank, epoch, in_epoch, step, f"{t0-start:.9f}", len(chunk), f"{t1-t0:.9f}", f"{tf-t1:.9f}",
-                        f"{t2-t1:.9f}", f"{t3-t2:.9f}", f"{t4-t0:.9f}", f"{lv:.6f}"])
-            step += 1
-        epoch += 1
-    f.close()
-    dist.destroy_process_group()
+            rec.loss(loss)
+    rec.close()
+    if rank == 0 and a.peer_json:
+        with open(a.peer_json, "w") as pj:
+            json.dump({"torch_version": torch.__version__, "backend": dist.get_backend(), "device": str(device),
+                       "parameters": sum(t.numel() for t in model.parameters()),
+                       "gradient_bytes": rec.gradient_bytes, "bucket_bytes": rec.bucket_bytes}, pj)
+
+
+def floor(a, rank, net, opt, epochs, device):
+    """Trains without DDP, timing each step itself (no all-reduce, nothing to hook)."""
+    os.makedirs(a.out, exist_ok=True)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    with open(os.path.join(a.out, f"rank-{rank:05d}.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["rank", "global_step", "step_s"])
+        step = 0
+        dist.barrier()
+        for batches in epochs:
+            t0 = time.perf_counter()
+            for xb, yb in batches:
+                xb, yb = xb.to(device), yb.to(device)
+                F.nll_loss(net(xb), yb).backward()
+                opt.step()
+                opt.zero_grad()
+                sync()
+                t1 = time.perf_counter()
+                w.writerow([rank, step, f"{t1 - t0:.9f}"])
+                step, t0 = step + 1, t1
 
 
 if __name__ == "__main__":

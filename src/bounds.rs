@@ -66,7 +66,7 @@ pub(crate) const STUDY_TOML: SizeBound = SizeBound {
     max_bytes: 1 << 20,
 };
 
-/// A peer trainer's `peer.json`: 1 MiB, for its four short fields.
+/// A peer trainer's `peer.json`: 1 MiB, for its six short fields (one a list of bucket sizes).
 pub(crate) const PEER_INFO: SizeBound = SizeBound {
     what: "a peer.json",
     max_bytes: 1 << 20,

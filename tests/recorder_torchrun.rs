@@ -223,6 +223,17 @@ fn bad_input_is_refused_with_what_to_do() {
         before,
         "the run there is untouched"
     );
+    // A folder the caller says it holds (a study's twin) must be locked by a live process.
+    let held = d.path().join("held");
+    std::fs::create_dir(&held).unwrap();
+    let job = toy(1, &held, &["--caller-holds-folder"]);
+    assert!(!job.ok(), "{}", job.all());
+    assert!(
+        job.all().contains("caller_holds_folder=True") && job.all().contains(".ddpbench.lock is missing"),
+        "{}",
+        job.all()
+    );
+    assert_eq!(std::fs::read_dir(&held).unwrap().count(), 0, "the recorder wrote nothing there");
 }
 
 /// A lock the Python recorder holds is one ddpbench judges live (it names the holder and

@@ -885,11 +885,15 @@ fn a_study_with_the_pytorch_peer_writes_both_sets_of_points_and_both_rows() {
         assert_eq!(m["comm_backend"], backend, "{run}");
         assert_eq!(m["comparison_key"]["peer"].as_str().unwrap_or(""), key_peer, "{run}");
         if peer {
-            // The script that ran is kept with the run, and it trained every step.
+            // The script that ran is kept with the run, with the recorder it imported.
             assert!(runs.join(run).join("peer/pytorch_ddp_mnist.py").is_file());
-            let (h, rows) = read_csv(&runs.join(run).join("rank-00000.csv"));
-            assert_eq!(rows.len(), 8, "{run}");
-            assert!(col(&h, &rows, "forward_s").iter().all(|&s| s > 0.0), "{run}");
+            assert!(runs.join(run).join("peer/ddpbench_record/recorder.py").is_file());
+            let log = std::fs::read_to_string(runs.join(run).join("peer/rank-00000.log")).unwrap();
+            let from = format!("ddpbench_record from {}", runs.join(run).join("peer/ddpbench_record").display());
+            assert!(log.contains(&from), "{run}: {log}");
+            assert!(!runs.join(run).join(".ddpbench.lock").exists(), "{run}: the lock outlived the run");
+            let ours = run.replace("-pytorch-ddp", "");
+            twin_rows_have_ddpbench_bytes(&runs.join(run), &runs.join(ours), ranks);
         }
     }
     assert!(points(&out).iter().all(|p| p["status"] == "completed"), "{:?}", points(&out));
@@ -921,6 +925,46 @@ fn a_study_with_the_pytorch_peer_writes_both_sets_of_points_and_both_rows() {
         assert!(study_md.contains(section), "{section:?} not in\n{study_md}");
     }
     assert!(out.join("report/speedup-mnist-cnn-synthetic-b64-pytorch-ddp.svg").is_file());
+}
+
+/// The twin's rows in `twin` (a run on `ranks` ranks): every step trained, its phases
+/// adding up to step_s, and on every row the bytes of ddpbench's rows of the same point
+/// (`ours`): the model's gradient bytes (mnist-cnn's parameters × 4) all-reduced on two
+/// ranks, with time in flight; none on one rank, where neither trainer communicates.
+fn twin_rows_have_ddpbench_bytes(twin: &Path, ours: &Path, ranks: usize) {
+    let (m, o) = (json(&twin.join("manifest.json")), json(&ours.join("manifest.json")));
+    let gradient_bytes = m["gradient_bytes"].as_f64().unwrap();
+    assert_eq!(gradient_bytes, m["parameters"].as_f64().unwrap() * 4.0, "{m}");
+    assert_eq!(m["gradient_bytes"], o["gradient_bytes"], "{}", twin.display());
+    for rank in 0..ranks {
+        let file = format!("rank-{rank:05}.csv");
+        let (h, rows) = read_csv(&twin.join(&file));
+        let (oh, orows) = read_csv(&ours.join(&file));
+        let what = format!("{} {file}", twin.display());
+        assert_eq!(rows.len(), 8, "{what}");
+        assert_eq!(col(&h, &rows, "warmup"), [1., 1., 0., 0., 0., 0., 0., 0.], "{what}");
+        assert!(col(&h, &rows, "forward_s").iter().all(|&s| s > 0.0), "{what}");
+        let phases = [
+            "data_s",
+            "batch_copy_s",
+            "forward_s",
+            "backward_s",
+            "comm_exposed_s",
+            "optimizer_s",
+            "other_s",
+        ];
+        for (i, step_s) in col(&h, &rows, "step_s").into_iter().enumerate() {
+            let sum: f64 = phases.iter().map(|p| col(&h, &rows, p)[i]).sum();
+            assert!((sum - step_s).abs() < 1e-6, "{what} row {i}: phases {sum} against step_s {step_s}");
+        }
+        let ours_bytes = col(&oh, &orows, "bytes");
+        let expected = if ranks > 1 { gradient_bytes } else { 0.0 };
+        assert!(ours_bytes.iter().all(|&b| b == expected), "{what}: ddpbench's bytes {ours_bytes:?}");
+        assert!(col(&h, &rows, "bytes").iter().all(|&b| b == ours_bytes[0]), "{what}: {rows:?}");
+        if ranks > 1 {
+            assert!(col(&h, &rows, "comm_s").iter().all(|&s| s > 0.0), "{what}: {rows:?}");
+        }
+    }
 }
 
 /// Without a Python that imports torch, a study with a peer is refused on every rank

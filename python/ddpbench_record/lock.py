@@ -164,6 +164,22 @@ def _clear(path, seen):
         os.unlink(guard)
 
 
+def held_live(folder):
+    """None when `folder`'s lock is held by a live process of this host; else why it is not."""
+    path = os.path.join(folder, LOCK_FILE)
+    seen = _read(path)
+    if not isinstance(seen, bytes):
+        return f"{path} is {seen}"
+    try:
+        holder = json.loads(seen)
+    except ValueError:
+        holder = None
+    if not isinstance(holder, dict):
+        return f"{path} cannot be read as a ddpbench lock"
+    verdict, why = judge(holder)
+    return None if verdict == "live" else f"{path} is not held by a live process ({why})"
+
+
 class LockError(Exception):
     pass
 

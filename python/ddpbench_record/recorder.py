@@ -125,10 +125,16 @@ class Recorder:
     Every rank constructs it (it is collective), after init_process_group and before the
     first step. `out` is the run folder: created, locked and refused when it already
     holds a run. `batch_size` is the samples per rank per step. `warmup_steps` first
-    steps are marked warm-up (reduce leaves them out)."""
+    steps are marked warm-up (reduce leaves them out).
+
+    `caller_holds_folder=True` is for a program that owns the run folder and runs the
+    script inside it (`ddpbench study` does, for its PyTorch twin): the folder must
+    exist and be locked by a live process of this host; the recorder then takes no lock
+    and writes no manifest.json (the owner writes it; `rec.manifest` holds what the
+    recorder would have written), only the rank files, their end records and clock.csv."""
 
     def __init__(self, model, optimizer=None, *, out, batch_size, model_name, dataset_name="unnamed",
-                 node_type=None, warmup_steps=5):
+                 node_type=None, warmup_steps=5, caller_holds_folder=False):
         _check_model(model, optimizer)
         _check_name("model_name", model_name)
         _check_name("dataset_name", dataset_name)
@@ -143,6 +149,7 @@ class Recorder:
         self.group = dist.group.WORLD if backend == "gloo" else dist.new_group(backend="gloo")
         self.dir = os.path.realpath(out)
         self.run_id = os.path.basename(self.dir)
+        self.caller_holds_folder = bool(caller_holds_folder)
         self._lock = None
         self._claim_folder()
         self.device = model.device if hasattr(model, "device") else next(model.parameters()).device
@@ -168,7 +175,9 @@ class Recorder:
         """Rank 0 creates the folder, takes its lock and refuses one that holds a run; every
         rank raises the same error."""
         error = None
-        if self.rank == 0:
+        if self.rank == 0 and self.caller_holds_folder:
+            error = self._check_held_folder()
+        elif self.rank == 0:
             try:
                 os.makedirs(self.dir, exist_ok=True)
                 self._lock = lock.FolderLock(self.dir)
@@ -188,6 +197,19 @@ class Recorder:
         dist.broadcast_object_list(said, src=0, group=self.group)
         if said[0] is not None:
             raise RecorderError(said[0])
+
+    def _check_held_folder(self):
+        """With caller_holds_folder: None when the folder exists, is locked by a live
+        process of this host and holds none of the files the recorder writes; else why not."""
+        if not os.path.isdir(self.dir):
+            return f"caller_holds_folder=True: {self.dir} is not a folder; the caller creates and locks it first"
+        why = lock.held_live(self.dir)
+        if why is not None:
+            return f"caller_holds_folder=True: {why}; the caller locks the folder before the recorder starts"
+        present = sorted(n for n in os.listdir(self.dir) if n.startswith("rank-") or n == "clock.csv")
+        if present:
+            return f"{self.dir} already holds {present[0]}, a file the recorder writes: give the recorder a folder without rank files"
+        return None
 
     def _start_files(self, backend, label, model_name, dataset_name):
         local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -212,7 +234,8 @@ class Recorder:
             self.clock_file = CsvFile(os.path.join(self.dir, "clock.csv"), clock.CLOCK_COLUMNS)
             for r in self.clock_rows:
                 self.clock_file.row(r)
-            write_json(os.path.join(self.dir, "manifest.json"), self.manifest)
+            if not self.caller_holds_folder:
+                write_json(os.path.join(self.dir, "manifest.json"), self.manifest)
 
     def _manifest(self, backend, ranks, model_name, dataset_name, options):
         v = run.versions()
@@ -509,7 +532,8 @@ class Recorder:
         m["end_utc"] = rfc3339_utc(time.time())
         m["comm"]["bucket_bytes"] = self.bucket_bytes
         m["buckets"] = len(self.bucket_bytes)
-        write_json(os.path.join(self.dir, "manifest.json"), m)
+        if not self.caller_holds_folder:
+            write_json(os.path.join(self.dir, "manifest.json"), m)
         if self._lock is not None:
             self._lock.release()
             self._lock = None

@@ -28,6 +28,7 @@ def main():
     p.add_argument("--bucket-mb", type=float, default=0.25, help="small, so the model spans several buckets")
     p.add_argument("--crash-at", type=int, default=-1, help="raise at this global step (tests a run that did not end)")
     p.add_argument("--hold-s", type=float, default=0.0, help="sleep this long after the recorder starts (tests its lock)")
+    p.add_argument("--caller-holds-folder", action="store_true", help="tests the recorder in a folder its caller holds")
     p.add_argument("--misuse", choices=["none", "no-ddp", "no-optimizer", "no-sync", "backward-twice"], default="none")
     a = p.parse_args()
 
@@ -47,7 +48,7 @@ def main():
     model = {"no-ddp": net}.get(a.misuse, ddp)
     optimizer = None if a.misuse == "no-optimizer" else opt
     rec = ddpbench_record.Recorder(model, optimizer, out=a.out, batch_size=a.batch_size, model_name="toy-mlp",
-                                   dataset_name="synthetic-64")
+                                   dataset_name="synthetic-64", caller_holds_folder=a.caller_holds_folder)
     if a.hold_s > 0:
         print("recorder started", flush=True)
         import time

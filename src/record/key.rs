@@ -323,7 +323,7 @@ impl Overlap {
 #[serde(rename_all = "kebab-case")]
 pub enum Twin {
     /// PyTorch's DistributedDataParallel (gloo on CPU, NCCL on GPUs), one process per
-    /// rank: `benchmarks/pytorch_ddp_mnist.py`.
+    /// rank: `benchmarks/pytorch_ddp_mnist.py`, timed by `python/ddpbench_record`.
     PytorchDdp,
     /// A user's own `torchrun` DDP script, recorded by `python/ddpbench_record`: its
     /// model and data set are the names the script gave. Never a study's peer.

@@ -4,14 +4,20 @@
 //! run folder `reduce` reads like any other, whose comparison key names the peer, so
 //! its runs are never pooled with ddpbench's nor taken as their reference.
 //!
-//! A peer run folder holds `manifest.json` (backend `gloo` on CPU, `nccl` on GPUs;
-//! `comparison_key.peer`), `rank-NNNNN.csv` in ddpbench's columns, and `peer/`: the
-//! script that ran, its own per-rank CSVs, `peer.json` and each process's log.
+//! The script trains through the recorder of `python/ddpbench_record` (its hooks time
+//! each phase and each bucket's all-reduce, with its bytes), told that the study holds
+//! the folder: rank 0 of the point locks the run folder and writes `manifest.json`
+//! (backend `gloo` on CPU, `nccl` on GPUs; `comparison_key.peer`), the recorder writes
+//! `rank-NNNNN.csv` in ddpbench's columns, `rank-NNNNN.end.json` and `clock.csv`.
+//! `peer/` holds the script that ran, the recorder package it imported, `peer.json`
+//! (what the script found: torch version, backend, device, parameter and gradient
+//! bytes) and each process's log.
 
 use crate::data::DatasetKind;
 use crate::record::key::{self, ComparisonKey, DeviceKind, Overlap, Real};
+use crate::record::lock::FolderLock;
 use crate::record::OptimizerKind;
-use crate::record::{self, Backend, CsvLog, Manifest, Phase, RankInfo, RunStatus, StepRow, Twin};
+use crate::record::{self, Backend, EndRecord, Manifest, RankInfo, RunStatus, Twin};
 use crate::train::config::TrainConfig;
 use crate::world::{agree, all_strings, broadcast_string, Group};
 use anyhow::{bail, ensure, Context, Result};
@@ -24,6 +30,23 @@ pub(crate) const PYTORCH_DDP_SCRIPT: &str = include_str!("../../benchmarks/pytor
 
 /// The script's name in a run's `peer/` folder.
 const SCRIPT_FILE: &str = "pytorch_ddp_mnist.py";
+
+/// The recorder package the script imports (`python/ddpbench_record`), kept in the
+/// binary and written beside the script into each run's `peer/ddpbench_record/`, so a
+/// study finds it wherever it runs and each run keeps the recorder that timed it.
+const RECORDER_FILES: [(&str, &str); 8] = [
+    ("__init__.py", include_str!("../../python/ddpbench_record/__init__.py")),
+    ("clock.py", include_str!("../../python/ddpbench_record/clock.py")),
+    ("columns.py", include_str!("../../python/ddpbench_record/columns.py")),
+    ("files.py", include_str!("../../python/ddpbench_record/files.py")),
+    ("lock.py", include_str!("../../python/ddpbench_record/lock.py")),
+    ("recorder.py", include_str!("../../python/ddpbench_record/recorder.py")),
+    ("run.py", include_str!("../../python/ddpbench_record/run.py")),
+    ("step.py", include_str!("../../python/ddpbench_record/step.py")),
+];
+
+/// The recorder package's folder name (its import name) in a run's `peer/` folder.
+const RECORDER_PACKAGE: &str = "ddpbench_record";
 
 /// The models the peer has a twin of.
 const TWINS: [&str; 1] = ["mnist-cnn"];
@@ -104,6 +127,10 @@ struct PeerInfo {
     backend: String,
     device: String,
     parameters: usize,
+    /// Bytes of the gradients DDP all-reduces, as the recorder counted them.
+    gradient_bytes: u64,
+    /// Bytes of each bucket of the last step, in the order DDP handed them over.
+    bucket_bytes: Vec<u64>,
 }
 
 /// The peer's `peer.json` in `peer_dir`, read only as a regular file within
@@ -122,8 +149,15 @@ pub(crate) fn run(pg: &Group, peer: Twin, cfg: &TrainConfig, dir: &Path) -> Resu
     let clock = Instant::now();
     let run_id = dir.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let peer_dir = dir.join("peer");
-    let prepared = if pg.rank == 0 { prepare(&peer_dir) } else { Ok(String::new()) };
-    let rendezvous = broadcast_string(pg, &agree(pg, prepared)?);
+    // Rank 0 holds the run folder's lock until the run ends (dropped on return), as
+    // ddpbench's own runs do; the recorder is told the folder is held and takes none.
+    let prepared = if pg.rank == 0 {
+        prepare(dir, &peer_dir).map(|(r, l)| (r, Some(l)))
+    } else {
+        Ok((String::new(), None))
+    };
+    let (rendezvous, _lock) = agree(pg, prepared)?;
+    let rendezvous = broadcast_string(pg, &rendezvous);
     let local_rank = {
         let hosts = all_strings(pg, &pg.host);
         hosts[..pg.rank].iter().filter(|h| **h == pg.host).count()
@@ -154,8 +188,7 @@ pub(crate) fn run(pg: &Group, peer: Twin, cfg: &TrainConfig, dir: &Path) -> Resu
     } else {
         agree(pg, Ok(()))?;
     }
-    let trained = launch(pg, cfg, &peer_dir, &rendezvous, local_rank, threads)
-        .and_then(|()| convert(&peer_dir, dir, pg.rank, &run_id, &node_type, cfg.schedule.warmup_steps, started));
+    let trained = launch(pg, cfg, dir, &rendezvous, local_rank, &node_type).and_then(|()| recorded(dir, pg.rank));
     let trained = agree(pg, trained);
     if pg.rank == 0 {
         let finished = trained.as_ref().map_err(|e| format!("{e:#}")).and_then(|()| {
@@ -181,17 +214,23 @@ pub(crate) fn run(pg: &Group, peer: Twin, cfg: &TrainConfig, dir: &Path) -> Resu
     }
 }
 
-/// Rank 0: the peer folder with the script in it, and the rendezvous (`host:port`, a
-/// port free on this host now).
-fn prepare(peer_dir: &Path) -> Result<String> {
-    std::fs::create_dir_all(peer_dir).with_context(|| format!("cannot create {}", peer_dir.display()))?;
+/// Rank 0: the run folder locked, the peer folder with the script and the recorder
+/// package in it, and the rendezvous (`host:port`, a port free on this host now).
+fn prepare(dir: &Path, peer_dir: &Path) -> Result<(String, FolderLock)> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let lock = FolderLock::take(dir, "run folder", false)?;
+    let package = peer_dir.join(RECORDER_PACKAGE);
+    std::fs::create_dir_all(&package).with_context(|| format!("cannot create {}", package.display()))?;
     record::write_atomic(&peer_dir.join(SCRIPT_FILE), PYTORCH_DDP_SCRIPT)?;
+    for (name, text) in RECORDER_FILES {
+        record::write_atomic(&package.join(name), text)?;
+    }
     let port = std::net::TcpListener::bind(("0.0.0.0", 0))
         .and_then(|l| l.local_addr())
         .context("cannot find a free TCP port for the peer's rendezvous")?
         .port();
     let host = hostname();
-    Ok(format!("{host}:{port}"))
+    Ok((format!("{host}:{port}"), lock))
 }
 
 fn hostname() -> String {
@@ -200,9 +239,11 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "localhost".into())
 }
 
-/// Runs this rank's peer process and waits for it.
-fn launch(pg: &Group, cfg: &TrainConfig, peer_dir: &Path, rendezvous: &str, local_rank: usize, threads: usize) -> Result<()> {
+/// Runs this rank's peer process, which records into the run folder `dir`, and waits for it.
+fn launch(pg: &Group, cfg: &TrainConfig, dir: &Path, rendezvous: &str, local_rank: usize, node_type: &str) -> Result<()> {
     let (addr, port) = rendezvous.rsplit_once(':').context("no rendezvous address")?;
+    let peer_dir = dir.join("peer");
+    let threads = cfg.placement.threads.unwrap_or(1);
     let log = peer_dir.join(format!("rank-{:05}.log", pg.rank));
     let log_file = std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
     let mut cmd = std::process::Command::new(python());
@@ -215,8 +256,13 @@ fn launch(pg: &Group, cfg: &TrainConfig, peer_dir: &Path, rendezvous: &str, loca
         .args(["--bucket-mb", &cfg.comm.bucket_mb.to_string()])
         .args(["--threads", &threads.to_string()])
         .args(["--seed", &cfg.schedule.seed.to_string()])
+        .args(["--warmup-steps", &cfg.schedule.warmup_steps.to_string()])
+        .args(["--node-type", node_type])
+        .arg("--caller-holds-folder")
+        .arg("--peer-json")
+        .arg(peer_dir.join("peer.json"))
         .arg("--out")
-        .arg(peer_dir);
+        .arg(dir);
     match cfg.workload.dataset {
         DatasetKind::Synthetic => {
             cmd.arg("--synthetic");
@@ -233,7 +279,15 @@ fn launch(pg: &Group, cfg: &TrainConfig, peer_dir: &Path, rendezvous: &str, loca
     if cfg.placement.device == crate::device::DeviceChoice::Cpu {
         cmd.env("CUDA_VISIBLE_DEVICES", "");
     }
-    cmd.env("RANK", pg.rank.to_string())
+    // The package beside the script comes first, ahead of any installed copy (Python puts
+    // the script's folder first on its path too, unless PYTHONSAFEPATH is set).
+    let mut path = std::ffi::OsString::from(&peer_dir);
+    if let Some(p) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+        path.push(":");
+        path.push(p);
+    }
+    cmd.env("PYTHONPATH", path)
+        .env("RANK", pg.rank.to_string())
         .env("WORLD_SIZE", pg.size.to_string())
         .env("LOCAL_RANK", local_rank.to_string())
         .env("MASTER_ADDR", addr)
@@ -323,8 +377,9 @@ fn manifest(pg: &Group, peer: Twin, cfg: &TrainConfig, run_id: &str, started: Sy
             grad_dtype: "fp32".into(),
             amp: "off".into(),
             note: Some(format!(
-                "{}: backward_s holds DDP's all-reduce, which runs inside backward; comm_s, comm_hidden_s and bytes are not \
-                 measured (0), comm_start_at_s and comm_last_start_at_s are backward's start",
+                "{}, timed by ddpbench_record: comm_s is the time any bucket's all-reduce was in flight, from its \
+                 hand-over to DDP's communication hook to its end; backward_s ends at the last bucket's hand-over, \
+                 comm_exposed_s runs from there to the end of backward",
                 peer.title()
             )),
             ..record::CommInfo::default()
@@ -369,7 +424,9 @@ fn steps_per_epoch(cfg: &TrainConfig, world: usize) -> usize {
 fn fill_from(m: &mut Manifest, info: &PeerInfo) {
     m.libtorch_version = info.torch_version.clone();
     m.parameters = info.parameters;
-    m.gradient_bytes = (info.parameters * 4) as u64;
+    m.gradient_bytes = info.gradient_bytes;
+    m.buckets = info.bucket_bytes.len();
+    m.comm.bucket_bytes = info.bucket_bytes.clone();
     let backend = match info.backend.as_str() {
         "nccl" => Backend::Nccl,
         _ => Backend::Gloo,
@@ -385,72 +442,16 @@ fn fill_from(m: &mut Manifest, info: &PeerInfo) {
     }
 }
 
-/// One row of the peer's own `rank-NNNNN.csv`.
-#[derive(serde::Deserialize)]
-struct PeerRow {
-    epoch: usize,
-    step: usize,
-    global_step: usize,
-    step_start_at_s: f64,
-    samples: usize,
-    data_s: f64,
-    forward_s: f64,
-    fwd_bwd_comm_s: f64,
-    optimizer_s: f64,
-    step_s: f64,
-    loss: f64,
-}
-
-/// The peer's rows of `rank` as ddpbench's `rank-NNNNN.csv` in `dir`: data, forward,
-/// backward (with DDP's all-reduce inside it), optimizer, and the rest as other_s.
-fn convert(peer_dir: &Path, dir: &Path, rank: usize, run_id: &str, node_type: &str, warmup: usize, started: SystemTime) -> Result<()> {
-    let from = peer_dir.join(record::rank_file_name(rank));
-    let file = crate::files::open_regular(&from).map_err(|e| anyhow::anyhow!(crate::files::read_error(&from, &e)))?;
-    let mut rows = csv::Reader::from_reader(crate::files::RecordBounded::new(file, crate::bounds::MAX_CSV_ROW_BYTES));
-    let mut out = CsvLog::<StepRow>::create(&dir.join(record::rank_file_name(rank)))?;
-    let mut n = 0;
-    for row in rows.deserialize::<PeerRow>() {
-        let r = row.with_context(|| format!("{}: not a row of the peer script", from.display()))?;
-        let mut phases = crate::record::PhaseTimes::default();
-        phases[Phase::Data] = r.data_s;
-        phases[Phase::Forward] = r.forward_s;
-        phases[Phase::Backward] = (r.fwd_bwd_comm_s - r.forward_s).max(0.0);
-        phases[Phase::Optimizer] = r.optimizer_s;
-        let named: f64 = phases.values().sum();
-        phases[Phase::Other] = (r.step_s - named).max(0.0);
-        let at = started + std::time::Duration::from_secs_f64(r.step_start_at_s.max(0.0));
-        // DDP hands buckets to its all-reduce inside backward, unseen: both entries are
-        // backward's start, the earliest they can be.
-        let backward_at = r.step_start_at_s + r.data_s + r.forward_s;
-        out.write(&StepRow {
-            noise: None,
-            run_id: run_id.into(),
-            rank,
-            node_type: node_type.into(),
-            epoch: r.epoch,
-            step: r.step,
-            global_step: r.global_step,
-            warmup: u8::from(r.global_step < warmup),
-            time_utc: record::rfc3339_utc(at),
-            step_start_at_s: r.step_start_at_s,
-            samples: r.samples,
-            step_s: phases.values().sum(),
-            phases,
-            comm_s: 0.0,
-            comm_stage_d2h_s: 0.0,
-            comm_stage_h2d_s: 0.0,
-            comm_hidden_s: 0.0,
-            comm_start_at_s: backward_at,
-            comm_last_start_at_s: backward_at,
-            loss: r.loss,
-            bytes: 0,
-            loss_scale: None,
-            step_skipped: 0,
-        })?;
-        n += 1;
-    }
-    out.sync()?;
-    ensure!(n > 0, "{}: the peer recorded no step", from.display());
+/// Ok when the recorder recorded this rank's part of the run as completed, with a step.
+fn recorded(dir: &Path, rank: usize) -> Result<()> {
+    let end = EndRecord::read(dir, rank).context("the peer's recorder left no end record")?;
+    ensure!(
+        end.status == RunStatus::Completed && end.steps > 0,
+        "the peer's rank {rank} recorded its end as {} after {} step(s){}",
+        end.status.as_str(),
+        end.steps,
+        end.error.map(|e| format!(": {e}")).unwrap_or_default()
+    );
     Ok(())
 }
 
@@ -467,8 +468,30 @@ mod tests {
         let e = returns_promptly(move || read_info(&dir).map(drop)).unwrap_err();
         assert!(e.contains("peer.json is a FIFO (named pipe)"), "{e}");
         std::fs::remove_file(d.path().join("peer.json")).unwrap();
-        let info = r#"{"torch_version": "2.11.0", "backend": "gloo", "device": "cpu", "parameters": 7}"#;
+        let info = r#"{"torch_version": "2.11.0", "backend": "gloo", "device": "cpu", "parameters": 7,
+            "gradient_bytes": 28, "bucket_bytes": [28]}"#;
         std::fs::write(d.path().join("peer.json"), info).unwrap();
         assert_eq!(read_info(d.path()).unwrap().parameters, 7);
+    }
+
+    #[test]
+    fn the_embedded_recorder_is_every_python_file_of_its_package() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("python").join(RECORDER_PACKAGE);
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".py"))
+            .collect();
+        on_disk.sort();
+        let embedded: Vec<&str> = RECORDER_FILES.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            embedded,
+            on_disk,
+            "RECORDER_FILES in src/study/peer.rs must list every .py file of {}",
+            dir.display()
+        );
+        for (name, text) in RECORDER_FILES {
+            assert_eq!(text, std::fs::read_to_string(dir.join(name)).unwrap(), "{name}");
+        }
     }
 }
