@@ -6,13 +6,22 @@
 #  2. ldd: it links no libtorch (libtorch*, libc10), no MPI (libmpi), no hwloc;
 #  3. its --help lists reduce, compare, trace and diagnose and none of the trainer's
 #     commands, and it runs with libtorch's folder off LD_LIBRARY_PATH;
-#  4. the tests that need no trainer pass under it (Cargo.toml marks the others
-#     `required-features = ["train"]`);
-#  5. `reduce` and `compare` on the kept fixtures (tests/fixtures/) write the same bytes,
+#  4. `reduce`, `compare` and `diagnose` on the kept fixtures (tests/fixtures/) write the same bytes,
 #     print the same lines and exit the same as the full binary (target/release/ddpbench,
-#     built first when missing).
-# Arguments after `--` go to the tests' harness (e.g. `-- reduce_fixtures`).
+#     built first when missing);
+#  5. with --tests only: the test files that need no trainer pass under it too (Cargo.toml
+#     marks the others `required-features = ["train"]`). They run the same code as under
+#     the full binary, which run-tests.sh has tested already, so the suite leaves them
+#     out; run them after changing what the `report` feature compiles in or out.
+#
+#   job-scripts/report-build.sh [--tests [HARNESS ARGUMENTS...]]
+# e.g. `job-scripts/report-build.sh --tests reduce_fixtures`.
 set -euo pipefail
+tests=0
+if [ "${1:-}" = --tests ]; then
+  tests=1
+  shift
+fi
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
 target=${DDPBENCH_REPORT_TARGET:-target/report}
@@ -37,8 +46,6 @@ for cmd in train study allreduce loader topo models gen-bigmnist; do
     exit 1
   fi
 done
-
-cargo test "${features[@]}" -- --test-threads=1 "$@"
 
 # The same command by each binary (`$ddpbench` in it) on the same copy of a fixture:
 # outputs may name their paths, so both run at one path. Compared: the fixture's folder
@@ -70,4 +77,8 @@ same_output schema2-94331d7 tests/fixtures/schema2-94331d7 '$ddpbench reduce sin
 same_output schema4 tests/fixtures/schema4-967f27a '$ddpbench reduce runs/one runs/two runs/two-force --interconnect sweep --out out'
 same_output compare tests/fixtures/schema4-967f27a \
   '$ddpbench reduce runs/one runs/two --no-plots --out a && $ddpbench reduce runs/one runs/two-force --no-plots --out b && $ddpbench compare a b --out out'
+same_output diagnose tests/fixtures/schema4-967f27a '$ddpbench diagnose runs/one'
+if [ "$tests" = 1 ]; then
+  cargo test "${features[@]}" -- --test-threads=1 "$@"
+fi
 echo "report-only build: all checks passed"

@@ -13,7 +13,9 @@
 #  1. the quick tier, in parallel (DDPBENCH_TEST_TIER=quick: a marked file that launches
 #     MPI fails, naming what it launched); then every other test file, one test at a
 #     time: they launch real `mpirun -n 2` jobs on CPU (training, equivalence, bad input,
-#     reducer, models, bigMNIST, studies) that want the machine's cores;
+#     reducer, models, bigMNIST, studies) that want the machine's cores. Beside them, in
+#     a second lane, the files marked `// tier: beside`, one test at a time; then, alone,
+#     those marked `// tier: quiet`;
 #  2. the report-only build (no libtorch, MPI or hwloc) and its checks:
 #     job-scripts/report-build.sh;
 #  3. the cluster emulation (as root only): the sbatch scripts on a private Slurm with
@@ -22,6 +24,10 @@
 # here once (as root), speedscope under DDPBENCH_HOME.
 # Set DDPBENCH_CLUSTER_TESTS=0 to skip part 3.
 set -euo pipefail
+started=$SECONDS
+since() {  # since WHAT START: how long WHAT took, on stdout
+  echo "[run-tests] $1: $(($SECONDS - $2)) s"
+}
 quick=0
 if [ "${1:-}" = --quick ]; then
   quick=1
@@ -35,13 +41,28 @@ if [ "$quick" = 1 ] && [ -x "$here/target/release/ddpbench" ]; then
 else
   source "$here/job-scripts/setup.sh" "" || exit 1
 fi
+since "set-up" "$started"
 cd "$here"
 # The tiers: a test file marked `// tier: quick` launches no MPI job.
+# A file marked `// tier: beside` launches jobs that need no quiet machine and use under
+# half of its CPU (they wait for a watchdog, a signal, a stalled pipe, a sleeping rank):
+# the full suite runs those files one at a time beside the other MPI files, which run
+# one at a time. A file marked
+# `// tier: quiet` holds a test whose figures come from timings (a measured step inside
+# a projected band): it runs alone, after both.
 quick_tests=()
 mpi_tests=()
+waiting_tests=()
+quiet_tests=()
 for f in tests/*.rs; do
   name=$(basename "$f" .rs)
-  if grep -q '^// tier: quick' "$f"; then quick_tests+=(--test "$name"); else mpi_tests+=(--test "$name"); fi
+  case $(grep -m1 -oE '^// tier: [a-z]+' "$f" || true) in
+    "// tier: quick") quick_tests+=(--test "$name") ;;
+    "// tier: beside") waiting_tests+=(--test "$name") ;;
+    "// tier: quiet") quiet_tests+=(--test "$name") ;;
+    "") mpi_tests+=(--test "$name") ;;
+    *) echo "$f: unknown tier marker (quick, beside or quiet)" >&2; exit 2 ;;
+  esac
 done
 # --quick builds with the `quick` profile (release code, incremental, in target/quick):
 # after a one-line change it recompiles in seconds instead of rebuilding the crate. Its
@@ -58,6 +79,7 @@ fi
 # Clippy's default lints are errors everywhere (Cargo.toml's [lints.clippy] allows two,
 # each with its reason), and no function outside tests is over 120 lines (clippy.toml
 # sets the threshold).
+gates=$SECONDS
 if cargo clippy --version >/dev/null 2>&1; then
   cargo clippy --locked --release --quiet --lib --bins -- -D warnings -D clippy::too_many_lines
   cargo clippy --locked --release --quiet --tests --examples -- -D warnings
@@ -67,6 +89,7 @@ fi
 # The documentation builds without a warning: every intra-doc link resolves, no text
 # reads as an HTML tag (release profile: the build scripts' outputs are the tests').
 RUSTDOCFLAGS="-D warnings" cargo doc --locked --release --quiet --no-deps --document-private-items --lib
+since "clippy and cargo doc" "$gates"
 # tests/report_page.rs reads report.html in a real browser: Debian's Chromium, headless.
 if ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -100,16 +123,39 @@ log=$(mktemp "${TMPDIR:-/tmp}/ddpbench-tests.XXXXXX")
 trap 'rm -f "$log"' EXIT
 failed=()
 part() {  # part NAME command...: runs it, keeps going, remembers a failure
-  local name=$1; shift
+  local name=$1 start=$SECONDS; shift
   if ! "$@"; then failed+=("$name"); fi
+  since "$name" "$start"
 }
 quick_tests_logged() {
   quick_tier "$@" 2>&1 | tee "$log"
   return "${PIPESTATUS[0]}"
 }
 mpi_tests_logged() {
+  # One build for both lanes, then the waiting lane in the background (its output is
+  # printed after the other lane's) beside the other MPI files.
+  cargo test --release --locked --no-run "${mpi_tests[@]}" "${waiting_tests[@]}" "${quiet_tests[@]}" 2>&1 | tee -a "$log"
+  [ "${PIPESTATUS[0]}" = 0 ] || return 1
+  local lane waiting='' status=0
+  lane=$(mktemp "${TMPDIR:-/tmp}/ddpbench-beside.XXXXXX")
+  if ((${#waiting_tests[@]})); then
+    cargo test --release --locked --no-fail-fast "${waiting_tests[@]}" -- --test-threads=1 "$@" >"$lane" 2>&1 &
+    waiting=$!
+  fi
   cargo test --release --locked --no-fail-fast "${mpi_tests[@]}" -- --test-threads=1 "$@" 2>&1 | tee -a "$log"
-  return "${PIPESTATUS[0]}"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  if [ -n "$waiting" ]; then
+    wait "$waiting" || status=1
+    echo "--- the files marked \`// tier: beside\`, run beside the above:"
+    tee -a "$log" <"$lane"
+  fi
+  rm -f "$lane"
+  if ((${#quiet_tests[@]})); then
+    echo "--- the files marked \`// tier: quiet\`, alone:"
+    cargo test --release --locked --no-fail-fast "${quiet_tests[@]}" -- --test-threads=1 "$@" 2>&1 | tee -a "$log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  fi
+  return "$status"
 }
 if cargo fmt --version >/dev/null 2>&1; then
   part "cargo fmt --check" cargo fmt --check
@@ -128,6 +174,7 @@ else
   part "tests/cluster/netns.sh" tests/cluster/netns.sh
 fi
 echo
+since "everything" "$started"
 if ((${#failed[@]} == 0)); then
   echo "run-tests.sh: every part passed"
   exit 0

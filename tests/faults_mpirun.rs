@@ -2,6 +2,8 @@
 //! Rows are on disk as each step ends, a stop signal ends the run as `interrupted`
 //! after the same step on every rank, and each rank records how its part ended.
 
+// tier: beside (needs no quiet machine and leaves a core free: job-scripts/run-tests.sh runs this file beside the others)
+
 mod common;
 use common::*;
 use std::path::Path;

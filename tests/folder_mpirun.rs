@@ -4,6 +4,8 @@
 //! stray file in an output folder is refused, never written through; the study's dry run
 //! times its workloads in a scratch folder nobody can predict, gone after SIGTERM.
 
+// tier: beside (needs no quiet machine and leaves a core free: job-scripts/run-tests.sh runs this file beside the others)
+
 mod common;
 
 use common::*;

@@ -3,6 +3,8 @@
 //! as a corrupt one is, by `loader` and by `train`, from its header or its size on disk;
 //! a batch worker the system will not start is an error, not a panic.
 
+// tier: beside (needs no quiet machine and leaves a core free: job-scripts/run-tests.sh runs this file beside the others)
+
 mod common;
 use common::*;
 use std::path::Path;

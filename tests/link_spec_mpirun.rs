@@ -2,6 +2,8 @@
 //! across nodes from a link's specification alone, writes the recommendation (its
 //! sentence made of its table's figures), and bad specs are refused with the forms.
 
+// tier: quiet (a measured step inside a projected band: job-scripts/run-tests.sh runs this file alone)
+
 mod common;
 use common::*;
 use std::time::Duration;

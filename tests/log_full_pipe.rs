@@ -4,6 +4,8 @@
 //! dropped: in the manifest, and where the lines went missing once the pipe is read
 //! again.
 
+// tier: beside (needs no quiet machine and leaves a core free: job-scripts/run-tests.sh runs this file beside the others)
+
 mod common;
 use common::*;
 use std::fs::File;

@@ -2,6 +2,8 @@
 //! script (`python/examples/ddp_toy.py`, gloo on CPU) records its steps, and `reduce`
 //! reads the folder as it reads ddpbench's own runs. No MPI: torchrun starts the ranks.
 
+// tier: beside (needs no quiet machine and leaves a core free: job-scripts/run-tests.sh runs this file beside the others)
+
 mod common;
 use common::*;
 use std::path::{Path, PathBuf};

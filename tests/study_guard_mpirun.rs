@@ -2,6 +2,8 @@
 //! (one node): `node_fill = "spread"` on one node, the dry run's time budget, and the
 //! warnings a dry run passes on from its timing runs.
 
+// tier: beside (needs no quiet machine and leaves a core free: job-scripts/run-tests.sh runs this file beside the others)
+
 mod common;
 use common::*;
 use std::path::Path;

@@ -3,6 +3,8 @@
 //! rank and named, a study resumes, a changed study is refused, and a point inside a
 //! study trains exactly as `train` does (2 × 32 == 1 × 64 across two points).
 
+// tier: beside (needs no quiet machine and leaves a core free: job-scripts/run-tests.sh runs this file beside the others)
+
 mod common;
 
 use common::*;
