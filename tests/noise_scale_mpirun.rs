@@ -571,6 +571,7 @@ fn a_target_accuracy_is_checked_every_val_every_steps_and_reduce_keeps_it_apart(
         (vec!["--target-accuracy", "0.5", "--target-loss", "1"], 2, "cannot be used with"),
         (vec!["--target-accuracy", "0.5", "--val-samples", "0"], 1, "--val-samples 0"),
         (vec!["--target-accuracy", "0.5", "--val-every", "0"], 1, "--val-every 0"),
+        (vec!["--target-accuracy", "0.5", "--loss", "none"], 1, "gives no predictions"),
         // Checked once the steps are known, on every rank alike.
         (
             vec!["--target-accuracy", "0.5", "--val-every", "9", "--max-steps", "8"],

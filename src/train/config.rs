@@ -822,6 +822,12 @@ impl TrainConfig {
                  give --val-samples N (or leave it out for the whole test split)"
             ));
         }
+        if let (Some(accuracy), LossKind::None) = (s.target_accuracy, w.loss) {
+            return Err(anyhow!(
+                "--target-accuracy {accuracy} with --loss none: a model that returns its own loss gives no predictions, so \
+                 validation has no accuracy to reach; train to --target-loss instead"
+            ));
+        }
         w.model_spec()?;
         if w.memory_format == Some(MemoryFormat::ChannelsLast) && matches!(w.model_spec()?.input, model::Input::Tokens { .. }) {
             return Err(anyhow!(
@@ -900,6 +906,25 @@ mod tests {
             text,
             "src/record/train_defaults.json: write it as\n{text}"
         );
+    }
+
+    /// A target accuracy is refused before training where validation cannot measure one:
+    /// a model with its own loss, or no validation samples.
+    #[test]
+    fn a_target_accuracy_without_predictions_is_refused_before_training() {
+        let check = |flags: &[&str]| {
+            let line = std::iter::once("train").chain(flags.iter().copied());
+            Train::try_parse_from(line).unwrap().cfg.validate().map_err(|e| e.to_string())
+        };
+        let e = check(&["--target-accuracy", "0.5", "--loss", "none"]).unwrap_err();
+        assert!(e.contains("--loss none") && e.contains("--target-loss instead"), "{e}");
+        let e = check(&["--target-accuracy", "0.5", "--val-samples", "0"]).unwrap_err();
+        assert!(e.contains("--val-samples 0"), "{e}");
+        check(&["--target-accuracy", "0.5"]).unwrap();
+        // A target loss with --loss none is not this check's to refuse.
+        if let Err(e) = check(&["--target-loss", "0.5", "--loss", "none"]) {
+            assert!(!e.contains("--target-accuracy"), "{e}");
+        }
     }
 
     /// Every `DDPBENCH_*` variable the code names is either held by the comparison key or
