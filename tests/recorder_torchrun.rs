@@ -284,3 +284,63 @@ fn ddpbench_judges_the_python_recorders_lock_live_then_stale() {
     job.assert_ok();
     assert!(held.join("report.html").is_file() && !lock.exists(), "{}", job.all());
 }
+
+/// `noise_every=2`: every second step's row holds the gradient noise scale's two squared
+/// norms, taken in the communication hook, and they equal the ones the script computes
+/// itself (this rank's gradient by a copy of the network, the mean from the parameters'
+/// gradients after DDP). Both sides sum the same float32 gradients in float64, in
+/// another order: they agree to about 1e-15 relative, so 1e-9 holds on any CPU, while a
+/// norm taken after DDP's division by the world size (a quarter of the squared norm) or
+/// a bucket left out would be off by far more. The other rows' cells are empty, and
+/// `reduce` reads the folder.
+#[test]
+fn the_noise_scales_norms_are_taken_in_the_comm_hook_every_kth_step() {
+    let d = tmp();
+    let run = d.path().join("noisy");
+    let check = d.path().join("norms");
+    toy(2, &run, &["--noise-every", "2", "--check-norms", check.to_str().unwrap()]).assert_ok();
+    let m = json(&run.join("manifest.json"));
+    assert_eq!(m["comparison_key"]["noise_scale"], "every:2", "{}", m["comparison_key"]);
+    for rank in 0..2 {
+        let (h, rows) = read_csv(&run.join(format!("rank-{rank:05}.csv")));
+        let own: Vec<serde_json::Value> = std::fs::read_to_string(format!("{}-{rank}.jsonl", check.display()))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(own.len(), STEPS / 2, "the script's own norms, every second step");
+        let cell = |row: &[String], name: &str| row[h.iter().position(|c| c == name).unwrap()].clone();
+        for (i, row) in rows.iter().enumerate() {
+            let at = format!("rank {rank} row {i}");
+            if i % 2 == 1 {
+                for c in ["noise_batch_small", "grad_sq_small", "noise_batch_big", "grad_sq_big"] {
+                    assert_eq!(cell(row, c), "", "{at}: {c} empty off the noise steps");
+                }
+                continue;
+            }
+            let o = &own[i / 2];
+            assert_eq!(o["step"].as_u64(), Some(i as u64), "{at}");
+            assert_eq!(
+                (cell(row, "noise_batch_small"), cell(row, "noise_batch_big")),
+                ("32".into(), "64".into()),
+                "{at}"
+            );
+            for (c, key) in [("grad_sq_small", "local"), ("grad_sq_big", "mean")] {
+                let (got, want) = (number(&h, row, c), o[key].as_f64().unwrap());
+                assert!((got - want).abs() <= 1e-9 * want, "{at}: {c} {got} against the script's own {want}");
+            }
+            assert!(
+                number(&h, row, "grad_sq_big") < number(&h, row, "grad_sq_small"),
+                "{at}: averaging shrinks noise"
+            );
+        }
+    }
+    ddpbench(&[
+        "reduce",
+        "--no-plots",
+        run.to_str().unwrap(),
+        "--out",
+        d.path().join("r").to_str().unwrap(),
+    ])
+    .assert_ok();
+}

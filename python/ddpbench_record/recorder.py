@@ -127,6 +127,14 @@ class Recorder:
     holds a run. `batch_size` is the samples per rank per step. `warmup_steps` first
     steps are marked warm-up (reduce leaves them out).
 
+    `noise_every=K` (K >= 1) takes the gradient noise scale's two squared norms every
+    K-th step, in the communication hook: this rank's gradient before the all-reduce
+    (its batch) and the ranks' mean after it (the global batch); `reduce` turns them
+    into B_simple as for ddpbench's `--noise-scale every:K`. They cost one squared
+    norm per bucket twice on those steps. The loss must be a mean over the batch. On
+    one rank no norms are taken (one batch size only); the key keeps K, so that the
+    run stays the reference of the N-rank runs that asked for the same.
+
     `caller_holds_folder=True` is for a program that owns the run folder and runs the
     script inside it (`ddpbench study` does, for its PyTorch twin): the folder must
     exist and be locked by a live process of this host; the recorder then takes no lock
@@ -134,8 +142,14 @@ class Recorder:
     recorder would have written), only the rank files, their end records and clock.csv."""
 
     def __init__(self, model, optimizer=None, *, out, batch_size, model_name, dataset_name="unnamed",
-                 node_type=None, warmup_steps=5, caller_holds_folder=False):
+                 node_type=None, warmup_steps=5, caller_holds_folder=False, noise_every=0):
         _check_model(model, optimizer)
+        if isinstance(noise_every, bool) or not isinstance(noise_every, int) or noise_every < 0:
+            raise RecorderError(
+                f"noise_every={noise_every!r}: give the steps between two measurements of the gradient noise scale "
+                "(a whole number >= 1), or 0 for none"
+            )
+        self.noise_every = noise_every
         _check_name("model_name", model_name)
         _check_name("dataset_name", dataset_name)
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -262,6 +276,10 @@ class Recorder:
                 },
                 "forward_s": "from the DDP module's forward pre-hook to the start of backward (the loss included)",
                 "other_s": "the step minus the phases: zero_grad, the script's own copies, logging",
+                "noise_scale": f"every:{self.noise_every}" if self.noise_every else "off",
+                "noise_norms": "in the communication hook: |G|^2 of this rank's bucket buffers before the all-reduce "
+                "and of the ranks' mean after it, summed over the buckets, every noise_every-th step on more than one "
+                "rank; they are the gradient of the batch's mean loss only when the script's loss is a mean",
             },
             "model": model_name,
             "dataset": dataset_name,
@@ -298,7 +316,7 @@ class Recorder:
             "ranks": ranks,
             "comparison_key": run.key(
                 model_name, dataset_name, ranks, self.device, backend,
-                options, self.ddp_options["bucket_cap_mb"], None, _grad_dtype(self.model),
+                options, self.ddp_options["bucket_cap_mb"], None, _grad_dtype(self.model), self.noise_every,
             ),
         }
 
@@ -382,6 +400,10 @@ class Recorder:
                     "step; call optimizer.step() after each backward"
                 )
             s.buckets.append(entry)
+            if self._takes_norms(s):
+                # This rank's gradient, its mean over the rank's batch, before the all-reduce.
+                sq = buf.detach().double().pow(2).sum()
+                s.sq_local = sq if s.sq_local is None else s.sq_local + sq
             if bucket.is_last():
                 s.last_bucket = entry[0]
                 s.backwards += 1
@@ -391,9 +413,27 @@ class Recorder:
 
         def done(fut):
             entry[1] = self.timer.mark()
-            return fut.value()[0]
+            mean = fut.value()[0]
+            if s is not None and self._takes_norms(s):
+                sq = mean.detach().double().pow(2).sum()
+                s.sq_mean = sq if s.sq_mean is None else s.sq_mean + sq
+            return mean
 
         return work.get_future().then(done)
+
+    def _takes_norms(self, s):
+        """Whether step `s` takes the noise scale's norms: every `noise_every`-th step, from
+        the first, on more than one rank (one rank's batch and the global batch are then
+        two sizes)."""
+        return self.noise_every > 0 and self.world > 1 and s.global_step % self.noise_every == 0
+
+    def _norms(self, s):
+        """The row's four noise cells: batch and |G|² of this rank, then of all ranks."""
+        if s.sq_local is None or s.sq_mean is None or any(b[1] is None for b in s.buckets):
+            return [None, None, None, None]
+        # Shortest round-trip text, not the seconds' 9 decimals: a squared norm late in
+        # training can be far below 1e-9.
+        return [s.samples, repr(float(s.sq_local)), s.samples * self.world, repr(float(s.sq_mean))]
 
     def _backward_end(self):
         s = self.current
@@ -488,7 +528,7 @@ class Recorder:
             1 if s.global_step < self.warmup_steps else 0,
             rfc3339_utc(self.origin.unix + c["start"]), c["start"], s.samples,
             *named, step_s, c["comm_s"], 0.0, 0.0, c["comm_hidden_s"], c["comm_start_at_s"],
-            c["comm_last_start_at_s"], loss_value(s.loss), c["bytes"], None, 0, None, None, None, None,
+            c["comm_last_start_at_s"], loss_value(s.loss), c["bytes"], None, 0, *self._norms(s),
         ]
         self.rank_file.row(row)
         self.rows += 1

@@ -97,11 +97,11 @@ def rank_info(rank, local_rank, device, label):
     }
 
 
-def key(model_name, dataset_name, ranks, device, backend, ddp_options, bucket_mb, workers, grad_dtype):
+def key(model_name, dataset_name, ranks, device, backend, ddp_options, bucket_mb, workers, grad_dtype, noise_every=0):
     """The comparison key (src/record/key.rs, `ComparisonKey`): `peer` names this
     trainer, so its runs pool only with each other; what the recorder cannot know (the
     optimizer's kind among ddpbench's, AMP) is left unrecorded (null)."""
-    return {
+    k = {
         "model": model_name,
         "dataset": dataset_name,
         "device": "cuda" if device.type == "cuda" else "cpu",
@@ -122,6 +122,11 @@ def key(model_name, dataset_name, ranks, device, backend, ddp_options, bucket_mb
         "ddp_options": ddp_options,
         "peer": TRAINER,
     }
+    if noise_every > 0:
+        # As ddpbench's `--noise-scale every:K`; a 1-rank run keeps it, taking no norms,
+        # so that it stays the reference of the N-rank runs that asked for the same.
+        k["noise_scale"] = f"every:{noise_every}"
+    return k
 
 
 def command_line():

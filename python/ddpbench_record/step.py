@@ -63,7 +63,7 @@ class Step:
     __slots__ = (
         "epoch", "step", "global_step", "unix_start", "start", "got_batch", "copied", "forward_start",
         "forward_end", "backward_start", "last_bucket", "backward_end", "optimizer_start", "optimizer_end",
-        "end", "buckets", "loss", "samples", "forwards", "backwards",
+        "end", "buckets", "loss", "samples", "forwards", "backwards", "sq_local", "sq_mean",
     )
 
     def __init__(self, epoch, step, global_step, start):
@@ -77,6 +77,11 @@ class Step:
         self.buckets = []
         self.forwards = 0
         self.backwards = 0
+        # The gradient noise scale's squared norms, summed over the buckets (tensors,
+        # read when the row is written): this rank's gradient before the all-reduce, and
+        # the ranks' mean after it. None on a step that does not take them.
+        self.sq_local = None
+        self.sq_mean = None
 
 
 def _merged(intervals):

@@ -19,6 +19,24 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 import ddpbench_record
 
 
+def check_norms(path, step, net, x, y):
+    """Appends this step's two squared gradient norms, computed apart from the recorder:
+    this rank's (a copy of the network, its own backward) and the ranks' mean (the
+    gradients DDP left in the parameters)."""
+    import copy
+    import json
+
+    twin = copy.deepcopy(net)
+    local = torch.autograd.grad(F.cross_entropy(twin(x), y), list(twin.parameters()))
+    row = {
+        "step": step,
+        "local": sum(float(g.double().pow(2).sum()) for g in local),
+        "mean": sum(float(p.grad.double().pow(2).sum()) for p in net.parameters()),
+    }
+    with open(f"{path}-{dist.get_rank()}.jsonl", "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
@@ -29,6 +47,9 @@ def main():
     p.add_argument("--crash-at", type=int, default=-1, help="raise at this global step (tests a run that did not end)")
     p.add_argument("--hold-s", type=float, default=0.0, help="sleep this long after the recorder starts (tests its lock)")
     p.add_argument("--caller-holds-folder", action="store_true", help="tests the recorder in a folder its caller holds")
+    p.add_argument("--noise-every", type=int, default=0, help="the gradient noise scale's norms every K-th step")
+    p.add_argument("--check-norms", default="", help="write the norms the script computes itself to PATH-RANK.jsonl "
+                   "(tests the recorder's noise scale)")
     p.add_argument("--misuse", choices=["none", "no-ddp", "no-optimizer", "no-sync", "backward-twice"], default="none")
     a = p.parse_args()
 
@@ -48,7 +69,8 @@ def main():
     model = {"no-ddp": net}.get(a.misuse, ddp)
     optimizer = None if a.misuse == "no-optimizer" else opt
     rec = ddpbench_record.Recorder(model, optimizer, out=a.out, batch_size=a.batch_size, model_name="toy-mlp",
-                                   dataset_name="synthetic-64", caller_holds_folder=a.caller_holds_folder)
+                                   dataset_name="synthetic-64", caller_holds_folder=a.caller_holds_folder,
+                                   noise_every=a.noise_every)
     if a.hold_s > 0:
         print("recorder started", flush=True)
         import time
@@ -65,6 +87,8 @@ def main():
         if a.misuse == "backward-twice":
             loss.backward(retain_graph=True)
         loss.backward()
+        if a.check_norms and a.noise_every > 0 and step % a.noise_every == 0:
+            check_norms(a.check_norms, step, net, x, y)
         opt.step()
         rec.loss(loss)
     rec.close()
