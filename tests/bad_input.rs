@@ -1,6 +1,8 @@
 //! Bad input never hangs: each case exits non-zero on every rank, with a message
 //! that says what is wrong, within a time bound.
 
+// tier: beside (needs no quiet machine and leaves a core free: job-scripts/run-tests.sh runs this file beside the others)
+
 mod common;
 use common::*;
 use std::time::Duration;

@@ -6,6 +6,8 @@
 //! `models --file` counts each gradient in its dtype; and a loss that is not finite is
 //! explained by what the run shows, not always blamed on `--lr`.
 
+// tier: beside (needs no quiet machine and leaves a core free: job-scripts/run-tests.sh runs this file beside the others)
+
 mod common;
 use common::*;
 use std::path::{Path, PathBuf};
