@@ -48,7 +48,12 @@
 #                        NCCL, --optimizer adam and sgd, three interleaved repeats:
 #                        optimizer_s median per repeat (libtorch's Adam took 8.1 ms on an H200)
 #
-# benchmarks/gpu_validate.sh cpu-dry-run runs the i26-*, i38-* and i41-* runs here, on CPU, small (mnist-cnn,
+#   i51-recorder         the PyTorch recorder's CUDA event timing: python/examples/ddp_toy.py
+#                        under torchrun, 1 rank: 60 whole rows, phases adding up to step_s
+#   i48-target-accuracy  --target-accuracy's validation between steps on the GPU: stops
+#                        after the first validation (step 10) on a target below chance
+#
+# benchmarks/gpu_validate.sh cpu-dry-run runs the i26-*, i38-*, i41-*, i48-* and i51-* runs here, on CPU, small (mnist-cnn,
 # CPU-staged MPI, bf16, no PyTorch peers, no bandwidth probe), to check the script itself;
 # its figures mean nothing.
 #
@@ -182,6 +187,7 @@ PY
     i26_runs
     i38_runs
     i41_runs
+    i51_runs
     # A study on the GPU: per-point communicators, repeats, and the study's report. Two
     # ranks share the one GPU at 2, where NCCL cannot run: every point uses CPU-staged MPI
     # so the ladder stays comparable.
@@ -312,6 +318,7 @@ PY
     i26_summary | tee -a "$out/summary.txt"
     i38_summary | tee -a "$out/summary.txt"
     i41_summary | tee -a "$out/summary.txt"
+    i51_summary | tee -a "$out/summary.txt"
     pack
 }
 
@@ -374,6 +381,60 @@ i41_runs() {
             train "i41-$opt-rep$rep" 1 "${big[@]}" --optimizer "$opt" --max-steps $steps
         done
     done
+}
+
+# Newer GPU-side parts, never run on a device before: the PyTorch recorder's CUDA
+# event timing (python/examples/ddp_toy.py under torchrun, 1 rank: its rows read a step
+# late), and --target-accuracy's validation between steps (mnist-cnn, 1 rank, a target
+# below chance so that the first validation, after step 10, reaches it).
+i51_runs() {
+    local py=${DDPBENCH_PYTHON:-python3}
+    if want i51-recorder; then
+        echo "[$(date -u +%T)] i51-recorder" >&2
+        timeout -k 10 150 env PYTHONPATH=python OMP_NUM_THREADS=1 "$py" -m torch.distributed.run --standalone \
+            --nproc-per-node 1 python/examples/ddp_toy.py --out "$runs/i51-recorder" --steps 60 \
+            >"$out/i51-recorder.log" 2>&1 || echo "FAILED: i51-recorder (see i51-recorder.log)" | tee -a "$out/failures.txt"
+        pack
+    fi
+    if want i48-target-accuracy; then
+        echo "[$(date -u +%T)] i48-target-accuracy" >&2
+        timeout -k 10 150 "${mpi[@]}" -n 1 "$bin" train --dataset synthetic --device "$gdev" --model mnist-cnn \
+            --optimizer sgd --synthetic-samples 2048 --max-steps 60 --target-accuracy 0.01 --val-every 10 \
+            --val-samples 256 --out "$runs/i48-target-accuracy" >"$out/i48-target-accuracy.log" 2>&1 ||
+            echo "FAILED: i48-target-accuracy (see i48-target-accuracy.log)" | tee -a "$out/failures.txt"
+        pack
+    fi
+}
+
+# Checks of i51_runs: the recorder's rows whole (phases adding up to step_s), its timer
+# the device's; the target run stopped after the first validation, with its accuracy.
+i51_summary() {
+    python3 - "$out" <<'PY'
+import csv, json, os, statistics, sys
+out = sys.argv[1]
+phases = ["data_s", "batch_copy_s", "forward_s", "backward_s", "comm_exposed_s", "optimizer_s", "other_s"]
+print("== issues 51 and 48 on the device")
+run = f"{out}/runs/i51-recorder"
+try:
+    m = json.load(open(f"{run}/manifest.json"))
+    rows = list(csv.DictReader(open(f"{run}/rank-00000.csv")))
+    worst = max(abs(sum(float(r[p]) for p in phases) - float(r["step_s"])) for r in rows)
+    steps = [float(r["step_s"]) for r in rows if r["warmup"] == "0"]
+    ok = m["status"] == "completed" and len(rows) == 60 and worst <= 1e-8
+    print(f"recorder: {m['status']}, timer {m['config']['timer']!r}, {len(rows)} rows (60 asked), phases add up to "
+          f"step_s within {worst:.1e} s; median step {statistics.median(steps)*1e3:.3f} ms: {'ok' if ok else 'FAILED'}")
+except Exception as e:
+    print(f"recorder: no figure ({e!r})")
+run = f"{out}/runs/i48-target-accuracy"
+try:
+    t = json.load(open(f"{run}/manifest.json"))["target"]
+    rows = sum(1 for _ in open(f"{run}/rank-00000.csv")) - 1
+    ok = t["reached"] and t["steps_to_target"] == 10 and rows == 10
+    print(f"target accuracy: reached {t['reached']} after {t['steps_to_target']} steps (10 expected), {rows} rows, "
+          f"validation accuracy {t['val_accuracy']}: {'ok' if ok else 'FAILED'}")
+except Exception as e:
+    print(f"target accuracy: no figure ({e!r})")
+PY
 }
 
 # Issue 41's figures from i41_runs: optimizer_s and step_s medians after warm-up, per repeat.
@@ -520,7 +581,7 @@ device) device ;;
 cpu-dry-run)
     # shellcheck disable=SC1091
     source job-scripts/setup.sh >/dev/null
-    GV_CPU_DRY_RUN=1 GV_ONLY=${GV_ONLY:-^(i26|i38|i41)-} device
+    GV_CPU_DRY_RUN=1 GV_ONLY=${GV_ONLY:-^(i26|i38|i41|i48|i51)-} device
     ;;
 *)
     sed -n '2,45p' "$0"
