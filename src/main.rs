@@ -16,11 +16,7 @@ fn run() -> anyhow::Result<()> {
         Command::Study(args) => ddpbench::study::main(args),
         #[cfg(feature = "train")]
         Command::Allreduce(args) => ddpbench::allreduce::main(args),
-        Command::Reduce(args) => {
-            let runs = args.runs.clone();
-            ddpbench::reduce::main(args)?;
-            ddpbench::reduce::timeline::merge_traced(&runs)
-        }
+        Command::Reduce(args) => ddpbench::reduce::main(args),
         #[cfg(feature = "train")]
         Command::Loader(args) => ddpbench::data::pipeline::main(args),
         Command::Compare(args) => ddpbench::compare::main(args),

@@ -111,7 +111,8 @@ pub fn main(args: ReduceArgs) -> Result<()> {
     for n in &page_notes {
         eprintln!("report.html: {n}");
     }
-    Ok(())
+    // Each traced run's timeline, merged where it was not yet.
+    timeline::merge_traced(&args.runs)
 }
 
 /// A new folder `report-<UTC time>` in `parent` (`-2`, `-3`, … after the time when that

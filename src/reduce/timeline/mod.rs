@@ -98,7 +98,7 @@ fn draw(args: &TraceArgs, mut file: std::fs::File) -> Result<(usize, usize, usiz
 }
 
 /// After `reduce`: merges the timeline of every run folder given that holds traces.
-pub fn merge_traced(runs: &[PathBuf]) -> Result<()> {
+pub(crate) fn merge_traced(runs: &[PathBuf]) -> Result<()> {
     for dir in runs.iter().filter(|d| d.join(TRACE_DIR).is_dir()) {
         report(&merge::merge(dir, false)?);
     }
