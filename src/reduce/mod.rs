@@ -319,7 +319,13 @@ fn project(req: &ReduceRequest, dirs: &[PathBuf], complete: &[&RunStats]) -> Res
     for spec in &specs {
         // Specifications replace the levels they name; a level neither measured nor
         // given comes from the runs' own all-reduce probes where they have one.
-        let models = report::recommendation::with_specs(req, *spec, measured.clone(), complete);
+        let models = analysis::link_models::with_specs(
+            *spec,
+            req.link_intra.as_ref(),
+            req.project_shape.first().map(|s| s.ranks_per_node),
+            measured.clone(),
+            complete,
+        );
         let (mut rows, mut notes) = analysis::projection::projections_on(complete, &models, req.project_to as usize, &ladder);
         let link = spec.map(|s| s.name.clone()).unwrap_or_default();
         for r in &mut rows {

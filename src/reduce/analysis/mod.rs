@@ -7,6 +7,7 @@
 pub(crate) mod advice;
 pub(crate) mod heatmap;
 pub(crate) mod interval;
+pub(crate) mod link_models;
 pub(crate) mod noise_window;
 pub(crate) mod projection;
 pub(crate) mod recommend;
