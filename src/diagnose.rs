@@ -8,7 +8,8 @@
 //! ([`crate::record::settle`]), as `reduce` does.
 
 use crate::bounds::{self, MAX_RANKS, MAX_RUN_S};
-use crate::flight::{self, FlightDump, RankStatus, State};
+use crate::flight::hang::{self, FlightDump, RankStatus};
+use crate::flight::State;
 use crate::record::Manifest;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
@@ -87,7 +88,7 @@ fn check_dump(dump: &FlightDump, path: &Path, world: Option<World>) -> Result<()
         _ => {}
     }
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    if name != flight::flight_file_name(rank) {
+    if name != hang::flight_file_name(rank) {
         return Err(at(format!("status.rank is {rank}: the file is named for another rank")));
     }
     for (key, v) in [("status.waited_s", dump.status.waited_s), ("status.silent_s", dump.status.silent_s)] {
@@ -158,10 +159,10 @@ pub(crate) fn report(dir: &Path) -> Result<String> {
     }
     statuses.sort_by_key(|s| s.rank);
     let mut out = String::new();
-    let stalled = flight::stalled(&statuses, 0.0);
-    match flight::diagnose(&statuses, size) {
+    let stalled = hang::stalled(&statuses, 0.0);
+    match hang::diagnose(&statuses, size) {
         Some(d) => writeln!(out, "{}", d.message())?,
-        None if !stalled.is_empty() => writeln!(out, "{}", flight::stall_message(&stalled, None))?,
+        None if !stalled.is_empty() => writeln!(out, "{}", hang::stall_message(&stalled, None))?,
         None => writeln!(out, "no rank was waiting in a collective when the records were written")?,
     }
     if let Some(m) = dumps.iter().map(|d| &d.message).find(|m| !m.is_empty()) {

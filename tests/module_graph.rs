@@ -851,12 +851,14 @@ const BELOW_THEIR_FOLDER: &[&str] = &[
     "study::finish",
     "study::folder",
     "study::idle",
+    "study::layout",
     "study::peer",
     "study::plan",
     "study::point",
     "study::print",
     "study::report",
     "study::runner",
+    "study::spec",
     "study::state",
 ];
 

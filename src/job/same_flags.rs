@@ -161,7 +161,7 @@ fn refusal(reference: &LaunchFlags, per_rank: &[Vec<(String, Value)>]) -> String
             let mut values: Vec<String> = others
                 .iter()
                 .take(VALUES_LISTED)
-                .map(|(v, ranks)| format!("{v} on {}", crate::flight::rank_list(ranks)))
+                .map(|(v, ranks)| format!("{v} on {}", crate::flight::hang::rank_list(ranks)))
                 .collect();
             if others.len() > VALUES_LISTED {
                 values.push(format!("{} other values", others.len() - VALUES_LISTED));
@@ -170,7 +170,7 @@ fn refusal(reference: &LaunchFlags, per_rank: &[Vec<(String, Value)>]) -> String
             format!(
                 "{name} is {} on {} but {}",
                 show(&reference.value_of(flag)),
-                crate::flight::rank_list(&same),
+                crate::flight::hang::rank_list(&same),
                 values.join(" and ")
             )
         })

@@ -16,7 +16,7 @@
 //!
 //! It also watches progress outside collectives: a rank whose main thread stays in one
 //! phase of a step (forward, backward, data loading...) or of the teardown longer than
-//! the limit is named with that phase ([`flight::stalled`]), although no collective is
+//! the limit is named with that phase ([`hang::stalled`]), although no collective is
 //! pending (a forward pass that never returns, on every rank or on a job's only one).
 //!
 //! It covers the job through its end: MPI_Finalize is watched as a collective, and after
@@ -33,7 +33,8 @@ pub(crate) mod channel;
 
 use super::abort::abort_job;
 use super::signals;
-use crate::flight::{self, FlightDump, RankStatus};
+use crate::flight;
+use crate::flight::hang::{self, FlightDump, RankStatus};
 use crate::record::{self, EndRecord, Manifest, RunStatus};
 use crate::world::{broadcast_string, gather_strings, Group};
 use channel::{Hub, NetIdentity, Secret, Uplink};
@@ -448,15 +449,15 @@ fn judge_as_root(s: &Shared, root: &mut Root, own: RankStatus) -> Option<String>
             && st.pending.as_ref().is_some_and(|p| p.state == flight::State::Started)
             && st.waited_s > s.limit_s()
     });
-    let stalled = flight::stalled(&statuses, s.limit_s());
+    let stalled = hang::stalled(&statuses, s.limit_s());
     if !hung && stalled.is_empty() {
         return None;
     }
     // Ranks waiting for a stalled one are a collective's diagnosis, which says where the
     // stalled rank is; without any, the stall is the whole story.
-    match flight::diagnose(&statuses, s.size) {
+    match hang::diagnose(&statuses, s.size) {
         Some(d) => Some(d.message()),
-        None if !stalled.is_empty() => Some(flight::stall_message(&stalled, Some(s.limit_s()))),
+        None if !stalled.is_empty() => Some(hang::stall_message(&stalled, Some(s.limit_s()))),
         None => None,
     }
 }
@@ -497,9 +498,9 @@ fn judge_as_member(s: &Shared, m: &mut Member, own: RankStatus) -> Option<Verdic
 
 /// Without a link to rank 0: only this rank's own wait, or its own stall, counts.
 fn judge_alone(s: &Shared, own: &RankStatus) -> Option<String> {
-    let stalled = flight::stalled(std::slice::from_ref(own), s.limit_s());
+    let stalled = hang::stalled(std::slice::from_ref(own), s.limit_s());
     if !stalled.is_empty() {
-        return Some(flight::stall_message(&stalled, Some(s.limit_s())));
+        return Some(hang::stall_message(&stalled, Some(s.limit_s())));
     }
     let pending = own.pending.as_ref()?;
     (!own.idle && pending.state == flight::State::Started && own.waited_s > s.limit_s()).then(|| {

@@ -98,7 +98,7 @@ impl<'de> Deserialize<'de> for ModelChoice {
 
 /// The input's element type and the loss are settings of the comparison key, defined
 /// with it so that `record` needs no `model`.
-pub use crate::record::key::{InputDtype, LossKind};
+pub use crate::record::settings::{InputDtype, LossKind};
 
 /// Largest extent of one dimension of `--input-shape`.
 pub(crate) const MAX_DIM: i64 = 1 << 20;

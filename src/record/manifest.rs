@@ -1,6 +1,6 @@
 //! `manifest.json`: everything needed to interpret, compare and repeat a run.
 
-use super::key::{Backend, GradDtype};
+use super::settings::{Backend, GradDtype};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;

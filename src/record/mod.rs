@@ -16,15 +16,16 @@ pub(crate) mod lock;
 mod manifest;
 pub(crate) mod reserve;
 mod rows;
+pub(crate) mod settings;
 pub(crate) mod settle;
 mod sweep;
 pub(crate) mod warning;
 
 pub(crate) use cells::Cells;
 pub(crate) use end::{end_file_name, write_atomic, EndRecord, RunStatus};
-pub use key::{
-    AmpMode, Backend, ComparisonKey, DeviceKind, GradDtype, MallocMode, Memory, MemoryFormat, NoiseScaleMode, OptimizerKind, Overlap,
-    PhaseSync, Twin,
+pub use key::ComparisonKey;
+pub use settings::{
+    AmpMode, Backend, DeviceKind, GradDtype, MallocMode, Memory, MemoryFormat, NoiseScaleMode, OptimizerKind, Overlap, PhaseSync, Twin,
 };
 
 pub(crate) use manifest::schema_problem;

@@ -2,7 +2,7 @@
 //! buffer arrangement, on one backend and level. Times in seconds and bandwidths in
 //! bytes per second, as every other file (schema 3; microseconds and GB/s before).
 
-use super::key::{Backend, Memory};
+use super::settings::{Backend, Memory};
 use serde::{Deserialize, Serialize};
 
 /// Where an all-reduce's result goes.

@@ -1,7 +1,7 @@
 //! `ddpbench study`'s arguments: the flags, the study they make with the study file
 //! ([`spec_of`]), and which of them every rank must be given alike ([`launch_flags`]).
 
-use super::plan::{self, NodeFill, Scaling, StudySpec};
+use super::spec::{self, NodeFill, Scaling, StudySpec};
 use crate::job;
 use crate::train;
 use anyhow::{Context, Result};
@@ -181,7 +181,7 @@ pub(super) fn spec_of(args: &StudyArgs) -> Result<StudySpec> {
     let (text, default_name) = match &args.file {
         Some(f) => (
             std::fs::read_to_string(f).with_context(|| format!("cannot read the study file {}", f.display()))?,
-            plan::name_from_file(&f.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()),
+            spec::name_from_file(&f.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()),
         ),
         None => (String::new(), "default".to_string()),
     };
@@ -190,7 +190,7 @@ pub(super) fn spec_of(args: &StudyArgs) -> Result<StudySpec> {
         None => "the default study".into(),
     })?;
     if let Some(v) = &args.name {
-        plan::check_name(v).context("--name")?;
+        spec::check_name(v).context("--name")?;
         s.name = v.clone();
     }
     if let Some(v) = &args.models {

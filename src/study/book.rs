@@ -1,7 +1,8 @@
 //! What rank 0 keeps of a study as it goes: `points.csv`, one row per point run, and
 //! the study's state, saved after every run.
 
-use super::plan::{Layout, Point};
+use super::layout::Layout;
+use super::plan::Point;
 use super::state::{self, PointOutcome, State};
 use crate::record::{self, CsvLog, PointId};
 use anyhow::Result;

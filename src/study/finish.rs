@@ -2,8 +2,8 @@
 //! the study's report written next to `reduce`'s.
 
 use super::plan::Plan;
-use super::plan::StudySpec;
 use super::report;
+use super::spec::StudySpec;
 use super::state::{PointOutcome, State};
 use crate::record::RunStatus;
 use crate::reduce::ReduceRequest;

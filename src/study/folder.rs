@@ -1,7 +1,9 @@
 //! The study folder: created with its lock and its `study.toml` and `study.json`, or
 //! found holding this same study and resumed.
 
-use super::plan::{self, Layout, Plan, StudySpec};
+use super::layout::Layout;
+use super::plan::{self, Plan};
+use super::spec::{self, StudySpec};
 use super::state::{self, State};
 use crate::record;
 use crate::record::lock::{FolderLock, LOCK_FILE};
@@ -60,13 +62,13 @@ fn read_study_file(json: &Path) -> Result<Option<String>> {
 /// study's state read.
 fn start_or_resume(out: &Path, spec: &StudySpec, plan: &Plan, resolved: &str, layout: &Layout, names: &[String]) -> Result<State> {
     // The report keys change no point: a study resumes under other values of them.
-    let points_only = plan::without_report_keys(resolved);
+    let points_only = spec::without_report_keys(resolved);
     let hash = plan::study_hash(&points_only);
     let json = out.join("study.json");
     if let Some(text) = read_study_file(&json)? {
         let before: StudyFile = serde_json::from_str(&text).with_context(|| format!("{} is not a ddpbench study file", json.display()))?;
         // A folder made before schema 4 holds the same study under the old keys.
-        if before.hash != hash && before.hash != plan::study_hash(&plan::with_old_keys(&points_only)) {
+        if before.hash != hash && before.hash != plan::study_hash(&spec::with_old_keys(&points_only)) {
             bail!(
                 "{} holds a different study (its study.toml differs from this one's): use another --out, \
                  or remove the folder to start over",
@@ -77,7 +79,7 @@ fn start_or_resume(out: &Path, spec: &StudySpec, plan: &Plan, resolved: &str, la
         let saved = out.join("study.toml");
         if let Some(updated) = crate::files::read_regular_to_string(&saved, crate::bounds::STUDY_TOML)
             .ok()
-            .and_then(|text| plan::with_report_keys_of(&text, resolved))
+            .and_then(|text| spec::with_report_keys_of(&text, resolved))
         {
             record::write_atomic(&saved, &updated)?;
         }

@@ -10,8 +10,9 @@
 //! Running the same command again skips finished points, retries failed ones only with
 //! `--retry-failed`, and refuses a study whose resolved file changed.
 //!
-//! Its files, by concern: [`args`] (the flags and the study they make), [`plan`] (points,
-//! ranks, schedule) with [`lr_grid`] (learning rates paired with batches), [`runner`] (the job: each point on its ranks, the others idle),
+//! Its files, by concern: [`args`] (the flags and the study they make), [`spec`] (the
+//! study file's keys), [`layout`] (the job's nodes), [`plan`] (points, ranks, schedule)
+//! with [`lr_grid`] (learning rates paired with batches), [`runner`] (the job: each point on its ranks, the others idle),
 //! [`point`] (one point run), [`folder`] (the study folder, new or resumed), [`book`]
 //! (`points.csv` and the state as the study goes), [`broadcast`] and [`idle`] (the
 //! study's own collectives and the idle ranks' CPU meter), [`print`](mod@print) (the plan, the dry
@@ -24,6 +25,7 @@ mod estimate;
 mod finish;
 mod folder;
 mod idle;
+mod layout;
 mod lr_grid;
 pub(crate) mod peer;
 pub(crate) mod plan;
@@ -31,6 +33,7 @@ mod point;
 mod print;
 mod report;
 mod runner;
+mod spec;
 mod state;
 
 pub(crate) use args::StudyArgs;

@@ -14,10 +14,10 @@
 //! bytes) and each process's log.
 
 use crate::data::DatasetKind;
-use crate::record::key::{self, ComparisonKey, DeviceKind, Overlap, Real};
+use crate::record::key::{self, ComparisonKey, Real};
 use crate::record::lock::FolderLock;
 use crate::record::OptimizerKind;
-use crate::record::{self, Backend, EndRecord, Manifest, RankInfo, RunStatus, Twin};
+use crate::record::{self, Backend, DeviceKind, EndRecord, Manifest, Overlap, RankInfo, RunStatus, Twin};
 use crate::train::config::TrainConfig;
 use crate::world::{agree, all_strings, broadcast_string, Group};
 use anyhow::{bail, ensure, Context, Result};
@@ -103,7 +103,7 @@ pub(crate) fn check_point(peer: Twin, cfg: &TrainConfig) -> Result<()> {
         (cfg.optim.optimizer != OptimizerKind::Sgd, "optimizer other than sgd"),
         (cfg.schedule.grad_accum != 1, "grad_accum above 1"),
         (cfg.optim.amp != crate::record::AmpMode::Off, "amp"),
-        (cfg.comm.grad_dtype != key::GradDtype::Fp32, "grad_dtype other than fp32"),
+        (cfg.comm.grad_dtype != record::GradDtype::Fp32, "grad_dtype other than fp32"),
         (
             cfg.schedule.max_steps.is_none(),
             "no max_steps (the peer runs a bounded number of steps)",
@@ -326,13 +326,13 @@ fn manifest(pg: &Group, peer: Twin, cfg: &TrainConfig, run_id: &str, started: Sy
         bucket_mb: Some(Real(cfg.comm.bucket_mb)),
         // DDP all-reduces each bucket as backward finishes it, on gloo's or NCCL's own thread.
         overlap: Overlap::On,
-        grad_dtype: Some(key::GradDtype::Fp32),
+        grad_dtype: Some(record::GradDtype::Fp32),
         amp: Some(crate::record::AmpMode::Off),
         backend,
         workers: Some(0),
         seq_len: Some(cfg.workload.seq_len),
         vocab_size: Some(cfg.workload.vocab_size),
-        malloc: Some(record::key::MallocMode::Default),
+        malloc: Some(record::MallocMode::Default),
         deterministic: Some(cfg.schedule.deterministic),
         phase_sync: record::PhaseSync::On,
         // The peer takes no gradient norms, whatever the study's flags say.

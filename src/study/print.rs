@@ -1,7 +1,9 @@
 //! What a study prints: the plan and the dry run's estimate on stdout, the start in the log.
 
 use super::estimate;
-use super::plan::{self, Layout, Plan, StudySpec};
+use super::layout::Layout;
+use super::plan::{self, Plan};
+use super::spec::StudySpec;
 use clap::ValueEnum;
 use std::collections::BTreeMap;
 use std::path::Path;

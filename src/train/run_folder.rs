@@ -213,7 +213,7 @@ mod tests {
             record::rank_file_name(12),
             record::gpu_file_name(3),
             record::end_file_name(0),
-            crate::flight::flight_file_name(7),
+            crate::flight::hang::flight_file_name(7),
             "manifest.json".into(),
             "trace".into(),
             ".ddpbench-reserve".into(),
