@@ -96,14 +96,7 @@ def pairs_design(a):
         if step == a.warmup:
             dist.barrier()
             start = time.perf_counter()
-        opt.zero_grad()
-        loss = F.nll_loss(ddp(xb), yb)
-        loss.backward()
-        opt.step()
-        if rec:
-            rec.loss(loss)
-        else:
-            loss.item()
+        train_step(ddp, opt, xb, yb, rec)
     dist.barrier()
     elapsed = time.perf_counter() - start
     if rec:
@@ -112,20 +105,26 @@ def pairs_design(a):
         print(json.dumps({"recorder": a.recorder, "steps": a.steps - a.warmup, "mean_step_s": elapsed / (a.steps - a.warmup)}))
 
 
+def train_step(ddp, opt, xb, yb, rec):
+    """One step, the same with and without the recorder: with it the loss is handed to
+    `rec` (read when its row is written), without it read here, so both read it once."""
+    opt.zero_grad()
+    loss = F.nll_loss(ddp(xb), yb)
+    loss.backward()
+    opt.step()
+    if rec:
+        rec.loss(loss)
+    else:
+        loss.item()
+
+
 def timed_block(ddp, opt, loop, rec):
     """Seconds from a barrier before the block's steps to a barrier after them: the same
     code for both replicas, `rec` None for the plain one."""
     dist.barrier()
     t = time.perf_counter()
     for xb, yb in loop:
-        opt.zero_grad()
-        loss = F.nll_loss(ddp(xb), yb)
-        loss.backward()
-        opt.step()
-        if rec:
-            rec.loss(loss)
-        else:
-            loss.item()
+        train_step(ddp, opt, xb, yb, rec)
     dist.barrier()
     return time.perf_counter() - t
 
