@@ -150,6 +150,18 @@ pub fn train_reporting_exits_in(cwd: &Path, ranks: usize, args: &[&str], env: &[
     run_with_limit(fixed, limit)
 }
 
+/// The phase columns of a rank file, in the order a step runs through them: they add up
+/// to `step_s` (src/record/rows.rs writes them; python/ddpbench_record/columns.py too).
+pub const PHASE_COLUMNS: [&str; 7] = [
+    "data_s",
+    "batch_copy_s",
+    "forward_s",
+    "backward_s",
+    "comm_exposed_s",
+    "optimizer_s",
+    "other_s",
+];
+
 /// Waits until no process of the process group `pgid` is left (a launcher's ranks may
 /// outlive the launcher by their clean-up), at most `limit`; panics past it.
 pub fn wait_for_group_gone(pgid: u32, limit: Duration) {
