@@ -3,6 +3,7 @@
 replaced atomically (temporary file, fsync, rename), numbers as plain decimals."""
 
 import datetime
+import decimal
 import json
 import math
 import os
@@ -24,6 +25,17 @@ def plain(v):
     if "." in t:
         t = t.rstrip("0").rstrip(".")
     return "0" if t == "-0" else t
+
+
+def exact(v):
+    """A real number of unknown scale (a squared gradient norm) as a plain decimal that
+    reads back to the same float: every digit of its shortest form, never an exponent
+    (9 decimals, as `plain` writes seconds, would leave nothing of 1e-10)."""
+    if v is None or not math.isfinite(v):
+        return ""
+    if v == 0:
+        return "0"
+    return format(decimal.Decimal(repr(float(v))), "f")
 
 
 def cell(v):

@@ -14,7 +14,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from . import clock, lock, run
 from .columns import COLUMNS, RUN_FILES
-from .files import CsvFile, rfc3339_utc, write_json
+from .files import CsvFile, exact, rfc3339_utc, write_json
 from .step import CudaTimer, HostTimer, Step, loss_value, phases
 
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.+")
@@ -431,9 +431,7 @@ class Recorder:
         """The row's four noise cells: batch and |G|² of this rank, then of all ranks."""
         if s.sq_local is None or s.sq_mean is None or any(b[1] is None for b in s.buckets):
             return [None, None, None, None]
-        # Shortest round-trip text, not the seconds' 9 decimals: a squared norm late in
-        # training can be far below 1e-9.
-        return [s.samples, repr(float(s.sq_local)), s.samples * self.world, repr(float(s.sq_mean))]
+        return [s.samples, exact(s.sq_local), s.samples * self.world, exact(s.sq_mean)]
 
     def _backward_end(self):
         s = self.current
