@@ -8,12 +8,14 @@
 //! SIGKILL that follows a SIGTERM finds nothing left. A report command (`reduce`,
 //! `compare`) arms its staging folder and its folder's lock ([`arm_staging`]) and installs
 //! [`install_report_signals`], whose handler removes both on SIGINT, SIGTERM, SIGHUP
-//! and SIGQUIT and ends the process by that signal. A leaf beside [`crate::files`].
+//! and SIGQUIT and ends the process by that signal; the steps between making such a
+//! thing and arming it run in a [`StopsDeferred`] section, which holds the signal back
+//! till its end. A leaf beside [`crate::files`].
 
 use std::ffi::{c_char, CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// The folder locks this process holds, each with the bytes it wrote: removed on abort
@@ -29,6 +31,15 @@ static SCRATCH: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
 /// whoever removes or disarms them.
 static STAGING: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
 static REPORT_LOCK: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
+/// A report command's output folder that it created itself: removed by
+/// [`on_report_signal`] when empty once the staging folder and lock are gone.
+static CREATED: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
+
+/// How many [`StopsDeferred`] sections are open: while any is, [`on_report_signal`]
+/// only records its signal in [`DEFERRED_SIGNAL`], and the last section to close acts on it.
+static DEFERRING: AtomicUsize = AtomicUsize::new(0);
+/// A stop signal that arrived inside a [`StopsDeferred`] section; 0 when none.
+static DEFERRED_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 /// Folder depth the signal handler descends to (a scratch run folder and its trace
 /// folder are 2 and 3 deep).
@@ -123,6 +134,45 @@ pub(crate) fn disarm_lock() {
     disarm(&REPORT_LOCK);
 }
 
+/// Says that a stop signal removes the folder `out`, which this process created for its
+/// report, when nothing else is left in it.
+pub(crate) fn arm_created(out: &Path) {
+    arm(&CREATED, out);
+}
+
+/// The created folder holds the report, or is gone: a stop signal leaves it.
+pub(crate) fn disarm_created() {
+    disarm(&CREATED);
+}
+
+/// A stretch of a report command in which a stop signal is held back until its end: the
+/// steps between creating a file or folder and arming its removal (and between
+/// disarming and removing it), and the renames that put a report in place. A signal that
+/// arrives inside is acted on when the last open section ends, so that a stopped command
+/// leaves either no trace or a whole report. Each section is a few system calls long.
+#[must_use = "the section ends when this is dropped"]
+pub(crate) struct StopsDeferred(());
+
+impl StopsDeferred {
+    pub(crate) fn begin() -> StopsDeferred {
+        DEFERRING.fetch_add(1, Ordering::SeqCst);
+        StopsDeferred(())
+    }
+}
+
+impl Drop for StopsDeferred {
+    fn drop(&mut self) {
+        // The handler records its signal before it looks at DEFERRING, and this looks at
+        // the record after closing the section: one of the two acts on every signal.
+        if DEFERRING.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let sig = DEFERRED_SIGNAL.swap(0, Ordering::SeqCst);
+            if sig != 0 {
+                stop_report(sig);
+            }
+        }
+    }
+}
+
 /// The stop signals a report command cleans up after.
 pub(crate) const REPORT_STOP_SIGNALS: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
@@ -137,22 +187,42 @@ pub(crate) fn install_report_signals() {
     }
 }
 
-/// A report command's stop signals' handler: removes the armed staging folder and lock
-/// (the lock is this process's while armed: a lock is taken over only from a process
-/// that has ended), then ends the process by `sig` itself. Async-signal-safe: system
-/// calls on strings armed before, no allocation or lock.
+/// A report command's stop signals' handler: inside a [`StopsDeferred`] section it
+/// records the signal for the section's end; elsewhere it stops the command
+/// ([`stop_report`]). Async-signal-safe: atomics and system calls alone.
 pub(crate) extern "C" fn on_report_signal(sig: libc::c_int) {
+    DEFERRED_SIGNAL.store(sig, Ordering::SeqCst);
+    if DEFERRING.load(Ordering::SeqCst) > 0 {
+        return;
+    }
+    // Taken here unless a section that just ended took it first.
+    let sig = DEFERRED_SIGNAL.swap(0, Ordering::SeqCst);
+    if sig != 0 {
+        stop_report(sig);
+    }
+}
+
+/// Removes the armed staging folder, lock and created folder (the lock is this
+/// process's while armed: a lock is taken over only from a process that has ended), then
+/// ends the process by `sig` itself. Async-signal-safe: system calls on strings armed
+/// before, no allocation or lock.
+fn stop_report(sig: libc::c_int) {
     let staging = STAGING.swap(std::ptr::null_mut(), Ordering::SeqCst);
     if !staging.is_null() {
         remove_tree(libc::AT_FDCWD, staging, MAX_DEPTH);
     }
     let lock = REPORT_LOCK.swap(std::ptr::null_mut(), Ordering::SeqCst);
-    // SAFETY: unlink, signal and raise are async-signal-safe; the strings are never freed
-    // here (a handler frees nothing); the signal is blocked while its handler runs, so it
-    // ends the process as soon as the handler returns.
+    let created = CREATED.swap(std::ptr::null_mut(), Ordering::SeqCst);
+    // SAFETY: unlink, rmdir, signal and raise are async-signal-safe; the strings are
+    // never freed here (a handler frees nothing); the signal is blocked while its handler
+    // runs, so it ends the process as soon as the handler returns, and outside a handler
+    // the default action ends it at once.
     unsafe {
         if !lock.is_null() {
             libc::unlink(lock);
+        }
+        if !created.is_null() {
+            libc::rmdir(created);
         }
         libc::signal(sig, libc::SIG_DFL);
         libc::raise(sig);
@@ -319,6 +389,57 @@ mod tests {
         assert!(!path.exists());
         drop(s);
         assert_eq!(std::fs::read_to_string(outside.path().join("keep.txt")).unwrap(), "keep");
+    }
+
+    /// A stop signal raised inside a [`StopsDeferred`] section removes nothing till the
+    /// section ends, and then removes what is armed; one raised outside acts at once.
+    /// SIGWINCH stands in for a stop signal: its default action, which the handler ends
+    /// with, is to do nothing, so the test process lives on.
+    #[test]
+    fn a_stop_inside_a_section_waits_for_its_end() {
+        let _t = test_turn();
+        let d = tempfile::tempdir().unwrap();
+        let arm_all = || {
+            let (staging, lock, created) = (d.path().join("staging"), d.path().join("out/.lock"), d.path().join("out"));
+            std::fs::create_dir_all(staging.join("sub")).unwrap();
+            std::fs::write(staging.join("sub/f"), "x").unwrap();
+            std::fs::create_dir_all(&created).unwrap();
+            std::fs::write(&lock, "me").unwrap();
+            arm_staging(&staging, &lock);
+            arm_created(&created);
+        };
+        let raise = || {
+            // SAFETY: on_report_signal makes only async-signal-safe calls; raise runs the
+            // handler on this thread before it returns.
+            unsafe {
+                libc::signal(libc::SIGWINCH, on_report_signal as extern "C" fn(libc::c_int) as libc::sighandler_t);
+                libc::raise(libc::SIGWINCH);
+            }
+        };
+        let names = || {
+            let mut n: Vec<String> = std::fs::read_dir(d.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            n.sort();
+            n
+        };
+        arm_all();
+        let outer = StopsDeferred::begin();
+        let inner = StopsDeferred::begin();
+        raise();
+        drop(inner);
+        assert_eq!(names(), ["out", "staging"], "acted on before the outer section ended");
+        assert_eq!(DEFERRED_SIGNAL.load(Ordering::SeqCst), libc::SIGWINCH);
+        drop(outer);
+        assert!(names().is_empty(), "left {:?}", names());
+        assert_eq!(DEFERRED_SIGNAL.load(Ordering::SeqCst), 0);
+        arm_all();
+        raise();
+        assert!(names().is_empty(), "left {:?}", names());
+        for slot in [&STAGING, &REPORT_LOCK, &CREATED] {
+            assert!(slot.load(Ordering::SeqCst).is_null(), "still armed");
+        }
     }
 
     #[test]

@@ -73,6 +73,7 @@ impl OutFolder {
     /// (`ddpbench reduce`): takes its lock (`what` names the folder in messages;
     /// `break_lock` as `--break-lock`) and makes the staging folder.
     pub(crate) fn open(out: &Path, what: &str, break_lock: bool, written_by: &'static str) -> Result<OutFolder> {
+        let _stops = crate::cleanup::StopsDeferred::begin();
         let created = !out.exists();
         std::fs::create_dir_all(out)
             .with_context(|| format!("cannot create {}: choose an --out in a folder you can write", out.display()))?;
@@ -80,11 +81,18 @@ impl OutFolder {
     }
 
     /// [`OutFolder::open`] on `out`, which exists; `created` says this process made it
-    /// (then it is removed again when nothing is written).
+    /// (then it is removed again when nothing is written, a stop signal's handler
+    /// included). A stop signal is held back until the lock and the staging folder are
+    /// armed for its handler.
     pub(crate) fn open_created(out: &Path, what: &str, break_lock: bool, written_by: &'static str, created: bool) -> Result<OutFolder> {
+        let _stops = crate::cleanup::StopsDeferred::begin();
+        if created {
+            crate::cleanup::arm_created(out);
+        }
         let opened = Self::open_locked(out, what, break_lock, written_by, created);
         if opened.is_err() && created {
             let _ = std::fs::remove_dir(out);
+            crate::cleanup::disarm_created();
         }
         opened
     }
@@ -135,6 +143,8 @@ impl OutFolder {
         let files = self.files.take().expect("staged files until commit");
         let names = files.names();
         files.commit()?;
+        // The folder holds the old report or the new one whole, never a mix.
+        let _stops = crate::cleanup::StopsDeferred::begin();
         let listed = |names: &[String]| {
             let written = Written {
                 written_by: self.written_by.into(),
@@ -166,6 +176,7 @@ impl OutFolder {
             }
         }
         self.created = false;
+        crate::cleanup::disarm_created();
         Ok(())
     }
 
@@ -210,6 +221,8 @@ impl OutFolder {
 
 impl Drop for OutFolder {
     fn drop(&mut self) {
+        // What is disarmed here is removed before a stop signal is acted on.
+        let _stops = crate::cleanup::StopsDeferred::begin();
         crate::cleanup::disarm_staging();
         drop(self.files.take());
         // A folder this process created exclusively under a random name: all of it is its own.
@@ -221,6 +234,7 @@ impl Drop for OutFolder {
         if self.created {
             // Only an empty folder goes: what another process put there stays.
             let _ = std::fs::remove_dir(&self.out);
+            crate::cleanup::disarm_created();
         }
     }
 }

@@ -211,11 +211,13 @@ fn an_interrupted_study_resumes_where_it_stopped() {
         assert!(start.elapsed() < LIMIT, "no point finished");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The ranks may outlive mpirun by their clean-up, holding the folder's lock till
+    // they end: the study is resumed once every process of the job has ended.
+    let procs = descendants(child.id());
+    assert!(procs.len() >= 2, "the job's ranks are not among mpirun's descendants: {procs:?}");
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     child.wait().unwrap();
-    // The ranks may outlive mpirun by their clean-up, holding the folder's lock till
-    // they end: the study is resumed once the whole job has ended.
-    wait_for_group_gone(child.id(), LIMIT);
+    wait_for_gone(&procs, LIMIT);
     let before = points(&out);
     let finished: Vec<String> = before
         .iter()

@@ -9,9 +9,14 @@ use std::path::{Path, PathBuf};
 /// Creates the output folder: `out`, which must not exist, or the first of ./compare,
 /// ./compare-2, ... that does not.
 pub(super) fn new_folder(out: Option<&Path>) -> Result<PathBuf, Refusal> {
+    // A stop signal from here on removes the folder again while it is empty.
+    let _stops = crate::cleanup::StopsDeferred::begin();
     if let Some(dir) = out {
         return match std::fs::create_dir(dir) {
-            Ok(()) => Ok(dir.to_path_buf()),
+            Ok(()) => {
+                crate::cleanup::arm_created(dir);
+                Ok(dir.to_path_buf())
+            }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Refusal(format!(
                 "--out {} exists already: name a new folder (compare never overwrites)",
                 dir.display()
@@ -22,7 +27,10 @@ pub(super) fn new_folder(out: Option<&Path>) -> Result<PathBuf, Refusal> {
     for n in 1..=1000 {
         let dir = PathBuf::from(if n == 1 { "compare".to_string() } else { format!("compare-{n}") });
         match std::fs::create_dir(&dir) {
-            Ok(()) => return Ok(dir),
+            Ok(()) => {
+                crate::cleanup::arm_created(&dir);
+                return Ok(dir);
+            }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(Refusal(format!("cannot create {}: {e}", dir.display()))),
         }

@@ -119,10 +119,11 @@ impl Holder {
         if gone {
             return Verdict::Stale(format!("process {} no longer exists", self.pid));
         }
-        match process_start_ticks(self.pid) {
-            Some(t) if self.process_start_ticks != 0 && t != self.process_start_ticks => {
-                Verdict::Stale(format!("pid {} now belongs to a later process", self.pid))
-            }
+        match process_stat(self.pid) {
+            Some((_, t)) if t != self.process_start_ticks => Verdict::Stale(format!("pid {} now belongs to a later process", self.pid)),
+            // A zombie has ended; only its exit status waits for its parent (or, where the
+            // parent has ended, for a PID 1 that may never collect it).
+            Some(('Z' | 'X', _)) => Verdict::Stale(format!("process {} has ended (its exit is not yet collected)", self.pid)),
             _ => Verdict::Live,
         }
     }
@@ -397,9 +398,17 @@ fn pid_namespace() -> Option<u64> {
 
 /// Field 22 of `/proc/PID/stat` (after the command, which may hold spaces and parentheses).
 fn process_start_ticks(pid: u32) -> Option<u64> {
+    process_stat(pid).map(|(_, ticks)| ticks)
+}
+
+/// The state letter (`R`, `S`, `Z` for a zombie, …) and the start in clock ticks after
+/// boot of the process `pid`, from `/proc/PID/stat`.
+fn process_stat(pid: u32) -> Option<(char, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(19)?.parse().ok()
+    // The command name, in parentheses, may hold both: the fields follow the last ')'.
+    let mut after = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = after.next()?.chars().next()?;
+    Some((state, after.nth(18)?.parse().ok()?))
 }
 
 /// The batch scheduler's job that started this process, as (scheduler, id): a Slurm
@@ -534,6 +543,32 @@ mod tests {
             drop(FolderLock::take(d.path(), "study folder", true).unwrap());
             assert_eq!(held_by(d.path()), None);
         }
+    }
+
+    /// A holder that has ended but whose exit nobody has collected (a zombie: a rank whose
+    /// launcher has gone, under a PID 1 that reaps nothing) holds the folder no longer.
+    #[test]
+    fn a_zombie_holder_is_cleared() {
+        let _turn = crate::cleanup::test_turn();
+        let d = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let start = std::time::Instant::now();
+        while process_stat(pid).is_some_and(|(state, _)| state != 'Z') {
+            assert!(start.elapsed().as_secs() < 60, "`true` has not ended");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let zombie = Holder {
+            pid,
+            process_start_ticks: process_start_ticks(pid).unwrap(),
+            ..Holder::me()
+        };
+        plant(d.path(), &zombie);
+        assert_eq!(held_by(d.path()), None);
+        let lock = FolderLock::take(d.path(), "run folder", false).unwrap();
+        assert_ne!(read(lock.path()), Seen::Bytes(serde_json::to_vec_pretty(&zombie).unwrap()));
+        drop(lock);
+        child.wait().unwrap();
     }
 
     #[test]

@@ -137,8 +137,13 @@ fn report_folder_of(parent: &Path, stamp: &str) -> Result<PathBuf> {
             format!("report-{stamp}Z-{n}")
         };
         let dir = parent.join(name);
+        // A stop signal from here on removes the folder again while it is empty.
+        let _stops = crate::cleanup::StopsDeferred::begin();
         match std::fs::create_dir(&dir) {
-            Ok(()) => return Ok(dir),
+            Ok(()) => {
+                crate::cleanup::arm_created(&dir);
+                return Ok(dir);
+            }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e).with_context(|| format!("cannot create {}: give --out a folder you can write", dir.display())),
         }

@@ -48,6 +48,10 @@ pub fn run_with_limit(mut cmd: Command, limit: Duration) -> Job {
         }
         if start.elapsed() > limit {
             timed_out = true;
+            // The ranks first: each is in a process group of its own.
+            for (p, _) in descendants(pid as u32) {
+                unsafe { libc::kill(p as i32, libc::SIGKILL) };
+            }
             unsafe { libc::kill(-pid, libc::SIGKILL) };
             break;
         }
@@ -162,12 +166,47 @@ pub const PHASE_COLUMNS: [&str; 7] = [
     "other_s",
 ];
 
-/// Waits until no process of the process group `pgid` is left (a launcher's ranks may
-/// outlive the launcher by their clean-up), at most `limit`; panics past it.
-pub fn wait_for_group_gone(pgid: u32, limit: Duration) {
+/// A process as `/proc/PID/stat` shows it: its parent, its state letter and its start
+/// in clock ticks after boot; None when it is gone.
+fn proc_stat(pid: u32) -> Option<(u32, char, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name, in parentheses, may hold spaces and parentheses: fields follow the last ')'.
+    let rest: Vec<&str> = text[text.rfind(')')? + 1..].split_whitespace().collect();
+    let state = rest.first()?.chars().next()?;
+    Some((rest.get(1)?.parse().ok()?, state, rest.get(19)?.parse().ok()?))
+}
+
+/// Every process descended from `root` now (its children, theirs, …), each with its
+/// start tick. A launcher's ranks are among them: Open MPI puts each rank in a process
+/// group of its own, so the launcher's group does not hold them.
+pub fn descendants(root: u32) -> Vec<(u32, u64)> {
+    let all: Vec<(u32, u32, u64)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| proc_stat(pid).map(|(ppid, _, start)| (pid, ppid, start)))
+        .collect();
+    let mut found: Vec<(u32, u64)> = Vec::new();
+    let mut parents = vec![root];
+    while let Some(p) = parents.pop() {
+        for &(pid, ppid, start) in &all {
+            if ppid == p && !found.iter().any(|(f, _)| *f == pid) {
+                found.push((pid, start));
+                parents.push(pid);
+            }
+        }
+    }
+    found
+}
+
+/// Waits until every process of `procs` (from [`descendants`]) has ended, at most
+/// `limit`; panics past it. A zombie has ended; a pid that now names a process started
+/// at another tick is another process.
+pub fn wait_for_gone(procs: &[(u32, u64)], limit: Duration) {
     let start = Instant::now();
-    while unsafe { libc::kill(-(pgid as i32), 0) } == 0 {
-        assert!(start.elapsed() < limit, "process group {pgid} still alive after {limit:?}");
+    let alive = |&(pid, tick): &(u32, u64)| proc_stat(pid).is_some_and(|(_, state, t)| t == tick && !matches!(state, 'Z' | 'X'));
+    while let Some(p) = procs.iter().find(|p| alive(p)) {
+        assert!(start.elapsed() < limit, "process {} still alive after {limit:?}", p.0);
         std::thread::sleep(Duration::from_millis(50));
     }
 }
