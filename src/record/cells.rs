@@ -3,8 +3,30 @@
 //! CSV, every real number is a plain decimal ([`crate::record::format_plain`]: no exponent, an undefined one an
 //! empty cell) and a list of names is one cell, the names space-separated.
 
-use crate::record::format_plain;
+use crate::record::{format_exact, format_plain};
 use serde::ser::{self, Error as _, Impossible, Serialize, SerializeStruct, Serializer};
+
+/// The name [`Exact`] serialises under: the cell serializer knows it by this.
+const EXACT: &str = "ddpbench::Exact";
+
+/// A real number of unknown scale: a number in JSON, as any other, and in a CSV cell
+/// every digit of its shortest form ([`format_exact`]) instead of 9 decimals.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Exact(pub f64);
+
+impl Serialize for Exact {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_newtype_struct(EXACT, &self.0)
+    }
+}
+
+/// For `#[serde(serialize_with)]`: an optional [`Exact`].
+pub(crate) fn exact_opt<S: Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => s.serialize_some(&Exact(*v)),
+        None => s.serialize_none(),
+    }
+}
 
 /// `row` serialised as CSV cells.
 pub(crate) struct Cells<'a, T: ?Sized>(pub &'a T);
@@ -111,7 +133,11 @@ impl<S: Serializer> Serializer for CellSerializer<S> {
     fn serialize_unit_variant(self, name: &'static str, index: u32, variant: &'static str) -> Result<S::Ok, S::Error> {
         self.0.serialize_unit_variant(name, index, variant)
     }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _name: &'static str, value: &T) -> Result<S::Ok, S::Error> {
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, name: &'static str, value: &T) -> Result<S::Ok, S::Error> {
+        if name == EXACT {
+            let v = serde_json::to_value(value).map_err(S::Error::custom)?.as_f64().unwrap_or(f64::NAN);
+            return self.0.serialize_str(&format_exact(v));
+        }
         value.serialize(self)
     }
     fn serialize_newtype_variant<T: Serialize + ?Sized>(

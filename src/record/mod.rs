@@ -67,6 +67,21 @@ pub(crate) fn format_plain(v: f64) -> String {
     }
 }
 
+/// Writes a real number of unknown scale (a squared gradient norm) as a plain decimal
+/// that reads back to the same f64: every digit of its shortest form, never an exponent
+/// (the 9 decimals of [`format_plain`] leave nothing of 1e-10). NaN and infinities as
+/// empty cells, as there.
+pub(crate) fn format_exact(v: f64) -> String {
+    if !v.is_finite() {
+        String::new()
+    } else if v == 0.0 {
+        "0".into()
+    } else {
+        // f64's Display is the shortest decimal that reads back exactly, without exponent.
+        format!("{v}")
+    }
+}
+
 /// Appends rows to a CSV file, every real number a plain decimal ([`Cells`]). Each row is handed to the kernel as it is written (one
 /// `write` of the whole row), so a process killed at any moment leaves every row it
 /// wrote complete on disk, and no torn row; a row the file system takes only in part (it
@@ -332,5 +347,20 @@ mod plain_tests {
         assert_eq!(format_plain(-1e-12), "0");
         assert_eq!(format_plain(f64::NAN), "");
         assert_eq!(format_plain(f64::INFINITY), "");
+    }
+
+    /// Every digit a squared norm needs, at any scale, and it reads back exactly.
+    #[test]
+    fn exact_decimals_read_back_to_the_same_number() {
+        use super::format_exact;
+        assert_eq!(format_exact(1.234e-10), "0.0000000001234");
+        assert_eq!(format_exact(2.5e7), "25000000");
+        assert_eq!(format_exact(-0.0), "0");
+        assert_eq!(format_exact(f64::NAN), "");
+        for v in [1e-300, 3.0e-12 / 7.0, 0.1 + 0.2, 123456.789e-9, 9.87e15] {
+            let t = format_exact(v);
+            assert!(!t.contains('e') && !t.contains('E'), "{t}");
+            assert_eq!(t.parse::<f64>().unwrap(), v, "{t}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The rows of `rank-NNNNN.csv` (one per step) and `epochs.csv` (one per epoch), and
 //! [`Phase`], the parts of a step that add up to `step_s`.
 
+use super::cells::{exact_opt, Exact};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -271,9 +272,9 @@ impl Serialize for StepRow {
         st.serialize_field(skipped, &self.step_skipped)?;
         let n = self.noise.as_ref();
         st.serialize_field(b_small, &n.map(|n| n.batch_small))?;
-        st.serialize_field(sq_small, &n.map(|n| n.sq_small))?;
+        st.serialize_field(sq_small, &n.map(|n| Exact(n.sq_small)))?;
         st.serialize_field(b_big, &n.map(|n| n.batch_big))?;
-        st.serialize_field(sq_big, &n.map(|n| n.sq_big))?;
+        st.serialize_field(sq_big, &n.map(|n| Exact(n.sq_big)))?;
         st.end()
     }
 }
@@ -311,11 +312,12 @@ pub struct EpochRow {
     /// Measured steps left out: a norm not finite on some rank (fp16 overflow).
     #[serde(default)]
     pub noise_skipped: Option<usize>,
-    /// Estimate of |G|², the squared norm of the true gradient.
-    #[serde(default)]
+    /// Estimate of |G|², the squared norm of the true gradient (every digit: its scale
+    /// is the model's).
+    #[serde(default, serialize_with = "exact_opt")]
     pub grad_sq: Option<f64>,
     /// Estimate of tr(Σ), the per-sample gradient variance summed over parameters.
-    #[serde(default)]
+    #[serde(default, serialize_with = "exact_opt")]
     pub trace_sigma: Option<f64>,
     /// B_simple = tr(Σ)/|G|², in samples; empty (undetermined) when the |G|² estimate
     /// is not positive.
@@ -490,11 +492,89 @@ mod tests {
             assert_eq!(row.phase(p), row.phases.0[p.index()]);
         }
     }
+
+    /// A squared gradient norm keeps every digit in its cell at any scale (late in
+    /// training, or of a small model, it falls below the 9 decimals of a time), and is a
+    /// number in JSON.
+    #[test]
+    fn the_noise_norms_keep_every_digit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(rank_file_name(0));
+        let (small, big) = (1.234_567_890_123e-10, 3.0e-12 / 7.0);
+        let noisy = StepRow {
+            noise: Some(crate::noise_scale::NormPair {
+                batch_small: 32.0,
+                batch_big: 64.0,
+                sq_small: small,
+                sq_big: big,
+            }),
+            ..row()
+        };
+        let mut log = CsvLog::create(&path).unwrap();
+        log.write(&noisy).unwrap();
+        let mut r = csv::Reader::from_path(&path).unwrap();
+        let h = r.headers().unwrap().clone();
+        let rec = r.records().next().unwrap().unwrap();
+        let cell = |name: &str| rec[h.iter().position(|c| c == name).unwrap()].to_string();
+        assert_eq!(cell("grad_sq_small"), "0.0000000001234567890123");
+        assert_eq!(cell("grad_sq_big").parse::<f64>().unwrap(), big);
+        assert_eq!((cell("noise_batch_small"), cell("step_s")), ("32".into(), "0.0385".into()));
+        let json = serde_json::to_value(EpochRow {
+            grad_sq: Some(small),
+            trace_sigma: Some(big),
+            ..super::epoch_tests::epoch()
+        })
+        .unwrap();
+        assert_eq!((json["grad_sq"].as_f64(), json["trace_sigma"].as_f64()), (Some(small), Some(big)));
+    }
 }
 
 #[cfg(test)]
-mod epoch_tests {
+pub(super) mod epoch_tests {
     use super::*;
+
+    /// An epoch row without validation or noise scale.
+    pub(crate) fn epoch() -> EpochRow {
+        EpochRow {
+            epoch: 0,
+            time_utc: "2026-01-01T00:00:00.000000Z".into(),
+            steps: 10,
+            epoch_s: 1.5,
+            train_loss: 2.3,
+            val_loss: f64::NAN,
+            val_accuracy: f64::NAN,
+            val_samples: 0,
+            val_s: 0.0,
+            param_l2: 12.5,
+            noise_steps: None,
+            noise_skipped: None,
+            grad_sq: None,
+            trace_sigma: None,
+            b_simple: None,
+            b_simple_low: None,
+            b_simple_high: None,
+        }
+    }
+
+    /// The noise scale's |G|² and tr(Σ) keep every digit in epochs.csv.
+    #[test]
+    fn an_epochs_noise_figures_keep_every_digit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("epochs.csv");
+        let row = EpochRow {
+            noise_steps: Some(9),
+            noise_skipped: Some(0),
+            grad_sq: Some(2.5e-11),
+            trace_sigma: Some(1.0 / 3.0 * 1e-7),
+            b_simple: Some(1333.3333333333333),
+            ..epoch()
+        };
+        let mut log = crate::record::CsvLog::create(&path).unwrap();
+        log.write(&row).unwrap();
+        let back: EpochRow = csv::Reader::from_path(&path).unwrap().deserialize().next().unwrap().unwrap();
+        assert_eq!((back.grad_sq, back.trace_sigma), (row.grad_sq, row.trace_sigma));
+        assert!(std::fs::read_to_string(&path).unwrap().contains(",0.000000000025,"));
+    }
 
     #[test]
     fn an_epoch_without_validation_reads_back() {
