@@ -25,7 +25,8 @@ PAIRS = 6
 def run(on, out, x, y):
     ddp = nn.parallel.DistributedDataParallel(nn.Linear(16, 4))
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    rec = ddpbench_record.Recorder(ddp, opt, out=out, batch_size=8, model_name="lin", dataset_name="r") if on else None
+    rec = ddpbench_record.Recorder(ddp, opt, out=out, batch_size=8, model_name="lin", dataset_name="r",
+                                   clock_sync="ends") if on else None
     batches = [(x, y)] * STEPS
     loop = rec.batches(batches) if rec else iter(batches)
     t = time.perf_counter()

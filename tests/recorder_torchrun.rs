@@ -128,11 +128,27 @@ fn a_torchrun_script_with_the_recorder_reduces_like_a_ddpbench_run() {
     assert_eq!(m["world_size"], 2);
     assert!(m["config"]["ddp"]["bucket_cap_mb"].as_f64() == Some(0.25), "{}", m["config"]);
     assert!(!run.join(".ddpbench.lock").exists(), "the lock goes when the recorder closes");
-    // clock.csv: every rank at the start and at the end, rank 0's offset 0.
+    // clock.csv: every rank at the start, after the epoch (the loader ran out) and at
+    // close, each estimate between steps; rank 0's offset 0.
     let (h, rows) = read_csv(&run.join("clock.csv"));
-    let ranks = col(&h, &rows, "rank");
-    assert_eq!(ranks, vec![0.0, 1.0, 0.0, 1.0]);
-    assert_eq!(col(&h, &rows, "offset_s")[0], 0.0);
+    assert_eq!(col(&h, &rows, "rank"), [0.0, 1.0, 0.0, 1.0, 0.0, 1.0]);
+    assert_eq!(col(&h, &rows, "sync"), [0.0, 0.0, 1.0, 1.0, 2.0, 2.0]);
+    assert!(col(&h, &rows, "offset_s").iter().step_by(2).all(|o| *o == 0.0));
+    let at = col(&h, &rows, "rank0_at_s");
+    let (rh, rank0) = read_csv(&run.join("rank-00000.csv"));
+    let last_step_end = {
+        let r = rank0.last().unwrap();
+        number(&rh, r, "step_start_at_s") + number(&rh, r, "step_s")
+    };
+    assert!(
+        at[0] < number(&rh, &rank0[0], "step_start_at_s") && at[2] >= last_step_end && at[4] >= at[2],
+        "estimates between steps: {at:?}, last step ended at {last_step_end}"
+    );
+    // clock_sync="ends": at the start and at close only.
+    let ends = d.path().join("ends");
+    toy(2, &ends, &["--clock-sync", "ends"]).assert_ok();
+    let (h, rows) = read_csv(&ends.join("clock.csv"));
+    assert_eq!(col(&h, &rows, "sync"), [0.0, 0.0, 1.0, 1.0]);
 
     // reduce: the run in its tables, and the report a ddpbench run of 2 ranks gets.
     let report = d.path().join("report");
@@ -191,9 +207,15 @@ fn bad_input_is_refused_with_what_to_do() {
         ("no-optimizer", "no optimizer given"),
         ("no-sync", "a forward inside DDP's no_sync()"),
         ("backward-twice", "a second backward in one step"),
+        ("clock-sync", "clock_sync='sometimes': give \"epochs\""),
     ] {
         let run = d.path().join(misuse);
-        let job = toy(1, &run, &["--misuse", misuse]);
+        let args: &[&str] = if misuse == "clock-sync" {
+            &["--clock-sync", "sometimes"]
+        } else {
+            &["--misuse", misuse]
+        };
+        let job = toy(1, &run, args);
         assert!(!job.ok(), "{misuse}: {}", job.all());
         assert!(
             job.all().contains("RecorderError") && job.all().contains(says),

@@ -135,6 +135,13 @@ class Recorder:
     one rank no norms are taken (one batch size only); the key keeps K, so that the
     run stays the reference of the N-rank runs that asked for the same.
 
+    `clock_sync` says when the ranks' clock offsets to rank 0 are estimated into
+    clock.csv (a collective of a few milliseconds, up to 0.2 s per rank across nodes):
+    `"epochs"` (the default, as ddpbench's own runs) at the start, at the end of every
+    `rec.batches()` loop that runs out (every rank's loader ends together, as
+    DistributedSampler makes them) and at close; `"ends"` at the start and at close only,
+    for a script whose `rec.batches()` loops are short blocks timed as a whole.
+
     `caller_holds_folder=True` is for a program that owns the run folder and runs the
     script inside it (`ddpbench study` does, for its PyTorch twin): the folder must
     exist and be locked by a live process of this host; the recorder then takes no lock
@@ -142,8 +149,14 @@ class Recorder:
     recorder would have written), only the rank files, their end records and clock.csv."""
 
     def __init__(self, model, optimizer=None, *, out, batch_size, model_name, dataset_name="unnamed",
-                 node_type=None, warmup_steps=5, caller_holds_folder=False, noise_every=0):
+                 node_type=None, warmup_steps=5, caller_holds_folder=False, noise_every=0, clock_sync="epochs"):
         _check_model(model, optimizer)
+        if clock_sync not in ("epochs", "ends"):
+            raise RecorderError(
+                f"clock_sync={clock_sync!r}: give \"epochs\" (clock offsets at every epoch's end, the default) or "
+                "\"ends\" (at the start and at close only)"
+            )
+        self.clock_sync = clock_sync
         if isinstance(noise_every, bool) or not isinstance(noise_every, int) or noise_every < 0:
             raise RecorderError(
                 f"noise_every={noise_every!r}: give the steps between two measurements of the gradient noise scale "
@@ -172,6 +185,7 @@ class Recorder:
         self.origin = clock.Origin()
         self.timer = CudaTimer(self.origin, self.device) if self.cuda else HostTimer(self.origin)
         self.clock_rows = clock.estimate(self.group, self.rank, self.world, self.origin, 0)
+        self.syncs = 1
         self._start_files(backend, node_type, model_name, dataset_name)
         self.epoch, self.global_step = -1, 0
         self.current = None
@@ -277,6 +291,8 @@ class Recorder:
                 "forward_s": "from the DDP module's forward pre-hook to the start of backward (the loss included)",
                 "other_s": "the step minus the phases: zero_grad, the script's own copies, logging",
                 "noise_scale": f"every:{self.noise_every}" if self.noise_every else "off",
+                "clock_sync": "at the start, after every epoch (a rec.batches() loop run out) and at close"
+                if self.clock_sync == "epochs" else "at the start and at close",
                 "noise_norms": "in the communication hook: |G|^2 of this rank's bucket buffers before the all-reduce "
                 "and of the ranks' mean after it, summed over the buckets, every noise_every-th step on more than one "
                 "rank; they are the gradient of the batch's mean loss only when the script's loss is a mean",
@@ -474,6 +490,8 @@ class Recorder:
                     batch = next(it)
                 except StopIteration:
                     self.current = None
+                    if self.clock_sync == "epochs":
+                        self._sync_clocks()
                     return
                 s = self.current
                 s.got_batch = self.timer.mark()
@@ -531,6 +549,16 @@ class Recorder:
         self.rank_file.row(row)
         self.rows += 1
 
+    def _sync_clocks(self):
+        """Every rank's clock offset to rank 0, estimated now (collective, between steps);
+        rank 0 appends them to clock.csv."""
+        rows = clock.estimate(self.group, self.rank, self.world, self.origin, self.syncs)
+        self.syncs += 1
+        if self.rank == 0:
+            for r in rows:
+                self.clock_file.row(r)
+            self.clock_file.sync()
+
     # ----- the end -----------------------------------------------------------------
 
     def close(self):
@@ -549,13 +577,11 @@ class Recorder:
         self.rank_file.sync()
         self.rank_file.close()
         dist.barrier(group=self.group)
-        rows = clock.estimate(self.group, self.rank, self.world, self.origin, 1)
+        self._sync_clocks()
         steps = [0] * self.world
         dist.all_gather_object(steps, self.rows, group=self.group)
         self._end_record("completed", None)
         if self.rank == 0:
-            for r in rows:
-                self.clock_file.row(r)
             self.clock_file.close()
             self._finish_manifest("completed", None)
         atexit.unregister(self._at_exit)

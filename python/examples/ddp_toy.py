@@ -50,6 +50,7 @@ def main():
     p.add_argument("--noise-every", type=int, default=0, help="the gradient noise scale's norms every K-th step")
     p.add_argument("--check-norms", default="", help="write the norms the script computes itself to PATH-RANK.jsonl "
                    "(tests the recorder's noise scale)")
+    p.add_argument("--clock-sync", default="epochs", help="the recorder's clock_sync")
     p.add_argument("--misuse", choices=["none", "no-ddp", "no-optimizer", "no-sync", "backward-twice"], default="none")
     a = p.parse_args()
 
@@ -70,7 +71,7 @@ def main():
     optimizer = None if a.misuse == "no-optimizer" else opt
     rec = ddpbench_record.Recorder(model, optimizer, out=a.out, batch_size=a.batch_size, model_name="toy-mlp",
                                    dataset_name="synthetic-64", caller_holds_folder=a.caller_holds_folder,
-                                   noise_every=a.noise_every)
+                                   noise_every=a.noise_every, clock_sync=a.clock_sync)
     if a.hold_s > 0:
         print("recorder started", flush=True)
         import time
