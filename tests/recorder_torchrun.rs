@@ -208,6 +208,7 @@ fn bad_input_is_refused_with_what_to_do() {
         ("no-sync", "a forward inside DDP's no_sync()"),
         ("backward-twice", "a second backward in one step"),
         ("clock-sync", "clock_sync='sometimes': give \"epochs\""),
+        ("bad-scaler", "scaler is a str, not a torch.amp.GradScaler"),
     ] {
         let run = d.path().join(misuse);
         let args: &[&str] = if misuse == "clock-sync" {
@@ -250,6 +251,48 @@ fn bad_input_is_refused_with_what_to_do() {
         job.all()
     );
     assert_eq!(std::fs::read_dir(&held).unwrap().count(), 0, "the recorder wrote nothing there");
+}
+
+/// With the script's GradScaler given, each row holds the scale its backward ran under
+/// and whether the scaler skipped its optimizer step. Steps 0 and 3 overflow (their loss
+/// times inf), so the scaler skips them on every rank; after a skip the scale halves,
+/// after a step taken it stays (it grows only every 2,000 steps).
+#[test]
+fn a_grad_scalers_scale_and_skipped_steps_are_in_every_row() {
+    let d = tmp();
+    let run = d.path().join("scaled");
+    toy(2, &run, &["--scaler", "--overflow-at", "0,3"]).assert_ok();
+    let init = 2f64.powi(16);
+    for r in 0..2 {
+        let (h, rows) = read_csv(&run.join(format!("rank-{r:05}.csv")));
+        assert_eq!(rows.len(), STEPS, "rank {r}");
+        let scale = col(&h, &rows, "loss_scale");
+        let skipped = col(&h, &rows, "step_skipped");
+        let optimizer = col(&h, &rows, "optimizer_s");
+        assert_eq!(scale[0], init, "rank {r}");
+        let at: Vec<usize> = (0..rows.len()).filter(|&i| skipped[i] == 1.0).collect();
+        assert_eq!(at, [0, 3], "rank {r}: the steps that overflowed");
+        for i in 1..rows.len() {
+            let expected = if skipped[i - 1] == 1.0 { scale[i - 1] / 2.0 } else { scale[i - 1] };
+            assert_eq!(scale[i], expected, "rank {r} step {i}: {scale:?} {skipped:?}");
+        }
+        for i in 0..rows.len() {
+            assert_eq!(
+                skipped[i] == 1.0,
+                optimizer[i] == 0.0,
+                "rank {r} step {i}: an optimizer time on a skipped step"
+            );
+        }
+        assert_eq!(scale[rows.len() - 1], init / 4.0, "rank {r}");
+    }
+    let m = json(&run.join("manifest.json"));
+    assert!(
+        m["config"]["loss_scale"].as_str().unwrap().contains("GradScaler's scale"),
+        "{}",
+        m["config"]
+    );
+    let report = d.path().join("report");
+    ddpbench(&["reduce", run.to_str().unwrap(), "--out", report.to_str().unwrap()]).assert_ok();
 }
 
 /// A lock the Python recorder holds is one ddpbench judges live (it names the holder and

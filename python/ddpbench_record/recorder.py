@@ -142,6 +142,10 @@ class Recorder:
     DistributedSampler makes them) and at close; `"ends"` at the start and at close only,
     for a script whose `rec.batches()` loops are short blocks timed as a whole.
 
+    `scaler` is the script's `torch.amp.GradScaler`, when it trains with mixed precision:
+    each row's `loss_scale` is then the scale its backward ran under, and `step_skipped`
+    is 1 for a step whose `scaler.step()` skipped the optimizer (inf or NaN gradients).
+
     `caller_holds_folder=True` is for a program that owns the run folder and runs the
     script inside it (`ddpbench study` does, for its PyTorch twin): the folder must
     exist and be locked by a live process of this host; the recorder then takes no lock
@@ -149,8 +153,15 @@ class Recorder:
     recorder would have written), only the rank files, their end records and clock.csv."""
 
     def __init__(self, model, optimizer=None, *, out, batch_size, model_name, dataset_name="unnamed",
-                 node_type=None, warmup_steps=5, caller_holds_folder=False, noise_every=0, clock_sync="epochs"):
+                 node_type=None, warmup_steps=5, caller_holds_folder=False, noise_every=0, clock_sync="epochs",
+                 scaler=None):
         _check_model(model, optimizer)
+        if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
+            raise RecorderError(
+                f"scaler is a {type(scaler).__name__}, not a torch.amp.GradScaler: give the GradScaler whose "
+                "scale(loss).backward() and step(optimizer) the script calls, or leave scaler out"
+            )
+        self.scaler = scaler
         if clock_sync not in ("epochs", "ends"):
             raise RecorderError(
                 f"clock_sync={clock_sync!r}: give \"epochs\" (clock offsets at every epoch's end, the default) or "
@@ -293,6 +304,9 @@ class Recorder:
                 "noise_scale": f"every:{self.noise_every}" if self.noise_every else "off",
                 "clock_sync": "at the start, after every epoch (a rec.batches() loop run out) and at close"
                 if self.clock_sync == "epochs" else "at the start and at close",
+                "loss_scale": "the GradScaler's scale as the step's backward began; step_skipped is 1 where its "
+                "step() skipped the optimizer (inf or NaN gradients)" if self.scaler is not None
+                else "no GradScaler given: loss_scale empty, step_skipped 0",
                 "noise_norms": "in the communication hook: |G|^2 of this rank's bucket buffers before the all-reduce "
                 "and of the ranks' mean after it, summed over the buckets, every noise_every-th step on more than one "
                 "rank; they are the gradient of the batch's mean loss only when the script's loss is a mean",
@@ -402,7 +416,17 @@ class Recorder:
             )
         if s is not None and s.backward_start is None:
             s.backward_start = self.timer.mark()
+            s.loss_scale = self._loss_scale()
         return None
+
+    def _loss_scale(self):
+        """The GradScaler's scale now (its backward has begun, so the loss is scaled): a copy
+        of its tensor, read when the row is written (a step late on a GPU, so no wait), or
+        None without an enabled scaler."""
+        if self.scaler is None or not self.scaler.is_enabled():
+            return None
+        scale = getattr(self.scaler, "_scale", None)
+        return scale.detach().clone() if isinstance(scale, torch.Tensor) else float(self.scaler.get_scale())
 
     def _comm_hook(self, state, bucket):
         s = self.current
@@ -436,6 +460,17 @@ class Recorder:
             return mean
 
         return work.get_future().then(done)
+
+    def _scale_cell(self, s):
+        """The row's loss_scale: the step's scale, empty without a scaler (or a non-finite one)."""
+        if s.loss_scale is None:
+            return None
+        v = float(s.loss_scale)
+        return v if math.isfinite(v) and v > 0 else None
+
+    def _skipped(self, s):
+        """1 when the step's backward ran and its scaler skipped the optimizer's step."""
+        return 1 if self.scaler is not None and s.backward_end is not None and s.optimizer_start is None else 0
 
     def _takes_norms(self, s):
         """Whether step `s` takes the noise scale's norms: every `noise_every`-th step, from
@@ -544,7 +579,8 @@ class Recorder:
             1 if s.global_step < self.warmup_steps else 0,
             rfc3339_utc(self.origin.unix + c["start"]), c["start"], s.samples,
             *named, step_s, c["comm_s"], 0.0, 0.0, c["comm_hidden_s"], c["comm_start_at_s"],
-            c["comm_last_start_at_s"], loss_value(s.loss), c["bytes"], None, 0, *self._norms(s),
+            c["comm_last_start_at_s"], loss_value(s.loss), c["bytes"], self._scale_cell(s), self._skipped(s),
+            *self._norms(s),
         ]
         self.rank_file.row(row)
         self.rows += 1

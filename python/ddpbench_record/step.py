@@ -63,7 +63,7 @@ class Step:
     __slots__ = (
         "epoch", "step", "global_step", "unix_start", "start", "got_batch", "copied", "forward_start",
         "forward_end", "backward_start", "last_bucket", "backward_end", "optimizer_start", "optimizer_end",
-        "end", "buckets", "loss", "samples", "forwards", "backwards", "sq_local", "sq_mean",
+        "end", "buckets", "loss", "samples", "forwards", "backwards", "sq_local", "sq_mean", "loss_scale",
     )
 
     def __init__(self, epoch, step, global_step, start):
@@ -71,7 +71,7 @@ class Step:
         self.unix_start = time.time()
         self.start = start
         for name in ("got_batch", "copied", "forward_start", "forward_end", "backward_start", "last_bucket",
-                     "backward_end", "optimizer_start", "optimizer_end", "end", "loss", "samples"):
+                     "backward_end", "optimizer_start", "optimizer_end", "end", "loss", "samples", "loss_scale"):
             setattr(self, name, None)
         # Per bucket: [handed-over mark, done mark (None until its all-reduce ended), bytes].
         self.buckets = []

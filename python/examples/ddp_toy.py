@@ -51,7 +51,10 @@ def main():
     p.add_argument("--check-norms", default="", help="write the norms the script computes itself to PATH-RANK.jsonl "
                    "(tests the recorder's noise scale)")
     p.add_argument("--clock-sync", default="epochs", help="the recorder's clock_sync")
-    p.add_argument("--misuse", choices=["none", "no-ddp", "no-optimizer", "no-sync", "backward-twice"], default="none")
+    p.add_argument("--scaler", action="store_true", help="train through a torch.amp.GradScaler (initial scale 2**16)")
+    p.add_argument("--overflow-at", default="", help="steps (e.g. 0,3) whose loss is multiplied by inf, so that "
+                   "the scaler skips them")
+    p.add_argument("--misuse", choices=["none", "no-ddp", "no-optimizer", "no-sync", "backward-twice", "bad-scaler"], default="none")
     a = p.parse_args()
 
     cuda = torch.cuda.is_available()
@@ -69,9 +72,12 @@ def main():
 
     model = {"no-ddp": net}.get(a.misuse, ddp)
     optimizer = None if a.misuse == "no-optimizer" else opt
+    scaler = torch.amp.GradScaler(device.type, init_scale=2.0**16) if a.scaler else None
+    overflow_at = {int(k) for k in a.overflow_at.split(",") if k}
+    scaler = "a GradScaler" if a.misuse == "bad-scaler" else scaler
     rec = ddpbench_record.Recorder(model, optimizer, out=a.out, batch_size=a.batch_size, model_name="toy-mlp",
                                    dataset_name="synthetic-64", caller_holds_folder=a.caller_holds_folder,
-                                   noise_every=a.noise_every, clock_sync=a.clock_sync)
+                                   noise_every=a.noise_every, clock_sync=a.clock_sync, scaler=scaler)
     if a.hold_s > 0:
         print("recorder started", flush=True)
         import time
@@ -87,6 +93,12 @@ def main():
         loss = F.cross_entropy(ddp(x), y)
         if a.misuse == "backward-twice":
             loss.backward(retain_graph=True)
+        if scaler is not None:
+            scaler.scale(loss * float("inf") if step in overflow_at else loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            rec.loss(loss)
+            continue
         loss.backward()
         if a.check_norms and a.noise_every > 0 and step % a.noise_every == 0:
             check_norms(a.check_norms, step, net, x, y)
