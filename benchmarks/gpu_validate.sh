@@ -384,8 +384,8 @@ i41_runs() {
 }
 
 # Newer GPU-side parts, never run on a device before: the PyTorch recorder's CUDA
-# event timing (python/examples/ddp_toy.py under torchrun, 1 rank: its rows read a step
-# late), and --target-accuracy's validation between steps (mnist-cnn, 1 rank, a target
+# event timing and a GradScaler's scale (python/examples/ddp_toy.py under torchrun, 1
+# rank: its rows read a step late; steps 0 and 3 overflow), and --target-accuracy's validation between steps (mnist-cnn, 1 rank, a target
 # below chance so that the first validation, after step 10, reaches it).
 i51_runs() {
     local py=${DDPBENCH_PYTHON:-python3}
@@ -393,7 +393,7 @@ i51_runs() {
         echo "[$(date -u +%T)] i51-recorder" >&2
         timeout -k 10 150 env PYTHONPATH=python OMP_NUM_THREADS=1 "$py" -m torch.distributed.run --standalone \
             --nproc-per-node 1 python/examples/ddp_toy.py --out "$runs/i51-recorder" --steps 60 \
-            >"$out/i51-recorder.log" 2>&1 || echo "FAILED: i51-recorder (see i51-recorder.log)" | tee -a "$out/failures.txt"
+            --scaler --overflow-at 0,3 >"$out/i51-recorder.log" 2>&1 || echo "FAILED: i51-recorder (see i51-recorder.log)" | tee -a "$out/failures.txt"
         pack
     fi
     if want i48-target-accuracy; then
@@ -423,6 +423,13 @@ try:
     ok = m["status"] == "completed" and len(rows) == 60 and worst <= 1e-8
     print(f"recorder: {m['status']}, timer {m['config']['timer']!r}, {len(rows)} rows (60 asked), phases add up to "
           f"step_s within {worst:.1e} s; median step {statistics.median(steps)*1e3:.3f} ms: {'ok' if ok else 'FAILED'}")
+    # The GradScaler's scale, read a step late from a copy of its device tensor: 2**16,
+    # halved after each of the two overflowing steps (0 and 3), which it skipped.
+    skipped = [i for i, r in enumerate(rows) if r["step_skipped"] == "1"]
+    scales = [float(r["loss_scale"]) for r in rows]
+    ok = skipped == [0, 3] and scales[0] == 65536 and scales[-1] == 16384
+    print(f"recorder's loss scale: skipped steps {skipped} ([0, 3] expected), scale {scales[0]:g} to {scales[-1]:g} "
+          f"(65536 to 16384 expected): {'ok' if ok else 'FAILED'}")
 except Exception as e:
     print(f"recorder: no figure ({e!r})")
 run = f"{out}/runs/i48-target-accuracy"
