@@ -33,6 +33,8 @@ pub use manifest::{
     AllreduceProbe, ClockSummary, CommInfo, GpuClocks, Manifest, PointId, RankInfo, ScriptFile, StudyRun, TargetGoal, TargetOutcome,
     SCHEMA_VERSION,
 };
+#[cfg(test)]
+pub(crate) use rows::epoch_tests::epoch as epoch_row_example;
 pub use rows::{EpochRow, Phase, PhaseArray, PhaseRole, PhaseTimes, StepRow};
 #[cfg(feature = "train")]
 pub(crate) use sweep::{Buffer, SweepRow};

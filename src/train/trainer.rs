@@ -980,23 +980,10 @@ mod tests {
     #[test]
     fn an_epoch_without_validation_says_so() {
         let row = EpochRow {
-            epoch: 0,
-            time_utc: String::new(),
             steps: 30,
             epoch_s: 7.36,
             train_loss: 3.8111,
-            val_loss: f64::NAN,
-            val_accuracy: f64::NAN,
-            val_samples: 0,
-            val_s: 0.0,
-            param_l2: 1.0,
-            noise_steps: None,
-            noise_skipped: None,
-            grad_sq: None,
-            trace_sigma: None,
-            b_simple: None,
-            b_simple_low: None,
-            b_simple_high: None,
+            ..crate::record::epoch_row_example()
         };
         let line = epoch_line(&row);
         assert_eq!(

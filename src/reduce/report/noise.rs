@@ -373,22 +373,11 @@ mod tests {
     fn epochs_without_a_measurement_are_left_out_and_undetermined_kept() {
         let row = |epoch, steps: Option<usize>, b: Option<f64>| EpochRow {
             epoch,
-            time_utc: String::new(),
-            steps: 10,
-            epoch_s: 1.0,
-            train_loss: 1.0,
-            val_loss: f64::NAN,
-            val_accuracy: f64::NAN,
-            val_samples: 0,
-            val_s: 0.0,
-            param_l2: 1.0,
             noise_steps: steps,
             noise_skipped: steps.map(|_| 1),
-            grad_sq: None,
-            trace_sigma: None,
             b_simple: b,
             b_simple_low: b.map(|b| b / 2.0),
-            b_simple_high: None,
+            ..crate::record::epoch_row_example()
         };
         let got = per_epoch(&[row(0, None, None), row(1, Some(9), None), row(2, Some(9), Some(100.0))]);
         assert_eq!(got.len(), 2);
