@@ -67,7 +67,7 @@ fn number(headers: &[String], row: &[String], name: &str) -> f64 {
 fn check_rank_file(path: &Path, rank: usize, steps: usize) {
     let (headers, rows) = read_csv(path);
     assert_eq!(rows.len(), steps, "{}: one row per step", path.display());
-    let phases = PHASE_COLUMNS;
+    let phases = phase_columns();
     for (i, row) in rows.iter().enumerate() {
         let at = format!("{} row {i}", path.display());
         assert_eq!(number(&headers, row, "rank"), rank as f64, "{at}");

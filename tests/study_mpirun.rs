@@ -948,7 +948,7 @@ fn twin_rows_have_ddpbench_bytes(twin: &Path, ours: &Path, ranks: usize) {
         assert_eq!(rows.len(), 8, "{what}");
         assert_eq!(col(&h, &rows, "warmup"), [1., 1., 0., 0., 0., 0., 0., 0.], "{what}");
         assert!(col(&h, &rows, "forward_s").iter().all(|&s| s > 0.0), "{what}");
-        let phases = PHASE_COLUMNS;
+        let phases = phase_columns();
         for (i, step_s) in col(&h, &rows, "step_s").into_iter().enumerate() {
             let sum: f64 = phases.iter().map(|p| col(&h, &rows, p)[i]).sum();
             assert!((sum - step_s).abs() < 1e-6, "{what} row {i}: phases {sum} against step_s {step_s}");

@@ -155,16 +155,11 @@ pub fn train_reporting_exits_in(cwd: &Path, ranks: usize, args: &[&str], env: &[
 }
 
 /// The phase columns of a rank file, in the order a step runs through them: they add up
-/// to `step_s` (src/record/rows.rs writes them; python/ddpbench_record/columns.py too).
-pub const PHASE_COLUMNS: [&str; 7] = [
-    "data_s",
-    "batch_copy_s",
-    "forward_s",
-    "backward_s",
-    "comm_exposed_s",
-    "optimizer_s",
-    "other_s",
-];
+/// to `step_s`. The writer's own list (`record::Phase`), which the Python recorder's
+/// column list is tested against.
+pub fn phase_columns() -> Vec<&'static str> {
+    ddpbench::record::Phase::ALL.iter().map(|p| p.column()).collect()
+}
 
 /// A process as `/proc/PID/stat` shows it: its parent, its state letter and its start
 /// in clock ticks after boot; None when it is gone.
