@@ -77,18 +77,18 @@ impl OutFolder {
         let created = !out.exists();
         std::fs::create_dir_all(out)
             .with_context(|| format!("cannot create {}: choose an --out in a folder you can write", out.display()))?;
+        if created {
+            crate::cleanup::arm_created(out);
+        }
         Self::open_created(out, what, break_lock, written_by, created)
     }
 
     /// [`OutFolder::open`] on `out`, which exists; `created` says this process made it
-    /// (then it is removed again when nothing is written, a stop signal's handler
-    /// included). A stop signal is held back until the lock and the staging folder are
-    /// armed for its handler.
+    /// and armed it for the stop signals' handler ([`crate::cleanup::arm_created`]): then
+    /// it is removed again when nothing is written. A stop signal is held back until the
+    /// lock and the staging folder are armed for its handler.
     pub(crate) fn open_created(out: &Path, what: &str, break_lock: bool, written_by: &'static str, created: bool) -> Result<OutFolder> {
         let _stops = crate::cleanup::StopsDeferred::begin();
-        if created {
-            crate::cleanup::arm_created(out);
-        }
         let opened = Self::open_locked(out, what, break_lock, written_by, created);
         if opened.is_err() && created {
             let _ = std::fs::remove_dir(out);

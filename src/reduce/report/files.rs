@@ -28,8 +28,8 @@ pub fn write_within(report: &Report, out: &Path, with_plots: bool, limits: &html
 
 /// [`write_within`], clearing a lock of `out` whose holder cannot be checked from here
 /// when `break_lock` (`--break-lock`).
-/// `created`: `out` is a folder this process just made for the report (removed again
-/// when nothing is written).
+/// `created`: `out` is a folder this process just made for the report and armed for the
+/// stop signals' handler (removed again when nothing is written).
 pub(crate) fn write_locked(
     report: &Report,
     out: &Path,
