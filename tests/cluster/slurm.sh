@@ -27,8 +27,9 @@ die() { tlog "FATAL: $*"; echo "$pass passed, $((fail + 1)) failed"; exit 2; }
 STEPS=6
 TRAIN_FLAGS=(--dataset synthetic --synthetic-samples 2048 --batch-size 16 --max-steps "$STEPS"
              --val-samples 64 --bind none --threads 1 --probe-iters 3)
-# Seconds for one `sbatch --wait`. A job runs ~10 s here, but sbatch --wait polls at growing
-# intervals, so it may return ~30 s after the job ended.
+# Seconds for one job, from its submission to its end (a job runs ~10 s here). The job is
+# polled every half second: `sbatch --wait` sleeps 2, 8, then 32 s between its polls, so
+# it returned up to 30 s after a job had ended.
 JOB_TIMEOUT=150
 
 # ---------------------------------------------------------------- 1. packages, build
@@ -50,7 +51,6 @@ source "$REPO/job-scripts/setup.sh" || die "job-scripts/setup.sh failed (install
 # ---------------------------------------------------------------- 2. teardown (trap)
 T=$(mktemp -d /tmp/ddpbench-slurm.XXXXXX) || die "mktemp failed"
 chmod 755 "$T"   # munged (user munge) must traverse it
-child=           # pid of a running `timeout sbatch --wait`
 uts_ns=()        # UTS namespace ids of the fake nodes: every job process lives in one
 daemon_pids=()
 
@@ -68,7 +68,6 @@ teardown() {
   local rc=$?
   trap - EXIT INT TERM
   tlog "tearing down"
-  [ -n "${child:-}" ] && kill -TERM "$child" 2>/dev/null   # a running `timeout sbatch --wait`
   if [ -n "${SLURM_CONF:-}" ] && [ -f "$SLURM_CONF" ]; then
     timeout 10 scancel --full --quiet --user=root >/dev/null 2>&1
   fi
@@ -220,20 +219,39 @@ tlog "cluster up: $(sinfo -h -N -o '%N:%T:%G' | tr '\n' ' ')(SLURM_CONF=$SLURM_C
 # ---------------------------------------------------------------- 5. jobs
 cd "$T/submit" || die "no submit dir"   # SLURM_SUBMIT_DIR: results/ and %x-%j.out land here
 
+job_exit() {  # job_exit ID: the ended job's exit status as `sbatch --wait` gives it, or nothing
+  local line state code
+  line=$(scontrol -o show job "$1" 2>/dev/null) || return 0
+  state=$(grep -oE 'JobState=[A-Z_]+' <<<"$line") state=${state#JobState=}
+  case $state in
+    PENDING | CONFIGURING | RUNNING | COMPLETING | SUSPENDED | REQUEUED | RESIZING | '') return 0 ;;
+  esac
+  code=$(grep -oE ' ExitCode=[0-9]+:[0-9]+' <<<"$line") code=${code# ExitCode=}
+  if [ "${code#*:}" != 0 ]; then echo $((128 + ${code#*:})); else echo "${code%:*}"; fi
+}
 submit() {  # submit SCRIPT [ARGS...] -> sets JOBID, JOBRC; ARGS default to the train flags
-  local out script=$1
+  local out script=$1 start=$SECONDS
   shift
   local args=("$@")
   ((${#args[@]})) || args=("${TRAIN_FLAGS[@]}")
-  # In the background and waited for, so that a signal to this script is handled at once.
-  timeout "$JOB_TIMEOUT" sbatch --wait --parsable --export=ALL "$REPO/job-scripts/$script" "${args[@]}" \
-    >"$T/sbatch.out" 2>"$T/sbatch.err" &
-  child=$!
-  wait "$child"; JOBRC=$?
-  child=
+  JOBRC=
+  if ! timeout 30 sbatch --parsable --export=ALL "$REPO/job-scripts/$script" "${args[@]}" \
+    >"$T/sbatch.out" 2>"$T/sbatch.err"; then
+    JOBID= JOBRC=1
+    cat "$T/sbatch.err" >&2
+    return
+  fi
   out=$(head -1 "$T/sbatch.out")
   JOBID=${out%%;*}
-  tlog "$script: job ${JOBID:-?} exit $JOBRC"
+  until JOBRC=$(job_exit "$JOBID") && [ -n "$JOBRC" ]; do
+    if ((SECONDS - start > JOB_TIMEOUT)); then
+      JOBRC=124
+      timeout 10 scancel --quiet "$JOBID" 2>/dev/null
+      break
+    fi
+    sleep 0.5
+  done
+  tlog "$script: job ${JOBID:-?} exit $JOBRC after $((SECONDS - start)) s"
   ((JOBRC == 0)) || { cat "$T/sbatch.err" >&2; cat "$T"/submit/*-"$JOBID".out >&2 2>/dev/null; }
 }
 
