@@ -57,6 +57,13 @@ pub(crate) const MIN_LIMIT_S: f64 = 60.0;
 pub(crate) const TEARDOWN_LIMIT_S: f64 = 300.0;
 
 const TICK: Duration = Duration::from_millis(250);
+/// Rank 0's tick while the ranks join: each rank's handshake takes two of rank 0's
+/// polls, and its start waits for them.
+const JOIN_TICK: Duration = Duration::from_millis(5);
+/// Rank 0 ticks at `JOIN_TICK` for at most this long after it starts, however many ranks
+/// have not joined: a rank that reconnects later, or a stranger's connection, is
+/// answered at `TICK`.
+const JOIN_WINDOW: Duration = Duration::from_secs(30);
 /// The tick while the job exits, so that meeting at the exit costs the job little time.
 const EXIT_TICK: Duration = Duration::from_millis(20);
 const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -100,6 +107,8 @@ pub(crate) struct Watchdog {
     done: Option<mpsc::Receiver<()>>,
     /// Given by the watchdog's thread once every rank is past MPI_Finalize.
     met: Option<mpsc::Receiver<()>>,
+    /// The watchdog's thread, woken from its tick when the job exits or stops.
+    thread: Option<std::thread::Thread>,
 }
 
 /// How long dropping a watchdog waits for its thread: the job's exit never waits on
@@ -141,6 +150,14 @@ impl Watchdog {
             shared,
             done: running.then_some(rx),
             met: running.then_some(met_rx),
+            thread: spawned.ok().map(|h| h.thread().clone()),
+        }
+    }
+
+    /// Ends the watchdog thread's current tick at once, so that it sees a change now.
+    fn wake(&self) {
+        if let Some(t) = &self.thread {
+            t.unpark();
         }
     }
 
@@ -168,6 +185,7 @@ impl Watchdog {
     pub(crate) fn meet_at_exit(&self) {
         let _f = flight::enter("exit", "after MPI_Finalize");
         self.shared.exiting.store(true, Ordering::Relaxed);
+        self.wake();
         if let Some(met) = &self.met {
             // Err: the watchdog's thread is gone, and nobody waits.
             let _ = met.recv();
@@ -194,6 +212,7 @@ impl Watchdog {
 impl Drop for Watchdog {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
+        self.wake();
         // The thread ends within a tick; whatever holds it, the job does not wait longer.
         if let Some(done) = self.done.take() {
             let _ = done.recv_timeout(STOP_WAIT);
@@ -251,6 +270,7 @@ enum Link {
 struct Root {
     hub: Hub,
     reports: Vec<Option<(RankStatus, Instant)>>,
+    started: Instant,
 }
 
 /// Refusals logged before the watchdog stops naming each one.
@@ -261,7 +281,14 @@ impl Root {
         Root {
             hub,
             reports: vec![None; size],
+            started: Instant::now(),
         }
+    }
+
+    /// True while ranks are joining: in the first `JOIN_WINDOW`, until every rank has
+    /// an authenticated connection.
+    fn joining(&self) -> bool {
+        self.started.elapsed() < JOIN_WINDOW && self.hub.missing_ranks()
     }
 
     fn poll(&mut self) {
@@ -397,7 +424,14 @@ fn watch(s: Arc<Shared>, mut link: Link, met: mpsc::Sender<()>) {
     let mut met = Some(met);
     while !s.stop.load(Ordering::Relaxed) {
         let exiting = s.exiting.load(Ordering::Relaxed);
-        std::thread::sleep(if exiting { EXIT_TICK } else { TICK });
+        // Woken early by `Watchdog::wake` (or spuriously): a tick only looks at clocks.
+        std::thread::park_timeout(if exiting {
+            EXIT_TICK
+        } else if matches!(&link, Link::Root(root) if root.joining()) {
+            JOIN_TICK
+        } else {
+            TICK
+        });
         let own = RankStatus::here(s.rank, &s.host);
         if !signal_recorded {
             signal_recorded = record_signal_while_held(&s, &own);
@@ -614,5 +648,26 @@ fn mark_manifest(run: &WatchdogRun, status: RunStatus, why: &str) {
         m.error = Some(why.to_string());
         m.end_utc = Some(record::rfc3339_utc(SystemTime::now()));
         let _ = m.write(&run.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    /// Rank 0 ticks at `JOIN_TICK` while a rank is missing, for `JOIN_WINDOW` at most.
+    #[test]
+    fn rank_0_ticks_fast_only_while_ranks_join() {
+        let secret = Arc::new(Secret::generate().unwrap());
+        let (hub, _) = Hub::bind(&[IpAddr::V4(Ipv4Addr::LOCALHOST)], secret, 2).unwrap();
+        let mut root = Root::new(hub, 2);
+        assert!(root.joining(), "rank 1 has not joined");
+        // None only on a machine up for less than the window.
+        if let Some(before) = Instant::now().checked_sub(JOIN_WINDOW) {
+            root.started = before;
+            assert!(!root.joining(), "past the window a missing rank is waited for at TICK");
+        }
+        const { assert!(JOIN_TICK.as_millis() * 10 <= TICK.as_millis()) };
     }
 }

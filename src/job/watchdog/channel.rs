@@ -321,6 +321,11 @@ impl Hub {
         Ok((hub, bound))
     }
 
+    /// True while a rank other than 0 has no authenticated connection.
+    pub(crate) fn missing_ranks(&self) -> bool {
+        self.peers.iter().skip(1).any(Option::is_none)
+    }
+
     /// Accepts, advances handshakes and reads every authenticated connection, within
     /// the bounds of the module's constants.
     pub(crate) fn poll(&mut self) -> Received {
@@ -703,6 +708,30 @@ mod tests {
             assert!(Instant::now() < deadline, "nothing came");
             std::thread::sleep(Duration::from_millis(2));
         }
+    }
+
+    /// Rank 0 ticks fast while ranks are missing: until each rank other than 0 is in,
+    /// and again when one's connection closes.
+    #[test]
+    fn missing_ranks_are_those_without_a_connection() {
+        let (mut hub, addrs, secret) = hub(3);
+        assert!(hub.missing_ranks());
+        let _one = join(&mut hub, &addrs, secret.clone(), 1).unwrap();
+        assert!(hub.missing_ranks(), "rank 2 is not in");
+        let two = join(&mut hub, &addrs, secret.clone(), 2).unwrap();
+        assert!(!hub.missing_ranks());
+        drop(two);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !hub.missing_ranks() && Instant::now() < deadline {
+            hub.poll();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert!(hub.missing_ranks(), "rank 2's connection closed");
+        assert!(!hub_of_one().missing_ranks(), "a job of one rank waits for nobody");
+    }
+
+    fn hub_of_one() -> Hub {
+        hub(1).0
     }
 
     #[test]
