@@ -25,6 +25,10 @@
 #   PER_RANK   batches per rank (default "32 128 512"), e.g. FACTORS=4 PER_RANK="32 128"
 #              extends the grid where its best learning rate was its largest
 #   TARGET     target training loss (default 0.6)
+#   TARGET_ACCURACY  a target of validation accuracy instead (a fraction, e.g. 0.83):
+#              the whole test split is validated every VAL_SAMPLES trained samples
+#              (default 1024, at least one step), so samples to the target are known to
+#              within that many
 # Every run stops at the target or after 131,072 samples (2.2 epochs), whichever first:
 # at most 2048, 512 and 128 steps.
 set -euo pipefail
@@ -64,9 +68,14 @@ PY
 fi
 # Open MPI refuses root unless told; the check is often run as root on a test machine.
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+if [ -n "${TARGET_ACCURACY:-}" ]; then
+  target_flags=(--target-accuracy "$TARGET_ACCURACY")
+else
+  target_flags=(--target-loss "${TARGET:-0.6}" --val-samples 0)
+fi
 common=("${model_flags[@]}" --dataset fashion-mnist "${opt_flags[@]}"
-  --warmup-epochs 0.1 --target-loss "${TARGET:-0.6}" --epochs 5 --noise-scale on --threads 1
-  --val-samples 0 --probe-iters 0)
+  --warmup-epochs 0.1 "${target_flags[@]}" --epochs 5 --noise-scale on --threads 1
+  --probe-iters 0)
 max_samples=131072
 for rep in $(seq 1 "$repeats"); do
   for per_rank in ${PER_RANK:-32 128 512}; do
@@ -77,11 +86,16 @@ for rep in $(seq 1 "$repeats"); do
       dir="$out/b$global-x$factor-r$rep"
       [ -e "$dir" ] && continue
       start=$(date +%s)
+      val_flags=()
+      if [ -n "${TARGET_ACCURACY:-}" ]; then
+        val_every=$((${VAL_SAMPLES:-1024} / global))
+        val_flags=(--val-every $((val_every > 0 ? val_every : 1)))
+      fi
       if ! nice -n 19 mpirun -n 2 "$bin" train "${common[@]}" --seed "$rep" --batch-size "$per_rank" --lr "$lr" \
-        --max-steps $((max_samples / global)) --out "$dir" >"$dir.log" 2>&1; then
+        --max-steps $((max_samples / global)) "${val_flags[@]}" --out "$dir" >"$dir.log" 2>&1; then
         echo "b$global x$factor r$rep: failed, see $dir.log"
       fi
-      echo "b$global x$factor (lr $lr) r$rep: $(($(date +%s) - start)) s, $(grep -ho 'reached --target-loss.*\|did not reach.*' "$dir.log" | head -1)"
+      echo "b$global x$factor (lr $lr) r$rep: $(($(date +%s) - start)) s, $(grep -ho 'reached --target-[a-z]*.*\|did not reach.*' "$dir.log" | head -1)"
     done
   done
 done
