@@ -8,8 +8,8 @@ use crate::noise_scale::samples_factor;
 use crate::record::{OptimizerKind, TargetGoal, TargetOutcome};
 use crate::reduce::analysis::noise_window::{pooled, NoiseStep, NoiseWindow, WindowKind};
 use crate::reduce::analysis::samples_to_target::{
-    checked_error_text, fit_partner, ruled_out, Estimator, Prediction, TargetCurve, Trajectory, TwoBatchFit, ACCURACY_UNCHECKED, CHOSEN,
-    INTEGRATION_WINDOW_STEPS,
+    accuracy_checked_error_text, checked_error_text, fit_partner, ruled_out, Estimator, Prediction, TargetCurve, Trajectory, TwoBatchFit,
+    CHOSEN, INTEGRATION_WINDOW_STEPS,
 };
 use serde::Serialize;
 use std::fmt::Write;
@@ -550,11 +550,21 @@ pub(crate) fn section(md: &mut String, rows: &[TargetRow]) {
     if rows.is_empty() {
         return;
     }
+    let losses: Vec<_> = rows
+        .iter()
+        .filter(|t| matches!(t.goal, TargetGoal::TrainingLoss(_)))
+        .map(|t| t.optimizer)
+        .collect();
+    let loss_check = if losses.is_empty() {
+        String::new()
+    } else {
+        checked_error_text(losses)
+    };
     let _ = writeln!(
         md,
         "\n## Samples to a target: measured against predicted\n\nRuns trained with `--target-loss` stop when the training loss, averaged over the ranks and over the last 20 measured steps, is at or below the target.{} Per global batch B and learning rate: the median samples to the target over its runs (a run that did not reach it counts as never reaching it, so a median needs more than half of them). A batch's figure is its best learning rate's (the fewest median samples); its ratio to the smallest global batch B0 that reached the target, with the range over pairs of single runs; the prediction integrated over B0's training: the mean over the measured steps before the target of B0's best-learning-rate runs of (B + B_noise(t))/(B0 + B_noise(t)), B_noise(t) the B_simple of windows of {INTEGRATION_WINDOW_STEPS} measured steps (numerator and denominator averaged over each), since B_simple drifts several-fold as training goes; and the prediction's error (measured ÷ predicted − 1). The two others, the noise-scale model at the target window's B_simple and a fit of the tradeoff through two measured batches, follow in their own table. A batch whose runs did not reach the target has no figure. {}\n\n| model | data | target | B | runs (reached) | samples to target | seconds to target | measured ratio (range) | predicted ratio (range over B0's runs) | error | best learning rate |\n|---|---|---:|---:|---:|---:|---:|---|---|---:|---|",
         accuracy_rule(rows),
-        checked_error_text(rows.iter().map(|t| t.optimizer))
+        loss_check
     );
     for t in rows {
         let predicted = match t.predictions.first() {
@@ -635,16 +645,20 @@ pub(crate) fn section(md: &mut String, rows: &[TargetRow]) {
 }
 
 /// The section's sentence on targets of validation accuracy, when a row has one: how
-/// they are checked, and that the prediction's error was checked on training losses only.
+/// they are checked, and the prediction's error as checked for such targets.
 fn accuracy_rule(rows: &[TargetRow]) -> String {
-    if !rows.iter().any(|t| matches!(t.goal, TargetGoal::ValidationAccuracy(_))) {
+    let accuracy: Vec<&TargetRow> = rows
+        .iter()
+        .filter(|t| matches!(t.goal, TargetGoal::ValidationAccuracy(_)))
+        .collect();
+    if accuracy.is_empty() {
         return String::new();
     }
     format!(
         " Runs trained with `--target-accuracy` stop at the first validation (every `--val-every` optimizer steps, \
          outside the timed steps) whose accuracy is at or above the target: their samples to the target are known to \
          within that many steps, and their seconds include the validations. {}",
-        ACCURACY_UNCHECKED
+        accuracy_checked_error_text(accuracy.iter().map(|t| t.optimizer))
     )
 }
 
