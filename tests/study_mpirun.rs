@@ -31,13 +31,6 @@ fn study(file: &Path, out: &Path, extra: &[&str]) -> Job {
     run_with_limit(study_cmd(file, out, extra), LIMIT)
 }
 
-/// A study every rank refuses before any point runs.
-fn refused_study(file: &Path, out: &Path) -> Job {
-    let mut cmd = mpirun_cmd_with_env(2, &[REFUSAL_ENDS_AT_ONCE]);
-    cmd.arg(BIN).arg("study").arg(file).arg("--out").arg(out);
-    run_with_limit(cmd, LIMIT)
-}
-
 /// points.csv as maps from column to cell.
 fn points(out: &Path) -> Vec<std::collections::BTreeMap<String, String>> {
     let (h, rows) = read_csv(&out.join("points.csv"));
@@ -337,7 +330,7 @@ fn bad_study_files_are_refused_before_anything_runs() {
     for (text, says) in cases {
         let file = d.path().join("bad.toml");
         std::fs::write(&file, text).unwrap();
-        let job = refused_study(&file, &d.path().join("never"));
+        let job = study(&file, &d.path().join("never"), &[]);
         assert!(!job.ok(), "{text}: {}", job.all());
         assert!(job.all().contains(says), "{text}: expected `{says}` in:\n{}", job.all());
         assert!(!d.path().join("never").join("runs").exists(), "{text}");
@@ -361,7 +354,7 @@ fn bad_report_keys_are_refused_with_the_flags_messages_and_exit_status_2() {
     ] {
         let file = d.path().join("bad.toml");
         std::fs::write(&file, text).unwrap();
-        let job = refused_study(&file, &never);
+        let job = study(&file, &never, &[]);
         let all = job.all();
         assert_eq!(job.status, Some(2), "{text}: {all}");
         assert!(all.contains(says), "{text}: expected `{says}` in:\n{all}");

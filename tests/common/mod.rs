@@ -67,13 +67,6 @@ pub fn run_with_limit(mut cmd: Command, limit: Duration) -> Job {
     }
 }
 
-/// For a job whose every rank ends on its own with a refusal (`mpirun_cmd_with_env`):
-/// after a rank exits non-zero, Open MPI 4.1's mpirun waits `odls_base_sigkill_timeout`
-/// (1 s) before it kills what is left of the job, and a refused 2-rank job took 2 s
-/// instead of 0.03 s (`mpirun -n 2 sh -c 'exit 2'`). Not for a test in which a rank is
-/// stopped or killed: the others would get SIGKILL at once, not SIGTERM and a second.
-pub const REFUSAL_ENDS_AT_ONCE: (&str, &str) = ("OMPI_MCA_odls_base_sigkill_timeout", "0");
-
 /// `mpirun -n ranks <program...>` with the settings a 2-core CI machine needs.
 pub fn mpirun_cmd(ranks: usize) -> Command {
     let mut cmd = mpirun_settings();
