@@ -251,6 +251,11 @@ submit() {  # submit SCRIPT [ARGS...] -> sets JOBID, JOBRC; ARGS default to the 
     fi
     sleep 0.5
   done
+  # A job is COMPLETED before its step daemons have finished cleaning up after it (Open
+  # MPI's session directory in the node's TMPDIR among them): a job started on that node
+  # meanwhile lost its shared-memory files and crashed. The next job waits for them.
+  local quiet=$SECONDS
+  while pgrep -x slurmstepd >/dev/null && ((SECONDS - quiet < 30)); do sleep 0.2; done
   tlog "$script: job ${JOBID:-?} exit $JOBRC after $((SECONDS - start)) s"
   ((JOBRC == 0)) || { cat "$T/sbatch.err" >&2; cat "$T"/submit/*-"$JOBID".out >&2 2>/dev/null; }
 }
