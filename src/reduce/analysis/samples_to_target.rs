@@ -138,11 +138,19 @@ pub(crate) fn checked_error_for(goal: TargetGoal, optimizer: Option<OptimizerKin
 /// The sentences of the checks of targets of validation accuracy for runs of
 /// `optimizers`, each once, in the order met.
 pub(crate) fn accuracy_checked_error_text(optimizers: impl IntoIterator<Item = Option<OptimizerKind>>) -> String {
+    sentences_once(
+        optimizers
+            .into_iter()
+            .map(|o| checked_error_for(TargetGoal::ValidationAccuracy(0.0), o)),
+    )
+}
+
+/// The checks' sentences, each once, in the order met.
+fn sentences_once(checks: impl IntoIterator<Item = CheckedError>) -> String {
     let mut said: Vec<&str> = Vec::new();
-    for o in optimizers {
-        let s = checked_error_for(TargetGoal::ValidationAccuracy(0.0), o).sentence;
-        if !said.contains(&s) {
-            said.push(s);
+    for c in checks {
+        if !said.contains(&c.sentence) {
+            said.push(c.sentence);
         }
     }
     said.join(" ")
@@ -151,17 +159,12 @@ pub(crate) fn accuracy_checked_error_text(optimizers: impl IntoIterator<Item = O
 /// The checks' sentences for runs of `optimizers`, each once, in the order met; the
 /// SGD one when there are none.
 pub(crate) fn checked_error_text(optimizers: impl IntoIterator<Item = Option<OptimizerKind>>) -> String {
-    let mut said: Vec<&str> = Vec::new();
-    for o in optimizers {
-        let s = checked_error(o).sentence;
-        if !said.contains(&s) {
-            said.push(s);
-        }
+    let text = sentences_once(optimizers.into_iter().map(checked_error));
+    if text.is_empty() {
+        CHECKED_SGD.sentence.to_string()
+    } else {
+        text
     }
-    if said.is_empty() {
-        said.push(CHECKED_SGD.sentence);
-    }
-    said.join(" ")
 }
 
 /// What a time to a target at another batch stands on: B0's median samples to the
